@@ -1,0 +1,114 @@
+/**
+ * What the boot script and the control plane agree on about one instance's boot:
+ * the modes, the runner config parameter's value, runner names and the log lines
+ * that other components parse.
+ */
+
+export const BOOT_MODES = ['RUN', 'PRIME', 'WAIT'] as const;
+/**
+ * RUN: a config parameter for this instance exists, start the runner.
+ * PRIME: a warm standby not yet activated, prepare and power off.
+ * WAIT: anything else, poll for the config parameter within a bound.
+ */
+export type BootMode = (typeof BOOT_MODES)[number];
+
+export const PROVIDERS = ['github', 'gitlab'] as const;
+export type Provider = (typeof PROVIDERS)[number];
+
+export function isProvider(value: unknown): value is Provider {
+  return typeof value === 'string' && (PROVIDERS as readonly string[]).includes(value);
+}
+
+export const RUNNER_CONFIG_VERSION = 1;
+
+/**
+ * The runner config parameter's value. It is a list of `key=value` lines rather than
+ * JSON so the boot script parses it with shell builtins alone (no jq on stock AMIs);
+ * values never contain a newline, and only the first "=" separates key from value.
+ */
+export const RUNNER_CONFIG_KEYS = {
+  version: 'version',
+  provider: 'provider',
+  /** GitHub: the encoded JIT config for `run.sh --jitconfig`. */
+  jitConfig: 'jitconfig',
+  /** GitLab: the instance URL for `gitlab-runner run-single --url`. */
+  url: 'url',
+  /** GitLab: the runner authentication token (glrt-...) for `--token`. */
+  token: 'token',
+} as const;
+
+export type RunnerConfig =
+  | { readonly provider: 'github'; readonly jitConfig: string }
+  | { readonly provider: 'gitlab'; readonly url: string; readonly token: string };
+
+const SAFE_VALUE = /^[^\s]+$/;
+
+export function encodeRunnerConfig(config: RunnerConfig): string {
+  const k = RUNNER_CONFIG_KEYS;
+  const fields: [string, string][] = [
+    [k.version, String(RUNNER_CONFIG_VERSION)],
+    [k.provider, config.provider],
+  ];
+  if (config.provider === 'github') {
+    fields.push([k.jitConfig, config.jitConfig]);
+  } else {
+    if (!/^https?:\/\//.test(config.url)) throw new Error('runner config url must be an http(s) URL');
+    fields.push([k.url, config.url], [k.token, config.token]);
+  }
+  for (const [key, value] of fields) {
+    // The value itself is a secret: name the field, never the value.
+    if (!SAFE_VALUE.test(value)) throw new Error(`runner config field "${key}" is empty or contains whitespace`);
+  }
+  return fields.map(([key, value]) => `${key}=${value}`).join('\n') + '\n';
+}
+
+export function decodeRunnerConfig(text: string): RunnerConfig {
+  const k = RUNNER_CONFIG_KEYS;
+  const fields = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    const at = line.indexOf('=');
+    if (at <= 0) throw new Error('runner config has a line without "key="');
+    fields.set(line.slice(0, at), line.slice(at + 1));
+  }
+  if (fields.get(k.version) !== String(RUNNER_CONFIG_VERSION)) {
+    throw new Error(`runner config version must be ${RUNNER_CONFIG_VERSION}`);
+  }
+  const provider = fields.get(k.provider);
+  const need = (key: string): string => {
+    const value = fields.get(key);
+    if (!value) throw new Error(`runner config for ${provider} lacks "${key}"`);
+    return value;
+  };
+  if (provider === 'github') return { provider, jitConfig: need(k.jitConfig) };
+  if (provider === 'gitlab') return { provider, url: need(k.url), token: need(k.token) };
+  throw new Error(`runner config provider must be one of ${PROVIDERS.join(', ')}`);
+}
+
+/**
+ * Runner names are unique per activation: a re-parked instance that is activated again
+ * must not collide with its earlier registration. The instance id stays recoverable so
+ * the sweep can match registrations to instances.
+ */
+export function runnerName(prefix: string, instanceId: string, activatedAt: Date): string {
+  return `${prefix}-${instanceId}-${activatedAt.getTime().toString(36)}`;
+}
+
+/** The instance id inside a runner name built by `runnerName`, or undefined. */
+export function instanceIdOfRunnerName(prefix: string, name: string): string | undefined {
+  if (!name.startsWith(`${prefix}-`)) return undefined;
+  const match = /^(i-[0-9a-f]{8,17})-[0-9a-z]+$/.exec(name.slice(prefix.length + 1));
+  return match?.[1];
+}
+
+/**
+ * The boot script's log lines that other components parse (the instance log metric
+ * filter, the local sandbox). `<key>=<value>` tokens separated by spaces.
+ */
+export const BOOT_LOG_KEYS = {
+  /** Seconds from the activation tag to the runner's start, on a RUN boot of an activated instance. */
+  activationLatency: 'activation-latency-seconds',
+  /** The mode this boot chose. */
+  mode: 'boot-mode',
+  traceId: 'trace-id',
+} as const;

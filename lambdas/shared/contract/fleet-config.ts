@@ -1,0 +1,344 @@
+import { isProvider, PROVIDERS, type Provider } from './boot';
+import { DEFAULT_METRIC_NAMESPACE, METRIC_DIMENSIONS, METRIC_NAMES } from './metrics';
+import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
+import { ssmPaths } from './ssm-paths';
+import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
+
+export const FLEET_CONFIG_VERSION = 1;
+
+export type LabelMatch = 'exact' | 'subset';
+export type GitLabRunnerType = 'instance_type' | 'group_type' | 'project_type';
+
+export interface GitHubConnectionConfig {
+  readonly appId: string;
+  /** Organisation the runners register at (organisation-level runners). */
+  readonly organization?: string;
+  /** "owner/repo" names, for repository-level runners when no organisation is given. */
+  readonly repositories: readonly string[];
+  /** Runner group id at organisation level (GitHub's default group is 1). */
+  readonly runnerGroupId: number;
+  readonly apiUrl: string;
+}
+
+export interface GitLabConnectionConfig {
+  readonly url: string;
+  readonly runnerType: GitLabRunnerType;
+  /** Group id for group_type runners, project id for project_type runners. */
+  readonly scopeId?: number;
+}
+
+export interface PoolConfig {
+  readonly name: string;
+  readonly provider: Provider;
+  /** GitHub labels (besides "self-hosted") or GitLab tags a job must ask for. */
+  readonly labels: readonly string[];
+  readonly labelMatch: LabelMatch;
+  /** GitLab: let the runner pick untagged jobs. */
+  readonly runUntagged: boolean;
+  readonly launchTemplateId: string;
+  readonly launchTemplateVersion: string;
+  readonly subnetIds: readonly string[];
+  readonly instanceTypes: readonly string[];
+  readonly spot: boolean;
+  readonly maxRunners: number;
+  readonly idleTimeoutSeconds: number;
+  readonly warm: {
+    readonly size: number;
+    readonly schedule: readonly WarmScheduleEntry[];
+    readonly maxAgeSeconds: number;
+    /** A priming instance that has not parked after this long is evicted. */
+    readonly primingTimeoutSeconds: number;
+  };
+}
+
+/** The versioned runtime configuration every Lambda reads. Build it with `buildFleetConfig`. */
+export interface FleetConfig {
+  readonly version: typeof FLEET_CONFIG_VERSION;
+  readonly prefix: string;
+  readonly parameters: {
+    readonly fleetConfig: string;
+    readonly runnerConfigRoot: string;
+    readonly github: { readonly appPrivateKey: string; readonly webhookSecret: string };
+    readonly gitlab: { readonly token: string; readonly webhookToken: string; readonly webhookSigningKey: string };
+  };
+  readonly github?: GitHubConnectionConfig;
+  readonly gitlab?: GitLabConnectionConfig;
+  readonly pools: readonly PoolConfig[];
+  readonly metrics: {
+    readonly namespace: string;
+    readonly names: typeof METRIC_NAMES;
+    readonly dimensions: typeof METRIC_DIMENSIONS;
+  };
+}
+
+/** Pool settings as a construct's props give them; absent fields take the defaults below. */
+export interface PoolInput {
+  readonly name: string;
+  readonly provider: Provider;
+  readonly labels?: readonly string[];
+  readonly labelMatch?: LabelMatch;
+  readonly runUntagged?: boolean;
+  readonly launchTemplateId: string;
+  readonly launchTemplateVersion: string;
+  readonly subnetIds: readonly string[];
+  readonly instanceTypes: readonly string[];
+  readonly spot?: boolean;
+  readonly maxRunners?: number;
+  readonly idleTimeoutSeconds?: number;
+  readonly warmSize?: number;
+  readonly warmSchedule?: readonly WarmScheduleEntry[];
+  readonly warmMaxAgeSeconds?: number;
+  readonly primingTimeoutSeconds?: number;
+}
+
+export interface FleetConfigInput {
+  readonly prefix?: string;
+  readonly github?: {
+    readonly appId: string;
+    readonly organization?: string;
+    readonly repositories?: readonly string[];
+    readonly runnerGroupId?: number;
+    readonly apiUrl?: string;
+  };
+  readonly gitlab?: {
+    readonly url: string;
+    readonly runnerType?: GitLabRunnerType;
+    readonly scopeId?: number;
+  };
+  readonly pools: readonly PoolInput[];
+  readonly metricNamespace?: string;
+}
+
+export const FLEET_DEFAULTS = {
+  maxRunners: 10,
+  idleTimeoutSeconds: 15 * 60,
+  warmSize: 0,
+  warmMaxAgeSeconds: 24 * 60 * 60,
+  primingTimeoutSeconds: 15 * 60,
+  labelMatch: 'exact' as LabelMatch,
+  githubApiUrl: 'https://api.github.com',
+  githubRunnerGroupId: 1,
+  gitlabRunnerType: 'instance_type' as GitLabRunnerType,
+} as const;
+
+const LABEL_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$/;
+const GITLAB_RUNNER_TYPES: readonly GitLabRunnerType[] = ['instance_type', 'group_type', 'project_type'];
+
+/**
+ * Builds the FleetConfig from the construct's props (or the local sandbox's), applying the
+ * defaults and validating every value, so the CDK app, the Lambdas and the sandbox share
+ * one definition. Values that are unresolved CDK tokens (launch template ids, subnets) are
+ * accepted as strings; everything else is checked here.
+ */
+export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
+  const prefix = input.prefix ?? DEFAULT_PREFIX;
+  const paths = ssmPaths(prefix);
+  const config: FleetConfig = {
+    version: FLEET_CONFIG_VERSION,
+    prefix,
+    parameters: {
+      fleetConfig: paths.fleetConfig,
+      runnerConfigRoot: paths.runnerConfigRoot,
+      github: { ...paths.github },
+      gitlab: { ...paths.gitlab },
+    },
+    ...(input.github
+      ? {
+          github: {
+            appId: input.github.appId,
+            ...(input.github.organization === undefined ? {} : { organization: input.github.organization }),
+            repositories: [...(input.github.repositories ?? [])],
+            runnerGroupId: input.github.runnerGroupId ?? FLEET_DEFAULTS.githubRunnerGroupId,
+            apiUrl: input.github.apiUrl ?? FLEET_DEFAULTS.githubApiUrl,
+          },
+        }
+      : {}),
+    ...(input.gitlab
+      ? {
+          gitlab: {
+            url: input.gitlab.url,
+            runnerType: input.gitlab.runnerType ?? FLEET_DEFAULTS.gitlabRunnerType,
+            ...(input.gitlab.scopeId === undefined ? {} : { scopeId: input.gitlab.scopeId }),
+          },
+        }
+      : {}),
+    pools: input.pools.map((p) => ({
+      name: p.name,
+      provider: p.provider,
+      labels: [...(p.labels ?? [p.name])],
+      labelMatch: p.labelMatch ?? FLEET_DEFAULTS.labelMatch,
+      runUntagged: p.runUntagged ?? false,
+      launchTemplateId: p.launchTemplateId,
+      launchTemplateVersion: p.launchTemplateVersion,
+      subnetIds: [...p.subnetIds],
+      instanceTypes: [...p.instanceTypes],
+      spot: p.spot ?? false,
+      maxRunners: p.maxRunners ?? FLEET_DEFAULTS.maxRunners,
+      idleTimeoutSeconds: p.idleTimeoutSeconds ?? FLEET_DEFAULTS.idleTimeoutSeconds,
+      warm: {
+        size: p.warmSize ?? FLEET_DEFAULTS.warmSize,
+        schedule: (p.warmSchedule ?? []).map((e) => ({ window: e.window, size: e.size })),
+        maxAgeSeconds: p.warmMaxAgeSeconds ?? FLEET_DEFAULTS.warmMaxAgeSeconds,
+        primingTimeoutSeconds: p.primingTimeoutSeconds ?? FLEET_DEFAULTS.primingTimeoutSeconds,
+      },
+    })),
+    metrics: {
+      namespace: input.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+      names: METRIC_NAMES,
+      dimensions: METRIC_DIMENSIONS,
+    },
+  };
+  validateFleetConfig(config);
+  return config;
+}
+
+/** Reads the FleetConfig a Lambda receives (SSM parameter or environment), validating all of it. */
+export function parseFleetConfig(text: string): FleetConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new Error('fleet config is not JSON');
+  }
+  validateFleetConfig(raw);
+  return raw;
+}
+
+export function poolByName(config: FleetConfig, name: string): PoolConfig | undefined {
+  return config.pools.find((p) => p.name === name);
+}
+
+class Checker {
+  readonly problems: string[] = [];
+  constructor(private readonly root: unknown) {}
+  at(path: string): unknown {
+    let value: unknown = this.root;
+    for (const part of path.split('.')) {
+      if (typeof value !== 'object' || value === null) return undefined;
+      value = (value as Record<string, unknown>)[part];
+    }
+    return value;
+  }
+  fail(path: string, why: string): void {
+    this.problems.push(`${path} ${why}`);
+  }
+  string(path: string): string | undefined {
+    const v = this.at(path);
+    if (typeof v !== 'string' || v === '') {
+      this.fail(path, `must be a non-empty string, got ${JSON.stringify(v)}`);
+      return undefined;
+    }
+    return v;
+  }
+  integer(path: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+    const v = this.at(path);
+    if (!Number.isSafeInteger(v) || (v as number) < min || (v as number) > max) {
+      this.fail(path, `must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
+      return undefined;
+    }
+    return v as number;
+  }
+  boolean(path: string): void {
+    if (typeof this.at(path) !== 'boolean') this.fail(path, `must be true or false, got ${JSON.stringify(this.at(path))}`);
+  }
+  strings(path: string, minLength: number): string[] {
+    const v = this.at(path);
+    if (!Array.isArray(v) || v.length < minLength || !v.every((s) => typeof s === 'string' && s !== '')) {
+      this.fail(path, `must be a list of at least ${minLength} non-empty strings, got ${JSON.stringify(v)}`);
+      return [];
+    }
+    return v as string[];
+  }
+}
+
+export function validateFleetConfig(value: unknown): asserts value is FleetConfig {
+  const c = new Checker(value);
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('fleet config must be a JSON object');
+  if (c.at('version') !== FLEET_CONFIG_VERSION) c.fail('version', `must be ${FLEET_CONFIG_VERSION} (this code reads version ${FLEET_CONFIG_VERSION} only)`);
+  const prefix = c.string('prefix');
+  if (prefix !== undefined) {
+    const problem = prefixProblem(prefix);
+    if (problem) c.fail('prefix', problem.replace(/^prefix /, ''));
+    else {
+      const paths = ssmPaths(prefix);
+      if (c.at('parameters.runnerConfigRoot') !== paths.runnerConfigRoot) c.fail('parameters.runnerConfigRoot', `must be "${paths.runnerConfigRoot}"`);
+      c.string('parameters.fleetConfig');
+      for (const key of ['appPrivateKey', 'webhookSecret']) c.string(`parameters.github.${key}`);
+      for (const key of ['token', 'webhookToken', 'webhookSigningKey']) c.string(`parameters.gitlab.${key}`);
+    }
+  }
+  if (c.at('github') !== undefined) {
+    c.string('github.appId');
+    const org = c.at('github.organization');
+    const repos = c.strings('github.repositories', 0);
+    if (org === undefined && repos.length === 0) c.fail('github', 'needs an organization or at least one repository ("owner/repo")');
+    if (org !== undefined) c.string('github.organization');
+    for (const repo of repos) if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) c.fail('github.repositories', `entry "${repo}" must be "owner/repo"`);
+    c.integer('github.runnerGroupId', 1);
+    const api = c.string('github.apiUrl');
+    if (api !== undefined && !/^https?:\/\//.test(api)) c.fail('github.apiUrl', `must be an http(s) URL, got "${api}"`);
+  }
+  if (c.at('gitlab') !== undefined) {
+    const url = c.string('gitlab.url');
+    if (url !== undefined && !/^https?:\/\/[^/]/.test(url)) c.fail('gitlab.url', `must be an http(s) URL such as "https://gitlab.com", got "${url}"`);
+    const type = c.at('gitlab.runnerType');
+    if (!GITLAB_RUNNER_TYPES.includes(type as GitLabRunnerType)) c.fail('gitlab.runnerType', `must be one of ${GITLAB_RUNNER_TYPES.join(', ')}`);
+    else if (type !== 'instance_type') c.integer('gitlab.scopeId', 1);
+  }
+  const pools = c.at('pools');
+  if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');
+  const seen = new Set<string>();
+  (Array.isArray(pools) ? pools : []).forEach((_pool, i) => {
+    const p = `pools.${i}`;
+    const name = c.string(`${p}.name`);
+    if (name !== undefined) {
+      const problem = poolNameProblem(name);
+      if (problem) c.fail(`${p}.name`, problem);
+      if (seen.has(name)) c.fail(`${p}.name`, `"${name}" is used by two pools; pool names must be unique`);
+      seen.add(name);
+    }
+    const provider = c.at(`${p}.provider`);
+    if (!isProvider(provider)) c.fail(`${p}.provider`, `must be one of ${PROVIDERS.join(', ')}`);
+    else if (c.at(provider) === undefined) {
+      c.fail(`${p}.provider`, `is "${provider}" but no ${provider} connection is configured; add one or change the pool's provider`);
+    }
+    for (const label of c.strings(`${p}.labels`, 0)) {
+      if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels`, `label "${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-"`);
+    }
+    const match = c.at(`${p}.labelMatch`);
+    if (match !== 'exact' && match !== 'subset') c.fail(`${p}.labelMatch`, 'must be "exact" or "subset"');
+    c.boolean(`${p}.runUntagged`);
+    c.string(`${p}.launchTemplateId`);
+    c.string(`${p}.launchTemplateVersion`);
+    c.strings(`${p}.subnetIds`, 1);
+    c.strings(`${p}.instanceTypes`, 1);
+    c.boolean(`${p}.spot`);
+    const max = c.integer(`${p}.maxRunners`, 1, 10_000);
+    c.integer(`${p}.idleTimeoutSeconds`, 60);
+    const size = c.integer(`${p}.warm.size`, 0, 10_000);
+    if (size !== undefined && max !== undefined && size > max) {
+      c.fail(`${p}.warm.size`, `is ${size}, above the pool's maxRunners ${max}; lower it or raise maxRunners`);
+    }
+    const schedule = c.at(`${p}.warm.schedule`);
+    if (!Array.isArray(schedule)) c.fail(`${p}.warm.schedule`, 'must be a list (empty for none)');
+    else
+      schedule.forEach((_entry, j) => {
+        const window = c.string(`${p}.warm.schedule.${j}.window`);
+        if (window !== undefined) {
+          try {
+            parseWarmWindow(window);
+          } catch (e) {
+            c.fail(`${p}.warm.schedule.${j}.window`, (e as Error).message);
+          }
+        }
+        const entrySize = c.integer(`${p}.warm.schedule.${j}.size`, 0, 10_000);
+        if (entrySize !== undefined && max !== undefined && entrySize > max) {
+          c.fail(`${p}.warm.schedule.${j}.size`, `is ${entrySize}, above the pool's maxRunners ${max}`);
+        }
+      });
+    c.integer(`${p}.warm.maxAgeSeconds`, 300);
+    c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
+  });
+  c.string('metrics.namespace');
+  if (c.problems.length > 0) throw new Error(`invalid fleet config: ${c.problems.join('; ')}`);
+}

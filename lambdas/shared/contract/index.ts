@@ -1,0 +1,14 @@
+/**
+ * The contract between the control plane (Lambdas, constructs, local sandbox) and the
+ * instances (the rendered boot script). Every tag key, SSM path, boot mode and message
+ * format is defined here once.
+ */
+export * from './names';
+export * from './tags';
+export * from './ssm-paths';
+export * from './boot';
+export * from './job-message';
+export * from './ci-provider';
+export * from './metrics';
+export * from './warm-schedule';
+export * from './fleet-config';

@@ -1,0 +1,29 @@
+/**
+ * Metric names and dimensions, in CloudWatch embedded metric format from the Lambdas
+ * and from the instance log metric filter. Alarms are built from these names.
+ */
+export const DEFAULT_METRIC_NAMESPACE = 'CdkWarmRunners';
+
+export const METRIC_NAMES = {
+  jobsReceived: 'JobsReceived',
+  activations: 'WarmActivations',
+  coldLaunches: 'ColdLaunches',
+  fallbacks: 'Fallbacks',
+  lostClaims: 'LostClaims',
+  jobsWaitingForCapacity: 'JobsWaitingForCapacity',
+  jobsFailed: 'JobsFailed',
+  deadLettered: 'JobsDeadLettered',
+  evictions: 'Evictions',
+  parked: 'ParkedInstances',
+  priming: 'PrimingInstances',
+  target: 'TargetInstances',
+  activationDuration: 'ActivationDuration',
+  activationLatency: 'ActivationLatency',
+  sweeps: 'Sweeps',
+} as const;
+export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
+
+export const METRIC_DIMENSIONS = {
+  pool: 'Pool',
+  reason: 'Reason',
+} as const;

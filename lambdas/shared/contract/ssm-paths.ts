@@ -1,0 +1,65 @@
+import { assertPrefix, INSTANCE_ID_PATTERN } from './names';
+
+/**
+ * SSM parameter names. `/<prefix>/runners/config/<instance-id>` holds the runner start
+ * config for exactly one instance (SecureString, written by scale-up, read and deleted by
+ * that instance); `/<prefix>/ci/...` holds the CI credentials the operator puts in.
+ */
+export interface SsmPaths {
+  /** Path under which every runner config lives, with a trailing "/". */
+  readonly runnerConfigRoot: string;
+  /** Path under which every CI credential lives, with a trailing "/". */
+  readonly ciRoot: string;
+  /** The String parameter that carries the `FleetConfig` to the Lambdas. */
+  readonly fleetConfig: string;
+  readonly github: {
+    /** PEM private key of the GitHub App (SecureString). */
+    readonly appPrivateKey: string;
+    /** Secret the GitHub webhook is signed with (SecureString). */
+    readonly webhookSecret: string;
+  };
+  readonly gitlab: {
+    /** Token with the create_runner scope (SecureString). */
+    readonly token: string;
+    /** Secret token GitLab sends in X-Gitlab-Token (SecureString). */
+    readonly webhookToken: string;
+    /** Optional Standard Webhooks signing key, "whsec_<base64>" (SecureString). */
+    readonly webhookSigningKey: string;
+  };
+  /** Name of the config parameter of one instance. */
+  runnerConfig(instanceId: string): string;
+  /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
+  instanceIdOf(parameterName: string): string | undefined;
+}
+
+/** Tag on every runner config parameter naming its instance; IAM ties it to the calling instance. */
+export const PARAMETER_INSTANCE_TAG = 'instance-id';
+
+export function ssmPaths(prefix: string): SsmPaths {
+  assertPrefix(prefix);
+  const runnerConfigRoot = `/${prefix}/runners/config/`;
+  const ciRoot = `/${prefix}/ci/`;
+  return {
+    runnerConfigRoot,
+    ciRoot,
+    fleetConfig: `/${prefix}/fleet/config`,
+    github: {
+      appPrivateKey: `${ciRoot}github/app-private-key`,
+      webhookSecret: `${ciRoot}github/webhook-secret`,
+    },
+    gitlab: {
+      token: `${ciRoot}gitlab/runner-token`,
+      webhookToken: `${ciRoot}gitlab/webhook-token`,
+      webhookSigningKey: `${ciRoot}gitlab/webhook-signing-key`,
+    },
+    runnerConfig(instanceId: string): string {
+      if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`"${instanceId}" is not an EC2 instance id`);
+      return `${runnerConfigRoot}${instanceId}`;
+    },
+    instanceIdOf(parameterName: string): string | undefined {
+      if (!parameterName.startsWith(runnerConfigRoot)) return undefined;
+      const id = parameterName.slice(runnerConfigRoot.length);
+      return INSTANCE_ID_PATTERN.test(id) ? id : undefined;
+    },
+  };
+}

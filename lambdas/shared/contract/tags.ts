@@ -1,0 +1,57 @@
+import { assertPrefix } from './names';
+
+/**
+ * Every tag the control plane and the boot script agree on. The keys are derived from
+ * the fleet prefix here and nowhere else; the boot script receives them by rendering.
+ */
+export interface TagKeys {
+  /** Pool the instance belongs to (value: pool name). */
+  readonly pool: string;
+  /** Present with value "true" on instances launched as warm standbys by the pool Lambda. */
+  readonly warmStandby: string;
+  /** ISO 8601 UTC time the instance was activated for a job (set by scale-up). */
+  readonly activatedAt: string;
+  /** Trace id of the job the instance serves, born at the webhook. */
+  readonly traceId: string;
+  /** Provider-qualified job id (see `qualifiedJobId`). */
+  readonly jobId: string;
+  /** Runner id at the CI provider. */
+  readonly runnerId: string;
+  /** Which component created the instance (value: one of `CREATED_BY`). */
+  readonly createdBy: string;
+}
+
+export const TAG_NAMES = {
+  pool: 'pool',
+  warmStandby: 'warm-standby',
+  activatedAt: 'activated-at',
+  traceId: 'trace-id',
+  jobId: 'job-id',
+  runnerId: 'runner-id',
+  createdBy: 'created-by',
+} as const satisfies Record<keyof TagKeys, string>;
+
+/** Values of the created-by tag. */
+export const CREATED_BY = {
+  pool: 'pool',
+  scaleUp: 'scale-up',
+} as const;
+export type CreatedBy = (typeof CREATED_BY)[keyof typeof CREATED_BY];
+
+export const WARM_STANDBY_VALUE = 'true';
+
+/**
+ * EC2 adds this tag to instances launched from a launch template; the pool evicts
+ * parked instances built from an older version.
+ */
+export const LAUNCH_TEMPLATE_VERSION_TAG = 'aws:ec2launchtemplate:version';
+
+/** Tag keys are `<prefix>:<name>`: ":" is allowed in instance-metadata tag keys, "/" is not. */
+export function tagKeys(prefix: string): TagKeys {
+  assertPrefix(prefix);
+  const keys = {} as Record<keyof TagKeys, string>;
+  for (const [field, name] of Object.entries(TAG_NAMES) as [keyof TagKeys, string][]) {
+    keys[field] = `${prefix}:${name}`;
+  }
+  return keys;
+}

@@ -1,0 +1,176 @@
+import { describe, expect, it } from 'vitest';
+import {
+  buildFleetConfig,
+  decodeRunnerConfig,
+  encodeRunnerConfig,
+  instanceIdOfRunnerName,
+  parseFleetConfig,
+  parseJobMessage,
+  qualifiedJobId,
+  runnerName,
+  ssmPaths,
+  tagKeys,
+  TAG_NAMES,
+  warmSizeAt,
+  type FleetConfigInput,
+  type JobMessage,
+} from '../../lambdas/shared/contract';
+
+const pool = {
+  name: 'linux',
+  provider: 'github' as const,
+  launchTemplateId: 'lt-0123456789abcdef0',
+  launchTemplateVersion: '3',
+  subnetIds: ['subnet-1'],
+  instanceTypes: ['m7i.large'],
+};
+const input: FleetConfigInput = { github: { appId: '123', organization: 'acme' }, pools: [pool] };
+
+describe('tag keys', () => {
+  it('derives every key from the prefix, valid as instance-metadata tag keys', () => {
+    const keys = tagKeys('ci-fleet');
+    expect(Object.keys(keys).sort()).toEqual(Object.keys(TAG_NAMES).sort());
+    for (const key of Object.values(keys)) {
+      expect(key).toMatch(/^ci-fleet:[a-z-]+$/);
+      expect(key).not.toMatch(/[/ ]/);
+    }
+    expect(new Set(Object.values(keys)).size).toBe(Object.keys(keys).length);
+  });
+
+  it.each(['', 'has/slash', 'has space', 'aws-fleet', 'SSM', 'x'.repeat(33), '-lead'])('rejects prefix %j', (prefix) => {
+    expect(() => tagKeys(prefix)).toThrow(/prefix/);
+  });
+});
+
+describe('ssm paths', () => {
+  const paths = ssmPaths('fleet');
+  it('names one config parameter per instance and maps it back', () => {
+    expect(paths.runnerConfig('i-0123456789abcdef0')).toBe('/fleet/runners/config/i-0123456789abcdef0');
+    expect(paths.instanceIdOf('/fleet/runners/config/i-0123456789abcdef0')).toBe('i-0123456789abcdef0');
+    expect(paths.instanceIdOf('/fleet/ci/github/app-private-key')).toBeUndefined();
+    expect(paths.instanceIdOf('/other/runners/config/i-0123456789abcdef0')).toBeUndefined();
+  });
+  it('refuses a non-instance id, so no path can escape the config root', () => {
+    expect(() => paths.runnerConfig('../ci/github')).toThrow(/not an EC2 instance id/);
+  });
+  it('keeps credentials under /<prefix>/ci/', () => {
+    for (const name of [...Object.values(paths.github), ...Object.values(paths.gitlab)]) expect(name.startsWith('/fleet/ci/')).toBe(true);
+    expect(paths.fleetConfig.startsWith(paths.ciRoot)).toBe(false);
+    expect(paths.fleetConfig.startsWith(paths.runnerConfigRoot)).toBe(false);
+  });
+});
+
+describe('runner config', () => {
+  it('round-trips both providers', () => {
+    const gh = { provider: 'github' as const, jitConfig: 'eyJhIjoiYj0ifQ==' };
+    const gl = { provider: 'gitlab' as const, url: 'https://gitlab.example.com', token: 'glrt-abc' };
+    expect(decodeRunnerConfig(encodeRunnerConfig(gh))).toEqual(gh);
+    expect(decodeRunnerConfig(encodeRunnerConfig(gl))).toEqual(gl);
+  });
+  it('refuses values the shell parser could split, without echoing the secret', () => {
+    expect(() => encodeRunnerConfig({ provider: 'github', jitConfig: 'se cret\nx=1' })).toThrow(/"jitconfig"/);
+    try {
+      encodeRunnerConfig({ provider: 'github', jitConfig: 'se cret' });
+    } catch (e) {
+      expect((e as Error).message).not.toContain('se cret');
+    }
+  });
+  it('rejects malformed or incomplete content', () => {
+    expect(() => decodeRunnerConfig('version=1\nprovider=gitlab\nurl=https://x\n')).toThrow(/lacks "token"/);
+    expect(() => decodeRunnerConfig('version=2\nprovider=github\njitconfig=x\n')).toThrow(/version/);
+    expect(() => decodeRunnerConfig('garbage')).toThrow(/key=/);
+  });
+});
+
+describe('runner names', () => {
+  it('are unique per activation and keep the instance id', () => {
+    const a = runnerName('fleet', 'i-0123456789abcdef0', new Date(1_000));
+    const b = runnerName('fleet', 'i-0123456789abcdef0', new Date(2_000));
+    expect(a).not.toBe(b);
+    expect(instanceIdOfRunnerName('fleet', a)).toBe('i-0123456789abcdef0');
+    expect(instanceIdOfRunnerName('other', a)).toBeUndefined();
+  });
+});
+
+describe('job message', () => {
+  const job: JobMessage = {
+    schemaVersion: 1,
+    provider: 'gitlab',
+    jobId: qualifiedJobId('gitlab', '42'),
+    providerJobId: '42',
+    pool: 'linux',
+    owner: 'group',
+    project: 'app',
+    projectId: 7,
+    labels: ['linux'],
+    labelsResolved: true,
+    traceId: 'trace-1',
+    deliveryId: 'd-1',
+    receivedAt: '2026-11-29T10:00:00.000Z',
+  };
+  it('round-trips through JSON', () => {
+    expect(parseJobMessage(JSON.stringify(job))).toEqual(job);
+  });
+  it('qualifies ids by provider so GitHub and GitLab cannot collide', () => {
+    expect(qualifiedJobId('github', 42)).not.toBe(qualifiedJobId('gitlab', 42));
+  });
+  it.each([
+    ['not json', '{', /not JSON/],
+    ['wrong version', JSON.stringify({ ...job, schemaVersion: 2 }), /schemaVersion/],
+    ['unqualified id', JSON.stringify({ ...job, jobId: '42' }), /jobId/],
+    ['bad provider', JSON.stringify({ ...job, provider: 'jenkins' }), /provider/],
+    ['bad trace id', JSON.stringify({ ...job, traceId: 'a b' }), /traceId/],
+    ['labels not list', JSON.stringify({ ...job, labels: 'linux' }), /labels/],
+    ['bad time', JSON.stringify({ ...job, receivedAt: 'yesterday' }), /receivedAt/],
+  ])('rejects %s', (_name, body, error) => {
+    expect(() => parseJobMessage(body)).toThrow(error);
+  });
+});
+
+describe('fleet config', () => {
+  it('applies defaults and survives a round trip through the reader', () => {
+    const config = buildFleetConfig(input);
+    expect(config.prefix).toBe('warm-runners');
+    expect(config.pools[0]).toMatchObject({ labels: ['linux'], maxRunners: 10, spot: false, labelMatch: 'exact' });
+    expect(parseFleetConfig(JSON.stringify(config))).toEqual(config);
+  });
+
+  it.each([
+    ['warm size above maximum', { ...pool, warmSize: 11, maxRunners: 10 }, /warm\.size is 11, above the pool's maxRunners 10/],
+    ['empty instance types', { ...pool, instanceTypes: [] }, /instanceTypes must be a list of at least 1/],
+    ['bad label', { ...pool, labels: ['has space'] }, /label "has space"/],
+    ['bad schedule', { ...pool, warmSchedule: [{ window: 'weekdays 8-6', size: 1 }] }, /window "weekdays 8-6"/],
+    ['provider without connection', { ...pool, provider: 'gitlab' as const }, /no gitlab connection is configured/],
+    ['bad pool name', { ...pool, name: 'a/b' }, /pool name "a\/b"/],
+  ])('names the bad value: %s', (_name, badPool, error) => {
+    expect(() => buildFleetConfig({ ...input, pools: [badPool] })).toThrow(error);
+  });
+
+  it('rejects duplicate pools, a bad prefix and GitLab without URL', () => {
+    expect(() => buildFleetConfig({ ...input, pools: [pool, pool] })).toThrow(/unique/);
+    expect(() => buildFleetConfig({ ...input, prefix: 'a/b' })).toThrow(/prefix/);
+    expect(() => buildFleetConfig({ ...input, gitlab: { url: '' } })).toThrow(/gitlab\.url/);
+  });
+
+  it('reports a newer version instead of misreading it', () => {
+    const config = { ...buildFleetConfig(input), version: 2 };
+    expect(() => parseFleetConfig(JSON.stringify(config))).toThrow(/version must be 1/);
+  });
+});
+
+describe('warm schedule', () => {
+  const schedule = [
+    { window: 'MON-FRI 07:00-19:00', size: 5 },
+    { window: 'FRI 22:00-02:00', size: 1 },
+  ];
+  it.each([
+    ['2026-11-30T08:00:00Z', 5], // Monday inside
+    ['2026-11-30T19:00:00Z', 2], // Monday at the end: outside
+    ['2026-11-29T08:00:00Z', 2], // Sunday
+    ['2026-12-04T23:00:00Z', 1], // Friday night
+    ['2026-12-05T01:59:00Z', 1], // wraps into Saturday
+    ['2026-12-05T02:00:00Z', 2],
+  ])('at %s the size is %i', (at, size) => {
+    expect(warmSizeAt(2, schedule, new Date(at))).toBe(size);
+  });
+});
