@@ -1,0 +1,76 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+
+/** A moto server on a free loopback port, started and stopped by the test that needs it. */
+export interface MotoServer {
+  readonly endpoint: string;
+  readonly port: number;
+  /** Clears all state (moto's reset API) so tests sharing one server start clean. */
+  reset(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** Environment for AWS SDK v3 clients and the aws CLI pointed at moto, with dummy credentials. */
+export function motoEnv(endpoint: string): Record<string, string> {
+  return {
+    AWS_ENDPOINT_URL: endpoint,
+    AWS_ACCESS_KEY_ID: 'testing',
+    AWS_SECRET_ACCESS_KEY: 'testing',
+    AWS_REGION: 'us-east-1',
+    AWS_DEFAULT_REGION: 'us-east-1',
+  };
+}
+
+export async function startMoto(): Promise<MotoServer> {
+  const port = await freePort();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const child: ChildProcess = spawn('python3', ['-m', 'moto.server', '-H', '127.0.0.1', '-p', String(port)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4000);
+  });
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`moto exited with ${child.exitCode}: ${stderr}`);
+    try {
+      const res = await fetch(`${endpoint}/moto-api/data.json`);
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`moto did not answer on ${endpoint} within 30 s: ${stderr}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    endpoint,
+    port,
+    async reset() {
+      const res = await fetch(`${endpoint}/moto-api/reset`, { method: 'POST' });
+      if (!res.ok) throw new Error(`moto reset failed: ${res.status}`);
+    },
+    stop() {
+      return new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+        setTimeout(() => child.kill('SIGKILL'), 3_000).unref();
+      });
+    },
+  };
+}
