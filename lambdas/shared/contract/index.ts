@@ -12,3 +12,4 @@ export * from './ci-provider';
 export * from './metrics';
 export * from './warm-schedule';
 export * from './fleet-config';
+export * from './lambda-env';
