@@ -35,6 +35,18 @@ export interface SsmPaths {
 /** Tag on every runner config parameter naming its instance; IAM ties it to the calling instance. */
 export const PARAMETER_INSTANCE_TAG = 'instance-id';
 
+/**
+ * Tag on every runner config parameter holding its instance's ARN. The instance role's
+ * statement compares it with the policy variable `${ec2:SourceInstanceARN}`, so an instance
+ * can read and delete only its own parameter (see docs/security.md).
+ */
+export const PARAMETER_INSTANCE_ARN_TAG = 'instance-arn';
+
+/** ARN of an EC2 instance, as `ec2:SourceInstanceARN` presents it. */
+export function instanceArn(partition: string, region: string, account: string, instanceId: string): string {
+  return `arn:${partition}:ec2:${region}:${account}:instance/${instanceId}`;
+}
+
 export function ssmPaths(prefix: string): SsmPaths {
   assertPrefix(prefix);
   const runnerConfigRoot = `/${prefix}/runners/config/`;

@@ -1,0 +1,70 @@
+import { Duration } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+/** The Lambda handlers this library ships, bundled by `scripts/bundle-lambdas.mjs`. */
+export type BundledHandler = 'webhook' | 'scale-up' | 'pool' | 'scale-down';
+
+/** The runtime every function is pinned to; the bundles target it. */
+export const RUNTIME = lambda.Runtime.NODEJS_24_X;
+
+/**
+ * The bundle's directory. The library runs from source (lib/, under tsx or vitest) and
+ * compiled (dist/lib/); assets/ sits at the package root in both cases.
+ */
+export function bundleDirectory(handler: BundledHandler): string {
+  for (const root of [resolve(__dirname, '..'), resolve(__dirname, '..', '..')]) {
+    const dir = join(root, 'assets', handler);
+    if (existsSync(join(dir, 'index.js'))) return dir;
+  }
+  throw new Error(`the ${handler} bundle is missing from assets/: run "npm run build" (npm ci does it) before synth`);
+}
+
+export interface BundledFunctionProps {
+  readonly handler: BundledHandler;
+  readonly description: string;
+  readonly timeout: Duration;
+  readonly memorySize?: number;
+  readonly environment: Record<string, string>;
+  readonly logRetention: logs.RetentionDays;
+  /**
+   * Reserved concurrency.
+   * @default - unreserved
+   */
+  readonly reservedConcurrentExecutions?: number;
+}
+
+/** A function whose code is one of the prebuilt bundles, with its own log group and JSON logs. */
+export class BundledFunction extends lambda.Function {
+  readonly logGroupResource: logs.LogGroup;
+
+  constructor(scope: Construct, id: string, props: BundledFunctionProps) {
+    const logGroup = new logs.LogGroup(scope, `${id}Logs`, { retention: props.logRetention });
+    // An own role with write access to its own log group only, instead of the managed
+    // AWSLambdaBasicExecutionRole, which may write to every log group in the account.
+    const role = new iam.Role(scope, `${id}Role`, {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: props.description,
+    });
+    logGroup.grantWrite(role);
+    super(scope, id, {
+      role,
+      runtime: RUNTIME,
+      architecture: lambda.Architecture.ARM_64,
+      code: lambda.Code.fromAsset(bundleDirectory(props.handler)),
+      handler: 'index.handler',
+      description: props.description,
+      timeout: props.timeout,
+      memorySize: props.memorySize ?? 256,
+      environment: props.environment,
+      logGroup,
+      loggingFormat: lambda.LoggingFormat.JSON,
+      ...(props.reservedConcurrentExecutions === undefined ? {} : { reservedConcurrentExecutions: props.reservedConcurrentExecutions }),
+    });
+    this.logGroupResource = logGroup;
+  }
+}

@@ -1,0 +1,49 @@
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { DEFAULT_PREFIX, type FleetConfigInput } from '../lambdas/shared/contract';
+import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
+
+export const DEFAULT_INSTANCE_TYPE = new ec2.InstanceType('m7i.large');
+
+/** Where a pool's instances come from, known once its launch template exists. */
+export interface PoolPlacement {
+  readonly launchTemplateId: string;
+  readonly launchTemplateVersion: string;
+  readonly subnetIds: readonly string[];
+}
+
+export interface FleetConfigSource {
+  readonly prefix?: string;
+  readonly metricNamespace?: string;
+  readonly github?: GitHubConnectionProps;
+  readonly gitlab?: GitLabConnectionProps;
+  readonly pools: readonly RunnerPoolProps[];
+}
+
+/**
+ * Maps the construct's props onto the contract's FleetConfig input: the one place where CDK
+ * types (Duration, InstanceType) become the plain values the Lambdas read.
+ */
+export function fleetConfigInput(props: FleetConfigSource, placement: (pool: RunnerPoolProps) => PoolPlacement): FleetConfigInput {
+  return {
+    prefix: props.prefix ?? DEFAULT_PREFIX,
+    ...(props.metricNamespace ? { metricNamespace: props.metricNamespace } : {}),
+    ...(props.github ? { github: props.github } : {}),
+    ...(props.gitlab ? { gitlab: props.gitlab } : {}),
+    pools: props.pools.map((pool) => ({
+      name: pool.name,
+      provider: pool.provider,
+      ...(pool.labels ? { labels: pool.labels } : {}),
+      ...(pool.labelMatch ? { labelMatch: pool.labelMatch } : {}),
+      ...(pool.runUntagged === undefined ? {} : { runUntagged: pool.runUntagged }),
+      ...placement(pool),
+      instanceTypes: (pool.instanceTypes ?? [DEFAULT_INSTANCE_TYPE]).map((t) => t.toString()),
+      ...(pool.spot === undefined ? {} : { spot: pool.spot }),
+      ...(pool.maxRunners === undefined ? {} : { maxRunners: pool.maxRunners }),
+      ...(pool.idleTimeout ? { idleTimeoutSeconds: pool.idleTimeout.toSeconds() } : {}),
+      ...(pool.warm?.size === undefined ? {} : { warmSize: pool.warm.size }),
+      ...(pool.warm?.schedule ? { warmSchedule: pool.warm.schedule } : {}),
+      ...(pool.warm?.maxAge ? { warmMaxAgeSeconds: pool.warm.maxAge.toSeconds() } : {}),
+      ...(pool.warm?.primingTimeout ? { primingTimeoutSeconds: pool.warm.primingTimeout.toSeconds() } : {}),
+    })),
+  };
+}

@@ -1,0 +1,140 @@
+import type { Duration, Size } from 'aws-cdk-lib';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { GitLabRunnerType, LabelMatch, Provider, WarmScheduleEntry } from '../lambdas/shared/contract';
+
+/** A GitHub App the fleet registers its runners through. */
+export interface GitHubConnectionProps {
+  /** The GitHub App's id (not secret; its private key goes into the SSM parameter the stack outputs). */
+  readonly appId: string;
+  /**
+   * Organisation whose runners the fleet registers (organisation-level runners).
+   * @default - repository-level runners for `repositories`
+   */
+  readonly organization?: string;
+  /**
+   * "owner/repo" names, for repository-level runners when no organisation is given.
+   * @default - none; `organization` is then required
+   */
+  readonly repositories?: string[];
+  /**
+   * Runner group id for organisation-level runners.
+   * @default 1 (GitHub's default group)
+   */
+  readonly runnerGroupId?: number;
+  /**
+   * REST API URL, for GitHub Enterprise Server.
+   * @default 'https://api.github.com'
+   */
+  readonly apiUrl?: string;
+}
+
+/** A GitLab instance the fleet creates runners at. */
+export interface GitLabConnectionProps {
+  /** URL of the GitLab instance, for example "https://gitlab.com" or a self-managed URL. */
+  readonly url: string;
+  /**
+   * Scope of the runners the fleet creates.
+   * @default 'instance_type'
+   */
+  readonly runnerType?: GitLabRunnerType;
+  /**
+   * Group id for `group_type` runners, project id for `project_type` runners.
+   * @default - none; required unless runnerType is 'instance_type'
+   */
+  readonly scopeId?: number;
+}
+
+/** Warm pool settings of one runner pool. */
+export interface WarmPoolProps {
+  /**
+   * Number of parked (pre-booted, stopped) instances to keep.
+   * @default 0 (no warm pool: every job launches cold)
+   */
+  readonly size?: number;
+  /**
+   * Sizes that apply in UTC time windows, for example
+   * `[{ window: 'MON-FRI 07:00-19:00', size: 5 }]`; outside every window `size` applies.
+   * @default - no schedule
+   */
+  readonly schedule?: WarmScheduleEntry[];
+  /**
+   * A parked instance older than this is replaced, so images and packages stay fresh.
+   * @default Duration.hours(24)
+   */
+  readonly maxAge?: Duration;
+  /**
+   * A warm instance that has not parked after this long is evicted.
+   * @default Duration.minutes(15)
+   */
+  readonly primingTimeout?: Duration;
+  /**
+   * Shell commands run while priming, before the instance parks (pull images, warm caches).
+   * @default - none
+   */
+  readonly prepareCommands?: string[];
+}
+
+/** One pool of runners: a label set, an instance shape, and an optional warm pool. */
+export interface RunnerPoolProps {
+  /** Pool name: letters, digits, "_" and "-"; used in tags, runner names and metric dimensions. */
+  readonly name: string;
+  /** The CI connection the pool serves; that connection must be configured. */
+  readonly provider: Provider;
+  /**
+   * GitHub labels (besides "self-hosted") or GitLab tags a job must ask for.
+   * @default - the pool's name
+   */
+  readonly labels?: string[];
+  /**
+   * 'exact': the job's labels equal the pool's; 'subset': the job's labels are a subset.
+   * @default 'exact'
+   */
+  readonly labelMatch?: LabelMatch;
+  /**
+   * GitLab: let the runner pick jobs without tags.
+   * @default false
+   */
+  readonly runUntagged?: boolean;
+  /**
+   * Instance types, in order of preference.
+   * @default - [m7i.large]
+   */
+  readonly instanceTypes?: ec2.InstanceType[];
+  /** The AMI; it must contain the runner (GitHub actions-runner or gitlab-runner) and the aws CLI. */
+  readonly machineImage: ec2.IMachineImage;
+  /**
+   * Root volume size.
+   * @default Size.gibibytes(30)
+   */
+  readonly diskSize?: Size;
+  /**
+   * Use spot capacity (cold launches fall back to on-demand when spot capacity is short).
+   * @default false
+   */
+  readonly spot?: boolean;
+  /**
+   * Most runners the pool runs at once, warm and cold together.
+   * @default 10
+   */
+  readonly maxRunners?: number;
+  /**
+   * A runner instance without a job for this long is terminated.
+   * @default Duration.minutes(15)
+   */
+  readonly idleTimeout?: Duration;
+  /**
+   * Warm pool settings.
+   * @default - no warm pool
+   */
+  readonly warm?: WarmPoolProps;
+  /**
+   * User the runner runs as on the instance.
+   * @default 'runner'
+   */
+  readonly runnerUser?: string;
+  /**
+   * Directory the runner is installed in on the AMI.
+   * @default '/opt/actions-runner' for GitHub, '/usr/bin' (gitlab-runner) for GitLab
+   */
+  readonly runnerDirectory?: string;
+}

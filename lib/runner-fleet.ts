@@ -1,0 +1,203 @@
+import { Aws, RemovalPolicy, Size, Stack } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import {
+  BOOT_LOG_KEYS,
+  DEFAULT_METRIC_NAMESPACE,
+  METRIC_DIMENSIONS,
+  METRIC_NAMES,
+  PARAMETER_INSTANCE_ARN_TAG,
+  ssmPaths,
+  tagKeys,
+} from '../lambdas/shared/contract';
+import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
+import { acknowledgeWildcard, nagArn } from './nag';
+import type { RunnerPoolProps } from './props';
+import { renderUserData } from './user-data';
+
+/** EC2 refuses user data above 16 KB (raw, before base64). */
+export const USER_DATA_LIMIT_BYTES = 16 * 1024;
+
+export interface RunnerFleetProps {
+  /** VPC the runners run in. */
+  readonly vpc: ec2.IVpc;
+  /** The pools; each gets its own launch template. */
+  readonly pools: RunnerPoolProps[];
+  /** Fleet prefix (SSM paths, tag keys). */
+  readonly prefix: string;
+  /**
+   * CloudWatch namespace of the activation latency metric.
+   * @default 'CdkWarmRunners'
+   */
+  readonly metricNamespace?: string;
+  /**
+   * KMS key the runner config parameters are encrypted with.
+   * @default - the AWS managed key alias/aws/ssm
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
+   * Name of the root device of the pools' AMIs ("/dev/xvda" on Amazon Linux, "/dev/sda1" on Ubuntu).
+   * @default '/dev/xvda'
+   */
+  readonly rootDeviceName?: string;
+  /**
+   * Retention of the instance log group.
+   * @default logs.RetentionDays.ONE_MONTH
+   */
+  readonly logRetention?: logs.RetentionDays;
+}
+
+/** One pool's launch template and the settings the control plane launches it with. */
+export interface PoolLaunchTemplate {
+  readonly pool: RunnerPoolProps;
+  readonly launchTemplate: ec2.LaunchTemplate;
+  /** The rendered user data, for size checks and review. */
+  readonly userData: string;
+}
+
+/**
+ * The runner instances' side of the fleet: their role, security group, one launch template
+ * per pool (IMDSv2 with instance tags, shutdown behaviour stop, encrypted gp3 root volume,
+ * the rendered boot script) and the log group their boot script writes to.
+ */
+export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGrantable {
+  /** Role of the runner instances. Grant it what your jobs need: `bucket.grantRead(fleet)`. */
+  readonly role: iam.Role;
+  readonly securityGroup: ec2.SecurityGroup;
+  readonly connections: ec2.Connections;
+  readonly grantPrincipal: iam.IPrincipal;
+  readonly launchTemplates: PoolLaunchTemplate[];
+  /** Log group of the instances' boot script. */
+  readonly logGroup: logs.LogGroup;
+  /** Metric filter turning the boot script's activation latency line into a metric. */
+  readonly activationLatencyFilter: logs.MetricFilter;
+
+  constructor(scope: Construct, id: string, props: RunnerFleetProps) {
+    super(scope, id);
+    const tags = tagKeys(props.prefix);
+    const paths = ssmPaths(props.prefix);
+    const stack = Stack.of(this);
+
+    this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: `Runner instances of ${props.prefix}: no ingress; egress to reach the CI service and AWS APIs`,
+      allowAllOutbound: true,
+    });
+    this.connections = this.securityGroup.connections;
+
+    this.role = new iam.Role(this, 'Role', {
+      assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
+      description: `Runner instances of ${props.prefix}: read and delete their own config parameter, terminate themselves, write logs`,
+    });
+    this.grantPrincipal = this.role;
+
+    // The per-instance scoping is real IAM: scale-up tags each config parameter with its
+    // instance's ARN, and the statement ties that tag to the calling instance through the
+    // `ec2:SourceInstanceARN` policy variable, which EC2 role credentials carry.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'ReadAndDeleteOwnRunnerConfig',
+        actions: ['ssm:GetParameter', 'ssm:DeleteParameter'],
+        resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
+        conditions: { StringEquals: { [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
+      }),
+    );
+    if (props.encryptionKey) {
+      this.role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'DecryptRunnerConfigThroughSsm',
+          actions: ['kms:Decrypt'],
+          resources: [props.encryptionKey.keyArn],
+          conditions: { StringEquals: { 'kms:ViaService': `ssm.${Aws.REGION}.amazonaws.com` } },
+        }),
+      );
+    }
+    // Self-termination: `aws:ARN` is the target instance's ARN; the pool tag keeps the grant
+    // inside this fleet even if that key's meaning ever changed (see docs/security.md).
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TerminateSelf',
+        actions: ['ec2:TerminateInstances'],
+        resources: [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })],
+        conditions: {
+          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false' },
+        },
+      }),
+    );
+
+    acknowledgeWildcard(
+      this.role,
+      nagArn('ssm', `parameter${paths.runnerConfigRoot}*`),
+      'Each instance reaches only the config parameter tagged with its own ARN (condition ssm:resourceTag = ${ec2:SourceInstanceARN}); instance ids are known only at run time.',
+    );
+    acknowledgeWildcard(
+      this.role,
+      nagArn('ec2', 'instance/*'),
+      'An instance may terminate only itself (condition aws:ARN = ${ec2:SourceInstanceARN}) and only within this fleet (pool tag present).',
+    );
+
+    this.logGroup = new logs.LogGroup(this, 'Logs', {
+      retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    this.logGroup.grantWrite(this.role);
+    // The boot script logs `... activation-latency-seconds=<s> ...` as space-separated
+    // key=value tokens; the filter takes the token after the key.
+    this.activationLatencyFilter = new logs.MetricFilter(this, 'ActivationLatency', {
+      logGroup: this.logGroup,
+      metricNamespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+      metricName: METRIC_NAMES.activationLatency,
+      filterPattern: logs.FilterPattern.literal(`[..., key="${BOOT_LOG_KEYS.activationLatency}", seconds, pool]`),
+      metricValue: '$seconds',
+      dimensions: { [METRIC_DIMENSIONS.pool]: '$pool' },
+      unit: undefined,
+    });
+
+    this.launchTemplates = props.pools.map((pool) => {
+      const userData = renderUserData({
+        prefix: props.prefix,
+        provider: pool.provider,
+        ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
+        ...(pool.runnerDirectory === undefined ? {} : { runnerDirectory: pool.runnerDirectory }),
+        prepareCommands: pool.warm?.prepareCommands ?? [],
+      });
+      const bytes = Buffer.byteLength(userData, 'utf8');
+      if (bytes > USER_DATA_LIMIT_BYTES) {
+        throw new Error(
+          `pool "${pool.name}": rendered user data is ${bytes} bytes, above EC2's ${USER_DATA_LIMIT_BYTES}-byte limit; move prepare commands into the AMI or a script the AMI carries`,
+        );
+      }
+      const launchTemplate = new ec2.LaunchTemplate(this, `LaunchTemplate-${pool.name}`, {
+        machineImage: pool.machineImage,
+        instanceType: pool.instanceTypes?.[0] ?? DEFAULT_INSTANCE_TYPE,
+        role: this.role,
+        securityGroup: this.securityGroup,
+        userData: ec2.UserData.custom(userData),
+        requireImdsv2: true,
+        httpTokens: ec2.LaunchTemplateHttpTokens.REQUIRED,
+        httpPutResponseHopLimit: 1,
+        instanceMetadataTags: true,
+        // A warm instance parks by powering itself off; that must stop it, not terminate it.
+        instanceInitiatedShutdownBehavior: ec2.InstanceInitiatedShutdownBehavior.STOP,
+        blockDevices: [
+          {
+            deviceName: props.rootDeviceName ?? '/dev/xvda',
+            volume: ec2.BlockDeviceVolume.ebs((pool.diskSize ?? Size.gibibytes(30)).toGibibytes(), {
+              volumeType: ec2.EbsDeviceVolumeType.GP3,
+              encrypted: true,
+              deleteOnTermination: true,
+            }),
+          },
+        ],
+        detailedMonitoring: false,
+      });
+      return { pool, launchTemplate, userData };
+    });
+  }
+}
+
+

@@ -1,0 +1,46 @@
+import { buildFleetConfig, DEFAULT_PREFIX, prefixProblem } from '../lambdas/shared/contract';
+import { fleetConfigInput } from './fleet-config-input';
+import type { WarmRunnersProps } from './warm-runners';
+
+/**
+ * Checks the props before any resource exists, so a mistake fails `cdk synth` with a message
+ * that names the bad value and says what to do. The contract's FleetConfig builder runs once
+ * with placeholder ids: every rule it enforces at runtime is enforced here too.
+ */
+export function validateWarmRunnersProps(props: WarmRunnersProps): void {
+  const prefix = props.prefix ?? DEFAULT_PREFIX;
+  const problem = prefixProblem(prefix);
+  if (problem) throw new Error(problem);
+  if (props.pools.length === 0) throw new Error('pools is empty: configure at least one runner pool');
+  for (const pool of props.pools) {
+    if (pool.instanceTypes !== undefined && pool.instanceTypes.length === 0) {
+      throw new Error(`pool "${pool.name}": instanceTypes is empty; list at least one instance type or leave it out for the default`);
+    }
+    const disk = pool.diskSize?.toGibibytes();
+    if (disk !== undefined && (disk < 8 || disk > 16_384)) {
+      throw new Error(`pool "${pool.name}": diskSize ${disk} GiB must be from 8 to 16384 GiB`);
+    }
+    for (const command of pool.warm?.prepareCommands ?? []) {
+      if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
+    }
+  }
+  const batch = props.scaleUpBatchSize ?? 10;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 10) {
+    throw new Error(`scaleUpBatchSize ${batch} must be an integer from 1 to 10 (the most a FIFO queue's event source allows)`);
+  }
+  const concurrency = props.scaleUpMaxConcurrency ?? 5;
+  if (!Number.isInteger(concurrency) || concurrency < 2 || concurrency > 1000) {
+    throw new Error(`scaleUpMaxConcurrency ${concurrency} must be an integer from 2 to 1000 (Lambda's range for SQS maximum concurrency)`);
+  }
+  for (const [name, interval] of [
+    ['poolInterval', props.poolInterval],
+    ['scaleDownInterval', props.scaleDownInterval],
+  ] as const) {
+    if (interval && (interval.toSeconds() < 60 || interval.toSeconds() % 60 !== 0)) {
+      throw new Error(`${name} ${interval.toHumanString()} must be a whole number of minutes, at least one (EventBridge rates are in minutes)`);
+    }
+  }
+  buildFleetConfig(
+    fleetConfigInput(props, () => ({ launchTemplateId: 'lt-placeholder', launchTemplateVersion: '1', subnetIds: ['subnet-placeholder'] })),
+  );
+}

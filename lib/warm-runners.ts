@@ -1,0 +1,417 @@
+import { CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as ssm from 'aws-cdk-lib/aws-ssm';
+import { Construct } from 'constructs';
+import {
+  buildFleetConfig,
+  DEFAULT_METRIC_NAMESPACE,
+  DEFAULT_PREFIX,
+  LAMBDA_ENV,
+  METRIC_DIMENSIONS,
+  METRIC_NAMES,
+  ssmPaths,
+  tagKeys,
+  type FleetConfig,
+} from '../lambdas/shared/contract';
+import { BundledFunction } from './bundled-function';
+import { fleetConfigInput } from './fleet-config-input';
+import { acknowledgeWildcard, nagArn } from './nag';
+import { JobQueue } from './job-queue';
+import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
+import { RunnerFleet } from './runner-fleet';
+import { validateWarmRunnersProps } from './validate';
+
+export interface WarmRunnersProps {
+  /** VPC the runner instances run in. */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets the runner instances launch in.
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * GitHub connection (a GitHub App).
+   * @default - no GitHub pools
+   */
+  readonly github?: GitHubConnectionProps;
+  /**
+   * GitLab connection.
+   * @default - no GitLab pools
+   */
+  readonly gitlab?: GitLabConnectionProps;
+  /** The runner pools; at least one. */
+  readonly pools: RunnerPoolProps[];
+  /**
+   * Prefix of every SSM path and tag key of this fleet; two fleets in one account need two prefixes.
+   * @default 'warm-runners'
+   */
+  readonly prefix?: string;
+  /**
+   * KMS key for the runner config parameters (SecureString).
+   * @default - the AWS managed key alias/aws/ssm
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
+   * Root device name of the pools' AMIs.
+   * @default '/dev/xvda' (Amazon Linux; Ubuntu uses '/dev/sda1')
+   */
+  readonly rootDeviceName?: string;
+  /**
+   * Jobs scale-up takes per invocation; activations in one invocation share their API calls.
+   * @default 10 (the most a FIFO queue allows)
+   */
+  readonly scaleUpBatchSize?: number;
+  /**
+   * Most concurrent scale-up invocations.
+   * @default 5
+   */
+  readonly scaleUpMaxConcurrency?: number;
+  /**
+   * How often the pool Lambda tops up and evicts.
+   * @default Duration.minutes(1)
+   */
+  readonly poolInterval?: Duration;
+  /**
+   * How often the scale-down Lambda reclaims finished, idle, stuck and orphaned resources.
+   * @default Duration.minutes(5)
+   */
+  readonly scaleDownInterval?: Duration;
+  /**
+   * Retention of every log group the fleet creates.
+   * @default logs.RetentionDays.ONE_MONTH
+   */
+  readonly logRetention?: logs.RetentionDays;
+  /**
+   * CloudWatch namespace of the fleet's metrics.
+   * @default 'CdkWarmRunners'
+   */
+  readonly metricNamespace?: string;
+}
+
+/**
+ * A self-hosted CI runner fleet on EC2 for GitHub Actions and GitLab CI whose jobs land on
+ * a warm pool of parked instances: webhook, jobs queue, scale-up, pool and scale-down
+ * Lambdas, the runners' launch templates and role, alarms and a dashboard.
+ */
+export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGrantable {
+  readonly fleet: RunnerFleet;
+  readonly jobs: JobQueue;
+  readonly config: FleetConfig;
+  /** The SSM String parameter the Lambdas read the FleetConfig from. */
+  readonly configParameter: ssm.StringParameter;
+  readonly webhookFunction: BundledFunction;
+  readonly scaleUpFunction: BundledFunction;
+  readonly poolFunction: BundledFunction;
+  readonly scaleDownFunction: BundledFunction;
+  readonly webhookUrl: lambda.FunctionUrl;
+  readonly dashboard: cloudwatch.Dashboard;
+  readonly alarms: cloudwatch.Alarm[] = [];
+  readonly connections: ec2.Connections;
+  readonly grantPrincipal: iam.IPrincipal;
+  /** Names of the SecureString parameters the operator fills in after deploying. */
+  readonly secretParameterNames: string[];
+
+  constructor(scope: Construct, id: string, props: WarmRunnersProps) {
+    super(scope, id);
+    validateWarmRunnersProps(props);
+    const prefix = props.prefix ?? DEFAULT_PREFIX;
+    const paths = ssmPaths(prefix);
+    const tags = tagKeys(prefix);
+    const stack = Stack.of(this);
+    const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
+    const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
+
+    this.fleet = new RunnerFleet(this, 'Fleet', {
+      vpc: props.vpc,
+      pools: props.pools,
+      prefix,
+      metricNamespace: namespace,
+      logRetention,
+      ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
+      ...(props.rootDeviceName ? { rootDeviceName: props.rootDeviceName } : {}),
+    });
+    this.connections = this.fleet.connections;
+    this.grantPrincipal = this.fleet.grantPrincipal;
+
+    const subnetIds = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }).subnetIds;
+    const templates = new Map(this.fleet.launchTemplates.map(({ pool, launchTemplate }) => [pool.name, launchTemplate]));
+    this.config = buildFleetConfig(
+      fleetConfigInput({ ...props, prefix, metricNamespace: namespace }, (pool) => {
+        const template = templates.get(pool.name)!;
+        return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds };
+      }),
+    );
+    const configJson = JSON.stringify(this.config);
+    this.configParameter = new ssm.StringParameter(this, 'FleetConfig', {
+      parameterName: paths.fleetConfig,
+      description: `FleetConfig of ${prefix}, read by its Lambdas`,
+      stringValue: configJson,
+      // Standard parameters hold 4 KB; a fleet of many pools needs the advanced tier (8 KB).
+      tier: estimatedLength(configJson) > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
+    });
+
+    this.jobs = new JobQueue(this, 'Jobs');
+    const environment = { [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig, [LAMBDA_ENV.jobsQueueUrl]: this.jobs.queue.queueUrl };
+
+    this.webhookFunction = new BundledFunction(this, 'Webhook', {
+      handler: 'webhook',
+      description: 'Verifies GitHub and GitLab webhook deliveries and queues the jobs',
+      // GitLab gives a webhook about 10 s; the tag lookup is bounded well below that.
+      timeout: Duration.seconds(10),
+      environment,
+      logRetention,
+    });
+    this.webhookUrl = this.webhookFunction.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
+    this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
+      handler: 'scale-up',
+      description: 'Serves queued jobs: activates parked instances, else launches cold ones',
+      timeout: Duration.seconds(60),
+      environment,
+      logRetention,
+    });
+    this.poolFunction = new BundledFunction(this, 'Pool', {
+      handler: 'pool',
+      description: 'Keeps each warm pool at its target and evicts stale instances',
+      timeout: Duration.seconds(120),
+      environment,
+      logRetention,
+      reservedConcurrentExecutions: 1,
+    });
+    this.scaleDownFunction = new BundledFunction(this, 'ScaleDown', {
+      handler: 'scale-down',
+      description: 'Reclaims finished, idle, stuck and orphaned runners, parameters and registrations',
+      timeout: Duration.seconds(120),
+      environment,
+      logRetention,
+      reservedConcurrentExecutions: 1,
+    });
+    const all = [this.webhookFunction, this.scaleUpFunction, this.poolFunction, this.scaleDownFunction];
+    for (const fn of all) this.configParameter.grantRead(fn);
+
+    // Triggers.
+    this.scaleUpFunction.addEventSource(
+      new SqsEventSource(this.jobs.queue, {
+        batchSize: props.scaleUpBatchSize ?? 10,
+        maxConcurrency: props.scaleUpMaxConcurrency ?? 5,
+        reportBatchItemFailures: true,
+      }),
+    );
+    new events.Rule(this, 'PoolSchedule', {
+      description: `Runs the pool Lambda of ${prefix}`,
+      schedule: events.Schedule.rate(props.poolInterval ?? Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(this.poolFunction, { retryAttempts: 0 })],
+    });
+    new events.Rule(this, 'ScaleDownSchedule', {
+      description: `Runs the scale-down Lambda of ${prefix}`,
+      schedule: events.Schedule.rate(props.scaleDownInterval ?? Duration.minutes(5)),
+      targets: [new targets.LambdaFunction(this.scaleDownFunction, { retryAttempts: 0 })],
+    });
+
+    // Permissions, each function only what it calls.
+    this.jobs.queue.grantSendMessages(this.webhookFunction);
+    this.jobs.queue.grantSendMessages(this.scaleUpFunction); // re-queues jobs that wait for capacity
+    this.jobs.deadLetterQueue.grantSendMessages(this.scaleUpFunction); // parks malformed messages
+
+    const secrets = secretParameters(props, paths);
+    const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.slice(1) });
+    const readSecrets = (fn: lambda.IFunction, names: string[]) => {
+      if (names.length === 0) return;
+      fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: names.map(parameterArn) }));
+    };
+    readSecrets(this.webhookFunction, [...secrets.webhook, ...secrets.gitlabApi]);
+    for (const fn of [this.scaleUpFunction, this.scaleDownFunction]) readSecrets(fn, [...secrets.githubApi, ...secrets.gitlabApi]);
+    this.secretParameterNames = [...new Set([...secrets.webhook, ...secrets.githubApi, ...secrets.gitlabApi])];
+
+    const runnerConfigArn = parameterArn(`${paths.runnerConfigRoot}*`);
+    const fleetInstances = stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' });
+    const ownedByFleet = { Null: { [`aws:ResourceTag/${tags.pool}`]: 'false' } };
+    const launchTemplateArns = this.fleet.launchTemplates.map(({ launchTemplate }) =>
+      stack.formatArn({ service: 'ec2', resource: 'launch-template', resourceName: launchTemplate.launchTemplateId! }),
+    );
+    const launch = (fn: lambda.IFunction, actions: string[]) => {
+      // Launching touches many resource types (subnet, image, volume, interface); the launch
+      // template condition keeps it to this fleet's templates.
+      fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: ['*'], conditions: { ArnLike: { 'ec2:LaunchTemplate': launchTemplateArns } } }));
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({ actions: ['ec2:CreateFleet', 'ec2:RunInstances', 'ec2:CreateTags'], resources: launchTemplateArns }),
+      );
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['ec2:CreateTags'],
+          resources: ['*'],
+          conditions: { StringEquals: { 'ec2:CreateAction': ['CreateFleet', 'RunInstances'] } },
+        }),
+      );
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['iam:PassRole'],
+          resources: [this.fleet.role.roleArn],
+          conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
+        }),
+      );
+    };
+    const describe = new iam.PolicyStatement({
+      // Describe calls take no resource-level permissions.
+      actions: ['ec2:DescribeInstances', 'ec2:DescribeLaunchTemplateVersions', 'ec2:DescribeSpotInstanceRequests'],
+      resources: ['*'],
+    });
+
+    launch(this.scaleUpFunction, ['ec2:CreateFleet', 'ec2:RunInstances']);
+    this.scaleUpFunction.addToRolePolicy(describe);
+    this.scaleUpFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ec2:StartInstances', 'ec2:CreateTags', 'ec2:DeleteTags'], resources: [fleetInstances], conditions: ownedByFleet }),
+    );
+    this.scaleUpFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ssm:PutParameter', 'ssm:AddTagsToResource', 'ssm:DeleteParameter', 'ssm:GetParameter'],
+        resources: [runnerConfigArn],
+      }),
+    );
+    this.scaleUpFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['iam:CreateServiceLinkedRole'],
+        resources: ['*'],
+        conditions: { StringEquals: { 'iam:AWSServiceName': ['ec2fleet.amazonaws.com', 'spot.amazonaws.com'] } },
+      }),
+    );
+
+    launch(this.poolFunction, ['ec2:RunInstances']);
+    this.poolFunction.addToRolePolicy(describe);
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ec2:TerminateInstances', 'ec2:CreateTags'], resources: [fleetInstances], conditions: ownedByFleet }),
+    );
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ec2:CancelSpotInstanceRequests'],
+        resources: [stack.formatArn({ service: 'ec2', resource: 'spot-instances-request', resourceName: '*' })],
+      }),
+    );
+
+    this.scaleDownFunction.addToRolePolicy(describe);
+    this.scaleDownFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
+    );
+    this.scaleDownFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameter'], resources: [runnerConfigArn, parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))] }),
+    );
+    this.scaleDownFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:DescribeParameters'], resources: ['*'] }));
+    if (props.encryptionKey) {
+      props.encryptionKey.grantEncryptDecrypt(this.scaleUpFunction);
+    }
+
+    const reasons = {
+      any: 'Describe calls take no resource-level permissions; launches span resource types known only at launch (subnet, image, volume, interface) and are conditioned on this fleet\'s launch templates; CreateTags is allowed at launch only (ec2:CreateAction); CreateServiceLinkedRole only for EC2 Fleet and Spot.',
+      instances: 'Only this fleet\'s instances: every statement on instance/* is conditioned on the fleet\'s pool tag; instance ids are known only at run time.',
+      parameters: 'Only this fleet\'s runner config parameters, one per instance id known only at run time.',
+      spot: 'Spot requests are created by launches at run time; their ids are not known at deploy time.',
+    };
+    for (const fn of [this.scaleUpFunction, this.poolFunction, this.scaleDownFunction]) {
+      acknowledgeWildcard(fn.role!, '*', reasons.any);
+      acknowledgeWildcard(fn.role!, nagArn('ec2', 'instance/*'), reasons.instances);
+    }
+    for (const fn of [this.scaleUpFunction, this.scaleDownFunction]) {
+      acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
+    }
+    acknowledgeWildcard(this.poolFunction.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);
+
+    // Alarms and dashboard, on the contract's metric names.
+    const metric = (name: string, pool: string | undefined, statistic: string) =>
+      new cloudwatch.Metric({
+        namespace,
+        metricName: name,
+        ...(pool ? { dimensionsMap: { [METRIC_DIMENSIONS.pool]: pool } } : {}),
+        statistic,
+        period: Duration.minutes(5),
+      });
+    const alarm = (alarmId: string, description: string, m: cloudwatch.IMetric, threshold: number, evaluationPeriods: number) => {
+      const a = new cloudwatch.Alarm(this, alarmId, {
+        alarmDescription: description,
+        metric: m,
+        threshold,
+        evaluationPeriods,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
+      this.alarms.push(a);
+      return a;
+    };
+    alarm(
+      'DeadLetterAlarm',
+      'Jobs reached the dead-letter queue: they were not served. Read docs/operations.md, "Dead-letter queue".',
+      this.jobs.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' }),
+      1,
+      1,
+    );
+    alarm('ActivationFailureAlarm', 'Jobs failed to get a runner (after retries) in the last 5 minutes.', metric(METRIC_NAMES.jobsFailed, undefined, 'Sum'), 1, 1);
+    alarm('ScaleUpErrorAlarm', 'The scale-up Lambda failed invocations.', this.scaleUpFunction.metricErrors({ period: Duration.minutes(5) }), 1, 1);
+    const poolWidgets: cloudwatch.IWidget[] = [];
+    for (const pool of this.config.pools) {
+      const parked = metric(METRIC_NAMES.parked, pool.name, 'Minimum');
+      const target = metric(METRIC_NAMES.target, pool.name, 'Maximum');
+      if (pool.warm.size > 0 || pool.warm.schedule.length > 0) {
+        alarm(
+          `ParkedBelowTarget-${pool.name}`,
+          `Pool ${pool.name} has had fewer parked instances than its target for 15 minutes.`,
+          new cloudwatch.MathExpression({ expression: 'target - parked', usingMetrics: { target, parked }, period: Duration.minutes(5) }),
+          1,
+          3,
+        );
+      }
+      poolWidgets.push(
+        new cloudwatch.GraphWidget({
+          title: `Pool ${pool.name}`,
+          left: [parked, metric(METRIC_NAMES.priming, pool.name, 'Maximum'), target],
+          right: [metric(METRIC_NAMES.activations, pool.name, 'Sum'), metric(METRIC_NAMES.coldLaunches, pool.name, 'Sum')],
+          width: 12,
+        }),
+      );
+    }
+    this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: `${prefix}-runners` });
+    this.dashboard.addWidgets(
+      ...poolWidgets,
+      new cloudwatch.GraphWidget({
+        title: 'Activation latency (instance start to runner start, s)',
+        left: this.config.pools.map((p) => metric(METRIC_NAMES.activationLatency, p.name, 'p90')),
+        width: 12,
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Jobs',
+        left: [metric(METRIC_NAMES.jobsReceived, undefined, 'Sum'), metric(METRIC_NAMES.jobsFailed, undefined, 'Sum')],
+        right: [this.jobs.deadLetterQueue.metricApproximateNumberOfMessagesVisible()],
+        width: 12,
+      }),
+    );
+
+    if (props.github) new CfnOutput(this, 'GitHubWebhookUrl', { description: 'Point the GitHub App webhook here', value: `${this.webhookUrl.url}github` });
+    if (props.gitlab) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookUrl.url}gitlab` });
+    new CfnOutput(this, 'SecretParameters', {
+      description: 'SecureString parameters to fill in after deploying (see docs/operations.md)',
+      value: this.secretParameterNames.join(','),
+    });
+  }
+}
+
+/** The SecureString parameters each function needs, per configured connection. */
+function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmPaths>) {
+  return {
+    webhook: [
+      ...(props.github ? [paths.github.webhookSecret] : []),
+      ...(props.gitlab ? [paths.gitlab.webhookToken, paths.gitlab.webhookSigningKey] : []),
+    ],
+    githubApi: props.github ? [paths.github.appPrivateKey] : [],
+    gitlabApi: props.gitlab ? [paths.gitlab.token] : [],
+  };
+}
+
+/** Length of a string once its tokens resolve; ids such as lt-... and subnet-... fit 24 characters. */
+function estimatedLength(text: string): number {
+  return Token.isUnresolved(text) ? text.replace(/\$\{Token\[[^\]]+\]\}/g, 'x'.repeat(24)).length : text.length;
+}
