@@ -1,0 +1,82 @@
+/**
+ * A small evaluator of identity-policy statements, enough to check what a synthesized role
+ * may do: Allow statements with Action, Resource, policy variables and the condition
+ * operators this library uses (StringEquals, StringLike, ArnLike, Null). It is
+ * deliberately strict: an unknown operator throws instead of guessing.
+ */
+export interface Statement {
+  readonly Effect: 'Allow' | 'Deny';
+  readonly Action: string | string[];
+  readonly Resource: string | string[];
+  readonly Condition?: Record<string, Record<string, string | string[]>>;
+}
+
+export interface Request {
+  readonly action: string;
+  readonly resource: string;
+  /** Condition keys present in the request context, with their values. */
+  readonly context: Record<string, string>;
+}
+
+const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+
+function glob(pattern: string, value: string): boolean {
+  const re = new RegExp('^' + pattern.split('').map((c) => (c === '*' ? '.*' : c === '?' ? '.' : c.replace(/[.+^${}()|[\]\\/]/g, '\\$&'))).join('') + '$');
+  return re.test(value);
+}
+
+function substitute(value: string, context: Record<string, string>): string | undefined {
+  let missing = false;
+  const out = value.replace(/\$\{([^}]+)\}/g, (_m, key: string) => {
+    const v = context[key];
+    if (v === undefined) missing = true;
+    return v ?? '';
+  });
+  return missing ? undefined : out;
+}
+
+function conditionHolds(operator: string, key: string, expected: string[], context: Record<string, string>): boolean {
+  const actual = context[key];
+  if (operator === 'Null') return expected.some((e) => (e === 'true') === (actual === undefined));
+  if (actual === undefined) return false;
+  const values = expected.map((e) => substitute(e, context)).filter((e): e is string => e !== undefined);
+  switch (operator) {
+    case 'StringEquals':
+      return values.includes(actual);
+    case 'StringLike':
+    case 'ArnLike':
+      return values.some((v) => glob(v, actual));
+    default:
+      throw new Error(`iam-eval: unsupported condition operator ${operator}`);
+  }
+}
+
+export function isAllowed(statements: readonly Statement[], request: Request): boolean {
+  const matches = (s: Statement) =>
+    list(s.Action).some((a) => glob(a, request.action)) &&
+    list(s.Resource).some((r) => {
+      const resource = substitute(r, request.context);
+      return resource !== undefined && glob(resource, request.resource);
+    }) &&
+    Object.entries(s.Condition ?? {}).every(([operator, keys]) =>
+      Object.entries(keys).every(([key, expected]) => conditionHolds(operator, key, list(expected), request.context)),
+    );
+  if (statements.some((s) => s.Effect === 'Deny' && matches(s))) return false;
+  return statements.some((s) => s.Effect === 'Allow' && matches(s));
+}
+
+/** Replaces CloudFormation intrinsics of pseudo parameters with concrete values. */
+export function resolvePseudo(value: unknown, pseudo: Record<string, string>): unknown {
+  if (Array.isArray(value)) return value.map((v) => resolvePseudo(v, pseudo));
+  if (value && typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    if ('Ref' in obj && typeof obj.Ref === 'string') return pseudo[obj.Ref] ?? `<ref:${obj.Ref}>`;
+    if ('Fn::Join' in obj) {
+      const [sep, parts] = obj['Fn::Join'] as [string, unknown[]];
+      return (resolvePseudo(parts, pseudo) as unknown[]).map(String).join(sep);
+    }
+    if ('Fn::GetAtt' in obj) return `<getatt:${(obj['Fn::GetAtt'] as string[]).join('.')}>`;
+    return Object.fromEntries(Object.entries(obj).map(([k, v]) => [k, resolvePseudo(v, pseudo)]));
+  }
+  return value;
+}

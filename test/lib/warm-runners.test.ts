@@ -1,0 +1,257 @@
+import { App, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ExampleRunnersStack } from '../../bin/example-stack';
+import { WarmRunners, type WarmRunnersProps } from '../../lib';
+import { METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
+import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
+
+const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
+
+let stack: ExampleRunnersStack;
+let template: Template;
+beforeAll(() => {
+  const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'wr-synth-')) });
+  stack = new ExampleRunnersStack(app, 'Example');
+  template = Template.fromStack(stack);
+});
+
+function rolePolicyStatements(roleLogicalIdPrefix: string): Statement[] {
+  const policies = template.findResources('AWS::IAM::Policy');
+  const statements: Statement[] = [];
+  for (const policy of Object.values(policies)) {
+    const roles = (policy.Properties.Roles as { Ref: string }[]).map((r) => r.Ref);
+    if (roles.some((r) => r.startsWith(roleLogicalIdPrefix))) {
+      statements.push(...(resolvePseudo(policy.Properties.PolicyDocument.Statement, PSEUDO) as Statement[]));
+    }
+  }
+  return statements;
+}
+
+describe('launch templates', () => {
+  it('require IMDSv2 with instance tags, stop on shutdown, encrypted gp3 root, no public address', () => {
+    const templates = template.findResources('AWS::EC2::LaunchTemplate');
+    expect(Object.keys(templates)).toHaveLength(2);
+    for (const lt of Object.values(templates)) {
+      const data = lt.Properties.LaunchTemplateData;
+      expect(data.MetadataOptions).toMatchObject({ HttpTokens: 'required', InstanceMetadataTags: 'enabled', HttpPutResponseHopLimit: 1 });
+      expect(data.InstanceInitiatedShutdownBehavior).toBe('stop');
+      expect(data.BlockDeviceMappings[0].Ebs).toMatchObject({ Encrypted: true, VolumeType: 'gp3', DeleteOnTermination: true });
+      expect(data.NetworkInterfaces).toBeUndefined();
+      expect(typeof data.UserData).toBe('object');
+    }
+  });
+});
+
+describe('instance role', () => {
+  const own = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0aaaaaaaaaaaaaaaa';
+  const other = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0bbbbbbbbbbbbbbbb';
+  const param = (id: string) => `arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/${id}`;
+  const tag = `ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`;
+  let statements: Statement[];
+  beforeAll(() => {
+    statements = rolePolicyStatements('RunnersFleetRole');
+    expect(statements.length).toBeGreaterThan(0);
+  });
+
+  it('reads and deletes its own config parameter', () => {
+    for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
+      expect(isAllowed(statements, { action, resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(true);
+    }
+  });
+  it("cannot read another instance's parameter, nor one without the tag", () => {
+    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [tag]: other, 'ec2:SourceInstanceARN': own } })).toBe(false);
+    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { 'ec2:SourceInstanceARN': own } })).toBe(false);
+  });
+  it('cannot read the CI credentials or anything else in SSM', () => {
+    for (const name of ['ci/github/app-private-key', 'ci/gitlab/runner-token', 'fleet/config']) {
+      const resource = `arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/${name}`;
+      expect(isAllowed(statements, { action: 'ssm:GetParameter', resource, context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(false);
+    }
+    expect(isAllowed(statements, { action: 'ssm:PutParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(false);
+  });
+  it('terminates only itself, only inside the fleet', () => {
+    const poolTag = `aws:ResourceTag/${tagKeys('warm-runners').pool}`;
+    const ctx = (target: string, tagged: boolean) => ({ 'ec2:SourceInstanceARN': own, 'aws:ARN': target, ...(tagged ? { [poolTag]: 'linux-x64' } : {}) });
+    expect(isAllowed(statements, { action: 'ec2:TerminateInstances', resource: own, context: ctx(own, true) })).toBe(true);
+    expect(isAllowed(statements, { action: 'ec2:TerminateInstances', resource: other, context: ctx(other, true) })).toBe(false);
+    expect(isAllowed(statements, { action: 'ec2:TerminateInstances', resource: own, context: ctx(own, false) })).toBe(false);
+    expect(isAllowed(statements, { action: 'ec2:StopInstances', resource: own, context: ctx(own, true) })).toBe(false);
+  });
+});
+
+describe('control plane', () => {
+  it('pins the runtime, sets log retention and uses its own roles', () => {
+    const fns = template.findResources('AWS::Lambda::Function');
+    expect(Object.keys(fns)).toHaveLength(4);
+    for (const fn of Object.values(fns)) {
+      expect(fn.Properties.Runtime).toBe('nodejs24.x');
+      expect(fn.Properties.LoggingConfig).toMatchObject({ LogFormat: 'JSON' });
+      expect(fn.Properties.Environment.Variables).toHaveProperty('FLEET_CONFIG_PARAMETER', '/warm-runners/fleet/config');
+    }
+    const fleetLogGroups = Object.entries(template.findResources('AWS::Logs::LogGroup')).filter(([id]) => id.startsWith('Runners'));
+    expect(fleetLogGroups).toHaveLength(5);
+    for (const [, group] of fleetLogGroups) expect(group.Properties.RetentionInDays).toBe(30);
+    template.resourceCountIs('AWS::IAM::ManagedPolicy', 0);
+    for (const role of Object.values(template.findResources('AWS::IAM::Role'))) expect(role.Properties.ManagedPolicyArns).toBeUndefined();
+  });
+
+  it('feeds scale-up from the FIFO jobs queue with partial batch responses', () => {
+    template.hasResourceProperties('AWS::SQS::Queue', { FifoQueue: true, RedrivePolicy: { maxReceiveCount: 5, deadLetterTargetArn: Match.anyValue() } });
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      BatchSize: 10,
+      ScalingConfig: { MaximumConcurrency: 5 },
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+  });
+
+  it('runs pool and scale-down on schedules and serves the webhook through a Function URL', () => {
+    template.hasResourceProperties('AWS::Events::Rule', { ScheduleExpression: 'rate(1 minute)' });
+    template.hasResourceProperties('AWS::Events::Rule', { ScheduleExpression: 'rate(5 minutes)' });
+    template.hasResourceProperties('AWS::Lambda::Url', { AuthType: 'NONE' });
+  });
+
+  it('alarms on the dead-letter queue, failures, scale-up errors and parked below target per warm pool', () => {
+    const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm'));
+    const byDescription = (text: string) => alarms.filter((a) => String(a.Properties.AlarmDescription).includes(text));
+    expect(byDescription('dead-letter')[0]?.Properties).toMatchObject({ Threshold: 1, EvaluationPeriods: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold' });
+    expect(byDescription('failed to get a runner')[0]?.Properties).toMatchObject({ MetricName: METRIC_NAMES.jobsFailed, Threshold: 1 });
+    expect(byDescription('scale-up Lambda failed')).toHaveLength(1);
+    expect(byDescription('fewer parked instances')).toHaveLength(2);
+    expect(byDescription('fewer parked instances')[0]?.Properties).toMatchObject({ EvaluationPeriods: 3, Threshold: 1 });
+  });
+
+  it('turns the boot script latency line into a metric', () => {
+    template.hasResourceProperties('AWS::Logs::MetricFilter', {
+      FilterPattern: Match.stringLikeRegexp('activation-latency-seconds'),
+      MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: '$seconds' })],
+    });
+  });
+
+  it('outputs the webhook URLs and the secret parameters to fill in', () => {
+    const outputs = template.findOutputs('*');
+    const names = Object.values(outputs).map((o) => JSON.stringify(o.Value));
+    expect(names.some((v) => v.includes('github'))).toBe(true);
+    expect(names.some((v) => v.includes('gitlab'))).toBe(true);
+    expect(names.some((v) => v.includes('/warm-runners/ci/github/app-private-key') && v.includes('/warm-runners/ci/gitlab/runner-token'))).toBe(true);
+  });
+
+  it('lets each function read only the secrets it needs', () => {
+    const secretsOf = (prefix: string) =>
+      rolePolicyStatements(prefix)
+        .filter((s) => [s.Action].flat().includes('ssm:GetParameter'))
+        .flatMap((s) => [s.Resource].flat())
+        .filter((r) => r.includes('/ci/'))
+        .sort();
+    expect(secretsOf('RunnersPoolRole')).toEqual([]);
+    expect(secretsOf('RunnersWebhookRole').some((r) => r.endsWith('app-private-key'))).toBe(false);
+    expect(secretsOf('RunnersScaleUpRole').some((r) => r.endsWith('webhook-secret'))).toBe(false);
+  });
+});
+
+describe('fleet config', () => {
+  it('is synthesized so the Lambdas reader accepts it', () => {
+    const [param] = Object.values(template.findResources('AWS::SSM::Parameter'));
+    const value = resolvePseudo(param!.Properties.Value, { ...PSEUDO }) as string;
+    const concrete = value.replace(/<ref:[^>]+>/g, 'lt-0123456789abcdef0');
+    const config = parseFleetConfig(concrete);
+    expect(config.pools.map((p) => p.name)).toEqual(['linux-x64', 'gitlab-docker']);
+    expect(config.pools[0]).toMatchObject({ provider: 'github', maxRunners: 20, warm: { size: 3, maxAgeSeconds: 43_200 } });
+  });
+});
+
+describe('cdk-nag', () => {
+  it('finds nothing unacknowledged in the example app, and every acknowledgement sits on its construct with a reason', () => {
+    const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'wr-nag-')) });
+    const example = new ExampleRunnersStack(app, 'Nagged');
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    expect(() => app.synth()).not.toThrow();
+    const acknowledged: string[] = [];
+    for (const construct of [app, ...app.node.findAll()]) {
+      for (const entry of construct.node.metadata.filter((m) => m.type === 'aws:cdk:acknowledged-rules')) {
+        for (const [id, reason] of Object.entries(entry.data as Record<string, string>)) {
+          if (!id.startsWith('AwsSolutions::')) continue; // CDK's own CloudFormation-Validate notes
+          // On the construct that carries the finding: never the app or a whole stack.
+          expect(construct.node.path.split('/').length, `${id} acknowledged on ${construct.node.path || 'the app'}`).toBeGreaterThan(2);
+          expect(reason.length, `reason of ${id}`).toBeGreaterThan(30);
+          acknowledged.push(`${construct.node.path.split('/').slice(1).join('/')} ${id}`);
+        }
+      }
+    }
+    void example;
+    // A new acknowledgement shows here in review.
+    expect(acknowledged.sort()).toMatchSnapshot();
+    const report = JSON.parse(readFileSync(join(app.outdir, 'validation-report.json'), 'utf8'));
+    expect(JSON.stringify(report)).not.toMatch(/"status":\s*"failure"/);
+  });
+});
+
+describe('props validation', () => {
+  const image = ec2.MachineImage.latestAmazonLinux2023();
+  const base = (): WarmRunnersProps => ({
+    vpc: new ec2.Vpc(new Stack(new App(), 'V'), 'Vpc'),
+    github: { appId: '1', organization: 'org' },
+    pools: [{ name: 'linux', provider: 'github', machineImage: image }],
+  });
+  const build = (change: (p: WarmRunnersProps) => WarmRunnersProps) => {
+    const props = change(base());
+    new WarmRunners(props.vpc.stack, 'Runners', props);
+  };
+  it.each<[string, (p: WarmRunnersProps) => WarmRunnersProps, RegExp]>([
+    ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /warm\.size is 3, above the pool's maxRunners 2/],
+    ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pool "linux": instanceTypes is empty/],
+    ['prefix with a slash', (p) => ({ ...p, prefix: 'ci/fleet' }), /prefix "ci\/fleet"/],
+    ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /label "has space"/],
+    ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: 'gitlab' }] }), /no gitlab connection is configured/],
+    ['GitLab without URL', (p) => ({ ...p, gitlab: { url: '' } }), /gitlab\.url/],
+    ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /window "weekdays"/],
+    ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
+    ['batch size above FIFO maximum', (p) => ({ ...p, scaleUpBatchSize: 11 }), /scaleUpBatchSize 11/],
+    ['interval below a minute', (p) => ({ ...p, poolInterval: Duration.seconds(30) }), /poolInterval 30 seconds/],
+    [
+      'user data over 16 KB',
+      (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { prepareCommands: Array.from({ length: 400 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(40)}`) } }] }),
+      /rendered user data is \d+ bytes, above EC2's 16384-byte limit/,
+    ],
+  ])('%s', (_name, change, message) => {
+    expect(() => build(change)).toThrow(message);
+  });
+});
+
+describe('composition', () => {
+  it('grants to the runners and connects their security group with the usual CDK verbs', () => {
+    const app = new App();
+    const s = new Stack(app, 'C');
+    const vpc = new ec2.Vpc(s, 'Vpc');
+    const runners = new WarmRunners(s, 'Runners', {
+      vpc,
+      github: { appId: '1', organization: 'org' },
+      pools: [{ name: 'linux', provider: 'github', machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
+    });
+    const role = new iam.Role(s, 'Reader', { assumedBy: new iam.AccountRootPrincipal() });
+    void role;
+    iam.Grant.addToPrincipal({ grantee: runners, actions: ['s3:GetObject'], resourceArns: ['arn:aws:s3:::bucket/*'] });
+    const cache = new ec2.SecurityGroup(s, 'Cache', { vpc });
+    cache.connections.allowFrom(runners, ec2.Port.tcp(6379));
+    const t = Template.fromStack(s);
+    t.hasResourceProperties('AWS::IAM::Policy', {
+      PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Action: 's3:GetObject', Resource: 'arn:aws:s3:::bucket/*' })]) },
+    });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { FromPort: 6379, ToPort: 6379 });
+  });
+});
+
+describe('snapshot', () => {
+  it('of the example app, asset hashes scrubbed, so the deployed shape shows in review', () => {
+    const json = JSON.stringify(template.toJSON(), null, 1)
+      .replace(/[0-9a-f]{64}(\.zip)?/g, '<asset-hash>')
+      .replace(/"S3Key": "[^"]+"/g, '"S3Key": "<asset>"');
+    expect(json).toMatchSnapshot();
+  });
+});
