@@ -29,6 +29,11 @@ import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } fr
 import { RunnerFleet } from './runner-fleet';
 import { validateWarmRunnersProps } from './validate';
 
+/**
+ * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
+ * deliveries), and Lambda offers no batching window for FIFO event sources, so scale-up
+ * is shaped by batch size and maximum concurrency alone.
+ */
 export interface WarmRunnersProps {
   /** VPC the runner instances run in. */
   readonly vpc: ec2.IVpc;
