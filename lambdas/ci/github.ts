@@ -193,7 +193,8 @@ export class GitHubProvider implements CiProvider {
         const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
         return res.data;
       } catch (e) {
-        if (!(e instanceof RequestError)) throw new GitHubApiError(operation, 0, (e as Error).name === 'TimeoutError' ? 'timed out' : `request failed (${(e as Error).name})`);
+        // Octokit reports a transport failure (timeout, refused connection) as a RequestError without a response.
+        if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
         if (e.status === 401) this.tokens.clear(); // revoked or expired early: mint a new one next time
         const headers = e.response?.headers ?? {};
         const advice = adviseRetry(e.status, (h) => headerValue(headers, h), this.now(), attempt, policy);
@@ -237,8 +238,9 @@ export class GitHubProvider implements CiProvider {
           if (!Number.isSafeInteger(id)) throw new GitHubApiError('look up installation', res.status, 'answer lacks id');
           return id as number;
         } catch (e) {
-          if (e instanceof RequestError) throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
-          throw e;
+          if (e instanceof RequestError && e.response) throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
+          if (e instanceof GitHubApiError) throw e;
+          throw transportError('look up installation', e);
         }
       })();
       found.catch(() => this.installations.delete(key));
@@ -264,8 +266,8 @@ export class GitHubProvider implements CiProvider {
       // refresh: auth-app keeps its own cache for 59 minutes; we decide when to replace a token.
       minted = (await auth({ type: 'installation', installationId, refresh: true })) as { token: string; expiresAt: string };
     } catch (e) {
-      if (e instanceof RequestError) throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
-      throw e;
+      if (e instanceof RequestError && e.response) throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
+      throw transportError('create installation token', e);
     }
     this.tokens.set(installationId, { token: minted.token, expiresAt: Date.parse(minted.expiresAt) });
     while (this.tokens.size > (this.options.maxCachedInstallations ?? 32)) this.tokens.delete(this.tokens.keys().next().value as number);
@@ -276,6 +278,12 @@ export class GitHubProvider implements CiProvider {
   get cachedTokenCount(): number {
     return this.tokens.size;
   }
+}
+
+function transportError(operation: string, e: unknown): GitHubApiError {
+  const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
+  const timedOut = cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError');
+  return new GitHubApiError(operation, 0, timedOut ? 'timed out' : `request failed (${cause instanceof Error ? cause.name : 'unknown'})`);
 }
 
 function repoScope(full: string): Scope {
