@@ -14,8 +14,8 @@ let server: Loopback;
 /** Answers a test wants before the documented happy path (fault injection); consumed in order. */
 let faults: ((req: SeenRequest) => Answer | 'hang' | undefined)[] = [];
 let tokensMinted = 0;
-let issuedTokens: string[] = [];
-let jitConfigs: string[] = [];
+const issuedTokens: string[] = [];
+const jitConfigs: string[] = [];
 let now = T0;
 let waits: number[] = [];
 let runners: { id: number; name: string; status: string; busy: boolean }[] = [];

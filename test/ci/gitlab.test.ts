@@ -15,7 +15,7 @@ const apiToken = `glpat-${plantSecret('gl-api')}`;
 let server: Loopback;
 let faults: ((req: SeenRequest) => Answer | 'hang' | undefined)[] = [];
 let runners: { id: number; description: string; status: string; runner_type: string }[] = [];
-let runnerTokens: string[] = [];
+const runnerTokens: string[] = [];
 let waits: number[] = [];
 
 /** GitLab's documented REST shapes (api/users.md#create-a-runner, api/runners.md, api/jobs.md), under a path prefix like a self-managed install. */

@@ -24,6 +24,9 @@ const secrets = {
 const NOW = new Date('2026-11-29T19:00:00.000Z');
 const jobHook = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'gitlab-job-hook.json'), 'utf8')) as Record<string, unknown>;
 const workflowJob = examples.find((e) => e.name === 'workflow_job')!;
+type Example = { action: string; workflow_job: { labels: string[] } };
+/** The community example of a queued job asking for [self-hosted, k8s]. */
+const queuedSelfHosted = JSON.stringify((workflowJob.examples as unknown as Example[]).find((e) => e.action === 'queued' && e.workflow_job.labels.includes('k8s')));
 
 let moto: MotoServer;
 let gitlab: Loopback;
@@ -164,7 +167,7 @@ describe('GitHub deliveries (community example payloads)', () => {
   });
 
   it('verifies base64-encoded Function URL bodies over the decoded bytes', async () => {
-    const body = JSON.stringify(workflowJob.examples.find((e) => (e as { workflow_job: { labels: string[] } }).workflow_job.labels.includes('k8s') && e.action === 'queued'));
+    const body = queuedSelfHosted;
     const res = result(await newHandler()(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body, { base64: true })));
     expect(res.statusCode).toBe(202);
     expect(await queued()).toHaveLength(1);
@@ -245,7 +248,7 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
 });
 
 describe('bad input: a precise status and nothing queued', () => {
-  const ghBody = JSON.stringify(workflowJob.examples.find((e) => e.action === 'queued' && (e as { workflow_job: { labels: string[] } }).workflow_job.labels.includes('k8s')));
+  const ghBody = queuedSelfHosted;
   const gh = (body: string | Buffer, headers: Record<string, string>, opts: { base64?: boolean; method?: string } = {}) => functionUrlEvent('/github', headers, body, opts);
   const ghh = (body: string | Buffer, override: Record<string, string> = {}) => ({ ...githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), ...override });
   const big = Buffer.alloc(2 * 1024 * 1024, 'a');
@@ -293,7 +296,7 @@ describe('bad input: a precise status and nothing queued', () => {
 
 describe('duplicate deliveries are queued once, across containers', () => {
   it('GitHub: the same X-GitHub-Delivery to two handler instances', async () => {
-    const body = JSON.stringify(workflowJob.examples.find((e) => e.action === 'queued' && (e as { workflow_job: { labels: string[] } }).workflow_job.labels.includes('k8s')));
+    const body = queuedSelfHosted;
     const headers = githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID());
     const [a, b] = [newHandler(), newHandler()];
     const results = await Promise.all([a(functionUrlEvent('/github', headers, body)), b(functionUrlEvent('/github', headers, body))]);
@@ -320,7 +323,7 @@ describe('duplicate deliveries are queued once, across containers', () => {
 describe('failures', () => {
   it('answers 500 when the queue refuses the message, so the sender can redeliver', async () => {
     const handler = newHandler({}, { [LAMBDA_ENV.jobsQueueUrl]: `${moto.endpoint}/123456789012/no-such-queue.fifo` });
-    const body = JSON.stringify(workflowJob.examples.find((e) => e.action === 'queued' && (e as { workflow_job: { labels: string[] } }).workflow_job.labels.includes('k8s')));
+    const body = queuedSelfHosted;
     const res = result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
     expect(res.statusCode).toBe(500);
   });
