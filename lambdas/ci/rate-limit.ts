@@ -22,7 +22,7 @@ export interface RetryPolicy {
   readonly retryServerErrors: boolean;
 }
 
-export const DEFAULT_RETRY_POLICY: RetryPolicy = { maxAttempts: 3, maxWaitMs: 20_000, backoffMs: 500, retryServerErrors: true };
+export const DEFAULT_RETRY_POLICY: RetryPolicy = { maxAttempts: 3, maxWaitMs: 10_000, backoffMs: 500, retryServerErrors: true };
 
 /** Milliseconds a rate-limit answer asks us to wait, or undefined when it is not one. */
 export function rateLimitWaitMs(status: number, header: HeaderLookup, nowMs: number): number | undefined {

@@ -128,7 +128,13 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
         return reply(200, 'ignored', classified.reason);
       }
 
-      const message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog);
+      let message: JobMessage | undefined;
+      try {
+        message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog);
+      } catch (e) {
+        // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
+        throw new Rejection(400, (e as Error).message);
+      }
       if (!message) return reply(200, 'ignored', 'no-matching-pool');
       const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
       try {

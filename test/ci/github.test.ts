@@ -231,7 +231,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
   it('fails fast when the rate limit asks for longer than the bound, and on a plain 403', async () => {
     const p = provider();
     faults.push((r) => (r.path.includes('/actions/runners?') ? { status: 403, headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(T0 / 1000 + 3600) }, body: { message: 'API rate limit exceeded' } } : undefined));
-    expect((await failure(p.listRunners())).message).toMatch(/beyond the 20 s bound/);
+    expect((await failure(p.listRunners())).message).toMatch(/beyond the 10 s bound/);
     faults.push((r) => (r.path.includes('generate-jitconfig') ? { status: 403, body: { message: 'Resource not accessible by integration' } } : undefined));
     const e = await failure(p.createRunner(job(), INSTANCE, 'linux'));
     expect([e.status, e.message]).toEqual([403, expect.stringMatching(/Resource not accessible/)]);

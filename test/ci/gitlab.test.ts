@@ -181,7 +181,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     expect(await p.resolveLabels(job())).toEqual(['docker', 'linux']);
     expect(waits).toEqual([2000, 4000]);
     faults.push(() => ({ status: 429, headers: { 'retry-after': '3600' }, body: { message: 'Retry later' } }));
-    expect((await failure(p.listRunners())).message).toMatch(/beyond the 20 s bound/);
+    expect((await failure(p.listRunners())).message).toMatch(/beyond the 10 s bound/);
   });
 
   it('retries 5xx for GET and DELETE, never for the runner creation', async () => {

@@ -241,6 +241,26 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
       expect(result(await handler(signed(nowS - 301))).statusCode).toBe(401);
       expect(result(await handler(gitlabEvent('pending').event)).statusCode).toBe(401); // no signature headers
       expect(await queued()).toHaveLength(1);
+
+      // The bad-input table for Standard Webhooks: each 401, nothing queued.
+      const { body } = gitlabEvent('pending');
+      const good = standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS);
+      const otherKey = `whsec_${Buffer.from('another signing key, 32 bytes..').toString('base64')}`;
+      const bad: [string, Record<string, string>][] = [
+        ['wrong key', standardWebhookHeaders(body, otherKey, 'msg-1', nowS)],
+        ['truncated signature', { ...good, 'webhook-signature': good['webhook-signature']!.slice(0, 20) }],
+        ['wrong version prefix', { ...good, 'webhook-signature': good['webhook-signature']!.replace('v1,', 'v1a,') }],
+        ['signature of another body', standardWebhookHeaders('{}', secrets.gitlabSigningKey, 'msg-1', nowS)],
+        ['signature for another id', { ...good, 'webhook-id': 'msg-2' }],
+        ['timestamp too old', standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS - 600)],
+        ['timestamp in the future', standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS + 600)],
+        ['right signature, wrong X-Gitlab-Token', { ...good, 'X-Gitlab-Token': 'nope' }],
+      ];
+      for (const [name, headers] of bad) {
+        const res = result(await handler(gitlabEvent('pending', headers).event));
+        expect([name, res.statusCode]).toEqual([name, 401]);
+      }
+      expect(await queued()).toHaveLength(0);
     } finally {
       await ssm.send(new DeleteParameterCommand({ Name: paths.gitlab.webhookSigningKey }));
     }
@@ -317,6 +337,44 @@ describe('duplicate deliveries are queued once, across containers', () => {
     // One message for the keyed delivery, one for the unkeyed one (a different delivery id).
     expect(messages).toHaveLength(2);
     expect(messages.map((m) => parsed(m).deliveryId).sort()).toEqual([keyed.event.headers['idempotency-key'], expect.stringMatching(/^body-sha256-/)].sort());
+  });
+});
+
+describe('log hygiene', () => {
+  it('logs request text only in reduced form: no forged lines, no control characters', async () => {
+    const evil = 'x\u001b[31m"}\n{"level":"error","forged":true}';
+    const payload = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    payload.workflow_job.labels = ['self-hosted', evil];
+    const body = JSON.stringify(payload);
+    const start = logLines.length;
+    const res = result(await newHandler()(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', `${randomUUID()}\n{"forged":true}`), body)));
+    expect(res.statusCode).toBe(200);
+    const lines = logLines.slice(start);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) {
+      expect(line).not.toContain('\n');
+      expect([...line].some((c) => c.charCodeAt(0) < 0x20)).toBe(false);
+      expect(line).not.toContain('forged":true');
+      const record = JSON.parse(line) as Record<string, unknown>;
+      expect(record).not.toHaveProperty('forged');
+      // The request's text is not in the record as sent: it was reduced to harmless characters.
+      for (const value of Object.values(record).flat()) if (typeof value === 'string') expect(value.includes('"}') || value.includes('\u001b')).toBe(false);
+    }
+    expect(lines.some((l) => (JSON.parse(l) as { labels?: string[] }).labels?.some((x) => x.startsWith('x?')))).toBe(true);
+  });
+
+  it('refuses a job with more labels than a job message carries (400, nothing queued)', async () => {
+    const payload = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    payload.workflow_job.labels = ['self-hosted', ...Array.from({ length: 70 }, (_, i) => `l${i}`)];
+    const body = JSON.stringify(payload);
+    const wide = buildFleetConfig({
+      prefix: PREFIX,
+      github: { appId: '4242', organization: 'lineville' },
+      pools: [{ name: 'wide', provider: 'github', labels: payload.workflow_job.labels.slice(1), labelMatch: 'subset', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }],
+    });
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(wide) })(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
+    expect([res.statusCode, outcome(res).reason]).toEqual([400, expect.stringMatching(/labels/)]);
+    expect(await queued()).toHaveLength(0);
   });
 });
 
