@@ -306,7 +306,7 @@ describe('bad input: a precise status and nothing queued', () => {
     ['unknown path', () => functionUrlEvent('/bitbucket', {}, ghBody), 404],
     ['root path', () => functionUrlEvent('/', {}, ghBody), 404],
   ];
-  it.each(cases)('%s -> %s', async (_name, make, status) => {
+  it.each(cases.map(([name, make, status]) => [name, status, make] as const))('%s -> %s', async (_name, status, make) => {
     const res = result(await newHandler()(make()));
     expect(res.statusCode).toBe(status);
     expect(outcome(res).outcome).toBe(status === 200 ? 'ignored' : 'rejected');

@@ -29,8 +29,11 @@ describe('verifyGitHubSignature', () => {
 
 describe('verifyGitLabToken', () => {
   it('accepts the exact token only', () => {
-    expect(verifyGitLabToken('tok-123', 'tok-123').ok).toBe(true);
-    for (const wrong of ['tok-12', 'tok-1234', 'TOK-123', '', undefined]) expect(verifyGitLabToken(wrong, 'tok-123').ok).toBe(false);
+    const token = 'tok-1234567890abcdef';
+    expect(verifyGitLabToken(token, token).ok).toBe(true);
+    for (const wrong of ['tok-1234567890abcdeF', 'tok-1234567890abcde', `${token}0`, 'tok-1234', token.toUpperCase(), ' ' + token, '', undefined]) {
+      expect(verifyGitLabToken(wrong, token).ok, String(wrong)).toBe(false);
+    }
   });
 });
 
