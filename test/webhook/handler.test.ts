@@ -336,7 +336,9 @@ describe('duplicate deliveries are queued once, across containers', () => {
     const messages = await queued();
     // One message for the keyed delivery, one for the unkeyed one (a different delivery id).
     expect(messages).toHaveLength(2);
-    expect(messages.map((m) => parsed(m).deliveryId).sort()).toEqual([keyed.event.headers['idempotency-key'], expect.stringMatching(/^body-sha256-/)].sort());
+    const ids = messages.map((m) => parsed(m).deliveryId);
+    expect(ids).toContain(keyed.event.headers['idempotency-key']);
+    expect(ids.filter((id) => /^body-sha256-[0-9a-f]{48}$/.test(id))).toHaveLength(1);
   });
 });
 
