@@ -2,6 +2,7 @@ import { createAppAuth } from '@octokit/auth-app';
 import { request as octokitRequest } from '@octokit/request';
 import { RequestError } from '@octokit/request-error';
 import {
+  instanceIdOfRunnerName,
   runnerName,
   type CiProvider,
   type GitHubConnectionConfig,
@@ -91,7 +92,7 @@ export class GitHubProvider implements CiProvider {
     if (!config || config.provider !== 'github') throw new Error(`pool "${pool}" is not a GitHub pool of this fleet`);
     const scope = this.scopeOfJob(job);
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
-    const labels = [...new Set([GITHUB_SELF_HOSTED_LABEL, ...config.labels])];
+    const labels = [GITHUB_SELF_HOSTED_LABEL, ...config.labels.filter((l) => l.toLowerCase() !== GITHUB_SELF_HOSTED_LABEL)];
     const route = scope.kind === 'org' ? 'POST /orgs/{org}/actions/runners/generate-jitconfig' : 'POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig';
     // Not retried on 5xx: GitHub may have registered the runner; the sweep removes one that leaked.
     const data = (await this.call('generate-jitconfig', scope, route, { ...scopeParams(scope), name, runner_group_id: this.options.github.runnerGroupId, labels, work_folder: '_work' }, false)) as {
@@ -119,7 +120,6 @@ export class GitHubProvider implements CiProvider {
   async listRunners(): Promise<RunnerSummary[]> {
     const { github } = this.options;
     const scopes: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
-    const mine = `${this.options.prefix}-`;
     const out: RunnerSummary[] = [];
     for (const scope of scopes) {
       const route = scope.kind === 'org' ? 'GET /orgs/{org}/actions/runners' : 'GET /repos/{owner}/{repo}/actions/runners';
@@ -127,7 +127,7 @@ export class GitHubProvider implements CiProvider {
         const data = (await this.call('list runners', scope, route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
         if (!Array.isArray(data?.runners)) throw new GitHubApiError('list runners', 200, 'answer lacks runners');
         for (const r of data.runners as Record<string, unknown>[]) {
-          if (typeof r.name !== 'string' || !r.name.startsWith(mine) || !Number.isSafeInteger(r.id)) continue;
+          if (typeof r.name !== 'string' || instanceIdOfRunnerName(this.options.prefix, r.name) === undefined || !Number.isSafeInteger(r.id)) continue;
           out.push({
             runnerId: runnerIdOf(scope, r.id as number),
             name: r.name,

@@ -1,4 +1,5 @@
 import {
+  instanceIdOfRunnerName,
   runnerName,
   type CiProvider,
   type GitLabConnectionConfig,
@@ -99,7 +100,6 @@ export class GitLabProvider implements CiProvider {
     const { runnerType, scopeId } = this.options.gitlab;
     const base =
       runnerType === 'instance_type' ? '/runners/all' : runnerType === 'group_type' ? `/groups/${scopeId}/runners` : `/projects/${scopeId}/runners`;
-    const mine = `${this.options.prefix}-`;
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
     for (let page = 1; page <= maxPages; page++) {
@@ -107,7 +107,7 @@ export class GitLabProvider implements CiProvider {
       if (!Array.isArray(res.data)) throw new GitLabApiError('list runners', res.status, 'answer is not a list');
       for (const r of res.data as Record<string, unknown>[]) {
         const name = typeof r.description === 'string' && r.description !== '' ? r.description : typeof r.name === 'string' ? r.name : '';
-        if (!name.startsWith(mine) || !Number.isSafeInteger(r.id)) continue;
+        if (instanceIdOfRunnerName(this.options.prefix, name) === undefined || !Number.isSafeInteger(r.id)) continue;
         out.push({ runnerId: String(r.id), name, status: typeof r.status === 'string' ? r.status : r.online === true ? 'online' : 'offline' });
       }
       const next = res.headers.get('x-next-page');

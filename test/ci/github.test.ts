@@ -196,6 +196,8 @@ describe('GitHubProvider against a loopback GitHub', () => {
 
   it('lists only the fleet runners, across pages', async () => {
     for (let i = 0; i < 130; i++) runners.push({ id: 1000 + i, name: i % 2 ? `${PREFIX}-i-0000000${i}-abc` : `someone-else-${i}`, status: 'online', busy: i % 3 === 0 });
+    // Another fleet whose prefix extends ours, and a hand-made runner that merely starts with our prefix.
+    runners.push({ id: 2000, name: `${PREFIX}-b-i-00000001-abc`, status: 'online', busy: false }, { id: 2001, name: `${PREFIX}-manual`, status: 'online', busy: false });
     const list = await provider().listRunners();
     expect(list).toHaveLength(65);
     expect(list.every((r) => r.name.startsWith(`${PREFIX}-`))).toBe(true);

@@ -147,6 +147,8 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
 
   it('lists only the fleet runners, following x-next-page', async () => {
     for (let i = 0; i < 150; i++) runners.push({ id: i + 1, description: i % 3 ? `${PREFIX}-i-0000000${i}-x` : `shared-${i}`, status: i % 2 ? 'online' : 'offline', runner_type: 'group_type' });
+    // Another fleet whose prefix extends ours: not ours.
+    runners.push({ id: 500, description: `${PREFIX}-b-i-00000001-x`, status: 'online', runner_type: 'group_type' });
     const list = await provider().listRunners();
     expect(list).toHaveLength(100);
     expect(list[0]).toEqual({ runnerId: '2', name: `${PREFIX}-i-00000001-x`, status: 'online' });
