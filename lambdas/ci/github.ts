@@ -238,7 +238,10 @@ export class GitHubProvider implements CiProvider {
           if (!Number.isSafeInteger(id)) throw new GitHubApiError('look up installation', res.status, 'answer lacks id');
           return id as number;
         } catch (e) {
-          if (e instanceof RequestError && e.response) throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
+          if (e instanceof RequestError && e.response) {
+            if (e.status === 401) this.auth = undefined;
+            throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
+          }
           if (e instanceof GitHubApiError) throw e;
           throw transportError('look up installation', e);
         }
@@ -266,7 +269,11 @@ export class GitHubProvider implements CiProvider {
       // refresh: auth-app keeps its own cache for 59 minutes; we decide when to replace a token.
       minted = (await auth({ type: 'installation', installationId, refresh: true })) as { token: string; expiresAt: string };
     } catch (e) {
-      if (e instanceof RequestError && e.response) throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
+      if (e instanceof RequestError && e.response) {
+        // The JWT was refused (a rotated or revoked key): read the key again on the next call.
+        if (e.status === 401) this.auth = undefined;
+        throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
+      }
       throw transportError('create installation token', e);
     }
     this.tokens.set(installationId, { token: minted.token, expiresAt: Date.parse(minted.expiresAt) });

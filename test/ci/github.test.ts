@@ -5,7 +5,8 @@ import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, type JobMessa
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { plantSecret, secretForms } from '../webhook/support';
 
-const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs8', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } });
+// GitHub hands out PKCS#1 PEM keys ("BEGIN RSA PRIVATE KEY").
+const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } });
 const PREFIX = 'ghp-test';
 const T0 = Date.parse('2026-11-29T19:00:00Z');
 const INSTANCE = 'i-0123456789abcdef0';
@@ -256,6 +257,14 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect((await failure(provider({ organization: 'nobody' }).listRunners())).message).toMatch(/look up installation.*404/);
     faults.push((r) => (r.path.includes('generate-jitconfig') ? { status: 422, body: { message: 'Invalid request.' } } : undefined));
     expect((await failure(provider().createRunner(job(), INSTANCE, 'linux'))).status).toBe(422);
+  });
+
+  it('reads the private key again after GitHub refuses the JWT (a rotated key)', async () => {
+    let reads = 0;
+    const p = provider({}, { privateKey: async () => (++reads === 1 ? generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } }).privateKey : privateKey) });
+    expect((await failure(p.listRunners())).status).toBe(401);
+    await p.listRunners();
+    expect(reads).toBe(2);
   });
 
   it('bounds every call in time: a GitHub that never answers', async () => {
