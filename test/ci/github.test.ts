@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { GitHubApiError, GitHubProvider, type GitHubProviderOptions } from '../../lambdas/ci/github';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
+import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
 
 // GitHub hands out PKCS#1 PEM keys ("BEGIN RSA PRIVATE KEY").
@@ -135,7 +136,9 @@ async function failure(p: Promise<unknown>): Promise<GitHubApiError> {
   return e as GitHubApiError;
 }
 
+let consoleLines: string[] = [];
 beforeAll(async () => {
+  consoleLines = captureConsole();
   server = await startLoopback(github);
 });
 afterAll(async () => {
@@ -275,7 +278,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
 
   it('never puts the private key, installation tokens or JIT configs in an error', () => {
     expect(errors.length).toBeGreaterThan(5);
-    const all = errors.join('\n');
+    const all = [...errors, ...consoleLines].join('\n');
     for (const secret of [privateKey.split('\n')[1]!, ...issuedTokens, ...jitConfigs]) for (const form of secretForms(secret)) expect(all.includes(form)).toBe(false);
   });
 });

@@ -5,6 +5,7 @@ import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
 import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
+import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
 
 const PREFIX = 'glp-test';
@@ -110,7 +111,9 @@ async function failure(p: Promise<unknown>): Promise<GitLabApiError> {
   return e as GitLabApiError;
 }
 
+let consoleLines: string[] = [];
 beforeAll(async () => {
+  consoleLines = captureConsole();
   server = await startLoopback(gitlab);
 });
 afterAll(async () => {
@@ -221,7 +224,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
 
   it('never puts the API token or a runner token in an error', () => {
     expect(errors.length).toBeGreaterThan(5);
-    const all = errors.join('\n');
+    const all = [...errors, ...consoleLines].join('\n');
     for (const secret of [apiToken, ...runnerTokens]) for (const form of secretForms(secret)) expect(all.includes(form)).toBe(false);
   });
 });

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildFleetConfig, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
+import { captureConsole } from '../support/console-capture';
 import { startLoopback, type Loopback, type Route } from '../support/loopback';
 import { startMoto, type MotoServer } from '../support/moto';
 import { functionUrlEvent, githubHeaders, plantSecret, secretForms, standardWebhookHeaders } from './support';
@@ -88,7 +89,9 @@ function gitlabEvent(status: string, headers: Record<string, string> = {}, extra
   };
 }
 
+let consoleLines: string[] = [];
 beforeAll(async () => {
+  consoleLines = captureConsole();
   moto = await startMoto();
   gitlab = await startLoopback((req) => gitlabRoute(req));
   const clientConfig = { endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' } };
@@ -406,7 +409,7 @@ describe('secrets', () => {
 
   it('never appear in any log line of this file, in plain, base64 or URL-encoded form', () => {
     expect(logLines.length).toBeGreaterThan(50);
-    const all = [...logLines, ...metricLines].join('\n');
+    const all = [...logLines, ...metricLines, ...consoleLines].join('\n');
     for (const secret of Object.values(secrets)) for (const form of secretForms(secret)) expect(all.includes(form), form).toBe(false);
   });
 });
