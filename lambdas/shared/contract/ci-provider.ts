@@ -36,6 +36,9 @@ export interface CiProvider {
   listRunners(): Promise<RunnerSummary[]>;
   /** Whether the job still waits for a runner; a job that was cancelled or picked up needs none. */
   isJobQueued(job: JobMessage): Promise<boolean>;
-  /** The job's labels or tags, for jobs queued with `labelsResolved: false`. */
-  resolveLabels?(job: JobMessage): Promise<string[]>;
+  /**
+   * The job's labels or tags, for jobs queued with `labelsResolved: false`. `signal` lets a
+   * caller with a tighter deadline than the provider's own (the webhook) abort the lookup.
+   */
+  resolveLabels?(job: JobMessage, signal?: AbortSignal): Promise<string[]>;
 }

@@ -1,0 +1,319 @@
+import { createAppAuth } from '@octokit/auth-app';
+import { request as octokitRequest } from '@octokit/request';
+import { RequestError } from '@octokit/request-error';
+import {
+  instanceIdOfRunnerName,
+  runnerName,
+  type CiProvider,
+  type GitHubConnectionConfig,
+  type JobMessage,
+  type PoolConfig,
+  type RunnerRegistration,
+  type RunnerSummary,
+} from '../shared/contract';
+import { GITHUB_SELF_HOSTED_LABEL } from '../shared/match-pool';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type RetryPolicy } from './rate-limit';
+
+export interface GitHubProviderOptions {
+  readonly prefix: string;
+  readonly github: GitHubConnectionConfig;
+  readonly pools: readonly PoolConfig[];
+  /** The App's PEM private key, read lazily (SSM). */
+  readonly privateKey: () => Promise<string>;
+  readonly fetch?: typeof fetch;
+  /** Bound on one HTTP call. */
+  readonly timeoutMs?: number;
+  readonly retry?: Partial<RetryPolicy>;
+  readonly sleep?: (ms: number) => Promise<void>;
+  readonly now?: () => number;
+  /** An installation token is replaced when it has less than this left (they live one hour). */
+  readonly tokenRefreshMarginMs?: number;
+  /** Installations whose tokens are kept; the least recently used goes first. */
+  readonly maxCachedInstallations?: number;
+  readonly maxPages?: number;
+}
+
+export class GitHubApiError extends Error {
+  constructor(
+    readonly operation: string,
+    readonly status: number,
+    detail: string,
+  ) {
+    super(`GitHub ${operation} failed: ${status === 0 ? detail : `HTTP ${status}${detail ? ` (${detail})` : ''}`}`);
+    this.name = 'GitHubApiError';
+  }
+}
+
+/** Where runners register: the organisation, or one repository. */
+type Scope = { readonly kind: 'org'; readonly org: string } | { readonly kind: 'repo'; readonly owner: string; readonly repo: string };
+
+interface CachedToken {
+  readonly token: string;
+  readonly expiresAt: number;
+}
+
+type Request = typeof octokitRequest;
+type AppAuth = ReturnType<typeof createAppAuth>;
+
+/** States in which a workflow job still waits for a runner. */
+const WAITING_STATUSES = new Set(['queued', 'waiting', 'pending', 'requested']);
+
+/**
+ * GitHub Actions through a GitHub App: just-in-time runner configs (`generate-jitconfig`),
+ * runner deletion and listing, job lookup. Installation tokens are cached per installation,
+ * replaced before they expire; rate-limit answers are waited out within a bound.
+ *
+ * Runner ids: organisation runners are tagged with GitHub's numeric id; repository runners
+ * with `owner/repo/id`, since deleting one needs its repository.
+ */
+export class GitHubProvider implements CiProvider {
+  readonly provider = 'github' as const;
+  private readonly request: Request;
+  private readonly policy: RetryPolicy;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly now: () => number;
+  private auth: Promise<AppAuth> | undefined;
+  private readonly installations = new Map<string, Promise<number>>();
+  private readonly tokens = new Map<number, CachedToken>();
+
+  constructor(private readonly options: GitHubProviderOptions) {
+    this.request = octokitRequest.defaults({
+      baseUrl: options.github.apiUrl.replace(/\/+$/, ''),
+      headers: { 'user-agent': 'cdk-warm-runners', 'x-github-api-version': '2022-11-28' },
+      request: { fetch: boundedFetch(options.fetch ?? globalThis.fetch, options.timeoutMs ?? 10_000) },
+    });
+    this.policy = { ...DEFAULT_RETRY_POLICY, ...options.retry };
+    this.sleep = options.sleep ?? realSleep;
+    this.now = options.now ?? Date.now;
+  }
+
+  async createRunner(job: JobMessage, instanceId: string, pool: string): Promise<RunnerRegistration> {
+    const config = this.options.pools.find((p) => p.name === pool);
+    if (!config || config.provider !== 'github') throw new Error(`pool "${pool}" is not a GitHub pool of this fleet`);
+    const scope = this.scopeOfJob(job);
+    const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
+    const labels = [GITHUB_SELF_HOSTED_LABEL, ...config.labels.filter((l) => l.toLowerCase() !== GITHUB_SELF_HOSTED_LABEL)];
+    const route = scope.kind === 'org' ? 'POST /orgs/{org}/actions/runners/generate-jitconfig' : 'POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig';
+    // Not retried on 5xx: GitHub may have registered the runner; the sweep removes one that leaked.
+    const data = (await this.call('generate-jitconfig', scope, route, { ...scopeParams(scope), name, runner_group_id: this.options.github.runnerGroupId, labels, work_folder: '_work' }, false)) as {
+      runner?: { id?: unknown };
+      encoded_jit_config?: unknown;
+    };
+    const id = data?.runner?.id;
+    if (!Number.isSafeInteger(id) || typeof data.encoded_jit_config !== 'string' || data.encoded_jit_config === '') {
+      throw new GitHubApiError('generate-jitconfig', 201, 'answer lacks runner.id or encoded_jit_config');
+    }
+    return { runnerId: runnerIdOf(scope, id as number), name, secret: data.encoded_jit_config };
+  }
+
+  async deleteRunner(runnerId: string): Promise<void> {
+    const { scope, id } = this.parseRunnerId(runnerId);
+    const route = scope.kind === 'org' ? 'DELETE /orgs/{org}/actions/runners/{runner_id}' : 'DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}';
+    try {
+      await this.call('delete runner', scope, route, { ...scopeParams(scope), runner_id: id }, true);
+    } catch (e) {
+      if (e instanceof GitHubApiError && e.status === 404) return; // already gone
+      throw e;
+    }
+  }
+
+  async listRunners(): Promise<RunnerSummary[]> {
+    const { github } = this.options;
+    const scopes: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
+    const out: RunnerSummary[] = [];
+    for (const scope of scopes) {
+      const route = scope.kind === 'org' ? 'GET /orgs/{org}/actions/runners' : 'GET /repos/{owner}/{repo}/actions/runners';
+      for (let page = 1; page <= (this.options.maxPages ?? 20); page++) {
+        const data = (await this.call('list runners', scope, route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
+        if (!Array.isArray(data?.runners)) throw new GitHubApiError('list runners', 200, 'answer lacks runners');
+        for (const r of data.runners as Record<string, unknown>[]) {
+          if (typeof r.name !== 'string' || instanceIdOfRunnerName(this.options.prefix, r.name) === undefined || !Number.isSafeInteger(r.id)) continue;
+          out.push({
+            runnerId: runnerIdOf(scope, r.id as number),
+            name: r.name,
+            status: typeof r.status === 'string' ? r.status : 'unknown',
+            ...(typeof r.busy === 'boolean' ? { busy: r.busy } : {}),
+          });
+        }
+        if (data.runners.length < 100) break;
+      }
+    }
+    return out;
+  }
+
+  async isJobQueued(job: JobMessage): Promise<boolean> {
+    if (job.provider !== 'github' || !/^\d+$/.test(job.providerJobId)) throw new Error(`job ${job.jobId} is not a GitHub job`);
+    const scope = this.scopeOfJob(job);
+    const repo: Scope = { kind: 'repo', owner: job.owner, repo: job.project };
+    try {
+      const data = (await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true)) as { status?: unknown };
+      return typeof data?.status === 'string' && WAITING_STATUSES.has(data.status);
+    } catch (e) {
+      if (e instanceof GitHubApiError && e.status === 404) return false;
+      throw e;
+    }
+  }
+
+  async resolveLabels(job: JobMessage): Promise<string[]> {
+    const scope = this.scopeOfJob(job);
+    const repo: Scope = { kind: 'repo', owner: job.owner, repo: job.project };
+    const data = (await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true)) as { labels?: unknown };
+    if (!Array.isArray(data?.labels)) throw new GitHubApiError('look up job', 200, 'answer lacks labels');
+    return data.labels.filter((l): l is string => typeof l === 'string');
+  }
+
+  /** The scope a job's runner registers at; a repository outside the configured ones is refused. */
+  private scopeOfJob(job: JobMessage): Scope {
+    const { github } = this.options;
+    if (github.organization !== undefined) {
+      if (github.organization.toLowerCase() !== job.owner.toLowerCase()) throw new Error(`job ${job.jobId} belongs to "${job.owner}", not to organisation "${github.organization}"`);
+      return { kind: 'org', org: github.organization };
+    }
+    const full = `${job.owner}/${job.project}`.toLowerCase();
+    const configured = github.repositories.find((r) => r.toLowerCase() === full);
+    if (!configured) throw new Error(`repository "${job.owner}/${job.project}" is not one of the fleet's repositories`);
+    return repoScope(configured);
+  }
+
+  private parseRunnerId(runnerId: string): { scope: Scope; id: number } {
+    const { github } = this.options;
+    const org = /^(\d+)$/.exec(runnerId);
+    if (org && github.organization !== undefined) return { scope: { kind: 'org', org: github.organization }, id: Number(org[1]) };
+    const repo = /^([\w.-]+)\/([\w.-]+)\/(\d+)$/.exec(runnerId);
+    if (repo) return { scope: { kind: 'repo', owner: repo[1]!, repo: repo[2]! }, id: Number(repo[3]) };
+    throw new Error(`"${runnerId}" is not a runner id of this fleet ("<id>" for organisation runners, "owner/repo/<id>" for repository runners)`);
+  }
+
+  /** One API call with an installation token, rate limits waited out within the bound. */
+  private async call(operation: string, scope: Scope, route: string, params: Record<string, unknown>, retryServerErrors: boolean): Promise<unknown> {
+    const policy = { ...this.policy, retryServerErrors };
+    for (let attempt = 1; ; attempt++) {
+      const token = await this.installationToken(scope);
+      try {
+        const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
+        return res.data;
+      } catch (e) {
+        // Octokit reports a transport failure (timeout, refused connection) as a RequestError without a response.
+        if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
+        if (e.status === 401) this.tokens.clear(); // revoked or expired early: mint a new one next time
+        const headers = e.response?.headers ?? {};
+        const advice = adviseRetry(e.status, (h) => headerValue(headers, h), this.now(), attempt, policy);
+        if (!advice.retry) throw new GitHubApiError(operation, e.status, errorDetail(e, advice.why));
+        await this.sleep(advice.waitMs);
+      }
+    }
+  }
+
+  private appAuth(): Promise<AppAuth> {
+    this.auth ??= this.options
+      .privateKey()
+      .then((privateKey) =>
+        createAppAuth({
+          appId: this.options.github.appId,
+          privateKey,
+          request: this.request,
+          // auth-app would otherwise write to console; its warnings carry no secret, but we keep them out.
+          log: { warn: () => undefined },
+        }),
+      )
+      .catch((e: unknown) => {
+        this.auth = undefined;
+        throw e;
+      });
+    return this.auth;
+  }
+
+  /** The installation of the App on the scope's account or repository, looked up once. */
+  private installationId(scope: Scope): Promise<number> {
+    const key = scope.kind === 'org' ? `org:${scope.org.toLowerCase()}` : `repo:${scope.owner}/${scope.repo}`.toLowerCase();
+    let found = this.installations.get(key);
+    if (!found) {
+      found = (async () => {
+        const auth = await this.appAuth();
+        const { token } = await auth({ type: 'app' });
+        const route: string = scope.kind === 'org' ? 'GET /orgs/{org}/installation' : 'GET /repos/{owner}/{repo}/installation';
+        try {
+          const res = await this.request(route, { ...scopeParams(scope), headers: { authorization: `bearer ${token}` } });
+          const id = (res.data as { id?: unknown }).id;
+          if (!Number.isSafeInteger(id)) throw new GitHubApiError('look up installation', res.status, 'answer lacks id');
+          return id as number;
+        } catch (e) {
+          if (e instanceof RequestError && e.response) {
+            if (e.status === 401) this.auth = undefined;
+            throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
+          }
+          if (e instanceof GitHubApiError) throw e;
+          throw transportError('look up installation', e);
+        }
+      })();
+      found.catch(() => this.installations.delete(key));
+      this.installations.set(key, found);
+      while (this.installations.size > (this.options.maxCachedInstallations ?? 32)) this.installations.delete(this.installations.keys().next().value as string);
+    }
+    return found;
+  }
+
+  /** A token valid for at least the refresh margin, minted by auth-app when needed. */
+  private async installationToken(scope: Scope): Promise<string> {
+    const installationId = await this.installationId(scope);
+    const cached = this.tokens.get(installationId);
+    const margin = this.options.tokenRefreshMarginMs ?? 5 * 60_000;
+    if (cached && cached.expiresAt - this.now() > margin) {
+      this.tokens.delete(installationId);
+      this.tokens.set(installationId, cached);
+      return cached.token;
+    }
+    const auth = await this.appAuth();
+    let minted: { token: string; expiresAt: string };
+    try {
+      // refresh: auth-app keeps its own cache for 59 minutes; we decide when to replace a token.
+      minted = (await auth({ type: 'installation', installationId, refresh: true })) as { token: string; expiresAt: string };
+    } catch (e) {
+      if (e instanceof RequestError && e.response) {
+        // The JWT was refused (a rotated or revoked key): read the key again on the next call.
+        if (e.status === 401) this.auth = undefined;
+        throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
+      }
+      throw transportError('create installation token', e);
+    }
+    this.tokens.set(installationId, { token: minted.token, expiresAt: Date.parse(minted.expiresAt) });
+    while (this.tokens.size > (this.options.maxCachedInstallations ?? 32)) this.tokens.delete(this.tokens.keys().next().value as number);
+    return minted.token;
+  }
+
+  /** For tests: how many installation tokens are cached. */
+  get cachedTokenCount(): number {
+    return this.tokens.size;
+  }
+}
+
+function transportError(operation: string, e: unknown): GitHubApiError {
+  const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
+  const timedOut = cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError');
+  return new GitHubApiError(operation, 0, timedOut ? 'timed out' : `request failed (${cause instanceof Error ? cause.name : 'unknown'})`);
+}
+
+function repoScope(full: string): Scope {
+  const [owner, repo] = full.split('/') as [string, string];
+  return { kind: 'repo', owner, repo };
+}
+
+function scopeParams(scope: Scope): Record<string, string> {
+  return scope.kind === 'org' ? { org: scope.org } : { owner: scope.owner, repo: scope.repo };
+}
+
+function runnerIdOf(scope: Scope, id: number): string {
+  return scope.kind === 'org' ? String(id) : `${scope.owner}/${scope.repo}/${id}`;
+}
+
+function headerValue(headers: Record<string, unknown>, name: string): string | undefined {
+  const v = headers[name];
+  return typeof v === 'string' ? v : typeof v === 'number' ? String(v) : undefined;
+}
+
+/** GitHub's error message, short and printable; never the request (which carries the token). */
+function errorDetail(e: RequestError, why: string): string {
+  const data = e.response?.data as { message?: unknown } | undefined;
+  const message = typeof data?.message === 'string' ? data.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 160) : '';
+  return [message, why].filter(Boolean).join('; ');
+}

@@ -1,0 +1,196 @@
+import {
+  instanceIdOfRunnerName,
+  runnerName,
+  type CiProvider,
+  type GitLabConnectionConfig,
+  type JobMessage,
+  type PoolConfig,
+  type RunnerRegistration,
+  type RunnerSummary,
+} from '../shared/contract';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type RetryPolicy } from './rate-limit';
+
+export interface GitLabProviderOptions {
+  readonly prefix: string;
+  readonly gitlab: GitLabConnectionConfig;
+  readonly pools: readonly PoolConfig[];
+  /** The token with the create_runner, manage_runner and read_api scopes, read lazily (SSM). */
+  readonly token: () => Promise<string>;
+  readonly fetch?: typeof fetch;
+  /** Bound on one HTTP call. */
+  readonly timeoutMs?: number;
+  readonly retry?: Partial<RetryPolicy>;
+  readonly sleep?: (ms: number) => Promise<void>;
+  readonly now?: () => number;
+  /** Pages of 100 runners read at most by `listRunners`. */
+  readonly maxPages?: number;
+}
+
+/** Job states in which the job still waits for a runner (GitLab's `Ci::HasStatus`). */
+const WAITING_STATUSES = new Set(['created', 'waiting_for_resource', 'pending']);
+
+export class GitLabApiError extends Error {
+  constructor(
+    readonly operation: string,
+    readonly status: number,
+    detail: string,
+  ) {
+    super(`GitLab ${operation} failed: ${status === 0 ? detail : `HTTP ${status}${detail ? ` (${detail})` : ''}`}`);
+    this.name = 'GitLabApiError';
+  }
+}
+
+interface ApiAnswer {
+  readonly status: number;
+  readonly data: unknown;
+  readonly headers: Headers;
+}
+
+/**
+ * GitLab CI through its REST API v4 (gitlab.com or self-managed): one runner per instance
+ * created with `POST /user/runners` (the runner authentication token is its single-use
+ * credential), deleted with `DELETE /runners/:id`.
+ */
+export class GitLabProvider implements CiProvider {
+  readonly provider = 'gitlab' as const;
+  private readonly fetch: typeof fetch;
+  private readonly api: string;
+  private readonly policy: RetryPolicy;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly now: () => number;
+
+  constructor(private readonly options: GitLabProviderOptions) {
+    this.fetch = boundedFetch(options.fetch ?? globalThis.fetch, options.timeoutMs ?? 10_000);
+    this.api = `${options.gitlab.url.replace(/\/+$/, '')}/api/v4`;
+    this.policy = { ...DEFAULT_RETRY_POLICY, ...options.retry };
+    this.sleep = options.sleep ?? realSleep;
+    this.now = options.now ?? Date.now;
+  }
+
+  async createRunner(job: JobMessage, instanceId: string, pool: string): Promise<RunnerRegistration> {
+    const config = this.options.pools.find((p) => p.name === pool);
+    if (!config || config.provider !== 'gitlab') throw new Error(`pool "${pool}" is not a GitLab pool of this fleet`);
+    const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
+    const { runnerType, scopeId } = this.options.gitlab;
+    const body = {
+      runner_type: runnerType,
+      ...(runnerType === 'group_type' ? { group_id: scopeId } : {}),
+      ...(runnerType === 'project_type' ? { project_id: scopeId } : {}),
+      description: name,
+      tag_list: [...config.labels],
+      run_untagged: config.runUntagged,
+      // One job per runner: locking it to its project keeps a project runner from being shared.
+      ...(runnerType === 'project_type' ? { locked: true } : {}),
+    };
+    // Not retried on 5xx: GitLab may have created the runner; the sweep removes one that leaked.
+    const res = await this.call('create runner', 'POST', '/user/runners', { body, retryServerErrors: false, expect: [201] });
+    const data = res.data as { id?: unknown; token?: unknown };
+    if (!Number.isSafeInteger(data?.id) || typeof data.token !== 'string' || data.token === '') {
+      throw new GitLabApiError('create runner', res.status, 'answer lacks id or token');
+    }
+    return { runnerId: String(data.id), name, secret: data.token, url: this.options.gitlab.url };
+  }
+
+  async deleteRunner(runnerId: string): Promise<void> {
+    if (!/^\d+$/.test(runnerId)) throw new Error(`"${runnerId}" is not a GitLab runner id`);
+    await this.call('delete runner', 'DELETE', `/runners/${runnerId}`, { expect: [204, 200, 404] });
+  }
+
+  async listRunners(): Promise<RunnerSummary[]> {
+    const { runnerType, scopeId } = this.options.gitlab;
+    const base =
+      runnerType === 'instance_type' ? '/runners/all' : runnerType === 'group_type' ? `/groups/${scopeId}/runners` : `/projects/${scopeId}/runners`;
+    const out: RunnerSummary[] = [];
+    const maxPages = this.options.maxPages ?? 20;
+    for (let page = 1; page <= maxPages; page++) {
+      const res = await this.call('list runners', 'GET', `${base}?type=${runnerType}&per_page=100&page=${page}`, { expect: [200] });
+      if (!Array.isArray(res.data)) throw new GitLabApiError('list runners', res.status, 'answer is not a list');
+      for (const r of res.data as Record<string, unknown>[]) {
+        const name = typeof r.description === 'string' && r.description !== '' ? r.description : typeof r.name === 'string' ? r.name : '';
+        if (instanceIdOfRunnerName(this.options.prefix, name) === undefined || !Number.isSafeInteger(r.id)) continue;
+        out.push({ runnerId: String(r.id), name, status: typeof r.status === 'string' ? r.status : r.online === true ? 'online' : 'offline' });
+      }
+      const next = res.headers.get('x-next-page');
+      if (!next || res.data.length === 0) return out;
+    }
+    return out;
+  }
+
+  async isJobQueued(job: JobMessage): Promise<boolean> {
+    const data = await this.job(job, 'look up job');
+    return data !== undefined && typeof data.status === 'string' && WAITING_STATUSES.has(data.status);
+  }
+
+  async resolveLabels(job: JobMessage, signal?: AbortSignal): Promise<string[]> {
+    const data = await this.job(job, 'resolve job tags', signal);
+    if (data === undefined) throw new GitLabApiError('resolve job tags', 404, 'job not found');
+    const tags = data.tag_list;
+    if (!Array.isArray(tags) || !tags.every((t) => typeof t === 'string')) throw new GitLabApiError('resolve job tags', 200, 'answer lacks tag_list');
+    return tags as string[];
+  }
+
+  private async job(job: JobMessage, operation: string, signal?: AbortSignal): Promise<Record<string, unknown> | undefined> {
+    if (job.provider !== 'gitlab' || job.projectId === undefined || !/^\d+$/.test(job.providerJobId)) {
+      throw new Error(`job ${job.jobId} is not a GitLab job with a project id`);
+    }
+    const res = await this.call(operation, 'GET', `/projects/${job.projectId}/jobs/${job.providerJobId}`, { expect: [200, 404], signal });
+    return res.status === 404 ? undefined : (res.data as Record<string, unknown>);
+  }
+
+  private async call(
+    operation: string,
+    method: string,
+    path: string,
+    opts: { body?: unknown; expect: number[]; retryServerErrors?: boolean; signal?: AbortSignal | undefined },
+  ): Promise<ApiAnswer> {
+    const token = await this.options.token();
+    const policy = { ...this.policy, retryServerErrors: opts.retryServerErrors ?? this.policy.retryServerErrors };
+    for (let attempt = 1; ; attempt++) {
+      let res: Response;
+      try {
+        res = await this.fetch(`${this.api}${path}`, {
+          method,
+          headers: {
+            'private-token': token,
+            accept: 'application/json',
+            ...(opts.body === undefined ? {} : { 'content-type': 'application/json' }),
+          },
+          ...(opts.body === undefined ? {} : { body: JSON.stringify(opts.body) }),
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        });
+      } catch (e) {
+        // A timeout or a refused connection: the error names neither token nor body.
+        throw new GitLabApiError(operation, 0, (e as Error).name === 'TimeoutError' ? 'timed out' : `request failed (${(e as Error).name})`);
+      }
+      const text = await res.text();
+      if (opts.expect.includes(res.status)) {
+        let data: unknown = undefined;
+        if (text !== '') {
+          try {
+            data = JSON.parse(text);
+          } catch {
+            throw new GitLabApiError(operation, res.status, 'answer is not JSON');
+          }
+        }
+        return { status: res.status, data, headers: res.headers };
+      }
+      const advice = adviseRetry(res.status, (h) => res.headers.get(h) ?? undefined, this.now(), attempt, policy);
+      if (!advice.retry) throw new GitLabApiError(operation, res.status, errorDetail(text, advice.why));
+      if (opts.signal?.aborted) throw new GitLabApiError(operation, 0, 'aborted');
+      await this.sleep(advice.waitMs);
+    }
+  }
+}
+
+/** GitLab's `{"message": ...}` error text, short and without control characters. */
+function errorDetail(text: string, why: string): string {
+  let message = '';
+  try {
+    const parsed = JSON.parse(text) as { message?: unknown; error?: unknown };
+    const m = parsed.message ?? parsed.error;
+    message = typeof m === 'string' ? m : m === undefined ? '' : JSON.stringify(m);
+  } catch {
+    // not JSON
+  }
+  return [message.replace(/[^\x20-\x7e]/g, '?').slice(0, 160), why].filter(Boolean).join('; ');
+}

@@ -1,0 +1,45 @@
+import type { PoolConfig, Provider } from './contract';
+
+/** The label every GitHub job that wants a self-hosted runner asks for. */
+export const GITHUB_SELF_HOSTED_LABEL = 'self-hosted';
+
+export type PoolMatch =
+  | { readonly pool: PoolConfig }
+  | { readonly pool?: undefined; readonly reason: 'not-self-hosted' | 'no-matching-pool' };
+
+/**
+ * Chooses the pool whose runners can take a job, from the labels (GitHub) or tags (GitLab)
+ * the job asks for. The webhook calls it for every job; scale-up calls it for GitLab jobs
+ * whose tags were resolved later.
+ *
+ * Rules (the job's labels J, a pool's labels P, both as sets):
+ * - GitHub: J must contain "self-hosted"; it is then removed from J. GitHub compares labels
+ *   case-insensitively, so both sides are lower-cased. GitLab tags are compared as given.
+ * - `exact`: J equals P.
+ * - `subset`: J is a subset of P, which is how both services route a job to a runner (a runner
+ *   takes a job when it has every label the job asks for).
+ * - A job with no labels left (GitHub `[self-hosted]`, GitLab untagged): GitHub matches only
+ *   pools whose rule admits it as above; GitLab additionally requires the pool's `runUntagged`,
+ *   since a GitLab runner created without it never picks an untagged job.
+ * - Several candidates: an exact match wins over a subset match, then the subset pool with the
+ *   fewest labels the job did not ask for, then the first in configuration order.
+ */
+export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobLabels: readonly string[]): PoolMatch {
+  const normalise = provider === 'github' ? (l: string) => l.trim().toLowerCase() : (l: string) => l.trim();
+  const asked = new Set(jobLabels.map(normalise).filter((l) => l !== ''));
+  if (provider === 'github') {
+    if (!asked.delete(GITHUB_SELF_HOSTED_LABEL)) return { reason: 'not-self-hosted' };
+  }
+  let best: { pool: PoolConfig; extra: number } | undefined;
+  for (const pool of pools) {
+    if (pool.provider !== provider) continue;
+    const offered = new Set(pool.labels.map(normalise));
+    if (provider === 'github') offered.delete(GITHUB_SELF_HOSTED_LABEL);
+    if (provider === 'gitlab' && asked.size === 0 && !pool.runUntagged) continue;
+    if (![...asked].every((l) => offered.has(l))) continue;
+    const extra = offered.size - asked.size;
+    if (pool.labelMatch === 'exact' && extra !== 0) continue;
+    if (!best || extra < best.extra) best = { pool, extra };
+  }
+  return best ? { pool: best.pool } : { reason: 'no-matching-pool' };
+}

@@ -1,0 +1,39 @@
+import type { GitHubConnectionConfig } from '../shared/contract';
+import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
+
+/**
+ * Classifies a verified GitHub delivery: `workflow_job` with `action: queued` becomes a job,
+ * everything else (ping, other events, other actions, repositories this fleet does not
+ * serve) is acknowledged and ignored; a `workflow_job` missing the fields a job needs is invalid.
+ */
+export function classifyGitHubDelivery(event: string, payload: unknown, github: GitHubConnectionConfig | undefined): Classified {
+  if (!isObject(payload)) return invalid('the payload is not a JSON object');
+  if (event === 'ping') return ignore('ping');
+  if (event !== 'workflow_job') return ignore('event-not-workflow_job');
+  const action = nonEmptyString(payload.action);
+  if (!action) return invalid('workflow_job payload lacks "action"');
+  const job = payload.workflow_job;
+  const repo = payload.repository;
+  if (!isObject(job)) return invalid('workflow_job payload lacks "workflow_job"');
+  if (!isObject(repo)) return invalid('workflow_job payload lacks "repository"');
+  const id = positiveInteger(job.id);
+  if (id === undefined) return invalid('"workflow_job.id" must be a positive integer');
+  const labels = job.labels;
+  if (!Array.isArray(labels) || !labels.every((l) => typeof l === 'string' && l !== '')) {
+    return invalid('"workflow_job.labels" must be a list of non-empty strings');
+  }
+  const name = nonEmptyString(repo.name);
+  const owner = isObject(repo.owner) ? nonEmptyString(repo.owner.login) : undefined;
+  if (!name || !owner) return invalid('"repository.name" and "repository.owner.login" are required');
+  if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'in_progress' || action === 'completed' ? action : 'other'}`);
+  if (!github) return ignore('no-github-connection');
+  if (!servesRepository(github, owner, name)) return ignore('repository-not-served');
+  return { kind: 'job', job: { provider: 'github', providerJobId: String(id), owner, project: name, labels: labels as string[] } };
+}
+
+/** Organisation runners serve the organisation's repositories; repository runners only those listed. */
+export function servesRepository(github: GitHubConnectionConfig, owner: string, repo: string): boolean {
+  if (github.organization !== undefined) return github.organization.toLowerCase() === owner.toLowerCase();
+  const full = `${owner}/${repo}`.toLowerCase();
+  return github.repositories.some((r) => r.toLowerCase() === full);
+}

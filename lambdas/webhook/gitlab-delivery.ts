@@ -1,0 +1,29 @@
+import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
+
+/**
+ * Classifies a verified GitLab delivery: a Job Hook (`object_kind: build`) with
+ * `build_status: pending` is a job waiting for a runner; other statuses and other hooks are
+ * acknowledged and ignored. The payload does not carry the job's tags; the handler looks
+ * them up. Fields follow the documented Job Hook example (user/project/integrations/webhook_events.md).
+ */
+export function classifyGitLabDelivery(payload: unknown): Classified {
+  if (!isObject(payload)) return invalid('the payload is not a JSON object');
+  const kind = nonEmptyString(payload.object_kind) ?? nonEmptyString(payload.event_name);
+  if (!kind) return invalid('the payload has no "object_kind"');
+  if (kind !== 'build') return ignore('not-a-job-hook');
+  const status = nonEmptyString(payload.build_status);
+  if (!status) return invalid('Job Hook lacks "build_status"');
+  const buildId = positiveInteger(payload.build_id);
+  if (buildId === undefined) return invalid('"build_id" must be a positive integer');
+  const project = isObject(payload.project) ? payload.project : undefined;
+  const projectId = positiveInteger(payload.project_id) ?? positiveInteger(project?.id);
+  if (projectId === undefined) return invalid('"project_id" must be a positive integer');
+  const path = nonEmptyString(project?.path_with_namespace) ?? nonEmptyString(payload.project_name);
+  if (!path) return invalid('"project.path_with_namespace" is required');
+  if (status !== 'pending') return ignore(`status-${/^[a-z_]{1,32}$/.test(status) ? status : 'other'}`);
+  const slash = path.lastIndexOf('/');
+  const owner = slash > 0 ? path.slice(0, slash) : path;
+  const name = slash > 0 ? path.slice(slash + 1) : path;
+  if (!name) return invalid('"project.path_with_namespace" must be "namespace/project"');
+  return { kind: 'job', job: { provider: 'gitlab', providerJobId: String(buildId), owner, project: name, projectId, labels: [] } };
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+// `npm test`: type check, lint, the vitest suites, then the bats suites of the boot script,
+// and one closing line "N passed, N failed" over all of them, so CI reads one total.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = join(import.meta.dirname, '..');
+const reports = join(root, '.tmp', 'test-reports');
+rmSync(reports, { recursive: true, force: true });
+mkdirSync(reports, { recursive: true });
+
+const run = (label, cmd, args) => {
+  console.log(`\n== ${label}: ${[cmd, ...args].join(' ')}`);
+  const result = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
+  return result.status === 0;
+};
+
+let passed = 0;
+let failed = 0;
+let ok = run('typecheck', 'npx', ['tsc', '--noEmit']) && run('lint', 'npx', ['eslint', '.']);
+if (ok) {
+  const vitestReport = join(reports, 'vitest.json');
+  ok = run('vitest', 'npx', ['vitest', 'run', '--reporter=default', '--reporter=json', `--outputFile.json=${vitestReport}`]) && ok;
+  if (existsSync(vitestReport)) {
+    const report = JSON.parse(readFileSync(vitestReport, 'utf8'));
+    passed += report.numPassedTests;
+    failed += report.numFailedTests;
+  }
+  const suites = join(root, 'test', 'templates');
+  if (existsSync(suites)) {
+    ok = run('bats', join(root, 'node_modules', 'bats', 'bin', 'bats'), ['--report-formatter', 'tap', '--output', reports, suites]) && ok;
+    const tap = join(reports, 'report.tap');
+    if (existsSync(tap)) {
+      for (const line of readFileSync(tap, 'utf8').split('\n')) {
+        if (/^ok \d+/.test(line)) passed++;
+        else if (/^not ok \d+/.test(line)) failed++;
+      }
+    }
+  }
+}
+if (!ok && failed === 0) failed = 1; // a type, lint or runner failure counts as one
+console.log(`\n${passed} passed, ${failed} failed`);
+process.exit(ok ? 0 : 1);

@@ -1,0 +1,254 @@
+import { SSMClient, GetParameterCommand } from '@aws-sdk/client-ssm';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
+import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
+import { captureConsole } from '../support/console-capture';
+import { plantSecret, secretForms } from '../webhook/support';
+
+const PREFIX = 'glp-test';
+const T0 = Date.parse('2026-11-29T19:00:00Z');
+const INSTANCE = 'i-0123456789abcdef0';
+const apiToken = `glpat-${plantSecret('gl-api')}`;
+
+let server: Loopback;
+let faults: ((req: SeenRequest) => Answer | 'hang' | undefined)[] = [];
+let runners: { id: number; description: string; status: string; runner_type: string }[] = [];
+const runnerTokens: string[] = [];
+let waits: number[] = [];
+
+/** GitLab's documented REST shapes (api/users.md#create-a-runner, api/runners.md, api/jobs.md), under a path prefix like a self-managed install. */
+function gitlab(req: SeenRequest): Answer | 'hang' {
+  for (let i = 0; i < faults.length; i++) {
+    const answer = faults[i]!(req);
+    if (answer !== undefined) {
+      faults.splice(i, 1);
+      return answer;
+    }
+  }
+  if (req.headers['private-token'] !== apiToken) return { status: 401, body: { message: '401 Unauthorized' } };
+  const url = new URL(req.path, 'http://x');
+  const path = url.pathname.replace(/^\/gitlab\/api\/v4/, '');
+  if (path === '/user/runners' && req.method === 'POST') {
+    const body = JSON.parse(req.body) as Record<string, unknown>;
+    if (!['instance_type', 'group_type', 'project_type'].includes(body.runner_type as string)) return { status: 400, body: { error: 'runner_type does not have a valid value' } };
+    if (body.runner_type === 'group_type' && !body.group_id) return { status: 400, body: { message: '400 Bad request - group_id is missing' } };
+    const token = `glrt-${plantSecret('runner').replace(/-/g, '')}`;
+    runnerTokens.push(token);
+    const id = 9307 + runners.length;
+    runners.push({ id, description: body.description as string, status: 'never_contacted', runner_type: body.runner_type as string });
+    return { status: 201, body: { id, token, token_expires_at: null } };
+  }
+  const del = /^\/runners\/(\d+)$/.exec(path);
+  if (del && req.method === 'DELETE') {
+    const i = runners.findIndex((r) => r.id === Number(del[1]));
+    if (i < 0) return { status: 404, body: { message: '404 Runner Not Found' } };
+    runners.splice(i, 1);
+    return { status: 204 };
+  }
+  if (/^\/(runners\/all|groups\/\d+\/runners|projects\/\d+\/runners)$/.test(path) && req.method === 'GET') {
+    const per = Number(url.searchParams.get('per_page') ?? 20);
+    const page = Number(url.searchParams.get('page') ?? 1);
+    const slice = runners.slice((page - 1) * per, page * per);
+    const next = page * per < runners.length ? String(page + 1) : '';
+    return { status: 200, headers: { 'x-next-page': next, 'x-page': String(page) }, body: slice.map((r) => ({ ...r, name: null, active: true, paused: false, is_shared: r.runner_type === 'instance_type', online: r.status === 'online', ip_address: null })) };
+  }
+  const job = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path);
+  if (job && req.method === 'GET') {
+    const status = { '1977': 'pending', '1978': 'running', '1979': 'success', '1980': 'created' }[job[2]!];
+    return status && job[1] === '380' ? { status: 200, body: { id: Number(job[2]), status, stage: 'test', name: 'test', tag_list: ['docker', 'linux'] } } : { status: 404, body: { message: '404 Not found' } };
+  }
+  return { status: 404, body: { error: '404 Not Found' } };
+}
+
+function provider(connection: Partial<GitLabProviderOptions['gitlab']> = {}, extra: Partial<GitLabProviderOptions> = {}) {
+  const config = buildFleetConfig({
+    prefix: PREFIX,
+    gitlab: { url: `${server.url}/gitlab`, runnerType: 'group_type', scopeId: 12 },
+    pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker', 'linux'], runUntagged: true, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+  });
+  return new GitLabProvider({
+    prefix: PREFIX,
+    gitlab: { ...config.gitlab!, ...connection },
+    pools: config.pools,
+    token: async () => apiToken,
+    now: () => T0,
+    sleep: async (ms) => {
+      waits.push(ms);
+    },
+    timeoutMs: 2_000,
+    ...extra,
+  });
+}
+
+const job = (over: Partial<JobMessage> = {}): JobMessage => ({
+  schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
+  provider: 'gitlab',
+  jobId: 'gitlab:1977',
+  providerJobId: '1977',
+  pool: 'docker',
+  owner: 'gitlab-org',
+  project: 'gitlab-test',
+  projectId: 380,
+  labels: [],
+  labelsResolved: false,
+  traceId: 't-1',
+  deliveryId: 'd-1',
+  receivedAt: new Date(T0).toISOString(),
+  ...over,
+});
+
+const errors: string[] = [];
+async function failure(p: Promise<unknown>): Promise<GitLabApiError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(GitLabApiError);
+  errors.push(String(e), JSON.stringify(e));
+  return e as GitLabApiError;
+}
+
+let consoleLines: string[] = [];
+beforeAll(async () => {
+  consoleLines = captureConsole();
+  server = await startLoopback(gitlab);
+});
+afterAll(async () => {
+  await server.close();
+});
+beforeEach(() => {
+  faults = [];
+  runners = [];
+  waits = [];
+  server.requests.length = 0;
+});
+
+describe('GitLabProvider against a loopback self-managed GitLab', () => {
+  it('creates a group runner with the pool tags, run_untagged and the activation name, returning URL and glrt- token', async () => {
+    const reg = await provider().createRunner(job(), INSTANCE, 'docker');
+    expect(reg).toEqual({ runnerId: '9307', name: runnerName(PREFIX, INSTANCE, new Date(T0)), secret: runnerTokens.at(-1), url: `${server.url}/gitlab` });
+    expect(reg.secret).toMatch(/^glrt-/);
+    const post = server.requests[0]!;
+    expect([post.method, post.path]).toEqual(['POST', '/gitlab/api/v4/user/runners']);
+    expect(JSON.parse(post.body)).toEqual({ runner_type: 'group_type', group_id: 12, description: reg.name, tag_list: ['docker', 'linux'], run_untagged: true });
+  });
+
+  it.each([
+    ['instance_type', undefined, {}, '/gitlab/api/v4/runners/all?type=instance_type&per_page=100&page=1'],
+    ['project_type', 34, { project_id: 34, locked: true }, '/gitlab/api/v4/projects/34/runners?type=project_type&per_page=100&page=1'],
+    ['group_type', 12, { group_id: 12 }, '/gitlab/api/v4/groups/12/runners?type=group_type&per_page=100&page=1'],
+  ] as const)('%s runners: creation scope and the list endpoint', async (runnerType, scopeId, scope, listPath) => {
+    const p = provider({ runnerType, ...(scopeId === undefined ? { scopeId: undefined } : { scopeId }) });
+    await p.createRunner(job(), INSTANCE, 'docker');
+    expect(JSON.parse(server.requests[0]!.body)).toMatchObject({ runner_type: runnerType, ...scope });
+    await p.listRunners();
+    expect(server.requests[1]!.path).toBe(listPath);
+  });
+
+  it('lists only the fleet runners, following x-next-page', async () => {
+    for (let i = 0; i < 150; i++) runners.push({ id: i + 1, description: i % 3 ? `${PREFIX}-i-0000000${i}-x` : `shared-${i}`, status: i % 2 ? 'online' : 'offline', runner_type: 'group_type' });
+    // Another fleet whose prefix extends ours: not ours.
+    runners.push({ id: 500, description: `${PREFIX}-b-i-00000001-x`, status: 'online', runner_type: 'group_type' });
+    const list = await provider().listRunners();
+    expect(list).toHaveLength(100);
+    expect(list[0]).toEqual({ runnerId: '2', name: `${PREFIX}-i-00000001-x`, status: 'online' });
+    expect(server.requests.map((r) => new URL(r.path, 'http://x').searchParams.get('page'))).toEqual(['1', '2']);
+  });
+
+  it('deletes a runner, and a runner already gone is fine', async () => {
+    const p = provider();
+    const reg = await p.createRunner(job(), INSTANCE, 'docker');
+    await p.deleteRunner(reg.runnerId);
+    await p.deleteRunner(reg.runnerId);
+    expect(runners).toHaveLength(0);
+    await expect(p.deleteRunner('../9307')).rejects.toThrow(/not a GitLab runner id/);
+  });
+
+  it('tells whether a job still waits, and resolves its tags', async () => {
+    const p = provider();
+    expect(await p.isJobQueued(job())).toBe(true);
+    expect(await p.isJobQueued(job({ providerJobId: '1980', jobId: 'gitlab:1980' }))).toBe(true);
+    expect(await p.isJobQueued(job({ providerJobId: '1978', jobId: 'gitlab:1978' }))).toBe(false);
+    expect(await p.isJobQueued(job({ providerJobId: '1979', jobId: 'gitlab:1979' }))).toBe(false);
+    expect(await p.isJobQueued(job({ providerJobId: '4040', jobId: 'gitlab:4040' }))).toBe(false);
+    expect(await p.resolveLabels(job())).toEqual(['docker', 'linux']);
+    expect((await failure(p.resolveLabels(job({ providerJobId: '4040', jobId: 'gitlab:4040' })))).status).toBe(404);
+    await expect(p.resolveLabels(job({ projectId: undefined }))).rejects.toThrow(/project id/);
+  });
+
+  it('waits out 429 Retry-After and RateLimit-Reset within the bound, fails beyond it', async () => {
+    const p = provider();
+    faults.push(() => ({ status: 429, headers: { 'retry-after': '1' }, body: { message: 'Retry later' } }));
+    faults.push(() => ({ status: 429, headers: { 'ratelimit-reset': String(T0 / 1000 + 3) }, body: { message: 'Retry later' } }));
+    expect(await p.resolveLabels(job())).toEqual(['docker', 'linux']);
+    expect(waits).toEqual([2000, 4000]);
+    faults.push(() => ({ status: 429, headers: { 'retry-after': '3600' }, body: { message: 'Retry later' } }));
+    expect((await failure(p.listRunners())).message).toMatch(/beyond the 10 s bound/);
+  });
+
+  it('retries 5xx for GET and DELETE, never for the runner creation', async () => {
+    const p = provider();
+    faults.push(() => ({ status: 503, body: { message: '503 Service Unavailable' } }));
+    await p.listRunners();
+    expect(waits).toEqual([500]);
+    faults.push(() => ({ status: 500, body: { message: '500 Internal Server Error' } }));
+    expect((await failure(p.createRunner(job(), INSTANCE, 'docker'))).status).toBe(500);
+    expect(server.requests.filter((r) => r.method === 'POST')).toHaveLength(1);
+  });
+
+  it.each([
+    [401, { message: '401 Unauthorized' }],
+    [403, { message: '403 Forbidden - insufficient_scope' }],
+    [422, { message: { tag_list: ['is invalid'] } }],
+  ])('reports %i from runner creation', async (status, body) => {
+    faults.push(() => ({ status, body }));
+    const e = await failure(provider().createRunner(job(), INSTANCE, 'docker'));
+    expect(e.status).toBe(status);
+  });
+
+  it('refuses an unknown pool before calling GitLab', async () => {
+    await expect(provider().createRunner(job(), INSTANCE, 'nope')).rejects.toThrow(/not a GitLab pool/);
+    expect(server.requests).toHaveLength(0);
+  });
+
+  it('bounds every call in time: a GitLab that never answers, and a caller signal', async () => {
+    faults.push(() => 'hang');
+    expect((await failure(provider({}, { timeoutMs: 300 }).createRunner(job(), INSTANCE, 'docker'))).message).toMatch(/timed out/);
+    faults.push(() => 'hang');
+    const e = await failure(provider().resolveLabels(job(), AbortSignal.timeout(200)));
+    expect(e.status).toBe(0);
+  });
+
+  it('never puts the API token or a runner token in an error', () => {
+    expect(errors.length).toBeGreaterThan(5);
+    const all = [...errors, ...consoleLines].join('\n');
+    for (const secret of [apiToken, ...runnerTokens]) for (const form of secretForms(secret)) expect(all.includes(form)).toBe(false);
+  });
+});
+
+describe('createCiProviders', () => {
+  const ssm = mockClient(SSMClient);
+  beforeEach(() => ssm.reset());
+  it('builds the configured providers synchronously and reads each secret lazily, once', async () => {
+    const config = buildFleetConfig({
+      prefix: PREFIX,
+      github: { appId: '1', organization: 'acme' },
+      gitlab: { url: `${server.url}/gitlab` },
+      pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }, { name: 'gh', provider: 'github', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+    });
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token, WithDecryption: true }).resolves({ Parameter: { Value: apiToken } });
+    const providers = createCiProviders(config, { ssm: new SSMClient({}) });
+    expect(providers.github).toBeInstanceOf(GitHubProvider);
+    expect(ssm.calls()).toHaveLength(0);
+    await providers.gitlab!.resolveLabels!(job());
+    await providers.gitlab!.isJobQueued(job());
+    expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(1);
+  });
+  it('omits providers without a connection', () => {
+    const config = buildFleetConfig({ gitlab: { url: 'https://gitlab.com' }, pools: [{ name: 'a', provider: 'gitlab', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }] });
+    expect(Object.keys(createCiProviders(config, { ssm: new SSMClient({}) }))).toEqual(['gitlab']);
+  });
+});

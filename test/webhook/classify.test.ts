@@ -1,0 +1,79 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import examples from '@octokit/webhooks-examples';
+import { describe, expect, it } from 'vitest';
+import type { GitHubConnectionConfig } from '../../lambdas/shared/contract';
+import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
+import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
+
+type Example = { action: string; workflow_job: Record<string, unknown>; repository: Record<string, unknown> };
+const queued = structuredClone((examples.find((e) => e.name === 'workflow_job')!.examples as unknown as Example[]).find((e) => e.action === 'queued' && (e.workflow_job.labels as string[]).includes('k8s'))!);
+const jobHook = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'gitlab-job-hook.json'), 'utf8')) as Record<string, unknown>;
+
+const org = (organization: string): GitHubConnectionConfig => ({ appId: '1', organization, repositories: [], runnerGroupId: 1, apiUrl: 'https://api.github.com' });
+const repos = (...repositories: string[]): GitHubConnectionConfig => ({ appId: '1', repositories, runnerGroupId: 1, apiUrl: 'https://api.github.com' });
+const withJob = (patch: Record<string, unknown>) => ({ ...queued, workflow_job: { ...queued.workflow_job, ...patch } });
+
+describe('classifyGitHubDelivery', () => {
+  it.each([
+    ['queued, served repository', 'workflow_job', queued, repos('lineville/elastic-machines-testing'), 'job'],
+    ['queued, repository names compare case-insensitively', 'workflow_job', queued, repos('LineVille/Elastic-Machines-Testing'), 'job'],
+    ['queued, served organisation', 'workflow_job', queued, org('LINEVILLE'), 'job'],
+    ['queued, another organisation', 'workflow_job', queued, org('acme'), 'ignore:repository-not-served'],
+    ['queued, another repository', 'workflow_job', queued, repos('lineville/other'), 'ignore:repository-not-served'],
+    ['queued, no GitHub connection', 'workflow_job', queued, undefined, 'ignore:no-github-connection'],
+    ['waiting', 'workflow_job', { ...queued, action: 'waiting' }, org('lineville'), 'ignore:action-waiting'],
+    ['in_progress', 'workflow_job', { ...queued, action: 'in_progress' }, org('lineville'), 'ignore:action-in_progress'],
+    ['completed', 'workflow_job', { ...queued, action: 'completed' }, org('lineville'), 'ignore:action-completed'],
+    ['an action GitHub may add later', 'workflow_job', { ...queued, action: 'teleported' }, org('lineville'), 'ignore:action-other'],
+    ['ping', 'ping', { zen: 'Keep it logically awesome.', hook_id: 1 }, org('lineville'), 'ignore:ping'],
+    ['another event', 'push', { ref: 'refs/heads/main' }, org('lineville'), 'ignore:event-not-workflow_job'],
+    ['not an object', 'workflow_job', [queued], org('lineville'), 'invalid'],
+    ['no action', 'workflow_job', { ...queued, action: undefined }, org('lineville'), 'invalid'],
+    ['no workflow_job', 'workflow_job', { ...queued, workflow_job: undefined }, org('lineville'), 'invalid'],
+    ['no repository', 'workflow_job', { ...queued, repository: null }, org('lineville'), 'invalid'],
+    ['id not an integer', 'workflow_job', withJob({ id: 1.5 }), org('lineville'), 'invalid'],
+    ['id negative', 'workflow_job', withJob({ id: -1 }), org('lineville'), 'invalid'],
+    ['labels not a list', 'workflow_job', withJob({ labels: 'self-hosted' }), org('lineville'), 'invalid'],
+    ['an empty label', 'workflow_job', withJob({ labels: ['self-hosted', ''] }), org('lineville'), 'invalid'],
+    ['no owner login', 'workflow_job', { ...queued, repository: { ...queued.repository, owner: {} } }, org('lineville'), 'invalid'],
+  ] as const)('%s', (_name, event, payload, github, expected) => {
+    const c = classifyGitHubDelivery(event, payload, github);
+    expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
+  });
+
+  it('takes the job fields from the payload', () => {
+    expect(classifyGitHubDelivery('workflow_job', queued, org('lineville'))).toEqual({
+      kind: 'job',
+      job: { provider: 'github', providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'] },
+    });
+  });
+});
+
+describe('classifyGitLabDelivery', () => {
+  const hook = (patch: Record<string, unknown>) => ({ ...jobHook, build_status: 'pending', runner: null, ...patch });
+  it.each([
+    ['pending', hook({}), 'job'],
+    ['created', hook({ build_status: 'created' }), 'ignore:status-created'],
+    ['running', hook({ build_status: 'running' }), 'ignore:status-running'],
+    ['success', hook({ build_status: 'success' }), 'ignore:status-success'],
+    ['a status with odd characters', hook({ build_status: 'Pending!' }), 'ignore:status-other'],
+    ['pipeline hook', { object_kind: 'pipeline', object_attributes: {} }, 'ignore:not-a-job-hook'],
+    ['system hook with event_name', { event_name: 'project_create' }, 'ignore:not-a-job-hook'],
+    ['no object_kind', { build_status: 'pending' }, 'invalid'],
+    ['no build_status', hook({ build_status: undefined }), 'invalid'],
+    ['build_id a string', hook({ build_id: '1977' }), 'invalid'],
+    ['no project id anywhere', hook({ project_id: undefined, project: { path_with_namespace: 'a/b' } }), 'invalid'],
+    ['project id only in project', hook({ project_id: undefined }), 'job'],
+    ['no project path', hook({ project: { id: 380 }, project_name: undefined }), 'invalid'],
+    ['array body', [hook({})], 'invalid'],
+  ] as const)('%s', (_name, payload, expected) => {
+    const c = classifyGitLabDelivery(payload);
+    expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
+  });
+
+  it('splits nested namespaces at the last slash', () => {
+    const c = classifyGitLabDelivery(hook({ project: { id: 380, path_with_namespace: 'group/sub/app' } }));
+    expect(c).toEqual({ kind: 'job', job: { provider: 'gitlab', providerJobId: '1977', owner: 'group/sub', project: 'app', projectId: 380, labels: [] } });
+  });
+});

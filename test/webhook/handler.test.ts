@@ -1,0 +1,415 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CreateQueueCommand, PurgeQueueCommand, ReceiveMessageCommand, SQSClient, type Message } from '@aws-sdk/client-sqs';
+import { DeleteParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import examples from '@octokit/webhooks-examples';
+import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { buildFleetConfig, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { createLogger } from '../../lambdas/shared/log';
+import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
+import { captureConsole } from '../support/console-capture';
+import { startLoopback, type Loopback, type Route } from '../support/loopback';
+import { startMoto, type MotoServer } from '../support/moto';
+import { functionUrlEvent, githubHeaders, plantSecret, secretForms, standardWebhookHeaders } from './support';
+
+const PREFIX = 'wh-test';
+const paths = ssmPaths(PREFIX);
+const secrets = {
+  githubWebhook: plantSecret('gh-webhook'),
+  gitlabWebhookToken: plantSecret('gl-webhook'),
+  gitlabSigningKey: `whsec_${Buffer.from(plantSecret('gl-signing')).toString('base64')}`,
+  gitlabApiToken: `glpat-${plantSecret('gl-api')}`,
+};
+const NOW = new Date('2026-11-29T19:00:00.000Z');
+const jobHook = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'gitlab-job-hook.json'), 'utf8')) as Record<string, unknown>;
+const workflowJob = examples.find((e) => e.name === 'workflow_job')!;
+type Example = { action: string; workflow_job: { labels: string[] } };
+/** The community example of a queued job asking for [self-hosted, k8s]. */
+const queuedSelfHosted = JSON.stringify((workflowJob.examples as unknown as Example[]).find((e) => e.action === 'queued' && e.workflow_job.labels.includes('k8s')));
+
+let moto: MotoServer;
+let gitlab: Loopback;
+let gitlabRoute: Route;
+let ssm: SSMClient;
+let sqs: SQSClient;
+let queueUrl: string;
+let ssmReads = 0;
+const logLines: string[] = [];
+const metricLines: string[] = [];
+
+function config(gitlabUrl: string) {
+  return buildFleetConfig({
+    prefix: PREFIX,
+    github: { appId: '4242', repositories: ['lineville/elastic-machines-testing', 'Codertocat/Hello-World'] },
+    gitlab: { url: gitlabUrl },
+    pools: [
+      { name: 'gh-k8s', provider: 'github', labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+      { name: 'gl-docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+    ],
+  });
+}
+
+function newHandler(options: WebhookOptions = {}, env: Record<string, string> = {}) {
+  return createWebhookHandler({
+    ssm,
+    sqs,
+    now: () => NOW,
+    logger: createLogger({ fn: 'webhook' }, (l) => logLines.push(l)),
+    metricSink: (l) => metricLines.push(l),
+    env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config(gitlab.url)), [LAMBDA_ENV.jobsQueueUrl]: queueUrl, ...env },
+    options: { tagLookupTimeoutMs: 1_000, ...options },
+  });
+}
+
+async function queued(): Promise<Message[]> {
+  const out: Message[] = [];
+  for (;;) {
+    const res = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 60, MessageSystemAttributeNames: ['All'] }));
+    if (!res.Messages?.length) return out;
+    out.push(...res.Messages);
+  }
+}
+
+const parsed = (m: Message): JobMessage => parseJobMessage(m.Body!);
+const result = (r: unknown) => r as APIGatewayProxyStructuredResultV2;
+const outcome = (r: unknown) => JSON.parse(result(r).body!) as { outcome: string; reason: string };
+
+function gitlabEvent(status: string, headers: Record<string, string> = {}, extra: Record<string, unknown> = {}) {
+  const payload = { ...jobHook, build_status: status, ...(status === 'pending' || status === 'created' ? { runner: null } : {}), ...extra };
+  const body = JSON.stringify(payload);
+  return {
+    body,
+    event: functionUrlEvent(
+      '/gitlab',
+      { 'Content-Type': 'application/json', 'User-Agent': 'GitLab/18.6.0', 'X-Gitlab-Event': 'Job Hook', 'X-Gitlab-Token': secrets.gitlabWebhookToken, 'Idempotency-Key': randomUUID(), ...headers },
+      body,
+    ),
+  };
+}
+
+let consoleLines: string[] = [];
+beforeAll(async () => {
+  consoleLines = captureConsole();
+  moto = await startMoto();
+  gitlab = await startLoopback((req) => gitlabRoute(req));
+  const clientConfig = { endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' } };
+  ssm = new SSMClient(clientConfig);
+  ssm.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === 'GetParameterCommand') ssmReads++;
+      return next(args);
+    },
+    { step: 'initialize' },
+  );
+  sqs = new SQSClient(clientConfig);
+  queueUrl = (await sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true', ContentBasedDeduplication: 'false' } }))).QueueUrl!;
+  const put = (Name: string, Value: string) => ssm.send(new PutParameterCommand({ Name, Value, Type: 'SecureString', Overwrite: true }));
+  await put(paths.github.webhookSecret, secrets.githubWebhook);
+  await put(paths.gitlab.webhookToken, secrets.gitlabWebhookToken);
+  await put(paths.gitlab.token, secrets.gitlabApiToken);
+});
+
+afterAll(async () => {
+  await gitlab?.close();
+  await moto?.stop();
+});
+
+beforeEach(async () => {
+  await sqs.send(new PurgeQueueCommand({ QueueUrl: queueUrl }));
+  gitlab.requests.length = 0;
+  gitlabRoute = (req) => (req.path === '/api/v4/projects/380/jobs/1977' ? { status: 200, body: { id: 1977, status: 'pending', tag_list: ['docker'] } } : { status: 404, body: { message: '404 Not found' } });
+});
+
+describe('GitHub deliveries (community example payloads)', () => {
+  it('queues exactly the queued self-hosted workflow_job whose labels match a pool, and acknowledges every other action', async () => {
+    const handler = newHandler();
+    const seen: { action: string; status: number; outcome: string }[] = [];
+    for (const example of workflowJob.examples) {
+      const body = JSON.stringify(example);
+      const res = await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body));
+      seen.push({ action: (example as { action: string }).action, status: result(res).statusCode!, outcome: outcome(res).outcome });
+    }
+    expect(workflowJob.actions.sort()).toEqual(['completed', 'in_progress', 'queued', 'waiting']);
+    // Every action is covered; only the queued [self-hosted, k8s] example is queued.
+    expect(new Set(seen.map((s) => s.action))).toEqual(new Set(workflowJob.actions));
+    expect(seen.filter((s) => s.outcome === 'queued')).toEqual([{ action: 'queued', status: 202, outcome: 'queued' }]);
+    expect(seen.filter((s) => s.outcome !== 'queued').every((s) => s.status === 200 && s.outcome === 'ignored')).toBe(true);
+
+    const messages = await queued();
+    expect(messages).toHaveLength(1);
+    const m = parsed(messages[0]!);
+    expect(m).toMatchObject({
+      provider: 'github',
+      jobId: 'github:12877621891',
+      providerJobId: '12877621891',
+      pool: 'gh-k8s',
+      owner: 'lineville',
+      project: 'elastic-machines-testing',
+      labels: ['self-hosted', 'k8s'],
+      labelsResolved: true,
+      receivedAt: NOW.toISOString(),
+    });
+    expect(m.traceId).toBe(m.deliveryId);
+    expect(messages[0]!.Attributes?.MessageGroupId).toBe('github:12877621891');
+    expect(messages[0]!.Attributes?.MessageDeduplicationId).toBe(`github:${m.deliveryId}`);
+    const metric = metricLines.map((l) => JSON.parse(l) as Record<string, unknown>).find((r) => r[METRIC_NAMES.jobsReceived] === 1);
+    expect(metric).toMatchObject({ Pool: 'gh-k8s' });
+  });
+
+  it('acknowledges ping and other event types without queueing', async () => {
+    const handler = newHandler();
+    for (const name of ['ping', 'push', 'workflow_run', 'check_run', 'issues', 'installation']) {
+      const example = examples.find((e) => e.name === name)!.examples[0];
+      const body = JSON.stringify(example);
+      const res = result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, name, randomUUID()), body)));
+      expect(res.statusCode, name).toBe(200);
+    }
+    expect(await queued()).toHaveLength(0);
+  });
+
+  it('verifies base64-encoded Function URL bodies over the decoded bytes', async () => {
+    const body = queuedSelfHosted;
+    const res = result(await newHandler()(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body, { base64: true })));
+    expect(res.statusCode).toBe(202);
+    expect(await queued()).toHaveLength(1);
+  });
+});
+
+describe('GitLab deliveries (documented Job Hook, one fixture per status)', () => {
+  it.each(['created', 'pending', 'running', 'success', 'failed', 'canceled', 'skipped', 'manual'])('%s', async (status) => {
+    const { event } = gitlabEvent(status);
+    const res = result(await newHandler()(event));
+    const messages = await queued();
+    if (status === 'pending') {
+      expect(res.statusCode).toBe(202);
+      expect(messages).toHaveLength(1);
+      expect(parsed(messages[0]!)).toMatchObject({
+        provider: 'gitlab',
+        jobId: 'gitlab:1977',
+        projectId: 380,
+        owner: 'gitlab-org',
+        project: 'gitlab-test',
+        pool: 'gl-docker',
+        labels: ['docker'],
+        labelsResolved: true,
+      });
+      // The tag lookup used the API token from SSM, against the documented jobs endpoint.
+      expect(gitlab.requests).toHaveLength(1);
+      expect(gitlab.requests[0]!.headers['private-token']).toBe(secrets.gitlabApiToken);
+    } else {
+      expect(res.statusCode).toBe(200);
+      expect(messages).toHaveLength(0);
+      expect(gitlab.requests).toHaveLength(0);
+    }
+  });
+
+  it('acknowledges a pending job whose tags match no pool', async () => {
+    gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: ['windows'] } });
+    const res = result(await newHandler()(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([200, 'no-matching-pool']);
+    expect(await queued()).toHaveLength(0);
+  });
+
+  it.each([
+    ['500', (() => ({ status: 500, body: { message: '500 Internal Server Error' } })) as Route],
+    ['401', (() => ({ status: 401, body: { message: '401 Unauthorized' } })) as Route],
+    ['403', (() => ({ status: 403, body: { message: '403 Forbidden' } })) as Route],
+    ['404', (() => ({ status: 404, body: { message: '404 Not found' } })) as Route],
+    ['429 asking for a minute', (() => ({ status: 429, headers: { 'retry-after': '60' }, body: { message: 'Retry later' } })) as Route],
+    ['a server that never answers', (() => 'hang') as Route],
+  ])('queues the job with its tags unresolved when the lookup gets %s', async (_name, route) => {
+    gitlabRoute = route;
+    const res = result(await newHandler({ tagLookupTimeoutMs: 500 })(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued-labels-unresolved']);
+    const messages = await queued();
+    expect(messages).toHaveLength(1);
+    const m = parsed(messages[0]!);
+    expect(m).toMatchObject({ jobId: 'gitlab:1977', labels: [], labelsResolved: false });
+    expect(m.pool).toBeUndefined();
+  });
+
+  it('checks the Standard Webhooks signature when a signing key is configured', async () => {
+    await ssm.send(new PutParameterCommand({ Name: paths.gitlab.webhookSigningKey, Value: secrets.gitlabSigningKey, Type: 'SecureString', Overwrite: true }));
+    try {
+      const handler = newHandler();
+      const nowS = NOW.getTime() / 1000;
+      const signed = (ts: number, id = randomUUID()) => {
+        const { body } = gitlabEvent('pending');
+        return gitlabEvent('pending', { ...standardWebhookHeaders(body, secrets.gitlabSigningKey, id, ts), 'Idempotency-Key': id }, {}).event;
+      };
+      // gitlabEvent builds the same body for the same status, so the signature covers it.
+      expect(result(await handler(signed(nowS - 10))).statusCode).toBe(202);
+      expect(result(await handler(signed(nowS - 301))).statusCode).toBe(401);
+      expect(result(await handler(gitlabEvent('pending').event)).statusCode).toBe(401); // no signature headers
+      expect(await queued()).toHaveLength(1);
+
+      // The bad-input table for Standard Webhooks: each 401, nothing queued.
+      const { body } = gitlabEvent('pending');
+      const good = standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS);
+      const otherKey = `whsec_${Buffer.from('another signing key, 32 bytes..').toString('base64')}`;
+      const bad: [string, Record<string, string>][] = [
+        ['wrong key', standardWebhookHeaders(body, otherKey, 'msg-1', nowS)],
+        ['truncated signature', { ...good, 'webhook-signature': good['webhook-signature']!.slice(0, 20) }],
+        ['wrong version prefix', { ...good, 'webhook-signature': good['webhook-signature']!.replace('v1,', 'v1a,') }],
+        ['signature of another body', standardWebhookHeaders('{}', secrets.gitlabSigningKey, 'msg-1', nowS)],
+        ['signature for another id', { ...good, 'webhook-id': 'msg-2' }],
+        ['timestamp too old', standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS - 600)],
+        ['timestamp in the future', standardWebhookHeaders(body, secrets.gitlabSigningKey, 'msg-1', nowS + 600)],
+        ['right signature, wrong X-Gitlab-Token', { ...good, 'X-Gitlab-Token': 'nope' }],
+      ];
+      for (const [name, headers] of bad) {
+        const res = result(await handler(gitlabEvent('pending', headers).event));
+        expect([name, res.statusCode]).toEqual([name, 401]);
+      }
+      expect(await queued()).toHaveLength(0);
+    } finally {
+      await ssm.send(new DeleteParameterCommand({ Name: paths.gitlab.webhookSigningKey }));
+    }
+  });
+});
+
+describe('bad input: a precise status and nothing queued', () => {
+  const ghBody = queuedSelfHosted;
+  const gh = (body: string | Buffer, headers: Record<string, string>, opts: { base64?: boolean; method?: string } = {}) => functionUrlEvent('/github', headers, body, opts);
+  const ghh = (body: string | Buffer, override: Record<string, string> = {}) => ({ ...githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), ...override });
+  const big = Buffer.alloc(2 * 1024 * 1024, 'a');
+  const cases: [string, () => ReturnType<typeof functionUrlEvent>, number][] = [
+    ['GitHub: wrong secret', () => gh(ghBody, githubHeaders(ghBody, 'not-the-secret', 'workflow_job', randomUUID())), 401],
+    ['GitHub: missing signature', () => gh(ghBody, { 'X-GitHub-Event': 'workflow_job', 'X-GitHub-Delivery': randomUUID() }), 401],
+    ['GitHub: truncated signature', () => gh(ghBody, ghh(ghBody, { 'X-Hub-Signature-256': ghh(ghBody)['X-Hub-Signature-256']!.slice(0, 50) })), 401],
+    ['GitHub: sha1 algorithm prefix', () => gh(ghBody, ghh(ghBody, { 'X-Hub-Signature-256': ghh(ghBody)['X-Hub-Signature-256']!.replace('sha256=', 'sha1=') })), 401],
+    ['GitHub: signature of another body', () => gh(ghBody, ghh('{"action":"queued"}')), 401],
+    ['GitHub: empty body', () => gh('', ghh('')), 400],
+    ['GitHub: not JSON', () => gh('{"action": queued', ghh('{"action": queued')), 400],
+    ['GitHub: form-encoded', () => gh(`payload=${encodeURIComponent(ghBody)}`, ghh(`payload=${encodeURIComponent(ghBody)}`)), 400],
+    ['GitHub: JSON array', () => gh('[1,2]', ghh('[1,2]')), 400],
+    ['GitHub: workflow_job without workflow_job', () => gh('{"action":"queued","repository":{}}', ghh('{"action":"queued","repository":{}}')), 400],
+    ['GitHub: workflow_job with a string id', () => {
+      const body = ghBody.replace('"id":12877621891', '"id":"12877621891"');
+      return gh(body, ghh(body));
+    }, 400],
+    ['GitHub: missing delivery id', () => gh(ghBody, ghh(ghBody, { 'X-GitHub-Delivery': '' })), 400],
+    ['GitHub: missing event header', () => gh(ghBody, ghh(ghBody, { 'X-GitHub-Event': '' })), 400],
+    ['GitHub: huge body', () => gh(big, ghh(big)), 413],
+    ['GitHub: huge base64 body', () => gh(big, ghh(big), { base64: true }), 413],
+    ['GitHub: unknown event', () => gh('{"zen":"x"}', { ...ghh('{"zen":"x"}'), 'X-GitHub-Event': 'no_such_event' }), 200],
+    ['GitHub: GET', () => gh(ghBody, ghh(ghBody), { method: 'GET' }), 405],
+    ['GitLab: wrong token', () => gitlabEvent('pending', { 'X-Gitlab-Token': 'not-the-token' }).event, 401],
+    ['GitLab: token with an extra character', () => gitlabEvent('pending', { 'X-Gitlab-Token': `${secrets.gitlabWebhookToken}x` }).event, 401],
+    ['GitLab: missing token', () => gitlabEvent('pending', { 'X-Gitlab-Token': '' }).event, 401],
+    ['GitLab: empty body', () => functionUrlEvent('/gitlab', { 'X-Gitlab-Token': secrets.gitlabWebhookToken }, ''), 400],
+    ['GitLab: not JSON', () => functionUrlEvent('/gitlab', { 'X-Gitlab-Token': secrets.gitlabWebhookToken }, 'object_kind=build'), 400],
+    ['GitLab: Job Hook without build_id', () => gitlabEvent('pending', {}, { build_id: undefined }).event, 400],
+    ['GitLab: Job Hook without project', () => gitlabEvent('pending', {}, { project_id: null, project: null }).event, 400],
+    ['GitLab: no object_kind', () => functionUrlEvent('/gitlab', { 'X-Gitlab-Token': secrets.gitlabWebhookToken }, '{"build_status":"pending"}'), 400],
+    ['GitLab: huge body', () => functionUrlEvent('/gitlab', { 'X-Gitlab-Token': secrets.gitlabWebhookToken }, big), 413],
+    ['GitLab: unknown event', () => functionUrlEvent('/gitlab', { 'X-Gitlab-Token': secrets.gitlabWebhookToken, 'X-Gitlab-Event': 'Push Hook' }, '{"object_kind":"push"}'), 200],
+    ['unknown path', () => functionUrlEvent('/bitbucket', {}, ghBody), 404],
+    ['root path', () => functionUrlEvent('/', {}, ghBody), 404],
+  ];
+  it.each(cases.map(([name, make, status]) => [name, status, make] as const))('%s -> %s', async (_name, status, make) => {
+    const res = result(await newHandler()(make()));
+    expect(res.statusCode).toBe(status);
+    expect(outcome(res).outcome).toBe(status === 200 ? 'ignored' : 'rejected');
+    expect(await queued()).toHaveLength(0);
+  });
+});
+
+describe('duplicate deliveries are queued once, across containers', () => {
+  it('GitHub: the same X-GitHub-Delivery to two handler instances', async () => {
+    const body = queuedSelfHosted;
+    const headers = githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID());
+    const [a, b] = [newHandler(), newHandler()];
+    const results = await Promise.all([a(functionUrlEvent('/github', headers, body)), b(functionUrlEvent('/github', headers, body))]);
+    expect(results.map((r) => result(r).statusCode)).toEqual([202, 202]);
+    expect(await queued()).toHaveLength(1);
+  });
+
+  it('GitLab: a retry with the same Idempotency-Key, and a resend from GitLab before 17.4 (no key: same body)', async () => {
+    const [a, b] = [newHandler(), newHandler()];
+    const keyed = gitlabEvent('pending');
+    expect(result(await a(keyed.event)).statusCode).toBe(202);
+    expect(result(await b(keyed.event)).statusCode).toBe(202);
+    const { 'idempotency-key': _drop, ...withoutKey } = keyed.event.headers;
+    const old = { ...keyed.event, headers: withoutKey };
+    expect(result(await a(old)).statusCode).toBe(202);
+    expect(result(await b(old)).statusCode).toBe(202);
+    const messages = await queued();
+    // One message for the keyed delivery, one for the unkeyed one (a different delivery id).
+    expect(messages).toHaveLength(2);
+    const ids = messages.map((m) => parsed(m).deliveryId);
+    expect(ids).toContain(keyed.event.headers['idempotency-key']);
+    expect(ids.filter((id) => /^body-sha256-[0-9a-f]{48}$/.test(id))).toHaveLength(1);
+  });
+});
+
+describe('log hygiene', () => {
+  it('logs request text only in reduced form: no forged lines, no control characters', async () => {
+    const evil = 'x\u001b[31m"}\n{"level":"error","forged":true}';
+    const payload = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    payload.workflow_job.labels = ['self-hosted', evil];
+    const body = JSON.stringify(payload);
+    const start = logLines.length;
+    const res = result(await newHandler()(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', `${randomUUID()}\n{"forged":true}`), body)));
+    expect(res.statusCode).toBe(200);
+    const lines = logLines.slice(start);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) {
+      expect(line).not.toContain('\n');
+      expect([...line].some((c) => c.charCodeAt(0) < 0x20)).toBe(false);
+      expect(line).not.toContain('forged":true');
+      const record = JSON.parse(line) as Record<string, unknown>;
+      expect(record).not.toHaveProperty('forged');
+      // The request's text is not in the record as sent: it was reduced to harmless characters.
+      for (const value of Object.values(record).flat()) if (typeof value === 'string') expect(value.includes('"}') || value.includes('\u001b')).toBe(false);
+    }
+    expect(lines.some((l) => (JSON.parse(l) as { labels?: string[] }).labels?.some((x) => x.startsWith('x?')))).toBe(true);
+  });
+
+  it('refuses a job with more labels than a job message carries (400, nothing queued)', async () => {
+    const payload = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    payload.workflow_job.labels = ['self-hosted', ...Array.from({ length: 70 }, (_, i) => `l${i}`)];
+    const body = JSON.stringify(payload);
+    const wide = buildFleetConfig({
+      prefix: PREFIX,
+      github: { appId: '4242', organization: 'lineville' },
+      pools: [{ name: 'wide', provider: 'github', labels: payload.workflow_job.labels.slice(1), labelMatch: 'subset', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }],
+    });
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(wide) })(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
+    expect([res.statusCode, outcome(res).reason]).toEqual([400, expect.stringMatching(/labels/)]);
+    expect(await queued()).toHaveLength(0);
+  });
+});
+
+describe('failures', () => {
+  it('answers 500 when the queue refuses the message, so the sender can redeliver', async () => {
+    const handler = newHandler({}, { [LAMBDA_ENV.jobsQueueUrl]: `${moto.endpoint}/123456789012/no-such-queue.fifo` });
+    const body = queuedSelfHosted;
+    const res = result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
+    expect(res.statusCode).toBe(500);
+  });
+
+  it('answers 500 and logs when the fleet config is unreadable', async () => {
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: '{"version":9}' })(functionUrlEvent('/github', {}, '{}')));
+    expect(res.statusCode).toBe(500);
+  });
+});
+
+describe('secrets', () => {
+  it('are read from SSM once per container', async () => {
+    const handler = newHandler();
+    const before = ssmReads;
+    for (let i = 0; i < 3; i++) await handler(gitlabEvent('pending').event);
+    for (let i = 0; i < 3; i++) await handler(functionUrlEvent('/github', githubHeaders('{}', secrets.githubWebhook, 'ping', randomUUID()), '{}'));
+    // GitLab webhook token + signing key (absent) + API token for the tag lookup + GitHub webhook secret.
+    expect(ssmReads - before).toBe(4);
+  });
+
+  it('never appear in any log line of this file, in plain, base64 or URL-encoded form', () => {
+    expect(logLines.length).toBeGreaterThan(50);
+    const all = [...logLines, ...metricLines, ...consoleLines].join('\n');
+    for (const secret of Object.values(secrets)) for (const form of secretForms(secret)) expect(all.includes(form), form).toBe(false);
+  });
+});

@@ -1,0 +1,63 @@
+import { createHmac, randomBytes } from 'node:crypto';
+import type { LambdaFunctionURLEvent } from 'aws-lambda';
+
+/** A unique, recognisable secret per run, so a leak into a log is found by a plain search. */
+export function plantSecret(label: string): string {
+  return `planted-${label}-${randomBytes(12).toString('hex')}`;
+}
+
+/** The forms a secret could take in a log line. */
+export function secretForms(secret: string): string[] {
+  return [secret, Buffer.from(secret).toString('base64'), Buffer.from(secret).toString('base64url'), encodeURIComponent(secret), JSON.stringify(secret).slice(1, -1)];
+}
+
+export function functionUrlEvent(
+  path: string,
+  headers: Record<string, string>,
+  body: string | Buffer,
+  options: { base64?: boolean; method?: string } = {},
+): LambdaFunctionURLEvent {
+  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body, 'utf8');
+  return {
+    version: '2.0',
+    routeKey: '$default',
+    rawPath: path,
+    rawQueryString: '',
+    // Function URLs deliver header names in lower case.
+    headers: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v])),
+    requestContext: {
+      accountId: 'anonymous',
+      apiId: 'url-id',
+      domainName: 'url-id.lambda-url.us-east-1.on.aws',
+      domainPrefix: 'url-id',
+      http: { method: options.method ?? 'POST', path, protocol: 'HTTP/1.1', sourceIp: '192.0.2.1', userAgent: 'test' },
+      requestId: randomBytes(8).toString('hex'),
+      routeKey: '$default',
+      stage: '$default',
+      time: '29/Nov/2026:19:00:00 +0000',
+      timeEpoch: 0,
+    },
+    body: options.base64 ? raw.toString('base64') : raw.toString('utf8'),
+    isBase64Encoded: options.base64 ?? false,
+  } as LambdaFunctionURLEvent;
+}
+
+export function githubHeaders(body: string | Buffer, secret: string, event: string, delivery: string): Record<string, string> {
+  return {
+    'Content-Type': 'application/json',
+    'User-Agent': 'GitHub-Hookshot/abc123',
+    'X-GitHub-Event': event,
+    'X-GitHub-Delivery': delivery,
+    'X-GitHub-Hook-ID': '123456',
+    'X-Hub-Signature-256': `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`,
+  };
+}
+
+export function standardWebhookHeaders(body: string, signingKey: string, id: string, timestamp: number): Record<string, string> {
+  const key = Buffer.from(signingKey.slice('whsec_'.length), 'base64');
+  return {
+    'webhook-id': id,
+    'webhook-timestamp': String(timestamp),
+    'webhook-signature': `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')}`,
+  };
+}
