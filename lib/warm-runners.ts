@@ -169,8 +169,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.webhookFunction = new BundledFunction(this, 'Webhook', {
       handler: 'webhook',
       description: 'Verifies GitHub and GitLab webhook deliveries and queues the jobs',
-      // GitLab gives a webhook about 10 s; the tag lookup is bounded well below that.
-      timeout: Duration.seconds(10),
+      // The handler answers within its own deadline (below the ~10 s GitHub and GitLab wait);
+      // the function's timeout leaves room for a cold start on top.
+      timeout: Duration.seconds(15),
       environment,
       logRetention,
     });
