@@ -39,9 +39,9 @@ export const START_LOGIC_MARKERS = {
 } as const;
 
 /** Bounds that keep the largest rendering under `USER_DATA_LIMIT_BYTES` (tested). */
-export const PREPARE_COMMANDS_MAX = 20;
+export const PREPARE_COMMANDS_MAX = 16;
 export const PREPARE_COMMAND_MAX_LENGTH = 512;
-export const PREPARE_COMMANDS_MAX_TOTAL = 4096;
+export const PREPARE_COMMANDS_MAX_TOTAL = 2560;
 export const HOST_PATH_MAX_LENGTH = 100;
 
 /** Every host path the start logic touches. */

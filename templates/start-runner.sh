@@ -37,6 +37,7 @@ readonly MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DM
 readonly IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@
 readonly BEGIN=@@BEGIN_MARKER@@ END=@@END_MARKER@@
 readonly UNIT_TEXT=@@UNIT_TEXT@@
+# shellcheck disable=SC2016 # literals for bash -c, expanded when they run
 PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
@@ -164,7 +165,7 @@ get_config() {
 # Parses encodeRunnerConfig's key=value lines with builtins. The values are secrets: errors
 # name the field, never the value.
 parse_config() {
-  local rest=$CONFIG line version='' provider=''
+  local rest=$CONFIG line ver='' prov=''
   CONFIG=''
   while [[ -n $rest ]]; do
     line=${rest%%$'\n'*}
@@ -172,15 +173,15 @@ parse_config() {
     [[ -n $line ]] || continue
     [[ $line == ?*=* ]] || fail "$PARAM has a line without key="
     case ${line%%=*} in
-      "$K_VERSION") version=${line#*=} ;;
-      "$K_PROVIDER") provider=${line#*=} ;;
+      "$K_VERSION") ver=${line#*=} ;;
+      "$K_PROVIDER") prov=${line#*=} ;;
       "$K_JIT") JIT=${line#*=} ;;
       "$K_URL") URL=${line#*=} ;;
       "$K_TOKEN") RTOKEN=${line#*=} ;;
     esac
   done
-  [[ $version == "$CONFIG_VERSION" ]] || fail "$PARAM is not version $CONFIG_VERSION"
-  [[ $provider == "$PROVIDER" ]] || fail "$PARAM is not for this pool's provider $PROVIDER"
+  [[ $ver == "$CONFIG_VERSION" ]] || fail "$PARAM is not version $CONFIG_VERSION"
+  [[ $prov == "$PROVIDER" ]] || fail "$PARAM is not for this pool's provider $PROVIDER"
   if [[ $PROVIDER == "$GITHUB" ]]; then
     [[ -n $JIT ]] || fail "$PARAM lacks $K_JIT"
   else

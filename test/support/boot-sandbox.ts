@@ -167,6 +167,8 @@ export class AwsProxy {
   readonly log: LoggedAwsCall[] = [];
   /** Action -> number of calls still to throttle. */
   readonly throttle = new Map<string, number>();
+  /** Number of requests still to drop without an answer, as a network that is not up. */
+  drop = 0;
   private readonly server = createServer((req, res) => void this.handle(req, res));
 
   constructor(private readonly upstream: string) {}
@@ -181,6 +183,12 @@ export class AwsProxy {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.drop > 0) {
+      this.drop -= 1;
+      this.log.push({ t: now(), action: 'dropped', accessKeyId: '', status: 0 });
+      req.socket.destroy();
+      return;
+    }
     const body = await readBody(req);
     const target = req.headers['x-amz-target'];
     const action =
@@ -279,12 +287,16 @@ export async function startBootSandbox(): Promise<BootSandbox> {
         case 'POST /throttle':
           proxy.throttle.set(String(input.action), Number(input.count));
           return json({ ok: true });
+        case 'POST /drop':
+          proxy.drop = Number(input.count);
+          return json({ ok: true });
         case 'GET /log':
           return json({ imds: imds.log, aws: proxy.log });
         case 'POST /log/reset':
           imds.log.length = 0;
           proxy.log.length = 0;
           proxy.throttle.clear();
+          proxy.drop = 0;
           return json({ ok: true });
         default:
           return send(res, 404, `no control route ${req.method} ${url.pathname}`);

@@ -57,7 +57,7 @@ sandbox_stop() {
 
 # A fresh machine for every test: no hook, no state, no calls, both runners installed.
 sandbox_reset() {
-  rm -rf "$ROOT"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "$ROOT/runner/github/"* "$ROOT/runner/gitlab/"*
+  rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "${ROOT:?}/runner/github/"* "${ROOT:?}/runner/gitlab/"*
   mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls"
   chmod 1777 "$ROOT/calls"
   install -m 755 "$ROOT/runner-shim" "$ROOT/runner/github/run.sh"
