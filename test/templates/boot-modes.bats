@@ -296,8 +296,7 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
     "$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$config")")
   local form
   for form in "${forms[@]}"; do
-    refute grep -rlF -- "$form" "$ROOT/out" "$ROOT/var" "$ROOT/etc" "$ROOT/tmp" "$ROOT/sys" "$ROOT/calls" \
-      --exclude=runner.args
+    nowhere_in "$form" "$ROOT/out" "$ROOT/var" "$ROOT/etc" "$ROOT/tmp" "$ROOT/sys" "$ROOT/calls"
   done
   refute grep -q '^AWS_' "$ROOT/calls/runner.env"
   [ -z "$(ls -A "$ROOT/tmp")" ]

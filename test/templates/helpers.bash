@@ -157,3 +157,14 @@ refute() {
     return 1
   fi
 }
+
+# nowhere_in TEXT PATH...: no file under the PATHs holds TEXT, the runner's recorded arguments
+# aside (the runner gets its secret there). grep must answer "no match" (1), not fail (2).
+nowhere_in() {
+  local rc=0
+  grep -rlF --exclude=runner.args -- "$1" "${@:2}" || rc=$?
+  if ((rc != 1)); then
+    echo "\"$1\" found (or grep failed, status $rc)" >&2
+    return 1
+  fi
+}
