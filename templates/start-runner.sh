@@ -141,7 +141,7 @@ aws_try() {
   for ((i = 1; i <= AWS_TRIES; i++)); do
     f=$(mktemp)
     rc=0
-    OUT=$(AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} \
+    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} \
       --region "$REGION" "$@" 2>"$f") || rc=$?
     ERR=$(<"$f")
     rm -f "$f"
@@ -234,6 +234,7 @@ check_runner() {
   local bin=$GITLAB_BIN
   [[ $PROVIDER != "$GITHUB" ]] || bin=$RUNNER_DIR/run.sh
   [[ -x $bin ]] || fail "no $PROVIDER runner at $bin: bake it into the AMI or install it with a prepare command"
+  getent passwd "$RUNNER_USER" >/dev/null || fail "no user $RUNNER_USER to run the runner as"
 }
 
 # Runs in a subshell: the runner as the runner user with a clean environment. The job
@@ -246,8 +247,12 @@ start_runner() {
   env=(HOME="${home:-$RUNNER_DIR}" USER="$RUNNER_USER" LOGNAME="$RUNNER_USER" LANG="${LANG:-C.UTF-8}"
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   cmd=("$RUNNER_DIR/run.sh" --jitconfig "$JIT")
-  [[ $PROVIDER == "$GITHUB" ]] || cmd=("$GITLAB_BIN" run-single --url "$URL" --token "$RTOKEN"
-    --executor shell --max-builds 1 --wait-timeout "$GITLAB_WAIT" --builds-dir "$RUNNER_DIR/builds")
+  if [[ $PROVIDER != "$GITHUB" ]]; then
+    cmd=("$GITLAB_BIN" run-single --url "$URL" --token "$RTOKEN" --executor shell --max-builds 1
+      --wait-timeout "$GITLAB_WAIT" --builds-dir "$RUNNER_DIR/builds")
+    mkdir -p "$RUNNER_DIR/builds"
+    chown "$RUNNER_USER" "$RUNNER_DIR/builds"
+  fi
   cd "$RUNNER_DIR"
   ((EUID != 0)) || [[ $RUNNER_USER == root ]] || exec runuser -u "$RUNNER_USER" -- env -i "${env[@]}" "${cmd[@]}"
   exec env -i "${env[@]}" "${cmd[@]}"
@@ -371,8 +376,10 @@ prime_mode() {
   done
   check_runner
   pre_read
-  log "primed; powering off (the launch template stops the instance on shutdown)"
+  log "primed; powering off"
   shutdown -h now || fail "shutdown failed"
+  # systemd may stop this script before it exits: that is no failed PRIME.
+  ENDING=1
 }
 
 # A failed cold instance terminates itself; a warm standby that fails before choosing a mode
@@ -383,7 +390,7 @@ on_exit() {
   local status=$?
   ((status && !ENDING)) || return 0
   if [[ $MODE == "$MODE_PRIME" ]]; then
-    log "PRIME failed (status $status): not powering off, the pool evicts this warm standby"
+    log "PRIME failed (status $status): not powering off; the pool evicts it"
   elif ((!TAGS_READ)); then
     log "failed (status $status) before the tags were read: not terminating"
   elif ((WARM)) && [[ -z $MODE ]]; then
@@ -397,9 +404,10 @@ on_exit() {
 main() {
   local rc=0
   ((BASH_VERSINFO[0] >= 5)) || fail "needs bash 5, this is $BASH_VERSION"
+  for c in curl "$AWS"; do command -v "$c" >/dev/null || fail "$c not found: the boot script needs curl and the aws CLI"; done
   mkdir -p "$STATE" "${LOG_FILE%/*}"
   if [[ -e $STATE/run-began ]]; then
-    log "a RUN began on an earlier boot of this instance: not starting again"
+    log "a RUN began on an earlier boot: not starting again"
     [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" >/dev/null 2>&1 || true
     return 0
   fi

@@ -24,6 +24,8 @@ export interface ImdsState {
   tagsEnabled: boolean;
   /** When true every connection is dropped without an answer. */
   down: boolean;
+  /** Number of requests still to drop without an answer (IMDS not up yet early in a boot). */
+  dropNext: number;
   role: string;
   accessKeyId: string;
 }
@@ -73,6 +75,7 @@ export class ImdsServer {
     tags: {},
     tagsEnabled: true,
     down: false,
+    dropNext: 0,
     role: 'runner-instance-role',
     accessKeyId: 'ASIAIMDSSANDBOX00001',
   };
@@ -98,7 +101,8 @@ export class ImdsServer {
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
-    if (this.state.down) {
+    if (this.state.down || this.state.dropNext > 0) {
+      if (this.state.dropNext > 0) this.state.dropNext -= 1;
       this.log.push({ t: now(), method: req.method ?? '', path, status: 0 });
       req.socket.destroy();
       return;
@@ -251,7 +255,7 @@ export async function startBootSandbox(): Promise<BootSandbox> {
           if (Object.keys(tags).length > 0) {
             await ec2.send(new CreateTagsCommand({ Resources: [instanceId], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }));
           }
-          Object.assign(imds.state, { instanceId, tags, tagsEnabled: input.tagsEnabled ?? true, down: false });
+          Object.assign(imds.state, { instanceId, tags, tagsEnabled: input.tagsEnabled ?? true, down: false, dropNext: 0 });
           return json({ instanceId, region: imds.state.region });
         }
         case 'POST /imds':

@@ -25,6 +25,17 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(instance_state)" = running ]
 }
 
+@test "IMDS not answering the first requests of a boot: the token request is retried, then RUN" {
+  new_instance "$(cold_tags)"
+  github_config jit-imds-late
+  ctl POST /imds '{"dropNext":2}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(grep -c "IMDS api/token answered 000" "$ROOT/out")" -eq 2 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-imds-late ]
+}
+
 @test "SSM throttled while choosing the mode: retried and logged, never read as no config" {
   new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-throttled\"")"
   github_config jit-throttled
