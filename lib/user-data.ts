@@ -41,7 +41,7 @@ export const START_LOGIC_MARKERS = {
 /** Bounds that keep the largest rendering under `USER_DATA_LIMIT_BYTES` (tested). */
 export const PREPARE_COMMANDS_MAX = 16;
 export const PREPARE_COMMAND_MAX_LENGTH = 512;
-export const PREPARE_COMMANDS_MAX_TOTAL = 2560;
+export const PREPARE_COMMANDS_MAX_TOTAL = 2304;
 export const HOST_PATH_MAX_LENGTH = 100;
 
 /** Every host path the start logic touches. */

@@ -419,11 +419,18 @@ main() {
   read_identity
   PARAM=$CONFIG_ROOT$ID
   read_tags
-  if ((WARM)) && [[ -z $ACTIVATED ]]; then
+  # A warm standby's first boot primes without touching SSM (the pool launched it: no config
+  # can exist). On a later boot it was started by scale-up (activated: the tags say so, or
+  # its activation tags are not visible yet, and the config decides) or rolled back.
+  if ((WARM)) && [[ -z $ACTIVATED && ${BASH_SOURCE[0]} != "$HOOK" ]]; then
     prime_mode
     return
   fi
   get_config || rc=$?
+  if ((rc == 1 && WARM)) && [[ -z $ACTIVATED ]]; then
+    prime_mode
+    return
+  fi
   case $rc in
     0) run_mode ;;
     1) wait_mode ;;

@@ -155,6 +155,19 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(aws_actions | head -n 1)" = AmazonSSM.GetParameter ]
 }
 
+@test "a parked instance started with its config but its activation tags not yet visible RUNs instead of parking again" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  github_config jit-tags-late
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(calls_of shutdown | wc -l)" -eq 1 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-tags-late ]
+}
+
 @test "an activated instance does not rerun the start logic on a later reboot" {
   new_instance "$(warm_tags)"
   boot_first github

@@ -97,7 +97,7 @@ describe('renderUserData', () => {
 
   it('refuses, with the size and what to do, a rendering that would not fit', () => {
     // Within every per-command bound, but quotes cost four bytes each once shell-quoted.
-    const quotes = Array.from({ length: PREPARE_COMMANDS_MAX }, () => `echo ${"'".repeat(150)}`);
+    const quotes = Array.from({ length: PREPARE_COMMANDS_MAX }, () => `echo ${"'".repeat(130)}`);
     expect(() => renderUserData({ provider: 'github', prepareCommands: quotes })).toThrow(
       /rendered user data is \d+ bytes, over EC2's limit of 16384 \(before base64\): shorten or drop prepare commands/,
     );
@@ -187,7 +187,7 @@ describe('resolveUserDataOptions', () => {
     ['too many prepare commands', { prepareCommands: Array.from({ length: 17 }, () => 'true') }, /prepareCommands has 17 commands, at most 16/],
     ['an empty prepare command', { prepareCommands: ['  '] }, /prepareCommands\[0\] is empty/],
     ['a prepare command with a marker', { prepareCommands: [`echo '${START_LOGIC_MARKERS.end}'`] }, /contains a start-logic marker line/],
-    ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 2560/],
+    ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 2304/],
   ])('refuses %s with an actionable message', (_name, patch, message) => {
     expect(() => resolveUserDataOptions({ provider: 'github', ...patch })).toThrow(message);
   });
