@@ -52,7 +52,7 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   boot_first github
   [ "$status" -ne 0 ]
   grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
-  grep -qF "no runner config at $CONFIG_ROOT$INSTANCE_ID after 4s" "$ROOT/out"
+  grep -qF "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s" "$ROOT/out"
   [ ! -e "$ROOT/calls/runner" ]
   aws_actions | grep -qx EC2.TerminateInstances
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]

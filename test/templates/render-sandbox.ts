@@ -30,7 +30,7 @@ const { values } = parseArgs({
     aws: { type: 'string' },
     'aws-cli': { type: 'string' },
     'runner-user': { type: 'string' },
-    'wait-seconds': { type: 'string', default: '4' },
+    'wait-seconds': { type: 'string', default: '6' },
   },
   strict: true,
 });
