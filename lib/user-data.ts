@@ -75,7 +75,11 @@ export interface UserDataOptions {
   readonly runnerDir?: string;
   /** GitLab runner binary. @default '/usr/bin/gitlab-runner' */
   readonly gitlabRunnerBinary?: string;
-  /** Shell commands PRIME runs as root, in order (pull images, warm caches). Never put secrets here: user data is readable. @default [] */
+  /**
+   * Shell commands PRIME runs as root, in order, each with `bash -euo pipefail -c` (pull images,
+   * warm caches); a failing one fails the PRIME. Never put secrets here: user data is readable.
+   * @default []
+   */
   readonly prepareCommands?: readonly string[];
   /** WAIT gives up after this many seconds. @default 300 */
   readonly waitSeconds?: number;
