@@ -68,7 +68,9 @@ export interface WarmPoolProps {
    */
   readonly primingTimeout?: Duration;
   /**
-   * Shell commands run while priming, before the instance parks (pull images, warm caches).
+   * Shell commands run as root while priming, before the instance parks (pull images, warm
+   * caches); a failing one fails the PRIME. At most 16, 2304 bytes in all: user data is
+   * limited to 16 KB, so put longer preparation into the AMI. Never put secrets here.
    * @default - none
    */
   readonly prepareCommands?: string[];
@@ -134,7 +136,7 @@ export interface RunnerPoolProps {
   readonly runnerUser?: string;
   /**
    * Directory the runner is installed in on the AMI.
-   * @default '/opt/actions-runner' for GitHub, '/usr/bin' (gitlab-runner) for GitLab
+   * @default '/opt/actions-runner' for GitHub (holds run.sh), '/opt/gitlab-runner' for GitLab (holds builds/)
    */
   readonly runnerDirectory?: string;
 }

@@ -18,9 +18,6 @@ import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { renderUserData } from './user-data';
 
-/** EC2 refuses user data above 16 KB (raw, before base64). */
-export const USER_DATA_LIMIT_BYTES = 16 * 1024;
-
 export interface RunnerFleetProps {
   /** VPC the runners run in. */
   readonly vpc: ec2.IVpc;
@@ -102,7 +99,10 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         sid: 'ReadAndDeleteOwnRunnerConfig',
         actions: ['ssm:GetParameter', 'ssm:DeleteParameter'],
         resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
-        conditions: { StringEquals: { [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
+        // IfExists: IAM sees no tags on a parameter that does not exist yet, and a waiting
+        // instance must get ParameterNotFound there, not AccessDenied (the boot script tells
+        // the two apart). Only scale-up can create parameters here, always with the tag.
+        conditions: { StringEqualsIfExists: { [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
       }),
     );
     if (props.encryptionKey) {
@@ -158,18 +158,17 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     });
 
     this.launchTemplates = props.pools.map((pool) => {
-      const userData = renderUserData({
-        prefix: props.prefix,
-        provider: pool.provider,
-        ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
-        ...(pool.runnerDirectory === undefined ? {} : { runnerDirectory: pool.runnerDirectory }),
-        prepareCommands: pool.warm?.prepareCommands ?? [],
-      });
-      const bytes = Buffer.byteLength(userData, 'utf8');
-      if (bytes > USER_DATA_LIMIT_BYTES) {
-        throw new Error(
-          `pool "${pool.name}": rendered user data is ${bytes} bytes, above EC2's ${USER_DATA_LIMIT_BYTES}-byte limit; move prepare commands into the AMI or a script the AMI carries`,
-        );
+      let userData: string;
+      try {
+        userData = renderUserData({
+          prefix: props.prefix,
+          provider: pool.provider,
+          ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
+          ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
+          prepareCommands: pool.warm?.prepareCommands ?? [],
+        });
+      } catch (e) {
+        throw new Error(`pool "${pool.name}": ${(e as Error).message}`);
       }
       const launchTemplate = new ec2.LaunchTemplate(this, `LaunchTemplate-${pool.name}`, {
         machineImage: pool.machineImage,

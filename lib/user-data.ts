@@ -1,6 +1,438 @@
-// PLACEHOLDER: replaced by the boot branch's renderer at merge
-import type { Provider } from '../lambdas/shared/contract';
-export interface UserDataOptions { prefix: string; provider: Provider; runnerUser?: string; runnerDirectory?: string; prepareCommands?: readonly string[] }
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  BOOT_LOG_KEYS,
+  DEFAULT_PREFIX,
+  INSTANCE_ID_PATTERN,
+  PROVIDERS,
+  RUNNER_CONFIG_KEYS,
+  RUNNER_CONFIG_VERSION,
+  prefixProblem,
+  ssmPaths,
+  tagKeys,
+  type BootMode,
+  type Provider,
+} from '../lambdas/shared/contract';
+
+/**
+ * Renders the boot script of a runner instance (templates/): the start logic, its systemd
+ * hook and the user data that runs it on the first boot. Every value the control plane
+ * shares with the instance comes from the contract; every host path and time bound is an
+ * option with a production default, so the bats harness runs the same script in a sandbox.
+ */
+
+/**
+ * EC2 limits user data to 16 KB "in raw form, before it is base64-encoded" (EC2 user guide,
+ * "Work with instance user data"), so the limit applies to the rendered text's UTF-8 bytes,
+ * not to its base64 form (which is about 4/3 larger).
+ */
+export const USER_DATA_LIMIT_BYTES = 16 * 1024;
+
+/**
+ * The lines that wrap the start logic. PRIME copies everything from the begin line to the
+ * end line (both included) out of the running file into the boot hook. The template spells
+ * them too; the renderer refuses a template whose marker lines differ.
+ */
+export const START_LOGIC_MARKERS = {
+  begin: '# >>> cdk-warm-runners start logic: begin >>>',
+  end: '# <<< cdk-warm-runners start logic: end <<<',
+} as const;
+
+/** Bounds that keep the largest rendering under `USER_DATA_LIMIT_BYTES` (tested). */
+export const PREPARE_COMMANDS_MAX = 16;
+export const PREPARE_COMMAND_MAX_LENGTH = 512;
+export const PREPARE_COMMANDS_MAX_TOTAL = 2304;
+export const HOST_PATH_MAX_LENGTH = 100;
+
+/** Every host path the start logic touches. */
+export interface HostPaths {
+  /** Where the hook's unit file goes. @default '/etc/systemd/system' */
+  readonly unitDir?: string;
+  /** The hook: the start logic copied out of the user data. @default '/usr/local/sbin/<prefix>-start-runner' */
+  readonly hookPath?: string;
+  /** Small state across boots (cached identity, the "RUN began" marker). @default '/var/lib/<prefix>' */
+  readonly stateDir?: string;
+  /** Log file every line also goes to (besides stderr: the journal or cloud-init's log). @default '/var/log/<prefix>-start-runner.log' */
+  readonly logFile?: string;
+  /** Regenerated on RUN. @default '/etc/machine-id' */
+  readonly machineIdFile?: string;
+  /** Device PRIME reads through once; empty means the disk holding the root file system, found at boot. @default '' */
+  readonly preReadDevice?: string;
+  /** Holds the instance id on Nitro instances. @default '/sys/devices/virtual/dmi/id/board_asset_tag' */
+  readonly dmiAssetTagFile?: string;
+  /** Source of the new machine id. @default '/proc/sys/kernel/random/uuid' */
+  readonly randomUuidFile?: string;
+}
+
+export interface UserDataOptions {
+  /** CI flavour of the pool. */
+  readonly provider: Provider;
+  /** Fleet prefix of tag keys and SSM paths. @default DEFAULT_PREFIX */
+  readonly prefix?: string;
+  /** Unprivileged user the runner runs as. @default 'runner' */
+  readonly runnerUser?: string;
+  /** Runner directory (GitHub: holds run.sh; GitLab: holds builds/). @default '/opt/actions-runner' or '/opt/gitlab-runner' */
+  readonly runnerDir?: string;
+  /** GitLab runner binary. @default '/usr/bin/gitlab-runner' */
+  readonly gitlabRunnerBinary?: string;
+  /**
+   * Shell commands PRIME runs as root, in order, each with `bash -euo pipefail -c` (pull images,
+   * warm caches); a failing one fails the PRIME. Never put secrets here: user data is readable.
+   * @default []
+   */
+  readonly prepareCommands?: readonly string[];
+  /** WAIT gives up after this many seconds. @default 300 */
+  readonly waitSeconds?: number;
+  /** WAIT polls SSM this often. @default 2 */
+  readonly pollSeconds?: number;
+  /** Pause between retries of IMDS and AWS calls. @default 1 */
+  readonly retryDelaySeconds?: number;
+  /** Attempts per IMDS request (IMDS may not answer in the first second of a boot). @default 10 */
+  readonly imdsAttempts?: number;
+  /** Attempts per AWS CLI call, each with the CLI's own retries inside. @default 5 */
+  readonly awsAttempts?: number;
+  /** Time limit of one IMDS request. @default 2 */
+  readonly httpTimeoutSeconds?: number;
+  /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
+  readonly runnerWaitTimeoutSeconds?: number;
+  /** Name of the hook's unit. @default '<prefix>-start-runner.service' */
+  readonly unitName?: string;
+  readonly hostPaths?: HostPaths;
+  /** IMDS base URL, also given to the aws CLI for its credentials. @default 'http://169.254.169.254' */
+  readonly imdsEndpoint?: string;
+  /** The aws CLI. @default 'aws' */
+  readonly awsCli?: string;
+  /** `--endpoint-url` for every aws CLI call (tests only). @default none */
+  readonly awsEndpointUrl?: string;
+}
+
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands'>> & {
+  readonly hostPaths: Required<HostPaths>;
+  readonly prepareCommands: readonly string[];
+};
+
+const DEFAULTS = {
+  runnerUser: 'runner',
+  gitlabRunnerBinary: '/usr/bin/gitlab-runner',
+  waitSeconds: 300,
+  pollSeconds: 2,
+  retryDelaySeconds: 1,
+  imdsAttempts: 10,
+  awsAttempts: 5,
+  httpTimeoutSeconds: 2,
+  runnerWaitTimeoutSeconds: 300,
+  imdsEndpoint: 'http://169.254.169.254',
+  awsCli: 'aws',
+  awsEndpointUrl: '',
+} as const;
+
+const RUNNER_DIR_DEFAULT: Record<Provider, string> = {
+  github: '/opt/actions-runner',
+  gitlab: '/opt/gitlab-runner',
+};
+
+const PATH_PATTERN = /^\/[A-Za-z0-9._/+-]*$/;
+const USER_PATTERN = /^[a-z_][a-z0-9_-]{0,31}$/;
+const UNIT_NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,100}\.service$/;
+const URL_PATTERN = /^https?:\/\/[A-Za-z0-9.\-[\]:]+\/?$/;
+const COMMAND_PATTERN = /^[A-Za-z0-9._/+-]+$/;
+
+/** Fills in the defaults and checks every option; throws one error that lists every problem. */
+export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDataOptions {
+  const problems: string[] = [];
+  const provider = options.provider;
+  if (!(PROVIDERS as readonly string[]).includes(provider)) {
+    problems.push(`provider "${String(provider)}" must be one of ${PROVIDERS.join(', ')}`);
+  }
+  const prefix = options.prefix ?? DEFAULT_PREFIX;
+  const prefixIssue = prefixProblem(prefix);
+  if (prefixIssue) problems.push(prefixIssue);
+  const safePrefix = prefixIssue ? DEFAULT_PREFIX : prefix;
+  const p = options.hostPaths ?? {};
+  const resolved: ResolvedUserDataOptions = {
+    provider,
+    prefix,
+    runnerUser: options.runnerUser ?? DEFAULTS.runnerUser,
+    runnerDir: options.runnerDir ?? RUNNER_DIR_DEFAULT[provider] ?? RUNNER_DIR_DEFAULT.github,
+    gitlabRunnerBinary: options.gitlabRunnerBinary ?? DEFAULTS.gitlabRunnerBinary,
+    prepareCommands: options.prepareCommands ?? [],
+    waitSeconds: options.waitSeconds ?? DEFAULTS.waitSeconds,
+    pollSeconds: options.pollSeconds ?? DEFAULTS.pollSeconds,
+    retryDelaySeconds: options.retryDelaySeconds ?? DEFAULTS.retryDelaySeconds,
+    imdsAttempts: options.imdsAttempts ?? DEFAULTS.imdsAttempts,
+    awsAttempts: options.awsAttempts ?? DEFAULTS.awsAttempts,
+    httpTimeoutSeconds: options.httpTimeoutSeconds ?? DEFAULTS.httpTimeoutSeconds,
+    runnerWaitTimeoutSeconds: options.runnerWaitTimeoutSeconds ?? DEFAULTS.runnerWaitTimeoutSeconds,
+    unitName: options.unitName ?? `${safePrefix}-start-runner.service`,
+    hostPaths: {
+      unitDir: p.unitDir ?? '/etc/systemd/system',
+      hookPath: p.hookPath ?? `/usr/local/sbin/${safePrefix}-start-runner`,
+      stateDir: p.stateDir ?? `/var/lib/${safePrefix}`,
+      logFile: p.logFile ?? `/var/log/${safePrefix}-start-runner.log`,
+      machineIdFile: p.machineIdFile ?? '/etc/machine-id',
+      preReadDevice: p.preReadDevice ?? '',
+      dmiAssetTagFile: p.dmiAssetTagFile ?? '/sys/devices/virtual/dmi/id/board_asset_tag',
+      randomUuidFile: p.randomUuidFile ?? '/proc/sys/kernel/random/uuid',
+    },
+    imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
+    awsCli: options.awsCli ?? DEFAULTS.awsCli,
+    awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
+  };
+
+  if (!USER_PATTERN.test(resolved.runnerUser)) {
+    problems.push(`runnerUser "${resolved.runnerUser}" must be a Linux user name (lower-case letters, digits, "_" or "-", at most 32)`);
+  }
+  const checkPath = (name: string, value: string, allowEmpty = false): void => {
+    if (allowEmpty && value === '') return;
+    if (!PATH_PATTERN.test(value) || value.length > HOST_PATH_MAX_LENGTH || value.includes('//') || value.endsWith('/')) {
+      problems.push(
+        `${name} "${value}" must be an absolute path of letters, digits, ".", "_", "+", "-" and single "/", without a trailing "/", at most ${HOST_PATH_MAX_LENGTH} characters`,
+      );
+    }
+  };
+  checkPath('runnerDir', resolved.runnerDir);
+  checkPath('gitlabRunnerBinary', resolved.gitlabRunnerBinary);
+  for (const [name, value] of Object.entries(resolved.hostPaths)) {
+    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice');
+  }
+  if (!UNIT_NAME_PATTERN.test(resolved.unitName)) {
+    problems.push(`unitName "${resolved.unitName}" must be a systemd service name such as "runner-boot.service"`);
+  }
+  const checkNumber = (name: string, value: number, min: number, max: number, integer: boolean): void => {
+    const ok = Number.isFinite(value) && value >= min && value <= max && (integer ? Number.isInteger(value) : Math.round(value * 1000) === value * 1000);
+    if (!ok) {
+      problems.push(`${name} ${value} must be ${integer ? 'an integer' : 'a number with at most 3 decimals'} from ${min} to ${max}`);
+    }
+  };
+  checkNumber('waitSeconds', resolved.waitSeconds, 1, 86_400, true);
+  checkNumber('pollSeconds', resolved.pollSeconds, 0.01, 300, false);
+  checkNumber('retryDelaySeconds', resolved.retryDelaySeconds, 0, 300, false);
+  checkNumber('httpTimeoutSeconds', resolved.httpTimeoutSeconds, 0.1, 60, false);
+  checkNumber('imdsAttempts', resolved.imdsAttempts, 1, 60, true);
+  checkNumber('awsAttempts', resolved.awsAttempts, 1, 20, true);
+  checkNumber('runnerWaitTimeoutSeconds', resolved.runnerWaitTimeoutSeconds, 1, 86_400, true);
+  if (!URL_PATTERN.test(resolved.imdsEndpoint) || resolved.imdsEndpoint.endsWith('/') || resolved.imdsEndpoint.length > 100) {
+    problems.push(`imdsEndpoint "${resolved.imdsEndpoint}" must be an http(s) base URL without a path or trailing "/", such as "http://169.254.169.254"`);
+  }
+  if (resolved.awsEndpointUrl !== '' && (!URL_PATTERN.test(resolved.awsEndpointUrl) || resolved.awsEndpointUrl.length > 100)) {
+    problems.push(`awsEndpointUrl "${resolved.awsEndpointUrl}" must be an http(s) base URL such as "http://127.0.0.1:5000", or left out`);
+  }
+  if (!COMMAND_PATTERN.test(resolved.awsCli) || resolved.awsCli.length > HOST_PATH_MAX_LENGTH) {
+    problems.push(`awsCli "${resolved.awsCli}" must be a command name or path without spaces or quotes`);
+  }
+  problems.push(...prepareCommandProblems(resolved.prepareCommands));
+
+  if (problems.length > 0) {
+    throw new Error(`cannot render the boot script:\n- ${problems.join('\n- ')}`);
+  }
+  return resolved;
+}
+
+function prepareCommandProblems(commands: readonly string[]): string[] {
+  const problems: string[] = [];
+  if (commands.length > PREPARE_COMMANDS_MAX) {
+    problems.push(`prepareCommands has ${commands.length} commands, at most ${PREPARE_COMMANDS_MAX} fit in user data: bake the rest into the AMI or into one script`);
+  }
+  let total = 0;
+  commands.forEach((command, i) => {
+    const name = `prepareCommands[${i}]`;
+    total += Buffer.byteLength(command);
+    if (typeof command !== 'string' || command.trim() === '') {
+      problems.push(`${name} is empty`);
+      return;
+    }
+    if (command.length > PREPARE_COMMAND_MAX_LENGTH) {
+      problems.push(`${name} is ${command.length} characters, at most ${PREPARE_COMMAND_MAX_LENGTH}: move it into a script in the AMI`);
+    }
+    if (command.includes('\0')) problems.push(`${name} contains a NUL character`);
+    if (command.includes(START_LOGIC_MARKERS.begin) || command.includes(START_LOGIC_MARKERS.end)) {
+      problems.push(`${name} contains a start-logic marker line, which would cut the hook short`);
+    }
+    // Name the kind of secret, never the value: this message may end up in a build log.
+    for (const kind of findSecretLikeValues(command)) {
+      problems.push(`${name} looks like it contains a secret (${kind}); user data is readable by anyone who can describe the instance: fetch the secret at boot instead`);
+    }
+  });
+  if (total > PREPARE_COMMANDS_MAX_TOTAL) {
+    problems.push(`prepareCommands total ${total} bytes, at most ${PREPARE_COMMANDS_MAX_TOTAL} fit in user data: move them into a script in the AMI`);
+  }
+  return problems;
+}
+
+const SECRET_PATTERNS: readonly (readonly [string, RegExp])[] = [
+  ['GitHub token', /\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})/],
+  ['GitLab token', /\b(?:glpat|glrt|gldt|glptt|glcbt|glimt|glagent)-[A-Za-z0-9_-]{16,}/],
+  ['AWS access key id', /\b(?:AKIA|ASIA)[A-Z0-9]{16}\b/],
+  ['AWS secret access key', /aws_secret_access_key\s*[=:]/i],
+  ['private key', /-----BEGIN [A-Z ]*PRIVATE KEY-----/],
+  ['GitHub JIT runner config', /\bjitconfig[= ]+[A-Za-z0-9+/=]{40,}/i],
+  ['Slack token', /\bxox[abprs]-[A-Za-z0-9-]{10,}/],
+];
+
+/** The kinds of secret-looking values in `text` (empty when none): tokens, keys, JIT configs. */
+export function findSecretLikeValues(text: string): string[] {
+  return SECRET_PATTERNS.filter(([, pattern]) => pattern.test(text)).map(([kind]) => kind);
+}
+
+/** A shell word that bash reads back as exactly `value`. */
+export function shellQuote(value: string): string {
+  if (/^[A-Za-z0-9_./:=@%+,-]+$/.test(value)) return value;
+  return `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
+let templatesDirCache: string | undefined;
+/** templates/ beside lib/ (run from source) or beside dist/lib/ (run from the build). */
+function templatesDir(): string {
+  if (templatesDirCache) return templatesDirCache;
+  for (const candidate of [join(__dirname, '..', 'templates'), join(__dirname, '..', '..', 'templates')]) {
+    if (existsSync(join(candidate, 'start-runner.sh'))) return (templatesDirCache = candidate);
+  }
+  throw new Error(`templates/start-runner.sh not found beside ${__dirname}: the package is incomplete`);
+}
+
+function readTemplate(name: string): string {
+  return readFileSync(join(templatesDir(), name), 'utf8');
+}
+
+/**
+ * Drops full-line comments and blank lines, keeping the shebang, "##" notes, shellcheck
+ * directives and the marker lines, and with `dedent` the indentation (about 1 KB of the
+ * start logic). Runs on the template before substitution, so rendered values (the unit
+ * text, prepare commands) are never touched; the template has no multi-line strings.
+ */
+function stripShellComments(text: string, dedent = false): string {
+  const markers: readonly string[] = [START_LOGIC_MARKERS.begin, START_LOGIC_MARKERS.end];
+  return text
+    .split('\n')
+    .map((line) => (dedent && !markers.includes(line) ? line.trimStart() : line))
+    .filter((line) => {
+      if (markers.includes(line)) return true;
+      const trimmed = line.trim();
+      if (trimmed === '') return false;
+      if (!trimmed.startsWith('#')) return true;
+      return trimmed.startsWith('#!') || trimmed.startsWith('##') || /^# shellcheck\s/.test(trimmed);
+    })
+    .join('\n');
+}
+
+/** Replaces every @@NAME@@; throws when the template and the values disagree. */
+function substitute(template: string, values: Record<string, string>, what: string): string {
+  const used = new Set<string>();
+  const out = template.replace(/@@([A-Z_]+)@@/g, (_match, name: string) => {
+    const value = values[name];
+    if (value === undefined) throw new Error(`${what} has placeholder @@${name}@@ that the renderer does not know`);
+    used.add(name);
+    return value;
+  });
+  const unused = Object.keys(values).filter((name) => !used.has(name));
+  if (unused.length > 0) throw new Error(`${what} lacks placeholders ${unused.join(', ')}`);
+  return out;
+}
+
+function countLines(text: string, line: string): number {
+  return text.split('\n').filter((l) => l === line).length;
+}
+
+/** The hook's systemd unit, as PRIME writes it into `hostPaths.unitDir`. */
+export function renderHookUnit(options: UserDataOptions): string {
+  const o = resolveUserDataOptions(options);
+  const template = readTemplate('start-runner.service')
+    .split('\n')
+    .filter((line) => !/^\s*[#;]/.test(line))
+    .join('\n');
+  return substitute(template, { HOOK_PATH: o.hostPaths.hookPath }, 'templates/start-runner.service');
+}
+
+/** The start logic: the rendered lines from the begin marker to the end marker, both included. */
+export function renderStartLogic(options: UserDataOptions): string {
+  const o = resolveUserDataOptions(options);
+  const template = readTemplate('start-runner.sh');
+  const lines = template.split('\n');
+  const begin = lines.indexOf(START_LOGIC_MARKERS.begin);
+  const end = lines.indexOf(START_LOGIC_MARKERS.end);
+  if (countLines(template, START_LOGIC_MARKERS.begin) !== 1 || countLines(template, START_LOGIC_MARKERS.end) !== 1 || begin > end) {
+    throw new Error('templates/start-runner.sh must hold the begin and the end marker line once each, in that order');
+  }
+  const block = stripShellComments(lines.slice(begin, end + 1).join('\n'), true);
+  const tags = tagKeys(o.prefix);
+  const q = shellQuote;
+  const mode = (m: BootMode): string => q(m);
+  const values: Record<string, string> = {
+    MODE_RUN: mode('RUN'),
+    MODE_PRIME: mode('PRIME'),
+    MODE_WAIT: mode('WAIT'),
+    PROVIDER_GITHUB: q('github' satisfies Provider),
+    TAG_WARM_STANDBY: q(tags.warmStandby),
+    TAG_ACTIVATED_AT: q(tags.activatedAt),
+    TAG_TRACE_ID: q(tags.traceId),
+    RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
+    RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),
+    KEY_VERSION: q(RUNNER_CONFIG_KEYS.version),
+    KEY_PROVIDER: q(RUNNER_CONFIG_KEYS.provider),
+    KEY_JITCONFIG: q(RUNNER_CONFIG_KEYS.jitConfig),
+    KEY_URL: q(RUNNER_CONFIG_KEYS.url),
+    KEY_TOKEN: q(RUNNER_CONFIG_KEYS.token),
+    LOG_KEY_MODE: q(BOOT_LOG_KEYS.mode),
+    LOG_KEY_TRACE: q(BOOT_LOG_KEYS.traceId),
+    LOG_KEY_LATENCY: q(BOOT_LOG_KEYS.activationLatency),
+    INSTANCE_ID_RE: q(INSTANCE_ID_PATTERN.source),
+    PROVIDER: q(o.provider),
+    RUNNER_USER: q(o.runnerUser),
+    RUNNER_DIR: q(o.runnerDir),
+    GITLAB_RUNNER_BIN: q(o.gitlabRunnerBinary),
+    RUNNER_WAIT_TIMEOUT: q(String(o.runnerWaitTimeoutSeconds)),
+    WAIT_SECONDS: q(String(o.waitSeconds)),
+    POLL_SECONDS: q(String(o.pollSeconds)),
+    RETRY_DELAY_SECONDS: q(String(o.retryDelaySeconds)),
+    IMDS_ATTEMPTS: q(String(o.imdsAttempts)),
+    AWS_ATTEMPTS: q(String(o.awsAttempts)),
+    HTTP_TIMEOUT_SECONDS: q(String(o.httpTimeoutSeconds)),
+    UNIT_DIR: q(o.hostPaths.unitDir),
+    UNIT_NAME: q(o.unitName),
+    HOOK_PATH: q(o.hostPaths.hookPath),
+    STATE_DIR: q(o.hostPaths.stateDir),
+    LOG_FILE: q(o.hostPaths.logFile),
+    MACHINE_ID_FILE: q(o.hostPaths.machineIdFile),
+    PRE_READ_DEVICE: q(o.hostPaths.preReadDevice),
+    DMI_ASSET_TAG_FILE: q(o.hostPaths.dmiAssetTagFile),
+    RANDOM_UUID_FILE: q(o.hostPaths.randomUuidFile),
+    IMDS_ENDPOINT: q(o.imdsEndpoint),
+    AWS_CLI: q(o.awsCli),
+    AWS_ENDPOINT_URL: q(o.awsEndpointUrl),
+    BEGIN_MARKER: q(START_LOGIC_MARKERS.begin),
+    END_MARKER: q(START_LOGIC_MARKERS.end),
+    UNIT_TEXT: q(renderHookUnit(o)),
+    PREPARE_COMMANDS: o.prepareCommands.map(q).join(' '),
+  };
+  return substitute(block, values, 'templates/start-runner.sh');
+}
+
+/** The hook file exactly as PRIME writes it: a shebang, then the start logic. */
+export function renderHookScript(options: UserDataOptions): string {
+  return `#!/bin/bash\n${renderStartLogic(options)}\n`;
+}
+
+/**
+ * The user data of an instance of the pool: the start logic, run by cloud-init on the first
+ * boot. Throws when the result would not fit EC2's limit or looks like it holds a secret.
+ */
 export function renderUserData(options: UserDataOptions): string {
-  return `#!/bin/bash\n# ${options.prefix} ${options.provider}\n${(options.prepareCommands ?? []).join('\n')}\n`;
+  const startLogic = renderStartLogic(options);
+  const template = stripShellComments(readTemplate('user-data.sh'));
+  const userData = `${substitute(template, { START_RUNNER: startLogic }, 'templates/user-data.sh')}\n`;
+  for (const marker of [START_LOGIC_MARKERS.begin, START_LOGIC_MARKERS.end]) {
+    const count = countLines(userData, marker);
+    if (count !== 1) throw new Error(`rendered user data holds the marker line "${marker}" ${count} times, not once`);
+  }
+  const bytes = Buffer.byteLength(userData, 'utf8');
+  if (bytes > USER_DATA_LIMIT_BYTES) {
+    throw new Error(
+      `rendered user data is ${bytes} bytes, over EC2's limit of ${USER_DATA_LIMIT_BYTES} (before base64): shorten or drop prepare commands, or bake them into the AMI`,
+    );
+  }
+  const secrets = findSecretLikeValues(userData);
+  if (secrets.length > 0) {
+    throw new Error(`rendered user data looks like it contains a secret (${secrets.join(', ')}): user data is readable, fetch secrets at boot`);
+  }
+  return userData;
 }

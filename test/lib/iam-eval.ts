@@ -37,6 +37,10 @@ function substitute(value: string, context: Record<string, string>): string | un
 
 function conditionHolds(operator: string, key: string, expected: string[], context: Record<string, string>): boolean {
   const actual = context[key];
+  if (operator.endsWith('IfExists')) {
+    // The condition holds when the key is absent from the request context.
+    return actual === undefined || conditionHolds(operator.slice(0, -'IfExists'.length), key, expected, context);
+  }
   if (operator === 'Null') return expected.some((e) => (e === 'true') === (actual === undefined));
   if (actual === undefined) return false;
   const values = expected.map((e) => substitute(e, context)).filter((e): e is string => e !== undefined);

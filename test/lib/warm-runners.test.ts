@@ -65,9 +65,14 @@ describe('instance role', () => {
       expect(isAllowed(statements, { action, resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(true);
     }
   });
-  it("cannot read another instance's parameter, nor one without the tag", () => {
-    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [tag]: other, 'ec2:SourceInstanceARN': own } })).toBe(false);
-    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { 'ec2:SourceInstanceARN': own } })).toBe(false);
+  it("cannot read or delete another instance's parameter", () => {
+    for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
+      expect(isAllowed(statements, { action, resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [tag]: other, 'ec2:SourceInstanceARN': own } })).toBe(false);
+    }
+  });
+  it('may ask for its own parameter before it exists, so WAIT sees ParameterNotFound rather than AccessDenied', () => {
+    // IAM evaluates a request for a missing parameter without resource tags.
+    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { 'ec2:SourceInstanceARN': own } })).toBe(true);
   });
   it('cannot read the CI credentials or anything else in SSM', () => {
     for (const name of ['ci/github/app-private-key', 'ci/gitlab/runner-token', 'fleet/config']) {
@@ -216,8 +221,8 @@ describe('props validation', () => {
     ['interval below a minute', (p) => ({ ...p, poolInterval: Duration.seconds(30) }), /poolInterval 30 seconds/],
     [
       'user data over 16 KB',
-      (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { prepareCommands: Array.from({ length: 400 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(40)}`) } }] }),
-      /rendered user data is \d+ bytes, above EC2's 16384-byte limit/,
+      (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { prepareCommands: Array.from({ length: 16 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(400)}`) } }] }),
+      /pool "linux": cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 2304 fit in user data/,
     ],
   ])('%s', (_name, change, message) => {
     expect(() => build(change)).toThrow(message);

@@ -1,0 +1,443 @@
+#!/bin/bash
+# The start logic of a runner instance, run on every boot: by cloud-init on the first boot
+# (inside the user data, templates/user-data.sh) and by the systemd hook on later boots.
+#
+# lib/user-data.ts renders it: every @@NAME@@ placeholder becomes a shell-quoted value from
+# the contract (lambdas/shared/contract) or the pool's settings, and full-line comments and
+# indentation are dropped to stay under EC2's 16 KB user-data limit. Only the lines from the
+# begin marker to the end marker (both included) are rendered; PRIME copies exactly those
+# lines out of the running file into the hook, so the block must stay self-contained.
+#
+# Modes (docs/boot-modes.md):
+#   RUN   the runner config parameter for this instance exists: start the runner, then terminate.
+#   PRIME tagged warm standby and not activated: install the hook, prepare, power off.
+#   WAIT  anything else: poll for the config parameter within a bound, then fail.
+#
+# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, systemctl, runuser, getent, dd, and for
+# an empty PRE_READ_DEVICE findmnt and lsblk.
+# >>> cdk-warm-runners start logic: begin >>>
+set -euo pipefail
+umask 022
+export TZ=UTC
+# The contract, rendered from lambdas/shared/contract.
+readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@ GITHUB=@@PROVIDER_GITHUB@@
+readonly TAG_WARM=@@TAG_WARM_STANDBY@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@
+readonly CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@
+readonly K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@
+readonly L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@
+# The pool's settings.
+readonly PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@
+readonly GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@
+# Time bounds.
+readonly WAIT_SECONDS=@@WAIT_SECONDS@@ POLL=@@POLL_SECONDS@@ DELAY=@@RETRY_DELAY_SECONDS@@
+readonly IMDS_TRIES=@@IMDS_ATTEMPTS@@ AWS_TRIES=@@AWS_ATTEMPTS@@ HTTP_TIMEOUT=@@HTTP_TIMEOUT_SECONDS@@
+# Host paths and endpoints.
+readonly UNIT_DIR=@@UNIT_DIR@@ UNIT=@@UNIT_NAME@@ HOOK=@@HOOK_PATH@@ STATE=@@STATE_DIR@@ LOG_FILE=@@LOG_FILE@@
+readonly MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DMI_ASSET_TAG_FILE@@ UUID_SRC=@@RANDOM_UUID_FILE@@
+readonly IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@
+readonly BEGIN=@@BEGIN_MARKER@@ END=@@END_MARKER@@
+readonly UNIT_TEXT=@@UNIT_TEXT@@
+# shellcheck disable=SC2016 # literals for bash -c, expanded when they run
+PREPARE=(@@PREPARE_COMMANDS@@)
+
+MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
+CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER=''
+
+# Every line carries the trace id once the tags named one, except on a PRIME boot.
+log() {
+  local line
+  printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T start-runner[%s]:%s %s' -1 $$ "${TRACE:+ $L_TRACE=$TRACE}" "$*"
+  printf '%s\n' "$line" >&2
+  printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
+}
+fail() {
+  log "error: $*"
+  exit 1
+}
+
+# imds PATH [PUT]: 0 with OUT set, 1 when IMDS answers 404, 2 when it does not answer after
+# the retries (the metadata service may lag the first second of a boot).
+imds() {
+  local i code
+  for ((i = 1; i <= IMDS_TRIES; i++)); do
+    if [[ ${2-} == PUT ]]; then
+      OUT=$(curl -s --max-time "$HTTP_TIMEOUT" -w '\n%{http_code}' -X PUT \
+        -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' "$IMDS/latest/$1") || OUT=$'\n000'
+    else
+      OUT=$(curl -s --max-time "$HTTP_TIMEOUT" -w '\n%{http_code}' \
+        -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/latest/$1") || OUT=$'\n000'
+    fi
+    code=${OUT##*$'\n'} OUT=${OUT%$'\n'*}
+    [[ $code == 200 ]] && return 0
+    [[ $code == 404 ]] && return 1
+    log "IMDS $1 answered $code (attempt $i/$IMDS_TRIES)"
+    ((i == IMDS_TRIES)) || sleep "$DELAY"
+  done
+  return 2
+}
+
+# tag KEY: 0 with OUT set, 1 when the instance has no such tag.
+tag() {
+  local rc=0
+  imds "meta-data/tags/instance/$1" || rc=$?
+  ((rc < 2)) || fail "IMDS did not answer for tag $1"
+  return $rc
+}
+
+# The instance id and region. On Nitro the instance id is in DMI (EC2 user guide, "Detect
+# whether a host is an EC2 instance"): when it matches the id an earlier boot cached, the
+# cached region is reused and this boot saves an IMDS request. A clone has another id and
+# reads the identity document again.
+read_identity() {
+  local dmi='' k v cid='' creg='' tmp
+  [[ ! -r $DMI_ID ]] || read -r dmi <"$DMI_ID" || true
+  if [[ -r $STATE/identity ]]; then
+    while IFS='=' read -r k v; do
+      case $k in id) cid=$v ;; region) creg=$v ;; esac
+    done <"$STATE/identity"
+  fi
+  if [[ $dmi =~ $ID_RE && $dmi == "$cid" && -n $creg ]]; then
+    ID=$dmi REGION=$creg
+    return
+  fi
+  imds dynamic/instance-identity/document || fail "IMDS did not return the instance identity document"
+  [[ $OUT =~ \"instanceId\"[[:space:]]*:[[:space:]]*\"(i-[0-9a-f]+)\" ]] && ID=${BASH_REMATCH[1]}
+  [[ $OUT =~ \"region\"[[:space:]]*:[[:space:]]*\"([a-z0-9-]+)\" ]] && REGION=${BASH_REMATCH[1]}
+  [[ $ID =~ $ID_RE && -n $REGION ]] || fail "the identity document lacks instanceId or region"
+  tmp=$(mktemp "$STATE/identity.XXXXXX")
+  printf 'id=%s\nregion=%s\n' "$ID" "$REGION" >"$tmp"
+  mv -f "$tmp" "$STATE/identity"
+}
+
+# Reads only the tags the mode needs: an activated instance (the warm path) needs the
+# activation time and the trace id, nothing else.
+read_tags() {
+  local rc=0
+  if tag "$TAG_ACTIVATED"; then
+    # Only warm standbys are activated; their cleanup must not terminate before a mode is chosen.
+    ACTIVATED=$OUT WARM=1
+    ! tag "$TAG_TRACE" || TRACE=$OUT
+  else
+    # The listing tells "no such tag" from "tags not in instance metadata" (then all are 404).
+    imds meta-data/tags/instance || rc=$?
+    ((rc < 2)) || fail "IMDS did not answer for the tag listing"
+    ((rc == 0)) || fail "instance tags are not in instance metadata: enable InstanceMetadataTags in the launch template"
+    OUT=$'\n'$OUT$'\n'
+    [[ $OUT != *$'\n'"$TAG_WARM"$'\n'* ]] || WARM=1
+    if ((!WARM)) && [[ $OUT == *$'\n'"$TAG_TRACE"$'\n'* ]] && tag "$TAG_TRACE"; then TRACE=$OUT; fi
+  fi
+  # Printed on every line: keep it one safe token.
+  TRACE=${TRACE//[^A-Za-z0-9._:-]/_}
+  TAGS_READ=1
+}
+
+# aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
+# it may be the secret), 1 on ParameterNotFound, 2 when every attempt failed. Only
+# ParameterNotFound means "no config": throttling or a network that is not up yet must never
+# be read as WAIT or PRIME.
+aws_try() {
+  local what=$1 i rc f
+  shift
+  for ((i = 1; i <= AWS_TRIES; i++)); do
+    f=$(mktemp)
+    rc=0
+    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} \
+      --region "$REGION" "$@" 2>"$f") || rc=$?
+    ERR=$(<"$f")
+    rm -f "$f"
+    ((rc)) || return 0
+    ERR=${ERR//$'\n'/ }
+    [[ $ERR != *'(ParameterNotFound)'* ]] || return 1
+    log "$what failed (attempt $i/$AWS_TRIES): ${ERR:0:300}"
+    ((i == AWS_TRIES)) || sleep "$DELAY"
+  done
+  return 2
+}
+
+get_config() {
+  local rc=0
+  aws_try "reading $PARAM" ssm get-parameter --name "$PARAM" --with-decryption \
+    --query Parameter.Value --output text || rc=$?
+  CONFIG=$OUT OUT=''
+  return $rc
+}
+
+# Parses encodeRunnerConfig's key=value lines with builtins. The values are secrets: errors
+# name the field, never the value.
+parse_config() {
+  local rest=$CONFIG line ver='' prov=''
+  CONFIG=''
+  while [[ -n $rest ]]; do
+    line=${rest%%$'\n'*}
+    [[ $rest == *$'\n'* ]] && rest=${rest#*$'\n'} || rest=''
+    [[ -n $line ]] || continue
+    [[ $line == ?*=* ]] || fail "$PARAM has a line without key="
+    case ${line%%=*} in
+      "$K_VERSION") ver=${line#*=} ;;
+      "$K_PROVIDER") prov=${line#*=} ;;
+      "$K_JIT") JIT=${line#*=} ;;
+      "$K_URL") URL=${line#*=} ;;
+      "$K_TOKEN") RTOKEN=${line#*=} ;;
+    esac
+  done
+  [[ $ver == "$CONFIG_VERSION" ]] || fail "$PARAM is not version $CONFIG_VERSION"
+  [[ $prov == "$PROVIDER" ]] || fail "$PARAM is not for this pool's provider $PROVIDER"
+  if [[ $PROVIDER == "$GITHUB" ]]; then
+    [[ -n $JIT ]] || fail "$PARAM lacks $K_JIT"
+  else
+    [[ $URL =~ ^https?:// && -n $RTOKEN ]] || fail "$PARAM lacks an http(s) $K_URL or $K_TOKEN"
+  fi
+}
+
+# Seconds from the activation tag (ISO 8601 UTC as toISOString writes it) to now. GNU date
+# reads the whole string; BSD date has no -d and its -f must match exactly, so it gets the
+# string without the fractional seconds and the trailing Z, and the fraction is added here.
+log_latency() {
+  local base frac secs now d sign=''
+  [[ -n $ACTIVATED ]] || return 0
+  if [[ $ACTIVATED =~ ^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})(\.([0-9]+))?Z$ ]]; then
+    base=${BASH_REMATCH[1]} frac=${BASH_REMATCH[3]}000
+    secs=$(date -u -d "$ACTIVATED" +%s 2>/dev/null) ||
+      secs=$(date -j -u -f %Y-%m-%dT%H:%M:%S "$base" +%s 2>/dev/null) || secs=''
+  fi
+  if [[ ! ${secs-} =~ ^[0-9]+$ ]]; then
+    log "warning: tag $TAG_ACTIVATED is not an ISO 8601 UTC time: no latency line"
+    return 0
+  fi
+  now=${EPOCHREALTIME//[!0-9]/}
+  d=$((now / 1000 - secs * 1000 - 10#${frac:0:3}))
+  if ((d < 0)); then sign=- d=$((-d)); fi
+  log "$L_LATENCY=$sign$((d / 1000)).$(printf %03d $((d % 1000)))"
+}
+
+# An activated instance must not start a second runner when it reboots: the marker is
+# written before the runner starts (main stops at it), and the unit is disabled off the
+# critical path (--no-reload: only the next boot needs to see it).
+disable_hook() {
+  printf '%s\n' "$ID" >"$STATE/run-began"
+  [[ -e $UNIT_DIR/$UNIT ]] || return 0
+  { systemctl disable --no-reload "$UNIT" >/dev/null 2>&1 || log "warning: could not disable $UNIT"; } &
+  DISABLER=$!
+}
+
+# Warm standbys are copies of one image: GitLab derives the runner's system id from this.
+new_machine_id() {
+  local u=''
+  read -r u <"$UUID_SRC" || true
+  u=${u//-/}
+  [[ $u =~ ^[0-9a-f]{32}$ ]] || fail "no random UUID in $UUID_SRC"
+  printf '%s\n' "$u" >"$MACHINE_ID.$$"
+  mv -f "$MACHINE_ID.$$" "$MACHINE_ID"
+}
+
+check_runner() {
+  local bin=$GITLAB_BIN
+  [[ $PROVIDER != "$GITHUB" ]] || bin=$RUNNER_DIR/run.sh
+  [[ -x $bin ]] || fail "no $PROVIDER runner at $bin: bake it into the AMI or install it with a prepare command"
+  getent passwd "$RUNNER_USER" >/dev/null || fail "no user $RUNNER_USER to run the runner as"
+}
+
+# Runs in a subshell: the runner as the runner user with a clean environment. The job
+# inherits that environment, so the secret goes in as an argument and nothing of this
+# script goes along.
+start_runner() {
+  local home=''
+  local -a cmd env
+  IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || fail "no user $RUNNER_USER"
+  env=(HOME="${home:-$RUNNER_DIR}" USER="$RUNNER_USER" LOGNAME="$RUNNER_USER" LANG="${LANG:-C.UTF-8}"
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+  cmd=("$RUNNER_DIR/run.sh" --jitconfig "$JIT")
+  if [[ $PROVIDER != "$GITHUB" ]]; then
+    cmd=("$GITLAB_BIN" run-single --url "$URL" --token "$RTOKEN" --executor shell --max-builds 1
+      --wait-timeout "$GITLAB_WAIT" --builds-dir "$RUNNER_DIR/builds")
+    mkdir -p "$RUNNER_DIR/builds"
+    chown "$RUNNER_USER" "$RUNNER_DIR/builds"
+  fi
+  cd "$RUNNER_DIR"
+  ((EUID != 0)) || [[ $RUNNER_USER == root ]] || exec runuser -u "$RUNNER_USER" -- env -i "${env[@]}" "${cmd[@]}"
+  exec env -i "${env[@]}" "${cmd[@]}"
+}
+
+# Runs in a subshell beside the runner. "Not found" counts as deleted.
+delete_config() {
+  local rc=0
+  aws_try "deleting $PARAM" ssm delete-parameter --name "$PARAM" >/dev/null || rc=$?
+  ((rc == 2)) && exit 1
+  log "deleted $PARAM"
+}
+
+terminate() {
+  ENDING=1
+  if aws_try "terminating $ID" ec2 terminate-instances --instance-ids "$ID" >/dev/null; then
+    log "terminating $ID"
+  else
+    # No power-off instead: a stopped instance that ran a job must not look parked to the pool.
+    log "error: could not terminate $ID; left for the scale-down sweep"
+    return 1
+  fi
+}
+
+run_mode() {
+  local runner deleter status=0
+  MODE=$MODE_RUN
+  log "$L_MODE=$MODE instance=$ID"
+  disable_hook
+  parse_config
+  check_runner
+  new_machine_id
+  log_latency
+  log "starting the $PROVIDER runner"
+  start_runner &
+  runner=$!
+  JIT='' URL='' RTOKEN=''
+  # Off the critical path: the runner is already starting.
+  delete_config &
+  deleter=$!
+  wait $runner || status=$?
+  log "runner exited with status $status"
+  wait $deleter || log "warning: $PARAM was not deleted; the scale-down sweep removes it"
+  [[ -z $DISABLER ]] || wait "$DISABLER" || true
+  terminate
+}
+
+wait_mode() {
+  local end=$((SECONDS + WAIT_SECONDS)) rc
+  MODE=$MODE_WAIT
+  log "$L_MODE=$MODE instance=$ID: no runner config yet, polling up to ${WAIT_SECONDS}s"
+  while ((SECONDS < end)); do
+    sleep "$POLL"
+    rc=0
+    get_config || rc=$?
+    if ((rc == 0)); then
+      run_mode
+      return
+    fi
+  done
+  fail "no runner config at $PARAM after ${WAIT_SECONDS}s"
+}
+
+# Copies the block between the markers out of the running file ($0 is the user data on the
+# first boot and the hook itself on a later prime) into a temporary file, then moves it over
+# the hook: a redirect onto the running hook would truncate it before bash has read it.
+install_hook() {
+  local src=${BASH_SOURCE[0]} line state=0 tmp
+  [[ -f $src ]] || fail "cannot read the start logic from $src: run the user data as a file, as cloud-init does"
+  mkdir -p "${HOOK%/*}" "$UNIT_DIR"
+  tmp=$(mktemp "$HOOK.XXXXXX")
+  {
+    echo '#!/bin/bash'
+    while IFS= read -r line || [[ -n $line ]]; do
+      [[ $state == 1 || $line == "$BEGIN" ]] || continue
+      state=1
+      printf '%s\n' "$line"
+      if [[ $line == "$END" ]]; then
+        state=2
+        break
+      fi
+    done <"$src"
+  } >"$tmp"
+  if ((state != 2)); then
+    rm -f "$tmp"
+    ((state)) || fail "no begin marker in $src"
+    fail "end marker missing in $src: refusing to install a truncated hook"
+  fi
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$HOOK"
+  tmp=$(mktemp "$UNIT_DIR/$UNIT.XXXXXX")
+  printf '%s' "$UNIT_TEXT" >"$tmp"
+  chmod 0644 "$tmp"
+  mv -f "$tmp" "$UNIT_DIR/$UNIT"
+  systemctl enable "$UNIT" || fail "systemctl enable $UNIT failed"
+  log "installed and enabled $UNIT running $HOOK"
+}
+
+# EBS volumes created from a snapshot load each block on its first read; reading the root
+# volume through once while priming moves that cost out of the job's start.
+pre_read() {
+  local dev=$PRE_READ src
+  if [[ -z $dev ]]; then
+    src=$(findmnt -n -o SOURCE /) || fail "cannot find the root file system's device"
+    dev=$(lsblk -n -d -o PKNAME "$src" 2>/dev/null) || true
+    dev=${dev:+/dev/$dev}
+    dev=${dev:-$src}
+  fi
+  log "reading $dev through once"
+  dd if="$dev" of=/dev/null bs=1M status=none || fail "reading $dev failed"
+}
+
+prime_mode() {
+  local i=0 cmd
+  MODE=$MODE_PRIME TRACE=''
+  log "$L_MODE=$MODE instance=$ID"
+  install_hook
+  for cmd in ${PREPARE[@]+"${PREPARE[@]}"}; do
+    log "prepare command $((++i))/${#PREPARE[@]}"
+    bash -euo pipefail -c "$cmd" </dev/null || fail "prepare command $i failed"
+  done
+  check_runner
+  pre_read
+  log "primed; powering off"
+  shutdown -h now || fail "shutdown failed"
+  # systemd may stop this script before it exits: that is no failed PRIME.
+  ENDING=1
+}
+
+# A failed cold instance terminates itself; a warm standby that fails before choosing a mode
+# or while priming is left for the pool to evict; without tags nothing is known, so nothing
+# is terminated.
+# shellcheck disable=SC2317 # called by the EXIT trap
+on_exit() {
+  local status=$?
+  ((status && !ENDING)) || return 0
+  if [[ $MODE == "$MODE_PRIME" ]]; then
+    log "PRIME failed (status $status): not powering off; the pool evicts it"
+  elif ((!TAGS_READ)); then
+    log "failed (status $status) before the tags were read: not terminating"
+  elif ((WARM)) && [[ -z $MODE ]]; then
+    log "warm standby failed (status $status) before choosing a mode: left for the pool to evict"
+  else
+    log "failed (status $status) in ${MODE:-a cold start}: terminating"
+    terminate || true
+  fi
+}
+
+main() {
+  local rc=0
+  ((BASH_VERSINFO[0] >= 5)) || fail "needs bash 5, this is $BASH_VERSION"
+  for c in curl "$AWS"; do command -v "$c" >/dev/null || fail "$c not found: the boot script needs curl and the aws CLI"; done
+  mkdir -p "$STATE" "${LOG_FILE%/*}"
+  if [[ -e $STATE/run-began ]]; then
+    log "a RUN began on an earlier boot: not starting again"
+    [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" >/dev/null 2>&1 || true
+    return 0
+  fi
+  trap on_exit EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
+  imds api/token PUT || fail "IMDS at $IMDS issued no token after $IMDS_TRIES attempts"
+  TOKEN=$OUT
+  read_identity
+  PARAM=$CONFIG_ROOT$ID
+  read_tags
+  # A warm standby's first boot primes without touching SSM (the pool launched it: no config
+  # can exist). On a later boot it was started by scale-up (activated: the tags say so, or
+  # its activation tags are not visible yet, and the config decides) or rolled back.
+  if ((WARM)) && [[ -z $ACTIVATED && ${BASH_SOURCE[0]} != "$HOOK" ]]; then
+    prime_mode
+    return
+  fi
+  get_config || rc=$?
+  if ((rc == 1 && WARM)) && [[ -z $ACTIVATED ]]; then
+    prime_mode
+    return
+  fi
+  case $rc in
+    0) run_mode ;;
+    1) wait_mode ;;
+    *) fail "could not read $PARAM after $AWS_TRIES attempts; not taking that for no config" ;;
+  esac
+}
+
+main "$@"
+exit
+# <<< cdk-warm-runners start logic: end <<<

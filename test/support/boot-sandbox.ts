@@ -1,0 +1,349 @@
+/**
+ * The EC2 side of the boot-script sandbox, for the bats harness (test/templates/) and the
+ * boot benchmark (bench/boot/): a moto server, a loopback IMDSv2 server playing one
+ * instance, an AWS proxy in front of moto that counts calls and injects throttling, and a
+ * control API the tests drive. Run with `node --import tsx`; it prints one JSON line with
+ * the endpoints, then serves until SIGTERM, SIGINT or its parent's exit, and stops moto on
+ * the way out.
+ *
+ * Everything listens on free 127.0.0.1 ports.
+ */
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { CreateTagsCommand, DescribeImagesCommand, DescribeInstancesCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
+import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { encodeRunnerConfig, ssmPaths, type RunnerConfig } from '../../lambdas/shared/contract';
+import { startMoto, type MotoServer } from './moto';
+
+export interface ImdsState {
+  instanceId: string;
+  region: string;
+  tags: Record<string, string>;
+  /** InstanceMetadataTags of the launch template: when false every tag path answers 404. */
+  tagsEnabled: boolean;
+  /** When true every connection is dropped without an answer. */
+  down: boolean;
+  /** Number of requests still to drop without an answer (IMDS not up yet early in a boot). */
+  dropNext: number;
+  role: string;
+  accessKeyId: string;
+}
+
+export interface LoggedRequest {
+  /** Epoch milliseconds with fractions, comparable to `date +%s.%N`. */
+  readonly t: number;
+  readonly method: string;
+  readonly path: string;
+  readonly status: number;
+}
+
+export interface LoggedAwsCall {
+  readonly t: number;
+  /** "AmazonSSM.GetParameter" for JSON protocols, "EC2.TerminateInstances" for EC2's query protocol. */
+  readonly action: string;
+  /** The access key id the caller signed with. */
+  readonly accessKeyId: string;
+  readonly status: number;
+}
+
+const now = (): number => performance.timeOrigin + performance.now();
+
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+function listen(server: Server): Promise<string> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+  });
+}
+
+function send(res: ServerResponse, status: number, body: string, type = 'text/plain'): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+export class ImdsServer {
+  readonly log: LoggedRequest[] = [];
+  readonly state: ImdsState = {
+    instanceId: 'i-00000000000000000',
+    region: 'us-east-1',
+    tags: {},
+    tagsEnabled: true,
+    down: false,
+    dropNext: 0,
+    role: 'runner-instance-role',
+    accessKeyId: 'ASIAIMDSSANDBOX00001',
+  };
+  private readonly tokens = new Set<string>();
+  private readonly server = createServer((req, res) => this.handle(req, res));
+  private readonly sockets = new Set<Socket>();
+
+  constructor() {
+    this.server.on('connection', (socket) => {
+      this.sockets.add(socket);
+      socket.on('close', () => this.sockets.delete(socket));
+    });
+  }
+
+  listen(): Promise<string> {
+    return listen(this.server);
+  }
+
+  close(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    if (this.state.down || this.state.dropNext > 0) {
+      if (this.state.dropNext > 0) this.state.dropNext -= 1;
+      this.log.push({ t: now(), method: req.method ?? '', path, status: 0 });
+      req.socket.destroy();
+      return;
+    }
+    const [status, body, type] = this.answer(req, path);
+    this.log.push({ t: now(), method: req.method ?? '', path, status });
+    send(res, status, body, type);
+  }
+
+  /** IMDSv2 only: a PUT for a token first, then GETs that carry it (EC2 user guide, "Use IMDSv2"). */
+  private answer(req: IncomingMessage, path: string): [number, string, string?] {
+    const s = this.state;
+    if (path === '/latest/api/token') {
+      if (req.method !== 'PUT') return [405, 'Method Not Allowed'];
+      const ttl = Number(req.headers['x-aws-ec2-metadata-token-ttl-seconds']);
+      if (!Number.isInteger(ttl) || ttl < 1 || ttl > 21_600) return [400, 'Bad Request'];
+      const token = randomBytes(24).toString('base64');
+      this.tokens.add(token);
+      return [200, token];
+    }
+    if (req.method !== 'GET') return [405, 'Method Not Allowed'];
+    const token = req.headers['x-aws-ec2-metadata-token'];
+    if (typeof token !== 'string' || !this.tokens.has(token)) return [401, 'Unauthorized'];
+    const identity = JSON.stringify({
+      accountId: '123456789012',
+      architecture: 'x86_64',
+      availabilityZone: `${s.region}a`,
+      imageId: 'ami-12345678',
+      instanceId: s.instanceId,
+      instanceType: 't3.micro',
+      privateIp: '10.0.0.10',
+      region: s.region,
+      version: '2017-09-30',
+    }, null, 2);
+    const credentialsPath = '/latest/meta-data/iam/security-credentials/';
+    const tagsPath = '/latest/meta-data/tags/instance';
+    const fixed: Record<string, string> = {
+      '/latest/meta-data/instance-id': s.instanceId,
+      '/latest/meta-data/placement/region': s.region,
+      '/latest/meta-data/placement/availability-zone': `${s.region}a`,
+      '/latest/dynamic/instance-identity/document': identity,
+      [credentialsPath]: s.role,
+      [`${credentialsPath}${s.role}`]: JSON.stringify({
+        Code: 'Success',
+        LastUpdated: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+        Type: 'AWS-HMAC',
+        AccessKeyId: s.accessKeyId,
+        SecretAccessKey: 'imds-sandbox-secret-access-key',
+        Token: 'imds-sandbox-session-token',
+        Expiration: new Date(Date.now() + 6 * 3600_000).toISOString().replace(/\.\d+Z$/, 'Z'),
+      }),
+    };
+    const value = fixed[path];
+    if (value !== undefined) return [200, value];
+    if (path === tagsPath) return s.tagsEnabled ? [200, Object.keys(s.tags).join('\n')] : [404, 'Not Found'];
+    if (path.startsWith(`${tagsPath}/`)) {
+      const tag = s.tagsEnabled ? s.tags[decodeURIComponent(path.slice(tagsPath.length + 1))] : undefined;
+      return tag === undefined ? [404, 'Not Found'] : [200, tag];
+    }
+    return [404, 'Not Found'];
+  }
+}
+
+/** Forwards to moto; counts every AWS call and answers with ThrottlingException while told to. */
+export class AwsProxy {
+  readonly log: LoggedAwsCall[] = [];
+  /** Action -> number of calls still to throttle. */
+  readonly throttle = new Map<string, number>();
+  /** Number of requests still to drop without an answer, as a network that is not up. */
+  drop = 0;
+  private readonly server = createServer((req, res) => void this.handle(req, res));
+
+  constructor(private readonly upstream: string) {}
+
+  listen(): Promise<string> {
+    return listen(this.server);
+  }
+
+  close(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.drop > 0) {
+      this.drop -= 1;
+      this.log.push({ t: now(), action: 'dropped', accessKeyId: '', status: 0 });
+      req.socket.destroy();
+      return;
+    }
+    const body = await readBody(req);
+    const target = req.headers['x-amz-target'];
+    const action =
+      typeof target === 'string' ? target : `EC2.${new URLSearchParams(body.toString()).get('Action') ?? 'unknown'}`;
+    const accessKeyId = /Credential=([^/,\s]+)/.exec(String(req.headers.authorization ?? ''))?.[1] ?? '';
+    const left = this.throttle.get(action) ?? 0;
+    if (left > 0) {
+      this.throttle.set(action, left - 1);
+      this.log.push({ t: now(), action, accessKeyId, status: 400 });
+      send(res, 400, JSON.stringify({ __type: 'ThrottlingException', message: 'Rate exceeded' }), 'application/x-amz-json-1.1');
+      return;
+    }
+    const url = new URL(req.url ?? '/', this.upstream);
+    const upstream = request(url, { method: req.method, headers: { ...req.headers, host: url.host } }, (up) => {
+      this.log.push({ t: now(), action, accessKeyId, status: up.statusCode ?? 0 });
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on('error', (error) => send(res, 502, String(error)));
+    upstream.end(body);
+  }
+}
+
+export interface BootSandbox {
+  readonly imdsUrl: string;
+  readonly awsUrl: string;
+  readonly controlUrl: string;
+  readonly moto: MotoServer;
+  stop(): Promise<void>;
+}
+
+/** Starts moto, the IMDS server, the proxy and the control API. */
+export async function startBootSandbox(): Promise<BootSandbox> {
+  const moto = await startMoto();
+  const imds = new ImdsServer();
+  const proxy = new AwsProxy(moto.endpoint);
+  const clientConfig = {
+    endpoint: moto.endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+  };
+  const ec2 = new EC2Client(clientConfig);
+  const ssm = new SSMClient(clientConfig);
+  let imageId: string | undefined;
+
+  const control = createServer((req, res) => {
+    void (async () => {
+      const url = new URL(req.url ?? '/', 'http://control');
+      const body = await readBody(req);
+      const input = body.length > 0 ? (JSON.parse(body.toString()) as Record<string, unknown>) : {};
+      const json = (value: unknown): void => send(res, 200, JSON.stringify(value), 'application/json');
+      switch (`${req.method} ${url.pathname}`) {
+        case 'POST /instance': {
+          // A real instance in moto, so terminate-instances and its state are real.
+          imageId ??= (await ec2.send(new DescribeImagesCommand({ Owners: ['amazon'] }))).Images?.[0]?.ImageId;
+          const run = await ec2.send(new RunInstancesCommand({ ImageId: imageId, MinCount: 1, MaxCount: 1, InstanceType: 't3.micro' }));
+          const instanceId = run.Instances?.[0]?.InstanceId;
+          if (!instanceId) throw new Error('moto returned no instance');
+          const tags = (input.tags ?? {}) as Record<string, string>;
+          if (Object.keys(tags).length > 0) {
+            await ec2.send(new CreateTagsCommand({ Resources: [instanceId], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }));
+          }
+          Object.assign(imds.state, { instanceId, tags, tagsEnabled: input.tagsEnabled ?? true, down: false, dropNext: 0 });
+          return json({ instanceId, region: imds.state.region });
+        }
+        case 'POST /imds':
+          Object.assign(imds.state, input);
+          return json(imds.state);
+        case 'GET /instance': {
+          const id = url.searchParams.get('id') ?? imds.state.instanceId;
+          const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
+          return json({ state: out.Reservations?.[0]?.Instances?.[0]?.State?.Name ?? 'unknown' });
+        }
+        case 'POST /runner-config': {
+          // Written the way scale-up writes it: the contract's encoding and parameter name.
+          const name = ssmPaths(String(input.prefix)).runnerConfig(String(input.instanceId ?? imds.state.instanceId));
+          const value = encodeRunnerConfig(input.config as RunnerConfig);
+          await ssm.send(new PutParameterCommand({ Name: name, Value: value, Type: 'SecureString', Overwrite: true }));
+          return json({ name });
+        }
+        case 'POST /param':
+          await ssm.send(new PutParameterCommand({ Name: String(input.name), Value: String(input.value), Type: 'SecureString', Overwrite: true }));
+          return json({ ok: true });
+        case 'DELETE /param':
+          await ssm.send(new DeleteParameterCommand({ Name: url.searchParams.get('name') ?? '' })).catch(() => undefined);
+          return json({ ok: true });
+        case 'GET /param': {
+          try {
+            const out = await ssm.send(new GetParameterCommand({ Name: url.searchParams.get('name') ?? '', WithDecryption: true }));
+            return json({ exists: true, value: out.Parameter?.Value });
+          } catch (error) {
+            if ((error as Error).name === 'ParameterNotFound') return json({ exists: false });
+            throw error;
+          }
+        }
+        case 'POST /throttle':
+          proxy.throttle.set(String(input.action), Number(input.count));
+          return json({ ok: true });
+        case 'POST /drop':
+          proxy.drop = Number(input.count);
+          return json({ ok: true });
+        case 'GET /log':
+          return json({ imds: imds.log, aws: proxy.log });
+        case 'POST /log/reset':
+          imds.log.length = 0;
+          proxy.log.length = 0;
+          proxy.throttle.clear();
+          proxy.drop = 0;
+          return json({ ok: true });
+        default:
+          return send(res, 404, `no control route ${req.method} ${url.pathname}`);
+      }
+    })().catch((error: unknown) => send(res, 500, String(error)));
+  });
+
+  const [imdsUrl, awsUrl, controlUrl] = await Promise.all([imds.listen(), proxy.listen(), listen(control)]);
+  return {
+    imdsUrl,
+    awsUrl,
+    controlUrl,
+    moto,
+    async stop() {
+      control.closeAllConnections();
+      await Promise.all([imds.close(), proxy.close(), new Promise<void>((r) => control.close(() => r())), moto.stop()]);
+      ec2.destroy();
+      ssm.destroy();
+    },
+  };
+}
+
+if (require.main === module) {
+  void (async () => {
+    const sandbox = await startBootSandbox();
+    let stopping = false;
+    const stop = (): void => {
+      if (stopping) return;
+      stopping = true;
+      void sandbox.stop().finally(() => process.exit(0));
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+    // A harness that dies without stopping us must not leave moto behind.
+    const parent = process.ppid;
+    setInterval(() => {
+      if (process.ppid !== parent) stop();
+    }, 1000).unref();
+    process.stdout.write(
+      `${JSON.stringify({ imds: sandbox.imdsUrl, aws: sandbox.awsUrl, control: sandbox.controlUrl, moto: sandbox.moto.endpoint, id: randomUUID() })}\n`,
+    );
+  })().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
+}

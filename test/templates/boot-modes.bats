@@ -1,0 +1,375 @@
+#!/usr/bin/env bats
+# The rendered boot script in a sandbox: real curl against a loopback IMDSv2, the real aws
+# CLI (credentials from that IMDS) against moto, shims only for systemctl, shutdown, the
+# runner binaries and BSD date. One scenario of issue 2 per test, named after it.
+
+load helpers
+
+setup_file() { sandbox_start; }
+teardown_file() { sandbox_stop; }
+setup() { sandbox_reset; }
+teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
+
+@test "cold RUN: reads the config, starts the runner, deletes the parameter, terminates itself" {
+  new_instance "$(cold_tags)"
+  github_config jit-cold-run
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN instance=$INSTANCE_ID" "$ROOT/out"
+  [ "$(calls_of runner)" = "$ROOT/runner/github/run.sh" ]
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # A cold instance installs no hook and never powers off.
+  [ ! -e "$ROOT/usr/local/sbin/start-runner" ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+}
+
+@test "the aws CLI gets its credentials from the IMDS role, the EC2 way" {
+  new_instance "$(cold_tags)"
+  github_config jit-credentials
+  boot_first github
+  [ "$status" -eq 0 ]
+  imds_paths | grep -qx '/latest/meta-data/iam/security-credentials/runner-instance-role'
+  # Every call reached moto signed with the key IMDS handed out, none with any other.
+  [ "$(ctl GET /log | grep -oE '"accessKeyId":"[^"]*"' | sort -u)" = '"accessKeyId":"ASIAIMDSSANDBOX00001"' ]
+}
+
+@test "cold WAIT then RUN when the parameter appears" {
+  new_instance "$(cold_tags)"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "$LOG_MODE=WAIT"
+  github_config jit-after-wait
+  boot_wait
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-after-wait ]
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "WAIT timing out fails and the cold instance terminates itself" {
+  new_instance "$(cold_tags)"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
+  grep -qF "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  aws_actions | grep -qx EC2.TerminateInstances
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "cold failure self-terminates (a config the script cannot use)" {
+  new_instance "$(cold_tags)"
+  ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=99\\nprovider=github\\njitconfig=x\\n\"}" >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "is not version 1" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "warm PRIME installs and enables the hook and powers off without terminating and without reading or deleting any config" {
+  new_instance "$(warm_tags)"
+  # A stale config must be neither read nor deleted by a priming boot.
+  github_config jit-stale
+  rm "$ROOT/dev/root-volume"
+  mkfifo "$ROOT/dev/root-volume"
+  # Completes only when the script reads the whole volume through.
+  timeout 30 bash -c "head -c 3145728 /dev/zero >'$ROOT/dev/root-volume'" &
+  local reader=$!
+  boot_first github
+  [ "$status" -eq 0 ]
+  wait "$reader"
+  grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
+  cmp "$ROOT/usr/local/sbin/start-runner" "$ROOT/hook-github.sh"
+  [ -x "$ROOT/usr/local/sbin/start-runner" ]
+  cmp "$ROOT/etc/systemd/system/$UNIT_NAME" "$ROOT/unit.service"
+  called systemctl "enable $UNIT_NAME"
+  [ -L "$ROOT/etc/systemd/system/multi-user.target.wants/$UNIT_NAME" ]
+  # The pool's prepare commands ran, as root.
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  called shutdown "-h now"
+  [ "$(aws_actions)" = '' ]
+  param_exists
+  [ "$(instance_state)" = running ]
+}
+
+@test "a failing PRIME does not power off" {
+  new_instance "$(warm_tags)"
+  touch "$ROOT/fail-prepare"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "prepare command 2 failed" "$ROOT/out"
+  grep -qF "PRIME failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ ! -e "$ROOT/calls/poweroff" ]
+  [ "$(aws_actions)" = '' ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "a PRIME without the runner binary does not power off" {
+  new_instance "$(warm_tags)"
+  rm "$ROOT/runner/github/run.sh"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "no github runner at $ROOT/runner/github/run.sh" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "the next boot through the hook with a config runs RUN" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  # Scale-up activates the parked instance: config, activation tags, StartInstances.
+  github_config jit-through-hook
+  set_tags "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\",\"$TAG_TRACE\":\"trace-hook\"")"
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-through-hook ]
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # The hook disabled itself once the RUN began.
+  called systemctl "disable --no-reload $UNIT_NAME"
+  [ ! -e "$ROOT/etc/systemd/system/multi-user.target.wants/$UNIT_NAME" ]
+}
+
+@test "the hook path makes one AWS call and at most 6 IMDS requests before the runner starts" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  github_config jit-counted
+  set_tags "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\",\"$TAG_TRACE\":\"trace-count\"")"
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  local started log
+  started=$(cat "$ROOT/calls/runner.started")
+  log=$(ctl GET /log)
+  # Requests logged (in ms) before the runner shim started (in s).
+  before() { grep -oE "\"t\":[0-9.]+,\"$1\"" <<<"$log" | cut -d: -f2 | cut -d, -f1 |
+    awk -v s="$started" '$1 / 1000 < s' | wc -l; }
+  [ "$(before action)" -eq 1 ]
+  [ "$(before method)" -le 6 ]
+  [ "$(aws_actions | head -n 1)" = AmazonSSM.GetParameter ]
+}
+
+@test "a parked instance started with its config but its activation tags not yet visible RUNs instead of parking again" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  github_config jit-tags-late
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(calls_of shutdown | wc -l)" -eq 1 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-tags-late ]
+}
+
+@test "an activated instance does not rerun the start logic on a later reboot" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  github_config jit-once
+  set_tags "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\"")"
+  boot_hook
+  [ "$status" -eq 0 ]
+  # Whatever systemd does, a second start of the hook must not start a second runner.
+  github_config jit-twice
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "a RUN began on an earlier boot" "$ROOT/out"
+  [ "$(wc -l <"$ROOT/calls/runner")" -eq 1 ]
+  [ "$(aws_actions)" = '' ]
+}
+
+@test "re-priming through the hook does not truncate the hook" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  cp "$ROOT/usr/local/sbin/start-runner" "$ROOT/hook-before"
+  # Not activated yet (or activated, then rolled back): the hook primes and parks again,
+  # copying its own file ($0) onto itself.
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
+  [ "$(calls_of shutdown | wc -l)" -eq 2 ]
+  cmp "$ROOT/usr/local/sbin/start-runner" "$ROOT/hook-before"
+  cmp "$ROOT/usr/local/sbin/start-runner" "$ROOT/hook-github.sh"
+}
+
+@test "missing end marker fails loudly and installs no hook" {
+  new_instance "$(warm_tags)"
+  grep -vxF -- "$END_MARKER" "$ROOT/user-data-github.sh" >"$ROOT/user-data-truncated.sh"
+  chmod 755 "$ROOT/user-data-truncated.sh"
+  boot "$ROOT/user-data-truncated.sh"
+  [ "$status" -ne 0 ]
+  grep -qF "end marker missing in $ROOT/user-data-truncated.sh" "$ROOT/out"
+  [ ! -e "$ROOT/usr/local/sbin/start-runner" ]
+  [ -z "$(find "$ROOT/usr" -type f 2>/dev/null)" ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "warm failure before a mode is chosen is not terminated" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\"")"
+  github_config jit-unreachable
+  # SSM refuses every attempt to read the config: no mode can be chosen.
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "left for the pool to evict" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=" "$ROOT/out"
+  aws_actions | refute grep -qx EC2.TerminateInstances
+  [ "$(instance_state)" = running ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+}
+
+@test "activated without config waits (no PRIME), then runs when the config appears" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\",\"$TAG_TRACE\":\"trace-late\"")"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "$LOG_MODE=WAIT"
+  github_config jit-late
+  boot_wait
+  [ "$status" -eq 0 ]
+  refute grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-late ]
+}
+
+@test "trace id in RUN logs and absent in PRIME" {
+  # A priming boot runs without a trace id, even one left behind by a rolled-back activation.
+  new_instance "$(warm_tags "\"$TAG_TRACE\":\"trace-stale\"")"
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=PRIME" "$ROOT/var/log/start-runner.log"
+  refute grep -qF "$LOG_TRACE=" "$ROOT/var/log/start-runner.log"
+  refute grep -qF "$LOG_TRACE=" "$ROOT/out"
+
+  new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-0af3\"")"
+  github_config jit-traced
+  rm "$ROOT/var/log/start-runner.log"
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/var/log/start-runner.log"
+  [ "$(grep -c . "$ROOT/var/log/start-runner.log")" -ge 4 ]
+  # Every line of the RUN boot, in the log file and on stderr.
+  refute grep -vF "$LOG_TRACE=trace-0af3 " "$ROOT/var/log/start-runner.log"
+  grep 'start-runner\[' "$ROOT/out" | refute grep -vF "$LOG_TRACE=trace-0af3 "
+}
+
+@test "the latency line under GNU date" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 100)\",\"$TAG_TRACE\":\"trace-gnu\"")"
+  github_config jit-gnu
+  boot_first github
+  [ "$status" -eq 0 ]
+  local line value
+  line=$(grep -F "$LOG_LATENCY=" "$ROOT/out")
+  [ "$(wc -l <<<"$line")" -eq 1 ]
+  [[ $line == *"$LOG_TRACE=trace-gnu $LOG_LATENCY="* ]]
+  value=${line##*"$LOG_LATENCY="}
+  [[ $value =~ ^[0-9]+\.[0-9]{3}$ ]]
+  # Activated 100.75 s before this test started (iso_ago writes .250); the boot took a few more.
+  awk -v v="$value" 'BEGIN { exit !(v >= 99.75 && v < 160) }'
+  # The runner started after the line was written.
+  [ -e "$ROOT/calls/runner" ]
+}
+
+@test "the latency line under BSD date (fractional seconds and trailing Z)" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 100)\",\"$TAG_TRACE\":\"trace-bsd\"")"
+  github_config jit-bsd
+  EXTRA_PATH=$ROOT/bsd boot_first github
+  [ "$status" -eq 0 ]
+  # The script really went through the BSD shim, and BSD's strict -f got a string it parses.
+  grep -q -- '-j -u -f' "$ROOT/calls/date"
+  local value
+  value=$(grep -F "$LOG_LATENCY=" "$ROOT/out")
+  value=${value##*"$LOG_LATENCY="}
+  [[ $value =~ ^[0-9]+\.[0-9]{3}$ ]]
+  awk -v v="$value" 'BEGIN { exit !(v >= 99.75 && v < 160) }'
+}
+
+@test "the config parameter is deleted after read and its planted value is never logged, encoded or not" {
+  local secret config core k b64
+  # Base64-like, as real JIT configs are, so its URL-encoded form differs from the plain one;
+  # the random core survives any URL-encoding or escaping unchanged.
+  core=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  secret="jit+$core/planted=="
+  new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-secret\"")"
+  github_config "$secret"
+  boot_first github
+  [ "$status" -eq 0 ]
+  refute param_exists
+  aws_actions | grep -qx AmazonSSM.DeleteParameter
+  # The runner got it, as an argument ...
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = "$secret" ]
+  # ... and nowhere else: not in its environment, not in any log, state or temp file.
+  config=$(printf 'version=1\nprovider=github\njitconfig=%s\n' "$secret")
+  local forms=("$secret" "$(printf %s "$secret" | base64 -w0)" "$(printf %s "$config" | base64 -w0)"
+    "$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$secret")"
+    "$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$config")")
+  # The core inside any base64 stream, whatever its offset: drop the groups it shares.
+  for k in 0 1 2; do
+    b64=$(printf "%${k}s%s" '' "$core" | base64 -w0)
+    forms+=("${b64:4:${#b64}-8}")
+  done
+  forms+=("$core")
+  local form
+  for form in "${forms[@]}"; do
+    nowhere_in "$form" "$ROOT/out" "$ROOT/var" "$ROOT/etc" "$ROOT/tmp" "$ROOT/sys" "$ROOT/calls"
+  done
+  refute grep -q '^AWS_' "$ROOT/calls/runner.env"
+  [ -z "$(ls -A "$ROOT/tmp")" ]
+}
+
+@test "the GitHub start command: run.sh --jitconfig as the runner user in the runner dir" {
+  new_instance "$(cold_tags)"
+  github_config jit-github-command
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(cat "$ROOT/calls/runner.args")" = "$(printf '%s\n' --jitconfig jit-github-command)" ]
+  [ "$(calls_of runner)" = "$ROOT/runner/github/run.sh" ]
+  [ "$(calls_of runner.user)" = "$RUNNER_USER" ]
+  [ "$(calls_of runner.cwd)" = "$ROOT/runner/github" ]
+}
+
+@test "the GitLab start command: run-single with URL and token as arguments, one build, a wait timeout" {
+  new_instance "$(cold_tags)"
+  gitlab_config https://gitlab.example.com glrt-planted-token-0123456789
+  boot_first gitlab
+  [ "$status" -eq 0 ]
+  [ "$(calls_of runner)" = "$ROOT/runner/gitlab/gitlab-runner" ]
+  [ "$(cat "$ROOT/calls/runner.args")" = "$(printf '%s\n' run-single --url https://gitlab.example.com \
+    --token glrt-planted-token-0123456789 --executor shell --max-builds 1 --wait-timeout 42 \
+    --builds-dir "$ROOT/runner/gitlab/builds")" ]
+  [ "$(calls_of runner.user)" = "$RUNNER_USER" ]
+  # The shell executor's job inherits the runner's environment: no token there.
+  refute grep -qF glrt-planted-token "$ROOT/calls/runner.env"
+  refute grep -rqF glrt-planted-token "$ROOT/out" "$ROOT/var"
+  refute param_exists
+}
+
+@test "a config for the other provider is refused" {
+  new_instance "$(cold_tags)"
+  gitlab_config https://gitlab.example.com glrt-wrong-pool-0123456789
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "is not for this pool's provider github" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+}
+
+@test "/etc/machine-id is regenerated on the first RUN" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$(cat "$ROOT/etc/machine-id")" = 0123456789abcdef0123456789abcdef ]
+  github_config jit-machine-id
+  set_tags "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\"")"
+  boot_hook
+  [ "$status" -eq 0 ]
+  local id
+  id=$(cat "$ROOT/etc/machine-id")
+  [[ $id =~ ^[0-9a-f]{32}$ ]]
+  [ "$id" != 0123456789abcdef0123456789abcdef ]
+}

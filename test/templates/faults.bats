@@ -1,0 +1,87 @@
+#!/usr/bin/env bats
+# Faults injected from outside the script: IMDS that does not answer, SSM throttling (by the
+# proxy in front of moto, with the CLI's own retries off), instance tags kept out of IMDS.
+
+load helpers
+
+setup_file() { sandbox_start; }
+teardown_file() { sandbox_stop; }
+setup() { sandbox_reset; }
+teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
+
+@test "IMDS unreachable: bounded retries, then a loud failure that touches nothing" {
+  new_instance "$(cold_tags)"
+  github_config jit-no-imds
+  ctl POST /imds '{"down":true}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "issued no token after 3 attempts" "$ROOT/out"
+  grep -qF "before the tags were read: not terminating" "$ROOT/out"
+  # Exactly the configured attempts, all for the token: no IMDS call without one.
+  [ "$(imds_paths | sort | uniq -c | awk '{print $1, $2}')" = "3 /latest/api/token" ]
+  [ "$(aws_actions)" = '' ]
+  [ ! -e "$ROOT/calls/runner" ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "IMDS not answering the first requests of a boot: the token request is retried, then RUN" {
+  new_instance "$(cold_tags)"
+  github_config jit-imds-late
+  ctl POST /imds '{"dropNext":2}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(grep -c "IMDS api/token answered 000" "$ROOT/out")" -eq 2 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-imds-late ]
+}
+
+@test "SSM throttled while choosing the mode: retried and logged, never read as no config" {
+  new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-throttled\"")"
+  github_config jit-throttled
+  # Two refusals, fewer than the script's three attempts.
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":2}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(grep -c "ThrottlingException" "$ROOT/out")" -eq 2 ]
+  grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 2/3)" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 3 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-throttled ]
+}
+
+@test "SSM throttled on every attempt: the boot fails instead of waiting or priming" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\"")"
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "not taking that for no config" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=" "$ROOT/out"
+  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 3 ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ ! -e "$ROOT/usr/local/sbin/start-runner" ]
+}
+
+@test "instance tags not in instance metadata: a loud failure, neither PRIME nor terminate" {
+  new_instance "$(warm_tags)" '"tagsEnabled":false'
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "enable InstanceMetadataTags in the launch template" "$ROOT/out"
+  [ "$(aws_actions)" = '' ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "SSM unreachable for a moment (network not up yet): retried and logged, then RUN" {
+  new_instance "$(cold_tags)"
+  github_config jit-network
+  # The next request is dropped without an answer, as by a network that is not up yet.
+  ctl POST /drop '{"count":1}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 1/3)" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-network ]
+}

@@ -1,0 +1,170 @@
+# shellcheck shell=bash
+# The boot-script sandbox for bats: a loopback IMDSv2 server, an AWS proxy in front of moto
+# and a control API (test/support/boot-sandbox.ts), the rendered script under $ROOT, and
+# shims for what cannot run here (systemctl, shutdown, the runner binaries, BSD date).
+#
+# setup_file: sandbox_start   setup: sandbox_reset   teardown_file: sandbox_stop
+
+REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+
+# The real aws CLI; behind pyenv its shim needs pyenv, so resolve the real executable.
+resolve_aws_cli() {
+  local path
+  path=$(command -v aws) || { echo 'the aws CLI is missing (pip install awscli)' >&2; return 1; }
+  if [[ $path == */shims/aws ]] && command -v pyenv >/dev/null; then path=$(pyenv which aws); fi
+  printf '%s' "$path"
+}
+
+sandbox_start() {
+  ROOT=$(mktemp -d /tmp/cwr-boot.XXXXXX)
+  # The runner runs as an unprivileged user, which must reach its shim and the calls dir.
+  chmod 755 "$ROOT"
+  export ROOT
+  node --import tsx "$REPO/test/support/boot-sandbox.ts" >"$ROOT/sandbox.json" 2>"$ROOT/sandbox.err" &
+  export SANDBOX_PID=$!
+  local i line=''
+  for ((i = 0; i < 600; i++)); do
+    line=$(head -n 1 "$ROOT/sandbox.json" 2>/dev/null || true)
+    [[ -z $line ]] || break
+    kill -0 "$SANDBOX_PID" 2>/dev/null || { cat "$ROOT/sandbox.err" >&2; return 1; }
+    sleep 0.1
+  done
+  [[ -n $line ]] || { echo 'the sandbox did not start within 60 s' >&2; cat "$ROOT/sandbox.err" >&2; return 1; }
+  [[ $line =~ \"imds\":\"([^\"]+)\" ]] && export IMDS_URL=${BASH_REMATCH[1]}
+  [[ $line =~ \"aws\":\"([^\"]+)\" ]] && export AWS_URL=${BASH_REMATCH[1]}
+  [[ $line =~ \"control\":\"([^\"]+)\" ]] && export CONTROL_URL=${BASH_REMATCH[1]}
+  AWS_CLI_BIN=$(resolve_aws_cli)
+  export AWS_CLI_BIN
+  export RUNNER_USER=nobody
+  ((EUID == 0)) || RUNNER_USER=$(id -un)
+  node --import tsx "$REPO/test/templates/render-sandbox.ts" --root "$ROOT" --imds "$IMDS_URL" \
+    --aws "$AWS_URL" --aws-cli "$AWS_CLI_BIN" --runner-user "$RUNNER_USER"
+  local shims=$REPO/test/templates/shims
+  mkdir -p "$ROOT/bin" "$ROOT/bsd" "$ROOT/runner/github" "$ROOT/runner/gitlab"
+  cp "$shims/bin/"* "$ROOT/bin/"
+  cp "$shims/bsd/date" "$ROOT/bsd/date"
+  cp "$shims/runner/runner" "$ROOT/runner-shim"
+  chmod -R a+rX "$ROOT/bin" "$ROOT/bsd" "$ROOT/runner" "$ROOT/runner-shim"
+}
+
+sandbox_stop() {
+  if [[ -n ${SANDBOX_PID-} ]]; then
+    kill -TERM "$SANDBOX_PID" 2>/dev/null || true
+    wait "$SANDBOX_PID" 2>/dev/null || true
+  fi
+  [[ -z ${ROOT-} || $ROOT != /tmp/cwr-boot.* ]] || rm -rf "$ROOT"
+}
+
+# A fresh machine for every test: no hook, no state, no calls, both runners installed.
+sandbox_reset() {
+  rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "${ROOT:?}/runner/github/"* "${ROOT:?}/runner/gitlab/"*
+  mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls"
+  chmod 1777 "$ROOT/calls"
+  install -m 755 "$ROOT/runner-shim" "$ROOT/runner/github/run.sh"
+  install -m 755 "$ROOT/runner-shim" "$ROOT/runner/gitlab/gitlab-runner"
+  echo 0123456789abcdef0123456789abcdef >"$ROOT/etc/machine-id"
+  head -c 65536 /dev/zero >"$ROOT/dev/root-volume"
+  : >"$ROOT/sys/board_asset_tag"
+  # shellcheck source=/dev/null
+  source "$ROOT/contract.env"
+  ctl POST /log/reset >/dev/null
+}
+
+# ctl METHOD PATH [JSON]: the sandbox's control API.
+ctl() {
+  curl -sf -X "$1" -H 'content-type: application/json' ${3:+--data "$3"} "$CONTROL_URL$2"
+}
+
+# new_instance [TAGS_JSON] [EXTRA_JSON]: a running instance in moto that IMDS now plays; on
+# Nitro its id is in DMI, which the sandbox mirrors.
+new_instance() {
+  local out tags=${1:-'{}'}
+  out=$(ctl POST /instance "{\"tags\":$tags${2:+,$2}}")
+  [[ $out =~ \"instanceId\":\"(i-[0-9a-f]+)\" ]]
+  INSTANCE_ID=${BASH_REMATCH[1]}
+  printf '%s\n' "$INSTANCE_ID" >"$ROOT/sys/board_asset_tag"
+}
+
+warm_tags() { printf '{"%s":"pool-a","%s":"%s"%s}' "$TAG_POOL" "$TAG_WARM" "$WARM_VALUE" "${1:+,$1}"; }
+cold_tags() { printf '{"%s":"pool-a"%s}' "$TAG_POOL" "${1:+,$1}"; }
+# ISO 8601 UTC with milliseconds and Z, like toISOString, SECONDS_AGO in the past.
+iso_ago() { date -u -d "@$(($(date +%s) - $1))" +%Y-%m-%dT%H:%M:%S.250Z; }
+
+# set_tags JSON: the instance's tags as IMDS shows them from now on (as after an activation).
+set_tags() { ctl POST /imds "{\"tags\":$1}" >/dev/null; }
+
+github_config() { ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"config\":{\"provider\":\"github\",\"jitConfig\":\"$1\"}}" >/dev/null; }
+gitlab_config() {
+  ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"config\":{\"provider\":\"gitlab\",\"url\":\"$1\",\"token\":\"$2\"}}" >/dev/null
+}
+param_exists() { [[ $(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID") == *'"exists":true'* ]]; }
+instance_state() { ctl GET "/instance?id=$INSTANCE_ID" | sed -E 's/.*"state":"([^"]*)".*/\1/'; }
+
+# boot_env CMD...: the environment cloud-init or systemd would give, with the shims first in
+# PATH, no AWS credentials or config (the CLI must get its credentials from IMDS), and the
+# CLI's own retries off so each attempt is one request and a test takes seconds.
+boot_env() {
+  env -i PATH="${EXTRA_PATH:+$EXTRA_PATH:}$ROOT/bin:$PATH" HOME="$HOME" ${PYENV_ROOT:+PYENV_ROOT="$PYENV_ROOT"} \
+    LANG=C.UTF-8 TMPDIR="$ROOT/tmp" AWS_CONFIG_FILE="$ROOT/aws/config" AWS_SHARED_CREDENTIALS_FILE="$ROOT/aws/credentials" \
+    AWS_MAX_ATTEMPTS=1 AWS_RETRY_MODE=standard SHIM_CALLS="$ROOT/calls" SHIM_UNIT_DIR="$ROOT/etc/systemd/system" \
+    timeout -k 5 90 "$@"
+}
+
+# boot FILE: runs the user data (first boot) or the hook (later boots) as a file, the way
+# cloud-init and systemd do; output in $ROOT/out, exit status in $status.
+boot() {
+  status=0
+  boot_env "$1" >"$ROOT/out" 2>&1 || status=$?
+}
+boot_first() { boot "$ROOT/user-data-${1:-github}.sh"; }
+boot_hook() { boot "$ROOT/usr/local/sbin/start-runner"; }
+
+# boot_background FILE: as boot, without waiting; boot_wait collects the status.
+boot_background() {
+  boot_env "$1" >"$ROOT/out" 2>&1 &
+  BOOT_PID=$!
+}
+boot_wait() {
+  status=0
+  wait "$BOOT_PID" || status=$?
+}
+# wait_for_log TEXT: until the boot's output holds TEXT (at most 60 s).
+wait_for_log() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    grep -qF -- "$1" "$ROOT/out" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "no \"$1\" in the boot output within 60 s" >&2
+  return 1
+}
+
+called() { [[ -f $ROOT/calls/$1 ]] && grep -qFx -- "$2" "$ROOT/calls/$1"; }
+calls_of() { cat "$ROOT/calls/$1" 2>/dev/null || true; }
+aws_actions() { ctl GET /log | grep -oE '"action":"[^"]+"' | cut -d'"' -f4; }
+imds_paths() { ctl GET /log | grep -oE '"path":"[^"]+"' | cut -d'"' -f4; }
+
+# Shows the boot's output when an assertion fails.
+show_boot() {
+  echo "--- exit status: ${status-}" >&2
+  cat "$ROOT/out" >&2 2>/dev/null || true
+}
+
+# refute CMD...: fails when CMD succeeds (bats does not fail a test on a negated "! cmd").
+refute() {
+  if "$@"; then
+    echo "expected to fail: $*" >&2
+    return 1
+  fi
+}
+
+# nowhere_in TEXT PATH...: no file under the PATHs holds TEXT, the runner's recorded arguments
+# aside (the runner gets its secret there). grep must answer "no match" (1), not fail (2).
+nowhere_in() {
+  local rc=0
+  grep -rlF --exclude=runner.args -- "$1" "${@:2}" || rc=$?
+  if ((rc != 1)); then
+    echo "\"$1\" found (or grep failed, status $rc)" >&2
+    return 1
+  fi
+}

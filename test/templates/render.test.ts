@@ -1,0 +1,240 @@
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import {
+  BOOT_LOG_KEYS,
+  PROVIDERS,
+  RUNNER_CONFIG_KEYS,
+  TAG_NAMES,
+  ssmPaths,
+  tagKeys,
+  type Provider,
+} from '../../lambdas/shared/contract';
+import {
+  HOST_PATH_MAX_LENGTH,
+  PREPARE_COMMANDS_MAX,
+  PREPARE_COMMANDS_MAX_TOTAL,
+  START_LOGIC_MARKERS,
+  USER_DATA_LIMIT_BYTES,
+  findSecretLikeValues,
+  renderHookScript,
+  renderHookUnit,
+  renderStartLogic,
+  renderUserData,
+  resolveUserDataOptions,
+  shellQuote,
+  type UserDataOptions,
+} from '../../lib/user-data';
+
+const repo = join(__dirname, '..', '..');
+const template = readFileSync(join(repo, 'templates', 'start-runner.sh'), 'utf8');
+const lines = (text: string, line: string): number => text.split('\n').filter((l) => l === line).length;
+
+/** A path of exactly `length` characters. */
+const longPath = (length: number, tail: string): string => `/${'p'.repeat(length - tail.length - 2)}/${tail}`;
+
+/**
+ * The largest options the renderer accepts: every bounded input at its bound, and prepare
+ * commands as long as allowed, written the way real ones are (quotes, $, pipes), so their
+ * quoting costs what it costs in practice.
+ */
+function largestOptions(provider: Provider): UserDataOptions {
+  const perCommand = Math.floor(PREPARE_COMMANDS_MAX_TOTAL / PREPARE_COMMANDS_MAX);
+  const sample = `docker pull "ghcr.io/example-org/build-image:$(cat /etc/image-tag)" && echo 'cached' | tee -a /var/log/prep.log; `;
+  const command = sample.repeat(Math.ceil(perCommand / sample.length)).slice(0, perCommand);
+  const max = HOST_PATH_MAX_LENGTH;
+  return {
+    provider,
+    prefix: 'p'.repeat(32),
+    runnerUser: 'u'.repeat(32),
+    runnerDir: longPath(max, 'runner'),
+    gitlabRunnerBinary: longPath(max, 'gitlab-runner'),
+    prepareCommands: Array.from({ length: PREPARE_COMMANDS_MAX }, () => command),
+    waitSeconds: 86_400,
+    pollSeconds: 299.999,
+    retryDelaySeconds: 299.999,
+    imdsAttempts: 60,
+    awsAttempts: 20,
+    httpTimeoutSeconds: 59.999,
+    runnerWaitTimeoutSeconds: 86_400,
+    unitName: `${'n'.repeat(100)}.service`,
+    hostPaths: {
+      unitDir: longPath(max, 'system'),
+      hookPath: longPath(max, 'hook'),
+      stateDir: longPath(max, 'state'),
+      logFile: longPath(max, 'log'),
+      machineIdFile: longPath(max, 'machine-id'),
+      preReadDevice: longPath(max, 'nvme0n1'),
+      dmiAssetTagFile: longPath(max, 'board_asset_tag'),
+      randomUuidFile: longPath(max, 'uuid'),
+    },
+    imdsEndpoint: `http://${'i'.repeat(84)}.example`,
+    awsCli: longPath(max, 'aws'),
+    awsEndpointUrl: `http://${'a'.repeat(84)}.example`,
+  };
+}
+
+describe('renderUserData', () => {
+  it.each(PROVIDERS)('renders %s user data that runs the start logic between the markers, each exactly once', (provider) => {
+    const userData = renderUserData({ provider });
+    expect(userData.startsWith('#!/bin/bash\n')).toBe(true);
+    expect(lines(userData, START_LOGIC_MARKERS.begin)).toBe(1);
+    expect(lines(userData, START_LOGIC_MARKERS.end)).toBe(1);
+    expect(userData.indexOf(START_LOGIC_MARKERS.begin)).toBeLessThan(userData.indexOf(START_LOGIC_MARKERS.end));
+    expect(userData).toContain(renderStartLogic({ provider }));
+    expect(userData).not.toMatch(/@@[A-Z_]+@@/);
+    expect(userData).toContain(`readonly PROVIDER=${provider} `);
+  });
+
+  it.each(PROVIDERS)('keeps the largest %s rendering under EC2 16 KB limit on the raw (not base64) user data', (provider) => {
+    const userData = renderUserData(largestOptions(provider));
+    // EC2 measures the raw bytes before base64 ("Work with instance user data").
+    expect(Buffer.byteLength(userData, 'utf8')).toBeLessThanOrEqual(USER_DATA_LIMIT_BYTES);
+    expect(lines(userData, START_LOGIC_MARKERS.begin)).toBe(1);
+    expect(lines(userData, START_LOGIC_MARKERS.end)).toBe(1);
+  });
+
+  it('refuses, with the size and what to do, a rendering that would not fit', () => {
+    // Within every per-command bound, but quotes cost four bytes each once shell-quoted.
+    const quotes = Array.from({ length: PREPARE_COMMANDS_MAX }, () => `echo ${"'".repeat(130)}`);
+    expect(() => renderUserData({ provider: 'github', prepareCommands: quotes })).toThrow(
+      /rendered user data is \d+ bytes, over EC2's limit of 16384 \(before base64\): shorten or drop prepare commands/,
+    );
+  });
+
+  it('renders every shared value from the contract, and the template spells none of them', () => {
+    const prefix = 'fleet-a';
+    const logic = renderStartLogic({ provider: 'github', prefix });
+    const tags = tagKeys(prefix);
+    for (const key of [tags.warmStandby, tags.activatedAt, tags.traceId, ssmPaths(prefix).runnerConfigRoot]) {
+      expect(logic).toContain(key);
+    }
+    for (const key of Object.values(BOOT_LOG_KEYS)) expect(logic).toContain(`=${key}`);
+    for (const key of Object.values(RUNNER_CONFIG_KEYS)) expect(logic).toContain(`=${key}`);
+    // "pool" is also an English word of the log messages; every other tag name is hyphenated.
+    for (const name of Object.values(TAG_NAMES).filter((n) => n.includes('-'))) expect(template).not.toContain(name);
+    for (const key of Object.values(BOOT_LOG_KEYS)) expect(template).not.toContain(`${key}=`);
+    for (const key of Object.values(RUNNER_CONFIG_KEYS)) expect(template).not.toMatch(new RegExp(`["' ]${key}=[^$]`));
+    expect(template).not.toContain('/runners/config/');
+    expect(template).not.toMatch(/==\s*"?git(hub|lab)\b/);
+  });
+
+  it('renders the hook exactly as PRIME writes it: a shebang, then the start logic', () => {
+    expect(renderHookScript({ provider: 'gitlab' })).toBe(`#!/bin/bash\n${renderStartLogic({ provider: 'gitlab' })}\n`);
+  });
+
+  it('puts no secret-looking value into user data, and refuses prepare commands that carry one', () => {
+    for (const provider of PROVIDERS) {
+      expect(findSecretLikeValues(renderUserData({ provider }))).toEqual([]);
+      expect(findSecretLikeValues(renderUserData(largestOptions(provider)))).toEqual([]);
+    }
+    const leaky = ['echo ghp_0123456789abcdefghijABCDEFGHIJ0123 > /root/t', 'export TOKEN=glrt-abcdefghijklmnop0123'];
+    expect(() => renderUserData({ provider: 'github', prepareCommands: leaky })).toThrow(
+      /prepareCommands\[0\] looks like it contains a secret \(GitHub token\)[^]*prepareCommands\[1\] looks like it contains a secret \(GitLab token\)/,
+    );
+    // The message names the kind of secret, never the value.
+    expect(() => renderUserData({ provider: 'github', prepareCommands: leaky })).not.toThrow(/ghp_0123/);
+  });
+
+  it.each([
+    ['GitHub token', 'ghp_abcdefghijklmnopqrstuvwxyz0123456789'],
+    ['GitLab token', 'glrt-0123456789abcdefghij'],
+    ['AWS access key id', 'AKIAIOSFODNN7EXAMPLE'],
+    ['AWS secret access key', 'aws_secret_access_key = x'],
+    ['private key', '-----BEGIN RSA PRIVATE KEY-----'],
+    ['GitHub JIT runner config', 'run.sh --jitconfig eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9eyJhbGciOiJIUzI1'],
+  ])('finds a %s', (kind, text) => {
+    expect(findSecretLikeValues(`x ${text} y`)).toContain(kind);
+  });
+});
+
+describe('resolveUserDataOptions', () => {
+  it('fills production defaults', () => {
+    const o = resolveUserDataOptions({ provider: 'gitlab' });
+    expect(o).toMatchObject({
+      prefix: 'warm-runners',
+      runnerUser: 'runner',
+      runnerDir: '/opt/gitlab-runner',
+      unitName: 'warm-runners-start-runner.service',
+      imdsEndpoint: 'http://169.254.169.254',
+      awsCli: 'aws',
+      awsEndpointUrl: '',
+      hostPaths: {
+        unitDir: '/etc/systemd/system',
+        hookPath: '/usr/local/sbin/warm-runners-start-runner',
+        machineIdFile: '/etc/machine-id',
+        preReadDevice: '',
+        dmiAssetTagFile: '/sys/devices/virtual/dmi/id/board_asset_tag',
+      },
+    });
+    expect(resolveUserDataOptions({ provider: 'github' }).runnerDir).toBe('/opt/actions-runner');
+  });
+
+  it.each<[string, Partial<UserDataOptions>, RegExp]>([
+    ['an unknown provider', { provider: 'bitbucket' as Provider }, /provider "bitbucket" must be one of github, gitlab/],
+    ['a prefix SSM reserves', { prefix: 'ssm-x' }, /must not begin with "aws" or "ssm"/],
+    ['a relative path', { runnerDir: 'opt/runner' }, /runnerDir "opt\/runner" must be an absolute path/],
+    ['a path with a space', { hostPaths: { hookPath: '/usr/local/sbin/my hook' } }, /hostPaths.hookPath "\/usr\/local\/sbin\/my hook" must be an absolute path/],
+    ['a path that is too long', { hostPaths: { logFile: `/${'x'.repeat(HOST_PATH_MAX_LENGTH)}` } }, /at most 100 characters/],
+    ['a user name with capitals', { runnerUser: 'Runner' }, /runnerUser "Runner" must be a Linux user name/],
+    ['a fractional WAIT limit', { waitSeconds: 1.5 }, /waitSeconds 1.5 must be an integer from 1 to 86400/],
+    ['no IMDS attempts', { imdsAttempts: 0 }, /imdsAttempts 0 must be an integer from 1 to 60/],
+    ['a negative retry delay', { retryDelaySeconds: -1 }, /retryDelaySeconds -1 must be a number/],
+    ['an IMDS endpoint with a path', { imdsEndpoint: 'http://169.254.169.254/latest' }, /imdsEndpoint .* without a path/],
+    ['an aws CLI with arguments', { awsCli: 'aws --debug' }, /awsCli "aws --debug" must be a command name or path/],
+    ['a unit name that is no service', { unitName: 'boot.timer' }, /unitName "boot.timer" must be a systemd service name/],
+    ['too many prepare commands', { prepareCommands: Array.from({ length: 17 }, () => 'true') }, /prepareCommands has 17 commands, at most 16/],
+    ['an empty prepare command', { prepareCommands: ['  '] }, /prepareCommands\[0\] is empty/],
+    ['a prepare command with a marker', { prepareCommands: [`echo '${START_LOGIC_MARKERS.end}'`] }, /contains a start-logic marker line/],
+    ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 2304/],
+  ])('refuses %s with an actionable message', (_name, patch, message) => {
+    expect(() => resolveUserDataOptions({ provider: 'github', ...patch })).toThrow(message);
+  });
+
+  it('lists every problem at once', () => {
+    expect(() => resolveUserDataOptions({ provider: 'github', runnerUser: 'A', waitSeconds: 0 })).toThrow(
+      /cannot render the boot script:\n- runnerUser "A"[^]*\n- waitSeconds 0/,
+    );
+  });
+});
+
+describe('renderHookUnit', () => {
+  it('runs the hook after the network is online and is wanted by multi-user.target', () => {
+    const unit = renderHookUnit({ provider: 'github', hostPaths: { hookPath: '/opt/boot/hook' } });
+    expect(unit).toContain('\nExecStart=/opt/boot/hook\n');
+    expect(unit).toContain('\nAfter=network-online.target\n');
+    expect(unit).toContain('\nWants=network-online.target\n');
+    expect(unit).toContain('\nWantedBy=multi-user.target\n');
+    expect(unit).toContain('\nRestart=no\n');
+    expect(unit).not.toMatch(/^[#;]/m);
+  });
+});
+
+describe('shellQuote', () => {
+  it.each(["plain", "with space", "it's", "$(id) `id` $HOME", "a\nb", "", "'", "\\", "!x"])('bash reads %j back unchanged', (value) => {
+    const out = spawnSync('bash', ['-c', `printf %s ${shellQuote(value)}`], { encoding: 'utf8' });
+    expect(out.stdout).toBe(value);
+  });
+});
+
+describe('render-user-data CLI', () => {
+  const cli = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', join(repo, 'bin', 'render-user-data.ts'), ...args], { encoding: 'utf8', cwd: repo });
+
+  it('prints the user data for --provider github, the README first command', () => {
+    const out = cli('--provider', 'github');
+    expect(out.status).toBe(0);
+    expect(out.stdout).toBe(renderUserData({ provider: 'github' }));
+  });
+
+  it('gives a usage error for a bad flag and for a bad provider', () => {
+    const bad = cli('--provider', 'github', '--bogus');
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/Unknown option '--bogus'[^]*usage: npm run render -- --provider github\|gitlab/);
+    const provider = cli('--provider', 'jenkins');
+    expect(provider.status).toBe(2);
+    expect(provider.stderr).toContain('--provider "jenkins" must be one of github, gitlab');
+    expect(cli().stderr).toContain('--provider is required');
+  });
+});
