@@ -1,4 +1,5 @@
 import { Aws, RemovalPolicy, Size, Stack } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as kms from 'aws-cdk-lib/aws-kms';
@@ -7,7 +8,6 @@ import { Construct } from 'constructs';
 import {
   BOOT_LOG_KEYS,
   DEFAULT_METRIC_NAMESPACE,
-  METRIC_DIMENSIONS,
   METRIC_NAMES,
   PARAMETER_INSTANCE_ARN_TAG,
   ssmPaths,
@@ -69,6 +69,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
   readonly launchTemplates: PoolLaunchTemplate[];
   /** Log group of the instances' boot script. */
   readonly logGroup: logs.LogGroup;
+  /** Parses the boot script's activation latency line at ingestion. */
+  readonly logTransformer: logs.Transformer;
   /** Metric filter turning the boot script's activation latency line into a metric. */
   readonly activationLatencyFilter: logs.MetricFilter;
 
@@ -145,17 +147,31 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       removalPolicy: RemovalPolicy.DESTROY,
     });
     this.logGroup.grantWrite(this.role);
-    // The boot script logs `... activation-latency-seconds=<s> ...` as space-separated
-    // key=value tokens; the filter takes the token after the key.
+    // The boot script logs `<time> start-runner[pid]: trace-id=<id> activation-latency-seconds=<s>`.
+    // Metric filters cannot split `key=value`, so a transformer parses the value out at
+    // ingestion and the filter reads the transformed event.
+    const latencyField = 'activation_latency_seconds';
+    this.logTransformer = new logs.Transformer(this, 'LogTransformer', {
+      transformerName: 'boot-log',
+      logGroup: this.logGroup,
+      transformerConfig: [
+        new logs.ParserProcessor({
+          type: logs.ParserProcessorType.GROK,
+          grokOptions: { match: `%{GREEDYDATA}${BOOT_LOG_KEYS.activationLatency}=%{NUMBER:${latencyField}}` },
+        }),
+      ],
+    });
     this.activationLatencyFilter = new logs.MetricFilter(this, 'ActivationLatency', {
       logGroup: this.logGroup,
       metricNamespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
       metricName: METRIC_NAMES.activationLatency,
-      filterPattern: logs.FilterPattern.literal(`[..., key="${BOOT_LOG_KEYS.activationLatency}", seconds, pool]`),
-      metricValue: '$seconds',
-      dimensions: { [METRIC_DIMENSIONS.pool]: '$pool' },
-      unit: undefined,
+      filterPattern: logs.FilterPattern.exists(`$.${latencyField}`),
+      metricValue: `$.${latencyField}`,
+      unit: cloudwatch.Unit.SECONDS,
     });
+    const cfnFilter = this.activationLatencyFilter.node.defaultChild as logs.CfnMetricFilter;
+    cfnFilter.applyOnTransformedLogs = true;
+    cfnFilter.node.addDependency(this.logTransformer);
 
     this.launchTemplates = props.pools.map((pool) => {
       let userData: string;

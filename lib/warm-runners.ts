@@ -385,7 +385,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...poolWidgets,
       new cloudwatch.GraphWidget({
         title: 'Activation latency (instance start to runner start, s)',
-        left: this.config.pools.map((p) => metric(METRIC_NAMES.activationLatency, p.name, 'p90')),
+        left: [metric(METRIC_NAMES.activationLatency, undefined, 'p50'), metric(METRIC_NAMES.activationLatency, undefined, 'p90')],
         width: 12,
       }),
       new cloudwatch.GraphWidget({

@@ -132,10 +132,17 @@ describe('control plane', () => {
     expect(byDescription('fewer parked instances')[0]?.Properties).toMatchObject({ EvaluationPeriods: 3, Threshold: 1 });
   });
 
-  it('turns the boot script latency line into a metric', () => {
+  it('turns the boot script latency line into a metric through a Grok transformer', () => {
+    const [transformer] = Object.values(template.findResources('AWS::Logs::Transformer'));
+    const grok = transformer!.Properties.TransformerConfig[0].Grok.Match as string;
+    // The pattern reads the line the boot script writes (its own log format, rendered from the contract).
+    const line = '2026-11-29T10:00:03Z start-runner[812]: trace-id=t-1 activation-latency-seconds=3.250';
+    const regex = new RegExp(grok.replace('%{GREEDYDATA}', '.*').replace(/%\{NUMBER:(\w+)\}/, '(?<$1>[0-9.]+)'));
+    expect(regex.exec(line)?.groups).toEqual({ activation_latency_seconds: '3.250' });
     template.hasResourceProperties('AWS::Logs::MetricFilter', {
-      FilterPattern: Match.stringLikeRegexp('activation-latency-seconds'),
-      MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: '$seconds' })],
+      ApplyOnTransformedLogs: true,
+      FilterPattern: '{ $.activation_latency_seconds = "*" }',
+      MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: '$.activation_latency_seconds', Unit: 'Seconds' })],
     });
   });
 
