@@ -15,6 +15,12 @@ export interface SecretCache {
   get(name: string): Promise<string>;
   /** The value, or undefined when the parameter does not exist (an optional secret). */
   find(name: string): Promise<string | undefined>;
+  /**
+   * Forgets the cached value, so the next read goes to SSM. Callers invalidate when the
+   * service refuses the credential (401): it was probably rotated, and waiting for the TTL
+   * would fail every call of a warm container until then.
+   */
+  invalidate(name: string): void;
   /** Number of cached parameters (tests check the bound). */
   readonly size: number;
 }
@@ -71,6 +77,9 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
 
   return {
     find,
+    invalidate(name) {
+      entries.delete(name);
+    },
     async get(name) {
       const value = await find(name);
       if (value === undefined) throw new Error(`SSM parameter ${name} does not exist; put the secret there (see docs/github.md or docs/gitlab.md)`);
