@@ -120,7 +120,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
       const payload = parseJson(body, route);
       const deliveryId =
         route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
-      const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload);
+      const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab);
       const dLog = reqLog.child({ deliveryId: logSafe(deliveryId, 80) });
       if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
       if (classified.kind === 'ignore') {

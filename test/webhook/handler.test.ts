@@ -39,11 +39,11 @@ let ssmReads = 0;
 const logLines: string[] = [];
 const metricLines: string[] = [];
 
-function config(gitlabUrl: string) {
+function config(gitlabUrl: string, gitlabScope: { runnerType?: 'project_type' | 'group_type' | 'instance_type'; scopeId?: number } = {}) {
   return buildFleetConfig({
     prefix: PREFIX,
     github: { appId: '4242', repositories: ['lineville/elastic-machines-testing', 'Codertocat/Hello-World'] },
-    gitlab: { url: gitlabUrl },
+    gitlab: { url: gitlabUrl, ...gitlabScope },
     pools: [
       { name: 'gh-k8s', provider: 'github', labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
       { name: 'gl-docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
@@ -203,6 +203,19 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
       expect(messages).toHaveLength(0);
       expect(gitlab.requests).toHaveLength(0);
     }
+  });
+
+  it.each([
+    [381, 200, 'project-not-served', 0],
+    [380, 202, 'queued', 1],
+  ])('project runners of project %i: a job of project 380 answers %i %s', async (scopeId, status, reason, count) => {
+    const projectRunners = config(gitlab.url, { runnerType: 'project_type', scopeId });
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(projectRunners) })(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([status, reason]);
+    expect(await queued()).toHaveLength(count);
+    // A job the runners cannot serve is not even looked up.
+    expect(gitlab.requests).toHaveLength(count);
+    if (count === 0) expect(logLines.some((l) => l.includes('"reason":"project-not-served"'))).toBe(true);
   });
 
   it('acknowledges a pending job whose tags match no pool', async () => {
