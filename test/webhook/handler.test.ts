@@ -175,6 +175,31 @@ describe('GitHub deliveries (community example payloads)', () => {
     expect(res.statusCode).toBe(202);
     expect(await queued()).toHaveLength(1);
   });
+  it.each([
+    ['plain', false],
+    ['base64-encoded (Function URL isBase64Encoded)', true],
+  ])('verifies the HMAC over the raw body bytes as sent, not over re-serialised JSON: %s', async (_name, base64) => {
+    const handler = newHandler();
+    const base = JSON.parse(queuedSelfHosted) as { workflow_job: Record<string, unknown> } & Record<string, unknown>;
+    const withId = (id: number, name = 'build') => ({ ...base, workflow_job: { ...base.workflow_job, id, name } });
+    const offset = base64 ? 100 : 0;
+    const variants: [string, number, string][] = [
+      ['pretty-printed', 9_100 + offset, JSON.stringify(withId(9_100 + offset), null, 2)],
+      // JSON.stringify writes "é" as is; GitHub's serialiser may escape it.
+      ['a \\u00e9 escape', 9_101 + offset, JSON.stringify(withId(9_101 + offset, 'caf-MARK')).replace('caf-MARK', 'caf\\u00e9')],
+      ['raw UTF-8 outside ASCII, one-space indent', 9_102 + offset, JSON.stringify(withId(9_102 + offset, 'café ✓'), null, 1)],
+      ['keys in another order', 9_103 + offset, JSON.stringify(Object.fromEntries(Object.entries(withId(9_103 + offset)).reverse()))],
+      ['CRLF and spaces', 9_104 + offset, JSON.stringify(withId(9_104 + offset), null, '\t').replace(/\n/g, '\r\n') + '\r\n'],
+    ];
+    for (const [name, id, body] of variants) {
+      // The premise: none of these is the body a parse and stringify (in GitHub's key order) would give.
+      expect(JSON.stringify(withId(id, (JSON.parse(body) as { workflow_job: { name: string } }).workflow_job.name)), name).not.toBe(body);
+      const res = result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body, { base64 })));
+      expect([name, res.statusCode, outcome(res).reason]).toEqual([name, 202, 'queued']);
+    }
+    const ids = (await queued()).map((m) => parsed(m).providerJobId).sort();
+    expect(ids).toEqual(variants.map(([, id]) => String(id)).sort());
+  });
 });
 
 describe('GitLab deliveries (documented Job Hook, one fixture per status)', () => {
