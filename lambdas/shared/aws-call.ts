@@ -99,6 +99,8 @@ export interface AwsCallerOptions {
   /** Backoff base and cap in ms (full jitter). */
   readonly baseDelayMs?: number;
   readonly maxDelayMs?: number;
+  /** Overrides every policy's timeout (tests use a short one to provoke unknown outcomes). */
+  readonly timeoutMs?: number;
   /** Called once per request actually sent (the benchmark counts them). */
   readonly onRequest?: (action: string) => void;
 }
@@ -126,7 +128,7 @@ export class AwsCaller {
       await this.options.pacer?.take(action);
       this.options.onRequest?.(action);
       try {
-        return (await this.once(client as Sendable, command, action, policy.timeoutMs)) as T;
+        return (await this.once(client as Sendable, command, action, this.options.timeoutMs ?? policy.timeoutMs)) as T;
       } catch (error) {
         const throttled = isThrottling(error);
         const unknown = !throttled && isUnknownOutcome(error);
