@@ -9,7 +9,7 @@ import {
 import { DeleteParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
-import { describeFleet, type ObservedInstance } from '../shared/instances';
+import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { listRunnerConfigs } from '../shared/parameters';
 import { classify, planPool, type Eviction } from './classify';
@@ -49,7 +49,6 @@ export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[
     const config = await deps.loadConfig();
     const log = createLogger({ fn: 'pool' }, deps.sink);
     const metrics = new Metrics(config.metrics.namespace, deps.sink);
-    const keys = tagKeys(config.prefix);
     const paths = ssmPaths(config.prefix);
     const summaries: PoolRunSummary[] = [];
     try {
