@@ -198,7 +198,9 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
         const out = await deps.aws.send<RunInstancesCommandOutput>(
           deps.ec2,
           new RunInstancesCommand({
-            MinCount: 1,
+            // All or nothing: on a capacity error the next type or subnet is tried for the
+            // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
+            MinCount: count,
             MaxCount: count,
             LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
             InstanceType: type as never,

@@ -12,7 +12,7 @@ import {
   type Instance,
 } from '@aws-sdk/client-ec2';
 import { ChangeMessageVisibilityCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { DeleteParameterCommand, GetParameterCommand, GetParametersByPathCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { DeleteParameterCommand, DeleteParametersCommand, GetParameterCommand, GetParametersByPathCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 
 /**
@@ -122,6 +122,12 @@ export class FakeAws {
       this.run('DeleteParameter', i, () => {
         if (!this.parameters.delete(i.Name)) throw awsError('ParameterNotFound');
         return {};
+      }),
+    );
+    this.ssm.on(DeleteParametersCommand).callsFake((i) =>
+      this.run('DeleteParameters', i, () => {
+        const deleted = (i.Names as string[]).filter((n) => this.parameters.delete(n));
+        return { DeletedParameters: deleted, InvalidParameters: (i.Names as string[]).filter((n) => !deleted.includes(n)) };
       }),
     );
     this.ssm.on(GetParametersByPathCommand).callsFake((i) =>

@@ -2,7 +2,7 @@ import { runnerName, type CiProvider, type JobMessage, type Provider, type Runne
 
 /** A CI provider double: registrations in memory, with switches to make calls fail or hang. */
 export class FakeCi implements CiProvider {
-  readonly runners = new Map<string, RunnerSummary & { instanceId: string; jobId: string }>();
+  readonly runners = new Map<string, { runnerId: string; name: string; status: string; busy?: boolean; instanceId: string; jobId: string }>();
   readonly deleted: string[] = [];
   created = 0;
   /** Return an Error to make createRunner fail for that instance. */
@@ -15,6 +15,7 @@ export class FakeCi implements CiProvider {
   constructor(
     readonly provider: Provider = 'github',
     private readonly prefix = 'test',
+    private readonly clock: () => number = Date.now,
   ) {}
 
   async createRunner(job: JobMessage, instanceId: string, _pool: string): Promise<RunnerRegistration> {
@@ -22,7 +23,7 @@ export class FakeCi implements CiProvider {
     if (failure) throw failure;
     this.created++;
     const runnerId = String(++this.serial);
-    const name = runnerName(this.prefix, instanceId, new Date(1_800_000_000_000 + this.serial));
+    const name = runnerName(this.prefix, instanceId, new Date(this.clock() + this.serial));
     this.runners.set(runnerId, { runnerId, name, status: 'offline', busy: false, instanceId, jobId: job.jobId });
     return { runnerId, name, secret: `jit-secret-${runnerId}`, ...(this.provider === 'gitlab' ? { url: 'https://gitlab.example.com' } : {}) };
   }
