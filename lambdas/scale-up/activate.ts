@@ -26,25 +26,36 @@ export interface WarmOptions {
   readonly claimsPerJob: number;
   /** Jobs registering and claiming at once. */
   readonly concurrency: number;
+  /**
+   * A claim made within this many ms of the observation it was chosen from is tagged at
+   * once, without re-observing the instance (see `activateWarm`).
+   */
+  readonly freshSnapshotMs: number;
 }
 
-export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 4, concurrency: 10 };
+export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 4, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
- * The warm path for a batch of jobs: register, claim, verify, tag, start.
+ * The warm path for a batch of jobs: register, claim, (verify,) tag, start.
  *
  * 1. For each job: take the next candidate of its pool (candidates are shared, so jobs of
  *    one invocation never race each other), register a runner for that instance at the CI
  *    provider, and claim the instance with the config write. A lost claim deregisters and
- *    moves to the next candidate.
- * 2. Verify all claims with one DescribeInstances: the instance must still be a stopped,
- *    unactivated warm standby. The claim write can succeed on an instance whose earlier
- *    owner's boot already consumed and deleted its config (a slow competitor working from
- *    an old snapshot): such an instance is running and tagged, so verification rejects it
- *    before we write a single tag on it.
- * 3. One CreateTags per instance (activation time, trace id, job id, runner id: the values
- *    differ per instance, so a shared call would only add a request).
- * 4. One StartInstances for every instance of the batch, split on failure; a previous state
+ *    moves to the next candidate, re-observing first (`Candidates`).
+ * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
+ *    id, job id, runner id; the values differ per instance, so a shared call would only add
+ *    a request). Tagging at once makes the claim visible to every other invocation's
+ *    DescribeInstances: a claimed but untagged instance looks parked, and in a burst that
+ *    empties the pool the last invocations otherwise spend most of their writes on claims
+ *    they lose.
+ *    The claim write can also succeed on an instance whose earlier owner's boot already
+ *    consumed and deleted its config (a slow competitor working from an old observation).
+ *    That needs the other owner's tag, start and boot (many seconds on EC2) to fit between
+ *    our observation and our claim, so a claim made within `freshSnapshotMs` of the
+ *    observation cannot be one; an older claim is re-observed first (one DescribeInstances
+ *    for all of them) and must still be a stopped, unactivated warm standby, so we never
+ *    write a tag over another owner's.
+ * 3. One StartInstances for every instance of the batch, split on failure; a previous state
  *    other than "stopped" is a lost claim.
  * Every failure after the registration rolls back exactly what was done, and the job falls
  * back to a cold launch.
@@ -52,28 +63,36 @@ export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 4, concurre
 export async function activateWarm(
   ctx: StepContext,
   jobs: readonly JobInFlight[],
-  candidates: ReadonlyMap<string, readonly string[]>,
+  candidates: Candidates,
   options: WarmOptions = WARM_DEFAULTS,
 ): Promise<Map<string, WarmOutcome>> {
   const names = ctx.config.metrics.names;
   const outcomes = new Map<string, WarmOutcome>();
-  const cursor = new Map<string, number>();
-  const nextCandidate = (pool: string): string | undefined => {
-    const i = cursor.get(pool) ?? 0;
-    cursor.set(pool, i + 1);
-    return candidates.get(pool)?.[i];
-  };
   const fallback = (j: JobInFlight, reason: FallbackReason) => outcomes.set(j.key, { kind: 'fallback', reason });
   const lost = (j: JobInFlight) => ctx.metrics.add(names.lostClaims, { Pool: j.pool.name });
+  // One activation time for the batch, taken at its first tag: the boot script measures
+  // the activation-to-runner latency from it.
+  let activatedAt: Date | undefined;
+  const tagged: Attempt[] = [];
+  const tagNow = async (a: Attempt): Promise<void> => {
+    try {
+      await tag(ctx, a, (activatedAt ??= ctx.now()));
+      tagged.push(a);
+    } catch (error) {
+      a.j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
+      await rollback(ctx, a, 'tag-failed');
+      fallback(a.j, 'tag-error');
+    }
+  };
 
   let pending: JobInFlight[] = [...jobs];
-  const claimed: Attempt[] = [];
   for (let round = 1; round <= options.rounds && pending.length > 0; round++) {
-    const roundClaims: Attempt[] = [];
+    const toVerify: Attempt[] = [];
     await mapLimit(pending, options.concurrency, async (j) => {
       for (let tries = 0; tries < options.claimsPerJob; tries++) {
-        const instanceId = nextCandidate(j.pool.name);
-        if (instanceId === undefined) break;
+        const next = await candidates.next(j.pool.name);
+        if (next === undefined) break;
+        const { instanceId, observedAt } = next;
         const a: Attempt = { j, instanceId, claimed: false };
         try {
           a.registration = await createRunner(ctx, j, instanceId);
@@ -84,7 +103,8 @@ export async function activateWarm(
         }
         const result = await claim(ctx, a);
         if (result === 'claimed') {
-          roundClaims.push(a);
+          if (ctx.now().getTime() - observedAt.getTime() <= options.freshSnapshotMs) await tagNow(a);
+          else toVerify.push(a);
           return;
         }
         if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
@@ -95,38 +115,23 @@ export async function activateWarm(
           return;
         }
         lost(j);
+        candidates.lost();
         j.log.info('claim lost to another invocation', { instanceId });
       }
     });
     pending = [];
-    for (const a of await verify(ctx, roundClaims)) {
-      if (a.ok) {
-        claimed.push(a.attempt);
-        continue;
-      }
-      await rollback(ctx, a.attempt, a.reason);
-      if (a.reason === 'verify-error') fallback(a.attempt.j, 'verify-error');
+    const verified = await verify(ctx, toVerify);
+    await mapLimit(verified, options.concurrency, async (v) => {
+      if (v.ok) return tagNow(v.attempt);
+      await rollback(ctx, v.attempt, v.reason);
+      if (v.reason === 'verify-error') fallback(v.attempt.j, 'verify-error');
       else {
-        lost(a.attempt.j);
-        pending.push(a.attempt.j);
+        lost(v.attempt.j);
+        pending.push(v.attempt.j);
       }
-    }
+    });
   }
-  for (const j of jobs) if (!outcomes.has(j.key) && !claimed.some((a) => a.j === j)) fallback(j, 'lost-claims');
-
-  // One activation time for the batch: the boot script measures latency from it.
-  const activatedAt = ctx.now();
-  const tagged: Attempt[] = [];
-  await mapLimit(claimed, options.concurrency, async (a) => {
-    try {
-      await tag(ctx, a, activatedAt);
-      tagged.push(a);
-    } catch (error) {
-      a.j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
-      await rollback(ctx, a, 'tag-failed');
-      fallback(a.j, 'tag-error');
-    }
-  });
+  for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
 
   const starts = new Map<string, StartOutcome>();
   const deps = { aws: ctx.aws, ec2: ctx.ec2, keys: ctx.keys, log: ctx.log };
@@ -147,6 +152,68 @@ export async function activateWarm(
     fallback(a.j, o === 'lost' ? 'start-lost' : 'start-failed');
   }
   return outcomes;
+}
+
+/**
+ * The parked instances this invocation may claim, each handed out once. A lost claim means
+ * the observation is out of date (in a burst, other invocations have claimed and tagged
+ * instances since), so the next request for a candidate re-observes first: one
+ * DescribeInstances shared by every lane that lost meanwhile, at most `maxRefreshes` times.
+ * Re-observing is cheap (its bucket is 100 requests, 20/s) next to a lost claim, which
+ * costs an SSM write from a bucket of 3 a second.
+ */
+export class Candidates {
+  private lists: Map<string, string[]>;
+  private observedAt: Date;
+  private readonly handedOut = new Set<string>();
+  private stale = false;
+  private refreshing: Promise<void> | undefined;
+  private refreshes = 0;
+
+  constructor(
+    initial: ReadonlyMap<string, readonly string[]>,
+    observedAt: Date,
+    private readonly refresh?: () => Promise<ReadonlyMap<string, readonly string[]>>,
+    private readonly now: () => Date = () => new Date(),
+    private readonly maxRefreshes = 5,
+  ) {
+    this.lists = new Map([...initial].map(([pool, ids]) => [pool, [...ids]]));
+    this.observedAt = observedAt;
+  }
+
+  async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+    if (this.stale && this.refresh && this.refreshes < this.maxRefreshes) {
+      this.refreshing ??= this.reobserve(this.refresh);
+      await this.refreshing;
+    }
+    const list = this.lists.get(pool) ?? [];
+    for (let id = list.shift(); id !== undefined; id = list.shift()) {
+      if (!this.handedOut.has(id)) {
+        this.handedOut.add(id);
+        return { instanceId: id, observedAt: this.observedAt };
+      }
+    }
+    return undefined;
+  }
+
+  lost(): void {
+    this.stale = true;
+  }
+
+  private async reobserve(refresh: () => Promise<ReadonlyMap<string, readonly string[]>>): Promise<void> {
+    this.refreshes++;
+    this.stale = false;
+    const at = this.now();
+    try {
+      const fresh = await refresh();
+      this.lists = new Map([...fresh].map(([pool, ids]) => [pool, ids.filter((id) => !this.handedOut.has(id))]));
+      this.observedAt = at;
+    } catch {
+      // Keep the old list: it is still a list of candidates, and each claim is still atomic.
+    } finally {
+      this.refreshing = undefined;
+    }
+  }
 }
 
 type Verified = { attempt: Attempt; ok: true } | { attempt: Attempt; ok: false; reason: 'stale-observation' | 'verify-error' };

@@ -44,6 +44,28 @@ export function fnv1a(text: string): number {
   return h;
 }
 
+/** Parked instances per pool, ordered by a hash of (salt, id). */
+export function orderCandidates(parked: ReadonlyMap<string, readonly string[]>, salt: string): Map<string, string[]> {
+  const candidates = new Map<string, string[]>();
+  for (const [pool, ids] of parked) {
+    candidates.set(
+      pool,
+      ids.map((id) => ({ id, rank: fnv1a(`${salt}|${id}`) })).sort((a, b) => a.rank - b.rank || (a.id < b.id ? -1 : 1)).map((c) => c.id),
+    );
+  }
+  return candidates;
+}
+
+/** The parked instances per pool, as scale-up may claim them. */
+export function parkedByPool(instances: readonly ObservedInstance[], keys: TagKeys): Map<string, string[]> {
+  const parked = new Map<string, string[]>();
+  for (const i of instances) {
+    const pool = i.tags.get(keys.pool);
+    if (pool !== undefined && classify(i, keys, false) === 'parked') (parked.get(pool) ?? parked.set(pool, []).get(pool)!).push(i.id);
+  }
+  return parked;
+}
+
 /**
  * Which jobs go warm, cold or wait, from observed state only.
  *
@@ -72,7 +94,7 @@ export function decide(
   const decisions = new Map<string, Decision>();
   const servedBy = new Map<string, string>();
   const runners = new Map<string, number>();
-  const parked = new Map<string, string[]>();
+  const parked = parkedByPool(instances, keys);
   for (const i of instances) {
     const pool = i.tags.get(keys.pool);
     if (pool === undefined) continue;
@@ -80,15 +102,8 @@ export function decide(
     if (job !== undefined && (i.state === 'pending' || i.state === 'running') && i.tags.has(keys.runnerId)) servedBy.set(job, i.id);
     const cls = classify(i, keys, false);
     if (cls === 'active' && RUNNING.has(i.state)) runners.set(pool, (runners.get(pool) ?? 0) + 1);
-    if (cls === 'parked') (parked.get(pool) ?? parked.set(pool, []).get(pool)!).push(i.id);
   }
-  const candidates = new Map<string, string[]>();
-  for (const [pool, ids] of parked) {
-    candidates.set(
-      pool,
-      ids.map((id) => ({ id, rank: fnv1a(`${options.salt}|${id}`) })).sort((a, b) => a.rank - b.rank || (a.id < b.id ? -1 : 1)).map((c) => c.id),
-    );
-  }
+  const candidates = orderCandidates(parked, options.salt);
 
   const seen = new Set<string>();
   const byAge = [...jobs].sort((a, b) => Date.parse(a.job.receivedAt) - Date.parse(b.job.receivedAt));

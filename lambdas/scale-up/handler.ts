@@ -7,10 +7,10 @@ import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-
 import { parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
-import { activateWarm, WARM_DEFAULTS, type WarmOptions } from './activate';
+import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
 import type { JobInFlight, StepContext } from './context';
-import { decide, type QueuedJob } from './decide';
+import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
 import { matchPool } from './match-pool';
 import { capacityBackoffSeconds, hideUntil, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
 
@@ -164,6 +164,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
 
       // 3. Observe once, decide once.
+      const observedAt = now();
       const instances = await describeFleet(deps.aws, deps.ec2, keys);
       const queued: QueuedJob[] = live.map((i) => ({ key: i.record.messageId, job: i.job, pool: i.pool! }));
       const plan = decide(queued, instances, config, keys, now(), { maxWaitSeconds: options.maxWaitSeconds, salt: invocation });
@@ -231,7 +232,9 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
 
       // 4. Warm activations, batched; whatever falls back joins the cold launches.
       if (warm.length > 0) {
-        const outcomes = await activateWarm(ctx, warm, plan.candidates, options.warm);
+        const refresh = async () => orderCandidates(parkedByPool(await describeFleet(deps.aws, deps.ec2, keys), keys), invocation);
+        const candidates = new Candidates(plan.candidates, observedAt, refresh, now);
+        const outcomes = await activateWarm(ctx, warm, candidates, options.warm);
         for (const j of warm) {
           const o = outcomes.get(j.key)!;
           if (o.kind === 'started') {

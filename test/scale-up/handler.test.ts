@@ -56,7 +56,7 @@ beforeEach(() => {
 afterAll(() => aws.restore());
 
 describe('scale-up: warm activation', () => {
-  it('activates a batch with one verify, one CreateTags per instance and one StartInstances', async () => {
+  it('activates a batch with one observation, one CreateTags per instance and one StartInstances', async () => {
     const ids = park(3);
     const res = await handler()(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
@@ -64,7 +64,8 @@ describe('scale-up: warm activation', () => {
     expect(aws.count('PutParameter')).toBe(3);
     expect(aws.count('CreateTags')).toBe(3);
     expect(aws.count('StartInstances')).toBe(1);
-    expect(aws.count('DescribeInstances')).toBe(2); // observe + verify
+    // One observation; claims made right after it are tagged without re-observing.
+    expect(aws.count('DescribeInstances')).toBe(1);
     for (const inst of warmStarted()) {
       const jobId = inst.tags.get(KEYS.jobId)!;
       const n = jobId.split(':')[1];
@@ -106,6 +107,32 @@ describe('scale-up: warm activation', () => {
     expect(lines.metric('LostClaims')).toBe(1);
   });
 
+  it('re-observes after a lost claim, so it does not probe instances others have taken meanwhile', async () => {
+    const ids = park(6);
+    // Each of the first two writes loses; meanwhile another invocation tagged four others.
+    let losses = 0;
+    const taken = () => {
+      if (++losses === 1) for (const id of ids.slice(0, 4)) aws.instances.get(id)!.tags.set(KEYS.activatedAt, 'x');
+      throw awsError('ParameterAlreadyExists');
+    };
+    aws.fault('PutParameter', taken);
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('DescribeInstances')).toBe(2);
+    // After the refresh only the two untouched instances remain candidates.
+    const claimedAfter = aws.ssm.commandCalls((await import('@aws-sdk/client-ssm')).PutParameterCommand).slice(1).map((c) => c.args[0].input.Name);
+    for (const name of claimedAfter) expect(ids.slice(4).map((id) => paths.runnerConfig(id))).toContain(name);
+    expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('verifies a claim made long after the observation before tagging it', async () => {
+    park(1);
+    aws.fault('PutParameter', slowPut);
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'CreateTags', 'StartInstances']);
+    expect(warmStarted()).toHaveLength(1);
+  });
+
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
@@ -136,8 +163,10 @@ describe('scale-up: warm activation', () => {
 
   it('rejects a claim on an instance that is no longer parked (slow competitor) without touching its tags', async () => {
     const [id] = park(1);
-    // Between observation and claim, another invocation activated it and its boot consumed the config.
+    // Between observation and claim (long enough for a boot), another invocation activated it
+    // and its boot consumed the config.
     aws.fault('PutParameter', (input) => {
+      aws.now = new Date(aws.now.getTime() + 10_000);
       const inst = aws.instances.get(id!)!;
       inst.state = 'running';
       inst.tags.set(KEYS.activatedAt, '2026-11-29T11:00:00.000Z');
@@ -155,6 +184,13 @@ describe('scale-up: warm activation', () => {
     expect(ci.runners.size).toBe(1); // only the cold one is left registered
   });
 });
+
+/** A claim write that lands 10 s after the observation: the claim must be re-observed. */
+function slowPut(input: Record<string, unknown>) {
+  aws.now = new Date(aws.now.getTime() + 10_000);
+  aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+  return { Version: 1 };
+}
 
 describe('scale-up: fault injection on every activation step', () => {
   type Check = (ids: string[]) => void;
@@ -174,7 +210,15 @@ describe('scale-up: fault injection on every activation step', () => {
   const cases: { step: string; inject: () => void; reason: string; startedWarm: number }[] = [
     { step: 'createRunner', inject: () => (ci.failCreate = () => new Error('502 from GitHub')), reason: 'ci-error', startedWarm: 0 },
     { step: 'PutParameter refused', inject: () => aws.fault('PutParameter', awsError('AccessDeniedException')), reason: 'claim-error', startedWarm: 0 },
-    { step: 'verify DescribeInstances', inject: () => aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation')), reason: 'verify-error', startedWarm: 0 },
+    {
+      step: 'verify DescribeInstances (a claim made long after the observation)',
+      inject: () => {
+        aws.fault('PutParameter', slowPut);
+        aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+      },
+      reason: 'verify-error',
+      startedWarm: 0,
+    },
     { step: 'CreateTags', inject: () => aws.fault('CreateTags', awsError('InvalidParameterValue')), reason: 'tag-error', startedWarm: 0 },
     { step: 'StartInstances refused', inject: () => aws.fault('StartInstances', awsError('InsufficientInstanceCapacity')), reason: 'start-failed', startedWarm: 0 },
     {
@@ -187,7 +231,7 @@ describe('scale-up: fault injection on every activation step', () => {
       step: 'StartInstances unknown, describe fails',
       inject: () => {
         aws.fault('StartInstances', 'hang');
-        aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+        aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
       },
       reason: 'start-failed',
       startedWarm: 0,

@@ -24,9 +24,10 @@ beforeEach(async () => {
   config = await motoFleet(c);
 });
 
-function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines()) {
+function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now = () => new Date()) {
   return createScaleUpHandler({
     ...clients,
+    now,
     aws: new AwsCaller({ sleep: async () => {} }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
@@ -132,11 +133,15 @@ describe('scale-up against moto', () => {
       { step: 'initialize' },
     );
     const lines = new Lines();
-    const slowRun = handler(ci, slow, lines)(jobEvent([job(2)]));
+    // Its clock: a config can only have been consumed after a boot, seconds after the claim
+    // it belonged to, so the stall is at least that long.
+    let skew = 0;
+    const slowRun = handler(ci, slow, lines, () => new Date(Date.now() + skew))(jobEvent([job(2)]));
     await hasObserved;
     // Meanwhile the fast one activates it, and the instance boots, reads and deletes its config.
     expect((await handler(ci)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
     await c.ssm.send(new DeleteParameterCommand({ Name: paths.runnerConfig(id!) }));
+    skew = 30_000;
     release();
     expect((await slowRun).batchItemFailures).toEqual([]);
 
