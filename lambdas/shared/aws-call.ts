@@ -77,6 +77,7 @@ export function isThrottling(error: unknown): boolean {
 
 /** The request may or may not have been executed. */
 export function isUnknownOutcome(error: unknown): boolean {
+  if (isThrottling(error)) return false;
   const e = error as ErrorShape | undefined;
   const name = errorName(error);
   if (['TimeoutError', 'AbortError', 'RequestTimeout', 'RequestTimeoutException', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(name)) {
