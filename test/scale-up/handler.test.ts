@@ -281,6 +281,31 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(coldLaunched()).toHaveLength(1);
   });
 
+  it('undoes newest first and releases the claim last: tags, registration, parameter', async () => {
+    park(1);
+    const original = ci.deleteRunner.bind(ci);
+    ci.deleteRunner = async (id) => {
+      aws.calls.push('deleteRunner');
+      return original(id);
+    };
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    await handler()(jobEvent(jobs(1)));
+    const undo = aws.calls.filter((c) => ['DeleteTags', 'deleteRunner', 'DeleteParameter'].includes(c));
+    expect(undo).toEqual(['DeleteTags', 'deleteRunner', 'DeleteParameter']);
+  });
+
+  it('a parameter that cannot be deleted is counted, and the job still goes cold', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault('DeleteParameter', awsError('AccessDeniedException'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.tags.has(KEYS.jobId)).toBe(false);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.logs('deleting the config parameter failed')[0]).toMatchObject({ traceId: 'trace-1', instanceId: id });
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
   it('splits a refused batch so only the failing instance goes cold', async () => {
     const ids = park(4);
     let bad: string | undefined;
