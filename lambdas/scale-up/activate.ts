@@ -22,7 +22,10 @@ export type WarmOutcome =
 export interface WarmOptions {
   /** Claim rounds: a claim that verification finds stale sends its job to another round. */
   readonly rounds: number;
-  /** Claim attempts per job and round before it gives up on the warm path. */
+  /**
+   * Claim attempts per job and round before it gives up on the warm path. Generous: a lost
+   * claim costs one SSM write, a cold launch instead of a free parked instance minutes.
+   */
   readonly claimsPerJob: number;
   /** Jobs registering and claiming at once. */
   readonly concurrency: number;
@@ -33,7 +36,7 @@ export interface WarmOptions {
   readonly freshSnapshotMs: number;
 }
 
-export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 4, concurrency: 10, freshSnapshotMs: 2_000 };
+export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
  * The warm path for a batch of jobs: register, claim, (verify,) tag, start.

@@ -3,6 +3,8 @@
  * container) with the AWS clients and the CI provider replaced by stateless fakes, and
  * prints the heap after forced GC at each mark. Run with --expose-gc (the test does):
  *   node --expose-gc --import tsx test/memory/serve-jobs.ts [--leaky]
+ * The fakes are plain objects rather than aws-sdk-client-mock stubs: sinon keeps every
+ * call's arguments, which would itself grow per job and hide the handler's own retention.
  * --leaky wraps the handler with an unbounded "already seen" cache of job messages: the
  * kind of per-job retention the check must catch.
  */
