@@ -93,6 +93,9 @@ export async function activateWarm(
     const toVerify: Attempt[] = [];
     await mapLimit(pending, options.concurrency, async (j) => {
       for (let tries = 0; tries < options.claimsPerJob; tries++) {
+        // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
+        // made before the wait would be seconds old (and likely taken) when it is written.
+        await ctx.aws.pace('PutParameter');
         const next = await candidates.next(j.pool.name);
         if (next === undefined) break;
         const { instanceId, observedAt } = next;
@@ -104,7 +107,7 @@ export async function activateWarm(
           fallback(j, 'ci-error');
           return;
         }
-        const result = await claim(ctx, a);
+        const result = await claim(ctx, a, { paced: true });
         if (result === 'claimed') {
           if (ctx.now().getTime() - observedAt.getTime() <= options.freshSnapshotMs) await tagNow(a);
           else toVerify.push(a);
@@ -158,10 +161,10 @@ export async function activateWarm(
 }
 
 /**
- * The parked instances this invocation may claim, each handed out once. A lost claim means
- * the observation is out of date (in a burst, other invocations have claimed and tagged
- * instances since), so the next request for a candidate re-observes first: one
- * DescribeInstances shared by every lane that lost meanwhile, at most `maxRefreshes` times.
+ * The parked instances this invocation may claim, each handed out once. The list is
+ * re-observed before the next pick when a claim was lost (in a burst, other invocations have
+ * claimed and tagged instances since) or when it is older than `freshMs` (paced writes wait):
+ * one DescribeInstances shared by every lane waiting meanwhile, at most `maxRefreshes` times.
  * Re-observing is cheap (its bucket is 100 requests, 20/s) next to a lost claim, which
  * costs an SSM write from a bucket of 3 a second.
  */
@@ -178,14 +181,16 @@ export class Candidates {
     observedAt: Date,
     private readonly refresh?: () => Promise<ReadonlyMap<string, readonly string[]>>,
     private readonly now: () => Date = () => new Date(),
-    private readonly maxRefreshes = 5,
+    private readonly freshMs = WARM_DEFAULTS.freshSnapshotMs,
+    private readonly maxRefreshes = 10,
   ) {
     this.lists = new Map([...initial].map(([pool, ids]) => [pool, [...ids]]));
     this.observedAt = observedAt;
   }
 
   async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
-    if (this.stale && this.refresh && this.refreshes < this.maxRefreshes) {
+    const old = this.now().getTime() - this.observedAt.getTime() > this.freshMs;
+    if ((this.stale || old) && this.refresh && this.refreshes < this.maxRefreshes) {
       this.refreshing ??= this.reobserve(this.refresh);
       await this.refreshing;
     }

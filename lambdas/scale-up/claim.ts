@@ -30,7 +30,7 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
  * leaving our parameter behind. It is resolved by reading the value back: ours (it carries
  * this registration's secret, unique to this attempt) means claimed.
  */
-export async function claim(ctx: StepContext, a: Attempt): Promise<ClaimResult> {
+export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
   const name = ctx.paths.runnerConfig(a.instanceId);
   const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
   a.configValue = value;
@@ -45,6 +45,7 @@ export async function claim(ctx: StepContext, a: Attempt): Promise<ClaimResult> 
         Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: a.instanceId }],
       }),
       WRITE_ONCE,
+      options,
     );
     a.claimed = true;
     return 'claimed';

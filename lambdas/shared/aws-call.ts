@@ -123,10 +123,19 @@ export class AwsCaller {
     this.maxDelayMs = options.maxDelayMs ?? 2_000;
   }
 
-  async send<T>(client: object, command: object, policy: CallPolicy): Promise<T> {
+  /**
+   * Takes a token for `action` now, for a caller that wants to choose what to send only once
+   * it may send (scale-up picks its claim candidate after the wait); pass `{ paced: true }`
+   * to the `send` that uses it.
+   */
+  async pace(action: string): Promise<void> {
+    await this.options.pacer?.take(action);
+  }
+
+  async send<T>(client: object, command: object, policy: CallPolicy, options: { paced?: boolean } = {}): Promise<T> {
     const action = actionOf(command);
     for (let attempt = 1; ; attempt++) {
-      await this.options.pacer?.take(action);
+      if (!(attempt === 1 && options.paced)) await this.options.pacer?.take(action);
       this.options.onRequest?.(action);
       try {
         return (await this.once(client as Sendable, command, action, this.options.timeoutMs ?? policy.timeoutMs)) as T;

@@ -5,6 +5,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { Pacer } from '../../lambdas/shared/pacing';
 import { decodeRunnerConfig, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
@@ -123,6 +124,33 @@ describe('scale-up: warm activation', () => {
     const claimedAfter = aws.ssm.commandCalls((await import('@aws-sdk/client-ssm')).PutParameterCommand).slice(1).map((c) => c.args[0].input.Name);
     for (const name of claimedAfter) expect(ids.slice(4).map((id) => paths.runnerConfig(id))).toContain(name);
     expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('paced writes: picks its candidate after waiting for the write token, from a fresh observation', async () => {
+    park(3);
+    const sleep = async (ms: number) => void (aws.now = new Date(aws.now.getTime() + ms));
+    const pacer = new Pacer({ PutParameter: { capacity: 1, refillPerSecond: 0.2 } }, () => aws.now.getTime(), sleep);
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink: lines.sink,
+    });
+    expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    // The observation, then one re-observation for the pick that waited 5 s; no verification
+    // (which would describe by instance id).
+    expect(aws.count('DescribeInstances')).toBe(2);
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const byId = aws.ec2.commandCalls(DescribeInstancesCommand).filter((c) => c.args[0].input.Filters?.some((f) => f.Name === 'instance-id'));
+    expect(byId).toHaveLength(0);
+    expect(aws.count('PutParameter')).toBe(2);
+    expect(warmStarted()).toHaveLength(2);
   });
 
   it('verifies a claim made long after the observation before tagging it', async () => {
