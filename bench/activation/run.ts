@@ -5,15 +5,17 @@
  * would with the construct's defaults (batches of 10, at most 5 concurrent invocations;
  * scaleUpBatchSize and scaleUpMaxConcurrency in lib/). Each invocation has its own
  * clients, like its own Lambda container, and an SDK middleware records every request by
- * action, lost-claim writes included. The recorded requests are then replayed through
- * token buckets (bench/activation/model.ts): the documented EC2 limits and an SSM
- * PutParameter bucket (burst = rate) at 3 and at 10 writes per second. The same code with
- * batching switched off (one StartInstances and one verification per job) is the baseline.
+ * action, lost-claim writes included. The handler paces its own calls (one shared Pacer:
+ * the account's buckets): the documented EC2 limits and an SSM PutParameter bucket
+ * (burst = rate) at 3 and at 10 writes per second, one run each, in real time. The recorded
+ * requests are then replayed through the same buckets (bench/activation/model.ts) for the
+ * modelled seconds. The same code with batching switched off (one StartInstances per job)
+ * is the per-job baseline. Four runs, about three minutes.
  */
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { DEFAULT_RATES, type BucketRate } from '../../lambdas/shared/pacing';
+import { DEFAULT_RATES, Pacer, type BucketRate } from '../../lambdas/shared/pacing';
 import { FakeCi } from '../../test/support/fake-ci';
 import { job, jobEvent, KEYS, PREFIX } from '../../test/support/fixtures';
 import { startMoto, type MotoServer } from '../../test/support/moto';
@@ -53,7 +55,7 @@ function recordingClients(endpoint: string, invocation: number, log: RecordedReq
   return c;
 }
 
-async function burst(moto: MotoServer, batching: boolean): Promise<RunResult> {
+async function burst(moto: MotoServer, batching: boolean, pacer?: Pacer): Promise<RunResult> {
   await moto.reset();
   const admin = motoClients(moto.endpoint);
   const config = await motoFleet(admin, { maxRunners: 200, warmSize: 100 });
@@ -72,7 +74,7 @@ async function burst(moto: MotoServer, batching: boolean): Promise<RunResult> {
         const id = invocation++;
         const handler = createScaleUpHandler({
           ...recordingClients(moto.endpoint, id, requests),
-          aws: new AwsCaller(),
+          aws: new AwsCaller(pacer ? { pacer } : {}),
           loadConfig: async () => config,
           providers: () => ({ github: ci }),
           queueUrl: 'unused',
@@ -80,7 +82,7 @@ async function burst(moto: MotoServer, batching: boolean): Promise<RunResult> {
           options: { batching },
           sink: (line) => {
             const m = /"LostClaims":(\d+)/.exec(line);
-            if (m) { lostClaims += Number(m[1]); if (process.env.BENCH_DEBUG) console.log(`invocation ${id} lost ${m[1]}`); }
+            if (m) lostClaims += Number(m[1]);
           },
         });
         const res = await handler(jobEvent(batch));
@@ -108,29 +110,32 @@ const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 async function main() {
   const moto = await startMoto();
   try {
-    const batched = await burst(moto, true);
-    const perJob = await burst(moto, false);
-    for (const [name, r] of [
-      ['batched', batched],
-      ['per-job', perJob],
-    ] as const) {
-      const total = r.requests.length;
-      console.log(
-        `${name}: warm=${r.warm} cold=${r.cold} lost-claims=${r.lostClaims} requests=${total} (${round(total / JOBS)} per job) wall-seconds-against-moto=${round(r.wallSeconds, 1)}`,
-      );
-      console.log(`  by action: ${Object.entries(r.byAction).sort().map(([a, n]) => `${a}=${n}`).join(' ')}`);
+    const results = new Map<string, RunResult>();
+    for (const batching of [true, false]) {
       for (const ssm of [3, 10]) {
-        console.log(`  modelled seconds at PutParameter ${ssm}/s: ${round(modelSeconds(r.requests, rates(ssm), FINISHING))} (SSM floor ${round(JOBS / ssm)})`);
+        // One pacer for all invocations: the account's buckets, which the model assumes every
+        // caller paces itself to.
+        const r = await burst(moto, batching, new Pacer(rates(ssm)));
+        const name = `${batching ? 'batched' : 'per-job'}@${ssm}`;
+        results.set(name, r);
+        const total = r.requests.length;
+        console.log(
+          `${name}: warm=${r.warm} cold=${r.cold} lost-claims=${r.lostClaims} requests=${total} (${round(total / JOBS)} per job) ` +
+            `modelled-seconds=${round(modelSeconds(r.requests, rates(ssm), FINISHING))} (SSM floor ${round(JOBS / ssm)}) wall-seconds-against-moto=${round(r.wallSeconds, 1)}`,
+        );
+        console.log(`  by action: ${Object.entries(r.byAction).sort().map(([a, n]) => `${a}=${n}`).join(' ')}`);
       }
     }
-    const line = [
-      `requests-per-job=${round(batched.requests.length / JOBS)}`,
-      `burst-seconds-at-3=${round(modelSeconds(batched.requests, rates(3), FINISHING))}`,
-      `burst-seconds-at-10=${round(modelSeconds(batched.requests, rates(10), FINISHING))}`,
-      `per-job-burst-seconds-at-3=${round(modelSeconds(perJob.requests, rates(3), FINISHING))}`,
-      `per-job-burst-seconds-at-10=${round(modelSeconds(perJob.requests, rates(10), FINISHING))}`,
-    ].join(' ');
-    console.log(line);
+    const seconds = (name: string, ssm: number) => round(modelSeconds(results.get(name)!.requests, rates(ssm), FINISHING));
+    console.log(
+      [
+        `requests-per-job=${round(results.get('batched@3')!.requests.length / JOBS)}`,
+        `burst-seconds-at-3=${seconds('batched@3', 3)}`,
+        `burst-seconds-at-10=${seconds('batched@10', 10)}`,
+        `per-job-burst-seconds-at-3=${seconds('per-job@3', 3)}`,
+        `per-job-burst-seconds-at-10=${seconds('per-job@10', 10)}`,
+      ].join(' '),
+    );
   } finally {
     await moto.stop();
   }
