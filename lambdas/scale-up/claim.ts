@@ -9,8 +9,6 @@ export interface Attempt {
   readonly j: JobInFlight;
   readonly instanceId: string;
   registration?: RunnerRegistration;
-  /** The exact value this invocation wrote: proof of ownership when reading the parameter back. */
-  configValue?: string;
   /** The parameter holds our value (the claim succeeded). */
   claimed: boolean;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
@@ -33,7 +31,6 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
 export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
   const name = ctx.paths.runnerConfig(a.instanceId);
   const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
-  a.configValue = value;
   try {
     await ctx.aws.send(
       ctx.ssm,

@@ -51,6 +51,16 @@ describe('pool handler', () => {
     expect(lines.metric('TargetInstances', { Pool: 'linux' })).toBe(3);
   });
 
+  it('follows the warm schedule: the window in force sets the target', async () => {
+    // aws.now is Sunday 12:00 UTC.
+    const config = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 4 }] });
+    expect((await handler(config)())[0]).toMatchObject({ target: 4, launched: 4 });
+    const off = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'MON-FRI 07:00-19:00', size: 4 }] });
+    aws.restore();
+    aws = new FakeAws();
+    expect((await handler(off)())[0]).toMatchObject({ target: 1, launched: 1 });
+  });
+
   it('launches spot standbys only as persistent requests that stop on interruption', async () => {
     await handler(fleetConfig({ warmSize: 1, spot: true }))();
     const run = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input;
