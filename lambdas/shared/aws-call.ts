@@ -20,9 +20,11 @@ export interface CallPolicy {
   readonly idempotent: boolean;
 }
 
-export const READ: CallPolicy = { timeoutMs: 5_000, attempts: 4, idempotent: true };
-export const WRITE_IDEMPOTENT: CallPolicy = { timeoutMs: 5_000, attempts: 4, idempotent: true };
-export const WRITE_ONCE: CallPolicy = { timeoutMs: 8_000, attempts: 4, idempotent: false };
+// Six attempts with backoff capped at 2 s ride out about 6 s of throttling: enough for
+// several containers sharing the account's SSM write rate, well inside a Lambda timeout.
+export const READ: CallPolicy = { timeoutMs: 5_000, attempts: 6, idempotent: true };
+export const WRITE_IDEMPOTENT: CallPolicy = { timeoutMs: 5_000, attempts: 6, idempotent: true };
+export const WRITE_ONCE: CallPolicy = { timeoutMs: 8_000, attempts: 6, idempotent: false };
 
 export class UnknownOutcomeError extends Error {
   constructor(
