@@ -3,6 +3,7 @@ import { request as octokitRequest } from '@octokit/request';
 import { RequestError } from '@octokit/request-error';
 import {
   instanceIdOfRunnerName,
+  JobLookupError,
   runnerName,
   type CiProvider,
   type GitHubConnectionConfig,
@@ -20,6 +21,13 @@ export interface GitHubProviderOptions {
   readonly pools: readonly PoolConfig[];
   /** The App's PEM private key, read lazily (SSM). */
   readonly privateKey: () => Promise<string>;
+  /**
+   * Called when GitHub refuses the App's JWT (401): the key was probably rotated, so the
+   * source must read it again on the next `privateKey()` instead of serving a cached copy.
+   */
+  readonly invalidatePrivateKey?: () => void;
+  /** Called when `listRunners` stops at `maxPages` with more pages left: the sweep sees a partial list. */
+  readonly onListTruncated?: (info: ListTruncated) => void;
   readonly fetch?: typeof fetch;
   /** Bound on one HTTP call. */
   readonly timeoutMs?: number;
@@ -31,6 +39,11 @@ export interface GitHubProviderOptions {
   /** Installations whose tokens are kept; the least recently used goes first. */
   readonly maxCachedInstallations?: number;
   readonly maxPages?: number;
+}
+
+export interface ListTruncated {
+  readonly scope: string;
+  readonly pages: number;
 }
 
 export class GitHubApiError extends Error {
@@ -75,6 +88,8 @@ export class GitHubProvider implements CiProvider {
   private auth: Promise<AppAuth> | undefined;
   private readonly installations = new Map<string, Promise<number>>();
   private readonly tokens = new Map<number, CachedToken>();
+  /** Tokens being minted, so concurrent calls for one installation share one mint. */
+  private readonly minting = new Map<number, Promise<string>>();
 
   constructor(private readonly options: GitHubProviderOptions) {
     this.request = octokitRequest.defaults({
@@ -121,9 +136,11 @@ export class GitHubProvider implements CiProvider {
     const { github } = this.options;
     const scopes: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
     const out: RunnerSummary[] = [];
+    const maxPages = this.options.maxPages ?? 20;
     for (const scope of scopes) {
       const route = scope.kind === 'org' ? 'GET /orgs/{org}/actions/runners' : 'GET /repos/{owner}/{repo}/actions/runners';
-      for (let page = 1; page <= (this.options.maxPages ?? 20); page++) {
+      let complete = false;
+      for (let page = 1; page <= maxPages; page++) {
         const data = (await this.call('list runners', scope, route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
         if (!Array.isArray(data?.runners)) throw new GitHubApiError('list runners', 200, 'answer lacks runners');
         for (const r of data.runners as Record<string, unknown>[]) {
@@ -135,31 +152,40 @@ export class GitHubProvider implements CiProvider {
             ...(typeof r.busy === 'boolean' ? { busy: r.busy } : {}),
           });
         }
-        if (data.runners.length < 100) break;
+        if (data.runners.length < 100) {
+          complete = true;
+          break;
+        }
       }
+      // A full last page: there may be more runners than the cap lets us read.
+      if (!complete) this.options.onListTruncated?.({ scope: installationKey(scope), pages: maxPages });
     }
     return out;
   }
 
   async isJobQueued(job: JobMessage): Promise<boolean> {
     if (job.provider !== 'github' || !/^\d+$/.test(job.providerJobId)) throw new Error(`job ${job.jobId} is not a GitHub job`);
-    const scope = this.scopeOfJob(job);
-    const repo: Scope = { kind: 'repo', owner: job.owner, repo: job.project };
-    try {
-      const data = (await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true)) as { status?: unknown };
-      return typeof data?.status === 'string' && WAITING_STATUSES.has(data.status);
-    } catch (e) {
-      if (e instanceof GitHubApiError && e.status === 404) return false;
-      throw e;
-    }
+    const data = await this.lookUpJob(job);
+    return typeof data.status === 'string' && WAITING_STATUSES.has(data.status);
   }
 
   async resolveLabels(job: JobMessage): Promise<string[]> {
+    const data = await this.lookUpJob(job);
+    if (!Array.isArray(data.labels)) throw new GitHubApiError('look up job', 200, 'answer lacks labels');
+    return data.labels.filter((l): l is string => typeof l === 'string');
+  }
+
+  /** The job as GitHub shows it; 404 (gone, or the App cannot see the repository) is a JobLookupError. */
+  private async lookUpJob(job: JobMessage): Promise<Record<string, unknown>> {
     const scope = this.scopeOfJob(job);
     const repo: Scope = { kind: 'repo', owner: job.owner, repo: job.project };
-    const data = (await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true)) as { labels?: unknown };
-    if (!Array.isArray(data?.labels)) throw new GitHubApiError('look up job', 200, 'answer lacks labels');
-    return data.labels.filter((l): l is string => typeof l === 'string');
+    try {
+      const data = await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true);
+      return (data ?? {}) as Record<string, unknown>;
+    } catch (e) {
+      if (e instanceof GitHubApiError && e.status === 404) throw new JobLookupError('github', job.jobId, 'not-found');
+      throw e;
+    }
   }
 
   /** The scope a job's runner registers at; a repository outside the configured ones is refused. */
@@ -187,21 +213,38 @@ export class GitHubProvider implements CiProvider {
   /** One API call with an installation token, rate limits waited out within the bound. */
   private async call(operation: string, scope: Scope, route: string, params: Record<string, unknown>, retryServerErrors: boolean): Promise<unknown> {
     const policy = { ...this.policy, retryServerErrors };
+    let refreshed = false;
     for (let attempt = 1; ; attempt++) {
-      const token = await this.installationToken(scope);
+      const { installationId, token } = await this.installationToken(scope);
       try {
         const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
         return res.data;
       } catch (e) {
         // Octokit reports a transport failure (timeout, refused connection) as a RequestError without a response.
         if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
-        if (e.status === 401) this.tokens.clear(); // revoked or expired early: mint a new one next time
+        if (e.status === 401) {
+          // The token was revoked or expired early: forget it (unless a concurrent call already
+          // replaced it) and retry once with a fresh one. A 401 means GitHub did nothing, so even
+          // generate-jitconfig is safe to repeat.
+          if (this.tokens.get(installationId)?.token === token) this.tokens.delete(installationId);
+          if (!refreshed) {
+            refreshed = true;
+            attempt--;
+            continue;
+          }
+        }
         const headers = e.response?.headers ?? {};
         const advice = adviseRetry(e.status, (h) => headerValue(headers, h), this.now(), attempt, policy);
         if (!advice.retry) throw new GitHubApiError(operation, e.status, errorDetail(e, advice.why));
         await this.sleep(advice.waitMs);
       }
     }
+  }
+
+  /** GitHub refused the App's JWT: build the auth again from a freshly read key next time. */
+  private keyRefused(): void {
+    this.auth = undefined;
+    this.options.invalidatePrivateKey?.();
   }
 
   private appAuth(): Promise<AppAuth> {
@@ -225,7 +268,7 @@ export class GitHubProvider implements CiProvider {
 
   /** The installation of the App on the scope's account or repository, looked up once. */
   private installationId(scope: Scope): Promise<number> {
-    const key = scope.kind === 'org' ? `org:${scope.org.toLowerCase()}` : `repo:${scope.owner}/${scope.repo}`.toLowerCase();
+    const key = installationKey(scope);
     let found = this.installations.get(key);
     if (!found) {
       found = (async () => {
@@ -239,7 +282,7 @@ export class GitHubProvider implements CiProvider {
           return id as number;
         } catch (e) {
           if (e instanceof RequestError && e.response) {
-            if (e.status === 401) this.auth = undefined;
+            if (e.status === 401) this.keyRefused();
             throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
           }
           if (e instanceof GitHubApiError) throw e;
@@ -254,15 +297,25 @@ export class GitHubProvider implements CiProvider {
   }
 
   /** A token valid for at least the refresh margin, minted by auth-app when needed. */
-  private async installationToken(scope: Scope): Promise<string> {
+  private async installationToken(scope: Scope): Promise<{ installationId: number; token: string }> {
     const installationId = await this.installationId(scope);
     const cached = this.tokens.get(installationId);
     const margin = this.options.tokenRefreshMarginMs ?? 5 * 60_000;
     if (cached && cached.expiresAt - this.now() > margin) {
       this.tokens.delete(installationId);
       this.tokens.set(installationId, cached);
-      return cached.token;
+      return { installationId, token: cached.token };
     }
+    // Single flight: a burst of createRunner calls on a cold container mints one token, not N.
+    let minting = this.minting.get(installationId);
+    if (!minting) {
+      minting = this.mintToken(scope, installationId).finally(() => this.minting.delete(installationId));
+      this.minting.set(installationId, minting);
+    }
+    return { installationId, token: await minting };
+  }
+
+  private async mintToken(scope: Scope, installationId: number): Promise<string> {
     const auth = await this.appAuth();
     let minted: { token: string; expiresAt: string };
     try {
@@ -270,8 +323,11 @@ export class GitHubProvider implements CiProvider {
       minted = (await auth({ type: 'installation', installationId, refresh: true })) as { token: string; expiresAt: string };
     } catch (e) {
       if (e instanceof RequestError && e.response) {
+        // 404: the App was uninstalled (and maybe installed again under a new id); 401: the JWT
+        // was refused, possibly for this installation. Either way look the installation up again.
+        if (e.status === 404 || e.status === 401) this.installations.delete(installationKey(scope));
         // The JWT was refused (a rotated or revoked key): read the key again on the next call.
-        if (e.status === 401) this.auth = undefined;
+        if (e.status === 401) this.keyRefused();
         throw new GitHubApiError('create installation token', e.status, errorDetail(e, ''));
       }
       throw transportError('create installation token', e);
@@ -291,6 +347,10 @@ function transportError(operation: string, e: unknown): GitHubApiError {
   const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
   const timedOut = cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError');
   return new GitHubApiError(operation, 0, timedOut ? 'timed out' : `request failed (${cause instanceof Error ? cause.name : 'unknown'})`);
+}
+
+function installationKey(scope: Scope): string {
+  return scope.kind === 'org' ? `org:${scope.org.toLowerCase()}` : `repo:${scope.owner}/${scope.repo}`.toLowerCase();
 }
 
 function repoScope(full: string): Scope {

@@ -1,5 +1,6 @@
 import {
   instanceIdOfRunnerName,
+  JobLookupError,
   runnerName,
   type CiProvider,
   type GitLabConnectionConfig,
@@ -8,6 +9,7 @@ import {
   type RunnerRegistration,
   type RunnerSummary,
 } from '../shared/contract';
+import type { ListTruncated } from './github';
 import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type RetryPolicy } from './rate-limit';
 
 export interface GitLabProviderOptions {
@@ -16,6 +18,10 @@ export interface GitLabProviderOptions {
   readonly pools: readonly PoolConfig[];
   /** The token with the create_runner, manage_runner and read_api scopes, read lazily (SSM). */
   readonly token: () => Promise<string>;
+  /** Called when GitLab answers 401: the token was probably rotated, so the source must read it again. */
+  readonly invalidateToken?: () => void;
+  /** Called when `listRunners` stops at `maxPages` with more pages left: the sweep sees a partial list. */
+  readonly onListTruncated?: (info: ListTruncated) => void;
   readonly fetch?: typeof fetch;
   /** Bound on one HTTP call. */
   readonly timeoutMs?: number;
@@ -26,8 +32,12 @@ export interface GitLabProviderOptions {
   readonly maxPages?: number;
 }
 
-/** Job states in which the job still waits for a runner (GitLab's `Ci::HasStatus`). */
-const WAITING_STATUSES = new Set(['created', 'waiting_for_resource', 'pending']);
+/**
+ * Job states in which no runner has the job yet (GitLab's `Ci::HasStatus`): `preparing` sits
+ * between created and pending while prerequisites (e.g. Kubernetes resources) are made;
+ * `scheduled` is a delayed job (`when: delayed`) whose timer has not fired; it becomes pending.
+ */
+const WAITING_STATUSES = new Set(['created', 'waiting_for_resource', 'preparing', 'scheduled', 'pending']);
 
 export class GitLabApiError extends Error {
   constructor(
@@ -113,28 +123,32 @@ export class GitLabProvider implements CiProvider {
       const next = res.headers.get('x-next-page');
       if (!next || res.data.length === 0) return out;
     }
+    // GitLab still named a next page: the sweep sees only part of the runners.
+    this.options.onListTruncated?.({ scope: `${runnerType}:${scopeId ?? 'instance'}`, pages: maxPages });
     return out;
   }
 
   async isJobQueued(job: JobMessage): Promise<boolean> {
     const data = await this.job(job, 'look up job');
-    return data !== undefined && typeof data.status === 'string' && WAITING_STATUSES.has(data.status);
+    return typeof data.status === 'string' && WAITING_STATUSES.has(data.status);
   }
 
   async resolveLabels(job: JobMessage, signal?: AbortSignal): Promise<string[]> {
     const data = await this.job(job, 'resolve job tags', signal);
-    if (data === undefined) throw new GitLabApiError('resolve job tags', 404, 'job not found');
     const tags = data.tag_list;
     if (!Array.isArray(tags) || !tags.every((t) => typeof t === 'string')) throw new GitLabApiError('resolve job tags', 200, 'answer lacks tag_list');
     return tags as string[];
   }
 
-  private async job(job: JobMessage, operation: string, signal?: AbortSignal): Promise<Record<string, unknown> | undefined> {
+  /** The job as GitLab shows it; 404 (deleted, or the token cannot see the project) is a JobLookupError. */
+  private async job(job: JobMessage, operation: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
     if (job.provider !== 'gitlab' || job.projectId === undefined || !/^\d+$/.test(job.providerJobId)) {
       throw new Error(`job ${job.jobId} is not a GitLab job with a project id`);
     }
     const res = await this.call(operation, 'GET', `/projects/${job.projectId}/jobs/${job.providerJobId}`, { expect: [200, 404], signal });
-    return res.status === 404 ? undefined : (res.data as Record<string, unknown>);
+    if (res.status === 404) throw new JobLookupError('gitlab', job.jobId, 'not-found');
+    if (typeof res.data !== 'object' || res.data === null) throw new GitLabApiError(operation, res.status, 'answer is not a job');
+    return res.data as Record<string, unknown>;
   }
 
   private async call(
@@ -174,10 +188,13 @@ export class GitLabProvider implements CiProvider {
         }
         return { status: res.status, data, headers: res.headers };
       }
+      // Refused: the token was probably rotated; the next call reads it again rather than the cached copy.
+      if (res.status === 401) this.options.invalidateToken?.();
       const advice = adviseRetry(res.status, (h) => res.headers.get(h) ?? undefined, this.now(), attempt, policy);
       if (!advice.retry) throw new GitLabApiError(operation, res.status, errorDetail(text, advice.why));
       if (opts.signal?.aborted) throw new GitLabApiError(operation, 0, 'aborted');
       await this.sleep(advice.waitMs);
+      if (opts.signal?.aborted) throw new GitLabApiError(operation, 0, 'aborted');
     }
   }
 }

@@ -1,15 +1,20 @@
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import type { CiProvider, FleetConfig, Provider } from '../shared/contract';
+import { METRIC_NAMES, type CiProvider, type FleetConfig, type Provider } from '../shared/contract';
+import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { createSecretCache } from '../shared/secrets';
+import type { ListTruncated } from './github';
 import { GitHubProvider } from './github';
 import { GitLabProvider } from './gitlab';
 
-export { GitHubProvider, GitHubApiError, type GitHubProviderOptions } from './github';
+export { GitHubProvider, GitHubApiError, type GitHubProviderOptions, type ListTruncated } from './github';
 export { GitLabProvider, GitLabApiError, type GitLabProviderOptions } from './gitlab';
 
 export interface CiProviderDeps {
   readonly ssm: SSMClient;
   readonly fetch?: typeof fetch;
+  readonly logger?: Logger;
+  /** Where EMF metric lines go (stdout in Lambda). */
+  readonly metricSink?: Sink;
 }
 
 /**
@@ -20,12 +25,19 @@ export interface CiProviderDeps {
 export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Partial<Record<Provider, CiProvider>> {
   const secrets = createSecretCache(deps.ssm, { ttlMs: 15 * 60_000, maxEntries: 4 });
   const out: Partial<Record<Provider, CiProvider>> = {};
+  const log = deps.logger ?? createLogger({ fn: 'ci' });
+  const truncated = (provider: Provider) => (info: ListTruncated) => {
+    log.warn('runner list stopped at the page cap: runners beyond it are not swept', { provider, scope: info.scope, pages: info.pages });
+    emitMetrics(config.metrics.namespace, {}, { [METRIC_NAMES.runnerListTruncated]: 1 }, 'Count', deps.metricSink);
+  };
   if (config.github) {
     out.github = new GitHubProvider({
       prefix: config.prefix,
       github: config.github,
       pools: config.pools,
       privateKey: () => secrets.get(config.parameters.github.appPrivateKey),
+      invalidatePrivateKey: () => secrets.invalidate(config.parameters.github.appPrivateKey),
+      onListTruncated: truncated('github'),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });
   }
@@ -35,6 +47,8 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
       gitlab: config.gitlab,
       pools: config.pools,
       token: () => secrets.get(config.parameters.gitlab.token),
+      invalidateToken: () => secrets.invalidate(config.parameters.gitlab.token),
+      onListTruncated: truncated('gitlab'),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });
   }

@@ -36,7 +36,7 @@ export type Unit = 'Count' | 'Seconds' | 'Milliseconds' | 'None';
 export function emitMetrics(
   namespace: string,
   dimensions: Record<string, string>,
-  values: Record<string, number>,
+  values: Record<string, number | readonly number[]>,
   unit: Unit = 'Count',
   sink: Sink = stdout,
 ): void {
@@ -54,4 +54,37 @@ export function emitMetrics(
       ...values,
     }),
   );
+}
+
+/**
+ * Collects counts during one invocation and writes them as few EMF records as possible
+ * (one per dimension set and unit) on `flush`. The map is emptied on every flush, so a
+ * long-lived container retains nothing between invocations.
+ */
+export class Metrics {
+  private readonly pending = new Map<string, { dims: Record<string, string>; unit: Unit; values: Record<string, number | number[]> }>();
+  constructor(
+    readonly namespace: string,
+    private readonly sink: Sink = stdout,
+  ) {}
+
+  add(name: string, dimensions: Record<string, string>, value = 1, unit: Unit = 'Count'): void {
+    const key = `${unit}|${JSON.stringify(dimensions)}`;
+    let entry = this.pending.get(key);
+    if (!entry) {
+      entry = { dims: dimensions, unit, values: {} };
+      this.pending.set(key, entry);
+    }
+    const current = entry.values[name];
+    if (unit === 'Count') entry.values[name] = ((current as number | undefined) ?? 0) + value;
+    // Durations are not summable: EMF takes an array of samples (at most 100 per record).
+    else if (Array.isArray(current)) {
+      if (current.length < 100) current.push(value);
+    } else entry.values[name] = [value];
+  }
+
+  flush(): void {
+    for (const entry of this.pending.values()) emitMetrics(this.namespace, entry.dims, entry.values, entry.unit, this.sink);
+    this.pending.clear();
+  }
 }

@@ -11,10 +11,19 @@ export interface SecretCacheOptions {
 }
 
 export interface SecretCache {
-  /** The parameter's decrypted value; throws when it is missing or empty. */
-  get(name: string): Promise<string>;
+  /**
+   * The parameter's decrypted value; throws when it is missing or empty. `signal` (a caller's
+   * deadline) also aborts a read this call starts.
+   */
+  get(name: string, signal?: AbortSignal): Promise<string>;
   /** The value, or undefined when the parameter does not exist (an optional secret). */
-  find(name: string): Promise<string | undefined>;
+  find(name: string, signal?: AbortSignal): Promise<string | undefined>;
+  /**
+   * Forgets the cached value, so the next read goes to SSM. Callers invalidate when the
+   * service refuses the credential (401): it was probably rotated, and waiting for the TTL
+   * would fail every call of a warm container until then.
+   */
+  invalidate(name: string): void;
   /** Number of cached parameters (tests check the bound). */
   readonly size: number;
 }
@@ -36,10 +45,11 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
   const now = options.now ?? Date.now;
   const entries = new Map<string, Entry>();
 
-  const read = async (name: string): Promise<string | undefined> => {
+  const read = async (name: string, signal?: AbortSignal): Promise<string | undefined> => {
     try {
+      const timeout = AbortSignal.timeout(timeoutMs);
       const out = await ssm.send(new GetParameterCommand({ Name: name, WithDecryption: true }), {
-        abortSignal: AbortSignal.timeout(timeoutMs),
+        abortSignal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       });
       const value = out.Parameter?.Value;
       if (value === undefined || value === '') throw new Error(`SSM parameter ${name} is empty`);
@@ -50,7 +60,7 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
     }
   };
 
-  const find = (name: string): Promise<string | undefined> => {
+  const find = (name: string, signal?: AbortSignal): Promise<string | undefined> => {
     const hit = entries.get(name);
     if (hit && now() - hit.at < ttlMs) {
       // Re-insert so the map's order is least recently read first.
@@ -58,7 +68,7 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
       entries.set(name, hit);
       return hit.value;
     }
-    const value = read(name);
+    const value = read(name, signal);
     entries.delete(name);
     entries.set(name, { at: now(), value });
     // A failed read is not cached: the next request tries again.
@@ -71,8 +81,11 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
 
   return {
     find,
-    async get(name) {
-      const value = await find(name);
+    invalidate(name) {
+      entries.delete(name);
+    },
+    async get(name, signal) {
+      const value = await find(name, signal);
       if (value === undefined) throw new Error(`SSM parameter ${name} does not exist; put the secret there (see docs/github.md or docs/gitlab.md)`);
       return value;
     },

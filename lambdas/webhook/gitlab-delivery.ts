@@ -1,3 +1,4 @@
+import type { GitLabConnectionConfig } from '../shared/contract';
 import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
@@ -5,8 +6,9 @@ import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classi
  * `build_status: pending` is a job waiting for a runner; other statuses and other hooks are
  * acknowledged and ignored. The payload does not carry the job's tags; the handler looks
  * them up. Fields follow the documented Job Hook example (user/project/integrations/webhook_events.md).
+ * A job of a project the fleet's runners cannot serve is acknowledged and ignored.
  */
-export function classifyGitLabDelivery(payload: unknown): Classified {
+export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnectionConfig): Classified {
   if (!isObject(payload)) return invalid('the payload is not a JSON object');
   const kind = nonEmptyString(payload.object_kind) ?? nonEmptyString(payload.event_name);
   if (!kind) return invalid('the payload has no "object_kind"');
@@ -25,5 +27,16 @@ export function classifyGitLabDelivery(payload: unknown): Classified {
   const owner = slash > 0 ? path.slice(0, slash) : path;
   const name = slash > 0 ? path.slice(slash + 1) : path;
   if (!name) return invalid('"project.path_with_namespace" must be "namespace/project"');
+  if (gitlab && !servesProject(gitlab, projectId)) return ignore('project-not-served');
   return { kind: 'job', job: { provider: 'gitlab', providerJobId: String(buildId), owner, project: name, projectId, labels: [] } };
+}
+
+/**
+ * Whether the fleet's runners can take a job of this project. A project runner only serves its
+ * own project, so any other project's job would wait forever for the runner we started. A Job
+ * Hook names the project but not its group ancestry, so group runners cannot be checked here:
+ * the hook must be the group's own (docs/gitlab.md). Instance runners serve every project.
+ */
+export function servesProject(gitlab: GitLabConnectionConfig, projectId: number): boolean {
+  return gitlab.runnerType !== 'project_type' || gitlab.scopeId === projectId;
 }

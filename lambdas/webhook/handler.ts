@@ -7,6 +7,7 @@ import { loadFleetConfig } from '../shared/fleet-config-source';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { createSecretCache, type SecretCache } from '../shared/secrets';
+import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
 import type { JobDraft } from './delivery';
 import { classifyGitHubDelivery } from './github-delivery';
 import { classifyGitLabDelivery } from './gitlab-delivery';
@@ -20,6 +21,20 @@ export interface WebhookOptions {
    * payloads at 25 MB and Function URLs at 6 MB, so anything near those is not a job.
    */
   readonly maxBodyBytes?: number;
+  /**
+   * Overall bound on one request, from its receipt. GitHub and GitLab give a delivery about
+   * 10 s; every step below is also clipped to what remains of this.
+   */
+  readonly deadlineMs?: number;
+  /**
+   * Time kept for the SQS send: steps before it (config and secret reads, the tag lookup)
+   * never eat into it, so a job that was verified still gets queued before the deadline.
+   */
+  readonly sendReserveMs?: number;
+  /** Bound on reading the fleet config from SSM (a cold container). */
+  readonly configReadTimeoutMs?: number;
+  /** Bound on reading the webhook secrets from SSM (a cold container). */
+  readonly secretReadTimeoutMs?: number;
   /**
    * Bound on the GitLab tag lookup. GitLab gives up on a delivery after about 10 s and a cold
    * container has already spent some of that; past this bound the job is queued unresolved.
@@ -37,6 +52,8 @@ export interface WebhookDeps {
   /** Used by the CI providers (GitLab tag lookup); global fetch when absent. */
   readonly fetch?: typeof fetch;
   readonly now?: () => Date;
+  /** Monotonic milliseconds for the request deadline (performance.now). */
+  readonly clock?: () => number;
   readonly logger?: Logger;
   /** Where EMF metric lines go (stdout in Lambda). */
   readonly metricSink?: Sink;
@@ -46,8 +63,17 @@ export interface WebhookDeps {
 
 export type WebhookHandler = (event: LambdaFunctionURLEvent) => Promise<APIGatewayProxyResultV2>;
 
+/**
+ * With these, a request answers within 8 s however slow its dependencies: the config read
+ * (at most 3 s) and the secret read (at most 3 s) each leave 1.5 s for the send; the tag
+ * lookup gets what is left above that (up to 3 s); the send gets the rest.
+ */
 export const DEFAULTS = {
   maxBodyBytes: 1024 * 1024,
+  deadlineMs: 8_000,
+  sendReserveMs: 1_500,
+  configReadTimeoutMs: 3_000,
+  secretReadTimeoutMs: 3_000,
   tagLookupTimeoutMs: 3_000,
   queueTimeoutMs: 3_000,
   secretTtlMs: 5 * 60_000,
@@ -76,6 +102,7 @@ class Rejection extends Error {
 export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
   const env = deps.env ?? process.env;
   const now = deps.now ?? (() => new Date());
+  const clock = deps.clock ?? (() => performance.now());
   const log = deps.logger ?? createLogger({ fn: 'webhook' });
   const opts = { ...DEFAULTS, timestampToleranceSeconds: DEFAULT_TIMESTAMP_TOLERANCE_SECONDS, ...deps.options };
   const secrets: SecretCache = createSecretCache(deps.ssm, { ttlMs: opts.secretTtlMs });
@@ -89,6 +116,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
 
   return async (event) => {
     const receivedAt = now();
+    const deadline = createDeadline(opts.deadlineMs, clock);
     const path = (event.rawPath ?? '/').replace(/\/+$/, '') || '/';
     const route: Provider | undefined = path === '/github' ? 'github' : path === '/gitlab' ? 'gitlab' : undefined;
     const reqLog = log.child({ route: route ?? logSafe(path, 40), requestId: logSafe(event.requestContext?.requestId ?? '', 64) });
@@ -102,8 +130,9 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
       const body = readBody(event, opts.maxBodyBytes);
       let config: FleetConfig;
       try {
-        config = await loadFleetConfig(deps.ssm, env);
+        config = await deadline.run('fleet config read', opts.configReadTimeoutMs, opts.sendReserveMs, (signal) => loadFleetConfig(deps.ssm, env, Date.now(), { signal }));
       } catch (e) {
+        if (e instanceof DeadlineExceeded) throw e;
         reqLog.error('cannot load the fleet config', { error: (e as Error).message });
         return reply(500, 'error', 'configuration unavailable');
       }
@@ -114,13 +143,15 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
         return reply(500, 'error', 'queue not configured');
       }
 
-      const verdict = route === 'github' ? await verifyGitHub(config, headers, body) : await verifyGitLab(config, headers, body, receivedAt);
+      const verdict = await deadline.run('webhook secret read', opts.secretReadTimeoutMs, opts.sendReserveMs, (signal) =>
+        route === 'github' ? verifyGitHub(config, headers, body, signal) : verifyGitLab(config, headers, body, receivedAt, signal),
+      );
       if (!verdict.ok) throw new Rejection(401, verdict.reason);
 
       const payload = parseJson(body, route);
       const deliveryId =
         route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
-      const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload);
+      const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab);
       const dLog = reqLog.child({ deliveryId: logSafe(deliveryId, 80) });
       if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
       if (classified.kind === 'ignore') {
@@ -130,26 +161,26 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
 
       let message: JobMessage | undefined;
       try {
-        message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog);
+        message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog, deadline);
       } catch (e) {
         // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
         throw new Rejection(400, (e as Error).message);
       }
       if (!message) return reply(200, 'ignored', 'no-matching-pool');
       const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
+      const command = new SendMessageCommand({
+        QueueUrl: queueUrl,
+        MessageBody: JSON.stringify(message),
+        MessageGroupId: message.jobId,
+        MessageDeduplicationId: deduplicationId(message.provider, message.deliveryId),
+      });
       try {
-        await deps.sqs.send(
-          new SendMessageCommand({
-            QueueUrl: queueUrl,
-            MessageBody: JSON.stringify(message),
-            MessageGroupId: message.jobId,
-            MessageDeduplicationId: deduplicationId(message.provider, message.deliveryId),
-          }),
-          { abortSignal: AbortSignal.timeout(opts.queueTimeoutMs) },
-        );
+        // The last step keeps nothing back: it may use all that remains.
+        await deadline.run('queue send', opts.queueTimeoutMs, 0, (signal) => deps.sqs.send(command, { abortSignal: signal }));
       } catch (e) {
         jLog.error('cannot queue the job', { error: logSafe((e as Error).name) });
-        return reply(500, 'error', 'queue unavailable, redeliver later');
+        // A redelivery is harmless even if this send did land: SQS drops the same deduplication id.
+        return e instanceof DeadlineExceeded ? reply(503, 'error', 'queue too slow, redeliver later') : reply(500, 'error', 'queue unavailable, redeliver later');
       }
       jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
       emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', deps.metricSink);
@@ -159,19 +190,25 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
         reqLog.warn('delivery rejected', { status: e.statusCode, reason: e.message });
         return reply(e.statusCode, 'rejected', e.message);
       }
+      if (e instanceof DeadlineExceeded) {
+        // Before the signature is checked nothing may be queued; a 5xx lets the sender redeliver
+        // (GitHub: "Redeliver" or the API; GitLab: the hook's "Resend request").
+        reqLog.error('request deadline reached before the delivery could be verified', { step: e.step, timeoutMs: e.timeoutMs });
+        return reply(503, 'error', 'dependencies too slow, redeliver later');
+      }
       reqLog.error('delivery failed', { error: logSafe((e as Error).message, 200) });
       return reply(500, 'error', 'internal error');
     }
   };
 
-  async function verifyGitHub(config: FleetConfig, headers: Headers, body: Buffer): Promise<Verdict> {
-    const secret = await secrets.get(config.parameters.github.webhookSecret);
+  async function verifyGitHub(config: FleetConfig, headers: Headers, body: Buffer, signal: AbortSignal): Promise<Verdict> {
+    const secret = await secrets.get(config.parameters.github.webhookSecret, signal);
     return verifyGitHubSignature(body, headers['x-hub-signature-256'], secret);
   }
 
-  async function verifyGitLab(config: FleetConfig, headers: Headers, body: Buffer, at: Date): Promise<Verdict> {
+  async function verifyGitLab(config: FleetConfig, headers: Headers, body: Buffer, at: Date, signal: AbortSignal): Promise<Verdict> {
     const names = config.parameters.gitlab;
-    const [token, signingKey] = await Promise.all([secrets.find(names.webhookToken), secrets.find(names.webhookSigningKey)]);
+    const [token, signingKey] = await Promise.all([secrets.find(names.webhookToken, signal), secrets.find(names.webhookSigningKey, signal)]);
     if (token === undefined && signingKey === undefined) {
       log.error('no GitLab webhook secret configured: every GitLab delivery is refused', { parameters: [names.webhookToken, names.webhookSigningKey] });
       return { ok: false, reason: 'no GitLab webhook secret is configured' };
@@ -195,11 +232,11 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
   }
 
   /** The message to queue, or undefined when the job's labels match no pool. */
-  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger): Promise<JobMessage | undefined> {
+  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | undefined> {
     let labels: readonly string[] = job.labels;
     if (job.provider === 'gitlab') {
       const unresolved = buildJobMessage(job, { labels: [], labelsResolved: false, deliveryId, receivedAt });
-      const resolved = await lookUpTags(unresolved, config, dLog.child({ traceId: unresolved.traceId }));
+      const resolved = await lookUpTags(unresolved, config, dLog.child({ traceId: unresolved.traceId }), deadline);
       if (resolved === undefined) return unresolved;
       labels = resolved;
     }
@@ -211,22 +248,20 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     return buildJobMessage(job, { labels, labelsResolved: true, pool: match.pool.name, deliveryId, receivedAt });
   }
 
-  /** The job's tags, or undefined when GitLab did not answer in time (scale-up resolves them later). */
-  async function lookUpTags(job: JobMessage, config: FleetConfig, jLog: Logger): Promise<string[] | undefined> {
+  /**
+   * The job's tags, or undefined when GitLab did not answer within the lookup's bound or the
+   * time the deadline leaves above the send's reserve: the job is then queued unresolved and
+   * scale-up resolves the tags, so a slow GitLab costs a later lookup, never the job.
+   */
+  async function lookUpTags(job: JobMessage, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<string[] | undefined> {
     const gitlab = providersFor(config).gitlab;
     if (!gitlab?.resolveLabels) return undefined;
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new Error(`tag lookup exceeded ${opts.tagLookupTimeoutMs} ms`)), opts.tagLookupTimeoutMs);
     try {
-      // The race makes the bound hold even if a provider ignored the signal.
-      const aborted = new Promise<never>((_, reject) => controller.signal.addEventListener('abort', () => reject(controller.signal.reason as Error), { once: true }));
-      return await Promise.race([gitlab.resolveLabels(job, controller.signal), aborted]);
+      // The deadline's race makes the bound hold even if a provider ignored the signal.
+      return await deadline.run('tag lookup', opts.tagLookupTimeoutMs, opts.sendReserveMs, (signal) => gitlab.resolveLabels!(job, signal));
     } catch (e) {
       jLog.warn('GitLab tag lookup failed; queueing the job with its tags unresolved', { error: logSafe((e as Error).message, 200) });
       return undefined;
-    } finally {
-      clearTimeout(timer);
-      controller.abort();
     }
   }
 }

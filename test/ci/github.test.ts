@@ -1,7 +1,10 @@
 import { generateKeyPairSync, verify } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { GitHubApiError, GitHubProvider, type GitHubProviderOptions } from '../../lambdas/ci/github';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, type JobMessage } from '../../lambdas/shared/contract';
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { mockClient } from 'aws-sdk-client-mock';
+import { createCiProviders } from '../../lambdas/ci';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
@@ -223,7 +226,66 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect(await p.isJobQueued(job())).toBe(true);
     expect(await p.isJobQueued(job({ providerJobId: '556', jobId: 'github:556' }))).toBe(false);
     expect(await p.isJobQueued(job({ providerJobId: '557', jobId: 'github:557' }))).toBe(false);
-    expect(await p.isJobQueued(job({ providerJobId: '999', jobId: 'github:999' }))).toBe(false);
+    // 404 is "gone" or "the App cannot see it": a typed error the caller counts, never a silent false.
+    const gone = await p.isJobQueued(job({ providerJobId: '999', jobId: 'github:999' })).catch((e: unknown) => e);
+    expect(gone).toBeInstanceOf(JobLookupError);
+    expect(gone).toMatchObject({ provider: 'github', jobId: 'github:999', reason: 'not-found' });
+    await expect(p.resolveLabels(job({ providerJobId: '999', jobId: 'github:999' }))).rejects.toBeInstanceOf(JobLookupError);
+    expect(await p.resolveLabels(job())).toEqual(['self-hosted', 'linux']);
+  });
+
+  it('mints one installation token for a burst of concurrent calls (single flight)', async () => {
+    const p = provider();
+    const regs = await Promise.all(Array.from({ length: 5 }, (_, i) => p.createRunner(job(), `i-0123456789abcdef${i}`, 'linux')));
+    expect(regs).toHaveLength(5);
+    expect(tokensMinted).toBe(1);
+    expect(server.requests.filter((r) => r.path.endsWith('/installation'))).toHaveLength(1);
+  });
+
+  it('retries a call once with a fresh token after a 401, then gives up', async () => {
+    const p = provider();
+    await p.listRunners();
+    faults.push((r) => (r.path.includes('/actions/runners?') ? { status: 401, body: { message: 'Bad credentials' } } : undefined));
+    await p.listRunners();
+    expect(tokensMinted).toBe(2);
+    expect(waits).toEqual([]);
+    // The fresh token is refused too: one retry only, then the 401 is reported.
+    for (let i = 0; i < 2; i++) faults.push((r) => (r.path.includes('generate-jitconfig') ? { status: 401, body: { message: 'Bad credentials' } } : undefined));
+    expect((await failure(p.createRunner(job(), INSTANCE, 'linux'))).status).toBe(401);
+    expect(server.requests.filter((r) => r.path.includes('generate-jitconfig'))).toHaveLength(2);
+    expect(tokensMinted).toBe(3);
+  });
+
+  it.each([404, 401])('looks the installation up again after minting a token answers %i (App reinstalled)', async (status) => {
+    const p = provider();
+    await p.listRunners();
+    now = T0 + 56 * 60_000; // the token needs replacing
+    faults.push((r) => (r.path.includes('/access_tokens') ? { status, body: { message: status === 404 ? 'Not Found' : 'Bad credentials' } } : undefined));
+    expect((await failure(p.listRunners())).status).toBe(status);
+    await p.listRunners();
+    expect(server.requests.filter((r) => r.path === '/orgs/acme/installation')).toHaveLength(2);
+  });
+
+  it('tells its owner to read the private key again when GitHub refuses the JWT', async () => {
+    let invalidated = 0;
+    const p = provider({}, { invalidatePrivateKey: () => invalidated++ });
+    faults.push((r) => (r.path.includes('/access_tokens') ? { status: 401, body: { message: 'A JSON web token could not be decoded' } } : undefined));
+    await failure(p.listRunners());
+    expect(invalidated).toBe(1);
+    faults.push((r) => (r.path === '/orgs/acme/installation' ? { status: 401, body: { message: 'A JSON web token could not be decoded' } } : undefined));
+    await failure(p.listRunners());
+    expect(invalidated).toBe(2);
+    await p.listRunners();
+    expect(invalidated).toBe(2);
+  });
+
+  it('reports a runner list cut at the page cap', async () => {
+    const seen: unknown[] = [];
+    for (let i = 0; i < 130; i++) runners.push({ id: 1000 + i, name: `${PREFIX}-i-0000000${i}-abc`, status: 'online', busy: false });
+    await provider({}, { maxPages: 1, onListTruncated: (info) => seen.push(info) }).listRunners();
+    expect(seen).toEqual([{ scope: 'org:acme', pages: 1 }]);
+    await provider({}, { maxPages: 2, onListTruncated: (info) => seen.push(info) }).listRunners();
+    expect(seen).toHaveLength(1);
   });
 
   it('waits out a 429 retry-after and a 403 with an exhausted x-ratelimit-reset, within the bound', async () => {
@@ -268,6 +330,27 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect((await failure(p.listRunners())).status).toBe(401);
     await p.listRunners();
     expect(reads).toBe(2);
+  });
+
+  it('a rotated private key reaches a warm provider through the real secret cache', async () => {
+    const ssm = mockClient(SSMClient);
+    try {
+      const stale = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } }).privateKey;
+      let current = stale;
+      ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey, WithDecryption: true }).callsFake(() => ({ Parameter: { Value: current } }));
+      const config = buildFleetConfig({
+        prefix: PREFIX,
+        github: { appId: '4242', organization: 'acme', apiUrl: server.url, runnerGroupId: 3 },
+        pools: [{ name: 'linux', provider: 'github', labels: ['linux'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+      });
+      const { github: p } = createCiProviders(config, { ssm: new SSMClient({}) });
+      expect((await failure(p!.listRunners())).status).toBe(401);
+      current = privateKey; // the operator puts the App's new key into SSM
+      await p!.listRunners();
+      expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(2);
+    } finally {
+      ssm.restore();
+    }
   });
 
   it('bounds every call in time: a GitHub that never answers', async () => {

@@ -3,7 +3,8 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
 import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { createLogger } from '../../lambdas/shared/log';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
@@ -57,7 +58,7 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
   }
   const job = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path);
   if (job && req.method === 'GET') {
-    const status = { '1977': 'pending', '1978': 'running', '1979': 'success', '1980': 'created' }[job[2]!];
+    const status = { '1977': 'pending', '1978': 'running', '1979': 'success', '1980': 'created', '1981': 'preparing', '1982': 'scheduled', '1983': 'canceled', '1984': 'waiting_for_resource' }[job[2]!];
     return status && job[1] === '380' ? { status: 200, body: { id: Number(job[2]), status, stage: 'test', name: 'test', tag_list: ['docker', 'linux'] } } : { status: 404, body: { message: '404 Not found' } };
   }
   return { status: 404, body: { error: '404 Not Found' } };
@@ -173,9 +174,16 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     expect(await p.isJobQueued(job({ providerJobId: '1980', jobId: 'gitlab:1980' }))).toBe(true);
     expect(await p.isJobQueued(job({ providerJobId: '1978', jobId: 'gitlab:1978' }))).toBe(false);
     expect(await p.isJobQueued(job({ providerJobId: '1979', jobId: 'gitlab:1979' }))).toBe(false);
-    expect(await p.isJobQueued(job({ providerJobId: '4040', jobId: 'gitlab:4040' }))).toBe(false);
+    expect(await p.isJobQueued(job({ providerJobId: '1983', jobId: 'gitlab:1983' }))).toBe(false);
+    // No runner yet: preparing (prerequisites), scheduled (a delayed job), waiting for a resource group.
+    for (const id of ['1981', '1982', '1984']) expect(await p.isJobQueued(job({ providerJobId: id, jobId: `gitlab:${id}` })), id).toBe(true);
+    // 404 is "deleted" or "the token cannot see the project": a typed error, never a silent false.
+    for (const lookup of [p.isJobQueued(job({ providerJobId: '4040', jobId: 'gitlab:4040' })), p.resolveLabels(job({ providerJobId: '4040', jobId: 'gitlab:4040' }))]) {
+      const e = await lookup.catch((err: unknown) => err);
+      expect(e).toBeInstanceOf(JobLookupError);
+      expect(e).toMatchObject({ provider: 'gitlab', jobId: 'gitlab:4040', reason: 'not-found' });
+    }
     expect(await p.resolveLabels(job())).toEqual(['docker', 'linux']);
-    expect((await failure(p.resolveLabels(job({ providerJobId: '4040', jobId: 'gitlab:4040' })))).status).toBe(404);
     await expect(p.resolveLabels(job({ projectId: undefined }))).rejects.toThrow(/project id/);
   });
 
@@ -207,6 +215,21 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     faults.push(() => ({ status, body }));
     const e = await failure(provider().createRunner(job(), INSTANCE, 'docker'));
     expect(e.status).toBe(status);
+  });
+
+  it('tells its owner to read the token again after a 401, and reports a runner list cut at the page cap', async () => {
+    let invalidated = 0;
+    const seen: unknown[] = [];
+    const p = provider({}, { invalidateToken: () => invalidated++, maxPages: 1, onListTruncated: (info) => seen.push(info) });
+    faults.push(() => ({ status: 401, body: { message: '401 Unauthorized' } }));
+    await failure(p.listRunners());
+    expect(invalidated).toBe(1);
+    for (let i = 0; i < 150; i++) runners.push({ id: i + 1, description: `${PREFIX}-i-0000000${i}-x`, status: 'online', runner_type: 'group_type' });
+    await p.listRunners();
+    expect(seen).toEqual([{ scope: 'group_type:12', pages: 1 }]);
+    await provider({}, { maxPages: 2, onListTruncated: (info) => seen.push(info) }).listRunners();
+    expect(seen).toHaveLength(1);
+    expect(invalidated).toBe(1);
   });
 
   it('refuses an unknown pool before calling GitLab', async () => {
@@ -247,6 +270,34 @@ describe('createCiProviders', () => {
     await providers.gitlab!.isJobQueued(job());
     expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(1);
   });
+  const glConfig = () =>
+    buildFleetConfig({
+      prefix: PREFIX,
+      gitlab: { url: `${server.url}/gitlab`, runnerType: 'group_type', scopeId: 12 },
+      pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+    });
+
+  it('a rotated API token reaches a warm provider through the real secret cache', async () => {
+    let current = `glpat-${plantSecret('revoked')}`;
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token, WithDecryption: true }).callsFake(() => ({ Parameter: { Value: current } }));
+    const { gitlab: p } = createCiProviders(glConfig(), { ssm: new SSMClient({}) });
+    expect((await failure(p!.resolveLabels!(job()))).status).toBe(401);
+    current = apiToken; // the operator puts the new token into SSM
+    expect(await p!.resolveLabels!(job())).toEqual(['docker', 'linux']);
+    expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(2);
+  });
+
+  it('logs and counts a runner list cut at the page cap', async () => {
+    ssm.on(GetParameterCommand).resolves({ Parameter: { Value: apiToken } });
+    for (let i = 0; i < 2001; i++) runners.push({ id: i + 1, description: `${PREFIX}-i-0000000${i}-x`, status: 'online', runner_type: 'group_type' });
+    const lines: string[] = [];
+    const metrics: string[] = [];
+    const { gitlab: p } = createCiProviders(glConfig(), { ssm: new SSMClient({}), logger: createLogger({}, (l) => lines.push(l)), metricSink: (l) => metrics.push(l) });
+    expect(await p!.listRunners()).toHaveLength(2000);
+    expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ level: 'warn', provider: 'gitlab', scope: 'group_type:12', pages: 20 })]);
+    expect(metrics.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ [METRIC_NAMES.runnerListTruncated]: 1 })]);
+  });
+
   it('omits providers without a connection', () => {
     const config = buildFleetConfig({ gitlab: { url: 'https://gitlab.com' }, pools: [{ name: 'a', provider: 'gitlab', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }] });
     expect(Object.keys(createCiProviders(config, { ssm: new SSMClient({}) }))).toEqual(['gitlab']);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { CiProvider, JobMessage } from '../../lambdas/shared/contract';
+import { JobLookupError, type CiProvider, type JobMessage } from '../../lambdas/shared/contract';
 
 describe('CiProvider.resolveLabels', () => {
   it('takes an optional AbortSignal; providers that ignore it still satisfy the interface', async () => {
@@ -20,5 +20,16 @@ describe('CiProvider.resolveLabels', () => {
     expect(await withSignal.resolveLabels!({} as JobMessage, signal)).toEqual(['docker']);
     expect(await withoutSignal.resolveLabels!({} as JobMessage, signal)).toEqual(['linux']);
     expect(seen).toEqual([signal]);
+  });
+});
+
+describe('JobLookupError', () => {
+  it('names the provider, the job and the reason, and is told apart from other errors', () => {
+    const e: unknown = new JobLookupError('gitlab', 'gitlab:1977', 'not-found');
+    expect(e).toBeInstanceOf(Error);
+    expect(e).toBeInstanceOf(JobLookupError);
+    expect(e).toMatchObject({ name: 'JobLookupError', provider: 'gitlab', jobId: 'gitlab:1977', reason: 'not-found' });
+    expect((e as Error).message).toMatch(/gitlab job gitlab:1977.*not-found.*cannot see it/);
+    expect(new Error('x')).not.toBeInstanceOf(JobLookupError);
   });
 });

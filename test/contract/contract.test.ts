@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  activationTimeOfRunnerName,
   buildFleetConfig,
   decodeRunnerConfig,
   encodeRunnerConfig,
@@ -172,5 +173,14 @@ describe('warm schedule', () => {
     ['2026-12-05T02:00:00Z', 2],
   ])('at %s the size is %i', (at, size) => {
     expect(warmSizeAt(2, schedule, new Date(at))).toBe(size);
+  });
+});
+
+describe('runner name activation time', () => {
+  it('recovers the activation time of a name built by runnerName, nothing from others', () => {
+    const at = new Date('2026-11-29T12:00:00.123Z');
+    expect(activationTimeOfRunnerName('fleet', runnerName('fleet', 'i-0123456789abcdef0', at))).toEqual(at);
+    expect(activationTimeOfRunnerName('fleet', 'someone-elses-runner')).toBeUndefined();
+    expect(activationTimeOfRunnerName('other', runnerName('fleet', 'i-0123456789abcdef0', at))).toBeUndefined();
   });
 });

@@ -29,6 +29,15 @@ describe('loadFleetConfig', () => {
     await loadFleetConfig(new SSMClient({}), env, 61_000);
     expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(2);
   });
+  it('keys the cached copy by parameter name', async () => {
+    const other = buildFleetConfig({ prefix: 'other', github: { appId: '2', organization: 'acme' }, pools: config.pools.map((p) => ({ ...p })) });
+    ssm.on(GetParameterCommand, { Name: '/p/fleet/config' }).resolves({ Parameter: { Value: JSON.stringify(config) } });
+    ssm.on(GetParameterCommand, { Name: '/other/fleet/config' }).resolves({ Parameter: { Value: JSON.stringify(other) } });
+    expect((await loadFleetConfig(new SSMClient({}), { FLEET_CONFIG_PARAMETER: '/p/fleet/config' }, 0)).prefix).toBe(config.prefix);
+    expect((await loadFleetConfig(new SSMClient({}), { FLEET_CONFIG_PARAMETER: '/other/fleet/config' }, 1)).prefix).toBe('other');
+    expect((await loadFleetConfig(new SSMClient({}), { FLEET_CONFIG_PARAMETER: '/p/fleet/config' }, 2)).prefix).toBe(config.prefix);
+    expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(2);
+  });
   it('rejects invalid content and a missing setting with clear errors', async () => {
     await expect(loadFleetConfig(new SSMClient({}), { FLEET_CONFIG: '{"version":9}' })).rejects.toThrow(/invalid fleet config/);
     await expect(loadFleetConfig(new SSMClient({}), {})).rejects.toThrow(/FLEET_CONFIG/);

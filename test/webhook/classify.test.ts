@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import examples from '@octokit/webhooks-examples';
 import { describe, expect, it } from 'vitest';
-import type { GitHubConnectionConfig } from '../../lambdas/shared/contract';
+import type { GitHubConnectionConfig, GitLabConnectionConfig } from '../../lambdas/shared/contract';
 import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 
@@ -69,6 +69,19 @@ describe('classifyGitLabDelivery', () => {
     ['array body', [hook({})], 'invalid'],
   ] as const)('%s', (_name, payload, expected) => {
     const c = classifyGitLabDelivery(payload);
+    expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
+  });
+
+  const gl = (runnerType: GitLabConnectionConfig['runnerType'], scopeId?: number): GitLabConnectionConfig => ({ url: 'https://gitlab.example.com', runnerType, ...(scopeId === undefined ? {} : { scopeId }) });
+  it.each([
+    ['project runners of the job\'s project', gl('project_type', 380), 'job'],
+    ['project runners of another project', gl('project_type', 381), 'ignore:project-not-served'],
+    ['project runners, project id only in project', gl('project_type', 381), 'ignore:project-not-served', { project_id: undefined }],
+    ['group runners (the hook must be the group\'s; not checkable from the payload)', gl('group_type', 12), 'job'],
+    ['instance runners serve every project', gl('instance_type'), 'job'],
+    ['another project, but not pending: ignored for its status first', gl('project_type', 381), 'ignore:status-running', { build_status: 'running' }],
+  ] as const)('runner scope: %s', (_name, gitlab, expected, patch: Record<string, unknown> = {}) => {
+    const c = classifyGitLabDelivery(hook(patch), gitlab);
     expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
   });
 

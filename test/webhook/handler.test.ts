@@ -36,14 +36,16 @@ let ssm: SSMClient;
 let sqs: SQSClient;
 let queueUrl: string;
 let ssmReads = 0;
+/** Added to every SSM GetParameter call, to play a cold container's slow SSM. */
+let ssmDelayMs = 0;
 const logLines: string[] = [];
 const metricLines: string[] = [];
 
-function config(gitlabUrl: string) {
+function config(gitlabUrl: string, gitlabScope: { runnerType?: 'project_type' | 'group_type' | 'instance_type'; scopeId?: number } = {}) {
   return buildFleetConfig({
     prefix: PREFIX,
     github: { appId: '4242', repositories: ['lineville/elastic-machines-testing', 'Codertocat/Hello-World'] },
-    gitlab: { url: gitlabUrl },
+    gitlab: { url: gitlabUrl, ...gitlabScope },
     pools: [
       { name: 'gh-k8s', provider: 'github', labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
       { name: 'gl-docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
@@ -98,7 +100,10 @@ beforeAll(async () => {
   ssm = new SSMClient(clientConfig);
   ssm.middlewareStack.add(
     (next, context) => async (args) => {
-      if (context.commandName === 'GetParameterCommand') ssmReads++;
+      if (context.commandName === 'GetParameterCommand') {
+        ssmReads++;
+        if (ssmDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, ssmDelayMs));
+      }
       return next(args);
     },
     { step: 'initialize' },
@@ -117,6 +122,7 @@ afterAll(async () => {
 });
 
 beforeEach(async () => {
+  ssmDelayMs = 0;
   await sqs.send(new PurgeQueueCommand({ QueueUrl: queueUrl }));
   gitlab.requests.length = 0;
   gitlabRoute = (req) => (req.path === '/api/v4/projects/380/jobs/1977' ? { status: 200, body: { id: 1977, status: 'pending', tag_list: ['docker'] } } : { status: 404, body: { message: '404 Not found' } });
@@ -175,6 +181,31 @@ describe('GitHub deliveries (community example payloads)', () => {
     expect(res.statusCode).toBe(202);
     expect(await queued()).toHaveLength(1);
   });
+  it.each([
+    ['plain', false],
+    ['base64-encoded (Function URL isBase64Encoded)', true],
+  ])('verifies the HMAC over the raw body bytes as sent, not over re-serialised JSON: %s', async (_name, base64) => {
+    const handler = newHandler();
+    const base = JSON.parse(queuedSelfHosted) as { workflow_job: Record<string, unknown> } & Record<string, unknown>;
+    const withId = (id: number, name = 'build') => ({ ...base, workflow_job: { ...base.workflow_job, id, name } });
+    const offset = base64 ? 100 : 0;
+    const variants: [string, number, string][] = [
+      ['pretty-printed', 9_100 + offset, JSON.stringify(withId(9_100 + offset), null, 2)],
+      // JSON.stringify writes "é" as is; GitHub's serialiser may escape it.
+      ['a \\u00e9 escape', 9_101 + offset, JSON.stringify(withId(9_101 + offset, 'caf-MARK')).replace('caf-MARK', 'caf\\u00e9')],
+      ['raw UTF-8 outside ASCII, one-space indent', 9_102 + offset, JSON.stringify(withId(9_102 + offset, 'café ✓'), null, 1)],
+      ['keys in another order', 9_103 + offset, JSON.stringify(Object.fromEntries(Object.entries(withId(9_103 + offset)).reverse()))],
+      ['CRLF and spaces', 9_104 + offset, JSON.stringify(withId(9_104 + offset), null, '\t').replace(/\n/g, '\r\n') + '\r\n'],
+    ];
+    for (const [name, id, body] of variants) {
+      // The premise: none of these is the body a parse and stringify (in GitHub's key order) would give.
+      expect(JSON.stringify(withId(id, (JSON.parse(body) as { workflow_job: { name: string } }).workflow_job.name)), name).not.toBe(body);
+      const res = result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body, { base64 })));
+      expect([name, res.statusCode, outcome(res).reason]).toEqual([name, 202, 'queued']);
+    }
+    const ids = (await queued()).map((m) => parsed(m).providerJobId).sort();
+    expect(ids).toEqual(variants.map(([, id]) => String(id)).sort());
+  });
 });
 
 describe('GitLab deliveries (documented Job Hook, one fixture per status)', () => {
@@ -205,6 +236,22 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
     }
   });
 
+  it.each([
+    [381, 200, 'project-not-served', 0],
+    [380, 202, 'queued', 1],
+  ])('project runners of project %i: a job of project 380 answers %i %s', async (scopeId, status, reason, count) => {
+    const projectRunners = config(gitlab.url, { runnerType: 'project_type', scopeId });
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(projectRunners) })(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([status, reason]);
+    expect(await queued()).toHaveLength(count);
+    // A job the runners cannot serve is not even looked up.
+    expect(gitlab.requests).toHaveLength(count);
+    if (count === 0) expect(logLines.some((l) => l.includes('"reason":"project-not-served"'))).toBe(true);
+  });
+
+  const LOOKUP_BOUND_MS = 300;
+  const LOOKUP_MARGIN_MS = 700;
+
   it('acknowledges a pending job whose tags match no pool', async () => {
     gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: ['windows'] } });
     const res = result(await newHandler()(gitlabEvent('pending').event));
@@ -213,16 +260,24 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
   });
 
   it.each([
-    ['500', (() => ({ status: 500, body: { message: '500 Internal Server Error' } })) as Route],
+    ['500 with retries', (() => ({ status: 500, body: { message: '500 Internal Server Error' } })) as Route],
     ['401', (() => ({ status: 401, body: { message: '401 Unauthorized' } })) as Route],
     ['403', (() => ({ status: 403, body: { message: '403 Forbidden' } })) as Route],
     ['404', (() => ({ status: 404, body: { message: '404 Not found' } })) as Route],
     ['429 asking for a minute', (() => ({ status: 429, headers: { 'retry-after': '60' }, body: { message: 'Retry later' } })) as Route],
     ['a server that never answers', (() => 'hang') as Route],
-  ])('queues the job with its tags unresolved when the lookup gets %s', async (_name, route) => {
+  ])('queues the job with its tags unresolved when the lookup gets %s, within the lookup bound', async (_name, route) => {
     gitlabRoute = route;
-    const res = result(await newHandler({ tagLookupTimeoutMs: 500 })(gitlabEvent('pending').event));
+    const handler = newHandler({ tagLookupTimeoutMs: LOOKUP_BOUND_MS });
+    // Warm the container (fleet config, webhook token) so the time measured is the lookup's and the send's.
+    expect(result(await handler(gitlabEvent('running').event)).statusCode).toBe(200);
+    const started = performance.now();
+    const res = result(await handler(gitlabEvent('pending').event));
+    const elapsed = performance.now() - started;
     expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued-labels-unresolved']);
+    // A bound check, not a benchmark: unbounded, the hanging server takes the client's 10 s and
+    // "500 with retries" at least 1.5 s of backoff (500 + 1000 ms) before the third answer.
+    expect(elapsed).toBeLessThan(LOOKUP_BOUND_MS + LOOKUP_MARGIN_MS);
     const messages = await queued();
     expect(messages).toHaveLength(1);
     const m = parsed(messages[0]!);
@@ -379,6 +434,64 @@ describe('log hygiene', () => {
     });
     const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(wide) })(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
     expect([res.statusCode, outcome(res).reason]).toEqual([400, expect.stringMatching(/labels/)]);
+    expect(await queued()).toHaveLength(0);
+  });
+});
+
+describe('the request deadline (cold container, slow dependencies)', () => {
+  // The fleet config comes from SSM here, as in a deployed stack; a fresh name per test, since
+  // loadFleetConfig keeps a copy per container (module) for a minute.
+  async function fromSsm(): Promise<Record<string, string>> {
+    const name = `/${PREFIX}/fleet/config-${randomUUID()}`;
+    await ssm.send(new PutParameterCommand({ Name: name, Value: JSON.stringify(config(gitlab.url)), Type: 'String' }));
+    return { [LAMBDA_ENV.fleetConfig]: '', [LAMBDA_ENV.fleetConfigParameter]: name };
+  }
+  const MARGIN_MS = 750;
+
+  it('slow SSM plus a GitLab that never answers: the job is queued with its tags unresolved before the deadline', async () => {
+    const env = await fromSsm();
+    gitlabRoute = () => 'hang';
+    ssmDelayMs = 400; // each read: fleet config, webhook secrets, the API token for the lookup
+    const deadlineMs = 2_500;
+    // The lookup's own bound is far beyond the deadline: only the deadline can end it in time.
+    const handler = newHandler({ deadlineMs, sendReserveMs: 500, tagLookupTimeoutMs: 20_000 }, env);
+    const started = performance.now();
+    const res = result(await handler(gitlabEvent('pending').event));
+    const elapsed = performance.now() - started;
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued-labels-unresolved']);
+    expect(elapsed).toBeLessThan(deadlineMs + MARGIN_MS);
+    const messages = await queued();
+    expect(messages.map((m) => parsed(m))).toEqual([expect.objectContaining({ jobId: 'gitlab:1977', labels: [], labelsResolved: false })]);
+  });
+
+  it('SSM slower than the whole deadline: 503 before the deadline (the sender may redeliver), nothing queued', async () => {
+    const env = await fromSsm();
+    ssmDelayMs = 5_000;
+    const deadlineMs = 1_500;
+    const handler = newHandler({ deadlineMs, sendReserveMs: 500 }, env);
+    for (const event of [gitlabEvent('pending').event, functionUrlEvent('/github', githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', randomUUID()), queuedSelfHosted)]) {
+      const started = performance.now();
+      const res = result(await handler(event));
+      const elapsed = performance.now() - started;
+      expect([res.statusCode, outcome(res).outcome]).toEqual([503, 'error']);
+      expect(elapsed).toBeLessThan(deadlineMs + MARGIN_MS);
+    }
+    ssmDelayMs = 0;
+    expect(await queued()).toHaveLength(0);
+    expect(logLines.some((l) => l.includes('request deadline reached') && l.includes('"step":"fleet config read"'))).toBe(true);
+  });
+
+  it('config read in time but the webhook secret not: 503, nothing queued', async () => {
+    const env = await fromSsm();
+    const handler = newHandler({ deadlineMs: 1_500, sendReserveMs: 500 }, env);
+    // The first request reads and caches the fleet config; then SSM slows down.
+    expect(result(await handler(gitlabEvent('running').event)).statusCode).toBe(200);
+    ssmDelayMs = 5_000;
+    const started = performance.now();
+    const res = result(await handler(functionUrlEvent('/github', githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', randomUUID()), queuedSelfHosted)));
+    expect(res.statusCode).toBe(503);
+    expect(performance.now() - started).toBeLessThan(1_500 + MARGIN_MS);
+    ssmDelayMs = 0;
     expect(await queued()).toHaveLength(0);
   });
 });

@@ -51,6 +51,22 @@ describe('createSecretCache', () => {
     expect(await c.get('/flaky')).toBe('ok');
   });
 
+  it('invalidate(name) makes the next read go to SSM (a rotated value), leaving other names cached', async () => {
+    let version = 1;
+    ssm.on(GetParameterCommand, { Name: '/rotated' }).callsFake(() => ({ Parameter: { Value: `v${version}` } }));
+    const c = cache({ ttlMs: 60_000 });
+    expect(await c.get('/rotated')).toBe('v1');
+    await c.get('/other');
+    version = 2;
+    expect(await c.get('/rotated')).toBe('v1'); // cached until the TTL...
+    c.invalidate('/rotated');
+    expect(await c.get('/rotated')).toBe('v2'); // ...or until invalidated
+    const reads = ssm.commandCalls(GetParameterCommand).length;
+    await c.get('/other');
+    c.invalidate('/never-read');
+    expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(reads);
+  });
+
   it('refuses an empty value without echoing anything', async () => {
     ssm.on(GetParameterCommand, { Name: '/empty' }).resolves({ Parameter: { Value: '' } });
     await expect(cache().get('/empty')).rejects.toThrow('SSM parameter /empty is empty');

@@ -101,6 +101,13 @@ export function instanceIdOfRunnerName(prefix: string, name: string): string | u
   return match?.[1];
 }
 
+/** The activation time inside a runner name built by `runnerName`, or undefined. */
+export function activationTimeOfRunnerName(prefix: string, name: string): Date | undefined {
+  if (instanceIdOfRunnerName(prefix, name) === undefined) return undefined;
+  const ms = parseInt(name.slice(name.lastIndexOf('-') + 1), 36);
+  return Number.isSafeInteger(ms) ? new Date(ms) : undefined;
+}
+
 /**
  * The boot script's log lines that other components parse (the instance log metric
  * filter, the local sandbox). `<key>=<value>` tokens separated by spaces.

@@ -34,11 +34,39 @@ export interface CiProvider {
   deleteRunner(runnerId: string): Promise<void>;
   /** The fleet's runners (those named with the fleet prefix), for the sweep. */
   listRunners(): Promise<RunnerSummary[]>;
-  /** Whether the job still waits for a runner; a job that was cancelled or picked up needs none. */
+  /**
+   * Whether the job still waits for a runner: false when the service answers with the job in
+   * a state that needs none (picked up, finished, cancelled).
+   *
+   * Throws `JobLookupError` (reason `not-found`) when the service answers 404: that means the
+   * job is gone OR the credential may not see it (GitHub and GitLab both answer 404 for "no
+   * access"), so the caller must not treat it as "no runner needed": count it, retry and
+   * dead-letter it, so a credential or permission problem is visible instead of jobs
+   * vanishing silently. Other failures throw the provider's own error.
+   */
   isJobQueued(job: JobMessage): Promise<boolean>;
   /**
    * The job's labels or tags, for jobs queued with `labelsResolved: false`. `signal` lets a
    * caller with a tighter deadline than the provider's own (the webhook) abort the lookup.
+   * A 404 throws `JobLookupError` as for `isJobQueued`.
    */
   resolveLabels?(job: JobMessage, signal?: AbortSignal): Promise<string[]>;
+}
+
+/** Why a job lookup found nothing; `not-found` is an HTTP 404: gone, or not visible to the credential. */
+export type JobLookupFailure = 'not-found';
+
+/**
+ * A job the CI service would not show. Thrown by `CiProvider.isJobQueued` and
+ * `resolveLabels`, so callers can tell it from "the job needs no runner" and count it.
+ */
+export class JobLookupError extends Error {
+  constructor(
+    readonly provider: Provider,
+    readonly jobId: string,
+    readonly reason: JobLookupFailure,
+  ) {
+    super(`${provider} job ${jobId}: the job lookup answered ${reason} (the job is gone, or the credential cannot see it)`);
+    this.name = 'JobLookupError';
+  }
 }

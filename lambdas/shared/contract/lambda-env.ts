@@ -6,4 +6,10 @@ export const LAMBDA_ENV = {
   fleetConfigParameter: 'FLEET_CONFIG_PARAMETER',
   /** URL of the jobs queue (FIFO: group = job id, deduplication = delivery id). */
   jobsQueueUrl: 'JOBS_QUEUE_URL',
+  /**
+   * URL of the jobs queue's dead-letter queue (FIFO). Scale-up sends a message there itself
+   * when it can never be served (malformed, unknown pool, waited past the maximum age);
+   * real failures reach it through the queue's redrive policy.
+   */
+  deadLetterQueueUrl: 'DEAD_LETTER_QUEUE_URL',
 } as const;

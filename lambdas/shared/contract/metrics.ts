@@ -20,6 +20,8 @@ export const METRIC_NAMES = {
   activationDuration: 'ActivationDuration',
   activationLatency: 'ActivationLatency',
   sweeps: 'Sweeps',
+  /** A CI runner list stopped at its page cap: the sweep saw only part of the fleet's runners. */
+  runnerListTruncated: 'RunnerListTruncated',
 } as const;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 

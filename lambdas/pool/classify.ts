@@ -1,0 +1,106 @@
+import { WARM_STANDBY_VALUE, type PoolConfig, type TagKeys } from '../shared/contract';
+import { isActivated, templateVersionOf, type ObservedInstance } from '../shared/instances';
+
+/**
+ * What a pool instance is, from observed state only (DESIGN invariant 4).
+ *
+ * - active: activated by scale-up or launched cold for a job; the pool never touches it.
+ * - claimed: a warm standby whose config parameter exists (a scale-up invocation owns it
+ *   between its claim and its tags); the pool never touches it either.
+ * - priming: a warm standby, not activated, pending/running/stopping (first boot, preparing).
+ * - parked: a warm standby, not activated, stopped by a client-initiated shutdown.
+ * - garbage: any other warm standby, e.g. stopped with a `Server.*` reason (a spot
+ *   interruption, an internal error) or with no reason at all.
+ * - gone: shutting-down or terminated; counts for nothing.
+ *
+ * Parked accepts both client-initiated codes through one branch: EC2 reports the priming
+ * boot's own power-off as `Client.InstanceInitiatedShutdown`, moto reports every stop as
+ * `Client.UserInitiatedShutdown` (so do EC2 console/API stops). The code path the moto tests
+ * run is the one that runs on EC2; the EC2 signal the design relies on is
+ * `Client.InstanceInitiatedShutdown` (see docs/control-plane.md).
+ */
+export type InstanceClass = 'active' | 'claimed' | 'priming' | 'parked' | 'garbage' | 'gone' | 'foreign';
+
+export const PARKED_STATE_REASONS: ReadonlySet<string> = new Set(['Client.InstanceInitiatedShutdown', 'Client.UserInitiatedShutdown']);
+
+export function classify(instance: ObservedInstance, keys: TagKeys, claimed: boolean): InstanceClass {
+  if (instance.state === 'shutting-down' || instance.state === 'terminated') return 'gone';
+  if (isActivated(instance, keys)) return 'active';
+  if (instance.tags.get(keys.warmStandby) !== WARM_STANDBY_VALUE) return 'foreign';
+  if (claimed) return 'claimed';
+  if (instance.state === 'pending' || instance.state === 'running' || instance.state === 'stopping') return 'priming';
+  if (instance.state === 'stopped' && instance.stateReason !== undefined && PARKED_STATE_REASONS.has(instance.stateReason)) return 'parked';
+  return 'garbage';
+}
+
+export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'priming-timeout' | 'over-target';
+export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'priming-timeout', 'over-target'];
+
+export interface Eviction {
+  readonly instance: ObservedInstance;
+  readonly reason: EvictionReason;
+}
+
+export interface PoolPlan {
+  readonly evictions: readonly Eviction[];
+  /** Warm standbys to launch so priming + parked reaches the target. */
+  readonly launch: number;
+  readonly parked: number;
+  readonly priming: number;
+  readonly target: number;
+}
+
+/** True when the template version can be compared: "$Latest"/"$Default" name no number. */
+function staleTemplate(instance: ObservedInstance, pool: PoolConfig): boolean {
+  if (!/^\d+$/.test(pool.launchTemplateVersion)) return false;
+  const version = templateVersionOf(instance);
+  return version !== undefined && version !== pool.launchTemplateVersion;
+}
+
+/**
+ * The pool's plan for one run: which warm standbys to evict (each with its reason) and how
+ * many to launch. `claimedIds` are standbys with a config parameter. Only priming, parked
+ * and garbage instances are ever evicted: never a claimed or an active one.
+ *
+ * Age is measured from LaunchTime, which EC2 moves on every start; a warm standby is
+ * started once (its priming boot), so that is its age since it was built.
+ */
+export function planPool(
+  instances: readonly ObservedInstance[],
+  claimedIds: ReadonlySet<string>,
+  pool: PoolConfig,
+  keys: TagKeys,
+  target: number,
+  now: Date,
+): PoolPlan {
+  const evictions: Eviction[] = [];
+  const kept: { instance: ObservedInstance; cls: 'parked' | 'priming' }[] = [];
+  const ageSeconds = (i: ObservedInstance) => (now.getTime() - i.launchTime.getTime()) / 1000;
+  for (const instance of instances) {
+    const cls = classify(instance, keys, claimedIds.has(instance.id));
+    if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
+    else if (cls === 'parked' || cls === 'priming') {
+      if (staleTemplate(instance, pool)) evictions.push({ instance, reason: 'stale-template' });
+      else if (cls === 'parked' && ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
+      else if (cls === 'priming' && ageSeconds(instance) > pool.warm.primingTimeoutSeconds) evictions.push({ instance, reason: 'priming-timeout' });
+      else kept.push({ instance, cls });
+    }
+  }
+  const over = kept.length - target;
+  if (over > 0) {
+    // Oldest parked first, then oldest priming: a priming instance is about to become useful.
+    const order = [...kept].sort(
+      (a, b) => (a.cls === b.cls ? a.instance.launchTime.getTime() - b.instance.launchTime.getTime() : a.cls === 'parked' ? -1 : 1),
+    );
+    for (const k of order.slice(0, over)) evictions.push({ instance: k.instance, reason: 'over-target' });
+  }
+  const evicted = new Set(evictions.map((e) => e.instance.id));
+  const remaining = kept.filter((k) => !evicted.has(k.instance.id));
+  return {
+    evictions,
+    launch: Math.max(0, target - remaining.length),
+    parked: remaining.filter((k) => k.cls === 'parked').length,
+    priming: remaining.filter((k) => k.cls === 'priming').length,
+    target,
+  };
+}

@@ -1,0 +1,232 @@
+import {
+  CancelSpotInstanceRequestsCommand,
+  RunInstancesCommand,
+  TerminateInstancesCommand,
+  type EC2Client,
+  type RunInstancesCommandOutput,
+  type Tag,
+} from '@aws-sdk/client-ec2';
+import { DeleteParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
+import { describeFleet } from '../shared/instances';
+import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
+import { listRunnerConfigs } from '../shared/parameters';
+import { classify, planPool, type Eviction } from './classify';
+
+export interface PoolDeps {
+  readonly ec2: EC2Client;
+  readonly ssm: SSMClient;
+  readonly aws: AwsCaller;
+  readonly loadConfig: () => Promise<FleetConfig>;
+  readonly now?: () => Date;
+  readonly sink?: Sink;
+}
+
+export interface PoolRunSummary {
+  readonly pool: string;
+  readonly target: number;
+  readonly parked: number;
+  readonly priming: number;
+  readonly launched: number;
+  readonly evicted: Record<string, number>;
+}
+
+/** The value of an eviction's claim: not a runner config, so nothing can ever run from it. */
+export const EVICTION_MARKER = 'evicting=1\n';
+
+/**
+ * The pool Lambda (on a schedule): per pool, evict what should go and launch warm standbys
+ * up to the target of the moment. Eviction takes the same lock scale-up takes: it claims the
+ * instance by writing its config parameter with Overwrite=false (a marker value), so an
+ * instance scale-up has claimed is never evicted and one being evicted is never claimed;
+ * then it re-observes the instance (a claim whose config was consumed already shows
+ * activation tags) before it cancels a spot request and terminates.
+ */
+export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[]> {
+  const now = deps.now ?? (() => new Date());
+  return async () => {
+    const config = await deps.loadConfig();
+    const log = createLogger({ fn: 'pool' }, deps.sink);
+    const metrics = new Metrics(config.metrics.namespace, deps.sink);
+    const paths = ssmPaths(config.prefix);
+    const summaries: PoolRunSummary[] = [];
+    try {
+      const claimed = new Set((await listRunnerConfigs(deps.aws, deps.ssm, paths)).map((p) => p.instanceId));
+      for (const pool of config.pools) {
+        const l = log.child({ pool: pool.name });
+        try {
+          summaries.push(await runPool(deps, config, pool, claimed, now(), l, metrics));
+        } catch (error) {
+          l.error('pool run failed', { error: (error as Error).message });
+          metrics.add(config.metrics.names.jobsFailed, { Pool: pool.name, Reason: 'pool-run' });
+        }
+      }
+    } finally {
+      metrics.flush();
+    }
+    return summaries;
+  };
+}
+
+async function runPool(
+  deps: PoolDeps,
+  config: FleetConfig,
+  pool: PoolConfig,
+  claimed: ReadonlySet<string>,
+  now: Date,
+  log: Logger,
+  metrics: Metrics,
+): Promise<PoolRunSummary> {
+  const keys = tagKeys(config.prefix);
+  const names = config.metrics.names;
+  const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name });
+  const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
+  const plan = planPool(instances, claimed, pool, keys, target, now);
+  const evicted = await evict(deps, config, plan.evictions, claimed, log);
+  const counts: Record<string, number> = {};
+  for (const e of evicted) {
+    counts[e.reason] = (counts[e.reason] ?? 0) + 1;
+    metrics.add(names.evictions, { Pool: pool.name, Reason: e.reason });
+  }
+  // An eviction that did not happen still holds its place: launch only for those that did.
+  const notEvicted = plan.evictions.length - evicted.length;
+  const launch = Math.max(0, plan.launch - notEvicted);
+  const launched = launch > 0 ? await launchStandbys(deps, config, pool, launch, log) : 0;
+  metrics.add(names.parked, { Pool: pool.name }, plan.parked);
+  metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
+  metrics.add(names.target, { Pool: pool.name }, target);
+  log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
+  return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+}
+
+async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Eviction[], claimed: ReadonlySet<string>, log: Logger): Promise<Eviction[]> {
+  if (evictions.length === 0) return [];
+  const keys = tagKeys(config.prefix);
+  const paths = ssmPaths(config.prefix);
+  // 1. Take the lock: the claim write scale-up uses.
+  const locked: Eviction[] = [];
+  for (const e of evictions) {
+    try {
+      await deps.aws.send(
+        deps.ssm,
+        new PutParameterCommand({
+          Name: paths.runnerConfig(e.instance.id),
+          Value: EVICTION_MARKER,
+          Type: 'SecureString',
+          Overwrite: false,
+          Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }],
+        }),
+        WRITE_ONCE,
+      );
+      locked.push(e);
+    } catch (error) {
+      log.info('not evicting: the instance was claimed meanwhile', { instanceId: e.instance.id, reason: e.reason, error: errorName(error) });
+    }
+  }
+  // 2. Observe again under the lock: only what is still an unactivated standby goes.
+  const now = locked.length ? await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: locked.map((e) => e.instance.id) }) : [];
+  const current = new Map(now.map((i) => [i.id, i]));
+  const go: Eviction[] = [];
+  const release: string[] = [];
+  for (const e of locked) {
+    const i = current.get(e.instance.id);
+    const cls = i ? classify(i, keys, claimed.has(i.id)) : 'gone';
+    if (i && (cls === 'parked' || cls === 'priming' || cls === 'garbage')) go.push({ instance: i, reason: e.reason });
+    else {
+      log.info('not evicting: the instance changed since it was observed', { instanceId: e.instance.id, now: cls });
+      release.push(e.instance.id);
+    }
+  }
+  // 3. A persistent spot request respawns its instance when the instance is terminated
+  //    first: cancel the requests, and keep any instance whose request could not be cancelled.
+  const spot = go.filter((e) => e.instance.spotRequestId);
+  const cancelFailed = new Set<string>();
+  if (spot.length) {
+    try {
+      await deps.aws.send(
+        deps.ec2,
+        new CancelSpotInstanceRequestsCommand({ SpotInstanceRequestIds: spot.map((e) => e.instance.spotRequestId!) }),
+        WRITE_IDEMPOTENT,
+      );
+    } catch (error) {
+      log.error('cancelling spot requests failed; their instances stay', { error: errorName(error) });
+      for (const e of spot) cancelFailed.add(e.instance.id);
+    }
+  }
+  const terminate = go.filter((e) => !cancelFailed.has(e.instance.id));
+  for (const id of cancelFailed) release.push(id);
+  let terminated: Eviction[] = [];
+  if (terminate.length) {
+    try {
+      await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: terminate.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
+      terminated = terminate;
+      for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
+    } catch (error) {
+      log.error('terminating evicted instances failed', { instances: terminate.length, error: errorName(error) });
+      for (const e of terminate) release.push(e.instance.id);
+    }
+  }
+  // 4. Drop the markers: of what is gone (tidiness) and of what stays (so it can be claimed).
+  for (const id of [...terminated.map((e) => e.instance.id), ...release]) {
+    try {
+      await deps.aws.send(deps.ssm, new DeleteParameterCommand({ Name: paths.runnerConfig(id) }), WRITE_IDEMPOTENT);
+    } catch (error) {
+      log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, error: errorName(error) });
+    }
+  }
+  return terminated;
+}
+
+/**
+ * Launches warm standbys: shutdown behaviour "stop" (the priming boot powers off into
+ * parked), the warm-standby and pool tags, and for spot pools a persistent request whose
+ * interruption stops rather than terminates (fleet-launched spot cannot be stopped).
+ * Instance types and subnets are tried in order on capacity errors.
+ */
+async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
+  const keys = tagKeys(config.prefix);
+  const tags: Tag[] = [
+    { Key: keys.pool, Value: pool.name },
+    { Key: keys.warmStandby, Value: WARM_STANDBY_VALUE },
+    { Key: keys.createdBy, Value: CREATED_BY.pool },
+  ];
+  let lastError = '';
+  for (const subnet of pool.subnetIds) {
+    for (const type of pool.instanceTypes) {
+      try {
+        const out = await deps.aws.send<RunInstancesCommandOutput>(
+          deps.ec2,
+          new RunInstancesCommand({
+            // All or nothing: on a capacity error the next type or subnet is tried for the
+            // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
+            MinCount: count,
+            MaxCount: count,
+            LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+            InstanceType: type as never,
+            SubnetId: subnet,
+            InstanceInitiatedShutdownBehavior: 'stop',
+            ...(pool.spot
+              ? { InstanceMarketOptions: { MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } } }
+              : {}),
+            TagSpecifications: [
+              { ResourceType: 'instance', Tags: tags },
+              { ResourceType: 'volume', Tags: tags.slice(0, 1) },
+            ],
+          }),
+          // Not retried on an unknown outcome: a second launch could double the pool. The
+          // next run counts what actually exists.
+          WRITE_ONCE,
+        );
+        const n = out.Instances?.length ?? 0;
+        log.info('launched warm standbys', { count: n, instanceType: type, subnet });
+        return n;
+      } catch (error) {
+        lastError = errorName(error);
+        log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
+      }
+    }
+  }
+  log.error('no warm standby could be launched', { error: lastError });
+  return 0;
+}

@@ -1,0 +1,120 @@
+import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
+import { DeleteParametersCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary } from '../shared/contract';
+import { describeFleet } from '../shared/instances';
+import { createLogger, Metrics, type Sink } from '../shared/log';
+import { listRunnerConfigs } from '../shared/parameters';
+import { planSweep, SWEEP_DEFAULTS, type SweepOptions } from './sweep';
+
+export interface ScaleDownDeps {
+  readonly ec2: EC2Client;
+  readonly ssm: SSMClient;
+  readonly aws: AwsCaller;
+  readonly loadConfig: () => Promise<FleetConfig>;
+  readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  readonly now?: () => Date;
+  readonly sink?: Sink;
+  readonly options?: Partial<SweepOptions> & { readonly ciTimeoutMs?: number };
+}
+
+export interface SweepSummary {
+  readonly terminated: number;
+  readonly parametersDeleted: number;
+  readonly runnersDeleted: number;
+}
+
+/**
+ * The scale-down Lambda (on a schedule): observe instances, config parameters and the
+ * providers' runners, plan with the pure `planSweep`, then act in batches: one
+ * TerminateInstances per 100 instances, one DeleteParameters per 10 parameters, and one
+ * deregistration per runner. Every action is logged with its reason and counted.
+ */
+export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<SweepSummary> {
+  const now = deps.now ?? (() => new Date());
+  const options: SweepOptions = { ...SWEEP_DEFAULTS, ...deps.options };
+  const ciTimeoutMs = deps.options?.ciTimeoutMs ?? 10_000;
+  return async () => {
+    const config = await deps.loadConfig();
+    const log = createLogger({ fn: 'scale-down' }, deps.sink);
+    const metrics = new Metrics(config.metrics.namespace, deps.sink);
+    const keys = tagKeys(config.prefix);
+    const paths = ssmPaths(config.prefix);
+    const providers = deps.providers(config);
+    const summary = { terminated: 0, parametersDeleted: 0, runnersDeleted: 0 };
+    try {
+      const instances = await describeFleet(deps.aws, deps.ec2, keys);
+      const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
+      const runners = new Map<Provider, RunnerSummary[]>();
+      for (const provider of new Set(config.pools.map((p) => p.provider))) {
+        const ci = providers[provider];
+        if (!ci) continue;
+        try {
+          runners.set(provider, await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners()));
+        } catch (error) {
+          // Unknown is not empty: decide nothing from this provider's runners this time.
+          log.warn('listing runners failed; skipping the decisions that need them', { provider, error: errorName(error) });
+        }
+      }
+      const plan = planSweep(config, keys, instances, parameters, runners, now(), options);
+      const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
+      const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
+
+      for (let i = 0; i < plan.terminate.length; i += 100) {
+        const chunk = plan.terminate.slice(i, i + 100);
+        try {
+          await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: chunk.map((t) => t.instance.id) }), WRITE_IDEMPOTENT);
+        } catch (error) {
+          log.error('terminating instances failed', { instances: chunk.length, error: errorName(error) });
+          continue;
+        }
+        for (const t of chunk) {
+          const pool = t.instance.tags.get(keys.pool) ?? 'unknown';
+          log.info('terminated', { instanceId: t.instance.id, reason: t.reason, pool, traceId: t.instance.tags.get(keys.traceId), jobId: t.instance.tags.get(keys.jobId) });
+          count(pool, t.reason);
+          summary.terminated++;
+          const ci = t.runner ? providers[t.runner.provider] : undefined;
+          if (t.runner && ci) {
+            try {
+              await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(t.runner!.runnerId));
+            } catch (error) {
+              log.warn('deregistering a terminated instance runner failed; the next sweep retries', { runnerId: t.runner.runnerId, error: errorName(error) });
+            }
+          }
+        }
+      }
+
+      for (let i = 0; i < plan.deleteParameters.length; i += 10) {
+        const chunk = plan.deleteParameters.slice(i, i + 10);
+        try {
+          await deps.aws.send(deps.ssm, new DeleteParametersCommand({ Names: chunk.map((d) => d.parameter.name) }), WRITE_IDEMPOTENT);
+        } catch (error) {
+          log.error('deleting config parameters failed', { parameters: chunk.length, error: errorName(error) });
+          continue;
+        }
+        for (const d of chunk) {
+          log.info('deleted config parameter', { instanceId: d.parameter.instanceId, reason: d.reason });
+          count(poolOf(d.parameter.instanceId), d.reason);
+          summary.parametersDeleted++;
+        }
+      }
+
+      for (const d of plan.deleteRunners) {
+        const ci = providers[d.provider];
+        if (!ci) continue;
+        try {
+          await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(d.runner.runnerId));
+          log.info('deregistered runner', { provider: d.provider, runnerId: d.runner.runnerId, name: d.runner.name, reason: d.reason });
+          count(poolOf(instanceIdOfRunnerName(config.prefix, d.runner.name) ?? ''), d.reason);
+          summary.runnersDeleted++;
+        } catch (error) {
+          log.warn('deregistering a runner failed; the next sweep retries', { runnerId: d.runner.runnerId, error: errorName(error) });
+        }
+      }
+    } finally {
+      metrics.flush();
+    }
+    return summary;
+  };
+}
+

@@ -1,0 +1,126 @@
+import { activationTimeOfRunnerName, instanceIdOfRunnerName, type FleetConfig, type Provider, type RunnerSummary, type TagKeys } from '../shared/contract';
+import { isActivated, type ObservedInstance } from '../shared/instances';
+import type { ObservedParameter } from '../shared/parameters';
+
+/**
+ * Why scale-down acts; each is logged and counted.
+ * - job-finished: the instance's runner is gone at the provider (an ephemeral runner is
+ *   removed after its one job) or the activated instance powered off.
+ * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation.
+ * - no-runner: activated without a runner id after the grace period (an activation that
+ *   died half-way).
+ * - instance-gone: a config parameter whose instance no longer exists.
+ * - stale-claim: a config parameter on an unactivated, stopped instance, older than the
+ *   grace period (a claim whose invocation died before tagging and starting).
+ * - no-instance: a registration at the provider whose instance no longer exists, or whose
+ *   instance carries another runner id (a lost claim whose deregistration failed).
+ */
+export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'no-instance';
+
+export interface Terminate {
+  readonly instance: ObservedInstance;
+  readonly reason: 'job-finished' | 'idle' | 'no-runner';
+  /** The runner to deregister with it, when the provider still lists it. */
+  readonly runner?: { readonly provider: Provider; readonly runnerId: string };
+}
+export interface DeleteParameter {
+  readonly parameter: ObservedParameter;
+  readonly reason: 'instance-gone' | 'stale-claim';
+}
+export interface DeleteRunner {
+  readonly provider: Provider;
+  readonly runner: RunnerSummary;
+  readonly reason: 'no-instance';
+}
+
+export interface SweepPlan {
+  readonly terminate: readonly Terminate[];
+  readonly deleteParameters: readonly DeleteParameter[];
+  readonly deleteRunners: readonly DeleteRunner[];
+}
+
+export interface SweepOptions {
+  /** Time an activation has to get its runner registered and online (seconds). */
+  readonly graceSeconds: number;
+}
+
+export const SWEEP_DEFAULTS: SweepOptions = { graceSeconds: 10 * 60 };
+
+const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
+
+/**
+ * The sweep's plan, from what is observed now: the fleet's instances (all states), the
+ * config parameters, and the runners of each provider whose list could be read (a
+ * provider missing from `runners` is unknown, never empty: nothing is decided from it).
+ * Nothing is terminated while it may be working: a busy runner keeps its instance, and
+ * every rule waits out the grace period from the activation.
+ */
+export function planSweep(
+  config: FleetConfig,
+  keys: TagKeys,
+  instances: readonly ObservedInstance[],
+  parameters: readonly ObservedParameter[],
+  runners: ReadonlyMap<Provider, readonly RunnerSummary[]>,
+  now: Date,
+  options: SweepOptions = SWEEP_DEFAULTS,
+): SweepPlan {
+  const live = new Map(instances.filter((i) => LIVE.has(i.state)).map((i) => [i.id, i]));
+  const grace = options.graceSeconds * 1000;
+  const runnerById = new Map<string, { provider: Provider; runner: RunnerSummary }>();
+  for (const [provider, list] of runners) for (const r of list) runnerById.set(`${provider}:${r.runnerId}`, { provider, runner: r });
+
+  const terminate: Terminate[] = [];
+  for (const i of live.values()) {
+    if (!isActivated(i, keys)) continue;
+    const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
+    if (!pool) continue;
+    const activatedAt = Date.parse(i.tags.get(keys.activatedAt) ?? '') || i.launchTime.getTime();
+    const age = now.getTime() - activatedAt;
+    if (age < grace) continue;
+    const runnerId = i.tags.get(keys.runnerId);
+    if (runnerId === undefined) {
+      terminate.push({ instance: i, reason: 'no-runner' });
+      continue;
+    }
+    const listed = runners.has(pool.provider) ? runnerById.get(`${pool.provider}:${runnerId}`) : undefined;
+    const withRunner = listed ? { runner: { provider: pool.provider, runnerId } } : {};
+    if (listed?.runner.busy === true) continue;
+    if (i.state === 'stopped') {
+      terminate.push({ instance: i, reason: 'job-finished', ...withRunner });
+      continue;
+    }
+    if (!runners.has(pool.provider)) continue;
+    if (!listed) {
+      terminate.push({ instance: i, reason: 'job-finished' });
+      continue;
+    }
+    // Idle: known not busy, or never busy-reporting and not online, past the idle timeout.
+    const idle = listed.runner.busy === false || listed.runner.status !== 'online';
+    if (idle && age > pool.idleTimeoutSeconds * 1000) terminate.push({ instance: i, reason: 'idle', ...withRunner });
+  }
+
+  const deleteParameters: DeleteParameter[] = [];
+  for (const p of parameters) {
+    const age = now.getTime() - p.lastModified.getTime();
+    const i = live.get(p.instanceId);
+    // A cold launch writes the parameter right after CreateFleet: give describe a minute.
+    if (!i) {
+      if (age > 60_000) deleteParameters.push({ parameter: p, reason: 'instance-gone' });
+    } else if (!isActivated(i, keys) && i.state === 'stopped' && age > grace) {
+      deleteParameters.push({ parameter: p, reason: 'stale-claim' });
+    }
+  }
+
+  const deleteRunners: DeleteRunner[] = [];
+  for (const [provider, list] of runners) {
+    for (const runner of list) {
+      const instanceId = instanceIdOfRunnerName(config.prefix, runner.name);
+      if (instanceId === undefined || runner.busy === true) continue;
+      const at = activationTimeOfRunnerName(config.prefix, runner.name);
+      if (at === undefined || now.getTime() - at.getTime() < grace) continue;
+      const i = live.get(instanceId);
+      if (!i || i.tags.get(keys.runnerId) !== runner.runnerId) deleteRunners.push({ provider, runner, reason: 'no-instance' });
+    }
+  }
+  return { terminate, deleteParameters, deleteRunners };
+}

@@ -1,0 +1,119 @@
+import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
+import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
+import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
+import { encodeRunnerConfig, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
+
+/** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
+export interface Attempt {
+  readonly j: JobInFlight;
+  readonly instanceId: string;
+  registration?: RunnerRegistration;
+  /** The parameter holds our value (the claim succeeded). */
+  claimed: boolean;
+  /** The activation tags we wrote (sent, whatever the answer), with their values. */
+  tags?: Tag[];
+}
+
+export type ClaimResult = 'claimed' | 'lost' | 'failed';
+
+/**
+ * The claim is the config write itself: PutParameter with Overwrite=false succeeds for
+ * exactly one writer (ParameterAlreadyExists for every other), so decision and claim are one
+ * atomic operation. The parameter is tagged with the instance id in the same call, which
+ * IAM uses to let only that instance read and delete it.
+ *
+ * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
+ * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
+ * leaving our parameter behind. It is resolved by reading the value back: ours (it carries
+ * this registration's secret, unique to this attempt) means claimed.
+ */
+export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
+  const name = ctx.paths.runnerConfig(a.instanceId);
+  const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
+  try {
+    await ctx.aws.send(
+      ctx.ssm,
+      new PutParameterCommand({
+        Name: name,
+        Value: value,
+        Type: 'SecureString',
+        Overwrite: false,
+        Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: a.instanceId }],
+      }),
+      WRITE_ONCE,
+      options,
+    );
+    a.claimed = true;
+    return 'claimed';
+  } catch (error) {
+    if (errorName(error) === 'ParameterAlreadyExists') return 'lost';
+    if (!(error instanceof UnknownOutcomeError)) {
+      a.j.log.error('claim write failed', { instanceId: a.instanceId, error: errorName(error) });
+      return 'failed';
+    }
+    try {
+      const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: name, WithDecryption: true }), READ);
+      a.claimed = out.Parameter?.Value === value;
+      a.j.log.warn('claim outcome unknown, resolved by reading it back', { instanceId: a.instanceId, claimed: a.claimed });
+      return a.claimed ? 'claimed' : 'lost';
+    } catch (readError) {
+      // Not found: the write did not land (or has not yet: then the sweep removes it as a
+      // stale claim). Anything else: we cannot tell, so we give the instance up.
+      a.j.log.warn('claim outcome unknown and unreadable', { instanceId: a.instanceId, error: errorName(readError) });
+      return errorName(readError) === 'ParameterNotFound' ? 'lost' : 'failed';
+    }
+  }
+}
+
+/** The activation tags: per-instance values, so one CreateTags per instance carries them all. */
+export function activationTags(ctx: StepContext, a: Attempt, activatedAt: Date): Tag[] {
+  return [
+    { Key: ctx.keys.activatedAt, Value: activatedAt.toISOString() },
+    { Key: ctx.keys.traceId, Value: a.j.job.traceId },
+    { Key: ctx.keys.jobId, Value: a.j.job.jobId },
+    { Key: ctx.keys.runnerId, Value: a.registration!.runnerId },
+  ];
+}
+
+export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Promise<void> {
+  a.tags = activationTags(ctx, a, activatedAt);
+  await ctx.aws.send(ctx.ec2, new CreateTagsCommand({ Resources: [a.instanceId], Tags: a.tags }), WRITE_IDEMPOTENT);
+}
+
+/**
+ * Undoes what `a` did, newest first: the activation tags (deleted only where they still
+ * hold our values, so another owner's tags survive), the CI registration, and last the
+ * parameter, which releases the claim only once nothing of ours is left on the instance.
+ * A started instance that loses its parameter and tags boots as an unactivated warm
+ * standby (PRIME) and parks again. Never throws: each failure is logged and counted, and
+ * the scale-down sweeps remove what is left.
+ */
+export async function rollback(ctx: StepContext, a: Attempt, reason: string): Promise<void> {
+  const log = a.j.log.child({ instanceId: a.instanceId, rollback: reason });
+  let complete = true;
+  if (a.tags) {
+    try {
+      await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: a.tags }), WRITE_IDEMPOTENT);
+    } catch (error) {
+      complete = false;
+      log.error('removing activation tags failed', { error: errorName(error) });
+    }
+  }
+  if (a.registration) {
+    if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
+  }
+  if (a.claimed) {
+    try {
+      await ctx.aws.send(ctx.ssm, new DeleteParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId) }), WRITE_IDEMPOTENT);
+    } catch (error) {
+      // Not found: the instance read and deleted it already (it booted into RUN).
+      if (errorName(error) !== 'ParameterNotFound') {
+        complete = false;
+        log.error('deleting the config parameter failed', { error: errorName(error) });
+      }
+    }
+  }
+  log.warn('activation rolled back', { complete });
+  if (!complete) ctx.metrics.add(ctx.config.metrics.names.jobsFailed, { Pool: a.j.pool.name, Reason: 'rollback-incomplete' });
+}

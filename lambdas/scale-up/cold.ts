@@ -1,0 +1,152 @@
+import { createHash } from 'node:crypto';
+import {
+  CreateFleetCommand,
+  CreateTagsCommand,
+  TerminateInstancesCommand,
+  type CreateFleetCommandOutput,
+  type DefaultTargetCapacityType,
+  type _InstanceType,
+} from '@aws-sdk/client-ec2';
+import { errorName, WRITE_IDEMPOTENT } from '../shared/aws-call';
+import { CREATED_BY, type PoolConfig } from '../shared/contract';
+import { claim, type Attempt } from './claim';
+import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
+
+/** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
+const CAPACITY_ERRORS = new Set([
+  'InsufficientInstanceCapacity',
+  'InsufficientCapacity',
+  'SpotMaxPriceTooLow',
+  'MaxSpotInstanceCountExceeded',
+  'UnfulfillableCapacity',
+  'InsufficientFreeAddressesInSubnet',
+]);
+
+export class ColdLaunchError extends Error {
+  constructor(
+    message: string,
+    readonly step: 'launch' | 'register' | 'config' | 'tag',
+  ) {
+    super(message);
+    this.name = 'ColdLaunchError';
+  }
+}
+
+export interface ColdResult {
+  readonly instanceId: string;
+  readonly runnerId: string;
+  readonly capacityType: DefaultTargetCapacityType;
+  /** Spot was asked for but had no capacity: the launch fell back to on-demand. */
+  readonly spotFallback: boolean;
+}
+
+/**
+ * A cold launch: CreateFleet (instant) from the pool's launch template over its instance
+ * types and subnets, tagged with the job id and trace id at launch; then the runner
+ * registration and the config parameter the new instance (booting into WAIT) polls for;
+ * then the runner id tag. The runner id tag comes last: it marks the job as served.
+ *
+ * CreateFleet's ClientToken makes a retried call return the same fleet; the token names
+ * the message and its receive count, so a redelivery of a failed attempt launches anew.
+ * On any failure after the launch, the instance is terminated and the registration
+ * deleted (nothing of it serves the job), and the error reaches the caller.
+ */
+export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken: string): Promise<ColdResult> {
+  const launchedAt = ctx.now();
+  const { instanceId, capacityType, spotFallback } = await createFleet(ctx, j, launchedAt, attemptToken);
+  const a: Attempt = { j, instanceId, claimed: false };
+  try {
+    try {
+      a.registration = await createRunner(ctx, j, instanceId);
+    } catch (error) {
+      throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
+    }
+    const result = await claim(ctx, a);
+    if (result !== 'claimed') throw new ColdLaunchError(`writing the config parameter failed (${result})`, 'config');
+    try {
+      await ctx.aws.send(
+        ctx.ec2,
+        new CreateTagsCommand({ Resources: [instanceId], Tags: [{ Key: ctx.keys.runnerId, Value: a.registration.runnerId }] }),
+        WRITE_IDEMPOTENT,
+      );
+    } catch (error) {
+      throw new ColdLaunchError(`tagging the runner id failed: ${errorName(error)}`, 'tag');
+    }
+    return { instanceId, runnerId: a.registration.runnerId, capacityType, spotFallback };
+  } catch (error) {
+    j.log.error('cold launch failed after the launch, terminating the instance', { instanceId, error: (error as Error).message });
+    try {
+      await ctx.aws.send(ctx.ec2, new TerminateInstancesCommand({ InstanceIds: [instanceId] }), WRITE_IDEMPOTENT);
+    } catch (terminateError) {
+      j.log.error('terminating the failed cold instance failed', { instanceId, error: errorName(terminateError) });
+    }
+    if (a.registration) await deleteRunner(ctx, j, a.registration.runnerId);
+    // The parameter is not deleted: an instance that is gone cannot read it, and the
+    // sweep removes parameters of instances that are gone.
+    throw error;
+  }
+}
+
+async function createFleet(
+  ctx: StepContext,
+  j: JobInFlight,
+  launchedAt: Date,
+  attemptToken: string,
+): Promise<{ instanceId: string; capacityType: DefaultTargetCapacityType; spotFallback: boolean }> {
+  const first: DefaultTargetCapacityType = j.pool.spot ? 'spot' : 'on-demand';
+  const out = await fleetOnce(ctx, j, j.pool, first, launchedAt, attemptToken);
+  if (out.instanceId) return { instanceId: out.instanceId, capacityType: first, spotFallback: false };
+  if (first === 'spot' && out.errors.some((c) => CAPACITY_ERRORS.has(c))) {
+    j.log.warn('no spot capacity, launching on-demand', { errors: out.errors });
+    ctx.metrics.add(ctx.config.metrics.names.fallbacks, { Pool: j.pool.name, Reason: 'spot-capacity' });
+    const again = await fleetOnce(ctx, j, j.pool, 'on-demand', launchedAt, attemptToken);
+    if (again.instanceId) return { instanceId: again.instanceId, capacityType: 'on-demand', spotFallback: true };
+    throw new ColdLaunchError(`CreateFleet launched nothing on-demand either: ${again.errors.join(', ') || 'no error given'}`, 'launch');
+  }
+  throw new ColdLaunchError(`CreateFleet launched nothing: ${out.errors.join(', ') || 'no error given'}`, 'launch');
+}
+
+async function fleetOnce(
+  ctx: StepContext,
+  j: JobInFlight,
+  pool: PoolConfig,
+  capacityType: DefaultTargetCapacityType,
+  launchedAt: Date,
+  attemptToken: string,
+): Promise<{ instanceId?: string; errors: string[] }> {
+  const k = ctx.keys;
+  const token = createHash('sha256').update(`${attemptToken}|${capacityType}`).digest('hex').slice(0, 64);
+  const out = await ctx.aws.send<CreateFleetCommandOutput>(
+    ctx.ec2,
+    new CreateFleetCommand({
+      Type: 'instant',
+      ClientToken: token,
+      LaunchTemplateConfigs: [
+        {
+          LaunchTemplateSpecification: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+          Overrides: pool.instanceTypes.flatMap((InstanceType) => pool.subnetIds.map((SubnetId) => ({ InstanceType: InstanceType as _InstanceType, SubnetId }))),
+        },
+      ],
+      TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: capacityType },
+      ...(capacityType === 'spot'
+        ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
+        : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
+      TagSpecifications: [
+        {
+          ResourceType: 'instance',
+          Tags: [
+            { Key: k.pool, Value: pool.name },
+            { Key: k.createdBy, Value: CREATED_BY.scaleUp },
+            { Key: k.jobId, Value: j.job.jobId },
+            { Key: k.traceId, Value: j.job.traceId },
+            { Key: k.activatedAt, Value: launchedAt.toISOString() },
+          ],
+        },
+      ],
+    }),
+    // Idempotent through the ClientToken.
+    WRITE_IDEMPOTENT,
+  );
+  const instanceId = out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
+  return { ...(instanceId ? { instanceId } : {}), errors: (out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
+}

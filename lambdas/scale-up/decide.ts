@@ -1,0 +1,139 @@
+import type { FleetConfig, JobMessage, PoolConfig, TagKeys } from '../shared/contract';
+import type { ObservedInstance } from '../shared/instances';
+import { classify } from '../pool/classify';
+
+/** A job of the batch, with the pool its labels matched (resolved before deciding). */
+export interface QueuedJob {
+  /** The SQS message id: decisions are keyed by message, since one job can arrive twice. */
+  readonly key: string;
+  readonly job: JobMessage;
+  readonly pool: string;
+}
+
+export type Decision =
+  /** An instance already serves this job (started, with its runner registered): nothing to do. */
+  | { readonly kind: 'served'; readonly instanceId: string }
+  /** The same job appears earlier in this batch; that message serves it. */
+  | { readonly kind: 'duplicate' }
+  /** The job's pool is not in the fleet config (it changed since the webhook matched it). */
+  | { readonly kind: 'unknown-pool' }
+  /** The pool is at maxRunners: retry later, without using the failure budget. */
+  | { readonly kind: 'wait' }
+  /** Waited for capacity longer than the maximum age: dead-letter it. */
+  | { readonly kind: 'expired' }
+  | { readonly kind: 'warm' }
+  | { readonly kind: 'cold' };
+
+export interface Plan {
+  /** One decision per job, in the order given. */
+  readonly decisions: ReadonlyMap<string, Decision>;
+  /** Per pool, the parked instances in the order this invocation tries them. */
+  readonly candidates: ReadonlyMap<string, readonly string[]>;
+}
+
+/** States in which an instance holds a runner slot of its pool. */
+const RUNNING = new Set(['pending', 'running', 'stopping']);
+
+/** FNV-1a: a cheap, stable hash for spreading candidate orders. */
+export function fnv1a(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
+}
+
+/** Parked instances per pool, ordered by a hash of (salt, id). */
+export function orderCandidates(parked: ReadonlyMap<string, readonly string[]>, salt: string): Map<string, string[]> {
+  const candidates = new Map<string, string[]>();
+  for (const [pool, ids] of parked) {
+    candidates.set(
+      pool,
+      ids.map((id) => ({ id, rank: fnv1a(`${salt}|${id}`) })).sort((a, b) => a.rank - b.rank || (a.id < b.id ? -1 : 1)).map((c) => c.id),
+    );
+  }
+  return candidates;
+}
+
+/** The parked instances per pool, as scale-up may claim them. */
+export function parkedByPool(instances: readonly ObservedInstance[], keys: TagKeys): Map<string, string[]> {
+  const parked = new Map<string, string[]>();
+  for (const i of instances) {
+    const pool = i.tags.get(keys.pool);
+    if (pool !== undefined && classify(i, keys, false) === 'parked') (parked.get(pool) ?? parked.set(pool, []).get(pool)!).push(i.id);
+  }
+  return parked;
+}
+
+/**
+ * Which jobs go warm, cold or wait, from observed state only.
+ *
+ * - served: an instance tagged with the job id is pending/running and carries a runner id
+ *   (its config exists: both paths tag the runner id only after the config is written), so
+ *   a redelivered message costs nothing. A stopped instance with the job's tag is a failed
+ *   activation, not a served job.
+ * - capacity: a pool's runners (active instances pending/running/stopping) plus this
+ *   batch's new ones stay within maxRunners; the oldest jobs get the free slots first. The
+ *   snapshot is per invocation, so concurrent invocations can overshoot by what they start
+ *   between their snapshots (docs/control-plane.md).
+ * - warm for as many jobs as the pool has parked instances, cold for the rest.
+ *
+ * Candidate order is a hash of (salt, instance id): concurrent invocations pass different
+ * salts, so they start their claims on different instances instead of all racing for the
+ * first one (every lost race costs an SSM write and a CI registration).
+ */
+export function decide(
+  jobs: readonly QueuedJob[],
+  instances: readonly ObservedInstance[],
+  config: FleetConfig,
+  keys: TagKeys,
+  now: Date,
+  options: { readonly maxWaitSeconds: number; readonly salt: string },
+): Plan {
+  const decisions = new Map<string, Decision>();
+  const servedBy = new Map<string, string>();
+  const runners = new Map<string, number>();
+  const parked = parkedByPool(instances, keys);
+  for (const i of instances) {
+    const pool = i.tags.get(keys.pool);
+    if (pool === undefined) continue;
+    const job = i.tags.get(keys.jobId);
+    if (job !== undefined && (i.state === 'pending' || i.state === 'running') && i.tags.has(keys.runnerId)) servedBy.set(job, i.id);
+    const cls = classify(i, keys, false);
+    if (cls === 'active' && RUNNING.has(i.state)) runners.set(pool, (runners.get(pool) ?? 0) + 1);
+  }
+  const candidates = orderCandidates(parked, options.salt);
+
+  const seen = new Set<string>();
+  const byAge = [...jobs].sort((a, b) => Date.parse(a.job.receivedAt) - Date.parse(b.job.receivedAt));
+  const warmLeft = new Map<string, number>();
+  for (const q of byAge) {
+    const served = servedBy.get(q.job.jobId);
+    if (served !== undefined) {
+      decisions.set(q.key, { kind: 'served', instanceId: served });
+      continue;
+    }
+    if (seen.has(q.job.jobId)) {
+      decisions.set(q.key, { kind: 'duplicate' });
+      continue;
+    }
+    seen.add(q.job.jobId);
+    const pool: PoolConfig | undefined = config.pools.find((p) => p.name === q.pool);
+    if (!pool) {
+      decisions.set(q.key, { kind: 'unknown-pool' });
+      continue;
+    }
+    const used = runners.get(pool.name) ?? 0;
+    if (used >= pool.maxRunners) {
+      const ageSeconds = (now.getTime() - Date.parse(q.job.receivedAt)) / 1000;
+      decisions.set(q.key, { kind: ageSeconds > options.maxWaitSeconds ? 'expired' : 'wait' });
+      continue;
+    }
+    runners.set(pool.name, used + 1);
+    const left = warmLeft.get(pool.name) ?? candidates.get(pool.name)?.length ?? 0;
+    warmLeft.set(pool.name, left - 1);
+    decisions.set(q.key, { kind: left > 0 ? 'warm' : 'cold' });
+  }
+  return { decisions, candidates };
+}

@@ -1,0 +1,277 @@
+import { randomUUID } from 'node:crypto';
+import type { EC2Client } from '@aws-sdk/client-ec2';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { SSMClient } from '@aws-sdk/client-ssm';
+import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
+import { parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
+import { describeFleet } from '../shared/instances';
+import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
+import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
+import { launchCold } from './cold';
+import type { JobInFlight, StepContext } from './context';
+import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
+import { matchPool } from './match-pool';
+import { capacityBackoffSeconds, hideUntil, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
+
+export interface ScaleUpOptions {
+  /** How long a job may wait for capacity (from the webhook's receivedAt) before it is dead-lettered. */
+  readonly maxWaitSeconds: number;
+  readonly ciTimeoutMs: number;
+  /** Off only for the benchmark's per-job baseline. */
+  readonly batching: boolean;
+  readonly warm: WarmOptions;
+  /** Cold launches in flight at once (CreateFleet's bucket is small). */
+  readonly coldConcurrency: number;
+}
+
+export const SCALE_UP_DEFAULTS: ScaleUpOptions = {
+  maxWaitSeconds: 60 * 60,
+  ciTimeoutMs: 10_000,
+  batching: true,
+  warm: WARM_DEFAULTS,
+  coldConcurrency: 5,
+};
+
+export interface ScaleUpDeps {
+  readonly ec2: EC2Client;
+  readonly ssm: SSMClient;
+  readonly sqs: SQSClient;
+  readonly aws: AwsCaller;
+  readonly loadConfig: () => Promise<FleetConfig>;
+  readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  readonly queueUrl: string;
+  readonly deadLetterQueueUrl: string;
+  readonly now?: () => Date;
+  readonly random?: () => number;
+  /** Where log lines and EMF records go (stdout in Lambda). */
+  readonly sink?: Sink;
+  readonly options?: Partial<ScaleUpOptions>;
+}
+
+interface Item {
+  readonly record: SQSRecord;
+  readonly job: JobMessage;
+  readonly log: Logger;
+  readonly waits: number;
+  readonly redelivered: boolean;
+  pool?: string;
+}
+
+/**
+ * The scale-up Lambda: the jobs queue's event-source handler (FIFO, one message group per
+ * job, ReportBatchItemFailures). Each message ends in exactly one of: served (warm or cold,
+ * deleted), already served or no longer queued (deleted), waiting (a fresh copy sent, the
+ * original deleted), dead-lettered (sent to the DLQ, deleted), or failed (reported, so SQS
+ * redelivers it until the redrive policy moves it to the DLQ).
+ *
+ * The batch is not cut at the first failure, as AWS suggests for FIFO queues: every message
+ * group holds one job, so there is no order between the messages of a batch to preserve.
+ */
+export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Promise<SQSBatchResponse> {
+  const options: ScaleUpOptions = { ...SCALE_UP_DEFAULTS, ...deps.options };
+  const now = deps.now ?? (() => new Date());
+  const random = deps.random ?? Math.random;
+  const queue: QueueDeps = { aws: deps.aws, sqs: deps.sqs, queueUrl: deps.queueUrl, deadLetterQueueUrl: deps.deadLetterQueueUrl };
+
+  return async (event) => {
+    const started = now();
+    const invocation = randomUUID();
+    const log = createLogger({ fn: 'scale-up', invocation }, deps.sink);
+    const config = await deps.loadConfig();
+    const providers = deps.providers(config);
+    const names = config.metrics.names;
+    const metrics = new Metrics(config.metrics.namespace, deps.sink);
+    const keys = tagKeys(config.prefix);
+    const failed = new Set<string>();
+    const fail = (record: SQSRecord) => failed.add(record.messageId);
+    // Messages whose outcome is final; on an unexpected error only the others are retried.
+    const settled = new Set<string>();
+    const settle = (record: SQSRecord) => settled.add(record.messageId);
+
+    const deadLetter = async (record: SQSRecord, reason: string, l: Logger, pool: string, detail?: string) => {
+      try {
+        await sendToDeadLetter(queue, record, reason);
+        settle(record);
+        l.error('job dead-lettered', { reason, ...(detail ? { detail } : {}) });
+        metrics.add(names.deadLettered, { Pool: pool, Reason: reason });
+      } catch (error) {
+        l.error('sending to the dead-letter queue failed; the message will be retried', { reason, error: errorName(error) });
+        fail(record);
+      }
+    };
+
+    try {
+      // 1. Parse; dead-letter what can never be served; hide early wait copies.
+      const items: Item[] = [];
+      for (const record of event.Records) {
+        const base = log.child({ messageId: record.messageId });
+        let job: JobMessage;
+        try {
+          job = parseJobMessage(record.body);
+        } catch (error) {
+          await deadLetter(record, 'malformed', base, 'unknown', (error as Error).message);
+          continue;
+        }
+        const l = base.child({ traceId: job.traceId, jobId: job.jobId });
+        const wait = waitStateOf(record);
+        if (wait.notBefore && wait.notBefore.getTime() > now().getTime()) {
+          try {
+            await hideUntil(queue, record, (wait.notBefore.getTime() - now().getTime()) / 1000);
+          } catch (error) {
+            l.warn('hiding an early wait copy failed', { error: errorName(error) });
+          }
+          fail(record);
+          continue;
+        }
+        const redelivered = Number(record.attributes?.ApproximateReceiveCount ?? '1') > 1;
+        if (wait.waits === 0 && !redelivered) metrics.add(names.jobsReceived, { Pool: job.pool ?? 'unresolved' });
+        items.push({ record, job, log: l, waits: wait.waits, redelivered, ...(job.pool ? { pool: job.pool } : {}) });
+      }
+
+      // 2. Resolve what the webhook could not: the pool of a job without labels, and whether
+      //    a job that comes back (a retry or a wait copy) still waits for a runner.
+      const live: Item[] = [];
+      await mapLimit(items, 10, async (item) => {
+        const provider = providers[item.job.provider];
+        if (!provider) {
+          await deadLetter(item.record, 'no-provider', item.log, item.pool ?? 'unresolved');
+          return;
+        }
+        try {
+          if (item.pool === undefined) {
+            const resolve = provider.resolveLabels?.bind(provider);
+            const labels = resolve ? await withTimeout('resolveLabels', options.ciTimeoutMs, () => resolve(item.job)) : [...item.job.labels];
+            item.pool = matchPool(config, item.job.provider, labels);
+            if (item.pool === undefined) {
+              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `labels ${labels.join(',')}`);
+              return;
+            }
+          }
+          if ((item.redelivered || item.waits > 0) && !(await withTimeout('isJobQueued', options.ciTimeoutMs, () => provider.isJobQueued(item.job)))) {
+            item.log.info('job no longer queued at the provider, dropping it');
+            settle(item.record);
+            return;
+          }
+        } catch (error) {
+          item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
+          metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+          fail(item.record);
+          return;
+        }
+        live.push(item);
+      });
+      if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
+
+      // 3. Observe once, decide once.
+      const observedAt = now();
+      const instances = await describeFleet(deps.aws, deps.ec2, keys);
+      const queued: QueuedJob[] = live.map((i) => ({ key: i.record.messageId, job: i.job, pool: i.pool! }));
+      const plan = decide(queued, instances, config, keys, now(), { maxWaitSeconds: options.maxWaitSeconds, salt: invocation });
+
+      const ctx: StepContext = {
+        ec2: deps.ec2,
+        ssm: deps.ssm,
+        aws: deps.aws,
+        config,
+        keys,
+        paths: ssmPaths(config.prefix),
+        metrics,
+        log,
+        now,
+        ciTimeoutMs: options.ciTimeoutMs,
+        batching: options.batching,
+      };
+      const byKey = new Map(live.map((i) => [i.record.messageId, i]));
+      const flight = (i: Item): JobInFlight => {
+        const pool = config.pools.find((p) => p.name === i.pool)!;
+        return { key: i.record.messageId, job: i.job, pool, provider: providers[i.job.provider]!, log: i.log.child({ pool: pool.name }) };
+      };
+      const warm: JobInFlight[] = [];
+      const cold: JobInFlight[] = [];
+      for (const item of live) {
+        const d = plan.decisions.get(item.record.messageId)!;
+        const pool = item.pool!;
+        switch (d.kind) {
+          case 'served':
+            item.log.info('job already has an instance', { instanceId: d.instanceId });
+            settle(item.record);
+            break;
+          case 'duplicate':
+            item.log.info('job appears twice in the batch; the other message serves it');
+            settle(item.record);
+            break;
+          case 'unknown-pool':
+            await deadLetter(item.record, 'unknown-pool', item.log, pool);
+            break;
+          case 'expired':
+            await deadLetter(item.record, 'max-wait', item.log, pool);
+            break;
+          case 'wait': {
+            const waits = item.waits + 1;
+            const notBefore = new Date(now().getTime() + capacityBackoffSeconds(item.waits, random) * 1000);
+            try {
+              await sendWaitCopy(queue, item.record, item.record.attributes?.MessageGroupId || item.job.jobId, waits, notBefore);
+              settle(item.record);
+              item.log.info('pool at capacity, job waits', { waits, notBefore: notBefore.toISOString() });
+              metrics.add(names.jobsWaitingForCapacity, { Pool: pool });
+            } catch (error) {
+              item.log.error('re-queueing a waiting job failed; the message will be retried', { error: errorName(error) });
+              fail(item.record);
+            }
+            break;
+          }
+          case 'warm':
+            warm.push(flight(item));
+            break;
+          case 'cold':
+            cold.push(flight(item));
+            break;
+        }
+      }
+
+      // 4. Warm activations, batched; whatever falls back joins the cold launches.
+      if (warm.length > 0) {
+        const refresh = async () => orderCandidates(parkedByPool(await describeFleet(deps.aws, deps.ec2, keys), keys), invocation);
+        const candidates = new Candidates(plan.candidates, observedAt, refresh, now, options.warm.freshSnapshotMs);
+        const outcomes = await activateWarm(ctx, warm, candidates, options.warm);
+        for (const j of warm) {
+          const o = outcomes.get(j.key)!;
+          if (o.kind === 'started') {
+            settle(byKey.get(j.key)!.record);
+            j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
+            metrics.add(names.activations, { Pool: j.pool.name });
+            metrics.add(names.activationDuration, { Pool: j.pool.name }, now().getTime() - started.getTime(), 'Milliseconds');
+          } else {
+            j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
+            metrics.add(names.fallbacks, { Pool: j.pool.name, Reason: o.reason });
+            cold.push(j);
+          }
+        }
+      }
+
+      // 5. Cold launches.
+      await mapLimit(cold, options.coldConcurrency, async (j) => {
+        const record = byKey.get(j.key)!.record;
+        try {
+          const r = await launchCold(ctx, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`);
+          settle(record);
+          j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
+          metrics.add(names.coldLaunches, { Pool: j.pool.name });
+        } catch (error) {
+          j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
+          metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
+          fail(record);
+        }
+      });
+    } catch (error) {
+      // Observation failed (or a bug): nothing was started for the messages not yet
+      // settled, so all of them are retried.
+      log.error('scale-up failed; every unsettled message will be retried', { error: (error as Error).message });
+      for (const record of event.Records) if (!settled.has(record.messageId)) fail(record);
+    } finally {
+      metrics.flush();
+    }
+    return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
+  };
+}

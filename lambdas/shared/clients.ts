@@ -1,0 +1,31 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import type { CiProvider, FleetConfig, Provider } from './contract';
+
+/**
+ * The production AWS clients. maxAttempts is 1 because `AwsCaller` does the retrying: it
+ * knows which calls are safe to repeat (see aws-call.ts), the SDK's retry does not. Socket
+ * timeouts bound every request below the caller's own deadline.
+ */
+export function productionClients(): { ec2: EC2Client; ssm: SSMClient; sqs: SQSClient } {
+  const common = {
+    maxAttempts: 1,
+    requestHandler: { connectionTimeout: 2_000, requestTimeout: 8_000 },
+  };
+  return { ec2: new EC2Client(common), ssm: new SSMClient(common), sqs: new SQSClient(common) };
+}
+
+/**
+ * The CI providers for a config, built once per config object: the config loader hands out
+ * the same object until it reloads, so this holds one entry (no growth across invocations).
+ */
+export function providersOnce(
+  build: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>,
+): (config: FleetConfig) => Partial<Record<Provider, CiProvider>> {
+  let last: { config: FleetConfig; providers: Partial<Record<Provider, CiProvider>> } | undefined;
+  return (config) => {
+    if (last?.config !== config) last = { config, providers: build(config) };
+    return last.providers;
+  };
+}

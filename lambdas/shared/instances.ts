@@ -1,0 +1,68 @@
+import { DescribeInstancesCommand, type DescribeInstancesCommandOutput, type EC2Client, type Filter, type Instance } from '@aws-sdk/client-ec2';
+import { READ, type AwsCaller } from './aws-call';
+import { LAUNCH_TEMPLATE_VERSION_TAG, type TagKeys } from './contract';
+
+/** One instance as the decision functions see it: only observed facts, no intentions. */
+export interface ObservedInstance {
+  readonly id: string;
+  /** pending | running | stopping | stopped | shutting-down | terminated */
+  readonly state: string;
+  /** StateReason.Code, e.g. "Client.InstanceInitiatedShutdown"; undefined when EC2 gives none. */
+  readonly stateReason?: string;
+  /** EC2's LaunchTime: the last start (EC2 moves it on every start). */
+  readonly launchTime: Date;
+  readonly tags: ReadonlyMap<string, string>;
+  readonly spotRequestId?: string;
+}
+
+export function observe(instance: Instance): ObservedInstance {
+  return {
+    id: instance.InstanceId ?? '',
+    state: instance.State?.Name ?? 'unknown',
+    ...(instance.StateReason?.Code ? { stateReason: instance.StateReason.Code } : {}),
+    launchTime: instance.LaunchTime ?? new Date(0),
+    tags: new Map((instance.Tags ?? []).filter((t) => t.Key !== undefined).map((t) => [t.Key!, t.Value ?? ''])),
+    ...(instance.SpotInstanceRequestId ? { spotRequestId: instance.SpotInstanceRequestId } : {}),
+  };
+}
+
+export const LIVE_STATES = ['pending', 'running', 'stopping', 'stopped'];
+
+/** Instances of the fleet (those carrying its pool tag), paginated, in the given states. */
+export async function describeFleet(
+  aws: AwsCaller,
+  ec2: EC2Client,
+  keys: TagKeys,
+  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[] } = {},
+): Promise<ObservedInstance[]> {
+  const filters: Filter[] = [
+    options.pool === undefined ? { Name: 'tag-key', Values: [keys.pool] } : { Name: `tag:${keys.pool}`, Values: [options.pool] },
+    { Name: 'instance-state-name', Values: [...(options.states ?? LIVE_STATES)] },
+  ];
+  const found: ObservedInstance[] = [];
+  let token: string | undefined;
+  do {
+    const out = await aws.send<DescribeInstancesCommandOutput>(
+      ec2,
+      new DescribeInstancesCommand({
+        // A filter, not InstanceIds: an id that no longer exists must not fail the whole call.
+        Filters: options.instanceIds ? [...filters, { Name: 'instance-id', Values: [...options.instanceIds] }] : filters,
+        MaxResults: 1000,
+        ...(token ? { NextToken: token } : {}),
+      }),
+      READ,
+    );
+    for (const r of out.Reservations ?? []) for (const i of r.Instances ?? []) found.push(observe(i));
+    token = out.NextToken;
+  } while (token);
+  return found;
+}
+
+export function templateVersionOf(instance: ObservedInstance): string | undefined {
+  return instance.tags.get(LAUNCH_TEMPLATE_VERSION_TAG);
+}
+
+/** True once scale-up has activated the instance (warm) or launched it for a job (cold). */
+export function isActivated(instance: ObservedInstance, keys: TagKeys): boolean {
+  return instance.tags.has(keys.activatedAt) || instance.tags.has(keys.jobId);
+}

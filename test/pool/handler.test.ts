@@ -1,0 +1,122 @@
+import { CancelSpotInstanceRequestsCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createPoolHandler } from '../../lambdas/pool/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { awsError, FakeAws } from '../support/fake-aws';
+import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+
+const paths = ssmPaths(PREFIX);
+let aws: FakeAws;
+let lines: Lines;
+
+beforeEach(() => {
+  aws?.restore();
+  aws = new FakeAws();
+  lines = new Lines();
+});
+afterAll(() => aws.restore());
+
+function handler(config: FleetConfig) {
+  return createPoolHandler({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    loadConfig: async () => config,
+    now: () => aws.now,
+    sink: lines.sink,
+  });
+}
+const parked = (tags: Record<string, string> = {}, spotRequestId?: string) =>
+  aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: { ...standbyTags(), ...tags }, ...(spotRequestId ? { spotRequestId } : {}) });
+
+describe('pool handler', () => {
+  it('launches standbys to the target with stop-on-shutdown and the standby tags, and reports the counts', async () => {
+    parked();
+    const [summary] = await handler(fleetConfig({ warmSize: 3 }))();
+    expect(summary).toMatchObject({ target: 3, parked: 1, priming: 0, launched: 2 });
+    const run = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input;
+    expect(run.MaxCount).toBe(2);
+    expect(run.InstanceInitiatedShutdownBehavior).toBe('stop');
+    expect(run.InstanceMarketOptions).toBeUndefined();
+    expect(run.TagSpecifications![0]!.Tags).toEqual(
+      expect.arrayContaining([
+        { Key: KEYS.warmStandby, Value: 'true' },
+        { Key: KEYS.pool, Value: 'linux' },
+      ]),
+    );
+    expect(lines.metric('ParkedInstances', { Pool: 'linux' })).toBe(1);
+    expect(lines.metric('PrimingInstances', { Pool: 'linux' })).toBe(2);
+    expect(lines.metric('TargetInstances', { Pool: 'linux' })).toBe(3);
+  });
+
+  it('follows the warm schedule: the window in force sets the target', async () => {
+    // aws.now is Sunday 12:00 UTC.
+    const config = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 4 }] });
+    expect((await handler(config)())[0]).toMatchObject({ target: 4, launched: 4 });
+    const off = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'MON-FRI 07:00-19:00', size: 4 }] });
+    aws.restore();
+    aws = new FakeAws();
+    expect((await handler(off)())[0]).toMatchObject({ target: 1, launched: 1 });
+  });
+
+  it('launches spot standbys only as persistent requests that stop on interruption', async () => {
+    await handler(fleetConfig({ warmSize: 1, spot: true }))();
+    const run = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input;
+    expect(run.InstanceMarketOptions).toEqual({ MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } });
+  });
+
+  it('cancels the spot request before terminating, counts the eviction by reason, and leaves no marker', async () => {
+    const stale = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' }, 'sir-1');
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.calls.filter((c) => c === 'CancelSpotInstanceRequests' || c === 'TerminateInstances')).toEqual(['CancelSpotInstanceRequests', 'TerminateInstances']);
+    expect(aws.ec2.commandCalls(CancelSpotInstanceRequestsCommand)[0]!.args[0].input.SpotInstanceRequestIds).toEqual(['sir-1']);
+    expect(aws.instances.get(stale.id)!.state).toBe('terminated');
+    expect(lines.metric('Evictions', { Pool: 'linux', Reason: 'stale-template' })).toBe(1);
+    expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: stale.id, reason: 'stale-template' });
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('keeps an instance whose spot request could not be cancelled', async () => {
+    const garbage = aws.addInstance({ state: 'stopped', reason: 'Server.SpotInstanceShutdown', tags: standbyTags(), spotRequestId: 'sir-2' });
+    aws.fault('CancelSpotInstanceRequests', awsError('UnauthorizedOperation'));
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.instances.get(garbage.id)!.state).toBe('stopped');
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('does not evict an instance scale-up claimed after the pool observed it', async () => {
+    const i = parked();
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'scale-up', tags: {}, at: aws.now });
+      throw awsError('ParameterAlreadyExists');
+    });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.instances.get(i.id)!.state).toBe('stopped');
+    expect(aws.parameters.get(paths.runnerConfig(i.id))!.value).toBe('scale-up');
+  });
+
+  it('does not evict an instance activated after the pool observed it (its config already consumed)', async () => {
+    const i = parked();
+    aws.fault('PutParameter', (input) => {
+      i.state = 'running';
+      i.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+      return {};
+    });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(i.state).toBe('running');
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('never evicts a claimed instance, even one over the target', async () => {
+    const i = parked();
+    aws.parameters.set(paths.runnerConfig(i.id), { value: 'x', tags: {}, at: aws.now });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.count('PutParameter')).toBe(0);
+    expect(i.state).toBe('stopped');
+  });
+});

@@ -1,0 +1,80 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { DeleteParametersCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { runnerName, ssmPaths } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { awsError, FakeAws } from '../support/fake-aws';
+import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+
+const paths = ssmPaths(PREFIX);
+let aws: FakeAws;
+let ci: FakeCi;
+let lines: Lines;
+
+beforeEach(() => {
+  aws?.restore();
+  aws = new FakeAws();
+  ci = new FakeCi('github', PREFIX, () => aws.now.getTime());
+  lines = new Lines();
+});
+afterAll(() => aws.restore());
+
+const hour = 3_600_000;
+function handler() {
+  return createScaleDownHandler({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    loadConfig: async () => fleetConfig({ idleTimeoutSeconds: 1800 }),
+    providers: () => ({ github: ci }),
+    now: () => new Date(aws.now.getTime() + hour),
+    sink: lines.sink,
+  })();
+}
+function activated(runnerId: string) {
+  return aws.addInstance({ state: 'running', tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.jobId]: 'github:1', [KEYS.runnerId]: runnerId, [KEYS.traceId]: 't-1' } });
+}
+
+describe('scale-down handler', () => {
+  it('decides nothing from a provider whose runner list failed', async () => {
+    const i = activated('7');
+    ci.listRunners = async () => {
+      throw new Error('502');
+    };
+    expect(await handler()).toEqual({ terminated: 0, parametersDeleted: 0, runnersDeleted: 0 });
+    expect(i.state).toBe('running');
+    expect(lines.logs('listing runners failed; skipping the decisions that need them')).toHaveLength(1);
+  });
+
+  it('terminates in one call, deregisters idle runners, logs each with its trace id and reason', async () => {
+    const a = activated('1');
+    const b = activated('2');
+    for (const [id, inst] of [['1', a], ['2', b]] as const) ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: false, instanceId: inst.id, jobId: 'x' });
+    const summary = await handler();
+    expect(summary.terminated).toBe(2);
+    expect(aws.count('TerminateInstances')).toBe(1);
+    expect(ci.deleted.sort()).toEqual(['1', '2']);
+    expect(lines.logs('terminated').map((l) => [l.reason, l.traceId])).toEqual([
+      ['idle', 't-1'],
+      ['idle', 't-1'],
+    ]);
+    expect(lines.metric('Sweeps', { Pool: 'linux', Reason: 'idle' })).toBe(2);
+  });
+
+  it('keeps the registrations when the termination fails, so the next sweep retries both', async () => {
+    const a = activated('1');
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
+    expect((await handler()).terminated).toBe(0);
+    expect(ci.deleted).toEqual([]);
+  });
+
+  it('deletes orphaned parameters ten per call', async () => {
+    for (let n = 0; n < 12; n++) aws.parameters.set(paths.runnerConfig(`i-${(0xabc0 + n).toString(16).padStart(17, '0')}`), { value: 'x', tags: {}, at: aws.now });
+    expect((await handler()).parametersDeleted).toBe(12);
+    expect(aws.ssm.commandCalls(DeleteParametersCommand).map((c) => c.args[0].input.Names!.length)).toEqual([10, 2]);
+    expect(lines.metric('Sweeps', { Reason: 'instance-gone' })).toBe(12);
+  });
+});

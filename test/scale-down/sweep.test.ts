@@ -1,0 +1,87 @@
+import { describe, expect, it } from 'vitest';
+import { planSweep } from '../../lambdas/scale-down/sweep';
+import { runnerName, type RunnerSummary } from '../../lambdas/shared/contract';
+import type { ObservedInstance } from '../../lambdas/shared/instances';
+import type { ObservedParameter } from '../../lambdas/shared/parameters';
+import { fleetConfig, KEYS, PREFIX, standbyTags } from '../support/fixtures';
+
+const NOW = new Date('2026-11-29T12:00:00.000Z');
+const ago = (min: number) => new Date(NOW.getTime() - min * 60_000);
+const config = fleetConfig({ idleTimeoutSeconds: 1800 });
+let serial = 0;
+const id = () => `i-${(++serial).toString(16).padStart(17, '0')}`;
+
+function activated(state: string, minutes: number, runnerId: string | undefined, extra: Record<string, string> = {}): ObservedInstance {
+  const tags: Record<string, string> = { ...standbyTags(), [KEYS.activatedAt]: ago(minutes).toISOString(), [KEYS.jobId]: 'github:1', ...extra };
+  if (runnerId) tags[KEYS.runnerId] = runnerId;
+  return { id: id(), state, launchTime: ago(minutes), tags: new Map(Object.entries(tags)) };
+}
+const runner = (i: ObservedInstance, runnerId: string, status: string, busy: boolean | undefined, minutes = 60): RunnerSummary => ({
+  runnerId,
+  name: runnerName(PREFIX, i.id, ago(minutes)),
+  status,
+  ...(busy === undefined ? {} : { busy }),
+});
+
+describe('planSweep: instances', () => {
+  type Row = [string, ObservedInstance, (i: ObservedInstance) => RunnerSummary[] | undefined, string | undefined];
+  const rows: Row[] = [
+    ['runner gone at the provider: job finished', activated('running', 20, '7'), () => [], 'job-finished'],
+    ['activated instance powered off', activated('stopped', 20, '7'), () => [], 'job-finished'],
+    ['idle past the idle timeout', activated('running', 31, '7'), (i) => [runner(i, '7', 'online', false)], 'idle'],
+    ['idle but within the idle timeout', activated('running', 29, '7'), (i) => [runner(i, '7', 'online', false)], undefined],
+    ['busy, however old', activated('running', 600, '7'), (i) => [runner(i, '7', 'online', true)], undefined],
+    ['busy and stopped (never while it may work)', activated('stopped', 600, '7'), (i) => [runner(i, '7', 'online', true)], undefined],
+    ['busy unknown and online: not idle', activated('running', 600, '7'), (i) => [runner(i, '7', 'online', undefined)], undefined],
+    ['busy unknown and offline past the timeout', activated('running', 31, '7'), (i) => [runner(i, '7', 'offline', undefined)], 'idle'],
+    ['no runner id after the grace period', activated('running', 11, undefined), () => [], 'no-runner'],
+    ['no runner id within the grace period', activated('running', 9, undefined), () => [], undefined],
+    ['runner gone but within the grace period', activated('running', 5, '7'), () => [], undefined],
+    ['provider list unknown: nothing decided from it', activated('running', 600, '7'), () => undefined, undefined],
+    ['provider list unknown, but powered off', activated('stopped', 600, '7'), () => undefined, 'job-finished'],
+  ];
+  it.each(rows)('%s', (_name, instance, list, reason) => {
+    const l = list(instance);
+    const runners = new Map(l === undefined ? [] : [['github' as const, l]]);
+    const plan = planSweep(config, KEYS, [instance], [], runners, NOW);
+    expect(plan.terminate.map((t) => t.reason)).toEqual(reason ? [reason] : []);
+  });
+
+  it('never touches an unactivated standby', () => {
+    const parked: ObservedInstance = { id: id(), state: 'stopped', launchTime: ago(6000), tags: new Map(Object.entries(standbyTags())) };
+    expect(planSweep(config, KEYS, [parked], [], new Map([['github', []]]), NOW).terminate).toEqual([]);
+  });
+
+  it('deregisters the runner of an idle instance with it', () => {
+    const i = activated('running', 31, '7');
+    const plan = planSweep(config, KEYS, [i], [], new Map([['github', [runner(i, '7', 'online', false)]]]), NOW);
+    expect(plan.terminate[0]!.runner).toEqual({ provider: 'github', runnerId: '7' });
+  });
+});
+
+describe('planSweep: parameters and registrations', () => {
+  const param = (instanceId: string, minutes: number): ObservedParameter => ({ name: `/test/runners/config/${instanceId}`, instanceId, lastModified: ago(minutes) });
+  const parked: ObservedInstance = { id: id(), state: 'stopped', launchTime: ago(100), tags: new Map(Object.entries(standbyTags())) };
+  const running = activated('running', 5, '7');
+
+  it.each([
+    ['instance gone', param('i-00000000000000abc', 2), [], 'instance-gone'],
+    ['instance gone, written within the last minute', param('i-00000000000000abc', 0.5), [], undefined],
+    ['claim on a parked instance older than the grace period', param(parked.id, 11), [parked], 'stale-claim'],
+    ['claim on a parked instance within the grace period', param(parked.id, 9), [parked], undefined],
+    ['config of an activated instance', param(running.id, 60), [running], undefined],
+  ] as [string, ObservedParameter, ObservedInstance[], string | undefined][])('%s', (_name, p, instances, reason) => {
+    expect(planSweep(config, KEYS, instances, [p], new Map(), NOW).deleteParameters.map((d) => d.reason)).toEqual(reason ? [reason] : []);
+  });
+
+  it('deregisters runners without an instance, or whose instance carries another runner, after the grace period', () => {
+    const gone: RunnerSummary = { runnerId: '1', name: runnerName(PREFIX, 'i-00000000000000abc', ago(20)), status: 'offline' };
+    const lostClaim: RunnerSummary = { runnerId: '2', name: runnerName(PREFIX, running.id, ago(20)), status: 'offline' };
+    const own: RunnerSummary = { runnerId: '7', name: runnerName(PREFIX, running.id, ago(20)), status: 'online', busy: true };
+    const young: RunnerSummary = { runnerId: '3', name: runnerName(PREFIX, 'i-00000000000000abc', ago(1)), status: 'offline' };
+    const foreign: RunnerSummary = { runnerId: '4', name: 'someone-elses-runner', status: 'offline' };
+    const busyOrphan: RunnerSummary = { runnerId: '5', name: runnerName(PREFIX, 'i-00000000000000abc', ago(20)), status: 'online', busy: true };
+    const plan = planSweep(config, KEYS, [running], [], new Map([['github', [gone, lostClaim, own, young, foreign, busyOrphan]]]), NOW);
+    expect(plan.deleteRunners.map((d) => d.runner.runnerId)).toEqual(['1', '2']);
+  });
+});

@@ -1,0 +1,515 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
+import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { Pacer } from '../../lambdas/shared/pacing';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { awsError, FakeAws } from '../support/fake-aws';
+import { fleetConfig, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
+
+const paths = ssmPaths(PREFIX);
+const QUEUE = 'https://sqs.local/jobs.fifo';
+const DLQ = 'https://sqs.local/jobs-dlq.fifo';
+
+let aws: FakeAws;
+let ci: FakeCi;
+let lines: Lines;
+
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig()) {
+  return createScaleUpHandler({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    sqs: new SQSClient({}),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    loadConfig: async () => config,
+    providers: () => ({ github: ci }),
+    queueUrl: QUEUE,
+    deadLetterQueueUrl: DLQ,
+    now: () => aws.now,
+    random: () => 0.5,
+    sink: lines.sink,
+    options,
+  });
+}
+
+function park(n: number): string[] {
+  return Array.from({ length: n }, () => aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags() }).id);
+}
+
+function jobs(n: number) {
+  return Array.from({ length: n }, (_, i) => job(i + 1));
+}
+
+const running = () => [...aws.instances.values()].filter((i) => i.state === 'running');
+const warmStarted = () => running().filter((i) => i.tags.has(KEYS.warmStandby));
+const coldLaunched = () => running().filter((i) => !i.tags.has(KEYS.warmStandby));
+
+beforeEach(() => {
+  aws?.restore();
+  aws = new FakeAws();
+  ci = new FakeCi('github', PREFIX);
+  lines = new Lines();
+});
+afterAll(() => aws.restore());
+
+describe('scale-up: warm activation', () => {
+  it('activates a batch with one observation, one CreateTags per instance and one StartInstances', async () => {
+    const ids = park(3);
+    const res = await handler()(jobEvent(jobs(3)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id).sort()).toEqual([...ids].sort());
+    expect(aws.count('PutParameter')).toBe(3);
+    expect(aws.count('CreateTags')).toBe(3);
+    expect(aws.count('StartInstances')).toBe(1);
+    // One observation; claims made right after it are tagged without re-observing.
+    expect(aws.count('DescribeInstances')).toBe(1);
+    for (const inst of warmStarted()) {
+      const jobId = inst.tags.get(KEYS.jobId)!;
+      const n = jobId.split(':')[1];
+      expect(inst.tags.get(KEYS.traceId)).toBe(`trace-${n}`);
+      expect(inst.tags.get(KEYS.activatedAt)).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      const param = aws.parameters.get(paths.runnerConfig(inst.id))!;
+      expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(inst.id);
+      const runnerId = inst.tags.get(KEYS.runnerId)!;
+      expect(decodeRunnerConfig(param.value)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
+    }
+    expect(lines.metric('WarmActivations', { Pool: 'linux' })).toBe(3);
+    expect(lines.metric('ColdLaunches')).toBe(0);
+    // The secret never reaches a log line.
+    expect(lines.lines.join('\n')).not.toContain('jit-secret');
+    for (const l of lines.logs('warm activation started the instance')) expect(l.traceId).toMatch(/^trace-/);
+  });
+
+  it('serves jobs beyond the parked count cold, and a redelivered job not at all', async () => {
+    park(1);
+    const h = handler();
+    expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(1);
+    expect(coldLaunched()).toHaveLength(1);
+    const before = aws.calls.length;
+    expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    expect(aws.calls.slice(before)).toEqual(['DescribeInstances']);
+    expect(lines.logs('job already has an instance')).toHaveLength(2);
+  });
+
+  it('moves to the next candidate when a claim is lost, deregistering the runner', async () => {
+    const [a, b] = park(2);
+    // Another invocation owns the first candidate this one tries.
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(ci.deleted).toHaveLength(1);
+    expect(warmStarted()).toHaveLength(1);
+    expect([a, b]).toContain(warmStarted()[0]!.id);
+    expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it('re-observes after a lost claim, so it does not probe instances others have taken meanwhile', async () => {
+    const ids = park(6);
+    // Each of the first two writes loses; meanwhile another invocation tagged four others.
+    let losses = 0;
+    const taken = () => {
+      if (++losses === 1) for (const id of ids.slice(0, 4)) aws.instances.get(id)!.tags.set(KEYS.activatedAt, 'x');
+      throw awsError('ParameterAlreadyExists');
+    };
+    aws.fault('PutParameter', taken);
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('DescribeInstances')).toBe(2);
+    // After the refresh only the two untouched instances remain candidates.
+    const claimedAfter = aws.ssm.commandCalls((await import('@aws-sdk/client-ssm')).PutParameterCommand).slice(1).map((c) => c.args[0].input.Name);
+    for (const name of claimedAfter) expect(ids.slice(4).map((id) => paths.runnerConfig(id))).toContain(name);
+    expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('paced writes: picks its candidate after waiting for the write token, from a fresh observation', async () => {
+    park(3);
+    const sleep = async (ms: number) => void (aws.now = new Date(aws.now.getTime() + ms));
+    const pacer = new Pacer({ PutParameter: { capacity: 1, refillPerSecond: 0.2 } }, () => aws.now.getTime(), sleep);
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink: lines.sink,
+    });
+    expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    // The observation, then one re-observation for the pick that waited 5 s; no verification
+    // (which would describe by instance id).
+    expect(aws.count('DescribeInstances')).toBe(2);
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const byId = aws.ec2.commandCalls(DescribeInstancesCommand).filter((c) => c.args[0].input.Filters?.some((f) => f.Name === 'instance-id'));
+    expect(byId).toHaveLength(0);
+    expect(aws.count('PutParameter')).toBe(2);
+    expect(warmStarted()).toHaveLength(2);
+  });
+
+  it('verifies a claim made long after the observation before tagging it', async () => {
+    park(1);
+    aws.fault('PutParameter', slowPut);
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'CreateTags', 'StartInstances']);
+    expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('resolves a claim write with an unknown outcome by reading the value back', async () => {
+    park(1);
+    aws.fault('PutParameter', (input) => {
+      // The write lands, the answer is lost.
+      aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+      return new Promise(() => {});
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('GetParameter')).toBe(1);
+    expect(warmStarted()).toHaveLength(1);
+    expect(ci.deleted).toEqual([]);
+  });
+
+  it('treats an unknown claim whose value is not ours as lost', async () => {
+    park(1);
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'someone-else', tags: {}, at: aws.now });
+      throw awsError('InternalServerError', 500);
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(0);
+    expect(coldLaunched()).toHaveLength(1);
+    expect([...aws.parameters.values()].map((p) => p.value)).toContain('someone-else');
+    expect(lines.metric('Fallbacks', { Reason: 'lost-claims' })).toBe(1);
+  });
+
+  it('rejects a claim on an instance that is no longer parked (slow competitor) without touching its tags', async () => {
+    const [id] = park(1);
+    // Between observation and claim (long enough for a boot), another invocation activated it
+    // and its boot consumed the config.
+    aws.fault('PutParameter', (input) => {
+      aws.now = new Date(aws.now.getTime() + 10_000);
+      const inst = aws.instances.get(id!)!;
+      inst.state = 'running';
+      inst.tags.set(KEYS.activatedAt, '2026-11-29T11:00:00.000Z');
+      inst.tags.set(KEYS.jobId, 'github:999');
+      aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+      return { Version: 1 };
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    const inst = aws.instances.get(id!)!;
+    expect(inst.tags.get(KEYS.jobId)).toBe('github:999');
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(aws.count('StartInstances')).toBe(0);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(ci.runners.size).toBe(1); // only the cold one is left registered
+  });
+});
+
+/** A claim write that lands 10 s after the observation: the claim must be re-observed. */
+function slowPut(input: Record<string, unknown>) {
+  aws.now = new Date(aws.now.getTime() + 10_000);
+  aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+  return { Version: 1 };
+}
+
+describe('scale-up: fault injection on every activation step', () => {
+  type Check = (ids: string[]) => void;
+  const rolledBack: Check = (ids) => {
+    for (const id of ids) {
+      const inst = aws.instances.get(id)!;
+      expect(inst.tags.has(KEYS.jobId)).toBe(false);
+      expect(inst.tags.has(KEYS.traceId)).toBe(false);
+      expect(inst.tags.has(KEYS.activatedAt)).toBe(false);
+      expect(inst.tags.has(KEYS.runnerId)).toBe(false);
+      expect(aws.parameters.has(paths.runnerConfig(id))).toBe(false);
+    }
+    // Every runner left registered belongs to an instance that serves the job.
+    for (const r of ci.runners.values()) expect(running().some((i) => i.id === r.instanceId)).toBe(true);
+  };
+
+  const cases: { step: string; inject: () => void; reason: string; startedWarm: number }[] = [
+    { step: 'createRunner', inject: () => (ci.failCreate = () => new Error('502 from GitHub')), reason: 'ci-error', startedWarm: 0 },
+    { step: 'PutParameter refused', inject: () => aws.fault('PutParameter', awsError('AccessDeniedException')), reason: 'claim-error', startedWarm: 0 },
+    {
+      step: 'verify DescribeInstances (a claim made long after the observation)',
+      inject: () => {
+        aws.fault('PutParameter', slowPut);
+        aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+      },
+      reason: 'verify-error',
+      startedWarm: 0,
+    },
+    { step: 'CreateTags', inject: () => aws.fault('CreateTags', awsError('InvalidParameterValue')), reason: 'tag-error', startedWarm: 0 },
+    { step: 'StartInstances refused', inject: () => aws.fault('StartInstances', awsError('InsufficientInstanceCapacity')), reason: 'start-failed', startedWarm: 0 },
+    {
+      step: 'StartInstances previous state running',
+      inject: () => aws.fault('StartInstances', (i) => ({ StartingInstances: (i.InstanceIds as string[]).map((InstanceId) => ({ InstanceId, PreviousState: { Name: 'running' } })) })),
+      reason: 'start-lost',
+      startedWarm: 0,
+    },
+    {
+      step: 'StartInstances unknown, describe fails',
+      inject: () => {
+        aws.fault('StartInstances', 'hang');
+        aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+      },
+      reason: 'start-failed',
+      startedWarm: 0,
+    },
+  ];
+
+  it.each(cases)('$step: rolls back everything and launches cold', async ({ inject, reason, startedWarm }) => {
+    const ids = park(1);
+    inject();
+    if (reason === 'ci-error') {
+      // The cold launch registers too: let only the warm registration fail.
+      let first = true;
+      ci.failCreate = () => (first ? ((first = false), new Error('502 from GitHub')) : undefined);
+    }
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(startedWarm);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: reason })).toBe(1);
+    if (reason !== 'start-lost') rolledBack(ids);
+  });
+
+  it('a lost start removes only our tags: another owner keeps its own', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', (i) => {
+      // Someone else started it and tagged it with different values after our tags.
+      const inst = aws.instances.get(id!)!;
+      inst.tags.set(KEYS.jobId, 'github:other');
+      return { StartingInstances: (i.InstanceIds as string[]).map((InstanceId) => ({ InstanceId, PreviousState: { Name: 'running' } })) };
+    });
+    await handler()(jobEvent(jobs(1)));
+    const inst = aws.instances.get(id!)!;
+    expect(inst.tags.get(KEYS.jobId)).toBe('github:other');
+    expect(inst.tags.has(KEYS.traceId)).toBe(false);
+    expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it('a rollback step that fails does not stop the others, and is counted', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault('DeleteTags', awsError('UnauthorizedOperation'));
+    ci.failDelete = 3;
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
+  it('undoes newest first and releases the claim last: tags, registration, parameter', async () => {
+    park(1);
+    const original = ci.deleteRunner.bind(ci);
+    ci.deleteRunner = async (id) => {
+      aws.calls.push('deleteRunner');
+      return original(id);
+    };
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    await handler()(jobEvent(jobs(1)));
+    const undo = aws.calls.filter((c) => ['DeleteTags', 'deleteRunner', 'DeleteParameter'].includes(c));
+    expect(undo).toEqual(['DeleteTags', 'deleteRunner', 'DeleteParameter']);
+  });
+
+  it('a parameter that cannot be deleted is counted, and the job still goes cold', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault('DeleteParameter', awsError('AccessDeniedException'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.tags.has(KEYS.jobId)).toBe(false);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.logs('deleting the config parameter failed')[0]).toMatchObject({ traceId: 'trace-1', instanceId: id });
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
+  it('splits a refused batch so only the failing instance goes cold', async () => {
+    const ids = park(4);
+    let bad: string | undefined;
+    aws.fault('StartInstances', (i) => {
+      bad = (i.InstanceIds as string[])[2];
+      throw awsError('IncorrectInstanceState');
+    });
+    // The split halves: the half with the bad instance fails again, its halves succeed/fail.
+    aws.fault('StartInstances', (i) => startOk(i.InstanceIds as string[]));
+    aws.fault('StartInstances', () => {
+      throw awsError('IncorrectInstanceState');
+    });
+    aws.fault('StartInstances', (i) => {
+      expect(i.InstanceIds).toEqual([bad]);
+      throw awsError('IncorrectInstanceState');
+    });
+    const res = await handler()(jobEvent(jobs(4)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('StartInstances')).toBe(5);
+    expect(warmStarted()).toHaveLength(3);
+    expect(warmStarted().map((i) => i.id)).not.toContain(bad);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(ids).toContain(bad);
+    expect(lines.metric('Fallbacks', { Reason: 'start-failed' })).toBe(1);
+  });
+
+  function startOk(ids: string[]) {
+    return {
+      StartingInstances: ids.map((id) => {
+        aws.instances.get(id)!.state = 'running';
+        return { InstanceId: id, PreviousState: { Name: 'stopped' } };
+      }),
+    };
+  }
+
+  it('resolves a start whose answer never came by describing: running means started', async () => {
+    const ids = park(2);
+    aws.fault('StartInstances', (i) => {
+      startOk(i.InstanceIds as string[]);
+      return new Promise(() => {});
+    });
+    const res = await handler()(jobEvent(jobs(2)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id).sort()).toEqual([...ids].sort());
+    expect(aws.count('StartInstances')).toBe(1);
+    expect(coldLaunched()).toHaveLength(0);
+  });
+
+  it('resolves a start whose answer never came by describing: still stopped means start again', async () => {
+    park(1);
+    aws.fault('StartInstances', 'hang');
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('StartInstances')).toBe(2);
+    expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('retries throttling instead of failing the job', async () => {
+    park(2);
+    aws.fault('StartInstances', awsError('RequestLimitExceeded', 503), awsError('RequestLimitExceeded', 503));
+    aws.fault('PutParameter', awsError('ThrottlingException'));
+    aws.fault('DescribeInstances', awsError('RequestLimitExceeded', 503));
+    const res = await handler()(jobEvent(jobs(2)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(2);
+    expect(aws.count('StartInstances')).toBe(3);
+  });
+});
+
+describe('scale-up: cold launch', () => {
+  it('tags the job and trace at launch, writes the config, tags the runner id', async () => {
+    await handler()(jobEvent([job(7)]));
+    const [inst] = coldLaunched();
+    expect(inst!.tags.get(KEYS.jobId)).toBe('github:7');
+    expect(inst!.tags.get(KEYS.traceId)).toBe('trace-7');
+    expect(inst!.tags.get(KEYS.createdBy)).toBe('scale-up');
+    expect(inst!.tags.get(KEYS.runnerId)).toBeDefined();
+    expect(aws.parameters.get(paths.runnerConfig(inst!.id))!.tags[PARAMETER_INSTANCE_TAG]).toBe(inst!.id);
+    const fleet = aws.ec2.commandCalls((await import('@aws-sdk/client-ec2')).CreateFleetCommand)[0]!.args[0].input;
+    expect(fleet.Type).toBe('instant');
+    expect(fleet.TargetCapacitySpecification?.DefaultTargetCapacityType).toBe('on-demand');
+  });
+
+  it('falls back from spot to on-demand on a capacity error', async () => {
+    aws.fault('CreateFleet', () => ({ Instances: [], Errors: [{ ErrorCode: 'InsufficientInstanceCapacity' }] }));
+    const res = await handler({}, fleetConfig({ spot: true }))(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([]);
+    const { CreateFleetCommand } = await import('@aws-sdk/client-ec2');
+    const calls = aws.ec2.commandCalls(CreateFleetCommand).map((c) => c.args[0].input.TargetCapacitySpecification?.DefaultTargetCapacityType);
+    expect(calls).toEqual(['spot', 'on-demand']);
+    expect(lines.metric('Fallbacks', { Reason: 'spot-capacity' })).toBe(1);
+  });
+
+  it('fails the message when nothing launches, and on a config failure terminates what it launched', async () => {
+    aws.fault('CreateFleet', () => ({ Instances: [], Errors: [{ ErrorCode: 'InvalidLaunchTemplateId.NotFound' }] }));
+    let res = await handler()(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    aws.fault('PutParameter', awsError('AccessDeniedException'));
+    res = await handler()(jobEvent([job(2)]));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-2' }]);
+    expect([...aws.instances.values()].map((i) => i.state)).toEqual(['terminated']);
+    expect(ci.runners.size).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-config' })).toBe(1);
+  });
+});
+
+describe('scale-up: the queue', () => {
+  it('dead-letters a malformed message with a log line and a metric, and deletes it', async () => {
+    const res = await handler()(sqsEvent(record('{"not":"a job"}', { id: 'bad' })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.sent).toHaveLength(1);
+    expect(aws.sent[0]).toMatchObject({ queueUrl: DLQ, body: '{"not":"a job"}', attributes: { [WAIT_ATTRIBUTES.reason]: 'malformed' } });
+    expect(lines.logs('job dead-lettered')[0]).toMatchObject({ reason: 'malformed', level: 'error' });
+    expect(lines.metric('JobsDeadLettered', { Reason: 'malformed' })).toBe(1);
+  });
+
+  it('keeps a malformed message in the queue when the dead-letter queue cannot take it', async () => {
+    aws.fault('SendMessage', awsError('AccessDenied'));
+    const res = await handler()(sqsEvent(record('nope', { id: 'bad' })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'bad' }]);
+  });
+
+  it('re-queues a job that waits for capacity as a fresh copy, without failing the message', async () => {
+    aws.addInstance({ state: 'running', tags: { [KEYS.pool]: 'linux', [KEYS.jobId]: 'github:100', [KEYS.runnerId]: '9', [KEYS.activatedAt]: 'x' } });
+    const res = await handler({}, fleetConfig({ maxRunners: 1, warmSize: 0 }))(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.sent).toHaveLength(1);
+    const copy = aws.sent[0]!;
+    expect(copy.queueUrl).toBe(QUEUE);
+    expect(copy.attributes[WAIT_ATTRIBUTES.waits]).toBe('1');
+    expect(Date.parse(copy.attributes[WAIT_ATTRIBUTES.notBefore]!)).toBeGreaterThan(aws.now.getTime());
+    expect(lines.metric('JobsWaitingForCapacity')).toBe(1);
+    expect(lines.metric('JobsFailed')).toBe(0);
+  });
+
+  it('hides a wait copy that arrives before its time, and dead-letters one past the maximum age', async () => {
+    const early = record(JSON.stringify(job(1)), { id: 'early', attributes: { [WAIT_ATTRIBUTES.waits]: '2', [WAIT_ATTRIBUTES.notBefore]: new Date(aws.now.getTime() + 30_000).toISOString() } });
+    let res = await handler()(sqsEvent(early));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'early' }]);
+    expect(aws.visibility).toEqual([{ receiptHandle: 'rh-early', seconds: 30 }]);
+    expect(aws.count('DescribeInstances')).toBe(0);
+
+    aws.addInstance({ state: 'running', tags: { [KEYS.pool]: 'linux', [KEYS.jobId]: 'github:100', [KEYS.runnerId]: '9', [KEYS.activatedAt]: 'x' } });
+    const old = job(2, { receivedAt: '2026-11-29T09:00:00.000Z' });
+    res = await handler({ maxWaitSeconds: 3600 }, fleetConfig({ maxRunners: 1, warmSize: 0 }))(sqsEvent(record(JSON.stringify(old), { id: 'old', attributes: { [WAIT_ATTRIBUTES.waits]: '9' } })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.sent.map((s) => [s.queueUrl, s.attributes[WAIT_ATTRIBUTES.reason]])).toEqual([[DLQ, 'max-wait']]);
+    expect(lines.metric('JobsDeadLettered', { Reason: 'max-wait' })).toBe(1);
+  });
+
+  it('drops a retried job that is no longer queued at the provider', async () => {
+    park(1);
+    ci.notQueued.add('github:1');
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'r', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('DescribeInstances')).toBe(0);
+    expect(ci.created).toBe(0);
+  });
+
+  it('retries every message when the instances cannot be observed', async () => {
+    aws.fault('DescribeInstances', awsError('UnauthorizedOperation'));
+    const res = await handler()(jobEvent(jobs(2)));
+    expect(res.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['msg-1', 'msg-2']);
+  });
+
+  it('resolves the pool of a job queued without labels', async () => {
+    park(1);
+    const j = job(1, { labels: [], labelsResolved: false });
+    delete (j as { pool?: string }).pool;
+    ci.labels.set('github:1', ['self-hosted', 'linux']);
+    expect((await handler()(jobEvent([j]))).batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(1);
+    ci.labels.set('github:2', ['gpu']);
+    const k = job(2, { labels: [], labelsResolved: false });
+    delete (k as { pool?: string }).pool;
+    expect((await handler()(jobEvent([k]))).batchItemFailures).toEqual([]);
+    expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
+  });
+});

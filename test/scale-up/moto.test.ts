@@ -1,0 +1,159 @@
+import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { DeleteParameterCommand, GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { decodeRunnerConfig, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { startMoto, type MotoServer } from '../support/moto';
+import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+
+const paths = ssmPaths(PREFIX);
+let moto: MotoServer;
+let c: MotoClients;
+let config: FleetConfig;
+
+beforeAll(async () => {
+  moto = await startMoto();
+  c = motoClients(moto.endpoint);
+});
+afterAll(async () => moto?.stop());
+beforeEach(async () => {
+  await moto.reset();
+  config = await motoFleet(c);
+});
+
+function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now = () => new Date()) {
+  return createScaleUpHandler({
+    ...clients,
+    now,
+    aws: new AwsCaller({ sleep: async () => {} }),
+    loadConfig: async () => config,
+    providers: () => ({ github: ci }),
+    queueUrl: 'unused',
+    deadLetterQueueUrl: 'unused',
+    sink: lines.sink,
+  });
+}
+
+async function instances(): Promise<Instance[]> {
+  const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.pool] }] }));
+  return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
+}
+const tag = (i: Instance, key: string) => i.Tags?.find((t) => t.Key === key)?.Value;
+
+async function parameters(): Promise<Parameter[]> {
+  const all: Parameter[] = [];
+  let token: string | undefined;
+  do {
+    const out = await c.ssm.send(new GetParametersByPathCommand({ Path: paths.runnerConfigRoot, WithDecryption: true, ...(token ? { NextToken: token } : {}) }));
+    all.push(...(out.Parameters ?? []));
+    token = out.NextToken;
+  } while (token);
+  return all;
+}
+
+describe('scale-up against moto', () => {
+  it('activates parked instances and launches the rest cold, each with its config', async () => {
+    const parked = await parkInMoto(c, config, 2);
+    const ci = new FakeCi('github', PREFIX);
+    const res = await handler(ci)(jobEvent([job(1), job(2), job(3)]));
+    expect(res.batchItemFailures).toEqual([]);
+    const all = await instances();
+    const serving = all.filter((i) => i.State?.Name === 'running' && tag(i, KEYS.jobId));
+    expect(serving.map((i) => tag(i, KEYS.jobId)).sort()).toEqual(['github:1', 'github:2', 'github:3']);
+    expect(serving.filter((i) => parked.includes(i.InstanceId!))).toHaveLength(2);
+    const params = new Map((await parameters()).map((p) => [p.Name!, p.Value!]));
+    for (const i of serving) {
+      const value = params.get(paths.runnerConfig(i.InstanceId!));
+      expect(value).toBeDefined();
+      expect(decodeRunnerConfig(value!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
+    }
+    // Redelivery: nothing new.
+    expect((await handler(ci)(jobEvent([job(1), job(2), job(3)]))).batchItemFailures).toEqual([]);
+    expect(await instances()).toHaveLength(all.length);
+  });
+
+  it('20 concurrent invocations, 20 jobs, 10 parked: exactly 10 warm and 10 cold, no double claim (x20)', { timeout: 120_000 }, async () => {
+    for (let round = 0; round < 20; round++) {
+      if (round > 0) {
+        await moto.reset();
+        config = await motoFleet(c);
+      }
+      const parked = new Set(await parkInMoto(c, config, 10));
+      const ci = new FakeCi('github', PREFIX);
+      const results = await Promise.all(Array.from({ length: 20 }, (_, n) => handler(ci)(jobEvent([job(round * 100 + n)]))));
+      expect(results.flatMap((r) => r.batchItemFailures)).toEqual([]);
+
+      const serving = (await instances()).filter((i) => i.State?.Name === 'running' && tag(i, KEYS.jobId));
+      const warm = serving.filter((i) => parked.has(i.InstanceId!));
+      const cold = serving.filter((i) => !parked.has(i.InstanceId!));
+      expect(warm).toHaveLength(10);
+      expect(cold).toHaveLength(10);
+      // Every job on exactly one instance, every instance with exactly one job.
+      const jobs = serving.map((i) => tag(i, KEYS.jobId));
+      expect(new Set(jobs).size).toBe(20);
+      // The config on each instance is the one of the runner tagged on it: no one overwrote a claim.
+      const params = new Map((await parameters()).map((p) => [p.Name!, p.Value!]));
+      expect(params.size).toBe(20);
+      for (const i of serving) {
+        const runnerId = tag(i, KEYS.runnerId)!;
+        expect(decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
+        expect(ci.runners.get(runnerId)!.instanceId).toBe(i.InstanceId);
+        expect(ci.runners.get(runnerId)!.jobId).toBe(tag(i, KEYS.jobId));
+      }
+      // Every registration that lost its claim was deleted again.
+      expect(ci.runners.size).toBe(20);
+    }
+  });
+
+  it('a slow competitor does not claim an instance whose config was already consumed', async () => {
+    const [id] = await parkInMoto(c, config, 1);
+    const ci = new FakeCi('github', PREFIX);
+    // The slow invocation observes the parked instance, then stalls before its claim write.
+    const slow = motoClients(moto.endpoint);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let observed!: () => void;
+    const hasObserved = new Promise<void>((r) => (observed = r));
+    slow.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName === 'DescribeInstancesCommand') observed();
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    slow.ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'PutParameterCommand') await gate;
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    // Its clock: a config can only have been consumed after a boot, seconds after the claim
+    // it belonged to, so the stall is at least that long.
+    let skew = 0;
+    const slowRun = handler(ci, slow, lines, () => new Date(Date.now() + skew))(jobEvent([job(2)]));
+    await hasObserved;
+    // Meanwhile the fast one activates it, and the instance boots, reads and deletes its config.
+    expect((await handler(ci)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    await c.ssm.send(new DeleteParameterCommand({ Name: paths.runnerConfig(id!) }));
+    skew = 30_000;
+    release();
+    expect((await slowRun).batchItemFailures).toEqual([]);
+
+    const all = await instances();
+    const a = all.find((i) => i.InstanceId === id)!;
+    expect(tag(a, KEYS.jobId)).toBe('github:1');
+    expect(tag(a, KEYS.traceId)).toBe('trace-1');
+    // The slow one's write was removed again, its runner deregistered, and its job went cold.
+    expect((await parameters()).map((p) => p.Name)).not.toContain(paths.runnerConfig(id!));
+    const other = all.find((i) => tag(i, KEYS.jobId) === 'github:2')!;
+    expect(other.InstanceId).not.toBe(id);
+    expect(lines.metric('LostClaims')).toBe(1);
+    expect([...ci.runners.values()].map((r) => r.jobId).sort()).toEqual(['github:1', 'github:2']);
+  });
+});

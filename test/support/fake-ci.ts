@@ -1,0 +1,51 @@
+import { runnerName, type CiProvider, type JobMessage, type Provider, type RunnerRegistration, type RunnerSummary } from '../../lambdas/shared/contract';
+
+/** A CI provider double: registrations in memory, with switches to make calls fail or hang. */
+export class FakeCi implements CiProvider {
+  readonly runners = new Map<string, { runnerId: string; name: string; status: string; busy?: boolean; instanceId: string; jobId: string }>();
+  readonly deleted: string[] = [];
+  created = 0;
+  /** Return an Error to make createRunner fail for that instance. */
+  failCreate: (instanceId: string) => Error | undefined = () => undefined;
+  failDelete = 0;
+  notQueued = new Set<string>();
+  labels = new Map<string, string[]>();
+  private serial = 0;
+
+  constructor(
+    readonly provider: Provider = 'github',
+    private readonly prefix = 'test',
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  async createRunner(job: JobMessage, instanceId: string, _pool: string): Promise<RunnerRegistration> {
+    const failure = this.failCreate(instanceId);
+    if (failure) throw failure;
+    this.created++;
+    const runnerId = String(++this.serial);
+    const name = runnerName(this.prefix, instanceId, new Date(this.clock() + this.serial));
+    this.runners.set(runnerId, { runnerId, name, status: 'offline', busy: false, instanceId, jobId: job.jobId });
+    return { runnerId, name, secret: `jit-secret-${runnerId}`, ...(this.provider === 'gitlab' ? { url: 'https://gitlab.example.com' } : {}) };
+  }
+
+  async deleteRunner(runnerId: string): Promise<void> {
+    if (this.failDelete > 0) {
+      this.failDelete--;
+      throw new Error('ci unavailable');
+    }
+    this.deleted.push(runnerId);
+    this.runners.delete(runnerId);
+  }
+
+  async listRunners(): Promise<RunnerSummary[]> {
+    return [...this.runners.values()].map(({ runnerId, name, status, busy }) => ({ runnerId, name, status, ...(busy === undefined ? {} : { busy }) }));
+  }
+
+  async isJobQueued(job: JobMessage): Promise<boolean> {
+    return !this.notQueued.has(job.jobId);
+  }
+
+  async resolveLabels(job: JobMessage): Promise<string[]> {
+    return this.labels.get(job.jobId) ?? [...job.labels];
+  }
+}
