@@ -1,0 +1,24 @@
+import { execFileSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { bundleDirectory, type BundledHandler } from '../../lib/bundled-function';
+import { LAMBDA_ENV } from '../../lambdas/shared/contract';
+
+// The bundles are what Lambda runs: load each in a clean Node process, as the runtime would,
+// with only the environment the constructs set.
+describe.each<BundledHandler>(['webhook', 'scale-up', 'pool', 'scale-down'])('the %s bundle', (name) => {
+  it('loads on its own and exports a handler function', () => {
+    const env = {
+      PATH: process.env.PATH ?? '',
+      AWS_REGION: 'eu-west-1',
+      [LAMBDA_ENV.fleetConfigParameter]: '/warm-runners/fleet/config',
+      [LAMBDA_ENV.jobsQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/jobs.fifo',
+      [LAMBDA_ENV.deadLetterQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/dlq.fifo',
+      INSTANCE_ARN_PREFIX: 'arn:aws:ec2:eu-west-1:111122223333:instance/',
+    };
+    const out = execFileSync(process.execPath, ['-e', `process.stdout.write(typeof require(${JSON.stringify(bundleDirectory(name))} + '/index.js').handler)`], {
+      env,
+      cwd: '/',
+    }).toString();
+    expect(out).toBe('function');
+  });
+});
