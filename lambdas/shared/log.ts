@@ -33,6 +33,17 @@ export type Unit = 'Count' | 'Seconds' | 'Milliseconds' | 'None';
  * Writes one EMF record: `values` are metrics sharing `dimensions`. CloudWatch extracts
  * them from the log line (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
  */
+/**
+ * The dimension sets one record publishes: the full set and each shorter prefix down to none,
+ * so `JobsFailed` exists per pool and reason, per pool, and fleet-wide. CloudWatch alarms
+ * need a metric with exactly their dimensions; they cannot sum across a dimension.
+ */
+export function rollups(keys: readonly string[]): string[][] {
+  const sets: string[][] = [];
+  for (let n = keys.length; n >= 0; n--) sets.push(keys.slice(0, n));
+  return sets;
+}
+
 export function emitMetrics(
   namespace: string,
   dimensions: Record<string, string>,
@@ -47,7 +58,7 @@ export function emitMetrics(
       _aws: {
         Timestamp: Date.now(),
         CloudWatchMetrics: [
-          { Namespace: namespace, Dimensions: [Object.keys(dimensions)], Metrics: names.map((Name) => ({ Name, Unit: unit })) },
+          { Namespace: namespace, Dimensions: rollups(Object.keys(dimensions)), Metrics: names.map((Name) => ({ Name, Unit: unit })) },
         ],
       },
       ...dimensions,

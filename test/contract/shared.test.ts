@@ -3,7 +3,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { buildFleetConfig } from '../../lambdas/shared/contract';
 import { clearFleetConfigCache, loadFleetConfig } from '../../lambdas/shared/fleet-config-source';
-import { createLogger, emitMetrics } from '../../lambdas/shared/log';
+import { createLogger, emitMetrics, rollups } from '../../lambdas/shared/log';
 
 const config = buildFleetConfig({
   github: { appId: '1', organization: 'acme' },
@@ -55,7 +55,11 @@ describe('log', () => {
     const lines: string[] = [];
     emitMetrics('NS', { Pool: 'linux' }, { WarmActivations: 2 }, 'Count', (l) => lines.push(l));
     const record = JSON.parse(lines[0]!);
-    expect(record._aws.CloudWatchMetrics[0]).toEqual({ Namespace: 'NS', Dimensions: [['Pool']], Metrics: [{ Name: 'WarmActivations', Unit: 'Count' }] });
+    expect(record._aws.CloudWatchMetrics[0]).toEqual({ Namespace: 'NS', Dimensions: [['Pool'], []], Metrics: [{ Name: 'WarmActivations', Unit: 'Count' }] });
     expect(record).toMatchObject({ Pool: 'linux', WarmActivations: 2 });
+  });
+  it('publishes every dimension prefix, so alarms find per-pool and fleet-wide metrics', () => {
+    expect(rollups(['Pool', 'Reason'])).toEqual([['Pool', 'Reason'], ['Pool'], []]);
+    expect(rollups([])).toEqual([[]]);
   });
 });
