@@ -11,7 +11,7 @@ import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './act
 import { launchCold } from './cold';
 import type { JobInFlight, StepContext } from './context';
 import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
-import { matchPool } from './match-pool';
+import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
 
 export interface ScaleUpOptions {
@@ -142,11 +142,13 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           if (item.pool === undefined) {
             const resolve = provider.resolveLabels?.bind(provider);
             const labels = resolve ? await withTimeout('resolveLabels', options.ciTimeoutMs, () => resolve(item.job)) : [...item.job.labels];
-            item.pool = matchPool(config, item.job.provider, labels);
-            if (item.pool === undefined) {
-              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `labels ${labels.join(',')}`);
+            // The webhook's rules (lambdas/shared/match-pool.ts), so both sides route alike.
+            const match = matchPool(config.pools, item.job.provider, labels);
+            if (match.pool === undefined) {
+              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`);
               return;
             }
+            item.pool = match.pool.name;
           }
           if ((item.redelivered || item.waits > 0) && !(await withTimeout('isJobQueued', options.ciTimeoutMs, () => provider.isJobQueued(item.job)))) {
             item.log.info('job no longer queued at the provider, dropping it');

@@ -512,4 +512,24 @@ describe('scale-up: the queue', () => {
     expect((await handler()(jobEvent([k]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
   });
+
+  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, and GitHub needs self-hosted', async () => {
+    const base = fleetConfig();
+    const linux = base.pools[0]!;
+    const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: 'subset' as const }, linux] };
+    aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('wide') });
+    const exact = aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('linux') }).id;
+    const unresolved = (n: number) => {
+      const j = job(n, { labels: [], labelsResolved: false });
+      delete (j as { pool?: string }).pool;
+      return j;
+    };
+    ci.labels.set('github:1', ['self-hosted', 'Linux']);
+    expect((await handler({}, config)(jobEvent([unresolved(1)]))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([exact]);
+    ci.labels.set('github:2', ['linux']);
+    expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
+    expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
+    expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');
+  });
 });
