@@ -4,7 +4,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
-import { parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
+import { JobLookupError, parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
@@ -156,8 +156,21 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             return;
           }
         } catch (error) {
-          item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
-          metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+          if (error instanceof JobLookupError) {
+            // A 404: the job is gone, or the credential cannot see it (both services answer
+            // 404 for "no access"). Not "no runner needed": it fails like any real error, so
+            // the redrive policy dead-letters it after its budget, and the count makes a
+            // credential or permission problem visible instead of jobs vanishing.
+            item.log.error('the CI provider would not show the job; the message will be retried', {
+              error: error.name,
+              reason: error.reason,
+              provider: error.provider,
+            });
+            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: `job-lookup-${error.reason}` });
+          } else {
+            item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
+            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+          }
           fail(item.record);
           return;
         }

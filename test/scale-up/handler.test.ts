@@ -493,6 +493,28 @@ describe('scale-up: the queue', () => {
     expect(ci.created).toBe(0);
   });
 
+  it('fails, logs and counts a job the provider answers 404 for, from isJobQueued and from resolveLabels; never drops it', async () => {
+    park(2);
+    ci.lookupNotFound.add('github:1');
+    ci.lookupNotFound.add('github:2');
+    const unresolved = job(2, { labels: [], labelsResolved: false });
+    delete (unresolved as { pool?: string }).pool;
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'retried', receiveCount: 2 }), record(JSON.stringify(unresolved), { id: 'unresolved' })));
+    expect(res.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['retried', 'unresolved']);
+    expect(ci.lookups).toBe(2);
+    // Nothing deleted, nothing dead-lettered by hand: the redrive policy's budget applies.
+    expect(aws.sent).toEqual([]);
+    expect(ci.created).toBe(0);
+    const logged = lines.logs('the CI provider would not show the job; the message will be retried');
+    expect(logged.map((l) => [l.jobId, l.reason])).toEqual(
+      expect.arrayContaining([
+        ['github:1', 'not-found'],
+        ['github:2', 'not-found'],
+      ]),
+    );
+    expect(lines.metric('JobsFailed', { Reason: 'job-lookup-not-found' })).toBe(2);
+  });
+
   it('retries every message when the instances cannot be observed', async () => {
     aws.fault('DescribeInstances', awsError('UnauthorizedOperation'));
     const res = await handler()(jobEvent(jobs(2)));
