@@ -4,7 +4,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
-import { JobLookupError, parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
+import { instanceArnOf, JobLookupError, parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
@@ -42,6 +42,12 @@ export interface ScaleUpDeps {
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
   readonly queueUrl: string;
   readonly deadLetterQueueUrl: string;
+  /**
+   * `arn:<partition>:ec2:<region>:<account>:instance/` (LAMBDA_ENV.instanceArnPrefix): each
+   * config parameter is tagged with its instance's ARN, which the instance role's IAM
+   * condition compares with the calling instance.
+   */
+  readonly instanceArnPrefix: string;
   readonly now?: () => Date;
   readonly random?: () => number;
   /** Where log lines and EMF records go (stdout in Lambda). */
@@ -70,6 +76,8 @@ interface Item {
  */
 export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Promise<SQSBatchResponse> {
   const options: ScaleUpOptions = { ...SCALE_UP_DEFAULTS, ...deps.options };
+  // Checked once, at construction: a bad prefix fails the cold start, not every claim.
+  const instanceArn = instanceArnOf(deps.instanceArnPrefix);
   const now = deps.now ?? (() => new Date());
   const random = deps.random ?? Math.random;
   const queue: QueueDeps = { aws: deps.aws, sqs: deps.sqs, queueUrl: deps.queueUrl, deadLetterQueueUrl: deps.deadLetterQueueUrl };
@@ -191,6 +199,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         config,
         keys,
         paths: ssmPaths(config.prefix),
+        instanceArn,
         metrics,
         log,
         now,

@@ -6,10 +6,10 @@ import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-u
 import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
-import { decodeRunnerConfig, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
-import { fleetConfig, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
+import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
 const QUEUE = 'https://sqs.local/jobs.fifo';
@@ -19,7 +19,7 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig()) {
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX) {
   return createScaleUpHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -28,6 +28,7 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig()) 
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     queueUrl: QUEUE,
+    instanceArnPrefix,
     deadLetterQueueUrl: DLQ,
     now: () => aws.now,
     random: () => 0.5,
@@ -74,6 +75,7 @@ describe('scale-up: warm activation', () => {
       expect(inst.tags.get(KEYS.activatedAt)).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       const param = aws.parameters.get(paths.runnerConfig(inst.id))!;
       expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(inst.id);
+      expect(param.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst.id}`);
       const runnerId = inst.tags.get(KEYS.runnerId)!;
       expect(decodeRunnerConfig(param.value)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
     }
@@ -138,6 +140,7 @@ describe('scale-up: warm activation', () => {
       loadConfig: async () => fleetConfig(),
       providers: () => ({ github: ci }),
       queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
       deadLetterQueueUrl: DLQ,
       now: () => aws.now,
       sink: lines.sink,
@@ -412,6 +415,7 @@ describe('scale-up: cold launch', () => {
     expect(inst!.tags.get(KEYS.createdBy)).toBe('scale-up');
     expect(inst!.tags.get(KEYS.runnerId)).toBeDefined();
     expect(aws.parameters.get(paths.runnerConfig(inst!.id))!.tags[PARAMETER_INSTANCE_TAG]).toBe(inst!.id);
+    expect(aws.parameters.get(paths.runnerConfig(inst!.id))!.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst!.id}`);
     const fleet = aws.ec2.commandCalls((await import('@aws-sdk/client-ec2')).CreateFleetCommand)[0]!.args[0].input;
     expect(fleet.Type).toBe('instant');
     expect(fleet.TargetCapacitySpecification?.DefaultTargetCapacityType).toBe('on-demand');
@@ -437,6 +441,14 @@ describe('scale-up: cold launch', () => {
     expect([...aws.instances.values()].map((i) => i.state)).toEqual(['terminated']);
     expect(ci.runners.size).toBe(0);
     expect(lines.metric('JobsFailed', { Reason: 'cold-config' })).toBe(1);
+  });
+});
+
+describe('scale-up: the instance ARN prefix', () => {
+  it('refuses to build a handler from a missing or malformed prefix, naming the value', () => {
+    for (const bad of ['', 'arn:aws:ec2:us-east-1:123456789012:instance', 'arn:aws:ec2:us-east-1:1234:instance/']) {
+      expect(() => handler({}, fleetConfig(), bad), bad).toThrow(/instance ARN prefix|12-digit/);
+    }
   });
 });
 

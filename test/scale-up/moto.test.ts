@@ -1,5 +1,5 @@
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { DeleteParameterCommand, GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
+import { DeleteParameterCommand, GetParametersByPathCommand, ListTagsForResourceCommand, type Parameter } from '@aws-sdk/client-ssm';
 import {
   ChangeMessageVisibilityCommand,
   CreateQueueCommand,
@@ -12,9 +12,9 @@ import type { SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { decodeRunnerConfig, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 
@@ -41,6 +41,7 @@ function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now 
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     ...queues,
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
     sink: lines.sink,
   });
 }
@@ -77,6 +78,12 @@ describe('scale-up against moto', () => {
       const value = params.get(paths.runnerConfig(i.InstanceId!));
       expect(value).toBeDefined();
       expect(decodeRunnerConfig(value!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
+      // Warm and cold alike: the tags the instance role's IAM condition checks.
+      const tags = await c.ssm.send(new ListTagsForResourceCommand({ ResourceType: 'Parameter', ResourceId: paths.runnerConfig(i.InstanceId!) }));
+      expect(Object.fromEntries((tags.TagList ?? []).map((t) => [t.Key, t.Value]))).toEqual({
+        [PARAMETER_INSTANCE_TAG]: i.InstanceId,
+        [PARAMETER_INSTANCE_ARN_TAG]: `arn:aws:ec2:us-east-1:123456789012:instance/${i.InstanceId}`,
+      });
     }
     // Redelivery: nothing new.
     expect((await handler(ci)(jobEvent([job(1), job(2), job(3)]))).batchItemFailures).toEqual([]);
