@@ -63,12 +63,32 @@ describe('scale-down handler', () => {
     expect(lines.metric('Sweeps', { Pool: 'linux', Reason: 'idle' })).toBe(2);
   });
 
-  it('keeps the registrations when the termination fails, so the next sweep retries both', async () => {
+  it('a failed termination is retried by the next sweep, which finds the runner gone', async () => {
     const a = activated('1');
     ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
     aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
     expect((await handler()).terminated).toBe(0);
-    expect(ci.deleted).toEqual([]);
+    expect(a.state).toBe('running');
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(lines.logs('terminated').map((l) => l.reason)).toEqual(['job-finished']);
+  });
+
+  it('deregisters an idle runner before terminating, and keeps the instance when the runner took a job meanwhile', async () => {
+    const a = activated('1');
+    const b = activated('2');
+    for (const [id, inst] of [['1', a], ['2', b]] as const) ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: false, instanceId: inst.id, jobId: 'x' });
+    // Runner 1 is idle when listed, and picks up a job right after.
+    const list = ci.listRunners.bind(ci);
+    ci.listRunners = async () => {
+      const seen = await list();
+      ci.runners.get('1')!.busy = true;
+      return seen;
+    };
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(a.state).toBe('running');
+    expect(b.state).not.toBe('running');
+    expect(ci.deleted).toEqual(['2']);
+    expect(lines.logs(/^keeping the instance/).map((l) => [l.instanceId, l.runnerId])).toEqual([[a.id, '1']]);
   });
 
   it('deletes orphaned parameters ten per call', async () => {

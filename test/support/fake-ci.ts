@@ -36,6 +36,8 @@ export class FakeCi implements CiProvider {
       this.failDelete--;
       throw new Error('ci unavailable');
     }
+    // As GitHub answers 422 for a runner that is running a job.
+    if (this.runners.get(runnerId)?.busy === true) throw new Error('runner is busy');
     this.deleted.push(runnerId);
     this.runners.delete(runnerId);
   }
