@@ -13,6 +13,11 @@ export interface ScaleDownDeps {
   readonly aws: AwsCaller;
   readonly loadConfig: () => Promise<FleetConfig>;
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  /**
+   * Providers whose last `listRunners` stopped at the page cap (filled by the providers'
+   * `onListTruncated`); the handler clears a provider before listing and reads it after.
+   */
+  readonly truncatedLists?: Set<Provider>;
   readonly now?: () => Date;
   readonly sink?: Sink;
   readonly options?: Partial<SweepOptions> & { readonly ciTimeoutMs?: number };
@@ -46,17 +51,20 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const instances = await describeFleet(deps.aws, deps.ec2, keys);
       const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
       const runners = new Map<Provider, RunnerSummary[]>();
+      const partial = new Set<Provider>();
       for (const provider of new Set(config.pools.map((p) => p.provider))) {
         const ci = providers[provider];
         if (!ci) continue;
         try {
+          deps.truncatedLists?.delete(provider);
           runners.set(provider, await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners()));
+          if (deps.truncatedLists?.has(provider)) partial.add(provider);
         } catch (error) {
           // Unknown is not empty: decide nothing from this provider's runners this time.
           log.warn('listing runners failed; skipping the decisions that need them', { provider, error: errorName(error) });
         }
       }
-      const plan = planSweep(config, keys, instances, parameters, runners, now(), options);
+      const plan = planSweep(config, keys, instances, parameters, runners, now(), options, partial);
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 

@@ -3,7 +3,7 @@ import { DeleteParametersCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { runnerName, ssmPaths } from '../../lambdas/shared/contract';
+import { runnerName, ssmPaths, type Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -22,7 +22,7 @@ beforeEach(() => {
 afterAll(() => aws.restore());
 
 const hour = 3_600_000;
-function handler() {
+function handler(truncatedLists?: Set<Provider>) {
   return createScaleDownHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -31,6 +31,7 @@ function handler() {
     providers: () => ({ github: ci }),
     now: () => new Date(aws.now.getTime() + hour),
     sink: lines.sink,
+    ...(truncatedLists ? { truncatedLists } : {}),
   })();
 }
 function activated(runnerId: string) {
@@ -89,6 +90,21 @@ describe('scale-down handler', () => {
     expect(b.state).not.toBe('running');
     expect(ci.deleted).toEqual(['2']);
     expect(lines.logs(/^keeping the instance/).map((l) => [l.instanceId, l.runnerId])).toEqual([[a.id, '1']]);
+  });
+
+  it('does not terminate an instance whose runner is missing from a list cut at the page cap', async () => {
+    const a = activated('1');
+    const truncated = new Set<Provider>();
+    // The provider reports the cut through onListTruncated while it lists.
+    ci.listRunners = async () => {
+      truncated.add('github');
+      return [];
+    };
+    expect(await handler(truncated)).toMatchObject({ terminated: 0 });
+    expect(a.state).toBe('running');
+    // The next, complete list decides again.
+    ci.listRunners = async () => [];
+    expect(await handler(truncated)).toMatchObject({ terminated: 1 });
   });
 
   it('deletes orphaned parameters ten per call', async () => {
