@@ -17,7 +17,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer, type BucketRate } from '../../lambdas/shared/pacing';
 import { FakeCi } from '../../test/support/fake-ci';
-import { job, jobEvent, KEYS, PREFIX } from '../../test/support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, PREFIX } from '../../test/support/fixtures';
 import { startMoto, type MotoServer } from '../../test/support/moto';
 import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../../test/support/moto-fleet';
 import { modelSeconds, type RecordedRequest } from './model';
@@ -78,6 +78,7 @@ async function burst(moto: MotoServer, batching: boolean, pacer?: Pacer): Promis
           loadConfig: async () => config,
           providers: () => ({ github: ci }),
           queueUrl: 'unused',
+          instanceArnPrefix: INSTANCE_ARN_PREFIX,
           deadLetterQueueUrl: 'unused',
           options: { batching },
           sink: (line) => {

@@ -15,6 +15,11 @@ export interface CiProviderDeps {
   readonly logger?: Logger;
   /** Where EMF metric lines go (stdout in Lambda). */
   readonly metricSink?: Sink;
+  /**
+   * Told when a `listRunners` stopped at the page cap, besides the log line and metric: the
+   * sweep must then not read a runner's absence from the list as "its job finished".
+   */
+  readonly onListTruncated?: (provider: Provider, info: ListTruncated) => void;
 }
 
 /**
@@ -27,8 +32,9 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
   const out: Partial<Record<Provider, CiProvider>> = {};
   const log = deps.logger ?? createLogger({ fn: 'ci' });
   const truncated = (provider: Provider) => (info: ListTruncated) => {
-    log.warn('runner list stopped at the page cap: runners beyond it are not swept', { provider, scope: info.scope, pages: info.pages });
+    log.warn('runner list stopped at the page cap: runners beyond it are not swept, and their instances not terminated as finished', { provider, scope: info.scope, pages: info.pages });
     emitMetrics(config.metrics.namespace, {}, { [METRIC_NAMES.runnerListTruncated]: 1 }, 'Count', deps.metricSink);
+    deps.onListTruncated?.(provider, info);
   };
   if (config.github) {
     out.github = new GitHubProvider({

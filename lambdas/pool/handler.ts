@@ -90,7 +90,10 @@ async function runPool(
     metrics.add(names.evictions, { Pool: pool.name, Reason: e.reason });
   }
   // An eviction that did not happen still holds its place: launch only for those that did.
-  const notEvicted = plan.evictions.length - evicted.length;
+  // Garbage never held a place (the plan launches as if it were absent), so a garbage
+  // instance that stays must not hold back a launch.
+  const gone = new Set(evicted.map((e) => e.instance.id));
+  const notEvicted = plan.evictions.filter((e) => e.reason !== 'garbage' && !gone.has(e.instance.id)).length;
   const launch = Math.max(0, plan.launch - notEvicted);
   const launched = launch > 0 ? await launchStandbys(deps, config, pool, launch, log) : 0;
   metrics.add(names.parked, { Pool: pool.name }, plan.parked);

@@ -5,7 +5,7 @@ import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetC
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { listRunnerConfigs } from '../shared/parameters';
-import { planSweep, SWEEP_DEFAULTS, type SweepOptions } from './sweep';
+import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
   readonly ec2: EC2Client;
@@ -13,6 +13,11 @@ export interface ScaleDownDeps {
   readonly aws: AwsCaller;
   readonly loadConfig: () => Promise<FleetConfig>;
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  /**
+   * Providers whose last `listRunners` stopped at the page cap (filled by the providers'
+   * `onListTruncated`); the handler clears a provider before listing and reads it after.
+   */
+  readonly truncatedLists?: Set<Provider>;
   readonly now?: () => Date;
   readonly sink?: Sink;
   readonly options?: Partial<SweepOptions> & { readonly ciTimeoutMs?: number };
@@ -27,8 +32,8 @@ export interface SweepSummary {
 /**
  * The scale-down Lambda (on a schedule): observe instances, config parameters and the
  * providers' runners, plan with the pure `planSweep`, then act in batches: one
- * TerminateInstances per 100 instances, one DeleteParameters per 10 parameters, and one
- * deregistration per runner. Every action is logged with its reason and counted.
+ * deregistration per runner (before its instance goes), one TerminateInstances per 100
+ * instances, one DeleteParameters per 10 parameters. Every action is logged with its reason and counted.
  */
 export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<SweepSummary> {
   const now = deps.now ?? (() => new Date());
@@ -46,25 +51,53 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const instances = await describeFleet(deps.aws, deps.ec2, keys);
       const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
       const runners = new Map<Provider, RunnerSummary[]>();
+      const partial = new Set<Provider>();
       for (const provider of new Set(config.pools.map((p) => p.provider))) {
         const ci = providers[provider];
         if (!ci) continue;
         try {
+          deps.truncatedLists?.delete(provider);
           runners.set(provider, await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners()));
+          if (deps.truncatedLists?.has(provider)) partial.add(provider);
         } catch (error) {
           // Unknown is not empty: decide nothing from this provider's runners this time.
           log.warn('listing runners failed; skipping the decisions that need them', { provider, error: errorName(error) });
         }
       }
-      const plan = planSweep(config, keys, instances, parameters, runners, now(), options);
+      const plan = planSweep(config, keys, instances, parameters, runners, now(), options, partial);
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 
-      for (let i = 0; i < plan.terminate.length; i += 100) {
-        const chunk = plan.terminate.slice(i, i + 100);
+      // A runner still listed is deregistered first, and its instance terminated only when
+      // that succeeded: the deregistration is the lock. Between the list and now the idle
+      // runner may have taken a job; GitHub then refuses the deletion (422, runner busy), and
+      // once deleted a runner can take no new job, so nothing working is terminated.
+      const terminate: Terminate[] = [];
+      for (const t of plan.terminate) {
+        const ci = t.runner ? providers[t.runner.provider] : undefined;
+        if (!t.runner || !ci) {
+          terminate.push(t);
+          continue;
+        }
+        try {
+          await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(t.runner!.runnerId));
+          terminate.push(t);
+        } catch (error) {
+          log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', {
+            instanceId: t.instance.id,
+            runnerId: t.runner.runnerId,
+            reason: t.reason,
+            traceId: t.instance.tags.get(keys.traceId),
+            error: errorName(error),
+          });
+        }
+      }
+      for (let i = 0; i < terminate.length; i += 100) {
+        const chunk = terminate.slice(i, i + 100);
         try {
           await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: chunk.map((t) => t.instance.id) }), WRITE_IDEMPOTENT);
         } catch (error) {
+          // Their runners are gone already: the next sweep finds them unlisted and retries.
           log.error('terminating instances failed', { instances: chunk.length, error: errorName(error) });
           continue;
         }
@@ -73,14 +106,6 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
           log.info('terminated', { instanceId: t.instance.id, reason: t.reason, pool, traceId: t.instance.tags.get(keys.traceId), jobId: t.instance.tags.get(keys.jobId) });
           count(pool, t.reason);
           summary.terminated++;
-          const ci = t.runner ? providers[t.runner.provider] : undefined;
-          if (t.runner && ci) {
-            try {
-              await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(t.runner!.runnerId));
-            } catch (error) {
-              log.warn('deregistering a terminated instance runner failed; the next sweep retries', { runnerId: t.runner.runnerId, error: errorName(error) });
-            }
-          }
         }
       }
 

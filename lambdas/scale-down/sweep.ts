@@ -51,7 +51,8 @@ const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
 /**
  * The sweep's plan, from what is observed now: the fleet's instances (all states), the
  * config parameters, and the runners of each provider whose list could be read (a
- * provider missing from `runners` is unknown, never empty: nothing is decided from it).
+ * provider missing from `runners` is unknown, never empty: nothing is decided from it; a
+ * provider in `partial` listed only some runners: nothing is decided from a runner's absence).
  * Nothing is terminated while it may be working: a busy runner keeps its instance, and
  * every rule waits out the grace period from the activation.
  */
@@ -63,6 +64,7 @@ export function planSweep(
   runners: ReadonlyMap<Provider, readonly RunnerSummary[]>,
   now: Date,
   options: SweepOptions = SWEEP_DEFAULTS,
+  partial: ReadonlySet<Provider> = new Set(),
 ): SweepPlan {
   const live = new Map(instances.filter((i) => LIVE.has(i.state)).map((i) => [i.id, i]));
   const grace = options.graceSeconds * 1000;
@@ -90,6 +92,8 @@ export function planSweep(
       continue;
     }
     if (!runners.has(pool.provider)) continue;
+    // A list cut at the provider's page cap says nothing about the runners it lacks.
+    if (!listed && partial.has(pool.provider)) continue;
     if (!listed) {
       terminate.push({ instance: i, reason: 'job-finished' });
       continue;

@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
-import { encodeRunnerConfig, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
 
 /** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
@@ -20,8 +20,10 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
 /**
  * The claim is the config write itself: PutParameter with Overwrite=false succeeds for
  * exactly one writer (ParameterAlreadyExists for every other), so decision and claim are one
- * atomic operation. The parameter is tagged with the instance id in the same call, which
- * IAM uses to let only that instance read and delete it.
+ * atomic operation. The parameter is tagged with the instance id and the instance ARN in the
+ * same call (tags are only accepted on creation, and a later tag call would leave a window
+ * in which the instance cannot read its config): IAM compares the ARN tag with
+ * `ec2:SourceInstanceARN` to let only that instance read and delete it.
  *
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
@@ -39,7 +41,10 @@ export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boo
         Value: value,
         Type: 'SecureString',
         Overwrite: false,
-        Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: a.instanceId }],
+        Tags: [
+          { Key: PARAMETER_INSTANCE_TAG, Value: a.instanceId },
+          { Key: PARAMETER_INSTANCE_ARN_TAG, Value: ctx.instanceArn(a.instanceId) },
+        ],
       }),
       WRITE_ONCE,
       options,

@@ -12,6 +12,8 @@ export interface StepContext {
   readonly config: FleetConfig;
   readonly keys: TagKeys;
   readonly paths: SsmPaths;
+  /** The ARN of an instance, for the config parameter's `PARAMETER_INSTANCE_ARN_TAG`. */
+  readonly instanceArn: (instanceId: string) => string;
   readonly metrics: Metrics;
   readonly log: Logger;
   readonly now: () => Date;

@@ -4,14 +4,14 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
-import { parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
+import { instanceArnOf, JobLookupError, parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
 import type { JobInFlight, StepContext } from './context';
 import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
-import { matchPool } from './match-pool';
+import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
 
 export interface ScaleUpOptions {
@@ -42,6 +42,12 @@ export interface ScaleUpDeps {
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
   readonly queueUrl: string;
   readonly deadLetterQueueUrl: string;
+  /**
+   * `arn:<partition>:ec2:<region>:<account>:instance/` (LAMBDA_ENV.instanceArnPrefix): each
+   * config parameter is tagged with its instance's ARN, which the instance role's IAM
+   * condition compares with the calling instance.
+   */
+  readonly instanceArnPrefix: string;
   readonly now?: () => Date;
   readonly random?: () => number;
   /** Where log lines and EMF records go (stdout in Lambda). */
@@ -70,6 +76,8 @@ interface Item {
  */
 export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Promise<SQSBatchResponse> {
   const options: ScaleUpOptions = { ...SCALE_UP_DEFAULTS, ...deps.options };
+  // Checked once, at construction: a bad prefix fails the cold start, not every claim.
+  const instanceArn = instanceArnOf(deps.instanceArnPrefix);
   const now = deps.now ?? (() => new Date());
   const random = deps.random ?? Math.random;
   const queue: QueueDeps = { aws: deps.aws, sqs: deps.sqs, queueUrl: deps.queueUrl, deadLetterQueueUrl: deps.deadLetterQueueUrl };
@@ -142,11 +150,13 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           if (item.pool === undefined) {
             const resolve = provider.resolveLabels?.bind(provider);
             const labels = resolve ? await withTimeout('resolveLabels', options.ciTimeoutMs, () => resolve(item.job)) : [...item.job.labels];
-            item.pool = matchPool(config, item.job.provider, labels);
-            if (item.pool === undefined) {
-              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `labels ${labels.join(',')}`);
+            // The webhook's rules (lambdas/shared/match-pool.ts), so both sides route alike.
+            const match = matchPool(config.pools, item.job.provider, labels);
+            if (match.pool === undefined) {
+              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`);
               return;
             }
+            item.pool = match.pool.name;
           }
           if ((item.redelivered || item.waits > 0) && !(await withTimeout('isJobQueued', options.ciTimeoutMs, () => provider.isJobQueued(item.job)))) {
             item.log.info('job no longer queued at the provider, dropping it');
@@ -154,8 +164,21 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             return;
           }
         } catch (error) {
-          item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
-          metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+          if (error instanceof JobLookupError) {
+            // A 404: the job is gone, or the credential cannot see it (both services answer
+            // 404 for "no access"). Not "no runner needed": it fails like any real error, so
+            // the redrive policy dead-letters it after its budget, and the count makes a
+            // credential or permission problem visible instead of jobs vanishing.
+            item.log.error('the CI provider would not show the job; the message will be retried', {
+              error: error.name,
+              reason: error.reason,
+              provider: error.provider,
+            });
+            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: `job-lookup-${error.reason}` });
+          } else {
+            item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
+            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+          }
           fail(item.record);
           return;
         }
@@ -176,6 +199,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         config,
         keys,
         paths: ssmPaths(config.prefix),
+        instanceArn,
         metrics,
         log,
         now,

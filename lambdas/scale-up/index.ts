@@ -23,4 +23,5 @@ export const handler = createScaleUpHandler({
   providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
   queueUrl: required(LAMBDA_ENV.jobsQueueUrl),
   deadLetterQueueUrl: required(LAMBDA_ENV.deadLetterQueueUrl),
+  instanceArnPrefix: required(LAMBDA_ENV.instanceArnPrefix),
 });

@@ -9,8 +9,15 @@ const READ_TIMEOUT_MS = 5_000;
 
 interface Cached {
   readonly at: number;
+  readonly value: string;
   readonly config: FleetConfig;
 }
+/**
+ * The same text always yields the same object: callers keep per-config state keyed on the
+ * object's identity (`providersOnce`: the CI providers with their token and secret caches),
+ * which a fresh parse per invocation would rebuild every time.
+ */
+let inlineCopy: { readonly value: string; readonly config: FleetConfig } | undefined;
 /** Keyed by parameter name, so a container whose environment names another parameter never gets the old one's config. */
 const cached = new Map<string, Cached>();
 
@@ -31,7 +38,10 @@ export async function loadFleetConfig(
   options: LoadFleetConfigOptions = {},
 ): Promise<FleetConfig> {
   const inline = env[LAMBDA_ENV.fleetConfig];
-  if (inline) return parseFleetConfig(inline);
+  if (inline) {
+    if (inlineCopy?.value !== inline) inlineCopy = { value: inline, config: parseFleetConfig(inline) };
+    return inlineCopy.config;
+  }
   const name = env[LAMBDA_ENV.fleetConfigParameter];
   if (!name) throw new Error(`neither ${LAMBDA_ENV.fleetConfig} nor ${LAMBDA_ENV.fleetConfigParameter} is set`);
   const hit = cached.get(name);
@@ -40,9 +50,9 @@ export async function loadFleetConfig(
   const out = await ssm.send(new GetParameterCommand({ Name: name }), { abortSignal: options.signal ? AbortSignal.any([timeout, options.signal]) : timeout });
   const value = out.Parameter?.Value;
   if (!value) throw new Error(`fleet config parameter ${name} is empty`);
-  const config = parseFleetConfig(value);
+  const config = hit?.value === value ? hit.config : parseFleetConfig(value);
   cached.delete(name);
-  cached.set(name, { at: now, config });
+  cached.set(name, { at: now, value, config });
   while (cached.size > MAX_ENTRIES) cached.delete(cached.keys().next().value as string);
   return config;
 }
@@ -50,4 +60,5 @@ export async function loadFleetConfig(
 /** For tests: forget the cached copies. */
 export function clearFleetConfigCache(): void {
   cached.clear();
+  inlineCopy = undefined;
 }

@@ -292,8 +292,16 @@ describe('createCiProviders', () => {
     for (let i = 0; i < 2001; i++) runners.push({ id: i + 1, description: `${PREFIX}-i-0000000${i}-x`, status: 'online', runner_type: 'group_type' });
     const lines: string[] = [];
     const metrics: string[] = [];
-    const { gitlab: p } = createCiProviders(glConfig(), { ssm: new SSMClient({}), logger: createLogger({}, (l) => lines.push(l)), metricSink: (l) => metrics.push(l) });
+    const told: string[] = [];
+    const { gitlab: p } = createCiProviders(glConfig(), {
+      ssm: new SSMClient({}),
+      logger: createLogger({}, (l) => lines.push(l)),
+      metricSink: (l) => metrics.push(l),
+      onListTruncated: (provider) => told.push(provider),
+    });
     expect(await p!.listRunners()).toHaveLength(2000);
+    // The sweep's signal that absence from this list means nothing.
+    expect(told).toEqual(['gitlab']);
     expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ level: 'warn', provider: 'gitlab', scope: 'group_type:12', pages: 20 })]);
     expect(metrics.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ [METRIC_NAMES.runnerListTruncated]: 1 })]);
   });

@@ -10,6 +10,10 @@ import {
   qualifiedJobId,
   runnerName,
   ssmPaths,
+  instanceArn,
+  instanceArnOf,
+  LAMBDA_ENV,
+  PARAMETER_INSTANCE_ARN_TAG,
   tagKeys,
   TAG_NAMES,
   warmSizeAt,
@@ -53,6 +57,18 @@ describe('ssm paths', () => {
   });
   it('refuses a non-instance id, so no path can escape the config root', () => {
     expect(() => paths.runnerConfig('../ci/github')).toThrow(/not an EC2 instance id/);
+  });
+  it('builds instance ARNs for the parameter tag IAM compares with ec2:SourceInstanceARN', () => {
+    expect(PARAMETER_INSTANCE_ARN_TAG).toBe('instance-arn');
+    expect(LAMBDA_ENV.instanceArnPrefix).toBe('INSTANCE_ARN_PREFIX');
+    expect(instanceArn('aws', 'eu-west-1', '111122223333', 'i-0123456789abcdef0')).toBe('arn:aws:ec2:eu-west-1:111122223333:instance/i-0123456789abcdef0');
+    expect(instanceArnOf('arn:aws-cn:ec2:cn-north-1:111122223333:instance/')('i-0123456789abcdef0')).toBe(
+      'arn:aws-cn:ec2:cn-north-1:111122223333:instance/i-0123456789abcdef0',
+    );
+    expect(() => instanceArn('aws', 'eu-west-1', '111122223333', '../x')).toThrow(/not an EC2 instance id/);
+    for (const bad of ['', 'arn:aws:ec2:eu-west-1:111122223333:instance', 'arn:aws:ec2:eu-west-1:1111:instance/', 'arn:aws:ec2:Europe:111122223333:instance/', 'arn:aws:s3:eu-west-1:111122223333:instance/']) {
+      expect(() => instanceArnOf(bad), bad).toThrow(/instance ARN prefix|not a 12-digit|not an AWS region/);
+    }
   });
   it('keeps credentials under /<prefix>/ci/', () => {
     for (const name of [...Object.values(paths.github), ...Object.values(paths.gitlab)]) expect(name.startsWith('/fleet/ci/')).toBe(true);

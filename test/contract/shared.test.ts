@@ -20,6 +20,17 @@ describe('loadFleetConfig', () => {
     expect(await loadFleetConfig(new SSMClient({}), { FLEET_CONFIG: JSON.stringify(config) })).toEqual(config);
     expect(ssm.calls()).toHaveLength(0);
   });
+  it('hands out one object per config text, so per-config state (the CI providers and their caches) survives invocations', async () => {
+    const env = { FLEET_CONFIG: JSON.stringify(config) };
+    const first = await loadFleetConfig(new SSMClient({}), env);
+    expect(await loadFleetConfig(new SSMClient({}), env)).toBe(first);
+    ssm.on(GetParameterCommand, { Name: '/p/fleet/config' }).resolves({ Parameter: { Value: JSON.stringify(config) } });
+    const param = { FLEET_CONFIG_PARAMETER: '/p/fleet/config' };
+    const read = await loadFleetConfig(new SSMClient({}), param, 0);
+    // Re-read after the cache period, unchanged: the same object.
+    expect(await loadFleetConfig(new SSMClient({}), param, 61_000)).toBe(read);
+    expect(ssm.commandCalls(GetParameterCommand)).toHaveLength(2);
+  });
   it('reads the parameter once per cache period', async () => {
     ssm.on(GetParameterCommand, { Name: '/p/fleet/config' }).resolves({ Parameter: { Value: JSON.stringify(config) } });
     const env = { FLEET_CONFIG_PARAMETER: '/p/fleet/config' };

@@ -7,7 +7,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { runnerName, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { motoClients, motoFleet, type MotoClients } from '../support/moto-fleet';
 
@@ -40,7 +40,7 @@ describe('the fleet against moto: fill, activate, cold-launch, evict, scale down
     const now = () => clock;
     const ci = new FakeCi('github', PREFIX);
     const pool = () => createPoolHandler({ ...c, aws, loadConfig: async () => config, now, sink: lines.sink })();
-    const scaleUp = createScaleUpHandler({ ...c, aws, loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'd', now, sink: lines.sink });
+    const scaleUp = createScaleUpHandler({ ...c, aws, loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'd', instanceArnPrefix: INSTANCE_ARN_PREFIX, now, sink: lines.sink });
     const scaleDown = () => createScaleDownHandler({ ...c, aws, loadConfig: async () => config, providers: () => ({ github: ci }), now, sink: lines.sink })();
 
     // Fill: three standbys launched, priming.

@@ -66,6 +66,7 @@ const base = createScaleUpHandler({
   providers: () => providers,
   queueUrl: 'q',
   deadLetterQueueUrl: 'd',
+  instanceArnPrefix: 'arn:aws:ec2:us-east-1:123456789012:instance/',
   sink: () => {},
 });
 

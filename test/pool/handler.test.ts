@@ -87,6 +87,20 @@ describe('pool handler', () => {
     expect(aws.parameters.size).toBe(0);
   });
 
+  it('a garbage instance that cannot be evicted does not hold back the launches the target needs', async () => {
+    aws.addInstance({ state: 'stopped', reason: 'Server.InternalError', tags: standbyTags() });
+    aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
+    const [summary] = await handler(fleetConfig({ warmSize: 2 }))();
+    expect(summary).toMatchObject({ target: 2, launched: 2, evicted: {} });
+  });
+
+  it('a parked instance past its maximum age that cannot be evicted still holds its place', async () => {
+    aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags(), launchTime: new Date(0) });
+    aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
+  });
+
   it('does not evict an instance scale-up claimed after the pool observed it', async () => {
     const i = parked();
     aws.fault('PutParameter', (input) => {

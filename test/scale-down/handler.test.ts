@@ -3,7 +3,7 @@ import { DeleteParametersCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { runnerName, ssmPaths } from '../../lambdas/shared/contract';
+import { runnerName, ssmPaths, type Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -22,7 +22,7 @@ beforeEach(() => {
 afterAll(() => aws.restore());
 
 const hour = 3_600_000;
-function handler() {
+function handler(truncatedLists?: Set<Provider>) {
   return createScaleDownHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -31,6 +31,7 @@ function handler() {
     providers: () => ({ github: ci }),
     now: () => new Date(aws.now.getTime() + hour),
     sink: lines.sink,
+    ...(truncatedLists ? { truncatedLists } : {}),
   })();
 }
 function activated(runnerId: string) {
@@ -63,12 +64,47 @@ describe('scale-down handler', () => {
     expect(lines.metric('Sweeps', { Pool: 'linux', Reason: 'idle' })).toBe(2);
   });
 
-  it('keeps the registrations when the termination fails, so the next sweep retries both', async () => {
+  it('a failed termination is retried by the next sweep, which finds the runner gone', async () => {
     const a = activated('1');
     ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
     aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
     expect((await handler()).terminated).toBe(0);
-    expect(ci.deleted).toEqual([]);
+    expect(a.state).toBe('running');
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(lines.logs('terminated').map((l) => l.reason)).toEqual(['job-finished']);
+  });
+
+  it('deregisters an idle runner before terminating, and keeps the instance when the runner took a job meanwhile', async () => {
+    const a = activated('1');
+    const b = activated('2');
+    for (const [id, inst] of [['1', a], ['2', b]] as const) ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: false, instanceId: inst.id, jobId: 'x' });
+    // Runner 1 is idle when listed, and picks up a job right after.
+    const list = ci.listRunners.bind(ci);
+    ci.listRunners = async () => {
+      const seen = await list();
+      ci.runners.get('1')!.busy = true;
+      return seen;
+    };
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(a.state).toBe('running');
+    expect(b.state).not.toBe('running');
+    expect(ci.deleted).toEqual(['2']);
+    expect(lines.logs(/^keeping the instance/).map((l) => [l.instanceId, l.runnerId])).toEqual([[a.id, '1']]);
+  });
+
+  it('does not terminate an instance whose runner is missing from a list cut at the page cap', async () => {
+    const a = activated('1');
+    const truncated = new Set<Provider>();
+    // The provider reports the cut through onListTruncated while it lists.
+    ci.listRunners = async () => {
+      truncated.add('github');
+      return [];
+    };
+    expect(await handler(truncated)).toMatchObject({ terminated: 0 });
+    expect(a.state).toBe('running');
+    // The next, complete list decides again.
+    ci.listRunners = async () => [];
+    expect(await handler(truncated)).toMatchObject({ terminated: 1 });
   });
 
   it('deletes orphaned parameters ten per call', async () => {

@@ -24,7 +24,7 @@ const runner = (i: ObservedInstance, runnerId: string, status: string, busy: boo
 });
 
 describe('planSweep: instances', () => {
-  type Row = [string, ObservedInstance, (i: ObservedInstance) => RunnerSummary[] | undefined, string | undefined];
+  type Row = [string, ObservedInstance, (i: ObservedInstance) => RunnerSummary[] | undefined, string | undefined, boolean?];
   const rows: Row[] = [
     ['runner gone at the provider: job finished', activated('running', 20, '7'), () => [], 'job-finished'],
     ['activated instance powered off', activated('stopped', 20, '7'), () => [], 'job-finished'],
@@ -39,11 +39,14 @@ describe('planSweep: instances', () => {
     ['runner gone but within the grace period', activated('running', 5, '7'), () => [], undefined],
     ['provider list unknown: nothing decided from it', activated('running', 600, '7'), () => undefined, undefined],
     ['provider list unknown, but powered off', activated('stopped', 600, '7'), () => undefined, 'job-finished'],
+    ['list cut at the page cap: a missing runner says nothing', activated('running', 600, '7'), () => [], undefined, true],
+    ['list cut at the page cap, but powered off', activated('stopped', 600, '7'), () => [], 'job-finished', true],
+    ['list cut at the page cap, a listed idle runner still goes', activated('running', 31, '7'), (i) => [runner(i, '7', 'online', false)], 'idle', true],
   ];
-  it.each(rows)('%s', (_name, instance, list, reason) => {
+  it.each(rows)('%s', (_name, instance, list, reason, partial = false) => {
     const l = list(instance);
     const runners = new Map(l === undefined ? [] : [['github' as const, l]]);
-    const plan = planSweep(config, KEYS, [instance], [], runners, NOW);
+    const plan = planSweep(config, KEYS, [instance], [], runners, NOW, undefined, new Set(partial ? (['github'] as const) : []));
     expect(plan.terminate.map((t) => t.reason)).toEqual(reason ? [reason] : []);
   });
 

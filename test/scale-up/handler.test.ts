@@ -6,10 +6,10 @@ import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-u
 import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
-import { decodeRunnerConfig, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
-import { fleetConfig, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
+import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
 const QUEUE = 'https://sqs.local/jobs.fifo';
@@ -19,7 +19,7 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig()) {
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX) {
   return createScaleUpHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -28,6 +28,7 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig()) 
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     queueUrl: QUEUE,
+    instanceArnPrefix,
     deadLetterQueueUrl: DLQ,
     now: () => aws.now,
     random: () => 0.5,
@@ -74,6 +75,7 @@ describe('scale-up: warm activation', () => {
       expect(inst.tags.get(KEYS.activatedAt)).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       const param = aws.parameters.get(paths.runnerConfig(inst.id))!;
       expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(inst.id);
+      expect(param.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst.id}`);
       const runnerId = inst.tags.get(KEYS.runnerId)!;
       expect(decodeRunnerConfig(param.value)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
     }
@@ -138,6 +140,7 @@ describe('scale-up: warm activation', () => {
       loadConfig: async () => fleetConfig(),
       providers: () => ({ github: ci }),
       queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
       deadLetterQueueUrl: DLQ,
       now: () => aws.now,
       sink: lines.sink,
@@ -412,6 +415,7 @@ describe('scale-up: cold launch', () => {
     expect(inst!.tags.get(KEYS.createdBy)).toBe('scale-up');
     expect(inst!.tags.get(KEYS.runnerId)).toBeDefined();
     expect(aws.parameters.get(paths.runnerConfig(inst!.id))!.tags[PARAMETER_INSTANCE_TAG]).toBe(inst!.id);
+    expect(aws.parameters.get(paths.runnerConfig(inst!.id))!.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst!.id}`);
     const fleet = aws.ec2.commandCalls((await import('@aws-sdk/client-ec2')).CreateFleetCommand)[0]!.args[0].input;
     expect(fleet.Type).toBe('instant');
     expect(fleet.TargetCapacitySpecification?.DefaultTargetCapacityType).toBe('on-demand');
@@ -437,6 +441,14 @@ describe('scale-up: cold launch', () => {
     expect([...aws.instances.values()].map((i) => i.state)).toEqual(['terminated']);
     expect(ci.runners.size).toBe(0);
     expect(lines.metric('JobsFailed', { Reason: 'cold-config' })).toBe(1);
+  });
+});
+
+describe('scale-up: the instance ARN prefix', () => {
+  it('refuses to build a handler from a missing or malformed prefix, naming the value', () => {
+    for (const bad of ['', 'arn:aws:ec2:us-east-1:123456789012:instance', 'arn:aws:ec2:us-east-1:1234:instance/']) {
+      expect(() => handler({}, fleetConfig(), bad), bad).toThrow(/instance ARN prefix|12-digit/);
+    }
   });
 });
 
@@ -493,6 +505,28 @@ describe('scale-up: the queue', () => {
     expect(ci.created).toBe(0);
   });
 
+  it('fails, logs and counts a job the provider answers 404 for, from isJobQueued and from resolveLabels; never drops it', async () => {
+    park(2);
+    ci.lookupNotFound.add('github:1');
+    ci.lookupNotFound.add('github:2');
+    const unresolved = job(2, { labels: [], labelsResolved: false });
+    delete (unresolved as { pool?: string }).pool;
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'retried', receiveCount: 2 }), record(JSON.stringify(unresolved), { id: 'unresolved' })));
+    expect(res.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(['retried', 'unresolved']);
+    expect(ci.lookups).toBe(2);
+    // Nothing deleted, nothing dead-lettered by hand: the redrive policy's budget applies.
+    expect(aws.sent).toEqual([]);
+    expect(ci.created).toBe(0);
+    const logged = lines.logs('the CI provider would not show the job; the message will be retried');
+    expect(logged.map((l) => [l.jobId, l.reason])).toEqual(
+      expect.arrayContaining([
+        ['github:1', 'not-found'],
+        ['github:2', 'not-found'],
+      ]),
+    );
+    expect(lines.metric('JobsFailed', { Reason: 'job-lookup-not-found' })).toBe(2);
+  });
+
   it('retries every message when the instances cannot be observed', async () => {
     aws.fault('DescribeInstances', awsError('UnauthorizedOperation'));
     const res = await handler()(jobEvent(jobs(2)));
@@ -511,5 +545,25 @@ describe('scale-up: the queue', () => {
     delete (k as { pool?: string }).pool;
     expect((await handler()(jobEvent([k]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
+  });
+
+  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, and GitHub needs self-hosted', async () => {
+    const base = fleetConfig();
+    const linux = base.pools[0]!;
+    const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: 'subset' as const }, linux] };
+    aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('wide') });
+    const exact = aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('linux') }).id;
+    const unresolved = (n: number) => {
+      const j = job(n, { labels: [], labelsResolved: false });
+      delete (j as { pool?: string }).pool;
+      return j;
+    };
+    ci.labels.set('github:1', ['self-hosted', 'Linux']);
+    expect((await handler({}, config)(jobEvent([unresolved(1)]))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([exact]);
+    ci.labels.set('github:2', ['linux']);
+    expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
+    expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
+    expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');
   });
 });

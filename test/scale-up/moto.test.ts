@@ -1,11 +1,20 @@
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { DeleteParameterCommand, GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
+import { DeleteParameterCommand, GetParametersByPathCommand, ListTagsForResourceCommand, type Parameter } from '@aws-sdk/client-ssm';
+import {
+  ChangeMessageVisibilityCommand,
+  CreateQueueCommand,
+  DeleteMessageCommand,
+  GetQueueAttributesCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+} from '@aws-sdk/client-sqs';
+import type { SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { decodeRunnerConfig, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 
@@ -24,15 +33,15 @@ beforeEach(async () => {
   config = await motoFleet(c);
 });
 
-function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now = () => new Date()) {
+function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now = () => new Date(), queues = { queueUrl: 'unused', deadLetterQueueUrl: 'unused' }) {
   return createScaleUpHandler({
     ...clients,
     now,
     aws: new AwsCaller({ sleep: async () => {} }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
-    queueUrl: 'unused',
-    deadLetterQueueUrl: 'unused',
+    ...queues,
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
     sink: lines.sink,
   });
 }
@@ -69,6 +78,12 @@ describe('scale-up against moto', () => {
       const value = params.get(paths.runnerConfig(i.InstanceId!));
       expect(value).toBeDefined();
       expect(decodeRunnerConfig(value!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
+      // Warm and cold alike: the tags the instance role's IAM condition checks.
+      const tags = await c.ssm.send(new ListTagsForResourceCommand({ ResourceType: 'Parameter', ResourceId: paths.runnerConfig(i.InstanceId!) }));
+      expect(Object.fromEntries((tags.TagList ?? []).map((t) => [t.Key, t.Value]))).toEqual({
+        [PARAMETER_INSTANCE_TAG]: i.InstanceId,
+        [PARAMETER_INSTANCE_ARN_TAG]: `arn:aws:ec2:us-east-1:123456789012:instance/${i.InstanceId}`,
+      });
     }
     // Redelivery: nothing new.
     expect((await handler(ci)(jobEvent([job(1), job(2), job(3)]))).batchItemFailures).toEqual([]);
@@ -155,5 +170,54 @@ describe('scale-up against moto', () => {
     expect(other.InstanceId).not.toBe(id);
     expect(lines.metric('LostClaims')).toBe(1);
     expect([...ci.runners.values()].map((r) => r.jobId).sort()).toEqual(['github:1', 'github:2']);
+  });
+
+  it('a job the provider answers 404 for is retried and reaches the dead-letter queue after the redrive budget', async () => {
+    const maxReceiveCount = 3;
+    const dlq = (await c.sqs.send(new CreateQueueCommand({ QueueName: 'jobs-dlq.fifo', Attributes: { FifoQueue: 'true' } }))).QueueUrl!;
+    const dlqArn = (await c.sqs.send(new GetQueueAttributesCommand({ QueueUrl: dlq, AttributeNames: ['QueueArn'] }))).Attributes!.QueueArn!;
+    const queueUrl = (
+      await c.sqs.send(
+        new CreateQueueCommand({
+          QueueName: 'jobs.fifo',
+          Attributes: { FifoQueue: 'true', RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount }) },
+        }),
+      )
+    ).QueueUrl!;
+    await parkInMoto(c, config, 1);
+    const ci = new FakeCi('github', PREFIX);
+    ci.lookupNotFound.add('github:1');
+    const unresolved = job(1, { labels: [], labelsResolved: false });
+    delete (unresolved as { pool?: string }).pool;
+    await c.sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(unresolved), MessageGroupId: 'github:1', MessageDeduplicationId: 'd1' }));
+    const lines = new Lines();
+    const run = handler(ci, c, lines, undefined, { queueUrl, deadLetterQueueUrl: dlq });
+    // As the event source delivers: receive, invoke, delete what succeeded, and (instead of
+    // waiting out the visibility timeout) make the failures visible again at once.
+    for (let round = 0; round < maxReceiveCount + 2; round++) {
+      const got = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
+      const messages = got.Messages ?? [];
+      if (messages.length === 0) break;
+      const records = messages.map(
+        (m) =>
+          ({
+            messageId: m.MessageId!,
+            receiptHandle: m.ReceiptHandle!,
+            body: m.Body!,
+            attributes: m.Attributes ?? {},
+            messageAttributes: {},
+          }) as unknown as SQSRecord,
+      );
+      const failed = new Set((await run({ Records: records })).batchItemFailures.map((f) => f.itemIdentifier));
+      for (const m of messages) {
+        if (failed.has(m.MessageId!)) await c.sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
+        else await c.sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle! }));
+      }
+    }
+    const dead = (await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: dlq, MaxNumberOfMessages: 10 }))).Messages ?? [];
+    expect(dead.map((m) => JSON.parse(m.Body!).jobId)).toEqual(['github:1']);
+    expect(ci.lookups).toBe(maxReceiveCount);
+    expect(lines.metric('JobsFailed', { Reason: 'job-lookup-not-found' })).toBe(maxReceiveCount);
+    expect(ci.created).toBe(0);
   });
 });

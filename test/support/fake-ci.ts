@@ -1,4 +1,4 @@
-import { runnerName, type CiProvider, type JobMessage, type Provider, type RunnerRegistration, type RunnerSummary } from '../../lambdas/shared/contract';
+import { JobLookupError, runnerName, type CiProvider, type JobMessage, type Provider, type RunnerRegistration, type RunnerSummary } from '../../lambdas/shared/contract';
 
 /** A CI provider double: registrations in memory, with switches to make calls fail or hang. */
 export class FakeCi implements CiProvider {
@@ -10,6 +10,9 @@ export class FakeCi implements CiProvider {
   failDelete = 0;
   notQueued = new Set<string>();
   labels = new Map<string, string[]>();
+  /** Jobs whose look-up answers 404 (gone, or not visible to the credential). */
+  lookupNotFound = new Set<string>();
+  lookups = 0;
   private serial = 0;
 
   constructor(
@@ -33,6 +36,8 @@ export class FakeCi implements CiProvider {
       this.failDelete--;
       throw new Error('ci unavailable');
     }
+    // As GitHub answers 422 for a runner that is running a job.
+    if (this.runners.get(runnerId)?.busy === true) throw new Error('runner is busy');
     this.deleted.push(runnerId);
     this.runners.delete(runnerId);
   }
@@ -42,10 +47,14 @@ export class FakeCi implements CiProvider {
   }
 
   async isJobQueued(job: JobMessage): Promise<boolean> {
+    this.lookups++;
+    if (this.lookupNotFound.has(job.jobId)) throw new JobLookupError(this.provider, job.providerJobId, 'not-found');
     return !this.notQueued.has(job.jobId);
   }
 
   async resolveLabels(job: JobMessage): Promise<string[]> {
+    this.lookups++;
+    if (this.lookupNotFound.has(job.jobId)) throw new JobLookupError(this.provider, job.providerJobId, 'not-found');
     return this.labels.get(job.jobId) ?? [...job.labels];
   }
 }

@@ -3,6 +3,8 @@ import { buildFleetConfig, CREATED_BY, qualifiedJobId, tagKeys, WARM_STANDBY_VAL
 
 export const PREFIX = 'test';
 export const KEYS = tagKeys(PREFIX);
+/** LAMBDA_ENV.instanceArnPrefix for tests: moto's default account and region. */
+export const INSTANCE_ARN_PREFIX = 'arn:aws:ec2:us-east-1:123456789012:instance/';
 
 export function fleetConfig(pool: Partial<PoolInput> = {}): FleetConfig {
   return buildFleetConfig({

@@ -12,4 +12,9 @@ export const LAMBDA_ENV = {
    * real failures reach it through the queue's redrive policy.
    */
   deadLetterQueueUrl: 'DEAD_LETTER_QUEUE_URL',
+  /**
+   * Scale-up: `arn:<partition>:ec2:<region>:<account>:instance/`, from which it builds the
+   * instance ARN tagged on each runner config parameter (`PARAMETER_INSTANCE_ARN_TAG`).
+   */
+  instanceArnPrefix: 'INSTANCE_ARN_PREFIX',
 } as const;

@@ -36,15 +36,31 @@ export interface SsmPaths {
 export const PARAMETER_INSTANCE_TAG = 'instance-id';
 
 /**
- * Tag on every runner config parameter holding its instance's ARN. The instance role's
- * statement compares it with the policy variable `${ec2:SourceInstanceARN}`, so an instance
- * can read and delete only its own parameter (see docs/security.md).
+ * Tag on every runner config parameter holding its instance's ARN: the instance role's IAM
+ * condition compares it with `ec2:SourceInstanceARN`, so an instance reads and deletes only
+ * its own config. Written in the same PutParameter as the config (the claim).
  */
 export const PARAMETER_INSTANCE_ARN_TAG = 'instance-arn';
 
-/** ARN of an EC2 instance, as `ec2:SourceInstanceARN` presents it. */
+/** The ARN of an EC2 instance, as `ec2:SourceInstanceARN` names it. */
 export function instanceArn(partition: string, region: string, account: string, instanceId: string): string {
+  if (!/^aws(-[a-z]+)*$/.test(partition)) throw new Error(`"${partition}" is not an AWS partition (aws, aws-cn, aws-us-gov, ...)`);
+  if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region)) throw new Error(`"${region}" is not an AWS region (e.g. eu-west-1)`);
+  if (!/^\d{12}$/.test(account)) throw new Error(`"${account}" is not a 12-digit AWS account id`);
+  if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`"${instanceId}" is not an EC2 instance id`);
   return `arn:${partition}:ec2:${region}:${account}:instance/${instanceId}`;
+}
+
+/**
+ * Parses the `INSTANCE_ARN_PREFIX` value (`arn:aws:ec2:eu-west-1:111122223333:instance/`)
+ * into a function from instance id to ARN, failing with a message that names the bad value.
+ */
+export function instanceArnOf(prefix: string): (instanceId: string) => string {
+  const m = /^arn:([^:]+):ec2:([^:]+):([^:]+):instance\/$/.exec(prefix);
+  if (!m) throw new Error(`instance ARN prefix "${prefix}" must look like "arn:aws:ec2:eu-west-1:111122223333:instance/"`);
+  const [, partition, region, account] = m as unknown as [string, string, string, string];
+  instanceArn(partition, region, account, 'i-00000000');
+  return (instanceId) => instanceArn(partition, region, account, instanceId);
 }
 
 export function ssmPaths(prefix: string): SsmPaths {
