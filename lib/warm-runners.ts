@@ -1,4 +1,4 @@
-import { CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
+import { Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -165,6 +165,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
 
     this.jobs = new JobQueue(this, 'Jobs');
     const environment = { [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig, [LAMBDA_ENV.jobsQueueUrl]: this.jobs.queue.queueUrl };
+    // Scale-up tags each config parameter with its instance's ARN (the instance role's condition).
+    const instanceArnPrefix = `arn:${Aws.PARTITION}:ec2:${Aws.REGION}:${Aws.ACCOUNT_ID}:instance/`;
 
     this.webhookFunction = new BundledFunction(this, 'Webhook', {
       handler: 'webhook',
@@ -180,7 +182,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       handler: 'scale-up',
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
       timeout: Duration.seconds(60),
-      environment,
+      environment: {
+        ...environment,
+        [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl,
+        [LAMBDA_ENV.instanceArnPrefix]: instanceArnPrefix,
+      },
       logRetention,
     });
     this.poolFunction = new BundledFunction(this, 'Pool', {
@@ -273,7 +279,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     launch(this.scaleUpFunction, ['ec2:CreateFleet', 'ec2:RunInstances']);
     this.scaleUpFunction.addToRolePolicy(describe);
     this.scaleUpFunction.addToRolePolicy(
-      new iam.PolicyStatement({ actions: ['ec2:StartInstances', 'ec2:CreateTags', 'ec2:DeleteTags'], resources: [fleetInstances], conditions: ownedByFleet }),
+      // TerminateInstances: a cold instance whose config could not be written is not left running.
+      new iam.PolicyStatement({
+        actions: ['ec2:StartInstances', 'ec2:CreateTags', 'ec2:DeleteTags', 'ec2:TerminateInstances'],
+        resources: [fleetInstances],
+        conditions: ownedByFleet,
+      }),
     );
     this.scaleUpFunction.addToRolePolicy(
       new iam.PolicyStatement({
@@ -294,6 +305,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ec2:TerminateInstances', 'ec2:CreateTags'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
+    // The eviction lock is a marker written where the instance's config would go, so an
+    // eviction and a claim can never both win.
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ssm:PutParameter', 'ssm:AddTagsToResource', 'ssm:DeleteParameter', 'ssm:GetParameter'],
+        resources: [runnerConfigArn],
+      }),
+    );
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath'], resources: [parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))] }),
+    );
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ec2:CancelSpotInstanceRequests'],
@@ -306,9 +328,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
     this.scaleDownFunction.addToRolePolicy(
-      new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameter'], resources: [runnerConfigArn, parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))] }),
+      new iam.PolicyStatement({
+        actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameter', 'ssm:DeleteParameters'],
+        resources: [runnerConfigArn, parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))],
+      }),
     );
-    this.scaleDownFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:DescribeParameters'], resources: ['*'] }));
     if (props.encryptionKey) {
       props.encryptionKey.grantEncryptDecrypt(this.scaleUpFunction);
     }
@@ -323,7 +347,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       acknowledgeWildcard(fn.role!, '*', reasons.any);
       acknowledgeWildcard(fn.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     }
-    for (const fn of [this.scaleUpFunction, this.scaleDownFunction]) {
+    for (const fn of [this.scaleUpFunction, this.poolFunction, this.scaleDownFunction]) {
       acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
     }
     acknowledgeWildcard(this.poolFunction.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);

@@ -13,7 +13,7 @@ describe.each<BundledHandler>(['webhook', 'scale-up', 'pool', 'scale-down'])('th
       [LAMBDA_ENV.fleetConfigParameter]: '/warm-runners/fleet/config',
       [LAMBDA_ENV.jobsQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/jobs.fifo',
       [LAMBDA_ENV.deadLetterQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/dlq.fifo',
-      INSTANCE_ARN_PREFIX: 'arn:aws:ec2:eu-west-1:111122223333:instance/',
+      [LAMBDA_ENV.instanceArnPrefix]: 'arn:aws:ec2:eu-west-1:111122223333:instance/',
     };
     const out = execFileSync(process.execPath, ['-e', `process.stdout.write(typeof require(${JSON.stringify(bundleDirectory(name))} + '/index.js').handler)`], {
       env,

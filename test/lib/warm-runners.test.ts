@@ -267,3 +267,61 @@ describe('snapshot', () => {
     expect(json).toMatchSnapshot();
   });
 });
+
+describe('control plane permissions (what the handlers call, and no more)', () => {
+  const acct = 'arn:aws:ec2:eu-west-1:111122223333';
+  const fleetInstance = `${acct}:instance/i-0aaaaaaaaaaaaaaaa`;
+  const config = 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/i-0aaaaaaaaaaaaaaaa';
+  const configRoot = 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config';
+  const poolTag = { [`aws:ResourceTag/${tagKeys('warm-runners').pool}`]: 'linux-x64' };
+  type Row = [action: string, resource: string, context: Record<string, string>, allowed: boolean];
+  const check = (role: string, rows: Row[]) => {
+    const statements = rolePolicyStatements(role);
+    for (const [action, resource, context, allowed] of rows) {
+      expect(isAllowed(statements, { action, resource, context }), `${role} ${action} on ${resource}`).toBe(allowed);
+    }
+  };
+  it('scale-up', () =>
+    check('RunnersScaleUpRole', [
+      ['ec2:StartInstances', fleetInstance, poolTag, true],
+      ['ec2:StartInstances', fleetInstance, {}, false],
+      ['ec2:CreateTags', fleetInstance, poolTag, true],
+      ['ec2:DeleteTags', fleetInstance, poolTag, true],
+      ['ec2:TerminateInstances', fleetInstance, poolTag, true],
+      ['ec2:TerminateInstances', fleetInstance, {}, false],
+      ['ec2:DescribeInstances', '*', {}, true],
+      ['ssm:PutParameter', config, {}, true],
+      ['ssm:AddTagsToResource', config, {}, true],
+      ['ssm:DeleteParameter', config, {}, true],
+      ['ssm:PutParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key', {}, false],
+      ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key', {}, true],
+      ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/webhook-secret', {}, false],
+      ['ec2:StopInstances', fleetInstance, poolTag, false],
+    ]));
+  it('pool', () =>
+    check('RunnersPoolRole', [
+      ['ec2:TerminateInstances', fleetInstance, poolTag, true],
+      ['ec2:TerminateInstances', fleetInstance, {}, false],
+      ['ssm:PutParameter', config, {}, true],
+      ['ssm:DeleteParameter', config, {}, true],
+      ['ssm:GetParametersByPath', configRoot, {}, true],
+      ['ec2:CancelSpotInstanceRequests', `${acct}:spot-instances-request/sir-1`, {}, true],
+      ['ec2:StartInstances', fleetInstance, poolTag, false],
+      ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/gitlab/runner-token', {}, false],
+    ]));
+  it('scale-down', () =>
+    check('RunnersScaleDownRole', [
+      ['ec2:TerminateInstances', fleetInstance, poolTag, true],
+      ['ec2:TerminateInstances', fleetInstance, {}, false],
+      ['ssm:GetParametersByPath', configRoot, {}, true],
+      ['ssm:DeleteParameters', config, {}, true],
+      ['ssm:PutParameter', config, {}, false],
+      ['ec2:StartInstances', fleetInstance, poolTag, false],
+    ]));
+  it('scale-up gets the dead-letter queue and the instance ARN prefix', () => {
+    const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Serves queued jobs') } }));
+    const vars = resolvePseudo(fn!.Properties.Environment.Variables, PSEUDO) as Record<string, string>;
+    expect(vars.INSTANCE_ARN_PREFIX).toBe('arn:aws:ec2:eu-west-1:111122223333:instance/');
+    expect(vars.DEAD_LETTER_QUEUE_URL).toBeDefined();
+  });
+});
