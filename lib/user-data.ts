@@ -7,6 +7,7 @@ import {
   PROVIDERS,
   RUNNER_CONFIG_KEYS,
   RUNNER_CONFIG_VERSION,
+  WARM_STANDBY_VALUE,
   prefixProblem,
   ssmPaths,
   tagKeys,
@@ -93,6 +94,12 @@ export interface UserDataOptions {
   readonly awsAttempts?: number;
   /** Time limit of one IMDS request. @default 2 */
   readonly httpTimeoutSeconds?: number;
+  /** `--cli-connect-timeout` of every aws CLI call (the CLI's own default is 60). @default 3 */
+  readonly awsConnectTimeoutSeconds?: number;
+  /** `--cli-read-timeout` of every aws CLI call (the CLI's own default is 60). @default 5 */
+  readonly awsReadTimeoutSeconds?: number;
+  /** AWS_MAX_ATTEMPTS (standard retry mode) of each aws CLI call, inside each of `awsAttempts`. @default 2 */
+  readonly awsCliMaxAttempts?: number;
   /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
   readonly runnerWaitTimeoutSeconds?: number;
   /** Name of the hook's unit. @default '<prefix>-start-runner.service' */
@@ -120,6 +127,9 @@ const DEFAULTS = {
   imdsAttempts: 10,
   awsAttempts: 5,
   httpTimeoutSeconds: 2,
+  awsConnectTimeoutSeconds: 3,
+  awsReadTimeoutSeconds: 5,
+  awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 300,
   imdsEndpoint: 'http://169.254.169.254',
   awsCli: 'aws',
@@ -162,6 +172,9 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     imdsAttempts: options.imdsAttempts ?? DEFAULTS.imdsAttempts,
     awsAttempts: options.awsAttempts ?? DEFAULTS.awsAttempts,
     httpTimeoutSeconds: options.httpTimeoutSeconds ?? DEFAULTS.httpTimeoutSeconds,
+    awsConnectTimeoutSeconds: options.awsConnectTimeoutSeconds ?? DEFAULTS.awsConnectTimeoutSeconds,
+    awsReadTimeoutSeconds: options.awsReadTimeoutSeconds ?? DEFAULTS.awsReadTimeoutSeconds,
+    awsCliMaxAttempts: options.awsCliMaxAttempts ?? DEFAULTS.awsCliMaxAttempts,
     runnerWaitTimeoutSeconds: options.runnerWaitTimeoutSeconds ?? DEFAULTS.runnerWaitTimeoutSeconds,
     unitName: options.unitName ?? `${safePrefix}-start-runner.service`,
     hostPaths: {
@@ -181,6 +194,9 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
 
   if (!USER_PATTERN.test(resolved.runnerUser)) {
     problems.push(`runnerUser "${resolved.runnerUser}" must be a Linux user name (lower-case letters, digits, "_" or "-", at most 32)`);
+  } else if (resolved.runnerUser === 'root') {
+    // The job runs as this user: as root it could read the boot's state and change the host.
+    problems.push('runnerUser "root" is refused: jobs run as the runner user, so give it an unprivileged user (the default "runner")');
   }
   const checkPath = (name: string, value: string, allowEmpty = false): void => {
     if (allowEmpty && value === '') return;
@@ -208,6 +224,9 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkNumber('pollSeconds', resolved.pollSeconds, 0.01, 300, false);
   checkNumber('retryDelaySeconds', resolved.retryDelaySeconds, 0, 300, false);
   checkNumber('httpTimeoutSeconds', resolved.httpTimeoutSeconds, 0.1, 60, false);
+  checkNumber('awsConnectTimeoutSeconds', resolved.awsConnectTimeoutSeconds, 1, 60, true);
+  checkNumber('awsReadTimeoutSeconds', resolved.awsReadTimeoutSeconds, 1, 60, true);
+  checkNumber('awsCliMaxAttempts', resolved.awsCliMaxAttempts, 1, 10, true);
   checkNumber('imdsAttempts', resolved.imdsAttempts, 1, 60, true);
   checkNumber('awsAttempts', resolved.awsAttempts, 1, 20, true);
   checkNumber('runnerWaitTimeoutSeconds', resolved.runnerWaitTimeoutSeconds, 1, 86_400, true);
@@ -296,15 +315,17 @@ function readTemplate(name: string): string {
 
 /**
  * Drops full-line comments and blank lines, keeping the shebang, "##" notes, shellcheck
- * directives and the marker lines, and with `dedent` the indentation (about 1 KB of the
- * start logic). Runs on the template before substitution, so rendered values (the unit
+ * directives (without their reasons) and the marker lines, and with `dedent` the indentation
+ * (about 1 KB of the start logic) and line continuations. Runs on the template before substitution, so rendered values (the unit
  * text, prepare commands) are never touched; the template has no multi-line strings.
  */
 function stripShellComments(text: string, dedent = false): string {
   const markers: readonly string[] = [START_LOGIC_MARKERS.begin, START_LOGIC_MARKERS.end];
-  return text
+  const kept = text
     .split('\n')
     .map((line) => (dedent && !markers.includes(line) ? line.trimStart() : line))
+    // A directive's reason is for the template's reader: `# shellcheck disable=SC1 # why`.
+    .map((line) => line.replace(/^(\s*# shellcheck\s[^#]*?)\s+#.*$/, '$1'))
     .filter((line) => {
       if (markers.includes(line)) return true;
       const trimmed = line.trim();
@@ -313,6 +334,8 @@ function stripShellComments(text: string, dedent = false): string {
       return trimmed.startsWith('#!') || trimmed.startsWith('##') || /^# shellcheck\s/.test(trimmed);
     })
     .join('\n');
+  // Continued lines become one line (dedented, the continuation's indentation is gone).
+  return dedent ? kept.replace(/ \\\n/g, ' ') : kept;
 }
 
 /** Replaces every @@NAME@@; throws when the template and the values disagree. */
@@ -363,6 +386,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     MODE_WAIT: mode('WAIT'),
     PROVIDER_GITHUB: q('github' satisfies Provider),
     TAG_WARM_STANDBY: q(tags.warmStandby),
+    WARM_STANDBY_VALUE: q(WARM_STANDBY_VALUE),
     TAG_ACTIVATED_AT: q(tags.activatedAt),
     TAG_TRACE_ID: q(tags.traceId),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
@@ -387,6 +411,9 @@ export function renderStartLogic(options: UserDataOptions): string {
     IMDS_ATTEMPTS: q(String(o.imdsAttempts)),
     AWS_ATTEMPTS: q(String(o.awsAttempts)),
     HTTP_TIMEOUT_SECONDS: q(String(o.httpTimeoutSeconds)),
+    AWS_CONNECT_TIMEOUT: q(String(o.awsConnectTimeoutSeconds)),
+    AWS_READ_TIMEOUT: q(String(o.awsReadTimeoutSeconds)),
+    AWS_CLI_MAX_ATTEMPTS: q(String(o.awsCliMaxAttempts)),
     UNIT_DIR: q(o.hostPaths.unitDir),
     UNIT_NAME: q(o.unitName),
     HOOK_PATH: q(o.hostPaths.hookPath),

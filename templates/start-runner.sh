@@ -13,35 +13,34 @@
 #   PRIME tagged warm standby and not activated: install the hook, prepare, power off.
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
-# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, systemctl, runuser, getent, dd, and for
-# an empty PRE_READ_DEVICE findmnt and lsblk.
+# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, flock, timeout, systemctl, runuser, getent,
+# dd, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
 umask 022
 export TZ=UTC
-# The contract, rendered from lambdas/shared/contract.
-readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@ GITHUB=@@PROVIDER_GITHUB@@
-readonly TAG_WARM=@@TAG_WARM_STANDBY@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@
-readonly CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@
-readonly K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@
-readonly L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@
-# The pool's settings.
-readonly PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@
-readonly GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@
-# Time bounds.
-readonly WAIT_SECONDS=@@WAIT_SECONDS@@ POLL=@@POLL_SECONDS@@ DELAY=@@RETRY_DELAY_SECONDS@@
-readonly IMDS_TRIES=@@IMDS_ATTEMPTS@@ AWS_TRIES=@@AWS_ATTEMPTS@@ HTTP_TIMEOUT=@@HTTP_TIMEOUT_SECONDS@@
-# Host paths and endpoints.
-readonly UNIT_DIR=@@UNIT_DIR@@ UNIT=@@UNIT_NAME@@ HOOK=@@HOOK_PATH@@ STATE=@@STATE_DIR@@ LOG_FILE=@@LOG_FILE@@
-readonly MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DMI_ASSET_TAG_FILE@@ UUID_SRC=@@RANDOM_UUID_FILE@@
-readonly IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@
-readonly BEGIN=@@BEGIN_MARKER@@ END=@@END_MARKER@@
-readonly UNIT_TEXT=@@UNIT_TEXT@@
+# In order: the contract (rendered from lambdas/shared/contract); the pool's settings; time
+# bounds; host paths and endpoints. The renderer joins continued lines (size).
+readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@ GITHUB=@@PROVIDER_GITHUB@@ \
+  TAG_WARM=@@TAG_WARM_STANDBY@@ WARM_VALUE=@@WARM_STANDBY_VALUE@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@ \
+  CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
+  K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
+  L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
+  PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@ \
+  GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@ \
+  WAIT_SECONDS=@@WAIT_SECONDS@@ POLL=@@POLL_SECONDS@@ DELAY=@@RETRY_DELAY_SECONDS@@ \
+  IMDS_TRIES=@@IMDS_ATTEMPTS@@ AWS_TRIES=@@AWS_ATTEMPTS@@ HTTP_TIMEOUT=@@HTTP_TIMEOUT_SECONDS@@ \
+  CONNECT=@@AWS_CONNECT_TIMEOUT@@ READ=@@AWS_READ_TIMEOUT@@ CLI_TRIES=@@AWS_CLI_MAX_ATTEMPTS@@ \
+  UNIT_DIR=@@UNIT_DIR@@ UNIT=@@UNIT_NAME@@ HOOK=@@HOOK_PATH@@ STATE=@@STATE_DIR@@ LOG_FILE=@@LOG_FILE@@ \
+  MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DMI_ASSET_TAG_FILE@@ UUID_SRC=@@RANDOM_UUID_FILE@@ \
+  IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@ \
+  BEGIN=@@BEGIN_MARKER@@ END=@@END_MARKER@@ \
+  UNIT_TEXT=@@UNIT_TEXT@@
 # shellcheck disable=SC2016 # literals for bash -c, expanded when they run
 PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
-CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER=''
+CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 HELD=0
 
 # Every line carries the trace id once the tags named one, except on a PRIME boot.
 log() {
@@ -57,16 +56,13 @@ fail() {
 
 # imds PATH [PUT]: 0 with OUT set, 1 when IMDS answers 404, 2 when it does not answer after
 # the retries (the metadata service may lag the first second of a boot).
+# Never through a proxy the environment may name: IMDS is link-local.
 imds() {
   local i code
+  local -a h=(-H "X-aws-ec2-metadata-token: $TOKEN")
+  [[ ${2-} != PUT ]] || h=(-X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600')
   for ((i = 1; i <= IMDS_TRIES; i++)); do
-    if [[ ${2-} == PUT ]]; then
-      OUT=$(curl -s --max-time "$HTTP_TIMEOUT" -w '\n%{http_code}' -X PUT \
-        -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' "$IMDS/latest/$1") || OUT=$'\n000'
-    else
-      OUT=$(curl -s --max-time "$HTTP_TIMEOUT" -w '\n%{http_code}' \
-        -H "X-aws-ec2-metadata-token: $TOKEN" "$IMDS/latest/$1") || OUT=$'\n000'
-    fi
+    OUT=$(curl -s --noproxy '*' --max-time "$HTTP_TIMEOUT" -w '\n%{http_code}' "${h[@]}" "$IMDS/latest/$1") || OUT=$'\n000'
     code=${OUT##*$'\n'} OUT=${OUT%$'\n'*}
     [[ $code == 200 ]] && return 0
     [[ $code == 404 ]] && return 1
@@ -89,7 +85,7 @@ tag() {
 # cached region is reused and this boot saves an IMDS request. A clone has another id and
 # reads the identity document again.
 read_identity() {
-  local dmi='' k v cid='' creg='' tmp
+  local dmi='' k v cid='' creg='' tmp sp=' *'
   [[ ! -r $DMI_ID ]] || read -r dmi <"$DMI_ID" || true
   if [[ -r $STATE/identity ]]; then
     while IFS='=' read -r k v; do
@@ -100,9 +96,9 @@ read_identity() {
     ID=$dmi REGION=$creg
     return
   fi
-  imds dynamic/instance-identity/document || fail "IMDS did not return the instance identity document"
-  [[ $OUT =~ \"instanceId\"[[:space:]]*:[[:space:]]*\"(i-[0-9a-f]+)\" ]] && ID=${BASH_REMATCH[1]}
-  [[ $OUT =~ \"region\"[[:space:]]*:[[:space:]]*\"([a-z0-9-]+)\" ]] && REGION=${BASH_REMATCH[1]}
+  imds dynamic/instance-identity/document || fail "no instance identity document from IMDS"
+  [[ $OUT =~ \"instanceId\"$sp:$sp\"(i-[0-9a-f]+)\" ]] && ID=${BASH_REMATCH[1]}
+  [[ $OUT =~ \"region\"$sp:$sp\"([a-z0-9-]+)\" ]] && REGION=${BASH_REMATCH[1]}
   [[ $ID =~ $ID_RE && -n $REGION ]] || fail "the identity document lacks instanceId or region"
   tmp=$(mktemp "$STATE/identity.XXXXXX")
   printf 'id=%s\nregion=%s\n' "$ID" "$REGION" >"$tmp"
@@ -122,9 +118,10 @@ read_tags() {
     imds meta-data/tags/instance || rc=$?
     ((rc < 2)) || fail "IMDS did not answer for the tag listing"
     ((rc == 0)) || fail "instance tags are not in instance metadata: enable InstanceMetadataTags in the launch template"
-    OUT=$'\n'$OUT$'\n'
-    [[ $OUT != *$'\n'"$TAG_WARM"$'\n'* ]] || WARM=1
-    if ((!WARM)) && [[ $OUT == *$'\n'"$TAG_TRACE"$'\n'* ]] && tag "$TAG_TRACE"; then TRACE=$OUT; fi
+    local keys=$'\n'$OUT$'\n'
+    # Decided by the value (the contract's WARM_STANDBY_VALUE), not by the key being there.
+    if [[ $keys == *$'\n'"$TAG_WARM"$'\n'* ]] && tag "$TAG_WARM" && [[ $OUT == "$WARM_VALUE" ]]; then WARM=1; fi
+    if ((!WARM)) && [[ $keys == *$'\n'"$TAG_TRACE"$'\n'* ]] && tag "$TAG_TRACE"; then TRACE=$OUT; fi
   fi
   # Printed on every line: keep it one safe token.
   TRACE=${TRACE//[^A-Za-z0-9._:-]/_}
@@ -134,18 +131,30 @@ read_tags() {
 # aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
 # it may be the secret), 1 on ParameterNotFound, 2 when every attempt failed. Only
 # ParameterNotFound means "no config": throttling or a network that is not up yet must never
-# be read as WAIT or PRIME.
+# be read as WAIT or PRIME. Every call is time-bounded (the CLI's defaults are a 60 s read
+# timeout and up to 5 attempts); the retry settings are given to this call only, never
+# exported (the runner starts from this shell). With DEADLINE set (WAIT), no attempt starts
+# after it and a hanging call is killed there.
 aws_try() {
-  local what=$1 i rc f
+  local what=$1 i rc f left
+  local -a lim=()
   shift
   for ((i = 1; i <= AWS_TRIES; i++)); do
+    if ((DEADLINE)); then
+      left=$((DEADLINE - SECONDS))
+      ((left > 0)) || return 2
+      lim=(timeout -k 1 "$left")
+    fi
     f=$(mktemp)
     rc=0
-    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} \
-      --region "$REGION" "$@" 2>"$f") || rc=$?
+    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard \
+      "${lim[@]}" "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} --cli-connect-timeout "$CONNECT" \
+      --cli-read-timeout "$READ" --region "$REGION" "$@" 2>"$f") || rc=$?
     ERR=$(<"$f")
     rm -f "$f"
     ((rc)) || return 0
+    # Only timeout exits 124 (the CLI's own codes are 0-2, 130 and 252-255).
+    ((rc != 124)) || ERR="stopped at the WAIT bound $ERR"
     ERR=${ERR//$'\n'/ }
     [[ $ERR != *'(ParameterNotFound)'* ]] || return 1
     log "$what failed (attempt $i/$AWS_TRIES): ${ERR:0:300}"
@@ -159,6 +168,8 @@ get_config() {
   aws_try "reading $PARAM" ssm get-parameter --name "$PARAM" --with-decryption \
     --query Parameter.Value --output text || rc=$?
   CONFIG=$OUT OUT=''
+  # Read: whatever happens next, the parameter must not outlive this boot (on_exit).
+  ((rc)) || HELD=1
   return $rc
 }
 
@@ -195,13 +206,13 @@ parse_config() {
 log_latency() {
   local base frac secs now d sign=''
   [[ -n $ACTIVATED ]] || return 0
-  if [[ $ACTIVATED =~ ^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})(\.([0-9]+))?Z$ ]]; then
+  if [[ $ACTIVATED =~ ^([0-9-]{10}T[0-9:]{8})(\.([0-9]+))?Z$ ]]; then
     base=${BASH_REMATCH[1]} frac=${BASH_REMATCH[3]}000
     secs=$(date -u -d "$ACTIVATED" +%s 2>/dev/null) ||
       secs=$(date -j -u -f %Y-%m-%dT%H:%M:%S "$base" +%s 2>/dev/null) || secs=''
   fi
   if [[ ! ${secs-} =~ ^[0-9]+$ ]]; then
-    log "warning: tag $TAG_ACTIVATED is not an ISO 8601 UTC time: no latency line"
+    log "warning: $TAG_ACTIVATED is no ISO 8601 UTC time: no latency line"
     return 0
   fi
   now=${EPOCHREALTIME//[!0-9]/}
@@ -216,7 +227,7 @@ log_latency() {
 disable_hook() {
   printf '%s\n' "$ID" >"$STATE/run-began"
   [[ -e $UNIT_DIR/$UNIT ]] || return 0
-  { systemctl disable --no-reload "$UNIT" >/dev/null 2>&1 || log "warning: could not disable $UNIT"; } &
+  { systemctl disable --no-reload "$UNIT" &>/dev/null || log "warning: could not disable $UNIT"; } &
   DISABLER=$!
 }
 
@@ -233,7 +244,7 @@ new_machine_id() {
 check_runner() {
   local bin=$GITLAB_BIN
   [[ $PROVIDER != "$GITHUB" ]] || bin=$RUNNER_DIR/run.sh
-  [[ -x $bin ]] || fail "no $PROVIDER runner at $bin: bake it into the AMI or install it with a prepare command"
+  [[ -x $bin ]] || fail "no $PROVIDER runner at $bin: bake it into the AMI or install it in a prepare command"
   getent passwd "$RUNNER_USER" >/dev/null || fail "no user $RUNNER_USER to run the runner as"
 }
 
@@ -243,7 +254,7 @@ check_runner() {
 start_runner() {
   local home=''
   local -a cmd env
-  IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || fail "no user $RUNNER_USER"
+  IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || exit 1
   env=(HOME="${home:-$RUNNER_DIR}" USER="$RUNNER_USER" LOGNAME="$RUNNER_USER" LANG="${LANG:-C.UTF-8}"
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   cmd=("$RUNNER_DIR/run.sh" --jitconfig "$JIT")
@@ -254,15 +265,17 @@ start_runner() {
     chown "$RUNNER_USER" "$RUNNER_DIR/builds"
   fi
   cd "$RUNNER_DIR"
-  ((EUID != 0)) || [[ $RUNNER_USER == root ]] || exec runuser -u "$RUNNER_USER" -- env -i "${env[@]}" "${cmd[@]}"
+  # The lock stays with this script, not with the job.
+  exec 9>&-
+  ((EUID != 0)) || exec runuser -u "$RUNNER_USER" -- env -i "${env[@]}" "${cmd[@]}"
   exec env -i "${env[@]}" "${cmd[@]}"
 }
 
-# Runs in a subshell beside the runner. "Not found" counts as deleted.
+# Runs in a subshell. "Not found" counts as deleted.
 delete_config() {
   local rc=0
   aws_try "deleting $PARAM" ssm delete-parameter --name "$PARAM" >/dev/null || rc=$?
-  ((rc == 2)) && exit 1
+  ((rc < 2)) || { log "warning: $PARAM not deleted; the scale-down sweep removes it" && exit 1; }
   log "deleted $PARAM"
 }
 
@@ -292,28 +305,33 @@ run_mode() {
   JIT='' URL='' RTOKEN=''
   # Off the critical path: the runner is already starting.
   delete_config &
-  deleter=$!
+  deleter=$! HELD=0
   wait $runner || status=$?
   log "runner exited with status $status"
-  wait $deleter || log "warning: $PARAM was not deleted; the scale-down sweep removes it"
+  wait $deleter || true
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
   terminate
 }
 
+# The bound holds even when SSM hangs: aws_try stops at DEADLINE.
 wait_mode() {
-  local end=$((SECONDS + WAIT_SECONDS)) rc
+  local rc polls=0
+  DEADLINE=$((SECONDS + WAIT_SECONDS))
   MODE=$MODE_WAIT
-  log "$L_MODE=$MODE instance=$ID: no runner config yet, polling up to ${WAIT_SECONDS}s"
-  while ((SECONDS < end)); do
+  log "$L_MODE=$MODE instance=$ID: no config yet, polling up to ${WAIT_SECONDS}s"
+  while ((SECONDS < DEADLINE)); do
     sleep "$POLL"
     rc=0
+    ((++polls))
     get_config || rc=$?
     if ((rc == 0)); then
+      DEADLINE=0
       run_mode
       return
     fi
   done
-  fail "no runner config at $PARAM after ${WAIT_SECONDS}s"
+  DEADLINE=0
+  fail "no runner config at $PARAM after ${WAIT_SECONDS}s ($polls polls)"
 }
 
 # Copies the block between the markers out of the running file ($0 is the user data on the
@@ -321,7 +339,7 @@ wait_mode() {
 # the hook: a redirect onto the running hook would truncate it before bash has read it.
 install_hook() {
   local src=${BASH_SOURCE[0]} line state=0 tmp
-  [[ -f $src ]] || fail "cannot read the start logic from $src: run the user data as a file, as cloud-init does"
+  [[ -f $src ]] || fail "cannot read $src: run the user data as a file, as cloud-init does"
   mkdir -p "${HOOK%/*}" "$UNIT_DIR"
   tmp=$(mktemp "$HOOK.XXXXXX")
   {
@@ -330,10 +348,7 @@ install_hook() {
       [[ $state == 1 || $line == "$BEGIN" ]] || continue
       state=1
       printf '%s\n' "$line"
-      if [[ $line == "$END" ]]; then
-        state=2
-        break
-      fi
+      [[ $line != "$END" ]] || { state=2 && break; }
     done <"$src"
   } >"$tmp"
   if ((state != 2)); then
@@ -348,7 +363,7 @@ install_hook() {
   chmod 0644 "$tmp"
   mv -f "$tmp" "$UNIT_DIR/$UNIT"
   systemctl enable "$UNIT" || fail "systemctl enable $UNIT failed"
-  log "installed and enabled $UNIT running $HOOK"
+  log "enabled $UNIT running $HOOK"
 }
 
 # EBS volumes created from a snapshot load each block on its first read; reading the root
@@ -377,9 +392,9 @@ prime_mode() {
   check_runner
   pre_read
   log "primed; powering off"
-  shutdown -h now || fail "shutdown failed"
-  # systemd may stop this script before it exits: that is no failed PRIME.
+  # Set first: systemd's SIGTERM may arrive before shutdown returns; that is no failed PRIME.
   ENDING=1
+  shutdown -h now || { ENDING=0 && fail "shutdown failed"; }
 }
 
 # A failed cold instance terminates itself; a warm standby that fails before choosing a mode
@@ -389,12 +404,14 @@ prime_mode() {
 on_exit() {
   local status=$?
   ((status && !ENDING)) || return 0
+  # A config that was read but not used (unparseable, no runner): the secret must not linger.
+  ((!HELD)) || (delete_config) || true
   if [[ $MODE == "$MODE_PRIME" ]]; then
-    log "PRIME failed (status $status): not powering off; the pool evicts it"
+    log "PRIME failed (status $status): not powering off"
   elif ((!TAGS_READ)); then
     log "failed (status $status) before the tags were read: not terminating"
   elif ((WARM)) && [[ -z $MODE ]]; then
-    log "warm standby failed (status $status) before choosing a mode: left for the pool to evict"
+    log "warm standby failed (status $status) before a mode: left for the pool to evict"
   else
     log "failed (status $status) in ${MODE:-a cold start}: terminating"
     terminate || true
@@ -404,12 +421,14 @@ on_exit() {
 main() {
   local rc=0
   ((BASH_VERSINFO[0] >= 5)) || fail "needs bash 5, this is $BASH_VERSION"
-  for c in curl "$AWS"; do command -v "$c" >/dev/null || fail "$c not found: the boot script needs curl and the aws CLI"; done
+  for c in curl flock timeout "$AWS"; do command -v "$c" >/dev/null || fail "$c not found"; done
   mkdir -p "$STATE" "${LOG_FILE%/*}"
-  if [[ -e $STATE/run-began ]]; then
-    log "a RUN began on an earlier boot: not starting again"
-    [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" >/dev/null 2>&1 || true
-    return 0
+  # One start logic per boot: the user data and the hook can both run on a first boot (an
+  # image baked from a primed instance). The lock lasts until the runner exits.
+  exec 9>>"$STATE/lock"
+  if ! flock -n 9; then
+    log "$STATE/lock is held: another start logic runs"
+    exit 0
   fi
   trap on_exit EXIT
   trap 'exit 143' TERM
@@ -417,6 +436,18 @@ main() {
   imds api/token PUT || fail "IMDS at $IMDS issued no token after $IMDS_TRIES attempts"
   TOKEN=$OUT
   read_identity
+  # The marker counts for this instance only: an image baked after a RUN carries another's.
+  if [[ -e $STATE/run-began ]]; then
+    local began=''
+    read -r began <"$STATE/run-began" || true
+    if [[ $began == "$ID" ]]; then
+      log "a RUN began on an earlier boot: not starting again"
+      [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" &>/dev/null || true
+      return 0
+    fi
+    log "ignoring the run-began marker of ${began:-another instance}"
+    rm -f "$STATE/run-began"
+  fi
   PARAM=$CONFIG_ROOT$ID
   read_tags
   # A warm standby's first boot primes without touching SSM (the pool launched it: no config
@@ -434,7 +465,7 @@ main() {
   case $rc in
     0) run_mode ;;
     1) wait_mode ;;
-    *) fail "could not read $PARAM after $AWS_TRIES attempts; not taking that for no config" ;;
+    *) fail "cannot read $PARAM; not taking that for no config" ;;
   esac
 }
 

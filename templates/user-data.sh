@@ -8,5 +8,5 @@
 # Custom user data (docs/boot-modes.md) must keep the block verbatim, marker lines included,
 # run as a file (not piped into bash: PRIME copies the block out of "$0"), and put its own
 # steps before the block: the block ends with "exit".
-## cdk-warm-runners: PRIME copies the lines between the markers into the boot hook.
+## PRIME copies the lines between the markers into the boot hook.
 @@START_RUNNER@@

@@ -166,11 +166,16 @@ export class ImdsServer {
   }
 }
 
-/** Forwards to moto; counts every AWS call and answers with ThrottlingException while told to. */
+/**
+ * Forwards to moto; counts every AWS call, answers with an error (ThrottlingException unless
+ * told another) while told to, and can accept a call and never answer it.
+ */
 export class AwsProxy {
   readonly log: LoggedAwsCall[] = [];
-  /** Action -> number of calls still to throttle. */
-  readonly throttle = new Map<string, number>();
+  /** Action -> number of calls still to refuse, and the error code to refuse them with. */
+  readonly throttle = new Map<string, { count: number; error: string }>();
+  /** Action -> number of calls still to accept and leave unanswered (status -1 in the log). */
+  readonly hang = new Map<string, number>();
   /** Number of requests still to drop without an answer, as a network that is not up. */
   drop = 0;
   private readonly server = createServer((req, res) => void this.handle(req, res));
@@ -198,11 +203,19 @@ export class AwsProxy {
     const action =
       typeof target === 'string' ? target : `EC2.${new URLSearchParams(body.toString()).get('Action') ?? 'unknown'}`;
     const accessKeyId = /Credential=([^/,\s]+)/.exec(String(req.headers.authorization ?? ''))?.[1] ?? '';
-    const left = this.throttle.get(action) ?? 0;
-    if (left > 0) {
-      this.throttle.set(action, left - 1);
+    const hang = this.hang.get(action) ?? 0;
+    if (hang > 0) {
+      // The connection stays open without a byte of answer, as behind a black-holing route.
+      this.hang.set(action, hang - 1);
+      this.log.push({ t: now(), action, accessKeyId, status: -1 });
+      return;
+    }
+    const fault = this.throttle.get(action);
+    if (fault && fault.count > 0) {
+      fault.count -= 1;
       this.log.push({ t: now(), action, accessKeyId, status: 400 });
-      send(res, 400, JSON.stringify({ __type: 'ThrottlingException', message: 'Rate exceeded' }), 'application/x-amz-json-1.1');
+      const message = fault.error === 'ThrottlingException' ? 'Rate exceeded' : `User is not authorized to perform: ${action}`;
+      send(res, 400, JSON.stringify({ __type: fault.error, message }), 'application/x-amz-json-1.1');
       return;
     }
     const url = new URL(req.url ?? '/', this.upstream);
@@ -289,7 +302,10 @@ export async function startBootSandbox(): Promise<BootSandbox> {
           }
         }
         case 'POST /throttle':
-          proxy.throttle.set(String(input.action), Number(input.count));
+          proxy.throttle.set(String(input.action), { count: Number(input.count), error: String(input.error ?? 'ThrottlingException') });
+          return json({ ok: true });
+        case 'POST /hang':
+          proxy.hang.set(String(input.action), Number(input.count));
           return json({ ok: true });
         case 'POST /drop':
           proxy.drop = Number(input.count);
@@ -300,6 +316,7 @@ export async function startBootSandbox(): Promise<BootSandbox> {
           imds.log.length = 0;
           proxy.log.length = 0;
           proxy.throttle.clear();
+          proxy.hang.clear();
           proxy.drop = 0;
           return json({ ok: true });
         default:

@@ -52,9 +52,20 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   boot_first github
   [ "$status" -ne 0 ]
   grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
-  grep -qF "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s" "$ROOT/out"
+  local line polls reads first ended
+  line=$(grep -F "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s (" "$ROOT/out")
+  [[ $line =~ \(([0-9]+)\ polls\) ]]
+  polls=${BASH_REMATCH[1]}
+  # It polled: one read to choose the mode, then one per poll (ParameterNotFound is final).
+  reads=$(aws_actions | grep -c AmazonSSM.GetParameter)
+  [ "$polls" -ge 2 ]
+  [ "$reads" -eq $((polls + 1)) ]
+  # ... and for its whole bound: at least 5 s (6 s, less SECONDS' whole-second granularity)
+  # from the read that chose WAIT to the termination.
+  first=$(aws_times AmazonSSM.GetParameter | head -n 1)
+  ended=$(aws_times EC2.TerminateInstances | head -n 1)
+  awk -v a="$first" -v b="$ended" 'BEGIN { exit !(b - a >= 5000) }'
   [ ! -e "$ROOT/calls/runner" ]
-  aws_actions | grep -qx EC2.TerminateInstances
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
@@ -65,6 +76,9 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$status" -ne 0 ]
   grep -qF "is not version 1" "$ROOT/out"
   [ ! -e "$ROOT/calls/runner" ]
+  # The unusable config is a secret all the same: deleted on the way out.
+  refute param_exists
+  grep -qF "deleted $CONFIG_ROOT$INSTANCE_ID" "$ROOT/out"
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
@@ -92,6 +106,40 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(aws_actions)" = '' ]
   param_exists
   [ "$(instance_state)" = running ]
+}
+
+@test "a PRIME that systemd signals while shutdown runs is no failed PRIME" {
+  new_instance "$(warm_tags)"
+  echo term >"$ROOT/calls/shutdown-mode"
+  boot_first github
+  # Stopped by the SIGTERM (143), and quietly: the PRIME succeeded.
+  [ "$status" -eq 143 ]
+  called shutdown "-h now"
+  grep -qF "primed; powering off" "$ROOT/out"
+  refute grep -qF "PRIME failed" "$ROOT/out"
+  refute grep -qF "error:" "$ROOT/out"
+}
+
+@test "a PRIME whose shutdown fails is a failed PRIME" {
+  new_instance "$(warm_tags)"
+  echo fail >"$ROOT/calls/shutdown-mode"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "error: shutdown failed" "$ROOT/out"
+  grep -qF "PRIME failed (status 1)" "$ROOT/out"
+  [ "$(aws_actions)" = '' ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "warm standby is decided by the tag's value, not by the key being there" {
+  new_instance "$(standby_tags false)"
+  github_config jit-not-warm
+  boot_first github
+  [ "$status" -eq 0 ]
+  refute grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-not-warm ]
 }
 
 @test "a failing PRIME does not power off" {
@@ -185,6 +233,40 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(aws_actions)" = '' ]
 }
 
+@test "a run-began marker left by another instance (image baked after a RUN) is ignored and replaced" {
+  new_instance "$(cold_tags)"
+  mkdir -p "$ROOT/var/lib/warm-runners"
+  echo i-0aaaaaaaaaaaaaaaa >"$ROOT/var/lib/warm-runners/run-began"
+  github_config jit-baked
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "ignoring the run-began marker of i-0aaaaaaaaaaaaaaaa" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-baked ]
+  [ "$(cat "$ROOT/var/lib/warm-runners/run-began")" = "$INSTANCE_ID" ]
+}
+
+@test "user data and hook starting together on one boot start exactly one runner" {
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 5)\"")"
+  github_config jit-concurrent
+  # An image baked from a primed instance: the hook is enabled when cloud-init runs the user
+  # data. Both start the start logic at once.
+  mkdir -p "$ROOT/usr/local/sbin"
+  install -m 755 "$ROOT/hook-github.sh" "$ROOT/usr/local/sbin/start-runner"
+  local a b sa=0 sb=0
+  boot_env "$ROOT/user-data-github.sh" >"$ROOT/out-a" 2>&1 &
+  a=$!
+  boot_env "$ROOT/usr/local/sbin/start-runner" >"$ROOT/out-b" 2>&1 &
+  b=$!
+  wait "$a" || sa=$?
+  wait "$b" || sb=$?
+  cat "$ROOT/out-a" "$ROOT/out-b" >"$ROOT/out"
+  [ "$sa" -eq 0 ]
+  [ "$sb" -eq 0 ]
+  [ "$(wc -l <"$ROOT/calls/runner")" -eq 1 ]
+  [ "$(grep -c "$LOG_MODE=RUN" "$ROOT/out")" -eq 1 ]
+  [ "$(grep -c "$ROOT/var/lib/warm-runners/lock is held: another start logic runs" "$ROOT/out")" -eq 1 ]
+}
+
 @test "re-priming through the hook does not truncate the hook" {
   new_instance "$(warm_tags)"
   boot_first github
@@ -260,35 +342,47 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   grep 'start-runner\[' "$ROOT/out" | refute grep -vF "$LOG_TRACE=trace-0af3 "
 }
 
-@test "the latency line under GNU date" {
-  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 100)\",\"$TAG_TRACE\":\"trace-gnu\"")"
-  github_config jit-gnu
-  boot_first github
+# latency_boot EPOCH MILLIS [bsd]: a RUN of an activated instance whose activation tag is
+# EPOCH.MILLIS; sets LATENCY and IMPLIED (runner start - latency, in epoch seconds: the
+# activation time the script worked out).
+latency_boot() {
+  local iso line
+  iso=$(date -u -d "@$1" +%Y-%m-%dT%H:%M:%S).$2Z
+  rm -rf "$ROOT/calls/"* "$ROOT/var/lib"
+  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$iso\",\"$TAG_TRACE\":\"trace-latency\"")"
+  github_config "jit-latency-$2"
+  if [[ -n ${3-} ]]; then EXTRA_PATH=$ROOT/bsd boot_first github; else boot_first github; fi
   [ "$status" -eq 0 ]
-  local line value
   line=$(grep -F "$LOG_LATENCY=" "$ROOT/out")
   [ "$(wc -l <<<"$line")" -eq 1 ]
-  [[ $line == *"$LOG_TRACE=trace-gnu $LOG_LATENCY="* ]]
-  value=${line##*"$LOG_LATENCY="}
-  [[ $value =~ ^[0-9]+\.[0-9]{3}$ ]]
-  # Activated 100.75 s before this test started (iso_ago writes .250); the boot took a few more.
-  awk -v v="$value" 'BEGIN { exit !(v >= 99.75 && v < 160) }'
-  # The runner started after the line was written.
-  [ -e "$ROOT/calls/runner" ]
+  [[ $line == *"$LOG_TRACE=trace-latency $LOG_LATENCY="* ]]
+  LATENCY=${line##*"$LOG_LATENCY="}
+  [[ $LATENCY =~ ^[0-9]+\.[0-9]{3}$ ]]
+  IMPLIED=$(awk -v s="$(cat "$ROOT/calls/runner.started")" -v l="$LATENCY" 'BEGIN { printf "%.3f", s - l }')
+  # The line is written before the runner starts, so the activation time it implies is never
+  # earlier than the tag's (a dropped or misread fraction makes it up to 0.999 s earlier).
+  awk -v i="$IMPLIED" -v a="$1.$2" 'BEGIN { exit !(i >= a) }'
+}
+
+@test "the latency line under GNU date counts the milliseconds of the activation tag" {
+  local base zero
+  base=$(($(date +%s) - 100))
+  latency_boot "$base" 000
+  zero=$IMPLIED
+  latency_boot "$base" 999
+  # Tags .000 and .999 in the same second: the implied activation times are ~1 s apart.
+  awk -v a="$zero" -v b="$IMPLIED" 'BEGIN { d = b - a; exit !(d > 0.5 && d < 1.5) }'
 }
 
 @test "the latency line under BSD date (fractional seconds and trailing Z)" {
-  new_instance "$(warm_tags "\"$TAG_ACTIVATED\":\"$(iso_ago 100)\",\"$TAG_TRACE\":\"trace-bsd\"")"
-  github_config jit-bsd
-  EXTRA_PATH=$ROOT/bsd boot_first github
-  [ "$status" -eq 0 ]
+  local base nine
+  base=$(($(date +%s) - 100))
+  latency_boot "$base" 999 bsd
   # The script really went through the BSD shim, and BSD's strict -f got a string it parses.
   grep -q -- '-j -u -f' "$ROOT/calls/date"
-  local value
-  value=$(grep -F "$LOG_LATENCY=" "$ROOT/out")
-  value=${value##*"$LOG_LATENCY="}
-  [[ $value =~ ^[0-9]+\.[0-9]{3}$ ]]
-  awk -v v="$value" 'BEGIN { exit !(v >= 99.75 && v < 160) }'
+  nine=$IMPLIED
+  latency_boot "$base" 000 bsd
+  awk -v a="$IMPLIED" -v b="$nine" 'BEGIN { d = b - a; exit !(d > 0.5 && d < 1.5) }'
 }
 
 @test "the config parameter is deleted after read and its planted value is never logged, encoded or not" {

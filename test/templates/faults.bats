@@ -39,15 +39,16 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
 @test "SSM throttled while choosing the mode: retried and logged, never read as no config" {
   new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-throttled\"")"
   github_config jit-throttled
-  # Two refusals, fewer than the script's three attempts.
-  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":2}' >/dev/null
+  # Four refusals: the rendered two CLI attempts (standard mode, set per call by the script)
+  # of each of the script's first two attempts; the third gets through.
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":4}' >/dev/null
   boot_first github
   [ "$status" -eq 0 ]
   [ "$(grep -c "ThrottlingException" "$ROOT/out")" -eq 2 ]
   grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 2/3)" "$ROOT/out"
   refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
   grep -qF "$LOG_MODE=RUN" "$ROOT/out"
-  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 3 ]
+  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 5 ]
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-throttled ]
 }
 
@@ -58,7 +59,8 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$status" -ne 0 ]
   grep -qF "not taking that for no config" "$ROOT/out"
   refute grep -qF "$LOG_MODE=" "$ROOT/out"
-  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 3 ]
+  # Three script attempts of two CLI attempts each, and not one more.
+  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 6 ]
   [ ! -e "$ROOT/calls/shutdown" ]
   [ ! -e "$ROOT/usr/local/sbin/start-runner" ]
 }
@@ -76,12 +78,64 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
 @test "SSM unreachable for a moment (network not up yet): retried and logged, then RUN" {
   new_instance "$(cold_tags)"
   github_config jit-network
-  # The next request is dropped without an answer, as by a network that is not up yet.
-  ctl POST /drop '{"count":1}' >/dev/null
+  # The next two requests (both CLI attempts of the script's first) are dropped without an
+  # answer, as by a network that is not up yet.
+  ctl POST /drop '{"count":2}' >/dev/null
   boot_first github
   [ "$status" -eq 0 ]
   grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 1/3)" "$ROOT/out"
   refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
   grep -qF "$LOG_MODE=RUN" "$ROOT/out"
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-network ]
+}
+
+@test "AccessDenied while choosing the mode: retried and logged, never read as no config" {
+  new_instance "$(warm_tags)"
+  github_config jit-denied
+  # A parked instance started through the hook, its activation tags not visible yet: a
+  # config read refused twice (IAM not settled, say) must neither PRIME nor WAIT.
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":2,"error":"AccessDeniedException"}' >/dev/null
+  mkdir -p "$ROOT/usr/local/sbin"
+  install -m 755 "$ROOT/hook-github.sh" "$ROOT/usr/local/sbin/start-runner"
+  boot_hook
+  [ "$status" -eq 0 ]
+  # The CLI does not retry AccessDenied: one request per script attempt, each logged.
+  [ "$(grep -c "AccessDeniedException" "$ROOT/out")" -eq 2 ]
+  grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 2/3)" "$ROOT/out"
+  refute grep -qE "$LOG_MODE=(WAIT|PRIME)" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(aws_actions | grep -c AmazonSSM.GetParameter)" -eq 3 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-denied ]
+}
+
+@test "an SSM call that never answers times out on the rendered read timeout, is retried, then RUN" {
+  new_instance "$(cold_tags)"
+  github_config jit-hung
+  # Both CLI attempts of the first script attempt are accepted and never answered.
+  ctl POST /hang '{"action":"AmazonSSM.GetParameter","count":2}' >/dev/null
+  # A safety bound well under the CLI's own 60 s default read timeout.
+  BOOT_TIMEOUT=40 boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 1/3)" "$ROOT/out"
+  grep -qi "read timeout" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(ctl GET /log | grep -oE '"status":-1' | wc -l)" -eq 2 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-hung ]
+}
+
+@test "WAIT gives up at its bound even when an SSM call hangs longer than the bound" {
+  new_instance "$(cold_tags)"
+  # This rendering's read timeout (30 s) is longer than the 6 s WAIT bound: only the bound
+  # itself can end a hung call.
+  BOOT_TIMEOUT=28 boot_background "$ROOT/user-data-github-slow-read.sh"
+  wait_for_log "$LOG_MODE=WAIT"
+  ctl POST /hang '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  boot_wait
+  # Its own failure (1), not the safety bound's kill (124).
+  [ "$status" -eq 1 ]
+  grep -qF "stopped at the WAIT bound" "$ROOT/out"
+  grep -qE "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s \([0-9]+ polls\)" "$ROOT/out"
+  ctl GET /log | grep -qF '"status":-1'
+  # The cold instance still terminates itself (EC2 answers).
+  aws_actions | grep -qx EC2.TerminateInstances
 }

@@ -87,6 +87,8 @@ new_instance() {
 
 warm_tags() { printf '{"%s":"pool-a","%s":"%s"%s}' "$TAG_POOL" "$TAG_WARM" "$WARM_VALUE" "${1:+,$1}"; }
 cold_tags() { printf '{"%s":"pool-a"%s}' "$TAG_POOL" "${1:+,$1}"; }
+# standby_tags VALUE: the warm-standby key with another value than the contract's.
+standby_tags() { printf '{"%s":"pool-a","%s":"%s"}' "$TAG_POOL" "$TAG_WARM" "$1"; }
 # ISO 8601 UTC with milliseconds and Z, like toISOString, SECONDS_AGO in the past.
 iso_ago() { date -u -d "@$(($(date +%s) - $1))" +%Y-%m-%dT%H:%M:%S.250Z; }
 
@@ -101,13 +103,14 @@ param_exists() { [[ $(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID") == *'"exis
 instance_state() { ctl GET "/instance?id=$INSTANCE_ID" | sed -E 's/.*"state":"([^"]*)".*/\1/'; }
 
 # boot_env CMD...: the environment cloud-init or systemd would give, with the shims first in
-# PATH, no AWS credentials or config (the CLI must get its credentials from IMDS), and the
-# CLI's own retries off so each attempt is one request and a test takes seconds.
+# PATH and no AWS credentials or config (the CLI must get its credentials from IMDS). The
+# CLI's retries and timeouts come from the rendered script alone (two attempts per call, 2 s
+# read timeout in the sandbox). BOOT_TIMEOUT (default 90 s) is a safety bound, not a measure.
 boot_env() {
   env -i PATH="${EXTRA_PATH:+$EXTRA_PATH:}$ROOT/bin:$PATH" HOME="$HOME" ${PYENV_ROOT:+PYENV_ROOT="$PYENV_ROOT"} \
     LANG=C.UTF-8 TMPDIR="$ROOT/tmp" AWS_CONFIG_FILE="$ROOT/aws/config" AWS_SHARED_CREDENTIALS_FILE="$ROOT/aws/credentials" \
-    AWS_MAX_ATTEMPTS=1 AWS_RETRY_MODE=standard SHIM_CALLS="$ROOT/calls" SHIM_UNIT_DIR="$ROOT/etc/systemd/system" \
-    timeout -k 5 90 "$@"
+    SHIM_CALLS="$ROOT/calls" SHIM_UNIT_DIR="$ROOT/etc/systemd/system" \
+    timeout -k 5 "${BOOT_TIMEOUT:-90}" "$@"
 }
 
 # boot FILE: runs the user data (first boot) or the hook (later boots) as a file, the way
@@ -142,6 +145,8 @@ wait_for_log() {
 called() { [[ -f $ROOT/calls/$1 ]] && grep -qFx -- "$2" "$ROOT/calls/$1"; }
 calls_of() { cat "$ROOT/calls/$1" 2>/dev/null || true; }
 aws_actions() { ctl GET /log | grep -oE '"action":"[^"]+"' | cut -d'"' -f4; }
+# aws_times ACTION: the proxy's time (epoch ms) of each call of ACTION, in order.
+aws_times() { ctl GET /log | grep -oE "\"t\":[0-9.]+,\"action\":\"$1\"" | cut -d: -f2 | cut -d, -f1; }
 imds_paths() { ctl GET /log | grep -oE '"path":"[^"]+"' | cut -d'"' -f4; }
 
 # Shows the boot's output when an assertion fails.

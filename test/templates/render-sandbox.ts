@@ -7,7 +7,8 @@
  *     --aws-cli PATH --runner-user USER [--wait-seconds N]
  *
  * Writes DIR/user-data-<provider>.sh, DIR/hook-<provider>.sh (what PRIME must install) and
- * DIR/unit.service (what PRIME must write) for both providers, and DIR/contract.env: the
+ * DIR/unit.service (what PRIME must write) for both providers, DIR/user-data-github-slow-read.sh
+ * (a 30 s CLI read timeout, longer than the WAIT bound), and DIR/contract.env: the
  * contract's values the tests need, as shell assignments.
  */
 import { chmodSync, writeFileSync } from 'node:fs';
@@ -81,6 +82,10 @@ for (const provider of PROVIDERS) {
     imdsAttempts: 3,
     awsAttempts: 3,
     httpTimeoutSeconds: 1,
+    // Short, but well above what moto takes to answer on a loaded machine.
+    awsConnectTimeoutSeconds: 2,
+    awsReadTimeoutSeconds: 2,
+    awsCliMaxAttempts: 2,
     runnerWaitTimeoutSeconds: 42,
     hostPaths: {
       unitDir: join(root, 'etc/systemd/system'),
@@ -100,4 +105,10 @@ for (const provider of PROVIDERS) {
   chmodSync(userData, 0o755);
   writeFileSync(join(root, `hook-${provider}.sh`), renderHookScript(options));
   writeFileSync(join(root, 'unit.service'), renderHookUnit(options));
+  if (provider === 'github') {
+    // A read timeout longer than the WAIT bound: only the bound itself can stop a hung call.
+    const slow = join(root, 'user-data-github-slow-read.sh');
+    writeFileSync(slow, renderUserData({ ...options, awsReadTimeoutSeconds: 30 }));
+    chmodSync(slow, 0o755);
+  }
 }

@@ -57,6 +57,9 @@ function largestOptions(provider: Provider): UserDataOptions {
     imdsAttempts: 60,
     awsAttempts: 20,
     httpTimeoutSeconds: 59.999,
+    awsConnectTimeoutSeconds: 60,
+    awsReadTimeoutSeconds: 60,
+    awsCliMaxAttempts: 10,
     runnerWaitTimeoutSeconds: 86_400,
     unitName: `${'n'.repeat(100)}.service`,
     hostPaths: {
@@ -84,7 +87,7 @@ describe('renderUserData', () => {
     expect(userData.indexOf(START_LOGIC_MARKERS.begin)).toBeLessThan(userData.indexOf(START_LOGIC_MARKERS.end));
     expect(userData).toContain(renderStartLogic({ provider }));
     expect(userData).not.toMatch(/@@[A-Z_]+@@/);
-    expect(userData).toContain(`readonly PROVIDER=${provider} `);
+    expect(userData).toContain(` PROVIDER=${provider} `);
   });
 
   it.each(PROVIDERS)('keeps the largest %s rendering under EC2 16 KB limit on the raw (not base64) user data', (provider) => {
@@ -171,6 +174,25 @@ describe('resolveUserDataOptions', () => {
     expect(resolveUserDataOptions({ provider: 'github' }).runnerDir).toBe('/opt/actions-runner');
   });
 
+  it('bounds every aws CLI call in production: 3 s to connect, 5 s to read, 2 attempts in standard mode', () => {
+    expect(resolveUserDataOptions({ provider: 'github' })).toMatchObject({
+      awsConnectTimeoutSeconds: 3,
+      awsReadTimeoutSeconds: 5,
+      awsCliMaxAttempts: 2,
+    });
+    const logic = renderStartLogic({ provider: 'github' });
+    expect(logic).toContain(' CONNECT=3 READ=5 CLI_TRIES=2 ');
+    // One call site, carrying both timeouts and the retry settings as that call's environment.
+    const calls = logic.split('\n').filter((line) => line.includes('"$AWS" $'));
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toContain(
+      'AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard "${lim[@]}" "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} --cli-connect-timeout "$CONNECT" --cli-read-timeout "$READ" ',
+    );
+    // Never exported: the runner is started from this shell.
+    expect(logic).not.toMatch(/export\s+AWS_/);
+  });
+
+
   it.each<[string, Partial<UserDataOptions>, RegExp]>([
     ['an unknown provider', { provider: 'bitbucket' as Provider }, /provider "bitbucket" must be one of github, gitlab/],
     ['a prefix SSM reserves', { prefix: 'ssm-x' }, /must not begin with "aws" or "ssm"/],
@@ -178,6 +200,10 @@ describe('resolveUserDataOptions', () => {
     ['a path with a space', { hostPaths: { hookPath: '/usr/local/sbin/my hook' } }, /hostPaths.hookPath "\/usr\/local\/sbin\/my hook" must be an absolute path/],
     ['a path that is too long', { hostPaths: { logFile: `/${'x'.repeat(HOST_PATH_MAX_LENGTH)}` } }, /at most 100 characters/],
     ['a user name with capitals', { runnerUser: 'Runner' }, /runnerUser "Runner" must be a Linux user name/],
+    ['root as the runner user', { runnerUser: 'root' }, /runnerUser "root" is refused: jobs run as the runner user, so give it an unprivileged user/],
+    ['a read timeout of 0 (the CLI would block forever)', { awsReadTimeoutSeconds: 0 }, /awsReadTimeoutSeconds 0 must be an integer from 1 to 60/],
+    ['a fractional connect timeout', { awsConnectTimeoutSeconds: 2.5 }, /awsConnectTimeoutSeconds 2.5 must be an integer from 1 to 60/],
+    ['no CLI attempts', { awsCliMaxAttempts: 0 }, /awsCliMaxAttempts 0 must be an integer from 1 to 10/],
     ['a fractional WAIT limit', { waitSeconds: 1.5 }, /waitSeconds 1.5 must be an integer from 1 to 86400/],
     ['no IMDS attempts', { imdsAttempts: 0 }, /imdsAttempts 0 must be an integer from 1 to 60/],
     ['a negative retry delay', { retryDelaySeconds: -1 }, /retryDelaySeconds -1 must be a number/],
@@ -196,6 +222,14 @@ describe('resolveUserDataOptions', () => {
     expect(() => resolveUserDataOptions({ provider: 'github', runnerUser: 'A', waitSeconds: 0 })).toThrow(
       /cannot render the boot script:\n- runnerUser "A"[^]*\n- waitSeconds 0/,
     );
+  });
+});
+
+describe('the start logic template', () => {
+  it('keeps IMDS requests off any proxy the environment names', () => {
+    const curls = template.split('\n').filter((line) => /\$\(curl\s/.test(line));
+    expect(curls.length).toBeGreaterThanOrEqual(1);
+    for (const line of curls) expect(line).toContain("--noproxy '*'");
   });
 });
 
