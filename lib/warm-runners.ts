@@ -398,7 +398,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       poolWidgets.push(
         new cloudwatch.GraphWidget({
           title: `Pool ${pool.name}`,
-          left: [parked, metric(METRIC_NAMES.priming, pool.name, 'Maximum'), target],
+          left: [parked, metric(METRIC_NAMES.priming, pool.name, 'Maximum'), target, metric(METRIC_NAMES.active, pool.name, 'Maximum')],
           right: [metric(METRIC_NAMES.activations, pool.name, 'Sum'), metric(METRIC_NAMES.coldLaunches, pool.name, 'Sum')],
           width: 12,
         }),

@@ -48,6 +48,8 @@ export interface PoolPlan {
   readonly parked: number;
   readonly priming: number;
   readonly target: number;
+  /** Instances serving a job (activated warm or launched cold), for the dashboard. */
+  readonly active: number;
 }
 
 /** True when the template version can be compared: "$Latest"/"$Default" name no number. */
@@ -75,9 +77,11 @@ export function planPool(
 ): PoolPlan {
   const evictions: Eviction[] = [];
   const kept: { instance: ObservedInstance; cls: 'parked' | 'priming' }[] = [];
+  let active = 0;
   const ageSeconds = (i: ObservedInstance) => (now.getTime() - i.launchTime.getTime()) / 1000;
   for (const instance of instances) {
     const cls = classify(instance, keys, claimedIds.has(instance.id));
+    if (cls === 'active') active++;
     if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
     else if (cls === 'parked' || cls === 'priming') {
       if (staleTemplate(instance, pool)) evictions.push({ instance, reason: 'stale-template' });
@@ -102,5 +106,6 @@ export function planPool(
     parked: remaining.filter((k) => k.cls === 'parked').length,
     priming: remaining.filter((k) => k.cls === 'priming').length,
     target,
+    active,
   };
 }

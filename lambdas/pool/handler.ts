@@ -97,6 +97,7 @@ async function runPool(
   const launch = Math.max(0, plan.launch - notEvicted);
   const launched = launch > 0 ? await launchStandbys(deps, config, pool, launch, log) : 0;
   metrics.add(names.parked, { Pool: pool.name }, plan.parked);
+  metrics.add(names.active, { Pool: pool.name }, plan.active);
   metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
   metrics.add(names.target, { Pool: pool.name }, target);
   log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });

@@ -54,6 +54,13 @@ describe('planPool', () => {
     expect(plan).toMatchObject({ evictions: [], launch: 1, parked: 1, priming: 1, target: 3 });
   });
 
+  it('counts the instances serving jobs (warm activated or cold) and never evicts them', () => {
+    const activated = inst('running', { tags: { [KEYS.activatedAt]: '2026-11-29T11:00:00.000Z' } });
+    const cold = inst('running', { tags: { [KEYS.warmStandby]: undefined, [KEYS.jobId]: 'github:7' } });
+    const plan = planPool([parked(), activated, cold, inst('terminated', { tags: { [KEYS.jobId]: 'github:8' } })], new Set(), pool, KEYS, 1, NOW);
+    expect(plan).toMatchObject({ evictions: [], active: 2, parked: 1 });
+  });
+
   type Row = [string, ObservedInstance[], number, string[], number];
   const old = parked(minutesAgo(61));
   const stale = parked(minutesAgo(5), { [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });

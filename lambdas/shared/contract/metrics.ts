@@ -17,6 +17,8 @@ export const METRIC_NAMES = {
   parked: 'ParkedInstances',
   priming: 'PrimingInstances',
   target: 'TargetInstances',
+  /** Instances serving a job (activated warm or launched cold), per pool. */
+  active: 'ActiveInstances',
   activationDuration: 'ActivationDuration',
   activationLatency: 'ActivationLatency',
   sweeps: 'Sweeps',
