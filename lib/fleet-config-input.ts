@@ -17,6 +17,8 @@ export interface FleetConfigSource {
   readonly github?: GitHubConnectionProps;
   readonly gitlab?: GitLabConnectionProps;
   readonly pools: readonly RunnerPoolProps[];
+  /** KMS key ARN of the runner config parameters. */
+  readonly parameterKeyId?: string;
 }
 
 /**
@@ -27,6 +29,7 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
   return {
     prefix: props.prefix ?? DEFAULT_PREFIX,
     ...(props.metricNamespace ? { metricNamespace: props.metricNamespace } : {}),
+    ...(props.parameterKeyId ? { parameterKeyId: props.parameterKeyId } : {}),
     ...(props.github ? { github: props.github } : {}),
     ...(props.gitlab ? { gitlab: props.gitlab } : {}),
     pools: props.pools.map((pool) => ({

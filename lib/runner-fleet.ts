@@ -10,6 +10,7 @@ import {
   DEFAULT_METRIC_NAMESPACE,
   METRIC_NAMES,
   PARAMETER_INSTANCE_ARN_TAG,
+  PARAMETER_INSTANCE_TAG,
   ssmPaths,
   tagKeys,
 } from '../lambdas/shared/contract';
@@ -22,7 +23,7 @@ export interface RunnerFleetProps {
   /** VPC the runners run in. */
   readonly vpc: ec2.IVpc;
   /** The pools; each gets its own launch template. */
-  readonly pools: RunnerPoolProps[];
+  readonly pools: readonly RunnerPoolProps[];
   /** Fleet prefix (SSM paths, tag keys). */
   readonly prefix: string;
   /**
@@ -107,6 +108,23 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         conditions: { StringEqualsIfExists: { [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
       }),
     );
+    // With IfExists, a parameter under the config path that lacks the ARN tag would be open to
+    // every instance; the pool's eviction marker is such a parameter (tagged with the id only,
+    // so no instance may read it). Deny what carries the id tag but not the ARN tag.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'NoUntaggedRunnerParameters',
+        effect: iam.Effect.DENY,
+        actions: ['ssm:GetParameter', 'ssm:DeleteParameter'],
+        resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
+        conditions: {
+          Null: {
+            [`ssm:resourceTag/${PARAMETER_INSTANCE_TAG}`]: 'false',
+            [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: 'true',
+          },
+        },
+      }),
+    );
     if (props.encryptionKey) {
       this.role.addToPrincipalPolicy(
         new iam.PolicyStatement({
@@ -143,6 +161,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     );
 
     this.logGroup = new logs.LogGroup(this, 'Logs', {
+      logGroupName: `/${props.prefix}/runners/boot`,
       retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
     });

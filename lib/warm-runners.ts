@@ -53,7 +53,7 @@ export interface WarmRunnersProps {
    */
   readonly gitlab?: GitLabConnectionProps;
   /** The runner pools; at least one. */
-  readonly pools: RunnerPoolProps[];
+  readonly pools: readonly RunnerPoolProps[];
   /**
    * Prefix of every SSM path and tag key of this fleet; two fleets in one account need two prefixes.
    * @default 'warm-runners'
@@ -107,17 +107,27 @@ export interface WarmRunnersProps {
  * Lambdas, the runners' launch templates and role, alarms and a dashboard.
  */
 export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGrantable {
+  /** The runner instances' role, security group, launch templates and log group. */
   readonly fleet: RunnerFleet;
+  /** The jobs queue and its dead-letter queue. */
   readonly jobs: JobQueue;
+  /** The FleetConfig the Lambdas read, as built from the props. */
   readonly config: FleetConfig;
   /** The SSM String parameter the Lambdas read the FleetConfig from. */
   readonly configParameter: ssm.StringParameter;
+  /** Verifies and queues webhook deliveries (Function URL, paths /github and /gitlab). */
   readonly webhookFunction: BundledFunction;
+  /** Serves queued jobs (SQS event source of the jobs queue). */
   readonly scaleUpFunction: BundledFunction;
+  /** Keeps the warm pools at their targets (scheduled). */
   readonly poolFunction: BundledFunction;
+  /** Reclaims finished, idle, stuck and orphaned resources (scheduled). */
   readonly scaleDownFunction: BundledFunction;
+  /** The webhook's Function URL; append "github" or "gitlab". */
   readonly webhookUrl: lambda.FunctionUrl;
+  /** The fleet's dashboard. */
   readonly dashboard: cloudwatch.Dashboard;
+  /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target). */
   readonly alarms: cloudwatch.Alarm[] = [];
   readonly connections: ec2.Connections;
   readonly grantPrincipal: iam.IPrincipal;
@@ -149,18 +159,24 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     const subnetIds = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }).subnetIds;
     const templates = new Map(this.fleet.launchTemplates.map(({ pool, launchTemplate }) => [pool.name, launchTemplate]));
     this.config = buildFleetConfig(
-      fleetConfigInput({ ...props, prefix, metricNamespace: namespace }, (pool) => {
+      fleetConfigInput({ ...props, prefix, metricNamespace: namespace, ...(props.encryptionKey ? { parameterKeyId: props.encryptionKey.keyArn } : {}) }, (pool) => {
         const template = templates.get(pool.name)!;
         return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds };
       }),
     );
     const configJson = JSON.stringify(this.config);
+    const configLength = estimatedLength(configJson);
+    if (configLength > 8192) {
+      throw new Error(
+        `the fleet configuration is about ${configLength} characters, above the 8 KB an SSM parameter holds: use fewer pools, subnets or labels per fleet, or split the pools into two fleets with different prefixes`,
+      );
+    }
     this.configParameter = new ssm.StringParameter(this, 'FleetConfig', {
       parameterName: paths.fleetConfig,
       description: `FleetConfig of ${prefix}, read by its Lambdas`,
       stringValue: configJson,
       // Standard parameters hold 4 KB; a fleet of many pools needs the advanced tier (8 KB).
-      tier: estimatedLength(configJson) > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
+      tier: configLength > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
     });
 
     this.jobs = new JobQueue(this, 'Jobs');
@@ -252,9 +268,13 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // Launching touches many resource types (subnet, image, volume, interface); the launch
       // template condition keeps it to this fleet's templates.
       fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: ['*'], conditions: { ArnLike: { 'ec2:LaunchTemplate': launchTemplateArns } } }));
-      fn.addToRolePolicy(
-        new iam.PolicyStatement({ actions: ['ec2:CreateFleet', 'ec2:RunInstances', 'ec2:CreateTags'], resources: launchTemplateArns }),
-      );
+      fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: launchTemplateArns }));
+      if (actions.includes('ec2:CreateFleet')) {
+        // The fleet resource itself is created by the call; it carries no launch template key.
+        fn.addToRolePolicy(
+          new iam.PolicyStatement({ actions: ['ec2:CreateFleet'], resources: [stack.formatArn({ service: 'ec2', resource: 'fleet', resourceName: '*' })] }),
+        );
+      }
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['ec2:CreateTags'],
@@ -272,7 +292,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     };
     const describe = new iam.PolicyStatement({
       // Describe calls take no resource-level permissions.
-      actions: ['ec2:DescribeInstances', 'ec2:DescribeLaunchTemplateVersions', 'ec2:DescribeSpotInstanceRequests'],
+      actions: ['ec2:DescribeInstances'],
       resources: ['*'],
     });
 
@@ -292,24 +312,28 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         resources: [runnerConfigArn],
       }),
     );
-    this.scaleUpFunction.addToRolePolicy(
-      new iam.PolicyStatement({
-        actions: ['iam:CreateServiceLinkedRole'],
-        resources: ['*'],
-        conditions: { StringEquals: { 'iam:AWSServiceName': ['ec2fleet.amazonaws.com', 'spot.amazonaws.com'] } },
-      }),
-    );
+    // Spot launches need EC2's service-linked roles, which EC2 creates on first use; the pool
+    // may launch spot before scale-up ever does.
+    for (const fn of [this.scaleUpFunction, this.poolFunction]) {
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['iam:CreateServiceLinkedRole'],
+          resources: ['*'],
+          conditions: { StringEquals: { 'iam:AWSServiceName': ['ec2fleet.amazonaws.com', 'spot.amazonaws.com'] } },
+        }),
+      );
+    }
 
     launch(this.poolFunction, ['ec2:RunInstances']);
     this.poolFunction.addToRolePolicy(describe);
     this.poolFunction.addToRolePolicy(
-      new iam.PolicyStatement({ actions: ['ec2:TerminateInstances', 'ec2:CreateTags'], resources: [fleetInstances], conditions: ownedByFleet }),
+      new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
     // The eviction lock is a marker written where the instance's config would go, so an
     // eviction and a claim can never both win.
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({
-        actions: ['ssm:PutParameter', 'ssm:AddTagsToResource', 'ssm:DeleteParameter', 'ssm:GetParameter'],
+        actions: ['ssm:PutParameter', 'ssm:AddTagsToResource', 'ssm:DeleteParameter'],
         resources: [runnerConfigArn],
       }),
     );
@@ -329,12 +353,22 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     );
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({
-        actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameter', 'ssm:DeleteParameters'],
+        actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameters'],
         resources: [runnerConfigArn, parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))],
       }),
     );
     if (props.encryptionKey) {
-      props.encryptionKey.grantEncryptDecrypt(this.scaleUpFunction);
+      // Explicit actions instead of the grant helpers' wildcards (kms:ReEncrypt*, kms:GenerateDataKey*).
+      const writers = [this.scaleUpFunction, this.poolFunction];
+      for (const fn of all) {
+        fn.addToRolePolicy(
+          new iam.PolicyStatement({
+            actions: writers.includes(fn) ? ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt'] : ['kms:Decrypt'],
+            resources: [props.encryptionKey.keyArn],
+            conditions: { StringEquals: { 'kms:ViaService': `ssm.${Aws.REGION}.amazonaws.com` } },
+          }),
+        );
+      }
     }
 
     const reasons = {
@@ -351,6 +385,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
     }
     acknowledgeWildcard(this.poolFunction.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);
+    acknowledgeWildcard(this.scaleUpFunction.role!, nagArn('ec2', 'fleet/*'), 'CreateFleet creates the fleet resource itself: its id does not exist before the call.');
 
     // Alarms and dashboard, on the contract's metric names.
     const metric = (name: string, pool: string | undefined, statistic: string) =>
@@ -384,7 +419,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     alarm('ScaleUpErrorAlarm', 'The scale-up Lambda failed invocations.', this.scaleUpFunction.metricErrors({ period: Duration.minutes(5) }), 1, 1);
     const poolWidgets: cloudwatch.IWidget[] = [];
     for (const pool of this.config.pools) {
-      const parked = metric(METRIC_NAMES.parked, pool.name, 'Minimum');
+      // Maximum: a pool that refills within the period is not below target.
+      const parked = metric(METRIC_NAMES.parked, pool.name, 'Maximum');
       const target = metric(METRIC_NAMES.target, pool.name, 'Maximum');
       if (pool.warm.size > 0 || pool.warm.schedule.length > 0) {
         alarm(
@@ -424,7 +460,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     if (props.gitlab) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookUrl.url}gitlab` });
     new CfnOutput(this, 'SecretParameters', {
       description: 'SecureString parameters to fill in after deploying (see docs/operations.md)',
-      value: this.secretParameterNames.join(','),
+      value: this.secretParameterNames.filter((n) => n !== paths.gitlab.webhookSigningKey).join(','),
+    });
+    if (props.gitlab) {
+      new CfnOutput(this, 'OptionalSecretParameters', {
+        description: 'Fill in to verify GitLab Standard Webhooks signatures as well as the token',
+        value: paths.gitlab.webhookSigningKey,
+      });
+    }
+    new CfnOutput(this, 'InstanceLogGroup', {
+      description: "Log group the runners' boot logs go to (ship /var/log/<prefix>-start-runner.log there)",
+      value: this.fleet.logGroup.logGroupName,
     });
   }
 }

@@ -24,9 +24,9 @@ for (const name of FUNCTIONS) {
     outfile: join(outdir, 'index.js'),
     bundle: true,
     platform: 'node',
-    // Matches the runtime the constructs pin (Node.js 22); the SDK is bundled too, so the
+    // Matches the runtime the constructs pin (Node.js 24); the SDK is bundled too, so the
     // deployed code runs the versions the tests ran, not whatever the runtime ships.
-    target: 'node22',
+    target: 'node24',
     format: 'cjs',
     minify: true,
     // Minified, but with function names kept, so stack traces in the logs stay readable.

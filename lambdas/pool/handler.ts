@@ -118,6 +118,7 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
           Name: paths.runnerConfig(e.instance.id),
           Value: EVICTION_MARKER,
           Type: 'SecureString',
+          ...(config.parameters.kmsKeyId ? { KeyId: config.parameters.kmsKeyId } : {}),
           Overwrite: false,
           Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }],
         }),

@@ -40,6 +40,7 @@ export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boo
         Name: name,
         Value: value,
         Type: 'SecureString',
+        ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
         Overwrite: false,
         Tags: [
           { Key: PARAMETER_INSTANCE_TAG, Value: a.instanceId },

@@ -133,7 +133,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           continue;
         }
         const redelivered = Number(record.attributes?.ApproximateReceiveCount ?? '1') > 1;
-        if (wait.waits === 0 && !redelivered) metrics.add(names.jobsReceived, { Pool: job.pool ?? 'unresolved' });
+        if (wait.waits === 0 && !redelivered) metrics.add(names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
         items.push({ record, job, log: l, waits: wait.waits, redelivered, ...(job.pool ? { pool: job.pool } : {}) });
       }
 

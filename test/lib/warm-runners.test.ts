@@ -2,6 +2,7 @@ import { App, Duration, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -9,7 +10,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { WarmRunners, type WarmRunnersProps } from '../../lib';
-import { METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
+import { METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -69,6 +70,15 @@ describe('instance role', () => {
     for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
       expect(isAllowed(statements, { action, resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [tag]: other, 'ec2:SourceInstanceARN': own } })).toBe(false);
     }
+  });
+  it("cannot read or delete the pool's eviction marker (an id tag, no ARN tag)", () => {
+    const idTag = `ssm:resourceTag/${PARAMETER_INSTANCE_TAG}`;
+    for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
+      expect(isAllowed(statements, { action, resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [idTag]: 'i-0bbbbbbbbbbbbbbbb', 'ec2:SourceInstanceARN': own } })).toBe(false);
+      expect(isAllowed(statements, { action, resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [idTag]: 'i-0aaaaaaaaaaaaaaaa', 'ec2:SourceInstanceARN': own } })).toBe(false);
+    }
+    // ...while its own config, which carries both tags, stays readable.
+    expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [idTag]: 'i-0aaaaaaaaaaaaaaaa', [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(true);
   });
   it('may ask for its own parameter before it exists, so WAIT sees ParameterNotFound rather than AccessDenied', () => {
     // IAM evaluates a request for a missing parameter without resource tags.
@@ -167,7 +177,44 @@ describe('control plane', () => {
   });
 });
 
+describe('encryption key', () => {
+  it('encrypts the runner configs with it and lets each function use it only through SSM', () => {
+    const app = new App();
+    const s = new Stack(app, 'K');
+    const key = new kms.Key(s, 'Key');
+    new WarmRunners(s, 'Runners', {
+      vpc: new ec2.Vpc(s, 'Vpc'),
+      github: { appId: '1', organization: 'org' },
+      encryptionKey: key,
+      pools: [{ name: 'linux', provider: 'github', machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
+    });
+    const t = Template.fromStack(s);
+    const [param] = Object.values(t.findResources('AWS::SSM::Parameter'));
+    expect(JSON.stringify(param!.Properties.Value)).toContain('kmsKeyId');
+    const policies = Object.values(t.findResources('AWS::IAM::Policy')).map((p) => JSON.stringify(p.Properties.PolicyDocument));
+    const kmsStatements = policies.filter((p) => p.includes('kms:'));
+    expect(kmsStatements.length).toBe(5); // four functions and the instance role
+    for (const p of kmsStatements) {
+      expect(p).toContain('kms:ViaService');
+      expect(p).not.toMatch(/kms:[A-Za-z]+\*/);
+    }
+  });
+});
+
 describe('fleet config', () => {
+  it('refuses a configuration that no SSM parameter holds, naming its size', () => {
+    const s = new Stack(new App(), 'Big');
+    const pools = Array.from({ length: 30 }, (_, i) => ({
+      name: `pool-${i}`,
+      provider: 'github' as const,
+      labels: ['linux', 'x64', 'large', 'docker', 'gpu', 'arm'],
+      machineImage: ec2.MachineImage.latestAmazonLinux2023(),
+    }));
+    expect(() => new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), github: { appId: '1', organization: 'o' }, pools })).toThrow(
+      /fleet configuration is about \d+ characters, above the 8 KB an SSM parameter holds/,
+    );
+  });
+
   it('is synthesized so the Lambdas reader accepts it', () => {
     const [param] = Object.values(template.findResources('AWS::SSM::Parameter'));
     const value = resolvePseudo(param!.Properties.Value, { ...PSEUDO }) as string;
@@ -281,8 +328,22 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       expect(isAllowed(statements, { action, resource, context }), `${role} ${action} on ${resource}`).toBe(allowed);
     }
   };
+  const fleetRoleArn = () => {
+    const statement = rolePolicyStatements('RunnersScaleUpRole').find((st) => [st.Action].flat().includes('iam:PassRole'))!;
+    return [statement.Resource].flat()[0]!;
+  };
+  it('scale-up passes only the instance role, only to EC2', () => {
+    const role = fleetRoleArn();
+    expect(role).toMatch(/^<getatt:RunnersFleetRole[0-9A-F]+\.Arn>$/);
+    check('RunnersScaleUpRole', [
+      ['iam:PassRole', role, { 'iam:PassedToService': 'ec2.amazonaws.com' }, true],
+      ['iam:PassRole', role, { 'iam:PassedToService': 'lambda.amazonaws.com' }, false],
+      ['iam:PassRole', 'arn:aws:iam::111122223333:role/admin', { 'iam:PassedToService': 'ec2.amazonaws.com' }, false],
+    ]);
+  });
   it('scale-up', () =>
     check('RunnersScaleUpRole', [
+      ['ec2:CreateFleet', `${acct}:fleet/fleet-1`, {}, true],
       ['ec2:StartInstances', fleetInstance, poolTag, true],
       ['ec2:StartInstances', fleetInstance, {}, false],
       ['ec2:CreateTags', fleetInstance, poolTag, true],
@@ -300,6 +361,12 @@ describe('control plane permissions (what the handlers call, and no more)', () =
     ]));
   it('pool', () =>
     check('RunnersPoolRole', [
+      ['ec2:RunInstances', `${acct}:launch-template/<ref:RunnersFleetLaunchTemplatelinuxx6402BDBB00>`, {}, true],
+      ['iam:CreateServiceLinkedRole', '*', { 'iam:AWSServiceName': 'spot.amazonaws.com' }, true],
+      ['iam:CreateServiceLinkedRole', '*', { 'iam:AWSServiceName': 'rds.amazonaws.com' }, false],
+      ['ec2:CreateTags', fleetInstance, poolTag, false],
+      ['ec2:CreateFleet', `${acct}:fleet/fleet-1`, {}, false],
+      ['ssm:GetParameter', config, {}, false],
       ['ec2:TerminateInstances', fleetInstance, poolTag, true],
       ['ec2:TerminateInstances', fleetInstance, {}, false],
       ['ssm:PutParameter', config, {}, true],
@@ -315,6 +382,7 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ec2:TerminateInstances', fleetInstance, {}, false],
       ['ssm:GetParametersByPath', configRoot, {}, true],
       ['ssm:DeleteParameters', config, {}, true],
+      ['ssm:DeleteParameter', config, {}, false],
       ['ssm:PutParameter', config, {}, false],
       ['ec2:StartInstances', fleetInstance, poolTag, false],
     ]));

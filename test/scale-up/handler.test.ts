@@ -86,6 +86,15 @@ describe('scale-up: warm activation', () => {
     for (const l of lines.logs('warm activation started the instance')) expect(l.traceId).toMatch(/^trace-/);
   });
 
+  it('encrypts every config parameter with the fleet key when one is configured, warm and cold', async () => {
+    park(1);
+    const keyed = { ...fleetConfig(), parameters: { ...fleetConfig().parameters, kmsKeyId: 'arn:aws:kms:eu-west-1:111122223333:key/k-1' } };
+    expect((await handler({}, keyed)(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
+    const keyIds = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input.KeyId);
+    expect(keyIds).toEqual(['arn:aws:kms:eu-west-1:111122223333:key/k-1', 'arn:aws:kms:eu-west-1:111122223333:key/k-1']);
+  });
+
   it('serves jobs beyond the parked count cold, and a redelivered job not at all', async () => {
     park(1);
     const h = handler();

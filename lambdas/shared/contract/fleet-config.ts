@@ -60,6 +60,8 @@ export interface FleetConfig {
     readonly runnerConfigRoot: string;
     readonly github: { readonly appPrivateKey: string; readonly webhookSecret: string };
     readonly gitlab: { readonly token: string; readonly webhookToken: string; readonly webhookSigningKey: string };
+    /** KMS key (id or ARN) the runner config parameters are encrypted with; absent: alias/aws/ssm. */
+    readonly kmsKeyId?: string;
   };
   readonly github?: GitHubConnectionConfig;
   readonly gitlab?: GitLabConnectionConfig;
@@ -107,6 +109,8 @@ export interface FleetConfigInput {
   };
   readonly pools: readonly PoolInput[];
   readonly metricNamespace?: string;
+  /** KMS key for the runner config parameters. */
+  readonly parameterKeyId?: string;
 }
 
 export const FLEET_DEFAULTS = {
@@ -141,6 +145,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       runnerConfigRoot: paths.runnerConfigRoot,
       github: { ...paths.github },
       gitlab: { ...paths.gitlab },
+      ...(input.parameterKeyId ? { kmsKeyId: input.parameterKeyId } : {}),
     },
     ...(input.github
       ? {
@@ -265,6 +270,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
       c.string('parameters.fleetConfig');
       for (const key of ['appPrivateKey', 'webhookSecret']) c.string(`parameters.github.${key}`);
       for (const key of ['token', 'webhookToken', 'webhookSigningKey']) c.string(`parameters.gitlab.${key}`);
+      if (c.at('parameters.kmsKeyId') !== undefined) c.string('parameters.kmsKeyId');
     }
   }
   if (c.at('github') !== undefined) {

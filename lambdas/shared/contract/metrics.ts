@@ -5,7 +5,10 @@
 export const DEFAULT_METRIC_NAMESPACE = 'CdkWarmRunners';
 
 export const METRIC_NAMES = {
+  /** Deliveries the webhook queued (fleet-wide and per pool). */
   jobsReceived: 'JobsReceived',
+  /** Jobs scale-up took from the queue for the first time (redeliveries and wait copies excluded). */
+  jobsDequeued: 'JobsDequeued',
   activations: 'WarmActivations',
   coldLaunches: 'ColdLaunches',
   fallbacks: 'Fallbacks',
