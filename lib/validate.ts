@@ -40,7 +40,14 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       throw new Error(`${name} ${interval.toHumanString()} must be a whole number of minutes, at least one (EventBridge rates are in minutes)`);
     }
   }
-  buildFleetConfig(
-    fleetConfigInput(props, () => ({ launchTemplateId: 'lt-placeholder', launchTemplateVersion: '1', subnetIds: ['subnet-placeholder'] })),
-  );
+  try {
+    buildFleetConfig(
+      fleetConfigInput(props, () => ({ launchTemplateId: 'lt-placeholder', launchTemplateVersion: '1', subnetIds: ['subnet-placeholder'] })),
+    );
+  } catch (e) {
+    // The contract names fields by their path in the FleetConfig; name the pool instead.
+    throw new Error(
+      (e as Error).message.replace(/pools\.(\d+)\./g, (_m, i: string) => `pool "${props.pools[Number(i)]?.name ?? i}": `),
+    );
+  }
 }

@@ -211,7 +211,6 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       timeout: Duration.seconds(120),
       environment,
       logRetention,
-      reservedConcurrentExecutions: 1,
     });
     this.scaleDownFunction = new BundledFunction(this, 'ScaleDown', {
       handler: 'scale-down',
@@ -219,7 +218,6 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       timeout: Duration.seconds(120),
       environment,
       logRetention,
-      reservedConcurrentExecutions: 1,
     });
     const all = [this.webhookFunction, this.scaleUpFunction, this.poolFunction, this.scaleDownFunction];
     for (const fn of all) this.configParameter.grantRead(fn);

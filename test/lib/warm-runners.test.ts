@@ -1,4 +1,4 @@
-import { App, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { App, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -263,7 +263,11 @@ describe('props validation', () => {
     new WarmRunners(props.vpc.stack, 'Runners', props);
   };
   it.each<[string, (p: WarmRunnersProps) => WarmRunnersProps, RegExp]>([
-    ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /warm\.size is 3, above the pool's maxRunners 2/],
+    ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /pool "linux": warm\.size is 3, above the pool's maxRunners 2/],
+    ['two pools with one name', (p) => ({ ...p, pools: [p.pools[0]!, p.pools[0]!] }), /"linux" is used by two pools/],
+    ['GitLab group runners without a group id', (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com', runnerType: 'group_type' } }), /gitlab\.scopeId/],
+    ['disk below 8 GiB', (p) => ({ ...p, pools: [{ ...p.pools[0]!, diskSize: Size.gibibytes(4) }] }), /pool "linux": diskSize 4 GiB/],
+    ['maximum concurrency below 2', (p) => ({ ...p, scaleUpMaxConcurrency: 1 }), /scaleUpMaxConcurrency 1 must be an integer from 2 to 1000/],
     ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pool "linux": instanceTypes is empty/],
     ['prefix with a slash', (p) => ({ ...p, prefix: 'ci/fleet' }), /prefix "ci\/fleet"/],
     ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /label "has space"/],
