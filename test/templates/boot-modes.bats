@@ -56,11 +56,12 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   line=$(grep -F "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s (" "$ROOT/out")
   [[ $line =~ \(([0-9]+)\ polls\) ]]
   polls=${BASH_REMATCH[1]}
-  # It polled: one read to choose the mode, then one per poll (ParameterNotFound is final);
-  # on a loaded machine one more read may reach the proxy and be cut at the bound.
+  # It polled: one read to choose the mode, then one per poll (ParameterNotFound is final).
+  # On a loaded machine the poll running at the bound is cut, before or after its request
+  # reached the proxy, so the count of reads is within one of polls + 1.
   reads=$(aws_actions | grep -c AmazonSSM.GetParameter)
   [ "$polls" -ge 2 ]
-  [ "$reads" -ge $((polls + 1)) ]
+  [ "$reads" -ge "$polls" ]
   [ "$reads" -le $((polls + 2)) ]
   # ... and for its whole bound: at least 5 s (6 s, less SECONDS' whole-second granularity)
   # from the read that chose WAIT to the termination.
