@@ -8,8 +8,8 @@ import {
 } from '@aws-sdk/client-ec2';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
-import { buildFleetConfig, type FleetConfig, type PoolInput } from '../../lambdas/shared/contract';
-import { KEYS, PREFIX, standbyTags } from './fixtures';
+import type { FleetConfig, PoolInput } from '../../lambdas/shared/contract';
+import { fleetConfig, KEYS, standbyTags } from './fixtures';
 
 export interface MotoClients {
   ec2: EC2Client;
@@ -29,23 +29,7 @@ export async function motoFleet(c: MotoClients, pool: Partial<PoolInput> = {}): 
   const lt = await c.ec2.send(
     new CreateLaunchTemplateCommand({ LaunchTemplateName: `runners-${Date.now()}-${Math.random()}`, LaunchTemplateData: { ImageId: 'ami-12c6146b', InstanceType: 't3.micro' } }),
   );
-  return buildFleetConfig({
-    prefix: PREFIX,
-    github: { appId: '1', organization: 'acme' },
-    pools: [
-      {
-        name: 'linux',
-        provider: 'github',
-        launchTemplateId: lt.LaunchTemplate!.LaunchTemplateId!,
-        launchTemplateVersion: '1',
-        subnetIds: [subnet],
-        instanceTypes: ['t3.micro'],
-        maxRunners: 100,
-        warmSize: 10,
-        ...pool,
-      },
-    ],
-  });
+  return fleetConfig({ launchTemplateId: lt.LaunchTemplate!.LaunchTemplateId!, subnetIds: [subnet], maxRunners: 100, ...pool });
 }
 
 /** Launches `n` warm standbys from the pool's template and stops them: parked, as moto reports it. */
