@@ -8,17 +8,14 @@ import {
   type CiProvider,
   type GitHubConnectionConfig,
   type JobMessage,
-  type PoolConfig,
   type RunnerRegistration,
   type RunnerSummary,
 } from '../shared/contract';
 import { GITHUB_SELF_HOSTED_LABEL } from '../shared/match-pool';
-import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type RetryPolicy } from './rate-limit';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
 
-export interface GitHubProviderOptions {
-  readonly prefix: string;
+export interface GitHubProviderOptions extends ProviderTransportOptions {
   readonly github: GitHubConnectionConfig;
-  readonly pools: readonly PoolConfig[];
   /** The App's PEM private key, read lazily (SSM). */
   readonly privateKey: () => Promise<string>;
   /**
@@ -26,25 +23,13 @@ export interface GitHubProviderOptions {
    * source must read it again on the next `privateKey()` instead of serving a cached copy.
    */
   readonly invalidatePrivateKey?: () => void;
-  /** Called when `listRunners` stops at `maxPages` with more pages left: the sweep sees a partial list. */
-  readonly onListTruncated?: (info: ListTruncated) => void;
-  readonly fetch?: typeof fetch;
-  /** Bound on one HTTP call. */
-  readonly timeoutMs?: number;
-  readonly retry?: Partial<RetryPolicy>;
-  readonly sleep?: (ms: number) => Promise<void>;
-  readonly now?: () => number;
   /** An installation token is replaced when it has less than this left (they live one hour). */
   readonly tokenRefreshMarginMs?: number;
   /** Installations whose tokens are kept; the least recently used goes first. */
   readonly maxCachedInstallations?: number;
-  readonly maxPages?: number;
 }
 
-export interface ListTruncated {
-  readonly scope: string;
-  readonly pages: number;
-}
+export type { ListTruncated } from './rate-limit';
 
 export class GitHubApiError extends Error {
   constructor(

@@ -5,31 +5,17 @@ import {
   type CiProvider,
   type GitLabConnectionConfig,
   type JobMessage,
-  type PoolConfig,
   type RunnerRegistration,
   type RunnerSummary,
 } from '../shared/contract';
-import type { ListTruncated } from './github';
-import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type RetryPolicy } from './rate-limit';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
 
-export interface GitLabProviderOptions {
-  readonly prefix: string;
+export interface GitLabProviderOptions extends ProviderTransportOptions {
   readonly gitlab: GitLabConnectionConfig;
-  readonly pools: readonly PoolConfig[];
   /** The token with the create_runner, manage_runner and read_api scopes, read lazily (SSM). */
   readonly token: () => Promise<string>;
   /** Called when GitLab answers 401: the token was probably rotated, so the source must read it again. */
   readonly invalidateToken?: () => void;
-  /** Called when `listRunners` stops at `maxPages` with more pages left: the sweep sees a partial list. */
-  readonly onListTruncated?: (info: ListTruncated) => void;
-  readonly fetch?: typeof fetch;
-  /** Bound on one HTTP call. */
-  readonly timeoutMs?: number;
-  readonly retry?: Partial<RetryPolicy>;
-  readonly sleep?: (ms: number) => Promise<void>;
-  readonly now?: () => number;
-  /** Pages of 100 runners read at most by `listRunners`. */
-  readonly maxPages?: number;
 }
 
 /**

@@ -1,3 +1,4 @@
+import type { PoolConfig } from '../shared/contract';
 /**
  * When and how long to wait before retrying a CI API call, as pure functions over the
  * response. GitHub answers a rate limit with 403 or 429 and either `retry-after` (seconds)
@@ -67,4 +68,26 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
     const signal = init?.signal ? AbortSignal.any([init.signal, timeout]) : timeout;
     return base(input, { ...init, signal });
   };
+}
+
+/** A runner list cut at the provider's page cap: the sweep saw only part of the fleet. */
+export interface ListTruncated {
+  readonly scope: string;
+  readonly pages: number;
+}
+
+/** What both CI providers take besides their connection and credentials. */
+export interface ProviderTransportOptions {
+  readonly prefix: string;
+  readonly pools: readonly PoolConfig[];
+  /** Called when `listRunners` stops at `maxPages` with more pages left: the sweep sees a partial list. */
+  readonly onListTruncated?: (info: ListTruncated) => void;
+  readonly fetch?: typeof fetch;
+  /** Bound on one HTTP call. */
+  readonly timeoutMs?: number;
+  readonly retry?: Partial<RetryPolicy>;
+  readonly sleep?: (ms: number) => Promise<void>;
+  readonly now?: () => number;
+  /** Pages of 100 runners read at most by `listRunners`. */
+  readonly maxPages?: number;
 }
