@@ -1,5 +1,5 @@
 import { CancelSpotInstanceRequestsCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
-import { SSMClient } from '@aws-sdk/client-ssm';
+import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -76,6 +76,15 @@ describe('pool handler', () => {
     expect(lines.metric('Evictions', { Pool: 'linux', Reason: 'stale-template' })).toBe(1);
     expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: stale.id, reason: 'stale-template' });
     expect(aws.parameters.size).toBe(0);
+  });
+
+  it("writes its eviction lock with the fleet's key when one is configured", async () => {
+    parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    const base = fleetConfig({ warmSize: 0 });
+    await handler({ ...base, parameters: { ...base.parameters, kmsKeyId: 'alias/fleet' } })();
+    const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
+    expect(puts).toHaveLength(1);
+    expect(puts[0]).toMatchObject({ KeyId: 'alias/fleet', Overwrite: false });
   });
 
   it('keeps an instance whose spot request could not be cancelled', async () => {
