@@ -1,0 +1,45 @@
+/**
+ * What the local sandbox (`npm run local`) records as it plays the fleet: each part (the
+ * Lambda driver, the instance player, the loopback CI servers) reports events here, and the
+ * report joins them into one timeline per job by trace id, instance id or CI job id.
+ */
+export type LocalEventKind =
+  /** The webhook handler answered a delivery (detail: status code). */
+  | 'webhook-received'
+  /** The job message reached the jobs queue (traceId known from here on). */
+  | 'queued'
+  /** Scale-up claimed a parked instance or launched a cold one for the job. */
+  | 'claimed'
+  /** Scale-up started the instance (warm) or it was launched (cold). */
+  | 'started'
+  /** An instance booted (detail: the boot mode it chose). */
+  | 'boot'
+  /** The boot script started the runner (detail: its activation-latency-seconds line). */
+  | 'runner-started'
+  /** The CI server saw the runner finish its job. */
+  | 'job-done'
+  /** An instance powered itself off (parked) and was stopped. */
+  | 'parked'
+  /** An instance reached terminated. */
+  | 'instance-gone'
+  /** A message reached the dead-letter queue. */
+  | 'dead-lettered';
+
+export interface LocalEvent {
+  /** Epoch milliseconds. */
+  readonly t: number;
+  readonly kind: LocalEventKind;
+  readonly traceId?: string;
+  readonly instanceId?: string;
+  /** "github" or "gitlab". */
+  readonly provider?: string;
+  /** The CI job id as the provider spells it (GitHub workflow job id, GitLab build id). */
+  readonly ciJobId?: string;
+  /** The runner name the CI server saw (carries the instance id, see contract runnerName). */
+  readonly runnerName?: string;
+  readonly pool?: string;
+  /** Free text or a number (latency seconds, status code, boot mode). */
+  readonly detail?: string | number;
+}
+
+export type EventSink = (event: LocalEvent) => void;
