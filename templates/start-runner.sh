@@ -387,14 +387,15 @@ run_mode() {
   start_runner &
   runner=$!
   JIT='' URL='' RTOKEN=''
-  # Off the critical path: the runner is already starting. So is shipping the log, whose
-  # latency line the fleet's metric reads.
+  # Off the critical path: the runner is already starting. So is shipping the log (its
+  # latency line feeds the fleet's metric), after the deletion: one aws CLI at a time beside
+  # the starting runner, not two.
   delete_config &
   deleter=$! HELD=0
+  wait $deleter || true
   ship_logs
   wait $runner || status=$?
   log "runner exited with status $status"
-  wait $deleter || true
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
   terminate
 }

@@ -65,6 +65,28 @@ activate() {
   log_messages | tail -n 1 | grep -qF "terminating $INSTANCE_ID"
 }
 
+@test "the latency line reaches CloudWatch while the job still runs" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  activate jit-long-job trace-long
+  touch "$ROOT/calls/runner-hold"
+  boot_background "$ROOT/usr/local/sbin/start-runner"
+  local i
+  for ((i = 0; i < 300; i++)); do
+    log_messages | grep -qF "$LOG_LATENCY=" && break
+    sleep 0.2
+  done
+  log_messages | grep -qF "$LOG_LATENCY="
+  # The job has not ended: the runner is held, nothing was terminated.
+  refute grep -qF "runner exited" "$ROOT/out"
+  [ "$(instance_state)" = running ]
+  rm "$ROOT/calls/runner-hold"
+  boot_wait
+  [ "$status" -eq 0 ]
+  log_messages | tail -n 1 | grep -qF "terminating $INSTANCE_ID"
+}
+
 @test "WAIT giving up ships its lines before the instance terminates itself" {
   new_instance "$(cold_tags)"
   boot_first github
