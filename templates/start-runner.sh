@@ -131,8 +131,9 @@ read_tags() {
 }
 
 # aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
-# it may be the secret), 1 on a final answer (ParameterNotFound; ResourceAlreadyExists for
-# the log stream), 2 when every attempt failed. Only ParameterNotFound means "no config":
+# it may be the secret), 1 on a final answer with ERR set (ParameterNotFound; for the boot
+# log ResourceAlreadyExists and ResourceNotFound, which no retry changes within a boot), 2
+# when every attempt failed. Only ParameterNotFound means "no config":
 # throttling or a network that is not up yet must never be read as WAIT or PRIME. Every call
 # is time-bounded (the CLI's defaults are a 60 s read timeout and up to 5 attempts); the retry
 # settings are given to this call only, never exported (the runner starts from this shell).
@@ -159,7 +160,7 @@ aws_try() {
     # Only timeout exits 124 (the CLI's own codes are 0-2, 130 and 252-255).
     ((rc != 124)) || ERR="stopped at the $BOUND bound $ERR"
     ERR=${ERR//$'\n'/ }
-    [[ $ERR != *'(ParameterNotFound)'* && $ERR != *'(ResourceAlreadyExistsException)'* ]] || return 1
+    [[ ! $ERR =~ \((ParameterNotFound|ResourceAlreadyExistsException|ResourceNotFoundException)\) ]] || return 1
     log "$what failed (attempt $i/$AWS_TRIES): ${ERR:0:300}"
     ((i == AWS_TRIES)) || sleep "$DELAY"
   done
@@ -186,6 +187,7 @@ line_time() {
 # in a subshell (ship_logs): nothing here may end the boot.
 ship() {
   local sid='' sent=0 size=0 end line n bytes prev first now oldest events tmp rc TS bs=\\ q=\" LC_ALL=C
+  ERR=''
   [[ ! -r $STATE/log-sent ]] || read -r sid sent <"$STATE/log-sent" || true
   # main wrote it for this instance; if that failed, only this boot's lines are known ours.
   [[ $sid == "$ID" && $sent =~ ^[0-9]+$ ]] || sent=$LOG_START
@@ -198,7 +200,7 @@ ship() {
     rc=0
     aws_try "creating log stream $ID in $LOG_GROUP" logs create-log-stream --log-group-name "$LOG_GROUP" \
       --log-stream-name "$ID" >/dev/null || rc=$?
-    ((rc < 2)) || return 1
+    ((rc == 0)) || [[ $ERR == *'(ResourceAlreadyExistsException)'* ]] || return 1
     printf '%s\n' "$ID" >"$STATE/log-stream"
   fi
   now=${EPOCHREALTIME//[!0-9]/}
@@ -228,6 +230,8 @@ ship() {
       aws_try "sending $n log lines to $LOG_GROUP" logs put-log-events --log-group-name "$LOG_GROUP" \
         --log-stream-name "$ID" --log-events "file://$tmp" >/dev/null || rc=$?
       rm -f "$tmp"
+      # A stream deleted since it was created is created again next time.
+      [[ $ERR != *'(ResourceNotFoundException)'* ]] || rm -f "$STATE/log-stream"
       ((rc == 0)) || return 1
     fi
     sent=$end
@@ -242,7 +246,7 @@ ship_logs() {
   [[ -n $ID && -n $REGION ]] || return 0
   (
     DEADLINE=$((SECONDS + SHIP_SECONDS)) BOUND='log shipping'
-    ship || log "warning: boot log not (fully) shipped to $LOG_GROUP; the next boot sends the rest"
+    ship || log "warning: boot log not (fully) shipped to $LOG_GROUP (${ERR:0:300}); the rest goes with the next shipping"
   ) 9>&- || true
 }
 

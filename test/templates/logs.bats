@@ -109,6 +109,8 @@ activate() {
   called shutdown "-h now"
   grep -qF "warning: boot log not (fully) shipped to $LOG_GROUP" "$ROOT/out"
   grep -qF "ResourceNotFoundException" "$ROOT/out"
+  # A missing group is a final answer: one call, no retries, no PutLogEvents.
+  [ "$(logs_actions)" = Logs_20140328.CreateLogStream ]
   # The group is back (deployed) by the time the parked instance is activated.
   moto_aws logs create-log-group --log-group-name "$LOG_GROUP"
   activate jit-late-group trace-late
