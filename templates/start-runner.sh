@@ -42,6 +42,7 @@ PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
 CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
+FINAL='\(ParameterNotFound\)'
 
 # Every line carries the trace id once the tags named one, except on a PRIME boot. It starts
 # with its UTC time to the millisecond: ship_logs gives CloudWatch that time as the event's.
@@ -131,9 +132,9 @@ read_tags() {
 }
 
 # aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
-# it may be the secret), 1 on a final answer with ERR set (ParameterNotFound; for the boot
-# log ResourceAlreadyExists and ResourceNotFound, which no retry changes within a boot), 2
-# when every attempt failed. Only ParameterNotFound means "no config":
+# it may be the secret), 1 on a final answer with ERR set (an error matching FINAL, which
+# the caller may set locally: by default ParameterNotFound; the boot log's calls add their
+# own), 2 when every attempt failed. Only ParameterNotFound means "no config":
 # throttling or a network that is not up yet must never be read as WAIT or PRIME. Every call
 # is time-bounded (the CLI's defaults are a 60 s read timeout and up to 5 attempts); the retry
 # settings are given to this call only, never exported (the runner starts from this shell).
@@ -160,7 +161,7 @@ aws_try() {
     # Only timeout exits 124 (the CLI's own codes are 0-2, 130 and 252-255).
     ((rc != 124)) || ERR="stopped at the $BOUND bound $ERR"
     ERR=${ERR//$'\n'/ }
-    [[ ! $ERR =~ \((ParameterNotFound|ResourceAlreadyExistsException|ResourceNotFoundException)\) ]] || return 1
+    [[ ! $ERR =~ $FINAL ]] || return 1
     log "$what failed (attempt $i/$AWS_TRIES): ${ERR:0:300}"
     ((i == AWS_TRIES)) || sleep "$DELAY"
   done
@@ -187,6 +188,9 @@ line_time() {
 # in a subshell (ship_logs): nothing here may end the boot.
 ship() {
   local sid='' sent=0 size=0 end line n bytes prev first now oldest events tmp rc TS bs=\\ q=\" LC_ALL=C
+  # Answers no retry changes: the group or stream is missing, or CloudWatch (or the CLI's own
+  # validation) refuses the batch itself, which would fail the same way every time.
+  local FINAL='\((ResourceAlreadyExistsException|ResourceNotFoundException|InvalidParameterException)\)|Parameter validation failed'
   ERR=''
   [[ ! -r $STATE/log-sent ]] || read -r sid sent <"$STATE/log-sent" || true
   # main wrote it for this instance; if that failed, only this boot's lines are known ours.
@@ -231,8 +235,10 @@ ship() {
         --log-stream-name "$ID" --log-events "file://$tmp" >/dev/null || rc=$?
       rm -f "$tmp"
       # A stream deleted since it was created is created again next time.
-      [[ $ERR != *'(ResourceNotFoundException)'* ]] || rm -f "$STATE/log-stream"
-      ((rc == 0)) || return 1
+      [[ $ERR != *'(ResourceNotFoundException)'* ]] || { rm -f "$STATE/log-stream" && return 1; }
+      ((rc < 2)) || return 1
+      # A refused batch is dropped: kept, it would block every later line of this instance.
+      ((rc == 0)) || log "warning: CloudWatch Logs refused $n log lines, dropped: ${ERR:0:300}"
     fi
     sent=$end
     printf '%s %s\n' "$ID" "$sent" >"$STATE/log-sent.$$" && mv -f "$STATE/log-sent.$$" "$STATE/log-sent"

@@ -160,3 +160,33 @@ activate() {
   refute grep -qF "line of i-0aaaaaaaaaaaaaaaa" < <(log_messages)
   diff <(log_messages) <(tail -n +2 "$ROOT/$LOG")
 }
+
+@test "a batch CloudWatch refuses as invalid is dropped after one call, not retried at every shipping" {
+  new_instance "$(warm_tags)"
+  ctl POST /throttle '{"action":"Logs_20140328.PutLogEvents","count":1,"error":"InvalidParameterException"}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  called shutdown "-h now"
+  # One call: a refusal of the batch itself fails the same way however often it is sent.
+  [ "$(logs_actions | grep -c PutLogEvents)" -eq 1 ]
+  grep -qF "warning: CloudWatch Logs refused" "$ROOT/out"
+  activate jit-refused trace-refused
+  boot_hook
+  [ "$status" -eq 0 ]
+  # The RUN's lines (and the PRIME's warning) arrive; the refused PRIME batch is not sent again.
+  log_messages | grep -qF "warning: CloudWatch Logs refused"
+  log_messages | grep -qF "$LOG_LATENCY="
+  refute grep -qF "$LOG_MODE=PRIME" < <(log_messages)
+  log_messages | tail -n 1 | grep -qF "terminating $INSTANCE_ID"
+}
+
+@test "the boot log's final answers stay the boot log's: a ResourceNotFoundException from SSM is no 'no config'" {
+  new_instance "$(cold_tags)"
+  github_config jit-not-log
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":1,"error":"ResourceNotFoundException"}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  # Retried and read, never taken for a missing parameter (WAIT).
+  refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-not-log ]
+}
