@@ -218,6 +218,8 @@ ship() {
       ((TS >= prev)) || TS=$prev
       ((n == 0 || TS - first < 82800000)) || break
       end=$((end + ${#line} + 1))
+      # An event needs a message of at least one byte; an empty line would fail its batch.
+      [[ -n $line ]] || continue
       ((TS >= oldest)) || continue
       ((n)) || first=$TS
       prev=$TS

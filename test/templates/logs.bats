@@ -190,3 +190,24 @@ activate() {
   refute grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-not-log ]
 }
+
+@test "lines JSON or CloudWatch would choke on arrive (quotes, backslashes, control and non-UTF-8 bytes); empty lines are left out" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  local t
+  t=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
+  {
+    printf '%s start-runner[1]: "quoted" back\\slash {"a":1}\n' "$t"
+    printf '\n'
+    printf '%s start-runner[1]: ctl \001\033[0m tab\there cr\r\n' "$t"
+    printf '%s start-runner[1]: utf8 \303\251 bad \377\376\n' "$t"
+  } >>"$ROOT/$LOG"
+  activate jit-hostile trace-hostile
+  boot_hook
+  [ "$status" -eq 0 ]
+  refute grep -qE "sending [0-9]+ log lines|refused" "$ROOT/out"
+  # Byte for byte but for the bytes JSON cannot carry as they are (each one a "?"), in order.
+  diff <(log_messages | sed 's/\\"/"/g; s/\\\\/\\/g') <(grep -av '^$' "$ROOT/$LOG" | LC_ALL=C sed 's/[^[:print:]]/?/g')
+  log_messages | grep -qF "$LOG_LATENCY="
+}
