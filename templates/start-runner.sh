@@ -14,7 +14,7 @@
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
 # Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, flock, timeout, systemctl, runuser, getent,
-# dd, wc, and for an empty PRE_READ_DEVICE findmnt and lsblk.
+# dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
 umask 022
@@ -227,7 +227,8 @@ ship() {
       line=${line//"$bs"/"$bs$bs"} line=${line//"$q"/"$bs$q"} line=${line//[^[:print:]]/?}
       events+="${events:+,}{\"timestamp\":$TS,\"message\":\"$line\"}"
       ((n += 1, bytes += ${#line} + 26))
-    done < <(tail -c +$((sent + 1)) "$LOG_FILE")
+    # tr: read drops NUL bytes (a crash can leave a run of them), which would shift the offset.
+    done < <(tail -c +$((sent + 1)) "$LOG_FILE" | tr '\0' '?')
     ((end > sent)) || return 0
     if ((n)); then
       tmp=$(mktemp) || return 1

@@ -211,3 +211,17 @@ activate() {
   diff <(log_messages | sed 's/\\"/"/g; s/\\\\/\\/g') <(grep -av '^$' "$ROOT/$LOG" | LC_ALL=C sed 's/[^[:print:]]/?/g')
   log_messages | grep -qF "$LOG_LATENCY="
 }
+
+@test "NUL bytes in the log file (a crash can leave them) neither shift the offset nor repeat lines" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  local t
+  t=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
+  { printf '%s start-runner[1]: before the NULs\n' "$t"; head -c 300 /dev/zero; printf '%s start-runner[1]: after the NULs\n' "$t"; } >>"$ROOT/$LOG"
+  activate jit-nul trace-nul
+  boot_hook
+  [ "$status" -eq 0 ]
+  # Two shippings (after the start, before terminating): each line once, the NULs as "?".
+  diff <(log_messages) <(tr '\0' '?' <"$ROOT/$LOG")
+}
