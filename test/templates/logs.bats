@@ -225,3 +225,29 @@ activate() {
   # Two shippings (after the start, before terminating): each line once, the NULs as "?".
   diff <(log_messages) <(tr '\0' '?' <"$ROOT/$LOG")
 }
+
+@test "times stay within PutLogEvents' rules: a clock stepped back repeats the previous time, a batch spans under 24 hours, lines 20 days old do not arrive" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  local ago
+  ago() { date -u -d "@$(($(date +%s) - $1))" +%Y-%m-%dT%H:%M:%S.000Z; }
+  {
+    printf '%s start-runner[1]: twenty days old\n' "$(ago $((20 * 86400)))"
+    printf '%s start-runner[1]: thirty hours old\n' "$(ago $((30 * 3600)))"
+    printf '%s start-runner[1]: a minute old\n' "$(ago 60)"
+    printf '%s start-runner[1]: clock stepped back\n' "$(ago 120)"
+  } >>"$ROOT/$LOG"
+  activate jit-times trace-times
+  ctl POST /log/reset >/dev/null
+  boot_hook
+  [ "$status" -eq 0 ]
+  refute grep -qF "twenty days old" < <(log_messages)
+  log_messages | grep -qF "thirty hours old"
+  log_messages | grep -qF "clock stepped back"
+  # The thirty-hour-old line and the recent ones cannot share a batch.
+  [ "$(logs_actions | grep -c PutLogEvents)" -ge 3 ]
+  # Event times never decrease within the stream.
+  moto_aws logs get-log-events --log-group-name "$LOG_GROUP" --log-stream-name "$INSTANCE_ID" --start-from-head \
+    --query 'events[].timestamp' --output text | tr '\t' '\n' | sort -c -n
+}
