@@ -59,6 +59,8 @@ activate() {
   # Shipping waits for the runner's start, never the other way round.
   awk -v s="$started" -v p="$first_put" 'BEGIN { exit !(p / 1000 > s) }'
   log_messages | grep -qE "$LOG_TRACE=trace-logs $LOG_LATENCY=[0-9]+\.[0-9]{3}$"
+  # The runner config's value (the JIT config) never reaches CloudWatch.
+  refute grep -qF jit-logs < <(log_messages)
   # Every line of both boots once, in order (the PRIME's lines were not sent again).
   diff <(log_messages) "$ROOT/$LOG"
   [ "$(log_messages | grep -c "$LOG_MODE=PRIME")" -eq 1 ]
