@@ -198,7 +198,7 @@ activate() {
   boot_first github
   [ "$status" -eq 0 ]
   local t
-  t=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
+  t=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
   {
     printf '%s start-runner[1]: "quoted" back\\slash {"a":1}\n' "$t"
     printf '\n'
@@ -219,7 +219,7 @@ activate() {
   boot_first github
   [ "$status" -eq 0 ]
   local t
-  t=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)
+  t=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
   { printf '%s start-runner[1]: before the NULs\n' "$t"; head -c 300 /dev/zero; printf '%s start-runner[1]: after the NULs\n' "$t"; } >>"$ROOT/$LOG"
   activate jit-nul trace-nul
   boot_hook
