@@ -553,6 +553,8 @@ main() {
     if [[ $began == "$ID" ]]; then
       log "a RUN began on an earlier boot: not starting again"
       [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" &>/dev/null || true
+      # Why this instance sits idle (a reboot mid-job, or a self-termination that failed).
+      ship_logs
       return 0
     fi
     log "ignoring the run-began marker of ${began:-another instance}"

@@ -253,3 +253,17 @@ activate() {
   moto_aws logs get-log-events --log-group-name "$LOG_GROUP" --log-stream-name "$INSTANCE_ID" --start-from-head \
     --query 'events[].timestamp' --output text | tr '\t' '\n' | sort -c -n
 }
+
+@test "a reboot after a RUN ships why it starts nothing" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  activate jit-reboot trace-reboot
+  boot_hook
+  [ "$status" -eq 0 ]
+  boot_hook
+  [ "$status" -eq 0 ]
+  [ "$(wc -l <"$ROOT/calls/runner")" -eq 1 ]
+  log_messages | tail -n 1 | grep -qF "a RUN began on an earlier boot: not starting again"
+  diff <(log_messages) "$ROOT/$LOG"
+}
