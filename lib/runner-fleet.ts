@@ -202,6 +202,12 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           type: logs.ParserProcessorType.GROK,
           grokOptions: { match: `%{GREEDYDATA}${BOOT_LOG_KEYS.activationLatency}=%{NUMBER:${latencyField}}` },
         }),
+        // Grok extracts text; the metric filter needs a number, so cast it rather than rely on
+        // the filter's own coercion of "3.250".
+        new logs.DataConverterProcessor({
+          type: logs.DataConverterType.TYPE_CONVERTER,
+          typeConverterOptions: { entries: [{ key: latencyField, type: logs.TypeConverterType.DOUBLE }] },
+        }),
       ],
     });
     this.activationLatencyFilter = new logs.MetricFilter(this, 'ActivationLatency', {

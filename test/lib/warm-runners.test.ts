@@ -188,6 +188,7 @@ describe('control plane', () => {
     expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z start-runner\[\d+\]: trace-id=t-1 activation-latency-seconds=3\.250$/);
     const regex = new RegExp(grok.replace('%{GREEDYDATA}', '.*').replace(/%\{NUMBER:(\w+)\}/, '(?<$1>[0-9.]+)'));
     expect(regex.exec(line)?.groups).toEqual({ activation_latency_seconds: '3.250' });
+    expect(transformer!.Properties.TransformerConfig[1]).toEqual({ TypeConverter: { Entries: [{ Key: 'activation_latency_seconds', Type: 'double' }] } });
     template.hasResourceProperties('AWS::Logs::MetricFilter', {
       ApplyOnTransformedLogs: true,
       FilterPattern: '{ $.activation_latency_seconds = "*" }',
