@@ -32,7 +32,8 @@ export async function startInstances(deps: StartDeps, ids: readonly string[]): P
   return outcomes;
 }
 
-async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>): Promise<void> {
+/** `retryUnknown`: an unknown outcome may be retried once; the retry itself is not retried again. */
+async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>, retryUnknown = true): Promise<void> {
   if (ids.length === 0) return;
   try {
     const out = await deps.aws.send<StartInstancesCommandOutput>(deps.ec2, new StartInstancesCommand({ InstanceIds: [...ids] }), WRITE_ONCE);
@@ -42,7 +43,7 @@ async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes:
     for (const id of ids) if (!outcomes.has(id)) outcomes.set(id, 'failed');
   } catch (error) {
     if (error instanceof UnknownOutcomeError) {
-      await resolveUnknown(deps, ids, outcomes);
+      await resolveUnknown(deps, ids, outcomes, retryUnknown);
       return;
     }
     if (ids.length === 1) {
@@ -52,18 +53,19 @@ async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes:
     }
     deps.log.warn('StartInstances refused the batch, splitting it', { instances: ids.length, error: errorName(error) });
     const half = Math.ceil(ids.length / 2);
-    await startSplitting(deps, ids.slice(0, half), outcomes);
-    await startSplitting(deps, ids.slice(half), outcomes);
+    await startSplitting(deps, ids.slice(0, half), outcomes, retryUnknown);
+    await startSplitting(deps, ids.slice(half), outcomes, retryUnknown);
   }
 }
 
 /**
  * A start whose answer never came: describe the instances before deciding. Pending or
  * running means our start executed (the claim, verified on a stopped instance, keeps
- * everyone else from starting it); stopped means it did not, and it is retried once;
- * anything else, or no answer, is a failure that the caller rolls back.
+ * everyone else from starting it); stopped means it did not, and it is retried once, split
+ * like a first start if EC2 refuses it; anything else, or no answer, is a failure that the
+ * caller rolls back.
  */
-async function resolveUnknown(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>): Promise<void> {
+async function resolveUnknown(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>, retryUnknown: boolean): Promise<void> {
   let observed;
   try {
     observed = await describeFleet(deps.aws, deps.ec2, deps.keys, { instanceIds: ids, states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'] });
@@ -77,18 +79,9 @@ async function resolveUnknown(deps: StartDeps, ids: readonly string[], outcomes:
   for (const id of ids) {
     const s = state.get(id);
     if (s === 'pending' || s === 'running') outcomes.set(id, 'started');
-    else if (s === 'stopped') retry.push(id);
+    else if (s === 'stopped' && retryUnknown) retry.push(id);
     else outcomes.set(id, 'failed');
   }
   deps.log.warn('StartInstances outcome unknown, resolved by describing', { started: ids.length - retry.length, retry: retry.length });
-  if (retry.length === 0) return;
-  try {
-    const out = await deps.aws.send<StartInstancesCommandOutput>(deps.ec2, new StartInstancesCommand({ InstanceIds: retry }), WRITE_ONCE);
-    for (const s of out.StartingInstances ?? []) {
-      if (s.InstanceId && retry.includes(s.InstanceId)) outcomes.set(s.InstanceId, s.PreviousState?.Name === 'stopped' ? 'started' : 'lost');
-    }
-  } catch (error) {
-    deps.log.error('retrying the start failed', { instances: retry.length, error: errorName(error) });
-  }
-  for (const id of retry) if (!outcomes.has(id)) outcomes.set(id, 'failed');
+  if (retry.length > 0) await startSplitting(deps, retry, outcomes, false);
 }

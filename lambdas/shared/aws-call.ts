@@ -56,6 +56,15 @@ const THROTTLING = new Set([
   'ProvisionedThroughputExceededException',
 ]);
 
+// EC2 answers these with a 5xx status ("server" errors in its error code list), yet they are
+// definite refusals: nothing was started or launched, and the same request fails the same way.
+const DEFINITE_SERVER_REFUSALS = new Set([
+  'InsufficientInstanceCapacity',
+  'InsufficientHostCapacity',
+  'InsufficientReservedInstanceCapacity',
+  'InsufficientCapacity',
+]);
+
 interface ErrorShape {
   name?: string;
   code?: string;
@@ -82,6 +91,7 @@ export function isUnknownOutcome(error: unknown): boolean {
   if (isThrottling(error)) return false;
   const e = error as ErrorShape | undefined;
   const name = errorName(error);
+  if (DEFINITE_SERVER_REFUSALS.has(name)) return false;
   if (['TimeoutError', 'AbortError', 'RequestTimeout', 'RequestTimeoutException', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(name)) {
     return true;
   }

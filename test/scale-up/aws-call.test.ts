@@ -63,6 +63,8 @@ describe('AwsCaller', () => {
     ['TooManyUpdates', 400, true, false],
     ['ParameterAlreadyExists', 400, false, false],
     ['InternalServerError', 500, false, true],
+    // EC2 lists it as a server error (5xx), but nothing was started: a definite refusal.
+    ['InsufficientInstanceCapacity', 500, false, false],
     ['TimeoutError', undefined, false, true],
   ] as [string, number | undefined, boolean, boolean][])('classifies %s', (name, status, throttled, unknown) => {
     const e = Object.assign(new Error(name), { name, ...(status ? { $metadata: { httpStatusCode: status } } : {}) });

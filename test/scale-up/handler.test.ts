@@ -372,6 +372,58 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(lines.metric('Fallbacks', { Reason: 'start-failed' })).toBe(1);
   });
 
+  it('splits a batch refused for capacity with the 5xx status EC2 gives it, so only that instance goes cold', async () => {
+    park(4);
+    let bad: string | undefined;
+    aws.fault('StartInstances', (i) => {
+      bad = (i.InstanceIds as string[])[0];
+      throw awsError('InsufficientInstanceCapacity', 500);
+    });
+    aws.fault('StartInstances', (i) => {
+      expect(i.InstanceIds).toContain(bad);
+      throw awsError('InsufficientInstanceCapacity', 500);
+    });
+    aws.fault('StartInstances', (i) => {
+      expect(i.InstanceIds).toEqual([bad]);
+      throw awsError('InsufficientInstanceCapacity', 500);
+    });
+    const res = await handler()(jobEvent(jobs(4)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(3);
+    expect(warmStarted().map((i) => i.id)).not.toContain(bad);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: 'start-failed' })).toBe(1);
+  });
+
+  it('splits the retry of a start whose outcome was unknown when EC2 refuses it', async () => {
+    park(4);
+    let bad: string | undefined;
+    // No answer: the outcome is unknown; describing shows all four still stopped.
+    aws.fault('StartInstances', () => {
+      throw awsError('InternalError', 500);
+    });
+    aws.fault('StartInstances', (i) => {
+      bad = (i.InstanceIds as string[])[3];
+      throw awsError('IncorrectInstanceState');
+    });
+    // The retry's halves: [a, b] start, [c, bad] is refused and split again.
+    aws.fault('StartInstances', (i) => startOk(i.InstanceIds as string[]));
+    aws.fault('StartInstances', () => {
+      throw awsError('IncorrectInstanceState');
+    });
+    aws.fault('StartInstances', (i) => startOk(i.InstanceIds as string[]));
+    aws.fault('StartInstances', (i) => {
+      expect(i.InstanceIds).toEqual([bad]);
+      throw awsError('IncorrectInstanceState');
+    });
+    const res = await handler()(jobEvent(jobs(4)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(3);
+    expect(warmStarted().map((i) => i.id)).not.toContain(bad);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(aws.count('StartInstances')).toBe(6);
+  });
+
   function startOk(ids: string[]) {
     return {
       StartingInstances: ids.map((id) => {
