@@ -210,7 +210,9 @@ activate() {
   [ "$status" -eq 0 ]
   refute grep -qE "sending [0-9]+ log lines|refused" "$ROOT/out"
   # Byte for byte but for the bytes JSON cannot carry as they are (each one a "?"), in order.
-  diff <(log_messages | sed 's/\\"/"/g; s/\\\\/\\/g') <(grep -av '^$' "$ROOT/$LOG" | LC_ALL=C sed 's/[^[:print:]]/?/g')
+  # Delivery is at least once: a put-log-events that timed out on a loaded machine after moto
+  # took it is sent again, so repeats of a line are folded (the offset tests keep exactness).
+  diff <(log_messages | sed 's/\\"/"/g; s/\\\\/\\/g' | awk '!seen[$0]++') <(grep -av '^$' "$ROOT/$LOG" | LC_ALL=C sed 's/[^[:print:]]/?/g')
   log_messages | grep -qF "$LOG_LATENCY="
 }
 
