@@ -273,8 +273,9 @@ export class LocalLambdas {
   }
 
   /**
-   * The claim is the config write that refuses to overwrite (scale-up/claim.ts); scale-up
-   * logs nothing when it succeeds, so the moment is read off its SSM client instead.
+   * The claim is the config write that refuses to overwrite (scale-up/claim.ts: a parked
+   * instance's; cold.ts: the new instance's, right after CreateFleet); scale-up logs nothing
+   * when it succeeds, so the moment is read off its SSM client instead.
    */
   private observeClaims(ssm: SSMClient): void {
     ssm.middlewareStack.add(
@@ -284,7 +285,7 @@ export class LocalLambdas {
           const input = args.input as PutParameterCommand['input'];
           const root = this.runnerConfigRoot();
           if (input.Overwrite === false && root && input.Name?.startsWith(root)) {
-            this.options.onEvent({ t: Date.now(), kind: 'claimed', instanceId: input.Name.slice(root.length), detail: 'warm' });
+            this.options.onEvent({ t: Date.now(), kind: 'claimed', instanceId: input.Name.slice(root.length) });
           }
         }
         return out;
@@ -324,7 +325,7 @@ export function eventOfLogLine(fn: LambdaName, line: string, t = Date.now()): Lo
   const instanceId = str('instanceId');
   const withInstance = { ...base, ...(instanceId ? { instanceId } : {}) };
   if (message === LOG_FACTS.warmStarted) return [{ ...withInstance, kind: 'started', detail: 'warm' }];
-  if (message === LOG_FACTS.coldStarted) return [{ ...withInstance, kind: 'claimed', detail: 'cold' }, { ...withInstance, kind: 'started', detail: 'cold' }];
+  if (message === LOG_FACTS.coldStarted) return [{ ...withInstance, kind: 'started', detail: 'cold' }];
   if (message === LOG_FACTS.deadLettered) return [{ ...base, kind: 'dead-lettered', detail: str('reason') ?? 'dead-lettered' }];
   return [];
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { DescribeSubnetsCommand, type EC2Client } from '@aws-sdk/client-ec2';
+import { DescribeSubnetsCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';

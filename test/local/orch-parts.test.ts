@@ -54,7 +54,7 @@ describe('timeline facts from the handlers\' log lines', () => {
   it.each<[string, 'webhook' | 'scale-up' | 'pool', string, Record<string, unknown>, string[]]>([
     ['webhook queued', 'webhook', 'job queued', { traceId: 't', jobId: 'github:12', pool: 'p' }, ['queued']],
     ['warm start', 'scale-up', 'warm activation started the instance', { traceId: 't', jobId: 'github:12', instanceId: 'i-1' }, ['started']],
-    ['cold launch', 'scale-up', 'cold launch started an instance', { traceId: 't', jobId: 'gitlab:3', instanceId: 'i-2' }, ['claimed', 'started']],
+    ['cold launch', 'scale-up', 'cold launch started an instance', { traceId: 't', jobId: 'gitlab:3', instanceId: 'i-2' }, ['started']],
     ['dead letter', 'scale-up', 'job dead-lettered', { traceId: 't', jobId: 'github:12', reason: 'no-pool' }, ['dead-lettered']],
     ['a fallback is not a start', 'scale-up', 'warm activation fell back to a cold launch', { traceId: 't' }, []],
     ['the same words from another function', 'pool', 'job queued', { traceId: 't' }, []],
