@@ -47,13 +47,16 @@ function message(jobId: number, pool = 'docker', projectId = PROJECT): JobMessag
   };
 }
 
-/** The fake runner as a real process, with the command line templates/start-runner.sh uses. */
+/** The environment templates/start-runner.sh gives the runner (`env -i` plus these). */
+const BOOT_ENV = { HOME: tmpdir(), USER: 'nobody', LOGNAME: 'nobody', LANG: 'C.UTF-8', PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+/** The fake runner as a real process, with the command line and environment templates/start-runner.sh uses. */
 function runFake(reg: RunnerRegistration, log: string, waitTimeout = 5): Promise<number> {
   const builds = join(tmp, 'builds');
   mkdirSync(builds, { recursive: true });
   const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', String(waitTimeout), '--builds-dir', builds];
   return new Promise((done, fail) => {
-    const child = spawn(GITLAB_RUNNER, args, { env: { PATH: process.env.PATH, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore' });
+    const child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore' });
     child.on('error', fail);
     child.on('exit', (code) => done(code ?? -1));
   });
