@@ -6,16 +6,23 @@
 # server assigns, works on it for the seconds the server names, reports it done and exits 0.
 # Without a job within the server's bound it exits 1, as a runner that cannot serve would.
 #
-# Steps are logged one line each to $LOCAL_RUNNER_LOG when set, else to stderr; the secret
-# never is, and it reaches curl on stdin, not on the command line.
+# Steps are logged one line each to $LOCAL_RUNNER_LOG (or the file local-runner-log beside
+# this script names), else to stderr; the secret never is, and it reaches curl on stdin, not
+# on the command line.
 set -euo pipefail
 
+# The boot script starts the runner under `env -i`, which drops $LOCAL_RUNNER_LOG: a file
+# named local-runner-log beside this script may name the log instead (first line).
+LOG_PATH=${LOCAL_RUNNER_LOG:-}
+if [[ -z $LOG_PATH && -r $(dirname "${BASH_SOURCE[0]}")/local-runner-log ]]; then
+  read -r LOG_PATH <"$(dirname "${BASH_SOURCE[0]}")/local-runner-log" || true
+fi
+
+# A log that cannot be written (another user's file) falls back to stderr rather than ending the runner.
 log() {
   local line
   printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T fake-github-runner[%s] %s' -1 $$ "$*"
-  if [[ -n ${LOCAL_RUNNER_LOG:-} ]]; then
-    printf '%s\n' "$line" >>"$LOCAL_RUNNER_LOG"
-  else
+  if [[ -z $LOG_PATH ]] || ! printf '%s\n' "$line" 2>/dev/null >>"$LOG_PATH"; then
     printf '%s\n' "$line" >&2
   fi
 }

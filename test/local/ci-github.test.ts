@@ -1,11 +1,11 @@
 import { spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubApiError, GitHubProvider } from '../../lambdas/ci';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
@@ -59,10 +59,13 @@ function message(jobId: number, labels: string[], repository = `${ORG}/app`): Jo
   };
 }
 
-/** The fake runner as a real process, started with the command line the boot script uses. */
-function runFake(jitconfig: string, log: string): Promise<number> {
+/** The environment templates/start-runner.sh gives the runner (`env -i` plus these). */
+const BOOT_ENV = { HOME: tmpdir(), USER: 'nobody', LOGNAME: 'nobody', LANG: 'C.UTF-8', PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+/** The fake runner as a real process, started with the command line and environment the boot script uses. */
+function runFake(jitconfig: string, log: string | undefined, bin = RUN_SH): Promise<number> {
   return new Promise((done, fail) => {
-    const child = spawn(RUN_SH, ['--jitconfig', jitconfig], { env: { PATH: process.env.PATH, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' });
+    const child = spawn(bin, ['--jitconfig', jitconfig], { env: { ...BOOT_ENV, ...(log === undefined ? {} : { LOCAL_RUNNER_LOG: log }) }, stdio: 'ignore' });
     child.on('error', fail);
     child.on('exit', (code) => done(code ?? -1));
   });
@@ -77,19 +80,23 @@ async function rejection(p: Promise<unknown>): Promise<GitHubApiError> {
   return e as GitHubApiError;
 }
 
-beforeAll(async () => {
+// A fresh GitHub per test: no job or runner of one test can be taken or listed by another.
+beforeEach(async () => {
   gh = await startLoopbackGitHub({ organization: ORG, onEvent: (e) => events.push(e), jobSeconds: 0.2, runnerWaitSeconds: 1, runnerPollSeconds: 0.1 });
   config = fleet(gh.url);
+  ssm.reset();
   ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
+});
+afterEach(async () => {
+  await gh.close();
+  events = [];
+});
+beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), 'ci-github-'));
 });
-afterAll(async () => {
+afterAll(() => {
   ssm.restore();
-  await gh.close();
   rmSync(tmp, { recursive: true, force: true });
-});
-afterEach(() => {
-  events = [];
 });
 
 describe('loopback GitHub through the real provider and the fake run.sh', () => {
@@ -129,19 +136,19 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
 
   it('two runners at once take two different jobs; a gpu runner takes only the gpu job', async () => {
     const p = provider();
-    const a = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
-    const gpu = gh.jobs().find((j) => j.labels.includes('gpu') && j.status === 'queued')!;
-    const r1 = await p.createRunner(message(a.id, a.labels), nextInstance(), 'linux');
+    const older = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const gpu = gh.addJob(`${ORG}/app`, ['self-hosted', 'gpu']);
+    const newer = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const r1 = await p.createRunner(message(newer.id, newer.labels), nextInstance(), 'linux');
     const r2 = await p.createRunner(message(gpu.id, gpu.labels), nextInstance(), 'gpu');
     const codes = await Promise.all([runFake(r1.secret, join(tmp, 'r1.log')), runFake(r2.secret, join(tmp, 'r2.log'))]);
     expect(codes).toEqual([0, 0]);
-    const after = new Map(gh.jobs().map((j) => [j.id, j]));
-    expect(after.get(gpu.id)).toMatchObject({ status: 'completed', runnerName: r2.name });
-    // r1 took the oldest linux job still queued from the first test, then `a` stays queued.
-    const doneByR1 = gh.jobs().filter((j) => j.runnerName === r1.name);
-    expect(doneByR1).toHaveLength(1);
-    expect(doneByR1[0]!.labels).not.toContain('gpu');
-    expect(events.map((e) => e.ciJobId).sort()).toEqual([String(doneByR1[0]!.id), String(gpu.id)].sort());
+    expect(gh.jobs()).toEqual([
+      { ...older, status: 'completed', runnerName: r1.name },
+      { ...gpu, status: 'completed', runnerName: r2.name },
+      { ...newer, status: 'queued' },
+    ]);
+    expect(events.map((e) => e.ciJobId).sort()).toEqual([String(older.id), String(gpu.id)].sort());
   });
 
   it('a runner without a matching job waits for the bound, goes offline and exits non-zero; its registration stays until deleted', async () => {
@@ -237,6 +244,33 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     expect(readFileSync(log, 'utf8')).toMatch(/session refused \(HTTP 401\)/);
     expect(gh.runners().find((r) => r.name === reg.name)?.status).toBe('offline');
     await provider().deleteRunner(reg.runnerId);
+  });
+
+  it('repository runners: the repository routes, and the runner takes only jobs of its repository', async () => {
+    const repoConfig = { ...config, github: { ...config.github!, organization: undefined, repositories: [`${ORG}/svc`] } };
+    const p = createCiProviders(repoConfig, { ssm: new SSMClient({ region: 'eu-west-1' }) }).github!;
+    const elsewhere = gh.addJob(`${ORG}/app`, ['self-hosted', 'gpu']);
+    const own = gh.addJob(`${ORG}/svc`, ['self-hosted', 'gpu']);
+    const reg = await p.createRunner({ ...message(own.id, own.labels, `${ORG}/svc`), pool: 'gpu' }, nextInstance(), 'gpu');
+    expect(reg.runnerId).toMatch(new RegExp(`^${ORG}/svc/\\d+$`));
+    expect(await p.listRunners()).toEqual([expect.objectContaining({ runnerId: reg.runnerId, status: 'offline' })]);
+    expect(await provider().listRunners()).toEqual([]); // not an organisation runner
+    expect(await runFake(reg.secret, join(tmp, 'repo.log'))).toBe(0);
+    expect(gh.jobs().find((j) => j.id === own.id)).toMatchObject({ status: 'completed', runnerName: reg.name });
+    expect(gh.jobs().find((j) => j.id === elsewhere.id)?.status).toBe('queued');
+    expect(await p.listRunners()).toEqual([]);
+  });
+
+  it('logs to the file named in local-runner-log beside the binary when env -i dropped LOCAL_RUNNER_LOG', async () => {
+    const dir = join(tmp, 'runner-dir');
+    mkdirSync(dir, { recursive: true });
+    copyFileSync(RUN_SH, join(dir, 'run.sh'));
+    const log = join(tmp, 'beside.log');
+    writeFileSync(join(dir, 'local-runner-log'), `${log}\n`);
+    const reg = await provider().createRunner(message(1, ['self-hosted', 'gpu']), nextInstance(), 'gpu');
+    await provider().deleteRunner(reg.runnerId);
+    expect(await runFake(reg.secret, undefined, join(dir, 'run.sh'))).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/session refused \(HTTP 404\)/);
   });
 
   it('pages the runner list with a link header; the provider reads every page', async () => {
