@@ -1,0 +1,420 @@
+/**
+ * Plays the instances moto reports as if they were machines: every instance of the fleet
+ * (tagged with the pool tag) that enters `running` boots in its own sandbox directory with
+ * its own loopback IMDS server, running the real rendered boot script.
+ *
+ * - First boot (no machine directory yet): the instance's user data, as a file, like
+ *   cloud-init. Later boots (started from stopped): the units enabled in the machine's unit
+ *   directory, like systemd, which is the hook PRIME installed.
+ * - A machine's processes are one session. `shutdown`/`poweroff` (shims) call back here: the
+ *   instance is stopped in moto (shutdown behaviour "stop") and its processes are killed.
+ *   When moto reports an instance being played as stopped or terminated (the script's own
+ *   terminate-instances, scale-down, the pool's eviction), its processes are killed too.
+ * - Events: `boot` (detail: the mode, from the boot log), `runner-started` (detail: the
+ *   activation latency, when the boot logged one), `parked`, `instance-gone`.
+ *
+ * The user data comes from the instance's own `userData` attribute, which is what cloud-init
+ * reads on EC2 (through IMDS). moto copies the launch template version's user data into it
+ * for RunInstances and CreateFleet alike, where it tags only RunInstances' instances with
+ * `aws:ec2launchtemplate:id`/`:version`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { appendFileSync, chmodSync, existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import {
+  DescribeInstanceAttributeCommand,
+  DescribeInstancesCommand,
+  StopInstancesCommand,
+  type EC2Client,
+  type Instance,
+} from '@aws-sdk/client-ec2';
+import { BOOT_LOG_KEYS, BOOT_MODES, PROVIDERS, WARM_STANDBY_VALUE, tagKeys, type TagKeys } from '../../lambdas/shared/contract';
+import type { EventSink, LocalEvent } from '../events';
+import { ImdsServer, listenOnLoopback } from './imds';
+import { decodeUserData, relocateUserData, type LocalMachineSettings } from './launch-templates';
+import { createMachine, DEFAULT_RUNNER_DIR, enabledUnits, killSession, machineAt, type Machine } from './machine';
+
+export interface InstancePlayerOptions {
+  ec2: EC2Client; // moto
+  prefix: string;
+  machine: LocalMachineSettings;
+  /** Resolved path of the real aws CLI. */
+  awsCli: string;
+  onEvent: EventSink;
+  /** Extra env for the fake runners (e.g. LOCAL_RUNNER_LOG). */
+  runnerEnv?: Record<string, string>;
+  /** How often moto is polled. @default 200 */
+  pollMs?: number;
+  /** Directory of the runner binaries copied into each machine. @default local/runner */
+  runnerDir?: string;
+}
+
+interface Boot {
+  readonly child: ChildProcess;
+  /** The boot's session id (its pid: it is spawned detached, so it calls setsid). */
+  readonly sid: number;
+  readonly exited: Promise<void>;
+}
+
+interface Played {
+  readonly id: string;
+  readonly machine: Machine;
+  readonly imds: ImdsServer;
+  readonly imdsUrl: string;
+  pool?: string;
+  /** Booted in this running period: set at boot, cleared when moto reports it stopped. */
+  up: boolean;
+  boot?: Boot;
+  /** The sessions of this machine's boots that may still have processes. */
+  sessions: Set<number>;
+  poweringOff: boolean;
+  gone: boolean;
+  stalled: boolean;
+  /** From the boot log of the current boot. */
+  traceId?: string;
+  latency?: number;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const logValue = (key: string): RegExp => new RegExp(`(?:^|\\s)${escape(key)}=(\\S+)`);
+const MODE_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.mode)}=(${BOOT_MODES.join('|')})(?:\\s|$)`);
+const TRACE_RE = logValue(BOOT_LOG_KEYS.traceId);
+const LATENCY_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.activationLatency)}=(-?\\d+(?:\\.\\d+)?)(?:\\s|$)`);
+// The boot script's own wording (templates/start-runner.sh run_mode), not a contract key.
+const RUNNER_START_RE = new RegExp(`starting the (${PROVIDERS.join('|')}) runner$`);
+
+export class InstancePlayer {
+  private readonly keys: TagKeys;
+  private readonly pollMs: number;
+  private readonly played = new Map<string, Played>();
+  private readonly stallIds = new Set<string>();
+  private readonly stallNext: (string | undefined)[] = [];
+  private readonly pending = new Set<Promise<unknown>>();
+  private readonly control: Server;
+  private listening?: Promise<void>;
+  /** Where the power-off shims call back. */
+  private controlUrl = '';
+  private loop?: Promise<void>;
+  private running = false;
+  private ticks = 0;
+  private lastTickActed = true;
+  private lastError = '';
+
+  constructor(private readonly opts: InstancePlayerOptions) {
+    this.keys = tagKeys(opts.prefix);
+    this.pollMs = opts.pollMs ?? 200;
+    this.control = createServer((req, res) => {
+      const match = /^\/power-off\/(i-[0-9a-f]+)$/.exec(req.url ?? '');
+      const p = match ? this.played.get(match[1]!) : undefined;
+      if (req.method !== 'POST' || !p || p.gone) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(202).end();
+      this.track(this.powerOff(p));
+    });
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    mkdirSync(this.opts.machine.sandboxRoot, { recursive: true });
+    // The runner user (nobody, when root plays) must reach its machine's runner directory.
+    chmodSync(this.opts.machine.sandboxRoot, 0o755);
+    this.listening = listenOnLoopback(this.control).then((url) => {
+      this.controlUrl = url;
+    });
+    this.loop = this.run();
+  }
+
+  /** Kills every process it started and waits for them; closes its servers. */
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.loop;
+    await Promise.allSettled([...this.pending]);
+    await Promise.all([...this.played.values()].map((p) => this.powerDown(p)));
+    await Promise.all([...this.played.values()].map((p) => p.imds.close()));
+    this.control.closeAllConnections();
+    if (this.listening) await new Promise<void>((r) => this.control.close(() => r()));
+  }
+
+  /** That instance's PRIME never finishes (its first prepare command blocks). */
+  stallPriming(instanceId: string): void {
+    this.stallIds.add(instanceId);
+    const p = this.played.get(instanceId);
+    if (p) this.markStalled(p);
+  }
+
+  /** The next instance that primes (optionally of a pool) stalls. */
+  stallNextPriming(pool?: string): void {
+    this.stallNext.push(pool);
+  }
+
+  /** Instance ids whose boot script is running now. */
+  booting(): string[] {
+    return [...this.played.values()].filter((p) => p.boot).map((p) => p.id);
+  }
+
+  /**
+   * Resolves when no boot script runs (a stalled PRIME aside: it never ends) and two polls in
+   * a row found nothing to do.
+   */
+  async idle(): Promise<void> {
+    for (;;) {
+      if (this.quiet()) {
+        const seen = this.ticks;
+        while (this.running && this.ticks < seen + 2) await sleep(this.pollMs / 2);
+        if (!this.running || this.quiet()) return;
+      }
+      await sleep(this.pollMs);
+    }
+  }
+
+  private quiet(): boolean {
+    return !this.lastTickActed && this.pending.size === 0 && [...this.played.values()].every((p) => !p.boot || p.stalled);
+  }
+
+  private track(work: Promise<unknown>): void {
+    const p = work.catch((error: unknown) => this.report(error)).finally(() => this.pending.delete(p));
+    this.pending.add(p);
+  }
+
+  private report(error: unknown): void {
+    const message = error instanceof Error ? error.message : String(error);
+    if (message === this.lastError) return;
+    this.lastError = message;
+    console.error(`instance player: ${message}`);
+  }
+
+  private emit(p: Played, event: Omit<LocalEvent, 't' | 'instanceId' | 'pool'>): void {
+    this.opts.onEvent({ t: Date.now(), instanceId: p.id, ...(p.pool ? { pool: p.pool } : {}), ...event });
+  }
+
+  private async run(): Promise<void> {
+    await this.listening;
+    while (this.running) {
+      try {
+        this.lastTickActed = await this.tick();
+      } catch (error) {
+        this.lastTickActed = true;
+        this.report(error);
+      }
+      this.ticks += 1;
+      if (this.running) await sleep(this.pollMs);
+    }
+  }
+
+  private async describe(): Promise<Instance[]> {
+    const instances: Instance[] = [];
+    let token: string | undefined;
+    do {
+      const out = await this.opts.ec2.send(
+        new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [this.keys.pool] }], ...(token ? { NextToken: token } : {}) }),
+      );
+      for (const r of out.Reservations ?? []) instances.push(...(r.Instances ?? []));
+      token = out.NextToken;
+    } while (token);
+    return instances;
+  }
+
+  /** One look at moto; true when it acted on something. */
+  private async tick(): Promise<boolean> {
+    let acted = false;
+    for (const instance of await this.describe()) {
+      const id = instance.InstanceId;
+      const state = instance.State?.Name;
+      if (!id || !state) continue;
+      const p = this.played.get(id);
+      if (p?.gone || p?.poweringOff) continue;
+      if (state === 'running' || state === 'pending') {
+        if (p?.up) continue;
+        acted = true;
+        await this.bootInstance(instance, p);
+      } else if (state === 'stopping' || state === 'stopped') {
+        if (!p?.up) continue;
+        // Stopped by someone else than its own power-off: the same end for its processes.
+        acted = true;
+        p.up = false;
+        this.track(this.powerDown(p));
+      } else if (state === 'shutting-down' || state === 'terminated') {
+        if (!p) continue;
+        acted = true;
+        p.gone = true;
+        p.up = false;
+        this.track(
+          this.powerDown(p).then(async () => {
+            this.emit(p, { kind: 'instance-gone', detail: state, ...(p.traceId ? { traceId: p.traceId } : {}) });
+            await p.imds.close();
+          }),
+        );
+      }
+    }
+    return acted;
+  }
+
+  private tagsOf(instance: Instance): Record<string, string> {
+    return Object.fromEntries((instance.Tags ?? []).flatMap((t) => (t.Key && t.Value !== undefined ? [[t.Key, t.Value]] : [])));
+  }
+
+  private async liveTags(id: string): Promise<Record<string, string>> {
+    const out = await this.opts.ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
+    const instance = out.Reservations?.[0]?.Instances?.[0];
+    if (!instance) throw new Error(`moto does not know ${id}`);
+    // EC2's own aws:* tags are not shown in instance metadata.
+    return Object.fromEntries(Object.entries(this.tagsOf(instance)).filter(([k]) => !k.startsWith('aws:')));
+  }
+
+  private async register(id: string): Promise<Played> {
+    const imds = new ImdsServer({ liveTags: () => this.liveTags(id) });
+    imds.state.instanceId = id;
+    imds.state.region = await this.opts.ec2.config.region();
+    const p: Played = {
+      id,
+      machine: machineAt(join(this.opts.machine.sandboxRoot, id)),
+      imds,
+      imdsUrl: await imds.listen(),
+      up: false,
+      sessions: new Set(),
+      poweringOff: false,
+      gone: false,
+      stalled: false,
+    };
+    this.played.set(id, p);
+    return p;
+  }
+
+  private markStalled(p: Played): void {
+    p.stalled = true;
+    if (existsSync(p.machine.dir)) writeFileSync(p.machine.stallMarker, '');
+  }
+
+  /** Whether this boot is one that will prime: a warm standby not activated. */
+  private consumeStall(p: Played, tags: Record<string, string>): void {
+    if (this.stallIds.has(p.id)) return this.markStalled(p);
+    if (tags[this.keys.warmStandby] !== WARM_STANDBY_VALUE || tags[this.keys.activatedAt] !== undefined) return;
+    const i = this.stallNext.findIndex((pool) => pool === undefined || pool === p.pool);
+    if (i < 0) return;
+    this.stallNext.splice(i, 1);
+    this.stallIds.add(p.id);
+    this.markStalled(p);
+  }
+
+  private async bootInstance(instance: Instance, known: Played | undefined): Promise<void> {
+    const id = instance.InstanceId!;
+    const p = known ?? (await this.register(id));
+    const tags = this.tagsOf(instance);
+    p.pool = tags[this.keys.pool];
+    p.up = true;
+    p.traceId = undefined;
+    p.latency = undefined;
+    let script: string;
+    if (!existsSync(p.machine.dir)) {
+      // First boot: cloud-init runs the user data once per instance; the machine directory
+      // is its semaphore.
+      const attr = await this.opts.ec2.send(new DescribeInstanceAttributeCommand({ InstanceId: id, Attribute: 'userData' }));
+      const base64 = attr.UserData?.Value;
+      if (!base64) throw new Error(`${id} has no user data`);
+      const userData = relocateUserData(decodeUserData(base64), p.machine.dir, p.imdsUrl);
+      createMachine({
+        dir: p.machine.dir,
+        instanceId: id,
+        awsCli: this.opts.awsCli,
+        runnerSource: this.opts.runnerDir ?? DEFAULT_RUNNER_DIR,
+        ...(this.opts.runnerEnv ? { runnerEnv: this.opts.runnerEnv } : {}),
+      });
+      writeFileSync(p.machine.userDataFile, userData, { mode: 0o700 });
+      script = p.machine.userDataFile;
+    } else {
+      // A later boot: what systemd starts, the units enabled in multi-user.target.wants.
+      const unit = enabledUnits(p.machine)[0];
+      if (!unit) {
+        appendFileSync(p.machine.consoleLog, `-- boot ${new Date().toISOString()}: no enabled unit, nothing starts\n`);
+        return;
+      }
+      script = unit.execStart;
+    }
+    if (p.stalled) p.stalled = false;
+    rmSync(p.machine.stallMarker, { force: true });
+    this.consumeStall(p, tags);
+    p.boot = this.spawnBoot(p, script);
+  }
+
+  private spawnBoot(p: Played, script: string): Boot {
+    const m = p.machine;
+    appendFileSync(m.consoleLog, `-- boot ${new Date().toISOString()}: ${script}\n`);
+    // The environment cloud-init or systemd gives (test/templates/helpers.bash boot_env): the
+    // shims and the real aws CLI first on PATH, no AWS credentials or config of the host.
+    const env: Record<string, string> = {
+      PATH: `${m.binDir}:${process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'}`,
+      HOME: process.env.HOME ?? '/root',
+      LANG: 'C.UTF-8',
+      TMPDIR: join(m.dir, 'tmp'),
+      AWS_CONFIG_FILE: join(m.dir, 'aws/config'),
+      AWS_SHARED_CREDENTIALS_FILE: join(m.dir, 'aws/credentials'),
+      SHIM_UNIT_DIR: m.unitDir,
+      LOCAL_INSTANCE_ID: p.id,
+    };
+    if (process.env.PYENV_ROOT) env.PYENV_ROOT = process.env.PYENV_ROOT;
+    const child = spawn(script, [], { cwd: '/', detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, LOCAL_PLAYER_URL: this.controlUrl } });
+    if (child.pid === undefined) throw new Error(`could not start ${script} for ${p.id}`);
+    const sid = child.pid;
+    p.sessions.add(sid);
+    for (const stream of [child.stdout, child.stderr]) {
+      createInterface({ input: stream! }).on('line', (line) => this.onLine(p, line));
+    }
+    const exited = new Promise<void>((resolve) => {
+      child.once('exit', (code, signal) => {
+        appendFileSync(m.consoleLog, `-- boot script exited: ${signal ?? code}\n`);
+        if (p.boot?.child === child) p.boot = undefined;
+        resolve();
+      });
+    });
+    return { child, sid, exited };
+  }
+
+  private onLine(p: Played, line: string): void {
+    appendFileSync(p.machine.consoleLog, `${line}\n`);
+    const trace = TRACE_RE.exec(line)?.[1];
+    if (trace) p.traceId = trace;
+    const traceId = p.traceId ? { traceId: p.traceId } : {};
+    const mode = MODE_RE.exec(line)?.[1];
+    if (mode) this.emit(p, { kind: 'boot', detail: mode, ...traceId });
+    const latency = LATENCY_RE.exec(line)?.[1];
+    if (latency) p.latency = Number(latency);
+    const provider = RUNNER_START_RE.exec(line)?.[1];
+    if (provider) this.emit(p, { kind: 'runner-started', provider, ...traceId, ...(p.latency === undefined ? {} : { detail: p.latency }) });
+  }
+
+  /** The machine powers itself off: stopped in moto, then its processes end. */
+  private async powerOff(p: Played): Promise<void> {
+    p.poweringOff = true;
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.opts.ec2.send(new StopInstancesCommand({ InstanceIds: [p.id] }));
+          break;
+        } catch (error) {
+          if (attempt >= 3) throw new Error(`StopInstances ${p.id} after its power-off failed: ${String(error)}`);
+          await sleep(200 * attempt);
+        }
+      }
+      p.up = false;
+      await this.powerDown(p);
+      const unit = enabledUnits(p.machine)[0];
+      this.emit(p, { kind: 'parked', detail: unit ? `${unit.name} enabled` : 'no unit enabled' });
+    } finally {
+      p.poweringOff = false;
+    }
+  }
+
+  /** Ends every process of the machine's boots. */
+  private async powerDown(p: Played): Promise<void> {
+    const boot = p.boot;
+    await Promise.all([...p.sessions].map((sid) => killSession(sid)));
+    if (boot) await boot.exited;
+    p.sessions.clear();
+  }
+}
