@@ -119,9 +119,9 @@ export function buildReport(input: {
     const runnerInstance = ci?.runnerName ? instanceIdOfRunnerName(config.prefix, ci.runnerName) : undefined;
     const started = events.filter((e) => e.kind === 'started' && traceId !== undefined && e.traceId === traceId);
     const instanceId = runnerInstance ?? started.at(-1)?.instanceId;
-    // The job's instances: the one its runner ran on and those activated for it (a job may
-    // run on another job's instance: the CI service hands a runner the oldest matching job).
-    const mine = new Set([...started.map((e) => e.instanceId), runnerInstance].filter((x): x is string => x !== undefined));
+    // The instances activated for the job. Its runner may have run on another job's
+    // instance (a CI service hands a runner the oldest matching job): job-done names it.
+    const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
     const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, started.at(-1)?.detail) : undefined;
     const timeline = events
       .filter((e) => e.t >= job.deliveredAt - 1)
@@ -136,7 +136,11 @@ export function buildReport(input: {
         at: Math.round((e.t - job.deliveredAt) / 10) / 100,
         kind: e.kind,
         ...(e.instanceId ? { instanceId: e.instanceId } : {}),
-        ...(e.detail === undefined ? {} : { detail: e.detail }),
+        ...(e.detail !== undefined
+          ? { detail: e.detail }
+          : e.kind === 'job-done' && e.runnerName
+            ? { detail: `ran on ${instanceIdOfRunnerName(config.prefix, e.runnerName) ?? e.runnerName}` }
+            : {}),
       }));
     const latency = events.find((e) => e.kind === 'runner-started' && traceId !== undefined && e.traceId === traceId && typeof e.detail === 'number');
     const dead = traceId ? deadByTrace.get(traceId) : undefined;

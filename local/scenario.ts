@@ -14,7 +14,7 @@ import type { EventSink, LocalEvent } from './events';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
-import { buildReport, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ScenarioJob } from './report';
+import { buildReport, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
 
 /**
  * One run of the whole flow on this machine: moto, the loopback CI servers, the fleet
@@ -69,6 +69,10 @@ export interface ScenarioResult {
   readonly templateVersions: Readonly<Record<string, { before: string; after: string }>>;
   readonly refusedStarts: number;
   readonly fleet: ProvisionedFleet;
+  /** moto and the CI servers as listed at the end (what the report counted). */
+  readonly world: ObservedWorld;
+  /** Every Lambda log line, as `<fn> <json>`. */
+  readonly logs: readonly string[];
 }
 
 export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, jobSeconds: 1 } as const;
@@ -136,6 +140,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
+    const logs: string[] = [];
     const lambdas = new LocalLambdas({
       endpoint,
       fleetConfigParameter: fleet.config.parameters.fleetConfig,
@@ -145,6 +150,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       onEvent,
       onLogLine: (fn, line) => {
         o.onLog?.(fn, line);
+        if (!line.startsWith('{"_aws"')) logs.push(`${fn} ${line}`);
         if (fn === 'pool' && line.includes('"message":"evicted"')) {
           const reason = /"reason":"([^"]+)"/.exec(line)?.[1] ?? 'unknown';
           evictions[reason] = (evictions[reason] ?? 0) + 1;
@@ -316,7 +322,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
     for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
     const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes });
-    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet };
+    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
   } finally {
     await cleanup();
   }
