@@ -25,6 +25,8 @@ export interface ObservedInstance {
   readonly id: string;
   readonly state: string;
   readonly tags: Readonly<Record<string, string>>;
+  /** EC2's LaunchTime (epoch ms): the last start. */
+  readonly launchedAt?: number;
 }
 
 /** What moto and the CI servers hold at the end, listed. */
@@ -226,7 +228,12 @@ export async function listInstances(clients: LocalAwsClients, config: FleetConfi
     );
     for (const r of out.Reservations ?? [])
       for (const i of r.Instances ?? [])
-        instances.push({ id: i.InstanceId!, state: i.State?.Name ?? 'unknown', tags: Object.fromEntries((i.Tags ?? []).map((t) => [t.Key!, t.Value ?? ''])) });
+        instances.push({
+          id: i.InstanceId!,
+          state: i.State?.Name ?? 'unknown',
+          tags: Object.fromEntries((i.Tags ?? []).map((t) => [t.Key!, t.Value ?? ''])),
+          ...(i.LaunchTime ? { launchedAt: i.LaunchTime.getTime() } : {}),
+        });
     token = out.NextToken;
   } while (token);
   return instances;

@@ -279,22 +279,27 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
 
     // 6. Until every job is served or dead-lettered and nothing is left behind.
     const keys = tagKeys(fleet.config.prefix);
-    let stuckSince = new Map<string, number>();
     let settled = false;
     while (Date.now() < deadline) {
       const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients, fleet.config);
       if (jobsDone && faults.stallPriming) {
-        // The never-priming instance: the pool evicts it once it has primed for longer than
-        // the pool's primingTimeout (at least a minute); the run fast-forwards the pool's clock
-        // for one run instead of waiting, once it has been stuck for STUCK_PRIMING_MS.
+        // The never-priming instance: the pool evicts a standby that has primed for longer than
+        // the pool's primingTimeout (at least a minute). Instead of waiting, one pool run sees
+        // its clock moved so that only standbys priming for over STUCK_PRIMING_MS are past it.
         const now = Date.now();
-        const priming = world.filter((i) => i.state === 'running' && i.tags[keys.warmStandby] === WARM_STANDBY_VALUE && !i.tags[keys.activatedAt] && !i.tags[keys.jobId]);
-        stuckSince = new Map(priming.map((i) => [i.id, stuckSince.get(i.id) ?? now]));
-        if (priming.some((i) => now - stuckSince.get(i.id)! > STUCK_PRIMING_MS)) {
+        const stuck = world.some(
+          (i) =>
+            i.state === 'running' &&
+            i.tags[keys.warmStandby] === WARM_STANDBY_VALUE &&
+            !i.tags[keys.activatedAt] &&
+            !i.tags[keys.jobId] &&
+            i.launchedAt !== undefined &&
+            now - i.launchedAt > STUCK_PRIMING_MS,
+        );
+        if (stuck) {
           const timeout = Math.min(...fleet.config.pools.map((p) => p.warm.primingTimeoutSeconds));
           lambdas.skewNextPoolRun(timeout * 1000 - STUCK_PRIMING_MS);
-          stuckSince = new Map();
         }
       }
       if (jobsDone) {

