@@ -297,7 +297,8 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
       lines.push(`job ${j.job} pool ${j.pool} trace ${j.traceId ?? '-'}: ${how}`);
       for (const e of j.timeline) {
         const detail = e.kind === 'runner-started' && typeof e.detail === 'number' ? `activation-latency ${e.detail}s` : e.detail;
-        lines.push(`  ${s(e.at)}  ${e.kind.padEnd(16)} ${e.instanceId ?? ''}${detail === undefined ? '' : ` ${detail}`}`.trimEnd());
+        const rest = [e.instanceId, detail].filter((x) => x !== undefined && x !== '').join(' ');
+        lines.push(`  ${s(e.at)}  ${e.kind.padEnd(17)}${rest}`.trimEnd());
       }
     }
     lines.push('');
@@ -314,6 +315,6 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
   for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
   for (const n of report.notes) lines.push(`note: ${n}`);
-  lines.push(`wall time ${report.wallSeconds}s`);
+  lines.push(`wall time ${report.wallSeconds}s (moto and the CI servers started, fleet provisioned, pools filled, jobs served, all settled)`);
   return lines.join('\n');
 }

@@ -89,6 +89,7 @@ const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
 
 export async function runScenario(options: ScenarioOptions = {}): Promise<ScenarioResult> {
   const o = { ...SCENARIO_DEFAULTS, ...options };
+  const startedAt = Date.now();
   const faults = o.faults ?? {};
   const events: LocalEvent[] = [];
   const onEvent: EventSink = (e) => {
@@ -171,7 +172,6 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     lambdas.start();
     cleanups.push(() => lambdas.stop());
     const deadline = Date.now() + o.deadlineMs;
-    const startedAt = Date.now();
 
     // 4. The pools fill: instances prime and park (a stuck one holds its place).
     const stalled = faults.stallPriming ? 1 : 0;
