@@ -1,5 +1,6 @@
 import { createPublicKey, generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
 import type { EventSink } from '../events';
+import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
@@ -63,7 +64,6 @@ export interface LoopbackGitHubOptions {
 
 /** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
 const RUNNER_GROUPS = new Map([[1, 'Default']]);
-const SELF_HOSTED = 'self-hosted';
 /** GitHub refuses an App JWT whose expiry is more than 10 minutes ahead; a minute of clock drift is allowed. */
 const MAX_JWT_LIFETIME_S = 600;
 const CLOCK_DRIFT_S = 60;
@@ -164,7 +164,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       busy: r.busy,
       ephemeral: true,
       runner_group_id: r.runnerGroupId,
-      labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === SELF_HOSTED ? 'read-only' : 'custom' })),
+      labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === 'self-hosted' ? 'read-only' : 'custom' })),
     };
   }
 
@@ -300,16 +300,9 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return { status: 201, body: { runner: runnerJson(runner), encoded_jit_config: Buffer.from(JSON.stringify(config)).toString('base64') } };
   }
 
-  /** The oldest queued job the runner can take: every label of the job is one of the runner's. */
-  function oldestMatch(runner: RunnerState): JobState | undefined {
-    const has = new Set([SELF_HOSTED, ...runner.labels.map((l) => l.toLowerCase())]);
-    const candidates = [...jobs.values()].filter(
-      (j) =>
-        j.status === 'queued' &&
-        (runner.scope === 'org' ? isOrg(j.repository.split('/')[0]) : j.repository.toLowerCase() === runner.scope) &&
-        j.labels.every((l) => has.has(l.toLowerCase())),
-    );
-    return candidates.sort((a, b) => a.id - b.id)[0];
+  function jobFor(runner: RunnerState): JobState | undefined {
+    const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
+    return githubJobFor({ labels: runner.labels, scope }, jobs.values());
   }
 
   /** The fake runner's side, authenticated with the secret from its JIT config. */
@@ -334,7 +327,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
     if (action === 'acquire') {
       if (runner.jobId !== undefined) return { status: 200, body: { jobId: runner.jobId, seconds: jobSeconds } };
-      const job = oldestMatch(runner);
+      const job = jobFor(runner);
       if (!job) return { status: 204 };
       job.status = 'in_progress';
       job.runnerName = runner.name;

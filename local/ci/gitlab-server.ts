@@ -1,4 +1,5 @@
 import type { EventSink } from '../events';
+import { gitlabJobFor } from './assign';
 import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
@@ -237,14 +238,6 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     return typeof token === 'string' && token !== '' ? [...runners.values()].find((r) => r.token === token) : undefined;
   }
 
-  /** The oldest pending job this runner may take: its scope allows the project and it has every tag. */
-  function oldestMatch(r: RunnerState): JobState | undefined {
-    const tags = new Set(r.tagList);
-    return [...jobs.values()]
-      .filter((j) => j.status === 'pending' && (r.projectId === undefined || j.projectId === r.projectId) && (j.tags.length === 0 ? r.runUntagged : j.tags.every((t) => tags.has(t))))
-      .sort((a, b) => a.id - b.id)[0];
-  }
-
   function jobRequestAnswer(j: JobState): Record<string, unknown> {
     return {
       id: j.id,
@@ -286,7 +279,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       const r = runnerByToken(b.token);
       if (!r) return forbidden;
       r.contactedAt = iso();
-      const job = oldestMatch(r);
+      const job = gitlabJobFor(r, jobs.values());
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
       job.runnerId = r.id;
