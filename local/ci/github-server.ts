@@ -1,7 +1,7 @@
 import { createPublicKey, generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
 import type { EventSink } from '../events';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
-import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -45,7 +45,10 @@ export interface LoopbackGitHub {
   jobs(): GitHubJob[];
   /** Registrations as GitHub holds them now. */
   runners(): GitHubRunnerRecord[];
-  /** The next `times` (default 1) requests matching answer `status` before any routing or auth. */
+  /**
+   * The next `times` (default 1) requests matching answer `status` before any routing or auth;
+   * a 429 carries `retry-after: 1`, as GitHub's secondary rate limit answers do.
+   */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
   close(): Promise<void>;
 }
@@ -215,7 +218,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   function route(req: HttpRequest): HttpAnswer {
     const fault = faults.take(req.method, req.path);
-    if (fault !== undefined) return { status: fault, body: { message: fault >= 500 ? 'Server Error' : 'Injected fault' } };
+    if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
     if (req.path.startsWith('/app/') || routes.installation.test(req.path)) return appRoute(req);
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };

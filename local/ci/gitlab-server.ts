@@ -1,6 +1,6 @@
 import type { EventSink } from '../events';
 import { gitlabJobFor } from './assign';
-import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -40,7 +40,10 @@ export interface LoopbackGitLab {
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
   runners(): GitLabRunnerRecord[];
-  /** The next `times` (default 1) requests matching answer `status` before any routing or auth. */
+  /**
+   * The next `times` (default 1) requests matching answer `status` before any routing or auth;
+   * a 429 carries `retry-after: 1`, as GitLab's rate limit answers do.
+   */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
   close(): Promise<void>;
 }
@@ -139,7 +142,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
 
   function route(req: HttpRequest): HttpAnswer {
     const fault = faults.take(req.method, req.path);
-    if (fault !== undefined) return { status: fault, body: { message: `${fault} Injected fault` } };
+    if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault === 429 ? 'Retry later' : `${fault} Injected fault` } };
     if (!req.path.startsWith('/api/v4/')) return notFound();
     const path = req.path.slice('/api/v4'.length);
     // The runner API authenticates with tokens in the request, not with PRIVATE-TOKEN.

@@ -220,6 +220,11 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     gh.failNext({ method: 'GET', path: /\/actions\/runners$/ }, 503, 3);
     expect((await rejection(p.listRunners())).status).toBe(503);
     expect(waits).toEqual([500, 500, 1000]);
+
+    // A rate limit once: waited out for the retry-after it names (plus the provider's second).
+    gh.failNext({ method: 'GET', path: /\/actions\/runners$/ }, 429);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500, 500, 1000, 2000]);
   });
 
   it('refuses bad credentials with 401 like GitHub: a JWT from another key, a wrong App id, no or an unknown token, a wrong runner secret', async () => {

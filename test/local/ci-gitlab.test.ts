@@ -228,6 +228,11 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect((await rejection(p.deleteRunner(other.runnerId))).status).toBe(503);
     expect(waits).toEqual([500, 500, 1000]);
     await p.deleteRunner(other.runnerId);
+
+    // A rate limit once: waited out for the Retry-After it names (plus the provider's second).
+    gl.failNext({ method: 'GET', path: /\/runners$/ }, 429);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500, 500, 1000, 2000]);
   });
 
   it('refuses bad credentials like GitLab: 401 for a wrong PRIVATE-TOKEN, 403 for a wrong runner or job token', async () => {
