@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -276,6 +276,18 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     await provider().deleteRunner(reg.runnerId);
     expect(await runFake(reg.secret, undefined, join(dir, 'run.sh'))).toBe(1);
     expect(readFileSync(log, 'utf8')).toMatch(/session refused \(HTTP 404\)/);
+  });
+
+  it('run.sh is shellcheck-clean and refuses any other command line than the boot script\'s', async () => {
+    expect(() => execFileSync('shellcheck', [RUN_SH])).not.toThrow();
+    const log = join(tmp, 'usage.log');
+    const spawnWith = (args: string[]) =>
+      new Promise<number>((done) => spawn(RUN_SH, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' }).on('exit', (code) => done(code ?? -1)));
+    expect(await spawnWith([])).toBe(1);
+    expect(await spawnWith(['--jitconfig'])).toBe(1);
+    expect(await spawnWith(['--jitconfig', 'not base64!'])).toBe(1);
+    expect(await spawnWith(['--jitconfig', Buffer.from('{"url":"x"}').toString('base64')])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/usage: run\.sh --jitconfig[\s\S]*lacks url, runnerId or secret/);
   });
 
   it('pages the runner list with a link header; the provider reads every page', async () => {

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -260,6 +260,20 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(jobStatus(id)?.status).toBe('success');
     expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(403); // no longer running
     await provider().deleteRunner(reg.runnerId);
+  });
+
+  it('gitlab-runner is shellcheck-clean and refuses command lines run-single would refuse', async () => {
+    expect(() => execFileSync('shellcheck', [GITLAB_RUNNER])).not.toThrow();
+    const log = join(tmp, 'usage.log');
+    const exitOf = (args: string[]) =>
+      new Promise<number>((done) => spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' }).on('exit', (code) => done(code ?? -1)));
+    const good = ['--url', gl.url, '--token', 'glrt-x', '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '1'];
+    expect(await exitOf(['run', ...good])).toBe(1);
+    expect(await exitOf(['run-single', ...good, '--bogus', 'x'])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(2)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'docker'])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/Missing URL[\s\S]*Missing Executor[\s\S]*Unknown executor: docker/);
   });
 
   it('pages runner lists with x-next-page and a link header; the provider reads every page', async () => {
