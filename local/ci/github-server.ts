@@ -1,6 +1,7 @@
 import { createPublicKey, generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
 import type { EventSink } from '../events';
-import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { githubJobFor, type GitHubRunnerScope } from './assign';
+import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -44,7 +45,10 @@ export interface LoopbackGitHub {
   jobs(): GitHubJob[];
   /** Registrations as GitHub holds them now. */
   runners(): GitHubRunnerRecord[];
-  /** The next `times` (default 1) requests matching answer `status` before any routing or auth. */
+  /**
+   * The next `times` (default 1) requests matching answer `status` before any routing or auth;
+   * a 429 carries `retry-after: 1`, as GitHub's secondary rate limit answers do.
+   */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
   close(): Promise<void>;
 }
@@ -63,7 +67,6 @@ export interface LoopbackGitHubOptions {
 
 /** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
 const RUNNER_GROUPS = new Map([[1, 'Default']]);
-const SELF_HOSTED = 'self-hosted';
 /** GitHub refuses an App JWT whose expiry is more than 10 minutes ahead; a minute of clock drift is allowed. */
 const MAX_JWT_LIFETIME_S = 600;
 const CLOCK_DRIFT_S = 60;
@@ -164,7 +167,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       busy: r.busy,
       ephemeral: true,
       runner_group_id: r.runnerGroupId,
-      labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === SELF_HOSTED ? 'read-only' : 'custom' })),
+      labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === 'self-hosted' ? 'read-only' : 'custom' })),
     };
   }
 
@@ -215,7 +218,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   function route(req: HttpRequest): HttpAnswer {
     const fault = faults.take(req.method, req.path);
-    if (fault !== undefined) return { status: fault, body: { message: fault >= 500 ? 'Server Error' : 'Injected fault' } };
+    if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
     if (req.path.startsWith('/app/') || routes.installation.test(req.path)) return appRoute(req);
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
@@ -300,16 +303,9 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return { status: 201, body: { runner: runnerJson(runner), encoded_jit_config: Buffer.from(JSON.stringify(config)).toString('base64') } };
   }
 
-  /** The oldest queued job the runner can take: every label of the job is one of the runner's. */
-  function oldestMatch(runner: RunnerState): JobState | undefined {
-    const has = new Set([SELF_HOSTED, ...runner.labels.map((l) => l.toLowerCase())]);
-    const candidates = [...jobs.values()].filter(
-      (j) =>
-        j.status === 'queued' &&
-        (runner.scope === 'org' ? isOrg(j.repository.split('/')[0]) : j.repository.toLowerCase() === runner.scope) &&
-        j.labels.every((l) => has.has(l.toLowerCase())),
-    );
-    return candidates.sort((a, b) => a.id - b.id)[0];
+  function jobFor(runner: RunnerState): JobState | undefined {
+    const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
+    return githubJobFor({ labels: runner.labels, scope }, jobs.values());
   }
 
   /** The fake runner's side, authenticated with the secret from its JIT config. */
@@ -334,7 +330,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
     if (action === 'acquire') {
       if (runner.jobId !== undefined) return { status: 200, body: { jobId: runner.jobId, seconds: jobSeconds } };
-      const job = oldestMatch(runner);
+      const job = jobFor(runner);
       if (!job) return { status: 204 };
       job.status = 'in_progress';
       job.runnerName = runner.name;

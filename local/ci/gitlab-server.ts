@@ -1,5 +1,6 @@
 import type { EventSink } from '../events';
-import { authorizationCredential, Faults, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { gitlabJobFor } from './assign';
+import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -39,7 +40,10 @@ export interface LoopbackGitLab {
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
   runners(): GitLabRunnerRecord[];
-  /** The next `times` (default 1) requests matching answer `status` before any routing or auth. */
+  /**
+   * The next `times` (default 1) requests matching answer `status` before any routing or auth;
+   * a 429 carries `retry-after: 1`, as GitLab's rate limit answers do.
+   */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
   close(): Promise<void>;
 }
@@ -138,7 +142,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
 
   function route(req: HttpRequest): HttpAnswer {
     const fault = faults.take(req.method, req.path);
-    if (fault !== undefined) return { status: fault, body: { message: `${fault} Injected fault` } };
+    if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault === 429 ? 'Retry later' : `${fault} Injected fault` } };
     if (!req.path.startsWith('/api/v4/')) return notFound();
     const path = req.path.slice('/api/v4'.length);
     // The runner API authenticates with tokens in the request, not with PRIVATE-TOKEN.
@@ -237,14 +241,6 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     return typeof token === 'string' && token !== '' ? [...runners.values()].find((r) => r.token === token) : undefined;
   }
 
-  /** The oldest pending job this runner may take: its scope allows the project and it has every tag. */
-  function oldestMatch(r: RunnerState): JobState | undefined {
-    const tags = new Set(r.tagList);
-    return [...jobs.values()]
-      .filter((j) => j.status === 'pending' && (r.projectId === undefined || j.projectId === r.projectId) && (j.tags.length === 0 ? r.runUntagged : j.tags.every((t) => tags.has(t))))
-      .sort((a, b) => a.id - b.id)[0];
-  }
-
   function jobRequestAnswer(j: JobState): Record<string, unknown> {
     return {
       id: j.id,
@@ -286,7 +282,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       const r = runnerByToken(b.token);
       if (!r) return forbidden;
       r.contactedAt = iso();
-      const job = oldestMatch(r);
+      const job = gitlabJobFor(r, jobs.values());
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
       job.runnerId = r.id;

@@ -50,6 +50,11 @@ export class Faults {
   }
 }
 
+/** An injected 429 names its wait (`retry-after`, seconds), as both services' rate limits do. */
+export function rateLimitHeaders(status: number): Record<string, string> {
+  return status === 429 ? { 'retry-after': '1' } : {};
+}
+
 /** A global or sticky RegExp keeps `lastIndex` between tests; a fault must match the same way each time. */
 function testRegExp(re: RegExp, text: string): boolean {
   re.lastIndex = 0;

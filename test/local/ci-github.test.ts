@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -220,6 +220,11 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     gh.failNext({ method: 'GET', path: /\/actions\/runners$/ }, 503, 3);
     expect((await rejection(p.listRunners())).status).toBe(503);
     expect(waits).toEqual([500, 500, 1000]);
+
+    // A rate limit once: waited out for the retry-after it names (plus the provider's second).
+    gh.failNext({ method: 'GET', path: /\/actions\/runners$/ }, 429);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500, 500, 1000, 2000]);
   });
 
   it('refuses bad credentials with 401 like GitHub: a JWT from another key, a wrong App id, no or an unknown token, a wrong runner secret', async () => {
@@ -271,6 +276,18 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     await provider().deleteRunner(reg.runnerId);
     expect(await runFake(reg.secret, undefined, join(dir, 'run.sh'))).toBe(1);
     expect(readFileSync(log, 'utf8')).toMatch(/session refused \(HTTP 404\)/);
+  });
+
+  it('run.sh is shellcheck-clean and refuses any other command line than the boot script\'s', async () => {
+    expect(() => execFileSync('shellcheck', [RUN_SH])).not.toThrow();
+    const log = join(tmp, 'usage.log');
+    const spawnWith = (args: string[]) =>
+      new Promise<number>((done) => spawn(RUN_SH, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' }).on('exit', (code) => done(code ?? -1)));
+    expect(await spawnWith([])).toBe(1);
+    expect(await spawnWith(['--jitconfig'])).toBe(1);
+    expect(await spawnWith(['--jitconfig', 'not base64!'])).toBe(1);
+    expect(await spawnWith(['--jitconfig', Buffer.from('{"url":"x"}').toString('base64')])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/usage: run\.sh --jitconfig[\s\S]*lacks url, runnerId or secret/);
   });
 
   it('pages the runner list with a link header; the provider reads every page', async () => {

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -138,7 +138,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     const lines = readFileSync(log, 'utf8');
     expect(lines).toMatch(new RegExp(`received job=${older.id}`));
     expect(lines).toMatch(/processed its build limit, so now exiting/);
-    expect(lines).not.toContain(reg.secret);
+    expect(lines).not.toContain(reg.secret.slice('glrt-'.length, 'glrt-'.length + 6));
   });
 
   it('two runners at once take different jobs; a run-untagged runner takes the untagged job', async () => {
@@ -228,6 +228,11 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect((await rejection(p.deleteRunner(other.runnerId))).status).toBe(503);
     expect(waits).toEqual([500, 500, 1000]);
     await p.deleteRunner(other.runnerId);
+
+    // A rate limit once: waited out for the Retry-After it names (plus the provider's second).
+    gl.failNext({ method: 'GET', path: /\/runners$/ }, 429);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500, 500, 1000, 2000]);
   });
 
   it('refuses bad credentials like GitLab: 401 for a wrong PRIVATE-TOKEN, 403 for a wrong runner or job token', async () => {
@@ -255,6 +260,20 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(jobStatus(id)?.status).toBe('success');
     expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(403); // no longer running
     await provider().deleteRunner(reg.runnerId);
+  });
+
+  it('gitlab-runner is shellcheck-clean and refuses command lines run-single would refuse', async () => {
+    expect(() => execFileSync('shellcheck', [GITLAB_RUNNER])).not.toThrow();
+    const log = join(tmp, 'usage.log');
+    const exitOf = (args: string[]) =>
+      new Promise<number>((done) => spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' }).on('exit', (code) => done(code ?? -1)));
+    const good = ['--url', gl.url, '--token', 'glrt-x', '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '1'];
+    expect(await exitOf(['run', ...good])).toBe(1);
+    expect(await exitOf(['run-single', ...good, '--bogus', 'x'])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(2)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'docker'])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/Missing URL[\s\S]*Missing Executor[\s\S]*Unknown executor: docker/);
   });
 
   it('pages runner lists with x-next-page and a link header; the provider reads every page', async () => {
