@@ -13,6 +13,8 @@ import {
   CreateLaunchTemplateCommand,
   CreateTagsCommand,
   DescribeInstancesCommand,
+  DescribeLaunchTemplatesCommand,
+  DescribeLaunchTemplateVersionsCommand,
   DescribeSubnetsCommand,
   EC2Client,
   RunInstancesCommand,
@@ -22,7 +24,15 @@ import {
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type RunnerConfig } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
-import { createLocalLaunchTemplate, LOCAL_IMAGE_ID, MACHINE_PATHS, renderLocalUserData, type LocalMachineSettings } from '../../local/instances/launch-templates';
+import {
+  createLocalLaunchTemplate,
+  decodeUserData,
+  LOCAL_IMAGE_ID,
+  MACHINE_PATHS,
+  renderLocalUserData,
+  updateLocalLaunchTemplate,
+  type LocalMachineSettings,
+} from '../../local/instances/launch-templates';
 import { resolveAwsCli } from '../../local/instances/machine';
 import { InstancePlayer } from '../../local/instances/player';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -324,6 +334,24 @@ describe('InstancePlayer', () => {
     expect(p.booting()).toEqual([]);
     expect(events.filter((e) => e.instanceId === id && e.kind === 'boot').map((e) => e.detail)).toEqual(['PRIME']);
     expect(readFileSync(join(settings().sandboxRoot, id, 'var/log/console.log'), 'utf8')).toContain('no enabled unit, nothing starts');
+  });
+
+  it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
+    const pool = { name: 'drift-gh', provider: 'github' as const };
+    const lt = await createLocalLaunchTemplate(ec2, pool, settings());
+    expect(lt).toMatchObject({ launchTemplateName: `${prefix}-drift-gh`, version: '1' });
+    const { version } = await updateLocalLaunchTemplate(ec2, lt.launchTemplateId, { ...pool, prepareCommands: ['echo drifted'] }, settings());
+    expect(version).toBe('2');
+    const described = await ec2.send(new DescribeLaunchTemplatesCommand({ LaunchTemplateIds: [lt.launchTemplateId] }));
+    expect(described.LaunchTemplates?.[0]?.DefaultVersionNumber).toBe(2);
+    const versions = await ec2.send(new DescribeLaunchTemplateVersionsCommand({ LaunchTemplateId: lt.launchTemplateId, Versions: ['1', '2'] }));
+    const byVersion = new Map(versions.LaunchTemplateVersions?.map((v) => [v.VersionNumber, v.LaunchTemplateData]));
+    expect(decodeUserData(byVersion.get(1)!.UserData!)).not.toContain('echo drifted');
+    expect(decodeUserData(byVersion.get(2)!.UserData!)).toBe(renderLocalUserData({ ...pool, prepareCommands: ['echo drifted'] }, settings()));
+    expect(byVersion.get(2)).toMatchObject({
+      MetadataOptions: { HttpTokens: 'required', InstanceMetadataTags: 'enabled' },
+      InstanceInitiatedShutdownBehavior: 'stop',
+    });
   });
 });
 
