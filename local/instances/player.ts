@@ -437,6 +437,8 @@ export class InstancePlayer {
     };
     if (process.env.PYENV_ROOT) env.PYENV_ROOT = process.env.PYENV_ROOT;
     const child = spawn(script, [], { cwd: '/', detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, LOCAL_PLAYER_URL: this.controlUrl } });
+    // A hook that is not executable: systemd would log the failure and boot on without it.
+    child.on('error', (error) => appendFileSync(m.consoleLog, `-- could not start ${script}: ${error.message}\n`));
     if (child.pid === undefined) throw new Error(`could not start ${script} for ${p.id}`);
     const sid = child.pid;
     p.sessions.add(sid);

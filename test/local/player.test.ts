@@ -3,7 +3,7 @@
  * launched from local launch templates prime and park, are activated and run their runner,
  * wait for a cold config, stall on demand, and leave nothing running behind.
  */
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
@@ -333,7 +333,20 @@ describe('InstancePlayer', () => {
     await p.idle();
     expect(p.booting()).toEqual([]);
     expect(events.filter((e) => e.instanceId === id && e.kind === 'boot').map((e) => e.detail)).toEqual(['PRIME']);
-    expect(readFileSync(join(settings().sandboxRoot, id, 'var/log/console.log'), 'utf8')).toContain('no enabled unit, nothing starts');
+    const consoleLog = join(settings().sandboxRoot, id, 'var/log/console.log');
+    expect(readFileSync(consoleLog, 'utf8')).toContain('no enabled unit, nothing starts');
+
+    // A unit whose program is missing: logged, and the player plays on.
+    await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+    await until('stopped', async () => (await stateOf(id)) === 'stopped');
+    const unitDir = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir);
+    writeFileSync(join(unitDir, 'broken.service'), '[Service]\nExecStart=/nonexistent/hook\n');
+    mkdirSync(wants);
+    symlinkSync(join(unitDir, 'broken.service'), join(wants, 'broken.service'));
+    await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
+    await until('the failed start', () => readFileSync(consoleLog, 'utf8').includes('could not start /nonexistent/hook'));
+    await p.idle();
+    expect(p.booting()).toEqual([]);
   });
 
   it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
