@@ -316,7 +316,10 @@ describe('InstancePlayer', () => {
     p.stallNextPriming();
     const id = await launchWarm('outside-gh', lt.launchTemplateId);
     await until('PRIME', eventOf('boot', id));
-    await until('its processes', () => processesOf(`LOCAL_INSTANCE_ID=${id}`).length > 0);
+    // PRIME enables the hook before its prepare commands, the first of which stalls.
+    const wants = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir, 'multi-user.target.wants');
+    await until('the hook enabled', () => existsSync(join(wants, `${prefix}-start-runner.service`)));
+    expect(processesOf(`LOCAL_INSTANCE_ID=${id}`).length).toBeGreaterThan(0);
 
     await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
     await until('its processes end', () => processesOf(`LOCAL_INSTANCE_ID=${id}`).length === 0);
@@ -324,8 +327,7 @@ describe('InstancePlayer', () => {
     expect(p.booting()).toEqual([]);
     expect(events.some((e) => e.instanceId === id && e.kind === 'parked')).toBe(false);
 
-    // PRIME enabled the hook before its prepare commands; as a RUN would, disable it.
-    const wants = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir, 'multi-user.target.wants');
+    // As a RUN would, disable the hook.
     expect(readdirSync(wants)).toEqual([`${prefix}-start-runner.service`]);
     rmSync(wants, { recursive: true });
     await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
@@ -338,7 +340,8 @@ describe('InstancePlayer', () => {
 
     // A unit whose program is missing: logged, and the player plays on.
     await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
-    await until('stopped', async () => (await stateOf(id)) === 'stopped');
+    // The player must see it stopped: a stop and a start between two polls look like nothing.
+    await p.idle();
     const unitDir = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir);
     writeFileSync(join(unitDir, 'broken.service'), '[Service]\nExecStart=/nonexistent/hook\n');
     mkdirSync(wants);
