@@ -34,7 +34,7 @@ import { BOOT_LOG_KEYS, BOOT_MODES, PROVIDERS, WARM_STANDBY_VALUE, tagKeys, type
 import type { EventSink, LocalEvent } from '../events';
 import { ImdsServer, listenOnLoopback } from './imds';
 import { decodeUserData, relocateUserData, type LocalMachineSettings } from './launch-templates';
-import { createMachine, DEFAULT_RUNNER_DIR, enabledUnits, killSession, machineAt, type Machine } from './machine';
+import { createMachine, DEFAULT_RUNNER_DIR, enabledUnits, killSession, machineAt, sessionPids, type Machine } from './machine';
 
 export interface InstancePlayerOptions {
   ec2: EC2Client; // moto
@@ -86,6 +86,62 @@ const LATENCY_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.activationLatency
 // The boot script's own wording (templates/start-runner.sh run_mode), not a contract key.
 const RUNNER_START_RE = new RegExp(`starting the (${PROVIDERS.join('|')}) runner$`);
 
+/** What the player knows of an instance it plays. */
+export interface PlayedView {
+  /** Booted in this running period. */
+  readonly up: boolean;
+  readonly gone: boolean;
+  readonly poweringOff: boolean;
+}
+
+export type PlayerAction = 'boot' | 'power-down' | 'gone' | 'none';
+
+/**
+ * What to do about one instance, from moto's state and what the player knows of it (nothing
+ * when it never played it). An instance seen running that is not up boots; a played one that
+ * is stopped while up was stopped from outside (its own power-off clears `up` first) and
+ * loses its processes; a played one that is terminated is gone. A power-off in progress
+ * owns the instance until it is done.
+ */
+export function decideAction(state: string | undefined, played: PlayedView | undefined): PlayerAction {
+  if (played?.gone || played?.poweringOff) return 'none';
+  switch (state) {
+    case 'pending':
+    case 'running':
+      return played?.up ? 'none' : 'boot';
+    case 'stopping':
+    case 'stopped':
+      return played?.up ? 'power-down' : 'none';
+    case 'shutting-down':
+    case 'terminated':
+      return played ? 'gone' : 'none';
+    default:
+      return 'none';
+  }
+}
+
+export interface BootLine {
+  readonly mode?: string;
+  readonly traceId?: string;
+  readonly latency?: number;
+  /** The provider whose runner the boot is starting. */
+  readonly runnerStarting?: string;
+}
+
+/** What a boot-log line says, by the contract's BOOT_LOG_KEYS. */
+export function parseBootLine(line: string): BootLine {
+  const mode = MODE_RE.exec(line)?.[1];
+  const traceId = TRACE_RE.exec(line)?.[1];
+  const latency = LATENCY_RE.exec(line)?.[1];
+  const runnerStarting = RUNNER_START_RE.exec(line)?.[1];
+  return {
+    ...(mode ? { mode } : {}),
+    ...(traceId ? { traceId } : {}),
+    ...(latency ? { latency: Number(latency) } : {}),
+    ...(runnerStarting ? { runnerStarting } : {}),
+  };
+}
+
 export class InstancePlayer {
   private readonly keys: TagKeys;
   private readonly pollMs: number;
@@ -128,7 +184,23 @@ export class InstancePlayer {
       this.controlUrl = url;
     });
     this.loop = this.run();
+    process.on('exit', this.killAllNow);
   }
+
+  /** On the way out of a process that did not stop the player: no machine outlives it. */
+  private readonly killAllNow = (): void => {
+    for (const p of this.played.values()) {
+      for (const sid of p.sessions) {
+        for (const pid of sessionPids(sid)) {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            // gone meanwhile
+          }
+        }
+      }
+    }
+  };
 
   /** Kills every process it started and waits for them; closes its servers. */
   async stop(): Promise<void> {
@@ -139,6 +211,7 @@ export class InstancePlayer {
     await Promise.all([...this.played.values()].map((p) => p.imds.close()));
     this.control.closeAllConnections();
     if (this.listening) await new Promise<void>((r) => this.control.close(() => r()));
+    process.off('exit', this.killAllNow);
   }
 
   /** That instance's PRIME never finishes (its first prepare command blocks). */
@@ -225,34 +298,37 @@ export class InstancePlayer {
     let acted = false;
     for (const instance of await this.describe()) {
       const id = instance.InstanceId;
-      const state = instance.State?.Name;
-      if (!id || !state) continue;
-      const p = this.played.get(id);
-      if (p?.gone || p?.poweringOff) continue;
-      if (state === 'running' || state === 'pending') {
-        if (p?.up) continue;
-        acted = true;
-        await this.bootInstance(instance, p);
-      } else if (state === 'stopping' || state === 'stopped') {
-        if (!p?.up) continue;
-        // Stopped by someone else than its own power-off: the same end for its processes.
-        acted = true;
-        p.up = false;
-        this.track(this.powerDown(p));
-      } else if (state === 'shutting-down' || state === 'terminated') {
-        if (!p) continue;
-        acted = true;
-        p.gone = true;
-        p.up = false;
-        this.track(
-          this.powerDown(p).then(async () => {
-            this.emit(p, { kind: 'instance-gone', detail: state, ...(p.traceId ? { traceId: p.traceId } : {}) });
-            await p.imds.close();
-          }),
-        );
+      const p = id ? this.played.get(id) : undefined;
+      const action = decideAction(instance.State?.Name, p);
+      if (action === 'none') continue;
+      acted = true;
+      try {
+        await this.act(action, instance, p);
+      } catch (error) {
+        // One instance's trouble must not hold up the others.
+        this.report(error);
       }
     }
     return acted;
+  }
+
+  private async act(action: Exclude<PlayerAction, 'none'>, instance: Instance, p: Played | undefined): Promise<void> {
+    if (action === 'boot') return this.bootInstance(instance, p);
+    if (!p) return;
+    p.up = false;
+    if (action === 'power-down') {
+      // Stopped by someone else than its own power-off: the same end for its processes.
+      this.track(this.powerDown(p));
+      return;
+    }
+    p.gone = true;
+    const state = instance.State?.Name;
+    this.track(
+      this.powerDown(p).then(async () => {
+        this.emit(p, { kind: 'instance-gone', ...(state ? { detail: state } : {}), ...(p.traceId ? { traceId: p.traceId } : {}) });
+        await p.imds.close();
+      }),
+    );
   }
 
   private tagsOf(instance: Instance): Record<string, string> {
@@ -307,16 +383,17 @@ export class InstancePlayer {
     const p = known ?? (await this.register(id));
     const tags = this.tagsOf(instance);
     p.pool = tags[this.keys.pool];
-    p.up = true;
     p.traceId = undefined;
     p.latency = undefined;
     let script: string;
     if (!existsSync(p.machine.dir)) {
       // First boot: cloud-init runs the user data once per instance; the machine directory
-      // is its semaphore.
+      // is its semaphore. A failed read of the user data is retried at the next poll; a
+      // machine that cannot be built stays up without a boot, like one whose cloud-init broke.
       const attr = await this.opts.ec2.send(new DescribeInstanceAttributeCommand({ InstanceId: id, Attribute: 'userData' }));
+      p.up = true;
       const base64 = attr.UserData?.Value;
-      if (!base64) throw new Error(`${id} has no user data`);
+      if (!base64) throw new Error(`${id} has no user data: nothing to boot`);
       const userData = relocateUserData(decodeUserData(base64), p.machine.dir, p.imdsUrl);
       createMachine({
         dir: p.machine.dir,
@@ -328,6 +405,7 @@ export class InstancePlayer {
       writeFileSync(p.machine.userDataFile, userData, { mode: 0o700 });
       script = p.machine.userDataFile;
     } else {
+      p.up = true;
       // A later boot: what systemd starts, the units enabled in multi-user.target.wants.
       const unit = enabledUnits(p.machine)[0];
       if (!unit) {
@@ -359,6 +437,8 @@ export class InstancePlayer {
     };
     if (process.env.PYENV_ROOT) env.PYENV_ROOT = process.env.PYENV_ROOT;
     const child = spawn(script, [], { cwd: '/', detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, LOCAL_PLAYER_URL: this.controlUrl } });
+    // A hook that is not executable: systemd would log the failure and boot on without it.
+    child.on('error', (error) => appendFileSync(m.consoleLog, `-- could not start ${script}: ${error.message}\n`));
     if (child.pid === undefined) throw new Error(`could not start ${script} for ${p.id}`);
     const sid = child.pid;
     p.sessions.add(sid);
@@ -377,15 +457,14 @@ export class InstancePlayer {
 
   private onLine(p: Played, line: string): void {
     appendFileSync(p.machine.consoleLog, `${line}\n`);
-    const trace = TRACE_RE.exec(line)?.[1];
-    if (trace) p.traceId = trace;
+    const parsed = parseBootLine(line);
+    if (parsed.traceId) p.traceId = parsed.traceId;
+    if (parsed.latency !== undefined) p.latency = parsed.latency;
     const traceId = p.traceId ? { traceId: p.traceId } : {};
-    const mode = MODE_RE.exec(line)?.[1];
-    if (mode) this.emit(p, { kind: 'boot', detail: mode, ...traceId });
-    const latency = LATENCY_RE.exec(line)?.[1];
-    if (latency) p.latency = Number(latency);
-    const provider = RUNNER_START_RE.exec(line)?.[1];
-    if (provider) this.emit(p, { kind: 'runner-started', provider, ...traceId, ...(p.latency === undefined ? {} : { detail: p.latency }) });
+    if (parsed.mode) this.emit(p, { kind: 'boot', detail: parsed.mode, ...traceId });
+    if (parsed.runnerStarting) {
+      this.emit(p, { kind: 'runner-started', provider: parsed.runnerStarting, ...traceId, ...(p.latency === undefined ? {} : { detail: p.latency }) });
+    }
   }
 
   /** The machine powers itself off: stopped in moto, then its processes end. */

@@ -3,7 +3,7 @@
  * launched from local launch templates prime and park, are activated and run their runner,
  * wait for a cold config, stall on demand, and leave nothing running behind.
  */
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
@@ -13,15 +13,26 @@ import {
   CreateLaunchTemplateCommand,
   CreateTagsCommand,
   DescribeInstancesCommand,
+  DescribeLaunchTemplatesCommand,
+  DescribeLaunchTemplateVersionsCommand,
   DescribeSubnetsCommand,
   EC2Client,
   RunInstancesCommand,
   StartInstancesCommand,
+  StopInstancesCommand,
 } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type RunnerConfig } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
-import { createLocalLaunchTemplate, LOCAL_IMAGE_ID, renderLocalUserData, type LocalMachineSettings } from '../../local/instances/launch-templates';
+import {
+  createLocalLaunchTemplate,
+  decodeUserData,
+  LOCAL_IMAGE_ID,
+  MACHINE_PATHS,
+  renderLocalUserData,
+  updateLocalLaunchTemplate,
+  type LocalMachineSettings,
+} from '../../local/instances/launch-templates';
 import { resolveAwsCli } from '../../local/instances/machine';
 import { InstancePlayer } from '../../local/instances/player';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -70,7 +81,7 @@ function startPlayer(): InstancePlayer {
 }
 
 /** Waits (bounded, a safety net, not a measure) until `check` holds. */
-async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 45_000): Promise<T> {
+async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 25_000): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await check();
@@ -166,7 +177,6 @@ beforeAll(async () => {
   chmodSync(root, 0o755);
   awsCli = resolveAwsCli();
   runnerDir = join(root, 'runner-fakes');
-  const { mkdirSync } = await import('node:fs');
   mkdirSync(runnerDir);
   writeFileSync(join(runnerDir, 'run.sh'), FAKE_RUNNER, { mode: 0o755 });
   writeFileSync(join(runnerDir, 'gitlab-runner'), FAKE_RUNNER, { mode: 0o755 });
@@ -181,6 +191,8 @@ afterEach(async () => {
   await player?.stop();
   player = undefined;
   rmSync(runnerHold, { force: true });
+  // A new player would play the instances an earlier test left running.
+  await moto.reset();
 });
 
 afterAll(async () => {
@@ -296,4 +308,66 @@ describe('InstancePlayer', () => {
     expect(alive(runnerPid)).toBe(false);
     expect(existsSync(join(settings().sandboxRoot, stalled, 'stall-priming'))).toBe(true);
   }, 60_000);
+
+  it('an instance stopped from outside loses its processes without parking; a start with no enabled unit boots nothing', async () => {
+    const lt = await createLocalLaunchTemplate(ec2, { name: 'outside-gh', provider: 'github' }, settings());
+    const p = startPlayer();
+    p.stallPriming('i-none'); // another instance's stall does not touch this one
+    p.stallNextPriming();
+    const id = await launchWarm('outside-gh', lt.launchTemplateId);
+    await until('PRIME', eventOf('boot', id));
+    // PRIME enables the hook before its prepare commands, the first of which stalls.
+    const wants = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir, 'multi-user.target.wants');
+    await until('the hook enabled', () => existsSync(join(wants, `${prefix}-start-runner.service`)));
+    expect(processesOf(`LOCAL_INSTANCE_ID=${id}`).length).toBeGreaterThan(0);
+
+    await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+    await until('its processes end', () => processesOf(`LOCAL_INSTANCE_ID=${id}`).length === 0);
+    await p.idle();
+    expect(p.booting()).toEqual([]);
+    expect(events.some((e) => e.instanceId === id && e.kind === 'parked')).toBe(false);
+
+    // As a RUN would, disable the hook.
+    expect(readdirSync(wants)).toEqual([`${prefix}-start-runner.service`]);
+    rmSync(wants, { recursive: true });
+    await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
+    await until('running', async () => (await stateOf(id)) === 'running');
+    await p.idle();
+    expect(p.booting()).toEqual([]);
+    expect(events.filter((e) => e.instanceId === id && e.kind === 'boot').map((e) => e.detail)).toEqual(['PRIME']);
+    const consoleLog = join(settings().sandboxRoot, id, 'var/log/console.log');
+    expect(readFileSync(consoleLog, 'utf8')).toContain('no enabled unit, nothing starts');
+
+    // A unit whose program is missing: logged, and the player plays on.
+    await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+    // The player must see it stopped: a stop and a start between two polls look like nothing.
+    await p.idle();
+    const unitDir = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir);
+    writeFileSync(join(unitDir, 'broken.service'), '[Service]\nExecStart=/nonexistent/hook\n');
+    mkdirSync(wants);
+    symlinkSync(join(unitDir, 'broken.service'), join(wants, 'broken.service'));
+    await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
+    await until('the failed start', () => readFileSync(consoleLog, 'utf8').includes('could not start /nonexistent/hook'));
+    await p.idle();
+    expect(p.booting()).toEqual([]);
+  });
+
+  it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
+    const pool = { name: 'drift-gh', provider: 'github' as const };
+    const lt = await createLocalLaunchTemplate(ec2, pool, settings());
+    expect(lt).toMatchObject({ launchTemplateName: `${prefix}-drift-gh`, version: '1' });
+    const { version } = await updateLocalLaunchTemplate(ec2, lt.launchTemplateId, { ...pool, prepareCommands: ['echo drifted'] }, settings());
+    expect(version).toBe('2');
+    const described = await ec2.send(new DescribeLaunchTemplatesCommand({ LaunchTemplateIds: [lt.launchTemplateId] }));
+    expect(described.LaunchTemplates?.[0]?.DefaultVersionNumber).toBe(2);
+    const versions = await ec2.send(new DescribeLaunchTemplateVersionsCommand({ LaunchTemplateId: lt.launchTemplateId, Versions: ['1', '2'] }));
+    const byVersion = new Map(versions.LaunchTemplateVersions?.map((v) => [v.VersionNumber, v.LaunchTemplateData]));
+    expect(decodeUserData(byVersion.get(1)!.UserData!)).not.toContain('echo drifted');
+    expect(decodeUserData(byVersion.get(2)!.UserData!)).toBe(renderLocalUserData({ ...pool, prepareCommands: ['echo drifted'] }, settings()));
+    expect(byVersion.get(2)).toMatchObject({
+      MetadataOptions: { HttpTokens: 'required', InstanceMetadataTags: 'enabled' },
+      InstanceInitiatedShutdownBehavior: 'stop',
+    });
+  });
 });
+
