@@ -105,7 +105,9 @@ main().then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    console.error(`npm run local failed: ${(e as Error).stack ?? String(e)}`);
+    // A usage problem found late (a used moto) is one line; anything else gets its stack.
+    const error = e as Error;
+    console.error(`npm run local failed: ${error.message.startsWith('this moto already holds') ? error.message : (error.stack ?? String(e))}`);
     process.exitCode = 1;
   },
 );

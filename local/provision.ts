@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { DescribeSubnetsCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider } from '../lambdas/shared/contract';
@@ -109,6 +109,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   const prefix = options.prefix ?? DEFAULT_PREFIX;
   const example = options.example ?? localExample();
   const paths = ssmPaths(prefix);
+  await refuseUsedEndpoint(clients.ssm, paths.fleetConfig);
   const subnets = await clients.ec2.send(new DescribeSubnetsCommand({ Filters: [{ Name: 'default-for-az', Values: ['true'] }] }));
   const subnetId = subnets.Subnets?.[0]?.SubnetId;
   if (!subnetId) throw new Error('moto has no default subnet');
@@ -136,6 +137,22 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   for (const [Name, Value] of secrets) await clients.ssm.send(new PutParameterCommand({ Name, Value, Type: 'SecureString', Overwrite: true }));
   await putFleetConfig(clients.ssm, config);
   return { config, example, local: options.local, machine: options.machine, templates, subnetId, queueUrl, deadLetterQueueUrl, webhook };
+}
+
+/** A moto that already holds a fleet would mix its instances and names into this run. */
+async function refuseUsedEndpoint(ssm: SSMClient, fleetConfigParameter: string): Promise<void> {
+  const found = await ssm.send(new GetParameterCommand({ Name: fleetConfigParameter })).then(
+    () => true,
+    (error: unknown) => {
+      if ((error as Error).name === 'ParameterNotFound') return false;
+      throw error;
+    },
+  );
+  if (found) {
+    throw new Error(
+      `this moto already holds a fleet (${fleetConfigParameter} exists): use a fresh moto, or reset this one first (curl -X POST <endpoint>/moto-api/reset)`,
+    );
+  }
 }
 
 function configFor(example: ExampleFleetProps, local: LocalSettings, templates: readonly PoolTemplate[], subnetId: string, prefix: string): FleetConfig {

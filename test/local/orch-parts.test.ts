@@ -6,7 +6,10 @@ import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/verify';
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
-import { eventOfLogLine, toRecord } from '../../local/lambdas';
+import { PutParameterCommand } from '@aws-sdk/client-ssm';
+import { DEFAULT_PREFIX, ssmPaths } from '../../lambdas/shared/contract';
+import { eventOfLogLine, localClients, toRecord } from '../../local/lambdas';
+import { provision } from '../../local/provision';
 import { startMoto, type MotoServer } from '../support/moto';
 
 const github = { appId: '1', organization: 'example-org', repositories: [], runnerGroupId: 1, apiUrl: 'http://127.0.0.1:1' };
@@ -118,5 +121,16 @@ describe('fault: StartInstances refused for one instance (moto)', () => {
     expect(fault.instanceId()).toBe(a);
     fault.remove();
     expect((await ec2.send(new StartInstancesCommand({ InstanceIds: [a] }))).StartingInstances?.[0]?.InstanceId).toBe(a);
+  });
+
+  it('provisioning refuses a moto that already holds a fleet, naming what it found and what to do', async () => {
+    const clients = localClients(moto.endpoint);
+    await clients.ssm.send(new PutParameterCommand({ Name: ssmPaths(DEFAULT_PREFIX).fleetConfig, Value: '{}', Type: 'String' }));
+    const options = {
+      local: { poolSize: 1, githubApiUrl: 'http://127.0.0.1:1', gitlabUrl: 'http://127.0.0.1:2' },
+      credentials: { githubAppPrivateKeyPem: 'x', gitlabAccessToken: 'y' },
+      machine: { prefix: DEFAULT_PREFIX, awsEndpoint: moto.endpoint, sandboxRoot: '/nonexistent' },
+    };
+    await expect(provision(clients, options)).rejects.toThrow(/already holds a fleet \(\/warm-runners\/fleet\/config exists\).*moto-api\/reset/);
   });
 });
