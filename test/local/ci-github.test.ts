@@ -144,8 +144,8 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const codes = await Promise.all([runFake(r1.secret, join(tmp, 'r1.log')), runFake(r2.secret, join(tmp, 'r2.log'))]);
     expect(codes).toEqual([0, 0]);
     expect(gh.jobs()).toEqual([
-      { ...older, status: 'completed', runnerName: r1.name },
-      { ...gpu, status: 'completed', runnerName: r2.name },
+      { ...older, status: 'completed', conclusion: 'success', runnerName: r1.name },
+      { ...gpu, status: 'completed', conclusion: 'success', runnerName: r2.name },
       { ...newer, status: 'queued' },
     ]);
     expect(events.map((e) => e.ciJobId).sort()).toEqual([String(older.id), String(gpu.id)].sort());
@@ -309,5 +309,74 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     expect(res.headers.get('link')).toContain(`<${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=2>; rel="next"`);
     expect((await p.listRunners()).map((r) => r.name).sort()).toEqual(regs.map((r) => r.name).sort());
     for (const r of regs) await p.deleteRunner(r.runnerId);
+  });
+});
+
+/** Waits until `ready` holds: a state the test reaches through real processes, not a duration. */
+async function until(ready: () => boolean): Promise<void> {
+  while (!ready()) await new Promise((r) => setTimeout(r, 50));
+}
+
+/** Whether any process of the process group still exists (signal 0 only checks). */
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('a fake runner killed mid-job', () => {
+  it('leaves no process behind on SIGTERM; GitHub then counts the runner lost: its job fails, it goes offline, not busy, and can be deleted', async () => {
+    let clock = Date.now();
+    const lost = await startLoopbackGitHub({ organization: ORG, onEvent: (e) => events.push(e), jobSeconds: 60, runnerLostSeconds: 5, runnerPollSeconds: 0.1, now: () => clock });
+    try {
+      const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: lost.url }, privateKey: async () => lost.privateKeyPem, sleep: async () => undefined });
+      const job = lost.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+      const reg = await p.createRunner(message(job.id, job.labels), nextInstance(), 'linux');
+      // Its own process group, so that whatever the runner left running can be seen.
+      const child = spawn(RUN_SH, ['--jitconfig', reg.secret], { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: join(tmp, 'killed.log') }, stdio: 'ignore', detached: true });
+      const exited = new Promise<unknown>((done) => child.on('exit', done));
+      await until(() => lost.jobs()[0]?.status === 'in_progress');
+      // Still within its job: busy, so GitHub refuses the deletion.
+      expect((await rejection(p.deleteRunner(reg.runnerId))).status).toBe(422);
+
+      process.kill(child.pid!, 'SIGTERM');
+      await exited;
+      expect(groupAlive(child.pid!)).toBe(false);
+
+      // Not yet past the job's time plus the lost bound: still busy.
+      clock += 60_000;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'online', busy: true })]);
+      clock += 5_001;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'offline', busy: false })]);
+      expect(lost.jobs()).toEqual([expect.objectContaining({ id: job.id, status: 'completed', conclusion: 'failure' })]);
+      expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'offline', busy: false }]);
+      await p.deleteRunner(reg.runnerId);
+      expect(lost.runners()).toEqual([]);
+      expect(events).toEqual([]); // the job was not done
+    } finally {
+      await lost.close();
+    }
+  });
+
+  it('a connected runner that stops asking for jobs goes offline after the lost bound', async () => {
+    let clock = Date.now();
+    const lost = await startLoopbackGitHub({ organization: ORG, runnerLostSeconds: 5, now: () => clock });
+    try {
+      const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: lost.url }, privateKey: async () => lost.privateKeyPem, sleep: async () => undefined });
+      const reg = await p.createRunner(message(1, ['self-hosted', 'linux']), nextInstance(), 'linux');
+      const { runnerId, secret } = JSON.parse(Buffer.from(reg.secret, 'base64').toString()) as { runnerId: number; secret: string };
+      const res = await fetch(`${lost.url}/_local/github/runners/${runnerId}/session`, { method: 'POST', headers: { authorization: `Bearer ${secret}` } });
+      expect(res.status).toBe(200);
+      clock += 5_000;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'online' })]);
+      clock += 1;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'offline', busy: false })]);
+      await p.deleteRunner(reg.runnerId);
+    } finally {
+      await lost.close();
+    }
   });
 });
