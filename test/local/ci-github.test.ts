@@ -1,6 +1,6 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
@@ -10,6 +10,7 @@ import { createCiProviders, GitHubApiError, GitHubProvider } from '../../lambdas
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
+import { runningInGroup, until } from './ci-processes';
 
 const RUN_SH = resolve(__dirname, '../../local/runner/run.sh');
 const PREFIX = 'lgh';
@@ -312,39 +313,29 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
   });
 });
 
-/** Waits until `ready` holds: a state the test reaches through real processes, not a duration. */
-async function until(ready: () => boolean): Promise<void> {
-  while (!ready()) await new Promise((r) => setTimeout(r, 50));
-}
-
-/** Whether any process of the process group still exists (signal 0 only checks). */
-function groupAlive(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe('a fake runner killed mid-job', () => {
   it('leaves no process behind on SIGTERM; GitHub then counts the runner lost: its job fails, it goes offline, not busy, and can be deleted', async () => {
     let clock = Date.now();
     const lost = await startLoopbackGitHub({ organization: ORG, onEvent: (e) => events.push(e), jobSeconds: 60, runnerLostSeconds: 5, runnerPollSeconds: 0.1, now: () => clock });
+    let child: ChildProcess | undefined;
     try {
       const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: lost.url }, privateKey: async () => lost.privateKeyPem, sleep: async () => undefined });
       const job = lost.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
       const reg = await p.createRunner(message(job.id, job.labels), nextInstance(), 'linux');
+      const log = join(tmp, 'killed.log');
       // Its own process group, so that whatever the runner left running can be seen.
-      const child = spawn(RUN_SH, ['--jitconfig', reg.secret], { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: join(tmp, 'killed.log') }, stdio: 'ignore', detached: true });
-      const exited = new Promise<unknown>((done) => child.on('exit', done));
-      await until(() => lost.jobs()[0]?.status === 'in_progress');
+      child = spawn(RUN_SH, ['--jitconfig', reg.secret], { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore', detached: true });
+      const spawned = child;
+      const exited = new Promise<unknown>((done) => spawned.on('exit', done));
+      // At work: past every request of the job's start, so the signal meets the runner itself.
+      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`running job ${job.id} for 60s`));
+      expect(lost.jobs()[0]?.status).toBe('in_progress');
       // Still within its job: busy, so GitHub refuses the deletion.
       expect((await rejection(p.deleteRunner(reg.runnerId))).status).toBe(422);
 
       process.kill(child.pid!, 'SIGTERM');
       await exited;
-      expect(groupAlive(child.pid!)).toBe(false);
+      expect(runningInGroup(child.pid!)).toEqual([]);
 
       // Not yet past the job's time plus the lost bound: still busy.
       clock += 60_000;
@@ -357,6 +348,8 @@ describe('a fake runner killed mid-job', () => {
       expect(lost.runners()).toEqual([]);
       expect(events).toEqual([]); // the job was not done
     } finally {
+      // A failed expectation must not leave the runner running either.
+      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
       await lost.close();
     }
   });
