@@ -293,7 +293,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
       const { page, perPage } = pageParams(req.query, 30);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
-      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader(base, req.path, req.query, page, lastPage) } : {};
+      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
       return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
     }
     if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {

@@ -185,7 +185,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
           'x-prev-page': page > 1 ? String(page - 1) : '',
           'x-total': String(all.length),
           'x-total-pages': String(totalPages),
-          link: linkHeader(base, req.path, req.query, page, totalPages),
+          link: linkHeader('gitlab', base, req.path, req.query, page, totalPages),
         },
         body: all.slice((page - 1) * perPage, page * perPage).map(runnerJson),
       };

@@ -307,7 +307,15 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const body = (await res.json()) as { total_count: number; runners: unknown[] };
     expect(body.total_count).toBe(3);
     expect(body.runners).toHaveLength(2);
-    expect(res.headers.get('link')).toContain(`<${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=2>; rel="next"`);
+    // GitHub's link header names only where there is to go: next and last from the first page,
+    // prev and first from the last.
+    const at = (page: number, rel: string) => `<${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=${page}>; rel="${rel}"`;
+    expect(res.headers.get('link')).toBe(`${at(2, 'next')}, ${at(2, 'last')}`);
+    const last = await fetch(`${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=2`, { headers: { authorization: token } });
+    expect(((await last.json()) as { runners: unknown[] }).runners).toHaveLength(1);
+    expect(last.headers.get('link')).toBe(`${at(1, 'prev')}, ${at(1, 'first')}`);
+    // All on one page: no link header at all.
+    expect((await fetch(`${gh.url}/orgs/${ORG}/actions/runners`, { headers: { authorization: token } })).headers.get('link')).toBeNull();
     expect((await p.listRunners()).map((r) => r.name).sort()).toEqual(regs.map((r) => r.name).sort());
     for (const r of regs) await p.deleteRunner(r.runnerId);
   });
