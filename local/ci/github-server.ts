@@ -13,7 +13,10 @@ import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHead
  * Behaviour as GitHub's: a just-in-time runner is registered (offline) when its config is
  * generated; once connected it takes the OLDEST queued job whose labels it all has (so a job
  * may land on another runner than the one launched for it); after its one job GitHub removes
- * the JIT registration.
+ * the JIT registration. A connected runner that stops talking to GitHub (killed, powered off)
+ * is lost after a bound: it goes offline and not busy, and the job it held fails ("lost
+ * communication with the server"); its registration stays until deleted (GitHub removes such
+ * an ephemeral runner only after a day).
  */
 export interface GitHubJob {
   id: number;
@@ -21,6 +24,8 @@ export interface GitHubJob {
   repository: string /* owner/repo */;
   labels: string[];
   status: 'queued' | 'in_progress' | 'completed';
+  /** Set once completed: `failure` when its runner was lost mid-job. */
+  conclusion?: 'success' | 'failure';
   runnerName?: string;
 }
 
@@ -63,6 +68,13 @@ export interface LoopbackGitHubOptions {
   readonly runnerWaitSeconds?: number;
   /** How often a waiting runner asks for a job (default 0.5). */
   readonly runnerPollSeconds?: number;
+  /**
+   * How long a connected runner may go without a word (beyond its job's seconds while it
+   * works) before GitHub counts it lost (default 30; GitHub's own bound is minutes).
+   */
+  readonly runnerLostSeconds?: number;
+  /** The clock (epoch ms) runner liveness is judged by; tests move it instead of waiting. */
+  readonly now?: () => number;
 }
 
 /** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
@@ -79,6 +91,8 @@ interface RunnerState extends GitHubRunnerRecord {
   /** The JIT config is single-use: a second connection is refused. */
   connected: boolean;
   jobId?: number;
+  /** When the runner last called (its clock), while connected. */
+  lastContact?: number;
 }
 
 interface JobState extends GitHubJob {
@@ -86,6 +100,7 @@ interface JobState extends GitHubJob {
   startedAt?: string;
   completedAt?: string;
   runnerId?: number;
+  conclusion?: 'success' | 'failure';
 }
 
 /** What `run.sh --jitconfig` decodes: base64 of this JSON (the real one holds the runner's credential files). */
@@ -103,6 +118,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const jobSeconds = opts.jobSeconds ?? 1;
   const waitSeconds = opts.runnerWaitSeconds ?? 30;
   const pollSeconds = opts.runnerPollSeconds ?? 0.5;
+  const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
+  const now = opts.now ?? Date.now;
   const installationId = 4_100_000 + Math.floor(Math.random() * 1000);
   const { privateKey, publicKey } = generateKeyPairSync('rsa', {
     modulusLength: 2048,
@@ -181,7 +198,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       url: `${base}/repos/${owner}/${repo}/actions/jobs/${j.id}`,
       html_url: `https://github.com/${owner}/${repo}/actions/runs/${j.runId}/job/${j.id}`,
       status: j.status,
-      conclusion: j.status === 'completed' ? 'success' : null,
+      conclusion: j.conclusion ?? null,
       created_at: j.createdAt,
       started_at: j.startedAt ?? null,
       completed_at: j.completedAt ?? null,
@@ -216,7 +233,29 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     local: /^\/_local\/github\/runners\/(?<id>\d+)\/(?<action>session|acquire|jobs\/(?<job>\d+)\/complete)$/,
   };
 
+  /**
+   * Runners that went silent are lost: judged whenever GitHub is asked anything, so that no
+   * timer outlives the server. A working runner says nothing for its job's seconds.
+   */
+  function markLost(): void {
+    const t = now();
+    for (const r of runners.values()) {
+      if (r.status !== 'online' || r.lastContact === undefined) continue;
+      if (t - r.lastContact <= lostMs + (r.busy ? jobSeconds * 1000 : 0)) continue;
+      r.status = 'offline';
+      const job = r.jobId === undefined ? undefined : jobs.get(r.jobId);
+      if (job && job.status === 'in_progress') {
+        job.status = 'completed';
+        job.conclusion = 'failure';
+        job.completedAt = iso();
+      }
+      r.busy = false;
+      delete r.jobId;
+    }
+  }
+
   function route(req: HttpRequest): HttpAnswer {
+    markLost();
     const fault = faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
@@ -254,13 +293,13 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
       const { page, perPage } = pageParams(req.query, 30);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
-      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader(base, req.path, req.query, page, lastPage) } : {};
+      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
       return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
     }
     if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {
       const runner = runners.get(Number(m.groups?.id));
       if (!runner || runner.scope !== scopeOf(m)) return notFound;
-      if (runner.busy) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job"` } };
+      if (runner.busy) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
       runners.delete(runner.id);
       return { status: 204 };
     }
@@ -317,6 +356,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (!runner) return { status: 404, body: { message: 'runner registration not found (deleted)' } };
     if (authorizationCredential(req.headers) !== runner.secret) return { status: 401, body: { message: 'Bad credentials' } };
     const action = m.groups?.action ?? '';
+    if (runner.status === 'online') runner.lastContact = now();
     if (action === 'session') {
       if (req.method === 'DELETE') {
         runner.status = 'offline';
@@ -325,6 +365,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       if (runner.connected) return { status: 409, body: { message: 'the just-in-time config was already used' } };
       runner.connected = true;
       runner.status = 'online';
+      runner.lastContact = now();
       return { status: 200, body: { waitSeconds, pollSeconds } };
     }
     if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
@@ -344,6 +385,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (!job || job.runnerId !== runner.id) return { status: 404, body: { message: 'job not assigned to this runner' } };
     if (job.status !== 'completed') {
       job.status = 'completed';
+      job.conclusion = 'success';
       job.completedAt = iso();
       // GitHub removes a just-in-time runner after its job.
       runners.delete(runner.id);
@@ -366,16 +408,21 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       jobs.set(job.id, job);
       return publicJob(job);
     },
-    jobs: () => [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob),
-    runners: () =>
-      [...runners.values()]
+    jobs: () => {
+      markLost();
+      return [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob);
+    },
+    runners: () => {
+      markLost();
+      return [...runners.values()]
         .sort((a, b) => a.id - b.id)
-        .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId })),
+        .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
+    },
     failNext: (match, status, times) => faults.add(match, status, times),
     close: () => server.close(),
   };
 }
 
 function publicJob(j: JobState): GitHubJob {
-  return { id: j.id, runId: j.runId, repository: j.repository, labels: [...j.labels], status: j.status, ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }) };
+  return { id: j.id, runId: j.runId, repository: j.repository, labels: [...j.labels], status: j.status, ...(j.conclusion === undefined ? {} : { conclusion: j.conclusion }), ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }) };
 }

@@ -6,8 +6,8 @@ import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHead
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
  * calls (lambdas/ci/gitlab.ts), authenticated with a `PRIVATE-TOKEN`, and the runner API the
  * fake `local/runner/gitlab-runner run-single` speaks (`POST /jobs/request`, `PUT /jobs/:id`,
- * `PATCH /jobs/:id/trace`), authenticated with the runner authentication token and the job
- * token as GitLab does.
+ * `PATCH /jobs/:id/trace` with its `Content-Range`), authenticated with the runner
+ * authentication token and the job token as GitLab does (lib/api/ci/runner.rb).
  *
  * Behaviour as GitLab's: a runner takes the OLDEST pending job whose tags are all among its
  * own (an untagged job only when it runs untagged jobs); a runner is NOT removed when
@@ -17,7 +17,7 @@ export interface GitLabJob {
   id: number;
   projectId: number;
   tags: string[];
-  status: 'pending' | 'running' | 'success';
+  status: 'pending' | 'running' | 'success' | 'failed';
   runnerId?: number;
 }
 
@@ -185,7 +185,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
           'x-prev-page': page > 1 ? String(page - 1) : '',
           'x-total': String(all.length),
           'x-total-pages': String(totalPages),
-          link: linkHeader(base, req.path, req.query, page, totalPages),
+          link: linkHeader('gitlab', base, req.path, req.query, page, totalPages),
         },
         body: all.slice((page - 1) * perPage, page * perPage).map(runnerJson),
       };
@@ -294,7 +294,13 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (m?.[2] !== undefined && req.method === 'PATCH') {
       if (!job) return notFound();
       if (req.headers['job-token'] !== job.token) return forbidden;
-      if (job.status !== 'running') return forbidden;
+      if (job.status !== 'running') return { ...forbidden, headers: { 'job-status': job.status } };
+      // GitLab appends a chunk only at the trace's current end: `Content-Range: <start>-<end>`
+      // (the end is not checked, runners send it one past the last byte); else 416 names the size.
+      const range = req.headers['content-range'];
+      if (range === undefined) return { status: 400, body: { message: '400 Missing header Content-Range' } };
+      const length = Buffer.byteLength(job.trace);
+      if (Number.parseInt(String(range).split('-')[0] ?? '', 10) !== length) return { status: 416, body: { message: '416 Range Not Satisfiable' }, headers: { range: `0-${length}` } };
       job.trace += req.body;
       return { status: 202, headers: { 'job-status': job.status, range: `0-${Buffer.byteLength(job.trace)}` } };
     }
@@ -304,9 +310,11 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       // GitLab accepts updates only while the job is running on a runner.
       if (job.status !== 'running') return { status: 403, body: { message: '403 Forbidden - Job is not running' }, headers: { 'job-status': job.status } };
       if (b.state === 'running') return { status: 200, headers: { 'job-status': 'running' } };
-      if (b.state !== 'success') return badRequest(`state "${String(b.state)}" is not one the loopback GitLab plays (running, success)`);
-      job.status = 'success';
+      // Ci::UpdateBuildStateService knows these three; anything else is 400.
+      if (b.state !== 'success' && b.state !== 'failed') return badRequest(`state "${String(b.state)}" is not running, success or failed`);
+      job.status = b.state;
       job.finishedAt = iso();
+      if (b.state === 'failed') return { status: 200, headers: { 'job-status': 'failed' } };
       const runner = job.runnerId === undefined ? undefined : runners.get(job.runnerId);
       opts.onEvent?.({ t: Date.now(), kind: 'job-done', provider: 'gitlab', ciJobId: String(job.id), ...(runner ? { runnerName: runner.description } : {}) });
       return { status: 200, headers: { 'job-status': 'success' } };

@@ -136,8 +136,12 @@ export function pageParams(query: URLSearchParams, defaultPerPage: number): { pa
   return { page, perPage };
 }
 
-/** An RFC 8288 `link` header for a paged list (both GitHub and GitLab send one). */
-export function linkHeader(base: string, path: string, query: URLSearchParams, page: number, lastPage: number): string {
+/**
+ * An RFC 8288 `link` header for a paged list, as each service writes it: GitHub names only the
+ * pages there are to go to (`prev`, `next`, `last`, `first`: no `first`/`prev` on the first page,
+ * no `next`/`last` on the last); GitLab always names `first` and `last`.
+ */
+export function linkHeader(style: 'github' | 'gitlab', base: string, path: string, query: URLSearchParams, page: number, lastPage: number): string {
   const at = (p: number, rel: string) => {
     const q = new URLSearchParams(query);
     q.set('page', String(p));
@@ -146,7 +150,12 @@ export function linkHeader(base: string, path: string, query: URLSearchParams, p
   const links: string[] = [];
   if (page > 1) links.push(at(page - 1, 'prev'));
   if (page < lastPage) links.push(at(page + 1, 'next'));
-  links.push(at(1, 'first'), at(lastPage, 'last'));
+  if (style === 'gitlab') {
+    links.push(at(1, 'first'), at(lastPage, 'last'));
+  } else {
+    if (page < lastPage) links.push(at(lastPage, 'last'));
+    if (page > 1) links.push(at(1, 'first'));
+  }
   return links.join(', ');
 }
 

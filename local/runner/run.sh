@@ -32,6 +32,23 @@ fail() {
   exit 1
 }
 
+# A power-off signals the runner: its work ends with it rather than run on without a runner
+# (bash would leave a foreground sleep running), hence every wait is a background child.
+CHILD=''
+on_signal() {
+  # Reaped here too: a zombie left to an init that does not reap would still count as running.
+  [[ -z $CHILD ]] || { kill "$CHILD" 2>/dev/null; wait "$CHILD"; } || true
+  log "stopped by a signal${JOB:+ during job $JOB}"
+  exit 143
+}
+trap on_signal TERM INT HUP
+pause() {
+  sleep "$1" &
+  CHILD=$!
+  wait "$CHILD"
+  CHILD=''
+}
+
 # json FIELD... <json: the fields' values, one a line (empty when absent).
 json() {
   python3 -c 'import json, sys
@@ -41,7 +58,7 @@ for key in sys.argv[1:]:
     print("" if value is None else value)' "$@"
 }
 
-STATUS='' BODY=''
+STATUS='' BODY='' JOB='' WORK=''
 # api METHOD PATH: sets STATUS (000 when the server did not answer) and BODY.
 api() {
   local out
@@ -66,7 +83,6 @@ api POST "/_local/github/runners/$ID/session"
 log "online; waiting up to ${WAIT}s for a job"
 
 deadline=$((SECONDS + ${WAIT%.*}))
-JOB='' WORK=''
 while :; do
   api POST "/_local/github/runners/$ID/acquire"
   case $STATUS in
@@ -82,16 +98,16 @@ while :; do
     api DELETE "/_local/github/runners/$ID/session"
     fail "no job within ${WAIT}s"
   fi
-  sleep "$POLL"
+  pause "$POLL"
 done
 
 log "running job $JOB for ${WORK}s"
-sleep "$WORK"
+pause "$WORK"
 for attempt in 1 2 3 4 5; do
   api POST "/_local/github/runners/$ID/jobs/$JOB/complete"
   [[ $STATUS != 200 ]] || break
   log "reporting job $JOB failed (HTTP $STATUS, attempt $attempt)"
   ((attempt < 5)) || fail "could not report job $JOB done"
-  sleep 0.5
+  pause 0.5
 done
 log "job $JOB done; exiting"

@@ -1,6 +1,6 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
@@ -10,6 +10,7 @@ import { createCiProviders, GitHubApiError, GitHubProvider } from '../../lambdas
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
+import { runningInGroup, until } from './ci-processes';
 
 const RUN_SH = resolve(__dirname, '../../local/runner/run.sh');
 const PREFIX = 'lgh';
@@ -144,8 +145,8 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const codes = await Promise.all([runFake(r1.secret, join(tmp, 'r1.log')), runFake(r2.secret, join(tmp, 'r2.log'))]);
     expect(codes).toEqual([0, 0]);
     expect(gh.jobs()).toEqual([
-      { ...older, status: 'completed', runnerName: r1.name },
-      { ...gpu, status: 'completed', runnerName: r2.name },
+      { ...older, status: 'completed', conclusion: 'success', runnerName: r1.name },
+      { ...gpu, status: 'completed', conclusion: 'success', runnerName: r2.name },
       { ...newer, status: 'queued' },
     ]);
     expect(events.map((e) => e.ciJobId).sort()).toEqual([String(older.id), String(gpu.id)].sort());
@@ -306,8 +307,77 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const body = (await res.json()) as { total_count: number; runners: unknown[] };
     expect(body.total_count).toBe(3);
     expect(body.runners).toHaveLength(2);
-    expect(res.headers.get('link')).toContain(`<${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=2>; rel="next"`);
+    // GitHub's link header names only where there is to go: next and last from the first page,
+    // prev and first from the last.
+    const at = (page: number, rel: string) => `<${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=${page}>; rel="${rel}"`;
+    expect(res.headers.get('link')).toBe(`${at(2, 'next')}, ${at(2, 'last')}`);
+    const last = await fetch(`${gh.url}/orgs/${ORG}/actions/runners?per_page=2&page=2`, { headers: { authorization: token } });
+    expect(((await last.json()) as { runners: unknown[] }).runners).toHaveLength(1);
+    expect(last.headers.get('link')).toBe(`${at(1, 'prev')}, ${at(1, 'first')}`);
+    // All on one page: no link header at all.
+    expect((await fetch(`${gh.url}/orgs/${ORG}/actions/runners`, { headers: { authorization: token } })).headers.get('link')).toBeNull();
     expect((await p.listRunners()).map((r) => r.name).sort()).toEqual(regs.map((r) => r.name).sort());
     for (const r of regs) await p.deleteRunner(r.runnerId);
+  });
+});
+
+describe('a fake runner killed mid-job', () => {
+  it('leaves no process behind on SIGTERM; GitHub then counts the runner lost: its job fails, it goes offline, not busy, and can be deleted', async () => {
+    let clock = Date.now();
+    const lost = await startLoopbackGitHub({ organization: ORG, onEvent: (e) => events.push(e), jobSeconds: 60, runnerLostSeconds: 5, runnerPollSeconds: 0.1, now: () => clock });
+    let child: ChildProcess | undefined;
+    try {
+      const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: lost.url }, privateKey: async () => lost.privateKeyPem, sleep: async () => undefined });
+      const job = lost.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+      const reg = await p.createRunner(message(job.id, job.labels), nextInstance(), 'linux');
+      const log = join(tmp, 'killed.log');
+      // Its own process group, so that whatever the runner left running can be seen.
+      child = spawn(RUN_SH, ['--jitconfig', reg.secret], { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore', detached: true });
+      const spawned = child;
+      const exited = new Promise<unknown>((done) => spawned.on('exit', done));
+      // At work: past every request of the job's start, so the signal meets the runner itself.
+      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`running job ${job.id} for 60s`));
+      expect(lost.jobs()[0]?.status).toBe('in_progress');
+      // Still within its job: busy, so GitHub refuses the deletion.
+      expect((await rejection(p.deleteRunner(reg.runnerId))).status).toBe(422);
+
+      process.kill(child.pid!, 'SIGTERM');
+      await exited;
+      expect(runningInGroup(child.pid!)).toEqual([]);
+
+      // Not yet past the job's time plus the lost bound: still busy.
+      clock += 60_000;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'online', busy: true })]);
+      clock += 5_001;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'offline', busy: false })]);
+      expect(lost.jobs()).toEqual([expect.objectContaining({ id: job.id, status: 'completed', conclusion: 'failure' })]);
+      expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'offline', busy: false }]);
+      await p.deleteRunner(reg.runnerId);
+      expect(lost.runners()).toEqual([]);
+      expect(events).toEqual([]); // the job was not done
+    } finally {
+      // A failed expectation must not leave the runner running either.
+      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+      await lost.close();
+    }
+  });
+
+  it('a connected runner that stops asking for jobs goes offline after the lost bound', async () => {
+    let clock = Date.now();
+    const lost = await startLoopbackGitHub({ organization: ORG, runnerLostSeconds: 5, now: () => clock });
+    try {
+      const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: lost.url }, privateKey: async () => lost.privateKeyPem, sleep: async () => undefined });
+      const reg = await p.createRunner(message(1, ['self-hosted', 'linux']), nextInstance(), 'linux');
+      const { runnerId, secret } = JSON.parse(Buffer.from(reg.secret, 'base64').toString()) as { runnerId: number; secret: string };
+      const res = await fetch(`${lost.url}/_local/github/runners/${runnerId}/session`, { method: 'POST', headers: { authorization: `Bearer ${secret}` } });
+      expect(res.status).toBe(200);
+      clock += 5_000;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'online' })]);
+      clock += 1;
+      expect(lost.runners()).toEqual([expect.objectContaining({ status: 'offline', busy: false })]);
+      await p.deleteRunner(reg.runnerId);
+    } finally {
+      await lost.close();
+    }
   });
 });

@@ -1,5 +1,5 @@
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
@@ -9,6 +9,7 @@ import { createCiProviders, GitLabApiError, GitLabProvider } from '../../lambdas
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
+import { runningInGroup, until } from './ci-processes';
 
 const GITLAB_RUNNER = resolve(__dirname, '../../local/runner/gitlab-runner');
 const PREFIX = 'lgl';
@@ -138,6 +139,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     const lines = readFileSync(log, 'utf8');
     expect(lines).toMatch(new RegExp(`received job=${older.id}`));
     expect(lines).toMatch(/processed its build limit, so now exiting/);
+    expect(lines).not.toMatch(/trace not accepted/);
     expect(lines).not.toContain(reg.secret.slice('glrt-'.length, 'glrt-'.length + 6));
   });
 
@@ -253,12 +255,29 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(taken.status).toBe(201);
     const { id, token } = (await taken.json()) as { id: number; token: string };
     expect(id).toBe(docker.id);
+    // The trace: appended only at its current end, named by Content-Range, with the job token.
+    const patch = (headers: Record<string, string>, text: string) => fetch(`${gl.url}/api/v4/jobs/${id}/trace`, { method: 'PATCH', headers: { 'content-type': 'text/plain', ...headers }, body: text });
+    expect((await patch({ 'job-token': token }, 'line\n')).status).toBe(400);
+    expect((await patch({ 'job-token': 'glcbt-guessed', 'content-range': '0-5' }, 'line\n')).status).toBe(403);
+    const first = await patch({ 'job-token': token, 'content-range': '0-5' }, 'line\n');
+    expect([first.status, first.headers.get('range'), first.headers.get('job-status')]).toEqual([202, '0-5', 'running']);
+    const gap = await patch({ 'job-token': token, 'content-range': '9-14' }, 'more\n');
+    expect([gap.status, gap.headers.get('range')]).toEqual([416, '0-5']);
+    expect((await patch({ 'job-token': token, 'content-range': '5-10' }, 'more\n')).headers.get('range')).toBe('0-10');
     expect((await post(`/jobs/${id}`, { token: 'glcbt-guessed', state: 'success' }, 'PUT')).status).toBe(403);
     expect((await post(`/jobs/${id}`, { token: reg.secret, state: 'success' }, 'PUT')).status).toBe(403);
     expect(jobStatus(id)?.status).toBe('running');
     expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(200);
     expect(jobStatus(id)?.status).toBe('success');
     expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(403); // no longer running
+    // A failed job: GitLab takes the state; the job is not done, so no job-done.
+    const failing = gl.addJob(PROJECT, ['docker']);
+    const next = await post('/jobs/request', { token: reg.secret });
+    const { token: failingToken } = (await next.json()) as { token: string };
+    expect((await post(`/jobs/${failing.id}`, { token: failingToken, state: 'bogus' }, 'PUT')).status).toBe(400);
+    expect((await post(`/jobs/${failing.id}`, { token: failingToken, state: 'failed', failure_reason: 'script_failure', exit_code: 1 }, 'PUT')).status).toBe(200);
+    expect(jobStatus(failing.id)?.status).toBe('failed');
+    expect(events.map((e) => e.ciJobId)).toEqual([String(id)]);
     await provider().deleteRunner(reg.runnerId);
   });
 
@@ -288,5 +307,38 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(res.headers.get('link')).toContain(`<${gl.url}/api/v4/groups/${GROUP}/runners?type=group_type&per_page=2&page=2>; rel="next"`);
     expect((await p.listRunners()).map((r) => r.name).sort()).toEqual(regs.map((r) => r.name).sort());
     for (const r of regs) await p.deleteRunner(r.runnerId);
+  });
+});
+
+describe('a fake gitlab-runner killed mid-job', () => {
+  it('leaves no process behind on SIGTERM; the runner stays registered until DELETE, as GitLab keeps it', async () => {
+    const slow = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60 });
+    let child: ChildProcess | undefined;
+    try {
+      const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: slow.url }, pools: config.pools, token: async () => slow.accessToken, sleep: async () => undefined });
+      const job = slow.addJob(PROJECT, ['docker']);
+      const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+      const builds = join(tmp, 'builds');
+      mkdirSync(builds, { recursive: true });
+      const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
+      const log = join(tmp, 'killed.log');
+      // Its own process group, so that whatever the runner left running can be seen.
+      child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
+      const spawned = child;
+      const exited = new Promise<unknown>((done) => spawned.on('exit', done));
+      // At work: past every request of the job's start, so the signal meets the runner itself.
+      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+      process.kill(child.pid!, 'SIGTERM');
+      await exited;
+      expect(runningInGroup(child.pid!)).toEqual([]);
+      expect(readFileSync(log, 'utf8')).toMatch(new RegExp(`stopped by a signal during job ${job.id}`));
+      expect(slow.runners().map((r) => r.id)).toEqual([Number(reg.runnerId)]);
+      await p.deleteRunner(reg.runnerId);
+      expect(slow.runners()).toEqual([]);
+    } finally {
+      // A failed expectation must not leave the runner running either.
+      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+      await slow.close();
+    }
   });
 });
