@@ -5,8 +5,8 @@
  *   npm run local -- [--jobs N] [--pool-size N] [--burst] [--endpoint URL] [--json] [--verbose]
  *                    [--faults] [--drift]
  *
- * Exit status: 0 when every job was served and nothing was left behind, 1 otherwise, 2 on
- * a usage error.
+ * Exit status: 0 when every job was sent and served and nothing was left behind, 1 otherwise
+ * (also when the run gave up at its deadline), 2 on a usage error.
  */
 import { parseArgs } from 'node:util';
 import type { LocalEvent } from '../local/events';
@@ -84,7 +84,7 @@ async function main(): Promise<number> {
   const r = result.report;
   if (json) console.log(JSON.stringify(r, null, 2));
   else console.log(formatReport(r));
-  return r.unserved === 0 && r.leftovers === 0 ? 0 : 1;
+  return r.settled && r.unserved === 0 && r.leftovers === 0 ? 0 : 1;
 }
 
 function describe(e: LocalEvent): string {

@@ -38,7 +38,8 @@ export interface ObservedWorld {
   /** Registrations at the CI servers: provider, id, name (GitLab: description). */
   readonly registrations: readonly { provider: string; id: string; name: string }[];
   /** CI jobs and their state at the servers. */
-  readonly ciJobs: readonly { provider: string; id: string; done: boolean; runnerName?: string }[];
+  /** done: finished successfully; failed: finished without success (its runner was lost mid-job). */
+  readonly ciJobs: readonly { provider: string; id: string; done: boolean; failed?: boolean; runnerName?: string }[];
   /** Job messages in the dead-letter queue. */
   readonly deadLetters: readonly { traceId: string; jobId: string; reason: string }[];
   /** Warm target per pool. */
@@ -62,6 +63,8 @@ export interface JobReport {
   /** warm: its runner ran on a parked instance; cold: on one launched for a job. */
   readonly served?: 'warm' | 'cold';
   readonly deadLettered?: string;
+  /** The CI server failed the job: a runner took it and was lost. */
+  readonly failedAtCi?: boolean;
   readonly instanceId?: string;
   /** activation-latency-seconds from the boot script's own line. */
   readonly activationLatencySeconds?: number;
@@ -89,6 +92,8 @@ export interface LocalReport {
   readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
   readonly parked: Readonly<Record<string, number>>;
   readonly wallSeconds: number;
+  /** Every requested job was sent and the run reached its end state before the deadline. */
+  readonly settled: boolean;
   readonly notes: readonly string[];
   readonly timeline: readonly JobReport[];
 }
@@ -103,6 +108,7 @@ export function buildReport(input: {
   readonly startedAt: number;
   readonly endedAt: number;
   readonly notes?: readonly string[];
+  readonly settled?: boolean;
 }): LocalReport {
   const { config, jobs, events, world } = input;
   const keys = tagKeys(config.prefix);
@@ -154,6 +160,7 @@ export function buildReport(input: {
       ...(traceId ? { traceId } : {}),
       ...(served ? { served } : {}),
       ...(dead ? { deadLettered: dead } : {}),
+      ...(ci?.failed ? { failedAtCi: true } : {}),
       ...(instanceId ? { instanceId } : {}),
       ...(latency ? { activationLatencySeconds: latency.detail as number } : {}),
       timeline,
@@ -179,6 +186,7 @@ export function buildReport(input: {
       : {}),
     parked,
     wallSeconds: Math.round((input.endedAt - input.startedAt) / 100) / 10,
+    settled: input.settled ?? true,
     notes: input.notes ?? [],
     timeline: reports,
   };
@@ -245,7 +253,7 @@ export async function observeWorld(
   config: FleetConfig,
   ci: {
     registrations: () => { provider: string; id: string; name: string }[];
-    jobs: () => { provider: string; id: string; done: boolean; runnerName?: string }[];
+    jobs: () => { provider: string; id: string; done: boolean; failed?: boolean; runnerName?: string }[];
   },
   deadLetterQueueUrl: string,
   targets: Readonly<Record<string, number>>,
@@ -293,7 +301,13 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   const s = (x: number) => `${x.toFixed(2).padStart(6)}s`;
   if (options.timelines !== false) {
     for (const j of report.timeline) {
-      const how = j.served ? `served ${j.served}${j.instanceId ? ` on ${j.instanceId}` : ''}` : j.deadLettered ? `DEAD-LETTERED (${j.deadLettered})` : 'NOT SERVED';
+      const how = j.served
+        ? `served ${j.served}${j.instanceId ? ` on ${j.instanceId}` : ''}`
+        : j.deadLettered
+          ? `DEAD-LETTERED (${j.deadLettered})`
+          : j.failedAtCi
+            ? `FAILED at the CI server (its runner was lost${j.instanceId ? ` on ${j.instanceId}` : ''})`
+            : 'NOT SERVED';
       lines.push(`job ${j.job} pool ${j.pool} trace ${j.traceId ?? '-'}: ${how}`);
       for (const e of j.timeline) {
         const detail = e.kind === 'runner-started' && typeof e.detail === 'number' ? `activation-latency ${e.detail}s` : e.detail;
@@ -315,6 +329,6 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
   for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
   for (const n of report.notes) lines.push(`note: ${n}`);
-  lines.push(`wall time ${report.wallSeconds}s (moto and the CI servers started, fleet provisioned, pools filled, jobs served, all settled)`);
+  lines.push(`wall time ${report.wallSeconds}s (${report.settled ? 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled' : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');
 }

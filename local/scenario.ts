@@ -173,114 +173,121 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     cleanups.push(() => lambdas.stop());
     const deadline = Date.now() + o.deadlineMs;
 
-    // 4. The pools fill: instances prime and park (a stuck one holds its place).
-    const stalled = faults.stallPriming ? 1 : 0;
-    const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')!.pool;
-    await waitFor('the pools to fill', deadline, async () => {
-      const world = await listInstances(clients, fleet.config);
-      return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
-    });
-
     const templateVersions: Record<string, { before: string; after: string }> = {};
-    if (o.drift) {
-      // A deploy that changes the user data: a new template version per pool; the Lambdas' next
-      // containers read the new config (the cache is cleared as a deploy replaces them).
-      for (const t of fleet.templates) {
-        fleet = await publishNewTemplateVersion(clients, fleet, t.pool);
-        templateVersions[t.pool] = { before: t.version, after: fleet.templates.find((x) => x.pool === t.pool)!.version };
-      }
-      clearFleetConfigCache();
-      await waitFor('the pools to refill from the new template versions', deadline, async () => {
-        const world = await listInstances(clients, fleet.config);
-        return fleet.config.pools.every((p) => {
-          const parked = parkedOf(world, fleet.config, p.name);
-          return parked.length >= o.poolSize && parked.every((i) => i.tags[LAUNCH_TEMPLATE_VERSION_TAG] === p.launchTemplateVersion);
-        });
-      });
-    }
-
-    // 5. Jobs: created at the CI servers, announced by signed deliveries.
     const jobs: ScenarioJob[] = [];
     const deliveries: { what: string; status: number }[] = [];
-    const deliver = async (what: string, d: Delivery) => {
-      const res = await lambdas.webhook(d);
-      const status = res.statusCode ?? 0;
-      deliveries.push({ what, status });
-      return status;
-    };
-    const sendGitHub = async (labels: string[]) => {
-      const job = github.addJob(`${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels);
-      const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
-      const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
-      const deliveredAt = Date.now();
-      jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt });
-      const status = await deliver(`github job ${job.id}`, d);
-      onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: status });
-      return d;
-    };
-    const sendGitLab = async () => {
-      const pool = fleet.config.pools.find((p) => p.provider === 'gitlab')!;
-      const job = gitlab.addJob(GITLAB_PROJECT.id, [...pool.labels]);
-      const d = gitlabJobPending({ buildId: job.id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken);
-      const deliveredAt = Date.now();
-      jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt });
-      const status = await deliver(`gitlab job ${job.id}`, d);
-      onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: status });
-      return d;
-    };
-    const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
-    const githubLabels = ['self-hosted', ...githubPool.labels];
-
-    let remaining = { github: o.jobs, gitlab: o.jobs };
-    const burst = o.burst;
-    while (remaining.github > 0 || remaining.gitlab > 0) {
-      let wave = { ...remaining };
-      if (!burst) {
-        // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
+    let gaveUp: string | undefined;
+    const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')!.pool;
+    try {
+      // 4. The pools fill: instances prime and park (a stuck one holds its place).
+      const stalled = faults.stallPriming ? 1 : 0;
+      await waitFor('the pools to fill', deadline, async () => {
         const world = await listInstances(clients, fleet.config);
-        const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
-        wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
-        if (wave.github + wave.gitlab === 0) {
-          if (Date.now() > deadline) break;
-          await sleep(250);
-          continue;
+        return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
+      });
+
+      if (o.drift) {
+        // A deploy that changes the user data: a new template version per pool; the Lambdas' next
+        // containers read the new config (the cache is cleared as a deploy replaces them).
+        for (const t of fleet.templates) {
+          fleet = await publishNewTemplateVersion(clients, fleet, t.pool);
+          templateVersions[t.pool] = { before: t.version, after: fleet.templates.find((x) => x.pool === t.pool)!.version };
+        }
+        clearFleetConfigCache();
+        await waitFor('the pools to refill from the new template versions', deadline, async () => {
+          const world = await listInstances(clients, fleet.config);
+          return fleet.config.pools.every((p) => {
+            const parked = parkedOf(world, fleet.config, p.name);
+            return parked.length >= o.poolSize && parked.every((i) => i.tags[LAUNCH_TEMPLATE_VERSION_TAG] === p.launchTemplateVersion);
+          });
+        });
+      }
+
+      // 5. Jobs: created at the CI servers, announced by signed deliveries.
+      const deliver = async (what: string, d: Delivery) => {
+        const res = await lambdas.webhook(d);
+        const status = res.statusCode ?? 0;
+        deliveries.push({ what, status });
+        return status;
+      };
+      const sendGitHub = async (labels: string[]) => {
+        const job = github.addJob(`${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels);
+        const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
+        const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
+        const deliveredAt = Date.now();
+        jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt });
+        const status = await deliver(`github job ${job.id}`, d);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: status });
+        return d;
+      };
+      const sendGitLab = async () => {
+        const pool = fleet.config.pools.find((p) => p.provider === 'gitlab')!;
+        const job = gitlab.addJob(GITLAB_PROJECT.id, [...pool.labels]);
+        const d = gitlabJobPending({ buildId: job.id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken);
+        const deliveredAt = Date.now();
+        jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt });
+        const status = await deliver(`gitlab job ${job.id}`, d);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: status });
+        return d;
+      };
+      const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
+      const githubLabels = ['self-hosted', ...githubPool.labels];
+
+      let remaining = { github: o.jobs, gitlab: o.jobs };
+      const burst = o.burst;
+      while (remaining.github > 0 || remaining.gitlab > 0) {
+        let wave = { ...remaining };
+        if (!burst) {
+          // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
+          const world = await listInstances(clients, fleet.config);
+          const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
+          wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
+          if (wave.github + wave.gitlab === 0) {
+            if (Date.now() > deadline) break;
+            await sleep(250);
+            continue;
+          }
+        }
+        const before = jobs.length;
+        const sends: Promise<unknown>[] = [];
+        for (let i = 0; i < wave.github; i++) sends.push(sendGitHub(githubLabels));
+        for (let i = 0; i < wave.gitlab; i++) sends.push(sendGitLab());
+        await Promise.all(sends);
+        remaining = { github: remaining.github - wave.github, gitlab: remaining.gitlab - wave.gitlab };
+        if (!burst && (remaining.github > 0 || remaining.gitlab > 0)) {
+          // Wait until this wave's jobs hold their instances before counting parked ones again.
+          const waveJobs = jobs.slice(before);
+          await waitFor('the wave to be activated', deadline, async () => waveJobs.every((j) => startedOrDone(events, j, github, gitlab)));
         }
       }
-      const before = jobs.length;
-      const sends: Promise<unknown>[] = [];
-      for (let i = 0; i < wave.github; i++) sends.push(sendGitHub(githubLabels));
-      for (let i = 0; i < wave.gitlab; i++) sends.push(sendGitLab());
-      await Promise.all(sends);
-      remaining = { github: remaining.github - wave.github, gitlab: remaining.gitlab - wave.gitlab };
-      if (!burst && (remaining.github > 0 || remaining.gitlab > 0)) {
-        // Wait until this wave's jobs hold their instances before counting parked ones again.
-        const waveJobs = jobs.slice(before);
-        await waitFor('the wave to be activated', deadline, async () => waveJobs.every((j) => startedOrDone(events, j, github, gitlab)));
-      }
-    }
 
-    if (faults.duplicate) {
-      // A redelivery (GitHub's "Redeliver" keeps the delivery id): SQS drops it as a duplicate.
-      const d = await sendGitHub(githubLabels);
-      await deliver('github redelivery (same delivery id)', d);
-      // One GitLab job announced by two hooks (a group hook and a project hook: two delivery
-      // ids): two messages for one job; scale-up finds the job's instance and serves it once.
-      const first = await sendGitLab();
-      const payload = JSON.parse(first.body) as { build_id: number };
-      await deliver('gitlab second hook for the same job', gitlabJobPending({ buildId: payload.build_id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
-    }
-    if (faults.badSignature) {
-      // Forged: a job the CI server never had, signed with the wrong secret.
-      const forged = withBadSignature(githubWorkflowJobQueued({ jobId: 999_999_999, runId: 1, repository: `${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels: githubLabels }, fleet.webhook.githubSecret));
-      await deliver('github forged delivery (bad signature)', forged);
-      const forgedGitLab = withBadSignature(gitlabJobPending({ buildId: 999_999_999, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
-      await deliver('gitlab forged delivery (wrong token)', forgedGitLab);
+      if (faults.duplicate) {
+        // A redelivery (GitHub's "Redeliver" keeps the delivery id): SQS drops it as a duplicate.
+        const d = await sendGitHub(githubLabels);
+        await deliver('github redelivery (same delivery id)', d);
+        // One GitLab job announced by two hooks (a group hook and a project hook: two delivery
+        // ids): two messages for one job; scale-up finds the job's instance and serves it once.
+        const first = await sendGitLab();
+        const payload = JSON.parse(first.body) as { build_id: number };
+        await deliver('gitlab second hook for the same job', gitlabJobPending({ buildId: payload.build_id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
+      }
+      if (faults.badSignature) {
+        // Forged: a job the CI server never had, signed with the wrong secret.
+        const forged = withBadSignature(githubWorkflowJobQueued({ jobId: 999_999_999, runId: 1, repository: `${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels: githubLabels }, fleet.webhook.githubSecret));
+        await deliver('github forged delivery (bad signature)', forged);
+        const forgedGitLab = withBadSignature(gitlabJobPending({ buildId: 999_999_999, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
+        await deliver('gitlab forged delivery (wrong token)', forgedGitLab);
+      }
+    } catch (error) {
+      // A step that timed out ends the run early; the report still lists what happened.
+      if (!(error instanceof WaitTimeout)) throw error;
+      gaveUp = error.message;
     }
 
     // 6. Until every job is served or dead-lettered and nothing is left behind.
     const keys = tagKeys(fleet.config.prefix);
     let settled = false;
-    while (Date.now() < deadline) {
+    while (gaveUp === undefined && Date.now() < deadline) {
       const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients, fleet.config);
       if (jobsDone && faults.stallPriming) {
@@ -321,12 +328,15 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // 7. The report, from listing moto and the CI servers.
     const world = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
     const notes: string[] = [];
-    if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);
+    if (gaveUp) notes.push(gaveUp);
+    else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);
     if (refusal) notes.push(`fault: StartInstances refused ${refusal.refused()} time(s) for ${refusal.instanceId() ?? 'no instance'} (InsufficientInstanceCapacity)`);
     if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}`);
     if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
     for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
-    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes });
+    const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
+    if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
+    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, settled: settled && jobs.length === requested });
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
   } finally {
     await cleanup();
@@ -344,18 +354,25 @@ function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
       ...gitlab.runners().map((r) => ({ provider: 'gitlab', id: String(r.id), name: r.description })),
     ],
     jobs: () => [
-      ...github.jobs().map((j) => ({ provider: 'github', id: String(j.id), done: j.status === 'completed', ...(j.runnerName ? { runnerName: j.runnerName } : {}) })),
+      ...github.jobs().map((j) => ({
+        provider: 'github',
+        id: String(j.id),
+        done: j.status === 'completed' && j.conclusion !== 'failure',
+        ...(j.status === 'completed' && j.conclusion === 'failure' ? { failed: true } : {}),
+        ...(j.runnerName ? { runnerName: j.runnerName } : {}),
+      })),
       ...gitlab.jobs().map((j) => {
         const runner = j.runnerId === undefined ? undefined : gitlab.runners().find((r) => r.id === j.runnerId);
-        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...(runner ? { runnerName: runner.description } : {}) };
+        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...(j.status === 'failed' ? { failed: true } : {}), ...(runner ? { runnerName: runner.description } : {}) };
       }),
     ],
   };
 }
 
+/** The CI server has finished the job: done, or failed (its runner was lost mid-job). */
 function doneAtCi(job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
   if (job.provider === 'github') return github.jobs().some((j) => String(j.id) === job.ciJobId && j.status === 'completed');
-  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && j.status === 'success');
+  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed'));
 }
 
 function startedOrDone(events: readonly LocalEvent[], job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
@@ -385,9 +402,11 @@ async function queueIsEmpty(clients: LocalAwsClients, queueUrl: string): Promise
   return Number(out.Attributes?.ApproximateNumberOfMessages ?? '0') + Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? '0') === 0;
 }
 
+class WaitTimeout extends Error {}
+
 async function waitFor(what: string, deadline: number, check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline) throw new WaitTimeout(`gave up waiting for ${what} at the deadline`);
     await sleep(250);
   }
 }

@@ -18,7 +18,7 @@ describe('faults', () => {
     });
     const { report, events, deliveries, logs } = r;
     // 3 + 3 jobs, plus the redelivered GitHub job and the twice-announced GitLab job.
-    expect(report).toMatchObject({ jobs: 8, served: 8, unserved: 0, deadLettered: 0, leftovers: 0 });
+    expect(report).toMatchObject({ jobs: 8, served: 8, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
 
     // Forged deliveries: 401, nothing queued for them; every other delivery was accepted.
     expect(deliveries.filter((d) => d.what.includes('forged'))).toEqual([

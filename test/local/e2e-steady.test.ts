@@ -23,11 +23,12 @@ function runLocal(args: string[]): Promise<{ code: number | null; stdout: string
 }
 
 describe('npm run local (steady: the default run)', () => {
-  it('serves every job warm, leaves nothing behind, and exits 0', { timeout: 240_000 }, async () => {
-    const { code, stdout, stderr } = await runLocal(['--json']);
+  it('serves every job warm, leaves nothing behind, and exits 0', { timeout: 300_000 }, async () => {
+    // A generous deadline: the test checks the outcome, not the time (other suites share the machine).
+    const { code, stdout, stderr } = await runLocal(['--json', '--deadline', '200']);
     expect(code, stderr.slice(-3000)).toBe(0);
     const report = JSON.parse(stdout) as LocalReport;
-    expect(report).toMatchObject({ jobs: 10, served: 10, warm: 10, cold: 0, unserved: 0, deadLettered: 0, leftovers: 0 });
+    expect(report).toMatchObject({ jobs: 10, served: 10, warm: 10, cold: 0, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
     expect(report.parked).toEqual({ 'linux-x64': 3, 'gitlab-docker': 3 });
     expect(report.timeline.map((j) => j.provider).sort()).toEqual([...Array(5).fill('github'), ...Array(5).fill('gitlab')]);

@@ -138,4 +138,22 @@ describe('the report', () => {
     expect(r).toMatchObject({ served: 0, unserved: 1, leftovers: 1 });
     expect(formatReport(r)).toContain('NOT SERVED');
   });
+
+  it('a job its runner was lost on is failed at the CI server, not served', () => {
+    const i = activated('gh', 'terminated', true);
+    const r = buildReport({
+      config,
+      jobs: [ghJob],
+      events: [{ t: T0, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr' }],
+      world: world({
+        instances: [i, parked('gh'), parked('gh'), parked('gl')],
+        ciJobs: [{ provider: 'github', id: '11', done: false, failed: true, runnerName: runnerName(prefix, i.id, new Date(T0)) }],
+      }),
+      startedAt: T0,
+      endedAt: T0,
+    });
+    expect(r).toMatchObject({ served: 0, unserved: 1, leftovers: 0 });
+    expect(r.timeline[0]).toMatchObject({ failedAtCi: true, instanceId: i.id });
+    expect(formatReport(r)).toContain(`FAILED at the CI server (its runner was lost on ${i.id})`);
+  });
 });
