@@ -79,8 +79,13 @@ export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, job
 /** Schedules of the local Lambdas: a pool run every second, a sweep every 2 s (deployed: every minute). */
 const POOL_EVERY_MS = 1_000;
 const SCALE_DOWN_EVERY_MS = 2_000;
-/** The sweep's grace period, locally (deployed: 10 minutes): activations here take about a second. */
-const SWEEP_GRACE_SECONDS = 5;
+/**
+ * The sweep's grace period, locally (deployed: 10 minutes). Long enough that an instance
+ * ends itself after its job before the sweep would terminate it as "job-finished": a sweep
+ * that wins that race kills the boot script's background config delete, and the parameter
+ * then waits for the sweep's one-minute instance-gone rule.
+ */
+const SWEEP_GRACE_SECONDS = 10;
 /** A standby priming longer than this is stuck: the scenario fast-forwards the pool's clock for it. */
 const STUCK_PRIMING_MS = 10_000;
 
