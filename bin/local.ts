@@ -80,7 +80,21 @@ async function main(): Promise<number> {
     console.error(`${(e as Error).message}\n${USAGE}`);
     return 2;
   }
-  const result = await runScenario(options);
+  // Ctrl-C ends the run where it is and still stops what it started (the instances' boot
+  // scripts run in sessions of their own, which would outlive an abrupt exit); a second one exits at once.
+  const interrupt = new AbortController();
+  const onSignal = () => {
+    if (interrupt.signal.aborted) process.exit(130);
+    process.stderr.write('stopping: the report follows once everything started is stopped (again to exit at once)\n');
+    interrupt.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const result = await runScenario({ ...options, signal: interrupt.signal });
+  if (interrupt.signal.aborted) {
+    console.log(json ? JSON.stringify(result.report, null, 2) : formatReport(result.report));
+    return 130;
+  }
   const r = result.report;
   if (json) console.log(JSON.stringify(r, null, 2));
   else console.log(formatReport(r));

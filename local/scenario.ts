@@ -57,6 +57,8 @@ export interface ScenarioOptions {
   /** Seconds a fake runner works on a job. */
   readonly jobSeconds?: number;
   readonly keepSandbox?: boolean;
+  /** Ends the run early (Ctrl-C): it stops where it is, still reports, and stops everything it started. */
+  readonly signal?: AbortSignal;
 }
 
 export interface ScenarioResult {
@@ -186,7 +188,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     try {
       // 4. The pools fill: instances prime and park (a stuck one holds its place).
       const stalled = faults.stallPriming ? 1 : 0;
-      await waitFor('the pools to fill', deadline, async () => {
+      await waitFor('the pools to fill', deadline, o.signal, async () => {
         const world = await listInstances(clients, fleet.config);
         return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
       });
@@ -199,7 +201,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           templateVersions[t.pool] = { before: t.version, after: fleet.templates.find((x) => x.pool === t.pool)!.version };
         }
         clearFleetConfigCache();
-        await waitFor('the pools to refill from the new template versions', deadline, async () => {
+        await waitFor('the pools to refill from the new template versions', deadline, o.signal, async () => {
           const world = await listInstances(clients, fleet.config);
           return fleet.config.pools.every((p) => {
             const parked = parkedOf(world, fleet.config, p.name);
@@ -248,7 +250,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
           wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
           if (wave.github + wave.gitlab === 0) {
-            if (Date.now() > deadline) break;
+            if (Date.now() > deadline || o.signal?.aborted) break;
             await sleep(250);
             continue;
           }
@@ -262,7 +264,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         if (!burst && (remaining.github > 0 || remaining.gitlab > 0)) {
           // Wait until this wave's jobs hold their instances before counting parked ones again.
           const waveJobs = jobs.slice(before);
-          await waitFor('the wave to be activated', deadline, async () => waveJobs.every((j) => startedOrDone(events, j, github, gitlab)));
+          await waitFor('the wave to be activated', deadline, o.signal, async () => waveJobs.every((j) => startedOrDone(events, j, github, gitlab)));
         }
       }
 
@@ -292,7 +294,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // 6. Until every job is served or dead-lettered and nothing is left behind.
     const keys = tagKeys(fleet.config.prefix);
     let settled = false;
-    while (gaveUp === undefined && Date.now() < deadline) {
+    while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
       const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients, fleet.config);
       if (jobsDone && faults.stallPriming) {
@@ -334,6 +336,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const world = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
     const notes: string[] = [];
     if (gaveUp) notes.push(gaveUp);
+    else if (o.signal?.aborted) notes.push('interrupted');
     else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);
     if (refusal) notes.push(`fault: StartInstances refused ${refusal.refused()} time(s) for ${refusal.instanceId() ?? 'no instance'} (InsufficientInstanceCapacity)`);
     if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}`);
@@ -409,8 +412,9 @@ async function queueIsEmpty(clients: LocalAwsClients, queueUrl: string): Promise
 
 class WaitTimeout extends Error {}
 
-async function waitFor(what: string, deadline: number, check: () => Promise<boolean>): Promise<void> {
+async function waitFor(what: string, deadline: number, signal: AbortSignal | undefined, check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) {
+    if (signal?.aborted) throw new WaitTimeout(`interrupted while waiting for ${what}`);
     if (Date.now() > deadline) throw new WaitTimeout(`gave up waiting for ${what} at the deadline`);
     await sleep(250);
   }
