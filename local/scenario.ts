@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
 import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
-import { startMoto, type MotoServer } from '../test/support/moto';
+import { startMoto } from '../test/support/moto';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
 import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
@@ -48,8 +48,6 @@ export interface ScenarioOptions {
   readonly drift?: boolean;
   /** A moto to use instead of starting one (its state is not reset). */
   readonly endpoint?: string;
-  /** A started moto the caller owns (tests share one per file); reset before the run. */
-  readonly moto?: MotoServer;
   /** Bound on the whole run after provisioning (ms). */
   readonly deadlineMs?: number;
   readonly onEvent?: EventSink;
@@ -116,10 +114,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
   try {
     // 1. moto and the loopback CI servers.
     let endpoint = o.endpoint;
-    if (o.moto) {
-      await o.moto.reset();
-      endpoint = o.moto.endpoint;
-    } else if (!endpoint) {
+    if (!endpoint) {
       const moto = await startMoto();
       cleanups.push(() => moto.stop());
       endpoint = moto.endpoint;
