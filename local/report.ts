@@ -131,7 +131,7 @@ export function buildReport(input: {
     // instance (a CI service hands a runner the oldest matching job): job-done names it.
     const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
     const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, started.at(-1)?.detail) : undefined;
-    const timeline = events
+    const timeline: TimelineEntry[] = events
       .filter((e) => e.t >= job.deliveredAt - 1)
       .filter(
         (e) =>
@@ -150,8 +150,12 @@ export function buildReport(input: {
             ? { detail: `ran on ${instanceIdOfRunnerName(config.prefix, e.runnerName) ?? e.runnerName}` }
             : {}),
       }));
-    const latency = events.find((e) => e.kind === 'runner-started' && traceId !== undefined && e.traceId === traceId && typeof e.detail === 'number');
     const dead = traceId ? deadByTrace.get(traceId) : undefined;
+    if (dead !== undefined && !timeline.some((e) => e.kind === 'dead-lettered')) {
+      // Moved by the redrive policy (no handler logged it): shown when the listing found it.
+      timeline.push({ at: Math.round((input.endedAt - job.deliveredAt) / 10) / 100, kind: 'dead-lettered', detail: `${dead} (found in the dead-letter queue at the end)` });
+    }
+    const latency = events.find((e) => e.kind === 'runner-started' && traceId !== undefined && e.traceId === traceId && typeof e.detail === 'number');
     return {
       job: id,
       provider: job.provider,

@@ -115,6 +115,8 @@ describe('the report', () => {
     expect(gh.timeline.map((e) => e.kind)).toEqual(['webhook-received', 'queued', 'claimed', 'started', 'boot', 'runner-started', 'job-done', 'instance-gone']);
     expect(gh.timeline.map((e) => e.at)).toEqual([0, 0.01, 0.1, 0.2, 0.9, 1, 2, 2.5]);
     expect(r.timeline[2]).toMatchObject({ deadLettered: 'max-wait' });
+    // Dead-lettered by the redrive (no log line said so): the listing puts it on the timeline.
+    expect(r.timeline[2]!.timeline.at(-1)).toEqual({ at: 5, kind: 'dead-lettered', detail: 'max-wait (found in the dead-letter queue at the end)' });
     expect(r.timeline[2]!.served).toBeUndefined();
     const text = formatReport(r);
     expect(text).toContain('jobs 3: served 2 (warm 1, cold 1), unserved 1, dead-lettered 1');
