@@ -19,7 +19,7 @@ const USAGE = `usage: npm run local -- [options]
   --burst         all jobs at once (beyond the pool: the rest launch cold); default: waves the pools serve warm
   --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500
   --drift         publish a new launch template version after the pools filled
-  --endpoint URL  use this moto server instead of starting one (should be fresh: what it holds counts as leftovers)
+  --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
   --deadline S    give up after S seconds (default ${SCENARIO_DEFAULTS.deadlineMs / 1000})`;
