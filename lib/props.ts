@@ -69,8 +69,9 @@ export interface WarmPoolProps {
   readonly primingTimeout?: Duration;
   /**
    * Shell commands run as root while priming, before the instance parks (pull images, warm
-   * caches); a failing one fails the PRIME. At most 16, 2304 bytes in all: user data is
-   * limited to 16 KB, so put longer preparation into the AMI. Never put secrets here.
+   * caches); a failing one fails the PRIME. At most 16, 2304 bytes in all: they travel in
+   * the user data (gzip-compressed, limited to 16 KB by EC2), so put longer preparation into
+   * the AMI. Never put secrets here.
    * @default - none
    */
   readonly prepareCommands?: string[];

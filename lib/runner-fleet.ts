@@ -1,4 +1,4 @@
-import { Aws, RemovalPolicy, Size, Stack } from 'aws-cdk-lib';
+import { ArnFormat, Aws, RemovalPolicy, Size, Stack } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -11,13 +11,14 @@ import {
   METRIC_NAMES,
   PARAMETER_INSTANCE_ARN_TAG,
   PARAMETER_INSTANCE_TAG,
+  bootLogGroupName,
   ssmPaths,
   tagKeys,
 } from '../lambdas/shared/contract';
 import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
-import { renderUserData } from './user-data';
+import { encodeUserData, renderUserData } from './user-data';
 
 export interface RunnerFleetProps {
   /** VPC the runners run in. */
@@ -52,7 +53,7 @@ export interface RunnerFleetProps {
 export interface PoolLaunchTemplate {
   readonly pool: RunnerPoolProps;
   readonly launchTemplate: ec2.LaunchTemplate;
-  /** The rendered user data, for size checks and review. */
+  /** The rendered user data as text, for size checks and review (the launch template carries it gzip-compressed). */
   readonly userData: string;
 }
 
@@ -90,7 +91,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
 
     this.role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
-      description: `Runner instances of ${props.prefix}: read and delete their own config parameter, terminate themselves, write logs`,
+      description: `Runner instances of ${props.prefix}: read and delete their own config parameter, terminate themselves, write their boot log`,
     });
     this.grantPrincipal = this.role;
 
@@ -160,12 +161,35 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       'An instance may terminate only itself (condition aws:ARN = ${ec2:SourceInstanceARN}) and only within this fleet (pool tag present).',
     );
 
+    const logGroupName = bootLogGroupName(props.prefix);
     this.logGroup = new logs.LogGroup(this, 'Logs', {
-      logGroupName: `/${props.prefix}/runners/boot`,
+      logGroupName,
       retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    this.logGroup.grantWrite(this.role);
+    // The boot script ships its own log (no agent on the AMI): a stream per instance, created
+    // by the instance, in this group only. `log-group:<name>:*` is the form IAM uses for
+    // CreateLogStream and covers the group's streams for PutLogEvents (CloudWatch Logs user
+    // guide, "Overview of managing access permissions"). Spelled out (not grantWrite, which
+    // gives the same actions) so the statement is named and the permission tests can read it.
+    const logStreams = stack.formatArn({
+      service: 'logs',
+      resource: 'log-group',
+      resourceName: `${logGroupName}:*`,
+      arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+    });
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'WriteOwnBootLog',
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: [logStreams],
+      }),
+    );
+    acknowledgeWildcard(
+      this.role,
+      nagArn('logs', `log-group:${logGroupName}:*`),
+      "The fleet's one boot log group: each instance writes a stream named after its instance id, known only at run time.",
+    );
     // The boot script logs `<time> start-runner[pid]: trace-id=<id> activation-latency-seconds=<s>`.
     // Metric filters cannot split `key=value`, so a transformer parses the value out at
     // ingestion and the filter reads the transformed event.
@@ -177,6 +201,12 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         new logs.ParserProcessor({
           type: logs.ParserProcessorType.GROK,
           grokOptions: { match: `%{GREEDYDATA}${BOOT_LOG_KEYS.activationLatency}=%{NUMBER:${latencyField}}` },
+        }),
+        // Grok extracts text; the metric filter needs a number, so cast it rather than rely on
+        // the filter's own coercion of "3.250".
+        new logs.DataConverterProcessor({
+          type: logs.DataConverterType.TYPE_CONVERTER,
+          typeConverterOptions: { entries: [{ key: latencyField, type: logs.TypeConverterType.DOUBLE }] },
         }),
       ],
     });
@@ -210,6 +240,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         instanceType: pool.instanceTypes?.[0] ?? DEFAULT_INSTANCE_TYPE,
         role: this.role,
         securityGroup: this.securityGroup,
+        // Kept as text for readers of `launchTemplate.userData`; the template carries its gzip (below).
         userData: ec2.UserData.custom(userData),
         requireImdsv2: true,
         httpTokens: ec2.LaunchTemplateHttpTokens.REQUIRED,
@@ -229,6 +260,9 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         ],
         detailedMonitoring: false,
       });
+      // gzip: the script's text is near EC2's 16 KB limit, its compressed form far below it.
+      // ec2.UserData is text (rendered through Fn::Base64), hence the override on the L1.
+      (launchTemplate.node.defaultChild as ec2.CfnLaunchTemplate).addPropertyOverride('LaunchTemplateData.UserData', encodeUserData(userData));
       return { pool, launchTemplate, userData };
     });
   }

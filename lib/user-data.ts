@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import {
   BOOT_LOG_KEYS,
   DEFAULT_PREFIX,
@@ -7,6 +8,7 @@ import {
   PROVIDERS,
   RUNNER_CONFIG_KEYS,
   RUNNER_CONFIG_VERSION,
+  bootLogGroupName,
   WARM_STANDBY_VALUE,
   prefixProblem,
   ssmPaths,
@@ -24,8 +26,10 @@ import {
 
 /**
  * EC2 limits user data to 16 KB "in raw form, before it is base64-encoded" (EC2 user guide,
- * "Work with instance user data"), so the limit applies to the rendered text's UTF-8 bytes,
- * not to its base64 form (which is about 4/3 larger).
+ * "Work with instance user data"). The launch template carries the script gzip-compressed
+ * (`encodeUserData`; cloud-init decompresses gzip user data before acting on it: cloud-init
+ * docs, "User data formats"), so the limit applies to the compressed bytes, not to the
+ * script's text nor to the base64 form (about 4/3 larger).
  */
 export const USER_DATA_LIMIT_BYTES = 16 * 1024;
 
@@ -102,6 +106,8 @@ export interface UserDataOptions {
   readonly awsCliMaxAttempts?: number;
   /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
   readonly runnerWaitTimeoutSeconds?: number;
+  /** Bound of each shipping of the boot log to CloudWatch Logs (at the end of every mode). @default 10 */
+  readonly logShipSeconds?: number;
   /** Name of the hook's unit. @default '<prefix>-start-runner.service' */
   readonly unitName?: string;
   readonly hostPaths?: HostPaths;
@@ -131,6 +137,7 @@ const DEFAULTS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 300,
+  logShipSeconds: 10,
   imdsEndpoint: 'http://169.254.169.254',
   awsCli: 'aws',
   awsEndpointUrl: '',
@@ -176,6 +183,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     awsReadTimeoutSeconds: options.awsReadTimeoutSeconds ?? DEFAULTS.awsReadTimeoutSeconds,
     awsCliMaxAttempts: options.awsCliMaxAttempts ?? DEFAULTS.awsCliMaxAttempts,
     runnerWaitTimeoutSeconds: options.runnerWaitTimeoutSeconds ?? DEFAULTS.runnerWaitTimeoutSeconds,
+    logShipSeconds: options.logShipSeconds ?? DEFAULTS.logShipSeconds,
     unitName: options.unitName ?? `${safePrefix}-start-runner.service`,
     hostPaths: {
       unitDir: p.unitDir ?? '/etc/systemd/system',
@@ -230,6 +238,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkNumber('imdsAttempts', resolved.imdsAttempts, 1, 60, true);
   checkNumber('awsAttempts', resolved.awsAttempts, 1, 20, true);
   checkNumber('runnerWaitTimeoutSeconds', resolved.runnerWaitTimeoutSeconds, 1, 86_400, true);
+  checkNumber('logShipSeconds', resolved.logShipSeconds, 1, 60, true);
   if (!URL_PATTERN.test(resolved.imdsEndpoint) || resolved.imdsEndpoint.endsWith('/') || resolved.imdsEndpoint.length > 100) {
     problems.push(`imdsEndpoint "${resolved.imdsEndpoint}" must be an http(s) base URL without a path or trailing "/", such as "http://169.254.169.254"`);
   }
@@ -400,6 +409,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     LOG_KEY_TRACE: q(BOOT_LOG_KEYS.traceId),
     LOG_KEY_LATENCY: q(BOOT_LOG_KEYS.activationLatency),
     INSTANCE_ID_RE: q(INSTANCE_ID_PATTERN.source),
+    LOG_GROUP: q(bootLogGroupName(o.prefix)),
     PROVIDER: q(o.provider),
     RUNNER_USER: q(o.runnerUser),
     RUNNER_DIR: q(o.runnerDir),
@@ -414,6 +424,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     AWS_CONNECT_TIMEOUT: q(String(o.awsConnectTimeoutSeconds)),
     AWS_READ_TIMEOUT: q(String(o.awsReadTimeoutSeconds)),
     AWS_CLI_MAX_ATTEMPTS: q(String(o.awsCliMaxAttempts)),
+    LOG_SHIP_SECONDS: q(String(o.logShipSeconds)),
     UNIT_DIR: q(o.hostPaths.unitDir),
     UNIT_NAME: q(o.unitName),
     HOOK_PATH: q(o.hostPaths.hookPath),
@@ -440,8 +451,9 @@ export function renderHookScript(options: UserDataOptions): string {
 }
 
 /**
- * The user data of an instance of the pool: the start logic, run by cloud-init on the first
- * boot. Throws when the result would not fit EC2's limit or looks like it holds a secret.
+ * The user data of an instance of the pool as text: the start logic, run by cloud-init on the
+ * first boot. The launch template carries it gzip-compressed (`encodeUserData`). Throws when
+ * the compressed form would not fit EC2's limit or the text looks like it holds a secret.
  */
 export function renderUserData(options: UserDataOptions): string {
   const startLogic = renderStartLogic(options);
@@ -451,15 +463,50 @@ export function renderUserData(options: UserDataOptions): string {
     const count = countLines(userData, marker);
     if (count !== 1) throw new Error(`rendered user data holds the marker line "${marker}" ${count} times, not once`);
   }
-  const bytes = Buffer.byteLength(userData, 'utf8');
-  if (bytes > USER_DATA_LIMIT_BYTES) {
-    throw new Error(
-      `rendered user data is ${bytes} bytes, over EC2's limit of ${USER_DATA_LIMIT_BYTES} (before base64): shorten or drop prepare commands, or bake them into the AMI`,
-    );
-  }
+  checkUserDataSize(userData);
   const secrets = findSecretLikeValues(userData);
   if (secrets.length > 0) {
     throw new Error(`rendered user data looks like it contains a secret (${secrets.join(', ')}): user data is readable, fetch secrets at boot`);
   }
   return userData;
+}
+
+/** The first bytes of every gzip stream (RFC 1952, ID1 ID2). */
+const GZIP_MAGIC = Buffer.from([0x1f, 0x8b]);
+
+/**
+ * The user data's bytes as EC2 stores them: gzip at level 9. zlib writes MTIME 0 and no file
+ * name, and the OS byte is set to 3 (Unix) whatever the synthesizing host, so the same text
+ * gives the same bytes (and no new launch template version) for a given zlib build; a Node.js
+ * release that bundles another zlib may compress differently (docs/boot-modes.md).
+ */
+export function compressUserData(userData: string): Buffer {
+  const gz = gzipSync(Buffer.from(userData, 'utf8'), { level: 9 });
+  gz[9] = 3;
+  return gz;
+}
+
+/**
+ * Throws, with both sizes and what to do, when the compressed user data would not fit EC2's
+ * limit; returns the compressed size otherwise.
+ */
+export function checkUserDataSize(userData: string): number {
+  const bytes = compressUserData(userData).length;
+  if (bytes > USER_DATA_LIMIT_BYTES) {
+    throw new Error(
+      `rendered user data is ${bytes} bytes gzip-compressed (${Buffer.byteLength(userData, 'utf8')} bytes of script), over EC2's limit of ${USER_DATA_LIMIT_BYTES} (before base64): shorten or drop prepare commands, or bake them into the AMI`,
+    );
+  }
+  return bytes;
+}
+
+/** `LaunchTemplateData.UserData`: base64 of the gzip-compressed script. */
+export function encodeUserData(userData: string): string {
+  return compressUserData(userData).toString('base64');
+}
+
+/** The script text of a launch template's `UserData` (base64), gunzipped when it is gzip. */
+export function decodeUserData(base64: string): string {
+  const bytes = Buffer.from(base64, 'base64');
+  return (bytes.subarray(0, 2).equals(GZIP_MAGIC) ? gunzipSync(bytes) : bytes).toString('utf8');
 }

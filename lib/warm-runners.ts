@@ -467,7 +467,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       });
     }
     new CfnOutput(this, 'InstanceLogGroup', {
-      description: "Log group the runners' boot logs go to (ship /var/log/<prefix>-start-runner.log there)",
+      description: "Log group the runners' boot scripts ship their logs to, one stream per instance id",
       value: this.fleet.logGroup.logGroupName,
     });
   }

@@ -14,7 +14,7 @@
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
 # Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, flock, timeout, systemctl, runuser, getent,
-# dd, and for an empty PRE_READ_DEVICE findmnt and lsblk.
+# dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
 umask 022
@@ -26,11 +26,12 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
   K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
   L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
+  LOG_GROUP=@@LOG_GROUP@@ \
   PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@ \
   GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@ \
   WAIT_SECONDS=@@WAIT_SECONDS@@ POLL=@@POLL_SECONDS@@ DELAY=@@RETRY_DELAY_SECONDS@@ \
   IMDS_TRIES=@@IMDS_ATTEMPTS@@ AWS_TRIES=@@AWS_ATTEMPTS@@ HTTP_TIMEOUT=@@HTTP_TIMEOUT_SECONDS@@ \
-  CONNECT=@@AWS_CONNECT_TIMEOUT@@ READ=@@AWS_READ_TIMEOUT@@ CLI_TRIES=@@AWS_CLI_MAX_ATTEMPTS@@ \
+  CONNECT=@@AWS_CONNECT_TIMEOUT@@ READ=@@AWS_READ_TIMEOUT@@ CLI_TRIES=@@AWS_CLI_MAX_ATTEMPTS@@ SHIP_SECONDS=@@LOG_SHIP_SECONDS@@ \
   UNIT_DIR=@@UNIT_DIR@@ UNIT=@@UNIT_NAME@@ HOOK=@@HOOK_PATH@@ STATE=@@STATE_DIR@@ LOG_FILE=@@LOG_FILE@@ \
   MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DMI_ASSET_TAG_FILE@@ UUID_SRC=@@RANDOM_UUID_FILE@@ \
   IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@ \
@@ -40,12 +41,14 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
 PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
-CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 HELD=0
+CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
+FINAL='\(ParameterNotFound\)'
 
-# Every line carries the trace id once the tags named one, except on a PRIME boot.
+# Every line carries the trace id once the tags named one, except on a PRIME boot. It starts
+# with its UTC time to the millisecond: ship_logs gives CloudWatch that time as the event's.
 log() {
-  local line
-  printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T start-runner[%s]:%s %s' -1 $$ "${TRACE:+ $L_TRACE=$TRACE}" "$*"
+  local line t=$EPOCHREALTIME
+  printf -v line '%(%Y-%m-%dT%H:%M:%S)T.%sZ start-runner[%s]:%s %s' "${t%[.,]*}" "${t: -6:3}" $$ "${TRACE:+ $L_TRACE=$TRACE}" "$*"
   printf '%s\n' "$line" >&2
   printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
 }
@@ -129,12 +132,14 @@ read_tags() {
 }
 
 # aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
-# it may be the secret), 1 on ParameterNotFound, 2 when every attempt failed. Only
-# ParameterNotFound means "no config": throttling or a network that is not up yet must never
-# be read as WAIT or PRIME. Every call is time-bounded (the CLI's defaults are a 60 s read
-# timeout and up to 5 attempts); the retry settings are given to this call only, never
-# exported (the runner starts from this shell). With DEADLINE set (WAIT), no attempt starts
-# after it and a hanging call is killed there.
+# it may be the secret), 1 on a final answer with ERR set (an error matching FINAL, which
+# the caller may set locally: by default ParameterNotFound; the boot log's calls add their
+# own), 2 when every attempt failed. Only ParameterNotFound means "no config":
+# throttling or a network that is not up yet must never be read as WAIT or PRIME. Every call
+# is time-bounded (the CLI's defaults are a 60 s read timeout and up to 5 attempts); the retry
+# settings are given to this call only, never exported (the runner starts from this shell).
+# With DEADLINE set (WAIT, log shipping), no attempt starts after it and a hanging call is
+# killed there.
 aws_try() {
   local what=$1 i rc f left
   local -a lim=()
@@ -154,13 +159,104 @@ aws_try() {
     rm -f "$f"
     ((rc)) || return 0
     # Only timeout exits 124 (the CLI's own codes are 0-2, 130 and 252-255).
-    ((rc != 124)) || ERR="stopped at the WAIT bound $ERR"
+    ((rc != 124)) || ERR="stopped at the $BOUND bound $ERR"
     ERR=${ERR//$'\n'/ }
-    [[ $ERR != *'(ParameterNotFound)'* ]] || return 1
+    [[ ! $ERR =~ $FINAL ]] || return 1
     log "$what failed (attempt $i/$AWS_TRIES): ${ERR:0:300}"
     ((i == AWS_TRIES)) || sleep "$DELAY"
   done
   return 2
+}
+
+# The time of a log line (its leading YYYY-MM-DDTHH:MM:SS[.mmm]Z) in ms since the epoch, in
+# TS: days from the civil date (Hinnant's algorithm), builtins only.
+line_time() {
+  local y m d
+  [[ $1 =~ ^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.([0-9]{3}))?Z ]] || return 1
+  y=${BASH_REMATCH[1]} m=$((10#${BASH_REMATCH[2]})) d=$((10#${BASH_REMATCH[3]}))
+  ((m > 2)) || ((y -= 1, m += 12))
+  TS=$(((365 * y + y / 4 - y / 100 + y / 400 + (153 * (m - 3) + 2) / 5 + d - 719469) * 86400))
+  TS=$(((TS + 10#${BASH_REMATCH[4]} * 3600 + 10#${BASH_REMATCH[5]} * 60 + 10#${BASH_REMATCH[6]}) * 1000 + 10#${BASH_REMATCH[8]:-0}))
+}
+
+# Sends the lines of LOG_FILE not sent yet to this instance's stream, one put-log-events per
+# batch. PutLogEvents takes events in time order, at most 10,000 and 1,048,576 bytes (26 per
+# event plus the message) per call, spanning at most 24 hours, none older than 14 days
+# (CloudWatch Logs API reference): batches stay well inside that; older lines are skipped,
+# a clock stepped back repeats the previous time. $STATE/log-sent holds "<id> <bytes sent>":
+# written after each accepted batch, so a later call (or boot) sends only newer lines. Runs
+# in a subshell (ship_logs): nothing here may end the boot.
+ship() {
+  local sid='' sent=0 size=0 end line n bytes prev first now oldest events tmp rc TS bs=\\ q=\" LC_ALL=C
+  # Answers no retry changes: the group or stream is missing, or CloudWatch (or the CLI's own
+  # validation) refuses the batch itself, which would fail the same way every time.
+  local FINAL='\((ResourceAlreadyExistsException|ResourceNotFoundException|InvalidParameterException)\)|Parameter validation failed'
+  ERR=''
+  [[ ! -r $STATE/log-sent ]] || read -r sid sent <"$STATE/log-sent" || true
+  # main wrote it for this instance; if that failed, only this boot's lines are known ours.
+  [[ $sid == "$ID" && $sent =~ ^[0-9]+$ ]] || sent=$LOG_START
+  size=$(wc -c <"$LOG_FILE") || return 1
+  ((sent <= size)) || sent=0
+  ((sent < size)) || return 0
+  sid=''
+  [[ ! -r $STATE/log-stream ]] || read -r sid <"$STATE/log-stream" || true
+  if [[ $sid != "$ID" ]]; then
+    rc=0
+    aws_try "creating log stream $ID in $LOG_GROUP" logs create-log-stream --log-group-name "$LOG_GROUP" \
+      --log-stream-name "$ID" >/dev/null || rc=$?
+    ((rc == 0)) || [[ $ERR == *'(ResourceAlreadyExistsException)'* ]] || return 1
+    printf '%s\n' "$ID" >"$STATE/log-stream"
+  fi
+  now=${EPOCHREALTIME//[!0-9]/}
+  oldest=$((now / 1000 - 13 * 86400000))
+  while ((sent < size)); do
+    events='' n=0 bytes=0 prev=0 first=0 end=$sent
+    # read fails on a last line without its newline yet: it waits for the next call.
+    while IFS= read -r line; do
+      ((n < 1000 && bytes < 262144)) || break
+      line_time "$line" || TS=$prev
+      ((TS >= prev)) || TS=$prev
+      ((n == 0 || TS - first < 82800000)) || break
+      end=$((end + ${#line} + 1))
+      # An event needs a message of at least one byte; an empty line would fail its batch.
+      [[ -n $line ]] || continue
+      ((TS >= oldest)) || continue
+      ((n)) || first=$TS
+      prev=$TS
+      # JSON string; bytes outside printable ASCII become "?" so the batch is always valid.
+      line=${line//"$bs"/"$bs$bs"} line=${line//"$q"/"$bs$q"} line=${line//[^[:print:]]/?}
+      events+="${events:+,}{\"timestamp\":$TS,\"message\":\"$line\"}"
+      ((n += 1, bytes += ${#line} + 26))
+    # tr: read drops NUL bytes (a crash can leave a run of them), which would shift the offset.
+    done < <(tail -c +$((sent + 1)) "$LOG_FILE" | tr '\0' '?')
+    ((end > sent)) || return 0
+    if ((n)); then
+      tmp=$(mktemp) || return 1
+      printf '[%s]' "$events" >"$tmp"
+      rc=0
+      aws_try "sending $n log lines to $LOG_GROUP" logs put-log-events --log-group-name "$LOG_GROUP" \
+        --log-stream-name "$ID" --log-events "file://$tmp" >/dev/null || rc=$?
+      rm -f "$tmp"
+      # A stream deleted since it was created is created again next time.
+      [[ $ERR != *'(ResourceNotFoundException)'* ]] || { rm -f "$STATE/log-stream" && return 1; }
+      ((rc < 2)) || return 1
+      # A refused batch is dropped: kept, it would block every later line of this instance.
+      ((rc == 0)) || log "warning: CloudWatch Logs refused $n log lines, dropped: ${ERR:0:300}"
+    fi
+    sent=$end
+    printf '%s %s\n' "$ID" "$sent" >"$STATE/log-sent.$$" && mv -f "$STATE/log-sent.$$" "$STATE/log-sent"
+  done
+}
+
+# Ships the boot's new log lines to CloudWatch (the fleet's log group, one stream per
+# instance): no agent needed on the AMI. Best effort and bounded: at most SHIP_SECONDS, in a
+# subshell whose failures are logged here (and shipped next time) and otherwise ignored.
+ship_logs() {
+  [[ -n $ID && -n $REGION ]] || return 0
+  (
+    DEADLINE=$((SECONDS + SHIP_SECONDS)) BOUND='log shipping'
+    ship || log "warning: boot log not (fully) shipped to $LOG_GROUP (${ERR:0:300}); the rest goes with the next shipping"
+  ) 9>&- || true
 }
 
 get_config() {
@@ -279,15 +375,16 @@ delete_config() {
   log "deleted $PARAM"
 }
 
+# The log goes first: once the instance is terminating, nothing more may reach CloudWatch.
 terminate() {
   ENDING=1
-  if aws_try "terminating $ID" ec2 terminate-instances --instance-ids "$ID" >/dev/null; then
-    log "terminating $ID"
-  else
-    # No power-off instead: a stopped instance that ran a job must not look parked to the pool.
-    log "error: could not terminate $ID; left for the scale-down sweep"
-    return 1
-  fi
+  log "terminating $ID"
+  ship_logs
+  aws_try "terminating $ID" ec2 terminate-instances --instance-ids "$ID" >/dev/null && return 0
+  # No power-off instead: a stopped instance that ran a job must not look parked to the pool.
+  log "error: could not terminate $ID; left for the scale-down sweep"
+  ship_logs
+  return 1
 }
 
 run_mode() {
@@ -303,12 +400,15 @@ run_mode() {
   start_runner &
   runner=$!
   JIT='' URL='' RTOKEN=''
-  # Off the critical path: the runner is already starting.
+  # Off the critical path: the runner is already starting. So is shipping the log (its
+  # latency line feeds the fleet's metric), after the deletion: one aws CLI at a time beside
+  # the starting runner, not two.
   delete_config &
   deleter=$! HELD=0
+  wait $deleter || true
+  ship_logs
   wait $runner || status=$?
   log "runner exited with status $status"
-  wait $deleter || true
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
   terminate
 }
@@ -392,6 +492,7 @@ prime_mode() {
   check_runner
   pre_read
   log "primed; powering off"
+  ship_logs
   # Set first: systemd's SIGTERM may arrive before shutdown returns; that is no failed PRIME.
   ENDING=1
   shutdown -h now || { ENDING=0 && fail "shutdown failed"; }
@@ -415,7 +516,9 @@ on_exit() {
   else
     log "failed (status $status) in ${MODE:-a cold start}: terminating"
     terminate || true
+    return 0
   fi
+  ship_logs
 }
 
 main() {
@@ -423,6 +526,8 @@ main() {
   ((BASH_VERSINFO[0] >= 5)) || fail "needs bash 5, this is $BASH_VERSION"
   for c in curl flock timeout "$AWS"; do command -v "$c" >/dev/null || fail "$c not found"; done
   mkdir -p "$STATE" "${LOG_FILE%/*}"
+  # Where this boot's lines begin, for a disk that carries another instance's log.
+  [[ ! -f $LOG_FILE ]] || LOG_START=$(wc -c <"$LOG_FILE")
   # One start logic per boot: the user data and the hook can both run on a first boot (an
   # image baked from a primed instance). The lock lasts until the runner exits.
   exec 9>>"$STATE/lock"
@@ -436,6 +541,11 @@ main() {
   imds api/token PUT || fail "IMDS at $IMDS issued no token after $IMDS_TRIES attempts"
   TOKEN=$OUT
   read_identity
+  # Shipping starts at this boot's first line on an instance's first boot (a disk cloned from
+  # another instance carries that one's log); later boots go on from what was sent.
+  local sid=''
+  [[ ! -r $STATE/log-sent ]] || read -r sid _ <"$STATE/log-sent" || true
+  [[ $sid == "$ID" ]] || printf '%s %s\n' "$ID" "$LOG_START" >"$STATE/log-sent"
   # The marker counts for this instance only: an image baked after a RUN carries another's.
   if [[ -e $STATE/run-began ]]; then
     local began=''
@@ -443,6 +553,8 @@ main() {
     if [[ $began == "$ID" ]]; then
       log "a RUN began on an earlier boot: not starting again"
       [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" &>/dev/null || true
+      # Why this instance sits idle (a reboot mid-job, or a self-termination that failed).
+      ship_logs
       return 0
     fi
     log "ignoring the run-began marker of ${began:-another instance}"

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   activationTimeOfRunnerName,
+  bootLogGroupName,
   buildFleetConfig,
   decodeRunnerConfig,
   encodeRunnerConfig,
@@ -74,6 +75,16 @@ describe('ssm paths', () => {
     for (const name of [...Object.values(paths.github), ...Object.values(paths.gitlab)]) expect(name.startsWith('/fleet/ci/')).toBe(true);
     expect(paths.fleetConfig.startsWith(paths.ciRoot)).toBe(false);
     expect(paths.fleetConfig.startsWith(paths.runnerConfigRoot)).toBe(false);
+  });
+});
+
+describe('boot log group', () => {
+  it('is one group per fleet under the prefix; stream names are instance ids', () => {
+    expect(bootLogGroupName('fleet')).toBe('/fleet/runners/boot');
+    expect(bootLogGroupName('warm-runners')).toBe('/warm-runners/runners/boot');
+  });
+  it('refuses a prefix that SSM paths refuse too', () => {
+    expect(() => bootLogGroupName('bad prefix')).toThrow(/prefix/);
   });
 });
 

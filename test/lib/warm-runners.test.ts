@@ -1,16 +1,17 @@
-import { App, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
+import { App, type CfnElement, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
-import { WarmRunners, type WarmRunnersProps } from '../../lib';
-import { METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
+import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
+import { BOOT_LOG_KEYS, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -45,7 +46,22 @@ describe('launch templates', () => {
       expect(data.InstanceInitiatedShutdownBehavior).toBe('stop');
       expect(data.BlockDeviceMappings[0].Ebs).toMatchObject({ Encrypted: true, VolumeType: 'gp3', DeleteOnTermination: true });
       expect(data.NetworkInterfaces).toBeUndefined();
-      expect(typeof data.UserData).toBe('object');
+    }
+  });
+
+  it('carry the rendered boot script gzip-compressed, base64 of the gzip bytes, well under 16 KB', () => {
+    const templates = template.findResources('AWS::EC2::LaunchTemplate');
+    const fleet = stack.runners.fleet;
+    expect(fleet.launchTemplates).toHaveLength(2);
+    for (const { pool, launchTemplate, userData } of fleet.launchTemplates) {
+      const encoded = templates[stack.getLogicalId(launchTemplate.node.defaultChild as CfnElement)]?.Properties.LaunchTemplateData.UserData as string;
+      const gzip = Buffer.from(encoded, 'base64');
+      // cloud-init recognizes gzip by its magic bytes and runs what it decompresses to.
+      expect([...gzip.subarray(0, 2)]).toEqual([0x1f, 0x8b]);
+      expect(gzip.length).toBeLessThan(USER_DATA_LIMIT_BYTES / 2);
+      expect(decodeUserData(encoded)).toBe(userData);
+      // ...which is exactly what the renderer gives for the pool (npm run render, the docs).
+      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [] }));
     }
   });
 });
@@ -90,6 +106,24 @@ describe('instance role', () => {
       expect(isAllowed(statements, { action: 'ssm:GetParameter', resource, context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(false);
     }
     expect(isAllowed(statements, { action: 'ssm:PutParameter', resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [tag]: own, 'ec2:SourceInstanceARN': own } })).toBe(false);
+  });
+  it('creates its log stream and puts events in the fleet boot log group only', () => {
+    const group = (name: string) => `arn:aws:logs:eu-west-1:111122223333:log-group:${name}`;
+    const ownGroup = bootLogGroupName('warm-runners');
+    const rows: [action: string, resource: string, allowed: boolean][] = [
+      ['logs:CreateLogStream', `${group(ownGroup)}:*`, true],
+      ['logs:CreateLogStream', `${group(ownGroup)}:log-stream:i-0aaaaaaaaaaaaaaaa`, true],
+      ['logs:PutLogEvents', `${group(ownGroup)}:log-stream:i-0aaaaaaaaaaaaaaaa`, true],
+      ['logs:PutLogEvents', `${group('/warm-runners/other')}:log-stream:i-0aaaaaaaaaaaaaaaa`, false],
+      ['logs:CreateLogStream', `${group('/aws/lambda/anything')}:*`, false],
+      ['logs:PutLogEvents', `${group(`${ownGroup}-x`)}:log-stream:i-0aaaaaaaaaaaaaaaa`, false],
+      ['logs:CreateLogGroup', `${group('/warm-runners/other')}:*`, false],
+      ['logs:DeleteLogStream', `${group(ownGroup)}:log-stream:i-0aaaaaaaaaaaaaaaa`, false],
+      ['logs:GetLogEvents', `${group(ownGroup)}:log-stream:i-0aaaaaaaaaaaaaaaa`, false],
+    ];
+    for (const [action, resource, allowed] of rows) {
+      expect(isAllowed(statements, { action, resource, context: { 'ec2:SourceInstanceARN': own } }), `${action} on ${resource}`).toBe(allowed);
+    }
   });
   it('terminates only itself, only inside the fleet', () => {
     const poolTag = `aws:ResourceTag/${tagKeys('warm-runners').pool}`;
@@ -145,10 +179,16 @@ describe('control plane', () => {
   it('turns the boot script latency line into a metric through a Grok transformer', () => {
     const [transformer] = Object.values(template.findResources('AWS::Logs::Transformer'));
     const grok = transformer!.Properties.TransformerConfig[0].Grok.Match as string;
-    // The pattern reads the line the boot script writes (its own log format, rendered from the contract).
-    const line = '2026-11-29T10:00:03Z start-runner[812]: trace-id=t-1 activation-latency-seconds=3.250';
+    // The pattern reads the line the boot script writes: its own log function, rendered from
+    // the contract, run by bash (the line it ships to the log group as it is).
+    const logFunction = /^log\(\) \{\n[\s\S]*?\n\}$/m.exec(renderStartLogic({ provider: 'github' }))?.[0];
+    expect(logFunction).toBeDefined();
+    const run = spawnSync('bash', ['-c', `export TZ=UTC; L_TRACE=trace-id TRACE=t-1 LOG_FILE=/dev/null\n${logFunction}\nlog "$1"`, 'bash', `${BOOT_LOG_KEYS.activationLatency}=3.250`], { encoding: 'utf8' });
+    const line = run.stderr.trim();
+    expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z start-runner\[\d+\]: trace-id=t-1 activation-latency-seconds=3\.250$/);
     const regex = new RegExp(grok.replace('%{GREEDYDATA}', '.*').replace(/%\{NUMBER:(\w+)\}/, '(?<$1>[0-9.]+)'));
     expect(regex.exec(line)?.groups).toEqual({ activation_latency_seconds: '3.250' });
+    expect(transformer!.Properties.TransformerConfig[1]).toEqual({ TypeConverter: { Entries: [{ Key: 'activation_latency_seconds', Type: 'double' }] } });
     template.hasResourceProperties('AWS::Logs::MetricFilter', {
       ApplyOnTransformedLogs: true,
       FilterPattern: '{ $.activation_latency_seconds = "*" }',
@@ -312,7 +352,15 @@ describe('composition', () => {
 
 describe('snapshot', () => {
   it('of the example app, asset hashes scrubbed, so the deployed shape shows in review', () => {
-    const json = JSON.stringify(template.toJSON(), null, 1)
+    // The user data as its script text: a review diff shows the script, and the snapshot does
+    // not depend on the zlib build that compressed it.
+    const synthesized = JSON.parse(JSON.stringify(template.toJSON())) as { Resources: Record<string, { Type: string; Properties: { LaunchTemplateData: { UserData: unknown } } }> };
+    for (const resource of Object.values(synthesized.Resources)) {
+      if (resource.Type !== 'AWS::EC2::LaunchTemplate') continue;
+      const data = resource.Properties.LaunchTemplateData;
+      data.UserData = { 'base64(gzip(...)) of': decodeUserData(data.UserData as string) };
+    }
+    const json = JSON.stringify(synthesized, null, 1)
       .replace(/[0-9a-f]{64}(\.zip)?/g, '<asset-hash>')
       .replace(/"S3Key": "[^"]+"/g, '"S3Key": "<asset>"');
     expect(json).toMatchSnapshot();

@@ -33,6 +33,7 @@ sandbox_start() {
   [[ $line =~ \"imds\":\"([^\"]+)\" ]] && export IMDS_URL=${BASH_REMATCH[1]}
   [[ $line =~ \"aws\":\"([^\"]+)\" ]] && export AWS_URL=${BASH_REMATCH[1]}
   [[ $line =~ \"control\":\"([^\"]+)\" ]] && export CONTROL_URL=${BASH_REMATCH[1]}
+  [[ $line =~ \"moto\":\"([^\"]+)\" ]] && export MOTO_URL=${BASH_REMATCH[1]}
   AWS_CLI_BIN=$(resolve_aws_cli)
   export AWS_CLI_BIN
   export RUNNER_USER=nobody
@@ -45,6 +46,23 @@ sandbox_start() {
   cp "$shims/bsd/date" "$ROOT/bsd/date"
   cp "$shims/runner/runner" "$ROOT/runner-shim"
   chmod -R a+rX "$ROOT/bin" "$ROOT/bsd" "$ROOT/runner" "$ROOT/runner-shim"
+  # The fleet's boot log group, as the CDK app creates it; the instances create their streams.
+  # shellcheck source=/dev/null
+  source "$ROOT/contract.env"
+  moto_aws logs create-log-group --log-group-name "$LOG_GROUP"
+}
+
+# moto_aws ARGS...: the aws CLI straight at moto (not through the counting proxy), as the
+# test itself, never as the instance.
+moto_aws() {
+  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null \
+    "$AWS_CLI_BIN" --endpoint-url "$MOTO_URL" --region us-east-1 "$@"
+}
+
+# log_messages [STREAM]: the messages in the instance's stream of the boot log group, in order.
+log_messages() {
+  moto_aws logs get-log-events --log-group-name "$LOG_GROUP" --log-stream-name "${1:-$INSTANCE_ID}" \
+    --start-from-head --query 'events[].message' --output json | sed -n 's/^ *"\(.*\)",\{0,1\}$/\1/p'
 }
 
 sandbox_stop() {
@@ -144,7 +162,10 @@ wait_for_log() {
 
 called() { [[ -f $ROOT/calls/$1 ]] && grep -qFx -- "$2" "$ROOT/calls/$1"; }
 calls_of() { cat "$ROOT/calls/$1" 2>/dev/null || true; }
-aws_actions() { ctl GET /log | grep -oE '"action":"[^"]+"' | cut -d'"' -f4; }
+# aws_actions: the instance's AWS calls but its log shipping (CloudWatch Logs); logs_actions: those.
+all_aws_actions() { ctl GET /log | grep -oE '"action":"[^"]+"' | cut -d'"' -f4; }
+aws_actions() { all_aws_actions | grep -v '^Logs_' || true; }
+logs_actions() { all_aws_actions | grep '^Logs_' || true; }
 # aws_times ACTION: the proxy's time (epoch ms) of each call of ACTION, in order.
 aws_times() { ctl GET /log | grep -oE "\"t\":[0-9.]+,\"action\":\"$1\"" | cut -d: -f2 | cut -d, -f1; }
 imds_paths() { ctl GET /log | grep -oE '"path":"[^"]+"' | cut -d'"' -f4; }

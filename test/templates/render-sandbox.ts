@@ -14,7 +14,7 @@
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { BOOT_LOG_KEYS, PROVIDERS, WARM_STANDBY_VALUE, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, PROVIDERS, WARM_STANDBY_VALUE, bootLogGroupName, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import {
   START_LOGIC_MARKERS,
   renderHookScript,
@@ -58,6 +58,7 @@ const contract: Record<string, string> = {
   LOG_MODE: BOOT_LOG_KEYS.mode,
   LOG_TRACE: BOOT_LOG_KEYS.traceId,
   LOG_LATENCY: BOOT_LOG_KEYS.activationLatency,
+  LOG_GROUP: bootLogGroupName(prefix),
   UNIT_NAME: `${prefix}-start-runner.service`,
   BEGIN_MARKER: START_LOGIC_MARKERS.begin,
   END_MARKER: START_LOGIC_MARKERS.end,
@@ -87,6 +88,8 @@ for (const provider of PROVIDERS) {
     awsReadTimeoutSeconds: 2,
     awsCliMaxAttempts: 2,
     runnerWaitTimeoutSeconds: 42,
+    // Long enough for two CLI calls on a loaded machine; a hung endpoint costs the boot this.
+    logShipSeconds: 5,
     hostPaths: {
       unitDir: join(root, 'etc/systemd/system'),
       hookPath: join(root, 'usr/local/sbin/start-runner'),

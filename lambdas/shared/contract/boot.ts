@@ -3,6 +3,7 @@
  * the modes, the runner config parameter's value, runner names and the log lines
  * that other components parse.
  */
+import { assertPrefix } from './names';
 
 export const BOOT_MODES = ['RUN', 'PRIME', 'WAIT'] as const;
 /**
@@ -119,3 +120,13 @@ export const BOOT_LOG_KEYS = {
   mode: 'boot-mode',
   traceId: 'trace-id',
 } as const;
+
+/**
+ * The CloudWatch log group the boot script ships its own log lines to, one stream per
+ * instance named after the instance id. The fleet creates it (and grants the instance role
+ * write access to it alone); the renderer puts the same name into the script.
+ */
+export function bootLogGroupName(prefix: string): string {
+  assertPrefix(prefix);
+  return `/${prefix}/runners/boot`;
+}
