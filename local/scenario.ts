@@ -121,7 +121,16 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
     const clients = localClients(endpoint);
     const sandboxRoot = mkdtempSync(join(tmpdir(), 'cwr-local-'));
-    if (!o.keepSandbox) cleanups.push(() => rmSync(sandboxRoot, { recursive: true, force: true }));
+    let removeSandbox: (() => void) | undefined;
+    if (!o.keepSandbox) {
+      removeSandbox = (): void => rmSync(sandboxRoot, { recursive: true, force: true, maxRetries: 3 });
+      // Also on an abrupt exit (a second Ctrl-C exits at once, without the cleanups).
+      process.on('exit', removeSandbox);
+      cleanups.push(() => {
+        process.off('exit', removeSandbox!);
+        removeSandbox!();
+      });
+    }
 
     const example = localExample();
     const github = await startLoopbackGitHub({ organization: example.github.organization!, appId: example.github.appId, onEvent, jobSeconds: o.jobSeconds });
@@ -171,6 +180,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (faults.stallPriming) player.stallNextPriming(fleet.templates.find((t) => t.provider === 'gitlab')!.pool);
     player.start();
     cleanups.push(() => player.stop());
+    if (removeSandbox) {
+      // Exit hooks run in order: the sandbox goes after the player's hook killed its machines.
+      process.off('exit', removeSandbox);
+      process.on('exit', removeSandbox);
+    }
     lambdas.start();
     cleanups.push(() => lambdas.stop());
     const deadline = Date.now() + o.deadlineMs;
