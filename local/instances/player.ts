@@ -70,6 +70,8 @@ interface Played {
   /** The sessions of this machine's boots that may still have processes. */
   sessions: Set<number>;
   poweringOff: boolean;
+  /** Its processes are being killed after a stop from outside: no new boot until they are gone. */
+  poweringDown: boolean;
   gone: boolean;
   stalled: boolean;
   /** From the boot log of the current boot. */
@@ -92,6 +94,7 @@ export interface PlayedView {
   readonly up: boolean;
   readonly gone: boolean;
   readonly poweringOff: boolean;
+  readonly poweringDown: boolean;
 }
 
 export type PlayerAction = 'boot' | 'power-down' | 'gone' | 'none';
@@ -101,10 +104,11 @@ export type PlayerAction = 'boot' | 'power-down' | 'gone' | 'none';
  * when it never played it). An instance seen running that is not up boots; a played one that
  * is stopped while up was stopped from outside (its own power-off clears `up` first) and
  * loses its processes; a played one that is terminated is gone. A power-off in progress
- * owns the instance until it is done.
+ * owns the instance until it is done, and so does the kill after a stop from outside (a start
+ * right after it would otherwise boot the machine while its old processes still run).
  */
 export function decideAction(state: string | undefined, played: PlayedView | undefined): PlayerAction {
-  if (played?.gone || played?.poweringOff) return 'none';
+  if (played?.gone || played?.poweringOff || played?.poweringDown) return 'none';
   switch (state) {
     case 'pending':
     case 'running':
@@ -318,7 +322,12 @@ export class InstancePlayer {
     p.up = false;
     if (action === 'power-down') {
       // Stopped by someone else than its own power-off: the same end for its processes.
-      this.track(this.powerDown(p));
+      p.poweringDown = true;
+      this.track(
+        this.powerDown(p).finally(() => {
+          p.poweringDown = false;
+        }),
+      );
       return;
     }
     p.gone = true;
@@ -355,6 +364,7 @@ export class InstancePlayer {
       up: false,
       sessions: new Set(),
       poweringOff: false,
+      poweringDown: false,
       gone: false,
       stalled: false,
     };
@@ -489,11 +499,12 @@ export class InstancePlayer {
     }
   }
 
-  /** Ends every process of the machine's boots. */
+  /** Ends every process of the machine's boots so far (a later boot's session is not its to forget). */
   private async powerDown(p: Played): Promise<void> {
     const boot = p.boot;
-    await Promise.all([...p.sessions].map((sid) => killSession(sid)));
+    const sessions = [...p.sessions];
+    await Promise.all(sessions.map((sid) => killSession(sid)));
     if (boot) await boot.exited;
-    p.sessions.clear();
+    for (const sid of sessions) p.sessions.delete(sid);
   }
 }

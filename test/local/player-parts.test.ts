@@ -25,10 +25,12 @@ import { decideAction, parseBootLine, type PlayedView } from '../../local/instan
 const machine: LocalMachineSettings = { prefix: 'parts', awsEndpoint: 'http://127.0.0.1:5123', sandboxRoot: '/tmp/unused' };
 
 describe('decideAction', () => {
-  const up: PlayedView = { up: true, gone: false, poweringOff: false };
-  const down: PlayedView = { up: false, gone: false, poweringOff: false };
-  const gone: PlayedView = { up: false, gone: true, poweringOff: false };
-  const poweringOff: PlayedView = { up: true, gone: false, poweringOff: true };
+  const up: PlayedView = { up: true, gone: false, poweringOff: false, poweringDown: false };
+  const down: PlayedView = { up: false, gone: false, poweringOff: false, poweringDown: false };
+  const gone: PlayedView = { up: false, gone: true, poweringOff: false, poweringDown: false };
+  const poweringOff: PlayedView = { up: true, gone: false, poweringOff: true, poweringDown: false };
+  // Stopped from outside, its processes still being killed (`up` already cleared).
+  const poweringDown: PlayedView = { up: false, gone: false, poweringOff: false, poweringDown: true };
   it.each([
     ['running', undefined, 'boot'],
     ['pending', undefined, 'boot'],
@@ -46,6 +48,10 @@ describe('decideAction', () => {
     ['terminated', undefined, 'none'],
     ['terminated', gone, 'none'],
     ['terminated', poweringOff, 'none'],
+    ['running', poweringDown, 'none'],
+    ['pending', poweringDown, 'none'],
+    ['stopped', poweringDown, 'none'],
+    ['terminated', poweringDown, 'none'],
     [undefined, up, 'none'],
   ] as const)('%s, played %o: %s', (state, played, action) => {
     expect(decideAction(state, played)).toBe(action);

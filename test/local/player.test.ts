@@ -352,6 +352,42 @@ describe('InstancePlayer', () => {
     expect(p.booting()).toEqual([]);
   });
 
+  it('a start right after a stop from outside boots only once the old processes are gone', async () => {
+    // A prepare command that ignores SIGTERM: the kill after the stop takes its whole grace
+    // period, a start lands inside it, and the termed file says the kill has begun.
+    const termed = join(root, 'termed');
+    rmSync(termed, { force: true });
+    const lt = await createLocalLaunchTemplate(
+      ec2,
+      { name: 'restart-gh', provider: 'github', prepareCommands: [`trap 'touch ${termed}' TERM; while true; do sleep 0.1; done`] },
+      settings(),
+    );
+    const p = startPlayer();
+    const id = await launchWarm('restart-gh', lt.launchTemplateId);
+    await until('PRIME', eventOf('boot', id));
+    const wants = join(settings().sandboxRoot, id, MACHINE_PATHS.unitDir, 'multi-user.target.wants');
+    await until('the hook enabled', () => existsSync(join(wants, `${prefix}-start-runner.service`)));
+
+    await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+    await until('the kill begun', () => existsSync(termed));
+    await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
+    const consoleLog = join(settings().sandboxRoot, id, 'var/log/console.log');
+    const lines = await until('the second boot', () => {
+      const all = readFileSync(consoleLog, 'utf8').split('\n');
+      return all.filter((l) => l.startsWith('-- boot 2')).length >= 2 && all;
+    });
+    const boots = lines.flatMap((l, i) => (l.startsWith('-- boot 2') ? [i] : []));
+    const firstExit = lines.findIndex((l) => l.startsWith('-- boot script exited'));
+    // The first boot's script ended before the second boot began: never two boots of one machine.
+    expect(firstExit).toBeGreaterThan(boots[0]!);
+    expect(firstExit).toBeLessThan(boots[1]!);
+
+    // The second boot's session is the player's to end: nothing of the machine outlives stop().
+    await p.stop();
+    player = undefined;
+    expect(processesOf(`LOCAL_INSTANCE_ID=${id}`)).toEqual([]);
+  }, 60_000);
+
   it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
     const pool = { name: 'drift-gh', provider: 'github' as const };
     const lt = await createLocalLaunchTemplate(ec2, pool, settings());
