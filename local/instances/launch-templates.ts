@@ -5,7 +5,6 @@
  * relocates both into each played instance's own sandbox directory and IMDS server
  * (`relocateUserData`). That relocation is the one difference from what a real machine runs.
  */
-import { gunzipSync } from 'node:zlib';
 import {
   CreateLaunchTemplateCommand,
   CreateLaunchTemplateVersionCommand,
@@ -14,7 +13,7 @@ import {
   type RequestLaunchTemplateData,
 } from '@aws-sdk/client-ec2';
 import type { Provider } from '../../lambdas/shared/contract';
-import { renderUserData, type UserDataOptions } from '../../lib/user-data';
+import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
 
 export interface LocalPoolTemplate {
   name: string;
@@ -65,6 +64,8 @@ export const LOCAL_TIME_BOUNDS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 60,
+  // The boot log ships every few seconds, so a run's lines reach moto's CloudWatch Logs before it ends.
+  logShipSeconds: 2,
 } as const satisfies Partial<UserDataOptions>;
 
 /** The runner user: the renderer refuses root, so root runs it as nobody (as the bats harness does). */
@@ -135,19 +136,14 @@ export function relocateUserData(userData: string, machineDir: string, imdsUrl: 
     .replace(new RegExp(`${TEMPLATE_IMDS.replace(/\./g, '\\.')}(?![0-9])`, 'g'), imdsUrl);
 }
 
-/** User data as EC2 hands it over (base64), gunzipped when it starts with the gzip magic, as cloud-init does. */
-export function decodeUserData(base64: string): string {
-  const raw = Buffer.from(base64, 'base64');
-  return (raw[0] === 0x1f && raw[1] === 0x8b ? gunzipSync(raw) : raw).toString('utf8');
-}
-
 function templateData(pool: LocalPoolTemplate, machine: LocalMachineSettings): RequestLaunchTemplateData {
   // What lib/runner-fleet.ts sets that matters to the boot: IMDSv2, tags in instance
   // metadata, and a power-off that stops (parks) the instance.
   return {
     ImageId: LOCAL_IMAGE_ID,
     InstanceType: 't3.micro',
-    UserData: Buffer.from(renderLocalUserData(pool, machine)).toString('base64'),
+    // Encoded as lib/runner-fleet.ts does (gzip, then base64): the player reads it back like cloud-init.
+    UserData: encodeUserData(renderLocalUserData(pool, machine)),
     MetadataOptions: { HttpTokens: 'required', HttpEndpoint: 'enabled', HttpPutResponseHopLimit: 1, InstanceMetadataTags: 'enabled' },
     InstanceInitiatedShutdownBehavior: 'stop',
   };

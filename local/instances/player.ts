@@ -33,7 +33,8 @@ import {
 import { BOOT_LOG_KEYS, BOOT_MODES, PROVIDERS, WARM_STANDBY_VALUE, tagKeys, type TagKeys } from '../../lambdas/shared/contract';
 import type { EventSink, LocalEvent } from '../events';
 import { ImdsServer, listenOnLoopback } from './imds';
-import { decodeUserData, relocateUserData, type LocalMachineSettings } from './launch-templates';
+import { decodeUserData } from '../../lib/user-data';
+import { relocateUserData, type LocalMachineSettings } from './launch-templates';
 import { createMachine, DEFAULT_RUNNER_DIR, enabledUnits, killSession, machineAt, sessionPids, type Machine } from './machine';
 
 export interface InstancePlayerOptions {

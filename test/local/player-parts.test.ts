@@ -7,11 +7,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BOOT_LOG_KEYS, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import {
-  decodeUserData,
   MACHINE_PATHS,
   relocateUserData,
   renderLocalUserData,
@@ -110,11 +108,6 @@ describe('local user data', () => {
     expect(() => relocateUserData(text, '/tmp/m/', 'http://127.0.0.1:1')).toThrow(/machine directory/);
     expect(() => relocateUserData(text, '/tmp/m', 'http://169.254.169.254')).toThrow(/IMDS URL/);
     expect(() => relocateUserData('#!/bin/bash\necho production\n', '/tmp/m', 'http://127.0.0.1:1')).toThrow(/not rendered by renderLocalUserData/);
-  });
-
-  it('decodes base64 user data, gunzipping it when it starts with the gzip magic', () => {
-    expect(decodeUserData(Buffer.from(text).toString('base64'))).toBe(text);
-    expect(decodeUserData(gzipSync(text).toString('base64'))).toBe(text);
   });
 });
 

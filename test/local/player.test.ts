@@ -26,13 +26,13 @@ import { CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, 
 import type { LocalEvent } from '../../local/events';
 import {
   createLocalLaunchTemplate,
-  decodeUserData,
   LOCAL_IMAGE_ID,
   MACHINE_PATHS,
   renderLocalUserData,
   updateLocalLaunchTemplate,
   type LocalMachineSettings,
 } from '../../local/instances/launch-templates';
+import { decodeUserData, encodeUserData } from '../../lib/user-data';
 import { resolveAwsCli } from '../../local/instances/machine';
 import { InstancePlayer } from '../../local/instances/player';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -400,6 +400,8 @@ describe('InstancePlayer', () => {
     const byVersion = new Map(versions.LaunchTemplateVersions?.map((v) => [v.VersionNumber, v.LaunchTemplateData]));
     expect(decodeUserData(byVersion.get(1)!.UserData!)).not.toContain('echo drifted');
     expect(decodeUserData(byVersion.get(2)!.UserData!)).toBe(renderLocalUserData({ ...pool, prepareCommands: ['echo drifted'] }, settings()));
+    // The bytes production puts there (lib/runner-fleet.ts): gzip, then base64.
+    expect(byVersion.get(2)!.UserData).toBe(encodeUserData(renderLocalUserData({ ...pool, prepareCommands: ['echo drifted'] }, settings())));
     expect(byVersion.get(2)).toMatchObject({
       MetadataOptions: { HttpTokens: 'required', InstanceMetadataTags: 'enabled' },
       InstanceInitiatedShutdownBehavior: 'stop',
