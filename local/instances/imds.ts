@@ -37,7 +37,11 @@ export interface ImdsServerOptions {
    * answers 500, which the boot script retries like any IMDS hiccup.
    */
   readonly liveTags?: () => Promise<Record<string, string>>;
+  /** The clock tokens expire by (epoch ms). @default Date.now */
+  readonly clock?: () => number;
 }
+
+type Answer = [status: number, body: string, type?: string, headers?: Record<string, string>];
 
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -49,8 +53,8 @@ export function listenOnLoopback(server: Server): Promise<string> {
   });
 }
 
-function send(res: ServerResponse, status: number, body: string, type = 'text/plain'): void {
-  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+function send(res: ServerResponse, [status, body, type = 'text/plain', headers = {}]: Answer): void {
+  res.writeHead(status, { ...headers, 'content-type': type, 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 
@@ -68,11 +72,14 @@ export class ImdsServer {
     role: 'runner-instance-role',
     accessKeyId: 'ASIAIMDSSANDBOX00001',
   };
-  private readonly tokens = new Set<string>();
+  /** Token → when it expires (epoch ms): a token is good for the TTL it was asked for. */
+  private readonly tokens = new Map<string, number>();
+  private readonly clock: () => number;
   private readonly server = createServer((req, res) => void this.handle(req, res));
   private readonly sockets = new Set<Socket>();
 
   constructor(private readonly options: ImdsServerOptions = {}) {
+    this.clock = options.clock ?? Date.now;
     this.server.on('connection', (socket) => {
       this.sockets.add(socket);
       socket.on('close', () => this.sockets.delete(socket));
@@ -96,25 +103,28 @@ export class ImdsServer {
       req.socket.destroy();
       return;
     }
-    const [status, body, type] = await this.answer(req, path).catch((error: unknown): [number, string] => [500, String(error)]);
-    this.log.push({ t: now(), method: req.method ?? '', path, status });
-    send(res, status, body, type);
+    const answer = await this.answer(req, path).catch((error: unknown): Answer => [500, String(error)]);
+    this.log.push({ t: now(), method: req.method ?? '', path, status: answer[0] });
+    send(res, answer);
   }
 
   /** IMDSv2 only: a PUT for a token first, then GETs that carry it (EC2 user guide, "Use IMDSv2"). */
-  private async answer(req: IncomingMessage, path: string): Promise<[number, string, string?]> {
+  private async answer(req: IncomingMessage, path: string): Promise<Answer> {
     const s = this.state;
     if (path === '/latest/api/token') {
       if (req.method !== 'PUT') return [405, 'Method Not Allowed'];
       const ttl = Number(req.headers['x-aws-ec2-metadata-token-ttl-seconds']);
       if (!Number.isInteger(ttl) || ttl < 1 || ttl > 21_600) return [400, 'Bad Request'];
       const token = randomBytes(24).toString('base64');
-      this.tokens.add(token);
-      return [200, token];
+      const t = this.clock();
+      for (const [old, expires] of this.tokens) if (expires <= t) this.tokens.delete(old);
+      this.tokens.set(token, t + ttl * 1000);
+      return [200, token, 'text/plain', { 'x-aws-ec2-metadata-token-ttl-seconds': String(ttl) }];
     }
     if (req.method !== 'GET') return [405, 'Method Not Allowed'];
     const token = req.headers['x-aws-ec2-metadata-token'];
-    if (typeof token !== 'string' || !this.tokens.has(token)) return [401, 'Unauthorized'];
+    const expires = typeof token === 'string' ? this.tokens.get(token) : undefined;
+    if (expires === undefined || expires <= this.clock()) return [401, 'Unauthorized'];
     const identity = JSON.stringify({
       accountId: '123456789012',
       architecture: 'x86_64',
