@@ -80,6 +80,9 @@ interface Played {
   latency?: number;
 }
 
+/** Polls in a row that failed before idle() gives up: moto is gone or broken, nothing would settle. */
+export const IDLE_FAILING_TICKS = 10;
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const logValue = (key: string): RegExp => new RegExp(`(?:^|\\s)${escape(key)}=(\\S+)`);
@@ -163,6 +166,8 @@ export class InstancePlayer {
   private ticks = 0;
   private lastTickActed = true;
   private lastError = '';
+  /** Polls of moto in a row that failed: idle() gives up at IDLE_FAILING_TICKS. */
+  private failingTicks = 0;
 
   constructor(private readonly opts: InstancePlayerOptions) {
     this.keys = tagKeys(opts.prefix);
@@ -212,11 +217,15 @@ export class InstancePlayer {
     this.running = false;
     await this.loop;
     await Promise.allSettled([...this.pending]);
-    await Promise.all([...this.played.values()].map((p) => this.powerDown(p)));
-    await Promise.all([...this.played.values()].map((p) => p.imds.close()));
+    // Every machine gets its kill and every server closes even when one kill fails (a leaked
+    // port otherwise); the first failure is thrown after.
+    const killed = await Promise.allSettled([...this.played.values()].map((p) => this.powerDown(p)));
+    await Promise.allSettled([...this.played.values()].map((p) => p.imds.close()));
     this.control.closeAllConnections();
     if (this.listening) await new Promise<void>((r) => this.control.close(() => r()));
     process.off('exit', this.killAllNow);
+    const failed = killed.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /** That instance's PRIME never finishes (its first prepare command blocks). */
@@ -242,6 +251,9 @@ export class InstancePlayer {
    */
   async idle(): Promise<void> {
     for (;;) {
+      if (this.failingTicks >= IDLE_FAILING_TICKS) {
+        throw new Error(`instance player: ${this.failingTicks} polls of moto in a row failed, last: ${this.lastError}`);
+      }
       if (this.quiet()) {
         const seen = this.ticks;
         while (this.running && this.ticks < seen + 2) await sleep(this.pollMs / 2);
@@ -276,8 +288,10 @@ export class InstancePlayer {
     while (this.running) {
       try {
         this.lastTickActed = await this.tick();
+        this.failingTicks = 0;
       } catch (error) {
         this.lastTickActed = true;
+        this.failingTicks += 1;
         this.report(error);
       }
       this.ticks += 1;
@@ -489,6 +503,8 @@ export class InstancePlayer {
         } catch (error) {
           if (attempt >= 3) throw new Error(`StopInstances ${p.id} after its power-off failed: ${String(error)}`);
           await sleep(200 * attempt);
+          // A call that failed on the way back may have stopped it: retry only if it still runs.
+          if (await this.stoppingOrStopped(p.id)) break;
         }
       }
       p.up = false;
@@ -497,6 +513,16 @@ export class InstancePlayer {
       this.emit(p, { kind: 'parked', detail: unit ? `${unit.name} enabled` : 'no unit enabled' });
     } finally {
       p.poweringOff = false;
+    }
+  }
+
+  private async stoppingOrStopped(id: string): Promise<boolean> {
+    try {
+      const out = await this.opts.ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
+      const state = out.Reservations?.[0]?.Instances?.[0]?.State?.Name;
+      return state === 'stopping' || state === 'stopped';
+    } catch {
+      return false; // unknown: the retry decides
     }
   }
 

@@ -7,7 +7,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DescribeInstancesCommand, EC2Client } from '@aws-sdk/client-ec2';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { BOOT_LOG_KEYS, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import {
   MACHINE_PATHS,
@@ -18,7 +20,7 @@ import {
   type LocalMachineSettings,
 } from '../../local/instances/launch-templates';
 import { createMachine, enabledUnits, killSession, sessionPids } from '../../local/instances/machine';
-import { decideAction, parseBootLine, type PlayedView } from '../../local/instances/player';
+import { decideAction, IDLE_FAILING_TICKS, InstancePlayer, parseBootLine, type PlayedView } from '../../local/instances/player';
 
 const machine: LocalMachineSettings = { prefix: 'parts', awsEndpoint: 'http://127.0.0.1:5123', sandboxRoot: '/tmp/unused' };
 
@@ -161,5 +163,31 @@ describe('machine', () => {
     expect(sessionPids(sid).length).toBe(4);
     await killSession(sid, 200);
     expect(sessionPids(sid)).toEqual([]);
+  });
+});
+
+describe('InstancePlayer.idle', () => {
+  it(`gives up with a clear error after ${IDLE_FAILING_TICKS} failing polls in a row`, async () => {
+    const ec2 = mockClient(EC2Client);
+    ec2.on(DescribeInstancesCommand).rejects(new Error('connect ECONNREFUSED 127.0.0.1:1'));
+    const sandboxRoot = mkdtempSync(join(tmpdir(), 'cwr-idle-'));
+    const player = new InstancePlayer({
+      ec2: new EC2Client({ region: 'us-east-1' }),
+      prefix: 'parts',
+      machine: { ...machine, sandboxRoot },
+      awsCli: 'aws',
+      onEvent: () => undefined,
+      pollMs: 5,
+    });
+    const errors = vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    try {
+      player.start();
+      await expect(player.idle()).rejects.toThrow(`instance player: ${IDLE_FAILING_TICKS} polls of moto in a row failed, last: connect ECONNREFUSED 127.0.0.1:1`);
+      await player.stop();
+    } finally {
+      errors.mockRestore();
+      ec2.restore();
+      rmSync(sandboxRoot, { recursive: true, force: true });
+    }
   });
 });
