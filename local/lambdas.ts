@@ -1,3 +1,4 @@
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import {
   DeleteMessageBatchCommand,
@@ -43,6 +44,8 @@ export interface LocalAwsClients {
   readonly ec2: EC2Client;
   readonly ssm: SSMClient;
   readonly sqs: SQSClient;
+  /** The boot scripts ship their log here; the report reads it back. */
+  readonly logs: CloudWatchLogsClient;
 }
 
 /** Like `productionClients()` (maxAttempts 1, bounded sockets) but pointed at `endpoint` with dummy credentials. */
@@ -57,6 +60,7 @@ export function localClients(endpoint: string, maxAttempts: { ec2?: number; ssm?
     ec2: new EC2Client({ ...common, maxAttempts: maxAttempts.ec2 ?? 1 }),
     ssm: new SSMClient({ ...common, maxAttempts: maxAttempts.ssm ?? 1 }),
     sqs: new SQSClient({ ...common, maxAttempts: maxAttempts.sqs ?? 1 }),
+    logs: new CloudWatchLogsClient({ ...common, maxAttempts: 2 }),
   };
 }
 

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { CreateLogGroupCommand } from '@aws-sdk/client-cloudwatch-logs';
 import { DescribeSubnetsCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
-import { buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider } from '../lambdas/shared/contract';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import type { RunnerPoolProps } from '../lib/props';
 import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
@@ -127,6 +128,8 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   const config = configFor(example, options.local, templates, subnetId, prefix);
 
   const { queueUrl, deadLetterQueueUrl } = await createQueues(clients.sqs, prefix);
+  // The boot log group lib/runner-fleet.ts creates: the boot scripts ship into it (they never create it).
+  await clients.logs.send(new CreateLogGroupCommand({ logGroupName: bootLogGroupName(prefix) }));
   const webhook = { githubSecret: randomBytes(24).toString('hex'), gitlabToken: randomBytes(24).toString('hex') };
   const secrets: [string, string][] = [
     [paths.github.appPrivateKey, options.credentials.githubAppPrivateKeyPem],

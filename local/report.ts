@@ -1,7 +1,8 @@
+import { GetLogEventsCommand, type GetLogEventsCommandOutput } from '@aws-sdk/client-cloudwatch-logs';
 import { DescribeInstancesCommand, type DescribeInstancesCommandOutput } from '@aws-sdk/client-ec2';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } from '@aws-sdk/client-ssm';
-import { instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, bootLogGroupName, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
 import type { LocalEvent, LocalEventKind } from './events';
 import type { LocalAwsClients } from './lambdas';
 
@@ -95,6 +96,11 @@ export interface LocalReport {
   /** Every requested job was sent and the run reached its end state before the deadline. */
   readonly settled: boolean;
   readonly notes: readonly string[];
+  /**
+   * The served instances' boot logs as read back from CloudWatch Logs (moto): `missing` names
+   * each instance whose log stream does not hold its activation-latency line.
+   */
+  readonly bootLogs?: { readonly checked: number; readonly missing: readonly string[] };
   readonly timeline: readonly JobReport[];
 }
 
@@ -109,6 +115,7 @@ export function buildReport(input: {
   readonly endedAt: number;
   readonly notes?: readonly string[];
   readonly settled?: boolean;
+  readonly bootLogs?: LocalReport['bootLogs'];
 }): LocalReport {
   const { config, jobs, events, world } = input;
   const keys = tagKeys(config.prefix);
@@ -192,6 +199,7 @@ export function buildReport(input: {
     wallSeconds: Math.round((input.endedAt - input.startedAt) / 100) / 10,
     settled: input.settled ?? true,
     notes: input.notes ?? [],
+    ...(input.bootLogs ? { bootLogs: input.bootLogs } : {}),
     timeline: reports,
   };
 }
@@ -277,6 +285,36 @@ export async function observeWorld(
 }
 
 /**
+ * Which of these instances' boot log streams (the boot script names each after its instance)
+ * lack the activation-latency line: read back from CloudWatch Logs, so a served instance
+ * proves its boot log was shipped end to end.
+ */
+export async function checkBootLogs(clients: LocalAwsClients, prefix: string, instanceIds: readonly string[]): Promise<{ checked: number; missing: string[] }> {
+  const ids = [...new Set(instanceIds)];
+  const latency = `${BOOT_LOG_KEYS.activationLatency}=`;
+  const missing: string[] = [];
+  for (const id of ids) {
+    let found = false;
+    let token: string | undefined;
+    try {
+      for (let page = 0; page < 100 && !found; page++) {
+        const out: GetLogEventsCommandOutput = await clients.logs.send(
+          new GetLogEventsCommand({ logGroupName: bootLogGroupName(prefix), logStreamName: id, startFromHead: true, ...(token ? { nextToken: token } : {}) }),
+        );
+        found = (out.events ?? []).some((e) => e.message?.includes(latency));
+        // The same token back: the end of the stream.
+        if (!out.nextForwardToken || out.nextForwardToken === token) break;
+        token = out.nextForwardToken;
+      }
+    } catch (error) {
+      if ((error as Error).name !== 'ResourceNotFoundException') throw error;
+    }
+    if (!found) missing.push(id);
+  }
+  return { checked: ids.length, missing };
+}
+
+/**
  * The dead-letter queue's messages: received with a visibility timeout (hidden meanwhile, so
  * each is seen once) until the queue answers empty. Nothing is deleted.
  */
@@ -332,6 +370,10 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
   for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
+  if (report.bootLogs) {
+    const b = report.bootLogs;
+    lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);
+  }
   for (const n of report.notes) lines.push(`note: ${n}`);
   lines.push(`wall time ${report.wallSeconds}s (${report.settled ? 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled' : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
@@ -11,10 +11,11 @@ import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
 import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Delivery } from './deliveries';
 import type { EventSink, LocalEvent } from './events';
+import { machineAt } from './instances/machine';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
-import { buildReport, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
+import { buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
 
 /**
  * One run of the whole flow on this machine: moto, the loopback CI servers, the fleet
@@ -351,13 +352,27 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}`);
     if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
     for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
+    const unshipped = bootsThatDidNotShip(sandboxRoot);
+    if (unshipped.length) notes.push(`boot log not (fully) shipped by ${unshipped.join(', ')}`);
     const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
-    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, settled: settled && jobs.length === requested });
+    const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
+    const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
+    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested });
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
   } finally {
     await cleanup();
   }
+}
+
+/** Machines whose console log holds the boot script's warning that its log did not (all) reach CloudWatch Logs. */
+function bootsThatDidNotShip(sandboxRoot: string): string[] {
+  const ids: string[] = [];
+  for (const id of readdirSync(sandboxRoot)) {
+    const { consoleLog } = machineAt(join(sandboxRoot, id));
+    if (existsSync(consoleLog) && readFileSync(consoleLog, 'utf8').includes('boot log not (fully) shipped')) ids.push(id);
+  }
+  return ids;
 }
 
 function targets(config: FleetConfig): Record<string, number> {

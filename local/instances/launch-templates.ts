@@ -64,8 +64,10 @@ export const LOCAL_TIME_BOUNDS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 60,
-  // The boot log ships every few seconds, so a run's lines reach moto's CloudWatch Logs before it ends.
-  logShipSeconds: 2,
+  // The bound of each shipping (not an interval): its aws CLI calls (create-log-stream,
+  // put-log-events) must fit it while a pool's machines boot at once on a loaded 2-core host;
+  // 2 s and 6 s did not (the boots warned "boot log not (fully) shipped"), 15 s did.
+  logShipSeconds: 15,
 } as const satisfies Partial<UserDataOptions>;
 
 /** The runner user: the renderer refuses root, so root runs it as nobody (as the bats harness does). */

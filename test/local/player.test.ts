@@ -7,7 +7,8 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { CloudWatchLogsClient, CreateLogGroupCommand } from '@aws-sdk/client-cloudwatch-logs';
 import {
   CreateFleetCommand,
   CreateLaunchTemplateCommand,
@@ -22,7 +23,7 @@ import {
   StopInstancesCommand,
 } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
-import { CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type RunnerConfig } from '../../lambdas/shared/contract';
+import { bootLogGroupName, CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type RunnerConfig } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import {
   createLocalLaunchTemplate,
@@ -44,6 +45,7 @@ const paths = ssmPaths(prefix);
 let moto: MotoServer;
 let ec2: EC2Client;
 let ssm: SSMClient;
+let logs: CloudWatchLogsClient;
 let root: string;
 let awsCli: string;
 let player: InstancePlayer | undefined;
@@ -173,6 +175,7 @@ beforeAll(async () => {
   const common = { endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' } };
   ec2 = new EC2Client(common);
   ssm = new SSMClient(common);
+  logs = new CloudWatchLogsClient(common);
   root = mkdtempSync(join(tmpdir(), 'cwr-player-'));
   chmodSync(root, 0o755);
   awsCli = resolveAwsCli();
@@ -187,6 +190,11 @@ beforeAll(async () => {
   runnerHold = join(root, 'runner-hold');
 });
 
+// The group lib/runner-fleet.ts creates; the boot scripts ship into it (moto.reset() drops it).
+beforeEach(async () => {
+  await logs.send(new CreateLogGroupCommand({ logGroupName: bootLogGroupName(prefix) }));
+});
+
 afterEach(async () => {
   await player?.stop();
   player = undefined;
@@ -198,6 +206,7 @@ afterEach(async () => {
 afterAll(async () => {
   ec2?.destroy();
   ssm?.destroy();
+  logs?.destroy();
   await moto?.stop();
   if (root) rmSync(root, { recursive: true, force: true });
 });
