@@ -83,6 +83,9 @@ interface Played {
 /** Polls in a row that failed before idle() gives up: moto is gone or broken, nothing would settle. */
 export const IDLE_FAILING_TICKS = 10;
 
+/** How long a read of an instance's tags answers its IMDS: short, so scale-up's tags show at once. */
+const TAG_CACHE_MS = 100;
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const logValue = (key: string): RegExp => new RegExp(`(?:^|\\s)${escape(key)}=(\\S+)`);
@@ -166,6 +169,7 @@ export class InstancePlayer {
   private ticks = 0;
   private lastTickActed = true;
   private lastError = '';
+  private readonly tagCache = new Map<string, { at: number; tags: Promise<Record<string, string>> }>();
   /** Polls of moto in a row that failed: idle() gives up at IDLE_FAILING_TICKS. */
   private failingTicks = 0;
 
@@ -304,7 +308,15 @@ export class InstancePlayer {
     let token: string | undefined;
     do {
       const out = await this.opts.ec2.send(
-        new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [this.keys.pool] }], ...(token ? { NextToken: token } : {}) }),
+        new DescribeInstancesCommand({
+          // Terminated instances stay listed for a while (an hour on EC2); those are gone, or
+          // are noticed as gone by their absence (tick).
+          Filters: [
+            { Name: 'tag-key', Values: [this.keys.pool] },
+            { Name: 'instance-state-name', Values: ['pending', 'running', 'stopping', 'stopped', 'shutting-down'] },
+          ],
+          ...(token ? { NextToken: token } : {}),
+        }),
       );
       for (const r of out.Reservations ?? []) instances.push(...(r.Instances ?? []));
       token = out.NextToken;
@@ -315,7 +327,11 @@ export class InstancePlayer {
   /** One look at moto; true when it acted on something. */
   private async tick(): Promise<boolean> {
     let acted = false;
-    for (const instance of await this.describe()) {
+    const listed = await this.describe();
+    const live = new Set(listed.map((i) => i.InstanceId));
+    // A played instance no longer listed was terminated since the last poll.
+    const vanished = [...this.played.values()].filter((p) => !p.gone && !live.has(p.id)).map((p): Instance => ({ InstanceId: p.id, State: { Name: 'terminated' } }));
+    for (const instance of [...listed, ...vanished]) {
       const id = instance.InstanceId;
       const p = id ? this.played.get(id) : undefined;
       const action = decideAction(instance.State?.Name, p);
@@ -359,7 +375,21 @@ export class InstancePlayer {
     return Object.fromEntries((instance.Tags ?? []).flatMap((t) => (t.Key && t.Value !== undefined ? [[t.Key, t.Value]] : [])));
   }
 
-  private async liveTags(id: string): Promise<Record<string, string>> {
+  /**
+   * The instance's tags for its IMDS, read from moto at most every TAG_CACHE_MS: a boot asks
+   * for several tags in a row, each would otherwise be a DescribeInstances.
+   */
+  private liveTags(id: string): Promise<Record<string, string>> {
+    const cached = this.tagCache.get(id);
+    if (cached && Date.now() - cached.at < TAG_CACHE_MS) return cached.tags;
+    const tags = this.readTags(id);
+    this.tagCache.set(id, { at: Date.now(), tags });
+    // A failed read is not kept: the next request asks again.
+    tags.catch(() => this.tagCache.get(id)?.tags === tags && this.tagCache.delete(id));
+    return tags;
+  }
+
+  private async readTags(id: string): Promise<Record<string, string>> {
     const out = await this.opts.ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
     const instance = out.Reservations?.[0]?.Instances?.[0];
     if (!instance) throw new Error(`moto does not know ${id}`);
