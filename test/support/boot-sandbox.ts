@@ -8,35 +8,13 @@
  *
  * Everything listens on free 127.0.0.1 ports.
  */
-import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DescribeImagesCommand, DescribeInstancesCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { encodeRunnerConfig, ssmPaths, type RunnerConfig } from '../../lambdas/shared/contract';
 import { startMoto, type MotoServer } from './moto';
-
-export interface ImdsState {
-  instanceId: string;
-  region: string;
-  tags: Record<string, string>;
-  /** InstanceMetadataTags of the launch template: when false every tag path answers 404. */
-  tagsEnabled: boolean;
-  /** When true every connection is dropped without an answer. */
-  down: boolean;
-  /** Number of requests still to drop without an answer (IMDS not up yet early in a boot). */
-  dropNext: number;
-  role: string;
-  accessKeyId: string;
-}
-
-export interface LoggedRequest {
-  /** Epoch milliseconds with fractions, comparable to `date +%s.%N`. */
-  readonly t: number;
-  readonly method: string;
-  readonly path: string;
-  readonly status: number;
-}
+import { ImdsServer, listenOnLoopback as listen } from '../../local/instances/imds';
 
 export interface LoggedAwsCall {
   readonly t: number;
@@ -55,115 +33,9 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-function listen(server: Server): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
-  });
-}
-
 function send(res: ServerResponse, status: number, body: string, type = 'text/plain'): void {
   res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
   res.end(body);
-}
-
-export class ImdsServer {
-  readonly log: LoggedRequest[] = [];
-  readonly state: ImdsState = {
-    instanceId: 'i-00000000000000000',
-    region: 'us-east-1',
-    tags: {},
-    tagsEnabled: true,
-    down: false,
-    dropNext: 0,
-    role: 'runner-instance-role',
-    accessKeyId: 'ASIAIMDSSANDBOX00001',
-  };
-  private readonly tokens = new Set<string>();
-  private readonly server = createServer((req, res) => this.handle(req, res));
-  private readonly sockets = new Set<Socket>();
-
-  constructor() {
-    this.server.on('connection', (socket) => {
-      this.sockets.add(socket);
-      socket.on('close', () => this.sockets.delete(socket));
-    });
-  }
-
-  listen(): Promise<string> {
-    return listen(this.server);
-  }
-
-  close(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    return new Promise((resolve) => this.server.close(() => resolve()));
-  }
-
-  private handle(req: IncomingMessage, res: ServerResponse): void {
-    const path = (req.url ?? '/').split('?')[0] ?? '/';
-    if (this.state.down || this.state.dropNext > 0) {
-      if (this.state.dropNext > 0) this.state.dropNext -= 1;
-      this.log.push({ t: now(), method: req.method ?? '', path, status: 0 });
-      req.socket.destroy();
-      return;
-    }
-    const [status, body, type] = this.answer(req, path);
-    this.log.push({ t: now(), method: req.method ?? '', path, status });
-    send(res, status, body, type);
-  }
-
-  /** IMDSv2 only: a PUT for a token first, then GETs that carry it (EC2 user guide, "Use IMDSv2"). */
-  private answer(req: IncomingMessage, path: string): [number, string, string?] {
-    const s = this.state;
-    if (path === '/latest/api/token') {
-      if (req.method !== 'PUT') return [405, 'Method Not Allowed'];
-      const ttl = Number(req.headers['x-aws-ec2-metadata-token-ttl-seconds']);
-      if (!Number.isInteger(ttl) || ttl < 1 || ttl > 21_600) return [400, 'Bad Request'];
-      const token = randomBytes(24).toString('base64');
-      this.tokens.add(token);
-      return [200, token];
-    }
-    if (req.method !== 'GET') return [405, 'Method Not Allowed'];
-    const token = req.headers['x-aws-ec2-metadata-token'];
-    if (typeof token !== 'string' || !this.tokens.has(token)) return [401, 'Unauthorized'];
-    const identity = JSON.stringify({
-      accountId: '123456789012',
-      architecture: 'x86_64',
-      availabilityZone: `${s.region}a`,
-      imageId: 'ami-12345678',
-      instanceId: s.instanceId,
-      instanceType: 't3.micro',
-      privateIp: '10.0.0.10',
-      region: s.region,
-      version: '2017-09-30',
-    }, null, 2);
-    const credentialsPath = '/latest/meta-data/iam/security-credentials/';
-    const tagsPath = '/latest/meta-data/tags/instance';
-    const fixed: Record<string, string> = {
-      '/latest/meta-data/instance-id': s.instanceId,
-      '/latest/meta-data/placement/region': s.region,
-      '/latest/meta-data/placement/availability-zone': `${s.region}a`,
-      '/latest/dynamic/instance-identity/document': identity,
-      [credentialsPath]: s.role,
-      [`${credentialsPath}${s.role}`]: JSON.stringify({
-        Code: 'Success',
-        LastUpdated: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
-        Type: 'AWS-HMAC',
-        AccessKeyId: s.accessKeyId,
-        SecretAccessKey: 'imds-sandbox-secret-access-key',
-        Token: 'imds-sandbox-session-token',
-        Expiration: new Date(Date.now() + 6 * 3600_000).toISOString().replace(/\.\d+Z$/, 'Z'),
-      }),
-    };
-    const value = fixed[path];
-    if (value !== undefined) return [200, value];
-    if (path === tagsPath) return s.tagsEnabled ? [200, Object.keys(s.tags).join('\n')] : [404, 'Not Found'];
-    if (path.startsWith(`${tagsPath}/`)) {
-      const tag = s.tagsEnabled ? s.tags[decodeURIComponent(path.slice(tagsPath.length + 1))] : undefined;
-      return tag === undefined ? [404, 'Not Found'] : [200, tag];
-    }
-    return [404, 'Not Found'];
-  }
 }
 
 /**

@@ -35,9 +35,18 @@ export function motoEnv(endpoint: string): Record<string, string> {
 export async function startMoto(): Promise<MotoServer> {
   const port = await freePort();
   const endpoint = `http://127.0.0.1:${port}`;
+  // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not kill
+  // moto under a parent that still needs it to stop cleanly; the parent ends it (stop(), or
+  // the exit hook below, so it never outlives its parent).
   const child: ChildProcess = spawn('python3', ['-m', 'moto.server', '-H', '127.0.0.1', '-p', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe'],
+    detached: true,
   });
+  const killNow = (): void => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  process.on('exit', killNow);
+  child.once('exit', () => process.off('exit', killNow));
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString()).slice(-4000);
@@ -52,7 +61,7 @@ export async function startMoto(): Promise<MotoServer> {
       // not listening yet
     }
     if (Date.now() > deadline) {
-      child.kill('SIGKILL');
+      killNow();
       throw new Error(`moto did not answer on ${endpoint} within 30 s: ${stderr}`);
     }
     await new Promise((r) => setTimeout(r, 100));
@@ -66,7 +75,7 @@ export async function startMoto(): Promise<MotoServer> {
     },
     stop() {
       return new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve();
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
         child.kill('SIGTERM');
         setTimeout(() => child.kill('SIGKILL'), 3_000).unref();

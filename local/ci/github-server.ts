@@ -1,0 +1,428 @@
+import { createPublicKey, generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
+import type { EventSink } from '../events';
+import { githubJobFor, type GitHubRunnerScope } from './assign';
+import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+
+/**
+ * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
+ * (lambdas/ci/github.ts through @octokit), with GitHub's authentication (an App JWT signed
+ * RS256 with the App's key for the App routes, installation tokens for the rest), and a
+ * runner side under `/_local/github/` that the fake `local/runner/run.sh` speaks in place of
+ * the Actions service protocol.
+ *
+ * Behaviour as GitHub's: a just-in-time runner is registered (offline) when its config is
+ * generated; once connected it takes the OLDEST queued job whose labels it all has (so a job
+ * may land on another runner than the one launched for it); after its one job GitHub removes
+ * the JIT registration. A connected runner that stops talking to GitHub (killed, powered off)
+ * is lost after a bound: it goes offline and not busy, and the job it held fails ("lost
+ * communication with the server"); its registration stays until deleted (GitHub removes such
+ * an ephemeral runner only after a day).
+ */
+export interface GitHubJob {
+  id: number;
+  runId: number;
+  repository: string /* owner/repo */;
+  labels: string[];
+  status: 'queued' | 'in_progress' | 'completed';
+  /** Set once completed: `failure` when its runner was lost mid-job. */
+  conclusion?: 'success' | 'failure';
+  runnerName?: string;
+}
+
+export interface GitHubRunnerRecord {
+  id: number;
+  name: string;
+  labels: string[];
+  status: 'online' | 'offline';
+  busy: boolean;
+  runnerGroupId: number;
+}
+
+export interface LoopbackGitHub {
+  /** API base, e.g. http://127.0.0.1:PORT (FleetConfig github.apiUrl). */
+  readonly url: string;
+  readonly appId: string;
+  readonly organization: string;
+  /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
+  readonly privateKeyPem: string;
+  /** A queued workflow job. */
+  addJob(repository: string, labels: string[]): GitHubJob;
+  jobs(): GitHubJob[];
+  /** Registrations as GitHub holds them now. */
+  runners(): GitHubRunnerRecord[];
+  /**
+   * The next `times` (default 1) requests matching answer `status` before any routing or auth;
+   * a 429 carries `retry-after: 1`, as GitHub's secondary rate limit answers do.
+   */
+  failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
+  close(): Promise<void>;
+}
+
+export interface LoopbackGitHubOptions {
+  readonly organization: string;
+  readonly appId?: string;
+  readonly onEvent?: EventSink;
+  /** How long a fake runner works on a job (default 1). */
+  readonly jobSeconds?: number;
+  /** How long a connected runner waits for a job before it gives up and exits non-zero (default 30). */
+  readonly runnerWaitSeconds?: number;
+  /** How often a waiting runner asks for a job (default 0.5). */
+  readonly runnerPollSeconds?: number;
+  /**
+   * How long a connected runner may go without a word (beyond its job's seconds while it
+   * works) before GitHub counts it lost (default 30; GitHub's own bound is minutes).
+   */
+  readonly runnerLostSeconds?: number;
+  /** The clock (epoch ms) runner liveness is judged by; tests move it instead of waiting. */
+  readonly now?: () => number;
+}
+
+/** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
+const RUNNER_GROUPS = new Map([[1, 'Default']]);
+/** GitHub refuses an App JWT whose expiry is more than 10 minutes ahead; a minute of clock drift is allowed. */
+const MAX_JWT_LIFETIME_S = 600;
+const CLOCK_DRIFT_S = 60;
+const INSTALLATION_TOKEN_TTL_MS = 60 * 60_000;
+
+interface RunnerState extends GitHubRunnerRecord {
+  /** "org" or "owner/repo" (lower case): where the runner is registered. */
+  readonly scope: string;
+  readonly secret: string;
+  /** The JIT config is single-use: a second connection is refused. */
+  connected: boolean;
+  jobId?: number;
+  /** When the runner last called (its clock), while connected. */
+  lastContact?: number;
+}
+
+interface JobState extends GitHubJob {
+  readonly createdAt: string;
+  startedAt?: string;
+  completedAt?: string;
+  runnerId?: number;
+  conclusion?: 'success' | 'failure';
+}
+
+/** What `run.sh --jitconfig` decodes: base64 of this JSON (the real one holds the runner's credential files). */
+export interface LocalJitConfig {
+  readonly url: string;
+  readonly runnerId: number;
+  readonly name: string;
+  readonly secret: string;
+}
+
+export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<LoopbackGitHub> {
+  if (!/^[A-Za-z0-9-]+$/.test(opts.organization)) throw new Error(`organization "${opts.organization}" is not a GitHub login`);
+  const organization = opts.organization;
+  const appId = opts.appId ?? '424242';
+  const jobSeconds = opts.jobSeconds ?? 1;
+  const waitSeconds = opts.runnerWaitSeconds ?? 30;
+  const pollSeconds = opts.runnerPollSeconds ?? 0.5;
+  const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
+  const now = opts.now ?? Date.now;
+  const installationId = 4_100_000 + Math.floor(Math.random() * 1000);
+  const { privateKey, publicKey } = generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+  });
+  const appKey: KeyObject = createPublicKey(publicKey);
+  const faults = new Faults();
+  const tokens = new Map<string, number>();
+  const runners = new Map<number, RunnerState>();
+  const jobs = new Map<number, JobState>();
+  let nextRunnerId = 1;
+  let nextJobId = 80_000_001;
+  let nextRunId = 9_000_001;
+  let base = '';
+
+  const isOrg = (login: string | undefined) => login !== undefined && login.toLowerCase() === organization.toLowerCase();
+  const iso = () => new Date().toISOString();
+
+  /** GitHub's check of an App JWT: RS256 with the App's key, issuer the App id, a bounded lifetime. */
+  function appJwtError(req: HttpRequest): string | undefined {
+    const jwt = authorizationCredential(req.headers);
+    if (!jwt) return 'Requires authentication';
+    const [h, p, s, extra] = jwt.split('.');
+    if (!h || !p || !s || extra !== undefined) return 'A JSON web token could not be decoded';
+    const header = jsonObject(Buffer.from(h, 'base64url').toString('utf8'));
+    const payload = jsonObject(Buffer.from(p, 'base64url').toString('utf8'));
+    if (!header || !payload || header.alg !== 'RS256') return 'A JSON web token could not be decoded';
+    if (!verify('RSA-SHA256', Buffer.from(`${h}.${p}`), appKey, Buffer.from(s, 'base64url'))) return 'A JSON web token could not be decoded';
+    if (String(payload.iss) !== appId) return 'Integration not found';
+    const now = Date.now() / 1000;
+    if (typeof payload.exp !== 'number' || typeof payload.iat !== 'number') return "'Expiration time' claim ('exp') and 'Issued at' claim ('iat') are required";
+    if (payload.exp <= now) return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires";
+    if (payload.exp > now + MAX_JWT_LIFETIME_S + CLOCK_DRIFT_S) return "'Expiration time' claim ('exp') is too far in the future";
+    if (payload.iat > now + CLOCK_DRIFT_S) return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued";
+    return undefined;
+  }
+
+  function installationTokenValid(req: HttpRequest): boolean {
+    const token = authorizationCredential(req.headers);
+    const expires = token === undefined ? undefined : tokens.get(token);
+    return expires !== undefined && expires > Date.now();
+  }
+
+  function installation(): Record<string, unknown> {
+    return {
+      id: installationId,
+      app_id: Number(appId),
+      account: { login: organization, type: 'Organization' },
+      target_type: 'Organization',
+      repository_selection: 'all',
+      permissions: { organization_self_hosted_runners: 'write', actions: 'read', administration: 'write' },
+    };
+  }
+
+  function runnerJson(r: RunnerState): Record<string, unknown> {
+    return {
+      id: r.id,
+      name: r.name,
+      os: r.status === 'online' ? 'Linux' : 'unknown',
+      status: r.status,
+      busy: r.busy,
+      ephemeral: true,
+      runner_group_id: r.runnerGroupId,
+      labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === 'self-hosted' ? 'read-only' : 'custom' })),
+    };
+  }
+
+  function jobJson(j: JobState): Record<string, unknown> {
+    const [owner, repo] = j.repository.split('/');
+    const runner = j.runnerId === undefined ? undefined : { id: j.runnerId, name: j.runnerName };
+    return {
+      id: j.id,
+      run_id: j.runId,
+      run_url: `${base}/repos/${owner}/${repo}/actions/runs/${j.runId}`,
+      url: `${base}/repos/${owner}/${repo}/actions/jobs/${j.id}`,
+      html_url: `https://github.com/${owner}/${repo}/actions/runs/${j.runId}/job/${j.id}`,
+      status: j.status,
+      conclusion: j.conclusion ?? null,
+      created_at: j.createdAt,
+      started_at: j.startedAt ?? null,
+      completed_at: j.completedAt ?? null,
+      name: 'build',
+      workflow_name: 'CI',
+      head_branch: 'main',
+      labels: [...j.labels],
+      steps: [],
+      runner_id: runner?.id ?? null,
+      runner_name: runner?.name ?? null,
+      runner_group_id: runner ? 1 : null,
+      runner_group_name: runner ? RUNNER_GROUPS.get(1) : null,
+    };
+  }
+
+  /** Organisation routes for our organisation, repository routes for its repositories. */
+  function scopeOf(m: RegExpExecArray): string | undefined {
+    if (m.groups?.org !== undefined) return isOrg(m.groups.org) ? 'org' : undefined;
+    if (m.groups?.owner !== undefined && isOrg(m.groups.owner)) return `${m.groups.owner}/${m.groups.repo}`.toLowerCase();
+    return undefined;
+  }
+
+  const notFound: HttpAnswer = { status: 404, body: { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' } };
+  const SCOPE = '(?:orgs/(?<org>[^/]+)|repos/(?<owner>[^/]+)/(?<repo>[^/]+))';
+  const routes = {
+    installation: new RegExp(`^/${SCOPE}/installation$`),
+    accessTokens: /^\/app\/installations\/(\d+)\/access_tokens$/,
+    jitconfig: new RegExp(`^/${SCOPE}/actions/runners/generate-jitconfig$`),
+    runners: new RegExp(`^/${SCOPE}/actions/runners$`),
+    runner: new RegExp(`^/${SCOPE}/actions/runners/(?<id>\\d+)$`),
+    job: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/jobs\/(?<id>\d+)$/,
+    local: /^\/_local\/github\/runners\/(?<id>\d+)\/(?<action>session|acquire|jobs\/(?<job>\d+)\/complete)$/,
+  };
+
+  /**
+   * Runners that went silent are lost: judged whenever GitHub is asked anything, so that no
+   * timer outlives the server. A working runner says nothing for its job's seconds.
+   */
+  function markLost(): void {
+    const t = now();
+    for (const r of runners.values()) {
+      if (r.status !== 'online' || r.lastContact === undefined) continue;
+      if (t - r.lastContact <= lostMs + (r.busy ? jobSeconds * 1000 : 0)) continue;
+      r.status = 'offline';
+      const job = r.jobId === undefined ? undefined : jobs.get(r.jobId);
+      if (job && job.status === 'in_progress') {
+        job.status = 'completed';
+        job.conclusion = 'failure';
+        job.completedAt = iso();
+      }
+      r.busy = false;
+      delete r.jobId;
+    }
+  }
+
+  function route(req: HttpRequest): HttpAnswer {
+    markLost();
+    const fault = faults.take(req.method, req.path);
+    if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
+    if (req.path.startsWith('/_local/')) return runnerSide(req);
+    if (req.path.startsWith('/app/') || routes.installation.test(req.path)) return appRoute(req);
+    if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
+    if (!installationTokenValid(req)) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    return apiRoute(req);
+  }
+
+  function appRoute(req: HttpRequest): HttpAnswer {
+    const refused = appJwtError(req);
+    if (refused) return { status: 401, body: { message: refused, documentation_url: 'https://docs.github.com/rest' } };
+    const inst = routes.installation.exec(req.path);
+    if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation() };
+    const tok = routes.accessTokens.exec(req.path);
+    if (tok && req.method === 'POST') {
+      if (Number(tok[1]) !== installationId) return notFound;
+      const token = randomToken('ghs_', 27);
+      const expiresAt = Date.now() + INSTALLATION_TOKEN_TTL_MS;
+      tokens.set(token, expiresAt);
+      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation().permissions, repository_selection: 'all' } };
+    }
+    return notFound;
+  }
+
+  function apiRoute(req: HttpRequest): HttpAnswer {
+    let m: RegExpExecArray | null;
+    if ((m = routes.jitconfig.exec(req.path)) && req.method === 'POST') {
+      const scope = scopeOf(m);
+      return scope === undefined ? notFound : generateJitConfig(scope, req.body);
+    }
+    if ((m = routes.runners.exec(req.path)) && req.method === 'GET') {
+      const scope = scopeOf(m);
+      if (scope === undefined) return notFound;
+      const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
+      const { page, perPage } = pageParams(req.query, 30);
+      const lastPage = Math.max(1, Math.ceil(all.length / perPage));
+      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
+      return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
+    }
+    if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {
+      const runner = runners.get(Number(m.groups?.id));
+      if (!runner || runner.scope !== scopeOf(m)) return notFound;
+      if (runner.busy) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
+      runners.delete(runner.id);
+      return { status: 204 };
+    }
+    if ((m = routes.job.exec(req.path)) && req.method === 'GET') {
+      const job = jobs.get(Number(m.groups?.id));
+      if (!job || job.repository.toLowerCase() !== `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase()) return notFound;
+      return { status: 200, body: jobJson(job) };
+    }
+    return notFound;
+  }
+
+  function generateJitConfig(scope: string, body: string): HttpAnswer {
+    const b = jsonObject(body);
+    const invalid = (message: string): HttpAnswer => ({ status: 422, body: { message: `Invalid request.\n\n${message}`, documentation_url: 'https://docs.github.com/rest/actions/self-hosted-runners' } });
+    if (!b) return { status: 400, body: { message: 'Problems parsing JSON' } };
+    if (typeof b.name !== 'string' || b.name === '' || b.name.length > 64) return invalid('"name" must be a string of 1 to 64 characters.');
+    if (!Number.isSafeInteger(b.runner_group_id)) return invalid('"runner_group_id" must be an integer.');
+    if (!Array.isArray(b.labels) || b.labels.length < 1 || b.labels.length > 100 || !b.labels.every((l) => typeof l === 'string' && l !== '')) {
+      return invalid('"labels" must be 1 to 100 non-empty strings.');
+    }
+    if (b.work_folder !== undefined && typeof b.work_folder !== 'string') return invalid('"work_folder" must be a string.');
+    if (!RUNNER_GROUPS.has(b.runner_group_id as number)) return notFound;
+    const name = b.name;
+    if ([...runners.values()].some((r) => r.scope === scope && r.name.toLowerCase() === name.toLowerCase())) {
+      return { status: 409, body: { message: 'Already exists - A runner with the same name already exists' } };
+    }
+    const runner: RunnerState = {
+      id: nextRunnerId++,
+      name,
+      labels: [...new Set(b.labels as string[])],
+      status: 'offline',
+      busy: false,
+      runnerGroupId: b.runner_group_id as number,
+      scope,
+      secret: randomToken('', 32),
+      connected: false,
+    };
+    runners.set(runner.id, runner);
+    const config: LocalJitConfig = { url: base, runnerId: runner.id, name, secret: runner.secret };
+    return { status: 201, body: { runner: runnerJson(runner), encoded_jit_config: Buffer.from(JSON.stringify(config)).toString('base64') } };
+  }
+
+  function jobFor(runner: RunnerState): JobState | undefined {
+    const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
+    return githubJobFor({ labels: runner.labels, scope }, jobs.values());
+  }
+
+  /** The fake runner's side, authenticated with the secret from its JIT config. */
+  function runnerSide(req: HttpRequest): HttpAnswer {
+    const m = routes.local.exec(req.path);
+    if (!m || (req.method !== 'POST' && !(req.method === 'DELETE' && m.groups?.action === 'session'))) return notFound;
+    const runner = runners.get(Number(m.groups?.id));
+    // A removed registration: the real runner is told its registration was deleted and exits.
+    if (!runner) return { status: 404, body: { message: 'runner registration not found (deleted)' } };
+    if (authorizationCredential(req.headers) !== runner.secret) return { status: 401, body: { message: 'Bad credentials' } };
+    const action = m.groups?.action ?? '';
+    if (runner.status === 'online') runner.lastContact = now();
+    if (action === 'session') {
+      if (req.method === 'DELETE') {
+        runner.status = 'offline';
+        return { status: 204 };
+      }
+      if (runner.connected) return { status: 409, body: { message: 'the just-in-time config was already used' } };
+      runner.connected = true;
+      runner.status = 'online';
+      runner.lastContact = now();
+      return { status: 200, body: { waitSeconds, pollSeconds } };
+    }
+    if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
+    if (action === 'acquire') {
+      if (runner.jobId !== undefined) return { status: 200, body: { jobId: runner.jobId, seconds: jobSeconds } };
+      const job = jobFor(runner);
+      if (!job) return { status: 204 };
+      job.status = 'in_progress';
+      job.runnerName = runner.name;
+      job.runnerId = runner.id;
+      job.startedAt = iso();
+      runner.busy = true;
+      runner.jobId = job.id;
+      return { status: 200, body: { jobId: job.id, seconds: jobSeconds } };
+    }
+    const job = jobs.get(Number(m.groups?.job));
+    if (!job || job.runnerId !== runner.id) return { status: 404, body: { message: 'job not assigned to this runner' } };
+    if (job.status !== 'completed') {
+      job.status = 'completed';
+      job.conclusion = 'success';
+      job.completedAt = iso();
+      // GitHub removes a just-in-time runner after its job.
+      runners.delete(runner.id);
+      opts.onEvent?.({ t: Date.now(), kind: 'job-done', provider: 'github', ciJobId: String(job.id), runnerName: runner.name });
+    }
+    return { status: 200, body: {} };
+  }
+
+  const server = await startJsonServer(route);
+  base = server.url;
+  return {
+    url: server.url,
+    appId,
+    organization,
+    privateKeyPem: privateKey,
+    addJob(repository, labels) {
+      if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
+      if (!Array.isArray(labels) || labels.some((l) => typeof l !== 'string' || l === '')) throw new Error('labels must be non-empty strings');
+      const job: JobState = { id: nextJobId++, runId: nextRunId++, repository, labels: [...labels], status: 'queued', createdAt: iso() };
+      jobs.set(job.id, job);
+      return publicJob(job);
+    },
+    jobs: () => {
+      markLost();
+      return [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob);
+    },
+    runners: () => {
+      markLost();
+      return [...runners.values()]
+        .sort((a, b) => a.id - b.id)
+        .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
+    },
+    failNext: (match, status, times) => faults.add(match, status, times),
+    close: () => server.close(),
+  };
+}
+
+function publicJob(j: JobState): GitHubJob {
+  return { id: j.id, runId: j.runId, repository: j.repository, labels: [...j.labels], status: j.status, ...(j.conclusion === undefined ? {} : { conclusion: j.conclusion }), ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }) };
+}

@@ -1,0 +1,178 @@
+/**
+ * The launch templates of the local sandbox: the same user data as production, rendered by
+ * lib/user-data.ts, for a machine that is a directory on this host. Every host path lives
+ * under `TEMPLATE_ROOT` and IMDS is the loopback placeholder `TEMPLATE_IMDS`; the player
+ * relocates both into each played instance's own sandbox directory and IMDS server
+ * (`relocateUserData`). That relocation is the one difference from what a real machine runs.
+ */
+import {
+  CreateLaunchTemplateCommand,
+  CreateLaunchTemplateVersionCommand,
+  ModifyLaunchTemplateCommand,
+  type EC2Client,
+  type RequestLaunchTemplateData,
+} from '@aws-sdk/client-ec2';
+import type { Provider } from '../../lambdas/shared/contract';
+import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
+
+export interface LocalPoolTemplate {
+  name: string;
+  provider: Provider;
+  prepareCommands?: readonly string[];
+  /** @default 'nobody' when this process runs as root, else the current user (see `localRunnerUser`) */
+  runnerUser?: string;
+}
+
+export interface LocalMachineSettings {
+  prefix: string;
+  /** The aws CLI's --endpoint-url (moto, or a proxy in front of it). */
+  awsEndpoint: string;
+  /** Each played instance gets `<sandboxRoot>/<instance-id>/`. */
+  sandboxRoot: string;
+}
+
+/** Where the rendered user data puts every host path; relocated per instance. */
+export const TEMPLATE_ROOT = '/cwr-local-machine';
+/** Nothing listens on the discard port: an unrelocated script fails at once. */
+export const TEMPLATE_IMDS = 'http://127.0.0.1:9';
+/** moto accepts it in launch templates, RunInstances and CreateFleet. */
+export const LOCAL_IMAGE_ID = 'ami-12c6146b';
+
+/** The machine layout the rendered paths use, relative to the machine directory. */
+export const MACHINE_PATHS = {
+  unitDir: 'etc/systemd/system',
+  stateDir: 'var/lib/warm-runners',
+  logFile: 'var/log/start-runner.log',
+  machineIdFile: 'etc/machine-id',
+  preReadDevice: 'dev/root-volume',
+  dmiAssetTagFile: 'sys/board_asset_tag',
+  runnerDir: 'runner',
+  /** While this file exists, the first prepare command blocks: a PRIME that never finishes. */
+  stallMarker: 'stall-priming',
+} as const;
+
+/** Bounds of seconds instead of minutes, as in the bats harness (test/templates/render-sandbox.ts). */
+export const LOCAL_TIME_BOUNDS = {
+  waitSeconds: 60,
+  pollSeconds: 0.3,
+  retryDelaySeconds: 0.2,
+  imdsAttempts: 5,
+  awsAttempts: 3,
+  httpTimeoutSeconds: 2,
+  // Short, but well above what moto takes to answer on a loaded machine.
+  awsConnectTimeoutSeconds: 2,
+  awsReadTimeoutSeconds: 5,
+  awsCliMaxAttempts: 2,
+  runnerWaitTimeoutSeconds: 60,
+  // The bound of each shipping (not an interval): its aws CLI calls (create-log-stream,
+  // put-log-events) must fit it while a pool's machines boot at once on a loaded 2-core host;
+  // 2 s and 6 s did not (the boots warned "boot log not (fully) shipped"), 15 s did.
+  logShipSeconds: 15,
+} as const satisfies Partial<UserDataOptions>;
+
+/** The runner user: the renderer refuses root, so root runs it as nobody (as the bats harness does). */
+export function localRunnerUser(): string {
+  if (process.getuid?.() === 0) return 'nobody';
+  return process.env.USER ?? process.env.LOGNAME ?? 'nobody';
+}
+
+/** The stall prepare command first, then the pool's own. */
+function localPrepareCommands(pool: LocalPoolTemplate): string[] {
+  const marker = `${TEMPLATE_ROOT}/${MACHINE_PATHS.stallMarker}`;
+  return [`while test -e ${marker}; do sleep 0.2; done`, ...(pool.prepareCommands ?? [])];
+}
+
+/**
+ * User data for a pool, rendered by lib/user-data.ts for a local machine (sandbox paths,
+ * loopback IMDS, short time bounds). The aws CLI is `aws` as in production: the player puts
+ * the real one on the machine's PATH.
+ */
+export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachineSettings): string {
+  const at = (relative: string): string => `${TEMPLATE_ROOT}/${relative}`;
+  try {
+    return renderUserData({
+      provider: pool.provider,
+      prefix: machine.prefix,
+      runnerUser: pool.runnerUser ?? localRunnerUser(),
+      runnerDir: at(MACHINE_PATHS.runnerDir),
+      gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
+      prepareCommands: localPrepareCommands(pool),
+      ...LOCAL_TIME_BOUNDS,
+      hostPaths: {
+        unitDir: at(MACHINE_PATHS.unitDir),
+        hookPath: at(`usr/local/sbin/${machine.prefix}-start-runner`),
+        stateDir: at(MACHINE_PATHS.stateDir),
+        logFile: at(MACHINE_PATHS.logFile),
+        machineIdFile: at(MACHINE_PATHS.machineIdFile),
+        preReadDevice: at(MACHINE_PATHS.preReadDevice),
+        dmiAssetTagFile: at(MACHINE_PATHS.dmiAssetTagFile),
+      },
+      imdsEndpoint: TEMPLATE_IMDS,
+      awsCli: 'aws',
+      awsEndpointUrl: machine.awsEndpoint,
+    });
+  } catch (e) {
+    throw new Error(`pool "${pool.name}": ${(e as Error).message}`);
+  }
+}
+
+/** Paths the relocated script may hold unquoted: the renderer's own path alphabet. */
+const SANDBOX_PATH = /^\/[A-Za-z0-9._/+-]*[A-Za-z0-9._+-]$/;
+
+/**
+ * The user data as this instance runs it: the template root becomes its machine directory,
+ * the placeholder IMDS its own IMDS server. On EC2 the same text runs unchanged; here many
+ * machines share one host, so each needs its own paths and its own metadata service.
+ */
+export function relocateUserData(userData: string, machineDir: string, imdsUrl: string): string {
+  if (!SANDBOX_PATH.test(machineDir) || machineDir.includes('//')) {
+    throw new Error(`machine directory "${machineDir}" must be an absolute path of letters, digits, ".", "_", "+", "-" and single "/"`);
+  }
+  if (!/^http:\/\/127\.0\.0\.1:\d+$/.test(imdsUrl)) throw new Error(`IMDS URL "${imdsUrl}" must be http://127.0.0.1:PORT`);
+  if (!userData.includes(`${TEMPLATE_ROOT}/`)) {
+    throw new Error(`the user data holds no path under ${TEMPLATE_ROOT}: it was not rendered by renderLocalUserData`);
+  }
+  return userData
+    .split(`${TEMPLATE_ROOT}/`)
+    .join(`${machineDir}/`)
+    .replace(new RegExp(`${TEMPLATE_IMDS.replace(/\./g, '\\.')}(?![0-9])`, 'g'), imdsUrl);
+}
+
+function templateData(pool: LocalPoolTemplate, machine: LocalMachineSettings): RequestLaunchTemplateData {
+  // What lib/runner-fleet.ts sets that matters to the boot: IMDSv2, tags in instance
+  // metadata, and a power-off that stops (parks) the instance.
+  return {
+    ImageId: LOCAL_IMAGE_ID,
+    InstanceType: 't3.micro',
+    // Encoded as lib/runner-fleet.ts does (gzip, then base64): the player reads it back like cloud-init.
+    UserData: encodeUserData(renderLocalUserData(pool, machine)),
+    MetadataOptions: { HttpTokens: 'required', HttpEndpoint: 'enabled', HttpPutResponseHopLimit: 1, InstanceMetadataTags: 'enabled' },
+    InstanceInitiatedShutdownBehavior: 'stop',
+  };
+}
+
+export async function createLocalLaunchTemplate(
+  ec2: EC2Client,
+  pool: LocalPoolTemplate,
+  machine: LocalMachineSettings,
+): Promise<{ launchTemplateId: string; launchTemplateName: string; version: string }> {
+  const launchTemplateName = `${machine.prefix}-${pool.name}`;
+  const out = await ec2.send(new CreateLaunchTemplateCommand({ LaunchTemplateName: launchTemplateName, LaunchTemplateData: templateData(pool, machine) }));
+  const id = out.LaunchTemplate?.LaunchTemplateId;
+  if (!id) throw new Error(`CreateLaunchTemplate ${launchTemplateName} returned no id`);
+  return { launchTemplateId: id, launchTemplateName, version: String(out.LaunchTemplate?.LatestVersionNumber ?? 1) };
+}
+
+/** A new version of the pool's template, made the default (what a CDK deploy of changed user data does). */
+export async function updateLocalLaunchTemplate(
+  ec2: EC2Client,
+  launchTemplateId: string,
+  pool: LocalPoolTemplate,
+  machine: LocalMachineSettings,
+): Promise<{ version: string }> {
+  const out = await ec2.send(new CreateLaunchTemplateVersionCommand({ LaunchTemplateId: launchTemplateId, LaunchTemplateData: templateData(pool, machine) }));
+  const version = out.LaunchTemplateVersion?.VersionNumber;
+  if (version === undefined) throw new Error(`CreateLaunchTemplateVersion ${launchTemplateId} returned no version`);
+  await ec2.send(new ModifyLaunchTemplateCommand({ LaunchTemplateId: launchTemplateId, DefaultVersion: String(version) }));
+  return { version: String(version) };
+}

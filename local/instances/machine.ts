@@ -1,0 +1,178 @@
+/**
+ * A played instance's machine: a directory laid out like the host paths the local user data
+ * uses (launch-templates.ts `MACHINE_PATHS`), the shims for what only a real machine has
+ * (power-off, systemd), the runner binaries, and its processes, which are one session.
+ */
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { shellQuote } from '../../lib/user-data';
+import { MACHINE_PATHS } from './launch-templates';
+
+export const SHIMS_DIR = join(__dirname, 'shims');
+/** The fake runner binaries (H-CI's local/runner/: run.sh, gitlab-runner). */
+export const DEFAULT_RUNNER_DIR = join(__dirname, '..', 'runner');
+
+export interface MachineOptions {
+  readonly dir: string;
+  readonly instanceId: string;
+  /** The real aws CLI; linked as `aws` into the machine's bin directory. */
+  readonly awsCli: string;
+  /** Directory whose files are the runner binaries. */
+  readonly runnerSource: string;
+  /** Extra environment for the runners (they start with `env -i`, so wrappers set it). */
+  readonly runnerEnv?: Readonly<Record<string, string>>;
+}
+
+export interface Machine {
+  readonly dir: string;
+  /** First on the boot's PATH: the shims and `aws`. */
+  readonly binDir: string;
+  readonly unitDir: string;
+  /** The user data as cloud-init saves it before running it. */
+  readonly userDataFile: string;
+  /** What the boots print (cloud-init-output.log and the journal in one). */
+  readonly consoleLog: string;
+  readonly stallMarker: string;
+}
+
+export function machineAt(dir: string): Machine {
+  return {
+    dir,
+    binDir: join(dir, 'bin'),
+    unitDir: join(dir, MACHINE_PATHS.unitDir),
+    userDataFile: join(dir, 'var/lib/cloud/instance/user-data.txt'),
+    consoleLog: join(dir, 'var/log/console.log'),
+    stallMarker: join(dir, MACHINE_PATHS.stallMarker),
+  };
+}
+
+/**
+ * The real aws CLI (test/templates/helpers.bash resolve_aws_cli): behind pyenv, `aws` is a
+ * shim that needs pyenv's environment, so the real executable is resolved through pyenv.
+ */
+export function resolveAwsCli(): string {
+  const run = (script: string): string => execFileSync('bash', ['-c', script], { encoding: 'utf8' }).trim();
+  let path: string;
+  try {
+    path = run('command -v aws');
+  } catch {
+    throw new Error('the aws CLI is missing (pip install awscli)');
+  }
+  if (path.endsWith('/shims/aws')) {
+    try {
+      path = run('pyenv which aws');
+    } catch {
+      // no pyenv: the shim is all there is
+    }
+  }
+  return path;
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * Lays out a fresh machine. Everything is world-readable: the runner runs as an unprivileged
+ * user (nobody when the player runs as root) and must reach its binaries.
+ */
+export function createMachine(o: MachineOptions): Machine {
+  const m = machineAt(o.dir);
+  if (!existsSync(o.runnerSource) || !statSync(o.runnerSource).isDirectory()) {
+    throw new Error(`no runner binaries at ${o.runnerSource}: give InstancePlayerOptions.runnerDir a directory holding run.sh and gitlab-runner`);
+  }
+  for (const name of Object.keys(o.runnerEnv ?? {})) {
+    if (!ENV_NAME.test(name)) throw new Error(`runnerEnv name "${name}" is not a shell variable name`);
+  }
+  for (const sub of ['bin', 'tmp', 'aws', 'dev', 'sys', 'var/lib/cloud/instance', 'var/log', 'runner-bin', MACHINE_PATHS.unitDir, MACHINE_PATHS.runnerDir]) {
+    mkdirSync(join(o.dir, sub), { recursive: true, mode: 0o755 });
+  }
+  chmodSync(o.dir, 0o755);
+  for (const shim of readdirSync(SHIMS_DIR)) {
+    copyFileSync(join(SHIMS_DIR, shim), join(m.binDir, shim));
+    chmodSync(join(m.binDir, shim), 0o755);
+  }
+  symlinkSync(o.awsCli, join(m.binDir, 'aws'));
+  // No credentials or config of the host's: the CLI must take its credentials from IMDS.
+  writeFileSync(join(o.dir, 'aws/config'), '');
+  writeFileSync(join(o.dir, 'aws/credentials'), '');
+  writeFileSync(join(o.dir, MACHINE_PATHS.machineIdFile), '0123456789abcdef0123456789abcdef\n');
+  // What PRIME reads through once, in place of the root volume.
+  writeFileSync(join(o.dir, MACHINE_PATHS.preReadDevice), Buffer.alloc(64 * 1024));
+  // On Nitro the instance id is in DMI; the boot script reads it there on later boots.
+  writeFileSync(join(o.dir, MACHINE_PATHS.dmiAssetTagFile), `${o.instanceId}\n`);
+  // The binaries go to runner-bin/; runner/ gets a wrapper of the same name that sets
+  // runnerEnv (the boot starts the runner with `env -i`) and runs the binary.
+  const exports = Object.entries(o.runnerEnv ?? {})
+    .map(([k, v]) => `export ${k}=${shellQuote(v)}\n`)
+    .join('');
+  for (const name of readdirSync(o.runnerSource).filter((n) => statSync(join(o.runnerSource, n)).isFile())) {
+    const binary = join(o.dir, 'runner-bin', name);
+    copyFileSync(join(o.runnerSource, name), binary);
+    chmodSync(binary, 0o755);
+    const wrapper = join(o.dir, MACHINE_PATHS.runnerDir, name);
+    writeFileSync(wrapper, `#!/bin/bash\n# The local sandbox's runner settings, then the runner binary.\n${exports}exec ${shellQuote(binary)} "$@"\n`);
+    chmodSync(wrapper, 0o755);
+  }
+  return m;
+}
+
+/**
+ * The units enabled in the machine's unit directory, each with its ExecStart: what systemd
+ * would start at boot (multi-user.target.wants, as the systemctl shim links them).
+ */
+export function enabledUnits(m: Machine): { name: string; execStart: string }[] {
+  const wants = join(m.unitDir, 'multi-user.target.wants');
+  if (!existsSync(wants)) return [];
+  return readdirSync(wants)
+    .filter((name) => name.endsWith('.service') && existsSync(join(wants, name)))
+    .sort()
+    .flatMap((name) => {
+      const execStart = /^ExecStart=(\S+)\s*$/m.exec(readFileSync(join(wants, name), 'utf8'))?.[1];
+      return execStart ? [{ name, execStart }] : [];
+    });
+}
+
+/** Live (not zombie) processes of a session, read from /proc (Linux). */
+export function sessionPids(sid: number): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields[0] !== 'Z' && Number(fields[3]) === sid) pids.push(Number(entry));
+  }
+  return pids;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Ends every process of a session, as a power-off does: SIGTERM, then SIGKILL for what is
+ * left after `graceMs`. Session, not process group: `timeout` (the boot script bounds calls
+ * with it) moves itself into a process group of its own, but stays in the session.
+ */
+export async function killSession(sid: number, graceMs = 1_000): Promise<void> {
+  const signal = (sig: NodeJS.Signals): void => {
+    for (const pid of sessionPids(sid)) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  };
+  signal('SIGTERM');
+  for (let waited = 0; waited < graceMs && sessionPids(sid).length > 0; waited += 50) await sleep(50);
+  for (let round = 0; round < 100 && sessionPids(sid).length > 0; round++) {
+    signal('SIGKILL');
+    await sleep(50);
+  }
+  const left = sessionPids(sid);
+  if (left.length > 0) throw new Error(`processes ${left.join(', ')} of session ${sid} survived SIGKILL`);
+}

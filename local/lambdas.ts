@@ -1,0 +1,368 @@
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { EC2Client } from '@aws-sdk/client-ec2';
+import {
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SQSClient,
+  type Message,
+  type MessageAttributeValue,
+} from '@aws-sdk/client-sqs';
+import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import type { APIGatewayProxyStructuredResultV2, SQSEvent, SQSRecord } from 'aws-lambda';
+import { createCiProviders } from '../lambdas/ci';
+import { createPoolHandler, type PoolRunSummary } from '../lambdas/pool/handler';
+import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down/handler';
+import { createScaleUpHandler } from '../lambdas/scale-up/handler';
+import { AwsCaller } from '../lambdas/shared/aws-call';
+import { providersOnce } from '../lambdas/shared/clients';
+import { LAMBDA_ENV, ssmPaths, type Provider } from '../lambdas/shared/contract';
+import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
+import { createLogger, type Sink } from '../lambdas/shared/log';
+import { Pacer } from '../lambdas/shared/pacing';
+import { createWebhookHandler } from '../lambdas/webhook/handler';
+import { functionUrlEvent, type Delivery } from './deliveries';
+import type { EventSink, LocalEvent } from './events';
+
+/**
+ * The four Lambdas run in this process, built as their `lambdas/<name>/index.ts` entry
+ * points build them (same factories, same AwsCaller with its own Pacer per function, the
+ * FleetConfig read from its SSM parameter), except that each function's AWS clients point
+ * at moto and its log lines go to a sink that also turns the lines into timeline events.
+ * Each function has clients of its own, as separate Lambdas would: a fault added to
+ * scale-up's EC2 client touches nothing else.
+ *
+ * Triggers, as AWS would fire them:
+ * - webhook: a Function URL event (payload format 2.0) per delivery;
+ * - scale-up: an SQS event source mapping on the jobs queue: batches of up to 10 messages,
+ *   ReportBatchItemFailures (the messages not reported failed are deleted, the others
+ *   reappear after the queue's visibility timeout, and moto's redrive policy moves a
+ *   message to the dead-letter queue once it was received maxReceiveCount times);
+ * - pool and scale-down: schedule ticks (every minute when deployed; every second or two here).
+ */
+
+export interface LocalAwsClients {
+  readonly ec2: EC2Client;
+  readonly ssm: SSMClient;
+  readonly sqs: SQSClient;
+  /** The boot scripts ship their log here; the report reads it back. */
+  readonly logs: CloudWatchLogsClient;
+}
+
+/** Like `productionClients()` (maxAttempts 1, bounded sockets) but pointed at `endpoint` with dummy credentials. */
+export function localClients(endpoint: string, maxAttempts: { ec2?: number; ssm?: number; sqs?: number } = {}): LocalAwsClients {
+  const common = {
+    endpoint,
+    region: LOCAL_REGION,
+    credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+    requestHandler: { connectionTimeout: 2_000, requestTimeout: 8_000 },
+  };
+  return {
+    ec2: new EC2Client({ ...common, maxAttempts: maxAttempts.ec2 ?? 1 }),
+    ssm: new SSMClient({ ...common, maxAttempts: maxAttempts.ssm ?? 1 }),
+    sqs: new SQSClient({ ...common, maxAttempts: maxAttempts.sqs ?? 1 }),
+    logs: new CloudWatchLogsClient({ ...common, maxAttempts: 2 }),
+  };
+}
+
+export const LOCAL_REGION = 'us-east-1';
+/** moto's account id. */
+export const LOCAL_ACCOUNT = '123456789012';
+
+export interface LocalLambdasOptions {
+  readonly endpoint: string;
+  readonly fleetConfigParameter: string;
+  readonly queueUrl: string;
+  readonly deadLetterQueueUrl: string;
+  /** `arn:aws:ec2:<region>:<account>:instance/` (moto's account). */
+  readonly instanceArnPrefix: string;
+  readonly onEvent: EventSink;
+  /** Every log and EMF line of every function, raw (for --verbose and for tests). */
+  readonly onLogLine?: (fn: LambdaName, line: string) => void;
+  /** Local override of the sweep's grace period (seconds; deployed: 10 minutes). */
+  readonly sweepGraceSeconds: number;
+  /** Schedule periods (deployed: one minute each). */
+  readonly poolEveryMs?: number;
+  readonly scaleDownEveryMs?: number;
+  /** The event source mapping's long poll (seconds). */
+  readonly pollWaitSeconds?: number;
+}
+
+export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down';
+
+/** Log messages that name a fact the timeline shows. */
+const LOG_FACTS = {
+  queued: 'job queued',
+  warmStarted: 'warm activation started the instance',
+  coldStarted: 'cold launch started an instance',
+  deadLettered: 'job dead-lettered',
+} as const;
+
+export class LocalLambdas {
+  /** Scale-up's own clients: faults are added to these. */
+  readonly scaleUpClients: LocalAwsClients;
+  readonly webhook: (delivery: Delivery) => Promise<APIGatewayProxyStructuredResultV2>;
+  private readonly scaleUp: (event: SQSEvent) => Promise<{ batchItemFailures: { itemIdentifier: string }[] }>;
+  private readonly pool: () => Promise<PoolRunSummary[]>;
+  private readonly scaleDown: () => Promise<SweepSummary>;
+  private readonly esmClient: SQSClient;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private wake: (() => void) | undefined;
+  private nextSkewMs = 0;
+  private skewMs = 0;
+  readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0 };
+
+  constructor(private readonly options: LocalLambdasOptions) {
+    const env = { [LAMBDA_ENV.fleetConfigParameter]: options.fleetConfigParameter, [LAMBDA_ENV.jobsQueueUrl]: options.queueUrl };
+    const loadConfig = (ssm: SSMClient) => () => loadFleetConfig(ssm, env);
+
+    // The deployed webhook's clients retry a little themselves (lambdas/webhook/index.ts).
+    const webhookClients = localClients(options.endpoint, { ssm: 2, sqs: 3 });
+    const webhookSink = this.sink('webhook');
+    const webhook = createWebhookHandler({
+      ssm: webhookClients.ssm,
+      sqs: webhookClients.sqs,
+      env,
+      logger: createLogger({ fn: 'webhook' }, webhookSink),
+      metricSink: webhookSink,
+    });
+    this.webhook = async (delivery) => (await webhook(functionUrlEvent(delivery))) as APIGatewayProxyStructuredResultV2;
+
+    this.scaleUpClients = localClients(options.endpoint);
+    this.observeClaims(this.scaleUpClients.ssm);
+    const scaleUpSsm = this.scaleUpClients.ssm;
+    this.scaleUp = createScaleUpHandler({
+      ...this.scaleUpClients,
+      aws: new AwsCaller({ pacer: new Pacer() }),
+      loadConfig: loadConfig(scaleUpSsm),
+      providers: providersOnce((config) => createCiProviders(config, { ssm: scaleUpSsm, metricSink: this.sink('scale-up') })),
+      queueUrl: options.queueUrl,
+      deadLetterQueueUrl: options.deadLetterQueueUrl,
+      instanceArnPrefix: options.instanceArnPrefix,
+      sink: this.sink('scale-up'),
+    });
+
+    const poolClients = localClients(options.endpoint);
+    this.pool = createPoolHandler({
+      ec2: poolClients.ec2,
+      ssm: poolClients.ssm,
+      aws: new AwsCaller({ pacer: new Pacer() }),
+      loadConfig: loadConfig(poolClients.ssm),
+      now: () => new Date(Date.now() + this.skewMs),
+      sink: this.sink('pool'),
+    });
+
+    const downClients = localClients(options.endpoint);
+    const truncatedLists = new Set<Provider>();
+    this.scaleDown = createScaleDownHandler({
+      ec2: downClients.ec2,
+      ssm: downClients.ssm,
+      aws: new AwsCaller({ pacer: new Pacer() }),
+      loadConfig: loadConfig(downClients.ssm),
+      providers: providersOnce((config) =>
+        createCiProviders(config, { ssm: downClients.ssm, metricSink: this.sink('scale-down'), onListTruncated: (provider) => truncatedLists.add(provider) }),
+      ),
+      truncatedLists,
+      sink: this.sink('scale-down'),
+      options: { graceSeconds: options.sweepGraceSeconds },
+    });
+    this.esmClient = localClients(options.endpoint).sqs;
+  }
+
+  /** One receive of the event source mapping and one scale-up invocation; returns the batch size. */
+  async pollQueue(waitSeconds = this.options.pollWaitSeconds ?? 1): Promise<number> {
+    const out = await this.esmClient.send(
+      new ReceiveMessageCommand({
+        QueueUrl: this.options.queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: waitSeconds,
+        MessageSystemAttributeNames: ['All'],
+        MessageAttributeNames: ['All'],
+      }),
+    );
+    const messages = out.Messages ?? [];
+    if (messages.length === 0) return 0;
+    this.counters.scaleUpInvocations++;
+    this.counters.messagesReceived += messages.length;
+    let failed: Set<string>;
+    try {
+      const res = await this.scaleUp({ Records: messages.map((m) => toRecord(m, this.options.queueUrl)) });
+      failed = new Set(res.batchItemFailures.map((f) => f.itemIdentifier));
+    } catch (error) {
+      // A thrown invocation fails the whole batch: every message reappears after the visibility timeout.
+      this.options.onLogLine?.('scale-up', JSON.stringify({ level: 'error', message: 'invocation failed', error: (error as Error).message }));
+      failed = new Set(messages.map((m) => m.MessageId!));
+    }
+    this.counters.messagesFailed += failed.size;
+    const done = messages.filter((m) => !failed.has(m.MessageId!));
+    if (done.length > 0) {
+      await this.esmClient.send(
+        new DeleteMessageBatchCommand({ QueueUrl: this.options.queueUrl, Entries: done.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle! })) }),
+      );
+    }
+    return messages.length;
+  }
+
+  async tickPool(): Promise<PoolRunSummary[]> {
+    this.counters.poolRuns++;
+    this.skewMs = this.nextSkewMs;
+    this.nextSkewMs = 0;
+    try {
+      return await this.pool();
+    } finally {
+      this.skewMs = 0;
+    }
+  }
+
+  /**
+   * The next pool run sees the clock `ms` ahead (one run only): the never-priming fault
+   * fast-forwards past the pool's priming timeout (at least a minute) instead of waiting it out.
+   */
+  skewNextPoolRun(ms: number): void {
+    this.nextSkewMs = ms;
+  }
+
+  async tickScaleDown(): Promise<SweepSummary> {
+    this.counters.sweeps++;
+    return this.scaleDown();
+  }
+
+  /** Starts the triggers: the event source mapping and the two schedules. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    const loop = async (name: LambdaName, run: () => Promise<unknown>, everyMs: number) => {
+      while (this.running) {
+        try {
+          await run();
+        } catch (error) {
+          this.options.onLogLine?.(name, JSON.stringify({ level: 'error', fn: name, message: 'invocation failed', error: (error as Error).message }));
+        }
+        if (everyMs > 0 && this.running) await this.sleep(everyMs);
+      }
+    };
+    this.loops = [
+      loop('scale-up', () => this.pollQueue(), 0),
+      loop('pool', () => this.tickPool(), this.options.poolEveryMs ?? 1_000),
+      loop('scale-down', () => this.tickScaleDown(), this.options.scaleDownEveryMs ?? 2_000),
+    ];
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await Promise.all(this.loops);
+    this.loops = [];
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      const previous = this.wake;
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+        previous?.();
+      };
+    });
+  }
+
+  /** A function's log sink: the raw line goes on, the facts become timeline events. */
+  private sink(fn: LambdaName): Sink {
+    return (line) => {
+      this.options.onLogLine?.(fn, line);
+      const event = eventOfLogLine(fn, line);
+      for (const e of event) this.options.onEvent(e);
+    };
+  }
+
+  /**
+   * The claim is the config write that refuses to overwrite (scale-up/claim.ts: a parked
+   * instance's; cold.ts: the new instance's, right after CreateFleet); scale-up logs nothing
+   * when it succeeds, so the moment is read off its SSM client instead.
+   */
+  private observeClaims(ssm: SSMClient): void {
+    ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName === 'PutParameterCommand') {
+          const input = args.input as PutParameterCommand['input'];
+          const root = this.runnerConfigRoot();
+          if (input.Overwrite === false && root && input.Name?.startsWith(root)) {
+            this.options.onEvent({ t: Date.now(), kind: 'claimed', instanceId: input.Name.slice(root.length) });
+          }
+        }
+        return out;
+      },
+      { step: 'initialize', name: 'local-observe-claims' },
+    );
+  }
+
+  private root: string | undefined;
+  private runnerConfigRoot(): string | undefined {
+    if (this.root === undefined) {
+      // "/<prefix>/fleet/config" → the prefix → its runner config root.
+      const prefix = /^\/([^/]+)\//.exec(this.options.fleetConfigParameter)?.[1];
+      if (prefix) this.root = ssmPaths(prefix).runnerConfigRoot;
+    }
+    return this.root;
+  }
+}
+
+/** The timeline events a handler's log line states (pure; tested). */
+export function eventOfLogLine(fn: LambdaName, line: string, t = Date.now()): LocalEvent[] {
+  let entry: Record<string, unknown>;
+  try {
+    entry = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return [];
+  }
+  const str = (k: string) => (typeof entry[k] === 'string' ? (entry[k] as string) : undefined);
+  const message = str('message');
+  const traceId = str('traceId');
+  const jobId = str('jobId');
+  const at = Date.parse(str('time') ?? '') || t;
+  const job = jobId ? splitJobId(jobId) : {};
+  const base = { t: at, ...(traceId ? { traceId } : {}), ...job, ...(str('pool') ? { pool: str('pool')! } : {}) };
+  if (fn === 'webhook' && message === LOG_FACTS.queued) return [{ ...base, kind: 'queued' }];
+  if (fn !== 'scale-up') return [];
+  const instanceId = str('instanceId');
+  const withInstance = { ...base, ...(instanceId ? { instanceId } : {}) };
+  if (message === LOG_FACTS.warmStarted) return [{ ...withInstance, kind: 'started', detail: 'warm' }];
+  if (message === LOG_FACTS.coldStarted) return [{ ...withInstance, kind: 'started', detail: 'cold' }];
+  if (message === LOG_FACTS.deadLettered) return [{ ...base, kind: 'dead-lettered', detail: str('reason') ?? 'dead-lettered' }];
+  return [];
+}
+
+/** "github:123" → provider and CI job id (contract `qualifiedJobId`). */
+function splitJobId(jobId: string): { provider?: string; ciJobId?: string } {
+  const at = jobId.indexOf(':');
+  return at > 0 ? { provider: jobId.slice(0, at), ciJobId: jobId.slice(at + 1) } : {};
+}
+
+/** An SQS message as the event source mapping hands it to the function. */
+export function toRecord(m: Message, queueUrl: string, region = LOCAL_REGION): SQSRecord {
+  const [, account = '000000000000', name = 'queue'] = /\/(\d+)\/([^/]+)$/.exec(queueUrl) ?? [];
+  const attrs = (m.Attributes ?? {}) as Record<string, string>;
+  return {
+    messageId: m.MessageId!,
+    receiptHandle: m.ReceiptHandle!,
+    body: m.Body ?? '',
+    attributes: attrs as unknown as SQSRecord['attributes'],
+    messageAttributes: Object.fromEntries(
+      Object.entries(m.MessageAttributes ?? {}).map(([k, v]: [string, MessageAttributeValue]) => [
+        k,
+        {
+          dataType: v.DataType ?? 'String',
+          ...(v.StringValue === undefined ? {} : { stringValue: v.StringValue }),
+          stringListValues: v.StringListValues ?? [],
+          binaryListValues: [],
+        },
+      ]),
+    ),
+    md5OfBody: m.MD5OfBody ?? '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: `arn:aws:sqs:${region}:${account}:${name}`,
+    awsRegion: region,
+  };
+}

@@ -1,0 +1,207 @@
+import { randomBytes } from 'node:crypto';
+import { CreateLogGroupCommand } from '@aws-sdk/client-cloudwatch-logs';
+import { DescribeSubnetsCommand } from '@aws-sdk/client-ec2';
+import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider } from '../lambdas/shared/contract';
+import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
+import type { RunnerPoolProps } from '../lib/props';
+import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
+import type { LocalAwsClients } from './lambdas';
+
+/**
+ * Creates in moto what the CDK app creates in an account, from the SAME props object the
+ * example app deploys (`bin/example-props.ts`), through the same `fleetConfigInput` and the
+ * contract's `buildFleetConfig`: the pools' launch templates (user data rendered by `lib/`,
+ * for a local machine), the FIFO jobs queue with its dead-letter queue and redrive policy,
+ * the CI credential parameters, and the FleetConfig parameter the Lambdas read.
+ */
+
+/** The example image is resolved from SSM at deploy time; moto needs an AMI id it knows. */
+export const LOCAL_AMI = 'ami-12c6146b';
+
+/** What the local tool changes in the example fleet, all here. */
+export interface LocalSettings {
+  /** Warm pool size of every pool (the example's schedule is dropped, see `localOverrides`). */
+  readonly poolSize: number;
+  /** The loopback GitHub API URL (`LoopbackGitHub.url`). */
+  readonly githubApiUrl: string;
+  /** The loopback GitLab URL (`LoopbackGitLab.url`). */
+  readonly gitlabUrl: string;
+}
+
+/** Settings of the local AWS resources that are not part of the FleetConfig. */
+export const LOCAL_QUEUE = {
+  /**
+   * Deployed: 6 minutes (six times scale-up's timeout, lib/job-queue.ts). Locally a failed
+   * message reappears after 5 s, so a retried job finishes within the run.
+   */
+  visibilityTimeoutSeconds: 5,
+  /** lib/job-queue.ts's default. */
+  maxReceiveCount: 5,
+} as const;
+
+/**
+ * The local overrides of the example fleet, in one place:
+ * - the CI connections point at the loopback servers (`apiUrl`, `url`); the App id,
+ *   organisation, runner type and group stay the example's (the servers are started with them);
+ * - every pool keeps `poolSize` parked instances and the example's weekday schedule is
+ *   dropped (it would raise the target to 6 during office hours and make runs depend on the
+ *   clock). Everything else (labels, instance types, spot, limits, ages) is the example's.
+ */
+export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
+  return {
+    github: { ...example.github, apiUrl: local.githubApiUrl },
+    gitlab: { ...example.gitlab, url: local.gitlabUrl },
+    pools: example.pools.map((pool): RunnerPoolProps => {
+      const { schedule: _dropped, ...warm } = pool.warm ?? {};
+      return { ...pool, warm: { ...warm, size: local.poolSize } };
+    }),
+  };
+}
+
+/** The FleetConfig the local fleet runs on: the example's props, the local overrides, moto's placement. */
+export function localFleetConfig(example: ExampleFleetProps, local: LocalSettings, placement: (pool: RunnerPoolProps) => PoolPlacement, prefix = DEFAULT_PREFIX): FleetConfig {
+  return buildFleetConfig(fleetConfigInput({ ...localOverrides(example, local), prefix }, placement));
+}
+
+/** The example fleet with moto's image (the props' image is only used by the CDK app). */
+export function localExample(): ExampleFleetProps {
+  return exampleFleet(ec2.MachineImage.genericLinux({ 'us-east-1': LOCAL_AMI }));
+}
+
+export interface CiCredentials {
+  readonly githubAppPrivateKeyPem: string;
+  readonly gitlabAccessToken: string;
+}
+
+export interface ProvisionOptions {
+  readonly prefix?: string;
+  readonly local: LocalSettings;
+  readonly credentials: CiCredentials;
+  readonly machine: LocalMachineSettings;
+  readonly example?: ExampleFleetProps;
+}
+
+export interface PoolTemplate {
+  readonly pool: string;
+  readonly provider: Provider;
+  readonly launchTemplateId: string;
+  readonly version: string;
+  readonly template: LocalPoolTemplate;
+}
+
+export interface ProvisionedFleet {
+  readonly config: FleetConfig;
+  readonly example: ExampleFleetProps;
+  readonly local: LocalSettings;
+  readonly machine: LocalMachineSettings;
+  readonly templates: readonly PoolTemplate[];
+  readonly subnetId: string;
+  readonly queueUrl: string;
+  readonly deadLetterQueueUrl: string;
+  /** The webhook secrets the loopback senders sign with (fresh per run, never printed). */
+  readonly webhook: { readonly githubSecret: string; readonly gitlabToken: string };
+}
+
+export async function provision(clients: LocalAwsClients, options: ProvisionOptions): Promise<ProvisionedFleet> {
+  const prefix = options.prefix ?? DEFAULT_PREFIX;
+  const example = options.example ?? localExample();
+  const paths = ssmPaths(prefix);
+  await refuseUsedEndpoint(clients.ssm, paths.fleetConfig);
+  const subnets = await clients.ec2.send(new DescribeSubnetsCommand({ Filters: [{ Name: 'default-for-az', Values: ['true'] }] }));
+  const subnetId = subnets.Subnets?.[0]?.SubnetId;
+  if (!subnetId) throw new Error('moto has no default subnet');
+
+  const templates: PoolTemplate[] = [];
+  for (const pool of example.pools) {
+    const template: LocalPoolTemplate = {
+      name: pool.name,
+      provider: pool.provider,
+      ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
+    };
+    const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
+    templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });
+  }
+  const config = configFor(example, options.local, templates, subnetId, prefix);
+
+  const { queueUrl, deadLetterQueueUrl } = await createQueues(clients.sqs, prefix);
+  // The boot log group lib/runner-fleet.ts creates: the boot scripts ship into it (they never create it).
+  await clients.logs.send(new CreateLogGroupCommand({ logGroupName: bootLogGroupName(prefix) }));
+  const webhook = { githubSecret: randomBytes(24).toString('hex'), gitlabToken: randomBytes(24).toString('hex') };
+  const secrets: [string, string][] = [
+    [paths.github.appPrivateKey, options.credentials.githubAppPrivateKeyPem],
+    [paths.github.webhookSecret, webhook.githubSecret],
+    [paths.gitlab.token, options.credentials.gitlabAccessToken],
+    [paths.gitlab.webhookToken, webhook.gitlabToken],
+  ];
+  for (const [Name, Value] of secrets) await clients.ssm.send(new PutParameterCommand({ Name, Value, Type: 'SecureString', Overwrite: true }));
+  await putFleetConfig(clients.ssm, config);
+  return { config, example, local: options.local, machine: options.machine, templates, subnetId, queueUrl, deadLetterQueueUrl, webhook };
+}
+
+/** A moto that already holds a fleet would mix its instances and names into this run. */
+async function refuseUsedEndpoint(ssm: SSMClient, fleetConfigParameter: string): Promise<void> {
+  const found = await ssm.send(new GetParameterCommand({ Name: fleetConfigParameter })).then(
+    () => true,
+    (error: unknown) => {
+      if ((error as Error).name === 'ParameterNotFound') return false;
+      throw error;
+    },
+  );
+  if (found) {
+    throw new Error(
+      `this moto already holds a fleet (${fleetConfigParameter} exists): use a fresh moto, or reset this one first (curl -X POST <endpoint>/moto-api/reset)`,
+    );
+  }
+}
+
+function configFor(example: ExampleFleetProps, local: LocalSettings, templates: readonly PoolTemplate[], subnetId: string, prefix: string): FleetConfig {
+  return localFleetConfig(
+    example,
+    local,
+    (pool) => {
+      const t = templates.find((x) => x.pool === pool.name)!;
+      return { launchTemplateId: t.launchTemplateId, launchTemplateVersion: t.version, subnetIds: [subnetId] };
+    },
+    prefix,
+  );
+}
+
+async function putFleetConfig(ssm: SSMClient, config: FleetConfig): Promise<void> {
+  await ssm.send(new PutParameterCommand({ Name: config.parameters.fleetConfig, Value: JSON.stringify(config), Type: 'String', Overwrite: true }));
+}
+
+async function createQueues(sqs: SQSClient, prefix: string): Promise<{ queueUrl: string; deadLetterQueueUrl: string }> {
+  const dlq = await sqs.send(new CreateQueueCommand({ QueueName: `${prefix}-jobs-dlq.fifo`, Attributes: { FifoQueue: 'true', MessageRetentionPeriod: String(14 * 86_400) } }));
+  const dlqArn = await sqs.send(new GetQueueAttributesCommand({ QueueUrl: dlq.QueueUrl!, AttributeNames: ['QueueArn'] }));
+  const queue = await sqs.send(
+    new CreateQueueCommand({
+      QueueName: `${prefix}-jobs.fifo`,
+      Attributes: {
+        FifoQueue: 'true',
+        VisibilityTimeout: String(LOCAL_QUEUE.visibilityTimeoutSeconds),
+        MessageRetentionPeriod: String(4 * 86_400),
+        RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn.Attributes!.QueueArn, maxReceiveCount: LOCAL_QUEUE.maxReceiveCount }),
+      },
+    }),
+  );
+  return { queueUrl: queue.QueueUrl!, deadLetterQueueUrl: dlq.QueueUrl! };
+}
+
+/**
+ * Drift, as a deploy that changes the user data does it: a new launch template version for
+ * `pool` (the new default) and the FleetConfig naming it. The Lambdas read the config again
+ * after their cache (the caller clears it: a deploy replaces the containers).
+ */
+export async function publishNewTemplateVersion(clients: LocalAwsClients, fleet: ProvisionedFleet, pool: string): Promise<ProvisionedFleet> {
+  const t = fleet.templates.find((x) => x.pool === pool);
+  if (!t) throw new Error(`no pool "${pool}"`);
+  const { version } = await updateLocalLaunchTemplate(clients.ec2, t.launchTemplateId, t.template, fleet.machine);
+  const templates = fleet.templates.map((x) => (x.pool === pool ? { ...x, version } : x));
+  const config = configFor(fleet.example, fleet.local, templates, fleet.subnetId, fleet.config.prefix);
+  await putFleetConfig(clients.ssm, config);
+  return { ...fleet, templates, config };
+}

@@ -1,0 +1,380 @@
+import { GetLogEventsCommand, type GetLogEventsCommandOutput } from '@aws-sdk/client-cloudwatch-logs';
+import { DescribeInstancesCommand, type DescribeInstancesCommandOutput } from '@aws-sdk/client-ec2';
+import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } from '@aws-sdk/client-ssm';
+import { BOOT_LOG_KEYS, bootLogGroupName, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
+import type { LocalEvent, LocalEventKind } from './events';
+import type { LocalAwsClients } from './lambdas';
+
+/**
+ * The run's outcome: a timeline per job, a summary, and the leftovers. Everything that
+ * decides "served" and "left behind" is read by LISTING moto and the loopback CI servers
+ * after the run (`observeWorld`), not from what the tool itself did; the events only add
+ * the times and the trace ids. `buildReport` is pure, so its rules are tested with tables.
+ */
+
+/** A job the scenario created at a CI server and announced by a webhook delivery. */
+export interface ScenarioJob {
+  readonly provider: 'github' | 'gitlab';
+  readonly ciJobId: string;
+  readonly pool: string;
+  /** When its delivery was sent (epoch ms). */
+  readonly deliveredAt: number;
+}
+
+export interface ObservedInstance {
+  readonly id: string;
+  readonly state: string;
+  readonly tags: Readonly<Record<string, string>>;
+  /** EC2's LaunchTime (epoch ms): the last start. */
+  readonly launchedAt?: number;
+}
+
+/** What moto and the CI servers hold at the end, listed. */
+export interface ObservedWorld {
+  /** Every instance moto reports for the fleet's pool tag, terminated ones included. */
+  readonly instances: readonly ObservedInstance[];
+  /** Runner config parameter names. */
+  readonly parameters: readonly string[];
+  /** Registrations at the CI servers: provider, id, name (GitLab: description). */
+  readonly registrations: readonly { provider: string; id: string; name: string }[];
+  /** CI jobs and their state at the servers. */
+  /** done: finished successfully; failed: finished without success (its runner was lost mid-job). */
+  readonly ciJobs: readonly { provider: string; id: string; done: boolean; failed?: boolean; runnerName?: string }[];
+  /** Job messages in the dead-letter queue. */
+  readonly deadLetters: readonly { traceId: string; jobId: string; reason: string }[];
+  /** Warm target per pool. */
+  readonly targets: Readonly<Record<string, number>>;
+}
+
+export interface TimelineEntry {
+  /** Seconds since the job's delivery. */
+  readonly at: number;
+  readonly kind: LocalEventKind;
+  readonly instanceId?: string;
+  readonly detail?: string | number;
+}
+
+export interface JobReport {
+  readonly job: string;
+  readonly provider: string;
+  readonly ciJobId: string;
+  readonly pool: string;
+  readonly traceId?: string;
+  /** warm: its runner ran on a parked instance; cold: on one launched for a job. */
+  readonly served?: 'warm' | 'cold';
+  readonly deadLettered?: string;
+  /** The CI server failed the job: a runner took it and was lost. */
+  readonly failedAtCi?: boolean;
+  readonly instanceId?: string;
+  /** activation-latency-seconds from the boot script's own line. */
+  readonly activationLatencySeconds?: number;
+  readonly timeline: readonly TimelineEntry[];
+}
+
+export interface Leftovers {
+  /** Live instances that are not parked warm standbys, and parked ones beyond their pool's target. */
+  readonly instances: readonly { id: string; pool: string; state: string; why: string }[];
+  readonly parameters: readonly string[];
+  /** Registrations whose instance is not live (or whose name carries no instance). */
+  readonly registrations: readonly { provider: string; id: string; name: string }[];
+}
+
+export interface LocalReport {
+  readonly jobs: number;
+  readonly served: number;
+  readonly warm: number;
+  readonly cold: number;
+  readonly unserved: number;
+  readonly deadLettered: number;
+  /** The count: instances + parameters + registrations left behind. Zero is the only good number. */
+  readonly leftovers: number;
+  readonly leftoverDetail: Leftovers;
+  readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
+  readonly parked: Readonly<Record<string, number>>;
+  readonly wallSeconds: number;
+  /** Every requested job was sent and the run reached its end state before the deadline. */
+  readonly settled: boolean;
+  readonly notes: readonly string[];
+  /**
+   * The served instances' boot logs as read back from CloudWatch Logs (moto): `missing` names
+   * each instance whose log stream does not hold its activation-latency line.
+   */
+  readonly bootLogs?: { readonly checked: number; readonly missing: readonly string[] };
+  readonly timeline: readonly JobReport[];
+}
+
+const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
+
+export function buildReport(input: {
+  readonly config: FleetConfig;
+  readonly jobs: readonly ScenarioJob[];
+  readonly events: readonly LocalEvent[];
+  readonly world: ObservedWorld;
+  readonly startedAt: number;
+  readonly endedAt: number;
+  readonly notes?: readonly string[];
+  readonly settled?: boolean;
+  readonly bootLogs?: LocalReport['bootLogs'];
+}): LocalReport {
+  const { config, jobs, events, world } = input;
+  const keys = tagKeys(config.prefix);
+  const byId = new Map(world.instances.map((i) => [i.id, i]));
+  const key = (provider: string | undefined, id: string | undefined) => `${provider}:${id}`;
+  const ciJobs = new Map(world.ciJobs.map((j) => [key(j.provider, j.id), j]));
+  // The trace id of a job: from its 'queued' event (the webhook's log line).
+  const traceOf = new Map<string, string>();
+  for (const e of events) if (e.kind === 'queued' && e.traceId) traceOf.set(key(e.provider, e.ciJobId), e.traceId);
+  const deadByTrace = new Map(world.deadLetters.map((d) => [d.traceId, d.reason]));
+
+  const reports: JobReport[] = jobs.map((job) => {
+    const id = key(job.provider, job.ciJobId);
+    const traceId = traceOf.get(id);
+    const ci = ciJobs.get(id);
+    const runnerInstance = ci?.runnerName ? instanceIdOfRunnerName(config.prefix, ci.runnerName) : undefined;
+    const started = events.filter((e) => e.kind === 'started' && traceId !== undefined && e.traceId === traceId);
+    const instanceId = runnerInstance ?? started.at(-1)?.instanceId;
+    // The instances activated for the job. Its runner may have run on another job's
+    // instance (a CI service hands a runner the oldest matching job): job-done names it.
+    const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
+    const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, started.at(-1)?.detail) : undefined;
+    const timeline: TimelineEntry[] = events
+      .filter((e) => e.t >= job.deliveredAt - 1)
+      .filter(
+        (e) =>
+          (traceId !== undefined && e.traceId === traceId) ||
+          (e.ciJobId !== undefined && e.provider !== undefined && key(e.provider, e.ciJobId) === id) ||
+          (e.instanceId !== undefined && e.traceId === undefined && e.ciJobId === undefined && mine.has(e.instanceId)),
+      )
+      .sort((a, b) => a.t - b.t)
+      .map((e) => ({
+        at: Math.round((e.t - job.deliveredAt) / 10) / 100,
+        kind: e.kind,
+        ...(e.instanceId ? { instanceId: e.instanceId } : {}),
+        ...(e.detail !== undefined
+          ? { detail: e.detail }
+          : e.kind === 'job-done' && e.runnerName
+            ? { detail: `ran on ${instanceIdOfRunnerName(config.prefix, e.runnerName) ?? e.runnerName}` }
+            : {}),
+      }));
+    const dead = traceId ? deadByTrace.get(traceId) : undefined;
+    if (dead !== undefined && !timeline.some((e) => e.kind === 'dead-lettered')) {
+      // Moved by the redrive policy (no handler logged it): shown when the listing found it.
+      timeline.push({ at: Math.round((input.endedAt - job.deliveredAt) / 10) / 100, kind: 'dead-lettered', detail: `${dead} (found in the dead-letter queue at the end)` });
+    }
+    const latency = events.find((e) => e.kind === 'runner-started' && traceId !== undefined && e.traceId === traceId && typeof e.detail === 'number');
+    return {
+      job: id,
+      provider: job.provider,
+      ciJobId: job.ciJobId,
+      pool: job.pool,
+      ...(traceId ? { traceId } : {}),
+      ...(served ? { served } : {}),
+      ...(dead ? { deadLettered: dead } : {}),
+      ...(ci?.failed ? { failedAtCi: true } : {}),
+      ...(instanceId ? { instanceId } : {}),
+      ...(latency ? { activationLatencySeconds: latency.detail as number } : {}),
+      timeline,
+    };
+  });
+
+  const leftoverDetail = findLeftovers(config, keys, world);
+  const latencies = reports.map((r) => r.activationLatencySeconds).filter((x): x is number => x !== undefined).sort((a, b) => a - b);
+  const parked: Record<string, number> = {};
+  for (const pool of config.pools) parked[pool.name] = world.instances.filter((i) => i.tags[keys.pool] === pool.name && isParkedStandby(i, keys)).length;
+  const served = reports.filter((r) => r.served).length;
+  return {
+    jobs: jobs.length,
+    served,
+    warm: reports.filter((r) => r.served === 'warm').length,
+    cold: reports.filter((r) => r.served === 'cold').length,
+    unserved: jobs.length - served,
+    deadLettered: reports.filter((r) => r.deadLettered).length,
+    leftovers: leftoverDetail.instances.length + leftoverDetail.parameters.length + leftoverDetail.registrations.length,
+    leftoverDetail,
+    ...(latencies.length
+      ? { activationLatencySeconds: { min: latencies[0]!, median: latencies[Math.floor((latencies.length - 1) / 2)]!, max: latencies.at(-1)! } }
+      : {}),
+    parked,
+    wallSeconds: Math.round((input.endedAt - input.startedAt) / 100) / 10,
+    settled: input.settled ?? true,
+    notes: input.notes ?? [],
+    ...(input.bootLogs ? { bootLogs: input.bootLogs } : {}),
+    timeline: reports,
+  };
+}
+
+/** Warm when the instance was built by the pool (a parked standby), cold when scale-up launched it. */
+function servedHow(instance: ObservedInstance | undefined, keys: TagKeys, startedDetail: string | number | undefined): 'warm' | 'cold' {
+  if (instance) return instance.tags[keys.warmStandby] === WARM_STANDBY_VALUE ? 'warm' : 'cold';
+  return startedDetail === 'warm' ? 'warm' : 'cold';
+}
+
+function isParkedStandby(i: ObservedInstance, keys: TagKeys): boolean {
+  return i.state === 'stopped' && i.tags[keys.warmStandby] === WARM_STANDBY_VALUE && i.tags[keys.activatedAt] === undefined && i.tags[keys.jobId] === undefined;
+}
+
+/** What must not be there once every job is done (pure). */
+export function findLeftovers(config: FleetConfig, keys: TagKeys, world: ObservedWorld): Leftovers {
+  const instances: { id: string; pool: string; state: string; why: string }[] = [];
+  const live = world.instances.filter((i) => LIVE.has(i.state));
+  for (const pool of config.pools) {
+    const mine = live.filter((i) => i.tags[keys.pool] === pool.name);
+    const parked = mine.filter((i) => isParkedStandby(i, keys));
+    for (const i of mine) if (!parked.includes(i)) instances.push({ id: i.id, pool: pool.name, state: i.state, why: i.tags[keys.jobId] || i.tags[keys.activatedAt] ? 'activated for a job, still there' : 'not parked' });
+    const target = world.targets[pool.name] ?? 0;
+    for (const i of parked.slice(target)) instances.push({ id: i.id, pool: pool.name, state: i.state, why: `beyond the pool's target of ${target}` });
+  }
+  for (const i of live) {
+    const pool = i.tags[keys.pool];
+    if (pool !== undefined && !config.pools.some((p) => p.name === pool)) instances.push({ id: i.id, pool, state: i.state, why: 'pool not in the fleet config' });
+  }
+  const liveIds = new Set(live.map((i) => i.id));
+  const registrations = world.registrations.filter((r) => {
+    const id = instanceIdOfRunnerName(config.prefix, r.name);
+    return id === undefined || !liveIds.has(id);
+  });
+  return { instances, parameters: [...world.parameters], registrations };
+}
+
+/** Every instance moto reports with the fleet's pool tag, terminated ones included. */
+export async function listInstances(clients: LocalAwsClients, config: FleetConfig): Promise<ObservedInstance[]> {
+  const keys = tagKeys(config.prefix);
+  const instances: ObservedInstance[] = [];
+  let token: string | undefined;
+  do {
+    const out: DescribeInstancesCommandOutput = await clients.ec2.send(
+      new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [keys.pool] }], ...(token ? { NextToken: token } : {}) }),
+    );
+    for (const r of out.Reservations ?? [])
+      for (const i of r.Instances ?? [])
+        instances.push({
+          id: i.InstanceId!,
+          state: i.State?.Name ?? 'unknown',
+          tags: Object.fromEntries((i.Tags ?? []).map((t) => [t.Key!, t.Value ?? ''])),
+          ...(i.LaunchTime ? { launchedAt: i.LaunchTime.getTime() } : {}),
+        });
+    token = out.NextToken;
+  } while (token);
+  return instances;
+}
+
+/** Lists moto and the CI servers: the facts the report's counts come from. */
+export async function observeWorld(
+  clients: LocalAwsClients,
+  config: FleetConfig,
+  ci: {
+    registrations: () => { provider: string; id: string; name: string }[];
+    jobs: () => { provider: string; id: string; done: boolean; failed?: boolean; runnerName?: string }[];
+  },
+  deadLetterQueueUrl: string,
+  targets: Readonly<Record<string, number>>,
+): Promise<ObservedWorld> {
+  const instances = await listInstances(clients, config);
+  const parameters: string[] = [];
+  let token: string | undefined;
+  do {
+    const out: GetParametersByPathCommandOutput = await clients.ssm.send(
+      new GetParametersByPathCommand({ Path: ssmPaths(config.prefix).runnerConfigRoot, WithDecryption: false, ...(token ? { NextToken: token } : {}) }),
+    );
+    for (const p of out.Parameters ?? []) if (p.Name) parameters.push(p.Name);
+    token = out.NextToken;
+  } while (token);
+
+  return { instances, parameters, registrations: ci.registrations(), ciJobs: ci.jobs(), deadLetters: await listDeadLetters(clients, deadLetterQueueUrl), targets };
+}
+
+/**
+ * Which of these instances' boot log streams (the boot script names each after its instance)
+ * lack the activation-latency line: read back from CloudWatch Logs, so a served instance
+ * proves its boot log was shipped end to end.
+ */
+export async function checkBootLogs(clients: LocalAwsClients, prefix: string, instanceIds: readonly string[]): Promise<{ checked: number; missing: string[] }> {
+  const ids = [...new Set(instanceIds)];
+  const latency = `${BOOT_LOG_KEYS.activationLatency}=`;
+  const missing: string[] = [];
+  for (const id of ids) {
+    let found = false;
+    let token: string | undefined;
+    try {
+      for (let page = 0; page < 100 && !found; page++) {
+        const out: GetLogEventsCommandOutput = await clients.logs.send(
+          new GetLogEventsCommand({ logGroupName: bootLogGroupName(prefix), logStreamName: id, startFromHead: true, ...(token ? { nextToken: token } : {}) }),
+        );
+        found = (out.events ?? []).some((e) => e.message?.includes(latency));
+        // The same token back: the end of the stream.
+        if (!out.nextForwardToken || out.nextForwardToken === token) break;
+        token = out.nextForwardToken;
+      }
+    } catch (error) {
+      if ((error as Error).name !== 'ResourceNotFoundException') throw error;
+    }
+    if (!found) missing.push(id);
+  }
+  return { checked: ids.length, missing };
+}
+
+/**
+ * The dead-letter queue's messages: received with a visibility timeout (hidden meanwhile, so
+ * each is seen once) until the queue answers empty. Nothing is deleted.
+ */
+async function listDeadLetters(clients: LocalAwsClients, queueUrl: string): Promise<{ traceId: string; jobId: string; reason: string }[]> {
+  const seen = new Map<string, { traceId: string; jobId: string; reason: string }>();
+  for (let round = 0; round < 100; round++) {
+    const out = await clients.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 30, MessageAttributeNames: ['All'] }));
+    const messages = out.Messages ?? [];
+    if (messages.length === 0) break;
+    for (const m of messages) {
+      const reason = m.MessageAttributes?.['dead-letter-reason']?.StringValue ?? 'redrive (retries exhausted)';
+      try {
+        const job = parseJobMessage(m.Body ?? '');
+        seen.set(m.MessageId!, { traceId: job.traceId, jobId: job.jobId, reason });
+      } catch {
+        seen.set(m.MessageId!, { traceId: '', jobId: '', reason: `malformed: ${reason}` });
+      }
+    }
+  }
+  return [...seen.values()];
+}
+
+/** The human-readable report: per-job timelines, then the summary and the leftovers. */
+export function formatReport(report: LocalReport, options: { timelines?: boolean } = {}): string {
+  const lines: string[] = [];
+  const s = (x: number) => `${x.toFixed(2).padStart(6)}s`;
+  if (options.timelines !== false) {
+    for (const j of report.timeline) {
+      const how = j.served
+        ? `served ${j.served}${j.instanceId ? ` on ${j.instanceId}` : ''}`
+        : j.deadLettered
+          ? `DEAD-LETTERED (${j.deadLettered})`
+          : j.failedAtCi
+            ? `FAILED at the CI server (its runner was lost${j.instanceId ? ` on ${j.instanceId}` : ''})`
+            : 'NOT SERVED';
+      lines.push(`job ${j.job} pool ${j.pool} trace ${j.traceId ?? '-'}: ${how}`);
+      for (const e of j.timeline) {
+        const detail = e.kind === 'runner-started' && typeof e.detail === 'number' ? `activation-latency ${e.detail}s` : e.detail;
+        const rest = [e.instanceId, detail].filter((x) => x !== undefined && x !== '').join(' ');
+        lines.push(`  ${s(e.at)}  ${e.kind.padEnd(17)}${rest}`.trimEnd());
+      }
+    }
+    lines.push('');
+  }
+  const lat = report.activationLatencySeconds;
+  lines.push(
+    `jobs ${report.jobs}: served ${report.served} (warm ${report.warm}, cold ${report.cold}), unserved ${report.unserved}, dead-lettered ${report.deadLettered}`,
+  );
+  if (lat) lines.push(`activation to runner start (boot script's latency line): min ${lat.min}s, median ${lat.median}s, max ${lat.max}s`);
+  lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
+  const d = report.leftoverDetail;
+  lines.push(`leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length})`);
+  for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
+  for (const p of d.parameters) lines.push(`  parameter ${p}`);
+  for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
+  if (report.bootLogs) {
+    const b = report.bootLogs;
+    lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);
+  }
+  for (const n of report.notes) lines.push(`note: ${n}`);
+  lines.push(`wall time ${report.wallSeconds}s (${report.settled ? 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled' : 'the whole run, until it gave up: NOT SETTLED'})`);
+  return lines.join('\n');
+}

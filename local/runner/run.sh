@@ -1,0 +1,113 @@
+#!/bin/bash
+# Fake GitHub Actions runner for `npm run local`, started exactly as templates/start-runner.sh
+# starts the real one: `run.sh --jitconfig <encoded>`. The encoded config is what the loopback
+# GitHub (local/ci/github-server.ts) handed out: base64 of JSON with the server URL, the runner
+# id and a per-runner secret. The fake connects (the runner goes online), takes the job the
+# server assigns, works on it for the seconds the server names, reports it done and exits 0.
+# Without a job within the server's bound it exits 1, as a runner that cannot serve would.
+#
+# Steps are logged one line each to $LOCAL_RUNNER_LOG (or the file local-runner-log beside
+# this script names), else to stderr; the secret never is, and it reaches curl on stdin, not
+# on the command line.
+set -euo pipefail
+
+# The boot script starts the runner under `env -i`, which drops $LOCAL_RUNNER_LOG: a file
+# named local-runner-log beside this script may name the log instead (first line).
+LOG_PATH=${LOCAL_RUNNER_LOG:-}
+if [[ -z $LOG_PATH && -r $(dirname "${BASH_SOURCE[0]}")/local-runner-log ]]; then
+  read -r LOG_PATH <"$(dirname "${BASH_SOURCE[0]}")/local-runner-log" || true
+fi
+
+# A log that cannot be written (another user's file) falls back to stderr rather than ending the runner.
+log() {
+  local line
+  printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T fake-github-runner[%s] %s' -1 $$ "$*"
+  if [[ -z $LOG_PATH ]] || ! printf '%s\n' "$line" 2>/dev/null >>"$LOG_PATH"; then
+    printf '%s\n' "$line" >&2
+  fi
+}
+
+fail() {
+  log "error: $*"
+  exit 1
+}
+
+# A power-off signals the runner: its work ends with it rather than run on without a runner
+# (bash would leave a foreground sleep running), hence every wait is a background child.
+CHILD=''
+on_signal() {
+  # Reaped here too: a zombie left to an init that does not reap would still count as running.
+  [[ -z $CHILD ]] || { kill "$CHILD" 2>/dev/null; wait "$CHILD"; } || true
+  log "stopped by a signal${JOB:+ during job $JOB}"
+  exit 143
+}
+trap on_signal TERM INT HUP
+pause() {
+  sleep "$1" &
+  CHILD=$!
+  wait "$CHILD"
+  CHILD=''
+}
+
+# json FIELD... <json: the fields' values, one a line (empty when absent).
+json() {
+  python3 -c 'import json, sys
+doc = json.load(sys.stdin)
+for key in sys.argv[1:]:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    print("" if value is None else value)' "$@"
+}
+
+STATUS='' BODY='' JOB='' WORK=''
+# api METHOD PATH: sets STATUS (000 when the server did not answer) and BODY.
+api() {
+  local out
+  out=$(printf 'header = "authorization: Bearer %s"\n' "$SECRET" |
+    curl -sS --noproxy '*' --max-time 10 -K - -X "$1" -w '\n%{http_code}' "$URL$2" 2>/dev/null) || true
+  STATUS=${out##*$'\n'}
+  [[ $STATUS =~ ^[0-9]{3}$ ]] || STATUS=000
+  BODY=${out%$'\n'*}
+  [[ $out == *$'\n'* ]] || BODY=''
+}
+
+[[ $# -eq 2 && $1 == --jitconfig && -n $2 ]] || fail "usage: run.sh --jitconfig <encoded config>"
+config=$(printf '%s' "$2" | base64 -d 2>/dev/null) || fail "the JIT config is not base64"
+{ read -r URL && read -r ID && read -r NAME && read -r SECRET; } < <(json url runnerId name secret <<<"$config" 2>/dev/null) ||
+  fail "the JIT config is not one this fake understands"
+[[ -n $URL && $ID =~ ^[0-9]+$ && -n $SECRET ]] || fail "the JIT config lacks url, runnerId or secret"
+log "runner $NAME (id $ID) connecting to $URL"
+
+api POST "/_local/github/runners/$ID/session"
+[[ $STATUS == 200 ]] || fail "session refused (HTTP $STATUS): $BODY"
+{ read -r WAIT && read -r POLL; } < <(json waitSeconds pollSeconds <<<"$BODY") || fail "session answer not understood"
+log "online; waiting up to ${WAIT}s for a job"
+
+deadline=$((SECONDS + ${WAIT%.*}))
+while :; do
+  api POST "/_local/github/runners/$ID/acquire"
+  case $STATUS in
+    200)
+      { read -r JOB && read -r WORK; } < <(json jobId seconds <<<"$BODY") || fail "job answer not understood"
+      break
+      ;;
+    204) ;;
+    404 | 401) fail "registration gone (HTTP $STATUS): $BODY" ;;
+    *) log "job request failed (HTTP $STATUS); retrying" ;;
+  esac
+  if ((SECONDS >= deadline)); then
+    api DELETE "/_local/github/runners/$ID/session"
+    fail "no job within ${WAIT}s"
+  fi
+  pause "$POLL"
+done
+
+log "running job $JOB for ${WORK}s"
+pause "$WORK"
+for attempt in 1 2 3 4 5; do
+  api POST "/_local/github/runners/$ID/jobs/$JOB/complete"
+  [[ $STATUS != 200 ]] || break
+  log "reporting job $JOB failed (HTTP $STATUS, attempt $attempt)"
+  ((attempt < 5)) || fail "could not report job $JOB done"
+  pause 0.5
+done
+log "job $JOB done; exiting"

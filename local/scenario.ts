@@ -1,0 +1,455 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
+import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
+import { startMoto } from '../test/support/moto';
+import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
+import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
+import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
+import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Delivery } from './deliveries';
+import type { EventSink, LocalEvent } from './events';
+import { machineAt } from './instances/machine';
+import { InstancePlayer } from './instances/player';
+import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
+import { localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
+import { buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
+
+/**
+ * One run of the whole flow on this machine: moto, the loopback CI servers, the fleet
+ * provisioned from the example props, the instance player, the Lambdas on their triggers;
+ * the pools fill, jobs arrive as signed webhook deliveries, and the run ends when every job
+ * is served (or visibly dead-lettered) and nothing is left behind, or at the deadline.
+ */
+
+export interface ScenarioFaults {
+  /** EC2 refuses StartInstances for one instance (capacity), through scale-up's EC2 client. */
+  readonly refuseStart?: boolean;
+  /** The first instance of the GitLab pool never finishes priming. */
+  readonly stallPriming?: boolean;
+  /** A forged GitHub delivery (bad signature) among the good ones. */
+  readonly badSignature?: boolean;
+  /** One GitHub delivery redelivered (same delivery id), one GitLab job announced twice (two deliveries). */
+  readonly duplicate?: boolean;
+  /** The loopback GitHub answers 500 once to the JIT config request. */
+  readonly ciError?: boolean;
+}
+
+export interface ScenarioOptions {
+  /** Jobs per CI provider (the default run: 5 GitHub and 5 GitLab jobs). */
+  readonly jobs?: number;
+  /** Parked instances per pool. */
+  readonly poolSize?: number;
+  /** All jobs at once (more than the pools hold: the rest launch cold); otherwise in waves the pools can serve warm. */
+  readonly burst?: boolean;
+  readonly faults?: ScenarioFaults;
+  /** After the pools filled: a new launch template version; the parked instances of the old one are evicted and replaced. */
+  readonly drift?: boolean;
+  /** A moto to use instead of starting one (its state is not reset). */
+  readonly endpoint?: string;
+  /** Bound on the whole run after provisioning (ms). */
+  readonly deadlineMs?: number;
+  readonly onEvent?: EventSink;
+  readonly onLog?: (fn: LambdaName, line: string) => void;
+  /** Seconds a fake runner works on a job. */
+  readonly jobSeconds?: number;
+  readonly keepSandbox?: boolean;
+  /** Ends the run early (Ctrl-C): it stops where it is, still reports, and stops everything it started. */
+  readonly signal?: AbortSignal;
+}
+
+export interface ScenarioResult {
+  readonly report: LocalReport;
+  readonly events: readonly LocalEvent[];
+  /** Status codes of the webhook deliveries, in order, with what each was. */
+  readonly deliveries: readonly { what: string; status: number }[];
+  /** Pool log lines with the eviction reasons (drift, never-priming). */
+  readonly evictions: Readonly<Record<string, number>>;
+  readonly templateVersions: Readonly<Record<string, { before: string; after: string }>>;
+  readonly refusedStarts: number;
+  readonly fleet: ProvisionedFleet;
+  /** moto and the CI servers as listed at the end (what the report counted). */
+  readonly world: ObservedWorld;
+  /** Every Lambda log line, as `<fn> <json>`. */
+  readonly logs: readonly string[];
+}
+
+export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, jobSeconds: 1 } as const;
+/** Schedules of the local Lambdas: a pool run every second, a sweep every 2 s (deployed: every minute). */
+const POOL_EVERY_MS = 1_000;
+const SCALE_DOWN_EVERY_MS = 2_000;
+/**
+ * The sweep's grace period, locally (deployed: 10 minutes). Long enough that an instance
+ * ends itself after its job before the sweep would terminate it as "job-finished": a sweep
+ * that wins that race kills the boot script's background config delete, and the parameter
+ * then waits for the sweep's one-minute instance-gone rule.
+ */
+const SWEEP_GRACE_SECONDS = 10;
+/** A standby priming longer than this is stuck: the scenario fast-forwards the pool's clock for it. */
+const STUCK_PRIMING_MS = 10_000;
+
+const GITHUB_REPOSITORY = 'app';
+const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
+
+export async function runScenario(options: ScenarioOptions = {}): Promise<ScenarioResult> {
+  const o = { ...SCENARIO_DEFAULTS, ...options };
+  const startedAt = Date.now();
+  const faults = o.faults ?? {};
+  const events: LocalEvent[] = [];
+  const onEvent: EventSink = (e) => {
+    events.push(e);
+    o.onEvent?.(e);
+  };
+  const cleanups: (() => Promise<void> | void)[] = [];
+  const cleanup = async () => {
+    for (const c of cleanups.reverse()) {
+      try {
+        await c();
+      } catch {
+        // best effort: everything else still stops
+      }
+    }
+  };
+  try {
+    // 1. moto and the loopback CI servers.
+    let endpoint = o.endpoint;
+    if (!endpoint) {
+      const moto = await startMoto();
+      cleanups.push(() => moto.stop());
+      endpoint = moto.endpoint;
+    }
+    const clients = localClients(endpoint);
+    const sandboxRoot = mkdtempSync(join(tmpdir(), 'cwr-local-'));
+    let removeSandbox: (() => void) | undefined;
+    if (!o.keepSandbox) {
+      removeSandbox = (): void => rmSync(sandboxRoot, { recursive: true, force: true, maxRetries: 3 });
+      // Also on an abrupt exit (a second Ctrl-C exits at once, without the cleanups).
+      process.on('exit', removeSandbox);
+      cleanups.push(() => {
+        process.off('exit', removeSandbox!);
+        removeSandbox!();
+      });
+    }
+
+    const example = localExample();
+    const github = await startLoopbackGitHub({ organization: example.github.organization!, appId: example.github.appId, onEvent, jobSeconds: o.jobSeconds });
+    cleanups.push(() => github.close());
+    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds });
+    cleanups.push(() => gitlab.close());
+
+    // 2. What the CDK app would create.
+    const prefix = DEFAULT_PREFIX;
+    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot };
+    let fleet = await provision(clients, {
+      prefix,
+      example,
+      machine,
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url },
+      credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
+    });
+    clearFleetConfigCache();
+
+    // 3. The Lambdas on their triggers, and the instance player.
+    const evictions: Record<string, number> = {};
+    const logs: string[] = [];
+    const lambdas = new LocalLambdas({
+      endpoint,
+      fleetConfigParameter: fleet.config.parameters.fleetConfig,
+      queueUrl: fleet.queueUrl,
+      deadLetterQueueUrl: fleet.deadLetterQueueUrl,
+      instanceArnPrefix: `arn:aws:ec2:${LOCAL_REGION}:${LOCAL_ACCOUNT}:instance/`,
+      onEvent,
+      onLogLine: (fn, line) => {
+        o.onLog?.(fn, line);
+        if (!line.startsWith('{"_aws"')) logs.push(`${fn} ${line}`);
+        if (fn === 'pool' && line.includes('"message":"evicted"')) {
+          const reason = /"reason":"([^"]+)"/.exec(line)?.[1] ?? 'unknown';
+          evictions[reason] = (evictions[reason] ?? 0) + 1;
+        }
+      },
+      sweepGraceSeconds: SWEEP_GRACE_SECONDS,
+      poolEveryMs: POOL_EVERY_MS,
+      scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
+    });
+    let refusal: StartRefusal | undefined;
+    if (faults.refuseStart) refusal = refuseStartOfOneInstance(lambdas.scaleUpClients.ec2);
+    if (faults.ciError) github.failNext({ method: 'POST', path: /generate-jitconfig/ }, 500, 1);
+
+    const player = new InstancePlayer({ ec2: localClients(endpoint).ec2, prefix, machine, awsCli: awsCliPath(), onEvent });
+    if (faults.stallPriming) player.stallNextPriming(fleet.templates.find((t) => t.provider === 'gitlab')!.pool);
+    player.start();
+    cleanups.push(() => player.stop());
+    if (removeSandbox) {
+      // Exit hooks run in order: the sandbox goes after the player's hook killed its machines.
+      process.off('exit', removeSandbox);
+      process.on('exit', removeSandbox);
+    }
+    lambdas.start();
+    cleanups.push(() => lambdas.stop());
+    const deadline = Date.now() + o.deadlineMs;
+
+    const templateVersions: Record<string, { before: string; after: string }> = {};
+    const jobs: ScenarioJob[] = [];
+    const deliveries: { what: string; status: number }[] = [];
+    let gaveUp: string | undefined;
+    const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')!.pool;
+    try {
+      // 4. The pools fill: instances prime and park (a stuck one holds its place).
+      const stalled = faults.stallPriming ? 1 : 0;
+      await waitFor('the pools to fill', deadline, o.signal, async () => {
+        const world = await listInstances(clients, fleet.config);
+        return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
+      });
+
+      if (o.drift) {
+        // A deploy that changes the user data: a new template version per pool; the Lambdas' next
+        // containers read the new config (the cache is cleared as a deploy replaces them).
+        for (const t of fleet.templates) {
+          fleet = await publishNewTemplateVersion(clients, fleet, t.pool);
+          templateVersions[t.pool] = { before: t.version, after: fleet.templates.find((x) => x.pool === t.pool)!.version };
+        }
+        clearFleetConfigCache();
+        await waitFor('the pools to refill from the new template versions', deadline, o.signal, async () => {
+          const world = await listInstances(clients, fleet.config);
+          return fleet.config.pools.every((p) => {
+            const parked = parkedOf(world, fleet.config, p.name);
+            return parked.length >= o.poolSize && parked.every((i) => i.tags[LAUNCH_TEMPLATE_VERSION_TAG] === p.launchTemplateVersion);
+          });
+        });
+      }
+
+      // 5. Jobs: created at the CI servers, announced by signed deliveries.
+      const deliver = async (what: string, d: Delivery) => {
+        const res = await lambdas.webhook(d);
+        const status = res.statusCode ?? 0;
+        deliveries.push({ what, status });
+        return status;
+      };
+      const sendGitHub = async (labels: string[]) => {
+        const job = github.addJob(`${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels);
+        const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
+        const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
+        const deliveredAt = Date.now();
+        jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt });
+        const status = await deliver(`github job ${job.id}`, d);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: status });
+        return d;
+      };
+      const sendGitLab = async () => {
+        const pool = fleet.config.pools.find((p) => p.provider === 'gitlab')!;
+        const job = gitlab.addJob(GITLAB_PROJECT.id, [...pool.labels]);
+        const d = gitlabJobPending({ buildId: job.id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken);
+        const deliveredAt = Date.now();
+        jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt });
+        const status = await deliver(`gitlab job ${job.id}`, d);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: status });
+        return d;
+      };
+      const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
+      const githubLabels = ['self-hosted', ...githubPool.labels];
+
+      let remaining = { github: o.jobs, gitlab: o.jobs };
+      const burst = o.burst;
+      while (remaining.github > 0 || remaining.gitlab > 0) {
+        let wave = { ...remaining };
+        if (!burst) {
+          // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
+          const world = await listInstances(clients, fleet.config);
+          const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
+          wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
+          if (wave.github + wave.gitlab === 0) {
+            if (Date.now() > deadline || o.signal?.aborted) break;
+            await sleep(250);
+            continue;
+          }
+        }
+        const before = jobs.length;
+        const sends: Promise<unknown>[] = [];
+        for (let i = 0; i < wave.github; i++) sends.push(sendGitHub(githubLabels));
+        for (let i = 0; i < wave.gitlab; i++) sends.push(sendGitLab());
+        await Promise.all(sends);
+        remaining = { github: remaining.github - wave.github, gitlab: remaining.gitlab - wave.gitlab };
+        if (!burst && (remaining.github > 0 || remaining.gitlab > 0)) {
+          // Wait until this wave's jobs hold their instances before counting parked ones again.
+          const waveJobs = jobs.slice(before);
+          await waitFor('the wave to be activated', deadline, o.signal, async () => waveJobs.every((j) => startedOrDone(events, j, github, gitlab)));
+        }
+      }
+
+      if (faults.duplicate) {
+        // A redelivery (GitHub's "Redeliver" keeps the delivery id): SQS drops it as a duplicate.
+        const d = await sendGitHub(githubLabels);
+        await deliver('github redelivery (same delivery id)', d);
+        // One GitLab job announced by two hooks (a group hook and a project hook: two delivery
+        // ids): two messages for one job; scale-up finds the job's instance and serves it once.
+        const first = await sendGitLab();
+        const payload = JSON.parse(first.body) as { build_id: number };
+        await deliver('gitlab second hook for the same job', gitlabJobPending({ buildId: payload.build_id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
+      }
+      if (faults.badSignature) {
+        // Forged: a job the CI server never had, signed with the wrong secret.
+        const forged = withBadSignature(githubWorkflowJobQueued({ jobId: 999_999_999, runId: 1, repository: `${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels: githubLabels }, fleet.webhook.githubSecret));
+        await deliver('github forged delivery (bad signature)', forged);
+        const forgedGitLab = withBadSignature(gitlabJobPending({ buildId: 999_999_999, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken));
+        await deliver('gitlab forged delivery (wrong token)', forgedGitLab);
+      }
+    } catch (error) {
+      // A step that timed out ends the run early; the report still lists what happened.
+      if (!(error instanceof WaitTimeout)) throw error;
+      gaveUp = error.message;
+    }
+
+    // 6. Until every job is served or dead-lettered and nothing is left behind.
+    const keys = tagKeys(fleet.config.prefix);
+    let settled = false;
+    while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
+      const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
+      const world = await listInstances(clients, fleet.config);
+      if (jobsDone && faults.stallPriming) {
+        // The never-priming instance: the pool evicts a standby that has primed for longer than
+        // the pool's primingTimeout (at least a minute). Instead of waiting, one pool run sees
+        // its clock moved so that only standbys priming for over STUCK_PRIMING_MS are past it.
+        const now = Date.now();
+        const stuck = world.some(
+          (i) =>
+            i.state === 'running' &&
+            i.tags[keys.warmStandby] === WARM_STANDBY_VALUE &&
+            !i.tags[keys.activatedAt] &&
+            !i.tags[keys.jobId] &&
+            i.launchedAt !== undefined &&
+            now - i.launchedAt > STUCK_PRIMING_MS,
+        );
+        if (stuck) {
+          const timeout = Math.min(...fleet.config.pools.map((p) => p.warm.primingTimeoutSeconds));
+          lambdas.skewNextPoolRun(timeout * 1000 - STUCK_PRIMING_MS);
+        }
+      }
+      if (jobsDone) {
+        const observed = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
+        const left = findLeftovers(fleet.config, keys, observed);
+        const full = fleet.config.pools.every((p) => parkedOf(observed.instances, fleet.config, p.name).length === p.warm.size);
+        const queueEmpty = await queueIsEmpty(clients, fleet.queueUrl);
+        if (left.instances.length + left.parameters.length + left.registrations.length === 0 && full && queueEmpty) {
+          settled = true;
+          break;
+        }
+      }
+      await sleep(500);
+    }
+    const endedAt = Date.now();
+    await lambdas.stop();
+    await player.stop();
+
+    // 7. The report, from listing moto and the CI servers.
+    const world = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
+    const notes: string[] = [];
+    if (gaveUp) notes.push(gaveUp);
+    else if (o.signal?.aborted) notes.push('interrupted');
+    else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);
+    if (refusal) notes.push(`fault: StartInstances refused ${refusal.refused()} time(s) for ${refusal.instanceId() ?? 'no instance'} (InsufficientInstanceCapacity)`);
+    if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}`);
+    if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
+    for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
+    const unshipped = bootsThatDidNotShip(sandboxRoot);
+    if (unshipped.length) notes.push(`boot log not (fully) shipped by ${unshipped.join(', ')}`);
+    const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
+    if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
+    const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
+    const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
+    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested });
+    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
+  } finally {
+    await cleanup();
+  }
+}
+
+/** Machines whose console log holds the boot script's warning that its log did not (all) reach CloudWatch Logs. */
+function bootsThatDidNotShip(sandboxRoot: string): string[] {
+  const ids: string[] = [];
+  for (const id of readdirSync(sandboxRoot)) {
+    const { consoleLog } = machineAt(join(sandboxRoot, id));
+    if (existsSync(consoleLog) && readFileSync(consoleLog, 'utf8').includes('boot log not (fully) shipped')) ids.push(id);
+  }
+  return ids;
+}
+
+function targets(config: FleetConfig): Record<string, number> {
+  return Object.fromEntries(config.pools.map((p) => [p.name, p.warm.size]));
+}
+
+function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
+  return {
+    registrations: () => [
+      ...github.runners().map((r) => ({ provider: 'github', id: String(r.id), name: r.name })),
+      ...gitlab.runners().map((r) => ({ provider: 'gitlab', id: String(r.id), name: r.description })),
+    ],
+    jobs: () => [
+      ...github.jobs().map((j) => ({
+        provider: 'github',
+        id: String(j.id),
+        done: j.status === 'completed' && j.conclusion !== 'failure',
+        ...(j.status === 'completed' && j.conclusion === 'failure' ? { failed: true } : {}),
+        ...(j.runnerName ? { runnerName: j.runnerName } : {}),
+      })),
+      ...gitlab.jobs().map((j) => {
+        const runner = j.runnerId === undefined ? undefined : gitlab.runners().find((r) => r.id === j.runnerId);
+        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...(j.status === 'failed' ? { failed: true } : {}), ...(runner ? { runnerName: runner.description } : {}) };
+      }),
+    ],
+  };
+}
+
+/** The CI server has finished the job: done, or failed (its runner was lost mid-job). */
+function doneAtCi(job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
+  if (job.provider === 'github') return github.jobs().some((j) => String(j.id) === job.ciJobId && j.status === 'completed');
+  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed'));
+}
+
+function startedOrDone(events: readonly LocalEvent[], job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
+  const trace = events.find((e) => e.kind === 'queued' && e.provider === job.provider && e.ciJobId === job.ciJobId)?.traceId;
+  return doneAtCi(job, github, gitlab) || (trace !== undefined && events.some((e) => (e.kind === 'started' || e.kind === 'dead-lettered') && e.traceId === trace));
+}
+
+
+function parkedOf(world: readonly ObservedInstance[], config: FleetConfig, pool: string): ObservedInstance[] {
+  const keys = tagKeys(config.prefix);
+  const version = config.pools.find((p) => p.name === pool)?.launchTemplateVersion;
+  return world.filter(
+    (i) =>
+      i.state === 'stopped' &&
+      i.tags[keys.pool] === pool &&
+      i.tags[keys.warmStandby] === WARM_STANDBY_VALUE &&
+      !i.tags[keys.activatedAt] &&
+      !i.tags[keys.jobId] &&
+      (version === undefined || i.tags[LAUNCH_TEMPLATE_VERSION_TAG] === version),
+  );
+}
+
+async function queueIsEmpty(clients: LocalAwsClients, queueUrl: string): Promise<boolean> {
+  const out = await clients.sqs.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
+  );
+  return Number(out.Attributes?.ApproximateNumberOfMessages ?? '0') + Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? '0') === 0;
+}
+
+class WaitTimeout extends Error {}
+
+async function waitFor(what: string, deadline: number, signal: AbortSignal | undefined, check: () => Promise<boolean>): Promise<void> {
+  while (!(await check())) {
+    if (signal?.aborted) throw new WaitTimeout(`interrupted while waiting for ${what}`);
+    if (Date.now() > deadline) throw new WaitTimeout(`gave up waiting for ${what} at the deadline`);
+    await sleep(250);
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function awsCliPath(): string {
+  try {
+    return execFileSync('bash', ['-c', 'command -v aws'], { encoding: 'utf8' }).trim();
+  } catch {
+    throw new Error('the aws CLI is not on PATH: the instances\' boot scripts need it (pip install awscli)');
+  }
+}

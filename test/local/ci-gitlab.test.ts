@@ -1,0 +1,344 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createCiProviders, GitLabApiError, GitLabProvider } from '../../lambdas/ci';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
+import type { LocalEvent } from '../../local/events';
+import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
+import { runningInGroup, until } from './ci-processes';
+
+const GITLAB_RUNNER = resolve(__dirname, '../../local/runner/gitlab-runner');
+const PREFIX = 'lgl';
+const GROUP = 12;
+const PROJECT = 380;
+
+let gl: LoopbackGitLab;
+let config: FleetConfig;
+let events: LocalEvent[] = [];
+let tmp: string;
+const ssm = mockClient(SSMClient);
+
+/** The provider as the Lambdas build it: createCiProviders, the token read from SSM. */
+function provider(): CiProvider {
+  return createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }) }).gitlab!;
+}
+
+let instanceSerial = 0;
+const nextInstance = () => `i-0${(++instanceSerial).toString(16).padStart(16, '0')}`;
+
+function message(jobId: number, pool = 'docker', projectId = PROJECT): JobMessage {
+  return {
+    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
+    provider: 'gitlab',
+    jobId: `gitlab:${jobId}`,
+    providerJobId: String(jobId),
+    pool,
+    owner: 'group',
+    project: 'project',
+    projectId,
+    labels: [],
+    labelsResolved: false,
+    traceId: `t-${jobId}`,
+    deliveryId: `d-${jobId}`,
+    receivedAt: new Date().toISOString(),
+  };
+}
+
+/** The environment templates/start-runner.sh gives the runner (`env -i` plus these). */
+const BOOT_ENV = { HOME: tmpdir(), USER: 'nobody', LOGNAME: 'nobody', LANG: 'C.UTF-8', PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+/** The fake runner as a real process, with the command line and environment templates/start-runner.sh uses. */
+function runFake(reg: RunnerRegistration, log: string, waitTimeout = 5): Promise<number> {
+  const builds = join(tmp, 'builds');
+  mkdirSync(builds, { recursive: true });
+  const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', String(waitTimeout), '--builds-dir', builds];
+  return new Promise((done, fail) => {
+    const child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore' });
+    child.on('error', fail);
+    child.on('exit', (code) => done(code ?? -1));
+  });
+}
+
+async function rejection(p: Promise<unknown>): Promise<GitLabApiError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(GitLabApiError);
+  return e as GitLabApiError;
+}
+
+const jobStatus = (id: number) => gl.jobs().find((j) => j.id === id);
+
+// A fresh GitLab per test: no job or runner of one test can be taken or listed by another.
+beforeEach(async () => {
+  gl = await startLoopbackGitLab({ groupId: GROUP, onEvent: (e) => events.push(e), jobSeconds: 0.2 });
+  const pool = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+  config = buildFleetConfig({
+    prefix: PREFIX,
+    gitlab: { url: gl.url, runnerType: 'group_type', scopeId: GROUP },
+    pools: [
+      { name: 'docker', provider: 'gitlab', labels: ['docker', 'linux'], runUntagged: false, ...pool },
+      { name: 'any', provider: 'gitlab', labels: ['linux'], runUntagged: true, ...pool },
+    ],
+  });
+  ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token }).resolves({ Parameter: { Value: gl.accessToken } });
+});
+afterEach(async () => {
+  await gl.close();
+  events = [];
+});
+beforeAll(() => {
+  tmp = mkdtempSync(join(tmpdir(), 'ci-gitlab-'));
+});
+afterAll(() => {
+  ssm.restore();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+describe('loopback GitLab through the real provider and the fake gitlab-runner', () => {
+  it('run-single takes the OLDEST pending job whose tags the runner has, finishes it and exits 0; the runner stays until DELETE', async () => {
+    const p = provider();
+    const untagged = gl.addJob(PROJECT, []);
+    const gpu = gl.addJob(PROJECT, ['gpu']);
+    const older = gl.addJob(PROJECT, ['docker']);
+    const launchedFor = gl.addJob(PROJECT, ['docker', 'linux']);
+    expect(await p.isJobQueued(message(older.id))).toBe(true);
+    expect(await p.resolveLabels?.(message(launchedFor.id))).toEqual(['docker', 'linux']);
+
+    const reg = await p.createRunner(message(launchedFor.id), nextInstance(), 'docker');
+    expect(reg.url).toBe(gl.url);
+    expect(reg.secret).toMatch(/^glrt-/);
+    expect(gl.runners()).toEqual([
+      { id: Number(reg.runnerId), description: reg.name, tagList: ['docker', 'linux'], runUntagged: false, runnerType: 'group_type', groupId: GROUP, token: reg.secret },
+    ]);
+    expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'never_contacted' }]);
+
+    const log = join(tmp, 'assign.log');
+    expect(await runFake(reg, log)).toBe(0);
+
+    // GitLab's assignment: the oldest job the runner can take, not the one it was created for.
+    expect(jobStatus(older.id)).toEqual({ ...older, status: 'success', runnerId: Number(reg.runnerId) });
+    expect(jobStatus(launchedFor.id)?.status).toBe('pending');
+    expect(jobStatus(untagged.id)?.status).toBe('pending'); // the runner does not run untagged jobs
+    expect(jobStatus(gpu.id)?.status).toBe('pending');
+    expect(await p.isJobQueued(message(older.id))).toBe(false);
+    expect(events).toEqual([expect.objectContaining({ kind: 'job-done', provider: 'gitlab', ciJobId: String(older.id), runnerName: reg.name })]);
+    // Still registered after run-single exited: the control plane deletes it.
+    expect(gl.runners()).toEqual([expect.objectContaining({ id: Number(reg.runnerId), contactedAt: expect.any(String) })]);
+    expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'online' }]);
+    await p.deleteRunner(reg.runnerId);
+    expect(gl.runners()).toEqual([]);
+    expect(await p.listRunners()).toEqual([]);
+    await p.deleteRunner(reg.runnerId); // 404 counts as deleted
+
+    const lines = readFileSync(log, 'utf8');
+    expect(lines).toMatch(new RegExp(`received job=${older.id}`));
+    expect(lines).toMatch(/processed its build limit, so now exiting/);
+    expect(lines).not.toMatch(/trace not accepted/);
+    expect(lines).not.toContain(reg.secret.slice('glrt-'.length, 'glrt-'.length + 6));
+  });
+
+  it('two runners at once take different jobs; a run-untagged runner takes the untagged job', async () => {
+    const p = provider();
+    const untagged = gl.addJob(PROJECT, []);
+    const docker = gl.addJob(PROJECT, ['docker']);
+    const r1 = await p.createRunner(message(untagged.id, 'any'), nextInstance(), 'any');
+    const r2 = await p.createRunner(message(docker.id), nextInstance(), 'docker');
+    expect(await Promise.all([runFake(r1, join(tmp, 'r1.log')), runFake(r2, join(tmp, 'r2.log'))])).toEqual([0, 0]);
+    expect(jobStatus(untagged.id)).toMatchObject({ status: 'success', runnerId: Number(r1.runnerId) });
+    expect(jobStatus(docker.id)).toMatchObject({ status: 'success', runnerId: Number(r2.runnerId) });
+    expect(events.map((e) => e.runnerName).sort()).toEqual([r1.name, r2.name].sort());
+    await p.deleteRunner(r1.runnerId);
+    await p.deleteRunner(r2.runnerId);
+  });
+
+  it('no job within --wait-timeout: run-single exits 0 as the real one does, the registration stays', async () => {
+    const p = provider();
+    const reg = await p.createRunner(message(1), nextInstance(), 'docker');
+    const log = join(tmp, 'idle.log');
+    expect(await runFake(reg, log, 1)).toBe(0);
+    expect(readFileSync(log, 'utf8')).toMatch(/has not received a job in 1 seconds, so now exiting/);
+    expect(gl.runners().map((r) => r.id)).toEqual([Number(reg.runnerId)]);
+    await p.deleteRunner(reg.runnerId);
+  });
+
+  it('a deleted runner is refused (403) and takes no job; it keeps asking until its wait timeout, as the real one does', async () => {
+    const p = provider();
+    const job = gl.addJob(PROJECT, ['docker']);
+    const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+    await p.deleteRunner(reg.runnerId);
+    const log = join(tmp, 'deleted.log');
+    expect(await runFake(reg, log, 1)).toBe(0);
+    expect(readFileSync(log, 'utf8')).toMatch(/forbidden \(runner token refused\)/);
+    expect(jobStatus(job.id)?.status).toBe('pending');
+  });
+
+  it('a project runner takes only jobs of its project', async () => {
+    const projectConfig = { ...config, gitlab: { url: gl.url, runnerType: 'project_type' as const, scopeId: 999 } };
+    const p = createCiProviders(projectConfig, { ssm: new SSMClient({ region: 'eu-west-1' }) }).gitlab!;
+    const other = gl.addJob(PROJECT, ['docker']);
+    const own = gl.addJob(999, ['docker']);
+    const reg = await p.createRunner(message(own.id, 'docker', 999), nextInstance(), 'docker');
+    expect(await runFake(reg, join(tmp, 'project.log'))).toBe(0);
+    // The older job belongs to another project: the project runner skips it.
+    expect(jobStatus(own.id)).toMatchObject({ status: 'success', runnerId: Number(reg.runnerId) });
+    expect(jobStatus(other.id)?.status).toBe('pending');
+    expect((await p.listRunners()).map((r) => r.runnerId)).toEqual([reg.runnerId]);
+    expect(await provider().listRunners()).toEqual([]); // not a group runner
+    await p.deleteRunner(reg.runnerId);
+  });
+
+  it('failNext: a 5xx once on a list is retried; on POST /user/runners it is not (GitLab may have created it); on the runner API the runner asks again', async () => {
+    const waits: number[] = [];
+    const p = new GitLabProvider({
+      prefix: PREFIX,
+      gitlab: config.gitlab!,
+      pools: config.pools,
+      token: async () => gl.accessToken,
+      sleep: async (ms) => {
+        waits.push(ms);
+      },
+    });
+    gl.failNext({ method: 'GET', path: /^\/api\/v4\/groups\/12\/runners$/ }, 502);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500]);
+
+    gl.failNext({ method: 'POST', path: /^\/api\/v4\/user\/runners$/ }, 500);
+    expect((await rejection(p.createRunner(message(1), nextInstance(), 'docker'))).status).toBe(500);
+    expect(waits).toEqual([500]);
+    expect(gl.runners()).toEqual([]);
+
+    const job = gl.addJob(PROJECT, ['linux']);
+    const reg = await p.createRunner(message(job.id), nextInstance(), 'any');
+    gl.failNext({ method: 'POST', path: /^\/api\/v4\/jobs\/request$/ }, 503);
+    gl.failNext({ method: 'PUT', path: /^\/api\/v4\/jobs\/\d+$/ }, 502);
+    const log = join(tmp, 'faults.log');
+    expect(await runFake(reg, log)).toBe(0);
+    expect(jobStatus(job.id)?.status).toBe('success');
+    const lines = readFileSync(log, 'utf8');
+    expect(lines).toMatch(/Checking for jobs\.\.\. failed \(HTTP 503\)/);
+    expect(lines).toMatch(/updating job \d+ to running failed \(HTTP 502, attempt 1\)/);
+    await p.deleteRunner(reg.runnerId);
+
+    gl.failNext({ method: 'DELETE', path: /^\/api\/v4\/runners\/\d+$/ }, 503, 3);
+    const other = await p.createRunner(message(1), nextInstance(), 'docker');
+    expect((await rejection(p.deleteRunner(other.runnerId))).status).toBe(503);
+    expect(waits).toEqual([500, 500, 1000]);
+    await p.deleteRunner(other.runnerId);
+
+    // A rate limit once: waited out for the Retry-After it names (plus the provider's second).
+    gl.failNext({ method: 'GET', path: /\/runners$/ }, 429);
+    expect(await p.listRunners()).toEqual([]);
+    expect(waits).toEqual([500, 500, 1000, 2000]);
+  });
+
+  it('refuses bad credentials like GitLab: 401 for a wrong PRIVATE-TOKEN, 403 for a wrong runner or job token', async () => {
+    const wrong = new GitLabProvider({ prefix: PREFIX, gitlab: config.gitlab!, pools: config.pools, token: async () => 'glpat-wrong', sleep: async () => undefined });
+    expect((await rejection(wrong.listRunners())).status).toBe(401);
+    expect((await rejection(wrong.createRunner(message(1), nextInstance(), 'docker'))).status).toBe(401);
+    expect((await fetch(`${gl.url}/api/v4/groups/${GROUP}/runners`)).status).toBe(401);
+
+    const post = (path: string, body: unknown, method = 'POST') => fetch(`${gl.url}/api/v4${path}`, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    expect((await post('/jobs/request', { token: 'glrt-guessed' })).status).toBe(403);
+    const job = gl.addJob(PROJECT, ['docker', 'linux', 'x']);
+    const reg = await provider().createRunner(message(job.id), nextInstance(), 'docker');
+    expect((await post('/runners/verify', { token: reg.secret })).status).toBe(200);
+    // No job for these tags: 204, and the runner now counts as contacted.
+    expect((await post('/jobs/request', { token: reg.secret })).status).toBe(204);
+    const docker = gl.addJob(PROJECT, ['docker']);
+    const taken = await post('/jobs/request', { token: reg.secret });
+    expect(taken.status).toBe(201);
+    const { id, token } = (await taken.json()) as { id: number; token: string };
+    expect(id).toBe(docker.id);
+    // The trace: appended only at its current end, named by Content-Range, with the job token.
+    const patch = (headers: Record<string, string>, text: string) => fetch(`${gl.url}/api/v4/jobs/${id}/trace`, { method: 'PATCH', headers: { 'content-type': 'text/plain', ...headers }, body: text });
+    expect((await patch({ 'job-token': token }, 'line\n')).status).toBe(400);
+    expect((await patch({ 'job-token': 'glcbt-guessed', 'content-range': '0-5' }, 'line\n')).status).toBe(403);
+    const first = await patch({ 'job-token': token, 'content-range': '0-5' }, 'line\n');
+    expect([first.status, first.headers.get('range'), first.headers.get('job-status')]).toEqual([202, '0-5', 'running']);
+    const gap = await patch({ 'job-token': token, 'content-range': '9-14' }, 'more\n');
+    expect([gap.status, gap.headers.get('range')]).toEqual([416, '0-5']);
+    expect((await patch({ 'job-token': token, 'content-range': '5-10' }, 'more\n')).headers.get('range')).toBe('0-10');
+    expect((await post(`/jobs/${id}`, { token: 'glcbt-guessed', state: 'success' }, 'PUT')).status).toBe(403);
+    expect((await post(`/jobs/${id}`, { token: reg.secret, state: 'success' }, 'PUT')).status).toBe(403);
+    expect(jobStatus(id)?.status).toBe('running');
+    expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(200);
+    expect(jobStatus(id)?.status).toBe('success');
+    expect((await post(`/jobs/${id}`, { token, state: 'success' }, 'PUT')).status).toBe(403); // no longer running
+    // A failed job: GitLab takes the state; the job is not done, so no job-done.
+    const failing = gl.addJob(PROJECT, ['docker']);
+    const next = await post('/jobs/request', { token: reg.secret });
+    const { token: failingToken } = (await next.json()) as { token: string };
+    expect((await post(`/jobs/${failing.id}`, { token: failingToken, state: 'bogus' }, 'PUT')).status).toBe(400);
+    expect((await post(`/jobs/${failing.id}`, { token: failingToken, state: 'failed', failure_reason: 'script_failure', exit_code: 1 }, 'PUT')).status).toBe(200);
+    expect(jobStatus(failing.id)?.status).toBe('failed');
+    expect(events.map((e) => e.ciJobId)).toEqual([String(id)]);
+    await provider().deleteRunner(reg.runnerId);
+  });
+
+  it('gitlab-runner is shellcheck-clean and refuses command lines run-single would refuse', async () => {
+    expect(() => execFileSync('shellcheck', [GITLAB_RUNNER])).not.toThrow();
+    const log = join(tmp, 'usage.log');
+    const exitOf = (args: string[]) =>
+      new Promise<number>((done) => spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log }, stdio: 'ignore' }).on('exit', (code) => done(code ?? -1)));
+    const good = ['--url', gl.url, '--token', 'glrt-x', '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '1'];
+    expect(await exitOf(['run', ...good])).toBe(1);
+    expect(await exitOf(['run-single', ...good, '--bogus', 'x'])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(2)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'docker'])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/Missing URL[\s\S]*Missing Executor[\s\S]*Unknown executor: docker/);
+  });
+
+  it('pages runner lists with x-next-page and a link header; the provider reads every page', async () => {
+    const p = provider();
+    const regs = [];
+    for (let i = 0; i < 3; i++) regs.push(await p.createRunner(message(1), nextInstance(), 'docker'));
+    const res = await fetch(`${gl.url}/api/v4/groups/${GROUP}/runners?type=group_type&per_page=2&page=1`, { headers: { 'private-token': gl.accessToken } });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toHaveLength(2);
+    expect(res.headers.get('x-next-page')).toBe('2');
+    expect(res.headers.get('x-total')).toBe('3');
+    expect(res.headers.get('link')).toContain(`<${gl.url}/api/v4/groups/${GROUP}/runners?type=group_type&per_page=2&page=2>; rel="next"`);
+    expect((await p.listRunners()).map((r) => r.name).sort()).toEqual(regs.map((r) => r.name).sort());
+    for (const r of regs) await p.deleteRunner(r.runnerId);
+  });
+});
+
+describe('a fake gitlab-runner killed mid-job', () => {
+  it('leaves no process behind on SIGTERM; the runner stays registered until DELETE, as GitLab keeps it', async () => {
+    const slow = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60 });
+    let child: ChildProcess | undefined;
+    try {
+      const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: slow.url }, pools: config.pools, token: async () => slow.accessToken, sleep: async () => undefined });
+      const job = slow.addJob(PROJECT, ['docker']);
+      const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+      const builds = join(tmp, 'builds');
+      mkdirSync(builds, { recursive: true });
+      const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
+      const log = join(tmp, 'killed.log');
+      // Its own process group, so that whatever the runner left running can be seen.
+      child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
+      const spawned = child;
+      const exited = new Promise<unknown>((done) => spawned.on('exit', done));
+      // At work: past every request of the job's start, so the signal meets the runner itself.
+      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+      process.kill(child.pid!, 'SIGTERM');
+      await exited;
+      expect(runningInGroup(child.pid!)).toEqual([]);
+      expect(readFileSync(log, 'utf8')).toMatch(new RegExp(`stopped by a signal during job ${job.id}`));
+      expect(slow.runners().map((r) => r.id)).toEqual([Number(reg.runnerId)]);
+      await p.deleteRunner(reg.runnerId);
+      expect(slow.runners()).toEqual([]);
+    } finally {
+      // A failed expectation must not leave the runner running either.
+      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+      await slow.close();
+    }
+  });
+});

@@ -1,0 +1,53 @@
+import { App } from 'aws-cdk-lib';
+import { describe, expect, it } from 'vitest';
+import { ExampleRunnersStack } from '../../bin/example-stack';
+import type { FleetConfig, PoolConfig } from '../../lambdas/shared/contract';
+import { localExample, localFleetConfig, localOverrides } from '../../local/provision';
+
+/**
+ * The local fleet and the example app come from one props object: the FleetConfig the
+ * example stack synthesizes and the one the local tool puts in moto differ only in the
+ * overrides `localOverrides` lists (and in the placement: moto's template ids and subnet).
+ */
+const local = { poolSize: 3, githubApiUrl: 'http://127.0.0.1:1', gitlabUrl: 'http://127.0.0.1:2' };
+const placement = () => ({ launchTemplateId: 'lt-local', launchTemplateVersion: '1', subnetIds: ['subnet-local'] });
+
+function withoutPlacement(config: FleetConfig) {
+  return {
+    ...config,
+    pools: config.pools.map(({ launchTemplateId: _a, launchTemplateVersion: _b, subnetIds: _c, ...rest }) => rest),
+  };
+}
+
+describe('the local fleet config', () => {
+  const deployed = new ExampleRunnersStack(new App(), 'Example').runners.config;
+  const mine = localFleetConfig(localExample(), local, placement);
+
+  it('is the example stack\'s, but for the loopback URLs, the pool sizes and the dropped schedule', () => {
+    const expected = withoutPlacement(deployed);
+    const patched = {
+      ...expected,
+      github: { ...expected.github!, apiUrl: local.githubApiUrl },
+      gitlab: { ...expected.gitlab!, url: local.gitlabUrl },
+      pools: expected.pools.map((p) => ({ ...p, warm: { ...p.warm, size: local.poolSize, schedule: [] } })),
+    };
+    expect(withoutPlacement(mine)).toEqual(patched);
+  });
+
+  it('places every pool on the local template and subnet', () => {
+    for (const p of mine.pools as PoolConfig[]) expect(p).toMatchObject({ launchTemplateId: 'lt-local', launchTemplateVersion: '1', subnetIds: ['subnet-local'] });
+  });
+
+  it('changes nothing else in the props (the overrides are the whole list)', () => {
+    const example = localExample();
+    const o = localOverrides(example, local);
+    expect({ ...o.github, apiUrl: undefined }).toEqual({ ...example.github, apiUrl: undefined });
+    expect({ ...o.gitlab, url: undefined }).toEqual({ ...example.gitlab, url: undefined });
+    o.pools.forEach((p, i) => {
+      const { warm: w0, ...rest0 } = example.pools[i]!;
+      const { warm: w1, ...rest1 } = p;
+      expect(rest1).toEqual(rest0);
+      expect({ ...w1, size: undefined }).toEqual({ ...w0, size: undefined, schedule: undefined });
+    });
+  });
+});

@@ -1,0 +1,161 @@
+import { describe, expect, it } from 'vitest';
+import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE } from '../../lambdas/shared/contract';
+import type { LocalEvent } from '../../local/events';
+import { buildReport, findLeftovers, formatReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from '../../local/report';
+
+const prefix = 'rep';
+const keys = tagKeys(prefix);
+const config = buildFleetConfig({
+  prefix,
+  github: { appId: '1', organization: 'acme' },
+  gitlab: { url: 'http://127.0.0.1:1', runnerType: 'group_type', scopeId: 42 },
+  pools: [
+    { name: 'gh', provider: 'github', launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 2 },
+    { name: 'gl', provider: 'gitlab', launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 1 },
+  ],
+});
+const targets = { gh: 2, gl: 1 };
+const T0 = Date.parse('2026-11-29T20:00:00Z');
+
+let serial = 0;
+const id = () => `i-${(0xa000 + serial++).toString(16).padStart(17, '0')}`;
+function parked(pool: string, over: Partial<ObservedInstance> = {}): ObservedInstance {
+  return { id: id(), state: 'stopped', tags: { [keys.pool]: pool, [keys.warmStandby]: WARM_STANDBY_VALUE, [keys.createdBy]: CREATED_BY.pool }, ...over };
+}
+function activated(pool: string, state: string, warm: boolean): ObservedInstance {
+  return {
+    id: id(),
+    state,
+    tags: {
+      [keys.pool]: pool,
+      [keys.createdBy]: warm ? CREATED_BY.pool : CREATED_BY.scaleUp,
+      ...(warm ? { [keys.warmStandby]: WARM_STANDBY_VALUE, [keys.activatedAt]: '2026-11-29T20:00:01Z' } : {}),
+      [keys.jobId]: 'github:1',
+    },
+  };
+}
+function world(over: Partial<ObservedWorld> = {}): ObservedWorld {
+  return { instances: [], parameters: [], registrations: [], ciJobs: [], deadLetters: [], targets, ...over };
+}
+
+describe('leftovers, counted from the listed world', () => {
+  const full = () => [parked('gh'), parked('gh'), parked('gl')];
+  it.each<[string, () => ObservedWorld, { instances: number; parameters: number; registrations: number }]>([
+    ['full pools, nothing else', () => world({ instances: full() }), { instances: 0, parameters: 0, registrations: 0 }],
+    ['terminated instances do not count', () => world({ instances: [...full(), activated('gh', 'terminated', true), activated('gl', 'terminated', false)] }), { instances: 0, parameters: 0, registrations: 0 }],
+    ['a parked instance beyond the target', () => world({ instances: [...full(), parked('gl')] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an activated instance still running', () => world({ instances: [...full(), activated('gh', 'running', true)] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an activated instance stopped', () => world({ instances: [...full(), activated('gh', 'stopped', true)] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['a standby that never parked (priming)', () => world({ instances: [parked('gh'), parked('gh', { state: 'running' }), parked('gl')] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['a config parameter', () => world({ instances: full(), parameters: ['/rep/runners/config/i-0'] }), { instances: 0, parameters: 1, registrations: 0 }],
+    [
+      'a registration whose instance is terminated',
+      () => {
+        const gone = activated('gl', 'terminated', true);
+        return world({ instances: [...full(), gone], registrations: [{ provider: 'gitlab', id: '7', name: runnerName(prefix, gone.id, new Date(T0)) }] });
+      },
+      { instances: 0, parameters: 0, registrations: 1 },
+    ],
+    ['a registration whose name names no instance', () => world({ instances: full(), registrations: [{ provider: 'github', id: '8', name: 'someone-else' }] }), { instances: 0, parameters: 0, registrations: 1 }],
+    [
+      'a registration of a live instance is not a registration leftover (the instance is)',
+      () => {
+        const live = activated('gh', 'running', true);
+        return world({ instances: [...full(), live], registrations: [{ provider: 'github', id: '9', name: runnerName(prefix, live.id, new Date(T0)) }] });
+      },
+      { instances: 1, parameters: 0, registrations: 0 },
+    ],
+    ['an instance of a pool the config lacks', () => world({ instances: [...full(), parked('other')] }), { instances: 1, parameters: 0, registrations: 0 }],
+  ])('%s', (_name, make, expected) => {
+    const left = findLeftovers(config, keys, make());
+    expect({ instances: left.instances.length, parameters: left.parameters.length, registrations: left.registrations.length }).toEqual(expected);
+  });
+});
+
+describe('the report', () => {
+  const ghJob: ScenarioJob = { provider: 'github', ciJobId: '11', pool: 'gh', deliveredAt: T0 };
+  const glJob: ScenarioJob = { provider: 'gitlab', ciJobId: '22', pool: 'gl', deliveredAt: T0 };
+  const lostJob: ScenarioJob = { provider: 'github', ciJobId: '33', pool: 'gh', deliveredAt: T0 };
+
+  it('counts served, warm and cold from the CI servers and the instances, and joins the timeline by trace id and instance', () => {
+    const warm = activated('gh', 'terminated', true);
+    const cold = activated('gl', 'terminated', false);
+    const other = parked('gh');
+    const events: LocalEvent[] = [
+      { t: T0 - 5_000, kind: 'parked', instanceId: warm.id },
+      { t: T0, kind: 'webhook-received', provider: 'github', ciJobId: '11', detail: 202 },
+      { t: T0 + 10, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr-gh', pool: 'gh' },
+      { t: T0 + 100, kind: 'claimed', instanceId: warm.id, detail: 'warm' },
+      { t: T0 + 200, kind: 'started', traceId: 'tr-gh', instanceId: warm.id, detail: 'warm' },
+      { t: T0 + 900, kind: 'boot', instanceId: warm.id, detail: 'RUN' },
+      { t: T0 + 1_000, kind: 'runner-started', traceId: 'tr-gh', instanceId: warm.id, detail: 0.8 },
+      { t: T0 + 2_000, kind: 'job-done', provider: 'github', ciJobId: '11', runnerName: 'x' },
+      { t: T0 + 2_500, kind: 'instance-gone', instanceId: warm.id },
+      { t: T0 + 2_600, kind: 'instance-gone', instanceId: other.id },
+      { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+      { t: T0 + 300, kind: 'started', traceId: 'tr-gl', instanceId: cold.id, detail: 'cold' },
+      { t: T0 + 3_000, kind: 'runner-started', traceId: 'tr-gl', instanceId: cold.id, detail: 2.5 },
+      { t: T0, kind: 'queued', provider: 'github', ciJobId: '33', traceId: 'tr-lost', pool: 'gh' },
+    ];
+    const w = world({
+      instances: [warm, cold, parked('gh'), other, parked('gl')],
+      ciJobs: [
+        { provider: 'github', id: '11', done: true, runnerName: runnerName(prefix, warm.id, new Date(T0)) },
+        { provider: 'gitlab', id: '22', done: true, runnerName: runnerName(prefix, cold.id, new Date(T0)) },
+        { provider: 'github', id: '33', done: false },
+      ],
+      deadLetters: [{ traceId: 'tr-lost', jobId: 'github:33', reason: 'max-wait' }],
+    });
+    const r = buildReport({ config, jobs: [ghJob, glJob, lostJob], events, world: w, startedAt: T0 - 10_000, endedAt: T0 + 5_000 });
+    expect(r).toMatchObject({ jobs: 3, served: 2, warm: 1, cold: 1, unserved: 1, deadLettered: 1, leftovers: 0, wallSeconds: 15 });
+    expect(r.activationLatencySeconds).toEqual({ min: 0.8, median: 0.8, max: 2.5 });
+    const gh = r.timeline[0]!;
+    expect(gh).toMatchObject({ traceId: 'tr-gh', served: 'warm', instanceId: warm.id, activationLatencySeconds: 0.8 });
+    // The priming history before the delivery and another instance's end are not this job's.
+    expect(gh.timeline.map((e) => e.kind)).toEqual(['webhook-received', 'queued', 'claimed', 'started', 'boot', 'runner-started', 'job-done', 'instance-gone']);
+    expect(gh.timeline.map((e) => e.at)).toEqual([0, 0.01, 0.1, 0.2, 0.9, 1, 2, 2.5]);
+    expect(r.timeline[2]).toMatchObject({ deadLettered: 'max-wait' });
+    // Dead-lettered by the redrive (no log line said so): the listing puts it on the timeline.
+    expect(r.timeline[2]!.timeline.at(-1)).toEqual({ at: 5, kind: 'dead-lettered', detail: 'max-wait (found in the dead-letter queue at the end)' });
+    expect(r.timeline[2]!.served).toBeUndefined();
+    const text = formatReport(r);
+    expect(text).toContain('jobs 3: served 2 (warm 1, cold 1), unserved 1, dead-lettered 1');
+    expect(text).toContain('DEAD-LETTERED (max-wait)');
+    expect(text).toContain('leftovers: 0');
+  });
+
+  it('a job its runner never finished is unserved even if an instance was started for it', () => {
+    const i = activated('gh', 'running', true);
+    const r = buildReport({
+      config,
+      jobs: [ghJob],
+      events: [
+        { t: T0, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr' },
+        { t: T0, kind: 'started', traceId: 'tr', instanceId: i.id, detail: 'warm' },
+      ],
+      world: world({ instances: [i, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'github', id: '11', done: false }] }),
+      startedAt: T0,
+      endedAt: T0,
+    });
+    expect(r).toMatchObject({ served: 0, unserved: 1, leftovers: 1 });
+    expect(formatReport(r)).toContain('NOT SERVED');
+  });
+
+  it('a job its runner was lost on is failed at the CI server, not served', () => {
+    const i = activated('gh', 'terminated', true);
+    const r = buildReport({
+      config,
+      jobs: [ghJob],
+      events: [{ t: T0, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr' }],
+      world: world({
+        instances: [i, parked('gh'), parked('gh'), parked('gl')],
+        ciJobs: [{ provider: 'github', id: '11', done: false, failed: true, runnerName: runnerName(prefix, i.id, new Date(T0)) }],
+      }),
+      startedAt: T0,
+      endedAt: T0,
+    });
+    expect(r).toMatchObject({ served: 0, unserved: 1, leftovers: 0 });
+    expect(r.timeline[0]).toMatchObject({ failedAtCi: true, instanceId: i.id });
+    expect(formatReport(r)).toContain(`FAILED at the CI server (its runner was lost on ${i.id})`);
+  });
+});
