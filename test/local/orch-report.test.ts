@@ -66,6 +66,36 @@ describe('leftovers, counted from the listed world', () => {
       { instances: 1, parameters: 0, registrations: 0 },
     ],
     ['an instance of a pool the config lacks', () => world({ instances: [...full(), parked('other')] }), { instances: 1, parameters: 0, registrations: 0 }],
+    [
+      'a registration whose instance is a parked standby (never activated)',
+      () => {
+        const standby = parked('gh');
+        return world({ instances: [standby, parked('gh'), parked('gl')], registrations: [{ provider: 'github', id: '10', name: runnerName(prefix, standby.id, new Date(T0)) }] });
+      },
+      { instances: 0, parameters: 0, registrations: 1 },
+    ],
+    [
+      'a registration whose instance primes (running, not activated)',
+      () => {
+        const priming = parked('gh', { state: 'running' });
+        return world({ instances: [...full(), priming], registrations: [{ provider: 'github', id: '12', name: runnerName(prefix, priming.id, new Date(T0)) }] });
+      },
+      { instances: 1, parameters: 0, registrations: 1 },
+    ],
+    ['an instance without the pool tag', () => world({ instances: [...full(), { id: id(), state: 'running', tags: {} }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an instance without any tag, stopped', () => world({ instances: [...full(), { id: id(), state: 'stopped', tags: { Name: 'x' } }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an untagged terminated instance does not count', () => world({ instances: [...full(), { id: id(), state: 'terminated', tags: {} }] }), { instances: 0, parameters: 0, registrations: 0 }],
+    ['an activated instance shutting down', () => world({ instances: [...full(), activated('gh', 'shutting-down', true)] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an untagged instance shutting down', () => world({ instances: [...full(), { id: id(), state: 'shutting-down', tags: {} }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    [
+      'a registration of an activated instance shutting down is not a registration leftover (the instance is)',
+      () => {
+        const going = activated('gl', 'shutting-down', false);
+        return world({ instances: [...full(), going], registrations: [{ provider: 'gitlab', id: '13', name: runnerName(prefix, going.id, new Date(T0)) }] });
+      },
+      { instances: 1, parameters: 0, registrations: 0 },
+    ],
+    ['a parameter nested below the config root', () => world({ instances: full(), parameters: ['/rep/runners/config/nested/i-0'] }), { instances: 0, parameters: 1, registrations: 0 }],
   ])('%s', (_name, make, expected) => {
     const left = findLeftovers(config, keys, make());
     expect({ instances: left.instances.length, parameters: left.parameters.length, registrations: left.registrations.length }).toEqual(expected);
