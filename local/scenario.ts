@@ -73,6 +73,8 @@ export interface ScenarioResult {
   readonly world: ObservedWorld;
   /** Every Lambda log line, as `<fn> <json>`. */
   readonly logs: readonly string[];
+  /** Distinct messages the jobs queue delivered to scale-up, per qualified job id. */
+  readonly queueMessagesPerJob: Readonly<Record<string, number>>;
 }
 
 export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, jobSeconds: 1 } as const;
@@ -340,7 +342,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
     const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, settled: settled && jobs.length === requested });
-    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
+    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
   }
