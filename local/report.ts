@@ -125,13 +125,18 @@ export function buildReport(input: {
     const id = key(job.provider, job.ciJobId);
     const traceId = traceOf.get(id);
     const ci = ciJobs.get(id);
-    const runnerInstance = ci?.runnerName ? instanceIdOfRunnerName(config.prefix, ci.runnerName) : undefined;
+    // Where the job ran: the CI server's record, or its job-done event (a GitLab runner's
+    // registration, which holds the name, is deleted by scale-down after the job).
+    const ranOn = ci?.runnerName ?? events.find((e) => e.kind === 'job-done' && e.runnerName && key(e.provider, e.ciJobId) === id)?.runnerName;
+    const runnerInstance = ranOn ? instanceIdOfRunnerName(config.prefix, ranOn) : undefined;
     const started = events.filter((e) => e.kind === 'started' && traceId !== undefined && e.traceId === traceId);
     const instanceId = runnerInstance ?? started.at(-1)?.instanceId;
+    // Warm or cold is a property of the instance the job ran on (maybe another job's activation).
+    const startedOn = events.find((e) => e.kind === 'started' && instanceId !== undefined && e.instanceId === instanceId);
     // The instances activated for the job. Its runner may have run on another job's
     // instance (a CI service hands a runner the oldest matching job): job-done names it.
     const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
-    const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, started.at(-1)?.detail) : undefined;
+    const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, startedOn?.detail) : undefined;
     const timeline: TimelineEntry[] = events
       .filter((e) => e.t >= job.deliveredAt - 1)
       .filter(

@@ -188,4 +188,49 @@ describe('the report', () => {
     expect(r.timeline[0]).toMatchObject({ failedAtCi: true, instanceId: i.id });
     expect(formatReport(r)).toContain(`FAILED at the CI server (its runner was lost on ${i.id})`);
   });
+
+  it('a GitLab job that ran on another activation: warm or cold and the instance come from where it ran (job-done), after scale-down deleted the runner', () => {
+    // Scale-up activated parked instance A for the job; the GitLab server handed the job to the
+    // runner of cold instance B (launched for another job). B's registration is gone by the end.
+    const a = activated('gl', 'terminated', true);
+    const b = activated('gl', 'terminated', false);
+    const ranOn = runnerName(prefix, b.id, new Date(T0));
+    const r = buildReport({
+      config,
+      jobs: [glJob],
+      events: [
+        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: a.id, detail: 'warm' },
+        { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
+        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: ranOn },
+      ],
+      world: world({ instances: [a, b, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      startedAt: T0,
+      endedAt: T0 + 3_000,
+    });
+    expect(r.timeline[0]).toMatchObject({ served: 'cold', instanceId: b.id });
+    expect(r).toMatchObject({ warm: 0, cold: 1 });
+    const text = formatReport(r);
+    expect(text).toContain(`served cold on ${b.id}`);
+    expect(text).toContain(`ran on ${b.id}`);
+    expect(text).not.toContain(`on ${a.id}`);
+  });
+
+  it('warm or cold without the instance in the listing: from the started event of the instance it ran on', () => {
+    const b = activated('gl', 'terminated', false);
+    const r = buildReport({
+      config,
+      jobs: [glJob],
+      events: [
+        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: 'i-0aaaaaaaaaaaaaaaa', detail: 'warm' },
+        { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
+        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: runnerName(prefix, b.id, new Date(T0)) },
+      ],
+      world: world({ instances: [parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      startedAt: T0,
+      endedAt: T0 + 3_000,
+    });
+    expect(r.timeline[0]).toMatchObject({ served: 'cold', instanceId: b.id });
+  });
 });
