@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { LocalReport } from '../../local/report';
@@ -50,7 +51,19 @@ describe('npm run local (steady: the default run)', () => {
   it('refuses a bad flag with a usage message and exit status 2', { timeout: 60_000 }, async () => {
     const { code, stderr } = await runLocal(['--jobs', 'many']);
     expect(code).toBe(2);
-    expect(stderr).toContain('--jobs must be an integer of at least 0, got "many"');
+    expect(stderr).toContain('--jobs must be a whole number from 0 to 50, got "many"');
     expect(stderr).toContain('usage: npm run local');
+  });
+
+  it('says it cannot reach moto at an --endpoint nothing listens on, without a stack trace, and exits 2', { timeout: 60_000 }, async () => {
+    // A port that was free a moment ago: nothing listens there.
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    await new Promise((resolve) => server.close(resolve));
+    const { code, stderr } = await runLocal(['--endpoint', `http://127.0.0.1:${port}`]);
+    expect(code).toBe(2);
+    expect(stderr).toContain(`cannot reach moto at http://127.0.0.1:${port} (ECONNREFUSED)`);
+    expect(stderr).not.toMatch(/^\s+at /m);
   });
 });
