@@ -23,18 +23,40 @@ function runLocal(args: string[]): Promise<{ code: number | null; stdout: string
   });
 }
 
+/**
+ * The warm activations that scale-up logged as falling back to a cold launch, with their
+ * reason (the --verbose Lambda log lines on stderr). The design makes a failed activation
+ * (a claim, tag or start call that fails or times out, as on a loaded machine) roll back
+ * and fall back cold; that is a served job, not a failure, but only when it says so.
+ */
+function fallbacks(stderr: string): { jobId: string; reason: string }[] {
+  const out: { jobId: string; reason: string }[] = [];
+  for (const line of stderr.split('\n')) {
+    const m = /^\s+\[scale-up\] (\{.*\})$/.exec(line);
+    if (!m) continue;
+    const entry = JSON.parse(m[1]!) as { message?: string; jobId?: string; reason?: string };
+    if (entry.message === 'warm activation fell back to a cold launch') out.push({ jobId: entry.jobId ?? '?', reason: entry.reason ?? '' });
+  }
+  return out;
+}
+
 describe('npm run local (steady: the default run)', () => {
-  it('serves every job warm, leaves nothing behind, and exits 0', { timeout: 300_000 }, async () => {
+  it('serves every job warm (bar activations that visibly fell back), leaves nothing behind, and exits 0', { timeout: 300_000 }, async () => {
     // A generous deadline: the test checks the outcome, not the time (other suites share the machine).
-    const { code, stdout, stderr } = await runLocal(['--json', '--deadline', '200']);
+    const { code, stdout, stderr } = await runLocal(['--json', '--verbose', '--deadline', '200']);
     expect(code, stderr.slice(-3000)).toBe(0);
     const report = JSON.parse(stdout) as LocalReport;
-    expect(report).toMatchObject({ jobs: 10, served: 10, warm: 10, cold: 0, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
+    expect(report).toMatchObject({ jobs: 10, served: 10, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
+    // Every cold start is explained by a logged fallback with its reason; without one, all 10 are warm.
+    const fell = fallbacks(stderr);
+    expect(fell.every((f) => f.reason !== '')).toBe(true);
+    expect(report.cold, JSON.stringify(fell)).toBeLessThanOrEqual(fell.length);
+    expect(report.warm, JSON.stringify(fell)).toBeGreaterThanOrEqual(10 - fell.length);
     expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
     expect(report.parked).toEqual({ 'linux-x64': 3, 'gitlab-docker': 3 });
     expect(report.timeline.map((j) => j.provider).sort()).toEqual([...Array(5).fill('github'), ...Array(5).fill('gitlab')]);
     for (const job of report.timeline) {
-      expect(job.served).toBe('warm');
+      expect(job.served).toBeDefined();
       expect(job.traceId).toMatch(/^[A-Za-z0-9._-]+$/);
       const kinds = job.timeline.map((e) => e.kind);
       // Each job's own path, in order, from the delivery to its instance's end.
@@ -42,7 +64,9 @@ describe('npm run local (steady: the default run)', () => {
       expect(kinds.indexOf('queued')).toBeLessThan(kinds.indexOf('started'));
       expect(kinds.indexOf('started')).toBeLessThan(kinds.indexOf('runner-started'));
       expect(job.timeline.find((e) => e.kind === 'webhook-received')!.detail).toBe(202);
-      expect(job.timeline.find((e) => e.kind === 'started')!.detail).toBe('warm');
+      // Scale-up started a parked instance for the job, unless its activation fell back (logged).
+      const how = job.timeline.find((e) => e.kind === 'started')!.detail;
+      expect(how === 'warm' || fell.some((f) => f.jobId === job.job), `${job.job} started ${String(how)} with no fallback logged`).toBe(true);
       expect(typeof job.activationLatencySeconds).toBe('number');
     }
     expect(report.activationLatencySeconds!.min).toBeGreaterThanOrEqual(0);
