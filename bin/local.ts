@@ -8,78 +8,43 @@
  * Exit status: 0 when every job was sent and served and nothing was left behind, 1 otherwise
  * (also when the run gave up at its deadline), 2 on a usage error.
  */
-import { parseArgs } from 'node:util';
 import type { LocalEvent } from '../local/events';
+import { parseLocalArgs, USAGE, UsageError, type LocalArgs } from '../local/cli-args';
 import { formatReport } from '../local/report';
-import { runScenario, SCENARIO_DEFAULTS, type ScenarioOptions } from '../local/scenario';
-
-const USAGE = `usage: npm run local -- [options]
-  --jobs N        jobs per CI provider (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
-  --pool-size N   parked instances per pool (default ${SCENARIO_DEFAULTS.poolSize})
-  --burst         all jobs at once (beyond the pool: the rest launch cold); default: waves the pools serve warm
-  --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500
-  --drift         publish a new launch template version after the pools filled
-  --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
-  --json          print the report as one JSON object
-  --verbose       print every event and every Lambda log line as it happens (stderr)
-  --deadline S    give up after S seconds (default ${SCENARIO_DEFAULTS.deadlineMs / 1000})`;
-
-function count(name: string, value: string | undefined, min: number): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer of at least ${min}, got "${value}"`);
-  return n;
-}
+import { runScenario, type ScenarioOptions } from '../local/scenario';
 
 async function main(): Promise<number> {
-  let options: ScenarioOptions;
-  let json = false;
+  let args: LocalArgs;
   try {
-    const { values } = parseArgs({
-      options: {
-        jobs: { type: 'string' },
-        'pool-size': { type: 'string' },
-        burst: { type: 'boolean' },
-        faults: { type: 'boolean' },
-        drift: { type: 'boolean' },
-        endpoint: { type: 'string' },
-        json: { type: 'boolean' },
-        verbose: { type: 'boolean' },
-        deadline: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-    });
-    if (values.help) {
-      console.log(USAGE);
-      return 0;
-    }
-    if (values.endpoint !== undefined && !/^https?:\/\/[^/]+/.test(values.endpoint)) throw new Error(`--endpoint must be an http(s) URL, got "${values.endpoint}"`);
-    json = values.json ?? false;
-    const start = Date.now();
-    const jobs = count('jobs', values.jobs, 0);
-    const poolSize = count('pool-size', values['pool-size'], 0);
-    const deadline = count('deadline', values.deadline, 10);
-    const verbose = values.verbose ?? false;
-    options = {
-      ...(jobs === undefined ? {} : { jobs }),
-      ...(poolSize === undefined ? {} : { poolSize }),
-      ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),
-      burst: values.burst ?? false,
-      drift: values.drift ?? false,
-      ...(values.faults ? { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true } } : {}),
-      ...(values.endpoint ? { endpoint: values.endpoint } : {}),
-      ...(verbose
-        ? {
-            onEvent: (e: LocalEvent) => process.stderr.write(`${((e.t - start) / 1000).toFixed(2).padStart(7)}s ${describe(e)}\n`),
-            onLog: (fn: string, line: string) => process.stderr.write(`          [${fn}] ${line}\n`),
-          }
-        : { onEvent: (e: LocalEvent) => progress(e, start) }),
-    };
+    args = parseLocalArgs(process.argv.slice(2));
   } catch (e) {
-    console.error(`${(e as Error).message}\n${USAGE}`);
+    if (!(e instanceof UsageError)) throw e;
+    console.error(`${e.message}\n${USAGE}`);
     return 2;
   }
+  if (args.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  if (args.endpoint !== undefined) {
+    const unreachable = await unreachableReason(args.endpoint);
+    if (unreachable !== undefined) {
+      console.error(`cannot reach moto at ${args.endpoint} (${unreachable}): start one (python3 -m moto.server -p PORT) or leave out --endpoint to have one started`);
+      return 2;
+    }
+  }
+  const json = args.json;
+  const start = Date.now();
+  const { help: _help, json: _json, verbose, ...scenario } = args;
+  const options: ScenarioOptions = {
+    ...scenario,
+    ...(verbose
+      ? {
+          onEvent: (e: LocalEvent) => process.stderr.write(`${((e.t - start) / 1000).toFixed(2).padStart(7)}s ${describe(e)}\n`),
+          onLog: (fn: string, line: string) => process.stderr.write(`          [${fn}] ${line}\n`),
+        }
+      : { onEvent: (e: LocalEvent) => progress(e, start) }),
+  };
   // Ctrl-C ends the run where it is and still stops what it started (the instances' boot
   // scripts run in sessions of their own, which would outlive an abrupt exit); a second one exits at once.
   const interrupt = new AbortController();
@@ -99,6 +64,17 @@ async function main(): Promise<number> {
   if (json) console.log(JSON.stringify(r, null, 2));
   else console.log(formatReport(r));
   return r.settled && r.unserved === 0 && r.leftovers === 0 ? 0 : 1;
+}
+
+/** Why nothing answers HTTP at the URL (any answer, even an error status, is a server). */
+async function unreachableReason(url: string): Promise<string | undefined> {
+  try {
+    await fetch(url, { signal: AbortSignal.timeout(5_000) });
+    return undefined;
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    return cause?.code ?? cause?.message ?? (e as Error).message;
+  }
 }
 
 function describe(e: LocalEvent): string {

@@ -15,7 +15,7 @@ import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
-import { LAMBDA_ENV, ssmPaths, type Provider } from '../lambdas/shared/contract';
+import { LAMBDA_ENV, parseJobMessage, ssmPaths, type Provider } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -111,6 +111,8 @@ export class LocalLambdas {
   private nextSkewMs = 0;
   private skewMs = 0;
   readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0 };
+  /** Distinct queue messages received per qualified job id (a message that reappears keeps its id). */
+  private readonly messagesOfJob = new Map<string, Set<string>>();
 
   constructor(private readonly options: LocalLambdasOptions) {
     const env = { [LAMBDA_ENV.fleetConfigParameter]: options.fleetConfigParameter, [LAMBDA_ENV.jobsQueueUrl]: options.queueUrl };
@@ -169,6 +171,15 @@ export class LocalLambdas {
     this.esmClient = localClients(options.endpoint).sqs;
   }
 
+  /**
+   * How many distinct messages the queue delivered per job (qualified job id): what shows that
+   * the FIFO queue dropped a redelivery by its deduplication id (scale-up's own duplicate
+   * check would hide it otherwise).
+   */
+  queueMessagesPerJob(): Record<string, number> {
+    return Object.fromEntries([...this.messagesOfJob].map(([job, ids]) => [job, ids.size]));
+  }
+
   /** One receive of the event source mapping and one scale-up invocation; returns the batch size. */
   async pollQueue(waitSeconds = this.options.pollWaitSeconds ?? 1): Promise<number> {
     const out = await this.esmClient.send(
@@ -184,6 +195,17 @@ export class LocalLambdas {
     if (messages.length === 0) return 0;
     this.counters.scaleUpInvocations++;
     this.counters.messagesReceived += messages.length;
+    for (const m of messages) {
+      let jobId: string;
+      try {
+        jobId = parseJobMessage(m.Body ?? '').jobId;
+      } catch {
+        jobId = 'malformed';
+      }
+      const ids = this.messagesOfJob.get(jobId) ?? new Set<string>();
+      ids.add(m.MessageId!);
+      this.messagesOfJob.set(jobId, ids);
+    }
     let failed: Set<string>;
     try {
       const res = await this.scaleUp({ Records: messages.map((m) => toRecord(m, this.options.queueUrl)) });

@@ -32,7 +32,7 @@ export interface ObservedInstance {
 
 /** What moto and the CI servers hold at the end, listed. */
 export interface ObservedWorld {
-  /** Every instance moto reports for the fleet's pool tag, terminated ones included. */
+  /** Every instance moto reports (it holds only this fleet), terminated ones included. */
   readonly instances: readonly ObservedInstance[];
   /** Runner config parameter names. */
   readonly parameters: readonly string[];
@@ -76,7 +76,7 @@ export interface Leftovers {
   /** Live instances that are not parked warm standbys, and parked ones beyond their pool's target. */
   readonly instances: readonly { id: string; pool: string; state: string; why: string }[];
   readonly parameters: readonly string[];
-  /** Registrations whose instance is not live (or whose name carries no instance). */
+  /** Registrations whose instance is not an activated, unterminated one (or whose name carries no instance). */
   readonly registrations: readonly { provider: string; id: string; name: string }[];
 }
 
@@ -104,7 +104,8 @@ export interface LocalReport {
   readonly timeline: readonly JobReport[];
 }
 
-const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
+/** Every state but terminated: a shutting-down instance is still there (and still billed). */
+const LIVE = new Set(['pending', 'running', 'shutting-down', 'stopping', 'stopped']);
 
 export function buildReport(input: {
   readonly config: FleetConfig;
@@ -131,13 +132,18 @@ export function buildReport(input: {
     const id = key(job.provider, job.ciJobId);
     const traceId = traceOf.get(id);
     const ci = ciJobs.get(id);
-    const runnerInstance = ci?.runnerName ? instanceIdOfRunnerName(config.prefix, ci.runnerName) : undefined;
+    // Where the job ran: the CI server's record, or its job-done event (a GitLab runner's
+    // registration, which holds the name, is deleted by scale-down after the job).
+    const ranOn = ci?.runnerName ?? events.find((e) => e.kind === 'job-done' && e.runnerName && key(e.provider, e.ciJobId) === id)?.runnerName;
+    const runnerInstance = ranOn ? instanceIdOfRunnerName(config.prefix, ranOn) : undefined;
     const started = events.filter((e) => e.kind === 'started' && traceId !== undefined && e.traceId === traceId);
     const instanceId = runnerInstance ?? started.at(-1)?.instanceId;
+    // Warm or cold is a property of the instance the job ran on (maybe another job's activation).
+    const startedOn = events.find((e) => e.kind === 'started' && instanceId !== undefined && e.instanceId === instanceId);
     // The instances activated for the job. Its runner may have run on another job's
     // instance (a CI service hands a runner the oldest matching job): job-done names it.
     const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
-    const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, started.at(-1)?.detail) : undefined;
+    const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, startedOn?.detail) : undefined;
     const timeline: TimelineEntry[] = events
       .filter((e) => e.t >= job.deliveredAt - 1)
       .filter(
@@ -227,24 +233,32 @@ export function findLeftovers(config: FleetConfig, keys: TagKeys, world: Observe
   }
   for (const i of live) {
     const pool = i.tags[keys.pool];
-    if (pool !== undefined && !config.pools.some((p) => p.name === pool)) instances.push({ id: i.id, pool, state: i.state, why: 'pool not in the fleet config' });
+    // moto holds only this fleet: an instance without the pool tag is something the fleet
+    // launched and lost track of (or tagged after launch and never finished).
+    if (pool === undefined) instances.push({ id: i.id, pool: '-', state: i.state, why: 'no pool tag' });
+    else if (!config.pools.some((p) => p.name === pool)) instances.push({ id: i.id, pool, state: i.state, why: 'pool not in the fleet config' });
   }
-  const liveIds = new Set(live.map((i) => i.id));
+  // A registration belongs to an activation: its instance carries the job or the activation
+  // time and is not terminated. One on a parked standby (stopped, never activated) or on an
+  // instance that is gone is left behind.
+  const activatedIds = new Set(live.filter((i) => i.tags[keys.jobId] || i.tags[keys.activatedAt]).map((i) => i.id));
   const registrations = world.registrations.filter((r) => {
     const id = instanceIdOfRunnerName(config.prefix, r.name);
-    return id === undefined || !liveIds.has(id);
+    return id === undefined || !activatedIds.has(id);
   });
   return { instances, parameters: [...world.parameters], registrations };
 }
 
-/** Every instance moto reports with the fleet's pool tag, terminated ones included. */
-export async function listInstances(clients: LocalAwsClients, config: FleetConfig): Promise<ObservedInstance[]> {
-  const keys = tagKeys(config.prefix);
+/**
+ * Every instance moto reports, terminated ones included. No tag filter: moto holds only this
+ * fleet (a used moto is refused), so an instance without the pool tag is a leftover too.
+ */
+export async function listInstances(clients: LocalAwsClients): Promise<ObservedInstance[]> {
   const instances: ObservedInstance[] = [];
   let token: string | undefined;
   do {
     const out: DescribeInstancesCommandOutput = await clients.ec2.send(
-      new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [keys.pool] }], ...(token ? { NextToken: token } : {}) }),
+      new DescribeInstancesCommand(token ? { NextToken: token } : {}),
     );
     for (const r of out.Reservations ?? [])
       for (const i of r.Instances ?? [])
@@ -270,12 +284,12 @@ export async function observeWorld(
   deadLetterQueueUrl: string,
   targets: Readonly<Record<string, number>>,
 ): Promise<ObservedWorld> {
-  const instances = await listInstances(clients, config);
+  const instances = await listInstances(clients);
   const parameters: string[] = [];
   let token: string | undefined;
   do {
     const out: GetParametersByPathCommandOutput = await clients.ssm.send(
-      new GetParametersByPathCommand({ Path: ssmPaths(config.prefix).runnerConfigRoot, WithDecryption: false, ...(token ? { NextToken: token } : {}) }),
+      new GetParametersByPathCommand({ Path: ssmPaths(config.prefix).runnerConfigRoot, Recursive: true, WithDecryption: false, ...(token ? { NextToken: token } : {}) }),
     );
     for (const p of out.Parameters ?? []) if (p.Name) parameters.push(p.Name);
     token = out.NextToken;

@@ -74,6 +74,8 @@ export interface ScenarioResult {
   readonly world: ObservedWorld;
   /** Every Lambda log line, as `<fn> <json>`. */
   readonly logs: readonly string[];
+  /** Distinct messages the jobs queue delivered to scale-up, per qualified job id. */
+  readonly queueMessagesPerJob: Readonly<Record<string, number>>;
 }
 
 export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, jobSeconds: 1 } as const;
@@ -199,7 +201,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       // 4. The pools fill: instances prime and park (a stuck one holds its place).
       const stalled = faults.stallPriming ? 1 : 0;
       await waitFor('the pools to fill', deadline, o.signal, async () => {
-        const world = await listInstances(clients, fleet.config);
+        const world = await listInstances(clients);
         return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
       });
 
@@ -212,7 +214,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         }
         clearFleetConfigCache();
         await waitFor('the pools to refill from the new template versions', deadline, o.signal, async () => {
-          const world = await listInstances(clients, fleet.config);
+          const world = await listInstances(clients);
           return fleet.config.pools.every((p) => {
             const parked = parkedOf(world, fleet.config, p.name);
             return parked.length >= o.poolSize && parked.every((i) => i.tags[LAUNCH_TEMPLATE_VERSION_TAG] === p.launchTemplateVersion);
@@ -256,7 +258,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         let wave = { ...remaining };
         if (!burst) {
           // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
-          const world = await listInstances(clients, fleet.config);
+          const world = await listInstances(clients);
           const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
           wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
           if (wave.github + wave.gitlab === 0) {
@@ -306,7 +308,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     let settled = false;
     while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
       const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
-      const world = await listInstances(clients, fleet.config);
+      const world = await listInstances(clients);
       if (jobsDone && faults.stallPriming) {
         // The never-priming instance: the pool evicts a standby that has primed for longer than
         // the pool's primingTimeout (at least a minute). Instead of waiting, one pool run sees
@@ -359,7 +361,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
     const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
     const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested });
-    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs };
+    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
   }

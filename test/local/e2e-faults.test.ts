@@ -28,7 +28,7 @@ describe('faults', () => {
     expect(deliveries.filter((d) => !d.what.includes('forged')).every((d) => d.status === 202)).toBe(true);
     expect(events.some((e) => e.ciJobId === '999999999')).toBe(false);
 
-    // Duplicates: one activation per job. The redelivery was dropped by the queue; the second
+    // Duplicates: one activation per job. The redelivery was dropped by the queue (counted below); the second
     // GitLab hook's message found the job's instance.
     const keys = tagKeys(r.fleet.config.prefix);
     for (const job of report.timeline) {
@@ -44,6 +44,18 @@ describe('faults', () => {
     const queuedTwice = report.timeline.filter((j) => logs.filter((l) => l.startsWith('webhook') && l.includes('"job queued"') && l.includes(`"jobId":"${j.job}"`)).length === 2);
     expect(queuedTwice.map((j) => j.provider).sort()).toEqual(['github', 'gitlab']);
     expect(logs.some((l) => l.includes('job already has an instance') || l.includes('job appears twice in the batch'))).toBe(true);
+    // What the queue itself delivered: the redelivery (same delivery id, so the same
+    // deduplication id) was dropped by SQS, one message; the second GitLab hook (another
+    // delivery id) was a second message. Every other job: one message.
+    const jobBefore = (what: string) => {
+      const at = deliveries.findIndex((d) => d.what === what);
+      const m = /^(github|gitlab) job (\d+)$/.exec(deliveries[at - 1]?.what ?? '');
+      return `${m![1]}:${m![2]}`;
+    };
+    const redelivered = jobBefore('github redelivery (same delivery id)');
+    const announcedTwice = jobBefore('gitlab second hook for the same job');
+    expect(r.queueMessagesPerJob).toEqual(Object.fromEntries(report.timeline.map((j) => [j.job, j.job === announcedTwice ? 2 : 1])));
+    expect(r.queueMessagesPerJob[redelivered]).toBe(1);
 
     // The refused start: rolled back (activation log), the job launched cold and was served.
     expect(r.refusedStarts).toBeGreaterThanOrEqual(1);

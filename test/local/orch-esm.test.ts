@@ -1,14 +1,14 @@
-import { CreateLaunchTemplateCommand, DescribeSubnetsCommand } from '@aws-sdk/client-ec2';
+import { CreateLaunchTemplateCommand, DescribeSubnetsCommand, RunInstancesCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildFleetConfig, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, ssmPaths, tagKeys, type FleetConfig } from '../../lambdas/shared/contract';
 import { clearFleetConfigCache } from '../../lambdas/shared/fleet-config-source';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { githubWorkflowJobQueued } from '../../local/deliveries';
 import type { LocalEvent } from '../../local/events';
 import { LocalLambdas, localClients, type LocalAwsClients } from '../../local/lambdas';
-import { observeWorld } from '../../local/report';
+import { findLeftovers, observeWorld } from '../../local/report';
 import { startMoto, type MotoServer } from '../support/moto';
 
 /**
@@ -94,5 +94,17 @@ describe('the event source mapping against moto', () => {
     const world = await observeWorld(c, config, { registrations: () => [], jobs: () => [] }, dlqUrl, {});
     expect(world.deadLetters).toEqual([{ traceId: expect.any(String), jobId: `github:${doomed.id}`, reason: 'redrive (retries exhausted)' }]);
     expect(lambdas.counters).toMatchObject({ messagesReceived: 3, messagesFailed: 2 });
+  });
+
+  it('lists what no tag filter or top-level read would find: an untagged instance, a parameter below the config root', { timeout: 60_000 }, async () => {
+    const untagged = (await c.ec2.send(new RunInstancesCommand({ ImageId: 'ami-12c6146b', MinCount: 1, MaxCount: 1 }))).Instances![0]!.InstanceId!;
+    const nested = `${ssmPaths(config.prefix).runnerConfigRoot.replace(/\/$/, '')}/nested/i-0123456789abcdef0`;
+    await c.ssm.send(new PutParameterCommand({ Name: nested, Value: 'x=y', Type: 'String' }));
+    const world = await observeWorld(c, config, { registrations: () => [], jobs: () => [] }, dlqUrl, {});
+    expect(world.instances.map((i) => i.id)).toContain(untagged);
+    expect(world.parameters).toContain(nested);
+    const left = findLeftovers(config, tagKeys(config.prefix), world);
+    expect(left.instances).toContainEqual({ id: untagged, pool: '-', state: 'running', why: 'no pool tag' });
+    expect(left.parameters).toContain(nested);
   });
 });

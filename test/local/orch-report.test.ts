@@ -66,6 +66,36 @@ describe('leftovers, counted from the listed world', () => {
       { instances: 1, parameters: 0, registrations: 0 },
     ],
     ['an instance of a pool the config lacks', () => world({ instances: [...full(), parked('other')] }), { instances: 1, parameters: 0, registrations: 0 }],
+    [
+      'a registration whose instance is a parked standby (never activated)',
+      () => {
+        const standby = parked('gh');
+        return world({ instances: [standby, parked('gh'), parked('gl')], registrations: [{ provider: 'github', id: '10', name: runnerName(prefix, standby.id, new Date(T0)) }] });
+      },
+      { instances: 0, parameters: 0, registrations: 1 },
+    ],
+    [
+      'a registration whose instance primes (running, not activated)',
+      () => {
+        const priming = parked('gh', { state: 'running' });
+        return world({ instances: [...full(), priming], registrations: [{ provider: 'github', id: '12', name: runnerName(prefix, priming.id, new Date(T0)) }] });
+      },
+      { instances: 1, parameters: 0, registrations: 1 },
+    ],
+    ['an instance without the pool tag', () => world({ instances: [...full(), { id: id(), state: 'running', tags: {} }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an instance without any tag, stopped', () => world({ instances: [...full(), { id: id(), state: 'stopped', tags: { Name: 'x' } }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an untagged terminated instance does not count', () => world({ instances: [...full(), { id: id(), state: 'terminated', tags: {} }] }), { instances: 0, parameters: 0, registrations: 0 }],
+    ['an activated instance shutting down', () => world({ instances: [...full(), activated('gh', 'shutting-down', true)] }), { instances: 1, parameters: 0, registrations: 0 }],
+    ['an untagged instance shutting down', () => world({ instances: [...full(), { id: id(), state: 'shutting-down', tags: {} }] }), { instances: 1, parameters: 0, registrations: 0 }],
+    [
+      'a registration of an activated instance shutting down is not a registration leftover (the instance is)',
+      () => {
+        const going = activated('gl', 'shutting-down', false);
+        return world({ instances: [...full(), going], registrations: [{ provider: 'gitlab', id: '13', name: runnerName(prefix, going.id, new Date(T0)) }] });
+      },
+      { instances: 1, parameters: 0, registrations: 0 },
+    ],
+    ['a parameter nested below the config root', () => world({ instances: full(), parameters: ['/rep/runners/config/nested/i-0'] }), { instances: 0, parameters: 1, registrations: 0 }],
   ])('%s', (_name, make, expected) => {
     const left = findLeftovers(config, keys, make());
     expect({ instances: left.instances.length, parameters: left.parameters.length, registrations: left.registrations.length }).toEqual(expected);
@@ -157,5 +187,50 @@ describe('the report', () => {
     expect(r).toMatchObject({ served: 0, unserved: 1, leftovers: 0 });
     expect(r.timeline[0]).toMatchObject({ failedAtCi: true, instanceId: i.id });
     expect(formatReport(r)).toContain(`FAILED at the CI server (its runner was lost on ${i.id})`);
+  });
+
+  it('a GitLab job that ran on another activation: warm or cold and the instance come from where it ran (job-done), after scale-down deleted the runner', () => {
+    // Scale-up activated parked instance A for the job; the GitLab server handed the job to the
+    // runner of cold instance B (launched for another job). B's registration is gone by the end.
+    const a = activated('gl', 'terminated', true);
+    const b = activated('gl', 'terminated', false);
+    const ranOn = runnerName(prefix, b.id, new Date(T0));
+    const r = buildReport({
+      config,
+      jobs: [glJob],
+      events: [
+        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: a.id, detail: 'warm' },
+        { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
+        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: ranOn },
+      ],
+      world: world({ instances: [a, b, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      startedAt: T0,
+      endedAt: T0 + 3_000,
+    });
+    expect(r.timeline[0]).toMatchObject({ served: 'cold', instanceId: b.id });
+    expect(r).toMatchObject({ warm: 0, cold: 1 });
+    const text = formatReport(r);
+    expect(text).toContain(`served cold on ${b.id}`);
+    expect(text).toContain(`ran on ${b.id}`);
+    expect(text).not.toContain(`on ${a.id}`);
+  });
+
+  it('warm or cold without the instance in the listing: from the started event of the instance it ran on', () => {
+    const b = activated('gl', 'terminated', false);
+    const r = buildReport({
+      config,
+      jobs: [glJob],
+      events: [
+        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: 'i-0aaaaaaaaaaaaaaaa', detail: 'warm' },
+        { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
+        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: runnerName(prefix, b.id, new Date(T0)) },
+      ],
+      world: world({ instances: [parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      startedAt: T0,
+      endedAt: T0 + 3_000,
+    });
+    expect(r.timeline[0]).toMatchObject({ served: 'cold', instanceId: b.id });
   });
 });

@@ -1,0 +1,107 @@
+import { parseArgs } from 'node:util';
+import { SCENARIO_DEFAULTS, type ScenarioFaults } from './scenario';
+
+/**
+ * The command line of `npm run local`, read and checked without side effects (bin/local.ts
+ * does the I/O), so every refusal is a table test. A bad flag is a usage error (exit 2) with
+ * a message naming the flag, the rule and the value given.
+ */
+
+/** Bounds on the counts: each job and each parked instance is a boot script run on this machine. */
+export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600 } as const;
+
+export const USAGE = `usage: npm run local -- [options]        (npm run -s local -- --json > report.json: -s keeps npm's banner off stdout)
+  --jobs N        jobs per CI provider, 0 to ${ARG_LIMITS.jobs} (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
+  --pool-size N   parked instances per pool, 0 to ${ARG_LIMITS.poolSize} (default ${SCENARIO_DEFAULTS.poolSize}; 0 needs --burst)
+  --burst         all jobs at once (beyond the pool: the rest launch cold); default: waves the pools serve warm
+  --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500
+  --drift         publish a new launch template version after the pools filled
+  --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
+  --json          print the report as one JSON object
+  --verbose       print every event and every Lambda log line as it happens (stderr)
+  --deadline S    give up after S seconds, ${ARG_LIMITS.deadlineMin} to ${ARG_LIMITS.deadlineMax} (default ${SCENARIO_DEFAULTS.deadlineMs / 1000})`;
+
+export class UsageError extends Error {}
+
+export interface LocalArgs {
+  readonly help: boolean;
+  readonly json: boolean;
+  readonly verbose: boolean;
+  readonly burst: boolean;
+  readonly drift: boolean;
+  readonly jobs?: number;
+  readonly poolSize?: number;
+  readonly deadlineMs?: number;
+  readonly endpoint?: string;
+  readonly faults?: ScenarioFaults;
+}
+
+const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint'];
+
+/** Reads argv (without node and the script); throws UsageError on anything it cannot run. */
+export function parseLocalArgs(argv: readonly string[]): LocalArgs {
+  // `--jobs -1`: parseArgs would call -1 an ambiguous option; joined as `--jobs=-1` it is the
+  // value the range check below refuses by name.
+  const args: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const next = argv[i + 1];
+    if (VALUE_OPTIONS.includes(a.replace(/^--/, '')) && a.startsWith('--') && next !== undefined && /^-\d/.test(next)) {
+      args.push(`${a}=${next}`);
+      i++;
+    } else args.push(a);
+  }
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        jobs: { type: 'string' },
+        'pool-size': { type: 'string' },
+        burst: { type: 'boolean' },
+        faults: { type: 'boolean' },
+        drift: { type: 'boolean' },
+        endpoint: { type: 'string' },
+        json: { type: 'boolean' },
+        verbose: { type: 'boolean' },
+        deadline: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (values.help) return { help: true, json: false, verbose: false, burst: false, drift: false };
+  if (values.endpoint !== undefined && !/^https?:\/\/[^/]+/.test(values.endpoint)) throw new UsageError(`--endpoint must be an http(s) URL, got "${values.endpoint}"`);
+  const jobs = count('jobs', values.jobs, 0, ARG_LIMITS.jobs);
+  const poolSize = count('pool-size', values['pool-size'], 0, ARG_LIMITS.poolSize);
+  const deadline = count('deadline', values.deadline, ARG_LIMITS.deadlineMin, ARG_LIMITS.deadlineMax);
+  const burst = values.burst ?? false;
+  // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
+  // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
+  if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
+    throw new UsageError('--pool-size 0 parks no instance, so the default run (jobs in waves the parked instances serve warm) could never send a job: add --burst to launch every job cold');
+  }
+  return {
+    help: false,
+    json: values.json ?? false,
+    verbose: values.verbose ?? false,
+    burst,
+    drift: values.drift ?? false,
+    ...(jobs === undefined ? {} : { jobs }),
+    ...(poolSize === undefined ? {} : { poolSize }),
+    ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),
+    ...(values.endpoint === undefined ? {} : { endpoint: values.endpoint }),
+    ...(values.faults ? { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true } } : {}),
+  };
+}
+
+/** Digits only: Number() would also take "1e3", "0x10", " 5" and "". */
+function count(name: string, value: string | undefined, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = /^\d+$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, got "${value}"`);
+  return n;
+}

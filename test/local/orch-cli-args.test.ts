@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { parseLocalArgs, UsageError } from '../../local/cli-args';
+
+describe('npm run local: the command line', () => {
+  it.each<[string[], Record<string, unknown>]>([
+    [[], { help: false, json: false, verbose: false, burst: false, drift: false }],
+    [['--jobs', '0'], { jobs: 0 }],
+    [['--jobs', '50', '--pool-size', '20'], { jobs: 50, poolSize: 20 }],
+    [['--jobs=7'], { jobs: 7 }],
+    [['--pool-size', '0', '--burst'], { poolSize: 0, burst: true }],
+    [['--pool-size', '0', '--jobs', '0'], { poolSize: 0, jobs: 0 }],
+    [['--deadline', '10'], { deadlineMs: 10_000 }],
+    [['--endpoint', 'http://127.0.0.1:5000', '--json', '--verbose'], { endpoint: 'http://127.0.0.1:5000', json: true, verbose: true }],
+    [['--faults', '--drift'], { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true }, drift: true }],
+    [['-h'], { help: true }],
+  ])('accepts %j', (argv, expected) => {
+    expect(parseLocalArgs(argv)).toMatchObject(expected);
+  });
+
+  it.each<[string[], string]>([
+    [['--jobs', 'many'], '--jobs must be a whole number from 0 to 50, got "many"'],
+    [['--jobs', '1e3'], '--jobs must be a whole number from 0 to 50, got "1e3"'],
+    [['--jobs', '0x10'], '--jobs must be a whole number from 0 to 50, got "0x10"'],
+    [['--jobs', '2.5'], '--jobs must be a whole number from 0 to 50, got "2.5"'],
+    [['--jobs', ' 5'], '--jobs must be a whole number from 0 to 50, got " 5"'],
+    [['--jobs', ''], '--jobs must be a whole number from 0 to 50, got ""'],
+    [['--jobs', '-1'], '--jobs must be a whole number from 0 to 50, got "-1"'],
+    [['--jobs=-1'], '--jobs must be a whole number from 0 to 50, got "-1"'],
+    [['--jobs', '51'], '--jobs must be a whole number from 0 to 50, got "51"'],
+    [['--pool-size', '21'], '--pool-size must be a whole number from 0 to 20, got "21"'],
+    [['--pool-size', '-3', '--burst'], '--pool-size must be a whole number from 0 to 20, got "-3"'],
+    [['--deadline', '9'], '--deadline must be a whole number from 10 to 3600, got "9"'],
+    [['--pool-size', '0'], '--pool-size 0 parks no instance, so the default run (jobs in waves the parked instances serve warm) could never send a job: add --burst to launch every job cold'],
+    [['--pool-size', '0', '--jobs', '3', '--faults'], '--pool-size 0 parks no instance'],
+    [['--endpoint', 'localhost:5000'], '--endpoint must be an http(s) URL, got "localhost:5000"'],
+    [['--job', '3'], "Unknown option '--job'"],
+    [['extra'], "Unexpected argument 'extra'"],
+    [['--jobs'], "Option '--jobs <value>' argument missing"],
+  ])('refuses %j', (argv, message) => {
+    expect(() => parseLocalArgs(argv)).toThrow(UsageError);
+    expect(() => parseLocalArgs(argv)).toThrow(message);
+  });
+});
