@@ -47,9 +47,16 @@ async function main(): Promise<number> {
   };
   // Ctrl-C ends the run where it is and still stops what it started (the instances' boot
   // scripts run in sessions of their own, which would outlive an abrupt exit); a second one exits at once.
+  // The tsx CLI relays the group's SIGINT to this process, so one Ctrl-C can arrive twice
+  // within milliseconds: only a signal at least half a second after the first is a second one.
   const interrupt = new AbortController();
+  let firstSignalAt = 0;
   const onSignal = () => {
-    if (interrupt.signal.aborted) process.exit(130);
+    if (interrupt.signal.aborted) {
+      if (Date.now() - firstSignalAt >= 500) process.exit(130);
+      return;
+    }
+    firstSignalAt = Date.now();
     process.stderr.write('stopping: the report follows once everything started is stopped (again to exit at once)\n');
     interrupt.abort();
   };
