@@ -134,6 +134,16 @@ export function enabledUnits(m: Machine): { name: string; execStart: string }[] 
 
 /** Live (not zombie) processes of a session, read from /proc (Linux). */
 export function sessionPids(sid: number): number[] {
+  return liveProcesses(3, sid);
+}
+
+/** Live (not zombie) processes of a process group, read from /proc (Linux). */
+export function groupPids(pgid: number): number[] {
+  return liveProcesses(2, pgid);
+}
+
+/** `field`: index after the state in /proc/<pid>/stat (2 process group, 3 session). */
+function liveProcesses(field: 2 | 3, id: number): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -145,7 +155,7 @@ export function sessionPids(sid: number): number[] {
     }
     // "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (fields[0] !== 'Z' && Number(fields[3]) === sid) pids.push(Number(entry));
+    if (fields[0] !== 'Z' && Number(fields[field]) === id) pids.push(Number(entry));
   }
   return pids;
 }
