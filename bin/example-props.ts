@@ -1,6 +1,7 @@
 import { Duration } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from '../lib/props';
+import { GitLabRunnerType, Provider } from '../lambdas/shared/contract';
 
 /**
  * The example fleet's connections and pools: ONE definition that the example CDK app
@@ -16,14 +17,14 @@ export interface ExampleFleetProps {
 }
 
 export const EXAMPLE_GITHUB: GitHubConnectionProps = { appId: '123456', organization: 'example-org' };
-export const EXAMPLE_GITLAB: GitLabConnectionProps = { url: 'https://gitlab.example.com', runnerType: 'group_type', scopeId: 42 };
+export const EXAMPLE_GITLAB: GitLabConnectionProps = { url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP, scopeId: 42 };
 
 /** The example's pools for a machine image (the CDK app: the latest Amazon Linux 2023). */
 export function examplePools(machineImage: ec2.IMachineImage): RunnerPoolProps[] {
   return [
     {
       name: 'linux-x64',
-      provider: 'github',
+      provider: Provider.GITHUB,
       labels: ['linux', 'x64'],
       machineImage,
       instanceTypes: [new ec2.InstanceType('m7i.large'), new ec2.InstanceType('m6i.large')],
@@ -32,7 +33,7 @@ export function examplePools(machineImage: ec2.IMachineImage): RunnerPoolProps[]
     },
     {
       name: 'gitlab-docker',
-      provider: 'gitlab',
+      provider: Provider.GITLAB,
       labels: ['docker'],
       machineImage,
       spot: true,

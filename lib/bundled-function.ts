@@ -6,8 +6,17 @@ import { Construct } from 'constructs';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
-/** The Lambda handlers this library ships, bundled by `scripts/bundle-lambdas.mjs`. */
-export type BundledHandler = 'webhook' | 'scale-up' | 'pool' | 'scale-down';
+/** The Lambda handlers this library ships, bundled by `scripts/bundle-lambdas.mjs` into assets/<value>/. */
+export enum BundledHandler {
+  /** Verifies and queues webhook deliveries. */
+  WEBHOOK = 'webhook',
+  /** Serves queued jobs. */
+  SCALE_UP = 'scale-up',
+  /** Keeps the warm pools at their targets. */
+  POOL = 'pool',
+  /** Reclaims finished, idle, stuck and orphaned resources. */
+  SCALE_DOWN = 'scale-down',
+}
 
 /** The runtime every function is pinned to; the bundles target it. */
 export const RUNTIME = lambda.Runtime.NODEJS_24_X;
@@ -24,12 +33,22 @@ export function bundleDirectory(handler: BundledHandler): string {
   throw new Error(`the ${handler} bundle is missing from assets/: run "npm run build" (npm ci does it) before synth`);
 }
 
+/** Props of a `BundledFunction`. */
 export interface BundledFunctionProps {
+  /** Which of the bundled handlers the function runs. */
   readonly handler: BundledHandler;
+  /** The function's description (also its role's). */
   readonly description: string;
+  /** The function's timeout. */
   readonly timeout: Duration;
+  /**
+   * Memory size in MB.
+   * @default 256
+   */
   readonly memorySize?: number;
+  /** Environment variables. */
   readonly environment: Record<string, string>;
+  /** Retention of the function's own log group. */
   readonly logRetention: logs.RetentionDays;
   /**
    * Reserved concurrency.

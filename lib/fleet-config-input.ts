@@ -8,7 +8,7 @@ export const DEFAULT_INSTANCE_TYPE = new ec2.InstanceType('m7i.large');
 export interface PoolPlacement {
   readonly launchTemplateId: string;
   readonly launchTemplateVersion: string;
-  readonly subnetIds: readonly string[];
+  readonly subnetIds: string[];
 }
 
 export interface FleetConfigSource {
@@ -16,7 +16,7 @@ export interface FleetConfigSource {
   readonly metricNamespace?: string;
   readonly github?: GitHubConnectionProps;
   readonly gitlab?: GitLabConnectionProps;
-  readonly pools: readonly RunnerPoolProps[];
+  readonly pools: RunnerPoolProps[];
   /** KMS key ARN of the runner config parameters. */
   readonly parameterKeyId?: string;
 }

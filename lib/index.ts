@@ -5,4 +5,20 @@ export * from './job-queue';
 export * from './bundled-function';
 export * from './fleet-config-input';
 export * from './user-data';
-export type { FleetConfig, PoolConfig, WarmScheduleEntry, Provider, LabelMatch, GitLabRunnerType } from '../lambdas/shared/contract';
+export * from './runner-user-data';
+// The contract's types that the constructs' props and properties use: jsii needs them exported.
+export { GitLabRunnerType, LabelMatch, Provider } from '../lambdas/shared/contract';
+export type {
+  FleetConfig,
+  FleetMetricsConfig,
+  FleetParameterNames,
+  GitHubConnectionConfig,
+  GitHubParameterNames,
+  GitLabConnectionConfig,
+  GitLabParameterNames,
+  MetricDimensions,
+  MetricNames,
+  PoolConfig,
+  PoolWarmConfig,
+  WarmScheduleEntry,
+} from '../lambdas/shared/contract';

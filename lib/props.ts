@@ -34,12 +34,12 @@ export interface GitLabConnectionProps {
   readonly url: string;
   /**
    * Scope of the runners the fleet creates.
-   * @default 'instance_type'
+   * @default GitLabRunnerType.INSTANCE
    */
   readonly runnerType?: GitLabRunnerType;
   /**
-   * Group id for `group_type` runners, project id for `project_type` runners.
-   * @default - none; required unless runnerType is 'instance_type'
+   * Group id for GitLabRunnerType.GROUP runners, project id for GitLabRunnerType.PROJECT runners.
+   * @default - none; required unless runnerType is GitLabRunnerType.INSTANCE
    */
   readonly scopeId?: number;
 }
@@ -89,8 +89,8 @@ export interface RunnerPoolProps {
    */
   readonly labels?: string[];
   /**
-   * 'exact': the job's labels equal the pool's; 'subset': the job's labels are a subset.
-   * @default 'exact'
+   * EXACT: the job's labels equal the pool's; SUBSET: the job's labels are a subset.
+   * @default LabelMatch.EXACT
    */
   readonly labelMatch?: LabelMatch;
   /**

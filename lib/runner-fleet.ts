@@ -24,7 +24,7 @@ export interface RunnerFleetProps {
   /** VPC the runners run in. */
   readonly vpc: ec2.IVpc;
   /** The pools; each gets its own launch template. */
-  readonly pools: readonly RunnerPoolProps[];
+  readonly pools: RunnerPoolProps[];
   /** Fleet prefix (SSM paths, tag keys). */
   readonly prefix: string;
   /**

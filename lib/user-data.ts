@@ -13,8 +13,8 @@ import {
   prefixProblem,
   ssmPaths,
   tagKeys,
+  Provider,
   type BootMode,
-  type Provider,
 } from '../lambdas/shared/contract';
 
 /**
@@ -85,7 +85,7 @@ export interface UserDataOptions {
    * warm caches); a failing one fails the PRIME. Never put secrets here: user data is readable.
    * @default []
    */
-  readonly prepareCommands?: readonly string[];
+  readonly prepareCommands?: string[];
   /** WAIT gives up after this many seconds. @default 300 */
   readonly waitSeconds?: number;
   /** WAIT polls SSM this often. @default 2 */
@@ -121,7 +121,7 @@ export interface UserDataOptions {
 
 export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands'>> & {
   readonly hostPaths: Required<HostPaths>;
-  readonly prepareCommands: readonly string[];
+  readonly prepareCommands: string[];
 };
 
 const DEFAULTS = {
@@ -393,7 +393,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     MODE_RUN: mode('RUN'),
     MODE_PRIME: mode('PRIME'),
     MODE_WAIT: mode('WAIT'),
-    PROVIDER_GITHUB: q('github' satisfies Provider),
+    PROVIDER_GITHUB: q(Provider.GITHUB),
     TAG_WARM_STANDBY: q(tags.warmStandby),
     WARM_STANDBY_VALUE: q(WARM_STANDBY_VALUE),
     TAG_ACTIVATED_AT: q(tags.activatedAt),

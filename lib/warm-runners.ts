@@ -21,7 +21,7 @@ import {
   tagKeys,
   type FleetConfig,
 } from '../lambdas/shared/contract';
-import { BundledFunction } from './bundled-function';
+import { BundledFunction, BundledHandler } from './bundled-function';
 import { fleetConfigInput } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
@@ -53,7 +53,7 @@ export interface WarmRunnersProps {
    */
   readonly gitlab?: GitLabConnectionProps;
   /** The runner pools; at least one. */
-  readonly pools: readonly RunnerPoolProps[];
+  readonly pools: RunnerPoolProps[];
   /**
    * Prefix of every SSM path and tag key of this fleet; two fleets in one account need two prefixes.
    * @default 'warm-runners'
@@ -185,7 +185,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     const instanceArnPrefix = `arn:${Aws.PARTITION}:ec2:${Aws.REGION}:${Aws.ACCOUNT_ID}:instance/`;
 
     this.webhookFunction = new BundledFunction(this, 'Webhook', {
-      handler: 'webhook',
+      handler: BundledHandler.WEBHOOK,
       description: 'Verifies GitHub and GitLab webhook deliveries and queues the jobs',
       // The handler answers within its own deadline (below the ~10 s GitHub and GitLab wait);
       // the function's timeout leaves room for a cold start on top.
@@ -195,7 +195,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     });
     this.webhookUrl = this.webhookFunction.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
     this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
-      handler: 'scale-up',
+      handler: BundledHandler.SCALE_UP,
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
       timeout: Duration.seconds(60),
       environment: {
@@ -206,14 +206,14 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
     });
     this.poolFunction = new BundledFunction(this, 'Pool', {
-      handler: 'pool',
+      handler: BundledHandler.POOL,
       description: 'Keeps each warm pool at its target and evicts stale instances',
       timeout: Duration.seconds(120),
       environment,
       logRetention,
     });
     this.scaleDownFunction = new BundledFunction(this, 'ScaleDown', {
-      handler: 'scale-down',
+      handler: BundledHandler.SCALE_DOWN,
       description: 'Reclaims finished, idle, stuck and orphaned runners, parameters and registrations',
       timeout: Duration.seconds(120),
       environment,

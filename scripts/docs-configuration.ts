@@ -9,6 +9,12 @@ import ts from 'typescript';
 const root = join(__dirname, '..');
 const SOURCES = ['lib/warm-runners.ts', 'lib/props.ts'];
 const INTERFACES = ['WarmRunnersProps', 'GitHubConnectionProps', 'GitLabConnectionProps', 'RunnerPoolProps', 'WarmPoolProps'];
+/** The enums the props take, with the file that declares each. */
+const ENUMS: readonly (readonly [string, string])[] = [
+  ['Provider', 'lambdas/shared/contract/boot.ts'],
+  ['LabelMatch', 'lambdas/shared/contract/fleet-config.ts'],
+  ['GitLabRunnerType', 'lambdas/shared/contract/fleet-config.ts'],
+];
 
 interface Member {
   name: string;
@@ -18,17 +24,21 @@ interface Member {
   defaultValue: string | undefined;
 }
 
+function parse(file: string): ts.SourceFile {
+  return ts.createSourceFile(file, readFileSync(join(root, file), 'utf8'), ts.ScriptTarget.Latest, true);
+}
+
+function docOf(node: ts.Node): { comment: string; defaultValue: string | undefined } {
+  const docs = ts.getJSDocCommentsAndTags(node).filter(ts.isJSDoc);
+  const comment = docs.map((d) => ts.getTextOfJSDocComment(d.comment) ?? '').join(' ').replace(/\s+/g, ' ').trim();
+  const tag = docs.flatMap((d) => d.tags ?? []).find((t) => t.tagName.text === 'default');
+  const defaultValue = tag ? (ts.getTextOfJSDocComment(tag.comment) ?? '').replace(/\s+/g, ' ').trim() : undefined;
+  return { comment, defaultValue };
+}
+
 function membersOf(file: string): Map<string, { doc: string; members: Member[] }> {
-  const text = readFileSync(join(root, file), 'utf8');
-  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const source = parse(file);
   const found = new Map<string, { doc: string; members: Member[] }>();
-  const docOf = (node: ts.Node) => {
-    const docs = ts.getJSDocCommentsAndTags(node).filter(ts.isJSDoc);
-    const comment = docs.map((d) => ts.getTextOfJSDocComment(d.comment) ?? '').join(' ').replace(/\s+/g, ' ').trim();
-    const tag = docs.flatMap((d) => d.tags ?? []).find((t) => t.tagName.text === 'default');
-    const defaultValue = tag ? (ts.getTextOfJSDocComment(tag.comment) ?? '').replace(/\s+/g, ' ').trim() : undefined;
-    return { comment, defaultValue };
-  };
   source.forEachChild((node) => {
     if (!ts.isInterfaceDeclaration(node) || !INTERFACES.includes(node.name.text)) return;
     const members: Member[] = [];
@@ -67,7 +77,30 @@ export function renderConfigurationDoc(): string {
     }
     lines.push('');
   }
+  for (const [name, file] of ENUMS) lines.push(...enumSection(name, file));
   return lines.join('\n');
+}
+
+/**
+ * An enum's members with the value each one stands for: the string the FleetConfig JSON
+ * carries. Other CDK languages spell the members the same way (`Provider.GITHUB`).
+ */
+function enumSection(name: string, file: string): string[] {
+  const declaration = parse(file).statements.find((s): s is ts.EnumDeclaration => ts.isEnumDeclaration(s) && s.name.text === name);
+  if (!declaration) throw new Error(`enum ${name} not found in ${file}`);
+  const lines = [`## ${name}`, ''];
+  const doc = docOf(declaration).comment;
+  if (doc) lines.push(doc, '');
+  lines.push('| Member | Value | Description |', '| --- | --- | --- |');
+  for (const member of declaration.members) {
+    const memberName = member.name.getText();
+    if (!member.initializer || !ts.isStringLiteral(member.initializer)) throw new Error(`${name}.${memberName} must have a string value (the JSON carries it)`);
+    const memberDoc = docOf(member).comment;
+    if (!memberDoc) throw new Error(`${name}.${memberName} has no JSDoc: document it`);
+    lines.push(`| \`${name}.${memberName}\` | \`'${member.initializer.text}'\` | ${memberDoc.replace(/\|/g, '\\|')} |`);
+  }
+  lines.push('');
+  return lines;
 }
 
 if (require.main === module) {

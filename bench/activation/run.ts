@@ -21,6 +21,7 @@ import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, PREFIX } from '../../test/sup
 import { startMoto, type MotoServer } from '../../test/support/moto';
 import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../../test/support/moto-fleet';
 import { modelSeconds, type RecordedRequest } from './model';
+import { Provider } from '../../lambdas/shared/contract';
 
 const JOBS = 100;
 const BATCH = 10;
@@ -60,7 +61,7 @@ async function burst(moto: MotoServer, batching: boolean, pacer?: Pacer): Promis
   const admin = motoClients(moto.endpoint);
   const config = await motoFleet(admin, { maxRunners: 200, warmSize: 100 });
   const parked = new Set(await parkInMoto(admin, config, JOBS));
-  const ci = new FakeCi('github', PREFIX);
+  const ci = new FakeCi(Provider.GITHUB, PREFIX);
   const requests: RecordedRequest[] = [];
   const batches = Array.from({ length: JOBS / BATCH }, (_, b) => Array.from({ length: BATCH }, (_, k) => job(b * BATCH + k + 1)));
   let lostClaims = 0;

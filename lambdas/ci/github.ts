@@ -5,6 +5,7 @@ import {
   instanceIdOfRunnerName,
   JobLookupError,
   runnerName,
+  Provider,
   type CiProvider,
   type GitHubConnectionConfig,
   type JobMessage,
@@ -65,7 +66,7 @@ const WAITING_STATUSES = new Set(['queued', 'waiting', 'pending', 'requested']);
  * with `owner/repo/id`, since deleting one needs its repository.
  */
 export class GitHubProvider implements CiProvider {
-  readonly provider = 'github' as const;
+  readonly provider = Provider.GITHUB;
   private readonly request: Request;
   private readonly policy: RetryPolicy;
   private readonly sleep: (ms: number) => Promise<void>;
@@ -168,7 +169,7 @@ export class GitHubProvider implements CiProvider {
       const data = await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true);
       return (data ?? {}) as Record<string, unknown>;
     } catch (e) {
-      if (e instanceof GitHubApiError && e.status === 404) throw new JobLookupError('github', job.jobId, 'not-found');
+      if (e instanceof GitHubApiError && e.status === 404) throw new JobLookupError(Provider.GITHUB, job.jobId, 'not-found');
       throw e;
     }
   }

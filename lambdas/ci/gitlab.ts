@@ -2,6 +2,7 @@ import {
   instanceIdOfRunnerName,
   JobLookupError,
   runnerName,
+  Provider,
   type CiProvider,
   type GitLabConnectionConfig,
   type JobMessage,
@@ -48,7 +49,7 @@ interface ApiAnswer {
  * credential), deleted with `DELETE /runners/:id`.
  */
 export class GitLabProvider implements CiProvider {
-  readonly provider = 'gitlab' as const;
+  readonly provider = Provider.GITLAB;
   private readonly fetch: typeof fetch;
   private readonly api: string;
   private readonly policy: RetryPolicy;
@@ -132,7 +133,7 @@ export class GitLabProvider implements CiProvider {
       throw new Error(`job ${job.jobId} is not a GitLab job with a project id`);
     }
     const res = await this.call(operation, 'GET', `/projects/${job.projectId}/jobs/${job.providerJobId}`, { expect: [200, 404], signal });
-    if (res.status === 404) throw new JobLookupError('gitlab', job.jobId, 'not-found');
+    if (res.status === 404) throw new JobLookupError(Provider.GITLAB, job.jobId, 'not-found');
     if (typeof res.data !== 'object' || res.data === null) throw new GitLabApiError(operation, res.status, 'answer is not a job');
     return res.data as Record<string, unknown>;
   }

@@ -1,5 +1,5 @@
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import { METRIC_NAMES, type CiProvider, type FleetConfig, type Provider } from '../shared/contract';
+import { METRIC_NAMES, Provider, type CiProvider, type FleetConfig } from '../shared/contract';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { createSecretCache } from '../shared/secrets';
 import type { ListTruncated } from './github';
@@ -43,7 +43,7 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
       pools: config.pools,
       privateKey: () => secrets.get(config.parameters.github.appPrivateKey),
       invalidatePrivateKey: () => secrets.invalidate(config.parameters.github.appPrivateKey),
-      onListTruncated: truncated('github'),
+      onListTruncated: truncated(Provider.GITHUB),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });
   }
@@ -54,7 +54,7 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
       pools: config.pools,
       token: () => secrets.get(config.parameters.gitlab.token),
       invalidateToken: () => secrets.invalidate(config.parameters.gitlab.token),
-      onListTruncated: truncated('gitlab'),
+      onListTruncated: truncated(Provider.GITLAB),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });
   }

@@ -1,4 +1,4 @@
-import type { GitHubConnectionConfig } from '../shared/contract';
+import { Provider, type GitHubConnectionConfig } from '../shared/contract';
 import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
@@ -28,7 +28,7 @@ export function classifyGitHubDelivery(event: string, payload: unknown, github: 
   if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'in_progress' || action === 'completed' ? action : 'other'}`);
   if (!github) return ignore('no-github-connection');
   if (!servesRepository(github, owner, name)) return ignore('repository-not-served');
-  return { kind: 'job', job: { provider: 'github', providerJobId: String(id), owner, project: name, labels: labels as string[] } };
+  return { kind: 'job', job: { provider: Provider.GITHUB, providerJobId: String(id), owner, project: name, labels: labels as string[] } };
 }
 
 /** Organisation runners serve the organisation's repositories; repository runners only those listed. */

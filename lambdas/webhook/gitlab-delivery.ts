@@ -1,4 +1,4 @@
-import type { GitLabConnectionConfig } from '../shared/contract';
+import { Provider, type GitLabConnectionConfig } from '../shared/contract';
 import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
@@ -28,7 +28,7 @@ export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnecti
   const name = slash > 0 ? path.slice(slash + 1) : path;
   if (!name) return invalid('"project.path_with_namespace" must be "namespace/project"');
   if (gitlab && !servesProject(gitlab, projectId)) return ignore('project-not-served');
-  return { kind: 'job', job: { provider: 'gitlab', providerJobId: String(buildId), owner, project: name, projectId, labels: [] } };
+  return { kind: 'job', job: { provider: Provider.GITLAB, providerJobId: String(buildId), owner, project: name, projectId, labels: [] } };
 }
 
 /**

@@ -2,7 +2,7 @@ import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { APIGatewayProxyResultV2, LambdaFunctionURLEvent } from 'aws-lambda';
 import { createCiProviders } from '../ci';
-import { LAMBDA_ENV, METRIC_NAMES, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
+import { LAMBDA_ENV, METRIC_NAMES, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
@@ -118,7 +118,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     const receivedAt = now();
     const deadline = createDeadline(opts.deadlineMs, clock);
     const path = (event.rawPath ?? '/').replace(/\/+$/, '') || '/';
-    const route: Provider | undefined = path === '/github' ? 'github' : path === '/gitlab' ? 'gitlab' : undefined;
+    const route: Provider | undefined = path === '/github' ? Provider.GITHUB : path === '/gitlab' ? Provider.GITLAB : undefined;
     const reqLog = log.child({ route: route ?? logSafe(path, 40), requestId: logSafe(event.requestContext?.requestId ?? '', 64) });
     if (!route) {
       reqLog.warn('unknown path');

@@ -4,7 +4,7 @@ import { GitHubApiError, GitHubProvider, type GitHubProviderOptions } from '../.
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { createCiProviders } from '../../lambdas/ci';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerName, ssmPaths, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
@@ -96,7 +96,7 @@ function provider(connection: Partial<GitHubProviderOptions['github']> = {}, ext
   const config = buildFleetConfig({
     prefix: PREFIX,
     github: { appId: '4242', organization: 'acme', apiUrl: server.url, runnerGroupId: 3 },
-    pools: [{ name: 'linux', provider: 'github', labels: ['linux', 'x64'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+    pools: [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux', 'x64'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
   });
   return new GitHubProvider({
     prefix: PREFIX,
@@ -114,7 +114,7 @@ function provider(connection: Partial<GitHubProviderOptions['github']> = {}, ext
 
 const job = (over: Partial<JobMessage> = {}): JobMessage => ({
   schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-  provider: 'github',
+  provider: Provider.GITHUB,
   jobId: 'github:555',
   providerJobId: '555',
   pool: 'linux',
@@ -229,7 +229,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     // 404 is "gone" or "the App cannot see it": a typed error the caller counts, never a silent false.
     const gone = await p.isJobQueued(job({ providerJobId: '999', jobId: 'github:999' })).catch((e: unknown) => e);
     expect(gone).toBeInstanceOf(JobLookupError);
-    expect(gone).toMatchObject({ provider: 'github', jobId: 'github:999', reason: 'not-found' });
+    expect(gone).toMatchObject({ provider: Provider.GITHUB, jobId: 'github:999', reason: 'not-found' });
     await expect(p.resolveLabels(job({ providerJobId: '999', jobId: 'github:999' }))).rejects.toBeInstanceOf(JobLookupError);
     expect(await p.resolveLabels(job())).toEqual(['self-hosted', 'linux']);
   });
@@ -341,7 +341,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
       const config = buildFleetConfig({
         prefix: PREFIX,
         github: { appId: '4242', organization: 'acme', apiUrl: server.url, runnerGroupId: 3 },
-        pools: [{ name: 'linux', provider: 'github', labels: ['linux'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+        pools: [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
       });
       const { github: p } = createCiProviders(config, { ssm: new SSMClient({}) });
       expect((await failure(p!.listRunners())).status).toBe(401);

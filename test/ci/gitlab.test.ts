@@ -3,7 +3,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
 import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, GitLabRunnerType, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
@@ -67,8 +67,8 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
 function provider(connection: Partial<GitLabProviderOptions['gitlab']> = {}, extra: Partial<GitLabProviderOptions> = {}) {
   const config = buildFleetConfig({
     prefix: PREFIX,
-    gitlab: { url: `${server.url}/gitlab`, runnerType: 'group_type', scopeId: 12 },
-    pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker', 'linux'], runUntagged: true, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+    gitlab: { url: `${server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+    pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker', 'linux'], runUntagged: true, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
   });
   return new GitLabProvider({
     prefix: PREFIX,
@@ -86,7 +86,7 @@ function provider(connection: Partial<GitLabProviderOptions['gitlab']> = {}, ext
 
 const job = (over: Partial<JobMessage> = {}): JobMessage => ({
   schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-  provider: 'gitlab',
+  provider: Provider.GITLAB,
   jobId: 'gitlab:1977',
   providerJobId: '1977',
   pool: 'docker',
@@ -138,9 +138,9 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
   });
 
   it.each([
-    ['instance_type', undefined, {}, '/gitlab/api/v4/runners/all?type=instance_type&per_page=100&page=1'],
-    ['project_type', 34, { project_id: 34, locked: true }, '/gitlab/api/v4/projects/34/runners?type=project_type&per_page=100&page=1'],
-    ['group_type', 12, { group_id: 12 }, '/gitlab/api/v4/groups/12/runners?type=group_type&per_page=100&page=1'],
+    [GitLabRunnerType.INSTANCE, undefined, {}, '/gitlab/api/v4/runners/all?type=instance_type&per_page=100&page=1'],
+    [GitLabRunnerType.PROJECT, 34, { project_id: 34, locked: true }, '/gitlab/api/v4/projects/34/runners?type=project_type&per_page=100&page=1'],
+    [GitLabRunnerType.GROUP, 12, { group_id: 12 }, '/gitlab/api/v4/groups/12/runners?type=group_type&per_page=100&page=1'],
   ] as const)('%s runners: creation scope and the list endpoint', async (runnerType, scopeId, scope, listPath) => {
     const p = provider({ runnerType, ...(scopeId === undefined ? { scopeId: undefined } : { scopeId }) });
     await p.createRunner(job(), INSTANCE, 'docker');
@@ -181,7 +181,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     for (const lookup of [p.isJobQueued(job({ providerJobId: '4040', jobId: 'gitlab:4040' })), p.resolveLabels(job({ providerJobId: '4040', jobId: 'gitlab:4040' }))]) {
       const e = await lookup.catch((err: unknown) => err);
       expect(e).toBeInstanceOf(JobLookupError);
-      expect(e).toMatchObject({ provider: 'gitlab', jobId: 'gitlab:4040', reason: 'not-found' });
+      expect(e).toMatchObject({ provider: Provider.GITLAB, jobId: 'gitlab:4040', reason: 'not-found' });
     }
     expect(await p.resolveLabels(job())).toEqual(['docker', 'linux']);
     await expect(p.resolveLabels(job({ projectId: undefined }))).rejects.toThrow(/project id/);
@@ -260,7 +260,7 @@ describe('createCiProviders', () => {
       prefix: PREFIX,
       github: { appId: '1', organization: 'acme' },
       gitlab: { url: `${server.url}/gitlab` },
-      pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }, { name: 'gh', provider: 'github', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+      pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }, { name: 'gh', provider: Provider.GITHUB, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
     });
     ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token, WithDecryption: true }).resolves({ Parameter: { Value: apiToken } });
     const providers = createCiProviders(config, { ssm: new SSMClient({}) });
@@ -273,8 +273,8 @@ describe('createCiProviders', () => {
   const glConfig = () =>
     buildFleetConfig({
       prefix: PREFIX,
-      gitlab: { url: `${server.url}/gitlab`, runnerType: 'group_type', scopeId: 12 },
-      pools: [{ name: 'docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+      gitlab: { url: `${server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+      pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
     });
 
   it('a rotated API token reaches a warm provider through the real secret cache', async () => {
@@ -302,12 +302,12 @@ describe('createCiProviders', () => {
     expect(await p!.listRunners()).toHaveLength(2000);
     // The sweep's signal that absence from this list means nothing.
     expect(told).toEqual(['gitlab']);
-    expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ level: 'warn', provider: 'gitlab', scope: 'group_type:12', pages: 20 })]);
+    expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ level: 'warn', provider: Provider.GITLAB, scope: 'group_type:12', pages: 20 })]);
     expect(metrics.map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([expect.objectContaining({ [METRIC_NAMES.runnerListTruncated]: 1 })]);
   });
 
   it('omits providers without a connection', () => {
-    const config = buildFleetConfig({ gitlab: { url: 'https://gitlab.com' }, pools: [{ name: 'a', provider: 'gitlab', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }] });
+    const config = buildFleetConfig({ gitlab: { url: 'https://gitlab.com' }, pools: [{ name: 'a', provider: Provider.GITLAB, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }] });
     expect(Object.keys(createCiProviders(config, { ssm: new SSMClient({}) }))).toEqual(['gitlab']);
   });
 });

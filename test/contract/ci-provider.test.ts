@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { JobLookupError, type CiProvider, type JobMessage } from '../../lambdas/shared/contract';
+import { JobLookupError, Provider, type CiProvider, type JobMessage } from '../../lambdas/shared/contract';
 
 describe('CiProvider.resolveLabels', () => {
   it('takes an optional AbortSignal; providers that ignore it still satisfy the interface', async () => {
     const seen: (AbortSignal | undefined)[] = [];
     const withSignal: CiProvider = {
-      provider: 'gitlab',
+      provider: Provider.GITLAB,
       createRunner: () => Promise.reject(new Error('unused')),
       deleteRunner: () => Promise.resolve(),
       listRunners: () => Promise.resolve([]),
@@ -25,10 +25,10 @@ describe('CiProvider.resolveLabels', () => {
 
 describe('JobLookupError', () => {
   it('names the provider, the job and the reason, and is told apart from other errors', () => {
-    const e: unknown = new JobLookupError('gitlab', 'gitlab:1977', 'not-found');
+    const e: unknown = new JobLookupError(Provider.GITLAB, 'gitlab:1977', 'not-found');
     expect(e).toBeInstanceOf(Error);
     expect(e).toBeInstanceOf(JobLookupError);
-    expect(e).toMatchObject({ name: 'JobLookupError', provider: 'gitlab', jobId: 'gitlab:1977', reason: 'not-found' });
+    expect(e).toMatchObject({ name: 'JobLookupError', provider: Provider.GITLAB, jobId: 'gitlab:1977', reason: 'not-found' });
     expect((e as Error).message).toMatch(/gitlab job gitlab:1977.*not-found.*cannot see it/);
     expect(new Error('x')).not.toBeInstanceOf(JobLookupError);
   });

@@ -18,13 +18,15 @@ import {
   tagKeys,
   TAG_NAMES,
   warmSizeAt,
+  LabelMatch,
+  Provider,
   type FleetConfigInput,
   type JobMessage,
 } from '../../lambdas/shared/contract';
 
 const pool = {
   name: 'linux',
-  provider: 'github' as const,
+  provider: Provider.GITHUB,
   launchTemplateId: 'lt-0123456789abcdef0',
   launchTemplateVersion: '3',
   subnetIds: ['subnet-1'],
@@ -96,9 +98,9 @@ describe('runner config', () => {
     expect(decodeRunnerConfig(encodeRunnerConfig(gl))).toEqual(gl);
   });
   it('refuses values the shell parser could split, without echoing the secret', () => {
-    expect(() => encodeRunnerConfig({ provider: 'github', jitConfig: 'se cret\nx=1' })).toThrow(/"jitconfig"/);
+    expect(() => encodeRunnerConfig({ provider: Provider.GITHUB, jitConfig: 'se cret\nx=1' })).toThrow(/"jitconfig"/);
     try {
-      encodeRunnerConfig({ provider: 'github', jitConfig: 'se cret' });
+      encodeRunnerConfig({ provider: Provider.GITHUB, jitConfig: 'se cret' });
     } catch (e) {
       expect((e as Error).message).not.toContain('se cret');
     }
@@ -123,8 +125,8 @@ describe('runner names', () => {
 describe('job message', () => {
   const job: JobMessage = {
     schemaVersion: 1,
-    provider: 'gitlab',
-    jobId: qualifiedJobId('gitlab', '42'),
+    provider: Provider.GITLAB,
+    jobId: qualifiedJobId(Provider.GITLAB, '42'),
     providerJobId: '42',
     pool: 'linux',
     owner: 'group',
@@ -140,7 +142,7 @@ describe('job message', () => {
     expect(parseJobMessage(JSON.stringify(job))).toEqual(job);
   });
   it('qualifies ids by provider so GitHub and GitLab cannot collide', () => {
-    expect(qualifiedJobId('github', 42)).not.toBe(qualifiedJobId('gitlab', 42));
+    expect(qualifiedJobId(Provider.GITHUB, 42)).not.toBe(qualifiedJobId(Provider.GITLAB, 42));
   });
   it.each([
     ['not json', '{', /not JSON/],
@@ -159,7 +161,7 @@ describe('fleet config', () => {
   it('applies defaults and survives a round trip through the reader', () => {
     const config = buildFleetConfig(input);
     expect(config.prefix).toBe('warm-runners');
-    expect(config.pools[0]).toMatchObject({ labels: ['linux'], maxRunners: 10, spot: false, labelMatch: 'exact' });
+    expect(config.pools[0]).toMatchObject({ labels: ['linux'], maxRunners: 10, spot: false, labelMatch: LabelMatch.EXACT });
     expect(parseFleetConfig(JSON.stringify(config))).toEqual(config);
   });
 
@@ -168,7 +170,7 @@ describe('fleet config', () => {
     ['empty instance types', { ...pool, instanceTypes: [] }, /instanceTypes must be a list of at least 1/],
     ['bad label', { ...pool, labels: ['has space'] }, /label "has space"/],
     ['bad schedule', { ...pool, warmSchedule: [{ window: 'weekdays 8-6', size: 1 }] }, /window "weekdays 8-6"/],
-    ['provider without connection', { ...pool, provider: 'gitlab' as const }, /no gitlab connection is configured/],
+    ['provider without connection', { ...pool, provider: Provider.GITLAB }, /no gitlab connection is configured/],
     ['bad pool name', { ...pool, name: 'a/b' }, /pool name "a\/b"/],
   ])('names the bad value: %s', (_name, badPool, error) => {
     expect(() => buildFleetConfig({ ...input, pools: [badPool] })).toThrow(error);

@@ -1,13 +1,13 @@
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { buildFleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, Provider } from '../../lambdas/shared/contract';
 import { clearFleetConfigCache, loadFleetConfig } from '../../lambdas/shared/fleet-config-source';
 import { createLogger, emitMetrics, rollups } from '../../lambdas/shared/log';
 
 const config = buildFleetConfig({
   github: { appId: '1', organization: 'acme' },
-  pools: [{ name: 'linux', provider: 'github', launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
+  pools: [{ name: 'linux', provider: Provider.GITHUB, launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
 });
 
 describe('loadFleetConfig', () => {

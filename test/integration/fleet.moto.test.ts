@@ -5,7 +5,7 @@ import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { runnerName, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { runnerName, ssmPaths, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -38,7 +38,7 @@ describe('the fleet against moto: fill, activate, cold-launch, evict, scale down
     const aws = new AwsCaller({ sleep: async () => {} });
     let clock = new Date();
     const now = () => clock;
-    const ci = new FakeCi('github', PREFIX);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const pool = () => createPoolHandler({ ...c, aws, loadConfig: async () => config, now, sink: lines.sink })();
     const scaleUp = createScaleUpHandler({ ...c, aws, loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'd', instanceArnPrefix: INSTANCE_ARN_PREFIX, now, sink: lines.sink });
     const scaleDown = () => createScaleDownHandler({ ...c, aws, loadConfig: async () => config, providers: () => ({ github: ci }), now, sink: lines.sink })();

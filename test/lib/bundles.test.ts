@@ -1,11 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { bundleDirectory, type BundledHandler } from '../../lib/bundled-function';
+import { bundleDirectory, BundledHandler } from '../../lib/bundled-function';
 import { LAMBDA_ENV } from '../../lambdas/shared/contract';
 
 // The bundles are what Lambda runs: load each in a clean Node process, as the runtime would,
 // with only the environment the constructs set.
-describe.each<BundledHandler>(['webhook', 'scale-up', 'pool', 'scale-down'])('the %s bundle', (name) => {
+describe.each(Object.values(BundledHandler))('the %s bundle', (name) => {
   it('loads on its own and exports a handler function', () => {
     const env = {
       PATH: process.env.PATH ?? '',

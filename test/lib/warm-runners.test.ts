@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { BOOT_LOG_KEYS, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -181,7 +181,7 @@ describe('control plane', () => {
     const grok = transformer!.Properties.TransformerConfig[0].Grok.Match as string;
     // The pattern reads the line the boot script writes: its own log function, rendered from
     // the contract, run by bash (the line it ships to the log group as it is).
-    const logFunction = /^log\(\) \{\n[\s\S]*?\n\}$/m.exec(renderStartLogic({ provider: 'github' }))?.[0];
+    const logFunction = /^log\(\) \{\n[\s\S]*?\n\}$/m.exec(renderStartLogic({ provider: Provider.GITHUB }))?.[0];
     expect(logFunction).toBeDefined();
     const run = spawnSync('bash', ['-c', `export TZ=UTC; L_TRACE=trace-id TRACE=t-1 LOG_FILE=/dev/null\n${logFunction}\nlog "$1"`, 'bash', `${BOOT_LOG_KEYS.activationLatency}=3.250`], { encoding: 'utf8' });
     const line = run.stderr.trim();
@@ -226,7 +226,7 @@ describe('encryption key', () => {
       vpc: new ec2.Vpc(s, 'Vpc'),
       github: { appId: '1', organization: 'org' },
       encryptionKey: key,
-      pools: [{ name: 'linux', provider: 'github', machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
+      pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
     });
     const t = Template.fromStack(s);
     const [param] = Object.values(t.findResources('AWS::SSM::Parameter'));
@@ -246,7 +246,7 @@ describe('fleet config', () => {
     const s = new Stack(new App(), 'Big');
     const pools = Array.from({ length: 30 }, (_, i) => ({
       name: `pool-${i}`,
-      provider: 'github' as const,
+      provider: Provider.GITHUB,
       labels: ['linux', 'x64', 'large', 'docker', 'gpu', 'arm'],
       machineImage: ec2.MachineImage.latestAmazonLinux2023(),
     }));
@@ -261,7 +261,7 @@ describe('fleet config', () => {
     const concrete = value.replace(/<ref:[^>]+>/g, 'lt-0123456789abcdef0');
     const config = parseFleetConfig(concrete);
     expect(config.pools.map((p) => p.name)).toEqual(['linux-x64', 'gitlab-docker']);
-    expect(config.pools[0]).toMatchObject({ provider: 'github', maxRunners: 20, warm: { size: 3, maxAgeSeconds: 43_200 } });
+    expect(config.pools[0]).toMatchObject({ provider: Provider.GITHUB, maxRunners: 20, warm: { size: 3, maxAgeSeconds: 43_200 } });
   });
 });
 
@@ -296,7 +296,7 @@ describe('props validation', () => {
   const base = (): WarmRunnersProps => ({
     vpc: new ec2.Vpc(new Stack(new App(), 'V'), 'Vpc'),
     github: { appId: '1', organization: 'org' },
-    pools: [{ name: 'linux', provider: 'github', machineImage: image }],
+    pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: image }],
   });
   const build = (change: (p: WarmRunnersProps) => WarmRunnersProps) => {
     const props = change(base());
@@ -305,13 +305,13 @@ describe('props validation', () => {
   it.each<[string, (p: WarmRunnersProps) => WarmRunnersProps, RegExp]>([
     ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /pool "linux": warm\.size is 3, above the pool's maxRunners 2/],
     ['two pools with one name', (p) => ({ ...p, pools: [p.pools[0]!, p.pools[0]!] }), /"linux" is used by two pools/],
-    ['GitLab group runners without a group id', (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com', runnerType: 'group_type' } }), /gitlab\.scopeId/],
+    ['GitLab group runners without a group id', (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP } }), /gitlab\.scopeId/],
     ['disk below 8 GiB', (p) => ({ ...p, pools: [{ ...p.pools[0]!, diskSize: Size.gibibytes(4) }] }), /pool "linux": diskSize 4 GiB/],
     ['maximum concurrency below 2', (p) => ({ ...p, scaleUpMaxConcurrency: 1 }), /scaleUpMaxConcurrency 1 must be an integer from 2 to 1000/],
     ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pool "linux": instanceTypes is empty/],
     ['prefix with a slash', (p) => ({ ...p, prefix: 'ci/fleet' }), /prefix "ci\/fleet"/],
     ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /label "has space"/],
-    ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: 'gitlab' }] }), /no gitlab connection is configured/],
+    ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB }] }), /no gitlab connection is configured/],
     ['GitLab without URL', (p) => ({ ...p, gitlab: { url: '' } }), /gitlab\.url/],
     ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /window "weekdays"/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
@@ -335,7 +335,7 @@ describe('composition', () => {
     const runners = new WarmRunners(s, 'Runners', {
       vpc,
       github: { appId: '1', organization: 'org' },
-      pools: [{ name: 'linux', provider: 'github', machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
+      pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023() }],
     });
     const role = new iam.Role(s, 'Reader', { assumedBy: new iam.AccountRootPrincipal() });
     void role;

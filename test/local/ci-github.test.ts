@@ -7,7 +7,7 @@ import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubApiError, GitHubProvider } from '../../lambdas/ci';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { runningInGroup, until } from './ci-processes';
@@ -28,8 +28,8 @@ function fleet(url: string): FleetConfig {
     prefix: PREFIX,
     github: { appId: gh.appId, organization: ORG, apiUrl: url },
     pools: [
-      { name: 'linux', provider: 'github', labels: ['linux', 'x64'], ...pool },
-      { name: 'gpu', provider: 'github', labels: ['gpu'], ...pool },
+      { name: 'linux', provider: Provider.GITHUB, labels: ['linux', 'x64'], ...pool },
+      { name: 'gpu', provider: Provider.GITHUB, labels: ['gpu'], ...pool },
     ],
   });
 }
@@ -46,7 +46,7 @@ function message(jobId: number, labels: string[], repository = `${ORG}/app`): Jo
   const [owner, project] = repository.split('/') as [string, string];
   return {
     schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-    provider: 'github',
+    provider: Provider.GITHUB,
     jobId: `github:${jobId}`,
     providerJobId: String(jobId),
     pool: 'linux',
@@ -127,7 +127,7 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     // The JIT registration is gone after its job, and the sweep sees that.
     expect(gh.runners()).toEqual([]);
     expect(await p.listRunners()).toEqual([]);
-    expect(events).toEqual([expect.objectContaining({ kind: 'job-done', provider: 'github', ciJobId: String(older.id), runnerName: reg.name })]);
+    expect(events).toEqual([expect.objectContaining({ kind: 'job-done', provider: Provider.GITHUB, ciJobId: String(older.id), runnerName: reg.name })]);
     const lines = readFileSync(log, 'utf8');
     expect(lines).toMatch(new RegExp(`running job ${older.id}`));
     expect(lines).toMatch(/done; exiting/);

@@ -6,7 +6,7 @@ import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitLabApiError, GitLabProvider } from '../../lambdas/ci';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, GitLabRunnerType, Provider, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { runningInGroup, until } from './ci-processes';
@@ -33,7 +33,7 @@ const nextInstance = () => `i-0${(++instanceSerial).toString(16).padStart(16, '0
 function message(jobId: number, pool = 'docker', projectId = PROJECT): JobMessage {
   return {
     schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-    provider: 'gitlab',
+    provider: Provider.GITLAB,
     jobId: `gitlab:${jobId}`,
     providerJobId: String(jobId),
     pool,
@@ -80,10 +80,10 @@ beforeEach(async () => {
   const pool = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
   config = buildFleetConfig({
     prefix: PREFIX,
-    gitlab: { url: gl.url, runnerType: 'group_type', scopeId: GROUP },
+    gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP },
     pools: [
-      { name: 'docker', provider: 'gitlab', labels: ['docker', 'linux'], runUntagged: false, ...pool },
-      { name: 'any', provider: 'gitlab', labels: ['linux'], runUntagged: true, ...pool },
+      { name: 'docker', provider: Provider.GITLAB, labels: ['docker', 'linux'], runUntagged: false, ...pool },
+      { name: 'any', provider: Provider.GITLAB, labels: ['linux'], runUntagged: true, ...pool },
     ],
   });
   ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token }).resolves({ Parameter: { Value: gl.accessToken } });
@@ -114,7 +114,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(reg.url).toBe(gl.url);
     expect(reg.secret).toMatch(/^glrt-/);
     expect(gl.runners()).toEqual([
-      { id: Number(reg.runnerId), description: reg.name, tagList: ['docker', 'linux'], runUntagged: false, runnerType: 'group_type', groupId: GROUP, token: reg.secret },
+      { id: Number(reg.runnerId), description: reg.name, tagList: ['docker', 'linux'], runUntagged: false, runnerType: GitLabRunnerType.GROUP, groupId: GROUP, token: reg.secret },
     ]);
     expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'never_contacted' }]);
 
@@ -127,7 +127,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(jobStatus(untagged.id)?.status).toBe('pending'); // the runner does not run untagged jobs
     expect(jobStatus(gpu.id)?.status).toBe('pending');
     expect(await p.isJobQueued(message(older.id))).toBe(false);
-    expect(events).toEqual([expect.objectContaining({ kind: 'job-done', provider: 'gitlab', ciJobId: String(older.id), runnerName: reg.name })]);
+    expect(events).toEqual([expect.objectContaining({ kind: 'job-done', provider: Provider.GITLAB, ciJobId: String(older.id), runnerName: reg.name })]);
     // Still registered after run-single exited: the control plane deletes it.
     expect(gl.runners()).toEqual([expect.objectContaining({ id: Number(reg.runnerId), contactedAt: expect.any(String) })]);
     expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'online' }]);
@@ -179,7 +179,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
   });
 
   it('a project runner takes only jobs of its project', async () => {
-    const projectConfig = { ...config, gitlab: { url: gl.url, runnerType: 'project_type' as const, scopeId: 999 } };
+    const projectConfig = { ...config, gitlab: { url: gl.url, runnerType: GitLabRunnerType.PROJECT as const, scopeId: 999 } };
     const p = createCiProviders(projectConfig, { ssm: new SSMClient({ region: 'eu-west-1' }) }).gitlab!;
     const other = gl.addJob(PROJECT, ['docker']);
     const own = gl.addJob(999, ['docker']);

@@ -2,7 +2,7 @@ import { CreateLaunchTemplateCommand, DescribeSubnetsCommand, RunInstancesComman
 import { CreateQueueCommand, GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildFleetConfig, ssmPaths, tagKeys, type FleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, ssmPaths, tagKeys, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { clearFleetConfigCache } from '../../lambdas/shared/fleet-config-source';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { githubWorkflowJobQueued } from '../../local/deliveries';
@@ -36,7 +36,7 @@ beforeAll(async () => {
   config = buildFleetConfig({
     prefix: 'esm',
     github: { appId: '123456', organization: 'example-org', apiUrl: github.url },
-    pools: [{ name: 'linux', provider: 'github', labels: ['linux'], launchTemplateId: lt.LaunchTemplate!.LaunchTemplateId!, launchTemplateVersion: '1', subnetIds: [subnet], instanceTypes: ['t3.micro'] }],
+    pools: [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux'], launchTemplateId: lt.LaunchTemplate!.LaunchTemplateId!, launchTemplateVersion: '1', subnetIds: [subnet], instanceTypes: ['t3.micro'] }],
   });
   const p = ssmPaths(config.prefix);
   for (const [Name, Value, Type] of [

@@ -7,13 +7,13 @@ import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
-import { DEFAULT_PREFIX, ssmPaths } from '../../lambdas/shared/contract';
+import { DEFAULT_PREFIX, ssmPaths, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { eventOfLogLine, localClients, toRecord } from '../../local/lambdas';
 import { provision } from '../../local/provision';
 import { startMoto, type MotoServer } from '../support/moto';
 
 const github = { appId: '1', organization: 'example-org', repositories: [], runnerGroupId: 1, apiUrl: 'http://127.0.0.1:1' };
-const gitlab = { url: 'http://127.0.0.1:2', runnerType: 'group_type' as const, scopeId: 42 };
+const gitlab = { url: 'http://127.0.0.1:2', runnerType: GitLabRunnerType.GROUP as const, scopeId: 42 };
 
 describe('deliveries: what the webhook handler verifies and classifies', () => {
   const secret = 'webhook-secret';
@@ -22,7 +22,7 @@ describe('deliveries: what the webhook handler verifies and classifies', () => {
     expect(verifyGitHubSignature(Buffer.from(d.body), d.headers['x-hub-signature-256'], secret)).toEqual({ ok: true });
     expect(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github)).toEqual({
       kind: 'job',
-      job: { provider: 'github', providerJobId: '77', owner: 'example-org', project: 'app', labels: ['self-hosted', 'linux', 'x64'] },
+      job: { provider: Provider.GITHUB, providerJobId: '77', owner: 'example-org', project: 'app', labels: ['self-hosted', 'linux', 'x64'] },
     });
     const bad = withBadSignature(d);
     expect(bad.body).toBe(d.body);
@@ -35,7 +35,7 @@ describe('deliveries: what the webhook handler verifies and classifies', () => {
     expect(d.headers['idempotency-key']).toBe('delivery-1');
     expect(classifyGitLabDelivery(JSON.parse(d.body), gitlab)).toEqual({
       kind: 'job',
-      job: { provider: 'gitlab', providerJobId: '88', owner: 'example-group', project: 'app', projectId: 4711, labels: [] },
+      job: { provider: Provider.GITLAB, providerJobId: '88', owner: 'example-group', project: 'app', projectId: 4711, labels: [] },
     });
     expect(verifyGitLabToken(withBadSignature(d).headers['x-gitlab-token'], secret).ok).toBe(false);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE } from '../../lambdas/shared/contract';
+import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import { buildReport, findLeftovers, formatReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from '../../local/report';
 
@@ -8,10 +8,10 @@ const keys = tagKeys(prefix);
 const config = buildFleetConfig({
   prefix,
   github: { appId: '1', organization: 'acme' },
-  gitlab: { url: 'http://127.0.0.1:1', runnerType: 'group_type', scopeId: 42 },
+  gitlab: { url: 'http://127.0.0.1:1', runnerType: GitLabRunnerType.GROUP, scopeId: 42 },
   pools: [
-    { name: 'gh', provider: 'github', launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 2 },
-    { name: 'gl', provider: 'gitlab', launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 1 },
+    { name: 'gh', provider: Provider.GITHUB, launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 2 },
+    { name: 'gl', provider: Provider.GITLAB, launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'], warmSize: 1 },
   ],
 });
 const targets = { gh: 2, gl: 1 };
@@ -52,16 +52,16 @@ describe('leftovers, counted from the listed world', () => {
       'a registration whose instance is terminated',
       () => {
         const gone = activated('gl', 'terminated', true);
-        return world({ instances: [...full(), gone], registrations: [{ provider: 'gitlab', id: '7', name: runnerName(prefix, gone.id, new Date(T0)) }] });
+        return world({ instances: [...full(), gone], registrations: [{ provider: Provider.GITLAB, id: '7', name: runnerName(prefix, gone.id, new Date(T0)) }] });
       },
       { instances: 0, parameters: 0, registrations: 1 },
     ],
-    ['a registration whose name names no instance', () => world({ instances: full(), registrations: [{ provider: 'github', id: '8', name: 'someone-else' }] }), { instances: 0, parameters: 0, registrations: 1 }],
+    ['a registration whose name names no instance', () => world({ instances: full(), registrations: [{ provider: Provider.GITHUB, id: '8', name: 'someone-else' }] }), { instances: 0, parameters: 0, registrations: 1 }],
     [
       'a registration of a live instance is not a registration leftover (the instance is)',
       () => {
         const live = activated('gh', 'running', true);
-        return world({ instances: [...full(), live], registrations: [{ provider: 'github', id: '9', name: runnerName(prefix, live.id, new Date(T0)) }] });
+        return world({ instances: [...full(), live], registrations: [{ provider: Provider.GITHUB, id: '9', name: runnerName(prefix, live.id, new Date(T0)) }] });
       },
       { instances: 1, parameters: 0, registrations: 0 },
     ],
@@ -70,7 +70,7 @@ describe('leftovers, counted from the listed world', () => {
       'a registration whose instance is a parked standby (never activated)',
       () => {
         const standby = parked('gh');
-        return world({ instances: [standby, parked('gh'), parked('gl')], registrations: [{ provider: 'github', id: '10', name: runnerName(prefix, standby.id, new Date(T0)) }] });
+        return world({ instances: [standby, parked('gh'), parked('gl')], registrations: [{ provider: Provider.GITHUB, id: '10', name: runnerName(prefix, standby.id, new Date(T0)) }] });
       },
       { instances: 0, parameters: 0, registrations: 1 },
     ],
@@ -78,7 +78,7 @@ describe('leftovers, counted from the listed world', () => {
       'a registration whose instance primes (running, not activated)',
       () => {
         const priming = parked('gh', { state: 'running' });
-        return world({ instances: [...full(), priming], registrations: [{ provider: 'github', id: '12', name: runnerName(prefix, priming.id, new Date(T0)) }] });
+        return world({ instances: [...full(), priming], registrations: [{ provider: Provider.GITHUB, id: '12', name: runnerName(prefix, priming.id, new Date(T0)) }] });
       },
       { instances: 1, parameters: 0, registrations: 1 },
     ],
@@ -91,7 +91,7 @@ describe('leftovers, counted from the listed world', () => {
       'a registration of an activated instance shutting down is not a registration leftover (the instance is)',
       () => {
         const going = activated('gl', 'shutting-down', false);
-        return world({ instances: [...full(), going], registrations: [{ provider: 'gitlab', id: '13', name: runnerName(prefix, going.id, new Date(T0)) }] });
+        return world({ instances: [...full(), going], registrations: [{ provider: Provider.GITLAB, id: '13', name: runnerName(prefix, going.id, new Date(T0)) }] });
       },
       { instances: 1, parameters: 0, registrations: 0 },
     ],
@@ -103,9 +103,9 @@ describe('leftovers, counted from the listed world', () => {
 });
 
 describe('the report', () => {
-  const ghJob: ScenarioJob = { provider: 'github', ciJobId: '11', pool: 'gh', deliveredAt: T0 };
-  const glJob: ScenarioJob = { provider: 'gitlab', ciJobId: '22', pool: 'gl', deliveredAt: T0 };
-  const lostJob: ScenarioJob = { provider: 'github', ciJobId: '33', pool: 'gh', deliveredAt: T0 };
+  const ghJob: ScenarioJob = { provider: Provider.GITHUB, ciJobId: '11', pool: 'gh', deliveredAt: T0 };
+  const glJob: ScenarioJob = { provider: Provider.GITLAB, ciJobId: '22', pool: 'gl', deliveredAt: T0 };
+  const lostJob: ScenarioJob = { provider: Provider.GITHUB, ciJobId: '33', pool: 'gh', deliveredAt: T0 };
 
   it('counts served, warm and cold from the CI servers and the instances, and joins the timeline by trace id and instance', () => {
     const warm = activated('gh', 'terminated', true);
@@ -113,26 +113,26 @@ describe('the report', () => {
     const other = parked('gh');
     const events: LocalEvent[] = [
       { t: T0 - 5_000, kind: 'parked', instanceId: warm.id },
-      { t: T0, kind: 'webhook-received', provider: 'github', ciJobId: '11', detail: 202 },
-      { t: T0 + 10, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr-gh', pool: 'gh' },
+      { t: T0, kind: 'webhook-received', provider: Provider.GITHUB, ciJobId: '11', detail: 202 },
+      { t: T0 + 10, kind: 'queued', provider: Provider.GITHUB, ciJobId: '11', traceId: 'tr-gh', pool: 'gh' },
       { t: T0 + 100, kind: 'claimed', instanceId: warm.id, detail: 'warm' },
       { t: T0 + 200, kind: 'started', traceId: 'tr-gh', instanceId: warm.id, detail: 'warm' },
       { t: T0 + 900, kind: 'boot', instanceId: warm.id, detail: 'RUN' },
       { t: T0 + 1_000, kind: 'runner-started', traceId: 'tr-gh', instanceId: warm.id, detail: 0.8 },
-      { t: T0 + 2_000, kind: 'job-done', provider: 'github', ciJobId: '11', runnerName: 'x' },
+      { t: T0 + 2_000, kind: 'job-done', provider: Provider.GITHUB, ciJobId: '11', runnerName: 'x' },
       { t: T0 + 2_500, kind: 'instance-gone', instanceId: warm.id },
       { t: T0 + 2_600, kind: 'instance-gone', instanceId: other.id },
-      { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+      { t: T0, kind: 'queued', provider: Provider.GITLAB, ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
       { t: T0 + 300, kind: 'started', traceId: 'tr-gl', instanceId: cold.id, detail: 'cold' },
       { t: T0 + 3_000, kind: 'runner-started', traceId: 'tr-gl', instanceId: cold.id, detail: 2.5 },
-      { t: T0, kind: 'queued', provider: 'github', ciJobId: '33', traceId: 'tr-lost', pool: 'gh' },
+      { t: T0, kind: 'queued', provider: Provider.GITHUB, ciJobId: '33', traceId: 'tr-lost', pool: 'gh' },
     ];
     const w = world({
       instances: [warm, cold, parked('gh'), other, parked('gl')],
       ciJobs: [
-        { provider: 'github', id: '11', done: true, runnerName: runnerName(prefix, warm.id, new Date(T0)) },
-        { provider: 'gitlab', id: '22', done: true, runnerName: runnerName(prefix, cold.id, new Date(T0)) },
-        { provider: 'github', id: '33', done: false },
+        { provider: Provider.GITHUB, id: '11', done: true, runnerName: runnerName(prefix, warm.id, new Date(T0)) },
+        { provider: Provider.GITLAB, id: '22', done: true, runnerName: runnerName(prefix, cold.id, new Date(T0)) },
+        { provider: Provider.GITHUB, id: '33', done: false },
       ],
       deadLetters: [{ traceId: 'tr-lost', jobId: 'github:33', reason: 'max-wait' }],
     });
@@ -160,10 +160,10 @@ describe('the report', () => {
       config,
       jobs: [ghJob],
       events: [
-        { t: T0, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr' },
+        { t: T0, kind: 'queued', provider: Provider.GITHUB, ciJobId: '11', traceId: 'tr' },
         { t: T0, kind: 'started', traceId: 'tr', instanceId: i.id, detail: 'warm' },
       ],
-      world: world({ instances: [i, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'github', id: '11', done: false }] }),
+      world: world({ instances: [i, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: Provider.GITHUB, id: '11', done: false }] }),
       startedAt: T0,
       endedAt: T0,
     });
@@ -176,10 +176,10 @@ describe('the report', () => {
     const r = buildReport({
       config,
       jobs: [ghJob],
-      events: [{ t: T0, kind: 'queued', provider: 'github', ciJobId: '11', traceId: 'tr' }],
+      events: [{ t: T0, kind: 'queued', provider: Provider.GITHUB, ciJobId: '11', traceId: 'tr' }],
       world: world({
         instances: [i, parked('gh'), parked('gh'), parked('gl')],
-        ciJobs: [{ provider: 'github', id: '11', done: false, failed: true, runnerName: runnerName(prefix, i.id, new Date(T0)) }],
+        ciJobs: [{ provider: Provider.GITHUB, id: '11', done: false, failed: true, runnerName: runnerName(prefix, i.id, new Date(T0)) }],
       }),
       startedAt: T0,
       endedAt: T0,
@@ -199,12 +199,12 @@ describe('the report', () => {
       config,
       jobs: [glJob],
       events: [
-        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0, kind: 'queued', provider: Provider.GITLAB, ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
         { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: a.id, detail: 'warm' },
         { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
-        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: ranOn },
+        { t: T0 + 2_000, kind: 'job-done', provider: Provider.GITLAB, ciJobId: '22', runnerName: ranOn },
       ],
-      world: world({ instances: [a, b, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      world: world({ instances: [a, b, parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: Provider.GITLAB, id: '22', done: true }] }),
       startedAt: T0,
       endedAt: T0 + 3_000,
     });
@@ -222,12 +222,12 @@ describe('the report', () => {
       config,
       jobs: [glJob],
       events: [
-        { t: T0, kind: 'queued', provider: 'gitlab', ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+        { t: T0, kind: 'queued', provider: Provider.GITLAB, ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
         { t: T0 + 100, kind: 'started', traceId: 'tr-gl', instanceId: 'i-0aaaaaaaaaaaaaaaa', detail: 'warm' },
         { t: T0 + 150, kind: 'started', traceId: 'tr-other', instanceId: b.id, detail: 'cold' },
-        { t: T0 + 2_000, kind: 'job-done', provider: 'gitlab', ciJobId: '22', runnerName: runnerName(prefix, b.id, new Date(T0)) },
+        { t: T0 + 2_000, kind: 'job-done', provider: Provider.GITLAB, ciJobId: '22', runnerName: runnerName(prefix, b.id, new Date(T0)) },
       ],
-      world: world({ instances: [parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: 'gitlab', id: '22', done: true }] }),
+      world: world({ instances: [parked('gh'), parked('gh'), parked('gl')], ciJobs: [{ provider: Provider.GITLAB, id: '22', done: true }] }),
       startedAt: T0,
       endedAt: T0 + 3_000,
     });

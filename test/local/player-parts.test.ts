@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { DescribeInstancesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { BOOT_LOG_KEYS, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, ssmPaths, tagKeys, Provider } from '../../lambdas/shared/contract';
 import {
   MACHINE_PATHS,
   relocateUserData,
@@ -76,7 +76,7 @@ describe('parseBootLine', () => {
 });
 
 describe('local user data', () => {
-  const text = renderLocalUserData({ name: 'pool-a', provider: 'github', prepareCommands: ['echo ready'] }, machine);
+  const text = renderLocalUserData({ name: 'pool-a', provider: Provider.GITHUB, prepareCommands: ['echo ready'] }, machine);
 
   it('is the production renderer with every host path under the template root and the placeholder IMDS', () => {
     expect(text).toContain(`IMDS=${TEMPLATE_IMDS} `);
@@ -91,7 +91,7 @@ describe('local user data', () => {
   });
 
   it('names the pool when the renderer refuses it', () => {
-    expect(() => renderLocalUserData({ name: 'bad', provider: 'github', runnerUser: 'root' }, machine)).toThrow(/pool "bad": .*runnerUser "root"/s);
+    expect(() => renderLocalUserData({ name: 'bad', provider: Provider.GITHUB, runnerUser: 'root' }, machine)).toThrow(/pool "bad": .*runnerUser "root"/s);
   });
 
   it('is relocated into a machine directory and its IMDS server, and nothing of the template is left', () => {
@@ -101,7 +101,7 @@ describe('local user data', () => {
     expect(moved).toContain('IMDS=http://127.0.0.1:40123 ');
     expect(moved).toContain(`/tmp/sandbox/i-0123456789abcdef0/${MACHINE_PATHS.stateDir}`);
     // The aws endpoint shares the placeholder's prefix ("http://127.0.0.1:9" of ":9xxx") only when it must not move.
-    const nine = renderLocalUserData({ name: 'p', provider: 'github' }, { ...machine, awsEndpoint: 'http://127.0.0.1:9876' });
+    const nine = renderLocalUserData({ name: 'p', provider: Provider.GITHUB }, { ...machine, awsEndpoint: 'http://127.0.0.1:9876' });
     expect(relocateUserData(nine, '/tmp/m', 'http://127.0.0.1:40123')).toContain('AWS_URL=http://127.0.0.1:9876');
   });
 

@@ -23,7 +23,7 @@ import {
   StopInstancesCommand,
 } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
-import { bootLogGroupName, CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type RunnerConfig } from '../../lambdas/shared/contract';
+import { bootLogGroupName, CREATED_BY, encodeRunnerConfig, ssmPaths, tagKeys, WARM_STANDBY_VALUE, Provider, type RunnerConfig } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
 import {
   createLocalLaunchTemplate,
@@ -213,7 +213,7 @@ afterAll(async () => {
 
 describe('InstancePlayer', () => {
   it('primes and parks a warm standby, then runs its runner when activated, and it terminates itself', async () => {
-    const lt = await createLocalLaunchTemplate(ec2, { name: 'warm-gh', provider: 'github' }, settings());
+    const lt = await createLocalLaunchTemplate(ec2, { name: 'warm-gh', provider: Provider.GITHUB }, settings());
     startPlayer();
     const id = await launchWarm('warm-gh', lt.launchTemplateId);
 
@@ -224,7 +224,7 @@ describe('InstancePlayer', () => {
     await player!.idle();
     expect(player!.booting()).toEqual([]);
 
-    await activate(id, { provider: 'github', jitConfig: 'fake-jit-config-1' }, 'trace-warm-1');
+    await activate(id, { provider: Provider.GITHUB, jitConfig: 'fake-jit-config-1' }, 'trace-warm-1');
     await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
 
     const gone = await until('instance-gone', eventOf('instance-gone', id));
@@ -232,7 +232,7 @@ describe('InstancePlayer', () => {
     const run = events.find((e) => e.instanceId === id && e.kind === 'boot' && e.detail === 'RUN');
     expect(run).toMatchObject({ traceId: 'trace-warm-1' });
     const started = events.find((e) => e.instanceId === id && e.kind === 'runner-started');
-    expect(started).toMatchObject({ provider: 'github', traceId: 'trace-warm-1' });
+    expect(started).toMatchObject({ provider: Provider.GITHUB, traceId: 'trace-warm-1' });
     expect(typeof started!.detail).toBe('number');
     expect(readFileSync(runnerLog, 'utf8')).toContain('--jitconfig fake-jit-config-1');
     expect(await stateOf(id)).toBe('terminated');
@@ -240,7 +240,7 @@ describe('InstancePlayer', () => {
   });
 
   it('a cold instance launched by CreateFleet from gzipped user data waits for its config, then runs', async () => {
-    const userData = renderLocalUserData({ name: 'cold-gl', provider: 'gitlab' }, settings());
+    const userData = renderLocalUserData({ name: 'cold-gl', provider: Provider.GITLAB }, settings());
     const lt = await ec2.send(
       new CreateLaunchTemplateCommand({
         LaunchTemplateName: `${prefix}-cold-gl`,
@@ -274,19 +274,19 @@ describe('InstancePlayer', () => {
     await ssm.send(
       new PutParameterCommand({
         Name: paths.runnerConfig(id),
-        Value: encodeRunnerConfig({ provider: 'gitlab', url: 'http://127.0.0.1:1', token: 'fake-runner-token-1' }),
+        Value: encodeRunnerConfig({ provider: Provider.GITLAB, url: 'http://127.0.0.1:1', token: 'fake-runner-token-1' }),
         Type: 'SecureString',
       }),
     );
     await until('instance-gone', eventOf('instance-gone', id));
     expect(events.filter((e) => e.instanceId === id && e.kind === 'boot').map((e) => e.detail)).toEqual(['WAIT', 'RUN']);
-    expect(events.find((e) => e.instanceId === id && e.kind === 'runner-started')).toMatchObject({ provider: 'gitlab', traceId: 'trace-cold-1' });
+    expect(events.find((e) => e.instanceId === id && e.kind === 'runner-started')).toMatchObject({ provider: Provider.GITLAB, traceId: 'trace-cold-1' });
     expect(readFileSync(runnerLog, 'utf8')).toContain('run-single --url http://127.0.0.1:1 --token fake-runner-token-1');
     expect(events.some((e) => e.instanceId === id && e.kind === 'parked')).toBe(false);
   });
 
   it('a stalled PRIME stays priming, and stop() ends it and the runner of a running job', async () => {
-    const lt = await createLocalLaunchTemplate(ec2, { name: 'stall-gh', provider: 'github' }, settings());
+    const lt = await createLocalLaunchTemplate(ec2, { name: 'stall-gh', provider: Provider.GITHUB }, settings());
     const p = startPlayer();
     p.stallNextPriming('stall-gh');
     const stalled = await launchWarm('stall-gh', lt.launchTemplateId);
@@ -303,7 +303,7 @@ describe('InstancePlayer', () => {
 
     // A runner in the middle of its job.
     writeFileSync(runnerHold, '');
-    await activate(normal, { provider: 'github', jitConfig: 'fake-jit-config-2' }, 'trace-hold-1');
+    await activate(normal, { provider: Provider.GITHUB, jitConfig: 'fake-jit-config-2' }, 'trace-hold-1');
     await ec2.send(new StartInstancesCommand({ InstanceIds: [normal] }));
     await until('runner-started', eventOf('runner-started', normal));
     const runnerPid = Number(await until('runner pid', () => /^(\d+) .*fake-jit-config-2/m.exec(readFileSync(runnerLog, 'utf8'))?.[1]));
@@ -319,7 +319,7 @@ describe('InstancePlayer', () => {
   }, 60_000);
 
   it('an instance stopped from outside loses its processes without parking; a start with no enabled unit boots nothing', async () => {
-    const lt = await createLocalLaunchTemplate(ec2, { name: 'outside-gh', provider: 'github' }, settings());
+    const lt = await createLocalLaunchTemplate(ec2, { name: 'outside-gh', provider: Provider.GITHUB }, settings());
     const p = startPlayer();
     p.stallPriming('i-none'); // another instance's stall does not touch this one
     p.stallNextPriming();
@@ -368,7 +368,7 @@ describe('InstancePlayer', () => {
     rmSync(termed, { force: true });
     const lt = await createLocalLaunchTemplate(
       ec2,
-      { name: 'restart-gh', provider: 'github', prepareCommands: [`trap 'touch ${termed}' TERM; while true; do sleep 0.1; done`] },
+      { name: 'restart-gh', provider: Provider.GITHUB, prepareCommands: [`trap 'touch ${termed}' TERM; while true; do sleep 0.1; done`] },
       settings(),
     );
     const p = startPlayer();
@@ -398,7 +398,7 @@ describe('InstancePlayer', () => {
   }, 60_000);
 
   it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
-    const pool = { name: 'drift-gh', provider: 'github' as const };
+    const pool = { name: 'drift-gh', provider: Provider.GITHUB };
     const lt = await createLocalLaunchTemplate(ec2, pool, settings());
     expect(lt).toMatchObject({ launchTemplateName: `${prefix}-drift-gh`, version: '1' });
     const { version } = await updateLocalLaunchTemplate(ec2, lt.launchTemplateId, { ...pool, prepareCommands: ['echo drifted'] }, settings());

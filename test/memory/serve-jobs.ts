@@ -11,7 +11,7 @@
 import type { SQSEvent } from 'aws-lambda';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE, type CiProvider, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE, Provider, type CiProvider, type JobMessage } from '../../lambdas/shared/contract';
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with node --expose-gc');
@@ -21,7 +21,7 @@ const keys = tagKeys(prefix);
 const config = buildFleetConfig({
   prefix,
   github: { appId: '1', organization: 'acme' },
-  pools: [{ name: 'linux', provider: 'github', launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s-1'], instanceTypes: ['t3.micro'], maxRunners: 1000, warmSize: 10 }],
+  pools: [{ name: 'linux', provider: Provider.GITHUB, launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s-1'], instanceTypes: ['t3.micro'], maxRunners: 1000, warmSize: 10 }],
 });
 const ids = Array.from({ length: 10 }, (_, i) => `i-${(0x1000 + i).toString(16).padStart(17, '0')}`);
 const standbyTags = [
@@ -46,7 +46,7 @@ const ec2 = {
 const ok = { async send() { return {}; } };
 let serial = 0;
 const ci: CiProvider = {
-  provider: 'github',
+  provider: Provider.GITHUB,
   async createRunner(_job: JobMessage, instanceId: string) {
     const runnerId = String(++serial);
     return { runnerId, name: runnerName(prefix, instanceId, new Date()), secret: `jit-${runnerId}` };
@@ -87,7 +87,7 @@ function event(from: number): SQSEvent {
     Records: Array.from({ length: 10 }, (_, k) => {
       const n = from + k;
       const body = JSON.stringify({
-        schemaVersion: 1, provider: 'github', jobId: `github:${n}`, providerJobId: String(n), pool: 'linux', owner: 'acme', project: 'app',
+        schemaVersion: 1, provider: Provider.GITHUB, jobId: `github:${n}`, providerJobId: String(n), pool: 'linux', owner: 'acme', project: 'app',
         labels: ['linux'], labelsResolved: true, traceId: `trace-${n}`, deliveryId: `d-${n}`, receivedAt: new Date().toISOString(),
       });
       return { messageId: `m-${n}`, receiptHandle: `r-${n}`, body, attributes: { ApproximateReceiveCount: '1', MessageGroupId: `github:${n}` }, messageAttributes: {} } as never;

@@ -3,7 +3,7 @@ import { DeleteParametersCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { runnerName, ssmPaths, type Provider } from '../../lambdas/shared/contract';
+import { runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -16,7 +16,7 @@ let lines: Lines;
 beforeEach(() => {
   aws?.restore();
   aws = new FakeAws();
-  ci = new FakeCi('github', PREFIX, () => aws.now.getTime());
+  ci = new FakeCi(Provider.GITHUB, PREFIX, () => aws.now.getTime());
   lines = new Lines();
 });
 afterAll(() => aws.restore());
@@ -97,7 +97,7 @@ describe('scale-down handler', () => {
     const truncated = new Set<Provider>();
     // The provider reports the cut through onListTruncated while it lists.
     ci.listRunners = async () => {
-      truncated.add('github');
+      truncated.add(Provider.GITHUB);
       return [];
     };
     expect(await handler(truncated)).toMatchObject({ terminated: 0 });

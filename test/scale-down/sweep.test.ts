@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { planSweep } from '../../lambdas/scale-down/sweep';
-import { runnerName, type RunnerSummary } from '../../lambdas/shared/contract';
+import { runnerName, Provider, type RunnerSummary } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import type { ObservedParameter } from '../../lambdas/shared/parameters';
 import { fleetConfig, KEYS, PREFIX, standbyTags } from '../support/fixtures';
@@ -45,20 +45,20 @@ describe('planSweep: instances', () => {
   ];
   it.each(rows)('%s', (_name, instance, list, reason, partial = false) => {
     const l = list(instance);
-    const runners = new Map(l === undefined ? [] : [['github' as const, l]]);
-    const plan = planSweep(config, KEYS, [instance], [], runners, NOW, undefined, new Set(partial ? (['github'] as const) : []));
+    const runners = new Map(l === undefined ? [] : [[Provider.GITHUB, l]]);
+    const plan = planSweep(config, KEYS, [instance], [], runners, NOW, undefined, new Set(partial ? [Provider.GITHUB] : []));
     expect(plan.terminate.map((t) => t.reason)).toEqual(reason ? [reason] : []);
   });
 
   it('never touches an unactivated standby', () => {
     const parked: ObservedInstance = { id: id(), state: 'stopped', launchTime: ago(6000), tags: new Map(Object.entries(standbyTags())) };
-    expect(planSweep(config, KEYS, [parked], [], new Map([['github', []]]), NOW).terminate).toEqual([]);
+    expect(planSweep(config, KEYS, [parked], [], new Map([[Provider.GITHUB, []]]), NOW).terminate).toEqual([]);
   });
 
   it('deregisters the runner of an idle instance with it', () => {
     const i = activated('running', 31, '7');
-    const plan = planSweep(config, KEYS, [i], [], new Map([['github', [runner(i, '7', 'online', false)]]]), NOW);
-    expect(plan.terminate[0]!.runner).toEqual({ provider: 'github', runnerId: '7' });
+    const plan = planSweep(config, KEYS, [i], [], new Map([[Provider.GITHUB, [runner(i, '7', 'online', false)]]]), NOW);
+    expect(plan.terminate[0]!.runner).toEqual({ provider: Provider.GITHUB, runnerId: '7' });
   });
 });
 
@@ -84,7 +84,7 @@ describe('planSweep: parameters and registrations', () => {
     const young: RunnerSummary = { runnerId: '3', name: runnerName(PREFIX, 'i-00000000000000abc', ago(1)), status: 'offline' };
     const foreign: RunnerSummary = { runnerId: '4', name: 'someone-elses-runner', status: 'offline' };
     const busyOrphan: RunnerSummary = { runnerId: '5', name: runnerName(PREFIX, 'i-00000000000000abc', ago(20)), status: 'online', busy: true };
-    const plan = planSweep(config, KEYS, [running], [], new Map([['github', [gone, lostClaim, own, young, foreign, busyOrphan]]]), NOW);
+    const plan = planSweep(config, KEYS, [running], [], new Map([[Provider.GITHUB, [gone, lostClaim, own, young, foreign, busyOrphan]]]), NOW);
     expect(plan.deleteRunners.map((d) => d.runner.runnerId)).toEqual(['1', '2']);
   });
 });

@@ -6,7 +6,7 @@ import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-u
 import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
-import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -52,7 +52,7 @@ const coldLaunched = () => running().filter((i) => !i.tags.has(KEYS.warmStandby)
 beforeEach(() => {
   aws?.restore();
   aws = new FakeAws();
-  ci = new FakeCi('github', PREFIX);
+  ci = new FakeCi(Provider.GITHUB, PREFIX);
   lines = new Lines();
 });
 afterAll(() => aws.restore());
@@ -77,7 +77,7 @@ describe('scale-up: warm activation', () => {
       expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(inst.id);
       expect(param.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst.id}`);
       const runnerId = inst.tags.get(KEYS.runnerId)!;
-      expect(decodeRunnerConfig(param.value)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
+      expect(decodeRunnerConfig(param.value)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${runnerId}` });
     }
     expect(lines.metric('WarmActivations', { Pool: 'linux' })).toBe(3);
     expect(lines.metric('ColdLaunches')).toBe(0);
@@ -611,7 +611,7 @@ describe('scale-up: the queue', () => {
   it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, and GitHub needs self-hosted', async () => {
     const base = fleetConfig();
     const linux = base.pools[0]!;
-    const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: 'subset' as const }, linux] };
+    const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: LabelMatch.SUBSET as const }, linux] };
     aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('wide') });
     const exact = aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags('linux') }).id;
     const unresolved = (n: number) => {

@@ -12,7 +12,7 @@ import type { SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -66,7 +66,7 @@ async function parameters(): Promise<Parameter[]> {
 describe('scale-up against moto', () => {
   it('activates parked instances and launches the rest cold, each with its config', async () => {
     const parked = await parkInMoto(c, config, 2);
-    const ci = new FakeCi('github', PREFIX);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const res = await handler(ci)(jobEvent([job(1), job(2), job(3)]));
     expect(res.batchItemFailures).toEqual([]);
     const all = await instances();
@@ -77,7 +77,7 @@ describe('scale-up against moto', () => {
     for (const i of serving) {
       const value = params.get(paths.runnerConfig(i.InstanceId!));
       expect(value).toBeDefined();
-      expect(decodeRunnerConfig(value!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
+      expect(decodeRunnerConfig(value!)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
       // Warm and cold alike: the tags the instance role's IAM condition checks.
       const tags = await c.ssm.send(new ListTagsForResourceCommand({ ResourceType: 'Parameter', ResourceId: paths.runnerConfig(i.InstanceId!) }));
       expect(Object.fromEntries((tags.TagList ?? []).map((t) => [t.Key, t.Value]))).toEqual({
@@ -97,7 +97,7 @@ describe('scale-up against moto', () => {
         config = await motoFleet(c);
       }
       const parked = new Set(await parkInMoto(c, config, 10));
-      const ci = new FakeCi('github', PREFIX);
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
       const results = await Promise.all(Array.from({ length: 20 }, (_, n) => handler(ci)(jobEvent([job(round * 100 + n)]))));
       expect(results.flatMap((r) => r.batchItemFailures)).toEqual([]);
 
@@ -114,7 +114,7 @@ describe('scale-up against moto', () => {
       expect(params.size).toBe(20);
       for (const i of serving) {
         const runnerId = tag(i, KEYS.runnerId)!;
-        expect(decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!)).toEqual({ provider: 'github', jitConfig: `jit-secret-${runnerId}` });
+        expect(decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${runnerId}` });
         expect(ci.runners.get(runnerId)!.instanceId).toBe(i.InstanceId);
         expect(ci.runners.get(runnerId)!.jobId).toBe(tag(i, KEYS.jobId));
       }
@@ -125,7 +125,7 @@ describe('scale-up against moto', () => {
 
   it('a slow competitor does not claim an instance whose config was already consumed', async () => {
     const [id] = await parkInMoto(c, config, 1);
-    const ci = new FakeCi('github', PREFIX);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
     // The slow invocation observes the parked instance, then stalls before its claim write.
     const slow = motoClients(moto.endpoint);
     let release!: () => void;
@@ -185,7 +185,7 @@ describe('scale-up against moto', () => {
       )
     ).QueueUrl!;
     await parkInMoto(c, config, 1);
-    const ci = new FakeCi('github', PREFIX);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
     ci.lookupNotFound.add('github:1');
     const unresolved = job(1, { labels: [], labelsResolved: false });
     delete (unresolved as { pool?: string }).pool;

@@ -1,4 +1,4 @@
-import { JobLookupError, runnerName, type CiProvider, type JobMessage, type Provider, type RunnerRegistration, type RunnerSummary } from '../../lambdas/shared/contract';
+import { JobLookupError, runnerName, Provider, type CiProvider, type JobMessage, type RunnerRegistration, type RunnerSummary } from '../../lambdas/shared/contract';
 
 /** A CI provider double: registrations in memory, with switches to make calls fail or hang. */
 export class FakeCi implements CiProvider {
@@ -16,7 +16,7 @@ export class FakeCi implements CiProvider {
   private serial = 0;
 
   constructor(
-    readonly provider: Provider = 'github',
+    readonly provider: Provider = Provider.GITHUB,
     private readonly prefix = 'test',
     private readonly clock: () => number = Date.now,
   ) {}

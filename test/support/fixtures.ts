@@ -1,5 +1,5 @@
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
-import { buildFleetConfig, CREATED_BY, qualifiedJobId, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type JobMessage, type PoolInput } from '../../lambdas/shared/contract';
+import { buildFleetConfig, CREATED_BY, qualifiedJobId, tagKeys, WARM_STANDBY_VALUE, Provider, type FleetConfig, type JobMessage, type PoolInput } from '../../lambdas/shared/contract';
 
 export const PREFIX = 'test';
 export const KEYS = tagKeys(PREFIX);
@@ -13,7 +13,7 @@ export function fleetConfig(pool: Partial<PoolInput> = {}): FleetConfig {
     pools: [
       {
         name: 'linux',
-        provider: 'github',
+        provider: Provider.GITHUB,
         launchTemplateId: 'lt-0123456789abcdef0',
         launchTemplateVersion: '1',
         subnetIds: ['subnet-1'],
@@ -29,8 +29,8 @@ export function fleetConfig(pool: Partial<PoolInput> = {}): FleetConfig {
 export function job(n: number, overrides: Partial<JobMessage> = {}): JobMessage {
   return {
     schemaVersion: 1,
-    provider: 'github',
-    jobId: qualifiedJobId('github', String(n)),
+    provider: Provider.GITHUB,
+    jobId: qualifiedJobId(Provider.GITHUB, String(n)),
     providerJobId: String(n),
     pool: 'linux',
     owner: 'acme',

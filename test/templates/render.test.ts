@@ -10,7 +10,7 @@ import {
   TAG_NAMES,
   ssmPaths,
   tagKeys,
-  type Provider,
+  Provider,
 } from '../../lambdas/shared/contract';
 import {
   HOST_PATH_MAX_LENGTH,
@@ -111,7 +111,7 @@ describe('renderUserData', () => {
   });
 
   it('compresses deterministically: the same text gives the same bytes, with no time or host in the gzip header', () => {
-    const userData = renderUserData({ provider: 'github' });
+    const userData = renderUserData({ provider: Provider.GITHUB });
     const a = compressUserData(userData);
     expect(compressUserData(userData).equals(a)).toBe(true);
     // RFC 1952: ID1 ID2 CM FLG MTIME(4) XFL OS; no name, no comment, MTIME 0, OS 3 (Unix).
@@ -133,7 +133,7 @@ describe('renderUserData', () => {
 
   it('renders every shared value from the contract, and the template spells none of them', () => {
     const prefix = 'fleet-a';
-    const logic = renderStartLogic({ provider: 'github', prefix });
+    const logic = renderStartLogic({ provider: Provider.GITHUB, prefix });
     const tags = tagKeys(prefix);
     for (const key of [tags.warmStandby, tags.activatedAt, tags.traceId, ssmPaths(prefix).runnerConfigRoot]) {
       expect(logic).toContain(key);
@@ -149,7 +149,7 @@ describe('renderUserData', () => {
   });
 
   it('renders the hook exactly as PRIME writes it: a shebang, then the start logic', () => {
-    expect(renderHookScript({ provider: 'gitlab' })).toBe(`#!/bin/bash\n${renderStartLogic({ provider: 'gitlab' })}\n`);
+    expect(renderHookScript({ provider: Provider.GITLAB })).toBe(`#!/bin/bash\n${renderStartLogic({ provider: Provider.GITLAB })}\n`);
   });
 
   it('puts no secret-looking value into user data, and refuses prepare commands that carry one', () => {
@@ -158,11 +158,11 @@ describe('renderUserData', () => {
       expect(findSecretLikeValues(renderUserData(largestOptions(provider)))).toEqual([]);
     }
     const leaky = ['echo ghp_0123456789abcdefghijABCDEFGHIJ0123 > /root/t', 'export TOKEN=glrt-abcdefghijklmnop0123'];
-    expect(() => renderUserData({ provider: 'github', prepareCommands: leaky })).toThrow(
+    expect(() => renderUserData({ provider: Provider.GITHUB, prepareCommands: leaky })).toThrow(
       /prepareCommands\[0\] looks like it contains a secret \(GitHub token\)[^]*prepareCommands\[1\] looks like it contains a secret \(GitLab token\)/,
     );
     // The message names the kind of secret, never the value.
-    expect(() => renderUserData({ provider: 'github', prepareCommands: leaky })).not.toThrow(/ghp_0123/);
+    expect(() => renderUserData({ provider: Provider.GITHUB, prepareCommands: leaky })).not.toThrow(/ghp_0123/);
   });
 
   it.each([
@@ -179,7 +179,7 @@ describe('renderUserData', () => {
 
 describe('resolveUserDataOptions', () => {
   it('fills production defaults', () => {
-    const o = resolveUserDataOptions({ provider: 'gitlab' });
+    const o = resolveUserDataOptions({ provider: Provider.GITLAB });
     expect(o).toMatchObject({
       prefix: 'warm-runners',
       runnerUser: 'runner',
@@ -196,16 +196,16 @@ describe('resolveUserDataOptions', () => {
         dmiAssetTagFile: '/sys/devices/virtual/dmi/id/board_asset_tag',
       },
     });
-    expect(resolveUserDataOptions({ provider: 'github' }).runnerDir).toBe('/opt/actions-runner');
+    expect(resolveUserDataOptions({ provider: Provider.GITHUB }).runnerDir).toBe('/opt/actions-runner');
   });
 
   it('bounds every aws CLI call in production: 3 s to connect, 5 s to read, 2 attempts in standard mode', () => {
-    expect(resolveUserDataOptions({ provider: 'github' })).toMatchObject({
+    expect(resolveUserDataOptions({ provider: Provider.GITHUB })).toMatchObject({
       awsConnectTimeoutSeconds: 3,
       awsReadTimeoutSeconds: 5,
       awsCliMaxAttempts: 2,
     });
-    const logic = renderStartLogic({ provider: 'github' });
+    const logic = renderStartLogic({ provider: Provider.GITHUB });
     expect(logic).toContain(' CONNECT=3 READ=5 CLI_TRIES=2 ');
     // One call site, carrying both timeouts and the retry settings as that call's environment.
     const calls = logic.split('\n').filter((line) => line.includes('"$AWS" $'));
@@ -240,11 +240,11 @@ describe('resolveUserDataOptions', () => {
     ['a prepare command with a marker', { prepareCommands: [`echo '${START_LOGIC_MARKERS.end}'`] }, /contains a start-logic marker line/],
     ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 2304/],
   ])('refuses %s with an actionable message', (_name, patch, message) => {
-    expect(() => resolveUserDataOptions({ provider: 'github', ...patch })).toThrow(message);
+    expect(() => resolveUserDataOptions({ provider: Provider.GITHUB, ...patch })).toThrow(message);
   });
 
   it('lists every problem at once', () => {
-    expect(() => resolveUserDataOptions({ provider: 'github', runnerUser: 'A', waitSeconds: 0 })).toThrow(
+    expect(() => resolveUserDataOptions({ provider: Provider.GITHUB, runnerUser: 'A', waitSeconds: 0 })).toThrow(
       /cannot render the boot script:\n- runnerUser "A"[^]*\n- waitSeconds 0/,
     );
   });
@@ -260,7 +260,7 @@ describe('the start logic template', () => {
 
 describe('renderHookUnit', () => {
   it('runs the hook after the network is online and is wanted by multi-user.target', () => {
-    const unit = renderHookUnit({ provider: 'github', hostPaths: { hookPath: '/opt/boot/hook' } });
+    const unit = renderHookUnit({ provider: Provider.GITHUB, hostPaths: { hookPath: '/opt/boot/hook' } });
     expect(unit).toContain('\nExecStart=/opt/boot/hook\n');
     expect(unit).toContain('\nAfter=network-online.target\n');
     expect(unit).toContain('\nWants=network-online.target\n');
@@ -284,7 +284,7 @@ describe('render-user-data CLI', () => {
   it('prints the user data for --provider github, the README first command', () => {
     const out = cli('--provider', 'github');
     expect(out.status).toBe(0);
-    expect(out.stdout).toBe(renderUserData({ provider: 'github' }));
+    expect(out.stdout).toBe(renderUserData({ provider: Provider.GITHUB }));
   });
 
   it('gives a usage error for a bad flag and for a bad provider', () => {

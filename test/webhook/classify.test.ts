@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import examples from '@octokit/webhooks-examples';
 import { describe, expect, it } from 'vitest';
-import type { GitHubConnectionConfig, GitLabConnectionConfig } from '../../lambdas/shared/contract';
+import { Provider, GitLabRunnerType, type GitHubConnectionConfig, type GitLabConnectionConfig } from '../../lambdas/shared/contract';
 import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 
@@ -45,7 +45,7 @@ describe('classifyGitHubDelivery', () => {
   it('takes the job fields from the payload', () => {
     expect(classifyGitHubDelivery('workflow_job', queued, org('lineville'))).toEqual({
       kind: 'job',
-      job: { provider: 'github', providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'] },
+      job: { provider: Provider.GITHUB, providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'] },
     });
   });
 });
@@ -74,12 +74,12 @@ describe('classifyGitLabDelivery', () => {
 
   const gl = (runnerType: GitLabConnectionConfig['runnerType'], scopeId?: number): GitLabConnectionConfig => ({ url: 'https://gitlab.example.com', runnerType, ...(scopeId === undefined ? {} : { scopeId }) });
   it.each([
-    ['project runners of the job\'s project', gl('project_type', 380), 'job'],
-    ['project runners of another project', gl('project_type', 381), 'ignore:project-not-served'],
-    ['project runners, project id only in project', gl('project_type', 381), 'ignore:project-not-served', { project_id: undefined }],
-    ['group runners (the hook must be the group\'s; not checkable from the payload)', gl('group_type', 12), 'job'],
-    ['instance runners serve every project', gl('instance_type'), 'job'],
-    ['another project, but not pending: ignored for its status first', gl('project_type', 381), 'ignore:status-running', { build_status: 'running' }],
+    ['project runners of the job\'s project', gl(GitLabRunnerType.PROJECT, 380), 'job'],
+    ['project runners of another project', gl(GitLabRunnerType.PROJECT, 381), 'ignore:project-not-served'],
+    ['project runners, project id only in project', gl(GitLabRunnerType.PROJECT, 381), 'ignore:project-not-served', { project_id: undefined }],
+    ['group runners (the hook must be the group\'s; not checkable from the payload)', gl(GitLabRunnerType.GROUP, 12), 'job'],
+    ['instance runners serve every project', gl(GitLabRunnerType.INSTANCE), 'job'],
+    ['another project, but not pending: ignored for its status first', gl(GitLabRunnerType.PROJECT, 381), 'ignore:status-running', { build_status: 'running' }],
   ] as const)('runner scope: %s', (_name, gitlab, expected, patch: Record<string, unknown> = {}) => {
     const c = classifyGitLabDelivery(hook(patch), gitlab);
     expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
@@ -87,6 +87,6 @@ describe('classifyGitLabDelivery', () => {
 
   it('splits nested namespaces at the last slash', () => {
     const c = classifyGitLabDelivery(hook({ project: { id: 380, path_with_namespace: 'group/sub/app' } }));
-    expect(c).toEqual({ kind: 'job', job: { provider: 'gitlab', providerJobId: '1977', owner: 'group/sub', project: 'app', projectId: 380, labels: [] } });
+    expect(c).toEqual({ kind: 'job', job: { provider: Provider.GITLAB, providerJobId: '1977', owner: 'group/sub', project: 'app', projectId: 380, labels: [] } });
   });
 });

@@ -6,7 +6,7 @@ import { DeleteParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk
 import examples from '@octokit/webhooks-examples';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildFleetConfig, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, GitLabRunnerType, LabelMatch, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
 import { captureConsole } from '../support/console-capture';
@@ -41,14 +41,14 @@ let ssmDelayMs = 0;
 const logLines: string[] = [];
 const metricLines: string[] = [];
 
-function config(gitlabUrl: string, gitlabScope: { runnerType?: 'project_type' | 'group_type' | 'instance_type'; scopeId?: number } = {}) {
+function config(gitlabUrl: string, gitlabScope: { runnerType?: GitLabRunnerType; scopeId?: number } = {}) {
   return buildFleetConfig({
     prefix: PREFIX,
     github: { appId: '4242', repositories: ['lineville/elastic-machines-testing', 'Codertocat/Hello-World'] },
     gitlab: { url: gitlabUrl, ...gitlabScope },
     pools: [
-      { name: 'gh-k8s', provider: 'github', labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
-      { name: 'gl-docker', provider: 'gitlab', labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+      { name: 'gh-k8s', provider: Provider.GITHUB, labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+      { name: 'gl-docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
     ],
   });
 }
@@ -147,7 +147,7 @@ describe('GitHub deliveries (community example payloads)', () => {
     expect(messages).toHaveLength(1);
     const m = parsed(messages[0]!);
     expect(m).toMatchObject({
-      provider: 'github',
+      provider: Provider.GITHUB,
       jobId: 'github:12877621891',
       providerJobId: '12877621891',
       pool: 'gh-k8s',
@@ -217,7 +217,7 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
       expect(res.statusCode).toBe(202);
       expect(messages).toHaveLength(1);
       expect(parsed(messages[0]!)).toMatchObject({
-        provider: 'gitlab',
+        provider: Provider.GITLAB,
         jobId: 'gitlab:1977',
         projectId: 380,
         owner: 'gitlab-org',
@@ -240,7 +240,7 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
     [381, 200, 'project-not-served', 0],
     [380, 202, 'queued', 1],
   ])('project runners of project %i: a job of project 380 answers %i %s', async (scopeId, status, reason, count) => {
-    const projectRunners = config(gitlab.url, { runnerType: 'project_type', scopeId });
+    const projectRunners = config(gitlab.url, { runnerType: GitLabRunnerType.PROJECT, scopeId });
     const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(projectRunners) })(gitlabEvent('pending').event));
     expect([res.statusCode, outcome(res).reason]).toEqual([status, reason]);
     expect(await queued()).toHaveLength(count);
@@ -430,7 +430,7 @@ describe('log hygiene', () => {
     const wide = buildFleetConfig({
       prefix: PREFIX,
       github: { appId: '4242', organization: 'lineville' },
-      pools: [{ name: 'wide', provider: 'github', labels: payload.workflow_job.labels.slice(1), labelMatch: 'subset', launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }],
+      pools: [{ name: 'wide', provider: Provider.GITHUB, labels: payload.workflow_job.labels.slice(1), labelMatch: LabelMatch.SUBSET, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t'] }],
     });
     const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(wide) })(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body)));
     expect([res.statusCode, outcome(res).reason]).toEqual([400, expect.stringMatching(/labels/)]);

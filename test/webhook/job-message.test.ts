@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isTraceId, parseJobMessage, type Provider } from '../../lambdas/shared/contract';
+import { isTraceId, parseJobMessage, Provider } from '../../lambdas/shared/contract';
 import { buildJobMessage, deduplicationId, gitLabDeliveryId, normaliseDeliveryId, traceIdFor } from '../../lambdas/webhook/job-message';
 
 /**
@@ -52,21 +52,21 @@ describe('delivery, deduplication and trace ids', () => {
   });
 
   it('keeps short ids readable and digests the rest', () => {
-    expect(deduplicationId('github', uuid)).toBe(`github:${uuid}`);
-    expect(traceIdFor('github', uuid)).toBe(uuid);
-    expect(deduplicationId('gitlab', 'b'.repeat(100))).toBe(`gitlab:${'b'.repeat(100)}`);
-    expect(deduplicationId('gitlab', 'b'.repeat(101))).toMatch(/^gitlab:sha256:[0-9a-f]{64}$/);
+    expect(deduplicationId(Provider.GITHUB, uuid)).toBe(`github:${uuid}`);
+    expect(traceIdFor(Provider.GITHUB, uuid)).toBe(uuid);
+    expect(deduplicationId(Provider.GITLAB, 'b'.repeat(100))).toBe(`gitlab:${'b'.repeat(100)}`);
+    expect(deduplicationId(Provider.GITLAB, 'b'.repeat(101))).toMatch(/^gitlab:sha256:[0-9a-f]{64}$/);
     expect(normaliseDeliveryId('c'.repeat(128))).toBe('c'.repeat(128));
     expect(normaliseDeliveryId('c'.repeat(129))).toMatch(/^sha256-[0-9a-f]{48}$/);
-    expect(traceIdFor('gitlab', 'gl:delivery:42')).toMatch(/^gitlab-[0-9a-f]{40}$/);
+    expect(traceIdFor(Provider.GITLAB, 'gl:delivery:42')).toMatch(/^gitlab-[0-9a-f]{40}$/);
   });
 
   it('never maps two different ids (or two providers) to one deduplication or trace id', () => {
     const delivered = ids.map(([, raw]) => normaliseDeliveryId(raw));
     expect(new Set(delivered).size).toBe(ids.length);
-    const dedups = delivered.flatMap((d) => [deduplicationId('github', d), deduplicationId('gitlab', d)]);
+    const dedups = delivered.flatMap((d) => [deduplicationId(Provider.GITHUB, d), deduplicationId(Provider.GITLAB, d)]);
     expect(new Set(dedups).size).toBe(dedups.length);
-    const traces = delivered.map((d) => traceIdFor('gitlab', d));
+    const traces = delivered.map((d) => traceIdFor(Provider.GITLAB, d));
     expect(new Set(traces).size).toBe(traces.length);
   });
 

@@ -13,8 +13,18 @@ export const BOOT_MODES = ['RUN', 'PRIME', 'WAIT'] as const;
  */
 export type BootMode = (typeof BOOT_MODES)[number];
 
-export const PROVIDERS = ['github', 'gitlab'] as const;
-export type Provider = (typeof PROVIDERS)[number];
+/**
+ * The CI service a pool serves. The values are the strings the FleetConfig JSON, the job
+ * messages and the runner config carry.
+ */
+export enum Provider {
+  /** GitHub Actions (a GitHub App registers just-in-time runners). */
+  GITHUB = 'github',
+  /** GitLab CI (one runner created per instance through the GitLab API). */
+  GITLAB = 'gitlab',
+}
+
+export const PROVIDERS: readonly Provider[] = [Provider.GITHUB, Provider.GITLAB];
 
 export function isProvider(value: unknown): value is Provider {
   return typeof value === 'string' && (PROVIDERS as readonly string[]).includes(value);

@@ -1,76 +1,138 @@
 import { isProvider, PROVIDERS, type Provider } from './boot';
-import { DEFAULT_METRIC_NAMESPACE, METRIC_DIMENSIONS, METRIC_NAMES } from './metrics';
+import { DEFAULT_METRIC_NAMESPACE, METRIC_DIMENSIONS, METRIC_NAMES, type MetricDimensions, type MetricNames } from './metrics';
 import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
-import { ssmPaths } from './ssm-paths';
+import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 
 export const FLEET_CONFIG_VERSION = 1;
 
-export type LabelMatch = 'exact' | 'subset';
-export type GitLabRunnerType = 'instance_type' | 'group_type' | 'project_type';
+/** How a job's labels (GitHub) or tags (GitLab) select a pool. */
+export enum LabelMatch {
+  /** The job's labels equal the pool's (GitHub's "self-hosted" aside). */
+  EXACT = 'exact',
+  /** The job's labels are a subset of the pool's. */
+  SUBSET = 'subset',
+}
 
+/** Scope of the runners created at GitLab (`runner_type` of `POST /user/runners`). */
+export enum GitLabRunnerType {
+  /** Instance runners (`instance_type`), for every project of the GitLab instance; needs an administrator's token. */
+  INSTANCE = 'instance_type',
+  /** Group runners (`group_type`), for the projects of the group `scopeId`. */
+  GROUP = 'group_type',
+  /** Project runners (`project_type`), for the project `scopeId`. */
+  PROJECT = 'project_type',
+}
+
+/** The GitHub App connection as the FleetConfig carries it. */
 export interface GitHubConnectionConfig {
+  /** The GitHub App's id. */
   readonly appId: string;
   /** Organisation the runners register at (organisation-level runners). */
   readonly organization?: string;
   /** "owner/repo" names, for repository-level runners when no organisation is given. */
-  readonly repositories: readonly string[];
+  readonly repositories: string[];
   /** Runner group id at organisation level (GitHub's default group is 1). */
   readonly runnerGroupId: number;
+  /** REST API URL. */
   readonly apiUrl: string;
 }
 
+/** The GitLab connection as the FleetConfig carries it. */
 export interface GitLabConnectionConfig {
+  /** URL of the GitLab instance. */
   readonly url: string;
+  /** Scope of the runners the fleet creates. */
   readonly runnerType: GitLabRunnerType;
   /** Group id for group_type runners, project id for project_type runners. */
   readonly scopeId?: number;
 }
 
+/** The warm pool of one pool, as the FleetConfig carries it. */
+export interface PoolWarmConfig {
+  /** Parked instances to keep outside every schedule window. */
+  readonly size: number;
+  /** Sizes in UTC time windows; the first matching window wins. */
+  readonly schedule: WarmScheduleEntry[];
+  /** A parked instance older than this is replaced. */
+  readonly maxAgeSeconds: number;
+  /** A priming instance that has not parked after this long is evicted. */
+  readonly primingTimeoutSeconds: number;
+}
+
+/** One runner pool as the FleetConfig carries it, every default applied. */
 export interface PoolConfig {
+  /** Pool name (tags, runner names, metric dimensions). */
   readonly name: string;
+  /** The CI service the pool serves. */
   readonly provider: Provider;
   /** GitHub labels (besides "self-hosted") or GitLab tags a job must ask for. */
-  readonly labels: readonly string[];
+  readonly labels: string[];
+  /** How the job's labels select this pool. */
   readonly labelMatch: LabelMatch;
   /** GitLab: let the runner pick untagged jobs. */
   readonly runUntagged: boolean;
+  /** Launch template of the pool's instances. */
   readonly launchTemplateId: string;
+  /** Version of the launch template scale-up and the pool launch. */
   readonly launchTemplateVersion: string;
-  readonly subnetIds: readonly string[];
-  readonly instanceTypes: readonly string[];
+  /** Subnets the instances launch in. */
+  readonly subnetIds: string[];
+  /** Instance types, in order of preference. */
+  readonly instanceTypes: string[];
+  /** Whether cold launches use spot capacity. */
   readonly spot: boolean;
+  /** Most runners of the pool at once, warm and cold together. */
   readonly maxRunners: number;
+  /** A runner instance without a job for this long is terminated. */
   readonly idleTimeoutSeconds: number;
-  readonly warm: {
-    readonly size: number;
-    readonly schedule: readonly WarmScheduleEntry[];
-    readonly maxAgeSeconds: number;
-    /** A priming instance that has not parked after this long is evicted. */
-    readonly primingTimeoutSeconds: number;
-  };
+  /** The pool's warm pool. */
+  readonly warm: PoolWarmConfig;
+}
+
+/** Names of the SSM parameters a fleet reads. */
+export interface FleetParameterNames {
+  /** The String parameter holding this FleetConfig. */
+  readonly fleetConfig: string;
+  /** Path under which every runner config lives, with a trailing "/". */
+  readonly runnerConfigRoot: string;
+  /** The GitHub App's secrets. */
+  readonly github: GitHubParameterNames;
+  /** The GitLab secrets. */
+  readonly gitlab: GitLabParameterNames;
+  /** KMS key (id or ARN) the runner config parameters are encrypted with; absent: alias/aws/ssm. */
+  readonly kmsKeyId?: string;
+}
+
+/** The fleet's metric namespace, names and dimensions. */
+export interface FleetMetricsConfig {
+  /**
+   * CloudWatch namespace of every metric of the fleet.
+   * @jsii suppress JSII5018 it is the JSON key the Lambdas read and C# spells the property Namespace
+   */
+  readonly namespace: string;
+  /** Metric names. */
+  readonly names: MetricNames;
+  /** Dimension names. */
+  readonly dimensions: MetricDimensions;
 }
 
 /** The versioned runtime configuration every Lambda reads. Build it with `buildFleetConfig`. */
 export interface FleetConfig {
-  readonly version: typeof FLEET_CONFIG_VERSION;
+  /** Format version; this code reads FLEET_CONFIG_VERSION (1) only. */
+  readonly version: number;
+  /** Prefix of every SSM path and tag key of the fleet. */
   readonly prefix: string;
-  readonly parameters: {
-    readonly fleetConfig: string;
-    readonly runnerConfigRoot: string;
-    readonly github: { readonly appPrivateKey: string; readonly webhookSecret: string };
-    readonly gitlab: { readonly token: string; readonly webhookToken: string; readonly webhookSigningKey: string };
-    /** KMS key (id or ARN) the runner config parameters are encrypted with; absent: alias/aws/ssm. */
-    readonly kmsKeyId?: string;
-  };
+  /** The SSM parameters the fleet reads. */
+  readonly parameters: FleetParameterNames;
+  /** The GitHub connection, when GitHub pools exist. */
   readonly github?: GitHubConnectionConfig;
+  /** The GitLab connection, when GitLab pools exist. */
   readonly gitlab?: GitLabConnectionConfig;
-  readonly pools: readonly PoolConfig[];
-  readonly metrics: {
-    readonly namespace: string;
-    readonly names: typeof METRIC_NAMES;
-    readonly dimensions: typeof METRIC_DIMENSIONS;
-  };
+  /** The runner pools. */
+  readonly pools: PoolConfig[];
+  /** Metric namespace, names and dimensions. */
+  readonly metrics: FleetMetricsConfig;
 }
 
 /** Pool settings as a construct's props give them; absent fields take the defaults below. */
@@ -119,14 +181,15 @@ export const FLEET_DEFAULTS = {
   warmSize: 0,
   warmMaxAgeSeconds: 24 * 60 * 60,
   primingTimeoutSeconds: 15 * 60,
-  labelMatch: 'exact' as LabelMatch,
+  labelMatch: LabelMatch.EXACT,
   githubApiUrl: 'https://api.github.com',
   githubRunnerGroupId: 1,
-  gitlabRunnerType: 'instance_type' as GitLabRunnerType,
+  gitlabRunnerType: GitLabRunnerType.INSTANCE,
 } as const;
 
 const LABEL_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$/;
-const GITLAB_RUNNER_TYPES: readonly GitLabRunnerType[] = ['instance_type', 'group_type', 'project_type'];
+const GITLAB_RUNNER_TYPES: readonly string[] = Object.values(GitLabRunnerType);
+const LABEL_MATCHES: readonly string[] = Object.values(LabelMatch);
 
 /**
  * Builds the FleetConfig from the construct's props (or the local sandbox's), applying the
@@ -288,8 +351,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const url = c.string('gitlab.url');
     if (url !== undefined && !/^https?:\/\/[^/]/.test(url)) c.fail('gitlab.url', `must be an http(s) URL such as "https://gitlab.com", got "${url}"`);
     const type = c.at('gitlab.runnerType');
-    if (!GITLAB_RUNNER_TYPES.includes(type as GitLabRunnerType)) c.fail('gitlab.runnerType', `must be one of ${GITLAB_RUNNER_TYPES.join(', ')}`);
-    else if (type !== 'instance_type') c.integer('gitlab.scopeId', 1);
+    if (!GITLAB_RUNNER_TYPES.includes(type as string)) c.fail('gitlab.runnerType', `must be one of ${GITLAB_RUNNER_TYPES.join(', ')}`);
+    else if (type !== GitLabRunnerType.INSTANCE) c.integer('gitlab.scopeId', 1);
   }
   const pools = c.at('pools');
   if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');
@@ -312,7 +375,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
       if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels`, `label "${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-"`);
     }
     const match = c.at(`${p}.labelMatch`);
-    if (match !== 'exact' && match !== 'subset') c.fail(`${p}.labelMatch`, 'must be "exact" or "subset"');
+    if (!LABEL_MATCHES.includes(match as string)) c.fail(`${p}.labelMatch`, `must be ${LABEL_MATCHES.map((m) => `"${m}"`).join(' or ')}`);
     c.boolean(`${p}.runUntagged`);
     c.string(`${p}.launchTemplateId`);
     c.string(`${p}.launchTemplateVersion`);

@@ -4,10 +4,48 @@
  */
 export const DEFAULT_METRIC_NAMESPACE = 'CdkWarmRunners';
 
-export const METRIC_NAMES = {
+/** The fleet's metric names, as the FleetConfig carries them (`metrics.names`). */
+export interface MetricNames {
   /** Deliveries the webhook queued (fleet-wide and per pool). */
-  jobsReceived: 'JobsReceived',
+  readonly jobsReceived: string;
   /** Jobs scale-up took from the queue for the first time (redeliveries and wait copies excluded). */
+  readonly jobsDequeued: string;
+  /** Jobs served by a parked instance. */
+  readonly activations: string;
+  /** Jobs served by a cold launch. */
+  readonly coldLaunches: string;
+  /** Activations that fell back to a cold launch, by reason. */
+  readonly fallbacks: string;
+  /** Claims another scale-up invocation won first. */
+  readonly lostClaims: string;
+  /** Jobs re-queued because their pool was at maxRunners. */
+  readonly jobsWaitingForCapacity: string;
+  /** Jobs that got no runner after retries, by reason. */
+  readonly jobsFailed: string;
+  /** Jobs moved to the dead-letter queue. */
+  readonly deadLettered: string;
+  /** Warm instances the pool evicted, by reason. */
+  readonly evictions: string;
+  /** Parked instances, per pool. */
+  readonly parked: string;
+  /** Warm instances still priming, per pool. */
+  readonly priming: string;
+  /** The warm size in force, per pool. */
+  readonly target: string;
+  /** Instances serving a job (activated warm or launched cold), per pool. */
+  readonly active: string;
+  /** Time scale-up spent on one activation. */
+  readonly activationDuration: string;
+  /** Seconds from the activation tag to the runner's start, from the boot log. */
+  readonly activationLatency: string;
+  /** Resources the scale-down sweep reclaimed, by reason. */
+  readonly sweeps: string;
+  /** A CI runner list stopped at its page cap: the sweep saw only part of the fleet's runners. */
+  readonly runnerListTruncated: string;
+}
+
+export const METRIC_NAMES = {
+  jobsReceived: 'JobsReceived',
   jobsDequeued: 'JobsDequeued',
   activations: 'WarmActivations',
   coldLaunches: 'ColdLaunches',
@@ -20,17 +58,23 @@ export const METRIC_NAMES = {
   parked: 'ParkedInstances',
   priming: 'PrimingInstances',
   target: 'TargetInstances',
-  /** Instances serving a job (activated warm or launched cold), per pool. */
   active: 'ActiveInstances',
   activationDuration: 'ActivationDuration',
   activationLatency: 'ActivationLatency',
   sweeps: 'Sweeps',
-  /** A CI runner list stopped at its page cap: the sweep saw only part of the fleet's runners. */
   runnerListTruncated: 'RunnerListTruncated',
-} as const;
+} as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
+
+/** The dimension names of the fleet's metrics (`metrics.dimensions` of the FleetConfig). */
+export interface MetricDimensions {
+  /** The pool a figure belongs to. */
+  readonly pool: string;
+  /** Why something happened (an eviction, a fallback, a sweep, a failure). */
+  readonly reason: string;
+}
 
 export const METRIC_DIMENSIONS = {
   pool: 'Pool',
   reason: 'Reason',
-} as const;
+} as const satisfies MetricDimensions;

@@ -1,5 +1,23 @@
 import { assertPrefix, INSTANCE_ID_PATTERN } from './names';
 
+/** Names of the SSM parameters holding the GitHub App's secrets. */
+export interface GitHubParameterNames {
+  /** PEM private key of the GitHub App (SecureString). */
+  readonly appPrivateKey: string;
+  /** Secret the GitHub webhook is signed with (SecureString). */
+  readonly webhookSecret: string;
+}
+
+/** Names of the SSM parameters holding the GitLab secrets. */
+export interface GitLabParameterNames {
+  /** Token with the create_runner scope (SecureString). */
+  readonly token: string;
+  /** Secret token GitLab sends in X-Gitlab-Token (SecureString). */
+  readonly webhookToken: string;
+  /** Optional Standard Webhooks signing key, "whsec_<base64>" (SecureString). */
+  readonly webhookSigningKey: string;
+}
+
 /**
  * SSM parameter names. `/<prefix>/runners/config/<instance-id>` holds the runner start
  * config for exactly one instance (SecureString, written by scale-up, read and deleted by
@@ -12,20 +30,8 @@ export interface SsmPaths {
   readonly ciRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
-  readonly github: {
-    /** PEM private key of the GitHub App (SecureString). */
-    readonly appPrivateKey: string;
-    /** Secret the GitHub webhook is signed with (SecureString). */
-    readonly webhookSecret: string;
-  };
-  readonly gitlab: {
-    /** Token with the create_runner scope (SecureString). */
-    readonly token: string;
-    /** Secret token GitLab sends in X-Gitlab-Token (SecureString). */
-    readonly webhookToken: string;
-    /** Optional Standard Webhooks signing key, "whsec_<base64>" (SecureString). */
-    readonly webhookSigningKey: string;
-  };
+  readonly github: GitHubParameterNames;
+  readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
   runnerConfig(instanceId: string): string;
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
