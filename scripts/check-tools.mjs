@@ -20,6 +20,12 @@ const missing = tools.filter(([cmd]) => {
     return true;
   }
 });
+// The Python package test builds its wheel with Debian's interpreter and setuptools (no PyPI).
+try {
+  execFileSync('/usr/bin/python3', ['-c', 'import setuptools, wheel'], { stdio: 'ignore' });
+} catch {
+  missing.push(['/usr/bin/python3 with setuptools and wheel', 'python3 python3-setuptools python3-wheel']);
+}
 let motoMissing = false;
 try {
   execFileSync('python3', ['-c', 'import moto.server'], { stdio: 'ignore' });

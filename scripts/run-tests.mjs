@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `npm test`: type check, lint, the vitest suites, then the bats suites of the boot script,
-// and one closing line "N passed, N failed" over all of them, so CI reads one total.
+// `npm test`: type check, lint, the jsii build, the vitest suites, then the bats suites of the
+// boot script, and one closing line "N passed, N failed" over all of them, so CI reads one total.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -16,9 +16,27 @@ const run = (label, cmd, args) => {
   return result.status === 0;
 };
 
+// The build is the check that the public API compiles for every CDK language: `npm run build`
+// runs jsii with --fail-on-warnings, and the summary line must read zero errors and zero
+// warnings, so a build that stops printing it fails here instead of passing unread. The
+// package tests (test/package) pack and translate what this step built.
+const jsiiBuild = () => {
+  console.log('\n== jsii: npm run build');
+  const result = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  process.stdout.write(result.stdout ?? '');
+  process.stderr.write(result.stderr ?? '');
+  const summary = /Errors: (\d+) \| Warnings: (\d+)/.exec(`${result.stdout}\n${result.stderr}`);
+  if (result.status !== 0) return false;
+  if (!summary || summary[1] !== '0' || summary[2] !== '0') {
+    console.log(`jsii: expected "Errors: 0 | Warnings: 0", got ${summary ? `"${summary[0]}"` : 'no summary line'}`);
+    return false;
+  }
+  return true;
+};
+
 let passed = 0;
 let failed = 0;
-let ok = run('typecheck', 'npx', ['tsc', '--noEmit']) && run('lint', 'npx', ['eslint', '.']);
+let ok = run('typecheck', 'npx', ['tsc', '--noEmit']) && run('lint', 'npx', ['eslint', '.']) && jsiiBuild();
 if (ok) {
   const vitestReport = join(reports, 'vitest.json');
   ok = run('vitest', 'npx', ['vitest', 'run', '--reporter=default', '--reporter=json', `--outputFile.json=${vitestReport}`]) && ok;
@@ -39,6 +57,6 @@ if (ok) {
     }
   }
 }
-if (!ok && failed === 0) failed = 1; // a type, lint or runner failure counts as one
+if (!ok && failed === 0) failed = 1; // a type, lint, jsii or runner failure counts as one
 console.log(`\n${passed} passed, ${failed} failed`);
 process.exit(ok ? 0 : 1);
