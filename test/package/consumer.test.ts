@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertBuilt, consumerEnv, packageJson, ROOT, run, type PackageJson } from './built-package';
+import { assertBuilt, consumerEnv, packageJson, ROOT, run, type PackageJson, type Run } from './built-package';
 import { installTimeProblems, INSTALL_TIME_SCRIPTS } from './lifecycle';
 
 // What a consumer gets: the packed tarball (as `npm publish` uploads it), installed with npm
@@ -16,6 +16,7 @@ const SLOW = 600_000;
 let scratch: string;
 let installed: string;
 let packedFiles: string[];
+let typeCheck: Run;
 let summary: {
   readonly resolvedFrom: string;
   readonly functions: { readonly runtime: string; readonly handler: string; readonly assetDir: boolean }[];
@@ -79,6 +80,30 @@ process.stdout.write(JSON.stringify({ resolvedFrom: require.resolve('cdk-warm-ru
   );
   const synth = run('node', ['app.js'], { cwd: app, env: consumerEnv() });
   summary = JSON.parse(synth.stdout) as typeof summary;
+
+  // A TypeScript consumer reads the package's `types`: the same app, type-checked strictly.
+  writeFileSync(
+    join(app, 'typed.ts'),
+    `import { App, Stack } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { LabelMatch, Provider, RunnerUserData, WarmRunners, type FleetConfig, type RunnerPoolProps } from 'cdk-warm-runners';
+
+const pool: RunnerPoolProps = { name: 'linux', provider: Provider.GITHUB, labelMatch: LabelMatch.SUBSET, machineImage: ec2.MachineImage.latestAmazonLinux2023() };
+const stack = new Stack(new App(), 'Typed');
+const runners = new WarmRunners(stack, 'Runners', { vpc: new ec2.Vpc(stack, 'Vpc'), github: { appId: '1', organization: 'o' }, pools: [pool] });
+const config: FleetConfig = runners.config;
+export const wire: 'github' | 'gitlab' | undefined = config.pools[0]?.provider;
+export const encoded: string = RunnerUserData.encode('#!/bin/bash\\n');
+`,
+  );
+  writeFileSync(
+    join(app, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: { strict: true, noEmit: true, target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', skipLibCheck: true, types: [] },
+      files: ['typed.ts'],
+    }),
+  );
+  typeCheck = run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', app], { cwd: app, env: consumerEnv(), allowFailure: true });
 }, SLOW);
 
 afterAll(() => {
@@ -104,6 +129,11 @@ describe('the packed library in a scratch CDK app', () => {
     // Provider.GITHUB travels as the string the Lambdas parse.
     expect(summary.fleetConfig.pools).toEqual([expect.objectContaining({ provider: 'github', labelMatch: 'exact' })]);
     expect(summary.fleetConfig.github).toMatchObject({ appId: '123456', organization: 'example-org' });
+  });
+
+  it('type-checks a TypeScript app against the package types (strict)', () => {
+    expect(`${typeCheck.stdout}${typeCheck.stderr}`).toBe('');
+    expect(typeCheck.status).toBe(0);
   });
 
   it('carries no install-time script that needs something it does not ship', () => {
