@@ -69,10 +69,15 @@ export interface HostPaths {
   readonly randomUuidFile?: string;
 }
 
+/**
+ * What `RunnerUserData.render` renders the boot script with: a pool's settings, time bounds
+ * and host paths. The constructs fill it from their props; custom user-data authors give at
+ * least `provider` and keep the rest at their defaults.
+ */
 export interface UserDataOptions {
   /** CI flavour of the pool. */
   readonly provider: Provider;
-  /** Fleet prefix of tag keys and SSM paths. @default DEFAULT_PREFIX */
+  /** Fleet prefix of tag keys and SSM paths. @default 'warm-runners' */
   readonly prefix?: string;
   /** Unprivileged user the runner runs as. @default 'runner' */
   readonly runnerUser?: string;
@@ -110,12 +115,20 @@ export interface UserDataOptions {
   readonly logShipSeconds?: number;
   /** Name of the hook's unit. @default '<prefix>-start-runner.service' */
   readonly unitName?: string;
+  /**
+   * Where the script keeps its state, hook, unit and log on the instance; the defaults are
+   * the Amazon Linux paths (the test sandboxes relocate them).
+   * @default - the defaults of each HostPaths field
+   */
   readonly hostPaths?: HostPaths;
   /** IMDS base URL, also given to the aws CLI for its credentials. @default 'http://169.254.169.254' */
   readonly imdsEndpoint?: string;
   /** The aws CLI. @default 'aws' */
   readonly awsCli?: string;
-  /** `--endpoint-url` for every aws CLI call (tests only). @default none */
+  /**
+   * `--endpoint-url` for every aws CLI call. For test sandboxes (moto); leave unset on EC2.
+   * @default - none: the aws CLI's own endpoints
+   */
   readonly awsEndpointUrl?: string;
 }
 

@@ -41,7 +41,8 @@ beforeAll(() => {
     env: consumerEnv(),
   });
   installed = join(app, 'node_modules', packageJson().name);
-  for (const peer of ['aws-cdk-lib', 'constructs']) symlinkSync(realpathSync(join(ROOT, 'node_modules', peer)), join(app, 'node_modules', peer), 'dir');
+  mkdirSync(join(app, 'node_modules', '@types'), { recursive: true });
+  for (const peer of ['aws-cdk-lib', 'constructs', '@types/node']) symlinkSync(realpathSync(join(ROOT, 'node_modules', peer)), join(app, 'node_modules', peer), 'dir');
 
   writeFileSync(
     join(app, 'app.js'),
@@ -99,7 +100,7 @@ export const encoded: string = RunnerUserData.encode('#!/bin/bash\\n');
   writeFileSync(
     join(app, 'tsconfig.json'),
     JSON.stringify({
-      compilerOptions: { strict: true, noEmit: true, target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', skipLibCheck: true, types: [] },
+      compilerOptions: { strict: true, noEmit: true, target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', skipLibCheck: false, types: ['node'] },
       files: ['typed.ts'],
     }),
   );
