@@ -36,6 +36,20 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-imds-late ]
 }
 
+@test "IMDS slower than the aws CLI's own 1 s default: the CLI waits the rendered IMDS timeout for its credentials" {
+  new_instance "$(cold_tags)"
+  github_config jit-slow-imds
+  # Each role-credentials request answers after 1.5 s: beyond the CLI's default (1 s, one
+  # attempt), within the rendered IMDS timeout (at least 3 s here).
+  ctl POST /imds '{"credentialsDelayMs":1500}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  refute grep -qF "Unable to locate credentials" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-slow-imds ]
+  refute param_exists
+}
+
 @test "SSM throttled while choosing the mode: retried and logged, never read as no config" {
   new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-throttled\"")"
   github_config jit-throttled

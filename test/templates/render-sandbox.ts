@@ -63,7 +63,7 @@ const BOUNDS = {
   shortShipSeconds: seconds(5, 45),
   /** Above what moto and the loopback IMDS take to answer. */
   awsTimeoutSeconds: seconds(2, 30),
-  httpTimeoutSeconds: seconds(1, 30),
+  httpTimeoutSeconds: seconds(3, 30),
   /** The short-bound renderings': longer than the short bound, so only the bound can end a hung call. */
   slowReadTimeoutSeconds: 60,
 };
