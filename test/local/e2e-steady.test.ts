@@ -46,7 +46,8 @@ describe('npm run local (steady: the default run)', () => {
   const deadlineSeconds = Math.min(3_600, scaled(200_000) / 1000);
   it('serves every job warm (bar activations that visibly fell back), leaves nothing behind, and exits 0', { timeout: deadlineSeconds * 1000 + scaled(100_000) }, async () => {
     const { code, stdout, stderr } = await runLocal(['--json', '--verbose', '--deadline', String(Math.ceil(deadlineSeconds))]);
-    expect(code, stderr.slice(-3000)).toBe(0);
+    // On a failure: the report (its notes and leftovers say what went wrong), then the log's end.
+    expect(code, `${stdout.slice(0, 4000)}\n${stderr.slice(-2000)}`).toBe(0);
     const report = JSON.parse(stdout) as LocalReport;
     expect(report).toMatchObject({ jobs: 10, served: 10, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     // Every cold start is explained by a logged fallback with its reason; without one, all 10 are warm.
