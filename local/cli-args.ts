@@ -19,7 +19,7 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
-  --deadline S    give up after S seconds, ${ARG_LIMITS.deadlineMin} to ${ARG_LIMITS.deadlineMax} (default ${SCENARIO_DEFAULTS.deadlineMs / 1000})`;
+  --deadline S    give up after S seconds, ${ARG_LIMITS.deadlineMin} to ${ARG_LIMITS.deadlineMax} (default ${SCENARIO_DEFAULTS.deadlineMs / 1000} times the machine's slowdown)`;
 
 export class UsageError extends Error {}
 

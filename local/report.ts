@@ -93,6 +93,8 @@ export interface LocalReport {
   readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
   readonly parked: Readonly<Record<string, number>>;
   readonly wallSeconds: number;
+  /** How many times slower than an unloaded machine the host ran (measured once); the run's time bounds were scaled by it. */
+  readonly slowdown?: number;
   /** Every requested job was sent and the run reached its end state before the deadline. */
   readonly settled: boolean;
   readonly notes: readonly string[];
@@ -117,6 +119,7 @@ export function buildReport(input: {
   readonly notes?: readonly string[];
   readonly settled?: boolean;
   readonly bootLogs?: LocalReport['bootLogs'];
+  readonly slowdown?: number;
 }): LocalReport {
   const { config, jobs, events, world } = input;
   const keys = tagKeys(config.prefix);
@@ -203,6 +206,7 @@ export function buildReport(input: {
       : {}),
     parked,
     wallSeconds: Math.round((input.endedAt - input.startedAt) / 100) / 10,
+    ...(input.slowdown === undefined ? {} : { slowdown: input.slowdown }),
     settled: input.settled ?? true,
     notes: input.notes ?? [],
     ...(input.bootLogs ? { bootLogs: input.bootLogs } : {}),
@@ -389,6 +393,9 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);
   }
   for (const n of report.notes) lines.push(`note: ${n}`);
+  if (report.slowdown !== undefined && report.slowdown > 1) {
+    lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);
+  }
   lines.push(`wall time ${report.wallSeconds}s (${report.settled ? 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled' : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');
 }

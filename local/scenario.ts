@@ -6,6 +6,7 @@ import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
 import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
+import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
 import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
@@ -49,7 +50,7 @@ export interface ScenarioOptions {
   readonly drift?: boolean;
   /** A moto to use instead of starting one (its state is not reset). */
   readonly endpoint?: string;
-  /** Bound on the whole run after provisioning (ms). */
+  /** Bound on the whole run after provisioning (ms); by default 90 s times the machine's slowdown. */
   readonly deadlineMs?: number;
   readonly onEvent?: EventSink;
   readonly onLog?: (fn: LambdaName, line: string) => void;
@@ -79,6 +80,9 @@ export interface ScenarioResult {
 }
 
 export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 90_000, jobSeconds: 1 } as const;
+// The bounds below are tuned on an unloaded machine; the run scales them (and the boot
+// script's, and its default deadline) by the slowdown it measures (test/support/slowdown.ts),
+// so that a loaded host gives slower answers, never different ones. The schedules stay.
 /** Schedules of the local Lambdas: a pool run every second, a sweep every 2 s (deployed: every minute). */
 const POOL_EVERY_MS = 1_000;
 const SCALE_DOWN_EVERY_MS = 2_000;
@@ -91,12 +95,16 @@ const SCALE_DOWN_EVERY_MS = 2_000;
 const SWEEP_GRACE_SECONDS = 10;
 /** A standby priming longer than this is stuck: the scenario fast-forwards the pool's clock for it. */
 const STUCK_PRIMING_MS = 10_000;
+/** The loopback GitHub's runner bounds: waiting for a job, and silence before a runner counts as lost. */
+const RUNNER_WAIT_SECONDS = 30;
 
 const GITHUB_REPOSITORY = 'app';
 const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
 
 export async function runScenario(options: ScenarioOptions = {}): Promise<ScenarioResult> {
-  const o = { ...SCENARIO_DEFAULTS, ...options };
+  const factor = slowdown();
+  const o = { ...SCENARIO_DEFAULTS, deadlineMs: Math.ceil(SCENARIO_DEFAULTS.deadlineMs * factor), ...options };
+  const stuckPrimingMs = Math.ceil(STUCK_PRIMING_MS * factor);
   const startedAt = Date.now();
   const faults = o.faults ?? {};
   const events: LocalEvent[] = [];
@@ -136,14 +144,22 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
 
     const example = localExample();
-    const github = await startLoopbackGitHub({ organization: example.github.organization!, appId: example.github.appId, onEvent, jobSeconds: o.jobSeconds });
+    const runnerSeconds = Math.ceil(RUNNER_WAIT_SECONDS * factor);
+    const github = await startLoopbackGitHub({
+      organization: example.github.organization!,
+      appId: example.github.appId,
+      onEvent,
+      jobSeconds: o.jobSeconds,
+      runnerWaitSeconds: runnerSeconds,
+      runnerLostSeconds: runnerSeconds,
+    });
     cleanups.push(() => github.close());
     const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds });
     cleanups.push(() => gitlab.close());
 
     // 2. What the CDK app would create.
     const prefix = DEFAULT_PREFIX;
-    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot };
+    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor };
     let fleet = await provision(clients, {
       prefix,
       example,
@@ -171,7 +187,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           evictions[reason] = (evictions[reason] ?? 0) + 1;
         }
       },
-      sweepGraceSeconds: SWEEP_GRACE_SECONDS,
+      sweepGraceSeconds: Math.ceil(SWEEP_GRACE_SECONDS * factor),
       poolEveryMs: POOL_EVERY_MS,
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
     });
@@ -312,7 +328,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       if (jobsDone && faults.stallPriming) {
         // The never-priming instance: the pool evicts a standby that has primed for longer than
         // the pool's primingTimeout (at least a minute). Instead of waiting, one pool run sees
-        // its clock moved so that only standbys priming for over STUCK_PRIMING_MS are past it.
+        // its clock moved so that only standbys priming for over stuckPrimingMs are past it.
         const now = Date.now();
         const stuck = world.some(
           (i) =>
@@ -321,11 +337,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
             !i.tags[keys.activatedAt] &&
             !i.tags[keys.jobId] &&
             i.launchedAt !== undefined &&
-            now - i.launchedAt > STUCK_PRIMING_MS,
+            now - i.launchedAt > stuckPrimingMs,
         );
         if (stuck) {
           const timeout = Math.min(...fleet.config.pools.map((p) => p.warm.primingTimeoutSeconds));
-          lambdas.skewNextPoolRun(timeout * 1000 - STUCK_PRIMING_MS);
+          lambdas.skewNextPoolRun(timeout * 1000 - stuckPrimingMs);
         }
       }
       if (jobsDone) {
@@ -360,7 +376,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
     const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
     const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
-    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested });
+    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested, slowdown: factor });
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();

@@ -43,6 +43,10 @@ PREPARE=(@@PREPARE_COMMANDS@@)
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
 CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
 FINAL='\(ParameterNotFound\)'
+# The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
+# this script's instead, in the whole seconds it takes.
+MD_WAIT=${HTTP_TIMEOUT%.*}
+[[ $HTTP_TIMEOUT != *.* ]] || MD_WAIT=$((${MD_WAIT:-0} + 1))
 
 # Every line carries the trace id once the tags named one, except on a PRIME boot. It starts
 # with its UTC time to the millisecond: ship_logs gives CloudWatch that time as the event's.
@@ -136,8 +140,9 @@ read_tags() {
 # the caller may set locally: by default ParameterNotFound; the boot log's calls add their
 # own), 2 when every attempt failed. Only ParameterNotFound means "no config":
 # throttling or a network that is not up yet must never be read as WAIT or PRIME. Every call
-# is time-bounded (the CLI's defaults are a 60 s read timeout and up to 5 attempts); the retry
-# settings are given to this call only, never exported (the runner starts from this shell).
+# is time-bounded (the CLI's defaults are a 60 s read timeout and up to 5 attempts), its
+# credential fetch from IMDS too (MD_WAIT); the retry settings are given to this call only,
+# never exported (the runner starts from this shell).
 # With DEADLINE set (WAIT, log shipping), no attempt starts after it and a hanging call is
 # killed there.
 aws_try() {
@@ -152,7 +157,8 @@ aws_try() {
     fi
     f=$(mktemp)
     rc=0
-    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard \
+    OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS AWS_METADATA_SERVICE_TIMEOUT=$MD_WAIT \
+      AWS_METADATA_SERVICE_NUM_ATTEMPTS=$IMDS_TRIES AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard \
       "${lim[@]}" "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} --cli-connect-timeout "$CONNECT" \
       --cli-read-timeout "$READ" --region "$REGION" "$@" 2>"$f") || rc=$?
     ERR=$(<"$f")

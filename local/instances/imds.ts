@@ -18,6 +18,8 @@ export interface ImdsState {
   down: boolean;
   /** Number of requests still to drop without an answer (IMDS not up yet early in a boot). */
   dropNext: number;
+  /** Milliseconds to wait before answering a role-credentials request (a metadata service slower than the aws CLI's 1 s default). */
+  credentialsDelayMs: number;
   role: string;
   accessKeyId: string;
 }
@@ -69,6 +71,7 @@ export class ImdsServer {
     tagsEnabled: true,
     down: false,
     dropNext: 0,
+    credentialsDelayMs: 0,
     role: 'runner-instance-role',
     accessKeyId: 'ASIAIMDSSANDBOX00001',
   };
@@ -102,6 +105,9 @@ export class ImdsServer {
       this.log.push({ t: now(), method: req.method ?? '', path, status: 0 });
       req.socket.destroy();
       return;
+    }
+    if (this.state.credentialsDelayMs > 0 && path.startsWith('/latest/meta-data/iam/security-credentials/')) {
+      await new Promise((r) => setTimeout(r, this.state.credentialsDelayMs));
     }
     const answer = await this.answer(req, path).catch((error: unknown): Answer => [500, String(error)]);
     this.log.push({ t: now(), method: req.method ?? '', path, status: answer[0] });

@@ -29,6 +29,12 @@ export interface LocalMachineSettings {
   awsEndpoint: string;
   /** Each played instance gets `<sandboxRoot>/<instance-id>/`. */
   sandboxRoot: string;
+  /**
+   * How many times slower than an unloaded machine this host runs (test/support/slowdown.ts):
+   * the boot script's time bounds are scaled by it (`localTimeBounds`).
+   * @default 1
+   */
+  slowdown?: number;
 }
 
 /** Where the rendered user data puts every host path; relocated per instance. */
@@ -51,7 +57,10 @@ export const MACHINE_PATHS = {
   stallMarker: 'stall-priming',
 } as const;
 
-/** Bounds of seconds instead of minutes, as in the bats harness (test/templates/render-sandbox.ts). */
+/**
+ * Bounds of seconds instead of minutes, as in the bats harness (test/templates/render-sandbox.ts),
+ * for an unloaded machine; `localTimeBounds` scales them with the host's slowdown.
+ */
 export const LOCAL_TIME_BOUNDS = {
   waitSeconds: 60,
   pollSeconds: 0.3,
@@ -59,16 +68,38 @@ export const LOCAL_TIME_BOUNDS = {
   imdsAttempts: 5,
   awsAttempts: 3,
   httpTimeoutSeconds: 2,
-  // Short, but well above what moto takes to answer on a loaded machine.
+  // Short, but well above what moto takes to answer.
   awsConnectTimeoutSeconds: 2,
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 60,
   // The bound of each shipping (not an interval): its aws CLI calls (create-log-stream,
-  // put-log-events) must fit it while a pool's machines boot at once on a loaded 2-core host;
-  // 2 s and 6 s did not (the boots warned "boot log not (fully) shipped"), 15 s did.
+  // put-log-events) must fit it while a pool's machines boot at once on a 2-core host; 2 s
+  // and 6 s did not (the boots warned "boot log not (fully) shipped"), 15 s did, until the
+  // host was loaded by other work too: hence the scaling.
   logShipSeconds: 15,
 } as const satisfies Partial<UserDataOptions>;
+
+/**
+ * LOCAL_TIME_BOUNDS with every bound (not the poll and retry delays, nor the attempts) times
+ * the slowdown, in whole seconds where the renderer wants them, within its limit of 60 s
+ * for the timeouts and the shipping bound. Everything inside these bounds is a few aws CLI
+ * calls or IMDS requests, and those slow down with the machine.
+ */
+export function localTimeBounds(slowdown = 1): Partial<UserDataOptions> {
+  const b = LOCAL_TIME_BOUNDS;
+  const f = Math.max(1, slowdown);
+  const within60 = (s: number): number => Math.min(60, Math.ceil(s * f));
+  return {
+    ...b,
+    waitSeconds: Math.ceil(b.waitSeconds * f),
+    httpTimeoutSeconds: within60(b.httpTimeoutSeconds),
+    awsConnectTimeoutSeconds: within60(b.awsConnectTimeoutSeconds),
+    awsReadTimeoutSeconds: within60(b.awsReadTimeoutSeconds),
+    runnerWaitTimeoutSeconds: Math.ceil(b.runnerWaitTimeoutSeconds * f),
+    logShipSeconds: within60(b.logShipSeconds),
+  };
+}
 
 /** The runner user: the renderer refuses root, so root runs it as nobody (as the bats harness does). */
 export function localRunnerUser(): string {
@@ -84,7 +115,7 @@ function localPrepareCommands(pool: LocalPoolTemplate): string[] {
 
 /**
  * User data for a pool, rendered by lib/user-data.ts for a local machine (sandbox paths,
- * loopback IMDS, short time bounds). The aws CLI is `aws` as in production: the player puts
+ * loopback IMDS, short time bounds scaled with the host's slowdown). The aws CLI is `aws` as in production: the player puts
  * the real one on the machine's PATH.
  */
 export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachineSettings): string {
@@ -97,7 +128,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       runnerDir: at(MACHINE_PATHS.runnerDir),
       gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
       prepareCommands: localPrepareCommands(pool),
-      ...LOCAL_TIME_BOUNDS,
+      ...localTimeBounds(machine.slowdown),
       hostPaths: {
         unitDir: at(MACHINE_PATHS.unitDir),
         hookPath: at(`usr/local/sbin/${machine.prefix}-start-runner`),

@@ -10,6 +10,7 @@ import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { motoClients, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { scaled } from '../support/slowdown';
 
 const paths = ssmPaths(PREFIX);
 let moto: MotoServer;
@@ -32,7 +33,7 @@ async function paramNames(): Promise<string[]> {
 }
 
 describe('the fleet against moto: fill, activate, cold-launch, evict, scale down, sweep', () => {
-  it('runs a pool through its life', { timeout: 60_000 }, async () => {
+  it('runs a pool through its life', { timeout: scaled(60_000) }, async () => {
     let config: FleetConfig = await motoFleet(c, { warmSize: 3, maxRunners: 20, idleTimeoutSeconds: 1800 });
     const lines = new Lines();
     const aws = new AwsCaller({ sleep: async () => {} });

@@ -10,6 +10,7 @@ import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, GitLabRunnerTyp
 import type { LocalEvent } from '../../local/events';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { runningInGroup, until } from './ci-processes';
+import { scaled } from '../support/slowdown';
 
 const GITLAB_RUNNER = resolve(__dirname, '../../local/runner/gitlab-runner');
 const PREFIX = 'lgl';
@@ -51,8 +52,11 @@ function message(jobId: number, pool = 'docker', projectId = PROJECT): JobMessag
 /** The environment templates/start-runner.sh gives the runner (`env -i` plus these). */
 const BOOT_ENV = { HOME: tmpdir(), USER: 'nobody', LOGNAME: 'nobody', LANG: 'C.UTF-8', PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
 
-/** The fake runner as a real process, with the command line and environment templates/start-runner.sh uses. */
-function runFake(reg: RunnerRegistration, log: string, waitTimeout = 5): Promise<number> {
+/**
+ * The fake runner as a real process, with the command line and environment templates/start-runner.sh uses.
+ * By default it waits 5 s (times the machine's slowdown) for a job: long enough to find one the test queued.
+ */
+function runFake(reg: RunnerRegistration, log: string, waitTimeout = Math.ceil(scaled(5_000) / 1000)): Promise<number> {
   const builds = join(tmp, 'builds');
   mkdirSync(builds, { recursive: true });
   const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', String(waitTimeout), '--builds-dir', builds];

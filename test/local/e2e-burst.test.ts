@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { runScenario } from '../../local/scenario';
+import { scaled } from '../support/slowdown';
 
 /** Burst: more jobs at once than the pools hold parked instances; the rest launch cold; all served. */
 describe('burst beyond the pool', () => {
-  it('activates the parked instances, launches the rest cold, serves all and leaves nothing behind', { timeout: 240_000 }, async () => {
-    const { report, events } = await runScenario({ burst: true, jobs: 4, poolSize: 2, deadlineMs: 180_000 });
+  it('activates the parked instances, launches the rest cold, serves all and leaves nothing behind', { timeout: scaled(240_000) }, async () => {
+    const { report, events } = await runScenario({ burst: true, jobs: 4, poolSize: 2, deadlineMs: scaled(180_000) });
     expect(report).toMatchObject({ jobs: 8, served: 8, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     expect(report.warm + report.cold).toBe(8);
     for (const provider of ['github', 'gitlab']) {

@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { LAUNCH_TEMPLATE_VERSION_TAG } from '../../lambdas/shared/contract';
 import { runScenario } from '../../local/scenario';
+import { scaled } from '../support/slowdown';
 
 /** Drift: a new launch template version after the pools filled; old-version parked instances are evicted and replaced. */
 describe('drift', () => {
-  it('evicts the parked instances of the old template version, parks new ones, and the jobs run on those', { timeout: 240_000 }, async () => {
-    const { report, evictions, templateVersions, world } = await runScenario({ drift: true, jobs: 2, poolSize: 2, deadlineMs: 180_000 });
+  it('evicts the parked instances of the old template version, parks new ones, and the jobs run on those', { timeout: scaled(240_000) }, async () => {
+    const { report, evictions, templateVersions, world } = await runScenario({ drift: true, jobs: 2, poolSize: 2, deadlineMs: scaled(180_000) });
     expect(report).toMatchObject({ jobs: 4, served: 4, warm: 4, unserved: 0, leftovers: 0, settled: true });
     expect(templateVersions).toEqual({ 'linux-x64': { before: '1', after: '2' }, 'gitlab-docker': { before: '1', after: '2' } });
     expect(evictions['stale-template']).toBe(4);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { tagKeys } from '../../lambdas/shared/contract';
 import { runScenario } from '../../local/scenario';
+import { scaled } from '../support/slowdown';
 
 /**
  * The faults moto cannot produce, each injected where it would arrive: a capacity refusal of
@@ -9,12 +10,12 @@ import { runScenario } from '../../local/scenario';
  * server). Each is handled as the design says; nothing lost, nothing left behind.
  */
 describe('faults', () => {
-  it('serves every real job once, refuses forged deliveries, evicts the stuck instance, and leaves nothing behind', { timeout: 240_000 }, async () => {
+  it('serves every real job once, refuses forged deliveries, evicts the stuck instance, and leaves nothing behind', { timeout: scaled(240_000) }, async () => {
     const r = await runScenario({
       jobs: 3,
       poolSize: 3,
       faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true },
-      deadlineMs: 180_000,
+      deadlineMs: scaled(180_000),
     });
     const { report, events, deliveries, logs } = r;
     // 3 + 3 jobs, plus the redelivered GitHub job and the twice-announced GitLab job.

@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { scaled } from '../support/slowdown';
 
 /**
  * Ctrl-C of `npm run local` as a terminal sends it: SIGINT to the whole process group. The
@@ -42,9 +43,10 @@ const alive = (pid: number): boolean => {
   }
 };
 
-/** The live ones among pids, after giving a SIGKILL sent at the parent's exit a moment to land. */
+/** The live ones among pids, after giving a SIGKILL sent at the parent's exit a moment to land (a safety bound). */
 async function stillAlive(pids: number[]): Promise<number[]> {
-  for (let i = 0; i < 50 && pids.some(alive); i++) await new Promise((r) => setTimeout(r, 100));
+  const deadline = Date.now() + scaled(5_000);
+  while (pids.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
   return pids.filter(alive);
 }
 
@@ -89,7 +91,7 @@ async function interrupt(signals: number): Promise<{ code: number | null; stdout
 }
 
 describe('npm run local interrupted (SIGINT to its process group)', () => {
-  it('stops what it started, prints the report and exits 130', { timeout: 120_000 }, async () => {
+  it('stops what it started, prints the report and exits 130', { timeout: scaled(120_000) }, async () => {
     const r = await interrupt(1);
     expect(r.code, r.stderr.slice(-3000)).toBe(130);
     expect(r.stdout).toContain('interrupted');
@@ -99,7 +101,7 @@ describe('npm run local interrupted (SIGINT to its process group)', () => {
     expect(readdirSync(r.tmp).filter((f) => f.startsWith('cwr-local-'))).toEqual([]);
   });
 
-  it('a second SIGINT exits at once and still leaves no moto and no sandbox behind', { timeout: 120_000 }, async () => {
+  it('a second SIGINT exits at once and still leaves no moto and no sandbox behind', { timeout: scaled(120_000) }, async () => {
     const r = await interrupt(2);
     expect(r.code, r.stderr.slice(-3000)).toBe(130);
     expect(r.motoPids).toHaveLength(1);

@@ -10,6 +10,7 @@ import type { LocalEvent } from '../../local/events';
 import { LocalLambdas, localClients, type LocalAwsClients } from '../../local/lambdas';
 import { findLeftovers, observeWorld } from '../../local/report';
 import { startMoto, type MotoServer } from '../support/moto';
+import { scaled } from '../support/slowdown';
 
 /**
  * The in-process triggers against moto and the loopback GitHub: a Function URL delivery is
@@ -75,7 +76,7 @@ async function queueDepth(): Promise<number> {
 }
 
 describe('the event source mapping against moto', () => {
-  it('deletes what scale-up served; a job that keeps failing reappears, then lands in the dead-letter queue', { timeout: 60_000 }, async () => {
+  it('deletes what scale-up served; a job that keeps failing reappears, then lands in the dead-letter queue', { timeout: scaled(60_000) }, async () => {
     const served = github.addJob('example-org/app', ['self-hosted', 'linux']);
     const doomed = github.addJob('example-org/app', ['self-hosted', 'linux']);
     const deliver = (job: typeof served) => lambdas.webhook(githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels: job.labels }, SECRET));
@@ -96,7 +97,7 @@ describe('the event source mapping against moto', () => {
     expect(lambdas.counters).toMatchObject({ messagesReceived: 3, messagesFailed: 2 });
   });
 
-  it('lists what no tag filter or top-level read would find: an untagged instance, a parameter below the config root', { timeout: 60_000 }, async () => {
+  it('lists what no tag filter or top-level read would find: an untagged instance, a parameter below the config root', { timeout: scaled(60_000) }, async () => {
     const untagged = (await c.ec2.send(new RunInstancesCommand({ ImageId: 'ami-12c6146b', MinCount: 1, MaxCount: 1 }))).Instances![0]!.InstanceId!;
     const nested = `${ssmPaths(config.prefix).runnerConfigRoot.replace(/\/$/, '')}/nested/i-0123456789abcdef0`;
     await c.ssm.send(new PutParameterCommand({ Name: nested, Value: 'x=y', Type: 'String' }));

@@ -12,6 +12,8 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { BOOT_LOG_KEYS, ssmPaths, tagKeys, Provider } from '../../lambdas/shared/contract';
 import {
+  LOCAL_TIME_BOUNDS,
+  localTimeBounds,
   MACHINE_PATHS,
   relocateUserData,
   renderLocalUserData,
@@ -21,6 +23,7 @@ import {
 } from '../../local/instances/launch-templates';
 import { createMachine, enabledUnits, killSession, sessionPids } from '../../local/instances/machine';
 import { decideAction, IDLE_FAILING_TICKS, InstancePlayer, parseBootLine, type PlayedView } from '../../local/instances/player';
+import { scaled } from '../support/slowdown';
 
 const machine: LocalMachineSettings = { prefix: 'parts', awsEndpoint: 'http://127.0.0.1:5123', sandboxRoot: '/tmp/unused' };
 
@@ -88,6 +91,19 @@ describe('local user data', () => {
     }
     // The stall command runs first, then the pool's own.
     expect(text.indexOf(`${TEMPLATE_ROOT}/${MACHINE_PATHS.stallMarker}`)).toBeLessThan(text.indexOf('echo ready'));
+  });
+
+  it('scales its time bounds with the host slowdown, within the renderer limits; delays and attempts stay', () => {
+    expect(localTimeBounds()).toEqual(LOCAL_TIME_BOUNDS);
+    expect(localTimeBounds(3)).toMatchObject({ waitSeconds: 180, logShipSeconds: 45, awsReadTimeoutSeconds: 15, httpTimeoutSeconds: 6, pollSeconds: 0.3, awsAttempts: 3 });
+    // Whole seconds, and at most 60 s for the timeouts and the shipping bound.
+    expect(localTimeBounds(10.1)).toMatchObject({ waitSeconds: 606, logShipSeconds: 60, awsReadTimeoutSeconds: 51, awsConnectTimeoutSeconds: 21 });
+    // A reading below 1 never shortens a bound.
+    expect(localTimeBounds(0.5)).toEqual(LOCAL_TIME_BOUNDS);
+    const slow = renderLocalUserData({ name: 'pool-a', provider: 'github' }, { ...machine, slowdown: 3 });
+    expect(slow).toMatch(/ SHIP_SECONDS=45 /);
+    expect(slow).toMatch(/ WAIT_SECONDS=180 /);
+    expect(text).toMatch(/ SHIP_SECONDS=15 /);
   });
 
   it('names the pool when the renderer refuses it', () => {
@@ -159,7 +175,8 @@ describe('machine', () => {
     // timeout moves itself into a process group of its own: a group kill would miss it.
     const child = spawn('bash', ['-c', 'trap "" TERM; timeout 60 sleep 60 & sleep 60 & wait'], { detached: true, stdio: 'ignore' });
     const sid = child.pid!;
-    for (let i = 0; i < 100 && sessionPids(sid).length < 4; i++) await new Promise((r) => setTimeout(r, 20));
+    const deadline = Date.now() + scaled(2_000);
+    while (sessionPids(sid).length < 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(sessionPids(sid).length).toBe(4);
     await killSession(sid, 200);
     expect(sessionPids(sid)).toEqual([]);

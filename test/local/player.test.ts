@@ -37,6 +37,7 @@ import { decodeUserData, encodeUserData } from '../../lib/user-data';
 import { resolveAwsCli } from '../../local/instances/machine';
 import { InstancePlayer } from '../../local/instances/player';
 import { startMoto, type MotoServer } from '../support/moto';
+import { scaled, slowdown } from '../support/slowdown';
 
 const prefix = 'playertest';
 const keys = tagKeys(prefix);
@@ -63,7 +64,7 @@ let runnerLog: string;
 let runnerHold: string;
 
 function settings(): LocalMachineSettings {
-  return { prefix, awsEndpoint: moto.endpoint, sandboxRoot: join(root, 'machines') };
+  return { prefix, awsEndpoint: moto.endpoint, sandboxRoot: join(root, 'machines'), slowdown: slowdown() };
 }
 
 function startPlayer(): InstancePlayer {
@@ -82,8 +83,8 @@ function startPlayer(): InstancePlayer {
   return player;
 }
 
-/** Waits (bounded, a safety net, not a measure) until `check` holds. */
-async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 25_000): Promise<T> {
+/** Waits (bounded, a safety net scaled with the machine, not a measure) until `check` holds. */
+async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = scaled(25_000)): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await check();
@@ -316,7 +317,7 @@ describe('InstancePlayer', () => {
     expect(processesOf(`LOCAL_INSTANCE_ID=${normal}`)).toEqual([]);
     expect(alive(runnerPid)).toBe(false);
     expect(existsSync(join(settings().sandboxRoot, stalled, 'stall-priming'))).toBe(true);
-  }, 60_000);
+  }, scaled(60_000));
 
   it('an instance stopped from outside loses its processes without parking; a start with no enabled unit boots nothing', async () => {
     const lt = await createLocalLaunchTemplate(ec2, { name: 'outside-gh', provider: Provider.GITHUB }, settings());
@@ -395,7 +396,7 @@ describe('InstancePlayer', () => {
     await p.stop();
     player = undefined;
     expect(processesOf(`LOCAL_INSTANCE_ID=${id}`)).toEqual([]);
-  }, 60_000);
+  }, scaled(60_000));
 
   it('updateLocalLaunchTemplate makes a new default version with the new rendering', async () => {
     const pool = { name: 'drift-gh', provider: Provider.GITHUB };

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { scaled } from '../support/slowdown';
 
 const run = promisify(execFile);
 
@@ -15,13 +16,13 @@ async function serve(leaky: boolean): Promise<{ bytesPerJob: number; heaps: Reco
 const LIMIT = 100;
 
 describe('scale-up memory per job (one warm container, 1,000 → 5,000 → 10,000 jobs)', () => {
-  it(`retains less than ${LIMIT} bytes per job after forced GC`, { timeout: 60_000 }, async () => {
+  it(`retains less than ${LIMIT} bytes per job after forced GC`, { timeout: scaled(60_000) }, async () => {
     const r = await serve(false);
     expect(Object.keys(r.heaps)).toEqual(['1000', '5000', '10000']);
     expect(r.bytesPerJob).toBeLessThan(LIMIT);
   });
 
-  it('the same check fails a handler that keeps every job it saw', { timeout: 60_000 }, async () => {
+  it('the same check fails a handler that keeps every job it saw', { timeout: scaled(60_000) }, async () => {
     const r = await serve(true);
     expect(r.bytesPerJob).toBeGreaterThanOrEqual(LIMIT);
   });

@@ -17,6 +17,7 @@ import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { scaled } from '../support/slowdown';
 
 const paths = ssmPaths(PREFIX);
 let moto: MotoServer;
@@ -90,7 +91,7 @@ describe('scale-up against moto', () => {
     expect(await instances()).toHaveLength(all.length);
   });
 
-  it('20 concurrent invocations, 20 jobs, 10 parked: exactly 10 warm and 10 cold, no double claim (x20)', { timeout: 120_000 }, async () => {
+  it('20 concurrent invocations, 20 jobs, 10 parked: exactly 10 warm and 10 cold, no double claim (x20)', { timeout: scaled(120_000) }, async () => {
     for (let round = 0; round < 20; round++) {
       if (round > 0) {
         await moto.reset();

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { scaled } from './slowdown';
 
 /** A moto server on a free loopback port, started and stopped by the test that needs it. */
 export interface MotoServer {
@@ -51,7 +52,9 @@ export async function startMoto(): Promise<MotoServer> {
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString()).slice(-4000);
   });
-  const deadline = Date.now() + 30_000;
+  // A safety bound: moto imports for seconds on an unloaded machine, longer on a loaded one.
+  const boundMs = scaled(30_000);
+  const deadline = Date.now() + boundMs;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`moto exited with ${child.exitCode}: ${stderr}`);
     try {
@@ -62,7 +65,7 @@ export async function startMoto(): Promise<MotoServer> {
     }
     if (Date.now() > deadline) {
       killNow();
-      throw new Error(`moto did not answer on ${endpoint} within 30 s: ${stderr}`);
+      throw new Error(`moto did not answer on ${endpoint} within ${boundMs / 1000} s: ${stderr}`);
     }
     await new Promise((r) => setTimeout(r, 100));
   }

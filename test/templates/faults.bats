@@ -36,6 +36,20 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-imds-late ]
 }
 
+@test "IMDS slower than the aws CLI's own 1 s default: the CLI waits the rendered IMDS timeout for its credentials" {
+  new_instance "$(cold_tags)"
+  github_config jit-slow-imds
+  # Each role-credentials request answers after 1.5 s: beyond the CLI's default (1 s, one
+  # attempt), within the rendered IMDS timeout (at least 3 s here).
+  ctl POST /imds '{"credentialsDelayMs":1500}' >/dev/null
+  boot_first github
+  [ "$status" -eq 0 ]
+  refute grep -qF "Unable to locate credentials" "$ROOT/out"
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-slow-imds ]
+  refute param_exists
+}
+
 @test "SSM throttled while choosing the mode: retried and logged, never read as no config" {
   new_instance "$(cold_tags "\"$TAG_TRACE\":\"trace-throttled\"")"
   github_config jit-throttled
@@ -113,28 +127,33 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   github_config jit-hung
   # Both CLI attempts of the first script attempt are accepted and never answered.
   ctl POST /hang '{"action":"AmazonSSM.GetParameter","count":2}' >/dev/null
-  # A safety bound well under the CLI's own 60 s default read timeout.
-  BOOT_TIMEOUT=40 boot_first github
+  boot_first github
   [ "$status" -eq 0 ]
   grep -qF "reading $CONFIG_ROOT$INSTANCE_ID failed (attempt 1/3)" "$ROOT/out"
   grep -qi "read timeout" "$ROOT/out"
   grep -qF "$LOG_MODE=RUN" "$ROOT/out"
   [ "$(ctl GET /log | grep -oE '"status":-1' | wc -l)" -eq 2 ]
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-hung ]
+  # The CLI's second attempt followed the first hung one after the rendered read timeout: not
+  # sooner, and not after the CLI's own default of 60 s (the rendered one is at most 30 s).
+  local hung
+  hung=$(ctl GET /log | grep -oE '"t":[0-9.]+,"action":"AmazonSSM.GetParameter","accessKeyId":"[^"]*","status":-1' |
+    cut -d: -f2 | cut -d, -f1)
+  awk -v r="$READ_TIMEOUT" '{ t[NR] = $1 } END { d = t[2] - t[1]; print "hung attempts " d " ms apart" > "/dev/stderr"; exit !(NR == 2 && d >= r * 1000 && d < 60000) }' <<<"$hung"
 }
 
 @test "WAIT gives up at its bound even when an SSM call hangs longer than the bound" {
   new_instance "$(cold_tags)"
-  # This rendering's read timeout (30 s) is longer than the 6 s WAIT bound: only the bound
+  # This rendering's WAIT bound is short and its read timeout (60 s) longer: only the bound
   # itself can end a hung call.
-  BOOT_TIMEOUT=28 boot_background "$ROOT/user-data-github-slow-read.sh"
+  boot_background "$ROOT/user-data-github-short-wait.sh"
   wait_for_log "$LOG_MODE=WAIT"
   ctl POST /hang '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
   boot_wait
   # Its own failure (1), not the safety bound's kill (124).
   [ "$status" -eq 1 ]
   grep -qF "stopped at the WAIT bound" "$ROOT/out"
-  grep -qE "no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s \([0-9]+ polls\)" "$ROOT/out"
+  grep -qE "no runner config at $CONFIG_ROOT$INSTANCE_ID after ${SHORT_WAIT_SECONDS}s \([0-9]+ polls\)" "$ROOT/out"
   ctl GET /log | grep -qF '"status":-1'
   # The cold instance still terminates itself (EC2 answers).
   aws_actions | grep -qx EC2.TerminateInstances

@@ -16,20 +16,28 @@ resolve_aws_cli() {
 }
 
 sandbox_start() {
+  # The machine's slowdown, measured once for this file (or inherited): the rendered bounds
+  # and this harness's safety bounds scale with it (test/support/slowdown.ts).
+  if [[ -z ${CWR_SLOWDOWN-} ]]; then
+    CWR_SLOWDOWN=$(node --import tsx "$REPO/test/support/slowdown.ts") || return 1
+  fi
+  export CWR_SLOWDOWN
   ROOT=$(mktemp -d /tmp/cwr-boot.XXXXXX)
   # The runner runs as an unprivileged user, which must reach its shim and the calls dir.
   chmod 755 "$ROOT"
   export ROOT
   node --import tsx "$REPO/test/support/boot-sandbox.ts" >"$ROOT/sandbox.json" 2>"$ROOT/sandbox.err" &
   export SANDBOX_PID=$!
-  local i line=''
-  for ((i = 0; i < 600; i++)); do
+  local line='' bound end
+  bound=$(scaled_seconds 60)
+  end=$((SECONDS + bound))
+  while ((SECONDS < end)); do
     line=$(head -n 1 "$ROOT/sandbox.json" 2>/dev/null || true)
     [[ -z $line ]] || break
     kill -0 "$SANDBOX_PID" 2>/dev/null || { cat "$ROOT/sandbox.err" >&2; return 1; }
     sleep 0.1
   done
-  [[ -n $line ]] || { echo 'the sandbox did not start within 60 s' >&2; cat "$ROOT/sandbox.err" >&2; return 1; }
+  [[ -n $line ]] || { echo "the sandbox did not start within $bound s" >&2; cat "$ROOT/sandbox.err" >&2; return 1; }
   [[ $line =~ \"imds\":\"([^\"]+)\" ]] && export IMDS_URL=${BASH_REMATCH[1]}
   [[ $line =~ \"aws\":\"([^\"]+)\" ]] && export AWS_URL=${BASH_REMATCH[1]}
   [[ $line =~ \"control\":\"([^\"]+)\" ]] && export CONTROL_URL=${BASH_REMATCH[1]}
@@ -51,6 +59,10 @@ sandbox_start() {
   source "$ROOT/contract.env"
   moto_aws logs create-log-group --log-group-name "$LOG_GROUP"
 }
+
+# scaled_seconds BASE: BASE seconds (a bound tuned on an unloaded machine) times the
+# slowdown, rounded up. For safety bounds that only catch hangs.
+scaled_seconds() { awk -v b="$1" -v f="${CWR_SLOWDOWN:-1}" 'BEGIN { s = b * f; printf "%d", (s == int(s)) ? s : int(s) + 1 }'; }
 
 # moto_aws ARGS...: the aws CLI straight at moto (not through the counting proxy), as the
 # test itself, never as the instance.
@@ -122,13 +134,14 @@ instance_state() { ctl GET "/instance?id=$INSTANCE_ID" | sed -E 's/.*"state":"([
 
 # boot_env CMD...: the environment cloud-init or systemd would give, with the shims first in
 # PATH and no AWS credentials or config (the CLI must get its credentials from IMDS). The
-# CLI's retries and timeouts come from the rendered script alone (two attempts per call, 2 s
-# read timeout in the sandbox). BOOT_TIMEOUT (default 90 s) is a safety bound, not a measure.
+# CLI's retries and timeouts come from the rendered script alone (two attempts per call, the
+# read timeout of render-sandbox.ts). BOOT_TIMEOUT (default 90 s times the slowdown) is a
+# safety bound, not a measure.
 boot_env() {
   env -i PATH="${EXTRA_PATH:+$EXTRA_PATH:}$ROOT/bin:$PATH" HOME="$HOME" ${PYENV_ROOT:+PYENV_ROOT="$PYENV_ROOT"} \
     LANG=C.UTF-8 TMPDIR="$ROOT/tmp" AWS_CONFIG_FILE="$ROOT/aws/config" AWS_SHARED_CREDENTIALS_FILE="$ROOT/aws/credentials" \
     SHIM_CALLS="$ROOT/calls" SHIM_UNIT_DIR="$ROOT/etc/systemd/system" \
-    timeout -k 5 "${BOOT_TIMEOUT:-90}" "$@"
+    timeout -k 5 "${BOOT_TIMEOUT:-$(scaled_seconds 90)}" "$@"
 }
 
 # boot FILE: runs the user data (first boot) or the hook (later boots) as a file, the way
@@ -149,14 +162,17 @@ boot_wait() {
   status=0
   wait "$BOOT_PID" || status=$?
 }
-# wait_for_log TEXT: until the boot's output holds TEXT (at most 60 s).
+# wait_for_log TEXT: until the boot's output holds TEXT (a safety bound of 60 s times the
+# slowdown).
 wait_for_log() {
-  local i
-  for ((i = 0; i < 600; i++)); do
+  local bound end
+  bound=$(scaled_seconds 60)
+  end=$((SECONDS + bound))
+  while ((SECONDS < end)); do
     grep -qF -- "$1" "$ROOT/out" 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "no \"$1\" in the boot output within 60 s" >&2
+  echo "no \"$1\" in the boot output within $bound s" >&2
   return 1
 }
 

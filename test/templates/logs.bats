@@ -72,13 +72,14 @@ activate() {
   boot_first github
   [ "$status" -eq 0 ]
   activate jit-long-job trace-long
-  touch "$ROOT/calls/runner-hold"
+  # The job lasts until the test ends it (a safety bound far beyond the wait below).
+  scaled_seconds 600 >"$ROOT/calls/runner-hold"
   boot_background "$ROOT/usr/local/sbin/start-runner"
-  local i
-  for ((i = 0; i < 300; i++)); do
-    log_messages | grep -qF "$LOG_LATENCY=" && break
-    sleep 0.2
-  done
+  # Until the line is in the stream (each look is an aws CLI call; a safety bound of 120 s
+  # times the slowdown).
+  local end
+  end=$((SECONDS + $(scaled_seconds 120)))
+  until log_messages | grep -qF "$LOG_LATENCY=" || ((SECONDS > end)); do sleep 0.2; done
   log_messages | grep -qF "$LOG_LATENCY="
   # The job has not ended: the runner is held, nothing was terminated.
   refute grep -qF "runner exited" "$ROOT/out"
@@ -91,9 +92,10 @@ activate() {
 
 @test "WAIT giving up ships its lines before the instance terminates itself" {
   new_instance "$(cold_tags)"
-  boot_first github
+  # The rendering with a short WAIT bound (scaled with the machine's slowdown).
+  boot "$ROOT/user-data-github-short-wait.sh"
   [ "$status" -ne 0 ]
-  log_messages | grep -qF "error: no runner config at $CONFIG_ROOT$INSTANCE_ID after 6s"
+  log_messages | grep -qF "error: no runner config at $CONFIG_ROOT$INSTANCE_ID after ${SHORT_WAIT_SECONDS}s"
   log_messages | tail -n 1 | grep -qF "terminating $INSTANCE_ID"
   # Shipped first, then terminated.
   local put terminate
@@ -141,9 +143,9 @@ activate() {
   new_instance "$(cold_tags)"
   github_config jit-hung-logs
   ctl POST /hang '{"action":"Logs_20140328.PutLogEvents","count":100}' >/dev/null
-  # This rendering's CLI read timeout (30 s) is far beyond the 5 s shipping bound: only the
-  # bound can stop the call.
-  boot "$ROOT/user-data-github-slow-read.sh"
+  # The rendering with a short shipping bound (scaled with the machine's slowdown) and a CLI
+  # read timeout far beyond it: only the bound can stop the call.
+  boot "$ROOT/user-data-github-short-ship.sh"
   [ "$status" -eq 0 ]
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-hung-logs ]
   grep -qF "stopped at the log shipping bound" "$ROOT/out"

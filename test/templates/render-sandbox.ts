@@ -1,19 +1,27 @@
 /**
  * Renders the boot script into a sandbox directory for the bats harness and the boot
  * benchmark: the same renderer as production (lib/user-data.ts), with every host path under
- * the sandbox, the loopback IMDS and AWS endpoints, and time bounds of a few seconds.
+ * the sandbox and the loopback IMDS and AWS endpoints.
  *
  *   node --import tsx test/templates/render-sandbox.ts --root DIR --imds URL --aws URL \
- *     --aws-cli PATH --runner-user USER [--wait-seconds N]
+ *     --aws-cli PATH --runner-user USER
  *
  * Writes DIR/user-data-<provider>.sh, DIR/hook-<provider>.sh (what PRIME must install) and
- * DIR/unit.service (what PRIME must write) for both providers, DIR/user-data-github-slow-read.sh
- * (a 30 s CLI read timeout, longer than the WAIT bound), and DIR/contract.env: the
- * contract's values the tests need, as shell assignments.
+ * DIR/unit.service (what PRIME must write) for both providers, DIR/user-data-github-short-wait.sh
+ * and DIR/user-data-github-short-ship.sh (a short WAIT or log shipping bound and a CLI read
+ * timeout longer than it), and DIR/contract.env: the contract's values and the rendered
+ * bounds the tests need, as shell assignments.
+ *
+ * Time bounds and the machine: a test that is not about a bound must never race one, so the
+ * main renderings give WAIT and log shipping bounds that only a hang reaches. The tests of
+ * a bound itself boot the rendering where that bound (and only that one) is short, scaled by
+ * the machine's measured slowdown (test/support/slowdown.ts), as are the CLI and IMDS timeouts:
+ * what must fit inside a bound is a few aws CLI calls, and those slow down with the machine.
  */
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { slowdown } from '../support/slowdown';
 import { BOOT_LOG_KEYS, PROVIDERS, WARM_STANDBY_VALUE, bootLogGroupName, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import {
   START_LOGIC_MARKERS,
@@ -31,7 +39,6 @@ const { values } = parseArgs({
     aws: { type: 'string' },
     'aws-cli': { type: 'string' },
     'runner-user': { type: 'string' },
-    'wait-seconds': { type: 'string', default: '6' },
   },
   strict: true,
 });
@@ -39,9 +46,27 @@ const { root, imds, aws } = values;
 const awsCli = values['aws-cli'];
 const runnerUser = values['runner-user'];
 if (!root || !imds || !aws || !awsCli || !runnerUser) {
-  console.error('usage: render-sandbox.ts --root DIR --imds URL --aws URL --aws-cli PATH --runner-user USER [--wait-seconds N]');
+  console.error('usage: render-sandbox.ts --root DIR --imds URL --aws URL --aws-cli PATH --runner-user USER');
   process.exit(2);
 }
+
+// Whole seconds (the renderer takes whole CLI timeouts), tuned on an unloaded machine, times
+// the slowdown, within the renderer's limits.
+const factor = slowdown();
+const seconds = (base: number, max: number): number => Math.min(max, Math.ceil(base * factor));
+const BOUNDS = {
+  /** Hang catchers of the main renderings: a config that appears, a shipping that finishes, never reach them. */
+  waitSeconds: 300,
+  logShipSeconds: 60,
+  /** The short bounds: room for a few polls, or for two CLI calls. */
+  shortWaitSeconds: seconds(6, 45),
+  shortShipSeconds: seconds(5, 45),
+  /** Above what moto and the loopback IMDS take to answer. */
+  awsTimeoutSeconds: seconds(2, 30),
+  httpTimeoutSeconds: seconds(3, 30),
+  /** The short-bound renderings': longer than the short bound, so only the bound can end a hung call. */
+  slowReadTimeoutSeconds: 60,
+};
 
 const prefix = 'sandbox';
 const tags = tagKeys(prefix);
@@ -59,6 +84,10 @@ const contract: Record<string, string> = {
   LOG_TRACE: BOOT_LOG_KEYS.traceId,
   LOG_LATENCY: BOOT_LOG_KEYS.activationLatency,
   LOG_GROUP: bootLogGroupName(prefix),
+  SLOWDOWN: String(factor),
+  SHORT_WAIT_SECONDS: String(BOUNDS.shortWaitSeconds),
+  SHORT_SHIP_SECONDS: String(BOUNDS.shortShipSeconds),
+  READ_TIMEOUT: String(BOUNDS.awsTimeoutSeconds),
   UNIT_NAME: `${prefix}-start-runner.service`,
   BEGIN_MARKER: START_LOGIC_MARKERS.begin,
   END_MARKER: START_LOGIC_MARKERS.end,
@@ -77,19 +106,17 @@ for (const provider of PROVIDERS) {
     gitlabRunnerBinary: join(root, 'runner', 'gitlab', 'gitlab-runner'),
     // Observable from outside; the second fails on demand so a test can fail a PRIME.
     prepareCommands: [`echo "prepared as $(id -un)" >> ${root}/calls/prepare`, `test ! -e ${root}/fail-prepare`],
-    waitSeconds: Number(values['wait-seconds']),
+    waitSeconds: BOUNDS.waitSeconds,
     pollSeconds: 0.3,
     retryDelaySeconds: 0.1,
     imdsAttempts: 3,
     awsAttempts: 3,
-    httpTimeoutSeconds: 1,
-    // Short, but well above what moto takes to answer on a loaded machine.
-    awsConnectTimeoutSeconds: 2,
-    awsReadTimeoutSeconds: 2,
+    httpTimeoutSeconds: BOUNDS.httpTimeoutSeconds,
+    awsConnectTimeoutSeconds: BOUNDS.awsTimeoutSeconds,
+    awsReadTimeoutSeconds: BOUNDS.awsTimeoutSeconds,
     awsCliMaxAttempts: 2,
     runnerWaitTimeoutSeconds: 42,
-    // Long enough for two CLI calls on a loaded machine; a hung endpoint costs the boot this.
-    logShipSeconds: 5,
+    logShipSeconds: BOUNDS.logShipSeconds,
     hostPaths: {
       unitDir: join(root, 'etc/systemd/system'),
       hookPath: join(root, 'usr/local/sbin/start-runner'),
@@ -109,9 +136,15 @@ for (const provider of PROVIDERS) {
   writeFileSync(join(root, `hook-${provider}.sh`), renderHookScript(options));
   writeFileSync(join(root, 'unit.service'), renderHookUnit(options));
   if (provider === 'github') {
-    // A read timeout longer than the WAIT bound: only the bound itself can stop a hung call.
-    const slow = join(root, 'user-data-github-slow-read.sh');
-    writeFileSync(slow, renderUserData({ ...options, awsReadTimeoutSeconds: 30 }));
-    chmodSync(slow, 0o755);
+    // One short bound each, with a read timeout longer than it: only the bound can stop a hung call.
+    const short = {
+      'short-wait': { waitSeconds: BOUNDS.shortWaitSeconds },
+      'short-ship': { logShipSeconds: BOUNDS.shortShipSeconds },
+    };
+    for (const [name, bound] of Object.entries(short)) {
+      const file = join(root, `user-data-github-${name}.sh`);
+      writeFileSync(file, renderUserData({ ...options, ...bound, awsReadTimeoutSeconds: BOUNDS.slowReadTimeoutSeconds }));
+      chmodSync(file, 0o755);
+    }
   }
 }
