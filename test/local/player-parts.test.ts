@@ -100,7 +100,7 @@ describe('local user data', () => {
     expect(localTimeBounds(10.1)).toMatchObject({ waitSeconds: 606, logShipSeconds: 60, awsReadTimeoutSeconds: 51, awsConnectTimeoutSeconds: 21 });
     // A reading below 1 never shortens a bound.
     expect(localTimeBounds(0.5)).toEqual(LOCAL_TIME_BOUNDS);
-    const slow = renderLocalUserData({ name: 'pool-a', provider: 'github' }, { ...machine, slowdown: 3 });
+    const slow = renderLocalUserData({ name: 'pool-a', provider: Provider.GITHUB }, { ...machine, slowdown: 3 });
     expect(slow).toMatch(/ SHIP_SECONDS=45 /);
     expect(slow).toMatch(/ WAIT_SECONDS=180 /);
     expect(text).toMatch(/ SHIP_SECONDS=15 /);
