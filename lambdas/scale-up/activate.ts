@@ -175,7 +175,7 @@ interface Observation {
  * invocation, at most one DescribeInstances in flight: whoever needs a newer observation
  * than the latest and the one in flight waits for that one to end, and then one new
  * observation serves every lane waiting. Lanes need one for a pick from a list older than
- * `freshMs` (while observations answer fast enough for that to help), for a pick after a lost claim (in a burst, other invocations have claimed and
+ * `freshMs` (or than two observations, when they take long), for a pick after a lost claim (in a burst, other invocations have claimed and
  * tagged instances since), and to verify a claim answered too long after its pick. So the
  * slower the invocation (or EC2's answers), the more lanes share each observation: their
  * number follows the time the lanes are busy, not the number of claims. Picks start at most
@@ -209,11 +209,11 @@ export class Candidates {
 
   async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
     if (this.observe) {
-      // Re-observing for freshness is worth it only while an observation answers well within
-      // `freshMs` (half of it, leaving the other half to register and write): otherwise every
-      // pick would be stale by its claim's answer anyway, and its claim is verified instead.
-      const worthIt = this.observeMs <= this.freshMs / 2;
-      const fits = (o: { seq: number; at: Date }) => o.seq > this.lostMark && (!worthIt || this.now().getTime() - o.at.getTime() <= this.freshMs);
+      // A pick wants a list no older than `freshMs`, or, while an observation takes longer
+      // than half of that, than two observations: re-observing more often cannot make the
+      // picks fresher, only the requests more (their claims are verified instead).
+      const maxAgeMs = Math.max(this.freshMs, 2 * this.observeMs);
+      const fits = (o: { seq: number; at: Date }) => o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
       try {
         await this.observation(fits, () => this.refreshes++ < this.maxRefreshes);
       } catch {

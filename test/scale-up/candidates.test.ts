@@ -80,27 +80,38 @@ describe('Candidates: one stream of observations per invocation', () => {
     expect(await c.next('linux')).toBeUndefined();
   });
 
-  it('re-observes an old list for a pick only while observations answer within half the freshness bound', async () => {
+  it('re-observes for a pick a list older than the bound, or than two observations when they take long', async () => {
     const c = candidates();
     clock = 3_000;
     const p1 = c.next('linux');
     await settle();
     expect(pending).toHaveLength(1);
-    clock = 4_500; // 1.5 s to answer: a pick from it is stale by its claim's answer anyway
+    clock = 4_500; // 1.5 s to answer: a pick may use a list up to 3 s old
     pending[0]!.resolve(snapshot());
     await p1;
-    clock = 8_000;
+    clock = 5_900;
     const p2 = c.next('linux');
     await settle();
     expect(pending).toHaveLength(1);
     await p2;
-    // A lost claim still re-observes.
-    c.lost();
+    clock = 6_100;
     const p3 = c.next('linux');
     await settle();
     expect(pending).toHaveLength(2);
-    pending[1]!.resolve(snapshot());
+    pending[1]!.resolve(snapshot()); // answered at once: back to the 2 s bound
     await p3;
+    clock = 8_100;
+    const p4 = c.next('linux');
+    await settle();
+    expect(pending).toHaveLength(2);
+    await p4;
+    // A lost claim re-observes whatever the age.
+    c.lost();
+    const p5 = c.next('linux');
+    await settle();
+    expect(pending).toHaveLength(3);
+    pending[2]!.resolve(snapshot());
+    await p5;
   });
 
   it('picks start at most maxRefreshes observations; a verification always may', async () => {

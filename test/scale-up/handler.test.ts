@@ -131,6 +131,10 @@ describe('scale-up: warm activation', () => {
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
     expect(aws.count('DescribeInstances')).toBe(2);
+    // The re-observation asks for stopped instances only (the candidates): a smaller answer to parse.
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const states = aws.ec2.commandCalls(DescribeInstancesCommand).map((c) => c.args[0].input.Filters?.find((f) => f.Name === 'instance-state-name')?.Values);
+    expect(states[1]).toEqual(['stopped']);
     // After the refresh only the two untouched instances remain candidates.
     const claimedAfter = aws.ssm.commandCalls((await import('@aws-sdk/client-ssm')).PutParameterCommand).slice(1).map((c) => c.args[0].input.Name);
     for (const name of claimedAfter) expect(ids.slice(4).map((id) => paths.runnerConfig(id))).toContain(name);
