@@ -125,6 +125,47 @@ function removeStaleGroups(): void {
   }
 }
 
+/**
+ * Raises a running process's CPU weight (cgroup-v1 cpu.shares, no quota) so that a loaded
+ * machine slows it less: moto plays AWS, whose answers do not slow down when this machine is
+ * busy. Returns the release (also run at exit); does nothing where the cgroup is not writable.
+ */
+export function boostWeight(pid: number): { readonly applied: boolean; release(): void } {
+  hookExit();
+  const dir = join(CPU_ROOT, `${GROUP_PREFIX}${process.pid}-${++serial}`);
+  try {
+    removeStaleGroups();
+    mkdirSync(dir);
+  } catch {
+    return { applied: false, release: () => {} };
+  }
+  const release = () => {
+    open.delete(release);
+    // Back to the root group first: the process itself goes on running.
+    for (const p of pidsIn(dir)) {
+      try {
+        writeFileSync(join(CPU_ROOT, 'cgroup.procs'), String(p));
+      } catch {
+        // exited meanwhile
+      }
+    }
+    try {
+      rmdirSync(dir);
+    } catch (error) {
+      console.error(`cpu-limit: could not remove ${dir}: ${(error as Error).message}`);
+    }
+  };
+  open.add(release);
+  try {
+    writeFileSync(join(dir, 'cpu.shares'), String(SHARES));
+    writeFileSync(join(dir, 'cgroup.procs'), String(pid));
+  } catch {
+    release();
+    return { applied: false, release: () => {} };
+  }
+  return { applied: true, release };
+}
+
 function cgroupLimit(share: number): CpuLimit {
   if (!existsSync(join(CPU_ROOT, 'cpu.cfs_quota_us'))) throw new Error(`${CPU_ROOT} is not a cgroup v1 cpu controller`);
   removeStaleGroups();

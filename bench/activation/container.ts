@@ -9,7 +9,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import type { RequestPacer } from '../../lambdas/shared/pacing';
 import { FakeCi } from '../../test/support/fake-ci';
-import { INSTANCE_ARN_PREFIX, job, jobEvent, PREFIX } from '../../test/support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, PREFIX, record, sqsEvent } from '../../test/support/fixtures';
 import { motoClients } from '../../test/support/moto-fleet';
 import { calibrate } from '../calibrate';
 import type { FromContainer, ToContainer } from './containers';
@@ -88,7 +88,7 @@ async function invoke(m: Extract<ToContainer, { t: 'invoke' }>): Promise<void> {
       if (m) events[m[1]!] = (events[m[1]!] ?? 0) + 1;
     },
   });
-  const res = await handler(jobEvent(m.jobs.map((n) => job(n))));
+  const res = await handler(sqsEvent(...m.jobs.map((n) => record(JSON.stringify(job(n)), { id: `msg-${n}`, receiveCount: m.receiveCount }))));
   const used = process.cpuUsage(cpu);
   send({
     t: 'invoked',

@@ -19,6 +19,8 @@ export type ToContainer =
       readonly t: 'invoke';
       readonly invocation: number;
       readonly jobs: readonly number[];
+      /** 1 for a first delivery; more for a batch the event source hands out again after a failure. */
+      readonly receiveCount: number;
       readonly config: FleetConfig;
       readonly batching: boolean;
       /** Actions the pacer holds a bucket for; the others are sent without asking. */
