@@ -19,7 +19,8 @@
  * Six runs, about five minutes on a loaded machine.
  *
  * For working on it: BENCH_ONLY=batched@3,constrained-batched@3 runs only those (the last
- * line needs all six); BENCH_TRACE=dir writes each run's recorded requests there as JSON.
+ * line needs all six); BENCH_TRACE=dir writes each run's recorded requests there as JSON;
+ * BENCH_MOTO_WEIGHT=default does not raise moto's CPU weight (a stress run).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -128,8 +129,10 @@ async function main() {
   const moto = await startMoto();
   // moto plays AWS, whose answers do not slow down when this machine is busy: more CPU weight
   // (no quota) keeps its latency nearer AWS's on a loaded machine.
-  const weight = moto.pid === undefined ? undefined : boostWeight(moto.pid);
-  console.log(`moto: ${weight?.applied ? 'raised CPU weight (cpu.shares, no quota)' : 'default CPU weight (cgroup not writable)'}`);
+  // BENCH_MOTO_WEIGHT=default leaves it as it is: a stress run, with "AWS" as slow as the machine.
+  const boost = process.env.BENCH_MOTO_WEIGHT !== 'default';
+  const weight = moto.pid === undefined || !boost ? undefined : boostWeight(moto.pid);
+  console.log(`moto: ${weight?.applied ? 'raised CPU weight (cpu.shares, no quota)' : `default CPU weight (${boost ? 'cgroup not writable' : 'BENCH_MOTO_WEIGHT=default'})`}`);
   const results = new Map<string, RunResult>();
   const run = async (name: string, containers: readonly Container[], batching: boolean, ssm: number) => {
     if (ONLY && !ONLY.has(name)) return;
