@@ -23,6 +23,7 @@ import {
 } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { fleetConfigInput } from './fleet-config-input';
+import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
@@ -190,6 +191,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // The handler answers within its own deadline (below the ~10 s GitHub and GitLab wait);
       // the function's timeout leaves room for a cold start on top.
       timeout: Duration.seconds(15),
+      memorySize: FUNCTION_MEMORY_MB.webhook,
       environment,
       logRetention,
     });
@@ -198,6 +200,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       handler: BundledHandler.SCALE_UP,
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
       timeout: Duration.seconds(60),
+      memorySize: FUNCTION_MEMORY_MB['scale-up'],
       environment: {
         ...environment,
         [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl,
@@ -209,6 +212,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       handler: BundledHandler.POOL,
       description: 'Keeps each warm pool at its target and evicts stale instances',
       timeout: Duration.seconds(120),
+      memorySize: FUNCTION_MEMORY_MB.pool,
       environment,
       logRetention,
     });
@@ -216,6 +220,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       handler: BundledHandler.SCALE_DOWN,
       description: 'Reclaims finished, idle, stuck and orphaned runners, parameters and registrations',
       timeout: Duration.seconds(120),
+      memorySize: FUNCTION_MEMORY_MB['scale-down'],
       environment,
       logRetention,
     });

@@ -14,6 +14,9 @@ export interface RecordedRequest {
   /** Real times (ms) it was sent and answered: only their order matters. */
   readonly start: number;
   readonly end: number;
+  /** For tracing (BENCH_TRACE): the instance a claim write or tag call was about, and the error it got. */
+  readonly target?: string;
+  readonly error?: string;
 }
 
 class ModelBucket {

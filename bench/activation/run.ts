@@ -3,29 +3,44 @@
  *
  * A burst of 100 jobs against 100 parked instances in moto, delivered as the event source
  * would with the construct's defaults (batches of 10, at most 5 concurrent invocations;
- * scaleUpBatchSize and scaleUpMaxConcurrency in lib/). Each invocation has its own
- * clients, like its own Lambda container, and an SDK middleware records every request by
- * action, lost-claim writes included. The handler paces its own calls (one shared Pacer:
- * the account's buckets): the documented EC2 limits and an SSM PutParameter bucket
+ * scaleUpBatchSize and scaleUpMaxConcurrency in lib/). The invocations run in 5 container
+ * processes (containers.ts), each serving one invocation at a time with its own clients,
+ * like Lambda containers, and recording every request by action, lost-claim writes
+ * included. The handler paces its own calls through one Pacer held by this process (the
+ * account's buckets): the documented EC2 limits and an SSM PutParameter bucket
  * (burst = rate) at 3 and at 10 writes per second, one run each, in real time. The recorded
  * requests are then replayed through the same buckets (bench/activation/model.ts) for the
  * modelled seconds. The same code with batching switched off (one StartInstances per job)
- * is the per-job baseline. Four runs, about three minutes.
+ * is the per-job baseline.
+ *
+ * Then the batched runs again with each container's CPU held to the share a Lambda of the
+ * scale-up function's memory size gets (lib/function-memory.ts; bench/cpu-limit.ts), after
+ * timing a fixed CPU-bound loop inside and outside the limit for the slowdown it imposed.
+ * Six runs, about five minutes on a loaded machine.
+ *
+ * For working on it: BENCH_ONLY=batched@3,constrained-batched@3 runs only those (the last
+ * line needs all six); BENCH_TRACE=dir writes each run's recorded requests there as JSON;
+ * BENCH_MOTO_WEIGHT=default does not raise moto's CPU weight (a stress run).
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
-import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
-import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { FUNCTION_MEMORY_MB } from '../../lib/function-memory';
 import { DEFAULT_RATES, Pacer, type BucketRate } from '../../lambdas/shared/pacing';
-import { FakeCi } from '../../test/support/fake-ci';
-import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, PREFIX } from '../../test/support/fixtures';
+import { KEYS } from '../../test/support/fixtures';
 import { startMoto, type MotoServer } from '../../test/support/moto';
-import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../../test/support/moto-fleet';
+import { motoClients, motoFleet, parkInMoto } from '../../test/support/moto-fleet';
+import { median, type Calibration } from '../calibrate';
+import { boostWeight, createCpuLimit, vcpuShare, type CpuLimit } from '../cpu-limit';
+import { Container } from './containers';
 import { modelSeconds, type RecordedRequest } from './model';
-import { Provider } from '../../lambdas/shared/contract';
 
 const JOBS = 100;
 const BATCH = 10;
 const CONCURRENCY = 5;
+const SCALE_UP_MB = FUNCTION_MEMORY_MB['scale-up'];
+const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',')) : undefined;
+const TRACE = process.env.BENCH_TRACE;
 
 interface RunResult {
   readonly requests: RecordedRequest[];
@@ -33,62 +48,44 @@ interface RunResult {
   readonly warm: number;
   readonly cold: number;
   readonly lostClaims: number;
+  readonly events: Record<string, number>;
   readonly wallSeconds: number;
+  /** Messages an invocation reported failed, handed out again (as SQS redelivers them). */
+  readonly redelivered: number;
+  /** CPU seconds the invocations used, over all containers. */
+  readonly cpuSeconds: number;
 }
 
-function recordingClients(endpoint: string, invocation: number, log: RecordedRequest[]): MotoClients {
-  const c = motoClients(endpoint);
-  type Next = (args: unknown) => Promise<unknown>;
-  type Stack = { add(middleware: (next: Next, context: { commandName?: string }) => Next, options: object): void };
-  for (const client of [c.ec2, c.ssm, c.sqs]) {
-    (client.middlewareStack as unknown as Stack).add(
-      (next, context) => async (args) => {
-        const start = performance.now();
-        try {
-          return await next(args);
-        } finally {
-          log.push({ invocation, action: String(context.commandName).replace(/Command$/, ''), start, end: performance.now() });
-        }
-      },
-      { step: 'finalizeRequest', name: 'countRequests' },
-    );
-  }
-  return c;
-}
-
-async function burst(moto: MotoServer, batching: boolean, pacer?: Pacer): Promise<RunResult> {
+async function burst(moto: MotoServer, containers: readonly Container[], batching: boolean, rates: Record<string, BucketRate>): Promise<RunResult> {
   await moto.reset();
   const admin = motoClients(moto.endpoint);
   const config = await motoFleet(admin, { maxRunners: 200, warmSize: 100 });
   const parked = new Set(await parkInMoto(admin, config, JOBS));
-  const ci = new FakeCi(Provider.GITHUB, PREFIX);
+  // One pacer for all containers: the account's buckets, which the model assumes every
+  // caller paces itself to.
+  const pacer = new Pacer(rates);
   const requests: RecordedRequest[] = [];
-  const batches = Array.from({ length: JOBS / BATCH }, (_, b) => Array.from({ length: BATCH }, (_, k) => job(b * BATCH + k + 1)));
+  const queue = Array.from({ length: JOBS / BATCH }, (_, b) => ({ jobs: Array.from({ length: BATCH }, (_, k) => b * BATCH + k + 1), receiveCount: 1 }));
+  const events: Record<string, number> = {};
   let lostClaims = 0;
-  let next = 0;
+  let cpuMs = 0;
+  let redelivered = 0;
   let invocation = 0;
   const started = performance.now();
   await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next < batches.length) {
-        const batch = batches[next++]!;
-        const id = invocation++;
-        const handler = createScaleUpHandler({
-          ...recordingClients(moto.endpoint, id, requests),
-          aws: new AwsCaller(pacer ? { pacer } : {}),
-          loadConfig: async () => config,
-          providers: () => ({ github: ci }),
-          queueUrl: 'unused',
-          instanceArnPrefix: INSTANCE_ARN_PREFIX,
-          deadLetterQueueUrl: 'unused',
-          options: { batching },
-          sink: (line) => {
-            const m = /"LostClaims":(\d+)/.exec(line);
-            if (m) lostClaims += Number(m[1]);
-          },
-        });
-        const res = await handler(jobEvent(batch));
-        if (res.batchItemFailures.length) throw new Error(`jobs failed: ${JSON.stringify(res.batchItemFailures)}`);
+    containers.map(async (container) => {
+      for (let batch = queue.shift(); batch !== undefined; batch = queue.shift()) {
+        const r = await container.invoke(pacer, { invocation: invocation++, ...batch, config, batching, paced: Object.keys(rates) });
+        requests.push(...r.requests);
+        lostClaims += r.lostClaims;
+        cpuMs += r.cpuMs;
+        for (const [k, n] of Object.entries(r.events)) events[k] = (events[k] ?? 0) + n;
+        if (r.failures.length === 0) continue;
+        // As the event source would: the failed messages come back (after their visibility
+        // timeout, here at once), a few times before the redrive policy takes them.
+        if (batch.receiveCount >= 3) throw new Error(`jobs failed ${batch.receiveCount} times: ${JSON.stringify(r.failures)}; off the normal path: ${JSON.stringify(r.events)}`);
+        redelivered += r.failures.length;
+        queue.push({ jobs: r.failures.map((id) => Number(id.replace(/^msg-/, ''))), receiveCount: batch.receiveCount + 1 });
       }
     }),
   );
@@ -98,7 +95,7 @@ async function burst(moto: MotoServer, batching: boolean, pacer?: Pacer): Promis
   const warm = serving.filter((i) => parked.has(i.InstanceId!)).length;
   const byAction: Record<string, number> = {};
   for (const r of requests) byAction[r.action] = (byAction[r.action] ?? 0) + 1;
-  return { requests, byAction, warm, cold: serving.length - warm, lostClaims, wallSeconds };
+  return { requests, byAction, warm, cold: serving.length - warm, lostClaims, events, wallSeconds, redelivered, cpuSeconds: cpuMs / 1000 };
 }
 
 function rates(ssmWrites: number): Record<string, BucketRate> {
@@ -109,37 +106,105 @@ function rates(ssmWrites: number): Record<string, BucketRate> {
 const FINISHING = new Set(['StartInstances', 'PutParameter']);
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
+/** Times the calibration loop in each container, one container at a time (so they do not compete). */
+async function calibrateEach(containers: readonly Container[]): Promise<Calibration[]> {
+  const out: Calibration[] = [];
+  for (const c of containers) out.push(await c.calibrate());
+  return out;
+}
+
+async function startContainers(endpoint: string, limits: readonly (CpuLimit | undefined)[]): Promise<Container[]> {
+  const started = await Promise.allSettled(limits.map((limit) => Container.start(endpoint, limit)));
+  const containers = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(containers.map((c) => c.stop()));
+    await Promise.all(limits.map((l) => l?.close()));
+    throw failed.reason;
+  }
+  return containers;
+}
+
 async function main() {
   const moto = await startMoto();
-  try {
-    const results = new Map<string, RunResult>();
-    for (const batching of [true, false]) {
-      for (const ssm of [3, 10]) {
-        // One pacer for all invocations: the account's buckets, which the model assumes every
-        // caller paces itself to.
-        const r = await burst(moto, batching, new Pacer(rates(ssm)));
-        const name = `${batching ? 'batched' : 'per-job'}@${ssm}`;
-        results.set(name, r);
-        const total = r.requests.length;
-        console.log(
-          `${name}: warm=${r.warm} cold=${r.cold} lost-claims=${r.lostClaims} requests=${total} (${round(total / JOBS)} per job) ` +
-            `modelled-seconds=${round(modelSeconds(r.requests, rates(ssm), FINISHING))} (SSM floor ${round(JOBS / ssm)}) wall-seconds-against-moto=${round(r.wallSeconds, 1)}`,
-        );
-        console.log(`  by action: ${Object.entries(r.byAction).sort().map(([a, n]) => `${a}=${n}`).join(' ')}`);
-      }
+  // moto plays AWS, whose answers do not slow down when this machine is busy: more CPU weight
+  // (no quota) keeps its latency nearer AWS's on a loaded machine.
+  // BENCH_MOTO_WEIGHT=default leaves it as it is: a stress run, with "AWS" as slow as the machine.
+  const boost = process.env.BENCH_MOTO_WEIGHT !== 'default';
+  const weight = moto.pid === undefined || !boost ? undefined : boostWeight(moto.pid);
+  console.log(`moto: ${weight?.applied ? 'raised CPU weight (cpu.shares, no quota)' : `default CPU weight (${boost ? 'cgroup not writable' : 'BENCH_MOTO_WEIGHT=default'})`}`);
+  const results = new Map<string, RunResult>();
+  const run = async (name: string, containers: readonly Container[], batching: boolean, ssm: number) => {
+    if (ONLY && !ONLY.has(name)) return;
+    const r = await burst(moto, containers, batching, rates(ssm));
+    results.set(name, r);
+    report(name, r, ssm);
+    if (TRACE) {
+      mkdirSync(TRACE, { recursive: true });
+      writeFileSync(join(TRACE, `${name}.json`), JSON.stringify(r.requests));
     }
+  };
+  const report = (name: string, r: RunResult, ssm: number) => {
+    const total = r.requests.length;
+    console.log(
+      `${name}: warm=${r.warm} cold=${r.cold} lost-claims=${r.lostClaims} requests=${total} (${round(total / JOBS)} per job) ` +
+        `modelled-seconds=${round(modelSeconds(r.requests, rates(ssm), FINISHING))} (SSM floor ${round(JOBS / ssm)}) ` +
+        `wall-seconds-against-moto=${round(r.wallSeconds, 1)} handler-cpu-seconds=${round(r.cpuSeconds, 1)}` +
+        (r.redelivered ? ` redelivered=${r.redelivered}` : ''),
+    );
+    console.log(`  by action: ${Object.entries(r.byAction).sort().map(([a, n]) => `${a}=${n}`).join(' ')}`);
+    const latency = new Map<string, number[]>();
+    for (const q of r.requests) latency.set(q.action, [...(latency.get(q.action) ?? []), q.end - q.start]);
+    console.log(`  median request ms (moto's answer and the container's own work): ${[...latency].sort().map(([a, ms]) => `${a}=${Math.round(median(ms))}`).join(' ')}`);
+    const events = Object.entries(r.events).sort();
+    if (events.length) console.log(`  off the normal path: ${events.map(([m, n]) => `${n}x "${m}"`).join(', ')}`);
+  };
+  let containers: Container[] = [];
+  try {
+    containers = await startContainers(moto.endpoint, Array.from({ length: CONCURRENCY }, () => undefined));
+    const free = await calibrateEach(containers);
+    for (const batching of [true, false]) {
+      for (const ssm of [3, 10]) await run(`${batching ? 'batched' : 'per-job'}@${ssm}`, containers, batching, ssm);
+    }
+    await Promise.all(containers.map((c) => c.stop()));
+    containers = [];
+    if (ONLY && ![...ONLY].some((n) => n.startsWith('constrained-'))) return;
+
+    // The same burst with every container held to the scale-up function's CPU share.
+    const share = vcpuShare(SCALE_UP_MB);
+    const limits = Array.from({ length: CONCURRENCY }, () => createCpuLimit(share));
+    containers = await startContainers(moto.endpoint, limits);
+    const held = await calibrateEach(containers);
+    const freeMs = median(free.map((c) => c.wallMs));
+    const heldMs = median(held.map((c) => c.wallMs));
+    const obtained = median(held.map((c) => c.cpuMs / c.wallMs));
+    console.log(
+      `cpu limit: ${limits[0]!.method} (${limits[0]!.setting}) per container, ${SCALE_UP_MB} MB scale-up = ${round(share, 3)} vCPU; ` +
+        `calibration loop median ${round(freeMs, 1)} ms unconstrained, ${round(heldMs, 1)} ms constrained: slowdown ${round(heldMs / freeMs, 1)}x, ` +
+        `CPU share obtained ${round(obtained, 3)} (unconstrained ${round(median(free.map((c) => c.cpuMs / c.wallMs)), 2)})`,
+    );
+    for (const ssm of [3, 10]) await run(`constrained-batched@${ssm}`, containers, true, ssm);
+    await Promise.all(containers.map((c) => c.stop()));
+    containers = [];
+
+    if (ONLY) return;
     const seconds = (name: string, ssm: number) => round(modelSeconds(results.get(name)!.requests, rates(ssm), FINISHING));
+    const perJob = (name: string) => round(results.get(name)!.requests.length / JOBS);
     console.log(
       [
-        `requests-per-job=${round(results.get('batched@3')!.requests.length / JOBS)}`,
+        `requests-per-job=${perJob('batched@3')}`,
         `burst-seconds-at-3=${seconds('batched@3', 3)}`,
         `burst-seconds-at-10=${seconds('batched@10', 10)}`,
         `per-job-burst-seconds-at-3=${seconds('per-job@3', 3)}`,
         `per-job-burst-seconds-at-10=${seconds('per-job@10', 10)}`,
+        `constrained-requests-per-job=${perJob('constrained-batched@3')}`,
+        `constrained-burst-seconds-at-3=${seconds('constrained-batched@3', 3)}`,
       ].join(' '),
     );
   } finally {
+    await Promise.all(containers.map((c) => c.stop()));
     await moto.stop();
+    weight?.release();
   }
 }
 

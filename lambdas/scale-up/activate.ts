@@ -1,6 +1,6 @@
 import { errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
-import { describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
+import { isActivated, type ObservedInstance } from '../shared/instances';
 import { claim, rollback, tag, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
@@ -20,23 +20,22 @@ export type WarmOutcome =
   | { readonly kind: 'fallback'; readonly reason: FallbackReason };
 
 export interface WarmOptions {
-  /** Claim rounds: a claim that verification finds stale sends its job to another round. */
-  readonly rounds: number;
   /**
-   * Claim attempts per job and round before it gives up on the warm path. Generous: a lost
-   * claim costs one SSM write, a cold launch instead of a free parked instance minutes.
+   * Claim attempts per job before it gives up on the warm path (a claim lost at the write or
+   * found stale by its verification counts). Generous: a lost claim costs one SSM write, a
+   * cold launch instead of a free parked instance minutes.
    */
   readonly claimsPerJob: number;
   /** Jobs registering and claiming at once. */
   readonly concurrency: number;
   /**
-   * A claim made within this many ms of the observation it was chosen from is tagged at
+   * A claim answered within this many ms of the observation it was chosen from is tagged at
    * once, without re-observing the instance (see `activateWarm`).
    */
   readonly freshSnapshotMs: number;
 }
 
-export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
+export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
  * The warm path for a batch of jobs: register, claim, (verify,) tag, start.
@@ -48,16 +47,18 @@ export const WARM_DEFAULTS: WarmOptions = { rounds: 3, claimsPerJob: 8, concurre
  * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
  *    id, job id, runner id; the values differ per instance, so a shared call would only add
  *    a request). Tagging at once makes the claim visible to every other invocation's
- *    DescribeInstances: a claimed but untagged instance looks parked, and in a burst that
- *    empties the pool the last invocations otherwise spend most of their writes on claims
- *    they lose.
+ *    DescribeInstances: a claimed but untagged instance looks parked, and every invocation
+ *    that observes it meanwhile may spend a write on a claim it must lose.
  *    The claim write can also succeed on an instance whose earlier owner's boot already
  *    consumed and deleted its config (a slow competitor working from an old observation).
  *    That needs the other owner's tag, start and boot (many seconds on EC2) to fit between
- *    our observation and our claim, so a claim made within `freshSnapshotMs` of the
- *    observation cannot be one; an older claim is re-observed first (one DescribeInstances
- *    for all of them) and must still be a stopped, unactivated warm standby, so we never
- *    write a tag over another owner's.
+ *    our observation and our claim, so a claim answered within `freshSnapshotMs` of the
+ *    observation cannot be one. An older claim is verified before its tag, by an
+ *    observation started after its answer: it must still be a stopped, unactivated warm
+ *    standby, so we never write a tag over another owner's. That observation is shared
+ *    with the other lanes (their verifications and their next picks), and the lane waits
+ *    for it alone: how long a slow invocation takes to answer its claims decides how many
+ *    need verifying, never how long a claimed instance stays untagged.
  * 3. One StartInstances for every instance of the batch, split on failure; a previous state
  *    other than "stopped" is a lost claim.
  * Every failure after the registration rolls back exactly what was done, and the job falls
@@ -77,66 +78,60 @@ export async function activateWarm(
   // the activation-to-runner latency from it.
   let activatedAt: Date | undefined;
   const tagged: Attempt[] = [];
-  const tagNow = async (a: Attempt): Promise<void> => {
-    try {
-      await tag(ctx, a, (activatedAt ??= ctx.now()));
-      tagged.push(a);
-    } catch (error) {
-      a.j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
-      await rollback(ctx, a, 'tag-failed');
-      fallback(a.j, 'tag-error');
-    }
-  };
 
-  let pending: JobInFlight[] = [...jobs];
-  for (let round = 1; round <= options.rounds && pending.length > 0; round++) {
-    const toVerify: Attempt[] = [];
-    await mapLimit(pending, options.concurrency, async (j) => {
-      for (let tries = 0; tries < options.claimsPerJob; tries++) {
-        // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
-        // made before the wait would be seconds old (and likely taken) when it is written.
-        await ctx.aws.pace('PutParameter');
-        const next = await candidates.next(j.pool.name);
-        if (next === undefined) break;
-        const { instanceId, observedAt } = next;
-        const a: Attempt = { j, instanceId, claimed: false };
+  await mapLimit(jobs, options.concurrency, async (j) => {
+    for (let tries = 0; tries < options.claimsPerJob; tries++) {
+      // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
+      // made before the wait would be seconds old (and likely taken) when it is written.
+      await ctx.aws.pace('PutParameter');
+      const next = await candidates.next(j.pool.name);
+      if (next === undefined) break;
+      const { instanceId, observedAt } = next;
+      const a: Attempt = { j, instanceId, claimed: false };
+      try {
+        a.registration = await createRunner(ctx, j, instanceId);
+      } catch (error) {
+        j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
+        fallback(j, 'ci-error');
+        return;
+      }
+      const result = await claim(ctx, a, { paced: true });
+      if (result === 'claimed') {
+        if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
+          const verdict = await verify(ctx, a, candidates, candidates.mark());
+          if (verdict !== 'parked') {
+            await rollback(ctx, a, verdict);
+            if (verdict === 'verify-error') {
+              fallback(j, 'verify-error');
+              return;
+            }
+            lost(j);
+            candidates.lost();
+            continue;
+          }
+        }
         try {
-          a.registration = await createRunner(ctx, j, instanceId);
+          await tag(ctx, a, (activatedAt ??= ctx.now()));
+          tagged.push(a);
         } catch (error) {
-          j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
-          fallback(j, 'ci-error');
-          return;
+          j.log.error('tagging the claimed instance failed', { instanceId, error: errorName(error) });
+          await rollback(ctx, a, 'tag-failed');
+          fallback(j, 'tag-error');
         }
-        const result = await claim(ctx, a, { paced: true });
-        if (result === 'claimed') {
-          if (ctx.now().getTime() - observedAt.getTime() <= options.freshSnapshotMs) await tagNow(a);
-          else toVerify.push(a);
-          return;
-        }
-        if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
-          ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
-        }
-        if (result === 'failed') {
-          fallback(j, 'claim-error');
-          return;
-        }
-        lost(j);
-        candidates.lost();
-        j.log.info('claim lost to another invocation', { instanceId });
+        return;
       }
-    });
-    pending = [];
-    const verified = await verify(ctx, toVerify);
-    await mapLimit(verified, options.concurrency, async (v) => {
-      if (v.ok) return tagNow(v.attempt);
-      await rollback(ctx, v.attempt, v.reason);
-      if (v.reason === 'verify-error') fallback(v.attempt.j, 'verify-error');
-      else {
-        lost(v.attempt.j);
-        pending.push(v.attempt.j);
+      if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
+        ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
       }
-    });
-  }
+      if (result === 'failed') {
+        fallback(j, 'claim-error');
+        return;
+      }
+      lost(j);
+      candidates.lost();
+      j.log.info('claim lost to another invocation', { instanceId });
+    }
+  });
   for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
 
   const starts = new Map<string, StartOutcome>();
@@ -160,99 +155,146 @@ export async function activateWarm(
   return outcomes;
 }
 
+/** A fleet observation: the parked candidates per pool, in this invocation's order, and every instance seen. */
+export interface Snapshot {
+  readonly candidates: ReadonlyMap<string, readonly string[]>;
+  readonly instances: readonly ObservedInstance[];
+}
+
+interface Observation {
+  /** Observations are numbered as they start; the handler's own is 0. */
+  readonly seq: number;
+  /** When it was asked for: EC2's answer shows the state at some moment after this. */
+  readonly at: Date;
+  readonly instances: ReadonlyMap<string, ObservedInstance>;
+}
+
 /**
- * The parked instances this invocation may claim, each handed out once. The list is
- * re-observed before the next pick when a claim was lost (in a burst, other invocations have
- * claimed and tagged instances since) or when it is older than `freshMs` (paced writes wait):
- * one DescribeInstances shared by every lane waiting meanwhile, at most `maxRefreshes` times.
- * Re-observing is cheap (its bucket is 100 requests, 20/s) next to a lost claim, which
- * costs an SSM write from a bucket of 3 a second.
+ * The parked instances this invocation may claim, each handed out once, and the
+ * observations of the fleet they come from. The observations form one stream per
+ * invocation, at most one DescribeInstances in flight: whoever needs a newer observation
+ * than the latest and the one in flight waits for that one to end, and then one new
+ * observation serves every lane waiting. Lanes need one for a pick from a list older than
+ * `freshMs` (or than two observations, when they take long), for a pick after a lost claim (in a burst, other invocations have claimed and
+ * tagged instances since), and to verify a claim answered too long after its pick. So the
+ * slower the invocation (or EC2's answers), the more lanes share each observation: their
+ * number follows the time the lanes are busy, not the number of claims. Picks start at most
+ * `maxRefreshes` observations; verifications are never refused one. Re-observing is cheap
+ * (its bucket is 100 requests, 20/s) next to a lost claim, which costs an SSM write from a
+ * bucket of 3 a second.
  */
 export class Candidates {
   private lists: Map<string, string[]>;
-  private observedAt: Date;
+  private latest: Observation;
   private readonly handedOut = new Set<string>();
-  private stale = false;
-  private refreshing: Promise<void> | undefined;
+  private started = 0;
+  /** A pick needs an observation numbered above this (set by a lost claim). */
+  private lostMark = -1;
+  private inFlight: { seq: number; at: Date; result: Promise<Observation> } | undefined;
   private refreshes = 0;
+  /** How long the last observation took to answer. */
+  private observeMs = 0;
 
   constructor(
-    initial: ReadonlyMap<string, readonly string[]>,
+    initial: Snapshot,
     observedAt: Date,
-    private readonly refresh?: () => Promise<ReadonlyMap<string, readonly string[]>>,
+    private readonly observe?: () => Promise<Snapshot>,
     private readonly now: () => Date = () => new Date(),
     private readonly freshMs = WARM_DEFAULTS.freshSnapshotMs,
     private readonly maxRefreshes = 10,
   ) {
-    this.lists = new Map([...initial].map(([pool, ids]) => [pool, [...ids]]));
-    this.observedAt = observedAt;
+    this.lists = new Map([...initial.candidates].map(([pool, ids]) => [pool, [...ids]]));
+    this.latest = { seq: 0, at: observedAt, instances: new Map(initial.instances.map((i) => [i.id, i])) };
   }
 
   async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
-    const old = this.now().getTime() - this.observedAt.getTime() > this.freshMs;
-    if ((this.stale || old) && this.refresh && this.refreshes < this.maxRefreshes) {
-      this.refreshing ??= this.reobserve(this.refresh);
-      await this.refreshing;
+    if (this.observe) {
+      // A pick wants a list no older than `freshMs`, or, while an observation takes longer
+      // than half of that, than two observations: re-observing more often cannot make the
+      // picks fresher, only the requests more (their claims are verified instead).
+      const maxAgeMs = Math.max(this.freshMs, 2 * this.observeMs);
+      const fits = (o: { seq: number; at: Date }) => o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
+      try {
+        await this.observation(fits, () => this.refreshes++ < this.maxRefreshes);
+      } catch {
+        // Keep the old list: it is still a list of candidates, and each claim is still atomic.
+      }
     }
     const list = this.lists.get(pool) ?? [];
     for (let id = list.shift(); id !== undefined; id = list.shift()) {
       if (!this.handedOut.has(id)) {
         this.handedOut.add(id);
-        return { instanceId: id, observedAt: this.observedAt };
+        return { instanceId: id, observedAt: this.latest.at };
       }
     }
     return undefined;
   }
 
+  /** After a lost claim: the next pick waits for an observation that starts from now on. */
   lost(): void {
-    this.stale = true;
+    this.lostMark = this.started;
   }
 
-  private async reobserve(refresh: () => Promise<ReadonlyMap<string, readonly string[]>>): Promise<void> {
-    this.refreshes++;
-    this.stale = false;
-    const at = this.now();
-    try {
-      const fresh = await refresh();
-      this.lists = new Map([...fresh].map(([pool, ids]) => [pool, ids.filter((id) => !this.handedOut.has(id))]));
-      this.observedAt = at;
-    } catch {
-      // Keep the old list: it is still a list of candidates, and each claim is still atomic.
-    } finally {
-      this.refreshing = undefined;
+  /** The number of the last observation started: one started later comes after this call. */
+  mark(): number {
+    return this.started;
+  }
+
+  /** The fleet as an observation started after `mark` saw it (shared; throws when it fails). */
+  async observedAfter(mark: number): Promise<ReadonlyMap<string, ObservedInstance>> {
+    const o = await this.observation((c) => c.seq > mark, () => true);
+    return o!.instances;
+  }
+
+  /**
+   * The latest observation if it is `good`, else the one in flight if it is, else a new one
+   * started (when `mayStart` allows) once the one in flight has ended; undefined when none
+   * may start. Throws when the observation it waits for fails.
+   */
+  private async observation(good: (o: { seq: number; at: Date }) => boolean, mayStart: () => boolean): Promise<Observation | undefined> {
+    for (;;) {
+      if (good(this.latest)) return this.latest;
+      const flying = this.inFlight;
+      if (flying === undefined) return mayStart() ? this.start() : undefined;
+      if (good(flying)) return flying.result;
+      await flying.result.catch(() => undefined);
     }
+  }
+
+  private start(): Promise<Observation> {
+    const seq = ++this.started;
+    const at = this.now();
+    const result = (async () => {
+      const fresh = await this.observe!();
+      this.observeMs = this.now().getTime() - at.getTime();
+      const o: Observation = { seq, at, instances: new Map(fresh.instances.map((i) => [i.id, i])) };
+      this.latest = o;
+      this.lists = new Map([...fresh.candidates].map(([pool, ids]) => [pool, ids.filter((id) => !this.handedOut.has(id))]));
+      return o;
+    })();
+    const entry = { seq, at, result };
+    this.inFlight = entry;
+    const clear = () => {
+      if (this.inFlight === entry) this.inFlight = undefined;
+    };
+    result.then(clear, clear);
+    return result;
   }
 }
 
-type Verified = { attempt: Attempt; ok: true } | { attempt: Attempt; ok: false; reason: 'stale-observation' | 'verify-error' };
-
-/** A claimed instance must still be a stopped, unactivated warm standby: observed now, not in the snapshot. */
-async function verify(ctx: StepContext, attempts: readonly Attempt[]): Promise<Verified[]> {
-  if (attempts.length === 0) return [];
-  const groups = ctx.batching ? [attempts] : attempts.map((a) => [a]);
-  const result: Verified[] = [];
-  for (const group of groups) {
-    let observed: ObservedInstance[];
-    try {
-      observed = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, {
-        instanceIds: group.map((a) => a.instanceId),
-        states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'],
-      });
-    } catch (error) {
-      ctx.log.error('verifying claims failed', { instances: group.length, error: errorName(error) });
-      for (const attempt of group) result.push({ attempt, ok: false, reason: 'verify-error' });
-      continue;
-    }
-    const byId = new Map(observed.map((i) => [i.id, i]));
-    for (const attempt of group) {
-      const i = byId.get(attempt.instanceId);
-      const ok = i !== undefined && i.state === 'stopped' && i.tags.get(ctx.keys.warmStandby) === WARM_STANDBY_VALUE && !isActivated(i, ctx.keys);
-      if (ok) result.push({ attempt, ok: true });
-      else {
-        attempt.j.log.warn('claimed instance is no longer a parked standby: claim lost', { instanceId: attempt.instanceId, state: i?.state ?? 'gone' });
-        result.push({ attempt, ok: false, reason: 'stale-observation' });
-      }
-    }
+/**
+ * A claimed instance must still be a stopped, unactivated warm standby, as an observation
+ * started after the claim's answer (`mark`) sees it; never throws.
+ */
+async function verify(ctx: StepContext, a: Attempt, candidates: Candidates, mark: number): Promise<'parked' | 'stale-observation' | 'verify-error'> {
+  let i: ObservedInstance | undefined;
+  try {
+    i = (await candidates.observedAfter(mark)).get(a.instanceId);
+  } catch (error) {
+    a.j.log.error('verifying the claim failed', { instanceId: a.instanceId, error: errorName(error) });
+    return 'verify-error';
   }
-  return result;
+  if (i !== undefined && i.state === 'stopped' && i.tags.get(ctx.keys.warmStandby) === WARM_STANDBY_VALUE && !isActivated(i, ctx.keys)) return 'parked';
+  a.j.log.warn('claimed instance is no longer a parked standby: claim lost', { instanceId: a.instanceId, state: i?.state ?? 'gone' });
+  return 'stale-observation';
 }

@@ -19,7 +19,7 @@ export interface StepContext {
   readonly now: () => Date;
   /** Bound on every CI provider call. */
   readonly ciTimeoutMs: number;
-  /** Off only for the benchmark's per-job baseline: one StartInstances and one verify per job. */
+  /** Off only for the benchmark's per-job baseline: one StartInstances per job. */
   readonly batching: boolean;
 }
 

@@ -1,4 +1,4 @@
-import { Pacer, realSleep, type Sleep } from './pacing';
+import { realSleep, type RequestPacer, type Sleep } from './pacing';
 
 /**
  * Every AWS call of the control plane goes through `AwsCaller.send`: paced to the action's
@@ -106,7 +106,7 @@ interface Sendable {
 }
 
 export interface AwsCallerOptions {
-  readonly pacer?: Pacer;
+  readonly pacer?: RequestPacer;
   readonly sleep?: Sleep;
   readonly random?: () => number;
   /** Backoff base and cap in ms (full jitter). */

@@ -55,8 +55,13 @@ export class TokenBucket {
   }
 }
 
+/** What `AwsCaller` waits on before each request: resolves once `action` may be sent. */
+export interface RequestPacer {
+  take(action: string): Promise<void>;
+}
+
 /** One bucket per action name; actions without a configured rate pass unpaced. */
-export class Pacer {
+export class Pacer implements RequestPacer {
   private readonly buckets = new Map<string, TokenBucket>();
   constructor(
     private readonly rates: Readonly<Record<string, BucketRate>> = DEFAULT_RATES,

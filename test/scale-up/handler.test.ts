@@ -131,6 +131,10 @@ describe('scale-up: warm activation', () => {
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
     expect(aws.count('DescribeInstances')).toBe(2);
+    // The re-observation asks for stopped instances only (the candidates): a smaller answer to parse.
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const states = aws.ec2.commandCalls(DescribeInstancesCommand).map((c) => c.args[0].input.Filters?.find((f) => f.Name === 'instance-state-name')?.Values);
+    expect(states[1]).toEqual(['stopped']);
     // After the refresh only the two untouched instances remain candidates.
     const claimedAfter = aws.ssm.commandCalls((await import('@aws-sdk/client-ssm')).PutParameterCommand).slice(1).map((c) => c.args[0].input.Name);
     for (const name of claimedAfter) expect(ids.slice(4).map((id) => paths.runnerConfig(id))).toContain(name);
@@ -171,6 +175,48 @@ describe('scale-up: warm activation', () => {
     expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'CreateTags', 'StartInstances']);
     expect(warmStarted()).toHaveLength(1);
+  });
+
+  it('tags a claim that needed verifying at once, while the other lanes of the batch are still claiming', async () => {
+    park(3);
+    // The first claim is answered 10 s after its observation, so it is verified before its tag.
+    // The second lane's write is held until that tag is written (or for 100 event-loop turns,
+    // long enough for the verification and the tag, which answer at once here).
+    let taggedMeanwhile: boolean | undefined;
+    aws.fault('PutParameter', slowPut, async (input) => {
+      for (let turn = 0; turn < 100 && aws.count('CreateTags') === 0; turn++) await new Promise((r) => setImmediate(r));
+      taggedMeanwhile = aws.count('CreateTags') > 0;
+      return landPut(input);
+    });
+    expect((await handler()(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    // Otherwise the claimed instance stays untagged (parked, to every other invocation) until
+    // the slowest lane of its batch is done.
+    expect(taggedMeanwhile).toBe(true);
+    expect(warmStarted()).toHaveLength(2);
+    expect(lines.metric('LostClaims')).toBe(0);
+  });
+
+  it('moves on to another candidate in the same lane when verification finds the claim stale', async () => {
+    const ids = park(2);
+    let stale: string | undefined;
+    aws.fault('PutParameter', (input) => {
+      // Answered long after the pick; meanwhile the instance was started for another job.
+      stale = paths.instanceIdOf(input.Name as string)!;
+      const inst = aws.instances.get(stale)!;
+      inst.state = 'running';
+      inst.tags.set(KEYS.activatedAt, '2026-11-29T11:00:00.000Z');
+      inst.tags.set(KEYS.jobId, 'github:999');
+      return slowPut(input);
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    const other = ids.find((id) => id !== stale)!;
+    expect(aws.instances.get(other)!.tags.get(KEYS.jobId)).toBe('github:1');
+    expect(aws.instances.get(other)!.state).toBe('running');
+    expect(aws.instances.get(stale!)!.tags.get(KEYS.jobId)).toBe('github:999');
+    expect(aws.parameters.has(paths.runnerConfig(stale!))).toBe(false);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(lines.metric('LostClaims')).toBe(1);
   });
 
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
@@ -228,6 +274,12 @@ describe('scale-up: warm activation', () => {
 /** A claim write that lands 10 s after the observation: the claim must be re-observed. */
 function slowPut(input: Record<string, unknown>) {
   aws.now = new Date(aws.now.getTime() + 10_000);
+  return landPut(input);
+}
+
+/** A claim write that lands (as the fake would answer it without a fault). */
+function landPut(input: Record<string, unknown>) {
+  if (aws.parameters.has(input.Name as string)) throw awsError('ParameterAlreadyExists');
   aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
   return { Version: 1 };
 }

@@ -6,6 +6,8 @@ import { scaled } from './slowdown';
 export interface MotoServer {
   readonly endpoint: string;
   readonly port: number;
+  /** The server's process id (a benchmark gives it CPU weight). */
+  readonly pid: number | undefined;
   /** Clears all state (moto's reset API) so tests sharing one server start clean. */
   reset(): Promise<void>;
   stop(): Promise<void>;
@@ -72,6 +74,7 @@ export async function startMoto(): Promise<MotoServer> {
   return {
     endpoint,
     port,
+    pid: child.pid,
     async reset() {
       const res = await fetch(`${endpoint}/moto-api/reset`, { method: 'POST' });
       if (!res.ok) throw new Error(`moto reset failed: ${res.status}`);
