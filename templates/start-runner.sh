@@ -44,8 +44,9 @@ MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN=
 CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
 FINAL='\(ParameterNotFound\)'
 # The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
-# this script's instead, in the whole seconds it takes.
-MD_WAIT=${HTTP_TIMEOUT%.*}
+# this script's timeout instead, in the whole seconds it takes, and at most 3 attempts (each
+# CLI call fetches anew, so IMDS_TRIES there would multiply into every call of AWS_TRIES).
+MD_WAIT=${HTTP_TIMEOUT%.*} MD_TRIES=$((IMDS_TRIES < 3 ? IMDS_TRIES : 3))
 [[ $HTTP_TIMEOUT != *.* ]] || MD_WAIT=$((${MD_WAIT:-0} + 1))
 
 # Every line carries the trace id once the tags named one, except on a PRIME boot. It starts
@@ -158,7 +159,7 @@ aws_try() {
     f=$(mktemp)
     rc=0
     OUT=$(AWS_PAGER='' AWS_EC2_METADATA_SERVICE_ENDPOINT=$IMDS AWS_METADATA_SERVICE_TIMEOUT=$MD_WAIT \
-      AWS_METADATA_SERVICE_NUM_ATTEMPTS=$IMDS_TRIES AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard \
+      AWS_METADATA_SERVICE_NUM_ATTEMPTS=$MD_TRIES AWS_MAX_ATTEMPTS=$CLI_TRIES AWS_RETRY_MODE=standard \
       "${lim[@]}" "$AWS" ${AWS_URL:+--endpoint-url "$AWS_URL"} --cli-connect-timeout "$CONNECT" \
       --cli-read-timeout "$READ" --region "$REGION" "$@" 2>"$f") || rc=$?
     ERR=$(<"$f")
