@@ -6,6 +6,7 @@ import { defineConfig } from 'vitest/config';
 // every suite's own scaled bounds use the same figure.
 process.env.CWR_SLOWDOWN ||= execFileSync(process.execPath, ['--import', 'tsx', 'test/support/slowdown.ts'], { cwd: import.meta.dirname, encoding: 'utf8' }).trim();
 const slowdown = Number(process.env.CWR_SLOWDOWN);
+if (!Number.isFinite(slowdown) || slowdown < 1) throw new Error(`CWR_SLOWDOWN must be a number of at least 1 (got "${process.env.CWR_SLOWDOWN}"); unset it to have it measured`);
 
 export default defineConfig({
   test: {
