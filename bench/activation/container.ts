@@ -39,14 +39,17 @@ function extraLatencyMs(output: unknown): number {
 let requests: RecordedRequest[] = [];
 let invocation = -1;
 const clients = motoClients(endpoint);
-type Next = (args: { input?: { Name?: string; Resources?: string[] } }) => Promise<unknown>;
+type Next = (args: { input?: { Name?: string; Resources?: string[]; Filters?: { Name?: string }[] } }) => Promise<unknown>;
 type Stack = { add(middleware: (next: Next, context: { commandName?: string }) => Next, options: object): void };
 for (const client of [clients.ec2, clients.ssm, clients.sqs]) {
   (client.middlewareStack as unknown as Stack).add(
     (next, context) => async (args) => {
       const start = clock();
       const at = invocation;
-      const target = args.input?.Name?.split('/').pop() ?? args.input?.Resources?.[0];
+      // What a request was about: the instance of a claim write or tag call; for a
+      // DescribeInstances whether it asked for instances by id (a claim check) or the fleet.
+      const byId = args.input?.Filters?.some((f) => f.Name === 'instance-id');
+      const target = args.input?.Name?.split('/').pop() ?? args.input?.Resources?.[0] ?? (args.input?.Filters ? (byId ? 'by-id' : 'fleet') : undefined);
       const action = String(context.commandName).replace(/Command$/, '');
       let error: string | undefined;
       let out: unknown;

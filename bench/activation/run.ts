@@ -98,7 +98,11 @@ async function burst(moto: MotoServer, containers: readonly Container[], batchin
   const serving = (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
   const warm = serving.filter((i) => parked.has(i.InstanceId!)).length;
   const byAction: Record<string, number> = {};
-  for (const r of requests) byAction[r.action] = (byAction[r.action] ?? 0) + 1;
+  for (const r of requests) {
+    byAction[r.action] = (byAction[r.action] ?? 0) + 1;
+    // Claim checks (by instance id) apart from the observations of the fleet.
+    if (r.action === 'DescribeInstances' && r.target === 'by-id') byAction['DescribeInstances(by-id)'] = (byAction['DescribeInstances(by-id)'] ?? 0) + 1;
+  }
   return { requests, byAction, warm, cold: serving.length - warm, lostClaims, events, wallSeconds, redelivered, cpuSeconds: cpuMs / 1000 };
 }
 
