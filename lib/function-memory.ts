@@ -3,12 +3,18 @@ import type { BundledHandler } from './bundled-function';
 /**
  * Memory size (MB) of each of the library's functions. Lambda's CPU share follows it (1 vCPU
  * at 1769 MB, proportional below), so it sets how fast a cold start and every invocation
- * run. Chosen from the cold-start estimates in docs/performance.md; the benchmarks read it
- * from here. Internal: not part of the public API.
+ * run. Chosen from the cold-start estimates in docs/performance.md (`npm run
+ * bench:cold-start`); the benchmarks read it from here. Internal: not part of the public API.
+ *
+ * - webhook and scale-up are on a job's path, and a burst starts many of their containers
+ *   cold: 1024 MB keeps a cold start near half a second (webhook) and two seconds
+ *   (scale-up), where 256 MB took about 2.3 s and 7 s.
+ * - pool and scale-down run on a schedule, where a cold start of about 8 s at 256 MB costs
+ *   no job anything; they hold about 150 MB, so 128 MB would not do.
  */
 export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
-  webhook: 256,
-  'scale-up': 256,
+  webhook: 1024,
+  'scale-up': 1024,
   pool: 256,
   'scale-down': 256,
 };

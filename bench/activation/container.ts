@@ -24,25 +24,46 @@ const send = (m: FromContainer) => void (process.connected && process.send!(m));
 /** Absolute ms, comparable across the containers' processes. */
 const clock = () => performance.timeOrigin + performance.now();
 
+/**
+ * BENCH_SLOW_AWS=1: every answer comes later, as from an EC2 and SSM much slower than usual:
+ * 150 ms more, and 15 ms more per instance a DescribeInstances answers with (1.5 s for the
+ * whole pool of 100: the time grows with the answer, as moto's and the SDK's work does).
+ * Slow answers widen the same windows a slow handler does, and unlike the machine's load
+ * they are the same in every run.
+ */
+function extraLatencyMs(output: unknown): number {
+  if (process.env.BENCH_SLOW_AWS !== '1') return 0;
+  const reservations = (output as { output?: { Reservations?: { Instances?: unknown[] }[] } } | undefined)?.output?.Reservations ?? [];
+  return 150 + 15 * reservations.reduce((n, r) => n + (r.Instances?.length ?? 0), 0);
+}
+
 let requests: RecordedRequest[] = [];
 let invocation = -1;
 const clients = motoClients(endpoint);
-type Next = (args: { input?: { Name?: string; Resources?: string[] } }) => Promise<unknown>;
+type Next = (args: { input?: { Name?: string; Resources?: string[]; Filters?: { Name?: string }[] } }) => Promise<unknown>;
 type Stack = { add(middleware: (next: Next, context: { commandName?: string }) => Next, options: object): void };
 for (const client of [clients.ec2, clients.ssm, clients.sqs]) {
   (client.middlewareStack as unknown as Stack).add(
     (next, context) => async (args) => {
       const start = clock();
       const at = invocation;
-      const target = args.input?.Name?.split('/').pop() ?? args.input?.Resources?.[0];
+      // What a request was about: the instance of a claim write or tag call; for a
+      // DescribeInstances whether it asked for instances by id (a claim check) or the fleet.
+      const byId = args.input?.Filters?.some((f) => f.Name === 'instance-id');
+      const target = args.input?.Name?.split('/').pop() ?? args.input?.Resources?.[0] ?? (args.input?.Filters ? (byId ? 'by-id' : 'fleet') : undefined);
+      const action = String(context.commandName).replace(/Command$/, '');
       let error: string | undefined;
+      let out: unknown;
       try {
-        return await next(args);
+        out = await next(args);
+        return out;
       } catch (e) {
         error = (e as Error).name;
         throw e;
       } finally {
-        requests.push({ invocation: at, action: String(context.commandName).replace(/Command$/, ''), start, end: clock(), ...(target ? { target } : {}), ...(error ? { error } : {}) });
+        const extra = extraLatencyMs(out);
+        if (extra > 0) await new Promise((r) => setTimeout(r, extra));
+        requests.push({ invocation: at, action, start, end: clock(), ...(target ? { target } : {}), ...(error ? { error } : {}) });
       }
     },
     { step: 'finalizeRequest', name: 'countRequests' },

@@ -14,7 +14,7 @@ export interface RecordedRequest {
   /** Real times (ms) it was sent and answered: only their order matters. */
   readonly start: number;
   readonly end: number;
-  /** For tracing (BENCH_TRACE): the instance a claim write or tag call was about, and the error it got. */
+  /** For tracing (BENCH_TRACE): the instance a claim write or tag call was about ('by-id' or 'fleet' for a DescribeInstances), and the error it got. */
   readonly target?: string;
   readonly error?: string;
 }

@@ -20,7 +20,9 @@
  *
  * For working on it: BENCH_ONLY=batched@3,constrained-batched@3 runs only those (the last
  * line needs all six); BENCH_TRACE=dir writes each run's recorded requests there as JSON;
- * BENCH_MOTO_WEIGHT=default does not raise moto's CPU weight (a stress run).
+ * BENCH_MOTO_WEIGHT=default does not raise moto's CPU weight (a stress run); BENCH_SLOW_AWS=1
+ * delays every answer (container.ts), a stress run that is the same whatever the machine's load;
+ * BENCH_SCALE_UP_MB=n holds the constrained runs to the share of n MB instead.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -38,7 +40,9 @@ import { modelSeconds, type RecordedRequest } from './model';
 const JOBS = 100;
 const BATCH = 10;
 const CONCURRENCY = 5;
-const SCALE_UP_MB = FUNCTION_MEMORY_MB['scale-up'];
+/** The scale-up function's memory size, whose CPU share the constrained runs get (BENCH_SCALE_UP_MB tries another). */
+const SCALE_UP_MB = Number(process.env.BENCH_SCALE_UP_MB ?? FUNCTION_MEMORY_MB['scale-up']);
+if (!(SCALE_UP_MB >= 128 && SCALE_UP_MB <= 10_240)) throw new Error(`BENCH_SCALE_UP_MB must be a Lambda memory size (128 to 10240), got ${process.env.BENCH_SCALE_UP_MB}`);
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',')) : undefined;
 const TRACE = process.env.BENCH_TRACE;
 
@@ -94,7 +98,11 @@ async function burst(moto: MotoServer, containers: readonly Container[], batchin
   const serving = (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
   const warm = serving.filter((i) => parked.has(i.InstanceId!)).length;
   const byAction: Record<string, number> = {};
-  for (const r of requests) byAction[r.action] = (byAction[r.action] ?? 0) + 1;
+  for (const r of requests) {
+    byAction[r.action] = (byAction[r.action] ?? 0) + 1;
+    // Claim checks (by instance id) apart from the observations of the fleet.
+    if (r.action === 'DescribeInstances' && r.target === 'by-id') byAction['DescribeInstances(by-id)'] = (byAction['DescribeInstances(by-id)'] ?? 0) + 1;
+  }
   return { requests, byAction, warm, cold: serving.length - warm, lostClaims, events, wallSeconds, redelivered, cpuSeconds: cpuMs / 1000 };
 }
 
@@ -132,6 +140,7 @@ async function main() {
   // BENCH_MOTO_WEIGHT=default leaves it as it is: a stress run, with "AWS" as slow as the machine.
   const boost = process.env.BENCH_MOTO_WEIGHT !== 'default';
   const weight = moto.pid === undefined || !boost ? undefined : boostWeight(moto.pid);
+  if (process.env.BENCH_SLOW_AWS === '1') console.log('BENCH_SLOW_AWS=1: every answer delayed by 150 ms, and by 15 ms more per instance a DescribeInstances answers with');
   console.log(`moto: ${weight?.applied ? 'raised CPU weight (cpu.shares, no quota)' : `default CPU weight (${boost ? 'cgroup not writable' : 'BENCH_MOTO_WEIGHT=default'})`}`);
   const results = new Map<string, RunResult>();
   const run = async (name: string, containers: readonly Container[], batching: boolean, ssm: number) => {

@@ -1,6 +1,6 @@
 import { errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
-import { isActivated, type ObservedInstance } from '../shared/instances';
+import { describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { claim, rollback, tag, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
@@ -53,12 +53,13 @@ export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, fr
  *    consumed and deleted its config (a slow competitor working from an old observation).
  *    That needs the other owner's tag, start and boot (many seconds on EC2) to fit between
  *    our observation and our claim, so a claim answered within `freshSnapshotMs` of the
- *    observation cannot be one. An older claim is verified before its tag, by an
- *    observation started after its answer: it must still be a stopped, unactivated warm
- *    standby, so we never write a tag over another owner's. That observation is shared
- *    with the other lanes (their verifications and their next picks), and the lane waits
- *    for it alone: how long a slow invocation takes to answer its claims decides how many
- *    need verifying, never how long a claimed instance stays untagged.
+ *    observation cannot be one. An older claim is verified before its tag, by a
+ *    DescribeInstances of the claimed instances started after its answer (`ClaimCheck`):
+ *    it must still be a stopped, unactivated warm standby, so we never write a tag over
+ *    another owner's. The lane waits for that check alone, and the check is small (by
+ *    instance id, shared by the claims answered meanwhile): how slow the invocation or
+ *    EC2 is decides how many claims need checking, not how long a claimed instance stays
+ *    untagged.
  * 3. One StartInstances for every instance of the batch, split on failure; a previous state
  *    other than "stopped" is a lost claim.
  * Every failure after the registration rolls back exactly what was done, and the job falls
@@ -78,6 +79,9 @@ export async function activateWarm(
   // the activation-to-runner latency from it.
   let activatedAt: Date | undefined;
   const tagged: Attempt[] = [];
+  const check = new ClaimCheck((ids) =>
+    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'] }),
+  );
 
   await mapLimit(jobs, options.concurrency, async (j) => {
     for (let tries = 0; tries < options.claimsPerJob; tries++) {
@@ -98,7 +102,7 @@ export async function activateWarm(
       const result = await claim(ctx, a, { paced: true });
       if (result === 'claimed') {
         if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
-          const verdict = await verify(ctx, a, candidates, candidates.mark());
+          const verdict = await verify(ctx, a, check);
           if (verdict !== 'parked') {
             await rollback(ctx, a, verdict);
             if (verdict === 'verify-error') {
@@ -155,33 +159,25 @@ export async function activateWarm(
   return outcomes;
 }
 
-/** A fleet observation: the parked candidates per pool, in this invocation's order, and every instance seen. */
-export interface Snapshot {
-  readonly candidates: ReadonlyMap<string, readonly string[]>;
-  readonly instances: readonly ObservedInstance[];
-}
-
 interface Observation {
   /** Observations are numbered as they start; the handler's own is 0. */
   readonly seq: number;
   /** When it was asked for: EC2's answer shows the state at some moment after this. */
   readonly at: Date;
-  readonly instances: ReadonlyMap<string, ObservedInstance>;
 }
 
 /**
  * The parked instances this invocation may claim, each handed out once, and the
  * observations of the fleet they come from. The observations form one stream per
- * invocation, at most one DescribeInstances in flight: whoever needs a newer observation
- * than the latest and the one in flight waits for that one to end, and then one new
- * observation serves every lane waiting. Lanes need one for a pick from a list older than
- * `freshMs` (or than two observations, when they take long), for a pick after a lost claim (in a burst, other invocations have claimed and
- * tagged instances since), and to verify a claim answered too long after its pick. So the
- * slower the invocation (or EC2's answers), the more lanes share each observation: their
- * number follows the time the lanes are busy, not the number of claims. Picks start at most
- * `maxRefreshes` observations; verifications are never refused one. Re-observing is cheap
- * (its bucket is 100 requests, 20/s) next to a lost claim, which costs an SSM write from a
- * bucket of 3 a second.
+ * invocation, at most one DescribeInstances in flight: a lane that needs a newer
+ * observation than the latest and the one in flight waits for that one to end, and then
+ * one new observation serves every lane waiting. A lane needs one for a pick from a list
+ * older than `freshMs` (or than two observations, when they take long) and for a pick after
+ * a lost claim (in a burst, other invocations have claimed and tagged instances since). So
+ * the slower the invocation (or EC2's answers), the more lanes share each observation:
+ * their number follows the time the lanes are busy, not the number of picks, and at most
+ * `maxRefreshes`. Re-observing is cheap (its bucket is 100 requests, 20/s) next to a lost
+ * claim, which costs an SSM write from a bucket of 3 a second.
  */
 export class Candidates {
   private lists: Map<string, string[]>;
@@ -196,15 +192,16 @@ export class Candidates {
   private observeMs = 0;
 
   constructor(
-    initial: Snapshot,
+    initial: ReadonlyMap<string, readonly string[]>,
     observedAt: Date,
-    private readonly observe?: () => Promise<Snapshot>,
+    /** A fresh observation: the parked instances per pool, in this invocation's order. */
+    private readonly observe?: () => Promise<ReadonlyMap<string, readonly string[]>>,
     private readonly now: () => Date = () => new Date(),
     private readonly freshMs = WARM_DEFAULTS.freshSnapshotMs,
     private readonly maxRefreshes = 10,
   ) {
-    this.lists = new Map([...initial.candidates].map(([pool, ids]) => [pool, [...ids]]));
-    this.latest = { seq: 0, at: observedAt, instances: new Map(initial.instances.map((i) => [i.id, i])) };
+    this.lists = new Map([...initial].map(([pool, ids]) => [pool, [...ids]]));
+    this.latest = { seq: 0, at: observedAt };
   }
 
   async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
@@ -235,17 +232,6 @@ export class Candidates {
     this.lostMark = this.started;
   }
 
-  /** The number of the last observation started: one started later comes after this call. */
-  mark(): number {
-    return this.started;
-  }
-
-  /** The fleet as an observation started after `mark` saw it (shared; throws when it fails). */
-  async observedAfter(mark: number): Promise<ReadonlyMap<string, ObservedInstance>> {
-    const o = await this.observation((c) => c.seq > mark, () => true);
-    return o!.instances;
-  }
-
   /**
    * The latest observation if it is `good`, else the one in flight if it is, else a new one
    * started (when `mayStart` allows) once the one in flight has ended; undefined when none
@@ -267,9 +253,9 @@ export class Candidates {
     const result = (async () => {
       const fresh = await this.observe!();
       this.observeMs = this.now().getTime() - at.getTime();
-      const o: Observation = { seq, at, instances: new Map(fresh.instances.map((i) => [i.id, i])) };
+      const o: Observation = { seq, at };
       this.latest = o;
-      this.lists = new Map([...fresh.candidates].map(([pool, ids]) => [pool, ids.filter((id) => !this.handedOut.has(id))]));
+      this.lists = new Map([...fresh].map(([pool, ids]) => [pool, ids.filter((id) => !this.handedOut.has(id))]));
       return o;
     })();
     const entry = { seq, at, result };
@@ -283,13 +269,45 @@ export class Candidates {
 }
 
 /**
- * A claimed instance must still be a stopped, unactivated warm standby, as an observation
- * started after the claim's answer (`mark`) sees it; never throws.
+ * Looks at claimed instances by id, for the claims that need verifying: one DescribeInstances
+ * for every instance asked about while none was in flight (an instance asked about while one
+ * is in flight waits for the next, which then starts after its claim's answer).
  */
-async function verify(ctx: StepContext, a: Attempt, candidates: Candidates, mark: number): Promise<'parked' | 'stale-observation' | 'verify-error'> {
+export class ClaimCheck {
+  private waiting = new Map<string, { resolve: (i: ObservedInstance | undefined) => void; reject: (e: unknown) => void }[]>();
+  private flying = false;
+
+  constructor(private readonly describe: (instanceIds: string[]) => Promise<readonly ObservedInstance[]>) {}
+
+  /** The instance as a DescribeInstances started after this call sees it; undefined when it is gone. */
+  see(instanceId: string): Promise<ObservedInstance | undefined> {
+    return new Promise((resolve, reject) => {
+      this.waiting.set(instanceId, [...(this.waiting.get(instanceId) ?? []), { resolve, reject }]);
+      if (!this.flying) void this.flush();
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const batch = this.waiting;
+    this.waiting = new Map();
+    this.flying = true;
+    try {
+      const seen = new Map((await this.describe([...batch.keys()])).map((i) => [i.id, i]));
+      for (const [id, waiters] of batch) for (const w of waiters) w.resolve(seen.get(id));
+    } catch (error) {
+      for (const waiters of batch.values()) for (const w of waiters) w.reject(error);
+    } finally {
+      this.flying = false;
+      if (this.waiting.size > 0) void this.flush();
+    }
+  }
+}
+
+/** A claimed instance must still be a stopped, unactivated warm standby, as a check after the claim's answer sees it; never throws. */
+async function verify(ctx: StepContext, a: Attempt, check: ClaimCheck): Promise<'parked' | 'stale-observation' | 'verify-error'> {
   let i: ObservedInstance | undefined;
   try {
-    i = (await candidates.observedAfter(mark)).get(a.instanceId);
+    i = await check.see(a.instanceId);
   } catch (error) {
     a.j.log.error('verifying the claim failed', { instanceId: a.instanceId, error: errorName(error) });
     return 'verify-error';

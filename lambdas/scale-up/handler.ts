@@ -256,14 +256,11 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
 
       // 4. Warm activations, batched; whatever falls back joins the cold launches.
       if (warm.length > 0) {
-        // Re-observations need only stopped instances (the parked candidates, and the claimed
-        // ones being verified): a burst empties that answer as it goes, and parsing it is most
-        // of what an observation costs a Lambda of a small CPU share.
-        const observe = async () => {
-          const seen = await describeFleet(deps.aws, deps.ec2, keys, { states: ['stopped'] });
-          return { candidates: orderCandidates(parkedByPool(seen, keys), invocation), instances: seen };
-        };
-        const candidates = new Candidates({ candidates: plan.candidates, instances }, observedAt, observe, now, options.warm.freshSnapshotMs);
+        // Re-observations need only stopped instances (the parked candidates): a burst empties
+        // that answer as it goes, and parsing it is most of what an observation costs a
+        // Lambda of a small CPU share.
+        const observe = async () => orderCandidates(parkedByPool(await describeFleet(deps.aws, deps.ec2, keys, { states: ['stopped'] }), keys), invocation);
+        const candidates = new Candidates(plan.candidates, observedAt, observe, now, options.warm.freshSnapshotMs);
         const outcomes = await activateWarm(ctx, warm, candidates, options.warm);
         for (const j of warm) {
           const o = outcomes.get(j.key)!;
