@@ -23,8 +23,8 @@ import { join } from 'node:path';
 import { RunInstancesCommand, StopInstancesCommand } from '@aws-sdk/client-ec2';
 import type { SQSEvent } from 'aws-lambda';
 import { FUNCTION_MEMORY_MB } from '../../lib/function-memory';
-import type { BundledHandler } from '../../lib/bundled-function';
-import { CREATED_BY, DEFAULT_PREFIX, LAMBDA_ENV, qualifiedJobId, tagKeys, WARM_STANDBY_VALUE } from '../../lambdas/shared/contract';
+import { BundledHandler } from '../../lib/bundled-function';
+import { CREATED_BY, DEFAULT_PREFIX, LAMBDA_ENV, Provider, qualifiedJobId, tagKeys, WARM_STANDBY_VALUE } from '../../lambdas/shared/contract';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { startLoopbackGitLab } from '../../local/ci/gitlab-server';
 import { functionUrlEvent, githubWorkflowJobQueued } from '../../local/deliveries';
@@ -35,7 +35,7 @@ import { motoEnv, startMoto } from '../../test/support/moto';
 import { median, type Calibration } from '../calibrate';
 import { createCpuLimit, vcpuShare, type CpuLimit } from '../cpu-limit';
 
-const FUNCTIONS: readonly BundledHandler[] = ['webhook', 'scale-up', 'pool', 'scale-down'];
+const FUNCTIONS: readonly BundledHandler[] = [BundledHandler.WEBHOOK, BundledHandler.SCALE_UP, BundledHandler.POOL, BundledHandler.SCALE_DOWN];
 const SIZES = [128, 256, 512, 1024, 1769];
 const RUNS = Math.max(1, Number(process.env.BENCH_RUNS ?? 1));
 const ROOT = join(__dirname, '..', '..');
@@ -78,7 +78,7 @@ async function calibrateAt(share: number | undefined): Promise<Calibration & { r
 /** Two parked standbys of the fleet's first GitHub pool, as the pool Lambda leaves them (stopped). */
 async function park(clients: LocalAwsClients, fleet: ProvisionedFleet): Promise<void> {
   const keys = tagKeys(fleet.config.prefix);
-  const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
+  const pool = fleet.config.pools.find((p) => p.provider === Provider.GITHUB)!;
   const tags = { [keys.pool]: pool.name, [keys.warmStandby]: WARM_STANDBY_VALUE, [keys.createdBy]: CREATED_BY.pool };
   const out = await clients.ec2.send(
     new RunInstancesCommand({
@@ -96,22 +96,22 @@ let serial = 0;
 
 /** Two events of the kind the function gets: deliveries, queued jobs, schedule ticks. */
 async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: ProvisionedFleet, github: LoopbackGitHub): Promise<unknown[]> {
-  const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
+  const pool = fleet.config.pools.find((p) => p.provider === Provider.GITHUB)!;
   const org = fleet.config.github!.organization;
   const labels = ['self-hosted', ...pool.labels];
   switch (fn) {
-    case 'webhook':
+    case BundledHandler.WEBHOOK:
       return [1, 2].map(() => {
         const j = github.addJob(`${org}/${REPOSITORY}`, labels);
         return functionUrlEvent(githubWorkflowJobQueued({ jobId: j.id, runId: j.runId, repository: j.repository, labels }, fleet.webhook.githubSecret));
       });
-    case 'scale-up': {
+    case BundledHandler.SCALE_UP: {
       await park(clients, fleet);
       return [1, 2].map((): SQSEvent => {
         const j = github.addJob(`${org}/${REPOSITORY}`, labels);
         const n = ++serial;
         const message = job(n, {
-          jobId: qualifiedJobId('github', String(j.id)),
+          jobId: qualifiedJobId(Provider.GITHUB, String(j.id)),
           providerJobId: String(j.id),
           pool: pool.name,
           owner: org,
@@ -122,8 +122,8 @@ async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: Pr
         return sqsEvent(record(JSON.stringify(message), { id: `msg-${n}`, attributes: {} }));
       });
     }
-    case 'pool':
-    case 'scale-down':
+    case BundledHandler.POOL:
+    case BundledHandler.SCALE_DOWN:
       // EventBridge schedule events; the handlers do not read them.
       return [{ source: 'aws.events', 'detail-type': 'Scheduled Event' }, { source: 'aws.events', 'detail-type': 'Scheduled Event' }];
   }
