@@ -269,6 +269,27 @@ describe('scale-up: warm activation', () => {
     expect(coldLaunched()).toHaveLength(1);
     expect(ci.runners.size).toBe(1); // only the cold one is left registered
   });
+
+  it('rejects a late claim on an instance that is running with its standby tags only (not parked, not activated)', async () => {
+    const [id] = park(1);
+    // Between observation and claim the standby was started without an activation (a
+    // re-prime or an operator): only its state says it is no longer parked.
+    aws.fault('PutParameter', (input) => {
+      aws.now = new Date(aws.now.getTime() + 10_000);
+      aws.instances.get(id!)!.state = 'running';
+      aws.parameters.set(input.Name as string, { value: input.Value as string, tags: {}, at: aws.now });
+      return { Version: 1 };
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    const inst = aws.instances.get(id!)!;
+    expect(inst.tags.has(KEYS.activatedAt)).toBe(false);
+    expect(inst.tags.has(KEYS.jobId)).toBe(false);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(aws.count('StartInstances')).toBe(0);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(ci.runners.size).toBe(1);
+  });
 });
 
 /** A claim write that lands 10 s after the observation: the claim must be re-observed. */
