@@ -6,6 +6,7 @@ import { defineConfig } from 'vitest/config';
 // every suite's own scaled bounds use the same figure.
 process.env.CWR_SLOWDOWN ||= execFileSync(process.execPath, ['--import', 'tsx', 'test/support/slowdown.ts'], { cwd: import.meta.dirname, encoding: 'utf8' }).trim();
 const slowdown = Number(process.env.CWR_SLOWDOWN);
+console.log(`machine slowdown x${slowdown}: the tests' time bounds scale with it`);
 
 export default defineConfig({
   test: {
