@@ -7,6 +7,7 @@ import { defineConfig } from 'vitest/config';
 process.env.CWR_SLOWDOWN ||= execFileSync(process.execPath, ['--import', 'tsx', 'test/support/slowdown.ts'], { cwd: import.meta.dirname, encoding: 'utf8' }).trim();
 const slowdown = Number(process.env.CWR_SLOWDOWN);
 if (!Number.isFinite(slowdown) || slowdown < 1) throw new Error(`CWR_SLOWDOWN must be a number of at least 1 (got "${process.env.CWR_SLOWDOWN}"); unset it to have it measured`);
+console.log(`machine slowdown x${slowdown}: the tests' time bounds scale with it`);
 
 export default defineConfig({
   test: {
