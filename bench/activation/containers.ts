@@ -51,8 +51,10 @@ const SCRIPT = join(__dirname, 'container.ts');
 
 export class Container {
   private pacer: Pacer | undefined;
-  private waiting: ((m: FromContainer) => void) | undefined;
+  private waiting: { resolve: (m: FromContainer) => void; reject: (e: Error) => void } | undefined;
   private readonly exited: Promise<void>;
+  /** Why the container is gone, once it is: every later call fails with it instead of waiting. */
+  private gone: Error | undefined;
 
   private constructor(
     private readonly child: ChildProcess,
@@ -65,14 +67,19 @@ export class Container {
       }
       const w = this.waiting;
       this.waiting = undefined;
-      w?.(m);
+      w?.resolve(m);
     });
-    this.exited = new Promise((resolve) => child.once('exit', () => resolve()));
-    void this.exited.then(() => {
-      const w = this.waiting;
-      this.waiting = undefined;
-      w?.({ t: 'invoked', invocation: -1, requests: [], lostClaims: 0, events: {}, failures: ['container exited'], wallMs: 0, cpuMs: 0 });
-    });
+    // A container that dies mid-run is a fault of the benchmark or the handler, not a figure:
+    // the call waiting on it (and any later one) fails, and the run stops with the reason.
+    this.exited = new Promise((resolve) =>
+      child.once('exit', (code, signal) => {
+        this.gone = new Error(`container ${child.pid ?? '?'} exited (${signal ?? `code ${code}`})`);
+        const w = this.waiting;
+        this.waiting = undefined;
+        w?.reject(this.gone);
+        resolve();
+      }),
+    );
   }
 
   /** Starts a container (under `limit`, if given) and waits until its modules are loaded. */
@@ -118,14 +125,17 @@ export class Container {
 
   private async grant(id: number, action: string): Promise<void> {
     await this.pacer?.take(action);
-    this.send({ t: 'grant', id });
+    // A grant for a container gone meanwhile goes nowhere; the invocation's caller has its error.
+    if (!this.gone) this.send({ t: 'grant', id });
   }
 
   private send(m: ToContainer): void {
+    if (this.gone) throw this.gone;
     if (this.child.connected) this.child.send(m);
   }
 
   private next(): Promise<FromContainer> {
-    return new Promise((resolve) => (this.waiting = resolve));
+    if (this.gone) return Promise.reject(this.gone);
+    return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
   }
 }
