@@ -73,18 +73,19 @@ export const LOCAL_TIME_BOUNDS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 60,
-  // The bound of each shipping (not an interval): its aws CLI calls (create-log-stream,
-  // put-log-events) must fit it while a pool's machines boot at once on a 2-core host; 2 s
-  // and 6 s did not (the boots warned "boot log not (fully) shipped"), 15 s did, until the
-  // host was loaded by other work too: hence the scaling.
-  logShipSeconds: 15,
+  // The bound of each shipping (not an interval), at the renderer's limit and not scaled: a
+  // hang catcher. Every played machine shares this host's CPU, so a pool booting at once
+  // makes each aws CLI call take seconds of CPU the others want too (on a 2-core host, ten
+  // concurrent calls took 5 to 13 s each); 15 s ran out there, and the start-up slowdown
+  // does not see load the run itself makes.
+  logShipSeconds: 60,
 } as const satisfies Partial<UserDataOptions>;
 
 /**
  * LOCAL_TIME_BOUNDS with every bound (not the poll and retry delays, nor the attempts) times
  * the slowdown, in whole seconds where the renderer wants them, within its limit of 60 s
- * for the timeouts and the shipping bound. Everything inside these bounds is a few aws CLI
- * calls or IMDS requests, and those slow down with the machine.
+ * for the timeouts (the shipping bound is at that limit already). Everything inside these
+ * bounds is a few aws CLI calls or IMDS requests, and those slow down with the machine.
  */
 export function localTimeBounds(slowdown = 1): Partial<UserDataOptions> {
   const b = LOCAL_TIME_BOUNDS;
@@ -97,7 +98,6 @@ export function localTimeBounds(slowdown = 1): Partial<UserDataOptions> {
     awsConnectTimeoutSeconds: within60(b.awsConnectTimeoutSeconds),
     awsReadTimeoutSeconds: within60(b.awsReadTimeoutSeconds),
     runnerWaitTimeoutSeconds: Math.ceil(b.runnerWaitTimeoutSeconds * f),
-    logShipSeconds: within60(b.logShipSeconds),
   };
 }
 

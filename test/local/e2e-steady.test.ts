@@ -43,7 +43,7 @@ function fallbacks(stderr: string): { jobId: string; reason: string }[] {
 
 describe('npm run local (steady: the default run)', () => {
   // A generous deadline that scales with the machine: the test checks the outcome, not the time.
-  const deadlineSeconds = Math.min(3_600, scaled(200_000) / 1000);
+  const deadlineSeconds = Math.min(3_600, scaled(300_000) / 1000);
   it('serves every job warm (bar activations that visibly fell back), leaves nothing behind, and exits 0', { timeout: deadlineSeconds * 1000 + scaled(100_000) }, async () => {
     const { code, stdout, stderr } = await runLocal(['--json', '--verbose', '--deadline', String(Math.ceil(deadlineSeconds))]);
     // On a failure: the report (its notes and leftovers say what went wrong), then the log's end.

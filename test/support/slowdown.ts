@@ -5,16 +5,22 @@
  * nothing competes for the cores and about (runnable processes / cores) when something
  * does (other builds, a CPU hog). The highest of three rounds counts.
  *
- * Measured once per process tree: the first call stores the figure in CWR_SLOWDOWN, which
- * child processes (vitest's workers, `npm run local` started by a test, the bats harness's
- * renderer) inherit instead of measuring again. Set CWR_SLOWDOWN yourself to force a figure.
+ * Measured where it is used, once per module instance (vitest imports this anew for each
+ * test file), because a suite's load changes while it runs: the figure a file's bounds scale
+ * with is the larger of the one measured now and the one measured before (CWR_SLOWDOWN_SEEN,
+ * which vitest's config sets at the start and which later measurements raise, so child
+ * processes, such as `npm run local` started by a test, never go below their parent's).
+ * Set CWR_SLOWDOWN yourself to force a figure: it is used as it is, nothing is measured.
  *
  * A slow CPU that nothing else uses reads 1: the bounds this scales carry their own margin
  * for that. Run directly (`node --import tsx test/support/slowdown.ts`) it prints the figure.
  */
 import { createHash } from 'node:crypto';
 
+/** A figure forced by the user: used as it is. */
 export const SLOWDOWN_ENV = 'CWR_SLOWDOWN';
+/** The highest figure measured so far in this process tree: a floor for later measurements. */
+export const SLOWDOWN_SEEN_ENV = 'CWR_SLOWDOWN_SEEN';
 const PROBE_CPU_MS = 100;
 const ROUNDS = 3;
 /** A reading beyond this is a broken measurement, not a machine a test suite can run on. */
@@ -39,13 +45,18 @@ export function measureSlowdown(): number {
   return Math.min(MAX_SLOWDOWN, Math.ceil(worst * 10) / 10);
 }
 
-/** The figure for this run: inherited through CWR_SLOWDOWN, or measured now and stored there. */
+let figure: number | undefined;
+
+/** The figure for this module instance: forced through CWR_SLOWDOWN, or measured now (at least the highest seen before). */
 export function slowdown(): number {
-  const inherited = Number(process.env[SLOWDOWN_ENV]);
-  if (Number.isFinite(inherited) && inherited >= 1) return inherited;
-  const measured = measureSlowdown();
-  process.env[SLOWDOWN_ENV] = String(measured);
-  return measured;
+  const forced = Number(process.env[SLOWDOWN_ENV]);
+  if (process.env[SLOWDOWN_ENV] && Number.isFinite(forced) && forced >= 1) return forced;
+  if (figure === undefined) {
+    const seen = Number(process.env[SLOWDOWN_SEEN_ENV]);
+    figure = Math.max(Number.isFinite(seen) ? seen : 1, measureSlowdown());
+    process.env[SLOWDOWN_SEEN_ENV] = String(figure);
+  }
+  return figure;
 }
 
 /** `ms` (a bound tuned on an unloaded machine) scaled by the slowdown. */
