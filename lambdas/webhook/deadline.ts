@@ -48,6 +48,11 @@ export function createDeadline(totalMs: number, clock: () => number = () => perf
       });
       try {
         return await Promise.race([fn(controller.signal), expired]);
+      } catch (e) {
+        // A step that gives up on its aborted signal at once (the SDK's AbortError) can settle
+        // the race before the deadline's own rejection does: the deadline is still the cause.
+        if (controller.signal.aborted) throw controller.signal.reason;
+        throw e;
       } finally {
         clearTimeout(timer);
       }

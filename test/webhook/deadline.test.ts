@@ -50,6 +50,15 @@ describe('createDeadline', () => {
     expect(seen?.reason).toBe(e);
   });
 
+  it('names the deadline, not the step\'s own abort error, when a step gives up on its signal at once (as the SDK does)', async () => {
+    const d = createDeadline(10_000);
+    const e = await d
+      .run('webhook secret read', 30, 0, (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(Object.assign(new Error('Request aborted'), { name: 'AbortError' })))))
+      .catch((err: unknown) => err);
+    expect(e).toBeInstanceOf(DeadlineExceeded);
+    expect(e).toMatchObject({ step: 'webhook secret read', timeoutMs: 30 });
+  });
+
   it("passes a step's result and its own error through", async () => {
     const d = createDeadline(10_000);
     expect(await d.run('a', 1_000, 0, () => Promise.resolve(42))).toBe(42);
