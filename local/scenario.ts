@@ -50,7 +50,7 @@ export interface ScenarioOptions {
   readonly drift?: boolean;
   /** A moto to use instead of starting one (its state is not reset). */
   readonly endpoint?: string;
-  /** Bound on the whole run after provisioning (ms); by default 90 s times the machine's slowdown. */
+  /** Bound on the whole run after provisioning (ms); by default 300 s times the machine's slowdown. */
   readonly deadlineMs?: number;
   readonly onEvent?: EventSink;
   readonly onLog?: (fn: LambdaName, line: string) => void;

@@ -48,6 +48,7 @@ export type FromContainer =
 export type Invoked = Extract<FromContainer, { t: 'invoked' }>;
 
 const SCRIPT = join(__dirname, 'container.ts');
+const SILENCE_MS = 10 * 60_000;
 
 export class Container {
   private pacer: Pacer | undefined;
@@ -71,9 +72,18 @@ export class Container {
     });
     // A container that dies mid-run is a fault of the benchmark or the handler, not a figure:
     // the call waiting on it (and any later one) fails, and the run stops with the reason.
+    // A process that could not start fails the start; other errors (a send to a channel that
+    // is closing) are the exit's to report.
+    child.on('error', (error) => {
+      if (child.pid !== undefined) return;
+      this.gone = new Error(`container did not start: ${error.message}`);
+      const w = this.waiting;
+      this.waiting = undefined;
+      w?.reject(this.gone);
+    });
     this.exited = new Promise((resolve) =>
       child.once('exit', (code, signal) => {
-        this.gone = new Error(`container ${child.pid ?? '?'} exited (${signal ?? `code ${code}`})`);
+        this.gone = new Error(`container ${child.pid ?? '?'} exited (${signal ?? `code ${code}`}${signal === 'SIGKILL' ? `: killed, or silent for ${SILENCE_MS / 1000} s` : ''})`);
         const w = this.waiting;
         this.waiting = undefined;
         w?.reject(this.gone);
@@ -115,7 +125,8 @@ export class Container {
 
   async stop(): Promise<void> {
     if (this.child.exitCode === null && this.child.signalCode === null) {
-      this.child.disconnect();
+      if (this.child.connected) this.child.disconnect();
+      else this.child.kill('SIGTERM');
       const killer = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
       await this.exited;
       clearTimeout(killer);
@@ -136,6 +147,15 @@ export class Container {
 
   private next(): Promise<FromContainer> {
     if (this.gone) return Promise.reject(this.gone);
-    return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
+    // A hang catcher: an invocation of 10 jobs takes seconds, even at 128 MB's share. A
+    // container silent this long is killed, and its exit fails the run.
+    return new Promise((resolve, reject) => {
+      const silent = setTimeout(() => this.child.kill('SIGKILL'), SILENCE_MS);
+      const settle = () => clearTimeout(silent);
+      this.waiting = {
+        resolve: (m) => (settle(), resolve(m)),
+        reject: (e) => (settle(), reject(e)),
+      };
+    });
   }
 }

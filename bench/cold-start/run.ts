@@ -40,6 +40,7 @@ const SIZES = [128, 256, 512, 1024, 1769];
 const RUNS = Math.max(1, Number(process.env.BENCH_RUNS ?? 1));
 const ROOT = join(__dirname, '..', '..');
 const REPOSITORY = 'app';
+const SILENCE_MS = 10 * 60_000;
 
 interface Result {
   readonly nodeStartMs: number;
@@ -58,8 +59,14 @@ function runNode(args: readonly string[], env: NodeJS.ProcessEnv, limit: CpuLimi
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
   return new Promise((resolve, reject) => {
+    // A hang catcher: one estimate takes seconds, even at 128 MB's share.
+    const silent = setTimeout(() => child.kill('SIGKILL'), SILENCE_MS);
     child.once('error', reject);
-    child.once('exit', (code, signal) => (code === 0 ? resolve(out) : reject(new Error(`node ${args.join(' ')} exited ${code ?? signal}: ${err}`))));
+    child.once('exit', (code, signal) => {
+      clearTimeout(silent);
+      if (code === 0) resolve(out);
+      else reject(new Error(`node ${args.join(' ')} exited ${code ?? signal}${signal === 'SIGKILL' ? ` (killed after ${SILENCE_MS / 1000} s)` : ''}: ${err}`));
+    });
   });
 }
 

@@ -169,13 +169,20 @@ export class AwsCaller {
     let timer: NodeJS.Timeout | undefined;
     // The abort signal cancels the HTTP request; the race also bounds a client that ignores
     // it (a test double), so no call can hold an invocation past its budget.
+    const timedOut = new CallTimeoutError(action, timeoutMs);
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        controller.abort();
-        reject(new CallTimeoutError(action, timeoutMs));
+        controller.abort(timedOut);
+        reject(timedOut);
       }, timeoutMs);
     });
-    return Promise.race([client.send(command as never, { abortSignal: controller.signal }), timeout]).finally(() => clearTimeout(timer));
+    return Promise.race([client.send(command as never, { abortSignal: controller.signal }), timeout])
+      .catch((error: unknown) => {
+        // A client that rejects with its own AbortError the moment the signal aborts can settle
+        // the race first: the timeout is still what happened.
+        throw controller.signal.aborted ? timedOut : error;
+      })
+      .finally(() => clearTimeout(timer));
   }
 }
 

@@ -8,6 +8,7 @@ import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerNam
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
+import { scaled } from '../support/slowdown';
 
 // GitHub hands out PKCS#1 PEM keys ("BEGIN RSA PRIVATE KEY").
 const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } });
@@ -107,7 +108,7 @@ function provider(connection: Partial<GitHubProviderOptions['github']> = {}, ext
     sleep: async (ms) => {
       waits.push(ms);
     },
-    timeoutMs: 2_000,
+    timeoutMs: scaled(2_000),
     ...extra,
   });
 }

@@ -8,6 +8,7 @@ import { createLogger } from '../../lambdas/shared/log';
 import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
 import { captureConsole } from '../support/console-capture';
 import { plantSecret, secretForms } from '../webhook/support';
+import { scaled } from '../support/slowdown';
 
 const PREFIX = 'glp-test';
 const T0 = Date.parse('2026-11-29T19:00:00Z');
@@ -79,7 +80,7 @@ function provider(connection: Partial<GitLabProviderOptions['gitlab']> = {}, ext
     sleep: async (ms) => {
       waits.push(ms);
     },
-    timeoutMs: 2_000,
+    timeoutMs: scaled(2_000),
     ...extra,
   });
 }

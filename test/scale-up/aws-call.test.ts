@@ -46,6 +46,17 @@ describe('AwsCaller', () => {
     expect(c.calls).toHaveLength(1);
   });
 
+  it('names the timeout when the client gives up on its aborted signal at once (as the SDK does)', async () => {
+    const c = {
+      send: (_: unknown, o: { abortSignal: AbortSignal }) =>
+        new Promise((_r, reject) => o.abortSignal.addEventListener('abort', () => reject(Object.assign(new Error('Request aborted'), { name: 'AbortError' })))),
+    };
+    const error = await caller.send(c, new StartInstancesCommand(), WRITE_ONCE).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UnknownOutcomeError);
+    expect((error as Error).message).toMatch(/^StartInstances: outcome unknown \(.*50 ms/);
+    expect((error as Error).message).not.toMatch(/AbortError/);
+  });
+
   it('repeats an idempotent call after a timeout or a 5xx', async () => {
     const c = client([() => new Promise(() => {}), () => Promise.reject(awsError('InternalError', 500))]);
     expect(await caller.send(c, new StartInstancesCommand(), WRITE_IDEMPOTENT)).toBe('ok');

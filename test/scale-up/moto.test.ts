@@ -38,7 +38,8 @@ function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now 
   return createScaleUpHandler({
     ...clients,
     now,
-    aws: new AwsCaller({ sleep: async () => {} }),
+    // Production's call timeouts, scaled: moto on a loaded machine answers slower than AWS.
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     ...queues,

@@ -49,8 +49,12 @@ let figure: number | undefined;
 
 /** The figure for this module instance: forced through CWR_SLOWDOWN, or measured now (at least the highest seen before). */
 export function slowdown(): number {
-  const forced = Number(process.env[SLOWDOWN_ENV]);
-  if (process.env[SLOWDOWN_ENV] && Number.isFinite(forced) && forced >= 1) return forced;
+  const given = process.env[SLOWDOWN_ENV];
+  if (given) {
+    const forced = Number(given);
+    if (!(Number.isFinite(forced) && forced >= 1)) throw new Error(`${SLOWDOWN_ENV} must be a number of at least 1 (got "${given}"); unset it to have it measured`);
+    return forced;
+  }
   if (figure === undefined) {
     const seen = Number(process.env[SLOWDOWN_SEEN_ENV]);
     figure = Math.max(Number.isFinite(seen) ? seen : 1, measureSlowdown());

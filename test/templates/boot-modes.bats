@@ -93,7 +93,7 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   rm "$ROOT/dev/root-volume"
   mkfifo "$ROOT/dev/root-volume"
   # Completes only when the script reads the whole volume through.
-  timeout 30 bash -c "head -c 3145728 /dev/zero >'$ROOT/dev/root-volume'" &
+  timeout "$(scaled_seconds 30)" bash -c "head -c 3145728 /dev/zero >'$ROOT/dev/root-volume'" &
   local reader=$!
   boot_first github
   [ "$status" -eq 0 ]

@@ -16,11 +16,10 @@ resolve_aws_cli() {
 }
 
 sandbox_start() {
-  # The machine's slowdown, measured once for this file (or inherited): the rendered bounds
-  # and this harness's safety bounds scale with it (test/support/slowdown.ts).
-  if [[ -z ${CWR_SLOWDOWN-} ]]; then
-    CWR_SLOWDOWN=$(node --import tsx "$REPO/test/support/slowdown.ts") || return 1
-  fi
+  # The machine's slowdown, measured for this test (or forced, and then checked, by
+  # CWR_SLOWDOWN): the rendered bounds and this harness's safety bounds scale with it
+  # (test/support/slowdown.ts).
+  CWR_SLOWDOWN=$(node --import tsx "$REPO/test/support/slowdown.ts") || return 1
   export CWR_SLOWDOWN
   ROOT=$(mktemp -d /tmp/cwr-boot.XXXXXX)
   # The runner runs as an unprivileged user, which must reach its shim and the calls dir.

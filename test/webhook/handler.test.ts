@@ -62,7 +62,7 @@ function newHandler(options: WebhookOptions = {}, env: Record<string, string> = 
     logger: createLogger({ fn: 'webhook' }, (l) => logLines.push(l)),
     metricSink: (l) => metricLines.push(l),
     env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config(gitlab.url)), [LAMBDA_ENV.jobsQueueUrl]: queueUrl, ...env },
-    options: { tagLookupTimeoutMs: 1_000, ...options },
+    options: { tagLookupTimeoutMs: scaled(1_000), ...options },
   });
 }
 
