@@ -18,9 +18,11 @@ export type PoolMatch =
  * - `exact`: J equals P.
  * - `subset`: J is a subset of P, which is how both services route a job to a runner (a runner
  *   takes a job when it has every label the job asks for).
- * - A job with no labels left (GitHub `[self-hosted]`, GitLab untagged): GitHub matches only
- *   pools whose rule admits it as above; GitLab additionally requires the pool's `runUntagged`,
- *   since a GitLab runner created without it never picks an untagged job.
+ * - A GitHub job with no labels left (`[self-hosted]`) matches only pools whose rule admits it
+ *   as above.
+ * - An untagged GitLab job matches exactly the pools with `runUntagged`, whatever their tags
+ *   and rule: a runner with `run_untagged` picks untagged jobs besides the jobs its tags allow
+ *   (GitLab docs, "Use tags to control which jobs a runner can run"), and one without never does.
  * - Several candidates: an exact match wins over a subset match, then the subset pool with the
  *   fewest labels the job did not ask for, then the first in configuration order.
  */
@@ -35,10 +37,13 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
     if (pool.provider !== provider) continue;
     const offered = new Set(pool.labels.map(normalise));
     if (provider === 'github') offered.delete(GITHUB_SELF_HOSTED_LABEL);
-    if (provider === 'gitlab' && asked.size === 0 && !pool.runUntagged) continue;
-    if (![...asked].every((l) => offered.has(l))) continue;
     const extra = offered.size - asked.size;
-    if (pool.labelMatch === 'exact' && extra !== 0) continue;
+    if (provider === 'gitlab' && asked.size === 0) {
+      if (!pool.runUntagged) continue;
+    } else {
+      if (![...asked].every((l) => offered.has(l))) continue;
+      if (pool.labelMatch === 'exact' && extra !== 0) continue;
+    }
     if (!best || extra < best.extra) best = { pool, extra };
   }
   return best ? { pool: best.pool } : { reason: 'no-matching-pool' };

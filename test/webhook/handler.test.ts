@@ -50,6 +50,8 @@ function config(gitlabUrl: string, gitlabScope: { runnerType?: GitLabRunnerType;
     pools: [
       { name: 'gh-k8s', provider: Provider.GITHUB, labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
       { name: 'gl-docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+      // Default exact rule, and run_untagged: takes untagged jobs and jobs tagged [linux, x64].
+      { name: 'gl-general', provider: Provider.GITLAB, labels: ['linux', 'x64'], runUntagged: true, launchTemplateId: 'lt-3', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
     ],
   });
 }
@@ -257,6 +259,15 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
 
   const LOOKUP_BOUND_MS = 300;
   const LOOKUP_MARGIN_MS = 700;
+
+  it('queues an untagged pending job for the pool that runs untagged jobs', async () => {
+    gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: [] } });
+    const res = result(await newHandler()(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued']);
+    const messages = await queued();
+    expect(messages).toHaveLength(1);
+    expect(parsed(messages[0]!)).toMatchObject({ jobId: 'gitlab:1977', pool: 'gl-general', labels: [], labelsResolved: true });
+  });
 
   it('acknowledges a pending job whose tags match no pool', async () => {
     gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: ['windows'] } });

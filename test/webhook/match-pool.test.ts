@@ -67,6 +67,36 @@ describe('matchPool', () => {
     expect(matchPool(only.pools, Provider.GITHUB, ['self-hosted', 'a', 'b']).pool?.name).toBe('exact');
   });
 
+  it('an untagged GitLab job goes to a pool that runs untagged jobs under the default exact rule; a tagged job still needs its tags', () => {
+    // The runner such a pool registers has tags and run_untagged: GitLab gives it untagged
+    // jobs and jobs whose tags are among its own.
+    const exact = buildFleetConfig({
+      gitlab: { url: 'https://gitlab.example.com' },
+      pools: [
+        pool({ name: 'gl-docker', provider: Provider.GITLAB, labels: ['docker'] }),
+        pool({ name: 'gl-general', provider: Provider.GITLAB, labels: ['linux', 'x64'], runUntagged: true }),
+      ],
+    });
+    expect(exact.pools[1]!.labelMatch).toBe(LabelMatch.EXACT);
+    expect(matchPool(exact.pools, Provider.GITLAB, []).pool?.name).toBe('gl-general');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['linux', 'x64']).pool?.name).toBe('gl-general');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['linux'])).toEqual({ reason: 'no-matching-pool' }); // exact: fewer tags refused
+    expect(matchPool(exact.pools, Provider.GITLAB, ['docker']).pool?.name).toBe('gl-docker');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['gpu'])).toEqual({ reason: 'no-matching-pool' });
+  });
+
+  it('several pools run untagged jobs: the one with the fewest tags, then configuration order', () => {
+    const many = buildFleetConfig({
+      gitlab: { url: 'https://gitlab.example.com' },
+      pools: [
+        pool({ name: 'big', provider: Provider.GITLAB, labels: ['linux', 'big'], runUntagged: true }),
+        pool({ name: 'small', provider: Provider.GITLAB, labels: ['linux'], runUntagged: true, labelMatch: LabelMatch.SUBSET }),
+        pool({ name: 'small-too', provider: Provider.GITLAB, labels: ['arm64'], runUntagged: true }),
+      ],
+    });
+    expect(matchPool(many.pools, Provider.GITLAB, []).pool?.name).toBe('small');
+  });
+
   it('an untagged GitLab job never lands on a pool without runUntagged, even an exact one with no tags', () => {
     const only = buildFleetConfig({
       gitlab: { url: 'https://gitlab.example.com' },
