@@ -159,14 +159,14 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
         return reply(200, 'ignored', classified.reason);
       }
 
-      let message: JobMessage | undefined;
+      let message: JobMessage | Unmatched;
       try {
         message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog, deadline);
       } catch (e) {
         // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
         throw new Rejection(400, (e as Error).message);
       }
-      if (!message) return reply(200, 'ignored', 'no-matching-pool');
+      if ('unmatched' in message) return reply(200, 'ignored', message.unmatched);
       const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
       const command = new SendMessageCommand({
         QueueUrl: queueUrl,
@@ -231,8 +231,8 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     return { ok: true };
   }
 
-  /** The message to queue, or undefined when the job's labels match no pool. */
-  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | undefined> {
+  /** The message to queue, or why the job's labels match no pool. */
+  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | Unmatched> {
     let labels: readonly string[] = job.labels;
     if (job.provider === 'gitlab') {
       const unresolved = buildJobMessage(job, { labels: [], labelsResolved: false, deliveryId, receivedAt });
@@ -243,7 +243,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     const match = matchPool(config.pools, job.provider, labels);
     if (!match.pool) {
       dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
-      return undefined;
+      return { unmatched: match.reason };
     }
     return buildJobMessage(job, { labels, labelsResolved: true, pool: match.pool.name, deliveryId, receivedAt });
   }
@@ -265,6 +265,8 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     }
   }
 }
+
+type Unmatched = { readonly unmatched: string };
 
 type Headers = Readonly<Record<string, string | undefined>>;
 

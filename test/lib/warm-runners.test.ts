@@ -11,8 +11,9 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { BOOT_LOG_KEYS, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
+import { fleetConfigInput } from '../../lib/fleet-config-input';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
 
@@ -253,6 +254,26 @@ describe('fleet config', () => {
     expect(() => new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), github: { appId: '1', organization: 'o' }, pools })).toThrow(
       /fleet configuration is about \d+ characters, above the 8 KB an SSM parameter holds/,
     );
+  });
+
+  it('carries requireSelfHostedLabel from the pool props (false when not given)', () => {
+    const placement = () => ({ launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'] });
+    const machineImage = ec2.MachineImage.latestAmazonLinux2023();
+    const input = fleetConfigInput(
+      {
+        github: { appId: '1', organization: 'o' },
+        pools: [
+          { name: 'strict', provider: Provider.GITHUB, requireSelfHostedLabel: true, machineImage },
+          { name: 'loose', provider: Provider.GITHUB, machineImage },
+        ],
+      },
+      placement,
+    );
+    const config = parseFleetConfig(JSON.stringify(buildFleetConfig(input)));
+    expect(config.pools.map((p) => [p.name, p.requireSelfHostedLabel])).toEqual([
+      ['strict', true],
+      ['loose', false],
+    ]);
   });
 
   it('is synthesized so the Lambdas reader accepts it', () => {

@@ -172,6 +172,24 @@ describe('GitHub deliveries (community example payloads)', () => {
     expect(metric).toMatchObject({ Pool: 'gh-k8s' });
   });
 
+  it('queues a queued job whose runs-on names the pool\'s labels without "self-hosted"; a pool with requireSelfHostedLabel ignores it', async () => {
+    // The community example with `runs-on: k8s` instead of `[self-hosted, k8s]`.
+    const example = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    example.workflow_job.labels = ['k8s'];
+    const body = JSON.stringify(example);
+    const event = () => functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body);
+    const res = result(await newHandler()(event()));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued']);
+    const messages = await queued();
+    expect(messages.map((m) => parsed(m))).toMatchObject([{ pool: 'gh-k8s', labels: ['k8s'] }]);
+
+    const strict = config(gitlab.url);
+    const strictConfig = { ...strict, pools: strict.pools.map((p) => (p.name === 'gh-k8s' ? { ...p, requireSelfHostedLabel: true } : p)) };
+    const strictRes = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(strictConfig) })(event()));
+    expect([strictRes.statusCode, outcome(strictRes).reason]).toEqual([200, 'not-self-hosted']);
+    expect(await queued()).toHaveLength(0);
+  });
+
   it('acknowledges ping and other event types without queueing', async () => {
     const handler = newHandler();
     for (const name of ['ping', 'push', 'workflow_run', 'check_run', 'issues', 'installation']) {
