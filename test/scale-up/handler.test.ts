@@ -681,7 +681,7 @@ describe('scale-up: the queue', () => {
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
   });
 
-  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, and GitHub needs self-hosted', async () => {
+  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, self-hosted is optional', async () => {
     const base = fleetConfig();
     const linux = base.pools[0]!;
     const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: LabelMatch.SUBSET as const }, linux] };
@@ -695,7 +695,7 @@ describe('scale-up: the queue', () => {
     ci.labels.set('github:1', ['self-hosted', 'Linux']);
     expect((await handler({}, config)(jobEvent([unresolved(1)]))).batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id)).toEqual([exact]);
-    ci.labels.set('github:2', ['linux']);
+    ci.labels.set('github:2', ['windows']);
     expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
     expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');
