@@ -459,6 +459,24 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ssm:PutParameter', config, {}, false],
       ['ec2:StartInstances', fleetInstance, poolTag, false],
     ]));
+  it('webhook: sends to the jobs queue and, for jobs too large to queue, to the dead-letter queue; reads from neither', () => {
+    const queueArn = (logicalIdPrefix: string) => {
+      const [id] = Object.keys(template.findResources('AWS::SQS::Queue')).filter((k) => k.startsWith(logicalIdPrefix));
+      return `<getatt:${id}.Arn>`;
+    };
+    const jobs = queueArn('RunnersJobsQueue');
+    const dlq = queueArn('RunnersJobsDeadLetterQueue');
+    check('RunnersWebhookRole', [
+      ['sqs:SendMessage', jobs, {}, true],
+      ['sqs:SendMessage', dlq, {}, true],
+      ['sqs:SendMessage', 'arn:aws:sqs:eu-west-1:111122223333:other.fifo', {}, false],
+      ['sqs:ReceiveMessage', dlq, {}, false],
+      ['sqs:DeleteMessage', dlq, {}, false],
+      ['sqs:PurgeQueue', dlq, {}, false],
+    ]);
+    const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Verifies GitHub and GitLab') } }));
+    expect(fn!.Properties.Environment.Variables.DEAD_LETTER_QUEUE_URL).toEqual({ Ref: Object.keys(template.findResources('AWS::SQS::Queue')).find((k) => k.startsWith('RunnersJobsDeadLetterQueue')) });
+  });
   it('scale-up gets the dead-letter queue and the instance ARN prefix', () => {
     const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Serves queued jobs') } }));
     const vars = resolvePseudo(fn!.Properties.Environment.Variables, PSEUDO) as Record<string, string>;
