@@ -178,7 +178,7 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
   //    Not found is done; a lost answer is read back.
   const ids = [...terminated.map((e) => e.instance.id), ...release];
   if (ids.length > 0) {
-    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, ids.map((id) => paths.runnerConfig(id)), 'single');
+    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, ids.map((id) => paths.runnerConfig(id)), { delete: 'single', readBack: 'list' });
     for (const id of ids) {
       if (!outcome.gone.has(paths.runnerConfig(id))) log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, errors: outcome.errors });
     }

@@ -124,7 +124,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
         if (name !== undefined && !doomed.has(name)) doomed.set(name, { instanceId: id, reason: 'instance-terminated' });
       }
       if (doomed.size > 0) {
-        const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, [...doomed.keys()], 'batch');
+        const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, [...doomed.keys()], { delete: 'batch', readBack: 'list' });
         if (outcome.kept.size > 0) log.error('deleting config parameters failed; the next sweep retries', { parameters: outcome.kept.size, errors: outcome.errors });
         for (const [name, d] of doomed) {
           if (!outcome.gone.has(name)) continue;

@@ -1,5 +1,5 @@
-import { DeleteParameterCommand, DeleteParametersCommand, type DeleteParametersCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, isUnknownOutcome, UnknownOutcomeError, WRITE_IDEMPOTENT, type AwsCaller } from './aws-call';
+import { DeleteParameterCommand, DeleteParametersCommand, GetParameterCommand, type DeleteParametersCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, type AwsCaller } from './aws-call';
 import type { SsmPaths } from './contract';
 import { listRunnerConfigs } from './parameters';
 
@@ -11,10 +11,15 @@ export interface DeleteOutcome {
 }
 
 /**
- * How the caller may delete: scale-down holds `ssm:DeleteParameters` (10 names a call),
- * the pool `ssm:DeleteParameter` (one name); each role keeps the one action it has.
+ * The calls the caller's role allows: scale-down holds `ssm:DeleteParameters` (10 names a
+ * call), the pool and scale-up `ssm:DeleteParameter`; scale-down and the pool read back by
+ * listing the config root (`ssm:GetParametersByPath`: names only, they may not read a
+ * config), scale-up by `ssm:GetParameter`. Each role keeps the actions it has.
  */
-export type DeleteAction = 'batch' | 'single';
+export interface DeleteCalls {
+  readonly delete: 'batch' | 'single';
+  readonly readBack: 'list' | 'get';
+}
 
 const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnknownOutcome(error);
 
@@ -24,16 +29,16 @@ const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnkno
  * (timeout, reset, 5xx after its retries) may have happened: it is resolved by listing the
  * config root again, never assumed either way.
  */
-export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: SsmPaths, names: readonly string[], action: DeleteAction): Promise<DeleteOutcome & { readonly errors: readonly string[] }> {
+export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: SsmPaths, names: readonly string[], calls: DeleteCalls): Promise<DeleteOutcome & { readonly errors: readonly string[] }> {
   const gone = new Set<string>();
   const kept = new Set<string>();
   const unknown = new Set<string>();
   const errors: string[] = [];
   const unique = [...new Set(names)];
-  const batches = action === 'batch' ? chunks(unique, 10) : unique.map((n) => [n]);
+  const batches = calls.delete === 'batch' ? chunks(unique, 10) : unique.map((n) => [n]);
   for (const batch of batches) {
     try {
-      if (action === 'batch') {
+      if (calls.delete === 'batch') {
         const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), WRITE_IDEMPOTENT);
         // InvalidParameters lists the names SSM did not find: gone as well.
         for (const n of [...(out.DeletedParameters ?? []), ...(out.InvalidParameters ?? [])]) gone.add(n);
@@ -52,7 +57,7 @@ export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths:
   }
   if (unknown.size > 0) {
     try {
-      const present = new Set((await listRunnerConfigs(aws, ssm, paths)).map((p) => p.name));
+      const present = calls.readBack === 'list' ? new Set((await listRunnerConfigs(aws, ssm, paths)).map((p) => p.name)) : await stillThere(aws, ssm, unknown);
       for (const n of unknown) (present.has(n) ? kept : gone).add(n);
     } catch (error) {
       errors.push(errorName(error));
@@ -60,6 +65,20 @@ export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths:
     }
   }
   return { gone, kept, errors };
+}
+
+/** The names GetParameter still finds (without decrypting: the value is not needed). */
+async function stillThere(aws: AwsCaller, ssm: SSMClient, names: ReadonlySet<string>): Promise<Set<string>> {
+  const present = new Set<string>();
+  for (const name of names) {
+    try {
+      await aws.send(ssm, new GetParameterCommand({ Name: name, WithDecryption: false }), READ);
+      present.add(name);
+    } catch (error) {
+      if (errorName(error) !== 'ParameterNotFound') throw error;
+    }
+  }
+  return present;
 }
 
 function chunks<T>(items: readonly T[], size: number): T[][] {
