@@ -38,6 +38,7 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.labels ? { labels: pool.labels } : {}),
       ...(pool.labelMatch ? { labelMatch: pool.labelMatch } : {}),
       ...(pool.runUntagged === undefined ? {} : { runUntagged: pool.runUntagged }),
+      ...(pool.requireSelfHostedLabel === undefined ? {} : { requireSelfHostedLabel: pool.requireSelfHostedLabel }),
       ...placement(pool),
       instanceTypes: (pool.instanceTypes ?? [DEFAULT_INSTANCE_TYPE]).map((t) => t.toString()),
       ...(pool.spot === undefined ? {} : { spot: pool.spot }),

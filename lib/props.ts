@@ -84,7 +84,7 @@ export interface RunnerPoolProps {
   /** The CI connection the pool serves; that connection must be configured. */
   readonly provider: Provider;
   /**
-   * GitHub labels (besides "self-hosted") or GitLab tags a job must ask for.
+   * GitHub labels (besides "self-hosted", which every GitHub runner has) or GitLab tags a job must ask for.
    * @default - the pool's name
    */
   readonly labels?: string[];
@@ -98,6 +98,13 @@ export interface RunnerPoolProps {
    * @default false
    */
   readonly runUntagged?: boolean;
+  /**
+   * GitHub: take only jobs whose `runs-on` includes "self-hosted". GitHub does not require that
+   * label (a job asking for `[linux, x64]` runs on any runner labelled so); turn this on to keep
+   * jobs that do not name it away from the pool.
+   * @default false
+   */
+  readonly requireSelfHostedLabel?: boolean;
   /**
    * Instance types, in order of preference.
    * @default - [m7i.large]

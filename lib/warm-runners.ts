@@ -192,7 +192,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // the function's timeout leaves room for a cold start on top.
       timeout: Duration.seconds(15),
       memorySize: FUNCTION_MEMORY_MB.webhook,
-      environment,
+      // The dead-letter queue keeps a summary of a job whose message is too large to queue.
+      environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl },
       logRetention,
     });
     this.webhookUrl = this.webhookFunction.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
@@ -248,6 +249,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
 
     // Permissions, each function only what it calls.
     this.jobs.queue.grantSendMessages(this.webhookFunction);
+    this.jobs.deadLetterQueue.grantSendMessages(this.webhookFunction); // records jobs too large to queue
     this.jobs.queue.grantSendMessages(this.scaleUpFunction); // re-queues jobs that wait for capacity
     this.jobs.deadLetterQueue.grantSendMessages(this.scaleUpFunction); // parks malformed messages
 

@@ -6,11 +6,12 @@ import {
   type RunInstancesCommandOutput,
   type Tag,
 } from '@aws-sdk/client-ec2';
-import { DeleteParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
+import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
 import { classify, planPool, type Eviction } from './classify';
 
@@ -172,12 +173,14 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
       for (const e of terminate) release.push(e.instance.id);
     }
   }
-  // 4. Drop the markers: of what is gone (tidiness) and of what stays (so it can be claimed).
-  for (const id of [...terminated.map((e) => e.instance.id), ...release]) {
-    try {
-      await deps.aws.send(deps.ssm, new DeleteParameterCommand({ Name: paths.runnerConfig(id) }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, error: errorName(error) });
+  // 4. Drop the parameters in this run: of what is gone (a parameter of a terminated instance
+  //    may hold a runner secret if a claim slipped in) and of what stays (so it can be claimed).
+  //    Not found is done; a lost answer is read back.
+  const ids = [...terminated.map((e) => e.instance.id), ...release];
+  if (ids.length > 0) {
+    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, ids.map((id) => paths.runnerConfig(id)), { delete: 'single', readBack: 'list' });
+    for (const id of ids) {
+      if (!outcome.gone.has(paths.runnerConfig(id))) log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, errors: outcome.errors });
     }
   }
   return terminated;

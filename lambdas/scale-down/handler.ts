@@ -1,9 +1,10 @@
 import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
-import { DeleteParametersCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
+import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
 import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
 
@@ -33,7 +34,8 @@ export interface SweepSummary {
  * The scale-down Lambda (on a schedule): observe instances, config parameters and the
  * providers' runners, plan with the pure `planSweep`, then act in batches: one
  * deregistration per runner (before its instance goes), one TerminateInstances per 100
- * instances, one DeleteParameters per 10 parameters. Every action is logged with its reason and counted.
+ * instances, one DeleteParameters per 10 parameters (those the plan names and those of the
+ * instances just terminated). Every action is logged with its reason and counted.
  */
 export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<SweepSummary> {
   const now = deps.now ?? (() => new Date());
@@ -92,6 +94,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
           });
         }
       }
+      const terminated: string[] = [];
       for (let i = 0; i < terminate.length; i += 100) {
         const chunk = terminate.slice(i, i + 100);
         try {
@@ -102,6 +105,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
           continue;
         }
         for (const t of chunk) {
+          terminated.push(t.instance.id);
           const pool = t.instance.tags.get(keys.pool) ?? 'unknown';
           log.info('terminated', { instanceId: t.instance.id, reason: t.reason, pool, traceId: t.instance.tags.get(keys.traceId), jobId: t.instance.tags.get(keys.jobId) });
           count(pool, t.reason);
@@ -109,17 +113,23 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
         }
       }
 
-      for (let i = 0; i < plan.deleteParameters.length; i += 10) {
-        const chunk = plan.deleteParameters.slice(i, i + 10);
-        try {
-          await deps.aws.send(deps.ssm, new DeleteParametersCommand({ Names: chunk.map((d) => d.parameter.name) }), WRITE_IDEMPOTENT);
-        } catch (error) {
-          log.error('deleting config parameters failed', { parameters: chunk.length, error: errorName(error) });
-          continue;
-        }
-        for (const d of chunk) {
-          log.info('deleted config parameter', { instanceId: d.parameter.instanceId, reason: d.reason });
-          count(poolOf(d.parameter.instanceId), d.reason);
+      // The config parameters to delete: the plan's (instance gone, stale claim) and, in the
+      // same run, those of the instances just terminated: a parameter holds a runner secret,
+      // and waiting for the next sweep's "instance-gone" leaves it a minute or more.
+      const doomed = new Map<string, { instanceId: string; reason: string }>();
+      for (const d of plan.deleteParameters) doomed.set(d.parameter.name, { instanceId: d.parameter.instanceId, reason: d.reason });
+      const observed = new Map(parameters.map((p) => [p.instanceId, p.name]));
+      for (const id of terminated) {
+        const name = observed.get(id);
+        if (name !== undefined && !doomed.has(name)) doomed.set(name, { instanceId: id, reason: 'instance-terminated' });
+      }
+      if (doomed.size > 0) {
+        const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, [...doomed.keys()], { delete: 'batch', readBack: 'list' });
+        if (outcome.kept.size > 0) log.error('deleting config parameters failed; the next sweep retries', { parameters: outcome.kept.size, errors: outcome.errors });
+        for (const [name, d] of doomed) {
+          if (!outcome.gone.has(name)) continue;
+          log.info('deleted config parameter', { instanceId: d.instanceId, reason: d.reason });
+          count(poolOf(d.instanceId), d.reason);
           summary.parametersDeleted++;
         }
       }

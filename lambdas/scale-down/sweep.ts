@@ -12,10 +12,12 @@ import type { ObservedParameter } from '../shared/parameters';
  * - instance-gone: a config parameter whose instance no longer exists.
  * - stale-claim: a config parameter on an unactivated, stopped instance, older than the
  *   grace period (a claim whose invocation died before tagging and starting).
+ * - instance-terminated: the config parameter of an instance this run terminated, deleted
+ *   in the same run (it holds a runner secret).
  * - no-instance: a registration at the provider whose instance no longer exists, or whose
  *   instance carries another runner id (a lost claim whose deregistration failed).
  */
-export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'no-instance';
+export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'instance-terminated' | 'no-instance';
 
 export interface Terminate {
   readonly instance: ObservedInstance;

@@ -8,6 +8,7 @@ import {
   type _InstanceType,
 } from '@aws-sdk/client-ec2';
 import { errorName, WRITE_IDEMPOTENT } from '../shared/aws-call';
+import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { CREATED_BY, type PoolConfig } from '../shared/contract';
 import { claim, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
@@ -81,8 +82,10 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
       j.log.error('terminating the failed cold instance failed', { instanceId, error: errorName(terminateError) });
     }
     if (a.registration) await deleteRunner(ctx, j, a.registration.runnerId);
-    // The parameter is not deleted: an instance that is gone cannot read it, and the
-    // sweep removes parameters of instances that are gone.
+    // The parameter holds the runner's secret: it goes with its instance, not a sweep later.
+    // It may exist even when the claim did not answer; not found is done.
+    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [ctx.paths.runnerConfig(instanceId)], { delete: 'single', readBack: 'get' });
+    if (outcome.kept.size > 0) j.log.warn('deleting the failed cold instance\'s config parameter failed; the sweep removes it', { instanceId, errors: outcome.errors });
     throw error;
   }
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { ChangeMessageVisibilityCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import { DEAD_LETTER_REASON_ATTRIBUTE } from '../shared/contract';
 
 /**
  * Waiting for capacity without burning the redrive budget.
@@ -19,7 +20,7 @@ import { WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
  * mind). A job waits at most its maximum age (from the webhook's `receivedAt`), then goes
  * to the dead-letter queue. Waits and failures are counted as separate metrics.
  */
-export const WAIT_ATTRIBUTES = { waits: 'capacity-waits', notBefore: 'not-before', reason: 'dead-letter-reason' } as const;
+export const WAIT_ATTRIBUTES = { waits: 'capacity-waits', notBefore: 'not-before', reason: DEAD_LETTER_REASON_ATTRIBUTE } as const;
 
 export interface WaitState {
   readonly waits: number;

@@ -1,6 +1,6 @@
 import type { PoolConfig, Provider } from './contract';
 
-/** The label every GitHub job that wants a self-hosted runner asks for. */
+/** The label every GitHub self-hosted runner carries; a job may ask for it, GitHub does not require it. */
 export const GITHUB_SELF_HOSTED_LABEL = 'self-hosted';
 
 export type PoolMatch =
@@ -13,33 +13,44 @@ export type PoolMatch =
  * whose tags were resolved later.
  *
  * Rules (the job's labels J, a pool's labels P, both as sets):
- * - GitHub: J must contain "self-hosted"; it is then removed from J. GitHub compares labels
+ * - GitHub: "self-hosted" is removed from J and P (every self-hosted runner has it, and GitHub
+ *   routes `runs-on: [linux, x64]` to a self-hosted runner labelled so without it). A pool
+ *   with `requireSelfHostedLabel` only takes jobs that ask for it. GitHub compares labels
  *   case-insensitively, so both sides are lower-cased. GitLab tags are compared as given.
  * - `exact`: J equals P.
  * - `subset`: J is a subset of P, which is how both services route a job to a runner (a runner
  *   takes a job when it has every label the job asks for).
- * - A job with no labels left (GitHub `[self-hosted]`, GitLab untagged): GitHub matches only
- *   pools whose rule admits it as above; GitLab additionally requires the pool's `runUntagged`,
- *   since a GitLab runner created without it never picks an untagged job.
+ * - A GitHub job with no labels left (`[self-hosted]`) matches only pools whose rule admits it
+ *   as above; a GitHub job with no labels at all matches nothing.
+ * - An untagged GitLab job matches exactly the pools with `runUntagged`, whatever their tags
+ *   and rule: a runner with `run_untagged` picks untagged jobs besides the jobs its tags allow
+ *   (GitLab docs, "Use tags to control which jobs a runner can run"), and one without never does.
  * - Several candidates: an exact match wins over a subset match, then the subset pool with the
  *   fewest labels the job did not ask for, then the first in configuration order.
  */
 export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobLabels: readonly string[]): PoolMatch {
   const normalise = provider === 'github' ? (l: string) => l.trim().toLowerCase() : (l: string) => l.trim();
   const asked = new Set(jobLabels.map(normalise).filter((l) => l !== ''));
-  if (provider === 'github') {
-    if (!asked.delete(GITHUB_SELF_HOSTED_LABEL)) return { reason: 'not-self-hosted' };
-  }
+  const github = provider === 'github';
+  const askedSelfHosted = github && asked.delete(GITHUB_SELF_HOSTED_LABEL);
+  if (github && asked.size === 0 && !askedSelfHosted) return { reason: 'not-self-hosted' };
+  const untagged = !github && asked.size === 0;
   let best: { pool: PoolConfig; extra: number } | undefined;
   for (const pool of pools) {
     if (pool.provider !== provider) continue;
+    if (github && pool.requireSelfHostedLabel && !askedSelfHosted) continue;
     const offered = new Set(pool.labels.map(normalise));
-    if (provider === 'github') offered.delete(GITHUB_SELF_HOSTED_LABEL);
-    if (provider === 'gitlab' && asked.size === 0 && !pool.runUntagged) continue;
-    if (![...asked].every((l) => offered.has(l))) continue;
+    if (github) offered.delete(GITHUB_SELF_HOSTED_LABEL);
     const extra = offered.size - asked.size;
-    if (pool.labelMatch === 'exact' && extra !== 0) continue;
+    if (untagged) {
+      if (!pool.runUntagged) continue;
+    } else {
+      if (![...asked].every((l) => offered.has(l))) continue;
+      if (pool.labelMatch === 'exact' && extra !== 0) continue;
+    }
     if (!best || extra < best.extra) best = { pool, extra };
   }
-  return best ? { pool: best.pool } : { reason: 'no-matching-pool' };
+  if (best) return { pool: best.pool };
+  // A job that did not ask for "self-hosted" and fits no pool is most likely for GitHub's own runners.
+  return { reason: github && !askedSelfHosted ? 'not-self-hosted' : 'no-matching-pool' };
 }

@@ -13,6 +13,7 @@ import { classifyGitHubDelivery } from './github-delivery';
 import { classifyGitLabDelivery } from './gitlab-delivery';
 import { buildJobMessage, deduplicationId, gitLabDeliveryId, normaliseDeliveryId } from './job-message';
 import { logSafe, logSafeList } from './log-safe';
+import { isTooLarge, messageBytes, TOO_LARGE_REASON, tooLargeRecord, tooLargeSummary } from './too-large';
 import { DEFAULT_TIMESTAMP_TOLERANCE_SECONDS, verifyGitHubSignature, verifyGitLabToken, verifyStandardWebhook, type Verdict } from './verify';
 
 export interface WebhookOptions {
@@ -159,18 +160,21 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
         return reply(200, 'ignored', classified.reason);
       }
 
-      let message: JobMessage | undefined;
+      let message: JobMessage | Unmatched;
       try {
         message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog, deadline);
       } catch (e) {
         // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
         throw new Rejection(400, (e as Error).message);
       }
-      if (!message) return reply(200, 'ignored', 'no-matching-pool');
+      if ('unmatched' in message) return reply(200, 'ignored', message.unmatched);
       const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
+      const messageBody = JSON.stringify(message);
+      const size = messageBytes(messageBody);
+      if (isTooLarge(size)) return await recordTooLarge(message, size, config, jLog, deadline);
       const command = new SendMessageCommand({
         QueueUrl: queueUrl,
-        MessageBody: JSON.stringify(message),
+        MessageBody: messageBody,
         MessageGroupId: message.jobId,
         MessageDeduplicationId: deduplicationId(message.provider, message.deliveryId),
       });
@@ -231,8 +235,35 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     return { ok: true };
   }
 
-  /** The message to queue, or undefined when the job's labels match no pool. */
-  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | undefined> {
+  /**
+   * A job whose message SQS would refuse: every redelivery would fail the same way, and a 4xx
+   * would list the delivery as failed at GitHub and count toward GitLab disabling the hook.
+   * So it is answered 200 `too-large`, counted, and a small summary is kept in the dead-letter
+   * queue; if that record cannot be written the answer is a 5xx, so nothing is dropped silently.
+   */
+  async function recordTooLarge(message: JobMessage, size: number, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
+    const summary = tooLargeSummary(message, size);
+    const deadLetterQueueUrl = env[LAMBDA_ENV.deadLetterQueueUrl];
+    try {
+      if (!deadLetterQueueUrl) throw new Error(`${LAMBDA_ENV.deadLetterQueueUrl} is not set`);
+      await deadline.run('dead-letter send', opts.queueTimeoutMs, 0, (signal) => deps.sqs.send(tooLargeRecord(deadLetterQueueUrl, summary), { abortSignal: signal }));
+    } catch (e) {
+      jLog.error('job message too large, and recording it in the dead-letter queue failed', { sizeBytes: size, error: logSafe((e as Error).name === 'Error' ? (e as Error).message : (e as Error).name, 120) });
+      return e instanceof DeadlineExceeded ? reply(503, 'error', 'dead-letter queue too slow, redeliver later') : reply(500, 'error', 'dead-letter queue unavailable, redeliver later');
+    }
+    jLog.error('job message too large for the queue; recorded in the dead-letter queue', { sizeBytes: size, maxBytes: summary.maxBytes });
+    emitMetrics(
+      config.metrics.namespace,
+      { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved', [config.metrics.dimensions.reason]: TOO_LARGE_REASON },
+      { [METRIC_NAMES.deadLettered]: 1 },
+      'Count',
+      deps.metricSink,
+    );
+    return reply(200, 'ignored', TOO_LARGE_REASON);
+  }
+
+  /** The message to queue, or why the job's labels match no pool. */
+  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | Unmatched> {
     let labels: readonly string[] = job.labels;
     if (job.provider === 'gitlab') {
       const unresolved = buildJobMessage(job, { labels: [], labelsResolved: false, deliveryId, receivedAt });
@@ -243,7 +274,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     const match = matchPool(config.pools, job.provider, labels);
     if (!match.pool) {
       dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
-      return undefined;
+      return { unmatched: match.reason };
     }
     return buildJobMessage(job, { labels, labelsResolved: true, pool: match.pool.name, deliveryId, receivedAt });
   }
@@ -265,6 +296,8 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     }
   }
 }
+
+type Unmatched = { readonly unmatched: string };
 
 type Headers = Readonly<Record<string, string | undefined>>;
 

@@ -88,10 +88,11 @@ describe('the fleet against moto: fill, activate, cold-launch, evict, scale down
     expect(lines.metric('Sweeps', { Reason: 'idle' })).toBe(2);
     expect(lines.metric('Sweeps', { Reason: 'job-finished' })).toBe(1);
     expect(lines.metric('Sweeps', { Reason: 'no-instance' })).toBe(1);
-    // The cold instance's unread config is swept once its instance is gone.
-    expect(await paramNames()).toContain(paths.runnerConfig(cold.InstanceId!));
-    await scaleDown();
+    // The cold instance's unread config (a runner secret) goes in the same run as its instance.
     expect(await paramNames()).not.toContain(paths.runnerConfig(cold.InstanceId!));
+    expect(swept.parametersDeleted).toBe(1);
+    expect(lines.metric('Sweeps', { Reason: 'instance-terminated' })).toBe(1);
+    await scaleDown();
 
     // A new template version: the pool evicts every standby built from the old one.
     const fresh = (await all()).filter((i) => !tag(i, KEYS.jobId) && i.State?.Name !== 'terminated').map((i) => i.InstanceId!);

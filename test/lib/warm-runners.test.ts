@@ -11,8 +11,9 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { BOOT_LOG_KEYS, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
+import { fleetConfigInput } from '../../lib/fleet-config-input';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
 
@@ -255,6 +256,26 @@ describe('fleet config', () => {
     );
   });
 
+  it('carries requireSelfHostedLabel from the pool props (false when not given)', () => {
+    const placement = () => ({ launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'] });
+    const machineImage = ec2.MachineImage.latestAmazonLinux2023();
+    const input = fleetConfigInput(
+      {
+        github: { appId: '1', organization: 'o' },
+        pools: [
+          { name: 'strict', provider: Provider.GITHUB, requireSelfHostedLabel: true, machineImage },
+          { name: 'loose', provider: Provider.GITHUB, machineImage },
+        ],
+      },
+      placement,
+    );
+    const config = parseFleetConfig(JSON.stringify(buildFleetConfig(input)));
+    expect(config.pools.map((p) => [p.name, p.requireSelfHostedLabel])).toEqual([
+      ['strict', true],
+      ['loose', false],
+    ]);
+  });
+
   it('is synthesized so the Lambdas reader accepts it', () => {
     const [param] = Object.values(template.findResources('AWS::SSM::Parameter'));
     const value = resolvePseudo(param!.Properties.Value, { ...PSEUDO }) as string;
@@ -438,6 +459,24 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ssm:PutParameter', config, {}, false],
       ['ec2:StartInstances', fleetInstance, poolTag, false],
     ]));
+  it('webhook: sends to the jobs queue and, for jobs too large to queue, to the dead-letter queue; reads from neither', () => {
+    const queueArn = (logicalIdPrefix: string) => {
+      const [id] = Object.keys(template.findResources('AWS::SQS::Queue')).filter((k) => k.startsWith(logicalIdPrefix));
+      return `<getatt:${id}.Arn>`;
+    };
+    const jobs = queueArn('RunnersJobsQueue');
+    const dlq = queueArn('RunnersJobsDeadLetterQueue');
+    check('RunnersWebhookRole', [
+      ['sqs:SendMessage', jobs, {}, true],
+      ['sqs:SendMessage', dlq, {}, true],
+      ['sqs:SendMessage', 'arn:aws:sqs:eu-west-1:111122223333:other.fifo', {}, false],
+      ['sqs:ReceiveMessage', dlq, {}, false],
+      ['sqs:DeleteMessage', dlq, {}, false],
+      ['sqs:PurgeQueue', dlq, {}, false],
+    ]);
+    const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Verifies GitHub and GitLab') } }));
+    expect(fn!.Properties.Environment.Variables.DEAD_LETTER_QUEUE_URL).toEqual({ Ref: Object.keys(template.findResources('AWS::SQS::Queue')).find((k) => k.startsWith('RunnersJobsDeadLetterQueue')) });
+  });
   it('scale-up gets the dead-letter queue and the instance ARN prefix', () => {
     const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Serves queued jobs') } }));
     const vars = resolvePseudo(fn!.Properties.Environment.Variables, PSEUDO) as Record<string, string>;

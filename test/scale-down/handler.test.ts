@@ -107,6 +107,61 @@ describe('scale-down handler', () => {
     expect(await handler(truncated)).toMatchObject({ terminated: 1 });
   });
 
+  it('deletes the config parameter of an instance it terminates in the same run, with the orphans, and keeps a busy one\'s', async () => {
+    const idle = activated('1');
+    const busy = activated('2');
+    for (const [id, inst, isBusy] of [['1', idle, false], ['2', busy, true]] as const) {
+      ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: isBusy, instanceId: inst.id, jobId: 'x' });
+      // A config the instance never consumed (a runner that never started): it holds a runner secret.
+      aws.parameters.set(paths.runnerConfig(inst.id), { value: 'secret', tags: {}, at: aws.now });
+    }
+    const orphan = paths.runnerConfig('i-0000000000000abcd');
+    aws.parameters.set(orphan, { value: 'x', tags: {}, at: aws.now });
+    expect(await handler()).toEqual({ terminated: 1, parametersDeleted: 2, runnersDeleted: 0 });
+    expect(idle.state).not.toBe('running');
+    expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(busy.id)]);
+    expect(aws.ssm.commandCalls(DeleteParametersCommand).map((c) => c.args[0].input.Names!.sort())).toEqual([[orphan, paths.runnerConfig(idle.id)].sort()]);
+    expect(lines.metric('Sweeps', { Reason: 'instance-terminated' })).toBe(1);
+    expect(lines.metric('Sweeps', { Reason: 'instance-gone' })).toBe(1);
+  });
+
+  it('does not delete the config parameter of an instance whose termination failed', async () => {
+    const a = activated('1');
+    aws.parameters.set(paths.runnerConfig(a.id), { value: 'secret', tags: {}, at: aws.now });
+    aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
+    expect(await handler()).toMatchObject({ terminated: 0, parametersDeleted: 0 });
+    expect(aws.parameters.has(paths.runnerConfig(a.id))).toBe(true);
+    expect(aws.count('DeleteParameters')).toBe(0);
+  });
+
+  // Every attempt's answer is lost (503 after the fact): the outcome is read back, never assumed.
+  const lostAnswers = (execute: boolean) =>
+    Array.from({ length: 6 }, () => (input: Record<string, unknown>) => {
+      if (execute) for (const n of input.Names as string[]) aws.parameters.delete(n);
+      throw awsError('ServiceUnavailable', 503);
+    });
+
+  it('a delete whose answers were all lost but which happened is read back as done', async () => {
+    const a = activated('1');
+    aws.parameters.set(paths.runnerConfig(a.id), { value: 'secret', tags: {}, at: aws.now });
+    aws.fault('DeleteParameters', ...lostAnswers(true));
+    expect(await handler()).toMatchObject({ terminated: 1, parametersDeleted: 1 });
+    expect(aws.count('DeleteParameters')).toBe(6);
+    // Listed once to plan, once to read the outcome back.
+    expect(aws.count('GetParametersByPath')).toBe(2);
+    expect(lines.logs(/^deleting config parameters failed/)).toHaveLength(0);
+  });
+
+  it('a delete whose answers were all lost and which did not happen is read back as not done, and logged', async () => {
+    const a = activated('1');
+    aws.parameters.set(paths.runnerConfig(a.id), { value: 'secret', tags: {}, at: aws.now });
+    aws.fault('DeleteParameters', ...lostAnswers(false));
+    expect(await handler()).toMatchObject({ terminated: 1, parametersDeleted: 0 });
+    expect(aws.parameters.has(paths.runnerConfig(a.id))).toBe(true);
+    expect(lines.logs(/^deleting config parameters failed/)).toHaveLength(1);
+    expect(lines.metric('Sweeps', { Reason: 'instance-terminated' })).toBe(0);
+  });
+
   it('deletes orphaned parameters ten per call', async () => {
     for (let n = 0; n < 12; n++) aws.parameters.set(paths.runnerConfig(`i-${(0xabc0 + n).toString(16).padStart(17, '0')}`), { value: 'x', tags: {}, at: aws.now });
     expect((await handler()).parametersDeleted).toBe(12);

@@ -107,6 +107,34 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs('job already has an instance')).toHaveLength(2);
   });
 
+  it('a cold launch that fails after writing its config terminates the instance, deregisters the runner and deletes the config in the same run', async () => {
+    aws.fault('CreateTags', awsError('InvalidParameterValue'));
+    await handler()(jobEvent(jobs(1)));
+    const launched = [...aws.instances.values()];
+    expect(launched.map((i) => i.state)).toEqual(['terminated']);
+    expect(ci.deleted).toHaveLength(1);
+    expect(aws.count('PutParameter')).toBe(1);
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it.each([
+    [true, 0],
+    [false, 1],
+  ])('that config delete, its every answer lost, is read back with GetParameter (executed: %s)', async (executed, warnings) => {
+    aws.fault('CreateTags', awsError('InvalidParameterValue'));
+    aws.fault(
+      'DeleteParameter',
+      ...Array.from({ length: 6 }, () => (input: Record<string, unknown>) => {
+        if (executed) aws.parameters.delete(input.Name as string);
+        throw awsError('ServiceUnavailable', 503);
+      }),
+    );
+    await handler()(jobEvent(jobs(1)));
+    expect(aws.count('GetParameter')).toBe(1);
+    expect(aws.parameters.size).toBe(executed ? 0 : 1);
+    expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
+  });
+
   it('moves to the next candidate when a claim is lost, deregistering the runner', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
@@ -681,7 +709,7 @@ describe('scale-up: the queue', () => {
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
   });
 
-  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, and GitHub needs self-hosted', async () => {
+  it('resolves the pool by the webhook rules: an exact match wins over an earlier subset pool, self-hosted is optional', async () => {
     const base = fleetConfig();
     const linux = base.pools[0]!;
     const config = { ...base, pools: [{ ...linux, name: 'wide', labels: ['linux', 'x64'], labelMatch: LabelMatch.SUBSET as const }, linux] };
@@ -695,7 +723,7 @@ describe('scale-up: the queue', () => {
     ci.labels.set('github:1', ['self-hosted', 'Linux']);
     expect((await handler({}, config)(jobEvent([unresolved(1)]))).batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id)).toEqual([exact]);
-    ci.labels.set('github:2', ['linux']);
+    ci.labels.set('github:2', ['windows']);
     expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
     expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');

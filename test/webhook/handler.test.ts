@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CreateQueueCommand, PurgeQueueCommand, ReceiveMessageCommand, SQSClient, type Message } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, DeleteMessageCommand, PurgeQueueCommand, ReceiveMessageCommand, SQSClient, type Message } from '@aws-sdk/client-sqs';
 import { DeleteParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import examples from '@octokit/webhooks-examples';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildFleetConfig, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, GitLabRunnerType, LabelMatch, Provider, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_MAX_BYTES, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, GitLabRunnerType, LabelMatch, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
 import { captureConsole } from '../support/console-capture';
@@ -36,6 +36,7 @@ let gitlabRoute: Route;
 let ssm: SSMClient;
 let sqs: SQSClient;
 let queueUrl: string;
+let deadLetterQueueUrl: string;
 let ssmReads = 0;
 /** Added to every SSM GetParameter call, to play a cold container's slow SSM. */
 let ssmDelayMs = 0;
@@ -50,6 +51,8 @@ function config(gitlabUrl: string, gitlabScope: { runnerType?: GitLabRunnerType;
     pools: [
       { name: 'gh-k8s', provider: Provider.GITHUB, labels: ['k8s'], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
       { name: 'gl-docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+      // Default exact rule, and run_untagged: takes untagged jobs and jobs tagged [linux, x64].
+      { name: 'gl-general', provider: Provider.GITLAB, labels: ['linux', 'x64'], runUntagged: true, launchTemplateId: 'lt-3', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
     ],
   });
 }
@@ -61,15 +64,15 @@ function newHandler(options: WebhookOptions = {}, env: Record<string, string> = 
     now: () => NOW,
     logger: createLogger({ fn: 'webhook' }, (l) => logLines.push(l)),
     metricSink: (l) => metricLines.push(l),
-    env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config(gitlab.url)), [LAMBDA_ENV.jobsQueueUrl]: queueUrl, ...env },
+    env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config(gitlab.url)), [LAMBDA_ENV.jobsQueueUrl]: queueUrl, [LAMBDA_ENV.deadLetterQueueUrl]: deadLetterQueueUrl, ...env },
     options: { tagLookupTimeoutMs: scaled(1_000), ...options },
   });
 }
 
-async function queued(): Promise<Message[]> {
+async function queued(url = queueUrl): Promise<Message[]> {
   const out: Message[] = [];
   for (;;) {
-    const res = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 60, MessageSystemAttributeNames: ['All'] }));
+    const res = await sqs.send(new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 60, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
     if (!res.Messages?.length) return out;
     out.push(...res.Messages);
   }
@@ -116,6 +119,7 @@ beforeAll(async () => {
   );
   sqs = new SQSClient(clientConfig);
   queueUrl = (await sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true', ContentBasedDeduplication: 'false' } }))).QueueUrl!;
+  deadLetterQueueUrl = (await sqs.send(new CreateQueueCommand({ QueueName: 'jobs-dlq.fifo', Attributes: { FifoQueue: 'true', ContentBasedDeduplication: 'false' } }))).QueueUrl!;
   const put = (Name: string, Value: string) => ssm.send(new PutParameterCommand({ Name, Value, Type: 'SecureString', Overwrite: true }));
   await put(paths.github.webhookSecret, secrets.githubWebhook);
   await put(paths.gitlab.webhookToken, secrets.gitlabWebhookToken);
@@ -130,6 +134,7 @@ afterAll(async () => {
 beforeEach(async () => {
   ssmDelayMs = 0;
   await sqs.send(new PurgeQueueCommand({ QueueUrl: queueUrl }));
+  await sqs.send(new PurgeQueueCommand({ QueueUrl: deadLetterQueueUrl }));
   gitlab.requests.length = 0;
   gitlabRoute = (req) => (req.path === '/api/v4/projects/380/jobs/1977' ? { status: 200, body: { id: 1977, status: 'pending', tag_list: ['docker'] } } : { status: 404, body: { message: '404 Not found' } });
 });
@@ -168,6 +173,24 @@ describe('GitHub deliveries (community example payloads)', () => {
     expect(messages[0]!.Attributes?.MessageDeduplicationId).toBe(`github:${m.deliveryId}`);
     const metric = metricLines.map((l) => JSON.parse(l) as Record<string, unknown>).find((r) => r[METRIC_NAMES.jobsReceived] === 1);
     expect(metric).toMatchObject({ Pool: 'gh-k8s' });
+  });
+
+  it('queues a queued job whose runs-on names the pool\'s labels without "self-hosted"; a pool with requireSelfHostedLabel ignores it', async () => {
+    // The community example with `runs-on: k8s` instead of `[self-hosted, k8s]`.
+    const example = JSON.parse(queuedSelfHosted) as { workflow_job: { labels: string[] } };
+    example.workflow_job.labels = ['k8s'];
+    const body = JSON.stringify(example);
+    const event = () => functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body);
+    const res = result(await newHandler()(event()));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued']);
+    const messages = await queued();
+    expect(messages.map((m) => parsed(m))).toMatchObject([{ pool: 'gh-k8s', labels: ['k8s'] }]);
+
+    const strict = config(gitlab.url);
+    const strictConfig = { ...strict, pools: strict.pools.map((p) => (p.name === 'gh-k8s' ? { ...p, requireSelfHostedLabel: true } : p)) };
+    const strictRes = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(strictConfig) })(event()));
+    expect([strictRes.statusCode, outcome(strictRes).reason]).toEqual([200, 'not-self-hosted']);
+    expect(await queued()).toHaveLength(0);
   });
 
   it('acknowledges ping and other event types without queueing', async () => {
@@ -257,6 +280,15 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
 
   const LOOKUP_BOUND_MS = 300;
   const LOOKUP_MARGIN_MS = 700;
+
+  it('queues an untagged pending job for the pool that runs untagged jobs', async () => {
+    gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: [] } });
+    const res = result(await newHandler()(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued']);
+    const messages = await queued();
+    expect(messages).toHaveLength(1);
+    expect(parsed(messages[0]!)).toMatchObject({ jobId: 'gitlab:1977', pool: 'gl-general', labels: [], labelsResolved: true });
+  });
 
   it('acknowledges a pending job whose tags match no pool', async () => {
     gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: ['windows'] } });
@@ -531,6 +563,69 @@ describe('the request deadline (cold container, slow dependencies)', () => {
     expect(logLines.slice(linesBefore).some((l) => l.includes('request deadline reached') && l.includes('"step":"webhook secret read"'))).toBe(true);
     ssmDelayMs = 0;
     expect(await queued()).toHaveLength(0);
+  });
+});
+
+describe('a job whose queue message would exceed the SQS message size', () => {
+  /** A pending Job Hook (real fixture) whose project name makes the message `bytes` long. */
+  async function sizedEvent(bytes: number) {
+    // The message grows one byte per character of the project name: measure one, then size it.
+    const probe = gitlabEvent('pending', { 'Idempotency-Key': randomUUID() }, { project: { ...(jobHook.project as object), path_with_namespace: 'gitlab-org/p' } });
+    expect(result(await newHandler()(probe.event)).statusCode).toBe(202);
+    const [m] = await queued();
+    const overhead = Buffer.byteLength(m!.Body!) - 1;
+    // Out of the way: a FIFO group delivers nothing more while a received message is in flight.
+    await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m!.ReceiptHandle! }));
+    const name = 'p'.repeat(bytes - overhead);
+    return gitlabEvent('pending', { 'Idempotency-Key': randomUUID() }, { project: { ...(jobHook.project as object), path_with_namespace: `gitlab-org/${name}` } });
+  }
+
+  it(`is queued at exactly ${JOB_MESSAGE_MAX_BYTES} bytes`, async () => {
+    const res = result(await newHandler()((await sizedEvent(JOB_MESSAGE_MAX_BYTES)).event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued']);
+    const [m] = await queued();
+    expect(Buffer.byteLength(m!.Body!)).toBe(JOB_MESSAGE_MAX_BYTES);
+    expect(await queued(deadLetterQueueUrl)).toHaveLength(0);
+  });
+
+  it('one byte more: 200 too-large, counted, and a small summary in the dead-letter queue (once per delivery)', async () => {
+    const { event } = await sizedEvent(JOB_MESSAGE_MAX_BYTES + 1);
+    const metricsBefore = metricLines.length;
+    const handler = newHandler();
+    const res = result(await handler(event));
+    expect([res.statusCode, outcome(res)]).toEqual([200, { outcome: 'ignored', reason: 'too-large' }]);
+    // A redelivery of the same delivery answers the same and is recorded once.
+    expect(outcome(await handler(event)).reason).toBe('too-large');
+    expect(await queued()).toHaveLength(0);
+    const dead = await queued(deadLetterQueueUrl);
+    expect(dead).toHaveLength(1);
+    expect(Buffer.byteLength(dead[0]!.Body!)).toBeLessThan(1024);
+    const summary = JSON.parse(dead[0]!.Body!) as Record<string, unknown>;
+    expect(summary).toEqual({
+      reason: 'too-large',
+      provider: Provider.GITLAB,
+      deliveryId: event.headers['idempotency-key'],
+      jobId: 'gitlab:1977',
+      traceId: event.headers['idempotency-key'],
+      sizeBytes: JOB_MESSAGE_MAX_BYTES + 1,
+      maxBytes: JOB_MESSAGE_MAX_BYTES,
+    });
+    expect(dead[0]!.MessageAttributes?.['dead-letter-reason']?.StringValue).toBe('too-large');
+    expect(dead[0]!.Attributes?.MessageGroupId).toBe('gitlab:1977');
+    const counted = metricLines.slice(metricsBefore).map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => r[METRIC_NAMES.deadLettered] === 1);
+    expect(counted).toHaveLength(2);
+    expect(counted[0]).toMatchObject({ Pool: 'gl-docker', Reason: 'too-large' });
+  });
+
+  it.each([
+    ['refuses the record', (dlq: string) => ({ [LAMBDA_ENV.deadLetterQueueUrl]: `${dlq.slice(0, dlq.lastIndexOf('/'))}/no-such-queue.fifo` })],
+    ['is not configured', () => ({ [LAMBDA_ENV.deadLetterQueueUrl]: '' })],
+  ])('answers 500 when the dead-letter queue %s, so the sender redelivers', async (_name, env) => {
+    const { event } = await sizedEvent(JOB_MESSAGE_MAX_BYTES + 1);
+    const res = result(await newHandler({}, env(deadLetterQueueUrl))(event));
+    expect(res.statusCode).toBe(500);
+    expect(await queued()).toHaveLength(0);
+    expect(await queued(deadLetterQueueUrl)).toHaveLength(0);
   });
 });
 

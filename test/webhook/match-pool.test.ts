@@ -29,7 +29,9 @@ describe('matchPool', () => {
     [Provider.GITHUB, ['self-hosted', 'linux'], 'gh-gpu'], // subset of gh-gpu (1 extra) and gh-big (3 extra): tightest wins
     [Provider.GITHUB, ['self-hosted', 'big'], 'gh-big'],
     [Provider.GITHUB, ['self-hosted'], 'gh-gpu'], // nothing asked beyond self-hosted: any subset pool, tightest first
-    [Provider.GITHUB, ['linux', 'x64'], 'not-self-hosted'], // GitHub-hosted or another runner type
+    [Provider.GITHUB, ['linux', 'x64'], 'gh-linux'], // GitHub does not require "self-hosted"
+    [Provider.GITHUB, ['gpu'], 'gh-gpu'],
+    [Provider.GITHUB, ['windows'], 'not-self-hosted'], // fits no pool and did not ask for a self-hosted runner
     [Provider.GITHUB, ['ubuntu-latest'], 'not-self-hosted'],
     [Provider.GITHUB, [], 'not-self-hosted'],
     [Provider.GITHUB, ['self-hosted', 'linux', 'x64', 'windows'], 'no-matching-pool'], // asks for more than any pool offers
@@ -45,6 +47,21 @@ describe('matchPool', () => {
   ] as const)('%s %j -> %s', (provider, labels, expected) => {
     const match = matchPool(config.pools, provider, labels);
     expect(match.pool?.name ?? (match as { reason: string }).reason).toBe(expected);
+  });
+
+  it('a pool with requireSelfHostedLabel takes only jobs that ask for "self-hosted"', () => {
+    const strict = buildFleetConfig({
+      github: { appId: '1', organization: 'acme' },
+      pools: [
+        pool({ name: 'strict', provider: Provider.GITHUB, labels: ['linux', 'x64'], requireSelfHostedLabel: true }),
+        pool({ name: 'loose', provider: Provider.GITHUB, labels: ['linux', 'x64', 'big'], labelMatch: LabelMatch.SUBSET }),
+      ],
+    });
+    expect(strict.pools.map((p) => p.requireSelfHostedLabel)).toEqual([true, false]);
+    expect(matchPool(strict.pools, Provider.GITHUB, ['self-hosted', 'linux', 'x64']).pool?.name).toBe('strict');
+    // Without the label the strict pool is out; the subset pool takes it.
+    expect(matchPool(strict.pools, Provider.GITHUB, ['linux', 'x64']).pool?.name).toBe('loose');
+    expect(matchPool(strict.pools.slice(0, 1), Provider.GITHUB, ['linux', 'x64'])).toEqual({ reason: 'not-self-hosted' });
   });
 
   it('breaks ties by configuration order', () => {
@@ -65,6 +82,36 @@ describe('matchPool', () => {
     });
     expect(matchPool(only.pools, Provider.GITHUB, ['self-hosted', 'a']).pool).toBeUndefined();
     expect(matchPool(only.pools, Provider.GITHUB, ['self-hosted', 'a', 'b']).pool?.name).toBe('exact');
+  });
+
+  it('an untagged GitLab job goes to a pool that runs untagged jobs under the default exact rule; a tagged job still needs its tags', () => {
+    // The runner such a pool registers has tags and run_untagged: GitLab gives it untagged
+    // jobs and jobs whose tags are among its own.
+    const exact = buildFleetConfig({
+      gitlab: { url: 'https://gitlab.example.com' },
+      pools: [
+        pool({ name: 'gl-docker', provider: Provider.GITLAB, labels: ['docker'] }),
+        pool({ name: 'gl-general', provider: Provider.GITLAB, labels: ['linux', 'x64'], runUntagged: true }),
+      ],
+    });
+    expect(exact.pools[1]!.labelMatch).toBe(LabelMatch.EXACT);
+    expect(matchPool(exact.pools, Provider.GITLAB, []).pool?.name).toBe('gl-general');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['linux', 'x64']).pool?.name).toBe('gl-general');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['linux'])).toEqual({ reason: 'no-matching-pool' }); // exact: fewer tags refused
+    expect(matchPool(exact.pools, Provider.GITLAB, ['docker']).pool?.name).toBe('gl-docker');
+    expect(matchPool(exact.pools, Provider.GITLAB, ['gpu'])).toEqual({ reason: 'no-matching-pool' });
+  });
+
+  it('several pools run untagged jobs: the one with the fewest tags, then configuration order', () => {
+    const many = buildFleetConfig({
+      gitlab: { url: 'https://gitlab.example.com' },
+      pools: [
+        pool({ name: 'big', provider: Provider.GITLAB, labels: ['linux', 'big'], runUntagged: true }),
+        pool({ name: 'small', provider: Provider.GITLAB, labels: ['linux'], runUntagged: true, labelMatch: LabelMatch.SUBSET }),
+        pool({ name: 'small-too', provider: Provider.GITLAB, labels: ['arm64'], runUntagged: true }),
+      ],
+    });
+    expect(matchPool(many.pools, Provider.GITLAB, []).pool?.name).toBe('small');
   });
 
   it('an untagged GitLab job never lands on a pool without runUntagged, even an exact one with no tags', () => {

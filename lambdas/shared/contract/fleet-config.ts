@@ -72,6 +72,8 @@ export interface PoolConfig {
   readonly labelMatch: LabelMatch;
   /** GitLab: let the runner pick untagged jobs. */
   readonly runUntagged: boolean;
+  /** GitHub: take only jobs whose labels include "self-hosted". */
+  readonly requireSelfHostedLabel: boolean;
   /** Launch template of the pool's instances. */
   readonly launchTemplateId: string;
   /** Version of the launch template scale-up and the pool launch. */
@@ -142,6 +144,7 @@ export interface PoolInput {
   readonly labels?: readonly string[];
   readonly labelMatch?: LabelMatch;
   readonly runUntagged?: boolean;
+  readonly requireSelfHostedLabel?: boolean;
   readonly launchTemplateId: string;
   readonly launchTemplateVersion: string;
   readonly subnetIds: readonly string[];
@@ -236,6 +239,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       labels: [...(p.labels ?? [p.name])],
       labelMatch: p.labelMatch ?? FLEET_DEFAULTS.labelMatch,
       runUntagged: p.runUntagged ?? false,
+      requireSelfHostedLabel: p.requireSelfHostedLabel ?? false,
       launchTemplateId: p.launchTemplateId,
       launchTemplateVersion: p.launchTemplateVersion,
       subnetIds: [...p.subnetIds],
@@ -377,6 +381,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const match = c.at(`${p}.labelMatch`);
     if (!LABEL_MATCHES.includes(match as string)) c.fail(`${p}.labelMatch`, `must be ${LABEL_MATCHES.map((m) => `"${m}"`).join(' or ')}`);
     c.boolean(`${p}.runUntagged`);
+    c.boolean(`${p}.requireSelfHostedLabel`);
     c.string(`${p}.launchTemplateId`);
     c.string(`${p}.launchTemplateVersion`);
     c.strings(`${p}.subnetIds`, 1);

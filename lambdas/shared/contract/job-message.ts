@@ -35,6 +35,20 @@ export function qualifiedJobId(provider: Provider, providerJobId: string | numbe
   return `${provider}:${providerJobId}`;
 }
 
+/**
+ * Largest jobs-queue message the webhook sends, in bytes of the UTF-8 body (SQS counts the
+ * body and the message attributes; job messages carry none). SQS raised its ceiling from
+ * 256 KiB to 1 MiB in August 2025 (CreateQueue `MaximumMessageSize`: 1,024 to 1,048,576
+ * bytes, default 1 MiB, per the SDK's API docs), but a queue created before keeps the
+ * 262,144 bytes it was given, and the jobs queue sets no size: 256 KiB is what every jobs
+ * queue accepts. moto 5.2.1 enforces the queue's `MaximumMessageSize` (default 1 MiB), so
+ * the webhook checks this bound itself rather than learning it from a refused send.
+ */
+export const JOB_MESSAGE_MAX_BYTES = 262_144;
+
+/** Message attribute naming why a message is in the dead-letter queue. */
+export const DEAD_LETTER_REASON_ATTRIBUTE = 'dead-letter-reason';
+
 const TRACE_ID_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 const MAX_LABELS = 64;
 

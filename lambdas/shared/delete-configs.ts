@@ -1,0 +1,88 @@
+import { DeleteParameterCommand, DeleteParametersCommand, GetParameterCommand, type DeleteParametersCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, type AwsCaller } from './aws-call';
+import type { SsmPaths } from './contract';
+import { listRunnerConfigs } from './parameters';
+
+/** Which config parameters are gone after a delete, and which are still there or unknown. */
+export interface DeleteOutcome {
+  readonly gone: ReadonlySet<string>;
+  /** Not deleted (a definite refusal, or still listed when read back): the sweep retries. */
+  readonly kept: ReadonlySet<string>;
+}
+
+/**
+ * The calls the caller's role allows: scale-down holds `ssm:DeleteParameters` (10 names a
+ * call), the pool and scale-up `ssm:DeleteParameter`; scale-down and the pool read back by
+ * listing the config root (`ssm:GetParametersByPath`: names only, they may not read a
+ * config), scale-up by `ssm:GetParameter`. Each role keeps the actions it has.
+ */
+export interface DeleteCalls {
+  readonly delete: 'batch' | 'single';
+  readonly readBack: 'list' | 'get';
+}
+
+const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnknownOutcome(error);
+
+/**
+ * Deletes runner config parameters (they hold a runner secret) and says which are gone.
+ * A parameter that is not found is gone already: done. A delete whose answer was lost
+ * (timeout, reset, 5xx after its retries) may have happened: it is resolved by listing the
+ * config root again, never assumed either way.
+ */
+export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: SsmPaths, names: readonly string[], calls: DeleteCalls): Promise<DeleteOutcome & { readonly errors: readonly string[] }> {
+  const gone = new Set<string>();
+  const kept = new Set<string>();
+  const unknown = new Set<string>();
+  const errors: string[] = [];
+  const unique = [...new Set(names)];
+  const batches = calls.delete === 'batch' ? chunks(unique, 10) : unique.map((n) => [n]);
+  for (const batch of batches) {
+    try {
+      if (calls.delete === 'batch') {
+        const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), WRITE_IDEMPOTENT);
+        // InvalidParameters lists the names SSM did not find: gone as well.
+        for (const n of [...(out.DeletedParameters ?? []), ...(out.InvalidParameters ?? [])]) gone.add(n);
+        for (const n of batch) if (!gone.has(n)) unknown.add(n);
+      } else {
+        await aws.send(ssm, new DeleteParameterCommand({ Name: batch[0]! }), WRITE_IDEMPOTENT);
+        gone.add(batch[0]!);
+      }
+    } catch (error) {
+      if (errorName(error) === 'ParameterNotFound') batch.forEach((n) => gone.add(n));
+      else {
+        errors.push(errorName(error));
+        for (const n of batch) (lost(error) ? unknown : kept).add(n);
+      }
+    }
+  }
+  if (unknown.size > 0) {
+    try {
+      const present = calls.readBack === 'list' ? new Set((await listRunnerConfigs(aws, ssm, paths)).map((p) => p.name)) : await stillThere(aws, ssm, unknown);
+      for (const n of unknown) (present.has(n) ? kept : gone).add(n);
+    } catch (error) {
+      errors.push(errorName(error));
+      for (const n of unknown) kept.add(n);
+    }
+  }
+  return { gone, kept, errors };
+}
+
+/** The names GetParameter still finds (without decrypting: the value is not needed). */
+async function stillThere(aws: AwsCaller, ssm: SSMClient, names: ReadonlySet<string>): Promise<Set<string>> {
+  const present = new Set<string>();
+  for (const name of names) {
+    try {
+      await aws.send(ssm, new GetParameterCommand({ Name: name, WithDecryption: false }), READ);
+      present.add(name);
+    } catch (error) {
+      if (errorName(error) !== 'ParameterNotFound') throw error;
+    }
+  }
+  return present;
+}
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
