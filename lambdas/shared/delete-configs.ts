@@ -1,5 +1,5 @@
 import { DeleteParameterCommand, DeleteParametersCommand, GetParameterCommand, type DeleteParametersCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, type AwsCaller } from './aws-call';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
 import type { SsmPaths } from './contract';
 import { listRunnerConfigs } from './parameters';
 
@@ -26,8 +26,12 @@ const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnkno
 /**
  * Deletes runner config parameters (they hold a runner secret) and says which are gone.
  * A parameter that is not found is gone already: done. A delete whose answer was lost
- * (timeout, reset, 5xx after its retries) may have happened: it is resolved by listing the
- * config root again, never assumed either way.
+ * (timeout, reset, 5xx) may have happened: it is resolved by reading back, never assumed
+ * either way, and never by sending the delete again (WRITE_ONCE: only throttling, a definite
+ * refusal, is retried). Deleting by name is not idempotent here: once the first delete has
+ * removed an eviction marker or a stale claim, scale-up may claim the instance and write
+ * its config under the same name, which a retry would delete. A name still there when read
+ * back is left for the next run or the sweep.
  */
 export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: SsmPaths, names: readonly string[], calls: DeleteCalls): Promise<DeleteOutcome & { readonly errors: readonly string[] }> {
   const gone = new Set<string>();
@@ -39,12 +43,12 @@ export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths:
   for (const batch of batches) {
     try {
       if (calls.delete === 'batch') {
-        const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), WRITE_IDEMPOTENT);
+        const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), WRITE_ONCE);
         // InvalidParameters lists the names SSM did not find: gone as well.
         for (const n of [...(out.DeletedParameters ?? []), ...(out.InvalidParameters ?? [])]) gone.add(n);
         for (const n of batch) if (!gone.has(n)) unknown.add(n);
       } else {
-        await aws.send(ssm, new DeleteParameterCommand({ Name: batch[0]! }), WRITE_IDEMPOTENT);
+        await aws.send(ssm, new DeleteParameterCommand({ Name: batch[0]! }), WRITE_ONCE);
         gone.add(batch[0]!);
       }
     } catch (error) {

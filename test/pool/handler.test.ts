@@ -78,34 +78,19 @@ describe('pool handler', () => {
     expect(aws.parameters.size).toBe(0);
   });
 
-  it('a marker delete whose answer was lost is done when the retry finds the parameter gone', async () => {
+  it.each([
+    [true, 0],
+    [false, 1],
+  ])('a marker delete whose answer was lost is read back, never sent again (executed: %s)', async (executed, warnings) => {
     const stale = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
-    // The delete happens and its answer is lost; the retry answers ParameterNotFound.
-    aws.fault('DeleteParameter', (input) => {
-      aws.parameters.delete(input.Name as string);
+    aws.fault('DeleteParameter', (input: Record<string, unknown>) => {
+      if (executed) aws.parameters.delete(input.Name as string);
       throw awsError('ServiceUnavailable', 503);
     });
     await handler(fleetConfig({ warmSize: 0 }))();
     expect(aws.instances.get(stale.id)!.state).toBe('terminated');
-    expect(aws.count('DeleteParameter')).toBe(2);
-    expect(aws.parameters.size).toBe(0);
-    expect(lines.logs(/^removing an eviction marker failed/)).toHaveLength(0);
-  });
-
-  it.each([
-    [true, 0],
-    [false, 1],
-  ])('a marker delete whose every answer was lost is read back (executed: %s)', async (executed, warnings) => {
-    const stale = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
-    aws.fault(
-      'DeleteParameter',
-      ...Array.from({ length: 6 }, () => (input: Record<string, unknown>) => {
-        if (executed) aws.parameters.delete(input.Name as string);
-        throw awsError('ServiceUnavailable', 503);
-      }),
-    );
-    await handler(fleetConfig({ warmSize: 0 }))();
-    expect(aws.instances.get(stale.id)!.state).toBe('terminated');
+    // A second delete could remove a config that scale-up wrote under the same name meanwhile.
+    expect(aws.count('DeleteParameter')).toBe(1);
     // Listed once to observe the claims, once to read the outcome back.
     expect(aws.count('GetParametersByPath')).toBe(2);
     expect(aws.parameters.has(paths.runnerConfig(stale.id))).toBe(!executed);

@@ -141,12 +141,12 @@ describe('scale-down handler', () => {
       throw awsError('ServiceUnavailable', 503);
     });
 
-  it('a delete whose answers were all lost but which happened is read back as done', async () => {
+  it('a delete whose answer was lost but which happened is read back as done, not sent again', async () => {
     const a = activated('1');
     aws.parameters.set(paths.runnerConfig(a.id), { value: 'secret', tags: {}, at: aws.now });
     aws.fault('DeleteParameters', ...lostAnswers(true));
     expect(await handler()).toMatchObject({ terminated: 1, parametersDeleted: 1 });
-    expect(aws.count('DeleteParameters')).toBe(6);
+    expect(aws.count('DeleteParameters')).toBe(1);
     // Listed once to plan, once to read the outcome back.
     expect(aws.count('GetParametersByPath')).toBe(2);
     expect(lines.logs(/^deleting config parameters failed/)).toHaveLength(0);
