@@ -1,4 +1,4 @@
-import { buildFleetConfig, DEFAULT_PREFIX, prefixProblem } from '../lambdas/shared/contract';
+import { buildFleetConfig, DEFAULT_PREFIX, prefixProblem, Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput } from './fleet-config-input';
 import type { WarmRunnersProps } from './warm-runners';
 
@@ -50,4 +50,29 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       (e as Error).message.replace(/pools\.(\d+)\./g, (_m, i: string) => `pool "${props.pools[Number(i)]?.name ?? i}": `),
     );
   }
+}
+
+/** Labels GitHub gives its hosted runners (ubuntu-24.04, windows-latest, macos-15, ...). */
+const GITHUB_HOSTED_LABEL = /^(ubuntu|windows|macos)(-|$)|-latest$/i;
+
+/**
+ * GitHub pools that would take jobs meant for GitHub's hosted runners: without
+ * requireSelfHostedLabel a pool serves any job whose labels it matches, and GitHub itself
+ * warns that a `runs-on` without "self-hosted" can go to hosted runners. A pool named or
+ * labelled like a hosted runner would launch an instance for every such job of the
+ * installation. One warning per pool, for `cdk synth` to show.
+ */
+export function hostedLabelWarnings(props: WarmRunnersProps): string[] {
+  const out: string[] = [];
+  for (const pool of props.pools) {
+    if (pool.provider !== Provider.GITHUB || pool.requireSelfHostedLabel) continue;
+    const hosted = (pool.labels ?? [pool.name]).filter((l) => GITHUB_HOSTED_LABEL.test(l));
+    if (hosted.length === 0) continue;
+    out.push(
+      `pool "${pool.name}": label${hosted.length > 1 ? 's' : ''} ${hosted.map((l) => `"${l}"`).join(', ')} look${hosted.length > 1 ? '' : 's'} like GitHub-hosted runner labels, ` +
+        'and the pool serves jobs that do not ask for "self-hosted": jobs meant for hosted runners would start instances here. ' +
+        'Rename the labels, or set requireSelfHostedLabel: true to serve only jobs whose runs-on includes "self-hosted".',
+    );
+  }
+  return out;
 }

@@ -1,4 +1,4 @@
-import { Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
+import { Annotations, Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -28,7 +28,7 @@ import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { validateWarmRunnersProps } from './validate';
+import { hostedLabelWarnings, validateWarmRunnersProps } from './validate';
 
 /**
  * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
@@ -138,6 +138,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   constructor(scope: Construct, id: string, props: WarmRunnersProps) {
     super(scope, id);
     validateWarmRunnersProps(props);
+    for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);

@@ -1,5 +1,5 @@
 import { App, type CfnElement, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -256,7 +256,7 @@ describe('fleet config', () => {
     );
   });
 
-  it('carries requireSelfHostedLabel from the pool props (false when not given)', () => {
+  it('carries requireSelfHostedLabel from the pool props, only when true (absent is false)', () => {
     const placement = () => ({ launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'] });
     const machineImage = ec2.MachineImage.latestAmazonLinux2023();
     const input = fleetConfigInput(
@@ -272,8 +272,9 @@ describe('fleet config', () => {
     const config = parseFleetConfig(JSON.stringify(buildFleetConfig(input)));
     expect(config.pools.map((p) => [p.name, p.requireSelfHostedLabel])).toEqual([
       ['strict', true],
-      ['loose', false],
+      ['loose', undefined],
     ]);
+    expect(JSON.stringify(buildFleetConfig(input)).match(/requireSelfHostedLabel/g)).toHaveLength(1);
   });
 
   it('is synthesized so the Lambdas reader accepts it', () => {
@@ -345,6 +346,20 @@ describe('props validation', () => {
     ],
   ])('%s', (_name, change, message) => {
     expect(() => build(change)).toThrow(message);
+  });
+
+  it('warns at synth when a GitHub pool that serves jobs without "self-hosted" carries a hosted runner label', () => {
+    const warnings = (change: (p: WarmRunnersProps) => WarmRunnersProps) => {
+      const props = change(base());
+      new WarmRunners(props.vpc.stack, 'Runners', props);
+      return Annotations.fromStack(props.vpc.stack).findWarning('*', Match.stringLikeRegexp('look(s)? like GitHub-hosted runner labels'));
+    };
+    const pool = (extra: object) => (p: WarmRunnersProps) => ({ ...p, pools: [{ ...p.pools[0]!, ...extra }] });
+    expect(warnings(pool({ name: 'ubuntu-latest' }))).toHaveLength(1);
+    expect(warnings(pool({ labels: ['linux', 'windows-2022'] }))[0]!.entry.data).toMatch(/pool "linux": label "windows-2022" looks like/);
+    // Not with the old rule, nor with labels no hosted runner has.
+    expect(warnings(pool({ name: 'ubuntu-latest', requireSelfHostedLabel: true }))).toHaveLength(0);
+    expect(warnings(pool({ labels: ['linux', 'x64', 'gpu'] }))).toHaveLength(0);
   });
 });
 

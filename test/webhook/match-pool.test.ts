@@ -57,7 +57,7 @@ describe('matchPool', () => {
         pool({ name: 'loose', provider: Provider.GITHUB, labels: ['linux', 'x64', 'big'], labelMatch: LabelMatch.SUBSET }),
       ],
     });
-    expect(strict.pools.map((p) => p.requireSelfHostedLabel)).toEqual([true, false]);
+    expect(strict.pools.map((p) => p.requireSelfHostedLabel)).toEqual([true, undefined]);
     expect(matchPool(strict.pools, Provider.GITHUB, ['self-hosted', 'linux', 'x64']).pool?.name).toBe('strict');
     // Without the label the strict pool is out; the subset pool takes it.
     expect(matchPool(strict.pools, Provider.GITHUB, ['linux', 'x64']).pool?.name).toBe('loose');

@@ -72,8 +72,12 @@ export interface PoolConfig {
   readonly labelMatch: LabelMatch;
   /** GitLab: let the runner pick untagged jobs. */
   readonly runUntagged: boolean;
-  /** GitHub: take only jobs whose labels include "self-hosted". */
-  readonly requireSelfHostedLabel: boolean;
+  /**
+   * GitHub: take only jobs whose labels include "self-hosted". Written only when true, so
+   * pools that keep the default add nothing to the FleetConfig's size.
+   * @default false
+   */
+  readonly requireSelfHostedLabel?: boolean;
   /** Launch template of the pool's instances. */
   readonly launchTemplateId: string;
   /** Version of the launch template scale-up and the pool launch. */
@@ -239,7 +243,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       labels: [...(p.labels ?? [p.name])],
       labelMatch: p.labelMatch ?? FLEET_DEFAULTS.labelMatch,
       runUntagged: p.runUntagged ?? false,
-      requireSelfHostedLabel: p.requireSelfHostedLabel ?? false,
+      ...(p.requireSelfHostedLabel ? { requireSelfHostedLabel: true } : {}),
       launchTemplateId: p.launchTemplateId,
       launchTemplateVersion: p.launchTemplateVersion,
       subnetIds: [...p.subnetIds],
@@ -381,7 +385,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const match = c.at(`${p}.labelMatch`);
     if (!LABEL_MATCHES.includes(match as string)) c.fail(`${p}.labelMatch`, `must be ${LABEL_MATCHES.map((m) => `"${m}"`).join(' or ')}`);
     c.boolean(`${p}.runUntagged`);
-    c.boolean(`${p}.requireSelfHostedLabel`);
+    if (c.at(`${p}.requireSelfHostedLabel`) !== undefined) c.boolean(`${p}.requireSelfHostedLabel`);
     c.string(`${p}.launchTemplateId`);
     c.string(`${p}.launchTemplateVersion`);
     c.strings(`${p}.subnetIds`, 1);
