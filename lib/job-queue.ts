@@ -1,6 +1,7 @@
 import { Duration } from 'aws-cdk-lib';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { QUEUE_MAX_MESSAGE_BYTES } from '../lambdas/shared/contract';
 
 export interface JobQueueProps {
   /**
@@ -34,6 +35,7 @@ export class JobQueue extends Construct {
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       fifo: true,
       retentionPeriod: Duration.days(14),
+      maxMessageSizeBytes: QUEUE_MAX_MESSAGE_BYTES,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
     });
@@ -41,6 +43,8 @@ export class JobQueue extends Construct {
       fifo: true,
       visibilityTimeout: props.visibilityTimeout ?? Duration.minutes(6),
       retentionPeriod: Duration.days(4),
+      // The webhook's size check (JOB_MESSAGE_MAX_BYTES) leaves room below this for attributes.
+      maxMessageSizeBytes: QUEUE_MAX_MESSAGE_BYTES,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       deadLetterQueue: { queue: this.deadLetterQueue, maxReceiveCount },

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { BOOT_LOG_KEYS, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
 
@@ -275,6 +275,13 @@ describe('fleet config', () => {
       ['loose', undefined],
     ]);
     expect(JSON.stringify(buildFleetConfig(input)).match(/requireSelfHostedLabel/g)).toHaveLength(1);
+  });
+
+  it("sets both queues' message size to the bound the webhook's size check leaves room below", () => {
+    const queues = Object.values(template.findResources('AWS::SQS::Queue'));
+    expect(queues).toHaveLength(2);
+    for (const q of queues) expect(q.Properties.MaximumMessageSize).toBe(QUEUE_MAX_MESSAGE_BYTES);
+    expect(JOB_MESSAGE_MAX_BYTES).toBeLessThan(QUEUE_MAX_MESSAGE_BYTES);
   });
 
   it('is synthesized so the Lambdas reader accepts it', () => {

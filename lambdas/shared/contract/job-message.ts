@@ -36,15 +36,26 @@ export function qualifiedJobId(provider: Provider, providerJobId: string | numbe
 }
 
 /**
- * Largest jobs-queue message the webhook sends, in bytes of the UTF-8 body (SQS counts the
- * body and the message attributes; job messages carry none). SQS raised its ceiling from
- * 256 KiB to 1 MiB in August 2025 (CreateQueue `MaximumMessageSize`: 1,024 to 1,048,576
- * bytes, default 1 MiB, per the SDK's API docs), but a queue created before keeps the
- * 262,144 bytes it was given, and the jobs queue sets no size: 256 KiB is what every jobs
- * queue accepts. moto 5.2.1 enforces the queue's `MaximumMessageSize` (default 1 MiB), so
- * the webhook checks this bound itself rather than learning it from a refused send.
+ * The jobs queue's and the dead-letter queue's `MaximumMessageSize`, set by the construct
+ * (lib/job-queue.ts). SQS raised its ceiling from 256 KiB to 1 MiB in August 2025 (CreateQueue
+ * `MaximumMessageSize`: 1,024 to 1,048,576 bytes, default 1 MiB, per the SDK's API docs); the
+ * construct keeps 256 KiB, which every SQS queue and consumer accepts.
  */
-export const JOB_MESSAGE_MAX_BYTES = 262_144;
+export const QUEUE_MAX_MESSAGE_BYTES = 262_144;
+
+/**
+ * Room for the message attributes scale-up adds when it sends a job's body again (a capacity
+ * wait's `capacity-waits` and `not-before`, a dead-letter reason): SQS counts attributes
+ * toward the limit. A few hundred bytes today.
+ */
+export const JOB_MESSAGE_ATTRIBUTE_HEADROOM_BYTES = 1_024;
+
+/**
+ * Largest jobs-queue message the webhook sends, in bytes of the UTF-8 body (it sends no
+ * attributes). moto 5.2.1 enforces the queue's `MaximumMessageSize` (default 1 MiB), so the
+ * webhook checks this bound itself rather than learning it from a refused send.
+ */
+export const JOB_MESSAGE_MAX_BYTES = QUEUE_MAX_MESSAGE_BYTES - JOB_MESSAGE_ATTRIBUTE_HEADROOM_BYTES;
 
 /** Message attribute naming why a message is in the dead-letter queue. */
 export const DEAD_LETTER_REASON_ATTRIBUTE = 'dead-letter-reason';
