@@ -14,7 +14,8 @@
  * is the per-job baseline.
  *
  * Then the batched runs again with each container's CPU held to the share a Lambda of the
- * scale-up function's memory size gets (lib/function-memory.ts; bench/cpu-limit.ts), after
+ * scale-up function's memory size gets, at most 256 MB's (SCALE_UP_MB below;
+ * lib/function-memory.ts; bench/cpu-limit.ts), after
  * timing a fixed CPU-bound loop inside and outside the limit for the slowdown it imposed.
  * Six runs, about five minutes on a loaded machine.
  *
