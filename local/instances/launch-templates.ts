@@ -76,7 +76,7 @@ export const LOCAL_TIME_BOUNDS = {
   // The bound of each shipping (not an interval), at the renderer's limit and not scaled: a
   // hang catcher. Every played machine shares this host's CPU, so a pool booting at once
   // makes each aws CLI call take seconds of CPU the others want too (on a 2-core host, ten
-  // concurrent calls took 5 to 13 s each); 15 s ran out there, and the start-up slowdown
+  // concurrent calls took up to 13 s each, most over 5 s); 15 s ran out there, and the start-up slowdown
   // does not see load the run itself makes.
   logShipSeconds: 60,
 } as const satisfies Partial<UserDataOptions>;
