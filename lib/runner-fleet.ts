@@ -7,7 +7,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import {
   BOOT_LOG_KEYS,
-  DEFAULT_METRIC_NAMESPACE,
+  fleetMetricNamespace,
   METRIC_NAMES,
   PARAMETER_INSTANCE_ARN_TAG,
   PARAMETER_INSTANCE_TAG,
@@ -29,7 +29,7 @@ export interface RunnerFleetProps {
   readonly prefix: string;
   /**
    * CloudWatch namespace of the activation latency metric.
-   * @default 'CdkWarmRunners'
+   * @default - 'CdkWarmRunners/<prefix>', the fleet's own namespace
    */
   readonly metricNamespace?: string;
   /**
@@ -212,7 +212,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     });
     this.activationLatencyFilter = new logs.MetricFilter(this, 'ActivationLatency', {
       logGroup: this.logGroup,
-      metricNamespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+      metricNamespace: props.metricNamespace ?? fleetMetricNamespace(props.prefix),
       metricName: METRIC_NAMES.activationLatency,
       filterPattern: logs.FilterPattern.exists(`$.${latencyField}`),
       metricValue: `$.${latencyField}`,

@@ -1,4 +1,4 @@
-import { buildFleetConfig, DEFAULT_PREFIX, prefixProblem, Provider } from '../lambdas/shared/contract';
+import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput } from './fleet-config-input';
 import type { WarmRunnersProps } from './warm-runners';
 
@@ -32,6 +32,15 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
   if (!Number.isInteger(concurrency) || concurrency < 2 || concurrency > 1000) {
     throw new Error(`scaleUpMaxConcurrency ${concurrency} must be an integer from 2 to 1000 (Lambda's range for SQS maximum concurrency)`);
   }
+  const reserved = props.webhookReservedConcurrency;
+  if (reserved !== undefined && (!Number.isInteger(reserved) || reserved < 1)) {
+    throw new Error(
+      `webhookReservedConcurrency ${reserved} must be a positive integer (0 would throttle every delivery): ` +
+        'set the most concurrent webhook invocations to reserve (docs/operations.md, "Webhook reserved concurrency"), or leave it unset to share the unreserved pool',
+    );
+  }
+  const namespaceProblem = props.metricNamespace === undefined ? undefined : metricNamespaceProblem(props.metricNamespace);
+  if (namespaceProblem) throw new Error(namespaceProblem);
   for (const [name, interval] of [
     ['poolInterval', props.poolInterval],
     ['scaleDownInterval', props.scaleDownInterval],

@@ -1,4 +1,4 @@
-import { Annotations, Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
+import { Annotations, Aspects, Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -12,8 +12,8 @@ import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import {
   buildFleetConfig,
-  DEFAULT_METRIC_NAMESPACE,
   DEFAULT_PREFIX,
+  fleetMetricNamespace,
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
@@ -21,6 +21,7 @@ import {
   tagKeys,
   type FleetConfig,
 } from '../lambdas/shared/contract';
+import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { fleetConfigInput } from './fleet-config-input';
 import { FUNCTION_MEMORY_MB } from './function-memory';
@@ -96,10 +97,26 @@ export interface WarmRunnersProps {
    */
   readonly logRetention?: logs.RetentionDays;
   /**
-   * CloudWatch namespace of the fleet's metrics.
-   * @default 'CdkWarmRunners'
+   * CloudWatch namespace of the fleet's metrics. Each fleet in an account needs its own, or
+   * the fleets' alarms watch each other's metrics; the default follows the prefix.
+   * @default - 'CdkWarmRunners/<prefix>'
    */
   readonly metricNamespace?: string;
+  /**
+   * Actions of every alarm the fleet creates, for example
+   * `[new cloudwatch_actions.SnsAction(topic)]` (aws-cdk-lib/aws-cloudwatch-actions).
+   * @default - none: the alarms change state in CloudWatch and notify no one
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /**
+   * Reserved concurrency of the webhook function. Its Function URL is public: a reservation caps
+   * what a flood of deliveries can take from the account's concurrency, so scale-up, pool and
+   * scale-down keep running. Unset by default because Lambda refuses a reservation that leaves
+   * less than 100 unreserved, which fails the deployment in accounts with a low concurrency
+   * limit (new accounts); docs/operations.md, "Webhook reserved concurrency", gives a value.
+   * @default - unreserved (the webhook shares the account's unreserved concurrency)
+   */
+  readonly webhookReservedConcurrency?: number;
 }
 
 /**
@@ -128,6 +145,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly webhookUrl: lambda.FunctionUrl;
   /** The fleet's dashboard. */
   readonly dashboard: cloudwatch.Dashboard;
+  /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
+  readonly metricNamespace: string;
   /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target). */
   readonly alarms: cloudwatch.Alarm[] = [];
   readonly connections: ec2.Connections;
@@ -144,7 +163,10 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     const tags = tagKeys(prefix);
     const stack = Stack.of(this);
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
-    const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
+    const namespace = props.metricNamespace ?? fleetMetricNamespace(prefix);
+    this.metricNamespace = namespace;
+    // Every alarm in this construct's tree gets the actions, however and whenever it is added.
+    if (props.alarmActions && props.alarmActions.length > 0) Aspects.of(this).add(new AlarmActions(props.alarmActions));
 
     this.fleet = new RunnerFleet(this, 'Fleet', {
       vpc: props.vpc,
@@ -193,6 +215,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // the function's timeout leaves room for a cold start on top.
       timeout: Duration.seconds(15),
       memorySize: FUNCTION_MEMORY_MB.webhook,
+      ...(props.webhookReservedConcurrency === undefined ? {} : { reservedConcurrentExecutions: props.webhookReservedConcurrency }),
       // The dead-letter queue keeps a summary of a job whose message is too large to queue.
       environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl },
       logRetention,
@@ -416,13 +439,25 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     };
     alarm(
       'DeadLetterAlarm',
-      'Jobs reached the dead-letter queue: they were not served. Read docs/operations.md, "Dead-letter queue".',
+      'Jobs reached the dead-letter queue: they were not served. What to do: docs/operations.md#dead-letter-queue',
       this.jobs.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' }),
       1,
       1,
     );
-    alarm('ActivationFailureAlarm', 'Jobs failed to get a runner (after retries) in the last 5 minutes.', metric(METRIC_NAMES.jobsFailed, undefined, 'Sum'), 1, 1);
-    alarm('ScaleUpErrorAlarm', 'The scale-up Lambda failed invocations.', this.scaleUpFunction.metricErrors({ period: Duration.minutes(5) }), 1, 1);
+    alarm(
+      'ActivationFailureAlarm',
+      'Jobs failed to get a runner (after retries) in the last 5 minutes. What to do: docs/operations.md#jobs-failed',
+      metric(METRIC_NAMES.jobsFailed, undefined, 'Sum'),
+      1,
+      1,
+    );
+    alarm(
+      'ScaleUpErrorAlarm',
+      'The scale-up Lambda failed invocations. What to do: docs/operations.md#scale-up-errors',
+      this.scaleUpFunction.metricErrors({ period: Duration.minutes(5) }),
+      1,
+      1,
+    );
     const poolWidgets: cloudwatch.IWidget[] = [];
     for (const pool of this.config.pools) {
       // Maximum: a pool that refills within the period is not below target.
@@ -431,7 +466,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       if (pool.warm.size > 0 || pool.warm.schedule.length > 0) {
         alarm(
           `ParkedBelowTarget-${pool.name}`,
-          `Pool ${pool.name} has had fewer parked instances than its target for 15 minutes.`,
+          `Pool ${pool.name} has had fewer parked instances than its target for 15 minutes. What to do: docs/operations.md#parked-below-target`,
           new cloudwatch.MathExpression({ expression: 'target - parked', usingMetrics: { target, parked }, period: Duration.minutes(5) }),
           1,
           3,

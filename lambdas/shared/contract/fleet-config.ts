@@ -1,5 +1,5 @@
 import { isProvider, PROVIDERS, type Provider } from './boot';
-import { DEFAULT_METRIC_NAMESPACE, METRIC_DIMENSIONS, METRIC_NAMES, type MetricDimensions, type MetricNames } from './metrics';
+import { fleetMetricNamespace, metricNamespaceProblem, METRIC_DIMENSIONS, METRIC_NAMES, type MetricDimensions, type MetricNames } from './metrics';
 import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
 import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
@@ -259,7 +259,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       },
     })),
     metrics: {
-      namespace: input.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+      namespace: input.metricNamespace ?? fleetMetricNamespace(prefix),
       names: METRIC_NAMES,
       dimensions: METRIC_DIMENSIONS,
     },
@@ -417,6 +417,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.integer(`${p}.warm.maxAgeSeconds`, 300);
     c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
   });
-  c.string('metrics.namespace');
+  const namespace = c.string('metrics.namespace');
+  const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
+  if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));
   if (c.problems.length > 0) throw new Error(`invalid fleet config: ${c.problems.join('; ')}`);
 }

@@ -4,6 +4,32 @@
  */
 export const DEFAULT_METRIC_NAMESPACE = 'CdkWarmRunners';
 
+/**
+ * The namespace of one fleet's metrics: one namespace per fleet prefix, so two fleets in one
+ * account (which must have two prefixes) never feed or trip each other's alarms. A namespace
+ * rather than a fleet dimension because every emitter already takes the namespace from one
+ * place (the FleetConfig for the Lambdas, the construct for the instance log metric filter,
+ * whose dimensions can only come from fields of the log line), and the alarms need no extra
+ * dimension on every metric.
+ */
+export function fleetMetricNamespace(prefix: string): string {
+  return `${DEFAULT_METRIC_NAMESPACE}/${prefix}`;
+}
+
+/**
+ * CloudWatch's namespace rule (PutMetricData: 1-255 characters of letters, digits and
+ * `.-_/#:` or space, and not starting with "AWS/", which AWS reserves for its services).
+ */
+const METRIC_NAMESPACE_PATTERN = /^[a-zA-Z0-9.\-_/#: ]{1,255}$/;
+
+/** Returns an actionable message when `namespace` cannot be used, undefined when it can. */
+export function metricNamespaceProblem(namespace: string): string | undefined {
+  if (!METRIC_NAMESPACE_PATTERN.test(namespace) || /^AWS\//.test(namespace)) {
+    return `metricNamespace "${namespace}" must be 1-255 characters of letters, digits, ".", "-", "_", "/", "#", ":" or space, and must not begin with "AWS/" (reserved for AWS services)`;
+  }
+  return undefined;
+}
+
 /** The fleet's metric names, as the FleetConfig carries them (`metrics.names`). */
 export interface MetricNames {
   /** Deliveries the webhook queued (fleet-wide and per pool). */
