@@ -1,0 +1,190 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ExampleRunnersStack } from '../../bin/example-stack';
+import { WarmRunners, type WarmRunnersProps } from '../../lib';
+import { createPoolHandler } from '../../lambdas/pool/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { parseFleetConfig, Provider } from '../../lambdas/shared/contract';
+import { awsError, FakeAws } from '../support/fake-aws';
+import { Lines } from '../support/fixtures';
+
+type Resource = { Properties: Record<string, unknown> };
+
+const image = ec2.MachineImage.latestAmazonLinux2023();
+const fleetProps = (vpc: ec2.IVpc, extra: Partial<WarmRunnersProps> = {}): WarmRunnersProps => ({
+  vpc,
+  github: { appId: '1', organization: 'org' },
+  pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: image, warm: { size: 2 } }],
+  ...extra,
+});
+
+describe('alarm actions', () => {
+  it('go on every alarm in the fleet, including one added under it after construction', () => {
+    const stack = new Stack(new App(), 'S');
+    const topic = new sns.Topic(stack, 'Topic');
+    const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { alarmActions: [new actions.SnsAction(topic)] }));
+    new cloudwatch.Alarm(runners, 'AddedLater', { metric: runners.poolFunction.metricErrors(), threshold: 1, evaluationPeriods: 1 });
+    const alarms = Object.entries(Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm'));
+    expect(alarms.length).toBe(runners.alarms.length + 1);
+    for (const [id, alarm] of alarms) expect([id, (alarm as Resource).Properties.AlarmActions]).toEqual([id, [{ Ref: stack.getLogicalId(topic.node.defaultChild as sns.CfnTopic) }]]);
+  });
+
+  it('are absent when none are configured', () => {
+    const stack = new Stack(new App(), 'S');
+    new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc')));
+    for (const alarm of Object.values(Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm'))) {
+      expect((alarm as Resource).Properties.AlarmActions).toBeUndefined();
+    }
+  });
+});
+
+/** GitHub's heading anchors: lower case, punctuation other than "-" and "_" dropped, spaces to "-". */
+function anchors(markdown: string): Set<string> {
+  const out = new Set<string>();
+  for (const [, heading] of markdown.matchAll(/^#{1,6} (.+)$/gm)) {
+    out.add(heading!.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-'));
+  }
+  return out;
+}
+
+describe('alarm descriptions', () => {
+  it('each point at a section of the docs that exists', () => {
+    const template = Template.fromStack(new ExampleRunnersStack(new App(), 'Example'));
+    const alarms = Object.entries(template.findResources('AWS::CloudWatch::Alarm'));
+    expect(alarms.length).toBeGreaterThan(0);
+    for (const [id, alarm] of alarms) {
+      const description = String((alarm as Resource).Properties.AlarmDescription);
+      const ref = /docs\/([\w-]+\.md)#([\w-]+)/.exec(description);
+      expect([id, ref?.[0]]).toEqual([id, expect.any(String)]);
+      const doc = readFileSync(join(__dirname, '..', '..', 'docs', ref![1]!), 'utf8');
+      expect([id, anchors(doc).has(ref![2]!)]).toEqual([id, true]);
+    }
+  });
+});
+
+/** One metric as CloudWatch identifies it: namespace, name and the exact dimension set. */
+type MetricId = string;
+const metricId = (namespace: unknown, name: unknown, dimensions: Record<string, unknown>): MetricId =>
+  JSON.stringify([namespace, name, Object.entries(dimensions).sort(([a], [b]) => a.localeCompare(b))]);
+
+/** The metrics an alarm watches (a single metric, or each metric of a math expression). */
+function watchedMetrics(props: Record<string, unknown>): MetricId[] {
+  const dims = (list: unknown) => Object.fromEntries(((list ?? []) as { Name: string; Value: unknown }[]).map((d) => [d.Name, d.Value]));
+  if (props.MetricName) return [metricId(props.Namespace, props.MetricName, dims(props.Dimensions))];
+  return ((props.Metrics ?? []) as { MetricStat?: { Metric: { Namespace: string; MetricName: string; Dimensions?: unknown } } }[])
+    .filter((m) => m.MetricStat)
+    .map(({ MetricStat }) => metricId(MetricStat!.Metric.Namespace, MetricStat!.Metric.MetricName, dims(MetricStat!.Metric.Dimensions)));
+}
+
+/** Every metric the EMF records of `lines` publish, with each dimension set the records declare. */
+function emittedMetrics(lines: Lines): Set<MetricId> {
+  const out = new Set<MetricId>();
+  for (const record of lines.json()) {
+    const aws = record._aws as { CloudWatchMetrics: { Namespace: string; Dimensions: string[][]; Metrics: { Name: string }[] }[] } | undefined;
+    for (const directive of aws?.CloudWatchMetrics ?? []) {
+      for (const set of directive.Dimensions) {
+        for (const { Name } of directive.Metrics) out.add(metricId(directive.Namespace, Name, Object.fromEntries(set.map((k) => [k, record[k]]))));
+      }
+    }
+  }
+  return out;
+}
+
+describe('two fleets in one account', () => {
+  let aws: FakeAws | undefined;
+  afterEach(() => aws?.restore());
+
+  /** Runs the real pool handler on the fleet's own FleetConfig (as the Lambdas parse it): once failing, once healthy. */
+  async function poolHandlerMetrics(runners: WarmRunners): Promise<Set<MetricId>> {
+    const lines = new Lines();
+    const config = parseFleetConfig(JSON.stringify(runners.config));
+    for (const failing of [true, false]) {
+      aws?.restore();
+      aws = new FakeAws();
+      if (failing) aws.fault('DescribeInstances', ...Array.from({ length: 5 }, () => awsError('UnauthorizedOperation', 403)));
+      const handler = createPoolHandler({
+        ec2: new EC2Client({}),
+        ssm: new SSMClient({}),
+        aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+        loadConfig: async () => config,
+        now: () => aws!.now,
+        sink: lines.sink,
+      });
+      await handler();
+    }
+    return emittedMetrics(lines);
+  }
+
+  it('watch disjoint metrics, and each fleet alarms on the metrics its own Lambdas emit', async () => {
+    // Same pool name in both: only the fleet can tell their metrics apart.
+    const stack = new Stack(new App(), 'S');
+    const vpc = new ec2.Vpc(stack, 'Vpc');
+    const fleets = { TeamA: new WarmRunners(stack, 'TeamA', fleetProps(vpc, { prefix: 'team-a' })), TeamB: new WarmRunners(stack, 'TeamB', fleetProps(vpc, { prefix: 'team-b' })) };
+    const template = Template.fromStack(stack);
+    const alarms = Object.entries(template.findResources('AWS::CloudWatch::Alarm'));
+    const watched = (fleet: string) => alarms.filter(([id]) => id.startsWith(fleet)).flatMap(([, a]) => watchedMetrics((a as Resource).Properties));
+    const a = watched('TeamA');
+    const b = watched('TeamB');
+    expect(a.length).toBe(fleets.TeamA.alarms.length + 1); // the parked alarm watches two metrics
+    expect(b.length).toBe(a.length);
+    expect(a.filter((m) => b.includes(m))).toEqual([]);
+
+    for (const [name, runners] of Object.entries(fleets)) {
+      const other = name === 'TeamA' ? fleets.TeamB : fleets.TeamA;
+      const emitted = await poolHandlerMetrics(runners);
+      const custom = watched(name).filter((m) => (JSON.parse(m) as [string])[0] === runners.metricNamespace);
+      // JobsFailed fleet-wide, ParkedInstances and TargetInstances per pool: all from the pool Lambda's EMF.
+      expect(custom).toHaveLength(3);
+      for (const m of custom) expect([m, emitted.has(m)]).toEqual([m, true]);
+      expect([...emitted].filter((m) => watched(name === 'TeamA' ? 'TeamB' : 'TeamA').includes(m))).toEqual([]);
+      // The instance log metric filter publishes into the same namespace.
+      const filters = Object.entries(template.findResources('AWS::Logs::MetricFilter')).filter(([id]) => id.startsWith(name));
+      expect(filters.map(([, f]) => ((f as Resource).Properties.MetricTransformations as { MetricNamespace: string }[])[0]!.MetricNamespace)).toEqual([runners.metricNamespace]);
+      expect(runners.metricNamespace).not.toBe(other.metricNamespace);
+    }
+    expect(fleets.TeamA.metricNamespace).toBe('CdkWarmRunners/team-a');
+  });
+});
+
+describe('webhook reserved concurrency', () => {
+  const build = (extra: Partial<WarmRunnersProps>) => {
+    const stack = new Stack(new App(), 'S');
+    const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), extra));
+    const fn = Template.fromStack(stack).findResources('AWS::Lambda::Function')[stack.getLogicalId(runners.webhookFunction.node.defaultChild as lambda.CfnFunction)];
+    return (fn as Resource).Properties.ReservedConcurrentExecutions;
+  };
+
+  it('is unset by default and set on the webhook function when given', () => {
+    expect(build({})).toBeUndefined();
+    expect(build({ webhookReservedConcurrency: 20 })).toBe(20);
+  });
+
+  it.each([0, -1, 2.5])('refuses %s at synth, naming the value and what to do', (value) => {
+    expect(() => build({ webhookReservedConcurrency: value })).toThrow(
+      new RegExp(`webhookReservedConcurrency ${value} must be a positive integer .*leave it unset`),
+    );
+  });
+});
+
+describe('metric namespace', () => {
+  it('refuses a namespace CloudWatch refuses', () => {
+    const stack = new Stack(new App(), 'S');
+    expect(() => new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'AWS/Runners' }))).toThrow(/metricNamespace "AWS\/Runners" must .* not begin with "AWS\/"/);
+  });
+
+  it('is the given one when set', () => {
+    const stack = new Stack(new App(), 'S');
+    const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'Ci/Runners', poolInterval: Duration.minutes(2) }));
+    expect([runners.metricNamespace, runners.config.metrics.namespace]).toEqual(['Ci/Runners', 'Ci/Runners']);
+  });
+});
