@@ -29,7 +29,7 @@ export interface RunnerFleetProps {
   readonly prefix: string;
   /**
    * CloudWatch namespace of the activation latency metric.
-   * @default - 'CdkWarmRunners/<prefix>', the fleet's own namespace
+   * @default - `CdkWarmRunners/<prefix>`, the fleet's own namespace
    */
   readonly metricNamespace?: string;
   /**

@@ -99,7 +99,7 @@ export interface WarmRunnersProps {
   /**
    * CloudWatch namespace of the fleet's metrics. Each fleet in an account needs its own, or
    * the fleets' alarms watch each other's metrics; the default follows the prefix.
-   * @default - 'CdkWarmRunners/<prefix>'
+   * @default - `CdkWarmRunners/<prefix>`
    */
   readonly metricNamespace?: string;
   /**
