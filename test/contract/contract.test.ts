@@ -182,6 +182,15 @@ describe('fleet config', () => {
     expect(() => buildFleetConfig({ ...input, gitlab: { url: '' } })).toThrow(/gitlab\.url/);
   });
 
+  it("puts each prefix's metrics in a namespace of its own, and refuses one CloudWatch refuses", () => {
+    expect(buildFleetConfig(input).metrics.namespace).toBe('CdkWarmRunners/warm-runners');
+    expect(buildFleetConfig({ ...input, prefix: 'team-b' }).metrics.namespace).toBe('CdkWarmRunners/team-b');
+    expect(buildFleetConfig({ ...input, metricNamespace: 'Ci/Fleet' }).metrics.namespace).toBe('Ci/Fleet');
+    expect(() => buildFleetConfig({ ...input, metricNamespace: 'AWS/EC2' })).toThrow(/metrics\.namespace "AWS\/EC2" must/);
+    const config = { ...buildFleetConfig(input), metrics: { ...buildFleetConfig(input).metrics, namespace: 'bad|name' } };
+    expect(() => parseFleetConfig(JSON.stringify(config))).toThrow(/metrics\.namespace "bad\|name" must/);
+  });
+
   it('reports a newer version instead of misreading it', () => {
     const config = { ...buildFleetConfig(input), version: 2 };
     expect(() => parseFleetConfig(JSON.stringify(config))).toThrow(/version must be 1/);
