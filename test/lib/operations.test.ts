@@ -187,6 +187,15 @@ describe('metric namespace', () => {
     expect(() => new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'AWS/Runners' }))).toThrow(/metricNamespace "AWS\/Runners" must .* not begin with "AWS\/"/);
   });
 
+  // Both are valid for PutMetricData but not deployable: the instance log metric filter's
+  // namespace refuses ":" (PutMetricFilter pattern [^:*$]*), CloudWatch needs a non-space.
+  it.each(['Ci:Runners', '   '])('refuses %j at synth, which would fail the deployment', (namespace) => {
+    const stack = new Stack(new App(), 'S');
+    expect(() => new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: namespace }))).toThrow(
+      new RegExp(`metricNamespace "${namespace}" must be .*no ":"`),
+    );
+  });
+
   it('is the given one when set', () => {
     const stack = new Stack(new App(), 'S');
     const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'Ci/Runners', poolInterval: Duration.minutes(2) }));

@@ -17,15 +17,18 @@ export function fleetMetricNamespace(prefix: string): string {
 }
 
 /**
- * CloudWatch's namespace rule (PutMetricData: 1-255 characters of letters, digits and
- * `.-_/#:` or space, and not starting with "AWS/", which AWS reserves for its services).
+ * The namespace rule of both places the fleet's metrics are published from: CloudWatch's
+ * (PutMetricData: 1-255 characters of letters, digits and `.-_/#:` or space, at least one not
+ * a space, not starting with "AWS/", which AWS reserves for its services) less ":", which the
+ * instance log metric filter's namespace refuses (PutMetricFilter: pattern `[^:*$]*`), so a
+ * namespace that passes here deploys.
  */
-const METRIC_NAMESPACE_PATTERN = /^[a-zA-Z0-9.\-_/#: ]{1,255}$/;
+const METRIC_NAMESPACE_PATTERN = /^[a-zA-Z0-9.\-_/# ]{1,255}$/;
 
 /** Returns an actionable message when `namespace` cannot be used, undefined when it can. */
 export function metricNamespaceProblem(namespace: string): string | undefined {
-  if (!METRIC_NAMESPACE_PATTERN.test(namespace) || /^AWS\//.test(namespace)) {
-    return `metricNamespace "${namespace}" must be 1-255 characters of letters, digits, ".", "-", "_", "/", "#", ":" or space, and must not begin with "AWS/" (reserved for AWS services)`;
+  if (!METRIC_NAMESPACE_PATTERN.test(namespace) || namespace.trim() === '' || /^AWS\//.test(namespace)) {
+    return `metricNamespace "${namespace}" must be 1-255 characters of letters, digits, ".", "-", "_", "/", "#" or space (not only spaces; no ":", which the instance log metric filter refuses), and must not begin with "AWS/" (reserved for AWS services)`;
   }
   return undefined;
 }
