@@ -196,6 +196,30 @@ describe('metric namespace', () => {
     );
   });
 
+  it('when set, is the one every reader and the instance log metric filter use', () => {
+    const stack = new Stack(new App(), 'S');
+    const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'Ci/Runners' }));
+    const template = Template.fromStack(stack);
+    // The dashboard body is a Fn::Join: tokens (region, queue name) stand in as "x".
+    const body = (Object.values(template.findResources('AWS::CloudWatch::Dashboard'))[0] as Resource).Properties.DashboardBody as { 'Fn::Join': [string, unknown[]] };
+    const widgets = (JSON.parse(body['Fn::Join'][1].map((part) => (typeof part === 'string' ? part : 'x')).join('')) as { widgets: { properties: { metrics: unknown[][] } }[] }).widgets;
+    const dashboard = widgets.flatMap((w) => w.properties.metrics).map((m) => [m[0], m[1]] as [string, string]);
+    const custom = dashboard.filter(([namespace]) => !namespace.startsWith('AWS/'));
+    expect(custom.length).toBeGreaterThan(0);
+    expect(custom.filter(([namespace]) => namespace !== 'Ci/Runners')).toEqual([]);
+    // The latency widget reads what the boot log's metric filter publishes.
+    const filters = Object.values(template.findResources('AWS::Logs::MetricFilter')).flatMap((f) => (f as Resource).Properties.MetricTransformations as { MetricNamespace: string; MetricName: string }[]);
+    expect(filters.map((t) => [t.MetricNamespace, t.MetricName])).toEqual([['Ci/Runners', METRIC_NAMES.activationLatency]]);
+    expect(dashboard).toContainEqual(['Ci/Runners', METRIC_NAMES.activationLatency]);
+    for (const alarm of Object.values(template.findResources('AWS::CloudWatch::Alarm'))) {
+      for (const m of watchedMetrics((alarm as Resource).Properties)) {
+        const namespace = (JSON.parse(m) as [string])[0];
+        if (!namespace.startsWith('AWS/')) expect([m, namespace]).toEqual([m, 'Ci/Runners']);
+      }
+    }
+    expect(runners.config.metrics.namespace).toBe('Ci/Runners');
+  });
+
   it('is the given one when set', () => {
     const stack = new Stack(new App(), 'S');
     const runners = new WarmRunners(stack, 'Runners', fleetProps(new ec2.Vpc(stack, 'Vpc'), { metricNamespace: 'Ci/Runners', poolInterval: Duration.minutes(2) }));
