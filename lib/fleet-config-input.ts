@@ -44,6 +44,7 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.spot === undefined ? {} : { spot: pool.spot }),
       ...(pool.maxRunners === undefined ? {} : { maxRunners: pool.maxRunners }),
       ...(pool.idleTimeout ? { idleTimeoutSeconds: pool.idleTimeout.toSeconds() } : {}),
+      ...(pool.idleConfirmation ? { idleConfirmSeconds: pool.idleConfirmation.toSeconds() } : {}),
       ...(pool.warm?.size === undefined ? {} : { warmSize: pool.warm.size }),
       ...(pool.warm?.schedule ? { warmSchedule: pool.warm.schedule } : {}),
       ...(pool.warm?.maxAge ? { warmMaxAgeSeconds: pool.warm.maxAge.toSeconds() } : {}),

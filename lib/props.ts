@@ -133,6 +133,14 @@ export interface RunnerPoolProps {
    */
   readonly idleTimeout?: Duration;
   /**
+   * How far apart the two readings of the CI service must be that both find a runner idle
+   * before the idle rule deregisters it: one stale or wrong reading (GitHub has reported
+   * `busy: false` mid-job) cannot end a job. A runner whose instance reported that its job
+   * started is never reclaimed as idle, whatever the readings say.
+   * @default Duration.minutes(2)
+   */
+  readonly idleConfirmation?: Duration;
+  /**
    * Warm pool settings.
    * @default - no warm pool
    */

@@ -91,7 +91,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
 
     this.role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
-      description: `Runner instances of ${props.prefix}: read and delete their own config parameter, terminate themselves, write their boot log`,
+      description: `Runner instances of ${props.prefix}: read and delete their own config parameter, report their job start on themselves, terminate themselves, write their boot log`,
     });
     this.grantPrincipal = this.role;
 
@@ -150,6 +150,21 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       }),
     );
 
+    // The job-start report (templates/start-runner.sh, watch_job): one tag key, on itself only.
+    // ForAllValues holds for a request without tags too, hence the Null check on aws:TagKeys.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TagOwnJobStart',
+        actions: ['ec2:CreateTags'],
+        resources: [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })],
+        conditions: {
+          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted] },
+          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
+        },
+      }),
+    );
+
     acknowledgeWildcard(
       this.role,
       nagArn('ssm', `parameter${paths.runnerConfigRoot}*`),
@@ -158,7 +173,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     acknowledgeWildcard(
       this.role,
       nagArn('ec2', 'instance/*'),
-      'An instance may terminate only itself (condition aws:ARN = ${ec2:SourceInstanceARN}) and only within this fleet (pool tag present).',
+      'An instance may terminate only itself and tag only itself with its job-start key (condition aws:ARN = ${ec2:SourceInstanceARN}), only within this fleet (pool tag present).',
     );
 
     const logGroupName = bootLogGroupName(props.prefix);

@@ -380,6 +380,19 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
+    // The idle rule's first reading, kept on the instance until a second one confirms it. The
+    // Null check matters for DeleteTags: without tag keys it deletes every tag, and ForAllValues
+    // holds for an empty set.
+    this.scaleDownFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ec2:CreateTags', 'ec2:DeleteTags'],
+        resources: [fleetInstances],
+        conditions: {
+          Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.idleSince] },
+        },
+      }),
+    );
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameters'],

@@ -23,6 +23,7 @@ export TZ=UTC
 # bounds; host paths and endpoints. The renderer joins continued lines (size).
 readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@ GITHUB=@@PROVIDER_GITHUB@@ \
   TAG_WARM=@@TAG_WARM_STANDBY@@ WARM_VALUE=@@WARM_STANDBY_VALUE@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@ \
+  TAG_STARTED=@@TAG_JOB_STARTED@@ JOB_LINE=@@JOB_START_LINE@@ \
   CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
   K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
   L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
@@ -374,6 +375,31 @@ start_runner() {
   exec env -i "${env[@]}" "${cmd[@]}"
 }
 
+# Passes the runner's output on unchanged and, at the line the runner writes when it takes its
+# job (the contract's JOB_START_LINES), tags this instance with the time, once and in the
+# background: the scale-down never reclaims as idle a runner whose instance says it works,
+# whatever the CI service reports. The line comes from the runner's own dispatch (no polling,
+# both providers alike); a missed line only leaves the two-readings rule. Never fails: the
+# runner writes into this pipe, and a reader that ended would break its output.
+watch_job() {
+  local line seen=0 at
+  while IFS= read -r line || [[ -n $line ]]; do
+    printf '%s\n' "$line" 2>/dev/null || true
+    ((!seen)) || continue
+    [[ $line == *"$JOB_LINE"* ]] || continue
+    seen=1
+    printf -v at '%(%Y-%m-%dT%H:%M:%S)TZ' -1
+    {
+      if aws_try "tagging $ID $TAG_STARTED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_STARTED,Value=$at" >/dev/null; then
+        log "job started: tagged $TAG_STARTED=$at"
+      else
+        log "warning: $TAG_STARTED not tagged (${ERR:0:300}); scale-down has only the CI service's readings"
+      fi
+    } &
+  done
+  wait || true
+}
+
 # Runs in a subshell. "Not found" counts as deleted.
 delete_config() {
   local rc=0
@@ -404,7 +430,7 @@ run_mode() {
   new_machine_id
   log_latency
   log "starting the $PROVIDER runner"
-  start_runner &
+  start_runner > >(watch_job 9>&-) 2>&1 &
   runner=$!
   JIT='' URL='' RTOKEN=''
   # Off the critical path: the runner is already starting. So is shipping the log (its

@@ -6,6 +6,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
+import { recordIdleReadings } from './idle-marks';
 import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
@@ -32,7 +33,8 @@ export interface SweepSummary {
 
 /**
  * The scale-down Lambda (on a schedule): observe instances, config parameters and the
- * providers' runners, plan with the pure `planSweep`, then act in batches: one
+ * providers' runners, plan with the pure `planSweep`, record its idle readings on the
+ * instances (the idle rule needs two, a window apart), then act in batches: one
  * deregistration per runner (before its instance goes), one TerminateInstances per 100
  * instances, one DeleteParameters per 10 parameters (those the plan names and those of the
  * instances just terminated). Every action is logged with its reason and counted.
@@ -66,7 +68,9 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
           log.warn('listing runners failed; skipping the decisions that need them', { provider, error: errorName(error) });
         }
       }
-      const plan = planSweep(config, keys, instances, parameters, runners, now(), options, partial);
+      const at = now();
+      const plan = planSweep(config, keys, instances, parameters, runners, at, options, partial);
+      await recordIdleReadings(deps.aws, deps.ec2, keys, plan, at, log);
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 

@@ -1,4 +1,13 @@
-import { activationTimeOfRunnerName, instanceIdOfRunnerName, type FleetConfig, type Provider, type RunnerSummary, type TagKeys } from '../shared/contract';
+import {
+  activationTimeOfRunnerName,
+  FLEET_DEFAULTS,
+  instanceIdOfRunnerName,
+  type FleetConfig,
+  type PoolConfig,
+  type Provider,
+  type RunnerSummary,
+  type TagKeys,
+} from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
 import type { ObservedParameter } from '../shared/parameters';
 
@@ -6,7 +15,9 @@ import type { ObservedParameter } from '../shared/parameters';
  * Why scale-down acts; each is logged and counted.
  * - job-finished: the instance's runner is gone at the provider (an ephemeral runner is
  *   removed after its one job) or the activated instance powered off.
- * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation.
+ * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation,
+ *   read so by two sweeps at least the pool's idle confirmation apart, and its instance has not
+ *   reported that its job started (see `idleReading`).
  * - no-runner: activated without a runner id after the grace period (an activation that
  *   died half-way).
  * - instance-gone: a config parameter whose instance no longer exists.
@@ -39,6 +50,10 @@ export interface SweepPlan {
   readonly terminate: readonly Terminate[];
   readonly deleteParameters: readonly DeleteParameter[];
   readonly deleteRunners: readonly DeleteRunner[];
+  /** Runners read idle past the idle timeout for the first time: tag `idleSince` = now. */
+  readonly markIdle: readonly ObservedInstance[];
+  /** Runners read working again (or whose instance reported its job): remove `idleSince`. */
+  readonly clearIdle: readonly ObservedInstance[];
 }
 
 export interface SweepOptions {
@@ -47,6 +62,37 @@ export interface SweepOptions {
 }
 
 export const SWEEP_DEFAULTS: SweepOptions = { graceSeconds: 10 * 60 };
+
+/**
+ * What one sweep's reading says about a listed runner of a running, activated instance:
+ * - working: not idle (busy, or online where the provider gives no busy flag), or idle within
+ *   the idle timeout, or its instance reported that its job started (the instance knows; the
+ *   provider's reading may be stale or wrong, as GitHub's `busy: false` mid-job was);
+ * - first: idle past the idle timeout, with no earlier idle reading of this activation;
+ * - waiting: idle again, but the first idle reading is less than the confirmation window old;
+ * - confirmed: idle again at least the window after the first idle reading, with no working
+ *   reading between them (a working reading clears the first one).
+ */
+export type IdleReading = 'working' | 'first' | 'waiting' | 'confirmed';
+
+export function idleReading(
+  instance: ObservedInstance,
+  keys: TagKeys,
+  runner: RunnerSummary,
+  activatedAt: number,
+  age: number,
+  pool: PoolConfig,
+  now: Date,
+): IdleReading {
+  // Where the provider gives no busy flag, "not online" is the idle reading.
+  const idle = runner.busy === false || (runner.busy === undefined && runner.status !== 'online');
+  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || instance.tags.has(keys.jobStarted)) return 'working';
+  const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
+  // A mark from before this activation (or unreadable) is no reading of this runner.
+  if (!Number.isFinite(since) || since < activatedAt) return 'first';
+  const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
+  return now.getTime() - since >= window ? 'confirmed' : 'waiting';
+}
 
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
 
@@ -74,6 +120,8 @@ export function planSweep(
   for (const [provider, list] of runners) for (const r of list) runnerById.set(`${provider}:${r.runnerId}`, { provider, runner: r });
 
   const terminate: Terminate[] = [];
+  const markIdle: ObservedInstance[] = [];
+  const clearIdle: ObservedInstance[] = [];
   for (const i of live.values()) {
     if (!isActivated(i, keys)) continue;
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
@@ -88,7 +136,10 @@ export function planSweep(
     }
     const listed = runners.has(pool.provider) ? runnerById.get(`${pool.provider}:${runnerId}`) : undefined;
     const withRunner = listed ? { runner: { provider: pool.provider, runnerId } } : {};
-    if (listed?.runner.busy === true) continue;
+    if (listed?.runner.busy === true) {
+      if (i.tags.has(keys.idleSince)) clearIdle.push(i);
+      continue;
+    }
     if (i.state === 'stopped') {
       terminate.push({ instance: i, reason: 'job-finished', ...withRunner });
       continue;
@@ -100,9 +151,19 @@ export function planSweep(
       terminate.push({ instance: i, reason: 'job-finished' });
       continue;
     }
-    // Idle: known not busy, or never busy-reporting and not online, past the idle timeout.
-    const idle = listed.runner.busy === false || listed.runner.status !== 'online';
-    if (idle && age > pool.idleTimeoutSeconds * 1000) terminate.push({ instance: i, reason: 'idle', ...withRunner });
+    switch (idleReading(i, keys, listed.runner, activatedAt, age, pool, now)) {
+      case 'working':
+        if (i.tags.has(keys.idleSince)) clearIdle.push(i);
+        break;
+      case 'first':
+        markIdle.push(i);
+        break;
+      case 'confirmed':
+        terminate.push({ instance: i, reason: 'idle', ...withRunner });
+        break;
+      case 'waiting':
+        break;
+    }
   }
 
   const deleteParameters: DeleteParameter[] = [];
@@ -128,5 +189,5 @@ export function planSweep(
       if (!i || i.tags.get(keys.runnerId) !== runner.runnerId) deleteRunners.push({ provider, runner, reason: 'no-instance' });
     }
   }
-  return { terminate, deleteParameters, deleteRunners };
+  return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle };
 }

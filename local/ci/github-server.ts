@@ -75,6 +75,12 @@ export interface LoopbackGitHubOptions {
   readonly runnerLostSeconds?: number;
   /** The clock (epoch ms) runner liveness is judged by; tests move it instead of waiting. */
   readonly now?: () => number;
+  /**
+   * GitHub as it was seen misbehaving (issue 11): the runner list says `busy: false` for a
+   * runner in the middle of its job, and DELETE of that runner succeeds (204, no 422). The
+   * deleted runner's job is cut off: it completes as a failure. Default false.
+   */
+  readonly busyFalseMidJob?: boolean;
 }
 
 /** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
@@ -181,7 +187,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       name: r.name,
       os: r.status === 'online' ? 'Linux' : 'unknown',
       status: r.status,
-      busy: r.busy,
+      busy: opts.busyFalseMidJob ? false : r.busy,
       ephemeral: true,
       runner_group_id: r.runnerGroupId,
       labels: r.labels.map((name, i) => ({ id: i + 1, name, type: name === 'self-hosted' ? 'read-only' : 'custom' })),
@@ -299,7 +305,13 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {
       const runner = runners.get(Number(m.groups?.id));
       if (!runner || runner.scope !== scopeOf(m)) return notFound;
-      if (runner.busy) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
+      if (runner.busy && !opts.busyFalseMidJob) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
+      const held = runner.jobId === undefined ? undefined : jobs.get(runner.jobId);
+      if (held && held.status === 'in_progress') {
+        held.status = 'completed';
+        held.conclusion = 'failure';
+        held.completedAt = iso();
+      }
       runners.delete(runner.id);
       return { status: 204 };
     }

@@ -75,6 +75,12 @@ describe('the fleet against moto: fill, activate, cold-launch, evict, scale down
     ci.runners.set('orphan', { runnerId: 'orphan', name: runnerName(PREFIX, 'i-00000000000000abc', clock), status: 'offline', busy: false, instanceId: 'i-00000000000000abc', jobId: 'x' });
     clock = new Date(clock.getTime() + 31 * 60_000);
 
+    // The first idle reading only marks the idle runners' instances (job 3's, the cold one);
+    // the second, past the confirmation window, reclaims them.
+    const first = await scaleDown();
+    expect(first.terminated).toBe(1);
+    expect((await all()).filter((i) => tag(i, KEYS.idleSince) !== undefined).map((i) => i.InstanceId).sort()).toEqual([warm[2]!.InstanceId, cold.InstanceId].sort());
+    clock = new Date(clock.getTime() + 3 * 60_000);
     const swept = await scaleDown();
     instances = await all();
     const state = (id: string) => instances.find((i) => i.InstanceId === id)!.State!.Name;
@@ -82,7 +88,7 @@ describe('the fleet against moto: fill, activate, cold-launch, evict, scale down
     expect(state(warm[1]!.InstanceId!)).toBe('running');
     expect(state(warm[2]!.InstanceId!)).toBe('terminated');
     expect(state(cold.InstanceId!)).toBe('terminated');
-    expect(swept.terminated).toBe(3);
+    expect(first.terminated + swept.terminated).toBe(3);
     expect(ci.runners.has('orphan')).toBe(false);
     expect(ci.runners.has(runnerOf(warm[2]!))).toBe(false);
     expect(lines.metric('Sweeps', { Reason: 'idle' })).toBe(2);

@@ -1,8 +1,9 @@
 /**
  * A small evaluator of identity-policy statements, enough to check what a synthesized role
  * may do: Allow statements with Action, Resource, policy variables and the condition
- * operators this library uses (StringEquals, StringLike, ArnLike, Null). It is
- * deliberately strict: an unknown operator throws instead of guessing.
+ * operators this library uses (StringEquals, StringLike, ArnLike, Null, and the set operator
+ * ForAllValues:StringEquals over multivalued keys such as aws:TagKeys). It is deliberately
+ * strict: an unknown operator throws instead of guessing.
  */
 export interface Statement {
   readonly Effect: 'Allow' | 'Deny';
@@ -14,8 +15,8 @@ export interface Statement {
 export interface Request {
   readonly action: string;
   readonly resource: string;
-  /** Condition keys present in the request context, with their values. */
-  readonly context: Record<string, string>;
+  /** Condition keys present in the request context, with their values (a list for a multivalued key). */
+  readonly context: Record<string, string | string[]>;
 }
 
 const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
@@ -25,23 +26,32 @@ function glob(pattern: string, value: string): boolean {
   return re.test(value);
 }
 
-function substitute(value: string, context: Record<string, string>): string | undefined {
+function substitute(value: string, context: Record<string, string | string[]>): string | undefined {
   let missing = false;
   const out = value.replace(/\$\{([^}]+)\}/g, (_m, key: string) => {
     const v = context[key];
-    if (v === undefined) missing = true;
-    return v ?? '';
+    if (typeof v === 'string') return v;
+    missing = true;
+    return '';
   });
   return missing ? undefined : out;
 }
 
-function conditionHolds(operator: string, key: string, expected: string[], context: Record<string, string>): boolean {
+function conditionHolds(operator: string, key: string, expected: string[], context: Record<string, string | string[]>): boolean {
   const actual = context[key];
+  if (operator.startsWith('ForAllValues:')) {
+    // Every value of the request's set must match; an absent or empty set matches (IAM User
+    // Guide, "Multivalued context keys"): pair it with a Null check.
+    const inner = operator.slice('ForAllValues:'.length);
+    return list(actual ?? []).every((v) => conditionHolds(inner, key, expected, { ...context, [key]: v }));
+  }
+  // Null asks only whether the key is present, multivalued or not.
+  if (operator === 'Null') return expected.some((e) => (e === 'true') === (actual === undefined || (Array.isArray(actual) && actual.length === 0)));
+  if (Array.isArray(actual)) throw new Error(`iam-eval: ${key} is multivalued; ${operator} needs ForAllValues`);
   if (operator.endsWith('IfExists')) {
     // The condition holds when the key is absent from the request context.
     return actual === undefined || conditionHolds(operator.slice(0, -'IfExists'.length), key, expected, context);
   }
-  if (operator === 'Null') return expected.some((e) => (e === 'true') === (actual === undefined));
   if (actual === undefined) return false;
   const values = expected.map((e) => substitute(e, context)).filter((e): e is string => e !== undefined);
   switch (operator) {

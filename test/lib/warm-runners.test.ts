@@ -134,6 +134,22 @@ describe('instance role', () => {
     expect(isAllowed(statements, { action: 'ec2:TerminateInstances', resource: own, context: ctx(own, false) })).toBe(false);
     expect(isAllowed(statements, { action: 'ec2:StopInstances', resource: own, context: ctx(own, true) })).toBe(false);
   });
+  it('reports its job start as one tag on itself alone (moto enforces no IAM: this is the proof)', () => {
+    const keys = tagKeys('warm-runners');
+    const poolTag = `aws:ResourceTag/${keys.pool}`;
+    const ctx = (target: string, tagKeys: string[], tagged = true) => ({ 'ec2:SourceInstanceARN': own, 'aws:ARN': target, 'aws:TagKeys': tagKeys, ...(tagged ? { [poolTag]: 'linux-x64' } : {}) });
+    const rows: [string, string, string, Record<string, string | string[]>, boolean][] = [
+      ['its own job-start tag', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted]), true],
+      ["another instance's job-start tag", 'ec2:CreateTags', other, ctx(other, [keys.jobStarted]), false],
+      ['another tag on itself (the idle mark)', 'ec2:CreateTags', own, ctx(own, [keys.idleSince]), false],
+      ['another tag beside its own (the runner id)', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted, keys.runnerId]), false],
+      ['its activation tag', 'ec2:CreateTags', own, ctx(own, [keys.activatedAt]), false],
+      ['a request without tag keys', 'ec2:CreateTags', own, { 'ec2:SourceInstanceARN': own, 'aws:ARN': own, [poolTag]: 'linux-x64' }, false],
+      ['outside the fleet', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted], false), false],
+      ['deleting its job-start tag', 'ec2:DeleteTags', own, ctx(own, [keys.jobStarted]), false],
+    ];
+    for (const [name, action, resource, context, allowed] of rows) expect(isAllowed(statements, { action, resource, context }), name).toBe(allowed);
+  });
 });
 
 describe('control plane', () => {
@@ -416,7 +432,7 @@ describe('control plane permissions (what the handlers call, and no more)', () =
   const config = 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/i-0aaaaaaaaaaaaaaaa';
   const configRoot = 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config';
   const poolTag = { [`aws:ResourceTag/${tagKeys('warm-runners').pool}`]: 'linux-x64' };
-  type Row = [action: string, resource: string, context: Record<string, string>, allowed: boolean];
+  type Row = [action: string, resource: string, context: Record<string, string | string[]>, allowed: boolean];
   const check = (role: string, rows: Row[]) => {
     const statements = rolePolicyStatements(role);
     for (const [action, resource, context, allowed] of rows) {
@@ -480,6 +496,13 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ssm:DeleteParameter', config, {}, false],
       ['ssm:PutParameter', config, {}, false],
       ['ec2:StartInstances', fleetInstance, poolTag, false],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').idleSince] }, true],
+      ['ec2:DeleteTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').idleSince] }, true],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').jobStarted] }, false],
+      ['ec2:DeleteTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').jobStarted] }, false],
+      ['ec2:CreateTags', fleetInstance, { 'aws:TagKeys': [tagKeys('warm-runners').idleSince] }, false],
+      // DeleteTags without tag keys deletes every tag.
+      ['ec2:DeleteTags', fleetInstance, poolTag, false],
     ]));
   it('webhook: sends to the jobs queue and, for jobs too large to queue, to the dead-letter queue; reads from neither', () => {
     const queueArn = (logicalIdPrefix: string) => {

@@ -22,6 +22,11 @@ beforeEach(() => {
 afterAll(() => aws.restore());
 
 const hour = 3_600_000;
+/** The sweep's clock, ahead of the fake's: advanced between the readings of one test. */
+let clock = hour;
+beforeEach(() => {
+  clock = hour;
+});
 function handler(truncatedLists?: Set<Provider>) {
   return createScaleDownHandler({
     ec2: new EC2Client({}),
@@ -29,13 +34,24 @@ function handler(truncatedLists?: Set<Provider>) {
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
     loadConfig: async () => fleetConfig({ idleTimeoutSeconds: 1800 }),
     providers: () => ({ github: ci }),
-    now: () => new Date(aws.now.getTime() + hour),
+    now: () => new Date(aws.now.getTime() + clock),
     sink: lines.sink,
     ...(truncatedLists ? { truncatedLists } : {}),
   })();
 }
-function activated(runnerId: string) {
-  return aws.addInstance({ state: 'running', tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.jobId]: 'github:1', [KEYS.runnerId]: runnerId, [KEYS.traceId]: 't-1' } });
+function activated(runnerId: string, extra: Record<string, string> = {}) {
+  return aws.addInstance({
+    state: 'running',
+    tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.jobId]: 'github:1', [KEYS.runnerId]: runnerId, [KEYS.traceId]: 't-1', ...extra },
+  });
+}
+/** An idle reading by an earlier sweep, past the confirmation window (2 minutes by default). */
+const readIdleBefore = () => ({ [KEYS.idleSince]: new Date(aws.now.getTime() + hour - 3 * 60_000).toISOString() });
+/** One sweep, then another past the confirmation window; the second's summary. */
+async function twoSweeps() {
+  await handler();
+  clock += 3 * 60_000;
+  return handler();
 }
 
 describe('scale-down handler', () => {
@@ -53,7 +69,7 @@ describe('scale-down handler', () => {
     const a = activated('1');
     const b = activated('2');
     for (const [id, inst] of [['1', a], ['2', b]] as const) ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: false, instanceId: inst.id, jobId: 'x' });
-    const summary = await handler();
+    const summary = await twoSweeps();
     expect(summary.terminated).toBe(2);
     expect(aws.count('TerminateInstances')).toBe(1);
     expect(ci.deleted.sort()).toEqual(['1', '2']);
@@ -65,7 +81,7 @@ describe('scale-down handler', () => {
   });
 
   it('a failed termination is retried by the next sweep, which finds the runner gone', async () => {
-    const a = activated('1');
+    const a = activated('1', readIdleBefore());
     ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
     aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
     expect((await handler()).terminated).toBe(0);
@@ -75,8 +91,8 @@ describe('scale-down handler', () => {
   });
 
   it('deregisters an idle runner before terminating, and keeps the instance when the runner took a job meanwhile', async () => {
-    const a = activated('1');
-    const b = activated('2');
+    const a = activated('1', readIdleBefore());
+    const b = activated('2', readIdleBefore());
     for (const [id, inst] of [['1', a], ['2', b]] as const) ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: false, instanceId: inst.id, jobId: 'x' });
     // Runner 1 is idle when listed, and picks up a job right after.
     const list = ci.listRunners.bind(ci);
@@ -108,7 +124,7 @@ describe('scale-down handler', () => {
   });
 
   it('deletes the config parameter of an instance it terminates in the same run, with the orphans, and keeps a busy one\'s', async () => {
-    const idle = activated('1');
+    const idle = activated('1', readIdleBefore());
     const busy = activated('2');
     for (const [id, inst, isBusy] of [['1', idle, false], ['2', busy, true]] as const) {
       ci.runners.set(id, { runnerId: id, name: runnerName(PREFIX, inst.id, aws.now), status: 'online', busy: isBusy, instanceId: inst.id, jobId: 'x' });
@@ -167,5 +183,59 @@ describe('scale-down handler', () => {
     expect((await handler()).parametersDeleted).toBe(12);
     expect(aws.ssm.commandCalls(DeleteParametersCommand).map((c) => c.args[0].input.Names!.length)).toEqual([10, 2]);
     expect(lines.metric('Sweeps', { Reason: 'instance-gone' })).toBe(12);
+  });
+
+  it('reclaims an idle runner only on a second idle reading a window later, and records the readings on the instance', async () => {
+    const a = activated('1');
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(a.tags.get(KEYS.idleSince)).toBe(new Date(aws.now.getTime() + hour).toISOString());
+    clock += 60_000;
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    clock += 60_000;
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(ci.deleted).toEqual(['1']);
+  });
+
+  it('a working reading between two idle ones clears the first: the window starts again', async () => {
+    const a = activated('1');
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    await handler();
+    ci.runners.get('1')!.busy = true;
+    clock += 3 * 60_000;
+    await handler();
+    expect(a.tags.has(KEYS.idleSince)).toBe(false);
+    ci.runners.get('1')!.busy = false;
+    clock += 3 * 60_000;
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(ci.deleted).toEqual([]);
+    expect(a.state).toBe('running');
+  });
+
+  it('never deregisters the runner of an instance that reported its job started, however long the provider says idle', async () => {
+    const a = activated('1', { [KEYS.jobStarted]: aws.now.toISOString() });
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    for (let n = 0; n < 4; n++) {
+      expect(await handler()).toMatchObject({ terminated: 0 });
+      clock += hour;
+    }
+    expect(ci.deleted).toEqual([]);
+    expect(aws.count('CreateTags')).toBe(0);
+    // Its job ends: the ephemeral runner goes, and the instance with it.
+    ci.runners.delete('1');
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(lines.logs('terminated').map((l) => l.reason)).toEqual(['job-finished']);
+  });
+
+  it('a mark whose CreateTags failed is read again by the next sweep, which marks it then', async () => {
+    const a = activated('1');
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    aws.fault('CreateTags', ...Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)));
+    await handler();
+    expect(a.tags.has(KEYS.idleSince)).toBe(false);
+    expect(lines.logs(/^marking idle runners failed/)).toHaveLength(1);
+    clock += 3 * 60_000;
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(a.tags.has(KEYS.idleSince)).toBe(true);
   });
 });

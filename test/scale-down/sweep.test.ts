@@ -10,6 +10,8 @@ const ago = (min: number) => new Date(NOW.getTime() - min * 60_000);
 const config = fleetConfig({ idleTimeoutSeconds: 1800 });
 let serial = 0;
 const id = () => `i-${(++serial).toString(16).padStart(17, '0')}`;
+/** A first idle reading three minutes ago: past the default 2-minute confirmation window. */
+const confirmed = () => ({ [KEYS.idleSince]: ago(3).toISOString() });
 
 function activated(state: string, minutes: number, runnerId: string | undefined, extra: Record<string, string> = {}): ObservedInstance {
   const tags: Record<string, string> = { ...standbyTags(), [KEYS.activatedAt]: ago(minutes).toISOString(), [KEYS.jobId]: 'github:1', ...extra };
@@ -28,12 +30,13 @@ describe('planSweep: instances', () => {
   const rows: Row[] = [
     ['runner gone at the provider: job finished', activated('running', 20, '7'), () => [], 'job-finished'],
     ['activated instance powered off', activated('stopped', 20, '7'), () => [], 'job-finished'],
-    ['idle past the idle timeout', activated('running', 31, '7'), (i) => [runner(i, '7', 'online', false)], 'idle'],
+    ['idle past the idle timeout, confirmed by an earlier reading', activated('running', 31, '7', confirmed()), (i) => [runner(i, '7', 'online', false)], 'idle'],
+    ['idle past the idle timeout, first reading: not yet', activated('running', 31, '7'), (i) => [runner(i, '7', 'online', false)], undefined],
     ['idle but within the idle timeout', activated('running', 29, '7'), (i) => [runner(i, '7', 'online', false)], undefined],
     ['busy, however old', activated('running', 600, '7'), (i) => [runner(i, '7', 'online', true)], undefined],
     ['busy and stopped (never while it may work)', activated('stopped', 600, '7'), (i) => [runner(i, '7', 'online', true)], undefined],
     ['busy unknown and online: not idle', activated('running', 600, '7'), (i) => [runner(i, '7', 'online', undefined)], undefined],
-    ['busy unknown and offline past the timeout', activated('running', 31, '7'), (i) => [runner(i, '7', 'offline', undefined)], 'idle'],
+    ['busy unknown and offline past the timeout, confirmed', activated('running', 31, '7', confirmed()), (i) => [runner(i, '7', 'offline', undefined)], 'idle'],
     ['no runner id after the grace period', activated('running', 11, undefined), () => [], 'no-runner'],
     ['no runner id within the grace period', activated('running', 9, undefined), () => [], undefined],
     ['runner gone but within the grace period', activated('running', 5, '7'), () => [], undefined],
@@ -41,7 +44,10 @@ describe('planSweep: instances', () => {
     ['provider list unknown, but powered off', activated('stopped', 600, '7'), () => undefined, 'job-finished'],
     ['list cut at the page cap: a missing runner says nothing', activated('running', 600, '7'), () => [], undefined, true],
     ['list cut at the page cap, but powered off', activated('stopped', 600, '7'), () => [], 'job-finished', true],
-    ['list cut at the page cap, a listed idle runner still goes', activated('running', 31, '7'), (i) => [runner(i, '7', 'online', false)], 'idle', true],
+    ['list cut at the page cap, a listed idle runner still goes', activated('running', 31, '7', confirmed()), (i) => [runner(i, '7', 'online', false)], 'idle', true],
+    ['instance reported its job started: never idle, however the readings agree', activated('running', 600, '7', { ...confirmed(), [KEYS.jobStarted]: ago(500).toISOString() }), (i) => [runner(i, '7', 'online', false)], undefined],
+    ['instance reported its job started, runner gone: job finished', activated('running', 600, '7', { [KEYS.jobStarted]: ago(500).toISOString() }), () => [], 'job-finished'],
+    ['instance reported its job started and powered off: job finished', activated('stopped', 600, '7', { [KEYS.jobStarted]: ago(500).toISOString() }), (i) => [runner(i, '7', 'offline', false)], 'job-finished'],
   ];
   it.each(rows)('%s', (_name, instance, list, reason, partial = false) => {
     const l = list(instance);
@@ -56,9 +62,49 @@ describe('planSweep: instances', () => {
   });
 
   it('deregisters the runner of an idle instance with it', () => {
-    const i = activated('running', 31, '7');
+    const i = activated('running', 31, '7', confirmed());
     const plan = planSweep(config, KEYS, [i], [], new Map([[Provider.GITHUB, [runner(i, '7', 'online', false)]]]), NOW);
     expect(plan.terminate[0]!.runner).toEqual({ provider: Provider.GITHUB, runnerId: '7' });
+  });
+});
+
+describe('planSweep: two idle readings a window apart', () => {
+  const idleList = (i: ObservedInstance) => new Map([[Provider.GITHUB, [runner(i, '7', 'online', false)]]]);
+  const marks = (i: ObservedInstance, list: RunnerSummary[], cfg = config) => {
+    const plan = planSweep(cfg, KEYS, [i], [], new Map([[Provider.GITHUB, list]]), NOW);
+    return { terminate: plan.terminate.map((t) => t.reason), mark: plan.markIdle.map((x) => x.id), clear: plan.clearIdle.map((x) => x.id) };
+  };
+
+  type Row = [string, Record<string, string>, boolean | undefined, string, { terminate: string[]; mark: boolean; clear: boolean }];
+  const rows: Row[] = [
+    ['first idle reading: marked, nothing reclaimed', {}, false, 'online', { terminate: [], mark: true, clear: false }],
+    ['second idle reading within the window: waits', { [KEYS.idleSince]: ago(1).toISOString() }, false, 'online', { terminate: [], mark: false, clear: false }],
+    ['second idle reading past the window: idle', { [KEYS.idleSince]: ago(2).toISOString() }, false, 'online', { terminate: ['idle'], mark: false, clear: false }],
+    ['a mark from before this activation is no reading: marked anew', { [KEYS.idleSince]: ago(40).toISOString() }, false, 'online', { terminate: [], mark: true, clear: false }],
+    ['an unreadable mark: marked anew', { [KEYS.idleSince]: 'yesterday' }, false, 'online', { terminate: [], mark: true, clear: false }],
+    ['busy reading after an idle one: mark cleared', { [KEYS.idleSince]: ago(5).toISOString() }, true, 'online', { terminate: [], mark: false, clear: true }],
+    ['no busy flag and online after an idle reading: mark cleared', { [KEYS.idleSince]: ago(5).toISOString() }, undefined, 'online', { terminate: [], mark: false, clear: true }],
+    ['job started on the instance: mark cleared, never reclaimed', { [KEYS.idleSince]: ago(5).toISOString(), [KEYS.jobStarted]: ago(20).toISOString() }, false, 'online', { terminate: [], mark: false, clear: true }],
+    ['job started on the instance, first idle reading: not even marked', { [KEYS.jobStarted]: ago(20).toISOString() }, false, 'offline', { terminate: [], mark: false, clear: false }],
+  ];
+  it.each(rows)('%s', (_name, tags, busy, status, want) => {
+    const i = activated('running', 31, '7', tags);
+    const got = marks(i, [runner(i, '7', status, busy)]);
+    expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: want.clear ? [i.id] : [] });
+  });
+
+  it('takes the window from the pool (idleConfirmSeconds)', () => {
+    const i = activated('running', 31, '7', { [KEYS.idleSince]: ago(3).toISOString() });
+    const long = fleetConfig({ idleTimeoutSeconds: 1800, idleConfirmSeconds: 600 });
+    expect(planSweep(long, KEYS, [i], [], idleList(i), NOW).terminate).toEqual([]);
+    expect(planSweep(config, KEYS, [i], [], idleList(i), NOW).terminate.map((t) => t.reason)).toEqual(['idle']);
+  });
+
+  it('a stale busy:false alone never reclaims: the first reading only marks', () => {
+    // What GitHub was seen to answer mid-job: busy false once. Without a second reading a
+    // window later (and with the instance's job-started report), nothing is deregistered.
+    const i = activated('running', 600, '7');
+    expect(marks(i, [runner(i, '7', 'online', false)]).terminate).toEqual([]);
   });
 });
 

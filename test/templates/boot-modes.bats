@@ -469,3 +469,44 @@ latency_boot() {
   [[ $id =~ ^[0-9a-f]{32}$ ]]
   [ "$id" != 0123456789abcdef0123456789abcdef ]
 }
+
+# The instance's tags as moto holds them, "KEY=VALUE" a line.
+moto_tags() {
+  moto_aws ec2 describe-tags --filters "Name=resource-id,Values=$INSTANCE_ID" --query 'Tags[].[Key,Value]' --output text | tr '\t' '='
+}
+
+@test "the runner's job line tags the instance job-started once; the runner's output and status pass through" {
+  new_instance "$(cold_tags)"
+  github_config jit-job-line
+  printf '2026-12-01 12:00:00Z: Listening for Jobs\n2026-12-01 12:00:01Z: %sbuild\n2026-12-01 12:00:02Z: %sagain\n' \
+    "$JOB_LINE_GITHUB" "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  echo 3 >"$ROOT/calls/runner-exit"
+  boot_first github
+  grep -qF 'Listening for Jobs' "$ROOT/out"
+  grep -qF "${JOB_LINE_GITHUB}again" "$ROOT/out"
+  grep -qF 'runner exited with status 3' "$ROOT/out"
+  grep -qE "job started: tagged $TAG_JOB_STARTED=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z" "$ROOT/out"
+  moto_tags | grep -qE "^$TAG_JOB_STARTED=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"
+  [ "$(aws_actions | grep -cx EC2.CreateTags)" -eq 1 ]
+}
+
+@test "GitLab: run-single's job received line tags the instance job-started" {
+  new_instance "$(cold_tags)"
+  gitlab_config https://gitlab.example.com glrt-job-line
+  printf 'Runtime platform  arch=amd64 os=linux\n%s    job=1234 repo_url=https://gitlab.example.com/a/b.git runner=abcd\n' \
+    "$JOB_LINE_GITLAB" >"$ROOT/calls/runner-say"
+  boot_first gitlab
+  [ "$status" -eq 0 ]
+  moto_tags | grep -qE "^$TAG_JOB_STARTED="
+}
+
+@test "without a job line the instance reports no job start" {
+  new_instance "$(cold_tags)"
+  github_config jit-no-job
+  printf '2026-12-01 12:00:00Z: Listening for Jobs\n' >"$ROOT/calls/runner-say"
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF 'Listening for Jobs' "$ROOT/out"
+  refute grep -qF "$TAG_JOB_STARTED" "$ROOT/out"
+  aws_actions | refute grep -qx EC2.CreateTags
+}

@@ -22,7 +22,7 @@ import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { slowdown } from '../support/slowdown';
-import { BOOT_LOG_KEYS, PROVIDERS, WARM_STANDBY_VALUE, bootLogGroupName, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, JOB_START_LINES, PROVIDERS, Provider, WARM_STANDBY_VALUE, bootLogGroupName, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import {
   START_LOGIC_MARKERS,
   renderHookScript,
@@ -79,6 +79,9 @@ const contract: Record<string, string> = {
   TAG_ACTIVATED: tags.activatedAt,
   TAG_TRACE: tags.traceId,
   TAG_JOB: tags.jobId,
+  TAG_JOB_STARTED: tags.jobStarted,
+  JOB_LINE_GITHUB: JOB_START_LINES[Provider.GITHUB],
+  JOB_LINE_GITLAB: JOB_START_LINES[Provider.GITLAB],
   CONFIG_ROOT: ssmPaths(prefix).runnerConfigRoot,
   LOG_MODE: BOOT_LOG_KEYS.mode,
   LOG_TRACE: BOOT_LOG_KEYS.traceId,

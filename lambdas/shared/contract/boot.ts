@@ -30,6 +30,19 @@ export function isProvider(value: unknown): value is Provider {
   return typeof value === 'string' && (PROVIDERS as readonly string[]).includes(value);
 }
 
+/**
+ * The text each runner writes to its output when it takes a job; the boot script watches the
+ * runner's output for it and then tags its own instance `jobStarted`.
+ * - GitHub: the listener's `<time>: Running job: <name>` line, written to its terminal when it
+ *   dispatches the job to a worker (actions/runner, JobDispatcher).
+ * - GitLab: `Checking for jobs... received` (with `job=<id>`), which gitlab-runner logs when
+ *   `POST /jobs/request` hands it a job (network/gitlab.go), in text and JSON log formats alike.
+ */
+export const JOB_START_LINES: Readonly<Record<Provider, string>> = {
+  [Provider.GITHUB]: 'Running job: ',
+  [Provider.GITLAB]: 'Checking for jobs... received',
+};
+
 export const RUNNER_CONFIG_VERSION = 1;
 
 /**

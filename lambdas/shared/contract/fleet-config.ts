@@ -92,6 +92,11 @@ export interface PoolConfig {
   readonly maxRunners: number;
   /** A runner instance without a job for this long is terminated. */
   readonly idleTimeoutSeconds: number;
+  /**
+   * Seconds between the two idle readings of a runner the idle rule needs before it acts
+   * (absent: `FLEET_DEFAULTS.idleConfirmSeconds`).
+   */
+  readonly idleConfirmSeconds?: number;
   /** The pool's warm pool. */
   readonly warm: PoolWarmConfig;
 }
@@ -156,6 +161,7 @@ export interface PoolInput {
   readonly spot?: boolean;
   readonly maxRunners?: number;
   readonly idleTimeoutSeconds?: number;
+  readonly idleConfirmSeconds?: number;
   readonly warmSize?: number;
   readonly warmSchedule?: readonly WarmScheduleEntry[];
   readonly warmMaxAgeSeconds?: number;
@@ -185,6 +191,7 @@ export interface FleetConfigInput {
 export const FLEET_DEFAULTS = {
   maxRunners: 10,
   idleTimeoutSeconds: 15 * 60,
+  idleConfirmSeconds: 2 * 60,
   warmSize: 0,
   warmMaxAgeSeconds: 24 * 60 * 60,
   primingTimeoutSeconds: 15 * 60,
@@ -251,6 +258,8 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       spot: p.spot ?? false,
       maxRunners: p.maxRunners ?? FLEET_DEFAULTS.maxRunners,
       idleTimeoutSeconds: p.idleTimeoutSeconds ?? FLEET_DEFAULTS.idleTimeoutSeconds,
+      // Written only when set: the FleetConfig parameter's size grows with every pool.
+      ...(p.idleConfirmSeconds === undefined ? {} : { idleConfirmSeconds: p.idleConfirmSeconds }),
       warm: {
         size: p.warmSize ?? FLEET_DEFAULTS.warmSize,
         schedule: (p.warmSchedule ?? []).map((e) => ({ window: e.window, size: e.size })),
@@ -393,6 +402,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.boolean(`${p}.spot`);
     const max = c.integer(`${p}.maxRunners`, 1, 10_000);
     c.integer(`${p}.idleTimeoutSeconds`, 60);
+    if (c.at(`${p}.idleConfirmSeconds`) !== undefined) c.integer(`${p}.idleConfirmSeconds`, 0, 24 * 60 * 60);
     const size = c.integer(`${p}.warm.size`, 0, 10_000);
     if (size !== undefined && max !== undefined && size > max) {
       c.fail(`${p}.warm.size`, `is ${size}, above the pool's maxRunners ${max}; lower it or raise maxRunners`);

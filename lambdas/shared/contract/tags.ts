@@ -19,6 +19,18 @@ export interface TagKeys {
   readonly runnerId: string;
   /** Which component created the instance (value: one of `CREATED_BY`). */
   readonly createdBy: string;
+  /**
+   * ISO 8601 UTC time the instance's runner took its job. Written by the instance itself (the
+   * boot script, through CreateTags on its own instance only); the idle rule never reclaims
+   * an instance that carries it.
+   */
+  readonly jobStarted: string;
+  /**
+   * ISO 8601 UTC time a scale-down sweep first read the instance's runner as idle past the
+   * idle timeout; cleared by a sweep that reads it working. The idle rule acts only on a
+   * second idle reading at least the pool's idle confirmation later.
+   */
+  readonly idleSince: string;
 }
 
 export const TAG_NAMES = {
@@ -29,6 +41,8 @@ export const TAG_NAMES = {
   jobId: 'job-id',
   runnerId: 'runner-id',
   createdBy: 'created-by',
+  jobStarted: 'job-started',
+  idleSince: 'idle-since',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */
