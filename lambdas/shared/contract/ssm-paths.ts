@@ -30,10 +30,14 @@ export interface SsmPaths {
   readonly ciRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
+  /** Path under which the pool Lambda keeps one state parameter per pool, with a trailing "/". */
+  readonly poolStateRoot: string;
   readonly github: GitHubParameterNames;
   readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
   runnerConfig(instanceId: string): string;
+  /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only). */
+  primeState(pool: string): string;
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
   instanceIdOf(parameterName: string): string | undefined;
 }
@@ -77,6 +81,7 @@ export function ssmPaths(prefix: string): SsmPaths {
     runnerConfigRoot,
     ciRoot,
     fleetConfig: `/${prefix}/fleet/config`,
+    poolStateRoot: `/${prefix}/pools/`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
       webhookSecret: `${ciRoot}github/webhook-secret`,
@@ -89,6 +94,9 @@ export function ssmPaths(prefix: string): SsmPaths {
     runnerConfig(instanceId: string): string {
       if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`"${instanceId}" is not an EC2 instance id`);
       return `${runnerConfigRoot}${instanceId}`;
+    },
+    primeState(pool: string): string {
+      return `/${prefix}/pools/${pool}/prime-state`;
     },
     instanceIdOf(parameterName: string): string | undefined {
       if (!parameterName.startsWith(runnerConfigRoot)) return undefined;

@@ -19,6 +19,8 @@ export interface TagKeys {
   readonly runnerId: string;
   /** Which component created the instance (value: one of `CREATED_BY`). */
   readonly createdBy: string;
+  /** Why a warm standby failed to prime, as the pool saw it (set on the instance it evicts for that). */
+  readonly primeFailure: string;
 }
 
 export const TAG_NAMES = {
@@ -29,6 +31,7 @@ export const TAG_NAMES = {
   jobId: 'job-id',
   runnerId: 'runner-id',
   createdBy: 'created-by',
+  primeFailure: 'prime-failure',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */
