@@ -30,8 +30,6 @@ export interface SsmPaths {
   readonly ciRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
-  /** Path under which the pool Lambda keeps one state parameter per pool, with a trailing "/". */
-  readonly poolStateRoot: string;
   readonly github: GitHubParameterNames;
   readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
@@ -81,7 +79,6 @@ export function ssmPaths(prefix: string): SsmPaths {
     runnerConfigRoot,
     ciRoot,
     fleetConfig: `/${prefix}/fleet/config`,
-    poolStateRoot: `/${prefix}/pools/`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
       webhookSecret: `${ciRoot}github/webhook-secret`,
