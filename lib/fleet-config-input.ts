@@ -49,6 +49,8 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.warm?.schedule ? { warmSchedule: pool.warm.schedule } : {}),
       ...(pool.warm?.maxAge ? { warmMaxAgeSeconds: pool.warm.maxAge.toSeconds() } : {}),
       ...(pool.warm?.primingTimeout ? { primingTimeoutSeconds: pool.warm.primingTimeout.toSeconds() } : {}),
+      ...(pool.warm?.primeFailureLimit === undefined ? {} : { primeFailureLimit: pool.warm.primeFailureLimit }),
+      ...(pool.warm?.primeBackoffCap ? { primeBackoffCapSeconds: pool.warm.primeBackoffCap.toSeconds() } : {}),
     })),
   };
 }

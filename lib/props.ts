@@ -68,6 +68,23 @@ export interface WarmPoolProps {
    */
   readonly primingTimeout?: Duration;
   /**
+   * Prime failures in a row (standbys that did not park within `primingTimeout`) after which
+   * the pool stops relaunching and only probes one standby per `primeBackoffCap`, with the
+   * `PrimeBackoff` alarm on; it resumes by itself when a standby primes again or the launch
+   * template version changes. Until a standby of a launch template version has primed, at
+   * most this many prime at once. From 1 to 100.
+   * @default 3
+   */
+  readonly primeFailureLimit?: number;
+  /**
+   * The longest delay between launches of a pool whose standbys fail to prime: the delay
+   * doubles from one minute after each failure in a row and is this from the
+   * `primeFailureLimit`-th on, so such a pool launches at most
+   * `primeFailureLimit + 1 hour / primeBackoffCap` standbys an hour. From 1 minute to 24 hours.
+   * @default Duration.hours(1)
+   */
+  readonly primeBackoffCap?: Duration;
+  /**
    * Shell commands run as root while priming, before the instance parks (pull images, warm
    * caches); a failing one fails the PRIME. At most 16, 2304 bytes in all: they travel in
    * the user data (gzip-compressed, limited to 16 KB by EC2), so put longer preparation into

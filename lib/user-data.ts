@@ -418,6 +418,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),
     KEY_VERSION: q(RUNNER_CONFIG_KEYS.version),
     KEY_PROVIDER: q(RUNNER_CONFIG_KEYS.provider),
+    KEY_INSTANCE: q(RUNNER_CONFIG_KEYS.instance),
     KEY_JITCONFIG: q(RUNNER_CONFIG_KEYS.jitConfig),
     KEY_URL: q(RUNNER_CONFIG_KEYS.url),
     KEY_TOKEN: q(RUNNER_CONFIG_KEYS.token),

@@ -12,6 +12,7 @@ import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import {
   buildFleetConfig,
+  bootLogGroupName,
   DEFAULT_PREFIX,
   fleetMetricNamespace,
   LAMBDA_ENV,
@@ -369,6 +370,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath'], resources: [parameterArn(paths.runnerConfigRoot.replace(/\/$/, ''))] }),
     );
+    // The prime-failure back-off: one state parameter per pool, and the reason on a failed standby.
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ssm:GetParameter', 'ssm:PutParameter'], resources: this.config.pools.map((p) => parameterArn(paths.primeState(p.name))) }),
+    );
+    this.poolFunction.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ec2:CreateTags'],
+        resources: [fleetInstances],
+        conditions: { ...ownedByFleet, 'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.primeFailure] } },
+      }),
+    );
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ec2:CancelSpotInstanceRequests'],
@@ -477,6 +489,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       const parked = metric(METRIC_NAMES.parked, pool.name, 'Maximum');
       const target = metric(METRIC_NAMES.target, pool.name, 'Maximum');
       if (pool.warm.size > 0 || pool.warm.schedule.length > 0) {
+        alarm(
+          `PrimeBackoff-${pool.name}`,
+          `Pool ${pool.name} stopped relaunching warm standbys: ${pool.warm.primeFailureLimit} in a row failed to prime; it probes one per ${pool.warm.primeBackoffCapSeconds}s and resumes when one primes or the launch template changes. ` +
+            `Last failure reason: Logs Insights on /aws/lambda/${this.poolFunction.functionName}: ` +
+            `fields @timestamp, instanceId, reason, failuresInARow | filter message = "prime failed" and pool = "${pool.name}" | sort @timestamp desc | limit 20. ` +
+            `The instance's own lines: Logs Insights on ${bootLogGroupName(prefix)}: fields @timestamp, @logStream, @message | filter @message like /error:|PRIME failed/ | sort @timestamp desc | limit 20. ` +
+            'What to do: docs/operations.md#prime-back-off',
+          metric(METRIC_NAMES.primeBackoff, pool.name, 'Maximum'),
+          1,
+          1,
+        );
         alarm(
           `ParkedBelowTarget-${pool.name}`,
           `Pool ${pool.name} has had fewer parked instances than its target for 15 minutes. What to do: docs/operations.md#parked-below-target`,

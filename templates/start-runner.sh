@@ -25,7 +25,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   TAG_WARM=@@TAG_WARM_STANDBY@@ WARM_VALUE=@@WARM_STANDBY_VALUE@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@ \
   TAG_STARTED=@@TAG_JOB_STARTED@@ JOB_LINE=@@JOB_START_LINE@@ \
   CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
-  K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
+  K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_INSTANCE=@@KEY_INSTANCE@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
   L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
   LOG_GROUP=@@LOG_GROUP@@ \
   PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@ \
@@ -119,8 +119,9 @@ read_identity() {
 read_tags() {
   local rc=0
   if tag "$TAG_ACTIVATED"; then
-    # Only warm standbys are activated; their cleanup must not terminate before a mode is chosen.
-    ACTIVATED=$OUT WARM=1
+    # Activated: a warm standby scale-up started, or a cold launch (tagged so at launch). Which
+    # one matters only if the boot fails before a mode (on_exit asks then), not on the warm path.
+    ACTIVATED=$OUT
     ! tag "$TAG_TRACE" || TRACE=$OUT
   else
     # The listing tells "no such tag" from "tags not in instance metadata" (then all are 404).
@@ -129,12 +130,21 @@ read_tags() {
     ((rc == 0)) || fail "instance tags are not in instance metadata: enable InstanceMetadataTags in the launch template"
     local keys=$'\n'$OUT$'\n'
     # Decided by the value (the contract's WARM_STANDBY_VALUE), not by the key being there.
-    if [[ $keys == *$'\n'"$TAG_WARM"$'\n'* ]] && tag "$TAG_WARM" && [[ $OUT == "$WARM_VALUE" ]]; then WARM=1; fi
+    [[ $keys != *$'\n'"$TAG_WARM"$'\n'* ]] || standby_tag || fail "IMDS did not answer for tag $TAG_WARM"
     if ((!WARM)) && [[ $keys == *$'\n'"$TAG_TRACE"$'\n'* ]] && tag "$TAG_TRACE"; then TRACE=$OUT; fi
   fi
   # Printed on every line: keep it one safe token.
   TRACE=${TRACE//[^A-Za-z0-9._:-]/_}
   TAGS_READ=1
+}
+
+# Sets WARM from the standby tag's value (the contract's WARM_STANDBY_VALUE), not from
+# the key being there: 0 when read (either way), 1 when IMDS did not answer.
+standby_tag() {
+  local rc=0
+  imds "meta-data/tags/instance/$TAG_WARM" || rc=$?
+  ((rc < 2)) || return 1
+  ((rc)) || [[ $OUT != "$WARM_VALUE" ]] || WARM=1
 }
 
 # aws_try WHAT ARGS...: the aws CLI with bounded retries. 0 with OUT set (kept in memory:
@@ -280,7 +290,7 @@ get_config() {
 # Parses encodeRunnerConfig's key=value lines with builtins. The values are secrets: errors
 # name the field, never the value.
 parse_config() {
-  local rest=$CONFIG line ver='' prov=''
+  local rest=$CONFIG line ver='' prov='' inst=''
   CONFIG=''
   while [[ -n $rest ]]; do
     line=${rest%%$'\n'*}
@@ -290,11 +300,19 @@ parse_config() {
     case ${line%%=*} in
       "$K_VERSION") ver=${line#*=} ;;
       "$K_PROVIDER") prov=${line#*=} ;;
+      "$K_INSTANCE") inst=${line#*=} ;;
       "$K_JIT") JIT=${line#*=} ;;
       "$K_URL") URL=${line#*=} ;;
       "$K_TOKEN") RTOKEN=${line#*=} ;;
     esac
   done
+  # Defence in depth beside IAM: a config written under this name for another instance (or
+  # for none) holds that one's secret. Refused, and nothing of it deleted (on_exit).
+  if [[ $inst != "$ID" ]]; then
+    HELD=0
+    inst=${inst//[^A-Za-z0-9-]/_} inst=${inst:0:32}
+    fail "$PARAM names ${inst:+instance }${inst:-no instance}, not $ID: refused, not deleted, no runner started"
+  fi
   [[ $ver == "$CONFIG_VERSION" ]] || fail "$PARAM is not version $CONFIG_VERSION"
   [[ $prov == "$PROVIDER" ]] || fail "$PARAM is not for this pool's provider $PROVIDER"
   if [[ $PROVIDER == "$GITHUB" ]]; then
@@ -531,6 +549,17 @@ prime_mode() {
   shutdown -h now || { ENDING=0 && fail "shutdown failed"; }
 }
 
+# Before a mode: is this a warm standby? An activated instance is one only with the tag (a
+# cold launch carries the activation time too), asked only now, off the warm path. When IMDS
+# cannot say, it counts as one: nothing is terminated, as without tags.
+# shellcheck disable=SC2317 # called by on_exit
+standby_or_unknown() {
+  ((!WARM)) || return 0
+  [[ -n $ACTIVATED ]] || return 1
+  standby_tag || { log "IMDS did not answer for tag $TAG_WARM: cannot tell a warm standby" && return 0; }
+  ((WARM))
+}
+
 # A failed cold instance terminates itself; a warm standby that fails before choosing a mode
 # or while priming is left for the pool to evict; without tags nothing is known, so nothing
 # is terminated.
@@ -544,7 +573,7 @@ on_exit() {
     log "PRIME failed (status $status): not powering off"
   elif ((!TAGS_READ)); then
     log "failed (status $status) before the tags were read: not terminating"
-  elif ((WARM)) && [[ -z $MODE ]]; then
+  elif [[ -z $MODE ]] && standby_or_unknown; then
     log "warm standby failed (status $status) before a mode: left for the pool to evict"
   else
     log "failed (status $status) in ${MODE:-a cold start}: terminating"

@@ -46,6 +46,8 @@ export interface PoolPlan {
   /** Warm standbys to launch so priming + parked reaches the target. */
   readonly launch: number;
   readonly parked: number;
+  /** LaunchTime of each parked standby that stays (its priming boot): the prime-failure streak reads them. */
+  readonly parkedLaunchTimes: Date[];
   readonly priming: number;
   readonly target: number;
   /** Instances serving a job (activated warm or launched cold), for the dashboard. */
@@ -104,6 +106,7 @@ export function planPool(
     evictions,
     launch: Math.max(0, target - remaining.length),
     parked: remaining.filter((k) => k.cls === 'parked').length,
+    parkedLaunchTimes: remaining.filter((k) => k.cls === 'parked').map((k) => k.instance.launchTime),
     priming: remaining.filter((k) => k.cls === 'priming').length,
     target,
     active,

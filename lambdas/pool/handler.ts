@@ -1,18 +1,20 @@
 import {
   CancelSpotInstanceRequestsCommand,
+  CreateTagsCommand,
   RunInstancesCommand,
   TerminateInstancesCommand,
   type EC2Client,
   type RunInstancesCommandOutput,
   type Tag,
 } from '@aws-sdk/client-ec2';
-import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
+import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, READ, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
+import { decodeStreak, encodeStreak, primeStep, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -84,7 +86,8 @@ async function runPool(
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name });
   const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
   const plan = planPool(instances, claimed, pool, keys, target, now);
-  const evicted = await evict(deps, config, plan.evictions, claimed, log);
+  const stored = await readStreak(deps, config, pool, log);
+  const evicted = await evict(deps, config, plan.evictions, claimed, log, primeFailureReason(pool));
   const counts: Record<string, number> = {};
   for (const e of evicted) {
     counts[e.reason] = (counts[e.reason] ?? 0) + 1;
@@ -95,8 +98,33 @@ async function runPool(
   // instance that stays must not hold back a launch.
   const gone = new Set(evicted.map((e) => e.instance.id));
   const notEvicted = plan.evictions.filter((e) => e.reason !== 'garbage' && !gone.has(e.instance.id)).length;
-  const launch = Math.max(0, plan.launch - notEvicted);
-  const launched = launch > 0 ? await launchStandbys(deps, config, pool, launch, log) : 0;
+  const wanted = Math.max(0, plan.launch - notEvicted);
+  const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool) }));
+  // An unreadable streak holds launches back for this run: failing safe, never in a loop.
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, plan, failed, wanted, now);
+  const streak = step?.streak;
+  const decision = step?.decision ?? { launch: 0, backingOff: false };
+  for (const f of failed) {
+    // The structured line the PrimeBackoff alarm's Logs Insights query finds.
+    log.error('prime failed', { instanceId: f.instanceId, reason: f.reason, failuresInARow: streak?.failures, limit: pool.warm.primeFailureLimit });
+  }
+  if (decision.launch < wanted) {
+    log.warn('prime back-off: holding launches back', {
+      wanted,
+      launching: decision.launch,
+      failuresInARow: streak?.failures,
+      resumeAt: decision.resumeAt?.toISOString(),
+      lastReason: streak?.lastReason,
+      lastInstanceId: streak?.lastInstanceId,
+    });
+  }
+  const launched = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : 0;
+  // Written only when it changed (nothing stored and nothing to remember is no change).
+  if (streak && stored !== 'unreadable') {
+    const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
+    if (!unchanged) await writeStreak(deps, config, pool, streak, log);
+  }
+  metrics.add(names.primeBackoff, { Pool: pool.name }, decision.backingOff ? 1 : 0);
   metrics.add(names.parked, { Pool: pool.name }, plan.parked);
   metrics.add(names.active, { Pool: pool.name }, plan.active);
   metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
@@ -105,7 +133,46 @@ async function runPool(
   return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
 }
 
-async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Eviction[], claimed: ReadonlySet<string>, log: Logger): Promise<Eviction[]> {
+/** Why the pool calls a standby's prime failed: it did not park in time (the instance's own reason is in its boot log). */
+function primeFailureReason(pool: PoolConfig): string {
+  return `did not park within ${pool.warm.primingTimeoutSeconds}s`;
+}
+
+/** The pool's prime streak: undefined when none is stored, 'unreadable' when SSM did not answer. */
+async function readStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, log: Logger): Promise<PrimeStreak | undefined | 'unreadable'> {
+  const name = ssmPaths(config.prefix).primeState(pool.name);
+  try {
+    const out = await deps.aws.send<GetParameterCommandOutput>(deps.ssm, new GetParameterCommand({ Name: name }), READ);
+    return decodeStreak(out.Parameter?.Value);
+  } catch (error) {
+    if (errorName(error) === 'ParameterNotFound') return undefined;
+    log.error('reading the prime streak failed: no launches this run', { parameter: name, error: errorName(error) });
+    return 'unreadable';
+  }
+}
+
+/**
+ * One String parameter per pool, written only when the streak changes: the failed standbys
+ * themselves cannot hold it, since they are terminated and drop out of DescribeInstances
+ * within about an hour, as long as the default cap.
+ */
+async function writeStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, streak: PrimeStreak, log: Logger): Promise<void> {
+  const name = ssmPaths(config.prefix).primeState(pool.name);
+  try {
+    await deps.aws.send(deps.ssm, new PutParameterCommand({ Name: name, Value: encodeStreak(streak), Type: 'String', Overwrite: true }), WRITE_IDEMPOTENT);
+  } catch (error) {
+    log.error('writing the prime streak failed', { parameter: name, error: errorName(error) });
+  }
+}
+
+async function evict(
+  deps: PoolDeps,
+  config: FleetConfig,
+  evictions: readonly Eviction[],
+  claimed: ReadonlySet<string>,
+  log: Logger,
+  primeFailure: string,
+): Promise<Eviction[]> {
   if (evictions.length === 0) return [];
   const keys = tagKeys(config.prefix);
   const paths = ssmPaths(config.prefix);
@@ -162,6 +229,15 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
   }
   const terminate = go.filter((e) => !cancelFailed.has(e.instance.id));
   for (const id of cancelFailed) release.push(id);
+  // A failed prime keeps its reason on the instance (visible while EC2 lists it). Best effort.
+  const failedPrimes = terminate.filter((e) => e.reason === 'priming-timeout').map((e) => e.instance.id);
+  if (failedPrimes.length) {
+    try {
+      await deps.aws.send(deps.ec2, new CreateTagsCommand({ Resources: failedPrimes, Tags: [{ Key: keys.primeFailure, Value: primeFailure }] }), WRITE_IDEMPOTENT);
+    } catch (error) {
+      log.warn('tagging failed primes failed', { instances: failedPrimes.length, error: errorName(error) });
+    }
+  }
   let terminated: Eviction[] = [];
   if (terminate.length) {
     try {
@@ -194,11 +270,7 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
  */
 async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
   const keys = tagKeys(config.prefix);
-  const tags: Tag[] = [
-    { Key: keys.pool, Value: pool.name },
-    { Key: keys.warmStandby, Value: WARM_STANDBY_VALUE },
-    { Key: keys.createdBy, Value: CREATED_BY.pool },
-  ];
+  const tags: Tag[] = standbyLaunchTags(keys, pool.name);
   let lastError = '';
   for (const subnet of pool.subnetIds) {
     for (const type of pool.instanceTypes) {

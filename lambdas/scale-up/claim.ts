@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
-import { encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
 
 /** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
@@ -32,7 +32,7 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
  */
 export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
   const name = ctx.paths.runnerConfig(a.instanceId);
-  const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
+  const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId));
   try {
     await ctx.aws.send(
       ctx.ssm,
@@ -72,14 +72,9 @@ export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boo
   }
 }
 
-/** The activation tags: per-instance values, so one CreateTags per instance carries them all. */
+/** The activation tags (the contract's): per-instance values, so one CreateTags per instance carries them all. */
 export function activationTags(ctx: StepContext, a: Attempt, activatedAt: Date): Tag[] {
-  return [
-    { Key: ctx.keys.activatedAt, Value: activatedAt.toISOString() },
-    { Key: ctx.keys.traceId, Value: a.j.job.traceId },
-    { Key: ctx.keys.jobId, Value: a.j.job.jobId },
-    { Key: ctx.keys.runnerId, Value: a.registration!.runnerId },
-  ];
+  return activationTagsOf(ctx.keys, a.j.job, a.registration!.runnerId, activatedAt);
 }
 
 export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Promise<void> {

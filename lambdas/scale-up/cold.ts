@@ -9,7 +9,7 @@ import {
 } from '@aws-sdk/client-ec2';
 import { errorName, WRITE_IDEMPOTENT } from '../shared/aws-call';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
-import { CREATED_BY, type PoolConfig } from '../shared/contract';
+import { coldLaunchTags, type PoolConfig } from '../shared/contract';
 import { claim, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 
@@ -134,18 +134,7 @@ async function fleetOnce(
       ...(capacityType === 'spot'
         ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
         : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
-      TagSpecifications: [
-        {
-          ResourceType: 'instance',
-          Tags: [
-            { Key: k.pool, Value: pool.name },
-            { Key: k.createdBy, Value: CREATED_BY.scaleUp },
-            { Key: k.jobId, Value: j.job.jobId },
-            { Key: k.traceId, Value: j.job.traceId },
-            { Key: k.activatedAt, Value: launchedAt.toISOString() },
-          ],
-        },
-      ],
+      TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt) }],
     }),
     // Idempotent through the ClientToken.
     WRITE_IDEMPOTENT,

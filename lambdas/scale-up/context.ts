@@ -33,11 +33,12 @@ export interface JobInFlight {
   readonly log: Logger;
 }
 
-export function runnerConfigOf(config: FleetConfig, job: JobMessage, reg: RunnerRegistration): RunnerConfig {
-  if (job.provider === 'github') return { provider: 'github', jitConfig: reg.secret };
+/** The config for exactly one instance: it names the instance, which refuses any other's. */
+export function runnerConfigOf(config: FleetConfig, job: JobMessage, reg: RunnerRegistration, instanceId: string): RunnerConfig {
+  if (job.provider === 'github') return { provider: 'github', instanceId, jitConfig: reg.secret };
   const url = reg.url ?? config.gitlab?.url;
   if (!url) throw new Error('gitlab registration has no url and the fleet config names no gitlab url');
-  return { provider: 'gitlab', url, token: reg.secret };
+  return { provider: 'gitlab', instanceId, url, token: reg.secret };
 }
 
 /** Registers a runner; not retried, since a second call could register a second runner. */

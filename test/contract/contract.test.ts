@@ -92,23 +92,30 @@ describe('boot log group', () => {
 
 describe('runner config', () => {
   it('round-trips both providers', () => {
-    const gh = { provider: 'github' as const, jitConfig: 'eyJhIjoiYj0ifQ==' };
-    const gl = { provider: 'gitlab' as const, url: 'https://gitlab.example.com', token: 'glrt-abc' };
+    const gh = { provider: 'github' as const, instanceId: 'i-0123456789abcdef0', jitConfig: 'eyJhIjoiYj0ifQ==' };
+    const gl = { provider: 'gitlab' as const, instanceId: 'i-0fedcba9876543210', url: 'https://gitlab.example.com', token: 'glrt-abc' };
     expect(decodeRunnerConfig(encodeRunnerConfig(gh))).toEqual(gh);
     expect(decodeRunnerConfig(encodeRunnerConfig(gl))).toEqual(gl);
   });
   it('refuses values the shell parser could split, without echoing the secret', () => {
-    expect(() => encodeRunnerConfig({ provider: Provider.GITHUB, jitConfig: 'se cret\nx=1' })).toThrow(/"jitconfig"/);
+    expect(() => encodeRunnerConfig({ provider: Provider.GITHUB, instanceId: 'i-0123456789abcdef0', jitConfig: 'se cret\nx=1' })).toThrow(/"jitconfig"/);
     try {
-      encodeRunnerConfig({ provider: Provider.GITHUB, jitConfig: 'se cret' });
+      encodeRunnerConfig({ provider: Provider.GITHUB, instanceId: 'i-0123456789abcdef0', jitConfig: 'se cret' });
     } catch (e) {
       expect((e as Error).message).not.toContain('se cret');
     }
   });
   it('rejects malformed or incomplete content', () => {
-    expect(() => decodeRunnerConfig('version=1\nprovider=gitlab\nurl=https://x\n')).toThrow(/lacks "token"/);
+    expect(() => decodeRunnerConfig('version=1\nprovider=gitlab\ninstance=i-0123456789abcdef0\nurl=https://x\n')).toThrow(/lacks "token"/);
     expect(() => decodeRunnerConfig('version=2\nprovider=github\njitconfig=x\n')).toThrow(/version/);
     expect(() => decodeRunnerConfig('garbage')).toThrow(/key=/);
+  });
+  it('names the instance it is for, and refuses a config that names none or no instance id', () => {
+    const text = encodeRunnerConfig({ provider: Provider.GITHUB, instanceId: 'i-0123456789abcdef0', jitConfig: 'x' });
+    expect(text.split('\n')).toContain('instance=i-0123456789abcdef0');
+    expect(() => decodeRunnerConfig('version=1\nprovider=github\njitconfig=x\n')).toThrow(/lacks "instance"/);
+    expect(() => decodeRunnerConfig('version=1\nprovider=github\ninstance=me\njitconfig=x\n')).toThrow(/not an EC2 instance id/);
+    expect(() => encodeRunnerConfig({ provider: Provider.GITHUB, instanceId: 'i-x', jitConfig: 'x' })).toThrow(/not an EC2 instance id/);
   });
 });
 

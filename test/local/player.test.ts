@@ -225,7 +225,7 @@ describe('InstancePlayer', () => {
     await player!.idle();
     expect(player!.booting()).toEqual([]);
 
-    await activate(id, { provider: Provider.GITHUB, jitConfig: 'fake-jit-config-1' }, 'trace-warm-1');
+    await activate(id, { provider: Provider.GITHUB, instanceId: id, jitConfig: 'fake-jit-config-1' }, 'trace-warm-1');
     await ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
 
     const gone = await until('instance-gone', eventOf('instance-gone', id));
@@ -275,7 +275,7 @@ describe('InstancePlayer', () => {
     await ssm.send(
       new PutParameterCommand({
         Name: paths.runnerConfig(id),
-        Value: encodeRunnerConfig({ provider: Provider.GITLAB, url: 'http://127.0.0.1:1', token: 'fake-runner-token-1' }),
+        Value: encodeRunnerConfig({ provider: Provider.GITLAB, instanceId: id, url: 'http://127.0.0.1:1', token: 'fake-runner-token-1' }),
         Type: 'SecureString',
       }),
     );
@@ -304,7 +304,7 @@ describe('InstancePlayer', () => {
 
     // A runner in the middle of its job.
     writeFileSync(runnerHold, '');
-    await activate(normal, { provider: Provider.GITHUB, jitConfig: 'fake-jit-config-2' }, 'trace-hold-1');
+    await activate(normal, { provider: Provider.GITHUB, instanceId: normal, jitConfig: 'fake-jit-config-2' }, 'trace-hold-1');
     await ec2.send(new StartInstancesCommand({ InstanceIds: [normal] }));
     await until('runner-started', eventOf('runner-started', normal));
     const runnerPid = Number(await until('runner pid', () => /^(\d+) .*fake-jit-config-2/m.exec(readFileSync(runnerLog, 'utf8'))?.[1]));

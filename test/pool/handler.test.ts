@@ -53,7 +53,8 @@ describe('pool handler', () => {
 
   it('follows the warm schedule: the window in force sets the target', async () => {
     // aws.now is Sunday 12:00 UTC.
-    const config = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 4 }] });
+    // A fresh pool primes at most primeFailureLimit standbys at once (backoff.ts): room for all 4.
+    const config = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 4 }], primeFailureLimit: 4 });
     expect((await handler(config)())[0]).toMatchObject({ target: 4, launched: 4 });
     const off = fleetConfig({ warmSize: 1, warmSchedule: [{ window: 'MON-FRI 07:00-19:00', size: 4 }] });
     aws.restore();
@@ -160,5 +161,50 @@ describe('pool handler', () => {
     await handler(fleetConfig({ warmSize: 0 }))();
     expect(aws.count('PutParameter')).toBe(0);
     expect(i.state).toBe('stopped');
+  });
+
+  it('a pool whose standbys fail to prime backs off: failure reason logged and tagged, streak stored, metric emitted, resumes when one primes', async () => {
+    const config = fleetConfig({ warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600, primingTimeoutSeconds: 900 });
+    const state = paths.primeState('linux');
+    // Two standbys that never parked (their PRIME failed), past the priming timeout.
+    const old = new Date(aws.now.getTime() - 901_000);
+    const failed = [0, 1].map(() => aws.addInstance({ state: 'running', tags: standbyTags(), launchTime: old }));
+    const [first] = await handler(config)();
+    expect(first).toMatchObject({ launched: 0, evicted: { 'priming-timeout': 2 } });
+    for (const f of failed) {
+      expect(f.state).toBe('terminated');
+      expect(f.tags.get(KEYS.primeFailure)).toBe('did not park within 900s');
+    }
+    expect(lines.logs('prime failed').map((l) => l.instanceId)).toEqual(failed.map((f) => f.id));
+    expect(lines.logs('prime failed')[1]).toMatchObject({ reason: 'did not park within 900s', failuresInARow: 2, pool: 'linux' });
+    expect(lines.metric('PrimeBackoff', { Pool: 'linux' })).toBe(1);
+    expect(JSON.parse(aws.parameters.get(state)!.value)).toMatchObject({ failures: 2, lastInstanceId: failed[1]!.id });
+
+    // Within the cap: nothing launches, the metric says so again.
+    lines = new Lines();
+    aws.now = new Date(aws.now.getTime() + 3599_000);
+    expect((await handler(config)())[0]).toMatchObject({ launched: 0 });
+    expect(lines.metric('PrimeBackoff', { Pool: 'linux' })).toBe(1);
+    expect(lines.logs('prime back-off: holding launches back')[0]).toMatchObject({ wanted: 2, launching: 0, lastReason: 'did not park within 900s' });
+
+    // At the cap: one probe.
+    aws.now = new Date(aws.now.getTime() + 1000);
+    expect((await handler(config)())[0]).toMatchObject({ launched: 1 });
+    const probe = [...aws.instances.values()].find((i) => i.state === 'pending')!;
+
+    // The probe primes: the streak ends and the pool fills up again.
+    probe.state = 'stopped';
+    probe.reason = 'Client.InstanceInitiatedShutdown';
+    lines = new Lines();
+    aws.now = new Date(aws.now.getTime() + 120_000);
+    expect((await handler(config)())[0]).toMatchObject({ parked: 1, launched: 1 });
+    expect(lines.metric('PrimeBackoff', { Pool: 'linux' })).toBe(0);
+    expect(JSON.parse(aws.parameters.get(state)!.value)).toMatchObject({ failures: 0, proven: true });
+  });
+
+  it('launches nothing while the prime streak cannot be read', async () => {
+    aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('ThrottlingException', 400)));
+    expect((await handler(fleetConfig({ warmSize: 2 }))())[0]).toMatchObject({ launched: 0 });
+    expect(lines.logs('reading the prime streak failed: no launches this run')).toHaveLength(1);
   });
 });

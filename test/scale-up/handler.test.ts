@@ -77,7 +77,7 @@ describe('scale-up: warm activation', () => {
       expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(inst.id);
       expect(param.tags[PARAMETER_INSTANCE_ARN_TAG]).toBe(`${INSTANCE_ARN_PREFIX}${inst.id}`);
       const runnerId = inst.tags.get(KEYS.runnerId)!;
-      expect(decodeRunnerConfig(param.value)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${runnerId}` });
+      expect(decodeRunnerConfig(param.value)).toEqual({ provider: Provider.GITHUB, instanceId: inst.id, jitConfig: `jit-secret-${runnerId}` });
     }
     expect(lines.metric('WarmActivations', { Pool: 'linux' })).toBe(3);
     expect(lines.metric('ColdLaunches')).toBe(0);

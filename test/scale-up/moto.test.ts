@@ -79,7 +79,7 @@ describe('scale-up against moto', () => {
     for (const i of serving) {
       const value = params.get(paths.runnerConfig(i.InstanceId!));
       expect(value).toBeDefined();
-      expect(decodeRunnerConfig(value!)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
+      expect(decodeRunnerConfig(value!)).toEqual({ provider: Provider.GITHUB, instanceId: i.InstanceId, jitConfig: `jit-secret-${tag(i, KEYS.runnerId)}` });
       // Warm and cold alike: the tags the instance role's IAM condition checks.
       const tags = await c.ssm.send(new ListTagsForResourceCommand({ ResourceType: 'Parameter', ResourceId: paths.runnerConfig(i.InstanceId!) }));
       expect(Object.fromEntries((tags.TagList ?? []).map((t) => [t.Key, t.Value]))).toEqual({
@@ -116,7 +116,7 @@ describe('scale-up against moto', () => {
       expect(params.size).toBe(20);
       for (const i of serving) {
         const runnerId = tag(i, KEYS.runnerId)!;
-        expect(decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!)).toEqual({ provider: Provider.GITHUB, jitConfig: `jit-secret-${runnerId}` });
+        expect(decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!)).toEqual({ provider: Provider.GITHUB, instanceId: i.InstanceId, jitConfig: `jit-secret-${runnerId}` });
         expect(ci.runners.get(runnerId)!.instanceId).toBe(i.InstanceId);
         expect(ci.runners.get(runnerId)!.jobId).toBe(tag(i, KEYS.jobId));
       }

@@ -153,8 +153,11 @@ export async function startBootSandbox(): Promise<BootSandbox> {
         }
         case 'POST /runner-config': {
           // Written the way scale-up writes it: the contract's encoding and parameter name.
-          const name = ssmPaths(String(input.prefix)).runnerConfig(String(input.instanceId ?? imds.state.instanceId));
-          const value = encodeRunnerConfig(input.config as RunnerConfig);
+          // The config names its instance: by default the one it is written for, or another
+          // one (`for`) to play a config written under the wrong name.
+          const instanceId = String(input.instanceId ?? imds.state.instanceId);
+          const name = ssmPaths(String(input.prefix)).runnerConfig(instanceId);
+          const value = encodeRunnerConfig({ ...(input.config as RunnerConfig), instanceId: String(input.for ?? instanceId) });
           await ssm.send(new PutParameterCommand({ Name: name, Value: value, Type: 'SecureString', Overwrite: true }));
           return json({ name });
         }

@@ -75,7 +75,7 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
 
 @test "cold failure self-terminates (a config the script cannot use)" {
   new_instance "$(cold_tags)"
-  ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=99\\nprovider=github\\njitconfig=x\\n\"}" >/dev/null
+  ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=99\\nprovider=github\\ninstance=$INSTANCE_ID\\njitconfig=x\\n\"}" >/dev/null
   boot_first github
   [ "$status" -ne 0 ]
   grep -qF "is not version 1" "$ROOT/out"
@@ -509,4 +509,33 @@ moto_tags() {
   grep -qF 'Listening for Jobs' "$ROOT/out"
   refute grep -qF "$TAG_JOB_STARTED" "$ROOT/out"
   aws_actions | refute grep -qx EC2.CreateTags
+}
+
+@test "a config that names another instance is refused, kept whole, and starts no runner" {
+  new_instance "$(launch_tags cold)"
+  # Written under this instance's name, for another instance (scale-up's encoding otherwise).
+  ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"for\":\"i-0aaaaaaaaaaaaaaaa\",\"config\":{\"provider\":\"github\",\"jitConfig\":\"jit-of-another\"}}" >/dev/null
+  local before
+  before=$(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID")
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "$CONFIG_ROOT$INSTANCE_ID names instance i-0aaaaaaaaaaaaaaaa, not $INSTANCE_ID: refused, not deleted, no runner started" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  # Nothing of it deleted: the parameter holds what it held, and no delete was sent.
+  [ "$(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID")" = "$before" ]
+  aws_actions | refute grep -qx AmazonSSM.DeleteParameter
+  refute grep -qF jit-of-another "$ROOT/out"
+  # A failed RUN of a cold instance: it terminates itself.
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "a config that names no instance is refused and kept whole" {
+  new_instance "$(launch_tags cold)"
+  ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=1\\nprovider=github\\njitconfig=jit-unnamed\\n\"}" >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "$CONFIG_ROOT$INSTANCE_ID names no instance, not $INSTANCE_ID: refused" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  param_exists
+  aws_actions | refute grep -qx AmazonSSM.DeleteParameter
 }

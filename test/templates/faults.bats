@@ -158,3 +158,61 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   # The cold instance still terminates itself (EC2 answers).
   aws_actions | grep -qx EC2.TerminateInstances
 }
+
+# Every test below boots an instance with the exact tags its launch path sets
+# (launch_tags: the functions the Lambdas send them with), and fails the config read on every
+# attempt, so the boot cannot choose a mode.
+
+@test "a cold launch (scale-up's exact tags) whose config read is throttled on every attempt terminates itself" {
+  new_instance "$(launch_tags cold)"
+  github_config jit-cold-throttled
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "not taking that for no config" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=" "$ROOT/out"
+  grep -qF "failed (status 1) in a cold start: terminating" "$ROOT/out"
+  refute grep -qF "left for the pool to evict" "$ROOT/out"
+  aws_actions | grep -qx EC2.TerminateInstances
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # Nothing was read, so nothing is deleted: the config stays for scale-up's rollback or the sweep.
+  param_exists
+  [ ! -e "$ROOT/calls/runner" ]
+}
+
+@test "a cold launch (scale-up's exact tags) denied its config read terminates itself" {
+  new_instance "$(launch_tags cold)"
+  github_config jit-cold-denied
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100,"error":"AccessDeniedException"}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "AccessDeniedException" "$ROOT/out"
+  refute grep -qF "$LOG_MODE=" "$ROOT/out"
+  refute grep -qF "left for the pool to evict" "$ROOT/out"
+  aws_actions | grep -qx EC2.TerminateInstances
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "an activated warm standby (the pool's and scale-up's exact tags) failing before a mode is left for the pool" {
+  new_instance "$(launch_tags activated)"
+  github_config jit-warm-throttled
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  mkdir -p "$ROOT/usr/local/sbin"
+  install -m 755 "$ROOT/hook-github.sh" "$ROOT/usr/local/sbin/start-runner"
+  boot_hook
+  [ "$status" -ne 0 ]
+  refute grep -qF "$LOG_MODE=" "$ROOT/out"
+  grep -qF "warm standby failed (status 1) before a mode: left for the pool to evict" "$ROOT/out"
+  aws_actions | refute grep -qx EC2.TerminateInstances
+  [ "$(instance_state)" = running ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+}
+
+@test "the tags of a warm standby's priming boot (the pool's exact tags) PRIME without any SSM call" {
+  new_instance "$(launch_tags standby)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
+  [ "$(aws_actions)" = '' ]
+  [ -e "$ROOT/calls/shutdown" ]
+}

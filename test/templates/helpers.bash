@@ -121,6 +121,10 @@ standby_tags() { printf '{"%s":"pool-a","%s":"%s"}' "$TAG_POOL" "$TAG_WARM" "$1"
 # ISO 8601 UTC with milliseconds and Z, like toISOString, SECONDS_AGO in the past.
 iso_ago() { date -u -d "@$(($(date +%s) - $1))" +%Y-%m-%dT%H:%M:%S.250Z; }
 
+# launch_tags PATH [ARGS...]: the exact tags of a launch path (cold, standby, activated), as the
+# Lambdas set them (test/templates/launch-tags.ts), as new_instance takes them.
+launch_tags() { node --import tsx "$REPO/test/templates/launch-tags.ts" --prefix "$PREFIX" --path "$@"; }
+
 # set_tags JSON: the instance's tags as IMDS shows them from now on (as after an activation).
 set_tags() { ctl POST /imds "{\"tags\":$1}" >/dev/null; }
 

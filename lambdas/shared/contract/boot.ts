@@ -3,7 +3,7 @@
  * the modes, the runner config parameter's value, runner names and the log lines
  * that other components parse.
  */
-import { assertPrefix } from './names';
+import { assertPrefix, INSTANCE_ID_PATTERN } from './names';
 
 export const BOOT_MODES = ['RUN', 'PRIME', 'WAIT'] as const;
 /**
@@ -53,6 +53,11 @@ export const RUNNER_CONFIG_VERSION = 1;
 export const RUNNER_CONFIG_KEYS = {
   version: 'version',
   provider: 'provider',
+  /**
+   * The instance the config is for (defence in depth beside IAM): the boot script refuses a
+   * config that names another instance, and deletes nothing of it.
+   */
+  instance: 'instance',
   /** GitHub: the encoded JIT config for `run.sh --jitconfig`. */
   jitConfig: 'jitconfig',
   /** GitLab: the instance URL for `gitlab-runner run-single --url`. */
@@ -62,8 +67,8 @@ export const RUNNER_CONFIG_KEYS = {
 } as const;
 
 export type RunnerConfig =
-  | { readonly provider: 'github'; readonly jitConfig: string }
-  | { readonly provider: 'gitlab'; readonly url: string; readonly token: string };
+  | { readonly provider: 'github'; readonly instanceId: string; readonly jitConfig: string }
+  | { readonly provider: 'gitlab'; readonly instanceId: string; readonly url: string; readonly token: string };
 
 const SAFE_VALUE = /^[^\s]+$/;
 
@@ -72,7 +77,9 @@ export function encodeRunnerConfig(config: RunnerConfig): string {
   const fields: [string, string][] = [
     [k.version, String(RUNNER_CONFIG_VERSION)],
     [k.provider, config.provider],
+    [k.instance, config.instanceId],
   ];
+  if (!INSTANCE_ID_PATTERN.test(config.instanceId)) throw new Error(`runner config instance "${config.instanceId}" is not an EC2 instance id`);
   if (config.provider === 'github') {
     fields.push([k.jitConfig, config.jitConfig]);
   } else {
@@ -104,8 +111,10 @@ export function decodeRunnerConfig(text: string): RunnerConfig {
     if (!value) throw new Error(`runner config for ${provider} lacks "${key}"`);
     return value;
   };
-  if (provider === 'github') return { provider, jitConfig: need(k.jitConfig) };
-  if (provider === 'gitlab') return { provider, url: need(k.url), token: need(k.token) };
+  const instanceId = need(k.instance);
+  if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`runner config instance "${instanceId}" is not an EC2 instance id`);
+  if (provider === 'github') return { provider, instanceId, jitConfig: need(k.jitConfig) };
+  if (provider === 'gitlab') return { provider, instanceId, url: need(k.url), token: need(k.token) };
   throw new Error(`runner config provider must be one of ${PROVIDERS.join(', ')}`);
 }
 

@@ -58,6 +58,10 @@ export interface PoolWarmConfig {
   readonly maxAgeSeconds: number;
   /** A priming instance that has not parked after this long is evicted. */
   readonly primingTimeoutSeconds: number;
+  /** Prime failures in a row after which the pool only probes, one standby per back-off cap. */
+  readonly primeFailureLimit: number;
+  /** The longest delay between launches of a pool whose standbys fail to prime. */
+  readonly primeBackoffCapSeconds: number;
 }
 
 /** One runner pool as the FleetConfig carries it, every default applied. */
@@ -166,6 +170,8 @@ export interface PoolInput {
   readonly warmSchedule?: readonly WarmScheduleEntry[];
   readonly warmMaxAgeSeconds?: number;
   readonly primingTimeoutSeconds?: number;
+  readonly primeFailureLimit?: number;
+  readonly primeBackoffCapSeconds?: number;
 }
 
 export interface FleetConfigInput {
@@ -195,6 +201,8 @@ export const FLEET_DEFAULTS = {
   warmSize: 0,
   warmMaxAgeSeconds: 24 * 60 * 60,
   primingTimeoutSeconds: 15 * 60,
+  primeFailureLimit: 3,
+  primeBackoffCapSeconds: 60 * 60,
   labelMatch: LabelMatch.EXACT,
   githubApiUrl: 'https://api.github.com',
   githubRunnerGroupId: 1,
@@ -265,6 +273,8 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
         schedule: (p.warmSchedule ?? []).map((e) => ({ window: e.window, size: e.size })),
         maxAgeSeconds: p.warmMaxAgeSeconds ?? FLEET_DEFAULTS.warmMaxAgeSeconds,
         primingTimeoutSeconds: p.primingTimeoutSeconds ?? FLEET_DEFAULTS.primingTimeoutSeconds,
+        primeFailureLimit: p.primeFailureLimit ?? FLEET_DEFAULTS.primeFailureLimit,
+        primeBackoffCapSeconds: p.primeBackoffCapSeconds ?? FLEET_DEFAULTS.primeBackoffCapSeconds,
       },
     })),
     metrics: {
@@ -426,6 +436,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
       });
     c.integer(`${p}.warm.maxAgeSeconds`, 300);
     c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
+    c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
+    c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
   });
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);

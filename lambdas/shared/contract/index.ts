@@ -5,6 +5,7 @@
  */
 export * from './names';
 export * from './tags';
+export * from './instance-tags';
 export * from './ssm-paths';
 export * from './boot';
 export * from './job-message';

@@ -63,6 +63,8 @@ export interface MetricNames {
   readonly target: string;
   /** Instances serving a job (activated warm or launched cold), per pool. */
   readonly active: string;
+  /** 1 while a pool backs off after its standbys failed to prime too often in a row, else 0, per pool. */
+  readonly primeBackoff: string;
   /** Time scale-up spent on one activation. */
   readonly activationDuration: string;
   /** Seconds from the activation tag to the runner's start, from the boot log. */
@@ -88,6 +90,7 @@ export const METRIC_NAMES = {
   priming: 'PrimingInstances',
   target: 'TargetInstances',
   active: 'ActiveInstances',
+  primeBackoff: 'PrimeBackoff',
   activationDuration: 'ActivationDuration',
   activationLatency: 'ActivationLatency',
   sweeps: 'Sweeps',

@@ -34,6 +34,8 @@ export interface SsmPaths {
   readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
   runnerConfig(instanceId: string): string;
+  /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only). */
+  primeState(pool: string): string;
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
   instanceIdOf(parameterName: string): string | undefined;
 }
@@ -89,6 +91,9 @@ export function ssmPaths(prefix: string): SsmPaths {
     runnerConfig(instanceId: string): string {
       if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`"${instanceId}" is not an EC2 instance id`);
       return `${runnerConfigRoot}${instanceId}`;
+    },
+    primeState(pool: string): string {
+      return `/${prefix}/pools/${pool}/prime-state`;
     },
     instanceIdOf(parameterName: string): string | undefined {
       if (!parameterName.startsWith(runnerConfigRoot)) return undefined;

@@ -31,6 +31,8 @@ export interface TagKeys {
    * second idle reading at least the pool's idle confirmation later.
    */
   readonly idleSince: string;
+  /** Why a warm standby failed to prime, as the pool saw it (set on the instance it evicts for that). */
+  readonly primeFailure: string;
 }
 
 export const TAG_NAMES = {
@@ -43,6 +45,7 @@ export const TAG_NAMES = {
   createdBy: 'created-by',
   jobStarted: 'job-started',
   idleSince: 'idle-since',
+  primeFailure: 'prime-failure',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */

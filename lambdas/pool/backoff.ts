@@ -1,0 +1,151 @@
+import type { PoolConfig } from '../shared/contract';
+
+/**
+ * Prime-failure back-off: a pool whose warm standbys keep failing to prime (a broken image,
+ * a download that fails, a prepare command that cannot succeed) must not relaunch them in a
+ * loop that bills and serves nothing. Pure functions over the pool's observed state and its
+ * stored streak; the handler reads and writes the streak (one SSM parameter per pool) and
+ * does the I/O.
+ *
+ * The bound, for a pool whose every prime fails: while no standby of the launch template has
+ * primed, at most `limit` standbys prime at once; after a failure, one probe at a time, each
+ * after a delay that doubles from BASE_DELAY_SECONDS and is the cap from the `limit`-th
+ * failure in a row on. So at most `limit` launches precede the cap, and from then on probes
+ * are more than `cap` apart (the cap plus the priming timeout): launches per hour stay at most
+ * `limit + 3600 / cap` (test/pool/backoff.test.ts runs it on a simulated clock).
+ */
+
+/** The first delay after a prime failure; it doubles with each failure in a row, up to the cap. */
+export const BASE_DELAY_SECONDS = 60;
+
+export const PRIME_STREAK_VERSION = 1;
+
+/** What the pool remembers about its standbys' primes (the pool's prime-state parameter). */
+export interface PrimeStreak {
+  readonly version: number;
+  /** The launch template (id:version) the streak belongs to; another one starts afresh. */
+  readonly template: string;
+  /** Prime failures in a row (since a standby last primed, or the template changed). */
+  readonly failures: number;
+  /** A standby of this template has primed (parked): it is known to work. */
+  readonly proven: boolean;
+  /** When the last failure was observed (ISO 8601). */
+  readonly lastFailureAt?: string;
+  /** Why the last standby failed, as the pool saw it. */
+  readonly lastReason?: string;
+  /** The last standby that failed (its boot log stream has the instance's own reason). */
+  readonly lastInstanceId?: string;
+}
+
+export interface PrimeFailure {
+  readonly instanceId: string;
+  readonly reason: string;
+}
+
+/** What one pool run observed about primes. */
+export interface PrimeObservation {
+  /** The pool's launch template now (id:version). */
+  readonly template: string;
+  /** Standbys this run evicted because they did not park in time: failed primes. */
+  readonly failed: readonly PrimeFailure[];
+  /** Parked standbys of the current template, each with its LaunchTime (its priming boot). */
+  readonly parkedLaunchTimes: readonly Date[];
+}
+
+export interface BackoffPolicy {
+  /** Failures in a row after which the delay is the cap (N). */
+  readonly limit: number;
+  /** The longest delay between probes, in seconds. */
+  readonly capSeconds: number;
+}
+
+export function freshStreak(template: string): PrimeStreak {
+  return { version: PRIME_STREAK_VERSION, template, failures: 0, proven: false };
+}
+
+/**
+ * The streak after this run's observation. A new template starts afresh; a standby that
+ * parked after the last failure (launched after it, so its prime began after it) ends the
+ * streak and proves the template; each failed prime extends it.
+ */
+export function nextStreak(previous: PrimeStreak | undefined, seen: PrimeObservation, now: Date): PrimeStreak {
+  let s = previous && previous.template === seen.template ? previous : freshStreak(seen.template);
+  const lastFailure = s.lastFailureAt ? Date.parse(s.lastFailureAt) : -Infinity;
+  if (seen.parkedLaunchTimes.some((t) => t.getTime() > lastFailure)) s = { ...s, failures: 0, proven: true };
+  const last = seen.failed[seen.failed.length - 1];
+  if (last) {
+    s = { ...s, failures: s.failures + seen.failed.length, lastFailureAt: now.toISOString(), lastReason: last.reason, lastInstanceId: last.instanceId };
+  }
+  return s;
+}
+
+/** Seconds to wait after the `failures`-th failure in a row before the next probe. */
+export function delaySeconds(failures: number, policy: BackoffPolicy): number {
+  if (failures <= 0) return 0;
+  if (failures >= policy.limit) return policy.capSeconds;
+  return Math.min(policy.capSeconds, BASE_DELAY_SECONDS * 2 ** (failures - 1));
+}
+
+export interface LaunchDecision {
+  /** Standbys to launch now. */
+  readonly launch: number;
+  /** The streak reached the limit: the pool only probes, at the cap (the metric and alarm). */
+  readonly backingOff: boolean;
+  /** When the next probe may launch (set while a streak holds launches back). */
+  readonly resumeAt?: Date;
+}
+
+/**
+ * How many of the `wanted` standbys to launch now, given the streak and how many priming
+ * ones exist. An unproven template primes at most `limit` at once (all of them may fail);
+ * after a failure, one probe at a time once its delay has passed.
+ */
+export function decideLaunch(streak: PrimeStreak, policy: BackoffPolicy, wanted: number, priming: number, now: Date): LaunchDecision {
+  const backingOff = streak.failures >= policy.limit;
+  if (streak.failures === 0) {
+    const launch = streak.proven ? wanted : Math.min(wanted, Math.max(0, policy.limit - priming));
+    return { launch, backingOff };
+  }
+  const resumeAt = new Date(Date.parse(streak.lastFailureAt!) + delaySeconds(streak.failures, policy) * 1000);
+  const launch = priming === 0 && now >= resumeAt ? Math.min(wanted, 1) : 0;
+  return { launch, backingOff, resumeAt };
+}
+
+export function encodeStreak(s: PrimeStreak): string {
+  return JSON.stringify(s);
+}
+
+/** The stored streak, or undefined for anything this code did not write (then it starts afresh). */
+export function decodeStreak(text: string | undefined): PrimeStreak | undefined {
+  if (!text) return undefined;
+  try {
+    const s = JSON.parse(text) as Partial<PrimeStreak>;
+    if (s.version !== PRIME_STREAK_VERSION || typeof s.template !== 'string' || !Number.isInteger(s.failures) || s.failures! < 0) return undefined;
+    if (typeof s.proven !== 'boolean' || (s.failures! > 0 && !(typeof s.lastFailureAt === 'string' && !Number.isNaN(Date.parse(s.lastFailureAt))))) return undefined;
+    return s as PrimeStreak;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The pool's launch template as the streak records it: a new version starts a new streak. */
+export function templateOf(pool: PoolConfig): string {
+  return `${pool.launchTemplateId}:${pool.launchTemplateVersion}`;
+}
+
+/**
+ * One pool run's prime step: the streak after what the run observed (its parked standbys,
+ * the failed primes it evicted) and how many of the `wanted` standbys to launch.
+ */
+export function primeStep(
+  stored: PrimeStreak | undefined,
+  pool: PoolConfig,
+  seen: { readonly parkedLaunchTimes: readonly Date[]; readonly priming: number },
+  failed: readonly PrimeFailure[],
+  wanted: number,
+  now: Date,
+): { streak: PrimeStreak; decision: LaunchDecision } {
+  const streak = nextStreak(stored, { template: templateOf(pool), failed, parkedLaunchTimes: seen.parkedLaunchTimes }, now);
+  const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
+  return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming, now) };
+}
