@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import {
   CancelSpotInstanceRequestsCommand,
   RunInstancesCommand,
@@ -7,8 +8,8 @@ import {
   type Tag,
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
+import { errorName, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig, type TagKeys } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
@@ -190,46 +191,27 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
  * Launches warm standbys: shutdown behaviour "stop" (the priming boot powers off into
  * parked), the warm-standby and pool tags, and for spot pools a persistent request whose
  * interruption stops rather than terminates (fleet-launched spot cannot be stopped).
- * Instance types and subnets are tried in order on capacity errors.
+ * Instance types and subnets are tried in order on capacity errors, a definite refusal.
+ *
+ * A launch whose answer was lost (a reset, a 503 after the fact, a reply past the timeout)
+ * may have launched: it is never read as a refusal that moves on to the next type, which
+ * would launch the standbys twice. Each launch carries a fresh ClientToken, also as a tag,
+ * and a lost one is resolved by describing the pool's instances with that tag: what is
+ * found is what was launched. One that lands after that look is counted by the next run.
  */
 async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
   const keys = tagKeys(config.prefix);
-  const tags: Tag[] = [
-    { Key: keys.pool, Value: pool.name },
-    { Key: keys.warmStandby, Value: WARM_STANDBY_VALUE },
-    { Key: keys.createdBy, Value: CREATED_BY.pool },
-  ];
   let lastError = '';
   for (const subnet of pool.subnetIds) {
     for (const type of pool.instanceTypes) {
+      const token = randomUUID();
       try {
-        const out = await deps.aws.send<RunInstancesCommandOutput>(
-          deps.ec2,
-          new RunInstancesCommand({
-            // All or nothing: on a capacity error the next type or subnet is tried for the
-            // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
-            MinCount: count,
-            MaxCount: count,
-            LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
-            InstanceType: type as never,
-            SubnetId: subnet,
-            InstanceInitiatedShutdownBehavior: 'stop',
-            ...(pool.spot
-              ? { InstanceMarketOptions: { MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } } }
-              : {}),
-            TagSpecifications: [
-              { ResourceType: 'instance', Tags: tags },
-              { ResourceType: 'volume', Tags: tags.slice(0, 1) },
-            ],
-          }),
-          // Not retried on an unknown outcome: a second launch could double the pool. The
-          // next run counts what actually exists.
-          WRITE_ONCE,
-        );
+        const out = await deps.aws.send<RunInstancesCommandOutput>(deps.ec2, runStandbys(pool, keys, count, type, subnet, token), WRITE_ONCE);
         const n = out.Instances?.length ?? 0;
         log.info('launched warm standbys', { count: n, instanceType: type, subnet });
         return n;
       } catch (error) {
+        if (error instanceof UnknownOutcomeError) return launchedBy(deps, keys, pool, token, log);
         lastError = errorName(error);
         log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
       }
@@ -237,4 +219,41 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
   }
   log.error('no warm standby could be launched', { error: lastError });
   return 0;
+}
+
+function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
+  const tags: Tag[] = [
+    { Key: keys.pool, Value: pool.name },
+    { Key: keys.warmStandby, Value: WARM_STANDBY_VALUE },
+    { Key: keys.createdBy, Value: CREATED_BY.pool },
+    { Key: keys.launchToken, Value: token },
+  ];
+  return new RunInstancesCommand({
+    // All or nothing: on a capacity error the next type or subnet is tried for the
+    // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
+    MinCount: count,
+    MaxCount: count,
+    ClientToken: token,
+    LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+    InstanceType: type as never,
+    SubnetId: subnet,
+    InstanceInitiatedShutdownBehavior: 'stop',
+    ...(pool.spot ? { InstanceMarketOptions: { MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } } } : {}),
+    TagSpecifications: [
+      { ResourceType: 'instance', Tags: tags },
+      { ResourceType: 'volume', Tags: tags.slice(0, 1) },
+    ],
+  });
+}
+
+/** The instances a launch with a lost answer made, found by its token tag; 0 when they cannot be observed (the next run counts them). */
+async function launchedBy(deps: PoolDeps, keys: TagKeys, pool: PoolConfig, token: string, log: Logger): Promise<number> {
+  try {
+    const found = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } });
+    log.warn('launch outcome unknown, resolved by describing its token', { launched: found.length });
+    return found.length;
+  } catch (error) {
+    log.error('launch outcome unknown and describing it failed; the next run counts what exists', { error: errorName(error) });
+    return 0;
+  }
 }

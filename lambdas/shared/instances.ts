@@ -33,11 +33,12 @@ export async function describeFleet(
   aws: AwsCaller,
   ec2: EC2Client,
   keys: TagKeys,
-  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[] } = {},
+  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[]; tag?: { readonly key: string; readonly value: string } } = {},
 ): Promise<ObservedInstance[]> {
   const filters: Filter[] = [
     options.pool === undefined ? { Name: 'tag-key', Values: [keys.pool] } : { Name: `tag:${keys.pool}`, Values: [options.pool] },
     { Name: 'instance-state-name', Values: [...(options.states ?? LIVE_STATES)] },
+    ...(options.tag ? [{ Name: `tag:${options.tag.key}`, Values: [options.tag.value] }] : []),
   ];
   const found: ObservedInstance[] = [];
   let token: string | undefined;

@@ -4,7 +4,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
@@ -49,6 +49,24 @@ describe('pool handler', () => {
     expect(lines.metric('ParkedInstances', { Pool: 'linux' })).toBe(1);
     expect(lines.metric('PrimingInstances', { Pool: 'linux' })).toBe(2);
     expect(lines.metric('TargetInstances', { Pool: 'linux' })).toBe(3);
+  });
+
+  it.each([
+    ['launched, answer lost', true, 3],
+    ['not launched, answer lost', false, 0],
+  ])('a launch whose answer was lost is resolved by its token, never retried on the next type (%s)', async (_, executed, launched) => {
+    aws.fault('RunInstances', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    expect(aws.count('RunInstances')).toBe(1);
+    expect(summary).toMatchObject({ target: 3, launched });
+    const standbys = [...aws.instances.values()];
+    expect(standbys).toHaveLength(launched);
+    const token = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input.ClientToken;
+    expect(token).toMatch(/^[0-9a-f-]{36}$/);
+    for (const i of standbys) expect(i.tags.get(KEYS.launchToken)).toBe(token);
+    // The next run counts what exists: it launches only what is missing.
+    const [next] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    expect(next!.launched + next!.priming).toBe(3);
   });
 
   it('follows the warm schedule: the window in force sets the target', async () => {

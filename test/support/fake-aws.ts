@@ -28,8 +28,22 @@ export interface FakeInstance {
   spotRequestId?: string;
 }
 
-/** An error to throw, 'hang' (never answer), 'pass' (answer normally), or an answer of its own. */
-export type Fault = Error | 'hang' | 'pass' | ((input: Record<string, unknown>) => unknown);
+/**
+ * An error to throw, 'hang' (never answer), 'pass' (answer normally), an answer of its own,
+ * or a lost answer (`lostAnswer`): the call runs, then its answer is lost.
+ */
+export type Fault = Error | 'hang' | 'pass' | LostAnswer | ((input: Record<string, unknown>) => unknown);
+
+export interface LostAnswer {
+  readonly lost: Error;
+  /** Runs after the call executed, before the error reaches the caller. */
+  readonly then?: (input: Record<string, unknown>) => void;
+}
+
+/** The call executes, then its answer is lost: a 503 after the fact by default. */
+export function lostAnswer(error: Error = awsError('ServiceUnavailable', 503), then?: (input: Record<string, unknown>) => void): LostAnswer {
+  return { lost: error, ...(then ? { then } : {}) };
+}
 
 export function awsError(name: string, status = 400): Error {
   return Object.assign(new Error(`${name} (injected)`), { name, $metadata: { httpStatusCode: status } });
@@ -185,6 +199,12 @@ export class FakeAws {
     if (fault === 'hang') return new Promise(() => {});
     if (fault === 'pass') return this.answer(answer);
     if (fault instanceof Error) return Promise.reject(fault);
+    if (typeof fault === 'object') {
+      return this.answer(answer).then(() => {
+        fault.then?.(input);
+        throw fault.lost;
+      });
+    }
     if (typeof fault === 'function') return Promise.resolve().then(() => fault(input));
     return this.answer(answer);
   }

@@ -19,6 +19,11 @@ export interface TagKeys {
   readonly runnerId: string;
   /** Which component created the instance (value: one of `CREATED_BY`). */
   readonly createdBy: string;
+  /**
+   * The ClientToken of the pool launch that created a warm standby: a launch whose answer
+   * was lost is found by it (moto does not filter on `client-token`; EC2 and moto both filter on tags).
+   */
+  readonly launchToken: string;
 }
 
 export const TAG_NAMES = {
@@ -29,6 +34,7 @@ export const TAG_NAMES = {
   jobId: 'job-id',
   runnerId: 'runner-id',
   createdBy: 'created-by',
+  launchToken: 'launch-token',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */
