@@ -9,11 +9,11 @@ import {
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig, type TagKeys } from '../shared/contract';
+import { CREATED_BY, PARAMETER_INSTANCE_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
-import { listRunnerConfigs } from '../shared/parameters';
+import { EVICTION_MARKER, listRunnerConfigs } from '../shared/parameters';
 import { classify, planPool, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -34,8 +34,14 @@ export interface PoolRunSummary {
   readonly evicted: Record<string, number>;
 }
 
-/** The value of an eviction's claim: not a runner config, so nothing can ever run from it. */
-export const EVICTION_MARKER = 'evicting=1\n';
+export { EVICTION_MARKER };
+
+/**
+ * An eviction marker this much older than now belongs to no live pool run (the function's
+ * timeout is 2 minutes): it is one whose write answered too late to be read back, and the
+ * next run removes it instead of leaving the instance unclaimable until the sweep.
+ */
+export const LEFTOVER_MARKER_MS = 5 * 60_000;
 
 /**
  * The pool Lambda (on a schedule): per pool, evict what should go and launch warm standbys
@@ -54,7 +60,7 @@ export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[
     const paths = ssmPaths(config.prefix);
     const summaries: PoolRunSummary[] = [];
     try {
-      const claimed = new Set((await listRunnerConfigs(deps.aws, deps.ssm, paths)).map((p) => p.instanceId));
+      const claimed = await observeClaims(deps, paths, now(), log);
       for (const pool of config.pools) {
         const l = log.child({ pool: pool.name });
         try {
@@ -69,6 +75,21 @@ export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[
     }
     return summaries;
   };
+}
+
+/** The instances whose config path holds something, after removing this pool's leftover markers. */
+async function observeClaims(deps: PoolDeps, paths: SsmPaths, now: Date, log: Logger): Promise<Set<string>> {
+  const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
+  const leftover = parameters.filter((p) => p.evictionMarker && now.getTime() - p.lastModified.getTime() > LEFTOVER_MARKER_MS);
+  const gone = new Set<string>();
+  if (leftover.length > 0) {
+    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, leftover.map((p) => p.name), { delete: 'single', readBack: 'list' });
+    for (const p of leftover) {
+      if (outcome.gone.has(p.name)) gone.add(p.name);
+      log.warn('removing a leftover eviction marker', { instanceId: p.instanceId, removed: outcome.gone.has(p.name) });
+    }
+  }
+  return new Set(parameters.filter((p) => !gone.has(p.name)).map((p) => p.instanceId));
 }
 
 async function runPool(
@@ -112,25 +133,7 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
   const paths = ssmPaths(config.prefix);
   // 1. Take the lock: the claim write scale-up uses.
   const locked: Eviction[] = [];
-  for (const e of evictions) {
-    try {
-      await deps.aws.send(
-        deps.ssm,
-        new PutParameterCommand({
-          Name: paths.runnerConfig(e.instance.id),
-          Value: EVICTION_MARKER,
-          Type: 'SecureString',
-          ...(config.parameters.kmsKeyId ? { KeyId: config.parameters.kmsKeyId } : {}),
-          Overwrite: false,
-          Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }],
-        }),
-        WRITE_ONCE,
-      );
-      locked.push(e);
-    } catch (error) {
-      log.info('not evicting: the instance was claimed meanwhile', { instanceId: e.instance.id, reason: e.reason, error: errorName(error) });
-    }
-  }
+  for (const e of evictions) if (await lock(deps, paths, e, log)) locked.push(e);
   // 2. Observe again under the lock: only what is still an unactivated standby goes.
   const now = locked.length ? await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: locked.map((e) => e.instance.id) }) : [];
   const current = new Map(now.map((i) => [i.id, i]));
@@ -185,6 +188,37 @@ async function evict(deps: PoolDeps, config: FleetConfig, evictions: readonly Ev
     }
   }
   return terminated;
+}
+
+/**
+ * Writes the eviction marker with Overwrite=false: true when it holds the lock. A write whose
+ * answer was lost may have landed: it is read back by listing (a String marker is readable
+ * there, a claim is not), so a marker that landed is held, and removed with the others.
+ * One that cannot be read back is left to the next run (`LEFTOVER_MARKER_MS`).
+ */
+async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): Promise<boolean> {
+  const name = paths.runnerConfig(e.instance.id);
+  try {
+    await deps.aws.send(
+      deps.ssm,
+      new PutParameterCommand({ Name: name, Value: EVICTION_MARKER, Type: 'String', Overwrite: false, Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }] }),
+      WRITE_ONCE,
+    );
+    return true;
+  } catch (error) {
+    if (!(error instanceof UnknownOutcomeError)) {
+      log.info('not evicting: the instance was claimed meanwhile', { instanceId: e.instance.id, reason: e.reason, error: errorName(error) });
+      return false;
+    }
+    try {
+      const held = (await listRunnerConfigs(deps.aws, deps.ssm, paths)).some((p) => p.name === name && p.evictionMarker);
+      log.warn('eviction lock outcome unknown, resolved by listing', { instanceId: e.instance.id, held });
+      return held;
+    } catch (readError) {
+      log.error('eviction lock outcome unknown and unreadable; the next run removes a leftover marker', { instanceId: e.instance.id, error: errorName(readError) });
+      return false;
+    }
+  }
 }
 
 /**

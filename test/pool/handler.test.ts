@@ -1,7 +1,7 @@
 import { CancelSpotInstanceRequestsCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createPoolHandler } from '../../lambdas/pool/handler';
+import { createPoolHandler, EVICTION_MARKER, LEFTOVER_MARKER_MS } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
@@ -115,13 +115,51 @@ describe('pool handler', () => {
     expect(lines.logs(/^removing an eviction marker failed/)).toHaveLength(warnings);
   });
 
-  it("writes its eviction lock with the fleet's key when one is configured", async () => {
+  it('writes its eviction lock as a plain String marker (no secret, readable by listing), without the fleet key', async () => {
     parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
     const base = fleetConfig({ warmSize: 0 });
     await handler({ ...base, parameters: { ...base.parameters, kmsKeyId: 'alias/fleet' } })();
     const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
     expect(puts).toHaveLength(1);
-    expect(puts[0]).toMatchObject({ KeyId: 'alias/fleet', Overwrite: false });
+    expect(puts[0]).toMatchObject({ Type: 'String', Value: EVICTION_MARKER, Overwrite: false });
+    expect(puts[0]!.KeyId).toBeUndefined();
+  });
+
+  it.each([
+    ['landed', true],
+    ['did not land', false],
+  ])('an eviction lock whose answer was lost is read back, and no marker stays either way (%s)', async (_, executed) => {
+    const stale = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    aws.fault('PutParameter', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.count('PutParameter')).toBe(1);
+    // Held: evicted in this run. Not held: the instance stays, claimable.
+    expect(aws.instances.get(stale.id)!.state).toBe(executed ? 'terminated' : 'stopped');
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a lost lock answer next to a claim by scale-up is not taken as ours', async () => {
+    const i = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'scale-up config', tags: {}, at: aws.now, type: 'SecureString' });
+      throw awsError('ServiceUnavailable', 503);
+    });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(i.state).toBe('stopped');
+    expect(aws.parameters.get(paths.runnerConfig(i.id))!.value).toBe('scale-up config');
+  });
+
+  it('removes a marker left by an earlier run (one whose lost write landed after its read-back), and only an old one', async () => {
+    const old = parked();
+    const fresh = parked();
+    const claim = parked();
+    const at = (ms: number) => new Date(aws.now.getTime() - ms);
+    aws.parameters.set(paths.runnerConfig(old.id), { value: EVICTION_MARKER, tags: {}, at: at(LEFTOVER_MARKER_MS + 1), type: 'String' });
+    aws.parameters.set(paths.runnerConfig(fresh.id), { value: EVICTION_MARKER, tags: {}, at: at(60_000), type: 'String' });
+    aws.parameters.set(paths.runnerConfig(claim.id), { value: 'config', tags: {}, at: at(LEFTOVER_MARKER_MS + 1), type: 'SecureString' });
+    await handler(fleetConfig({ warmSize: 3 }))();
+    expect([...aws.parameters.keys()].sort()).toEqual([paths.runnerConfig(fresh.id), paths.runnerConfig(claim.id)].sort());
+    expect(lines.logs('removing a leftover eviction marker')).toEqual([expect.objectContaining({ instanceId: old.id, removed: true })]);
   });
 
   it('keeps an instance whose spot request could not be cancelled', async () => {

@@ -54,7 +54,7 @@ export class FakeAws {
   readonly ssm = mockClient(SSMClient);
   readonly sqs = mockClient(SQSClient);
   readonly instances = new Map<string, FakeInstance>();
-  readonly parameters = new Map<string, { value: string; tags: Record<string, string>; at: Date }>();
+  readonly parameters = new Map<string, { value: string; tags: Record<string, string>; at: Date; type?: string }>();
   readonly sent: { queueUrl: string; body: string; groupId?: string; dedupId?: string; attributes: Record<string, string> }[] = [];
   readonly visibility: { receiptHandle: string; seconds: number }[] = [];
   readonly calls: string[] = [];
@@ -121,7 +121,9 @@ export class FakeAws {
     this.ssm.on(PutParameterCommand).callsFake((i) =>
       this.run('PutParameter', i, () => {
         if (this.parameters.has(i.Name) && !i.Overwrite) throw awsError('ParameterAlreadyExists');
-        this.parameters.set(i.Name, { value: i.Value, tags: Object.fromEntries((i.Tags ?? []).map((t: { Key: string; Value: string }) => [t.Key, t.Value])), at: this.now });
+        // An overwrite keeps the tags (SSM takes tags only on creation).
+        const tags = this.parameters.get(i.Name)?.tags ?? Object.fromEntries((i.Tags ?? []).map((t: { Key: string; Value: string }) => [t.Key, t.Value]));
+        this.parameters.set(i.Name, { value: i.Value, tags, at: this.now, type: i.Type });
         return { Version: 1 };
       }),
     );
@@ -146,7 +148,10 @@ export class FakeAws {
     );
     this.ssm.on(GetParametersByPathCommand).callsFake((i) =>
       this.run('GetParametersByPath', i, () => ({
-        Parameters: [...this.parameters.entries()].filter(([n]) => n.startsWith(i.Path)).map(([Name, p]) => ({ Name, LastModifiedDate: p.at })),
+        // Without decryption a SecureString's value is ciphertext; a String's is readable.
+        Parameters: [...this.parameters.entries()]
+          .filter(([n]) => n.startsWith(i.Path))
+          .map(([Name, p]) => ({ Name, LastModifiedDate: p.at, Type: p.type ?? 'SecureString', Value: p.type === 'String' || i.WithDecryption ? p.value : 'AQICAH-ciphertext' })),
       })),
     );
     this.sqs.on(SendMessageCommand).callsFake((i) =>
