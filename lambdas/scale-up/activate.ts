@@ -1,6 +1,6 @@
 import { errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
-import { describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
+import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { claim, rollback, tag, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
@@ -80,7 +80,7 @@ export async function activateWarm(
   let activatedAt: Date | undefined;
   const tagged: Attempt[] = [];
   const check = new ClaimCheck((ids) =>
-    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'] }),
+    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ALL_STATES }),
   );
 
   await mapLimit(jobs, options.concurrency, async (j) => {

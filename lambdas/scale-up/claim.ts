@@ -2,6 +2,8 @@ import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { ALL_STATES, describeFleet } from '../shared/instances';
+import type { Logger } from '../shared/log';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
 
 /** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
@@ -98,14 +100,7 @@ export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Prom
 export async function rollback(ctx: StepContext, a: Attempt, reason: string): Promise<void> {
   const log = a.j.log.child({ instanceId: a.instanceId, rollback: reason });
   let complete = true;
-  if (a.tags) {
-    try {
-      await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: a.tags }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      complete = false;
-      log.error('removing activation tags failed', { error: errorName(error) });
-    }
-  }
+  if (a.tags && !(await removeTags(ctx, a, log))) complete = false;
   if (a.registration) {
     if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
   }
@@ -122,4 +117,32 @@ export async function rollback(ctx: StepContext, a: Attempt, reason: string): Pr
   }
   log.warn('activation rolled back', { complete });
   if (!complete) ctx.metrics.add(ctx.config.metrics.names.jobsFailed, { Pool: a.j.pool.name, Reason: 'rollback-incomplete' });
+}
+
+/** Rounds of delete-then-look before the tags are left to the sweep. */
+const TAG_REMOVAL_ROUNDS = 3;
+
+/**
+ * Removes our activation tags and looks that they are gone. A CreateTags whose answer was
+ * lost (or an earlier attempt of one that was retried) can land after the DeleteTags: the
+ * instance would then look activated to everyone, with no owner to start it, until the
+ * sweep terminates it. So the rollback describes the instance after deleting, and deletes
+ * again while any of our tags (key and our value) is still there, before the claim is
+ * released, so the instance is claimable again at once.
+ */
+async function removeTags(ctx: StepContext, a: Attempt, log: Logger): Promise<boolean> {
+  const ours = a.tags!;
+  for (let round = 1; round <= TAG_REMOVAL_ROUNDS; round++) {
+    try {
+      await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: ours }), WRITE_IDEMPOTENT);
+      const [seen] = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: [a.instanceId], states: ALL_STATES });
+      const left = ours.filter((t) => seen !== undefined && seen.tags.get(t.Key!) === t.Value);
+      if (left.length === 0) return true;
+      log.warn('activation tags landed after their removal; removing them again', { round, tags: left.map((t) => t.Key!) });
+    } catch (error) {
+      log.error('removing activation tags failed', { round, error: errorName(error) });
+      return false;
+    }
+  }
+  return false;
 }

@@ -27,6 +27,8 @@ export function observe(instance: Instance): ObservedInstance {
 }
 
 export const LIVE_STATES = ['pending', 'running', 'stopping', 'stopped'];
+/** Every state: an observation by id that must see a gone instance as gone. */
+export const ALL_STATES = [...LIVE_STATES, 'shutting-down', 'terminated'];
 
 /** Instances of the fleet (those carrying its pool tag), paginated, in the given states. */
 export async function describeFleet(

@@ -410,6 +410,44 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(lines.metric('LostClaims')).toBe(1);
   });
 
+  it.each([
+    ['every attempt unanswered', 6],
+    ['an earlier attempt of a tag call that then answered', 0],
+  ])('a CreateTags that lands after the rollback removed the tags is observed and removed again (%s)', async (_, unanswered) => {
+    const [id] = park(1);
+    let late: { Key: string; Value: string }[] = [];
+    // The call is sent, its answer never comes; it executes later, after the rollback's delete.
+    for (let n = 0; n < unanswered; n++) {
+      aws.fault('CreateTags', (i) => {
+        late = i.Tags as typeof late;
+        throw awsError('ServiceUnavailable', 503);
+      });
+    }
+    if (unanswered === 0) {
+      aws.fault('CreateTags', (i) => {
+        late = i.Tags as typeof late;
+        for (const t of late) aws.instances.get(id!)!.tags.set(t.Key, t.Value);
+        return {};
+      });
+      aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    }
+    aws.fault('DeleteTags', (i) => {
+      const inst = aws.instances.get(id!)!;
+      for (const t of i.Tags as { Key: string; Value: string }[]) if (inst.tags.get(t.Key) === t.Value) inst.tags.delete(t.Key);
+      for (const t of late) inst.tags.set(t.Key, t.Value);
+      return {};
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(late.length).toBeGreaterThan(0);
+    // Claimable again at once: a parked standby, no tags of ours, no parameter.
+    rolledBack([id!]);
+    expect(aws.instances.get(id!)!.state).toBe('stopped');
+    expect(aws.count('DeleteTags')).toBe(2);
+    expect(lines.logs(/^activation tags landed after their removal/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
   it('a rollback step that fails does not stop the others, and is counted', async () => {
     const [id] = park(1);
     aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
