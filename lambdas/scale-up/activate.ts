@@ -1,4 +1,4 @@
-import { errorName, mapLimit } from '../shared/aws-call';
+import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { claim, rollback, tag, type Attempt } from './claim';
@@ -13,7 +13,9 @@ export type FallbackReason =
   | 'verify-error'
   | 'tag-error'
   | 'start-lost'
-  | 'start-failed';
+  | 'start-failed'
+  /** Something threw in the job's lane (a bug, or an answer no step expected): rolled back. */
+  | 'activation-error';
 
 export type WarmOutcome =
   | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string }
@@ -84,6 +86,23 @@ export async function activateWarm(
   );
 
   await mapLimit(jobs, options.concurrency, async (j) => {
+    // What the lane is working on: a throw anywhere in it rolls back exactly that and
+    // sends this job cold, while the other lanes go on to their start or rollback. An
+    // escaping throw would end the batch with other lanes' instances tagged but never
+    // started nor rolled back.
+    let current: Attempt | undefined;
+    try {
+      await lane(j, (a) => (current = a));
+    } catch (error) {
+      j.log.error('activation failed unexpectedly, rolling back', { instanceId: current?.instanceId, error: describeError(error) });
+      if (current) await rollback(ctx, current, 'activation-error');
+      fallback(j, 'activation-error');
+    }
+  });
+  for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
+
+  /** One job's claims; `track` names the attempt in progress (undefined once it is undone or handed on). */
+  async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
     for (let tries = 0; tries < options.claimsPerJob; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
       // made before the wait would be seconds old (and likely taken) when it is written.
@@ -92,10 +111,12 @@ export async function activateWarm(
       if (next === undefined) break;
       const { instanceId, observedAt } = next;
       const a: Attempt = { j, instanceId, claimed: false };
+      track(a);
       try {
         a.registration = await createRunner(ctx, j, instanceId);
       } catch (error) {
         j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
+        track(undefined);
         fallback(j, 'ci-error');
         return;
       }
@@ -105,6 +126,7 @@ export async function activateWarm(
           const verdict = await verify(ctx, a, check);
           if (verdict !== 'parked') {
             await rollback(ctx, a, verdict);
+            track(undefined);
             if (verdict === 'verify-error') {
               fallback(j, 'verify-error');
               return;
@@ -117,9 +139,11 @@ export async function activateWarm(
         try {
           await tag(ctx, a, (activatedAt ??= ctx.now()));
           tagged.push(a);
+          track(undefined);
         } catch (error) {
           j.log.error('tagging the claimed instance failed', { instanceId, error: errorName(error) });
           await rollback(ctx, a, 'tag-failed');
+          track(undefined);
           fallback(j, 'tag-error');
         }
         return;
@@ -127,6 +151,7 @@ export async function activateWarm(
       if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
         ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
       }
+      track(undefined);
       if (result === 'failed') {
         fallback(j, 'claim-error');
         return;
@@ -135,8 +160,7 @@ export async function activateWarm(
       candidates.lost();
       j.log.info('claim lost to another invocation', { instanceId });
     }
-  });
-  for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
+  }
 
   const starts = new Map<string, StartOutcome>();
   const deps = { aws: ctx.aws, ec2: ctx.ec2, keys: ctx.keys, log: ctx.log };

@@ -448,6 +448,33 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
   });
 
+  it('a lane that throws rolls back its own attempt; the other lanes still start their instances', async () => {
+    const ids = park(3);
+    const create = ci.createRunner.bind(ci);
+    let calls = 0;
+    let bad: string | undefined;
+    // An answer no step expects: a secret the config encoder refuses (it throws inside the lane).
+    ci.createRunner = async (job, instanceId, pool) => {
+      const reg = await create(job, instanceId, pool);
+      if (++calls !== 2) return reg;
+      bad = instanceId;
+      return { ...reg, secret: 'not a secret' };
+    };
+    const res = await handler()(jobEvent(jobs(3)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(2);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
+    // The throwing lane's instance is parked again, untouched; nothing tagged is left unstarted.
+    const inst = aws.instances.get(bad!)!;
+    expect(inst.state).toBe('stopped');
+    rolledBack([bad!]);
+    for (const id of ids) {
+      const i = aws.instances.get(id)!;
+      expect(i.tags.has(KEYS.jobId)).toBe(i.state === 'running');
+    }
+  });
+
   it('a rollback step that fails does not stop the others, and is counted', async () => {
     const [id] = park(1);
     aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
