@@ -1,8 +1,8 @@
 import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
-import { claim, rollback, tag, type Attempt } from './claim';
-import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
+import { claim, claimMarker, rollback, tag, writeConfig, type Attempt } from './claim';
+import { createRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
 /** Why a job that was meant to go warm goes cold; each is logged and counted. */
@@ -10,6 +10,7 @@ export type FallbackReason =
   | 'lost-claims'
   | 'ci-error'
   | 'claim-error'
+  | 'config-error'
   | 'verify-error'
   | 'tag-error'
   | 'start-lost'
@@ -101,7 +102,11 @@ export async function activateWarm(
   });
   for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
 
-  /** One job's claims; `track` names the attempt in progress (undefined once it is undone or handed on). */
+  /**
+   * One job's claims, claim first: a registration is made only for a claim that holds, so
+   * lost claims cost SSM writes, never CI registrations. `track` names the attempt in
+   * progress (undefined once it is undone or handed on to the start).
+   */
   async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
     for (let tries = 0; tries < options.claimsPerJob; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
@@ -112,54 +117,64 @@ export async function activateWarm(
       const { instanceId, observedAt } = next;
       const a: Attempt = { j, instanceId, claimed: false };
       track(a);
-      try {
-        a.registration = await createRunner(ctx, j, instanceId);
-      } catch (error) {
-        j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
+      const result = await claim(ctx, a, claimMarker(), { paced: true });
+      if (result !== 'claimed') {
         track(undefined);
-        fallback(j, 'ci-error');
-        return;
+        if (result === 'failed') {
+          fallback(j, 'claim-error');
+          return;
+        }
+        lost(j);
+        candidates.lost();
+        j.log.info('claim lost to another invocation', { instanceId });
+        continue;
       }
-      const result = await claim(ctx, a, { paced: true });
-      if (result === 'claimed') {
-        if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
-          const verdict = await verify(ctx, a, check);
-          if (verdict !== 'parked') {
-            await rollback(ctx, a, verdict);
-            track(undefined);
-            if (verdict === 'verify-error') {
-              fallback(j, 'verify-error');
-              return;
-            }
-            lost(j);
-            candidates.lost();
-            continue;
+      if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
+        const verdict = await verify(ctx, a, check);
+        if (verdict !== 'parked') {
+          await rollback(ctx, a, verdict);
+          track(undefined);
+          if (verdict === 'verify-error') {
+            fallback(j, 'verify-error');
+            return;
           }
+          lost(j);
+          candidates.lost();
+          continue;
         }
-        try {
-          await tag(ctx, a, (activatedAt ??= ctx.now()));
-          tagged.push(a);
-          track(undefined);
-        } catch (error) {
-          j.log.error('tagging the claimed instance failed', { instanceId, error: errorName(error) });
-          await rollback(ctx, a, 'tag-failed');
-          track(undefined);
-          fallback(j, 'tag-error');
-        }
-        return;
       }
-      if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
-        ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
+      const failure = await prepare(j, a);
+      if (failure === undefined) tagged.push(a);
+      else {
+        await rollback(ctx, a, failure);
+        fallback(j, failure);
       }
       track(undefined);
-      if (result === 'failed') {
-        fallback(j, 'claim-error');
-        return;
-      }
-      lost(j);
-      candidates.lost();
-      j.log.info('claim lost to another invocation', { instanceId });
+      return;
     }
+  }
+
+  /** Register the runner, write its config over the claim marker, tag: the failure, if any. */
+  async function prepare(j: JobInFlight, a: Attempt): Promise<'ci-error' | 'config-error' | 'tag-error' | undefined> {
+    try {
+      a.registration = await createRunner(ctx, j, a.instanceId);
+    } catch (error) {
+      j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
+      return 'ci-error';
+    }
+    try {
+      await writeConfig(ctx, a);
+    } catch (error) {
+      j.log.error('writing the runner config over the claim failed', { instanceId: a.instanceId, error: errorName(error) });
+      return 'config-error';
+    }
+    try {
+      await tag(ctx, a, (activatedAt ??= ctx.now()));
+    } catch (error) {
+      j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
+      return 'tag-error';
+    }
+    return undefined;
   }
 
   const starts = new Map<string, StartOutcome>();

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
@@ -20,21 +21,27 @@ export interface Attempt {
 export type ClaimResult = 'claimed' | 'lost' | 'failed';
 
 /**
- * The claim is the config write itself: PutParameter with Overwrite=false succeeds for
- * exactly one writer (ParameterAlreadyExists for every other), so decision and claim are one
- * atomic operation. The parameter is tagged with the instance id and the instance ARN in the
- * same call (tags are only accepted on creation, and a later tag call would leave a window
- * in which the instance cannot read its config): IAM compares the ARN tag with
- * `ec2:SourceInstanceARN` to let only that instance read and delete it.
+ * The claim is a write that refuses to overwrite: PutParameter with Overwrite=false
+ * succeeds for exactly one writer (ParameterAlreadyExists for every other), so decision
+ * and claim are one atomic operation. The parameter is tagged with the instance id and the
+ * instance ARN in the same call (tags are only accepted on creation, and a later tag call
+ * would leave a window in which the instance cannot read its config): IAM compares the ARN
+ * tag with `ec2:SourceInstanceARN` to let only that instance read and delete it.
+ *
+ * The warm path claims with a marker (`claimMarker`) and registers the runner only once
+ * the claim holds, then writes the config over it (`writeConfig`): a lost claim costs one
+ * SSM write and no CI registration, so registrations stay at one per served job under
+ * any contention (registering first made every lost claim register and delete a runner:
+ * 826 registrations for 200 jobs in a held-out storm). The cold path claims its own new
+ * instance with the config directly.
  *
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
- * leaving our parameter behind. It is resolved by reading the value back: ours (it carries
- * this registration's secret, unique to this attempt) means claimed.
+ * leaving our parameter behind. It is resolved by reading the value back: ours (unique to
+ * this attempt) means claimed.
  */
-export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
+export async function claim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean } = {}): Promise<ClaimResult> {
   const name = ctx.paths.runnerConfig(a.instanceId);
-  const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
   try {
     await ctx.aws.send(
       ctx.ssm,
@@ -72,6 +79,39 @@ export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boo
       return errorName(readError) === 'ParameterNotFound' ? 'lost' : 'failed';
     }
   }
+}
+
+/**
+ * A warm claim's value until the config replaces it: unique to the attempt (so a lost
+ * answer reads back as ours or not), and not a runner config, so nothing can run from it.
+ * The instance is stopped while it holds this: it never boots to read it.
+ */
+export function claimMarker(): string {
+  return `claiming=${randomUUID()}\n`;
+}
+
+/**
+ * Writes the runner config over our claim marker. Safe to repeat (every other writer is
+ * refused while the marker stands, and the sweep leaves a claim alone for its grace
+ * period), so lost answers are retried. SSM takes tags only on creation: the claim's stay.
+ */
+export async function writeConfig(ctx: StepContext, a: Attempt): Promise<void> {
+  await ctx.aws.send(
+    ctx.ssm,
+    new PutParameterCommand({
+      Name: ctx.paths.runnerConfig(a.instanceId),
+      Value: configValue(ctx, a),
+      Type: 'SecureString',
+      ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
+      Overwrite: true,
+    }),
+    WRITE_IDEMPOTENT,
+  );
+}
+
+/** The encoded runner config of the attempt's registration (the cold path claims with it directly: no contention on its own new instance). */
+export function configValue(ctx: StepContext, a: Attempt): string {
+  return encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!));
 }
 
 /** The activation tags: per-instance values, so one CreateTags per instance carries them all. */

@@ -10,7 +10,7 @@ import {
 import { errorName, WRITE_IDEMPOTENT } from '../shared/aws-call';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { CREATED_BY, type PoolConfig } from '../shared/contract';
-import { claim, type Attempt } from './claim';
+import { claim, configValue, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 
 /** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
@@ -62,7 +62,7 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
     } catch (error) {
       throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
     }
-    const result = await claim(ctx, a);
+    const result = await claim(ctx, a, configValue(ctx, a));
     if (result !== 'claimed') throw new ColdLaunchError(`writing the config parameter failed (${result})`, 'config');
     try {
       await ctx.aws.send(

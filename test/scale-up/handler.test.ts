@@ -63,7 +63,9 @@ describe('scale-up: warm activation', () => {
     const res = await handler()(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id).sort()).toEqual([...ids].sort());
-    expect(aws.count('PutParameter')).toBe(3);
+    // Claim first (a marker), then the config over it once the runner is registered.
+    expect(aws.count('PutParameter')).toBe(6);
+    expect(ci.created).toBe(3);
     expect(aws.count('CreateTags')).toBe(3);
     expect(aws.count('StartInstances')).toBe(1);
     // One observation; claims made right after it are tagged without re-observing.
@@ -92,7 +94,8 @@ describe('scale-up: warm activation', () => {
     expect((await handler({}, keyed)(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
     const keyIds = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input.KeyId);
-    expect(keyIds).toEqual(['arn:aws:kms:eu-west-1:111122223333:key/k-1', 'arn:aws:kms:eu-west-1:111122223333:key/k-1']);
+    // Warm: the claim marker and the config over it; cold: the config.
+    expect(keyIds).toEqual(Array(3).fill('arn:aws:kms:eu-west-1:111122223333:key/k-1'));
   });
 
   it('serves jobs beyond the parked count cold, and a redelivered job not at all', async () => {
@@ -135,13 +138,14 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
-  it('moves to the next candidate when a claim is lost, deregistering the runner', async () => {
+  it('moves to the next candidate when a claim is lost, without registering a runner for the lost one', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
-    expect(ci.deleted).toHaveLength(1);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toHaveLength(0);
     expect(warmStarted()).toHaveLength(1);
     expect([a, b]).toContain(warmStarted()[0]!.id);
     expect(lines.metric('LostClaims')).toBe(1);
@@ -193,7 +197,7 @@ describe('scale-up: warm activation', () => {
     const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
     const byId = aws.ec2.commandCalls(DescribeInstancesCommand).filter((c) => c.args[0].input.Filters?.some((f) => f.Name === 'instance-id'));
     expect(byId).toHaveLength(0);
-    expect(aws.count('PutParameter')).toBe(2);
+    expect(aws.count('PutParameter')).toBe(4);
     expect(warmStarted()).toHaveLength(2);
   });
 
@@ -201,7 +205,7 @@ describe('scale-up: warm activation', () => {
     park(1);
     aws.fault('PutParameter', slowPut);
     expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'CreateTags', 'StartInstances']);
+    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'PutParameter', 'CreateTags', 'StartInstances']);
     expect(warmStarted()).toHaveLength(1);
   });
 
@@ -450,24 +454,34 @@ describe('scale-up: fault injection on every activation step', () => {
 
   it('a lane that throws rolls back its own attempt; the other lanes still start their instances', async () => {
     const ids = park(3);
-    const create = ci.createRunner.bind(ci);
     let calls = 0;
     let bad: string | undefined;
-    // An answer no step expects: a secret the config encoder refuses (it throws inside the lane).
-    ci.createRunner = async (job, instanceId, pool) => {
-      const reg = await create(job, instanceId, pool);
-      if (++calls !== 2) return reg;
-      bad = instanceId;
-      return { ...reg, secret: 'not a secret' };
+    ci.failCreate = (instanceId) => (++calls === 2 ? ((bad = instanceId), new Error('502 from GitHub')) : undefined);
+    // Something no step expects, thrown in the lane while its claim is held: here the log sink.
+    const sink = (line: string) => {
+      if (line.includes('registering the runner failed')) throw new Error('log sink broke');
+      lines.sink(line);
     };
-    const res = await handler()(jobEvent(jobs(3)));
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink,
+    });
+    const res = await h(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted()).toHaveLength(2);
     expect(coldLaunched()).toHaveLength(1);
     expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
-    // The throwing lane's instance is parked again, untouched; nothing tagged is left unstarted.
-    const inst = aws.instances.get(bad!)!;
-    expect(inst.state).toBe('stopped');
+    // The throwing lane's instance is parked again, its claim released; nothing tagged is left unstarted.
+    expect(aws.instances.get(bad!)!.state).toBe('stopped');
     rolledBack([bad!]);
     for (const id of ids) {
       const i = aws.instances.get(id)!;

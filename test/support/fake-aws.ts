@@ -214,12 +214,15 @@ export class FakeAws {
     return this.answer(answer);
   }
 
-  private answer(answer: () => unknown): Promise<unknown> {
-    try {
-      return Promise.resolve(answer());
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  /**
+   * Answers after a number of event-loop turns drawn from this (a seeded random source):
+   * concurrent callers then interleave as they would over a network, without any timer.
+   */
+  turns?: () => number;
+
+  private async answer(answer: () => unknown): Promise<unknown> {
+    for (let n = this.turns?.() ?? 0; n > 0; n--) await new Promise((resolve) => setImmediate(resolve));
+    return answer();
   }
 
   private describe(filters: Filter[]): { Reservations: { Instances: Instance[] }[] } {
