@@ -24,9 +24,11 @@ export type WarmOutcome =
 
 export interface WarmOptions {
   /**
-   * Claim attempts per job before it gives up on the warm path (a claim lost at the write or
-   * found stale by its verification counts). Generous: a lost claim costs one SSM write, a
-   * cold launch instead of a free parked instance minutes.
+   * Claim attempts per job from the candidate lists at hand (a claim lost at the write or
+   * found stale by its verification counts); past them, each pick waits for an observation
+   * taken then, and the job gives up on the warm path only when one shows no parked instance
+   * left for it. A lost claim costs one SSM write, a cold launch instead of a free parked
+   * instance minutes.
    */
   readonly claimsPerJob: number;
   /** Jobs registering and claiming at once. */
@@ -108,11 +110,15 @@ export async function activateWarm(
    * progress (undefined once it is undone or handed on to the start).
    */
   async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
-    for (let tries = 0; tries < options.claimsPerJob; tries++) {
+    for (let tries = 0; ; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
       // made before the wait would be seconds old (and likely taken) when it is written.
       await ctx.aws.pace('PutParameter');
-      const next = await candidates.next(j.pool.name);
+      // Past `claimsPerJob` picks, or once the list at hand runs dry, a pick comes only from
+      // an observation taken now: the job goes cold only when one shows no parked instance
+      // left for it (each instance is handed out once per invocation, so this ends).
+      const fresh = tries >= options.claimsPerJob;
+      const next = (await candidates.next(j.pool.name, { fresh })) ?? (fresh ? undefined : await candidates.next(j.pool.name, { fresh: true }));
       if (next === undefined) break;
       const { instanceId, observedAt } = next;
       const a: Attempt = { j, instanceId, claimed: false };
@@ -243,15 +249,21 @@ export class Candidates {
     this.latest = { seq: 0, at: observedAt };
   }
 
-  async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+  /**
+   * The next candidate of `pool`. `fresh`: only from an observation started after this call,
+   * past `maxRefreshes` too (a lane that would otherwise give up on the warm path).
+   */
+  async next(pool: string, options: { fresh?: boolean } = {}): Promise<{ instanceId: string; observedAt: Date } | undefined> {
     if (this.observe) {
       // A pick wants a list no older than `freshMs`, or, while an observation takes longer
       // than half of that, than two observations: re-observing more often cannot make the
       // picks fresher, only the requests more (their claims are verified instead).
       const maxAgeMs = Math.max(this.freshMs, 2 * this.observeMs);
-      const fits = (o: { seq: number; at: Date }) => o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
+      const after = options.fresh ? this.started : undefined;
+      const fits = (o: { seq: number; at: Date }) =>
+        after !== undefined ? o.seq > after : o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
       try {
-        await this.observation(fits, () => this.refreshes++ < this.maxRefreshes);
+        await this.observation(fits, () => options.fresh === true || this.refreshes++ < this.maxRefreshes);
       } catch {
         // Keep the old list: it is still a list of candidates, and each claim is still atomic.
       }

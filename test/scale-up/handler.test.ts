@@ -151,6 +151,60 @@ describe('scale-up: warm activation', () => {
     expect(lines.metric('LostClaims')).toBe(1);
   });
 
+  it.each([['past claimsPerJob', 2, 6]])('a job whose claims were all lost tries the parked instances a fresh observation still shows before going cold (%s)', async (_, claimsPerJob, n) => {
+    const ids = park(n);
+    // Other invocations win the first n - 1 claims and tag their instances at once.
+    for (let k = 0; k < n - 1; k++) {
+      aws.fault('PutParameter', (input) => {
+        const id = paths.instanceIdOf(input.Name as string)!;
+        aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+        aws.instances.get(id)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+        throw awsError('ParameterAlreadyExists');
+      });
+    }
+    const warm = { claimsPerJob, concurrency: 10, freshSnapshotMs: 2_000 };
+    const res = await handler({ warm })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(warmStarted()).toHaveLength(1);
+    expect(ids).toContain(warmStarted()[0]!.id);
+    expect(lines.metric('LostClaims')).toBe(n - 1);
+  });
+
+  it('a lane whose list ran dry (its re-observation failed) takes one more look before going cold', async () => {
+    const [a] = park(1);
+    let b: string | undefined;
+    aws.fault('PutParameter', (input) => {
+      // Another invocation takes the only candidate; meanwhile a new standby parks.
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      aws.instances.get(a!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      b = park(1)[0];
+      throw awsError('ParameterAlreadyExists');
+    });
+    aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(warmStarted().map((i) => i.id)).toEqual([b]);
+  });
+
+  it('goes cold once a fresh observation shows no parked instance left, after a bounded number of looks', async () => {
+    park(3);
+    for (let k = 0; k < 3; k++) {
+      aws.fault('PutParameter', (input) => {
+        aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+        aws.instances.get(paths.instanceIdOf(input.Name as string)!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+        throw awsError('ParameterAlreadyExists');
+      });
+    }
+    const res = await handler({ warm: { claimsPerJob: 1, concurrency: 10, freshSnapshotMs: 2_000 } })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: 'lost-claims' })).toBe(1);
+    // The first observation, one per lost claim, one that shows none left.
+    expect(aws.count('DescribeInstances')).toBeLessThanOrEqual(5);
+  });
+
   it('re-observes after a lost claim, so it does not probe instances others have taken meanwhile', async () => {
     const ids = park(6);
     // Each of the first two writes loses; meanwhile another invocation tagged four others.
