@@ -8,7 +8,7 @@ import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
@@ -303,6 +303,26 @@ describe('scale-up: warm activation', () => {
     expect(aws.parameters.has(paths.runnerConfig(stale!))).toBe(false);
     expect(coldLaunched()).toHaveLength(0);
     expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it('writes the config over the claim marker, retrying a lost answer; a refused config write rolls back and goes cold', async () => {
+    const [id] = park(1);
+    // The marker write passes; the config write lands but its answer is lost, then the retry answers.
+    aws.fault('PutParameter', 'pass', lostAnswer());
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    const param = aws.parameters.get(paths.runnerConfig(id!))!;
+    expect(decodeRunnerConfig(param.value)).toMatchObject({ provider: Provider.GITHUB });
+    expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(id);
+    expect(aws.count('PutParameter')).toBe(3);
+
+    const [other] = park(1);
+    aws.fault('PutParameter', 'pass', awsError('AccessDeniedException'));
+    expect((await handler()(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    expect(lines.metric('Fallbacks', { Reason: 'config-error' })).toBe(1);
+    expect(aws.instances.get(other!)!.state).toBe('stopped');
+    expect(aws.parameters.has(paths.runnerConfig(other!))).toBe(false);
+    expect(ci.deleted).toHaveLength(1);
   });
 
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
