@@ -43,12 +43,13 @@ export interface WarmOptions {
 export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
- * The warm path for a batch of jobs: register, claim, (verify,) tag, start.
+ * The warm path for a batch of jobs: claim, (verify,) register, write the config, tag, start.
  *
  * 1. For each job: take the next candidate of its pool (candidates are shared, so jobs of
- *    one invocation never race each other), register a runner for that instance at the CI
- *    provider, and claim the instance with the config write. A lost claim deregisters and
- *    moves to the next candidate, re-observing first (`Candidates`).
+ *    one invocation never race each other) and claim it with a marker write. A lost claim
+ *    moves to the next candidate, re-observing first (`Candidates`); nothing was registered
+ *    for it. A claim that holds gets its runner registered at the CI provider and the
+ *    config written over the marker.
  * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
  *    id, job id, runner id; the values differ per instance, so a shared call would only add
  *    a request). Tagging at once makes the claim visible to every other invocation's
@@ -67,7 +68,7 @@ export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, fr
  *    untagged.
  * 3. One StartInstances for every instance of the batch, split on failure; a previous state
  *    other than "stopped" is a lost claim.
- * Every failure after the registration rolls back exactly what was done, and the job falls
+ * Every failure after the claim rolls back exactly what was done, and the job falls
  * back to a cold launch.
  */
 export async function activateWarm(
