@@ -736,6 +736,20 @@ describe('scale-up: cold launch', () => {
     expect(fleet.TargetCapacitySpecification?.DefaultTargetCapacityType).toBe('on-demand');
   });
 
+  it.each([
+    ['launched, answer lost', true, 1],
+    ['not launched, answer lost', false, 2],
+  ])('a CreateFleet whose answer was lost is found by its token before it is sent again (%s)', async (_, executed, sends) => {
+    aws.fault('CreateFleet', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(sends);
+    // One instance for the job, serving it: no second launch left behind.
+    expect([...aws.instances.values()]).toHaveLength(1);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(coldLaunched()[0]!.tags.get(KEYS.runnerId)).toBeDefined();
+  });
+
   it('falls back from spot to on-demand on a capacity error', async () => {
     aws.fault('CreateFleet', () => ({ Instances: [], Errors: [{ ErrorCode: 'InsufficientInstanceCapacity' }] }));
     const res = await handler({}, fleetConfig({ spot: true }))(jobEvent([job(1)]));
