@@ -1,8 +1,8 @@
 import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
-import { claim, claimMarker, rollback, tag, writeConfig, type Attempt } from './claim';
-import { createRunner, type JobInFlight, type StepContext } from './context';
+import { claim, claimMarker, configValue, rollback, tag, writeConfig, type Attempt } from './claim';
+import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
 /** Why a job that was meant to go warm goes cold; each is logged and counted. */
@@ -43,13 +43,14 @@ export interface WarmOptions {
 export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
- * The warm path for a batch of jobs: claim, (verify,) register, write the config, tag, start.
+ * The warm path for a batch of jobs: (register,) claim, (verify,) tag, start.
  *
  * 1. For each job: take the next candidate of its pool (candidates are shared, so jobs of
- *    one invocation never race each other) and claim it with a marker write. A lost claim
- *    moves to the next candidate, re-observing first (`Candidates`); nothing was registered
- *    for it. A claim that holds gets its runner registered at the CI provider and the
- *    config written over the marker.
+ *    one invocation never race each other) and claim it. A job's first attempt registers
+ *    its runner and claims with the config itself (one SSM write); once it has lost a
+ *    claim (its registration deleted), its later attempts claim with a marker, then
+ *    register and write the config over it (see `lane`). A lost claim moves to the next
+ *    candidate, re-observing first (`Candidates`).
  * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
  *    id, job id, runner id; the values differ per instance, so a shared call would only add
  *    a request). Tagging at once makes the claim visible to every other invocation's
@@ -106,11 +107,16 @@ export async function activateWarm(
   for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
 
   /**
-   * One job's claims, claim first: a registration is made only for a claim that holds, so
-   * lost claims cost SSM writes, never CI registrations. `track` names the attempt in
+   * One job's claims. Its first attempt registers the runner and claims with the config
+   * itself: one SSM write, the warm path's bottleneck (PutParameter is paced at about 3 a
+   * second). A lost claim then costs the registration (deleted), so once the job has lost
+   * one its later attempts claim first, with a marker, and register only for a claim that
+   * holds: at most two registrations and one deletion per job under any contention, for
+   * a second SSM write only on jobs that have already lost. `track` names the attempt in
    * progress (undefined once it is undone or handed on to the start).
    */
   async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
+    let claimFirst = false;
     for (let tries = 0; ; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
       // made before the wait would be seconds old (and likely taken) when it is written.
@@ -124,8 +130,21 @@ export async function activateWarm(
       const { instanceId, observedAt } = next;
       const a: Attempt = { j, instanceId, claimed: false };
       track(a);
-      const result = await claim(ctx, a, claimMarker(), { paced: true });
+      if (!claimFirst) {
+        try {
+          a.registration = await createRunner(ctx, j, instanceId);
+        } catch (error) {
+          j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
+          track(undefined);
+          fallback(j, 'ci-error');
+          return;
+        }
+      }
+      const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : claimMarker(), { paced: true });
       if (result !== 'claimed') {
+        if (a.registration && !(await deleteRunner(ctx, j, a.registration.runnerId))) {
+          ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
+        }
         track(undefined);
         if (result === 'failed') {
           fallback(j, 'claim-error');
@@ -133,6 +152,7 @@ export async function activateWarm(
         }
         lost(j);
         candidates.lost();
+        claimFirst = true;
         j.log.info('claim lost to another invocation', { instanceId });
         continue;
       }
@@ -147,6 +167,7 @@ export async function activateWarm(
           }
           lost(j);
           candidates.lost();
+          claimFirst = true;
           continue;
         }
       }
@@ -161,19 +182,24 @@ export async function activateWarm(
     }
   }
 
-  /** Register the runner, write its config over the claim marker, tag: the failure, if any. */
+  /**
+   * Tag a claimed instance; a claim made with a marker first gets its runner registered
+   * and its config written over the marker. The failure, if any.
+   */
   async function prepare(j: JobInFlight, a: Attempt): Promise<'ci-error' | 'config-error' | 'tag-error' | undefined> {
-    try {
-      a.registration = await createRunner(ctx, j, a.instanceId);
-    } catch (error) {
-      j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
-      return 'ci-error';
-    }
-    try {
-      await writeConfig(ctx, a);
-    } catch (error) {
-      j.log.error('writing the runner config over the claim failed', { instanceId: a.instanceId, error: errorName(error) });
-      return 'config-error';
+    if (a.registration === undefined) {
+      try {
+        a.registration = await createRunner(ctx, j, a.instanceId);
+      } catch (error) {
+        j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
+        return 'ci-error';
+      }
+      try {
+        await writeConfig(ctx, a);
+      } catch (error) {
+        j.log.error('writing the runner config over the claim failed', { instanceId: a.instanceId, error: errorName(error) });
+        return 'config-error';
+      }
     }
     try {
       await tag(ctx, a, (activatedAt ??= ctx.now()));

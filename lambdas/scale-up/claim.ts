@@ -28,12 +28,12 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
  * would leave a window in which the instance cannot read its config): IAM compares the ARN
  * tag with `ec2:SourceInstanceARN` to let only that instance read and delete it.
  *
- * The warm path claims with a marker (`claimMarker`) and registers the runner only once
- * the claim holds, then writes the config over it (`writeConfig`): a lost claim costs one
- * SSM write and no CI registration, so registrations stay at one per served job under
- * any contention (registering first made every lost claim register and delete a runner:
- * 826 registrations for 200 jobs in a held-out storm). The cold path claims its own new
- * instance with the config directly.
+ * A warm job's first attempt claims with its config, as the cold path does: one SSM write
+ * per activation, the warm path's bottleneck. After a lost claim, its later attempts claim
+ * with a marker (`claimMarker`) and register the runner only once the claim holds, then
+ * write the config over it (`writeConfig`): registrations stay at two per served job under
+ * any contention (registering before every claim made every lost claim register and
+ * delete a runner: 826 registrations for 200 jobs in a held-out storm).
  *
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
