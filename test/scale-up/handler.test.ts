@@ -63,8 +63,7 @@ describe('scale-up: warm activation', () => {
     const res = await handler()(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id).sort()).toEqual([...ids].sort());
-    // Claim first (a marker), then the config over it once the runner is registered.
-    expect(aws.count('PutParameter')).toBe(6);
+    expect(aws.count('PutParameter')).toBe(3);
     expect(ci.created).toBe(3);
     expect(aws.count('CreateTags')).toBe(3);
     expect(aws.count('StartInstances')).toBe(1);
@@ -88,14 +87,31 @@ describe('scale-up: warm activation', () => {
     for (const l of lines.logs('warm activation started the instance')) expect(l.traceId).toMatch(/^trace-/);
   });
 
+  it('writes one SSM parameter per warm activation without contention: the claim is the config itself', async () => {
+    // PutParameter (about 3 a second) is the warm path's bottleneck: an uncontended job
+    // must not spend a second write on a claim marker.
+    const ids = park(5);
+    expect((await handler()(jobEvent(jobs(5)))).batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(5);
+    const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
+    const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
+    expect(puts.map((p) => p.Name).sort()).toEqual(ids.map((id) => paths.runnerConfig(id)).sort());
+    for (const p of puts) {
+      expect(p.Overwrite).toBe(false);
+      expect(decodeRunnerConfig(p.Value!)).toMatchObject({ provider: Provider.GITHUB });
+    }
+    expect(ci.created).toBe(5);
+    expect(ci.deleted).toHaveLength(0);
+  });
+
   it('encrypts every config parameter with the fleet key when one is configured, warm and cold', async () => {
     park(1);
     const keyed = { ...fleetConfig(), parameters: { ...fleetConfig().parameters, kmsKeyId: 'arn:aws:kms:eu-west-1:111122223333:key/k-1' } };
     expect((await handler({}, keyed)(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
     const keyIds = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input.KeyId);
-    // Warm: the claim marker and the config over it; cold: the config.
-    expect(keyIds).toEqual(Array(3).fill('arn:aws:kms:eu-west-1:111122223333:key/k-1'));
+    // Warm and cold: the config, written once each.
+    expect(keyIds).toEqual(Array(2).fill('arn:aws:kms:eu-west-1:111122223333:key/k-1'));
   });
 
   it('serves jobs beyond the parked count cold, and a redelivered job not at all', async () => {
@@ -138,14 +154,22 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
-  it('moves to the next candidate when a claim is lost, without registering a runner for the lost one', async () => {
+  it('moves to the next candidate when a claim is lost, deregistering the runner, and claims first from then on', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
-    expect(ci.created).toBe(1);
-    expect(ci.deleted).toHaveLength(0);
+    expect(ci.created).toBe(2);
+    expect(ci.deleted).toHaveLength(1);
+    // The lost claim carried the config; the next one a marker, then the config over it.
+    const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
+    const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
+    expect(puts.map((p) => [p.Overwrite, p.Value!.startsWith('claiming=')])).toEqual([
+      [false, false],
+      [false, true],
+      [true, false],
+    ]);
     expect(warmStarted()).toHaveLength(1);
     expect([a, b]).toContain(warmStarted()[0]!.id);
     expect(lines.metric('LostClaims')).toBe(1);
@@ -251,7 +275,7 @@ describe('scale-up: warm activation', () => {
     const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
     const byId = aws.ec2.commandCalls(DescribeInstancesCommand).filter((c) => c.args[0].input.Filters?.some((f) => f.Name === 'instance-id'));
     expect(byId).toHaveLength(0);
-    expect(aws.count('PutParameter')).toBe(4);
+    expect(aws.count('PutParameter')).toBe(2);
     expect(warmStarted()).toHaveLength(2);
   });
 
@@ -259,7 +283,7 @@ describe('scale-up: warm activation', () => {
     park(1);
     aws.fault('PutParameter', slowPut);
     expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'PutParameter', 'CreateTags', 'StartInstances']);
+    expect(aws.calls.filter((c) => c !== 'SendMessage')).toEqual(['DescribeInstances', 'PutParameter', 'DescribeInstances', 'CreateTags', 'StartInstances']);
     expect(warmStarted()).toHaveLength(1);
   });
 
@@ -305,24 +329,30 @@ describe('scale-up: warm activation', () => {
     expect(lines.metric('LostClaims')).toBe(1);
   });
 
-  it('writes the config over the claim marker, retrying a lost answer; a refused config write rolls back and goes cold', async () => {
-    const [id] = park(1);
-    // The marker write passes; the config write lands but its answer is lost, then the retry answers.
-    aws.fault('PutParameter', 'pass', lostAnswer());
+  it('after a lost claim, writes the config over the claim marker, retrying a lost answer; a refused config write rolls back and goes cold', async () => {
+    park(2);
+    // The first claim (with the config) is lost; the marker write passes; the config write
+    // over it lands but its answer is lost, then the retry answers.
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', lostAnswer());
     expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(warmStarted().map((i) => i.id)).toEqual([id]);
-    const param = aws.parameters.get(paths.runnerConfig(id!))!;
+    expect(warmStarted()).toHaveLength(1);
+    const id = warmStarted()[0]!.id;
+    const param = aws.parameters.get(paths.runnerConfig(id))!;
     expect(decodeRunnerConfig(param.value)).toMatchObject({ provider: Provider.GITHUB });
     expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(id);
-    expect(aws.count('PutParameter')).toBe(3);
+    expect(aws.count('PutParameter')).toBe(4);
 
-    const [other] = park(1);
-    aws.fault('PutParameter', 'pass', awsError('AccessDeniedException'));
+    const again = park(2);
+    const deletedBefore = ci.deleted.length;
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', awsError('AccessDeniedException'));
+    const before = new Set(aws.parameters.keys());
     expect((await handler()(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
     expect(lines.metric('Fallbacks', { Reason: 'config-error' })).toBe(1);
-    expect(aws.instances.get(other!)!.state).toBe('stopped');
-    expect(aws.parameters.has(paths.runnerConfig(other!))).toBe(false);
-    expect(ci.deleted).toHaveLength(1);
+    // The marker is released, and both registrations (the lost claim's, the refused config's) deleted.
+    const markers = [...aws.parameters].filter(([name, p]) => !before.has(name) && p.value.startsWith('claiming='));
+    expect(markers).toEqual([]);
+    for (const other of again) expect(aws.instances.get(other)!.state).toBe('stopped');
+    expect(ci.deleted.length - deletedBefore).toBe(2);
   });
 
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
