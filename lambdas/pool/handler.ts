@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import {
   CancelSpotInstanceRequestsCommand,
   CreateTagsCommand,
@@ -7,13 +8,13 @@ import {
   type RunInstancesCommandOutput,
   type Tag,
 } from '@aws-sdk/client-ec2';
-import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, READ, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig } from '../shared/contract';
+import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
+import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
-import { listRunnerConfigs } from '../shared/parameters';
+import { EVICTION_MARKER, listRunnerConfigs } from '../shared/parameters';
 import { decodeStreak, encodeStreak, primeStep, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type Eviction } from './classify';
 
@@ -35,8 +36,14 @@ export interface PoolRunSummary {
   readonly evicted: Record<string, number>;
 }
 
-/** The value of an eviction's claim: not a runner config, so nothing can ever run from it. */
-export const EVICTION_MARKER = 'evicting=1\n';
+export { EVICTION_MARKER };
+
+/**
+ * An eviction marker this much older than now belongs to no live pool run (the function's
+ * timeout is 2 minutes): it is one whose write answered too late to be read back, and the
+ * next run removes it instead of leaving the instance unclaimable until the sweep.
+ */
+export const LEFTOVER_MARKER_MS = 5 * 60_000;
 
 /**
  * The pool Lambda (on a schedule): per pool, evict what should go and launch warm standbys
@@ -55,7 +62,7 @@ export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[
     const paths = ssmPaths(config.prefix);
     const summaries: PoolRunSummary[] = [];
     try {
-      const claimed = new Set((await listRunnerConfigs(deps.aws, deps.ssm, paths)).map((p) => p.instanceId));
+      const claimed = await observeClaims(deps, paths, now(), log);
       for (const pool of config.pools) {
         const l = log.child({ pool: pool.name });
         try {
@@ -70,6 +77,21 @@ export function createPoolHandler(deps: PoolDeps): () => Promise<PoolRunSummary[
     }
     return summaries;
   };
+}
+
+/** The instances whose config path holds something, after removing this pool's leftover markers. */
+async function observeClaims(deps: PoolDeps, paths: SsmPaths, now: Date, log: Logger): Promise<Set<string>> {
+  const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
+  const leftover = parameters.filter((p) => p.evictionMarker && now.getTime() - p.lastModified.getTime() > LEFTOVER_MARKER_MS);
+  const gone = new Set<string>();
+  if (leftover.length > 0) {
+    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, leftover.map((p) => p.name), { delete: 'single', readBack: 'list' });
+    for (const p of leftover) {
+      if (outcome.gone.has(p.name)) gone.add(p.name);
+      log.warn('removing a leftover eviction marker', { instanceId: p.instanceId, removed: outcome.gone.has(p.name) });
+    }
+  }
+  return new Set(parameters.filter((p) => !gone.has(p.name)).map((p) => p.instanceId));
 }
 
 async function runPool(
@@ -178,25 +200,7 @@ async function evict(
   const paths = ssmPaths(config.prefix);
   // 1. Take the lock: the claim write scale-up uses.
   const locked: Eviction[] = [];
-  for (const e of evictions) {
-    try {
-      await deps.aws.send(
-        deps.ssm,
-        new PutParameterCommand({
-          Name: paths.runnerConfig(e.instance.id),
-          Value: EVICTION_MARKER,
-          Type: 'SecureString',
-          ...(config.parameters.kmsKeyId ? { KeyId: config.parameters.kmsKeyId } : {}),
-          Overwrite: false,
-          Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }],
-        }),
-        WRITE_ONCE,
-      );
-      locked.push(e);
-    } catch (error) {
-      log.info('not evicting: the instance was claimed meanwhile', { instanceId: e.instance.id, reason: e.reason, error: errorName(error) });
-    }
-  }
+  for (const e of evictions) if (await lock(deps, paths, e, log)) locked.push(e);
   // 2. Observe again under the lock: only what is still an unactivated standby goes.
   const now = locked.length ? await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: locked.map((e) => e.instance.id) }) : [];
   const current = new Map(now.map((i) => [i.id, i]));
@@ -263,45 +267,61 @@ async function evict(
 }
 
 /**
+ * Writes the eviction marker with Overwrite=false: true when it holds the lock. A write whose
+ * answer was lost may have landed: it is read back by listing (a String marker is readable
+ * there, a claim is not), so a marker that landed is held, and removed with the others.
+ * One that cannot be read back is left to the next run (`LEFTOVER_MARKER_MS`).
+ */
+async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): Promise<boolean> {
+  const name = paths.runnerConfig(e.instance.id);
+  try {
+    await deps.aws.send(
+      deps.ssm,
+      new PutParameterCommand({ Name: name, Value: EVICTION_MARKER, Type: 'String', Overwrite: false, Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }] }),
+      WRITE_ONCE,
+    );
+    return true;
+  } catch (error) {
+    if (!(error instanceof UnknownOutcomeError)) {
+      log.info('not evicting: the instance was claimed meanwhile', { instanceId: e.instance.id, reason: e.reason, error: errorName(error) });
+      return false;
+    }
+    try {
+      const held = (await listRunnerConfigs(deps.aws, deps.ssm, paths)).some((p) => p.name === name && p.evictionMarker);
+      log.warn('eviction lock outcome unknown, resolved by listing', { instanceId: e.instance.id, held });
+      return held;
+    } catch (readError) {
+      log.error('eviction lock outcome unknown and unreadable; the next run removes a leftover marker', { instanceId: e.instance.id, error: errorName(readError) });
+      return false;
+    }
+  }
+}
+
+/**
  * Launches warm standbys: shutdown behaviour "stop" (the priming boot powers off into
  * parked), the warm-standby and pool tags, and for spot pools a persistent request whose
  * interruption stops rather than terminates (fleet-launched spot cannot be stopped).
- * Instance types and subnets are tried in order on capacity errors.
+ * Instance types and subnets are tried in order on capacity errors, a definite refusal.
+ *
+ * A launch whose answer was lost (a reset, a 503 after the fact, a reply past the timeout)
+ * may have launched: it is never read as a refusal that moves on to the next type, which
+ * would launch the standbys twice. Each launch carries a fresh ClientToken, also as a tag,
+ * and a lost one is resolved by describing the pool's instances with that tag: what is
+ * found is what was launched. One that lands after that look is counted by the next run.
  */
 async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
   const keys = tagKeys(config.prefix);
-  const tags: Tag[] = standbyLaunchTags(keys, pool.name);
   let lastError = '';
   for (const subnet of pool.subnetIds) {
     for (const type of pool.instanceTypes) {
+      const token = randomUUID();
       try {
-        const out = await deps.aws.send<RunInstancesCommandOutput>(
-          deps.ec2,
-          new RunInstancesCommand({
-            // All or nothing: on a capacity error the next type or subnet is tried for the
-            // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
-            MinCount: count,
-            MaxCount: count,
-            LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
-            InstanceType: type as never,
-            SubnetId: subnet,
-            InstanceInitiatedShutdownBehavior: 'stop',
-            ...(pool.spot
-              ? { InstanceMarketOptions: { MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } } }
-              : {}),
-            TagSpecifications: [
-              { ResourceType: 'instance', Tags: tags },
-              { ResourceType: 'volume', Tags: tags.slice(0, 1) },
-            ],
-          }),
-          // Not retried on an unknown outcome: a second launch could double the pool. The
-          // next run counts what actually exists.
-          WRITE_ONCE,
-        );
+        const out = await deps.aws.send<RunInstancesCommandOutput>(deps.ec2, runStandbys(pool, keys, count, type, subnet, token), WRITE_ONCE);
         const n = out.Instances?.length ?? 0;
         log.info('launched warm standbys', { count: n, instanceType: type, subnet });
         return n;
       } catch (error) {
+        if (error instanceof UnknownOutcomeError) return launchedBy(deps, keys, pool, token, log);
         lastError = errorName(error);
         log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
       }
@@ -309,4 +329,36 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
   }
   log.error('no warm standby could be launched', { error: lastError });
   return 0;
+}
+
+function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
+  const tags: Tag[] = standbyLaunchTags(keys, pool.name, token);
+  return new RunInstancesCommand({
+    // All or nothing: on a capacity error the next type or subnet is tried for the
+    // whole count (moto also launches only MinCount, where EC2 launches up to MaxCount).
+    MinCount: count,
+    MaxCount: count,
+    ClientToken: token,
+    LaunchTemplate: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+    InstanceType: type as never,
+    SubnetId: subnet,
+    InstanceInitiatedShutdownBehavior: 'stop',
+    ...(pool.spot ? { InstanceMarketOptions: { MarketType: 'spot', SpotOptions: { SpotInstanceType: 'persistent', InstanceInterruptionBehavior: 'stop' } } } : {}),
+    TagSpecifications: [
+      { ResourceType: 'instance', Tags: tags },
+      { ResourceType: 'volume', Tags: tags.slice(0, 1) },
+    ],
+  });
+}
+
+/** The instances a launch with a lost answer made, found by its token tag; 0 when they cannot be observed (the next run counts them). */
+async function launchedBy(deps: PoolDeps, keys: TagKeys, pool: PoolConfig, token: string, log: Logger): Promise<number> {
+  try {
+    const found = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } });
+    log.warn('launch outcome unknown, resolved by describing its token', { launched: found.length });
+    return found.length;
+  } catch (error) {
+    log.error('launch outcome unknown and describing it failed; the next run counts what exists', { error: errorName(error) });
+    return 0;
+  }
 }

@@ -1,7 +1,7 @@
-import { errorName, mapLimit } from '../shared/aws-call';
+import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
-import { describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
-import { claim, rollback, tag, type Attempt } from './claim';
+import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
+import { claim, claimMarker, configValue, rollback, tag, writeConfig, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
@@ -10,10 +10,13 @@ export type FallbackReason =
   | 'lost-claims'
   | 'ci-error'
   | 'claim-error'
+  | 'config-error'
   | 'verify-error'
   | 'tag-error'
   | 'start-lost'
-  | 'start-failed';
+  | 'start-failed'
+  /** Something threw in the job's lane (a bug, or an answer no step expected): rolled back. */
+  | 'activation-error';
 
 export type WarmOutcome =
   | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string }
@@ -21,9 +24,11 @@ export type WarmOutcome =
 
 export interface WarmOptions {
   /**
-   * Claim attempts per job before it gives up on the warm path (a claim lost at the write or
-   * found stale by its verification counts). Generous: a lost claim costs one SSM write, a
-   * cold launch instead of a free parked instance minutes.
+   * Claim attempts per job from the candidate lists at hand (a claim lost at the write or
+   * found stale by its verification counts); past them, each pick waits for an observation
+   * taken then, and the job gives up on the warm path only when one shows no parked instance
+   * left for it. A lost claim costs one SSM write, a cold launch instead of a free parked
+   * instance minutes.
    */
   readonly claimsPerJob: number;
   /** Jobs registering and claiming at once. */
@@ -38,12 +43,14 @@ export interface WarmOptions {
 export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, freshSnapshotMs: 2_000 };
 
 /**
- * The warm path for a batch of jobs: register, claim, (verify,) tag, start.
+ * The warm path for a batch of jobs: (register,) claim, (verify,) tag, start.
  *
  * 1. For each job: take the next candidate of its pool (candidates are shared, so jobs of
- *    one invocation never race each other), register a runner for that instance at the CI
- *    provider, and claim the instance with the config write. A lost claim deregisters and
- *    moves to the next candidate, re-observing first (`Candidates`).
+ *    one invocation never race each other) and claim it. A job's first attempt registers
+ *    its runner and claims with the config itself (one SSM write); once it has lost a
+ *    claim (its registration deleted), its later attempts claim with a marker, then
+ *    register and write the config over it (see `lane`). A lost claim moves to the next
+ *    candidate, re-observing first (`Candidates`).
  * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
  *    id, job id, runner id; the values differ per instance, so a shared call would only add
  *    a request). Tagging at once makes the claim visible to every other invocation's
@@ -62,7 +69,7 @@ export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, fr
  *    untagged.
  * 3. One StartInstances for every instance of the batch, split on failure; a previous state
  *    other than "stopped" is a lost claim.
- * Every failure after the registration rolls back exactly what was done, and the job falls
+ * Every failure after the claim rolls back exactly what was done, and the job falls
  * back to a cold launch.
  */
 export async function activateWarm(
@@ -80,63 +87,128 @@ export async function activateWarm(
   let activatedAt: Date | undefined;
   const tagged: Attempt[] = [];
   const check = new ClaimCheck((ids) =>
-    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'] }),
+    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ALL_STATES }),
   );
 
   await mapLimit(jobs, options.concurrency, async (j) => {
-    for (let tries = 0; tries < options.claimsPerJob; tries++) {
-      // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
-      // made before the wait would be seconds old (and likely taken) when it is written.
-      await ctx.aws.pace('PutParameter');
-      const next = await candidates.next(j.pool.name);
-      if (next === undefined) break;
-      const { instanceId, observedAt } = next;
-      const a: Attempt = { j, instanceId, claimed: false };
-      try {
-        a.registration = await createRunner(ctx, j, instanceId);
-      } catch (error) {
-        j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
-        fallback(j, 'ci-error');
-        return;
-      }
-      const result = await claim(ctx, a, { paced: true });
-      if (result === 'claimed') {
-        if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
-          const verdict = await verify(ctx, a, check);
-          if (verdict !== 'parked') {
-            await rollback(ctx, a, verdict);
-            if (verdict === 'verify-error') {
-              fallback(j, 'verify-error');
-              return;
-            }
-            lost(j);
-            candidates.lost();
-            continue;
-          }
-        }
-        try {
-          await tag(ctx, a, (activatedAt ??= ctx.now()));
-          tagged.push(a);
-        } catch (error) {
-          j.log.error('tagging the claimed instance failed', { instanceId, error: errorName(error) });
-          await rollback(ctx, a, 'tag-failed');
-          fallback(j, 'tag-error');
-        }
-        return;
-      }
-      if (!(await deleteRunner(ctx, j, a.registration.runnerId))) {
-        ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
-      }
-      if (result === 'failed') {
-        fallback(j, 'claim-error');
-        return;
-      }
-      lost(j);
-      candidates.lost();
-      j.log.info('claim lost to another invocation', { instanceId });
+    // What the lane is working on: a throw anywhere in it rolls back exactly that and
+    // sends this job cold, while the other lanes go on to their start or rollback. An
+    // escaping throw would end the batch with other lanes' instances tagged but never
+    // started nor rolled back.
+    let current: Attempt | undefined;
+    try {
+      await lane(j, (a) => (current = a));
+    } catch (error) {
+      j.log.error('activation failed unexpectedly, rolling back', { instanceId: current?.instanceId, error: describeError(error) });
+      if (current) await rollback(ctx, current, 'activation-error');
+      fallback(j, 'activation-error');
     }
   });
   for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
+
+  /**
+   * One job's claims. Its first attempt registers the runner and claims with the config
+   * itself: one SSM write, the warm path's bottleneck (PutParameter is paced at about 3 a
+   * second). A lost claim then costs the registration (deleted), so once the job has lost
+   * one its later attempts claim first, with a marker, and register only for a claim that
+   * holds: at most two registrations and one deletion per job under any contention, for
+   * a second SSM write only on jobs that have already lost. `track` names the attempt in
+   * progress (undefined once it is undone or handed on to the start).
+   */
+  async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
+    let claimFirst = false;
+    for (let tries = 0; ; tries++) {
+      // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
+      // made before the wait would be seconds old (and likely taken) when it is written.
+      await ctx.aws.pace('PutParameter');
+      // Past `claimsPerJob` picks, or once the list at hand runs dry, a pick comes only from
+      // an observation taken now: the job goes cold only when one shows no parked instance
+      // left for it (each instance is handed out once per invocation, so this ends).
+      const fresh = tries >= options.claimsPerJob;
+      const next = (await candidates.next(j.pool.name, { fresh })) ?? (fresh ? undefined : await candidates.next(j.pool.name, { fresh: true }));
+      if (next === undefined) break;
+      const { instanceId, observedAt } = next;
+      const a: Attempt = { j, instanceId, claimed: false };
+      track(a);
+      if (!claimFirst) {
+        try {
+          a.registration = await createRunner(ctx, j, instanceId);
+        } catch (error) {
+          j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
+          track(undefined);
+          fallback(j, 'ci-error');
+          return;
+        }
+      }
+      const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : claimMarker(), { paced: true });
+      if (result !== 'claimed') {
+        if (a.registration && !(await deleteRunner(ctx, j, a.registration.runnerId))) {
+          ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
+        }
+        track(undefined);
+        if (result === 'failed') {
+          fallback(j, 'claim-error');
+          return;
+        }
+        lost(j);
+        candidates.lost();
+        claimFirst = true;
+        j.log.info('claim lost to another invocation', { instanceId });
+        continue;
+      }
+      if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
+        const verdict = await verify(ctx, a, check);
+        if (verdict !== 'parked') {
+          await rollback(ctx, a, verdict);
+          track(undefined);
+          if (verdict === 'verify-error') {
+            fallback(j, 'verify-error');
+            return;
+          }
+          lost(j);
+          candidates.lost();
+          claimFirst = true;
+          continue;
+        }
+      }
+      const failure = await prepare(j, a);
+      if (failure === undefined) tagged.push(a);
+      else {
+        await rollback(ctx, a, failure);
+        fallback(j, failure);
+      }
+      track(undefined);
+      return;
+    }
+  }
+
+  /**
+   * Tag a claimed instance; a claim made with a marker first gets its runner registered
+   * and its config written over the marker. The failure, if any.
+   */
+  async function prepare(j: JobInFlight, a: Attempt): Promise<'ci-error' | 'config-error' | 'tag-error' | undefined> {
+    if (a.registration === undefined) {
+      try {
+        a.registration = await createRunner(ctx, j, a.instanceId);
+      } catch (error) {
+        j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
+        return 'ci-error';
+      }
+      try {
+        await writeConfig(ctx, a);
+      } catch (error) {
+        j.log.error('writing the runner config over the claim failed', { instanceId: a.instanceId, error: errorName(error) });
+        return 'config-error';
+      }
+    }
+    try {
+      await tag(ctx, a, (activatedAt ??= ctx.now()));
+    } catch (error) {
+      j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
+      return 'tag-error';
+    }
+    return undefined;
+  }
 
   const starts = new Map<string, StartOutcome>();
   const deps = { aws: ctx.aws, ec2: ctx.ec2, keys: ctx.keys, log: ctx.log };
@@ -204,15 +276,21 @@ export class Candidates {
     this.latest = { seq: 0, at: observedAt };
   }
 
-  async next(pool: string): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+  /**
+   * The next candidate of `pool`. `fresh`: only from an observation started after this call,
+   * past `maxRefreshes` too (a lane that would otherwise give up on the warm path).
+   */
+  async next(pool: string, options: { fresh?: boolean } = {}): Promise<{ instanceId: string; observedAt: Date } | undefined> {
     if (this.observe) {
       // A pick wants a list no older than `freshMs`, or, while an observation takes longer
       // than half of that, than two observations: re-observing more often cannot make the
       // picks fresher, only the requests more (their claims are verified instead).
       const maxAgeMs = Math.max(this.freshMs, 2 * this.observeMs);
-      const fits = (o: { seq: number; at: Date }) => o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
+      const after = options.fresh ? this.started : undefined;
+      const fits = (o: { seq: number; at: Date }) =>
+        after !== undefined ? o.seq > after : o.seq > this.lostMark && this.now().getTime() - o.at.getTime() <= maxAgeMs;
       try {
-        await this.observation(fits, () => this.refreshes++ < this.maxRefreshes);
+        await this.observation(fits, () => options.fresh === true || this.refreshes++ < this.maxRefreshes);
       } catch {
         // Keep the old list: it is still a list of candidates, and each claim is still atomic.
       }

@@ -1,7 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { ALL_STATES, describeFleet } from '../shared/instances';
+import type { Logger } from '../shared/log';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
 
 /** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
@@ -18,21 +21,27 @@ export interface Attempt {
 export type ClaimResult = 'claimed' | 'lost' | 'failed';
 
 /**
- * The claim is the config write itself: PutParameter with Overwrite=false succeeds for
- * exactly one writer (ParameterAlreadyExists for every other), so decision and claim are one
- * atomic operation. The parameter is tagged with the instance id and the instance ARN in the
- * same call (tags are only accepted on creation, and a later tag call would leave a window
- * in which the instance cannot read its config): IAM compares the ARN tag with
- * `ec2:SourceInstanceARN` to let only that instance read and delete it.
+ * The claim is a write that refuses to overwrite: PutParameter with Overwrite=false
+ * succeeds for exactly one writer (ParameterAlreadyExists for every other), so decision
+ * and claim are one atomic operation. The parameter is tagged with the instance id and the
+ * instance ARN in the same call (tags are only accepted on creation, and a later tag call
+ * would leave a window in which the instance cannot read its config): IAM compares the ARN
+ * tag with `ec2:SourceInstanceARN` to let only that instance read and delete it.
+ *
+ * A warm job's first attempt claims with its config, as the cold path does: one SSM write
+ * per activation, the warm path's bottleneck. After a lost claim, its later attempts claim
+ * with a marker (`claimMarker`) and register the runner only once the claim holds, then
+ * write the config over it (`writeConfig`): registrations stay at two per served job under
+ * any contention (registering before every claim made every lost claim register and
+ * delete a runner: 826 registrations for 200 jobs in a held-out storm).
  *
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
- * leaving our parameter behind. It is resolved by reading the value back: ours (it carries
- * this registration's secret, unique to this attempt) means claimed.
+ * leaving our parameter behind. It is resolved by reading the value back: ours (unique to
+ * this attempt) means claimed.
  */
-export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boolean } = {}): Promise<ClaimResult> {
+export async function claim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean } = {}): Promise<ClaimResult> {
   const name = ctx.paths.runnerConfig(a.instanceId);
-  const value = encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId));
   try {
     await ctx.aws.send(
       ctx.ssm,
@@ -72,6 +81,39 @@ export async function claim(ctx: StepContext, a: Attempt, options: { paced?: boo
   }
 }
 
+/**
+ * A warm claim's value until the config replaces it: unique to the attempt (so a lost
+ * answer reads back as ours or not), and not a runner config, so nothing can run from it.
+ * The instance is stopped while it holds this: it never boots to read it.
+ */
+export function claimMarker(): string {
+  return `claiming=${randomUUID()}\n`;
+}
+
+/**
+ * Writes the runner config over our claim marker. Safe to repeat (every other writer is
+ * refused while the marker stands, and the sweep leaves a claim alone for its grace
+ * period), so lost answers are retried. SSM takes tags only on creation: the claim's stay.
+ */
+export async function writeConfig(ctx: StepContext, a: Attempt): Promise<void> {
+  await ctx.aws.send(
+    ctx.ssm,
+    new PutParameterCommand({
+      Name: ctx.paths.runnerConfig(a.instanceId),
+      Value: configValue(ctx, a),
+      Type: 'SecureString',
+      ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
+      Overwrite: true,
+    }),
+    WRITE_IDEMPOTENT,
+  );
+}
+
+/** The encoded runner config of the attempt's registration (the cold path claims with it directly: no contention on its own new instance). */
+export function configValue(ctx: StepContext, a: Attempt): string {
+  return encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId));
+}
+
 /** The activation tags (the contract's): per-instance values, so one CreateTags per instance carries them all. */
 export function activationTags(ctx: StepContext, a: Attempt, activatedAt: Date): Tag[] {
   return activationTagsOf(ctx.keys, a.j.job, a.registration!.runnerId, activatedAt);
@@ -93,14 +135,7 @@ export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Prom
 export async function rollback(ctx: StepContext, a: Attempt, reason: string): Promise<void> {
   const log = a.j.log.child({ instanceId: a.instanceId, rollback: reason });
   let complete = true;
-  if (a.tags) {
-    try {
-      await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: a.tags }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      complete = false;
-      log.error('removing activation tags failed', { error: errorName(error) });
-    }
-  }
+  if (a.tags && !(await removeTags(ctx, a, log))) complete = false;
   if (a.registration) {
     if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
   }
@@ -117,4 +152,32 @@ export async function rollback(ctx: StepContext, a: Attempt, reason: string): Pr
   }
   log.warn('activation rolled back', { complete });
   if (!complete) ctx.metrics.add(ctx.config.metrics.names.jobsFailed, { Pool: a.j.pool.name, Reason: 'rollback-incomplete' });
+}
+
+/** Rounds of delete-then-look before the tags are left to the sweep. */
+const TAG_REMOVAL_ROUNDS = 3;
+
+/**
+ * Removes our activation tags and looks that they are gone. A CreateTags whose answer was
+ * lost (or an earlier attempt of one that was retried) can land after the DeleteTags: the
+ * instance would then look activated to everyone, with no owner to start it, until the
+ * sweep terminates it. So the rollback describes the instance after deleting, and deletes
+ * again while any of our tags (key and our value) is still there, before the claim is
+ * released, so the instance is claimable again at once.
+ */
+async function removeTags(ctx: StepContext, a: Attempt, log: Logger): Promise<boolean> {
+  const ours = a.tags!;
+  for (let round = 1; round <= TAG_REMOVAL_ROUNDS; round++) {
+    try {
+      await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: ours }), WRITE_IDEMPOTENT);
+      const [seen] = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: [a.instanceId], states: ALL_STATES });
+      const left = ours.filter((t) => seen !== undefined && seen.tags.get(t.Key!) === t.Value);
+      if (left.length === 0) return true;
+      log.warn('activation tags landed after their removal; removing them again', { round, tags: left.map((t) => t.Key!) });
+    } catch (error) {
+      log.error('removing activation tags failed', { round, error: errorName(error) });
+      return false;
+    }
+  }
+  return false;
 }

@@ -7,10 +7,11 @@ import {
   type DefaultTargetCapacityType,
   type _InstanceType,
 } from '@aws-sdk/client-ec2';
-import { errorName, WRITE_IDEMPOTENT } from '../shared/aws-call';
+import { errorName, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
+import { describeFleet } from '../shared/instances';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { coldLaunchTags, type PoolConfig } from '../shared/contract';
-import { claim, type Attempt } from './claim';
+import { claim, configValue, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 
 /** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
@@ -62,7 +63,7 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
     } catch (error) {
       throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
     }
-    const result = await claim(ctx, a);
+    const result = await claim(ctx, a, configValue(ctx, a));
     if (result !== 'claimed') throw new ColdLaunchError(`writing the config parameter failed (${result})`, 'config');
     try {
       await ctx.aws.send(
@@ -119,26 +120,34 @@ async function fleetOnce(
 ): Promise<{ instanceId?: string; errors: string[] }> {
   const k = ctx.keys;
   const token = createHash('sha256').update(`${attemptToken}|${capacityType}`).digest('hex').slice(0, 64);
-  const out = await ctx.aws.send<CreateFleetCommandOutput>(
-    ctx.ec2,
-    new CreateFleetCommand({
-      Type: 'instant',
-      ClientToken: token,
-      LaunchTemplateConfigs: [
-        {
-          LaunchTemplateSpecification: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
-          Overrides: pool.instanceTypes.flatMap((InstanceType) => pool.subnetIds.map((SubnetId) => ({ InstanceType: InstanceType as _InstanceType, SubnetId }))),
-        },
-      ],
-      TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: capacityType },
-      ...(capacityType === 'spot'
-        ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
-        : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
-      TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt) }],
-    }),
-    // Idempotent through the ClientToken.
-    WRITE_IDEMPOTENT,
-  );
+  const command = new CreateFleetCommand({
+    Type: 'instant',
+    ClientToken: token,
+    LaunchTemplateConfigs: [
+      {
+        LaunchTemplateSpecification: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+        Overrides: pool.instanceTypes.flatMap((InstanceType) => pool.subnetIds.map((SubnetId) => ({ InstanceType: InstanceType as _InstanceType, SubnetId }))),
+      },
+    ],
+    TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: capacityType },
+    ...(capacityType === 'spot'
+      ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
+      : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
+    TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt, token) }],
+  });
+  let out: CreateFleetCommandOutput;
+  try {
+    out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
+  } catch (error) {
+    if (!(error instanceof UnknownOutcomeError)) throw error;
+    // The launch may have happened: look for it by its token tag before sending it again
+    // (EC2 would answer a resend with the same ClientToken with the first fleet; moto
+    // ignores the token and launches a second instance).
+    const found = await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } });
+    j.log.warn('CreateFleet outcome unknown, resolved by describing its token', { found: found.length });
+    if (found[0]) return { instanceId: found[0].id, errors: [] };
+    out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
+  }
   const instanceId = out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
   return { ...(instanceId ? { instanceId } : {}), errors: (out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
 }

@@ -1,6 +1,6 @@
 import { StartInstancesCommand, type EC2Client, type StartInstancesCommandOutput } from '@aws-sdk/client-ec2';
 import { errorName, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { describeFleet } from '../shared/instances';
+import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { TagKeys } from '../shared/contract';
 import type { Logger } from '../shared/log';
 
@@ -68,7 +68,7 @@ async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes:
 async function resolveUnknown(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>, retryUnknown: boolean): Promise<void> {
   let observed;
   try {
-    observed = await describeFleet(deps.aws, deps.ec2, deps.keys, { instanceIds: ids, states: ['pending', 'running', 'stopping', 'stopped', 'shutting-down', 'terminated'] });
+    observed = await describeFleet(deps.aws, deps.ec2, deps.keys, { instanceIds: ids, states: ALL_STATES });
   } catch (error) {
     deps.log.error('StartInstances outcome unknown and DescribeInstances failed', { instances: ids.length, error: errorName(error) });
     for (const id of ids) outcomes.set(id, 'failed');

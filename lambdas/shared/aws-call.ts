@@ -199,7 +199,11 @@ export async function withTimeout<T>(what: string, ms: number, run: () => Promis
   }
 }
 
-/** Runs `worker` over `items` with at most `limit` in flight, keeping the input order in the result. */
+/**
+ * Runs `worker` over `items` with at most `limit` in flight, keeping the input order in the
+ * result. A worker that throws stops its lane only: the call settles once every lane has,
+ * then throws the first error, so nothing is still running when the caller moves on.
+ */
 export async function mapLimit<T, R>(items: readonly T[], limit: number, worker: (item: T, index: number) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
@@ -209,6 +213,8 @@ export async function mapLimit<T, R>(items: readonly T[], limit: number, worker:
       results[i] = await worker(items[i]!, i);
     }
   });
-  await Promise.all(lanes);
+  const settled = await Promise.allSettled(lanes);
+  const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
   return results;
 }

@@ -27,17 +27,20 @@ export function observe(instance: Instance): ObservedInstance {
 }
 
 export const LIVE_STATES = ['pending', 'running', 'stopping', 'stopped'];
+/** Every state: an observation by id that must see a gone instance as gone. */
+export const ALL_STATES = [...LIVE_STATES, 'shutting-down', 'terminated'];
 
 /** Instances of the fleet (those carrying its pool tag), paginated, in the given states. */
 export async function describeFleet(
   aws: AwsCaller,
   ec2: EC2Client,
   keys: TagKeys,
-  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[] } = {},
+  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[]; tag?: { readonly key: string; readonly value: string } } = {},
 ): Promise<ObservedInstance[]> {
   const filters: Filter[] = [
     options.pool === undefined ? { Name: 'tag-key', Values: [keys.pool] } : { Name: `tag:${keys.pool}`, Values: [options.pool] },
     { Name: 'instance-state-name', Values: [...(options.states ?? LIVE_STATES)] },
+    ...(options.tag ? [{ Name: `tag:${options.tag.key}`, Values: [options.tag.value] }] : []),
   ];
   const found: ObservedInstance[] = [];
   let token: string | undefined;

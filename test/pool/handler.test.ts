@@ -1,10 +1,10 @@
 import { CancelSpotInstanceRequestsCommand, EC2Client, RunInstancesCommand } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createPoolHandler } from '../../lambdas/pool/handler';
+import { createPoolHandler, EVICTION_MARKER, LEFTOVER_MARKER_MS } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
@@ -49,6 +49,24 @@ describe('pool handler', () => {
     expect(lines.metric('ParkedInstances', { Pool: 'linux' })).toBe(1);
     expect(lines.metric('PrimingInstances', { Pool: 'linux' })).toBe(2);
     expect(lines.metric('TargetInstances', { Pool: 'linux' })).toBe(3);
+  });
+
+  it.each([
+    ['launched, answer lost', true, 3],
+    ['not launched, answer lost', false, 0],
+  ])('a launch whose answer was lost is resolved by its token, never retried on the next type (%s)', async (_, executed, launched) => {
+    aws.fault('RunInstances', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    expect(aws.count('RunInstances')).toBe(1);
+    expect(summary).toMatchObject({ target: 3, launched });
+    const standbys = [...aws.instances.values()];
+    expect(standbys).toHaveLength(launched);
+    const token = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input.ClientToken;
+    expect(token).toMatch(/^[0-9a-f-]{36}$/);
+    for (const i of standbys) expect(i.tags.get(KEYS.launchToken)).toBe(token);
+    // The next run counts what exists: it launches only what is missing.
+    const [next] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    expect(next!.launched + next!.priming).toBe(3);
   });
 
   it('follows the warm schedule: the window in force sets the target', async () => {
@@ -98,13 +116,51 @@ describe('pool handler', () => {
     expect(lines.logs(/^removing an eviction marker failed/)).toHaveLength(warnings);
   });
 
-  it("writes its eviction lock with the fleet's key when one is configured", async () => {
+  it('writes its eviction lock as a plain String marker (no secret, readable by listing), without the fleet key', async () => {
     parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
     const base = fleetConfig({ warmSize: 0 });
     await handler({ ...base, parameters: { ...base.parameters, kmsKeyId: 'alias/fleet' } })();
     const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
     expect(puts).toHaveLength(1);
-    expect(puts[0]).toMatchObject({ KeyId: 'alias/fleet', Overwrite: false });
+    expect(puts[0]).toMatchObject({ Type: 'String', Value: EVICTION_MARKER, Overwrite: false });
+    expect(puts[0]!.KeyId).toBeUndefined();
+  });
+
+  it.each([
+    ['landed', true],
+    ['did not land', false],
+  ])('an eviction lock whose answer was lost is read back, and no marker stays either way (%s)', async (_, executed) => {
+    const stale = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    aws.fault('PutParameter', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.count('PutParameter')).toBe(1);
+    // Held: evicted in this run. Not held: the instance stays, claimable.
+    expect(aws.instances.get(stale.id)!.state).toBe(executed ? 'terminated' : 'stopped');
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a lost lock answer next to a claim by scale-up is not taken as ours', async () => {
+    const i = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'scale-up config', tags: {}, at: aws.now, type: 'SecureString' });
+      throw awsError('ServiceUnavailable', 503);
+    });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(i.state).toBe('stopped');
+    expect(aws.parameters.get(paths.runnerConfig(i.id))!.value).toBe('scale-up config');
+  });
+
+  it('removes a marker left by an earlier run (one whose lost write landed after its read-back), and only an old one', async () => {
+    const old = parked();
+    const fresh = parked();
+    const claim = parked();
+    const at = (ms: number) => new Date(aws.now.getTime() - ms);
+    aws.parameters.set(paths.runnerConfig(old.id), { value: EVICTION_MARKER, tags: {}, at: at(LEFTOVER_MARKER_MS + 1), type: 'String' });
+    aws.parameters.set(paths.runnerConfig(fresh.id), { value: EVICTION_MARKER, tags: {}, at: at(60_000), type: 'String' });
+    aws.parameters.set(paths.runnerConfig(claim.id), { value: 'config', tags: {}, at: at(LEFTOVER_MARKER_MS + 1), type: 'SecureString' });
+    await handler(fleetConfig({ warmSize: 3 }))();
+    expect([...aws.parameters.keys()].sort()).toEqual([paths.runnerConfig(fresh.id), paths.runnerConfig(claim.id)].sort());
+    expect(lines.logs('removing a leftover eviction marker')).toEqual([expect.objectContaining({ instanceId: old.id, removed: true })]);
   });
 
   it('keeps an instance whose spot request could not be cancelled', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AwsCaller, isThrottling, isUnknownOutcome, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../../lambdas/shared/aws-call';
+import { AwsCaller, mapLimit, isThrottling, isUnknownOutcome, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../../lambdas/shared/aws-call';
 import { Pacer, TokenBucket } from '../../lambdas/shared/pacing';
 import { awsError } from '../support/fake-aws';
 
@@ -102,5 +102,27 @@ describe('pacing', () => {
     await pacer.take('PutParameter');
     await pacer.take('DescribeInstances');
     expect(waits).toEqual([500]);
+  });
+});
+
+describe('mapLimit', () => {
+  it('settles every lane before it throws the first error: no worker is left running', async () => {
+    const done: number[] = [];
+    let release!: () => void;
+    const slow = new Promise<void>((resolve) => (release = resolve));
+    const run = mapLimit([0, 1, 2], 3, async (n) => {
+      if (n === 0) throw new Error('lane 0 failed');
+      if (n === 1) await slow;
+      done.push(n);
+      return n;
+    });
+    let settled = false;
+    void run.catch(() => undefined).finally(() => (settled = true));
+    // Let the failing lane and the quick one finish: the call must still wait for lane 1.
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    expect(settled).toBe(false);
+    release();
+    await expect(run).rejects.toThrow('lane 0 failed');
+    expect(done.sort()).toEqual([1, 2]);
   });
 });

@@ -8,7 +8,7 @@ import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
 
 const paths = ssmPaths(PREFIX);
@@ -64,6 +64,7 @@ describe('scale-up: warm activation', () => {
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id).sort()).toEqual([...ids].sort());
     expect(aws.count('PutParameter')).toBe(3);
+    expect(ci.created).toBe(3);
     expect(aws.count('CreateTags')).toBe(3);
     expect(aws.count('StartInstances')).toBe(1);
     // One observation; claims made right after it are tagged without re-observing.
@@ -86,13 +87,31 @@ describe('scale-up: warm activation', () => {
     for (const l of lines.logs('warm activation started the instance')) expect(l.traceId).toMatch(/^trace-/);
   });
 
+  it('writes one SSM parameter per warm activation without contention: the claim is the config itself', async () => {
+    // PutParameter (about 3 a second) is the warm path's bottleneck: an uncontended job
+    // must not spend a second write on a claim marker.
+    const ids = park(5);
+    expect((await handler()(jobEvent(jobs(5)))).batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(5);
+    const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
+    const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
+    expect(puts.map((p) => p.Name).sort()).toEqual(ids.map((id) => paths.runnerConfig(id)).sort());
+    for (const p of puts) {
+      expect(p.Overwrite).toBe(false);
+      expect(decodeRunnerConfig(p.Value!)).toMatchObject({ provider: Provider.GITHUB });
+    }
+    expect(ci.created).toBe(5);
+    expect(ci.deleted).toHaveLength(0);
+  });
+
   it('encrypts every config parameter with the fleet key when one is configured, warm and cold', async () => {
     park(1);
     const keyed = { ...fleetConfig(), parameters: { ...fleetConfig().parameters, kmsKeyId: 'arn:aws:kms:eu-west-1:111122223333:key/k-1' } };
     expect((await handler({}, keyed)(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
     const keyIds = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input.KeyId);
-    expect(keyIds).toEqual(['arn:aws:kms:eu-west-1:111122223333:key/k-1', 'arn:aws:kms:eu-west-1:111122223333:key/k-1']);
+    // Warm and cold: the config, written once each.
+    expect(keyIds).toEqual(Array(2).fill('arn:aws:kms:eu-west-1:111122223333:key/k-1'));
   });
 
   it('serves jobs beyond the parked count cold, and a redelivered job not at all', async () => {
@@ -135,16 +154,79 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
-  it('moves to the next candidate when a claim is lost, deregistering the runner', async () => {
+  it('moves to the next candidate when a claim is lost, deregistering the runner, and claims first from then on', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(2);
     expect(ci.deleted).toHaveLength(1);
+    // The lost claim carried the config; the next one a marker, then the config over it.
+    const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
+    const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
+    expect(puts.map((p) => [p.Overwrite, p.Value!.startsWith('claiming=')])).toEqual([
+      [false, false],
+      [false, true],
+      [true, false],
+    ]);
     expect(warmStarted()).toHaveLength(1);
     expect([a, b]).toContain(warmStarted()[0]!.id);
     expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it.each([['past claimsPerJob', 2, 6]])('a job whose claims were all lost tries the parked instances a fresh observation still shows before going cold (%s)', async (_, claimsPerJob, n) => {
+    const ids = park(n);
+    // Other invocations win the first n - 1 claims and tag their instances at once.
+    for (let k = 0; k < n - 1; k++) {
+      aws.fault('PutParameter', (input) => {
+        const id = paths.instanceIdOf(input.Name as string)!;
+        aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+        aws.instances.get(id)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+        throw awsError('ParameterAlreadyExists');
+      });
+    }
+    const warm = { claimsPerJob, concurrency: 10, freshSnapshotMs: 2_000 };
+    const res = await handler({ warm })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(warmStarted()).toHaveLength(1);
+    expect(ids).toContain(warmStarted()[0]!.id);
+    expect(lines.metric('LostClaims')).toBe(n - 1);
+  });
+
+  it('a lane whose list ran dry (its re-observation failed) takes one more look before going cold', async () => {
+    const [a] = park(1);
+    let b: string | undefined;
+    aws.fault('PutParameter', (input) => {
+      // Another invocation takes the only candidate; meanwhile a new standby parks.
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      aws.instances.get(a!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      b = park(1)[0];
+      throw awsError('ParameterAlreadyExists');
+    });
+    aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(warmStarted().map((i) => i.id)).toEqual([b]);
+  });
+
+  it('goes cold once a fresh observation shows no parked instance left, after a bounded number of looks', async () => {
+    park(3);
+    for (let k = 0; k < 3; k++) {
+      aws.fault('PutParameter', (input) => {
+        aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+        aws.instances.get(paths.instanceIdOf(input.Name as string)!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+        throw awsError('ParameterAlreadyExists');
+      });
+    }
+    const res = await handler({ warm: { claimsPerJob: 1, concurrency: 10, freshSnapshotMs: 2_000 } })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: 'lost-claims' })).toBe(1);
+    // The first observation, one per lost claim, one that shows none left.
+    expect(aws.count('DescribeInstances')).toBeLessThanOrEqual(5);
   });
 
   it('re-observes after a lost claim, so it does not probe instances others have taken meanwhile', async () => {
@@ -245,6 +327,32 @@ describe('scale-up: warm activation', () => {
     expect(aws.parameters.has(paths.runnerConfig(stale!))).toBe(false);
     expect(coldLaunched()).toHaveLength(0);
     expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it('after a lost claim, writes the config over the claim marker, retrying a lost answer; a refused config write rolls back and goes cold', async () => {
+    park(2);
+    // The first claim (with the config) is lost; the marker write passes; the config write
+    // over it lands but its answer is lost, then the retry answers.
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', lostAnswer());
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(1);
+    const id = warmStarted()[0]!.id;
+    const param = aws.parameters.get(paths.runnerConfig(id))!;
+    expect(decodeRunnerConfig(param.value)).toMatchObject({ provider: Provider.GITHUB });
+    expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(id);
+    expect(aws.count('PutParameter')).toBe(4);
+
+    const again = park(2);
+    const deletedBefore = ci.deleted.length;
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', awsError('AccessDeniedException'));
+    const before = new Set(aws.parameters.keys());
+    expect((await handler()(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    expect(lines.metric('Fallbacks', { Reason: 'config-error' })).toBe(1);
+    // The marker is released, and both registrations (the lost claim's, the refused config's) deleted.
+    const markers = [...aws.parameters].filter(([name, p]) => !before.has(name) && p.value.startsWith('claiming='));
+    expect(markers).toEqual([]);
+    for (const other of again) expect(aws.instances.get(other)!.state).toBe('stopped');
+    expect(ci.deleted.length - deletedBefore).toBe(2);
   });
 
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
@@ -408,6 +516,81 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(inst.tags.get(KEYS.jobId)).toBe('github:other');
     expect(inst.tags.has(KEYS.traceId)).toBe(false);
     expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it.each([
+    ['every attempt unanswered', 6],
+    ['an earlier attempt of a tag call that then answered', 0],
+  ])('a CreateTags that lands after the rollback removed the tags is observed and removed again (%s)', async (_, unanswered) => {
+    const [id] = park(1);
+    let late: { Key: string; Value: string }[] = [];
+    // The call is sent, its answer never comes; it executes later, after the rollback's delete.
+    for (let n = 0; n < unanswered; n++) {
+      aws.fault('CreateTags', (i) => {
+        late = i.Tags as typeof late;
+        throw awsError('ServiceUnavailable', 503);
+      });
+    }
+    if (unanswered === 0) {
+      aws.fault('CreateTags', (i) => {
+        late = i.Tags as typeof late;
+        for (const t of late) aws.instances.get(id!)!.tags.set(t.Key, t.Value);
+        return {};
+      });
+      aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    }
+    aws.fault('DeleteTags', (i) => {
+      const inst = aws.instances.get(id!)!;
+      for (const t of i.Tags as { Key: string; Value: string }[]) if (inst.tags.get(t.Key) === t.Value) inst.tags.delete(t.Key);
+      for (const t of late) inst.tags.set(t.Key, t.Value);
+      return {};
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(late.length).toBeGreaterThan(0);
+    // Claimable again at once: a parked standby, no tags of ours, no parameter.
+    rolledBack([id!]);
+    expect(aws.instances.get(id!)!.state).toBe('stopped');
+    expect(aws.count('DeleteTags')).toBe(2);
+    expect(lines.logs(/^activation tags landed after their removal/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
+  it('a lane that throws rolls back its own attempt; the other lanes still start their instances', async () => {
+    const ids = park(3);
+    let calls = 0;
+    let bad: string | undefined;
+    ci.failCreate = (instanceId) => (++calls === 2 ? ((bad = instanceId), new Error('502 from GitHub')) : undefined);
+    // Something no step expects, thrown in the lane while its claim is held: here the log sink.
+    const sink = (line: string) => {
+      if (line.includes('registering the runner failed')) throw new Error('log sink broke');
+      lines.sink(line);
+    };
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink,
+    });
+    const res = await h(jobEvent(jobs(3)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(warmStarted()).toHaveLength(2);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
+    // The throwing lane's instance is parked again, its claim released; nothing tagged is left unstarted.
+    expect(aws.instances.get(bad!)!.state).toBe('stopped');
+    rolledBack([bad!]);
+    for (const id of ids) {
+      const i = aws.instances.get(id)!;
+      expect(i.tags.has(KEYS.jobId)).toBe(i.state === 'running');
+    }
   });
 
   it('a rollback step that fails does not stop the others, and is counted', async () => {
@@ -581,6 +764,20 @@ describe('scale-up: cold launch', () => {
     const fleet = aws.ec2.commandCalls((await import('@aws-sdk/client-ec2')).CreateFleetCommand)[0]!.args[0].input;
     expect(fleet.Type).toBe('instant');
     expect(fleet.TargetCapacitySpecification?.DefaultTargetCapacityType).toBe('on-demand');
+  });
+
+  it.each([
+    ['launched, answer lost', true, 1],
+    ['not launched, answer lost', false, 2],
+  ])('a CreateFleet whose answer was lost is found by its token before it is sent again (%s)', async (_, executed, sends) => {
+    aws.fault('CreateFleet', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(sends);
+    // One instance for the job, serving it: no second launch left behind.
+    expect([...aws.instances.values()]).toHaveLength(1);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(coldLaunched()[0]!.tags.get(KEYS.runnerId)).toBeDefined();
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {

@@ -28,8 +28,22 @@ export interface FakeInstance {
   spotRequestId?: string;
 }
 
-/** An error to throw, 'hang' (never answer), 'pass' (answer normally), or an answer of its own. */
-export type Fault = Error | 'hang' | 'pass' | ((input: Record<string, unknown>) => unknown);
+/**
+ * An error to throw, 'hang' (never answer), 'pass' (answer normally), an answer of its own,
+ * or a lost answer (`lostAnswer`): the call runs, then its answer is lost.
+ */
+export type Fault = Error | 'hang' | 'pass' | LostAnswer | ((input: Record<string, unknown>) => unknown);
+
+export interface LostAnswer {
+  readonly lost: Error;
+  /** Runs after the call executed, before the error reaches the caller. */
+  readonly then?: (input: Record<string, unknown>) => void;
+}
+
+/** The call executes, then its answer is lost: a 503 after the fact by default. */
+export function lostAnswer(error: Error = awsError('ServiceUnavailable', 503), then?: (input: Record<string, unknown>) => void): LostAnswer {
+  return { lost: error, ...(then ? { then } : {}) };
+}
 
 export function awsError(name: string, status = 400): Error {
   return Object.assign(new Error(`${name} (injected)`), { name, $metadata: { httpStatusCode: status } });
@@ -40,7 +54,7 @@ export class FakeAws {
   readonly ssm = mockClient(SSMClient);
   readonly sqs = mockClient(SQSClient);
   readonly instances = new Map<string, FakeInstance>();
-  readonly parameters = new Map<string, { value: string; tags: Record<string, string>; at: Date }>();
+  readonly parameters = new Map<string, { value: string; tags: Record<string, string>; at: Date; type?: string }>();
   readonly sent: { queueUrl: string; body: string; groupId?: string; dedupId?: string; attributes: Record<string, string> }[] = [];
   readonly visibility: { receiptHandle: string; seconds: number }[] = [];
   readonly calls: string[] = [];
@@ -107,7 +121,9 @@ export class FakeAws {
     this.ssm.on(PutParameterCommand).callsFake((i) =>
       this.run('PutParameter', i, () => {
         if (this.parameters.has(i.Name) && !i.Overwrite) throw awsError('ParameterAlreadyExists');
-        this.parameters.set(i.Name, { value: i.Value, tags: Object.fromEntries((i.Tags ?? []).map((t: { Key: string; Value: string }) => [t.Key, t.Value])), at: this.now });
+        // An overwrite keeps the tags (SSM takes tags only on creation).
+        const tags = this.parameters.get(i.Name)?.tags ?? Object.fromEntries((i.Tags ?? []).map((t: { Key: string; Value: string }) => [t.Key, t.Value]));
+        this.parameters.set(i.Name, { value: i.Value, tags, at: this.now, type: i.Type });
         return { Version: 1 };
       }),
     );
@@ -132,7 +148,10 @@ export class FakeAws {
     );
     this.ssm.on(GetParametersByPathCommand).callsFake((i) =>
       this.run('GetParametersByPath', i, () => ({
-        Parameters: [...this.parameters.entries()].filter(([n]) => n.startsWith(i.Path)).map(([Name, p]) => ({ Name, LastModifiedDate: p.at })),
+        // Without decryption a SecureString's value is ciphertext; a String's is readable.
+        Parameters: [...this.parameters.entries()]
+          .filter(([n]) => n.startsWith(i.Path))
+          .map(([Name, p]) => ({ Name, LastModifiedDate: p.at, Type: p.type ?? 'SecureString', Value: p.type === 'String' || i.WithDecryption ? p.value : 'AQICAH-ciphertext' })),
       })),
     );
     this.sqs.on(SendMessageCommand).callsFake((i) =>
@@ -185,16 +204,25 @@ export class FakeAws {
     if (fault === 'hang') return new Promise(() => {});
     if (fault === 'pass') return this.answer(answer);
     if (fault instanceof Error) return Promise.reject(fault);
+    if (typeof fault === 'object') {
+      return this.answer(answer).then(() => {
+        fault.then?.(input);
+        throw fault.lost;
+      });
+    }
     if (typeof fault === 'function') return Promise.resolve().then(() => fault(input));
     return this.answer(answer);
   }
 
-  private answer(answer: () => unknown): Promise<unknown> {
-    try {
-      return Promise.resolve(answer());
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  /**
+   * Answers after a number of event-loop turns drawn from this (a seeded random source):
+   * concurrent callers then interleave as they would over a network, without any timer.
+   */
+  turns?: () => number;
+
+  private async answer(answer: () => unknown): Promise<unknown> {
+    for (let n = this.turns?.() ?? 0; n > 0; n--) await new Promise((resolve) => setImmediate(resolve));
+    return answer();
   }
 
   private describe(filters: Filter[]): { Reservations: { Instances: Instance[] }[] } {

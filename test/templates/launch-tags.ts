@@ -7,6 +7,7 @@
  *   node --import tsx test/templates/launch-tags.ts --prefix P --path cold|standby|activated \
  *     [--pool NAME] [--job-id ID] [--trace-id ID] [--runner-id ID] [--seconds-ago S]
  */
+import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { activationTags, coldLaunchTags, standbyLaunchTags, tagKeys, type InstanceTag } from '../../lambdas/shared/contract';
 
@@ -28,14 +29,16 @@ if (!values.prefix || !values.path) {
 }
 const keys = tagKeys(values.prefix);
 const job = { jobId: values['job-id'], traceId: values['trace-id'] };
+// Each launch's ClientToken, as the Lambdas make one per launch.
+const token = randomUUID();
 const at = new Date(Date.now() - Number(values['seconds-ago']) * 1000);
 const tags: Record<string, () => InstanceTag[]> = {
   /** scale-up's CreateFleet (lambdas/scale-up/cold.ts). */
-  cold: () => coldLaunchTags(keys, values.pool, job, at),
+  cold: () => coldLaunchTags(keys, values.pool, job, at, token),
   /** The pool's RunInstances (lambdas/pool/handler.ts). */
-  standby: () => standbyLaunchTags(keys, values.pool),
+  standby: () => standbyLaunchTags(keys, values.pool, token),
   /** A standby after scale-up's activation CreateTags (lambdas/scale-up/claim.ts). */
-  activated: () => [...standbyLaunchTags(keys, values.pool), ...activationTags(keys, job, values['runner-id'], at)],
+  activated: () => [...standbyLaunchTags(keys, values.pool, token), ...activationTags(keys, job, values['runner-id'], at)],
 };
 const make = tags[values.path];
 if (!make) {

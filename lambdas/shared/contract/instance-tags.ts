@@ -18,12 +18,16 @@ export interface JobTagValues {
  * changes here changes what the tests see.
  */
 
-/** A warm standby, as the pool launches it (RunInstances). */
-export function standbyLaunchTags(keys: TagKeys, pool: string): InstanceTag[] {
+/**
+ * A warm standby, as the pool launches it (RunInstances). `launchToken` is the launch's
+ * ClientToken: a launch whose answer was lost is found by it.
+ */
+export function standbyLaunchTags(keys: TagKeys, pool: string, launchToken: string): InstanceTag[] {
   return [
     { Key: keys.pool, Value: pool },
     { Key: keys.warmStandby, Value: WARM_STANDBY_VALUE },
     { Key: keys.createdBy, Value: CREATED_BY.pool },
+    { Key: keys.launchToken, Value: launchToken },
   ];
 }
 
@@ -32,13 +36,14 @@ export function standbyLaunchTags(keys: TagKeys, pool: string): InstanceTag[] {
  * which makes it "activated" for the sweeps and the latency line, but never the warm-standby
  * tag: the boot script must not take it for a standby.
  */
-export function coldLaunchTags(keys: TagKeys, pool: string, job: JobTagValues, launchedAt: Date): InstanceTag[] {
+export function coldLaunchTags(keys: TagKeys, pool: string, job: JobTagValues, launchedAt: Date, launchToken: string): InstanceTag[] {
   return [
     { Key: keys.pool, Value: pool },
     { Key: keys.createdBy, Value: CREATED_BY.scaleUp },
     { Key: keys.jobId, Value: job.jobId },
     { Key: keys.traceId, Value: job.traceId },
     { Key: keys.activatedAt, Value: launchedAt.toISOString() },
+    { Key: keys.launchToken, Value: launchToken },
   ];
 }
 

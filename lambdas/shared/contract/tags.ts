@@ -33,6 +33,11 @@ export interface TagKeys {
   readonly idleSince: string;
   /** Why a warm standby failed to prime, as the pool saw it (set on the instance it evicts for that). */
   readonly primeFailure: string;
+  /**
+   * The ClientToken of the pool launch that created a warm standby: a launch whose answer
+   * was lost is found by it (moto does not filter on `client-token`; EC2 and moto both filter on tags).
+   */
+  readonly launchToken: string;
 }
 
 export const TAG_NAMES = {
@@ -46,6 +51,7 @@ export const TAG_NAMES = {
   jobStarted: 'job-started',
   idleSince: 'idle-since',
   primeFailure: 'prime-failure',
+  launchToken: 'launch-token',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */

@@ -1,0 +1,123 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { Provider } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { FakeAws } from '../support/fake-aws';
+import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+
+/**
+ * Claim contention: many scale-up invocations at once over one pool, against one fake AWS
+ * and one counting CI provider. Counts, never times: the fake answers as fast as the
+ * event loop lets it, and the invocations interleave at every await.
+ */
+let aws: FakeAws;
+let ci: FakeCi;
+let lines: Lines;
+
+/** A seeded generator (mulberry32), so a failing storm repeats. */
+function seeded(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+beforeEach(() => {
+  aws?.restore();
+  aws = new FakeAws();
+  const random = seeded(11);
+  aws.turns = () => Math.floor(random() * 20);
+  ci = new FakeCi(Provider.GITHUB, PREFIX);
+  lines = new Lines();
+});
+afterAll(() => aws.restore());
+
+function handler() {
+  return createScaleUpHandler({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    sqs: new SQSClient({}),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 1_000 }),
+    loadConfig: async () => fleetConfig({ maxRunners: 1_000 }),
+    providers: () => ({ github: ci }),
+    queueUrl: 'https://sqs.local/jobs.fifo',
+    deadLetterQueueUrl: 'https://sqs.local/jobs-dlq.fifo',
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
+    now: () => aws.now,
+    sink: lines.sink,
+  });
+}
+
+/** `jobs` jobs in batches of `batch`, every batch its own invocation, all at once. */
+async function storm(parked: number, jobs: number, batch: number) {
+  for (let i = 0; i < parked; i++) aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags() });
+  const all = Array.from({ length: jobs }, (_, i) => job(i + 1));
+  const batches = Array.from({ length: Math.ceil(jobs / batch) }, (_, b) => all.slice(b * batch, (b + 1) * batch));
+  // Registrations and deletions per job, through the CI double.
+  const registered = new Map<string, number>();
+  const deleted = new Map<string, number>();
+  const jobOf = new Map<string, string>();
+  const create = ci.createRunner.bind(ci);
+  const remove = ci.deleteRunner.bind(ci);
+  ci.createRunner = async (j, instanceId, pool) => {
+    const reg = await create(j, instanceId, pool);
+    registered.set(j.jobId, (registered.get(j.jobId) ?? 0) + 1);
+    jobOf.set(reg.runnerId, j.jobId);
+    return reg;
+  };
+  ci.deleteRunner = async (runnerId) => {
+    await remove(runnerId);
+    const jobId = jobOf.get(runnerId)!;
+    deleted.set(jobId, (deleted.get(jobId) ?? 0) + 1);
+  };
+  const results = await Promise.all(batches.map((b) => handler()(jobEvent(b))));
+  const running = [...aws.instances.values()].filter((i) => i.state === 'running');
+  const served = new Map<string, number>();
+  for (const i of running) served.set(i.tags.get(KEYS.jobId)!, (served.get(i.tags.get(KEYS.jobId)!) ?? 0) + 1);
+  return {
+    failures: results.flatMap((r) => r.batchItemFailures).length,
+    warm: running.filter((i) => i.tags.has(KEYS.warmStandby)).length,
+    cold: running.filter((i) => !i.tags.has(KEYS.warmStandby)).length,
+    served,
+    stillParked: [...aws.instances.values()].filter((i) => i.state === 'stopped' && !i.tags.has(KEYS.jobId)).length,
+    maxRegistered: Math.max(...registered.values()),
+    maxDeleted: Math.max(0, ...deleted.values()),
+  };
+}
+
+describe('scale-up under claim contention', () => {
+  it('200 jobs against 20 parked in 40 concurrent invocations: at most two registrations and one deletion per job, nothing served twice', async () => {
+    const r = await storm(20, 200, 5);
+    expect(r.failures).toBe(0);
+    expect(r.served.size).toBe(200);
+    expect(Math.max(...r.served.values())).toBe(1);
+    expect(r.warm).toBe(20);
+    // A job registers before its first claim only: once it has lost one (and deleted that
+    // registration), it claims first. Registering before every claim made 426
+    // registrations and 226 deletions of this storm.
+    expect(r.maxRegistered).toBeLessThanOrEqual(2);
+    expect(r.maxDeleted).toBeLessThanOrEqual(1);
+    expect(ci.created - ci.deleted.length).toBe(200);
+    expect(aws.parameters.size).toBe(200);
+  });
+
+  it('60 jobs against 60 parked in 6 concurrent invocations: every job goes warm', async () => {
+    const r = await storm(60, 60, 3);
+    expect(r.failures).toBe(0);
+    expect(r.served.size).toBe(60);
+    expect(Math.max(...r.served.values())).toBe(1);
+    expect(r.cold).toBe(0);
+    expect(r.warm).toBe(60);
+    expect(r.stillParked).toBe(0);
+    expect(r.maxRegistered).toBeLessThanOrEqual(2);
+    expect(r.maxDeleted).toBeLessThanOrEqual(1);
+    expect(ci.created - ci.deleted.length).toBe(60);
+  });
+});
