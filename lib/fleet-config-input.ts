@@ -45,6 +45,7 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.maxRunners === undefined ? {} : { maxRunners: pool.maxRunners }),
       ...(pool.idleTimeout ? { idleTimeoutSeconds: pool.idleTimeout.toSeconds() } : {}),
       ...(pool.idleConfirmation ? { idleConfirmSeconds: pool.idleConfirmation.toSeconds() } : {}),
+      ...(pool.maxJobDuration ? { maxJobSeconds: pool.maxJobDuration.toSeconds() } : {}),
       ...(pool.warm?.size === undefined ? {} : { warmSize: pool.warm.size }),
       ...(pool.warm?.schedule ? { warmSchedule: pool.warm.schedule } : {}),
       ...(pool.warm?.maxAge ? { warmMaxAgeSeconds: pool.warm.maxAge.toSeconds() } : {}),

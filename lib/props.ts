@@ -158,6 +158,15 @@ export interface RunnerPoolProps {
    */
   readonly idleConfirmation?: Duration;
   /**
+   * How long an instance's report that its job started keeps the idle rule away from its
+   * runner. Past it, two idle readings a window apart reclaim the instance again: one whose
+   * runner ended but which outlived its job (its self-termination failed, it rebooted mid-job,
+   * or its GitLab registration stays listed) is not kept forever. Set it above the longest
+   * job the pool runs.
+   * @default Duration.hours(6)
+   */
+  readonly maxJobDuration?: Duration;
+  /**
    * Warm pool settings.
    * @default - no warm pool
    */

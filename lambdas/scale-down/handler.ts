@@ -6,7 +6,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
-import { recordIdleReadings } from './idle-marks';
+import { recordIdleReadings, reportedSinceReading } from './idle-marks';
 import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
@@ -78,8 +78,15 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       // that succeeded: the deregistration is the lock. Between the list and now the idle
       // runner may have taken a job; GitHub then refuses the deletion (422, runner busy), and
       // once deleted a runner can take no new job, so nothing working is terminated.
+      // A job-started report that arrived after the first reading still saves its runner.
+      const idle = plan.terminate.filter((t) => t.reason === 'idle').map((t) => t.instance);
+      const reported = await reportedSinceReading(deps.aws, deps.ec2, keys, idle, log);
       const terminate: Terminate[] = [];
       for (const t of plan.terminate) {
+        if (t.reason === 'idle' && reported.has(t.instance.id)) {
+          log.info('keeping the instance: its job-started report changed since the reading', { instanceId: t.instance.id, traceId: t.instance.tags.get(keys.traceId) });
+          continue;
+        }
         const ci = t.runner ? providers[t.runner.provider] : undefined;
         if (!t.runner || !ci) {
           terminate.push(t);

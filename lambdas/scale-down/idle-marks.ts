@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import { errorName, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import type { TagKeys } from '../shared/contract';
-import type { ObservedInstance } from '../shared/instances';
+import { describeFleet, type ObservedInstance } from '../shared/instances';
 import type { Logger } from '../shared/log';
 
 /** CreateTags and DeleteTags take many resources per call; 100 keeps a failed call's reach small. */
@@ -38,5 +38,29 @@ export async function recordIdleReadings(
         log.warn(`${what} failed; the next sweep reads the tags again`, { instances: ids.length, error: errorName(error) });
       }
     }
+  }
+}
+
+/**
+ * The instances among `idle` (planned for the idle rule) whose job-started report changed
+ * since the sweep's first reading, read again just before their runners are deregistered: the
+ * tags were read before the runner lists and the marks, and a job taken meanwhile would be
+ * cut off by a DELETE that a wrong `busy: false` lets through. When the reading fails all are
+ * kept: an unknown report is not "no report", and the next sweep reads them again.
+ */
+export async function reportedSinceReading(
+  aws: AwsCaller,
+  ec2: EC2Client,
+  keys: TagKeys,
+  idle: readonly ObservedInstance[],
+  log: Logger,
+): Promise<ReadonlySet<string>> {
+  if (idle.length === 0) return new Set();
+  try {
+    const fresh = new Map((await describeFleet(aws, ec2, keys, { instanceIds: idle.map((i) => i.id) })).map((i) => [i.id, i]));
+    return new Set(idle.filter((i) => fresh.get(i.id)?.tags.get(keys.jobStarted) !== i.tags.get(keys.jobStarted)).map((i) => i.id));
+  } catch (error) {
+    log.warn('reading job-started reports again failed; keeping the idle runners for the next sweep', { instances: idle.length, error: errorName(error) });
+    return new Set(idle.map((i) => i.id));
   }
 }

@@ -17,7 +17,7 @@ import type { ObservedParameter } from '../shared/parameters';
  *   removed after its one job) or the activated instance powered off.
  * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation,
  *   read so by two sweeps at least the pool's idle confirmation apart, and its instance has not
- *   reported that its job started (see `idleReading`).
+ *   reported that its job started within the pool's max job duration (see `idleReading`).
  * - no-runner: activated without a runner id after the grace period (an activation that
  *   died half-way).
  * - instance-gone: a config parameter whose instance no longer exists.
@@ -66,8 +66,9 @@ export const SWEEP_DEFAULTS: SweepOptions = { graceSeconds: 10 * 60 };
 /**
  * What one sweep's reading says about a listed runner of a running, activated instance:
  * - working: not idle (busy, or online where the provider gives no busy flag), or idle within
- *   the idle timeout, or its instance reported that its job started (the instance knows; the
- *   provider's reading may be stale or wrong, as GitHub's `busy: false` mid-job was);
+ *   the idle timeout, or its instance reported that its job started within the pool's max job
+ *   duration (the instance knows; the provider's reading may be stale or wrong, as GitHub's
+ *   `busy: false` mid-job was);
  * - first: idle past the idle timeout, with no earlier idle reading of this activation;
  * - waiting: idle again, but the first idle reading is less than the confirmation window old;
  * - confirmed: idle again at least the window after the first idle reading, with no working
@@ -86,12 +87,26 @@ export function idleReading(
 ): IdleReading {
   // Where the provider gives no busy flag, "not online" is the idle reading.
   const idle = runner.busy === false || (runner.busy === undefined && runner.status !== 'online');
-  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || instance.tags.has(keys.jobStarted)) return 'working';
+  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || jobReported(instance, keys, activatedAt, pool, now)) return 'working';
   const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
   // A mark from before this activation (or unreadable) is no reading of this runner.
   if (!Number.isFinite(since) || since < activatedAt) return 'first';
   const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
+}
+
+/**
+ * Whether the instance's job-started report still holds: for the pool's max job duration from
+ * the reported time. A time before the activation, after now or unreadable counts from the
+ * activation: the job itself can write the tag, and a far-future time must not keep the
+ * instance forever.
+ */
+function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): boolean {
+  const value = instance.tags.get(keys.jobStarted);
+  if (value === undefined) return false;
+  const reported = Date.parse(value);
+  const started = Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
+  return now.getTime() - started < (pool.maxJobSeconds ?? FLEET_DEFAULTS.maxJobSeconds) * 1000;
 }
 
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);

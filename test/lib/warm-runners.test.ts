@@ -293,6 +293,29 @@ describe('fleet config', () => {
     expect(JSON.stringify(buildFleetConfig(input)).match(/requireSelfHostedLabel/g)).toHaveLength(1);
   });
 
+  it('carries idleConfirmation and maxJobDuration from the pool props in seconds, only when set', () => {
+    const placement = () => ({ launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'] });
+    const machineImage = ec2.MachineImage.latestAmazonLinux2023();
+    const input = fleetConfigInput(
+      {
+        github: { appId: '1', organization: 'o' },
+        pools: [
+          { name: 'long', provider: Provider.GITHUB, idleConfirmation: Duration.minutes(4), maxJobDuration: Duration.hours(30), machineImage },
+          { name: 'plain', provider: Provider.GITHUB, machineImage },
+        ],
+      },
+      placement,
+    );
+    const config = parseFleetConfig(JSON.stringify(buildFleetConfig(input)));
+    expect(config.pools.map((p) => [p.name, p.idleConfirmSeconds, p.maxJobSeconds])).toEqual([
+      ['long', 240, 108_000],
+      ['plain', undefined, undefined],
+    ]);
+    const refused = JSON.parse(JSON.stringify(buildFleetConfig(input))) as { pools: { maxJobSeconds?: number }[] };
+    refused.pools[0]!.maxJobSeconds = 10;
+    expect(() => parseFleetConfig(JSON.stringify(refused))).toThrow(/maxJobSeconds/);
+  });
+
   it("sets both queues' message size to the bound the webhook's size check leaves room below", () => {
     const queues = Object.values(template.findResources('AWS::SQS::Queue'));
     expect(queues).toHaveLength(2);

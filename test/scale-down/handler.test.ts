@@ -227,6 +227,38 @@ describe('scale-down handler', () => {
     expect(lines.logs('terminated').map((l) => l.reason)).toEqual(['job-finished']);
   });
 
+  it('a job-started report that lands after the instances were read, before the DELETE, still keeps the runner', async () => {
+    const a = activated('1', readIdleBefore());
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    const list = ci.listRunners.bind(ci);
+    // The runner takes a job while the provider is listed (busy: false, a wrong reading); its
+    // instance's report lands then, after DescribeInstances.
+    ci.listRunners = async () => {
+      a.tags.set(KEYS.jobStarted, new Date(aws.now.getTime() + hour).toISOString());
+      return list();
+    };
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(ci.deleted).toEqual([]);
+    expect(a.state).toBe('running');
+    expect(lines.logs('keeping the instance: its job-started report changed since the reading')).toHaveLength(1);
+  });
+
+  it('keeps idle runners when the report cannot be read again; the next sweep reclaims them', async () => {
+    const a = activated('1', readIdleBefore());
+    ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });
+    const list = ci.listRunners.bind(ci);
+    ci.listRunners = async () => {
+      aws.fault('DescribeInstances', ...Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)));
+      return list();
+    };
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(ci.deleted).toEqual([]);
+    expect(lines.logs(/^reading job-started reports again failed/)).toHaveLength(1);
+    ci.listRunners = list;
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(ci.deleted).toEqual(['1']);
+  });
+
   it('a mark whose CreateTags failed is read again by the next sweep, which marks it then', async () => {
     const a = activated('1');
     ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });

@@ -45,7 +45,7 @@ describe('planSweep: instances', () => {
     ['list cut at the page cap: a missing runner says nothing', activated('running', 600, '7'), () => [], undefined, true],
     ['list cut at the page cap, but powered off', activated('stopped', 600, '7'), () => [], 'job-finished', true],
     ['list cut at the page cap, a listed idle runner still goes', activated('running', 31, '7', confirmed()), (i) => [runner(i, '7', 'online', false)], 'idle', true],
-    ['instance reported its job started: never idle, however the readings agree', activated('running', 600, '7', { ...confirmed(), [KEYS.jobStarted]: ago(500).toISOString() }), (i) => [runner(i, '7', 'online', false)], undefined],
+    ['instance reported its job started (within the max job duration): not idle, however the readings agree', activated('running', 600, '7', { ...confirmed(), [KEYS.jobStarted]: ago(300).toISOString() }), (i) => [runner(i, '7', 'online', false)], undefined],
     ['instance reported its job started, runner gone: job finished', activated('running', 600, '7', { [KEYS.jobStarted]: ago(500).toISOString() }), () => [], 'job-finished'],
     ['instance reported its job started and powered off: job finished', activated('stopped', 600, '7', { [KEYS.jobStarted]: ago(500).toISOString() }), (i) => [runner(i, '7', 'offline', false)], 'job-finished'],
   ];
@@ -91,6 +91,20 @@ describe('planSweep: two idle readings a window apart', () => {
     const i = activated('running', 31, '7', tags);
     const got = marks(i, [runner(i, '7', status, busy)]);
     expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: want.clear ? [i.id] : [] });
+  });
+
+  it('the job-started report holds for the max job duration (default 6 h), then the readings decide again', () => {
+    // An instance that outlived its job (self-termination failed, rebooted mid-job, a GitLab
+    // registration that stays listed offline) must not be kept forever.
+    const at = (jobStarted: string) => activated('running', 600, '7', { ...confirmed(), [KEYS.jobStarted]: jobStarted });
+    const reasons = (i: ObservedInstance, cfg = config) => planSweep(cfg, KEYS, [i], [], idleList(i), NOW).terminate.map((t) => t.reason);
+    expect(reasons(at(ago(359).toISOString()))).toEqual([]);
+    expect(reasons(at(ago(361).toISOString()))).toEqual(['idle']);
+    expect(reasons(at(ago(361).toISOString()), fleetConfig({ idleTimeoutSeconds: 1800, maxJobSeconds: 8 * 3600 }))).toEqual([]);
+    // Written by the job itself, a time in the future or unreadable counts from the activation.
+    expect(reasons(at(new Date(NOW.getTime() + 100 * 86_400_000).toISOString()))).toEqual(['idle']);
+    expect(reasons(at('soon'))).toEqual(['idle']);
+    expect(reasons(activated('running', 300, '7', { ...confirmed(), [KEYS.jobStarted]: 'soon' }))).toEqual([]);
   });
 
   it('takes the window from the pool (idleConfirmSeconds)', () => {

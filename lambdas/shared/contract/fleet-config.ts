@@ -101,6 +101,13 @@ export interface PoolConfig {
    * (absent: `FLEET_DEFAULTS.idleConfirmSeconds`).
    */
   readonly idleConfirmSeconds?: number;
+  /**
+   * Seconds an instance's job-started report keeps the idle rule away from its runner
+   * (absent: `FLEET_DEFAULTS.maxJobSeconds`); past it the two idle readings decide again, so an
+   * instance whose runner ended but that outlived its job (a failed self-termination, a
+   * reboot mid-job, a GitLab registration that stays listed) is still reclaimed.
+   */
+  readonly maxJobSeconds?: number;
   /** The pool's warm pool. */
   readonly warm: PoolWarmConfig;
 }
@@ -166,6 +173,7 @@ export interface PoolInput {
   readonly maxRunners?: number;
   readonly idleTimeoutSeconds?: number;
   readonly idleConfirmSeconds?: number;
+  readonly maxJobSeconds?: number;
   readonly warmSize?: number;
   readonly warmSchedule?: readonly WarmScheduleEntry[];
   readonly warmMaxAgeSeconds?: number;
@@ -198,6 +206,8 @@ export const FLEET_DEFAULTS = {
   maxRunners: 10,
   idleTimeoutSeconds: 15 * 60,
   idleConfirmSeconds: 2 * 60,
+  // GitHub's default job timeout (timeout-minutes: 360).
+  maxJobSeconds: 6 * 60 * 60,
   warmSize: 0,
   warmMaxAgeSeconds: 24 * 60 * 60,
   primingTimeoutSeconds: 15 * 60,
@@ -268,6 +278,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       idleTimeoutSeconds: p.idleTimeoutSeconds ?? FLEET_DEFAULTS.idleTimeoutSeconds,
       // Written only when set: the FleetConfig parameter's size grows with every pool.
       ...(p.idleConfirmSeconds === undefined ? {} : { idleConfirmSeconds: p.idleConfirmSeconds }),
+      ...(p.maxJobSeconds === undefined ? {} : { maxJobSeconds: p.maxJobSeconds }),
       warm: {
         size: p.warmSize ?? FLEET_DEFAULTS.warmSize,
         schedule: (p.warmSchedule ?? []).map((e) => ({ window: e.window, size: e.size })),
@@ -413,6 +424,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const max = c.integer(`${p}.maxRunners`, 1, 10_000);
     c.integer(`${p}.idleTimeoutSeconds`, 60);
     if (c.at(`${p}.idleConfirmSeconds`) !== undefined) c.integer(`${p}.idleConfirmSeconds`, 0, 24 * 60 * 60);
+    if (c.at(`${p}.maxJobSeconds`) !== undefined) c.integer(`${p}.maxJobSeconds`, 60, 30 * 24 * 60 * 60);
     const size = c.integer(`${p}.warm.size`, 0, 10_000);
     if (size !== undefined && max !== undefined && size > max) {
       c.fail(`${p}.warm.size`, `is ${size}, above the pool's maxRunners ${max}; lower it or raise maxRunners`);
