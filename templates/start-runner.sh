@@ -401,6 +401,8 @@ start_runner() {
 # runner writes into this pipe, and a reader that ended would break its output.
 watch_job() {
   local line seen=0 at
+  # Forked after the config was parsed: this process must not keep the runner's secret.
+  CONFIG='' JIT='' URL='' RTOKEN=''
   while IFS= read -r line || [[ -n $line ]]; do
     printf '%s\n' "$line" 2>/dev/null || true
     ((!seen)) || continue
