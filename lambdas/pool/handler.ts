@@ -14,7 +14,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
-import { decodeStreak, encodeStreak, primeStep, type PrimeFailure, type PrimeStreak } from './backoff';
+import { decodeStreak, encodeStreak, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -101,8 +101,13 @@ async function runPool(
   const wanted = Math.max(0, plan.launch - notEvicted);
   const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool) }));
   // An unreadable streak holds launches back for this run: failing safe, never in a loop.
-  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, plan, failed, wanted, now);
-  const streak = step?.streak;
+  // Parked or activated: each has primed (scale-up activates only parked standbys). Not
+  // 'claimed': an eviction marker left on a priming standby would look the same.
+  const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)) }));
+  const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
+  const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds }, failed, wanted, now);
+  let streak = step?.streak;
   const decision = step?.decision ?? { launch: 0, backingOff: false };
   for (const f of failed) {
     // The structured line the PrimeBackoff alarm's Logs Insights query finds.
@@ -118,7 +123,9 @@ async function runPool(
       lastInstanceId: streak?.lastInstanceId,
     });
   }
-  const launched = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : 0;
+  const launchedIds = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : [];
+  const launched = launchedIds.length;
+  if (streak) streak = watchLaunched(streak, launchedIds, stillPriming);
   // Written only when it changed (nothing stored and nothing to remember is no change).
   if (streak && stored !== 'unreadable') {
     const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
@@ -268,7 +275,7 @@ async function evict(
  * interruption stops rather than terminates (fleet-launched spot cannot be stopped).
  * Instance types and subnets are tried in order on capacity errors.
  */
-async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
+async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<string[]> {
   const keys = tagKeys(config.prefix);
   const tags: Tag[] = standbyLaunchTags(keys, pool.name);
   let lastError = '';
@@ -298,9 +305,9 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
           // next run counts what actually exists.
           WRITE_ONCE,
         );
-        const n = out.Instances?.length ?? 0;
-        log.info('launched warm standbys', { count: n, instanceType: type, subnet });
-        return n;
+        const ids = (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== '');
+        log.info('launched warm standbys', { count: out.Instances?.length ?? 0, instanceType: type, subnet });
+        return ids;
       } catch (error) {
         lastError = errorName(error);
         log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
@@ -308,5 +315,5 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
     }
   }
   log.error('no warm standby could be launched', { error: lastError });
-  return 0;
+  return [];
 }
