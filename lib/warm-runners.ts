@@ -378,7 +378,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       new iam.PolicyStatement({
         actions: ['ec2:CreateTags'],
         resources: [fleetInstances],
-        // ForAllValues holds for a request without tag keys too, hence the Null check.
+        // ForAllValues holds for an absent set: the Null check makes the one key required.
         conditions: { Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' }, 'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.primeFailure] } },
       }),
     );

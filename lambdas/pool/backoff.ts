@@ -35,6 +35,12 @@ export interface PrimeStreak {
   readonly lastReason?: string;
   /** The last standby that failed (its boot log stream has the instance's own reason). */
   readonly lastInstanceId?: string;
+  /**
+   * Standbys launched while the template was unproven or failing, whose prime decides the
+   * streak: one seen activated has primed too (scale-up activates only parked standbys),
+   * though its parked state may never be observed by a pool run (a job took it first).
+   */
+  readonly watching?: readonly string[];
 }
 
 export interface PrimeFailure {
@@ -50,6 +56,8 @@ export interface PrimeObservation {
   readonly failed: readonly PrimeFailure[];
   /** Parked standbys of the current template, each with its LaunchTime (its priming boot). */
   readonly parkedLaunchTimes: readonly Date[];
+  /** Warm standbys seen parked or activated now: each has primed. */
+  readonly primedIds?: ReadonlySet<string>;
 }
 
 export interface BackoffPolicy {
@@ -71,7 +79,11 @@ export function freshStreak(template: string): PrimeStreak {
 export function nextStreak(previous: PrimeStreak | undefined, seen: PrimeObservation, now: Date): PrimeStreak {
   let s = previous && previous.template === seen.template ? previous : freshStreak(seen.template);
   const lastFailure = s.lastFailureAt ? Date.parse(s.lastFailureAt) : -Infinity;
-  if (seen.parkedLaunchTimes.some((t) => t.getTime() > lastFailure)) s = { ...s, failures: 0, proven: true };
+  const watchedPrimed = (s.watching ?? []).some((id) => seen.primedIds?.has(id));
+  if (watchedPrimed || seen.parkedLaunchTimes.some((t) => t.getTime() > lastFailure)) {
+    const { watching: _done, ...rest } = s;
+    s = { ...rest, failures: 0, proven: true };
+  }
   const last = seen.failed[seen.failed.length - 1];
   if (last) {
     s = { ...s, failures: s.failures + seen.failed.length, lastFailureAt: now.toISOString(), lastReason: last.reason, lastInstanceId: last.instanceId };
@@ -111,6 +123,17 @@ export function decideLaunch(streak: PrimeStreak, policy: BackoffPolicy, wanted:
   return { launch, backingOff, resumeAt };
 }
 
+/**
+ * The streak after this run launched `launched`: while the template is unproven or failing,
+ * they are watched (with those launched earlier that still prime), so a standby that primes
+ * and is taken by a job before any pool run sees it parked still ends the streak.
+ */
+export function watchLaunched(s: PrimeStreak, launched: readonly string[], stillPriming: ReadonlySet<string>): PrimeStreak {
+  if ((s.proven && s.failures === 0) || launched.length === 0) return s;
+  const watching = [...(s.watching ?? []).filter((id) => stillPriming.has(id)), ...launched].slice(-100);
+  return { ...s, watching };
+}
+
 export function encodeStreak(s: PrimeStreak): string {
   return JSON.stringify(s);
 }
@@ -121,6 +144,7 @@ export function decodeStreak(text: string | undefined): PrimeStreak | undefined 
   try {
     const s = JSON.parse(text) as Partial<PrimeStreak>;
     if (s.version !== PRIME_STREAK_VERSION || typeof s.template !== 'string' || !Number.isInteger(s.failures) || s.failures! < 0) return undefined;
+    if (s.watching !== undefined && !(Array.isArray(s.watching) && s.watching.every((id) => typeof id === 'string'))) return undefined;
     if (typeof s.proven !== 'boolean' || (s.failures! > 0 && !(typeof s.lastFailureAt === 'string' && !Number.isNaN(Date.parse(s.lastFailureAt))))) return undefined;
     return s as PrimeStreak;
   } catch {
@@ -140,12 +164,12 @@ export function templateOf(pool: PoolConfig): string {
 export function primeStep(
   stored: PrimeStreak | undefined,
   pool: PoolConfig,
-  seen: { readonly parkedLaunchTimes: readonly Date[]; readonly priming: number },
+  seen: { readonly parkedLaunchTimes: readonly Date[]; readonly priming: number; readonly primedIds?: ReadonlySet<string> },
   failed: readonly PrimeFailure[],
   wanted: number,
   now: Date,
 ): { streak: PrimeStreak; decision: LaunchDecision } {
-  const streak = nextStreak(stored, { template: templateOf(pool), failed, parkedLaunchTimes: seen.parkedLaunchTimes }, now);
+  const streak = nextStreak(stored, { template: templateOf(pool), failed, parkedLaunchTimes: seen.parkedLaunchTimes, ...(seen.primedIds ? { primedIds: seen.primedIds } : {}) }, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
   return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming, now) };
 }

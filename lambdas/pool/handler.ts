@@ -15,7 +15,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, listRunnerConfigs } from '../shared/parameters';
-import { decodeStreak, encodeStreak, primeStep, type PrimeFailure, type PrimeStreak } from './backoff';
+import { decodeStreak, encodeStreak, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -123,8 +123,13 @@ async function runPool(
   const wanted = Math.max(0, plan.launch - notEvicted);
   const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool) }));
   // An unreadable streak holds launches back for this run: failing safe, never in a loop.
-  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, plan, failed, wanted, now);
-  const streak = step?.streak;
+  // Parked or activated: each has primed (scale-up activates only parked standbys). Not
+  // 'claimed': an eviction marker left on a priming standby would look the same.
+  const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)) }));
+  const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
+  const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds }, failed, wanted, now);
+  let streak = step?.streak;
   const decision = step?.decision ?? { launch: 0, backingOff: false };
   for (const f of failed) {
     // The structured line the PrimeBackoff alarm's Logs Insights query finds.
@@ -140,7 +145,9 @@ async function runPool(
       lastInstanceId: streak?.lastInstanceId,
     });
   }
-  const launched = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : 0;
+  const launchedIds = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : [];
+  const launched = launchedIds.length;
+  if (streak) streak = watchLaunched(streak, launchedIds, stillPriming);
   // Written only when it changed (nothing stored and nothing to remember is no change).
   if (streak && stored !== 'unreadable') {
     const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
@@ -309,7 +316,7 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
  * and a lost one is resolved by describing the pool's instances with that tag: what is
  * found is what was launched. One that lands after that look is counted by the next run.
  */
-async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<number> {
+async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<string[]> {
   const keys = tagKeys(config.prefix);
   let lastError = '';
   for (const subnet of pool.subnetIds) {
@@ -317,9 +324,9 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
       const token = randomUUID();
       try {
         const out = await deps.aws.send<RunInstancesCommandOutput>(deps.ec2, runStandbys(pool, keys, count, type, subnet, token), WRITE_ONCE);
-        const n = out.Instances?.length ?? 0;
-        log.info('launched warm standbys', { count: n, instanceType: type, subnet });
-        return n;
+        const ids = (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== '');
+        log.info('launched warm standbys', { count: out.Instances?.length ?? 0, instanceType: type, subnet });
+        return ids;
       } catch (error) {
         if (error instanceof UnknownOutcomeError) return launchedBy(deps, keys, pool, token, log);
         lastError = errorName(error);
@@ -328,7 +335,7 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
     }
   }
   log.error('no warm standby could be launched', { error: lastError });
-  return 0;
+  return [];
 }
 
 function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
@@ -352,13 +359,13 @@ function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: strin
 }
 
 /** The instances a launch with a lost answer made, found by its token tag; 0 when they cannot be observed (the next run counts them). */
-async function launchedBy(deps: PoolDeps, keys: TagKeys, pool: PoolConfig, token: string, log: Logger): Promise<number> {
+async function launchedBy(deps: PoolDeps, keys: TagKeys, pool: PoolConfig, token: string, log: Logger): Promise<string[]> {
   try {
     const found = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } });
     log.warn('launch outcome unknown, resolved by describing its token', { launched: found.length });
-    return found.length;
+    return found.map((i) => i.id);
   } catch (error) {
     log.error('launch outcome unknown and describing it failed; the next run counts what exists', { error: errorName(error) });
-    return 0;
+    return [];
   }
 }

@@ -18,6 +18,8 @@ export interface ImdsState {
   down: boolean;
   /** Number of requests still to drop without an answer (IMDS not up yet early in a boot). */
   dropNext: number;
+  /** Paths (e.g. one tag's) whose requests are dropped without an answer, the others answered. */
+  downPaths: string[];
   /** Milliseconds to wait before answering a role-credentials request (a metadata service slower than the aws CLI's 1 s default). */
   credentialsDelayMs: number;
   role: string;
@@ -71,6 +73,7 @@ export class ImdsServer {
     tagsEnabled: true,
     down: false,
     dropNext: 0,
+    downPaths: [],
     credentialsDelayMs: 0,
     role: 'runner-instance-role',
     accessKeyId: 'ASIAIMDSSANDBOX00001',
@@ -100,7 +103,7 @@ export class ImdsServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
-    if (this.state.down || this.state.dropNext > 0) {
+    if (this.state.down || this.state.dropNext > 0 || this.state.downPaths.includes(path)) {
       if (this.state.dropNext > 0) this.state.dropNext -= 1;
       this.log.push({ t: now(), method: req.method ?? '', path, status: 0 });
       req.socket.destroy();

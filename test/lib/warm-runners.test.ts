@@ -459,7 +459,7 @@ describe('control plane permissions (what the handlers call, and no more)', () =
   const check = (role: string, rows: Row[]) => {
     const statements = rolePolicyStatements(role);
     for (const [action, resource, context, allowed] of rows) {
-      expect(isAllowed(statements, { action, resource, context }), `${role} ${action} on ${resource}`).toBe(allowed);
+      expect(isAllowed(statements, { action, resource, context }), `${role} ${action} on ${resource} ${JSON.stringify(context)}`).toBe(allowed);
     }
   };
   const fleetRoleArn = () => {
@@ -512,6 +512,15 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ec2:CancelSpotInstanceRequests', `${acct}:spot-instances-request/sir-1`, {}, true],
       ['ec2:StartInstances', fleetInstance, poolTag, false],
       ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/gitlab/runner-token', {}, false],
+      // The prime-failure back-off: its pool's state parameter, and only the prime-failure tag.
+      ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/pools/linux-x64/prime-state', {}, true],
+      ['ssm:PutParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/pools/linux-x64/prime-state', {}, true],
+      ['ssm:PutParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/pools/other/prime-state', {}, false],
+      ['ssm:PutParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/webhook-secret', {}, false],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').primeFailure] }, true],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').primeFailure, tagKeys('warm-runners').activatedAt] }, false],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').warmStandby] }, false],
+      ['ec2:CreateTags', fleetInstance, { 'aws:TagKeys': [tagKeys('warm-runners').primeFailure] }, false],
     ]));
   it('scale-down', () =>
     check('RunnersScaleDownRole', [

@@ -258,6 +258,26 @@ describe('pool handler', () => {
     expect(JSON.parse(aws.parameters.get(state)!.value)).toMatchObject({ failures: 0, proven: true });
   });
 
+  it('a probe that primes and is taken by a job before any pool run sees it parked still ends the back-off', async () => {
+    const config = fleetConfig({ warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600, primingTimeoutSeconds: 900 });
+    const old = new Date(aws.now.getTime() - 901_000);
+    for (const _ of [0, 1]) aws.addInstance({ state: 'running', tags: standbyTags(), launchTime: old });
+    await handler(config)();
+    aws.now = new Date(aws.now.getTime() + 3600_000);
+    expect((await handler(config)())[0]).toMatchObject({ launched: 1 });
+    const probe = [...aws.instances.values()].find((i) => i.state === 'pending')!;
+
+    // It parked, and scale-up activated it between two pool runs: never observed parked.
+    probe.state = 'running';
+    probe.tags.set(KEYS.activatedAt, aws.now.toISOString());
+    probe.tags.set(KEYS.jobId, 'job-1');
+    lines = new Lines();
+    aws.now = new Date(aws.now.getTime() + 120_000);
+    expect((await handler(config)())[0]).toMatchObject({ parked: 0, launched: 2 });
+    expect(lines.metric('PrimeBackoff', { Pool: 'linux' })).toBe(0);
+    expect(JSON.parse(aws.parameters.get(paths.primeState('linux'))!.value)).toMatchObject({ failures: 0, proven: true });
+  });
+
   it('launches nothing while the prime streak cannot be read', async () => {
     aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('ThrottlingException', 400)));
     expect((await handler(fleetConfig({ warmSize: 2 }))())[0]).toMatchObject({ launched: 0 });

@@ -140,7 +140,7 @@ export async function startBootSandbox(): Promise<BootSandbox> {
           if (Object.keys(tags).length > 0) {
             await ec2.send(new CreateTagsCommand({ Resources: [instanceId], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }));
           }
-          Object.assign(imds.state, { instanceId, tags, tagsEnabled: input.tagsEnabled ?? true, down: false, dropNext: 0, credentialsDelayMs: 0 });
+          Object.assign(imds.state, { instanceId, tags, tagsEnabled: input.tagsEnabled ?? true, down: false, dropNext: 0, downPaths: [], credentialsDelayMs: 0 });
           return json({ instanceId, region: imds.state.region });
         }
         case 'POST /imds':

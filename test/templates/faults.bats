@@ -208,6 +208,22 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ ! -e "$ROOT/calls/shutdown" ]
 }
 
+@test "an activated warm standby failing before a mode, IMDS silent for its standby tag, is left running" {
+  new_instance "$(launch_tags activated)"
+  github_config jit-warm-no-standby-tag
+  ctl POST /throttle '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
+  # The activated path reads only the activation tags; the standby tag is asked only on failure.
+  ctl POST /imds "{\"downPaths\":[\"/latest/meta-data/tags/instance/$TAG_WARM\"]}" >/dev/null
+  mkdir -p "$ROOT/usr/local/sbin"
+  install -m 755 "$ROOT/hook-github.sh" "$ROOT/usr/local/sbin/start-runner"
+  boot_hook
+  [ "$status" -ne 0 ]
+  grep -qF "IMDS did not answer for tag $TAG_WARM: cannot tell a warm standby" "$ROOT/out"
+  grep -qF "warm standby failed (status 1) before a mode: left for the pool to evict" "$ROOT/out"
+  aws_actions | refute grep -qx EC2.TerminateInstances
+  [ "$(instance_state)" = running ]
+}
+
 @test "the tags of a warm standby's priming boot (the pool's exact tags) PRIME without any SSM call" {
   new_instance "$(launch_tags standby)"
   boot_first github
