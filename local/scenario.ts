@@ -2,9 +2,11 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { decodeStreak, delaySeconds } from '../lambdas/pool/backoff';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
-import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
+import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
 import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
@@ -326,6 +328,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // 6. Until every job is served or dead-lettered and nothing is left behind.
     const keys = tagKeys(fleet.config.prefix);
     let settled = false;
+    let backoffSkips = 0;
     while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
       const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients);
@@ -346,6 +349,15 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         if (stuck) {
           const timeout = Math.min(...fleet.config.pools.map((p) => p.warm.primingTimeoutSeconds));
           lambdas.skewNextPoolRun(timeout * 1000 - stuckPrimingMs);
+        } else {
+          // The eviction was a failed prime: the pool holds its next launch back (the prime
+          // back-off's first delay). Instead of waiting, one pool run sees its clock moved past
+          // the resume time the pool's own state names.
+          const waitMs = await primeBackoffWaitMs(clients, fleet.config, Date.now());
+          if (waitMs > 0) {
+            lambdas.skewNextPoolRun(waitMs + 1000);
+            backoffSkips++;
+          }
         }
       }
       if (jobsDone) {
@@ -371,7 +383,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     else if (o.signal?.aborted) notes.push('interrupted');
     else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);
     if (refusal) notes.push(`fault: StartInstances refused ${refusal.refused()} time(s) for ${refusal.instanceId() ?? 'no instance'} (InsufficientInstanceCapacity)`);
-    if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}`);
+    if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}; pool runs moved past the prime back-off: ${backoffSkips}`);
     if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
     for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
     const unshipped = bootsThatDidNotShip(sandboxRoot);
@@ -482,4 +494,27 @@ function awsCliPath(): string {
   } catch {
     throw new Error('the aws CLI is not on PATH: the instances\' boot scripts need it (pip install awscli)');
   }
+}
+
+/**
+ * How long the longest prime back-off of the fleet's pools still holds launches back, read
+ * from each pool's prime-state parameter as the pool itself reads it; 0 when none does.
+ */
+async function primeBackoffWaitMs(clients: LocalAwsClients, config: FleetConfig, now: number): Promise<number> {
+  const paths = ssmPaths(config.prefix);
+  let longest = 0;
+  for (const pool of config.pools) {
+    const text = await clients.ssm.send(new GetParameterCommand({ Name: paths.primeState(pool.name) })).then(
+      (out) => out.Parameter?.Value,
+      (error: Error) => {
+        if (error.name === 'ParameterNotFound') return undefined;
+        throw error;
+      },
+    );
+    const streak = decodeStreak(text);
+    if (!streak?.lastFailureAt || streak.failures === 0) continue;
+    const resumeAt = Date.parse(streak.lastFailureAt) + delaySeconds(streak.failures, { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds }) * 1000;
+    longest = Math.max(longest, resumeAt - now);
+  }
+  return longest;
 }
