@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
-import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { Logger } from '../shared/log';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
@@ -140,14 +141,14 @@ export async function rollback(ctx: StepContext, a: Attempt, reason: string): Pr
     if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
   }
   if (a.claimed) {
-    try {
-      await ctx.aws.send(ctx.ssm, new DeleteParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId) }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      // Not found: the instance read and deleted it already (it booted into RUN).
-      if (errorName(error) !== 'ParameterNotFound') {
-        complete = false;
-        log.error('deleting the config parameter failed', { error: errorName(error) });
-      }
+    // Sent once (a lost answer is read back, never resent): a delete that landed released
+    // the instance, and a resend would delete the next claim on it. Not found: the instance
+    // read and deleted it already (it booted into RUN).
+    const name = ctx.paths.runnerConfig(a.instanceId);
+    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [name], { delete: 'single', readBack: 'get' });
+    if (outcome.kept.has(name)) {
+      complete = false;
+      log.error('deleting the config parameter failed', { error: outcome.errors.join(', ') });
     }
   }
   log.warn('activation rolled back', { complete });

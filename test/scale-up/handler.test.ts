@@ -618,6 +618,24 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(undo).toEqual(['DeleteTags', 'deleteRunner', 'DeleteParameter']);
   });
 
+  it('a rollback whose parameter delete lost its answer does not send it again: a claim made meanwhile survives', async () => {
+    // The delete landed and released the instance; another invocation claimed it before
+    // the answer was lost. A blind resend would delete that live claim (and a config written
+    // over it would then be free for a third claim: two owners).
+    const [id] = park(1);
+    const name = paths.runnerConfig(id!);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault(
+      'DeleteParameter',
+      lostAnswer(undefined, () => aws.parameters.set(name, { value: 'claiming=other\n', tags: {}, at: aws.now, type: 'SecureString' })),
+    );
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.parameters.get(name)?.value).toBe('claiming=other\n');
+    expect(aws.count('DeleteParameter')).toBe(1);
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
   it('a parameter that cannot be deleted is counted, and the job still goes cold', async () => {
     const [id] = park(1);
     aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
