@@ -558,12 +558,15 @@ describe('scale-up: fault injection on every activation step', () => {
 
   it('a lane that throws rolls back its own attempt; the other lanes still start their instances', async () => {
     const ids = park(3);
-    let calls = 0;
     let bad: string | undefined;
-    ci.failCreate = (instanceId) => (++calls === 2 ? ((bad = instanceId), new Error('502 from GitHub')) : undefined);
-    // Something no step expects, thrown in the lane while its claim is held: here the log sink.
+    // The second tag call is refused after its claim and registration are made...
+    aws.fault('CreateTags', 'pass', (i) => {
+      bad = (i.Resources as string[])[0];
+      throw awsError('UnauthorizedOperation');
+    });
+    // ...and something no step expects is thrown in the lane while its claim is held: here the log sink.
     const sink = (line: string) => {
-      if (line.includes('registering the runner failed')) throw new Error('log sink broke');
+      if (line.includes('tagging the claimed instance failed')) throw new Error('log sink broke');
       lines.sink(line);
     };
     const h = createScaleUpHandler({
