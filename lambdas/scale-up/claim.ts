@@ -15,6 +15,8 @@ export interface Attempt {
   registration?: RunnerRegistration;
   /** The parameter holds our value (the claim succeeded). */
   claimed: boolean;
+  /** The claim marker we claimed with, until the config is written over it. */
+  marker?: string;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
   tags?: Tag[];
 }
@@ -89,6 +91,24 @@ export async function claim(ctx: StepContext, a: Attempt, value: string, options
  */
 export function claimMarker(): string {
   return `claiming=${randomUUID()}\n`;
+}
+
+/**
+ * Whether the parameter still holds our claim marker, read just before the config is
+ * written over it: Overwrite=true would replace whatever is there, and a delete by name
+ * elsewhere (a sweep, a leftover removal racing another) may have released our claim for
+ * someone else's meanwhile, the runner registration between them taking seconds. Not ours:
+ * the claim is given up without touching the parameter. Unreadable: undefined.
+ */
+export async function markerHolds(ctx: StepContext, a: Attempt): Promise<boolean | undefined> {
+  try {
+    const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId), WithDecryption: true }), READ);
+    return out.Parameter?.Value === a.marker;
+  } catch (error) {
+    if (errorName(error) === 'ParameterNotFound') return false;
+    a.j.log.error('reading the claim marker back failed', { instanceId: a.instanceId, error: errorName(error) });
+    return undefined;
+  }
 }
 
 /**

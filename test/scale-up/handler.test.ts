@@ -355,6 +355,29 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted.length - deletedBefore).toBe(2);
   });
 
+  it('does not write its config over a claim that is no longer its marker (released and taken meanwhile)', async () => {
+    const ids = park(2);
+    // The first claim (with the config) is lost; the marker claim passes; while the runner
+    // registers, the marker is deleted elsewhere and another attempt claims the instance.
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass');
+    let creates = 0;
+    let taken: string | undefined;
+    ci.failCreate = (instanceId) => {
+      if (++creates === 2) {
+        taken = instanceId;
+        aws.parameters.set(paths.runnerConfig(instanceId), { value: 'another attempt\'s claim', tags: {}, at: aws.now, type: 'SecureString' });
+      }
+      return undefined;
+    };
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(ids).toContain(taken);
+    expect(aws.parameters.get(paths.runnerConfig(taken!))!.value).toBe('another attempt\'s claim');
+    expect(aws.instances.get(taken!)!.state).toBe('stopped');
+    expect(aws.instances.get(taken!)!.tags.has(KEYS.jobId)).toBe(false);
+    expect(ci.deleted).toHaveLength(2);
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
