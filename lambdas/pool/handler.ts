@@ -14,7 +14,7 @@ import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeA
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
-import { EVICTION_MARKER, listRunnerConfigs } from '../shared/parameters';
+import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { decodeStreak, encodeStreak, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type Eviction } from './classify';
 
@@ -276,15 +276,17 @@ async function evict(
 /**
  * Writes the eviction marker with Overwrite=false: true when it holds the lock. A write whose
  * answer was lost may have landed: it is read back by listing (a String marker is readable
- * there, a claim is not), so a marker that landed is held, and removed with the others.
+ * there, a claim is not), so a marker that landed, with this lock's own value, is held and
+ * removed with the others; another run's marker or a claim is not ours.
  * One that cannot be read back is left to the next run (`LEFTOVER_MARKER_MS`).
  */
 async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): Promise<boolean> {
   const name = paths.runnerConfig(e.instance.id);
+  const value = evictionMarker();
   try {
     await deps.aws.send(
       deps.ssm,
-      new PutParameterCommand({ Name: name, Value: EVICTION_MARKER, Type: 'String', Overwrite: false, Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }] }),
+      new PutParameterCommand({ Name: name, Value: value, Type: 'String', Overwrite: false, Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: e.instance.id }] }),
       WRITE_ONCE,
     );
     return true;
@@ -294,7 +296,7 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
       return false;
     }
     try {
-      const held = (await listRunnerConfigs(deps.aws, deps.ssm, paths)).some((p) => p.name === name && p.evictionMarker);
+      const held = (await listRunnerConfigs(deps.aws, deps.ssm, paths)).some((p) => p.name === name && p.markerValue === value);
       log.warn('eviction lock outcome unknown, resolved by listing', { instanceId: e.instance.id, held });
       return held;
     } catch (readError) {

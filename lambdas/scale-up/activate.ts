@@ -1,7 +1,7 @@
 import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
-import { claim, claimMarker, configValue, rollback, tag, writeConfig, type Attempt } from './claim';
+import { claim, claimMarker, configValue, markerHolds, rollback, tag, writeConfig, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
@@ -140,7 +140,8 @@ export async function activateWarm(
           return;
         }
       }
-      const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : claimMarker(), { paced: true });
+      if (!a.registration) a.marker = claimMarker();
+      const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : a.marker!, { paced: true });
       if (result !== 'claimed') {
         if (a.registration && !(await deleteRunner(ctx, j, a.registration.runnerId))) {
           ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
@@ -193,6 +194,13 @@ export async function activateWarm(
       } catch (error) {
         j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
         return 'ci-error';
+      }
+      const holds = await markerHolds(ctx, a);
+      if (holds !== true) {
+        // Not ours any more: the parameter is someone else's, and stays.
+        if (holds === false) a.claimed = false;
+        j.log.warn('the claim marker is no longer ours: config not written', { instanceId: a.instanceId, unreadable: holds === undefined });
+        return 'config-error';
       }
       try {
         await writeConfig(ctx, a);

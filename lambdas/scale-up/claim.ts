@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
-import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { Logger } from '../shared/log';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
@@ -14,6 +15,8 @@ export interface Attempt {
   registration?: RunnerRegistration;
   /** The parameter holds our value (the claim succeeded). */
   claimed: boolean;
+  /** The claim marker we claimed with, until the config is written over it. */
+  marker?: string;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
   tags?: Tag[];
 }
@@ -91,6 +94,24 @@ export function claimMarker(): string {
 }
 
 /**
+ * Whether the parameter still holds our claim marker, read just before the config is
+ * written over it: Overwrite=true would replace whatever is there, and a delete by name
+ * elsewhere (a sweep, a leftover removal racing another) may have released our claim for
+ * someone else's meanwhile, the runner registration between them taking seconds. Not ours:
+ * the claim is given up without touching the parameter. Unreadable: undefined.
+ */
+export async function markerHolds(ctx: StepContext, a: Attempt): Promise<boolean | undefined> {
+  try {
+    const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId), WithDecryption: true }), READ);
+    return out.Parameter?.Value === a.marker;
+  } catch (error) {
+    if (errorName(error) === 'ParameterNotFound') return false;
+    a.j.log.error('reading the claim marker back failed', { instanceId: a.instanceId, error: errorName(error) });
+    return undefined;
+  }
+}
+
+/**
  * Writes the runner config over our claim marker. Safe to repeat (every other writer is
  * refused while the marker stands, and the sweep leaves a claim alone for its grace
  * period), so lost answers are retried. SSM takes tags only on creation: the claim's stay.
@@ -140,14 +161,14 @@ export async function rollback(ctx: StepContext, a: Attempt, reason: string): Pr
     if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
   }
   if (a.claimed) {
-    try {
-      await ctx.aws.send(ctx.ssm, new DeleteParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId) }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      // Not found: the instance read and deleted it already (it booted into RUN).
-      if (errorName(error) !== 'ParameterNotFound') {
-        complete = false;
-        log.error('deleting the config parameter failed', { error: errorName(error) });
-      }
+    // Sent once (a lost answer is read back, never resent): a delete that landed released
+    // the instance, and a resend would delete the next claim on it. Not found: the instance
+    // read and deleted it already (it booted into RUN).
+    const name = ctx.paths.runnerConfig(a.instanceId);
+    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [name], { delete: 'single', readBack: 'get' });
+    if (outcome.kept.has(name)) {
+      complete = false;
+      log.error('deleting the config parameter failed', { error: outcome.errors.join(', ') });
     }
   }
   log.warn('activation rolled back', { complete });

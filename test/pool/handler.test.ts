@@ -122,7 +122,7 @@ describe('pool handler', () => {
     await handler({ ...base, parameters: { ...base.parameters, kmsKeyId: 'alias/fleet' } })();
     const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
     expect(puts).toHaveLength(1);
-    expect(puts[0]).toMatchObject({ Type: 'String', Value: EVICTION_MARKER, Overwrite: false });
+    expect(puts[0]).toMatchObject({ Type: 'String', Value: expect.stringMatching(/^evicting=[0-9a-f-]{36}\n$/), Overwrite: false });
     expect(puts[0]!.KeyId).toBeUndefined();
   });
 
@@ -148,6 +148,21 @@ describe('pool handler', () => {
     await handler(fleetConfig({ warmSize: 0 }))();
     expect(i.state).toBe('stopped');
     expect(aws.parameters.get(paths.runnerConfig(i.id))!.value).toBe('scale-up config');
+  });
+
+  it('a lost lock answer next to another pool run\'s marker is not taken as ours', async () => {
+    // Two runs overlap (a run may take longer than the schedule's minute): the other run's
+    // marker landed, ours did not. Held by both, either run's release would delete the
+    // other's lock while it is about to terminate.
+    const i = parked({ [LAUNCH_TEMPLATE_VERSION_TAG]: '0' });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: EVICTION_MARKER, tags: {}, at: aws.now, type: 'String' });
+      throw awsError('ServiceUnavailable', 503);
+    });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(i.state).toBe('stopped');
+    expect(aws.parameters.get(paths.runnerConfig(i.id))!.value).toBe(EVICTION_MARKER);
+    expect(lines.logs('eviction lock outcome unknown, resolved by listing')).toEqual([expect.objectContaining({ held: false })]);
   });
 
   it('removes a marker left by an earlier run (one whose lost write landed after its read-back), and only an old one', async () => {

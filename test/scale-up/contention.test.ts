@@ -4,7 +4,7 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { Provider } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, Provider, ssmPaths } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { FakeAws } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -86,6 +86,12 @@ async function storm(parked: number, jobs: number, batch: number) {
     warm: running.filter((i) => i.tags.has(KEYS.warmStandby)).length,
     cold: running.filter((i) => !i.tags.has(KEYS.warmStandby)).length,
     served,
+    // Invariant 1 on the instance itself: the config it will read is its own runner's (a
+    // config written over another attempt's claim would hand it to a second job).
+    notItsOwnConfig: running.filter((i) => {
+      const p = aws.parameters.get(ssmPaths(PREFIX).runnerConfig(i.id));
+      return p === undefined || (decodeRunnerConfig(p.value) as { jitConfig?: string }).jitConfig !== `jit-secret-${i.tags.get(KEYS.runnerId)}`;
+    }).length,
     stillParked: [...aws.instances.values()].filter((i) => i.state === 'stopped' && !i.tags.has(KEYS.jobId)).length,
     maxRegistered: Math.max(...registered.values()),
     maxDeleted: Math.max(0, ...deleted.values()),
@@ -98,6 +104,7 @@ describe('scale-up under claim contention', () => {
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(200);
     expect(Math.max(...r.served.values())).toBe(1);
+    expect(r.notItsOwnConfig).toBe(0);
     expect(r.warm).toBe(20);
     // A job registers before its first claim only: once it has lost one (and deleted that
     // registration), it claims first. Registering before every claim made 426
@@ -113,6 +120,7 @@ describe('scale-up under claim contention', () => {
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(60);
     expect(Math.max(...r.served.values())).toBe(1);
+    expect(r.notItsOwnConfig).toBe(0);
     expect(r.cold).toBe(0);
     expect(r.warm).toBe(60);
     expect(r.stillParked).toBe(0);

@@ -355,6 +355,29 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted.length - deletedBefore).toBe(2);
   });
 
+  it('does not write its config over a claim that is no longer its marker (released and taken meanwhile)', async () => {
+    const ids = park(2);
+    // The first claim (with the config) is lost; the marker claim passes; while the runner
+    // registers, the marker is deleted elsewhere and another attempt claims the instance.
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass');
+    let creates = 0;
+    let taken: string | undefined;
+    ci.failCreate = (instanceId) => {
+      if (++creates === 2) {
+        taken = instanceId;
+        aws.parameters.set(paths.runnerConfig(instanceId), { value: 'another attempt\'s claim', tags: {}, at: aws.now, type: 'SecureString' });
+      }
+      return undefined;
+    };
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(ids).toContain(taken);
+    expect(aws.parameters.get(paths.runnerConfig(taken!))!.value).toBe('another attempt\'s claim');
+    expect(aws.instances.get(taken!)!.state).toBe('stopped');
+    expect(aws.instances.get(taken!)!.tags.has(KEYS.jobId)).toBe(false);
+    expect(ci.deleted).toHaveLength(2);
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
@@ -558,12 +581,15 @@ describe('scale-up: fault injection on every activation step', () => {
 
   it('a lane that throws rolls back its own attempt; the other lanes still start their instances', async () => {
     const ids = park(3);
-    let calls = 0;
     let bad: string | undefined;
-    ci.failCreate = (instanceId) => (++calls === 2 ? ((bad = instanceId), new Error('502 from GitHub')) : undefined);
-    // Something no step expects, thrown in the lane while its claim is held: here the log sink.
+    // The second tag call is refused after its claim and registration are made...
+    aws.fault('CreateTags', 'pass', (i) => {
+      bad = (i.Resources as string[])[0];
+      throw awsError('UnauthorizedOperation');
+    });
+    // ...and something no step expects is thrown in the lane while its claim is held: here the log sink.
     const sink = (line: string) => {
-      if (line.includes('registering the runner failed')) throw new Error('log sink broke');
+      if (line.includes('tagging the claimed instance failed')) throw new Error('log sink broke');
       lines.sink(line);
     };
     const h = createScaleUpHandler({
@@ -616,6 +642,24 @@ describe('scale-up: fault injection on every activation step', () => {
     await handler()(jobEvent(jobs(1)));
     const undo = aws.calls.filter((c) => ['DeleteTags', 'deleteRunner', 'DeleteParameter'].includes(c));
     expect(undo).toEqual(['DeleteTags', 'deleteRunner', 'DeleteParameter']);
+  });
+
+  it('a rollback whose parameter delete lost its answer does not send it again: a claim made meanwhile survives', async () => {
+    // The delete landed and released the instance; another invocation claimed it before
+    // the answer was lost. A blind resend would delete that live claim (and a config written
+    // over it would then be free for a third claim: two owners).
+    const [id] = park(1);
+    const name = paths.runnerConfig(id!);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault(
+      'DeleteParameter',
+      lostAnswer(undefined, () => aws.parameters.set(name, { value: 'claiming=other\n', tags: {}, at: aws.now, type: 'SecureString' })),
+    );
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.parameters.get(name)?.value).toBe('claiming=other\n');
+    expect(aws.count('DeleteParameter')).toBe(1);
+    expect(coldLaunched()).toHaveLength(1);
   });
 
   it('a parameter that cannot be deleted is counted, and the job still goes cold', async () => {
