@@ -117,6 +117,13 @@ export async function activateWarm(
    */
   async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
     let claimFirst = false;
+    // The instance went to someone else (a lost claim, or no longer parked): count it, move
+    // on, and claim before registering from now on.
+    const lostClaim = () => {
+      lost(j);
+      candidates.lost();
+      claimFirst = true;
+    };
     for (let tries = 0; ; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
       // made before the wait would be seconds old (and likely taken) when it is written.
@@ -151,9 +158,7 @@ export async function activateWarm(
           fallback(j, 'claim-error');
           return;
         }
-        lost(j);
-        candidates.lost();
-        claimFirst = true;
+        lostClaim();
         j.log.info('claim lost to another invocation', { instanceId });
         continue;
       }
@@ -166,9 +171,7 @@ export async function activateWarm(
             fallback(j, 'verify-error');
             return;
           }
-          lost(j);
-          candidates.lost();
-          claimFirst = true;
+          lostClaim();
           continue;
         }
       }
