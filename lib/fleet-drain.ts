@@ -1,4 +1,4 @@
-import { CustomResource, Duration, Lazy, Stack } from 'aws-cdk-lib';
+import { Aspects, CustomResource, Duration, Lazy, Stack, Validations } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -83,7 +83,7 @@ export class FleetDrain extends Construct {
     const rules = inFleet(events.Rule);
     const functions = inFleet(lambda.Function);
     const environment = {
-      [LAMBDA_ENV.fleetConfigParameter]: props.configParameter.parameterName,
+      [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig,
       [LAMBDA_ENV.drainEventSourceMappings]: Lazy.string({ produce: () => mappings().map((m) => m.eventSourceMappingId).join(',') }),
       [LAMBDA_ENV.drainSchedules]: Lazy.string({ produce: () => rules().map((r) => r.ruleName).join(',') }),
       // Lambda's default timeout is 3 s.
@@ -115,8 +115,9 @@ export class FleetDrain extends Construct {
     const mappingArns = Lazy.list({ produce: () => mappings().map((m) => m.eventSourceMappingArn) });
     const ruleArns = Lazy.list({ produce: () => rules().map((r) => r.ruleArn) });
     for (const [fn, observe] of [[this.onEventFunction, false], [this.isCompleteFunction, true]] as const) {
-      fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['lambda:UpdateEventSourceMapping', ...(observe ? ['lambda:GetEventSourceMapping'] : [])], resources: mappingArns }));
-      fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['events:DisableRule', ...(observe ? ['events:DescribeRule'] : [])], resources: ruleArns }));
+      // On the role itself: Function.addToRolePolicy puts statements with list tokens in a policy of their own.
+      fn.role!.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['lambda:UpdateEventSourceMapping', ...(observe ? ['lambda:GetEventSourceMapping'] : [])], resources: mappingArns }));
+      fn.role!.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['events:DisableRule', ...(observe ? ['events:DescribeRule'] : [])], resources: ruleArns }));
     }
 
     // Draining: the fleet's instances (its pool tag), its run-time parameters, its CI credentials.
@@ -141,7 +142,18 @@ export class FleetDrain extends Construct {
     );
 
     const frameworkLogs = new logs.LogGroup(this, 'FrameworkLogs', { retention: logRetention });
+    // Own roles for the framework's functions: write to their log group only, instead of the
+    // managed AWSLambdaBasicExecutionRole (every log group in the account).
+    const frameworkRole = (roleId: string) => {
+      const role = new iam.Role(this, roleId, { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'), description: `Provider framework of the ${props.prefix} drain` });
+      frameworkLogs.grantWrite(role);
+      return role;
+    };
+    const onEventRole = frameworkRole('FrameworkOnEventRole');
+    const waiterRole = frameworkRole('FrameworkWaiterRole');
     const provider = new cr.Provider(this, 'Provider', {
+      frameworkOnEventRole: onEventRole,
+      frameworkCompleteAndTimeoutRole: waiterRole,
       onEventHandler: this.onEventFunction,
       isCompleteHandler: this.isCompleteFunction,
       queryInterval: QUERY_INTERVAL,
@@ -155,17 +167,15 @@ export class FleetDrain extends Construct {
     // Deleted before every other part of the fleet (created after them): what the drain calls
     // (functions, parameters, roles) and what it must empty first (the security group, whose
     // instances' interfaces block its deletion) still exist while it runs.
-    const dependedOn = new Set<IConstruct>();
-    for (const part of props.fleet.node.children) {
-      if (part === this || this.node.scopes.includes(part)) continue;
-      this.resource.node.addDependency(part);
-      dependedOn.add(part);
-    }
-    this.node.addValidation({
-      validate: () =>
-        props.fleet.node.children
-          .filter((part) => part !== this && !this.node.scopes.includes(part) && !dependedOn.has(part))
-          .map((part) => `${part.node.path} was added to the fleet after its drain: create the FleetDrain last, so CloudFormation deletes the drain before it`),
+    // At synth (an aspect runs before dependencies are rendered), so a part added to the fleet
+    // after this constructor is covered too.
+    const resource = this.resource;
+    const drainScopes = new Set<IConstruct>([this, ...this.node.scopes]);
+    Aspects.of(this).add({
+      visit: (node) => {
+        if (node !== resource) return;
+        for (const part of props.fleet.node.children) if (!drainScopes.has(part)) resource.node.addDependency(part);
+      },
     });
 
     const reasons = {
@@ -178,5 +188,20 @@ export class FleetDrain extends Construct {
     acknowledgeWildcard(drain.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     acknowledgeWildcard(drain.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);
     for (const root of roots) acknowledgeWildcard(drain.role!, nagArn('ssm', `parameter${root}*`), reasons.parameters);
+    // The provider framework's own grants: invoking a function grants its versions too (":*"),
+    // and Step Functions' log delivery calls take no resource-level permissions.
+    const invoke = 'Invoking a function is granted with its versions (CDK grantInvoke adds "<arn>:*"); the functions are the drain\'s own.';
+    const functionsInvoked = (...fns: lambda.IFunction[]) => fns.map((fn) => `<${stack.getLogicalId(fn.node.defaultChild as lambda.CfnFunction)}.Arn>:*`);
+    const framework = (name: string) => provider.node.findChild(name).node.defaultChild as lambda.CfnFunction;
+    for (const role of [onEventRole, waiterRole]) {
+      for (const resource of functionsInvoked(this.onEventFunction, this.isCompleteFunction)) acknowledgeWildcard(role, resource, invoke);
+    }
+    const waiter = provider.node.findChild('waiter-state-machine');
+    for (const name of ['framework-isComplete', 'framework-onTimeout']) acknowledgeWildcard(waiter, `<${stack.getLogicalId(framework(name))}.Arn>:*`, invoke);
+    acknowledgeWildcard(waiter, '*', 'CloudWatch Logs delivery for Step Functions (logs:CreateLogDelivery and related) takes no resource-level permissions.');
+    Validations.of(waiter).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-SF2',
+      reason: "The provider framework's waiter state machine offers no X-Ray tracing option; it runs only while the fleet is deleted, and its executions are logged (level ALL).",
+    });
   }
 }

@@ -554,7 +554,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       value: this.fleet.logGroup.logGroupName,
     });
 
-    // Last: it depends on every part above, so CloudFormation deletes it first.
+    // CloudFormation deletes it before every other part of the fleet (it depends on them all).
     this.drain = new FleetDrain(this, 'Drain', {
       prefix,
       fleet: this,
