@@ -116,7 +116,7 @@ describe('the packed library in a scratch CDK app', () => {
     for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh']) {
       expect(packedFiles).toContain(file);
     }
-    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
+    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
     expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test)\//.test(f))).toEqual([]);
   });
 
