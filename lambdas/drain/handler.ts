@@ -2,7 +2,7 @@ import { CancelSpotInstanceRequestsCommand, TerminateInstancesCommand, type EC2C
 import { DeleteParametersCommand, GetParameterCommand, GetParametersByPathCommand, type GetParametersByPathCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { errorName, READ, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider } from '../shared/contract';
+import { Provider, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type RunnerSummary } from '../shared/contract';
 import { chunks } from '../shared/delete-configs';
 import { describeFleet, LIVE_STATES } from '../shared/instances';
 import { createLogger, type Logger, type Sink } from '../shared/log';
@@ -180,10 +180,10 @@ async function observe(deps: DrainDeps, config: FleetConfig, elapsedMs: number, 
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { states: [...LIVE_STATES, 'shutting-down'] });
   const parameters = [...(await parameterNames(deps, paths.runnerConfigRoot)), ...(await parameterNames(deps, paths.poolStateRoot))];
   const providers = deps.providers(config);
-  const runners = new Map<Provider, { runners: Awaited<ReturnType<CiProvider['listRunners']>> } | { unknown: string }>();
+  const runners = new Map<Provider, { runners: readonly RunnerSummary[] } | { unknown: string }>();
   for (const provider of new Set(config.pools.map((p) => p.provider))) {
     const ci = providers[provider];
-    const credential = provider === 'github' ? config.parameters.github.appPrivateKey : config.parameters.gitlab.token;
+    const credential = provider === Provider.GITHUB ? config.parameters.github.appPrivateKey : config.parameters.gitlab.token;
     if (!ci) {
       runners.set(provider, { unknown: 'no client for the provider' });
       continue;
