@@ -16,6 +16,8 @@ export enum BundledHandler {
   POOL = 'pool',
   /** Reclaims finished, idle, stuck and orphaned resources. */
   SCALE_DOWN = 'scale-down',
+  /** Drains the fleet when it is deleted (onEvent and isComplete of a custom resource). */
+  DRAIN = 'drain',
 }
 
 /** The runtime every function is pinned to; the bundles target it. */
@@ -37,6 +39,11 @@ export function bundleDirectory(handler: BundledHandler): string {
 export interface BundledFunctionProps {
   /** Which of the bundled handlers the function runs. */
   readonly handler: BundledHandler;
+  /**
+   * The bundle's export the function runs.
+   * @default 'handler'
+   */
+  readonly exportName?: string;
   /** The function's description (also its role's). */
   readonly description: string;
   /** The function's timeout. */
@@ -75,7 +82,7 @@ export class BundledFunction extends lambda.Function {
       runtime: RUNTIME,
       architecture: lambda.Architecture.ARM_64,
       code: lambda.Code.fromAsset(bundleDirectory(props.handler)),
-      handler: 'index.handler',
+      handler: `index.${props.exportName ?? 'handler'}`,
       description: props.description,
       timeout: props.timeout,
       memorySize: props.memorySize ?? 256,

@@ -11,10 +11,12 @@ import type { BundledHandler } from './bundled-function';
  *   (scale-up), where 256 MB took about 2.3 s and 7 s.
  * - pool and scale-down run on a schedule, where a cold start of about 8 s at 256 MB costs
  *   no job anything; they hold about 150 MB, so 128 MB would not do.
+ * - drain runs only when the fleet is deleted, as pool and scale-down do (same clients).
  */
 export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
   webhook: 1024,
   'scale-up': 1024,
   pool: 256,
   'scale-down': 256,
+  drain: 256,
 };

@@ -3,6 +3,7 @@ export * from './warm-runners';
 export * from './runner-fleet';
 export * from './job-queue';
 export * from './bundled-function';
+export * from './fleet-drain';
 export * from './user-data';
 export * from './runner-user-data';
 // The contract's types that the constructs' props and properties use: jsii needs them exported.

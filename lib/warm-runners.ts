@@ -25,6 +25,7 @@ import {
 import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { fleetConfigInput } from './fleet-config-input';
+import { FleetDrain } from './fleet-drain';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
@@ -154,6 +155,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly grantPrincipal: iam.IPrincipal;
   /** Names of the SecureString parameters the operator fills in after deploying. */
   readonly secretParameterNames: string[];
+  /** Drains the fleet when it is deleted; CloudFormation deletes it before every other part. */
+  readonly drain: FleetDrain;
 
   constructor(scope: Construct, id: string, props: WarmRunnersProps) {
     super(scope, id);
@@ -549,6 +552,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     new CfnOutput(this, 'InstanceLogGroup', {
       description: "Log group the runners' boot scripts ship their logs to, one stream per instance id",
       value: this.fleet.logGroup.logGroupName,
+    });
+
+    // CloudFormation deletes it before every other part of the fleet (it depends on them all).
+    this.drain = new FleetDrain(this, 'Drain', {
+      prefix,
+      fleet: this,
+      configParameter: this.configParameter,
+      secretParameterNames: [...secrets.githubApi, ...secrets.gitlabApi],
+      logRetention,
     });
   }
 }

@@ -133,6 +133,8 @@ async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: Pr
     case BundledHandler.SCALE_DOWN:
       // EventBridge schedule events; the handlers do not read them.
       return [{ source: 'aws.events', 'detail-type': 'Scheduled Event' }, { source: 'aws.events', 'detail-type': 'Scheduled Event' }];
+    case BundledHandler.DRAIN:
+      throw new Error('the drain runs once, when the fleet is deleted: its cold start costs no job anything, so it is not measured');
   }
 }
 

@@ -85,7 +85,8 @@ async function stillThere(aws: AwsCaller, ssm: SSMClient, names: ReadonlySet<str
   return present;
 }
 
-function chunks<T>(items: readonly T[], size: number): T[][] {
+/** `items` in consecutive slices of at most `size` (the batch sizes of the AWS calls). */
+export function chunks<T>(items: readonly T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
   return out;

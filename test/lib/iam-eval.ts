@@ -1,3 +1,5 @@
+import type { Template } from 'aws-cdk-lib/assertions';
+
 /**
  * A small evaluator of identity-policy statements, enough to check what a synthesized role
  * may do: Allow statements with Action, Resource, policy variables and the condition
@@ -93,4 +95,15 @@ export function resolvePseudo(value: unknown, pseudo: Record<string, string>): u
     return Object.fromEntries(Object.entries(obj).map(([k, v]) => [k, resolvePseudo(v, pseudo)]));
   }
   return value;
+}
+
+/** Every statement of the policies attached to the roles whose logical ids start with `roleLogicalIdPrefix`, pseudo parameters resolved. */
+export function rolePolicyStatements(template: Template, roleLogicalIdPrefix: string, pseudo: Record<string, string>): Statement[] {
+  const statements: Statement[] = [];
+  for (const policy of Object.values(template.findResources('AWS::IAM::Policy')) as { Properties: Record<string, unknown> }[]) {
+    const roles = (policy.Properties.Roles as { Ref: string }[]).map((r) => r.Ref);
+    const document = policy.Properties.PolicyDocument as { Statement: unknown };
+    if (roles.some((r) => r.startsWith(roleLogicalIdPrefix))) statements.push(...(resolvePseudo(document.Statement, pseudo) as Statement[]));
+  }
+  return statements;
 }

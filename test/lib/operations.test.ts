@@ -85,6 +85,16 @@ describe('alarm descriptions', () => {
   });
 });
 
+describe('the drain\'s failure reasons', () => {
+  it('point at a section of docs/operations.md that exists', () => {
+    const source = readFileSync(join(__dirname, '..', '..', 'lambdas', 'drain', 'handler.ts'), 'utf8');
+    const refs = [...source.matchAll(/docs\/operations\.md#([\w-]+)/g)].map((m) => m[1]!);
+    expect(refs.length).toBeGreaterThan(2);
+    const doc = anchors(readFileSync(join(__dirname, '..', '..', 'docs', 'operations.md'), 'utf8'));
+    for (const ref of refs) expect([ref, doc.has(ref)]).toEqual([ref, true]);
+  });
+});
+
 /** One metric as CloudWatch identifies it: namespace, name and the exact dimension set. */
 type MetricId = string;
 const metricId = (namespace: unknown, name: unknown, dimensions: Record<string, unknown>): MetricId =>

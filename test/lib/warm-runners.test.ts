@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
 import { BOOT_LOG_KEYS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
-import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
+import { isAllowed, resolvePseudo, rolePolicyStatements as statementsOf, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -25,17 +25,7 @@ beforeAll(() => {
   template = Template.fromStack(stack);
 });
 
-function rolePolicyStatements(roleLogicalIdPrefix: string): Statement[] {
-  const policies = template.findResources('AWS::IAM::Policy');
-  const statements: Statement[] = [];
-  for (const policy of Object.values(policies)) {
-    const roles = (policy.Properties.Roles as { Ref: string }[]).map((r) => r.Ref);
-    if (roles.some((r) => r.startsWith(roleLogicalIdPrefix))) {
-      statements.push(...(resolvePseudo(policy.Properties.PolicyDocument.Statement, PSEUDO) as Statement[]));
-    }
-  }
-  return statements;
-}
+const rolePolicyStatements = (roleLogicalIdPrefix: string): Statement[] => statementsOf(template, roleLogicalIdPrefix, PSEUDO);
 
 describe('launch templates', () => {
   it('require IMDSv2 with instance tags, stop on shutdown, encrypted gp3 root, no public address', () => {
@@ -154,15 +144,17 @@ describe('instance role', () => {
 
 describe('control plane', () => {
   it('pins the runtime, sets log retention and uses its own roles', () => {
-    const fns = template.findResources('AWS::Lambda::Function');
-    expect(Object.keys(fns)).toHaveLength(4);
-    for (const fn of Object.values(fns)) {
+    // The library's own: the four control-plane functions and the drain's two (the provider
+    // framework's three run CDK's code on CDK's runtime).
+    const fns = Object.values(template.findResources('AWS::Lambda::Function')).filter((fn) => /^index\./.test(fn.Properties.Handler));
+    expect(fns).toHaveLength(6);
+    for (const fn of fns) {
       expect(fn.Properties.Runtime).toBe('nodejs24.x');
       expect(fn.Properties.LoggingConfig).toMatchObject({ LogFormat: 'JSON' });
       expect(fn.Properties.Environment.Variables).toHaveProperty('FLEET_CONFIG_PARAMETER', '/warm-runners/fleet/config');
     }
     const fleetLogGroups = Object.entries(template.findResources('AWS::Logs::LogGroup')).filter(([id]) => id.startsWith('Runners'));
-    expect(fleetLogGroups).toHaveLength(5);
+    expect(fleetLogGroups).toHaveLength(8); // the fleet's, the six functions', the drain's provider framework
     for (const [, group] of fleetLogGroups) expect(group.Properties.RetentionInDays).toBe(30);
     template.resourceCountIs('AWS::IAM::ManagedPolicy', 0);
     for (const role of Object.values(template.findResources('AWS::IAM::Role'))) expect(role.Properties.ManagedPolicyArns).toBeUndefined();

@@ -116,7 +116,7 @@ describe('the packed library in a scratch CDK app', () => {
     for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh']) {
       expect(packedFiles).toContain(file);
     }
-    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
+    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
     expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test)\//.test(f))).toEqual([]);
   });
 
@@ -124,9 +124,11 @@ describe('the packed library in a scratch CDK app', () => {
     expect(summary.resolvedFrom.startsWith(`${scratch}/`)).toBe(true);
   });
 
-  it('synthesizes the four functions on their bundles, and the FleetConfig with the wire values', () => {
-    expect(summary.functions).toHaveLength(4);
-    for (const fn of summary.functions) expect(fn).toEqual({ runtime: 'nodejs24.x', handler: 'index.handler', assetDir: true });
+  it("synthesizes the library's six functions on their bundles, and the FleetConfig with the wire values", () => {
+    // Four control-plane functions and the drain's two exports (the provider framework's functions run CDK's code).
+    const own = summary.functions.filter((fn) => fn.handler.startsWith('index.'));
+    expect(own.map((fn) => fn.handler).sort()).toEqual(['index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.isComplete', 'index.onEvent']);
+    for (const fn of own) expect(fn).toEqual({ runtime: 'nodejs24.x', handler: fn.handler, assetDir: true });
     // Provider.GITHUB travels as the string the Lambdas parse.
     expect(summary.fleetConfig.pools).toEqual([expect.objectContaining({ provider: 'github', labelMatch: 'exact' })]);
     expect(summary.fleetConfig.github).toMatchObject({ appId: '123456', organization: 'example-org' });

@@ -17,4 +17,12 @@ export const LAMBDA_ENV = {
    * instance ARN tagged on each runner config parameter (`PARAMETER_INSTANCE_ARN_TAG`).
    */
   instanceArnPrefix: 'INSTANCE_ARN_PREFIX',
+  /** Drain: the UUIDs of the event source mappings to disable when the stack is deleted (comma-separated). */
+  drainEventSourceMappings: 'DRAIN_EVENT_SOURCE_MAPPINGS',
+  /** Drain: the names of the EventBridge rules (schedules) to disable (comma-separated). */
+  drainSchedules: 'DRAIN_SCHEDULES',
+  /** Drain: seconds after the stop during which an earlier invocation may still launch (the longest function timeout). */
+  drainQuietSeconds: 'DRAIN_QUIET_SECONDS',
+  /** Drain: seconds after the stop at which the drain fails the delete, naming what is left. */
+  drainDeadlineSeconds: 'DRAIN_DEADLINE_SECONDS',
 } as const;

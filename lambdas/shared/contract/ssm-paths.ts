@@ -28,6 +28,8 @@ export interface SsmPaths {
   readonly runnerConfigRoot: string;
   /** Path under which every CI credential lives, with a trailing "/". */
   readonly ciRoot: string;
+  /** Path under which each pool's run-time state lives (`primeState`), with a trailing "/". */
+  readonly poolStateRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
   readonly github: GitHubParameterNames;
@@ -75,9 +77,11 @@ export function ssmPaths(prefix: string): SsmPaths {
   assertPrefix(prefix);
   const runnerConfigRoot = `/${prefix}/runners/config/`;
   const ciRoot = `/${prefix}/ci/`;
+  const poolStateRoot = `/${prefix}/pools/`;
   return {
     runnerConfigRoot,
     ciRoot,
+    poolStateRoot,
     fleetConfig: `/${prefix}/fleet/config`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
@@ -93,7 +97,7 @@ export function ssmPaths(prefix: string): SsmPaths {
       return `${runnerConfigRoot}${instanceId}`;
     },
     primeState(pool: string): string {
-      return `/${prefix}/pools/${pool}/prime-state`;
+      return `${poolStateRoot}${pool}/prime-state`;
     },
     instanceIdOf(parameterName: string): string | undefined {
       if (!parameterName.startsWith(runnerConfigRoot)) return undefined;

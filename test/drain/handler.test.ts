@@ -1,0 +1,294 @@
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { createDrainHandlers, DrainFailedError, type IsCompleteEvent } from '../../lambdas/drain/handler';
+import { DescribeRuleCommand, DisableRuleCommand, GetEventSourceMappingCommand, ScalingApiError, UpdateEventSourceMappingCommand, type ScalingApi, type ScalingCommand } from '../../lambdas/drain/scaling-api';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
+import { FakeCi } from '../support/fake-ci';
+import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+
+const paths = ssmPaths(PREFIX);
+const config = fleetConfig();
+
+/** Lambda's mappings and EventBridge's rules, as the drain's four calls see them. */
+class FakeScaling {
+  readonly mappings = new Map<string, string>([['uuid-1', 'Enabled']]);
+  readonly rules = new Map<string, string>([
+    ['pool-schedule', 'ENABLED'],
+    ['scale-down-schedule', 'ENABLED'],
+  ]);
+  readonly calls: string[] = [];
+  readonly faults: (Error | undefined)[] = [];
+  constructor(private readonly log: string[]) {}
+  async send(command: ScalingCommand): Promise<{ State?: string }> {
+    const call = `${command.constructor.name.replace(/Command$/, '')} ${Object.values(command.input)[0]}`;
+    this.calls.push(call);
+    this.log.push(call);
+    const fault = this.faults.shift();
+    if (fault) throw fault;
+    const notFound = () => new ScalingApiError('ResourceNotFoundException', 404, 'not found');
+    if (command instanceof UpdateEventSourceMappingCommand) {
+      if (!this.mappings.has(command.input.UUID)) throw notFound();
+      this.mappings.set(command.input.UUID, command.input.Enabled ? 'Enabled' : 'Disabled');
+      return { State: command.input.Enabled ? 'Enabling' : 'Disabling' };
+    }
+    if (command instanceof GetEventSourceMappingCommand) {
+      const state = this.mappings.get(command.input.UUID);
+      if (!state) throw notFound();
+      return { State: state };
+    }
+    if (command instanceof DisableRuleCommand) {
+      if (!this.rules.has(command.input.Name)) throw notFound();
+      this.rules.set(command.input.Name, 'DISABLED');
+      return {};
+    }
+    const rule = this.rules.get((command as DescribeRuleCommand).input.Name);
+    if (!rule) throw notFound();
+    return { State: rule };
+  }
+}
+
+let aws: FakeAws;
+let ci: FakeCi;
+let scaling: FakeScaling;
+let lines: Lines;
+/** Every call in order, AWS and scaling alike. */
+let order: string[];
+let clock: number;
+
+beforeEach(() => {
+  aws?.restore();
+  aws = new FakeAws();
+  order = [];
+  const push = (action: string) => order.push(action);
+  const original = aws.calls.push.bind(aws.calls);
+  aws.calls.push = (...items: string[]) => {
+    items.forEach(push);
+    return original(...items);
+  };
+  ci = new FakeCi(Provider.GITHUB, PREFIX, () => aws.now.getTime());
+  scaling = new FakeScaling(order);
+  lines = new Lines();
+  clock = aws.now.getTime();
+  // The credential the fleet's provider uses exists (as after the operator filled it in).
+  aws.parameters.set(config.parameters.github.appPrivateKey, { value: 'pem', tags: {}, at: aws.now });
+});
+afterAll(() => aws.restore());
+
+function handlers() {
+  return createDrainHandlers({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    scaling: scaling as unknown as ScalingApi,
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    loadConfig: async () => config,
+    providers: () => ({ github: ci }),
+    sources: { eventSourceMappings: ['uuid-1'], schedules: ['pool-schedule', 'scale-down-schedule'] },
+    settings: { quietMs: 180_000, deadlineMs: 1_680_000 },
+    now: () => new Date(clock),
+    sink: lines.sink,
+  });
+}
+
+const base = { ServiceToken: 'arn', ResponseURL: 'https://cfn', StackId: 'stack', RequestId: 'r', LogicalResourceId: 'Drain', ResourceType: 'Custom::FleetDrain', ResourceProperties: { ServiceToken: 'arn' } };
+const event = (RequestType: 'Create' | 'Update' | 'Delete'): CloudFormationCustomResourceEvent =>
+  (RequestType === 'Create' ? { ...base, RequestType } : { ...base, RequestType, PhysicalResourceId: 'drain-1', ...(RequestType === 'Update' ? { OldResourceProperties: {} } : {}) }) as CloudFormationCustomResourceEvent;
+
+/** onEvent for Delete, then the isComplete request the framework builds from its answer. */
+async function startDrain(h = handlers()): Promise<IsCompleteEvent> {
+  const answer = await h.onEvent(event('Delete'));
+  return { ...event('Delete'), ...answer } as IsCompleteEvent;
+}
+
+/** The fleet as a destroy finds it: parked, running and spot instances, their parameters and runners, an orphan runner. */
+function fleet() {
+  const parked = aws.addInstance({ state: 'stopped', tags: standbyTags() });
+  const running = aws.addInstance({ state: 'running', tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.runnerId]: '1' } });
+  const spot = aws.addInstance({ state: 'stopped', tags: standbyTags(), spotRequestId: 'sir-1' });
+  const other = aws.addInstance({ state: 'running', tags: { Name: 'not-the-fleet' } });
+  for (const id of [parked.id, running.id]) aws.parameters.set(paths.runnerConfig(id), { value: 'x', tags: {}, at: aws.now });
+  aws.parameters.set(paths.primeState('linux'), { value: '{}', tags: {}, at: aws.now, type: 'String' });
+  aws.parameters.set(paths.fleetConfig, { value: '{}', tags: {}, at: aws.now, type: 'String' });
+  ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, running.id, aws.now), status: 'online', busy: false, instanceId: running.id, jobId: 'github:1' });
+  ci.runners.set('2', { runnerId: '2', name: runnerName(PREFIX, 'i-00000000000000abc', aws.now), status: 'offline', busy: false, instanceId: 'i-00000000000000abc', jobId: 'github:2' });
+  return { parked, running, spot, other };
+}
+
+describe('drain: Create and Update', () => {
+  it('do nothing and succeed at once', async () => {
+    const h = handlers();
+    fleet();
+    expect(await h.onEvent(event('Create'))).toEqual({});
+    expect(await h.onEvent(event('Update'))).toEqual({ PhysicalResourceId: 'drain-1' });
+    expect(await h.isComplete(event('Create') as IsCompleteEvent)).toEqual({ IsComplete: true });
+    expect(await h.isComplete(event('Update') as IsCompleteEvent)).toEqual({ IsComplete: true });
+    expect(order).toEqual([]);
+  });
+});
+
+describe('drain: Delete', () => {
+  it('onEvent stops scaling first (the mapping and every schedule), and touches nothing else', async () => {
+    fleet();
+    const request = await startDrain();
+    expect(order).toEqual(['UpdateEventSourceMapping uuid-1', 'DisableRule pool-schedule', 'DisableRule scale-down-schedule']);
+    expect([...scaling.mappings.values(), ...scaling.rules.values()]).toEqual(['Disabled', 'DISABLED', 'DISABLED']);
+    expect(request.Data?.DrainStartedAt).toBe(new Date(clock).toISOString());
+  });
+
+  it('isComplete terminates every fleet instance (parked and spot too, spot requests cancelled first), deletes its parameters, deregisters its runners, then completes after the quiet period', async () => {
+    const { parked, running, spot, other } = fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect([parked, running, spot].map((i) => i.state)).toEqual(['terminated', 'terminated', 'terminated']);
+    expect(other.state).toBe('running');
+    expect(order.indexOf('CancelSpotInstanceRequests')).toBeLessThan(order.indexOf('TerminateInstances'));
+    // The fleet's run-time parameters go; the FleetConfig (CloudFormation's) and the CI secrets (the operator's) stay.
+    expect([...aws.parameters.keys()].sort()).toEqual([config.parameters.github.appPrivateKey, paths.fleetConfig].sort());
+    expect(ci.deleted.sort()).toEqual(['1', '2']);
+
+    // Nothing left, but an invocation started before the stop may still launch: wait it out.
+    clock += 60_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(lines.logs('draining').at(-1)?.remaining).toEqual(['waiting 120 s for invocations started before the stop']);
+    clock += 120_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('an instance launched by an invocation that started before the stop is found and terminated by a later poll', async () => {
+    const h = handlers();
+    const request = await startDrain(h);
+    await h.isComplete(request);
+    const late = aws.addInstance({ state: 'pending', tags: { ...standbyTags(), [KEYS.jobId]: 'github:9' } });
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(late.state).toBe('terminated');
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('a terminate whose answer was lost is resolved by observing, not assumed: done if it happened, sent again if not', async () => {
+    const { parked } = fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    // Executed, answer lost (503 after the fact): every retry is lost too; the next poll sees it terminated.
+    aws.fault('TerminateInstances', ...Array.from({ length: 6 }, () => lostAnswer()));
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(parked.state).toBe('terminated');
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+    expect(aws.count('TerminateInstances')).toBe(6);
+  });
+
+  it('a terminate that timed out without executing is sent again by the next poll, which observes the instance still there', async () => {
+    const { parked } = fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    aws.fault('TerminateInstances', ...Array.from({ length: 6 }, () => 'hang' as const));
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(parked.state).toBe('stopped');
+    expect(lines.logs('terminated failed; the next poll retries')).toHaveLength(1);
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(parked.state).toBe('terminated');
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('a mapping observed enabled again (a lost disable, or one re-enabled by hand) is disabled again and holds completion', async () => {
+    const h = handlers();
+    const request = await startDrain(h);
+    scaling.mappings.set('uuid-1', 'Enabled');
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(scaling.calls.filter((c) => c === 'UpdateEventSourceMapping uuid-1')).toHaveLength(2);
+    expect(scaling.mappings.get('uuid-1')).toBe('Disabled');
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('a mapping or schedule already deleted counts as stopped', async () => {
+    scaling.mappings.clear();
+    scaling.rules.delete('pool-schedule');
+    const h = handlers();
+    const request = await startDrain(h);
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('onEvent fails the delete when scaling cannot be stopped (a definite refusal), naming the call', async () => {
+    fleet();
+    scaling.faults.push(undefined, new ScalingApiError('AccessDeniedException', 403, 'no'));
+    const failure = await startDrain().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(failure).toBeInstanceOf(DrainFailedError);
+    expect((failure as Error).message).toMatch(/could not stop scaling: DisableRule \{"Name":"pool-schedule"\} failed with AccessDeniedException/);
+    expect(aws.count('TerminateInstances')).toBe(0);
+  });
+
+  it('never completes while a provider cannot list its runners, and past the deadline fails the delete naming what is left', async () => {
+    fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    ci.listRunners = async () => {
+      throw new Error('github down');
+    };
+    for (let poll = 0; poll < 3; poll++) {
+      expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+      clock += 200_000;
+    }
+    clock += 1_680_000;
+    const failure = await h.isComplete(request).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(failure).toBeInstanceOf(DrainFailedError);
+    expect((failure as Error).message).toBe(
+      'the drain of test did not finish within 28 min; left: github runners unknown (listing failed: Error: github down). See docs/operations.md#a-stack-left-in-delete_failed',
+    );
+  });
+
+  it('a busy runner refused by the provider is deregistered by a later poll', async () => {
+    const { running } = fleet();
+    ci.runners.get('1')!.busy = true;
+    const h = handlers();
+    const request = await startDrain(h);
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(running.state).toBe('terminated');
+    expect(ci.runners.has('1')).toBe(true);
+    // Its instance gone, the provider sees the runner lost and no longer busy.
+    ci.runners.get('1')!.busy = false;
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(ci.runners.size).toBe(0);
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+  });
+
+  it('a provider whose credential was never put in has no runners to deregister: logged, not listed', async () => {
+    aws.parameters.delete(config.parameters.github.appPrivateKey);
+    let listed = 0;
+    ci.listRunners = async () => {
+      listed++;
+      throw new Error('SSM parameter does not exist');
+    };
+    const h = handlers();
+    const request = await startDrain(h);
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
+    expect(listed).toBe(0);
+    expect(lines.logs('the provider credential does not exist; no runner of this fleet can be registered there')).toHaveLength(1);
+  });
+
+  it('an observation refused for authorization fails the delete at once; a transient one waits for the next poll', async () => {
+    fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    aws.fault('DescribeInstances', ...Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)));
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(aws.count('TerminateInstances')).toBe(0);
+    aws.fault('DescribeInstances', awsError('UnauthorizedOperation', 403));
+    await expect(h.isComplete(request)).rejects.toThrow(/could not observe the fleet: UnauthorizedOperation/);
+  });
+});
