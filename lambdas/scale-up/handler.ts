@@ -9,6 +9,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
+import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
@@ -48,6 +49,12 @@ export interface ScaleUpDeps {
    * condition compares with the calling instance.
    */
   readonly instanceArnPrefix: string;
+  /**
+   * The per-job records (job-record.ts), checked before any runner is registered. Production
+   * always has them; without them only the FIFO deduplication and the batch's "served" check
+   * keep a late copy of a job from launching a second runner.
+   */
+  readonly jobRecords?: JobRecords;
   readonly now?: () => Date;
   readonly random?: () => number;
   /** Where log lines and EMF records go (stdout in Lambda). */
@@ -211,8 +218,8 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         const pool = config.pools.find((p) => p.name === i.pool)!;
         return { key: i.record.messageId, job: i.job, pool, provider: providers[i.job.provider]!, log: i.log.child({ pool: pool.name }) };
       };
-      const warm: JobInFlight[] = [];
-      const cold: JobInFlight[] = [];
+      let warm: JobInFlight[] = [];
+      let cold: JobInFlight[] = [];
       for (const item of live) {
         const d = plan.decisions.get(item.record.messageId)!;
         const pool = item.pool!;
@@ -252,6 +259,14 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             cold.push(flight(item));
             break;
         }
+      }
+
+      // 3b. The per-job record: a copy of a job that another delivery serves launches nothing.
+      if (deps.jobRecords) {
+        const { admitted, dropped } = await admitByRecord({ records: deps.jobRecords, now, metrics, names }, [...warm, ...cold]);
+        for (const j of dropped) settle(byKey.get(j.key)!.record);
+        warm = warm.filter((j) => admitted.includes(j));
+        cold = cold.filter((j) => admitted.includes(j));
       }
 
       // 4. Warm activations, batched; whatever falls back joins the cold launches.

@@ -17,4 +17,6 @@ export const LAMBDA_ENV = {
    * instance ARN tagged on each runner config parameter (`PARAMETER_INSTANCE_ARN_TAG`).
    */
   instanceArnPrefix: 'INSTANCE_ARN_PREFIX',
+  /** Scale-up: the DynamoDB table of per-job records (one item per job: which delivery serves it). */
+  jobRecordTable: 'JOB_RECORD_TABLE',
 } as const;

@@ -1,0 +1,187 @@
+import { CreateTableCommand, DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
+import { DynamoJobRecords, JOB_RECORD_ATTRIBUTES, JOB_RECORD_TTL_SECONDS } from '../../lambdas/scale-up/job-record';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
+import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { startMoto, type MotoServer } from '../support/moto';
+import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { scaled } from '../support/slowdown';
+
+const TABLE = 'job-records';
+let moto: MotoServer;
+let c: MotoClients;
+let config: FleetConfig;
+
+function dynamo(): DynamoDBClient {
+  return new DynamoDBClient({ endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
+}
+const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
+
+beforeAll(async () => {
+  moto = await startMoto();
+  c = motoClients(moto.endpoint);
+});
+afterAll(async () => moto?.stop());
+beforeEach(async () => {
+  await moto.reset();
+  config = await motoFleet(c);
+  await dynamo().send(
+    new CreateTableCommand({
+      TableName: TABLE,
+      KeySchema: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, KeyType: 'HASH' }],
+      AttributeDefinitions: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, AttributeType: 'S' }],
+      BillingMode: 'PAY_PER_REQUEST',
+    }),
+  );
+});
+
+function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, lines: Lines) {
+  return createScaleUpHandler({
+    ...clients,
+    aws: aws(),
+    loadConfig: async () => config,
+    providers: () => ({ github: ci }),
+    queueUrl: 'unused',
+    deadLetterQueueUrl: 'unused',
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
+    jobRecords: records,
+    sink: lines.sink,
+  });
+}
+
+async function serving(): Promise<Instance[]> {
+  const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.jobId] }, { Name: 'instance-state-name', Values: ['pending', 'running'] }] }));
+  return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
+}
+
+/** A client whose answer to the first call of `command` is lost after the call ran (a reset). */
+function losingFirstAnswer(command: string, before?: () => Promise<void>): DynamoDBClient {
+  const client = dynamo();
+  let lost = false;
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== command || lost) return next(args);
+      lost = true;
+      await before?.();
+      // Whatever the call answered (done, or refused by the condition), the caller hears a reset.
+      await next(args).catch(() => undefined);
+      throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+    },
+    { step: 'initialize' },
+  );
+  return client;
+}
+
+describe('per-job record against moto', () => {
+  it('a reconciled copy of a job whose runner is booting launches nothing', { timeout: scaled(60_000) }, async () => {
+    await parkInMoto(c, config, 2);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    // The reconciled copy observes the fleet before the original's runner exists, then waits
+    // while the original is served (its instance booting): its snapshot cannot tell.
+    const late = motoClients(moto.endpoint);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let observed!: () => void;
+    const hasObserved = new Promise<void>((r) => (observed = r));
+    late.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName === 'DescribeInstancesCommand') {
+          observed();
+          await gate;
+        }
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    const copy = job(1, { deliveryId: 'reconciler-github-1', traceId: 'reconciled-github-1' });
+    const lateRun = handler(ci, late, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)({ Records: jobEvent([copy]).Records.map((r) => ({ ...r, messageId: 'msg-copy' })) });
+    await hasObserved;
+    expect((await handler(ci, c, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    release();
+    expect((await lateRun).batchItemFailures).toEqual([]);
+
+    expect((await serving()).map((i) => i.Tags?.find((t) => t.Key === KEYS.traceId)?.Value)).toEqual(['trace-1']);
+    expect(ci.created).toBe(1);
+    expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
+    expect(lines.logs('another delivery of this job holds its record; this copy launches nothing')[0]).toMatchObject({ holder: 'delivery-1', traceId: 'reconciled-github-1' });
+  });
+
+  it('the same delivery (a retry, a capacity wait copy) keeps its record; another finds it held until it expires', async () => {
+    const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+    const now = new Date();
+    expect(await records.claim(job(7), now)).toEqual({ kind: 'mine' });
+    expect(await records.claim(job(7), now)).toEqual({ kind: 'mine' });
+    expect(await records.claim(job(7, { deliveryId: 'other' }), now)).toEqual({ kind: 'taken', holder: 'delivery-7' });
+    const later = new Date(now.getTime() + (JOB_RECORD_TTL_SECONDS + 1) * 1000);
+    expect(await records.claim(job(7, { deliveryId: 'other' }), later)).toEqual({ kind: 'mine' });
+    const item = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: 'github:7' } }, ConsistentRead: true }));
+    expect(item.Item?.deliveryId?.S).toBe('other');
+    expect(Number(item.Item?.expiresAt?.N)).toBe(Math.floor(later.getTime() / 1000) + JOB_RECORD_TTL_SECONDS);
+  });
+
+  it('a put whose answer is lost is resolved by reading the record: ours when it landed', async () => {
+    const client = losingFirstAnswer('PutItemCommand');
+    const reads: boolean[] = [];
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') reads.push((args.input as { ConsistentRead?: boolean }).ConsistentRead === true);
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const records = new DynamoJobRecords(aws(), client, TABLE);
+    expect(await records.claim(job(3), new Date())).toEqual({ kind: 'mine' });
+    expect(reads).toEqual([true]);
+  });
+
+  it('a put whose answer is lost while another delivery took the record is a lost record, not ours', async () => {
+    // The other delivery's put lands first, then ours is refused and its answer lost.
+    const client = losingFirstAnswer('PutItemCommand', async () => {
+      await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(job(4, { deliveryId: 'first' }), new Date());
+    });
+    const records = new DynamoJobRecords(aws(), client, TABLE);
+    expect(await records.claim(job(4), new Date())).toEqual({ kind: 'taken', holder: 'first' });
+  });
+
+  it('a put that did not land before its answer was lost is sent again', async () => {
+    const client = dynamo();
+    let puts = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'PutItemCommand' && puts++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date())).toEqual({ kind: 'mine' });
+    expect(puts).toBe(2);
+  });
+
+  it('when the record store fails, the job is served without a record, counted and logged', async () => {
+    await parkInMoto(c, config, 1);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    const res = await handler(ci, c, new DynamoJobRecords(aws(), dynamo(), 'no-such-table'), lines)(jobEvent([job(9)]));
+    expect(res.batchItemFailures).toEqual([]);
+    expect((await serving()).map((i) => i.Tags?.find((t) => t.Key === KEYS.jobId)?.Value)).toEqual(['github:9']);
+    expect(lines.metric('JobRecordErrors')).toBe(1);
+    expect(lines.logs('the per-job record could not be written; serving the job without it')[0]).toMatchObject({ error: 'ResourceNotFoundException' });
+  });
+
+  it('record writes do not spend the SSM PutParameter pacing budget', async () => {
+    // A pacer whose PutParameter bucket is empty: a record write that took from it would wait.
+    const sleeps: number[] = [];
+    const pacer = new Pacer(DEFAULT_RATES, () => 0, async (ms) => void sleeps.push(ms));
+    for (let i = 0; i < DEFAULT_RATES.PutParameter!.capacity; i++) await pacer.take('PutParameter');
+    const caller = new AwsCaller({ sleep: async () => {}, pacer });
+    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date())).toEqual({ kind: 'mine' });
+    expect(sleeps).toEqual([]);
+  });
+});
