@@ -19,4 +19,6 @@ export const LAMBDA_ENV = {
   instanceArnPrefix: 'INSTANCE_ARN_PREFIX',
   /** Scale-up: the DynamoDB table of per-job records (one item per job: which delivery serves it). */
   jobRecordTable: 'JOB_RECORD_TABLE',
+  /** Reconciler: its limits as JSON (redeliverLimit, runReadLimit, ...); absent: the defaults. */
+  reconcileOptions: 'RECONCILE_OPTIONS',
 } as const;
