@@ -16,6 +16,8 @@ export enum BundledHandler {
   POOL = 'pool',
   /** Reclaims finished, idle, stuck and orphaned resources. */
   SCALE_DOWN = 'scale-down',
+  /** Redelivers failed webhook deliveries and queues jobs whose delivery never came. */
+  RECONCILE = 'reconcile',
 }
 
 /** The runtime every function is pinned to; the bundles target it. */

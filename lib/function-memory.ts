@@ -9,12 +9,13 @@ import type { BundledHandler } from './bundled-function';
  * - webhook and scale-up are on a job's path, and a burst starts many of their containers
  *   cold: 1024 MB keeps a cold start near half a second (webhook) and two seconds
  *   (scale-up), where 256 MB took about 2.3 s and 7 s.
- * - pool and scale-down run on a schedule, where a cold start of about 8 s at 256 MB costs
- *   no job anything; they hold about 150 MB, so 128 MB would not do.
+ * - pool, scale-down and reconcile run on a schedule, where a cold start of about 8 s at
+ *   256 MB costs no job anything; they hold about 150 MB, so 128 MB would not do.
  */
 export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
   webhook: 1024,
   'scale-up': 1024,
   pool: 256,
   'scale-down': 256,
+  reconcile: 256,
 };

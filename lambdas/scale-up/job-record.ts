@@ -1,6 +1,6 @@
 import { GetItemCommand, PutItemCommand, type DynamoDBClient, type GetItemCommandOutput } from '@aws-sdk/client-dynamodb';
 import { errorName, mapLimit, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import type { JobMessage, MetricNames } from '../shared/contract';
+import { JOB_RECORD_ATTRIBUTES, JOB_RECORD_TTL_SECONDS, type JobMessage, type MetricNames } from '../shared/contract';
 import type { Logger, Metrics } from '../shared/log';
 
 /**
@@ -29,16 +29,6 @@ export type RecordOutcome =
 export interface JobRecords {
   claim(job: JobMessage, now: Date): Promise<RecordOutcome>;
 }
-
-/**
- * How long a record is kept (its TTL attribute, and the condition's expiry): longer than
- * GitHub lists a failed delivery for the reconciler to redeliver (a few days) and than a job
- * may stay queued (GitHub: 24 hours), so a late copy of a served job always finds it.
- */
-export const JOB_RECORD_TTL_SECONDS = 4 * 24 * 60 * 60;
-
-/** The table's key and attribute names; the construct creates the table with these. */
-export const JOB_RECORD_ATTRIBUTES = { key: 'jobId', delivery: 'deliveryId', trace: 'traceId', claimedAt: 'claimedAt', expiresAt: 'expiresAt' } as const;
 
 const A = JOB_RECORD_ATTRIBUTES;
 

@@ -14,6 +14,7 @@ describe.each(Object.values(BundledHandler))('the %s bundle', (name) => {
       [LAMBDA_ENV.jobsQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/jobs.fifo',
       [LAMBDA_ENV.deadLetterQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/dlq.fifo',
       [LAMBDA_ENV.instanceArnPrefix]: 'arn:aws:ec2:eu-west-1:111122223333:instance/',
+      [LAMBDA_ENV.jobRecordTable]: 'warm-runners-job-records',
     };
     const out = execFileSync(process.execPath, ['-e', `process.stdout.write(typeof require(${JSON.stringify(bundleDirectory(name))} + '/index.js').handler)`], {
       env,

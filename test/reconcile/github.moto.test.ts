@@ -7,9 +7,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { GitHubProvider } from '../../lambdas/ci';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
-import { DynamoJobRecords, JOB_RECORD_ATTRIBUTES } from '../../lambdas/scale-up/job-record';
+import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LAMBDA_ENV, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, type FleetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import { startLoopbackGitHub, type GitHubJob, type LoopbackGitHub } from '../../local/ci/github-server';

@@ -2,10 +2,10 @@ import { CreateTableCommand, DynamoDBClient, GetItemCommand } from '@aws-sdk/cli
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
-import { DynamoJobRecords, JOB_RECORD_ATTRIBUTES, JOB_RECORD_TTL_SECONDS } from '../../lambdas/scale-up/job-record';
+import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
-import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
