@@ -191,6 +191,15 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         }
         live.push(item);
       });
+      // 2b. The per-job record, before anything is decided for the job: a copy of a job that
+      //     another delivery holds launches nothing and does not wait beside it.
+      if (deps.jobRecords && live.length > 0) {
+        const { dropped } = await admitByRecord({ records: deps.jobRecords, now, metrics, names }, live);
+        for (const item of dropped) {
+          settle(item.record);
+          live.splice(live.indexOf(item), 1);
+        }
+      }
       if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
 
       // 3. Observe once, decide once.
@@ -218,8 +227,8 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         const pool = config.pools.find((p) => p.name === i.pool)!;
         return { key: i.record.messageId, job: i.job, pool, provider: providers[i.job.provider]!, log: i.log.child({ pool: pool.name }) };
       };
-      let warm: JobInFlight[] = [];
-      let cold: JobInFlight[] = [];
+      const warm: JobInFlight[] = [];
+      const cold: JobInFlight[] = [];
       for (const item of live) {
         const d = plan.decisions.get(item.record.messageId)!;
         const pool = item.pool!;
@@ -259,14 +268,6 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             cold.push(flight(item));
             break;
         }
-      }
-
-      // 3b. The per-job record: a copy of a job that another delivery serves launches nothing.
-      if (deps.jobRecords) {
-        const { admitted, dropped } = await admitByRecord({ records: deps.jobRecords, now, metrics, names }, [...warm, ...cold]);
-        for (const j of dropped) settle(byKey.get(j.key)!.record);
-        warm = warm.filter((j) => admitted.includes(j));
-        cold = cold.filter((j) => admitted.includes(j));
       }
 
       // 4. Warm activations, batched; whatever falls back joins the cold launches.

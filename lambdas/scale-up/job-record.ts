@@ -109,13 +109,14 @@ export interface AdmitContext {
 }
 
 /**
- * The jobs of `jobs` that may register a runner: those whose record this delivery holds, and
- * those whose record could not be written (counted and logged: serving a job twice costs an
- * idle runner that the idle rule reclaims, failing it would leave it waiting, and the batch's
- * own "served" check still stops a copy whose instance carries its runner id). The rest are
- * copies of a job another delivery serves: returned as `dropped`, to be settled.
+ * The jobs of `jobs` that go on to be decided (wait, warm, cold): those whose record this
+ * delivery holds, and those whose record could not be written (counted and logged: serving a
+ * job twice costs an idle runner that the idle rule reclaims, failing it would leave it
+ * waiting, and the decision's "served" rule still stops a copy whose instance carries its
+ * runner id). The rest are copies of a job another delivery serves: returned as `dropped`,
+ * to be settled.
  */
-export async function admitByRecord<T extends { readonly job: JobMessage; readonly pool: { readonly name: string }; readonly log: Logger }>(
+export async function admitByRecord<T extends { readonly job: JobMessage; readonly pool?: string; readonly log: Logger }>(
   ctx: AdmitContext,
   jobs: readonly T[],
 ): Promise<{ admitted: T[]; dropped: T[] }> {
@@ -126,13 +127,13 @@ export async function admitByRecord<T extends { readonly job: JobMessage; readon
     const o = outcomes[i]!;
     if (o.kind === 'taken') {
       j.log.info('another delivery of this job holds its record; this copy launches nothing', { holder: o.holder });
-      ctx.metrics.add(ctx.names.jobsDeduplicated, { Pool: j.pool.name, Reason: 'job-record' });
+      ctx.metrics.add(ctx.names.jobsDeduplicated, { Pool: j.pool ?? 'unresolved', Reason: 'job-record' });
       dropped.push(j);
       return;
     }
     if (o.kind === 'unavailable') {
       j.log.error('the per-job record could not be written; serving the job without it', { error: o.error });
-      ctx.metrics.add(ctx.names.jobRecordErrors, { Pool: j.pool.name });
+      ctx.metrics.add(ctx.names.jobRecordErrors, { Pool: j.pool ?? 'unresolved' });
     }
     admitted.push(j);
   });

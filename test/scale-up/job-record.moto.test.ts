@@ -78,39 +78,60 @@ function losingFirstAnswer(command: string, before?: () => Promise<void>): Dynam
 }
 
 describe('per-job record against moto', () => {
-  it('a reconciled copy of a job whose runner is booting launches nothing', { timeout: scaled(60_000) }, async () => {
+  it('a reconciled copy arriving while the original is being served launches nothing', { timeout: scaled(60_000) }, async () => {
     await parkInMoto(c, config, 2);
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const lines = new Lines();
-    // The reconciled copy observes the fleet before the original's runner exists, then waits
-    // while the original is served (its instance booting): its snapshot cannot tell.
-    const late = motoClients(moto.endpoint);
+    // The original holds its record and stops at its observation of the fleet: it is being
+    // served, and nothing of it is visible yet to another invocation's observation.
+    const original = motoClients(moto.endpoint);
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    let observed!: () => void;
-    const hasObserved = new Promise<void>((r) => (observed = r));
-    late.ec2.middlewareStack.add(
+    let observing!: () => void;
+    const isObserving = new Promise<void>((r) => (observing = r));
+    original.ec2.middlewareStack.add(
       (next, context) => async (args) => {
-        const out = await next(args);
         if (context.commandName === 'DescribeInstancesCommand') {
-          observed();
+          observing();
           await gate;
         }
-        return out;
+        return next(args);
       },
       { step: 'initialize' },
     );
-    const copy = job(1, { deliveryId: 'reconciler-github-1', traceId: 'reconciled-github-1' });
-    const lateRun = handler(ci, late, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)({ Records: jobEvent([copy]).Records.map((r) => ({ ...r, messageId: 'msg-copy' })) });
-    await hasObserved;
-    expect((await handler(ci, c, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    const originalRun = handler(ci, original, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)(jobEvent([job(1)]));
+    await isObserving;
+    const copy = job(1, { deliveryId: 'reconciler-github-1', traceId: 'reconciler-github-1' });
+    const copyEvent = { Records: jobEvent([copy]).Records.map((r) => ({ ...r, messageId: 'msg-copy' })) };
+    expect((await handler(ci, c, new DynamoJobRecords(aws(), dynamo(), TABLE), lines)(copyEvent)).batchItemFailures).toEqual([]);
     release();
-    expect((await lateRun).batchItemFailures).toEqual([]);
+    expect((await originalRun).batchItemFailures).toEqual([]);
 
     expect((await serving()).map((i) => i.Tags?.find((t) => t.Key === KEYS.traceId)?.Value)).toEqual(['trace-1']);
     expect(ci.created).toBe(1);
     expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
-    expect(lines.logs('another delivery of this job holds its record; this copy launches nothing')[0]).toMatchObject({ holder: 'delivery-1', traceId: 'reconciled-github-1' });
+    expect(lines.logs('another delivery of this job holds its record; this copy launches nothing')[0]).toMatchObject({ holder: 'delivery-1', traceId: 'reconciler-github-1' });
+  });
+
+  it('a copy of a job that waits for capacity is dropped instead of waiting beside it', async () => {
+    config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    const sent: string[] = [];
+    const sqs = { send: async (command: { input: { MessageBody?: string } }) => void sent.push(command.input.MessageBody ?? '') };
+    const run = (j: ReturnType<typeof job>, id: string) =>
+      createScaleUpHandler({ ...c, sqs: sqs as never, aws: aws(), loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'dlq', instanceArnPrefix: INSTANCE_ARN_PREFIX, jobRecords: new DynamoJobRecords(aws(), dynamo(), TABLE), sink: lines.sink })({
+        Records: jobEvent([j]).Records.map((r) => ({ ...r, messageId: id })),
+      });
+    // Job 1 takes the pool's only runner slot.
+    expect((await run(job(1), 'msg-first')).batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(1);
+    expect((await run(job(2), 'msg-original')).batchItemFailures).toEqual([]);
+    expect((await run(job(2, { deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' }), 'msg-copy')).batchItemFailures).toEqual([]);
+    // One wait copy, the original's; the reconciled copy is gone.
+    expect(sent.map((b) => JSON.parse(b).deliveryId)).toEqual(['delivery-2']);
+    expect(ci.created).toBe(1);
+    expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
   });
 
   it('the same delivery (a retry, a capacity wait copy) keeps its record; another finds it held until it expires', async () => {
