@@ -1,22 +1,22 @@
-import { CreateTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
-import { ChangeMessageVisibilityCommand, CreateQueueCommand, DeleteMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
-import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { GitHubProvider } from '../../lambdas/ci';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, type FleetConfig } from '../../lambdas/shared/contract';
+import { LAMBDA_ENV, type FleetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import { startLoopbackGitHub, type GitHubJob, type LoopbackGitHub } from '../../local/ci/github-server';
 import { functionUrlEvent, githubWorkflowJobQueued } from '../../local/deliveries';
 import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { createJobRecordTable, drainQueue, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
 
 /**
@@ -38,7 +38,7 @@ let lines: Lines;
 beforeAll(async () => {
   moto = await startMoto();
   c = motoClients(moto.endpoint);
-  dynamo = new DynamoDBClient({ endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
+  dynamo = motoDynamo(moto.endpoint);
 });
 afterAll(async () => moto?.stop());
 afterEach(async () => gh?.close());
@@ -51,14 +51,7 @@ async function setUp(options: Parameters<typeof startLoopbackGitHub>[0] = { orga
   config = { ...base, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } };
   queueUrl = (await c.sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true' } }))).QueueUrl!;
   await c.ssm.send(new PutParameterCommand({ Name: config.parameters.github.webhookSecret, Type: 'SecureString', Value: SECRET }));
-  await dynamo.send(
-    new CreateTableCommand({
-      TableName: 'records',
-      KeySchema: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, KeyType: 'HASH' }],
-      AttributeDefinitions: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, AttributeType: 'S' }],
-      BillingMode: 'PAY_PER_REQUEST',
-    }),
-  );
+  await createJobRecordTable(dynamo, 'records');
 }
 
 /** GitHub's redelivery: the job's queued delivery with its original GUID, posted to the webhook. */
@@ -101,20 +94,11 @@ function scaleUp() {
   });
 }
 
-/** As the event source does: receive, invoke, delete what succeeded, retry the rest at once. */
+/** Feeds the jobs queue to scale-up until it is empty. */
 async function drain(run: (event: SQSEvent) => Promise<SQSBatchResponse>): Promise<void> {
-  for (let round = 0; round < 20; round++) {
-    const got = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
-    const messages = got.Messages ?? [];
-    if (messages.length === 0) return;
-    const records = messages.map((m) => ({ messageId: m.MessageId!, receiptHandle: m.ReceiptHandle!, body: m.Body!, attributes: m.Attributes ?? {}, messageAttributes: {} }) as unknown as SQSRecord);
-    const failed = new Set((await run({ Records: records })).batchItemFailures.map((f) => f.itemIdentifier));
-    for (const m of messages) {
-      if (failed.has(m.MessageId!)) await c.sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
-      else await c.sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle! }));
-    }
-  }
-  throw new Error('the queue did not drain in 20 rounds');
+  await drainQueue(c.sqs, queueUrl, run, 20);
+  const left = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 1 }));
+  expect(left.Messages ?? []).toEqual([]);
 }
 
 /** Job id tag → trace id tag of every instance serving a job. */

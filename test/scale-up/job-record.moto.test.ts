@@ -1,15 +1,15 @@
-import { CreateTableCommand, DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
-import { JOB_RECORD_ATTRIBUTES, JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { createJobRecordTable, motoClients, motoDynamo, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
 
 const TABLE = 'job-records';
@@ -17,9 +17,7 @@ let moto: MotoServer;
 let c: MotoClients;
 let config: FleetConfig;
 
-function dynamo(): DynamoDBClient {
-  return new DynamoDBClient({ endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
-}
+const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
 
 beforeAll(async () => {
@@ -30,14 +28,7 @@ afterAll(async () => moto?.stop());
 beforeEach(async () => {
   await moto.reset();
   config = await motoFleet(c);
-  await dynamo().send(
-    new CreateTableCommand({
-      TableName: TABLE,
-      KeySchema: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, KeyType: 'HASH' }],
-      AttributeDefinitions: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, AttributeType: 'S' }],
-      BillingMode: 'PAY_PER_REQUEST',
-    }),
-  );
+  await createJobRecordTable(dynamo(), TABLE);
 });
 
 function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, lines: Lines) {
