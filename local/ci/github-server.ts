@@ -181,7 +181,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const served: { method: string; path: string; credential: 'app' | 'installation' | 'none' }[] = [];
   const rateLimit = opts.rateLimit ?? 5000;
   const remaining = { app: rateLimit, installation: rateLimit };
-  const rateReset = Math.floor(Date.now() / 1000) + 3600;
+  let rateReset = Math.floor(Date.now() / 1000) + 3600;
   const extraRepositories = (opts.repositories ?? []).map((r) => r.toLowerCase());
   let nextDeliveryId = 1;
   let nextRunnerId = 1;
@@ -330,6 +330,12 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
    * credential; with nothing left, 403 "API rate limit exceeded" and `remaining: 0`.
    */
   function counted(credential: 'app' | 'installation', req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
+    // The hour GitHub counts in ends: every credential's limit is whole again.
+    if (Date.now() / 1000 >= rateReset) {
+      rateReset += 3600 * Math.ceil((Date.now() / 1000 - rateReset + 1) / 3600);
+      remaining.app = rateLimit;
+      remaining.installation = rateLimit;
+    }
     const exhausted = remaining[credential] <= 0;
     const answer = exhausted
       ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
