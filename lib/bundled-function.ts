@@ -18,6 +18,8 @@ export enum BundledHandler {
   SCALE_DOWN = 'scale-down',
   /** Drains the fleet when it is deleted (onEvent and isComplete of a custom resource). */
   DRAIN = 'drain',
+  /** Redelivers failed webhook deliveries and queues jobs whose delivery never came. */
+  RECONCILE = 'reconcile',
 }
 
 /** The runtime every function is pinned to; the bundles target it. */

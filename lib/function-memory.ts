@@ -9,8 +9,8 @@ import type { BundledHandler } from './bundled-function';
  * - webhook and scale-up are on a job's path, and a burst starts many of their containers
  *   cold: 1024 MB keeps a cold start near half a second (webhook) and two seconds
  *   (scale-up), where 256 MB took about 2.3 s and 7 s.
- * - pool and scale-down run on a schedule, where a cold start of about 8 s at 256 MB costs
- *   no job anything; they hold about 150 MB, so 128 MB would not do.
+ * - pool, scale-down and reconcile run on a schedule, where a cold start of about 8 s at
+ *   256 MB costs no job anything; they hold about 150 MB, so 128 MB would not do.
  * - drain runs only when the fleet is deleted, as pool and scale-down do (same clients).
  */
 export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
@@ -19,4 +19,5 @@ export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
   pool: 256,
   'scale-down': 256,
   drain: 256,
+  reconcile: 256,
 };

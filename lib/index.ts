@@ -2,6 +2,8 @@ export * from './props';
 export * from './warm-runners';
 export * from './runner-fleet';
 export * from './job-queue';
+export * from './job-records';
+export * from './reconciler';
 export * from './bundled-function';
 export * from './fleet-drain';
 export * from './user-data';

@@ -39,11 +39,20 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
         'set the most concurrent webhook invocations to reserve (docs/operations.md, "Webhook reserved concurrency"), or leave it unset to share the unreserved pool',
     );
   }
+  for (const [name, value, most] of [
+    ['redeliverLimit', props.redeliverLimit, 100],
+    ['reconcileRunReadLimit', props.reconcileRunReadLimit, 1000],
+  ] as const) {
+    if (value !== undefined && (!Number.isInteger(value) || value < 0 || value > most)) {
+      throw new Error(`${name} ${value} must be an integer from 0 to ${most}: each unit is one GitHub request per reconciler run (docs/control-plane.md, "Reconciler")`);
+    }
+  }
   const namespaceProblem = props.metricNamespace === undefined ? undefined : metricNamespaceProblem(props.metricNamespace);
   if (namespaceProblem) throw new Error(namespaceProblem);
   for (const [name, interval] of [
     ['poolInterval', props.poolInterval],
     ['scaleDownInterval', props.scaleDownInterval],
+    ['reconcileInterval', props.reconcileInterval],
   ] as const) {
     if (interval && (interval.toSeconds() < 60 || interval.toSeconds() % 60 !== 0)) {
       throw new Error(`${name} ${interval.toHumanString()} must be a whole number of minutes, at least one (EventBridge rates are in minutes)`);

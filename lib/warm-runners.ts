@@ -29,6 +29,8 @@ import { FleetDrain } from './fleet-drain';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
+import { JobRecords } from './job-records';
+import { Reconciler } from './reconciler';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { hostedLabelWarnings, validateWarmRunnersProps } from './validate';
@@ -94,6 +96,23 @@ export interface WarmRunnersProps {
    */
   readonly scaleDownInterval?: Duration;
   /**
+   * How often the reconciler asks GitHub for failed deliveries and queued jobs the webhook
+   * missed (GitHub connections only).
+   * @default Duration.minutes(5)
+   */
+  readonly reconcileInterval?: Duration;
+  /**
+   * Failed webhook deliveries the reconciler redelivers per run at most (one GitHub request each).
+   * @default 10
+   */
+  readonly redeliverLimit?: number;
+  /**
+   * Job lists of queued or in-progress workflow runs the reconciler reads per run at most (one
+   * GitHub request each); docs/control-plane.md gives the whole budget per run.
+   * @default 100
+   */
+  readonly reconcileRunReadLimit?: number;
+  /**
    * Retention of every log group the fleet creates.
    * @default logs.RetentionDays.ONE_MONTH
    */
@@ -143,6 +162,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly poolFunction: BundledFunction;
   /** Reclaims finished, idle, stuck and orphaned resources (scheduled). */
   readonly scaleDownFunction: BundledFunction;
+  /** Redelivers failed GitHub deliveries and queues missed jobs (scheduled); only with a GitHub connection. */
+  readonly reconcileFunction?: BundledFunction;
+  /** The reconciler's schedule rule; only with a GitHub connection. A drain disables it. */
+  readonly reconcileSchedule?: events.Rule;
+  /** The per-job records scale-up checks before registering a runner. */
+  readonly jobRecords: JobRecords;
   /** The webhook's Function URL; append "github" or "gitlab". */
   readonly webhookUrl: lambda.FunctionUrl;
   /** The fleet's dashboard. */
@@ -225,6 +250,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
     });
     this.webhookUrl = this.webhookFunction.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
+    this.jobRecords = new JobRecords(this, 'JobRecords');
     this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
       handler: BundledHandler.SCALE_UP,
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
@@ -234,6 +260,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         ...environment,
         [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl,
         [LAMBDA_ENV.instanceArnPrefix]: instanceArnPrefix,
+        [LAMBDA_ENV.jobRecordTable]: this.jobRecords.table.tableName,
       },
       logRetention,
     });
@@ -253,7 +280,23 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       environment,
       logRetention,
     });
-    const all = [this.webhookFunction, this.scaleUpFunction, this.poolFunction, this.scaleDownFunction];
+    const secrets = secretParameters(props, paths);
+    const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.slice(1) });
+    if (props.github) {
+      const reconciler = new Reconciler(this, 'Reconcile', {
+        environment,
+        queue: this.jobs.queue,
+        appPrivateKeyArn: parameterArn(paths.github.appPrivateKey),
+        logRetention,
+        prefix,
+        ...(props.reconcileInterval ? { interval: props.reconcileInterval } : {}),
+        ...(props.redeliverLimit === undefined ? {} : { redeliverLimit: props.redeliverLimit }),
+        ...(props.reconcileRunReadLimit === undefined ? {} : { runReadLimit: props.reconcileRunReadLimit }),
+      });
+      this.reconcileFunction = reconciler.function;
+      this.reconcileSchedule = reconciler.schedule;
+    }
+    const all = [this.webhookFunction, this.scaleUpFunction, this.poolFunction, this.scaleDownFunction, ...(this.reconcileFunction ? [this.reconcileFunction] : [])];
     for (const fn of all) this.configParameter.grantRead(fn);
 
     // Triggers.
@@ -281,8 +324,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.jobs.queue.grantSendMessages(this.scaleUpFunction); // re-queues jobs that wait for capacity
     this.jobs.deadLetterQueue.grantSendMessages(this.scaleUpFunction); // parks malformed messages
 
-    const secrets = secretParameters(props, paths);
-    const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.slice(1) });
+    this.jobRecords.grantClaim(this.scaleUpFunction);
     const readSecrets = (fn: lambda.IFunction, names: string[]) => {
       if (names.length === 0) return;
       fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: names.map(parameterArn) }));

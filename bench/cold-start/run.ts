@@ -131,6 +131,7 @@ async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: Pr
     }
     case BundledHandler.POOL:
     case BundledHandler.SCALE_DOWN:
+    case BundledHandler.RECONCILE:
       // EventBridge schedule events; the handlers do not read them.
       return [{ source: 'aws.events', 'detail-type': 'Scheduled Event' }, { source: 'aws.events', 'detail-type': 'Scheduled Event' }];
     case BundledHandler.DRAIN:
@@ -183,6 +184,8 @@ async function main() {
             [LAMBDA_ENV.jobsQueueUrl]: fleet.queueUrl,
             [LAMBDA_ENV.deadLetterQueueUrl]: fleet.deadLetterQueueUrl,
             [LAMBDA_ENV.instanceArnPrefix]: `arn:aws:ec2:${LOCAL_REGION}:${LOCAL_ACCOUNT}:instance/`,
+            // The bench's moto has no record table: scale-up serves without records (JobRecordErrors).
+            [LAMBDA_ENV.jobRecordTable]: 'bench-job-records',
           };
           const limit = createCpuLimit(vcpuShare(mb));
           try {

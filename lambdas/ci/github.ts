@@ -32,6 +32,19 @@ export interface GitHubProviderOptions extends ProviderTransportOptions {
 
 export type { ListTruncated } from './rate-limit';
 
+/** A GitHub answer with its headers (the reconciler reads `x-ratelimit-*` from them). */
+export interface GitHubAnswer {
+  readonly status: number;
+  readonly data: unknown;
+  readonly headers: Readonly<Record<string, string | undefined>>;
+}
+
+/** Which rate limit a call counts against: the App's own (JWT) or its installation's (token). */
+export type GitHubCredential = 'app' | 'installation';
+
+/** Told the headers of every answer GitHub gives (success or error), with the credential used. */
+export type GitHubAnswerObserver = (credential: GitHubCredential, headers: Readonly<Record<string, string | undefined>>) => void;
+
 export class GitHubApiError extends Error {
   constructor(
     readonly operation: string,
@@ -196,18 +209,68 @@ export class GitHubProvider implements CiProvider {
     throw new Error(`"${runnerId}" is not a runner id of this fleet ("<id>" for organisation runners, "owner/repo/<id>" for repository runners)`);
   }
 
+  /**
+   * For the reconciler: one call to an App route (`/app/...`) with the App's JWT. Not retried
+   * on 5xx when `retryServerErrors` is false (a POST whose outcome a 5xx leaves unknown).
+   */
+  async appRequest(operation: string, route: string, params: Record<string, unknown>, retryServerErrors: boolean, observe?: GitHubAnswerObserver): Promise<GitHubAnswer> {
+    const policy = { ...this.policy, retryServerErrors };
+    for (let attempt = 1; ; attempt++) {
+      const auth = await this.appAuth();
+      const { token } = await auth({ type: 'app' });
+      try {
+        const res = await this.request(route, { ...params, headers: { authorization: `bearer ${token}` } });
+        const headers = plainHeaders(res.headers);
+        observe?.('app', headers);
+        return { status: res.status, data: res.data, headers };
+      } catch (e) {
+        if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
+        const headers = plainHeaders(e.response.headers);
+        observe?.('app', headers);
+        if (e.status === 401) this.keyRefused();
+        const advice = adviseRetry(e.status, (h) => headers[h], this.now(), attempt, policy);
+        if (e.status === 401 || !advice.retry) throw new GitHubApiError(operation, e.status, errorDetail(e, advice.retry ? '' : advice.why));
+        await this.sleep(advice.waitMs);
+      }
+    }
+  }
+
+  /**
+   * For the reconciler: one GET with the installation token of the fleet's organisation, or of
+   * `repository` ("owner/repo") for a fleet of repository runners.
+   */
+  async installationRequest(operation: string, route: string, params: Record<string, unknown>, repository?: string, observe?: GitHubAnswerObserver): Promise<GitHubAnswer> {
+    const { github } = this.options;
+    const scope: Scope = github.organization !== undefined ? { kind: 'org', org: github.organization } : repoScope(repository ?? github.repositories[0] ?? '');
+    return this.callWithHeaders(operation, scope, route, params, true, observe);
+  }
+
   /** One API call with an installation token, rate limits waited out within the bound. */
   private async call(operation: string, scope: Scope, route: string, params: Record<string, unknown>, retryServerErrors: boolean): Promise<unknown> {
+    return (await this.callWithHeaders(operation, scope, route, params, retryServerErrors)).data;
+  }
+
+  private async callWithHeaders(
+    operation: string,
+    scope: Scope,
+    route: string,
+    params: Record<string, unknown>,
+    retryServerErrors: boolean,
+    observe?: GitHubAnswerObserver,
+  ): Promise<GitHubAnswer> {
     const policy = { ...this.policy, retryServerErrors };
     let refreshed = false;
     for (let attempt = 1; ; attempt++) {
       const { installationId, token } = await this.installationToken(scope);
       try {
         const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
-        return res.data;
+        const headers = plainHeaders(res.headers);
+        observe?.('installation', headers);
+        return { status: res.status, data: res.data, headers };
       } catch (e) {
         // Octokit reports a transport failure (timeout, refused connection) as a RequestError without a response.
         if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
+        observe?.('installation', plainHeaders(e.response.headers));
         if (e.status === 401) {
           // The token was revoked or expired early: forget it (unless a concurrent call already
           // replaced it) and retry once with a fresh one. A 401 means GitHub did nothing, so even
@@ -350,6 +413,13 @@ function scopeParams(scope: Scope): Record<string, string> {
 
 function runnerIdOf(scope: Scope, id: number): string {
   return scope.kind === 'org' ? String(id) : `${scope.owner}/${scope.repo}/${id}`;
+}
+
+/** Octokit's response headers as lower-case names and string values. */
+function plainHeaders(headers: Record<string, unknown>): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const name of Object.keys(headers)) out[name.toLowerCase()] = headerValue(headers, name);
+  return out;
 }
 
 function headerValue(headers: Record<string, unknown>, name: string): string | undefined {

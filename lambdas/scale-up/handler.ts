@@ -9,6 +9,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
+import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
@@ -48,6 +49,12 @@ export interface ScaleUpDeps {
    * condition compares with the calling instance.
    */
   readonly instanceArnPrefix: string;
+  /**
+   * The per-job records (job-record.ts), checked before any runner is registered. Production
+   * always has them; without them only the FIFO deduplication and the batch's "served" check
+   * keep a late copy of a job from launching a second runner.
+   */
+  readonly jobRecords?: JobRecords;
   readonly now?: () => Date;
   readonly random?: () => number;
   /** Where log lines and EMF records go (stdout in Lambda). */
@@ -184,6 +191,15 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         }
         live.push(item);
       });
+      // 2b. The per-job record, before anything is decided for the job: a copy of a job that
+      //     another delivery holds launches nothing and does not wait beside it.
+      if (deps.jobRecords && live.length > 0) {
+        const { dropped } = await admitByRecord({ records: deps.jobRecords, now, metrics, names }, live);
+        for (const item of dropped) {
+          settle(item.record);
+          live.splice(live.indexOf(item), 1);
+        }
+      }
       if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
 
       // 3. Observe once, decide once.

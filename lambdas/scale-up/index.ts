@@ -1,10 +1,12 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
-import { productionClients, providersOnce } from '../shared/clients';
+import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
 import { LAMBDA_ENV } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleUpHandler } from './handler';
+import { DynamoJobRecords } from './job-record';
 
 function required(name: string): string {
   const value = process.env[name];
@@ -13,15 +15,17 @@ function required(name: string): string {
 }
 
 const clients = productionClients();
+// One pacer per container: its buckets follow the documented account rates.
+const aws = new AwsCaller({ pacer: new Pacer() });
 
 /** The scale-up Lambda: SQS event source of the jobs queue, ReportBatchItemFailures on. */
 export const handler = createScaleUpHandler({
   ...clients,
-  // One pacer per container: its buckets follow the documented account rates.
-  aws: new AwsCaller({ pacer: new Pacer() }),
+  aws,
   loadConfig: () => loadFleetConfig(clients.ssm),
   providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
   queueUrl: required(LAMBDA_ENV.jobsQueueUrl),
   deadLetterQueueUrl: required(LAMBDA_ENV.deadLetterQueueUrl),
   instanceArnPrefix: required(LAMBDA_ENV.instanceArnPrefix),
+  jobRecords: new DynamoJobRecords(aws, new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS), required(LAMBDA_ENV.jobRecordTable)),
 });

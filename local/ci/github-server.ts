@@ -1,4 +1,4 @@
-import { createPublicKey, generateKeyPairSync, verify, type KeyObject } from 'node:crypto';
+import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObject } from 'node:crypto';
 import type { EventSink } from '../events';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
@@ -45,8 +45,21 @@ export interface LoopbackGitHub {
   readonly organization: string;
   /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
   readonly privateKeyPem: string;
-  /** A queued workflow job. */
-  addJob(repository: string, labels: string[]): GitHubJob;
+  /** A queued workflow job, in a run of its own unless `runId` names one of an earlier job. */
+  addJob(repository: string, labels: string[], runId?: number): GitHubJob;
+  /**
+   * The App's delivery log gains a `workflow_job` "queued" delivery of the job, answered with
+   * `statusCode` (GitHub's outcome of its attempt); returns the delivery's GUID.
+   */
+  recordDelivery(jobId: number, statusCode: number): string;
+  /** The App's webhook deliveries, newest first, as `GET /app/hook/deliveries` lists them. */
+  deliveries(): GitHubHookDelivery[];
+  /** Resolves once every redelivery asked for so far has been attempted. */
+  redeliveriesSettled(): Promise<void>;
+  /** Requests served (after faults), in order: the reconciler's budget is counted from these. */
+  requests(): { method: string; path: string; credential: 'app' | 'installation' | 'none' }[];
+  /** Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0). */
+  setRateLimitRemaining(credential: 'app' | 'installation', remaining: number): void;
   jobs(): GitHubJob[];
   /** Registrations as GitHub holds them now. */
   runners(): GitHubRunnerRecord[];
@@ -81,6 +94,32 @@ export interface LoopbackGitHubOptions {
    * deleted runner's job is cut off: it completes as a failure. Default false.
    */
   readonly busyFalseMidJob?: boolean;
+  /**
+   * Sends a redelivery (`POST /app/hook/deliveries/{id}/attempts`) of a job's queued delivery
+   * with its original GUID and answers with the webhook's status code; without it a
+   * redelivery fails to connect (status code 0).
+   */
+  readonly redeliver?: (delivery: { readonly guid: string; readonly job: GitHubJob }) => Promise<number>;
+  /** Each credential's hourly rate limit (`x-ratelimit-limit`; default 5000, an installation's floor). */
+  readonly rateLimit?: number;
+  /** Repositories of the installation besides those its jobs are in ("owner/repo"). */
+  readonly repositories?: string[];
+}
+
+/** One entry of the App's delivery log, in `GET /app/hook/deliveries`' wire format. */
+export interface GitHubHookDelivery {
+  readonly id: number;
+  readonly guid: string;
+  readonly delivered_at: string;
+  readonly redelivery: boolean;
+  readonly duration: number;
+  readonly status: string;
+  readonly status_code: number;
+  readonly event: string;
+  readonly action: string | null;
+  readonly installation_id: number | null;
+  readonly repository_id: number | null;
+  readonly throttled_at: string | null;
 }
 
 /** The organisation's runner groups: GitHub's default group is 1 and the only one here. */
@@ -137,6 +176,14 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const tokens = new Map<string, number>();
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
+  const hookDeliveries: (GitHubHookDelivery & { jobId: number })[] = [];
+  const pendingRedeliveries = new Set<Promise<void>>();
+  const served: { method: string; path: string; credential: 'app' | 'installation' | 'none' }[] = [];
+  const rateLimit = opts.rateLimit ?? 5000;
+  const remaining = { app: rateLimit, installation: rateLimit };
+  let rateReset = Math.floor(Date.now() / 1000) + 3600;
+  const extraRepositories = (opts.repositories ?? []).map((r) => r.toLowerCase());
+  let nextDeliveryId = 1;
   let nextRunnerId = 1;
   let nextJobId = 80_000_001;
   let nextRunId = 9_000_001;
@@ -237,6 +284,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     runner: new RegExp(`^/${SCOPE}/actions/runners/(?<id>\\d+)$`),
     job: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/jobs\/(?<id>\d+)$/,
     local: /^\/_local\/github\/runners\/(?<id>\d+)\/(?<action>session|acquire|jobs\/(?<job>\d+)\/complete)$/,
+    deliveries: /^\/app\/hook\/deliveries$/,
+    attempts: /^\/app\/hook\/deliveries\/(?<id>\d+)\/attempts$/,
+    repositories: /^\/installation\/repositories$/,
+    runs: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/runs$/,
+    runJobs: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/runs\/(?<id>\d+)\/jobs$/,
   };
 
   /**
@@ -265,10 +317,41 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const fault = faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
-    if (req.path.startsWith('/app/') || routes.installation.test(req.path)) return appRoute(req);
+    const app = req.path.startsWith('/app/') || routes.installation.test(req.path);
+    served.push({ method: req.method, path: req.path, credential: app ? 'app' : authorizationCredential(req.headers) ? 'installation' : 'none' });
+    if (app) return counted('app', req, appRoute);
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
     if (!installationTokenValid(req)) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
-    return apiRoute(req);
+    return counted('installation', req, apiRoute);
+  }
+
+  /**
+   * GitHub's primary rate limit: every authenticated answer carries `x-ratelimit-*` of its
+   * credential; with nothing left, 403 "API rate limit exceeded" and `remaining: 0`.
+   */
+  function counted(credential: 'app' | 'installation', req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
+    // The hour GitHub counts in ends: every credential's limit is whole again.
+    if (Date.now() / 1000 >= rateReset) {
+      rateReset += 3600 * Math.ceil((Date.now() / 1000 - rateReset + 1) / 3600);
+      remaining.app = rateLimit;
+      remaining.installation = rateLimit;
+    }
+    const exhausted = remaining[credential] <= 0;
+    const answer = exhausted
+      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
+      : handle(req);
+    if (!exhausted) remaining[credential]--;
+    return {
+      ...answer,
+      headers: {
+        ...answer.headers,
+        'x-ratelimit-limit': String(rateLimit),
+        'x-ratelimit-remaining': String(Math.max(0, remaining[credential])),
+        'x-ratelimit-used': String(rateLimit - Math.max(0, remaining[credential])),
+        'x-ratelimit-reset': String(rateReset),
+        'x-ratelimit-resource': 'core',
+      },
+    };
   }
 
   function appRoute(req: HttpRequest): HttpAnswer {
@@ -276,6 +359,9 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (refused) return { status: 401, body: { message: refused, documentation_url: 'https://docs.github.com/rest' } };
     const inst = routes.installation.exec(req.path);
     if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation() };
+    if (routes.deliveries.test(req.path) && req.method === 'GET') return listDeliveries(req);
+    const attempt = routes.attempts.exec(req.path);
+    if (attempt && req.method === 'POST') return redeliverAttempt(Number(attempt.groups?.id));
     const tok = routes.accessTokens.exec(req.path);
     if (tok && req.method === 'POST') {
       if (Number(tok[1]) !== installationId) return notFound;
@@ -315,12 +401,131 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       runners.delete(runner.id);
       return { status: 204 };
     }
+    if (routes.repositories.test(req.path) && req.method === 'GET') {
+      const all = installationRepositories();
+      const { page, perPage } = pageParams(req.query, 30);
+      const lastPage = Math.max(1, Math.ceil(all.length / perPage));
+      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
+      return { status: 200, headers, body: { total_count: all.length, repository_selection: 'all', repositories: all.slice((page - 1) * perPage, page * perPage).map(repositoryJson) } };
+    }
+    if ((m = routes.runs.exec(req.path)) && req.method === 'GET') {
+      const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
+      if (!isOrg(m.groups?.owner) || !installationRepositories().includes(full)) return notFound;
+      const status = req.query.get('status');
+      const runs = [...new Set([...jobs.values()].filter((j) => j.repository.toLowerCase() === full).map((j) => j.runId))]
+        .map((id) => ({ id, status: runStatus(id) }))
+        .filter((r) => status === null || r.status === status)
+        .sort((a, b) => b.id - a.id);
+      const { page, perPage } = pageParams(req.query, 30);
+      return { status: 200, body: { total_count: runs.length, workflow_runs: runs.slice((page - 1) * perPage, page * perPage).map((r) => runJson(full, r.id, r.status)) } };
+    }
+    if ((m = routes.runJobs.exec(req.path)) && req.method === 'GET') {
+      const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
+      const inRun = [...jobs.values()].filter((j) => j.runId === Number(m!.groups?.id) && j.repository.toLowerCase() === full).sort((a, b) => a.id - b.id);
+      if (inRun.length === 0) return notFound;
+      const { page, perPage } = pageParams(req.query, 30);
+      return { status: 200, body: { total_count: inRun.length, jobs: inRun.slice((page - 1) * perPage, page * perPage).map(jobJson) } };
+    }
     if ((m = routes.job.exec(req.path)) && req.method === 'GET') {
       const job = jobs.get(Number(m.groups?.id));
       if (!job || job.repository.toLowerCase() !== `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase()) return notFound;
       return { status: 200, body: jobJson(job) };
     }
     return notFound;
+  }
+
+  /** The installation's repositories (all of the organisation's: repository_selection "all"), lower case. */
+  function installationRepositories(): string[] {
+    return [...new Set([...extraRepositories, ...[...jobs.values()].map((j) => j.repository.toLowerCase())])].sort();
+  }
+
+  function repositoryJson(full: string): Record<string, unknown> {
+    const [owner, name] = full.split('/') as [string, string];
+    return { id: repositoryId(full), node_id: `R_${repositoryId(full)}`, name, full_name: full, private: true, archived: false, owner: { login: owner, type: 'Organization' } };
+  }
+
+  function repositoryId(full: string): number {
+    return 700_000 + installationRepositories().indexOf(full.toLowerCase());
+  }
+
+  /** A run is in progress while any of its jobs is, queued while any waits, else completed. */
+  function runStatus(runId: number): 'queued' | 'in_progress' | 'completed' {
+    const inRun = [...jobs.values()].filter((j) => j.runId === runId);
+    if (inRun.some((j) => j.status === 'in_progress')) return 'in_progress';
+    return inRun.some((j) => j.status === 'queued') ? 'queued' : 'completed';
+  }
+
+  function runJson(full: string, id: number, status: string): Record<string, unknown> {
+    const created = [...jobs.values()].filter((j) => j.runId === id).map((j) => j.createdAt).sort()[0];
+    return {
+      id,
+      name: 'CI',
+      status,
+      conclusion: null,
+      event: 'push',
+      head_branch: 'main',
+      run_attempt: 1,
+      created_at: created,
+      updated_at: created,
+      url: `${base}/repos/${full}/actions/runs/${id}`,
+      jobs_url: `${base}/repos/${full}/actions/runs/${id}/jobs`,
+      repository: repositoryJson(full),
+    };
+  }
+
+  /** GitHub's delivery list: newest first, cursor paging (`cursor`, a `link` rel="next"). */
+  function listDeliveries(req: HttpRequest): HttpAnswer {
+    const { perPage } = pageParams(req.query, 30);
+    const cursor = req.query.get('cursor');
+    const after = cursor === null ? Infinity : Number(/^v1_(\d+)$/.exec(cursor)?.[1] ?? NaN);
+    if (Number.isNaN(after)) return { status: 422, body: { message: 'Invalid cursor' } };
+    const newest = [...hookDeliveries].sort((a, b) => b.id - a.id).filter((d) => d.id < after);
+    const page = newest.slice(0, perPage);
+    const headers: Record<string, string> = {};
+    if (newest.length > perPage) {
+      const q = new URLSearchParams(req.query);
+      q.set('cursor', `v1_${page[page.length - 1]!.id}`);
+      headers.link = `<${base}${req.path}?${q.toString()}>; rel="next"`;
+    }
+    return { status: 200, headers, body: page.map(({ jobId: _jobId, ...d }) => d) };
+  }
+
+  /** Accepted at once (202); the attempt runs after the answer, as GitHub's does. */
+  function redeliverAttempt(id: number): HttpAnswer {
+    const original = hookDeliveries.find((d) => d.id === id);
+    if (!original) return notFound;
+    const job = jobs.get(original.jobId);
+    const attempt = (async () => {
+      let statusCode = 0;
+      try {
+        statusCode = job && opts.redeliver ? await opts.redeliver({ guid: original.guid, job: publicJob(job) }) : 0;
+      } catch {
+        statusCode = 0;
+      }
+      addDelivery(original.jobId, original.guid, statusCode, true);
+    })();
+    pendingRedeliveries.add(attempt);
+    void attempt.finally(() => pendingRedeliveries.delete(attempt));
+    return { status: 202, body: {} };
+  }
+
+  function addDelivery(jobId: number, guid: string, statusCode: number, redelivery: boolean): void {
+    const job = jobs.get(jobId);
+    hookDeliveries.push({
+      id: nextDeliveryId++,
+      guid,
+      delivered_at: iso(),
+      redelivery,
+      duration: 0.05,
+      status: statusCode >= 200 && statusCode < 300 ? 'OK' : statusCode === 0 ? 'failed to connect' : `Invalid HTTP Response: ${statusCode}`,
+      status_code: statusCode,
+      event: 'workflow_job',
+      action: 'queued',
+      installation_id: installationId,
+      repository_id: job ? repositoryId(job.repository) : null,
+      throttled_at: null,
+      jobId,
+    });
   }
 
   function generateJitConfig(scope: string, body: string): HttpAnswer {
@@ -413,10 +618,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     appId,
     organization,
     privateKeyPem: privateKey,
-    addJob(repository, labels) {
+    addJob(repository, labels, runId) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
       if (!Array.isArray(labels) || labels.some((l) => typeof l !== 'string' || l === '')) throw new Error('labels must be non-empty strings');
-      const job: JobState = { id: nextJobId++, runId: nextRunId++, repository, labels: [...labels], status: 'queued', createdAt: iso() };
+      if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
+      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: [...labels], status: 'queued', createdAt: iso() };
       jobs.set(job.id, job);
       return publicJob(job);
     },
@@ -429,6 +635,20 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       return [...runners.values()]
         .sort((a, b) => a.id - b.id)
         .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
+    },
+    recordDelivery(jobId, statusCode) {
+      if (!jobs.has(jobId)) throw new Error(`no job ${jobId}`);
+      const guid = randomUUID();
+      addDelivery(jobId, guid, statusCode, false);
+      return guid;
+    },
+    deliveries: () => [...hookDeliveries].sort((a, b) => b.id - a.id).map(({ jobId: _jobId, ...d }) => d),
+    redeliveriesSettled: async () => {
+      while (pendingRedeliveries.size > 0) await Promise.allSettled([...pendingRedeliveries]);
+    },
+    requests: () => served.map((r) => ({ ...r })),
+    setRateLimitRemaining(credential, n) {
+      remaining[credential] = n;
     },
     failNext: (match, status, times) => faults.add(match, status, times),
     close: () => server.close(),

@@ -68,8 +68,14 @@ describe('the drain custom resource', () => {
       const env = drainFunctionEnv(exportName);
       expect(env.DRAIN_EVENT_SOURCE_MAPPINGS).toEqual({ Ref: one('AWS::Lambda::EventSourceMapping', 'RunnersScaleUp') });
       const rules = idsOf('AWS::Events::Rule');
-      expect(rules).toHaveLength(2);
-      expect(env.DRAIN_SCHEDULES).toEqual({ 'Fn::Join': ['', [{ Ref: rules.find((r) => r.startsWith('RunnersPoolSchedule')) }, ',', { Ref: rules.find((r) => r.startsWith('RunnersScaleDownSchedule')) }]] });
+      // Pool, scale-down and the reconciler (the example has a GitHub connection).
+      expect(rules).toHaveLength(3);
+      const ref = (prefix: string) => ({ Ref: rules.find((r) => r.startsWith(prefix)) });
+      const joined = (env.DRAIN_SCHEDULES as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
+      expect(joined.filter((part) => part !== ',')).toEqual(
+        expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule')]),
+      );
+      expect(joined.filter((part) => part !== ',')).toHaveLength(3);
       // Pool and scale-down time out at 120 s; a minute more for a mapping still disabling.
       expect(env.DRAIN_QUIET_SECONDS).toBe('180');
       expect(env.DRAIN_DEADLINE_SECONDS).toBe(String(30 * 60 - 120));

@@ -144,17 +144,17 @@ describe('instance role', () => {
 
 describe('control plane', () => {
   it('pins the runtime, sets log retention and uses its own roles', () => {
-    // The library's own: the four control-plane functions and the drain's two (the provider
+    // The library's own: the five control-plane functions (reconcile with a GitHub connection) and the drain's two (the provider
     // framework's three run CDK's code on CDK's runtime).
     const fns = Object.values(template.findResources('AWS::Lambda::Function')).filter((fn) => /^index\./.test(fn.Properties.Handler));
-    expect(fns).toHaveLength(6);
+    expect(fns).toHaveLength(7);
     for (const fn of fns) {
       expect(fn.Properties.Runtime).toBe('nodejs24.x');
       expect(fn.Properties.LoggingConfig).toMatchObject({ LogFormat: 'JSON' });
       expect(fn.Properties.Environment.Variables).toHaveProperty('FLEET_CONFIG_PARAMETER', '/warm-runners/fleet/config');
     }
     const fleetLogGroups = Object.entries(template.findResources('AWS::Logs::LogGroup')).filter(([id]) => id.startsWith('Runners'));
-    expect(fleetLogGroups).toHaveLength(8); // the fleet's, the six functions', the drain's provider framework
+    expect(fleetLogGroups).toHaveLength(9); // the fleet's, the seven functions', the drain's provider framework
     for (const [, group] of fleetLogGroups) expect(group.Properties.RetentionInDays).toBe(30);
     template.resourceCountIs('AWS::IAM::ManagedPolicy', 0);
     for (const role of Object.values(template.findResources('AWS::IAM::Role'))) expect(role.Properties.ManagedPolicyArns).toBeUndefined();
@@ -242,7 +242,7 @@ describe('encryption key', () => {
     expect(JSON.stringify(param!.Properties.Value)).toContain('kmsKeyId');
     const policies = Object.values(t.findResources('AWS::IAM::Policy')).map((p) => JSON.stringify(p.Properties.PolicyDocument));
     const kmsStatements = policies.filter((p) => p.includes('kms:'));
-    expect(kmsStatements.length).toBe(5); // four functions and the instance role
+    expect(kmsStatements.length).toBe(6); // five functions and the instance role
     for (const p of kmsStatements) {
       expect(p).toContain('kms:ViaService');
       expect(p).not.toMatch(/kms:[A-Za-z]+\*/);
@@ -554,5 +554,50 @@ describe('control plane permissions (what the handlers call, and no more)', () =
     const vars = resolvePseudo(fn!.Properties.Environment.Variables, PSEUDO) as Record<string, string>;
     expect(vars.INSTANCE_ARN_PREFIX).toBe('arn:aws:ec2:eu-west-1:111122223333:instance/');
     expect(vars.DEAD_LETTER_QUEUE_URL).toBeDefined();
+  });
+});
+
+describe('reconciler and per-job records', () => {
+  const logicalId = (type: string, prefix: string) => Object.keys(template.findResources(type)).find((id) => id.startsWith(prefix))!;
+
+  it('keeps the per-job records in an on-demand table with a TTL that cdk destroy removes', () => {
+    const tables = template.findResources('AWS::DynamoDB::Table');
+    expect(Object.keys(tables)).toHaveLength(1);
+    const [table] = Object.values(tables);
+    expect(table).toMatchObject({ DeletionPolicy: 'Delete', UpdateReplacePolicy: 'Delete' });
+    expect(table!.Properties).toMatchObject({ BillingMode: 'PAY_PER_REQUEST', KeySchema: [{ AttributeName: 'jobId', KeyType: 'HASH' }], TimeToLiveSpecification: { AttributeName: 'expiresAt', Enabled: true } });
+    const scaleUp = template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Serves queued jobs') } });
+    expect(Object.values(scaleUp)[0]!.Properties.Environment.Variables.JOB_RECORD_TABLE).toEqual({ Ref: logicalId('AWS::DynamoDB::Table', 'RunnersJobRecords') });
+  });
+
+  it('lets scale-up only put and read records, and no other function touch the table', () => {
+    const tableStatements = (prefix: string) => rolePolicyStatements(prefix).filter((s) => [s.Action].flat().some((a) => a.startsWith('dynamodb:')));
+    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:GetItem', 'dynamodb:PutItem']]);
+    for (const other of ['RunnersWebhookRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);
+  });
+
+  it('runs the reconciler on its own clearly named schedule, exposed for the drain, and lets it send jobs and read the App key only', () => {
+    const rule = template.findResources('AWS::Events::Rule', { Properties: { Description: 'Runs the reconciler of warm-runners' } });
+    expect(Object.values(rule)).toHaveLength(1);
+    expect(Object.values(rule)[0]!.Properties.ScheduleExpression).toBe('rate(5 minutes)');
+    expect(Object.keys(rule)).toEqual([stack.resolve((stack.runners.reconcileSchedule!.node.defaultChild as CfnElement).logicalId)]);
+    const statements = rolePolicyStatements('RunnersReconcile');
+    const secrets = statements.filter((s) => [s.Action].flat().includes('ssm:GetParameter')).flatMap((s) => [s.Resource].flat()).filter((r) => r.includes('/ci/'));
+    expect(secrets).toEqual(['arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key']);
+    expect(statements.some((s) => [s.Action].flat().some((a) => a.startsWith('ec2:')))).toBe(false);
+    const env = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Redelivers') } }))[0]!.Properties.Environment.Variables;
+    expect(JSON.parse(env.RECONCILE_OPTIONS)).toEqual({ github: { redeliverLimit: 10, runReadLimit: 100 } });
+  });
+
+  it('refuses reconcile limits it cannot honour, naming the prop', () => {
+    const build = (extra: Partial<WarmRunnersProps>) => {
+      const s = new Stack(new App(), 'S');
+      const pools = [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux'], machineImage: ec2.MachineImage.latestAmazonLinux2023() }];
+      return () => new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), github: { appId: '1', organization: 'o' }, pools, ...extra });
+    };
+    expect(build({ redeliverLimit: -1 })).toThrow(/redeliverLimit -1 must be an integer from 0 to 100/);
+    expect(build({ reconcileRunReadLimit: 1.5 })).toThrow(/reconcileRunReadLimit 1.5 must be an integer/);
+    expect(build({ reconcileInterval: Duration.seconds(30) })).toThrow(/reconcileInterval 30 seconds must be a whole number of minutes/);
+    expect(build({ redeliverLimit: 0 })).not.toThrow();
   });
 });

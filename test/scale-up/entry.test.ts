@@ -12,7 +12,15 @@ describe('scale-up entry point', () => {
     vi.stubEnv('AWS_REGION', 'us-east-1');
     vi.stubEnv(LAMBDA_ENV.jobsQueueUrl, 'https://sqs.local/jobs.fifo');
     vi.stubEnv(LAMBDA_ENV.deadLetterQueueUrl, 'https://sqs.local/jobs-dlq.fifo');
+    vi.stubEnv(LAMBDA_ENV.jobRecordTable, 'warm-runners-job-records');
   };
+
+  it('fails clearly without JOB_RECORD_TABLE', async () => {
+    base();
+    vi.stubEnv(LAMBDA_ENV.instanceArnPrefix, 'arn:aws:ec2:eu-west-1:111122223333:instance/');
+    vi.stubEnv(LAMBDA_ENV.jobRecordTable, '');
+    await expect(import('../../lambdas/scale-up/index.js')).rejects.toThrow(/environment variable JOB_RECORD_TABLE is not set/);
+  });
 
   it('fails clearly without INSTANCE_ARN_PREFIX', async () => {
     base();

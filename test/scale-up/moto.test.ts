@@ -1,14 +1,6 @@
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParametersByPathCommand, ListTagsForResourceCommand, type Parameter } from '@aws-sdk/client-ssm';
-import {
-  ChangeMessageVisibilityCommand,
-  CreateQueueCommand,
-  DeleteMessageCommand,
-  GetQueueAttributesCommand,
-  ReceiveMessageCommand,
-  SendMessageCommand,
-} from '@aws-sdk/client-sqs';
-import type { SQSRecord } from 'aws-lambda';
+import { CreateQueueCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -16,7 +8,7 @@ import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG,
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { drainQueue, motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
 
 const paths = ssmPaths(PREFIX);
@@ -194,28 +186,7 @@ describe('scale-up against moto', () => {
     await c.sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(unresolved), MessageGroupId: 'github:1', MessageDeduplicationId: 'd1' }));
     const lines = new Lines();
     const run = handler(ci, c, lines, undefined, { queueUrl, deadLetterQueueUrl: dlq });
-    // As the event source delivers: receive, invoke, delete what succeeded, and (instead of
-    // waiting out the visibility timeout) make the failures visible again at once.
-    for (let round = 0; round < maxReceiveCount + 2; round++) {
-      const got = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
-      const messages = got.Messages ?? [];
-      if (messages.length === 0) break;
-      const records = messages.map(
-        (m) =>
-          ({
-            messageId: m.MessageId!,
-            receiptHandle: m.ReceiptHandle!,
-            body: m.Body!,
-            attributes: m.Attributes ?? {},
-            messageAttributes: {},
-          }) as unknown as SQSRecord,
-      );
-      const failed = new Set((await run({ Records: records })).batchItemFailures.map((f) => f.itemIdentifier));
-      for (const m of messages) {
-        if (failed.has(m.MessageId!)) await c.sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
-        else await c.sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle! }));
-      }
-    }
+    await drainQueue(c.sqs, queueUrl, run, maxReceiveCount + 2);
     const dead = (await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: dlq, MaxNumberOfMessages: 10 }))).Messages ?? [];
     expect(dead.map((m) => JSON.parse(m.Body!).jobId)).toEqual(['github:1']);
     expect(ci.lookups).toBe(maxReceiveCount);

@@ -6,9 +6,11 @@ import {
   StopInstancesCommand,
   type RunInstancesCommandOutput,
 } from '@aws-sdk/client-ec2';
-import { SQSClient } from '@aws-sdk/client-sqs';
+import { CreateTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ChangeMessageVisibilityCommand, DeleteMessageCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { SSMClient } from '@aws-sdk/client-ssm';
-import type { FleetConfig, PoolInput } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, type FleetConfig, type PoolInput } from '../../lambdas/shared/contract';
 import { fleetConfig, KEYS, standbyTags } from './fixtures';
 
 export interface MotoClients {
@@ -50,3 +52,39 @@ export async function parkInMoto(c: MotoClients, config: FleetConfig, n: number)
 }
 
 export { KEYS };
+
+/** A DynamoDB client on moto (not in `MotoClients`: only the per-job record tests need it). */
+export function motoDynamo(endpoint: string): DynamoDBClient {
+  return new DynamoDBClient({ endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
+}
+
+/** The per-job record table as the construct creates it (lib/job-records.ts). */
+export async function createJobRecordTable(dynamo: DynamoDBClient, name: string): Promise<void> {
+  await dynamo.send(
+    new CreateTableCommand({
+      TableName: name,
+      KeySchema: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, KeyType: 'HASH' }],
+      AttributeDefinitions: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, AttributeType: 'S' }],
+      BillingMode: 'PAY_PER_REQUEST',
+    }),
+  );
+}
+
+/**
+ * Feeds a queue to a handler as the event source does: receive, invoke, delete what succeeded,
+ * and (instead of waiting out the visibility timeout) make the failures visible again at once.
+ * Returns once a receive finds nothing, or after `rounds` receives.
+ */
+export async function drainQueue(sqs: SQSClient, queueUrl: string, run: (event: SQSEvent) => Promise<SQSBatchResponse>, rounds: number): Promise<void> {
+  for (let round = 0; round < rounds; round++) {
+    const got = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, MessageSystemAttributeNames: ['All'], MessageAttributeNames: ['All'] }));
+    const messages = got.Messages ?? [];
+    if (messages.length === 0) return;
+    const records = messages.map((m) => ({ messageId: m.MessageId!, receiptHandle: m.ReceiptHandle!, body: m.Body!, attributes: m.Attributes ?? {}, messageAttributes: {} }) as unknown as SQSRecord);
+    const failed = new Set((await run({ Records: records })).batchItemFailures.map((f) => f.itemIdentifier));
+    for (const m of messages) {
+      if (failed.has(m.MessageId!)) await sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 }));
+      else await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle! }));
+    }
+  }
+}

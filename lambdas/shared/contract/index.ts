@@ -9,6 +9,7 @@ export * from './instance-tags';
 export * from './ssm-paths';
 export * from './boot';
 export * from './job-message';
+export * from './job-record';
 export * from './ci-provider';
 export * from './metrics';
 export * from './warm-schedule';

@@ -25,4 +25,8 @@ export const LAMBDA_ENV = {
   drainQuietSeconds: 'DRAIN_QUIET_SECONDS',
   /** Drain: seconds after the stop at which the drain fails the delete, naming what is left. */
   drainDeadlineSeconds: 'DRAIN_DEADLINE_SECONDS',
+  /** Scale-up: the DynamoDB table of per-job records (one item per job: which delivery serves it). */
+  jobRecordTable: 'JOB_RECORD_TABLE',
+  /** Reconciler: its limits as JSON (redeliverLimit, runReadLimit, ...); absent: the defaults. */
+  reconcileOptions: 'RECONCILE_OPTIONS',
 } as const;

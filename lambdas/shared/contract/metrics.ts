@@ -73,6 +73,16 @@ export interface MetricNames {
   readonly sweeps: string;
   /** A CI runner list stopped at its page cap: the sweep saw only part of the fleet's runners. */
   readonly runnerListTruncated: string;
+  /** Jobs scale-up dropped because another delivery of the same job holds its per-job record, per pool. */
+  readonly jobsDeduplicated: string;
+  /** Per-job record writes that failed or stayed unresolved (the job was served without it), per pool. */
+  readonly jobRecordErrors: string;
+  /** Failed webhook deliveries the reconciler asked GitHub or GitLab to send again. */
+  readonly redeliveries: string;
+  /** Queued jobs the reconciler found at the CI provider and queued itself. */
+  readonly jobsReconciled: string;
+  /** What the reconciler's credential has left of its rate limit after its run (Credential dimension). */
+  readonly ciRateLimitRemaining: string;
 }
 
 export const METRIC_NAMES = {
@@ -95,6 +105,11 @@ export const METRIC_NAMES = {
   activationLatency: 'ActivationLatency',
   sweeps: 'Sweeps',
   runnerListTruncated: 'RunnerListTruncated',
+  jobsDeduplicated: 'JobsDeduplicated',
+  jobRecordErrors: 'JobRecordErrors',
+  redeliveries: 'Redeliveries',
+  jobsReconciled: 'JobsReconciled',
+  ciRateLimitRemaining: 'CiRateLimitRemaining',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 

@@ -1,0 +1,231 @@
+import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
+import { Provider, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import type { Logger } from '../shared/log';
+import { matchPool } from '../shared/match-pool';
+import { servesRepository } from '../webhook/github-delivery';
+import { buildJobMessage } from '../webhook/job-message';
+import { RateReserveReached, type RateBudget } from './rate-budget';
+import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from './redeliveries';
+
+/** The GitHub calls the reconciler makes (GitHubProvider's `appRequest` and `installationRequest`). */
+export interface GitHubReconcileApi {
+  appRequest(operation: string, route: string, params: Record<string, unknown>, retryServerErrors: boolean, observe?: GitHubAnswerObserver): Promise<GitHubAnswer>;
+  installationRequest(operation: string, route: string, params: Record<string, unknown>, repository?: string, observe?: GitHubAnswerObserver): Promise<GitHubAnswer>;
+}
+
+export interface GitHubReconcileOptions {
+  /** Failed deliveries redelivered per run at most. */
+  readonly redeliverLimit: number;
+  /** Attempts of one delivery (the first included) after which it is left to the fallback. */
+  readonly maxDeliveryAttempts: number;
+  /** Pages of 100 deliveries read per run at most. */
+  readonly deliveryPages: number;
+  /** Deliveries older than this are not redelivered (GitHub cancels a job queued for 24 hours). */
+  readonly deliveryMaxAgeSeconds: number;
+  /** Job lists (`GET .../runs/{id}/jobs`) read per run at most. */
+  readonly runReadLimit: number;
+  /** A queued job younger than this is left to its webhook delivery, which is normally seconds away. */
+  readonly minQueuedSeconds: number;
+}
+
+export const GITHUB_RECONCILE_DEFAULTS: GitHubReconcileOptions = {
+  redeliverLimit: 10,
+  maxDeliveryAttempts: 3,
+  deliveryPages: 3,
+  deliveryMaxAgeSeconds: 24 * 60 * 60,
+  runReadLimit: 100,
+  minQueuedSeconds: 120,
+};
+
+/** Run states whose jobs may wait for a runner: a later job of a running workflow is queued in an in-progress run. */
+export const RUN_STATUSES_WITH_QUEUED_JOBS = ['queued', 'in_progress'] as const;
+
+export interface GitHubReconcileDeps {
+  readonly api: GitHubReconcileApi;
+  readonly github: GitHubConnectionConfig;
+  readonly pools: readonly PoolConfig[];
+  readonly budget: RateBudget;
+  readonly options: GitHubReconcileOptions;
+  readonly now: () => Date;
+  readonly log: Logger;
+}
+
+export interface GitHubReconcileResult {
+  /** Redeliveries GitHub accepted. */
+  readonly redelivered: number;
+  /** Queued jobs matching a pool, as queue messages. */
+  readonly found: JobMessage[];
+  /** GitHub requests made (token minting aside). */
+  readonly requests: number;
+  /** Set when the run ended at a rate limit's reserve. */
+  readonly stoppedAt?: string;
+  /** Calls that failed (the run went on with the next repository). */
+  readonly errors: number;
+}
+
+/** The delivery id (and so the trace id) of a job the reconciler found: it says where it came from. */
+export function reconciledDeliveryId(providerJobId: string): string {
+  return `reconciler-github-${providerJobId}`;
+}
+
+/**
+ * One reconciler run for GitHub: (a) redeliver failed queued `workflow_job` deliveries, (b) list
+ * the queued jobs of the installation's repositories and return those matching a pool. Every
+ * call is counted and checked against the rate limit's reserve first; at the reserve the run
+ * ends with what it has (the next run starts over).
+ */
+export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHubReconcileResult> {
+  const state = { requests: 0, errors: 0 };
+  const spend = async (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>): Promise<GitHubAnswer> => {
+    if (!deps.budget.allows(credential)) throw new RateReserveReached(credential);
+    state.requests++;
+    return call((c, headers) => deps.budget.observe(c, (h) => headers[h]));
+  };
+  let redelivered = 0;
+  const found: JobMessage[] = [];
+  let stoppedAt: string | undefined;
+  try {
+    redelivered = await redeliverFailed(deps, spend, state);
+    await findQueuedJobs(deps, spend, state, found);
+  } catch (error) {
+    if (!(error instanceof RateReserveReached)) throw error;
+    stoppedAt = error.credential;
+    deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
+  }
+  return { redelivered, found, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
+}
+
+type Spend = (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>) => Promise<GitHubAnswer>;
+
+async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }): Promise<number> {
+  const { options, now } = deps;
+  const notBefore = now().getTime() - options.deliveryMaxAgeSeconds * 1000;
+  const listed: ListedDelivery[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < options.deliveryPages; page++) {
+    let answer: GitHubAnswer;
+    try {
+      answer = await spend('app', (observe) => deps.api.appRequest('list deliveries', 'GET /app/hook/deliveries', { per_page: 100, ...(cursor ? { cursor } : {}) }, true, observe));
+    } catch (error) {
+      if (error instanceof RateReserveReached) throw error;
+      deps.log.error('listing the App webhook deliveries failed', { error: (error as Error).message });
+      state.errors++;
+      break;
+    }
+    const deliveries = parseDeliveries(answer.data);
+    listed.push(...deliveries);
+    cursor = nextCursor(answer.headers.link);
+    // Newest first: once a page reaches past the age bound, older pages hold nothing to redeliver.
+    if (!cursor || deliveries.some((d) => d.deliveredAt < notBefore)) break;
+  }
+  const choice = chooseRedeliveries(listed, { limit: options.redeliverLimit, maxAttempts: options.maxDeliveryAttempts, notBefore });
+  if (choice.givenUp.length > 0) deps.log.warn('deliveries failed every attempt; left to the queued-jobs scan', { guids: choice.givenUp.slice(0, 20), count: choice.givenUp.length });
+  let accepted = 0;
+  for (const id of choice.redeliver) {
+    try {
+      // Not retried on 5xx: a second redelivery would be harmless (the webhook's deduplication
+      // and the per-job record), but it would spend a request on what the next run sees anyway.
+      await spend('app', (observe) => deps.api.appRequest('redeliver', 'POST /app/hook/deliveries/{delivery_id}/attempts', { delivery_id: id }, false, observe));
+      accepted++;
+    } catch (error) {
+      if (error instanceof RateReserveReached) throw error;
+      deps.log.error('redelivery refused', { deliveryId: id, error: (error as Error).message });
+      state.errors++;
+    }
+  }
+  if (choice.redeliver.length > 0 || choice.deferred > 0) deps.log.info('failed deliveries redelivered', { redelivered: accepted, deferred: choice.deferred });
+  return accepted;
+}
+
+async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: JobMessage[]): Promise<void> {
+  const repositories = rotate(await repositoriesOf(deps, spend), deps.now());
+  let runReads = 0;
+  const seen = new Set<string>();
+  for (const full of repositories) {
+    const [owner, repo] = full.split('/') as [string, string];
+    try {
+      const runIds: number[] = [];
+      for (const status of RUN_STATUSES_WITH_QUEUED_JOBS) {
+        const runs = await spend('installation', (observe) =>
+          deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe),
+        );
+        runIds.push(...idsOf((runs.data as { workflow_runs?: unknown })?.workflow_runs));
+      }
+      for (const runId of runIds) {
+        if (runReads >= deps.options.runReadLimit) return;
+        runReads++;
+        const jobs = await spend('installation', (observe) =>
+          deps.api.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner, repo, run_id: runId, filter: 'latest', per_page: 100 }, full, observe),
+        );
+        for (const message of queuedMessages(deps, owner, repo, (jobs.data as { jobs?: unknown })?.jobs)) {
+          if (seen.has(message.jobId)) continue;
+          seen.add(message.jobId);
+          found.push(message);
+        }
+      }
+    } catch (error) {
+      if (error instanceof RateReserveReached) throw error;
+      deps.log.error('listing queued jobs failed for a repository; going on with the next', { repository: full, error: (error as Error).message });
+      state.errors++;
+    }
+  }
+}
+
+/** The installation's repositories (organisation runners) or the configured ones (repository runners). */
+async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend): Promise<string[]> {
+  if (deps.github.organization === undefined) return [...deps.github.repositories];
+  const out: string[] = [];
+  for (let page = 1; ; page++) {
+    const answer = await spend('installation', (observe) => deps.api.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 100, page }, undefined, observe));
+    const repos = (answer.data as { repositories?: unknown })?.repositories;
+    if (!Array.isArray(repos)) throw new Error('the repositories answer lacks "repositories"');
+    for (const r of repos as Record<string, unknown>[]) {
+      if (typeof r?.full_name === 'string' && r.archived !== true && servesRepository(deps.github, ...(r.full_name.split('/') as [string, string]))) out.push(r.full_name);
+    }
+    if (repos.length < 100) return out;
+  }
+}
+
+/** Queued jobs of one run's job list that match a pool, as the webhook would queue them. */
+export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'pools' | 'options' | 'now' | 'log'>, owner: string, repo: string, jobs: unknown): JobMessage[] {
+  if (!Array.isArray(jobs)) return [];
+  const now = deps.now();
+  const out: JobMessage[] = [];
+  for (const j of jobs as Record<string, unknown>[]) {
+    if (j?.status !== 'queued' || !Number.isSafeInteger(j.id) || !Array.isArray(j.labels)) continue;
+    const created = typeof j.created_at === 'string' ? Date.parse(j.created_at) : NaN;
+    if (!Number.isNaN(created) && now.getTime() - created < deps.options.minQueuedSeconds * 1000) continue;
+    const labels = (j.labels as unknown[]).filter((l): l is string => typeof l === 'string' && l !== '');
+    const match = matchPool(deps.pools, Provider.GITHUB, labels);
+    if (!match.pool) continue;
+    const providerJobId = String(j.id);
+    out.push(
+      buildJobMessage(
+        { provider: Provider.GITHUB, providerJobId, owner, project: repo, labels },
+        { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledDeliveryId(providerJobId), receivedAt: now },
+      ),
+    );
+  }
+  return out;
+}
+
+function idsOf(runs: unknown): number[] {
+  return Array.isArray(runs) ? (runs as Record<string, unknown>[]).map((r) => r?.id).filter((id): id is number => Number.isSafeInteger(id)) : [];
+}
+
+/** The `cursor` of a `link` header's rel="next", as GitHub pages its delivery list. */
+export function nextCursor(link: string | undefined): string | undefined {
+  const next = link?.split(',').find((part) => /rel="next"/.test(part));
+  const url = next && /<([^>]+)>/.exec(next)?.[1];
+  return url ? (new URL(url).searchParams.get('cursor') ?? undefined) : undefined;
+}
+
+/**
+ * A run that stops at the budget or the rate limit's reserve reads the first repositories
+ * only: each run starts at another one (by the minute), so none is starved.
+ */
+export function rotate<T>(items: readonly T[], now: Date): T[] {
+  if (items.length === 0) return [];
+  const start = Math.floor(now.getTime() / 60_000) % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+}

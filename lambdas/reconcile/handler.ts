@@ -1,0 +1,92 @@
+import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { randomUUID } from 'node:crypto';
+import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import type { CiProvider, FleetConfig, JobMessage, Provider } from '../shared/contract';
+import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
+import { deduplicationId } from '../webhook/job-message';
+import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
+import { RateBudget } from './rate-budget';
+
+export interface ReconcileOptions {
+  readonly github: GitHubReconcileOptions;
+  /** Share of each rate limit the reconciler leaves to scale-up and the sweep. */
+  readonly reserveFraction: number;
+  /** The reserve in requests at least, whatever the limit. */
+  readonly minReserve: number;
+}
+
+export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100 };
+
+export interface ReconcileDeps {
+  readonly sqs: SQSClient;
+  readonly aws: AwsCaller;
+  readonly loadConfig: () => Promise<FleetConfig>;
+  readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  readonly queueUrl: string;
+  readonly now?: () => Date;
+  readonly sink?: Sink;
+  readonly options?: Partial<Omit<ReconcileOptions, 'github'>> & { readonly github?: Partial<GitHubReconcileOptions> };
+}
+
+export interface ReconcileReport {
+  readonly redelivered: number;
+  readonly queued: number;
+  readonly requests: number;
+  readonly stoppedAt?: string;
+}
+
+/**
+ * The reconciler (scheduled): asks the CI service for what the webhook should have seen and
+ * did not. GitHub: failed deliveries are redelivered, and queued jobs whose delivery never
+ * came are queued here, with the webhook's message builder and a trace id naming the
+ * reconciler. The per-job record in scale-up makes a job found twice launch once.
+ */
+export function createReconcileHandler(deps: ReconcileDeps): () => Promise<ReconcileReport> {
+  const options: ReconcileOptions = { ...RECONCILE_DEFAULTS, ...deps.options, github: { ...RECONCILE_DEFAULTS.github, ...deps.options?.github } };
+  const now = deps.now ?? (() => new Date());
+  return async () => {
+    const log = createLogger({ fn: 'reconcile', invocation: randomUUID() }, deps.sink);
+    const config = await deps.loadConfig();
+    const metrics = new Metrics(config.metrics.namespace, deps.sink);
+    const names = config.metrics.names;
+    const budget = new RateBudget(options.reserveFraction, options.minReserve);
+    const github = deps.providers(config).github;
+    try {
+      if (!config.github || !isReconcileApi(github)) return { redelivered: 0, queued: 0, requests: 0 };
+      const result = await reconcileGitHub({ api: github, github: config.github, pools: config.pools, budget, options: options.github, now, log });
+      if (result.redelivered > 0) metrics.add(names.redeliveries, {}, result.redelivered);
+      const queued = await queueAll(result.found, log);
+      for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
+      for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `github-${credential}` }, remaining, 'None');
+      log.info('reconciled', { redelivered: result.redelivered, found: result.found.length, queued: queued.length, requests: result.requests, errors: result.errors, stoppedAt: result.stoppedAt ?? null });
+      return { redelivered: result.redelivered, queued: queued.length, requests: result.requests, ...(result.stoppedAt ? { stoppedAt: result.stoppedAt } : {}) };
+    } finally {
+      metrics.flush();
+    }
+  };
+
+  /** Sends each found job as the webhook would (FIFO group: the job; deduplication: its delivery id). */
+  async function queueAll(messages: readonly JobMessage[], log: Logger): Promise<JobMessage[]> {
+    const sent = await mapLimit(messages, 5, async (m) => {
+      const l = log.child({ traceId: m.traceId, jobId: m.jobId, pool: m.pool ?? null });
+      try {
+        await deps.aws.send(
+          deps.sqs,
+          new SendMessageCommand({ QueueUrl: deps.queueUrl, MessageBody: JSON.stringify(m), MessageGroupId: m.jobId, MessageDeduplicationId: deduplicationId(m.provider, m.deliveryId) }),
+          WRITE_IDEMPOTENT,
+        );
+        l.info('queued job found by the reconciler', { labels: [...m.labels] });
+        return m;
+      } catch (error) {
+        // The next run finds the job again while it is still queued.
+        l.error('queueing a reconciled job failed', { error: errorName(error) });
+        return undefined;
+      }
+    });
+    return sent.filter((m): m is JobMessage => m !== undefined);
+  }
+}
+
+function isReconcileApi(p: unknown): p is GitHubReconcileApi {
+  return typeof (p as GitHubReconcileApi | undefined)?.appRequest === 'function' && typeof (p as GitHubReconcileApi).installationRequest === 'function';
+}

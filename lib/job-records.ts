@@ -1,0 +1,35 @@
+import { RemovalPolicy, Validations } from 'aws-cdk-lib';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { Construct } from 'constructs';
+import { JOB_RECORD_ATTRIBUTES } from '../lambdas/shared/contract';
+
+/**
+ * The per-job records scale-up writes before it registers a runner (one item per job, which
+ * delivery serves it), so a late copy of a job (a redelivery, a job the reconciler found)
+ * launches nothing. On-demand: a burst of jobs is a burst of writes, with no capacity to plan.
+ */
+export class JobRecords extends Construct {
+  /** The table (key `jobId`, TTL attribute `expiresAt`). */
+  readonly table: dynamodb.Table;
+
+  constructor(scope: Construct, id: string) {
+    super(scope, id);
+    this.table = new dynamodb.Table(this, 'Resource', {
+      partitionKey: { name: JOB_RECORD_ATTRIBUTES.key, type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      timeToLiveAttribute: JOB_RECORD_ATTRIBUTES.expiresAt,
+      // Records live four days and are rebuilt by the next delivery: nothing to keep after `cdk destroy`.
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    Validations.of(this.table).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-DDB3',
+      reason: 'Point-in-time recovery would restore records that expire within four days and that the next delivery of a job writes again; nothing in the table is worth restoring.',
+    });
+  }
+
+  /** The conditional put and the consistent read of a claim: nothing else (no scan, no delete). */
+  grantClaim(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:PutItem', 'dynamodb:GetItem'], resourceArns: [this.table.tableArn] });
+  }
+}

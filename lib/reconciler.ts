@@ -1,0 +1,71 @@
+import { Duration } from 'aws-cdk-lib';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as logs from 'aws-cdk-lib/aws-logs';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { LAMBDA_ENV } from '../lambdas/shared/contract';
+import { BundledFunction, BundledHandler } from './bundled-function';
+import { FUNCTION_MEMORY_MB } from './function-memory';
+
+/** Props of the `Reconciler`. */
+export interface ReconcilerProps {
+  /** Environment every fleet function gets (the FleetConfig parameter, the jobs queue). */
+  readonly environment: Record<string, string>;
+  /** The jobs queue the reconciler sends found jobs to. */
+  readonly queue: sqs.IQueue;
+  /** ARN of the SecureString parameter holding the GitHub App's private key. */
+  readonly appPrivateKeyArn: string;
+  /** Retention of the function's log group. */
+  readonly logRetention: logs.RetentionDays;
+  /**
+   * How often the reconciler runs.
+   * @default Duration.minutes(5)
+   */
+  readonly interval?: Duration;
+  /**
+   * Failed deliveries redelivered per run at most.
+   * @default 10
+   */
+  readonly redeliverLimit?: number;
+  /**
+   * Job lists of queued or in-progress workflow runs read per run at most.
+   * @default 100
+   */
+  readonly runReadLimit?: number;
+  /** Description prefix naming the fleet. */
+  readonly prefix: string;
+}
+
+/**
+ * Asks GitHub on a schedule for what the webhook missed: redelivers failed deliveries and
+ * queues queued jobs whose delivery never came (docs/control-plane.md, "Reconciler").
+ */
+export class Reconciler extends Construct {
+  readonly function: BundledFunction;
+  /** The schedule; a drain disables it, so that nothing new is queued while the fleet empties. */
+  readonly schedule: events.Rule;
+
+  constructor(scope: Construct, id: string, props: ReconcilerProps) {
+    super(scope, id);
+    this.function = new BundledFunction(this, 'Function', {
+      handler: BundledHandler.RECONCILE,
+      description: `Redelivers failed webhook deliveries and queues jobs whose delivery never came (${props.prefix})`,
+      timeout: Duration.seconds(120),
+      memorySize: FUNCTION_MEMORY_MB.reconcile,
+      environment: {
+        ...props.environment,
+        [LAMBDA_ENV.reconcileOptions]: JSON.stringify({ github: { redeliverLimit: props.redeliverLimit ?? 10, runReadLimit: props.runReadLimit ?? 100 } }),
+      },
+      logRetention: props.logRetention,
+    });
+    props.queue.grantSendMessages(this.function);
+    this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [props.appPrivateKeyArn] }));
+    this.schedule = new events.Rule(this, 'Schedule', {
+      description: `Runs the reconciler of ${props.prefix}`,
+      schedule: events.Schedule.rate(props.interval ?? Duration.minutes(5)),
+      targets: [new targets.LambdaFunction(this.function, { retryAttempts: 0 })],
+    });
+  }
+}

@@ -1,0 +1,88 @@
+import { describe, expect, it } from 'vitest';
+import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, rotate } from '../../lambdas/reconcile/github';
+import { RateBudget } from '../../lambdas/reconcile/rate-budget';
+import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from '../../lambdas/reconcile/redeliveries';
+import { parseJobMessage } from '../../lambdas/shared/contract';
+import { fleetConfig, Lines } from '../support/fixtures';
+import { createLogger } from '../../lambdas/shared/log';
+
+const NOW = Date.parse('2026-12-02T12:00:00Z');
+const d = (id: number, guid: string, statusCode: number, extra: Partial<ListedDelivery> = {}): ListedDelivery => ({
+  id,
+  guid,
+  deliveredAt: NOW - 60_000,
+  statusCode,
+  event: 'workflow_job',
+  action: 'queued',
+  ...extra,
+});
+const rules = { limit: 10, maxAttempts: 3, notBefore: NOW - 3600_000 };
+
+describe('chooseRedeliveries', () => {
+  it('redelivers a failed queued workflow_job delivery, the newest attempt of it', () => {
+    expect(chooseRedeliveries([d(5, 'a', 502, { deliveredAt: NOW }), d(2, 'a', 500)], rules)).toEqual({ redeliver: [5], givenUp: [], deferred: 0 });
+  });
+  it('leaves a GUID alone once one attempt succeeded (the original or a redelivery)', () => {
+    expect(chooseRedeliveries([d(2, 'a', 500), d(3, 'a', 202)], rules).redeliver).toEqual([]);
+  });
+  it('ignores other events, other actions, and deliveries older than the bound', () => {
+    const listed = [d(1, 'a', 500, { event: 'push', action: undefined }), d(2, 'b', 500, { action: 'completed' }), d(3, 'c', 500, { deliveredAt: rules.notBefore - 1 })];
+    expect(chooseRedeliveries(listed, rules).redeliver).toEqual([]);
+  });
+  it('gives up on a GUID after maxAttempts failed attempts', () => {
+    expect(chooseRedeliveries([d(1, 'a', 500), d(2, 'a', 0), d(3, 'a', 503)], rules)).toEqual({ redeliver: [], givenUp: ['a'], deferred: 0 });
+  });
+  it('redelivers at most `limit`, newest first, and counts the rest as deferred', () => {
+    const listed = Array.from({ length: 5 }, (_, i) => d(i + 1, `g${i}`, 500));
+    expect(chooseRedeliveries(listed, { ...rules, limit: 2 })).toEqual({ redeliver: [5, 4], givenUp: [], deferred: 3 });
+  });
+  it('parses GitHub\'s wire format and skips entries without the fields it needs', () => {
+    const wire = [
+      { id: 12, guid: '0b98', delivered_at: '2026-12-02T11:59:00Z', redelivery: false, duration: 0.27, status: 'Invalid HTTP Response: 503', status_code: 503, event: 'workflow_job', action: 'queued', installation_id: 1, repository_id: 2 },
+      { id: 13, guid: 'x', delivered_at: 'not a time', status_code: 200, event: 'ping' },
+    ];
+    expect(parseDeliveries(wire)).toEqual([{ id: 12, guid: '0b98', deliveredAt: Date.parse('2026-12-02T11:59:00Z'), statusCode: 503, event: 'workflow_job', action: 'queued' }]);
+    expect(() => parseDeliveries({ message: 'Not Found' })).toThrow(/not a list/);
+  });
+});
+
+describe('RateBudget', () => {
+  it('allows calls until one more would eat into the reserve (20% of the limit, at least the minimum)', () => {
+    const b = new RateBudget(0.2, 100);
+    expect(b.allows('installation')).toBe(true);
+    b.observe('installation', (h) => ({ 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '1001' })[h]);
+    expect(b.allows('installation')).toBe(true);
+    b.observe('installation', (h) => ({ 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '1000' })[h]);
+    expect(b.allows('installation')).toBe(false);
+    expect(b.allows('app')).toBe(true);
+    expect(new RateBudget(0.2, 100).reserveOf(60)).toBe(100);
+    expect(b.remaining()).toEqual(new Map([['installation', 1000]]));
+  });
+});
+
+describe('queued jobs as messages', () => {
+  const deps = { pools: fleetConfig().pools, options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 120 }, now: () => new Date(NOW), log: createLogger({}, new Lines().sink) };
+  const ghJob = (id: number, status: string, labels: string[], createdAgoS = 600) => ({ id, run_id: 1, status, labels, created_at: new Date(NOW - createdAgoS * 1000).toISOString() });
+
+  it('a queued job matching a pool becomes the webhook\'s message, its trace id naming the reconciler', () => {
+    const [m, ...rest] = queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['self-hosted', 'linux']), ghJob(8, 'in_progress', ['linux']), ghJob(9, 'queued', ['ubuntu-latest'])]);
+    expect(rest).toEqual([]);
+    expect(parseJobMessage(JSON.stringify(m))).toEqual(m);
+    expect(m).toMatchObject({ jobId: 'github:7', pool: 'linux', owner: 'acme', project: 'app', deliveryId: reconciledDeliveryId('7'), traceId: 'reconciler-github-7', labelsResolved: true });
+  });
+  it('leaves a job younger than minQueuedSeconds to its webhook delivery', () => {
+    expect(queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['linux'], 30)])).toEqual([]);
+  });
+});
+
+describe('paging and rotation', () => {
+  it('reads the cursor of rel="next"', () => {
+    expect(nextCursor('<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_42>; rel="next"')).toBe('v1_42');
+    expect(nextCursor(undefined)).toBeUndefined();
+    expect(nextCursor('<https://x/?page=1>; rel="prev"')).toBeUndefined();
+  });
+  it('starts each minute at another repository', () => {
+    expect(rotate(['a', 'b', 'c'], new Date(60_000 * 4))).toEqual(['b', 'c', 'a']);
+    expect(rotate([], new Date())).toEqual([]);
+  });
+});

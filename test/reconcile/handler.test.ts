@@ -1,0 +1,80 @@
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { GitHubAnswer } from '../../lambdas/ci/github';
+import { createReconcileHandler } from '../../lambdas/reconcile/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { buildFleetConfig, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
+import { fleetConfig, Lines } from '../support/fixtures';
+
+const old = new Date(Date.now() - 10 * 60_000).toISOString();
+
+/** A GitHub that lists one repository with one queued run holding one queued job for pool "linux". */
+function fakeGitHub(): CiProvider & { appRequest: () => Promise<GitHubAnswer>; installationRequest: (op: string, route: string) => Promise<GitHubAnswer> } {
+  const answer = (data: unknown): GitHubAnswer => ({ status: 200, data, headers: { 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '4000' } });
+  return {
+    provider: Provider.GITHUB,
+    createRunner: async () => Promise.reject(new Error('unused')),
+    deleteRunner: async () => undefined,
+    listRunners: async () => [],
+    isJobQueued: async () => true,
+    appRequest: async () => answer([]),
+    installationRequest: async (_op, route) => {
+      if (route.startsWith('GET /installation/repositories')) return answer({ repositories: [{ full_name: 'acme/app' }] });
+      if (route.endsWith('/actions/runs')) return answer({ workflow_runs: [{ id: 5 }] });
+      return answer({ jobs: [{ id: 77, status: 'queued', labels: ['linux'], created_at: old }] });
+    },
+  };
+}
+
+function run(config: FleetConfig, sqs: Pick<SQSClient, 'send'>, lines: Lines) {
+  return createReconcileHandler({
+    sqs: sqs as SQSClient,
+    aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+    loadConfig: async () => config,
+    providers: () => ({ github: fakeGitHub() }),
+    queueUrl: 'https://sqs.local/jobs.fifo',
+    sink: lines.sink,
+  })();
+}
+
+describe('reconcile handler', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    vi.resetModules();
+  });
+
+  it('does nothing for a fleet without a GitHub connection', async () => {
+    const send = vi.fn();
+    const gitlabOnly = buildFleetConfig({
+      gitlab: { url: 'https://gitlab.example.com' },
+      pools: [{ name: 'gl', provider: Provider.GITLAB, labels: ['linux'], launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] }],
+    });
+    expect(await run(gitlabOnly, { send }, new Lines())).toEqual({ redelivered: 0, queued: 0, requests: 0 });
+    expect(send).not.toHaveBeenCalled();
+  });
+
+  it('sends a found job with its group and deduplication id, and counts only what the queue took', async () => {
+    const lines = new Lines();
+    const sent: Record<string, unknown>[] = [];
+    const ok = await run(fleetConfig(), { send: async (c: { input: Record<string, unknown> }) => void sent.push(c.input) } as never, lines);
+    expect(ok).toMatchObject({ queued: 1 });
+    expect(sent[0]).toMatchObject({ MessageGroupId: 'github:77', MessageDeduplicationId: 'github:reconciler-github-77' });
+    expect(lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(1);
+
+    const failing = new Lines();
+    const refused = Object.assign(new Error('denied'), { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } });
+    expect(await run(fleetConfig(), { send: async () => Promise.reject(refused) } as never, failing)).toMatchObject({ queued: 0 });
+    expect(failing.metric('JobsReconciled')).toBe(0);
+    expect(failing.logs('queueing a reconciled job failed')[0]).toMatchObject({ error: 'AccessDenied', jobId: 'github:77' });
+  });
+
+  it('fails at load with the variable named when RECONCILE_OPTIONS is not JSON', async () => {
+    vi.stubEnv('AWS_REGION', 'us-east-1');
+    vi.stubEnv(LAMBDA_ENV.jobsQueueUrl, 'https://sqs.local/jobs.fifo');
+    vi.stubEnv(LAMBDA_ENV.reconcileOptions, '{not json');
+    await expect(import('../../lambdas/reconcile/index.js')).rejects.toThrow(/RECONCILE_OPTIONS is not JSON/);
+    vi.resetModules();
+    vi.stubEnv(LAMBDA_ENV.reconcileOptions, JSON.stringify({ github: { redeliverLimit: 3 } }));
+    expect(typeof (await import('../../lambdas/reconcile/index.js')).handler).toBe('function');
+  });
+});
