@@ -157,10 +157,12 @@ refused_prime() {
   mkdir -p "$ROOT/runner/github.partial/tree"
   printf '#!/bin/bash\necho half\n' >"$ROOT/runner/github.partial/tree/run.sh"
   chmod 755 "$ROOT/runner/github.partial/tree/run.sh"
+  echo half >"$ROOT/runner/github.partial/tree/half-written"
   new_instance "$(warm_tags)"
   boot_first github
   [ "$status" -eq 0 ]
   cmp "$ROOT/runner/github/run.sh" "$REPO/test/templates/shims/runner/runner"
+  [ ! -e "$ROOT/runner/github/half-written" ]
   [ ! -e "$ROOT/runner/github.partial" ]
   called shutdown "-h now"
 }
