@@ -106,7 +106,7 @@ install_runner() {
   log "installed the $I_PROVIDER runner $I_VERSION"
 }
 # >>> install-runner: standalone only >>>
-## The standalone rendering: an image pipeline's step (the start logic has its own log and fail).
+# The standalone rendering: an image pipeline's step (the start logic has its own log and fail).
 set -euo pipefail
 umask 022
 log() { printf '%(%Y-%m-%dT%H:%M:%S)TZ install-runner: %s\n' -1 "$*" >&2; }
