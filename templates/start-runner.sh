@@ -10,7 +10,8 @@
 #
 # Modes (docs/boot-modes.md):
 #   RUN   the runner config parameter for this instance exists: start the runner, then terminate.
-#   PRIME tagged warm standby and not activated: install the hook, prepare, power off.
+#   PRIME tagged warm standby and not activated: install the hook (and the runner, when the
+#         image lacks it), prepare, power off.
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
 # Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, what the install step needs when the image
@@ -481,11 +482,12 @@ run_mode() {
 # The bound holds even when SSM hangs: aws_try stops at DEADLINE.
 wait_mode() {
   local rc polls=0
-  # While no config is there yet: the install then shortens the wait instead of the job's start.
-  install_runner
-  DEADLINE=$((SECONDS + WAIT_SECONDS))
   MODE=$MODE_WAIT
   log "$L_MODE=$MODE instance=$ID: no config yet, polling up to ${WAIT_SECONDS}s"
+  # An image without the runner installs it first: the install overlaps the wait for the
+  # config instead of following it. The bound starts after it.
+  install_runner
+  DEADLINE=$((SECONDS + WAIT_SECONDS))
   while ((SECONDS < DEADLINE)); do
     sleep "$POLL"
     rc=0

@@ -197,6 +197,22 @@ refused_prime() {
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
+@test "a cold launch whose config is not there yet installs in WAIT before it polls, then RUNs" {
+  stock_machine
+  new_instance "$(cold_tags)"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "$LOG_MODE=WAIT"
+  github_config jit-wait-install
+  boot_wait
+  [ "$status" -eq 0 ]
+  local installed waited
+  installed=$(grep -nF "installed the github runner" "$ROOT/out" | cut -d: -f1)
+  waited=$(grep -nF "$LOG_MODE=WAIT" "$ROOT/out" | cut -d: -f1)
+  ((waited < installed))
+  [ "$(grep -cF "installing the github runner" "$ROOT/out")" -eq 1 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-wait-install ]
+}
+
 @test "a cold GitLab launch of a stock image runs run-single with the installed binary" {
   stock_machine
   new_instance "$(cold_tags)"
