@@ -19,5 +19,7 @@ export type {
   MetricNames,
   PoolConfig,
   PoolWarmConfig,
+  RunnerPackage,
+  RunnerPackageDownload,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
