@@ -201,7 +201,8 @@ refused_prime() {
   stock_machine
   new_instance "$(cold_tags)"
   boot_background "$ROOT/user-data-github.sh"
-  wait_for_log "$LOG_MODE=WAIT"
+  # Installed while it waits, before any config exists.
+  wait_for_log "installed the github runner"
   github_config jit-wait-install
   boot_wait
   [ "$status" -eq 0 ]
