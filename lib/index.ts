@@ -22,5 +22,7 @@ export type {
   MetricNames,
   PoolConfig,
   PoolWarmConfig,
+  RunnerPackage,
+  RunnerPackageDownload,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';

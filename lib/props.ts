@@ -1,6 +1,6 @@
 import type { Duration, Size } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
-import type { GitLabRunnerType, LabelMatch, Provider, WarmScheduleEntry } from '../lambdas/shared/contract';
+import type { GitLabRunnerType, LabelMatch, Provider, RunnerPackage, WarmScheduleEntry } from '../lambdas/shared/contract';
 
 /** A GitHub App the fleet registers its runners through. */
 export interface GitHubConnectionProps {
@@ -127,7 +127,12 @@ export interface RunnerPoolProps {
    * @default - [m7i.large]
    */
   readonly instanceTypes?: ec2.InstanceType[];
-  /** The AMI; it must contain the runner (GitHub actions-runner or gitlab-runner) and the aws CLI. */
+  /**
+   * The AMI: Amazon Linux 2023 (x86_64 or arm64) or alike, with the aws CLI, curl and dnf. When it
+   * lacks the runner (GitHub actions-runner's run.sh, or gitlab-runner) or the runner user, the
+   * boot installs them from `runnerPackage` (a warm standby while priming, a cold launch before
+   * its runner starts); an AMI that has them skips that step.
+   */
   readonly machineImage: ec2.IMachineImage;
   /**
    * Root volume size.
@@ -177,7 +182,17 @@ export interface RunnerPoolProps {
    */
   readonly runnerUser?: string;
   /**
-   * Directory the runner is installed in on the AMI.
+   * The runner release the boot installs when the AMI lacks the runner: version, and for each
+   * architecture (x64, arm64) the URL of the GitHub tarball or GitLab binary (https: a mirror or
+   * a private bucket) and its SHA-256. A download whose SHA-256 differs is refused and the
+   * instance does not park. Set it to move to a newer release than the library's pin
+   * (docs/operations.md, "Upgrade without dropping jobs").
+   * @default - the library's pinned release for the pool's provider (`DEFAULT_RUNNER_PACKAGES`)
+   */
+  readonly runnerPackage?: RunnerPackage;
+  /**
+   * Directory the runner is in on the AMI, or the install step puts it (GitHub: the release's
+   * tarball unpacked; GitLab: the jobs' builds directory).
    * @default '/opt/actions-runner' for GitHub (holds run.sh), '/opt/gitlab-runner' for GitLab (holds builds/)
    */
   readonly runnerDirectory?: string;

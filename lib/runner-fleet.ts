@@ -245,6 +245,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           provider: pool.provider,
           ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
+          ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
           prepareCommands: pool.warm?.prepareCommands ?? [],
         });
       } catch (e) {

@@ -1,4 +1,4 @@
-import { checkUserDataSize, decodeUserData, encodeUserData, renderStartLogic, renderUserData, USER_DATA_LIMIT_BYTES, type UserDataOptions } from './user-data';
+import { checkUserDataSize, decodeUserData, encodeUserData, renderInstallScript, renderStartLogic, renderUserData, USER_DATA_LIMIT_BYTES, type UserDataOptions } from './user-data';
 
 /**
  * The runner instances' boot script for authors of their own user data or launch templates,
@@ -28,6 +28,15 @@ export class RunnerUserData {
    */
   public static renderStartLogic(options: UserDataOptions): string {
     return renderStartLogic(options);
+  }
+
+  /**
+   * The install step alone, as a standalone script: installs the runner user and the pinned
+   * runner release (`runnerPackage`) when missing, refusing a download whose SHA-256 differs.
+   * The start logic embeds the same step; an image pipeline runs this one.
+   */
+  public static renderInstallScript(options: UserDataOptions): string {
+    return renderInstallScript(options);
   }
 
   /**

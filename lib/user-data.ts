@@ -12,10 +12,14 @@ import {
   bootLogGroupName,
   WARM_STANDBY_VALUE,
   prefixProblem,
+  DEFAULT_RUNNER_PACKAGES,
+  RUNNER_OS_PACKAGES,
+  runnerPackageProblems,
   ssmPaths,
   tagKeys,
   Provider,
   type BootMode,
+  type RunnerPackage,
 } from '../lambdas/shared/contract';
 
 /**
@@ -110,6 +114,18 @@ export interface UserDataOptions {
   readonly awsReadTimeoutSeconds?: number;
   /** AWS_MAX_ATTEMPTS (standard retry mode) of each aws CLI call, inside each of `awsAttempts`. @default 2 */
   readonly awsCliMaxAttempts?: number;
+  /**
+   * The runner release the boot installs when the image lacks the runner (templates/install-runner.sh):
+   * version, and per architecture a URL (https; a mirror or a bucket) and its SHA-256.
+   * @default - the contract's pinned release for the provider (DEFAULT_RUNNER_PACKAGES)
+   */
+  readonly runnerPackage?: RunnerPackage;
+  /** `curl --max-time` of each attempt to download the runner package. @default 600 */
+  readonly downloadSeconds?: number;
+  /** `curl --retry`: further attempts after a transient download error (timeout, 408, 429, 5xx). @default 3 */
+  readonly downloadRetries?: number;
+  /** Bound of `dnf install` of the runner's OS packages. @default 600 */
+  readonly packageInstallSeconds?: number;
   /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
   readonly runnerWaitTimeoutSeconds?: number;
   /** Bound of each shipping of the boot log to CloudWatch Logs (at the end of every mode). @default 10 */
@@ -151,6 +167,9 @@ const DEFAULTS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 300,
+  downloadSeconds: 600,
+  downloadRetries: 3,
+  packageInstallSeconds: 600,
   logShipSeconds: 10,
   imdsEndpoint: 'http://169.254.169.254',
   awsCli: 'aws',
@@ -197,6 +216,10 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     awsReadTimeoutSeconds: options.awsReadTimeoutSeconds ?? DEFAULTS.awsReadTimeoutSeconds,
     awsCliMaxAttempts: options.awsCliMaxAttempts ?? DEFAULTS.awsCliMaxAttempts,
     runnerWaitTimeoutSeconds: options.runnerWaitTimeoutSeconds ?? DEFAULTS.runnerWaitTimeoutSeconds,
+    runnerPackage: options.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[provider] ?? DEFAULT_RUNNER_PACKAGES.github,
+    downloadSeconds: options.downloadSeconds ?? DEFAULTS.downloadSeconds,
+    downloadRetries: options.downloadRetries ?? DEFAULTS.downloadRetries,
+    packageInstallSeconds: options.packageInstallSeconds ?? DEFAULTS.packageInstallSeconds,
     logShipSeconds: options.logShipSeconds ?? DEFAULTS.logShipSeconds,
     unitName: options.unitName ?? `${safePrefix}-start-runner.service`,
     hostPaths: {
@@ -253,6 +276,10 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkNumber('awsAttempts', resolved.awsAttempts, 1, 20, true);
   checkNumber('runnerWaitTimeoutSeconds', resolved.runnerWaitTimeoutSeconds, 1, 86_400, true);
   checkNumber('logShipSeconds', resolved.logShipSeconds, 1, 60, true);
+  checkNumber('downloadSeconds', resolved.downloadSeconds, 1, 3600, true);
+  checkNumber('downloadRetries', resolved.downloadRetries, 0, 10, true);
+  checkNumber('packageInstallSeconds', resolved.packageInstallSeconds, 1, 3600, true);
+  problems.push(...runnerPackageProblems(resolved.runnerPackage));
   if (!URL_PATTERN.test(resolved.imdsEndpoint) || resolved.imdsEndpoint.endsWith('/') || resolved.imdsEndpoint.length > 100) {
     problems.push(`imdsEndpoint "${resolved.imdsEndpoint}" must be an http(s) base URL without a path or trailing "/", such as "http://169.254.169.254"`);
   }
@@ -364,7 +391,7 @@ function stripShellComments(text: string, dedent = false): string {
 /** Replaces every @@NAME@@; throws when the template and the values disagree. */
 function substitute(template: string, values: Record<string, string>, what: string): string {
   const used = new Set<string>();
-  const out = template.replace(/@@([A-Z_]+)@@/g, (_match, name: string) => {
+  const out = template.replace(/@@([A-Z][A-Z0-9_]*)@@/g, (_match, name: string) => {
     const value = values[name];
     if (value === undefined) throw new Error(`${what} has placeholder @@${name}@@ that the renderer does not know`);
     used.add(name);
@@ -387,6 +414,56 @@ export function renderHookUnit(options: UserDataOptions): string {
     .filter((line) => !/^\s*[#;]/.test(line))
     .join('\n');
   return substitute(template, { HOOK_PATH: o.hostPaths.hookPath }, 'templates/start-runner.service');
+}
+
+/**
+ * The line of templates/install-runner.sh after which only the standalone rendering goes on
+ * (its own log, fail and call); the start logic embeds the lines before it.
+ */
+export const INSTALL_STANDALONE_MARKER = '# >>> install-runner: standalone only >>>';
+
+/** The install step's template: its body (no shebang) before the standalone marker, and the rest. */
+function installTemplate(): { body: string; standalone: string } {
+  const what = 'templates/install-runner.sh';
+  const lines = readTemplate('install-runner.sh').split('\n');
+  const at = lines.indexOf(INSTALL_STANDALONE_MARKER);
+  if (lines[0] !== '#!/bin/bash' || at < 0 || countLines(lines.join('\n'), INSTALL_STANDALONE_MARKER) !== 1) {
+    throw new Error(`${what} must start with #!/bin/bash and hold the line "${INSTALL_STANDALONE_MARKER}" once`);
+  }
+  return { body: lines.slice(1, at).join('\n'), standalone: lines.slice(at + 1).join('\n') };
+}
+
+function installValues(o: ResolvedUserDataOptions): Record<string, string> {
+  const q = shellQuote;
+  const pkg = o.runnerPackage;
+  return {
+    PROVIDER_GITHUB: q(Provider.GITHUB),
+    PROVIDER: q(o.provider),
+    RUNNER_USER: q(o.runnerUser),
+    RUNNER_DIR: q(o.runnerDir),
+    GITLAB_RUNNER_BIN: q(o.gitlabRunnerBinary),
+    PACKAGE_VERSION: q(pkg.version),
+    PACKAGE_URL_X64: q(pkg.x64.url),
+    PACKAGE_SHA256_X64: q(pkg.x64.sha256),
+    PACKAGE_URL_ARM64: q(pkg.arm64.url),
+    PACKAGE_SHA256_ARM64: q(pkg.arm64.sha256),
+    DOWNLOAD_SECONDS: q(String(o.downloadSeconds)),
+    DOWNLOAD_RETRIES: q(String(o.downloadRetries)),
+    PACKAGE_INSTALL_SECONDS: q(String(o.packageInstallSeconds)),
+    OS_PACKAGES: (RUNNER_OS_PACKAGES[o.provider] ?? []).map(q).join(' '),
+  };
+}
+
+/**
+ * The install step as a standalone script (templates/install-runner.sh, whole): installs the
+ * runner user and the pinned runner release when missing, and refuses a download whose SHA-256
+ * differs. The start logic embeds the same step (an image pipeline and the boot share it).
+ */
+export function renderInstallScript(options: UserDataOptions): string {
+  const o = resolveUserDataOptions(options);
+  const { body, standalone } = installTemplate();
+  const text = stripShellComments(`#!/bin/bash\n${body}\n${standalone}`, true);
+  return `${substitute(text, installValues(o), 'templates/install-runner.sh')}\n`;
 }
 
 /** The start logic: the rendered lines from the begin marker to the end marker, both included. */
@@ -458,6 +535,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     END_MARKER: q(START_LOGIC_MARKERS.end),
     UNIT_TEXT: q(renderHookUnit(o)),
     PREPARE_COMMANDS: o.prepareCommands.map(q).join(' '),
+    INSTALL_RUNNER: substitute(stripShellComments(installTemplate().body, true), installValues(o), 'templates/install-runner.sh'),
   };
   return substitute(block, values, 'templates/start-runner.sh');
 }

@@ -10,10 +10,12 @@
 #
 # Modes (docs/boot-modes.md):
 #   RUN   the runner config parameter for this instance exists: start the runner, then terminate.
-#   PRIME tagged warm standby and not activated: install the hook, prepare, power off.
+#   PRIME tagged warm standby and not activated: install the hook (and the runner, when the
+#         image lacks it), prepare, power off.
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
-# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, flock, timeout, systemctl, runuser, getent,
+# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, what the install step needs when the image
+# lacks the runner (templates/install-runner.sh), flock, timeout, systemctl, runuser, getent,
 # dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
@@ -62,6 +64,10 @@ fail() {
   log "error: $*"
   exit 1
 }
+
+# The install step (templates/install-runner.sh): install_runner puts the runner user and the
+# pinned runner release on an image that lacks them, and does nothing on one that has them.
+@@INSTALL_RUNNER@@
 
 # imds PATH [PUT]: 0 with OUT set, 1 when IMDS answers 404, 2 when it does not answer after
 # the retries (the metadata service may lag the first second of a boot).
@@ -367,10 +373,11 @@ new_machine_id() {
   mv -f "$MACHINE_ID.$$" "$MACHINE_ID"
 }
 
+# After the install step: what it installed, or what the image brought.
 check_runner() {
   local bin=$GITLAB_BIN
   [[ $PROVIDER != "$GITHUB" ]] || bin=$RUNNER_DIR/run.sh
-  [[ -x $bin ]] || fail "no $PROVIDER runner at $bin: bake it into the AMI or install it in a prepare command"
+  [[ -x $bin ]] || fail "no $PROVIDER runner at $bin after the install step"
   getent passwd "$RUNNER_USER" >/dev/null || fail "no user $RUNNER_USER to run the runner as"
 }
 
@@ -450,6 +457,8 @@ run_mode() {
   log "$L_MODE=$MODE instance=$ID"
   disable_hook
   parse_config
+  # A cold launch of a stock image pays the install here, before its runner starts.
+  install_runner
   check_runner
   new_machine_id
   log_latency
@@ -473,9 +482,12 @@ run_mode() {
 # The bound holds even when SSM hangs: aws_try stops at DEADLINE.
 wait_mode() {
   local rc polls=0
-  DEADLINE=$((SECONDS + WAIT_SECONDS))
   MODE=$MODE_WAIT
   log "$L_MODE=$MODE instance=$ID: no config yet, polling up to ${WAIT_SECONDS}s"
+  # An image without the runner installs it first: the install overlaps the wait for the
+  # config instead of following it. The bound starts after it.
+  install_runner
+  DEADLINE=$((SECONDS + WAIT_SECONDS))
   while ((SECONDS < DEADLINE)); do
     sleep "$POLL"
     rc=0
@@ -542,6 +554,9 @@ prime_mode() {
   MODE=$MODE_PRIME TRACE=''
   log "$L_MODE=$MODE instance=$ID"
   install_hook
+  # Off the job's path: a warm job finds the runner installed. Before the prepare commands,
+  # which may use it.
+  install_runner
   for cmd in ${PREPARE[@]+"${PREPARE[@]}"}; do
     log "prepare command $((++i))/${#PREPARE[@]}"
     bash -euo pipefail -c "$cmd" </dev/null || fail "prepare command $i failed"

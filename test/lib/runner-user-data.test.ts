@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { checkUserDataSize, encodeUserData, Provider, renderStartLogic, renderUserData, RunnerUserData, USER_DATA_LIMIT_BYTES } from '../../lib';
+import { checkUserDataSize, encodeUserData, Provider, renderInstallScript, renderStartLogic, renderUserData, RunnerUserData, USER_DATA_LIMIT_BYTES } from '../../lib';
 
 // The class other CDK languages call: the same results as the functions TypeScript calls.
 describe('RunnerUserData', () => {
@@ -9,6 +9,7 @@ describe('RunnerUserData', () => {
   it('renders the user data and the start logic as the functions do', () => {
     expect(RunnerUserData.render(options)).toBe(renderUserData(options));
     expect(RunnerUserData.renderStartLogic(options)).toBe(renderStartLogic(options));
+    expect(RunnerUserData.renderInstallScript(options)).toBe(renderInstallScript(options));
   });
 
   it('encodes as the launch templates carry it, and decodes back', () => {

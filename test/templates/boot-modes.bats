@@ -159,12 +159,14 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(instance_state)" = running ]
 }
 
-@test "a PRIME without the runner binary does not power off" {
+@test "a PRIME without the runner binary that cannot install it does not power off" {
   new_instance "$(warm_tags)"
   rm "$ROOT/runner/github/run.sh"
+  release_mode 404
   boot_first github
   [ "$status" -ne 0 ]
-  grep -qF "no github runner at $ROOT/runner/github/run.sh" "$ROOT/out"
+  grep -qF "download of $RELEASE_URL/github-x64.tar.gz failed" "$ROOT/out"
+  [ ! -e "$ROOT/runner/github/run.sh" ]
   [ ! -e "$ROOT/calls/shutdown" ]
   [ "$(instance_state)" = running ]
 }

@@ -45,8 +45,11 @@ sandbox_start() {
   export AWS_CLI_BIN
   export RUNNER_USER=nobody
   ((EUID == 0)) || RUNNER_USER=$(id -un)
+  build_release "$ROOT/release"
+  release_start || return 1
   node --import tsx "$REPO/test/templates/render-sandbox.ts" --root "$ROOT" --imds "$IMDS_URL" \
-    --aws "$AWS_URL" --aws-cli "$AWS_CLI_BIN" --runner-user "$RUNNER_USER"
+    --aws "$AWS_URL" --aws-cli "$AWS_CLI_BIN" --runner-user "$RUNNER_USER" --release "$RELEASE_URL" \
+    --release-dir "$ROOT/release"
   local shims=$REPO/test/templates/shims
   mkdir -p "$ROOT/bin" "$ROOT/bsd" "$ROOT/runner/github" "$ROOT/runner/gitlab"
   cp "$shims/bin/"* "$ROOT/bin/"
@@ -76,7 +79,53 @@ log_messages() {
     --start-from-head --query 'events[].message' --output json | sed -n 's/^ *"\(.*\)",\{0,1\}$/\1/p'
 }
 
+# build_release DIR: the runner packages the loopback release server serves, small but real:
+# per architecture a GitHub tarball (config.sh, run.sh as the runner shim) and a GitLab binary
+# (the runner shim, which answers --version), each file unlike the other architecture's.
+build_release() {
+  local dir=$1 tree arch shim=$REPO/test/templates/shims/runner/runner
+  mkdir -p "$dir"
+  for arch in x64 arm64; do
+    tree=$(mktemp -d "$dir/tree.XXXXXX")
+    chmod 755 "$tree"
+    install -m 755 "$shim" "$tree/run.sh"
+    printf '#!/bin/bash\necho "config.sh $*"\n' >"$tree/config.sh"
+    chmod 755 "$tree/config.sh"
+    echo "$arch" >"$tree/ARCH"
+    tar -czf "$dir/github-$arch.tar.gz" -C "$tree" .
+    rm -rf "$tree"
+    { cat "$shim" && printf '# %s\n' "$arch"; } >"$dir/gitlab-$arch"
+  done
+}
+
+# release_start: the loopback release server (test/templates/release-server.ts) on $ROOT/release.
+release_start() {
+  node --import tsx "$REPO/test/templates/release-server.ts" "$ROOT/release" >"$ROOT/release.json" 2>"$ROOT/release.err" &
+  export RELEASE_PID=$!
+  local line='' bound end
+  bound=$(scaled_seconds 30)
+  end=$((SECONDS + bound))
+  while ((SECONDS < end)) && [[ -z $line ]]; do
+    line=$(head -n 1 "$ROOT/release.json" 2>/dev/null || true)
+    [[ -n $line ]] || sleep 0.1
+  done
+  [[ $line =~ \"url\":\"([^\"]+)\" ]] || { echo "the release server did not start within $bound s" >&2; cat "$ROOT/release.err" >&2; return 1; }
+  export RELEASE_URL=${BASH_REMATCH[1]}
+}
+
+# release_mode MODE: how the release server answers from now on ("" | 404 | tamper | truncate).
+release_mode() { printf '%s\n' "$1" >"$ROOT/release/.mode"; }
+# release_requests: the paths the release server was asked for since the last sandbox_reset.
+release_requests() { cat "$ROOT/release/.requests" 2>/dev/null || true; }
+
+# stock_machine: a stock image: no runner installed for either provider, no runner user.
+stock_machine() {
+  rm -rf "${ROOT:?}/runner/github" "${ROOT:?}/runner/gitlab/gitlab-runner"
+  printf '%s\n' "$RUNNER_USER" >"$ROOT/calls/stock-user"
+}
+
 sandbox_stop() {
+  [[ -z ${RELEASE_PID-} ]] || { kill -TERM "$RELEASE_PID" 2>/dev/null || true; }
   if [[ -n ${SANDBOX_PID-} ]]; then
     kill -TERM "$SANDBOX_PID" 2>/dev/null || true
     wait "$SANDBOX_PID" 2>/dev/null || true
@@ -84,10 +133,11 @@ sandbox_stop() {
   [[ -z ${ROOT-} || $ROOT != /tmp/cwr-boot.* ]] || rm -rf "$ROOT"
 }
 
-# A fresh machine for every test: no hook, no state, no calls, both runners installed.
+# A fresh machine for every test: no hook, no state, no calls, both runners installed (stock_machine
+# takes them away), the release server answering normally.
 sandbox_reset() {
-  rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "${ROOT:?}/runner/github/"* "${ROOT:?}/runner/gitlab/"*
-  mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls"
+  rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "${ROOT:?}/runner/"* "${ROOT:?}/release/".{mode,requests}
+  mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls" "$ROOT/runner/github" "$ROOT/runner/gitlab"
   chmod 1777 "$ROOT/calls"
   install -m 755 "$ROOT/runner-shim" "$ROOT/runner/github/run.sh"
   install -m 755 "$ROOT/runner-shim" "$ROOT/runner/gitlab/gitlab-runner"

@@ -4,10 +4,12 @@
  * the sandbox and the loopback IMDS and AWS endpoints.
  *
  *   node --import tsx test/templates/render-sandbox.ts --root DIR --imds URL --aws URL \
- *     --aws-cli PATH --runner-user USER
+ *     --aws-cli PATH --runner-user USER [--release URL --release-dir DIR]
  *
  * Writes DIR/user-data-<provider>.sh, DIR/hook-<provider>.sh (what PRIME must install) and
- * DIR/unit.service (what PRIME must write) for both providers, DIR/user-data-github-short-wait.sh
+ * DIR/unit.service (what PRIME must write) and DIR/install-runner-<provider>.sh (the install step
+ * alone, renderInstallScript) for both providers, with the runner packages of the loopback
+ * release server (--release URL, --release-dir: the files it serves, for their digests), DIR/user-data-github-short-wait.sh
  * and DIR/user-data-github-short-ship.sh (a short WAIT or log shipping bound and a CLI read
  * timeout longer than it), and DIR/contract.env: the contract's values and the rendered
  * bounds the tests need, as shell assignments.
@@ -18,15 +20,27 @@
  * the machine's measured slowdown (test/support/slowdown.ts), as are the CLI and IMDS timeouts:
  * what must fit inside a bound is a few aws CLI calls, and those slow down with the machine.
  */
-import { chmodSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { slowdown } from '../support/slowdown';
-import { BOOT_LOG_KEYS, JOB_START_LINES, PROVIDERS, Provider, WARM_STANDBY_VALUE, bootLogGroupName, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
+import {
+  BOOT_LOG_KEYS,
+  JOB_START_LINES,
+  PROVIDERS,
+  Provider,
+  WARM_STANDBY_VALUE,
+  bootLogGroupName,
+  ssmPaths,
+  tagKeys,
+  type RunnerPackage,
+} from '../../lambdas/shared/contract';
 import {
   START_LOGIC_MARKERS,
   renderHookScript,
   renderHookUnit,
+  renderInstallScript,
   renderUserData,
   shellQuote,
   type UserDataOptions,
@@ -39,6 +53,8 @@ const { values } = parseArgs({
     aws: { type: 'string' },
     'aws-cli': { type: 'string' },
     'runner-user': { type: 'string' },
+    release: { type: 'string' },
+    'release-dir': { type: 'string' },
   },
   strict: true,
 });
@@ -49,6 +65,22 @@ if (!root || !imds || !aws || !awsCli || !runnerUser) {
   console.error('usage: render-sandbox.ts --root DIR --imds URL --aws URL --aws-cli PATH --runner-user USER');
   process.exit(2);
 }
+
+// The runner packages of the loopback release server (helpers.bash build_release), with their
+// real digests; without a release directory (static checks) a URL nothing answers and the
+// digests of the file names, which are never fetched.
+const release = values.release ?? 'http://127.0.0.1:9';
+const releaseDir = values['release-dir'];
+const download = (file: string): { url: string; sha256: string } => {
+  const path = releaseDir ? join(releaseDir, file) : '';
+  const bytes = path && existsSync(path) ? readFileSync(path) : Buffer.from(file);
+  return { url: `${release}/${file}`, sha256: createHash('sha256').update(bytes).digest('hex') };
+};
+const runnerPackage = (provider: Provider): RunnerPackage => ({
+  version: 'sandbox-1',
+  x64: download(provider === Provider.GITHUB ? 'github-x64.tar.gz' : 'gitlab-x64'),
+  arm64: download(provider === Provider.GITHUB ? 'github-arm64.tar.gz' : 'gitlab-arm64'),
+});
 
 // Whole seconds (the renderer takes whole CLI timeouts), tuned on an unloaded machine, times
 // the slowdown, within the renderer's limits.
@@ -119,6 +151,11 @@ for (const provider of PROVIDERS) {
     awsReadTimeoutSeconds: BOUNDS.awsTimeoutSeconds,
     awsCliMaxAttempts: 2,
     runnerWaitTimeoutSeconds: 42,
+    runnerPackage: runnerPackage(provider),
+    // Loopback answers come at once; a hang is what this bound would catch.
+    downloadSeconds: seconds(20, 120),
+    downloadRetries: 1,
+    packageInstallSeconds: seconds(20, 120),
     logShipSeconds: BOUNDS.logShipSeconds,
     hostPaths: {
       unitDir: join(root, 'etc/systemd/system'),
@@ -138,6 +175,9 @@ for (const provider of PROVIDERS) {
   chmodSync(userData, 0o755);
   writeFileSync(join(root, `hook-${provider}.sh`), renderHookScript(options));
   writeFileSync(join(root, 'unit.service'), renderHookUnit(options));
+  const install = join(root, `install-runner-${provider}.sh`);
+  writeFileSync(install, renderInstallScript(options));
+  chmodSync(install, 0o755);
   if (provider === 'github') {
     // One short bound each, with a read timeout longer than it: only the bound can stop a hung call.
     const short = {

@@ -11,6 +11,7 @@ import {
   ssmPaths,
   tagKeys,
   Provider,
+  RUNNER_PACKAGE_URL_MAX_LENGTH,
 } from '../../lambdas/shared/contract';
 import {
   HOST_PATH_MAX_LENGTH,
@@ -39,6 +40,12 @@ const lines = (text: string, line: string): number => text.split('\n').filter((l
 /** A path of exactly `length` characters. */
 const longPath = (length: number, tail: string): string => `/${'p'.repeat(length - tail.length - 2)}/${tail}`;
 
+/** A runner package URL of the longest length accepted. */
+const longUrl = (tail: string): string => {
+  const head = 'https://mirror.example.com/';
+  return `${head}${'m'.repeat(RUNNER_PACKAGE_URL_MAX_LENGTH - head.length - tail.length - 1)}/${tail}`;
+};
+
 /**
  * The largest options the renderer accepts: every bounded input at its bound, and prepare
  * commands as long as allowed, written the way real ones are (quotes, $, pipes), so their
@@ -66,6 +73,14 @@ function largestOptions(provider: Provider): UserDataOptions {
     awsReadTimeoutSeconds: 60,
     awsCliMaxAttempts: 10,
     runnerWaitTimeoutSeconds: 86_400,
+    runnerPackage: {
+      version: 'v'.repeat(40),
+      x64: { url: longUrl('x64'), sha256: 'af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32' },
+      arm64: { url: longUrl('arm64'), sha256: '628b4a7258487b80c1d3c221095a7ded349f5ae0175fd3dfab708d07428f041b' },
+    },
+    downloadSeconds: 3600,
+    downloadRetries: 10,
+    packageInstallSeconds: 3600,
     unitName: `${'n'.repeat(100)}.service`,
     hostPaths: {
       unitDir: longPath(max, 'system'),

@@ -15,3 +15,4 @@ export * from './metrics';
 export * from './warm-schedule';
 export * from './fleet-config';
 export * from './lambda-env';
+export * from './runner-packages';

@@ -1,0 +1,117 @@
+#!/bin/bash
+# The install step: puts the pool's runner on an image that lacks it (a stock Amazon Linux
+# 2023), for the instance's architecture, from the pinned release of the contract
+# (lambdas/shared/contract/runner-packages.ts) or the pool's `runnerPackage`.
+#
+# One source, rendered twice by lib/user-data.ts:
+# - into the start logic (templates/start-runner.sh, between its markers): the lines above the
+#   standalone marker, which the start logic calls in PRIME (off the job's path) and before
+#   RUN or WAIT on a cold launch; its log and fail are the start logic's;
+# - as a standalone script (renderInstallScript), whole, for an image pipeline to run once.
+# Comment lines are dropped when rendered, as in the start logic.
+#
+# Nothing half-installed is ever used: every file is fetched, checked and unpacked under a
+# temporary name beside its place and moved there (one rename) only when complete and checked;
+# a temporary left by a crashed earlier boot is removed first. Any failure logs why, removes
+# the temporary files and fails: a PRIME then does not park (the pool's prime back-off
+# applies), a cold boot terminates.
+#
+# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, dnf, and for GitHub tar and
+# gzip.
+readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_USER@@ I_DIR=@@RUNNER_DIR@@ \
+  I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
+  I_URL_X64=@@PACKAGE_URL_X64@@ I_SHA_X64=@@PACKAGE_SHA256_X64@@ I_URL_ARM64=@@PACKAGE_URL_ARM64@@ I_SHA_ARM64=@@PACKAGE_SHA256_ARM64@@ \
+  I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_DNF_SECONDS=@@PACKAGE_INSTALL_SECONDS@@
+I_PACKAGES=(@@OS_PACKAGES@@)
+
+# The unprivileged user the runner runs as, created when the image lacks it.
+ensure_runner_user() {
+  getent passwd "$I_USER" >/dev/null && return 0
+  log "creating user $I_USER"
+  useradd --create-home --user-group --shell /bin/bash "$I_USER" || fail "useradd $I_USER failed"
+  getent passwd "$I_USER" >/dev/null || fail "no user $I_USER after useradd"
+}
+
+# refuse TEMP WHY: removes the temporary files, then fails.
+refuse() {
+  rm -rf "$1"
+  fail "$2: refused, nothing installed"
+}
+
+# fetch URL FILE SHA256: 0 when FILE holds URL's whole content and its digest is SHA256.
+# curl's own bounds, not the IMDS ones: a proxy the environment names applies (a mirror may
+# sit behind one), transient errors (timeouts, 408, 429, 5xx) are retried, a 404 is not; a
+# transfer cut short fails (its Content-Length says so) and would fail the digest anyway.
+fetch() {
+  local got='' err
+  err=$(curl --fail --silent --show-error --location --proto =https,http --proto-redir =https \
+    --connect-timeout 10 --max-time "$I_FETCH_SECONDS" --retry "$I_FETCH_RETRIES" --retry-delay 2 \
+    --output "$2" "$1" 2>&1) || { log "download of $1 failed: ${err:0:300}" && return 1; }
+  read -r got _ < <(sha256sum "$2") || true
+  [[ $got == "$3" ]] || { log "SHA-256 of $1 is ${got:-unknown}, the pin says $3" && return 1; }
+}
+
+# The OS packages the runner needs, bounded (dnf has its own retries inside).
+os_packages() {
+  ((${#I_PACKAGES[@]})) || return 0
+  log "dnf install -y ${I_PACKAGES[*]}"
+  timeout -k 10 "$I_DNF_SECONDS" dnf install -y "${I_PACKAGES[@]}" >&2
+}
+
+# GitHub: the tarball, unpacked beside RUNNER_DIR, checked, then moved into place.
+install_github() {
+  local part=$I_DIR.partial
+  rm -rf "$part"
+  # Only an empty directory is replaced: anything else there is not ours to overwrite.
+  [[ ! -e $I_DIR ]] || rmdir "$I_DIR" 2>/dev/null ||
+    fail "$I_DIR exists without run.sh: not installing over it (empty it, or bake the runner into the image)"
+  mkdir -p "$part/tree"
+  fetch "$1" "$part/runner.tar.gz" "$2" || refuse "$part" "the runner package"
+  tar -xzf "$part/runner.tar.gz" -C "$part/tree" --no-same-owner || refuse "$part" "cannot unpack $1"
+  [[ -f $part/tree/config.sh && -x $part/tree/config.sh && -f $part/tree/run.sh && -x $part/tree/run.sh ]] ||
+    refuse "$part" "$1 holds no executable config.sh and run.sh"
+  os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
+  chown -R "$I_USER:" "$part/tree" || refuse "$part" "chown to $I_USER failed"
+  mv -T "$part/tree" "$I_DIR" || refuse "$part" "cannot move the runner into $I_DIR"
+  rm -rf "$part"
+}
+
+# GitLab: the binary, checked (it must answer --version) under a temporary name, then moved.
+install_gitlab() {
+  local part=$I_BIN.partial
+  rm -f "$part"
+  mkdir -p "${I_BIN%/*}"
+  fetch "$1" "$part" "$2" || refuse "$part" "the gitlab-runner binary"
+  chmod 0755 "$part"
+  os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
+  # Asked before the move (the same file after it): a binary that cannot run is never in place.
+  timeout -k 5 30 "$part" --version >/dev/null 2>&1 || refuse "$part" "the downloaded gitlab-runner does not answer --version"
+  mv -f "$part" "$I_BIN" || refuse "$part" "cannot move gitlab-runner to $I_BIN"
+}
+
+# Installs what is missing: the user, then the runner for this architecture. An image that has
+# the runner (GitHub run.sh, the gitlab-runner binary) keeps it: nothing is fetched.
+install_runner() {
+  local arch url sha
+  ensure_runner_user
+  if [[ $I_PROVIDER == "$I_GITHUB" ]]; then [[ ! -x $I_DIR/run.sh ]] || return 0; else [[ ! -x $I_BIN ]] || return 0; fi
+  arch=$(uname -m) || arch=''
+  case $arch in
+    x86_64) url=$I_URL_X64 sha=$I_SHA_X64 ;;
+    aarch64) url=$I_URL_ARM64 sha=$I_SHA_ARM64 ;;
+    *) fail "no $I_PROVIDER runner for architecture '${arch//[^A-Za-z0-9_.-]/?}' (only x86_64 and aarch64): refused, nothing installed" ;;
+  esac
+  log "installing the $I_PROVIDER runner $I_VERSION for $arch from $url"
+  if [[ $I_PROVIDER == "$I_GITHUB" ]]; then install_github "$url" "$sha"; else install_gitlab "$url" "$sha"; fi
+  log "installed the $I_PROVIDER runner $I_VERSION"
+}
+# >>> install-runner: standalone only >>>
+# The standalone rendering: an image pipeline's step (the start logic has its own log and fail).
+set -euo pipefail
+umask 022
+log() { printf '%(%Y-%m-%dT%H:%M:%S)TZ install-runner: %s\n' -1 "$*" >&2; }
+fail() {
+  log "error: $*"
+  exit 1
+}
+install_runner

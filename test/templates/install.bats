@@ -1,0 +1,260 @@
+#!/usr/bin/env bats
+# The install step (templates/install-runner.sh) in the boot sandbox: a "stock" machine (no
+# runner, no runner user: helpers.bash stock_machine) installs the pinned runner package from
+# the loopback release server (real curl, real sha256sum and tar, small real packages with
+# their real digests); shims stand in for useradd, dnf and `uname -m`. Issue 10, section 1.
+
+load helpers
+
+setup_file() { sandbox_start; }
+teardown_file() { sandbox_stop; }
+setup() { sandbox_reset; }
+teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
+
+# nothing_installed PROVIDER: no runner in place and no temporary left beside its place.
+nothing_installed() {
+  if [[ $1 == github ]]; then
+    [ ! -e "$ROOT/runner/github" ]
+    [ ! -e "$ROOT/runner/github.partial" ]
+  else
+    [ ! -e "$ROOT/runner/gitlab/gitlab-runner" ]
+    [ ! -e "$ROOT/runner/gitlab/gitlab-runner.partial" ]
+  fi
+}
+
+# refused_prime: the PRIME failed and the standby did not park.
+refused_prime() {
+  [ "$status" -ne 0 ]
+  grep -qF "refused, nothing installed" "$ROOT/out"
+  grep -qF "PRIME failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
+@test "stock image, GitHub: PRIME creates the user, installs the pinned tarball and its OS packages, then parks" {
+  stock_machine
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(calls_of useradd)" = "--create-home --user-group --shell /bin/bash $RUNNER_USER" ]
+  [ "$(calls_of dnf)" = 'install -y lttng-ust openssl-libs krb5-libs zlib libicu git' ]
+  [ "$(release_requests)" = /github-x64.tar.gz ]
+  [ -x "$ROOT/runner/github/config.sh" ]
+  cmp "$ROOT/runner/github/run.sh" "$REPO/test/templates/shims/runner/runner"
+  [ "$(cat "$ROOT/runner/github/ARCH")" = x64 ]
+  [ "$(stat -c %U "$ROOT/runner/github/run.sh")" = "$RUNNER_USER" ]
+  [ ! -e "$ROOT/runner/github.partial" ]
+  grep -qF "installed the github runner sandbox-1" "$ROOT/out"
+  # Installed before the prepare commands (which may use it), and parked after them.
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  called shutdown "-h now"
+}
+
+@test "stock image, GitLab: PRIME installs the binary, which answers --version before it is moved into place, then parks" {
+  stock_machine
+  new_instance "$(warm_tags)"
+  boot_first gitlab
+  [ "$status" -eq 0 ]
+  [ "$(calls_of dnf)" = 'install -y git' ]
+  [ "$(release_requests)" = /gitlab-x64 ]
+  cmp "$ROOT/runner/gitlab/gitlab-runner" "$ROOT/release/gitlab-x64"
+  [ -x "$ROOT/runner/gitlab/gitlab-runner" ]
+  [ ! -e "$ROOT/runner/gitlab/gitlab-runner.partial" ]
+  # --version ran (the shim records nothing then), no runner did.
+  [ ! -e "$ROOT/calls/runner" ]
+  called shutdown "-h now"
+}
+
+@test "an arm64 instance installs the arm64 package" {
+  stock_machine
+  echo aarch64 >"$ROOT/calls/arch"
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(release_requests)" = /github-arm64.tar.gz ]
+  [ "$(cat "$ROOT/runner/github/ARCH")" = arm64 ]
+  called shutdown "-h now"
+}
+
+@test "an image that has the runner and its user installs nothing" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(release_requests)" = '' ]
+  [ ! -e "$ROOT/calls/useradd" ]
+  [ ! -e "$ROOT/calls/dnf" ]
+  refute grep -qF "installing the" "$ROOT/out"
+  called shutdown "-h now"
+}
+
+@test "a tampered GitHub download is refused: nothing installed, no park" {
+  stock_machine
+  release_mode tamper
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  grep -qF "SHA-256 of $RELEASE_URL/github-x64.tar.gz is " "$ROOT/out"
+  nothing_installed github
+  # Refused before anything else was installed for it.
+  [ ! -e "$ROOT/calls/dnf" ]
+}
+
+@test "a tampered GitLab download is refused: nothing installed, no park" {
+  stock_machine
+  release_mode tamper
+  new_instance "$(warm_tags)"
+  boot_first gitlab
+  refused_prime
+  grep -qF "SHA-256 of $RELEASE_URL/gitlab-x64 is " "$ROOT/out"
+  nothing_installed gitlab
+}
+
+@test "a truncated download is refused: nothing installed, no park" {
+  stock_machine
+  release_mode truncate
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  grep -qF "download of $RELEASE_URL/github-x64.tar.gz failed" "$ROOT/out"
+  nothing_installed github
+}
+
+@test "a missing download (404) is refused: nothing installed, no park" {
+  stock_machine
+  release_mode 404
+  new_instance "$(warm_tags)"
+  boot_first gitlab
+  refused_prime
+  grep -qF "download of $RELEASE_URL/gitlab-x64 failed" "$ROOT/out"
+  grep -qF "404" "$ROOT/out"
+  nothing_installed gitlab
+}
+
+@test "an unknown architecture is refused before any download, no park" {
+  stock_machine
+  echo riscv64 >"$ROOT/calls/arch"
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "no github runner for architecture 'riscv64' (only x86_64 and aarch64): refused, nothing installed" "$ROOT/out"
+  [ "$(release_requests)" = '' ]
+  nothing_installed github
+  [ ! -e "$ROOT/calls/shutdown" ]
+}
+
+@test "a failing dnf install is refused: the unpacked runner is not moved into place" {
+  stock_machine
+  touch "$ROOT/calls/dnf-fail"
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  grep -qF "dnf install lttng-ust openssl-libs krb5-libs zlib libicu git failed" "$ROOT/out"
+  nothing_installed github
+}
+
+@test "a partial install left by a crashed boot is removed, never used" {
+  stock_machine
+  mkdir -p "$ROOT/runner/github.partial/tree"
+  printf '#!/bin/bash\necho half\n' >"$ROOT/runner/github.partial/tree/run.sh"
+  chmod 755 "$ROOT/runner/github.partial/tree/run.sh"
+  echo half >"$ROOT/runner/github.partial/tree/half-written"
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  cmp "$ROOT/runner/github/run.sh" "$REPO/test/templates/shims/runner/runner"
+  [ ! -e "$ROOT/runner/github/half-written" ]
+  [ ! -e "$ROOT/runner/github.partial" ]
+  called shutdown "-h now"
+}
+
+@test "a runner directory with something else in it is not installed over" {
+  stock_machine
+  mkdir -p "$ROOT/runner/github"
+  echo keep >"$ROOT/runner/github/notes"
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "$ROOT/runner/github exists without run.sh: not installing over it" "$ROOT/out"
+  [ "$(cat "$ROOT/runner/github/notes")" = keep ]
+  [ "$(release_requests)" = '' ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+}
+
+@test "a cold launch of a stock image installs the runner before RUN starts it" {
+  stock_machine
+  new_instance "$(cold_tags)"
+  github_config jit-cold-install
+  boot_first github
+  [ "$status" -eq 0 ]
+  local installed started
+  installed=$(grep -nF "installed the github runner" "$ROOT/out" | cut -d: -f1)
+  started=$(grep -nF "starting the github runner" "$ROOT/out" | cut -d: -f1)
+  ((installed < started))
+  [ "$(calls_of runner)" = "$ROOT/runner/github/run.sh" ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-cold-install ]
+  [ "$(cat "$ROOT/calls/runner.user")" = "$RUNNER_USER" ]
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "a cold launch whose config is not there yet installs in WAIT before it polls, then RUNs" {
+  stock_machine
+  new_instance "$(cold_tags)"
+  boot_background "$ROOT/user-data-github.sh"
+  # Installed while it waits, before any config exists.
+  wait_for_log "installed the github runner"
+  github_config jit-wait-install
+  boot_wait
+  [ "$status" -eq 0 ]
+  local installed waited
+  installed=$(grep -nF "installed the github runner" "$ROOT/out" | cut -d: -f1)
+  waited=$(grep -nF "$LOG_MODE=WAIT" "$ROOT/out" | cut -d: -f1)
+  ((waited < installed))
+  [ "$(grep -cF "installing the github runner" "$ROOT/out")" -eq 1 ]
+  [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-wait-install ]
+}
+
+@test "a cold GitLab launch of a stock image runs run-single with the installed binary" {
+  stock_machine
+  new_instance "$(cold_tags)"
+  gitlab_config https://gitlab.example.test glrt-cold-install
+  boot_first gitlab
+  [ "$status" -eq 0 ]
+  [ "$(calls_of runner)" = "$ROOT/runner/gitlab/gitlab-runner" ]
+  [ "$(head -n 1 "$ROOT/calls/runner.args")" = run-single ]
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "a cold launch whose install is refused terminates, deletes its config and starts no runner" {
+  stock_machine
+  release_mode tamper
+  new_instance "$(cold_tags)"
+  github_config jit-cold-refused
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "refused, nothing installed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  nothing_installed github
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "the standalone install script installs on a stock machine, then finds the runner and fetches nothing" {
+  stock_machine
+  boot "$ROOT/install-runner-github.sh"
+  [ "$status" -eq 0 ]
+  cmp "$ROOT/runner/github/run.sh" "$REPO/test/templates/shims/runner/runner"
+  [ "$(release_requests)" = /github-x64.tar.gz ]
+  boot "$ROOT/install-runner-github.sh"
+  [ "$status" -eq 0 ]
+  [ "$(release_requests)" = /github-x64.tar.gz ]
+}
+
+@test "the standalone install script refuses a tampered download and installs nothing" {
+  stock_machine
+  release_mode tamper
+  boot "$ROOT/install-runner-gitlab.sh"
+  [ "$status" -ne 0 ]
+  grep -qF "install-runner: error: the gitlab-runner binary: refused, nothing installed" "$ROOT/out"
+  nothing_installed gitlab
+}
