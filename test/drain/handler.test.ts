@@ -332,3 +332,70 @@ describe('drain: Delete', () => {
     await expect(h.isComplete(request)).rejects.toThrow(/could not observe the fleet: UnauthorizedOperation/);
   });
 });
+
+describe('drain: a Delete that is not the stack going away', () => {
+  const untouched = () => expect({ order, terminated: aws.count('TerminateInstances'), deletes: aws.count('DeleteParameters'), deregistered: ci.deleted }).toEqual({ order: [], terminated: 0, deletes: 0, deregistered: [] });
+
+  it.each([StackStatus.UPDATE_COMPLETE_CLEANUP_IN_PROGRESS, StackStatus.UPDATE_ROLLBACK_IN_PROGRESS, StackStatus.UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS])(
+    'in %s (the drain replaced or removed by an update) touches nothing, logs why and completes at once',
+    async (status) => {
+      const { parked, running } = fleet();
+      scaling.stackStatus = status;
+      const h = handlers();
+      const answer = await h.onEvent(event('Delete'));
+      expect(answer.PhysicalResourceId).toBe('drain-1');
+      expect(answer.Data).toEqual({ DrainSkipped: expect.stringContaining(status) });
+      expect(await h.isComplete({ ...event('Delete'), ...answer } as IsCompleteEvent)).toEqual({ IsComplete: true });
+      expect(scaling.stackReads).toEqual(['stack']);
+      expect([parked.state, running.state]).toEqual(['stopped', 'running']);
+      expect([...scaling.mappings.values(), ...scaling.rules.values()]).toEqual(['Enabled', 'ENABLED', 'ENABLED']);
+      untouched();
+      expect(lines.logs('delete without draining')[0]?.reason).toMatch(/the stack and the fleet under its prefix stay, so nothing is drained/);
+    },
+  );
+
+  it('in ROLLBACK_IN_PROGRESS (a failed create deletes everything) drains', async () => {
+    const { parked } = fleet();
+    scaling.stackStatus = StackStatus.ROLLBACK_IN_PROGRESS;
+    const h = handlers();
+    const request = await startDrain(h);
+    expect(request.Data?.DrainStartedAt).toBeDefined();
+    await h.isComplete(request);
+    expect(parked.state).toBe('terminated');
+  });
+
+  it('reads the status through AwsCaller: throttling is ridden out, then the drain runs', async () => {
+    fleet();
+    scaling.stackFaults.push(awsError('Throttling', 400), awsError('Throttling', 400));
+    const request = await startDrain();
+    expect(scaling.stackReads).toHaveLength(3);
+    expect(request.Data?.DrainStartedAt).toBeDefined();
+  });
+
+  it.each([
+    ['unreadable after retries', () => Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)), /could not read the status of stack stack \(ServiceUnavailable/],
+    ['refused', () => [awsError('AccessDenied', 403)], /could not read the status of stack stack \(AccessDenied/],
+  ])('a status %s fails the Delete with the reason and touches nothing', async (_, faults, reason) => {
+    const { parked } = fleet();
+    scaling.stackFaults.push(...faults());
+    const failure = await handlers()
+      .onEvent(event('Delete'))
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(failure).toBeInstanceOf(DrainFailedError);
+    expect((failure as Error).message).toMatch(reason);
+    expect((failure as Error).message).toMatch(/nothing was touched/);
+    expect(parked.state).toBe('stopped');
+    untouched();
+  });
+
+  it('a status in which no Delete is expected fails the Delete, touching nothing', async () => {
+    fleet();
+    scaling.stackStatus = StackStatus.UPDATE_COMPLETE;
+    await expect(handlers().onEvent(event('Delete'))).rejects.toThrow(/the drain did not run: the stack is UPDATE_COMPLETE/);
+    untouched();
+  });
+});
+
