@@ -97,8 +97,8 @@ export function createDrainHandlers(deps: DrainDeps): {
         log.info('delete without draining', { reason: verdict.reason });
         return { PhysicalResourceId: event.PhysicalResourceId, Data: { DrainSkipped: verdict.reason } };
       }
-      if (verdict.action === 'refuse') throw new DrainFailedError(`the drain did not run: ${verdict.reason}; see docs/operations.md#a-stack-left-in-delete_failed`);
-      log.info('draining', { reason: verdict.reason });
+      if (verdict.action === 'refuse') throw new DrainFailedError(`the drain did not run: ${verdict.reason}; see docs/operations.md#renaming-replacing-or-removing-the-fleet-in-an-update`);
+      log.info('the stack goes away; draining', { reason: verdict.reason });
       const startedAt = now().toISOString();
       await stopScaling(deps, log);
       log.info('scaling stopped; draining', { eventSourceMappings: deps.sources.eventSourceMappings.length, schedules: deps.sources.schedules.length });

@@ -166,6 +166,7 @@ describe('drain: Create and Update', () => {
     expect(await h.isComplete(event('Create') as IsCompleteEvent)).toEqual({ IsComplete: true });
     expect(await h.isComplete(event('Update') as IsCompleteEvent)).toEqual({ IsComplete: true });
     expect(order).toEqual([]);
+    expect(scaling.stackReads).toEqual([]);
   });
 });
 
@@ -360,6 +361,7 @@ describe('drain: a Delete that is not the stack going away', () => {
     const h = handlers();
     const request = await startDrain(h);
     expect(request.Data?.DrainStartedAt).toBeDefined();
+    expect(lines.logs('the stack goes away; draining')[0]?.reason).toMatch(/creation failed.*\(ROLLBACK_IN_PROGRESS\)/);
     await h.isComplete(request);
     expect(parked.state).toBe('terminated');
   });
