@@ -257,6 +257,13 @@ describe('drain: Delete', () => {
     expect(await h.isComplete(request)).toEqual({ IsComplete: true });
   });
 
+  it('onEvent rides out throttling and a lost answer of a disable (idempotent: sent again through AwsCaller)', async () => {
+    scaling.faults.push(awsError('ThrottlingException', 400), awsError('ServiceException', 500));
+    await startDrain();
+    expect(order).toEqual(['UpdateEventSourceMapping uuid-1', 'UpdateEventSourceMapping uuid-1', 'UpdateEventSourceMapping uuid-1', 'DisableRule pool-schedule', 'DisableRule scale-down-schedule']);
+    expect(scaling.mappings.get('uuid-1')).toBe('Disabled');
+  });
+
   it('onEvent fails the delete when scaling cannot be stopped (a definite refusal), naming the call', async () => {
     fleet();
     scaling.faults.push(undefined, awsError('AccessDeniedException', 403));
