@@ -47,14 +47,15 @@ const QUIET_MARGIN_SECONDS = 60;
 const DEADLINE_MARGIN_SECONDS = 120;
 
 /**
- * Drains a fleet when it is deleted (`cdk destroy`, or the construct removed): a custom
- * resource through the CDK provider framework that CloudFormation deletes before every other
- * part of the fleet. onEvent disables the fleet's event source mappings and schedules, so
+ * Drains a fleet when its stack is deleted (`cdk destroy`, or the rollback of a failed
+ * create): a custom resource through the CDK provider framework that CloudFormation deletes
+ * before every other part of the fleet. A Delete sent by an update (the construct renamed,
+ * replaced or removed) drains nothing: the handler reads the stack's status first. onEvent disables the fleet's event source mappings and schedules, so
  * nothing launches any more; isComplete then polls: terminates every fleet instance (parked
  * ones too), deletes the fleet's run-time parameters, deregisters its runners at GitHub and
  * GitLab, and lets CloudFormation continue once nothing is left. Past `timeout` the delete
  * fails with what is left as the reason (docs/operations.md, "What `cdk destroy` does").
- * Create and Update do nothing.
+ * Create and Update do nothing, and Update keeps the physical id.
  */
 export class FleetDrain extends Construct {
   /** The custom resource; every part of the fleet is deleted after it. */
@@ -119,6 +120,10 @@ export class FleetDrain extends Construct {
       fn.role!.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['lambda:UpdateEventSourceMapping', ...(observe ? ['lambda:GetEventSourceMapping'] : [])], resources: mappingArns }));
       fn.role!.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['events:DisableRule', ...(observe ? ['events:DescribeRule'] : [])], resources: ruleArns }));
     }
+
+    // onEvent reads this stack's status: a Delete sent by an update (the drain renamed or
+    // replaced) must not drain the live fleet. This stack only.
+    this.onEventFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['cloudformation:DescribeStacks'], resources: [stack.stackId] }));
 
     // Draining: the fleet's instances (its pool tag), its run-time parameters, its CI credentials.
     const drain = this.isCompleteFunction;

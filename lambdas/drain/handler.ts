@@ -1,13 +1,16 @@
 import { CancelSpotInstanceRequestsCommand, TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
+import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import { DescribeRuleCommand, DisableRuleCommand, type DescribeRuleCommandOutput, type EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { GetEventSourceMappingCommand, UpdateEventSourceMappingCommand, type GetEventSourceMappingCommandOutput, type LambdaClient } from '@aws-sdk/client-lambda';
 import { DeleteParametersCommand, GetParameterCommand, GetParametersByPathCommand, type GetParametersByPathCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
-import { errorName, READ, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import { actionOf, errorName, READ, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { Provider, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type RunnerSummary } from '../shared/contract';
 import { chunks } from '../shared/delete-configs';
 import { describeFleet, LIVE_STATES } from '../shared/instances';
 import { createLogger, type Logger, type Sink } from '../shared/log';
 import { decideDrain, type DrainObservation, type DrainSettings } from './decide';
-import { DescribeRuleCommand, DisableRuleCommand, GetEventSourceMappingCommand, UpdateEventSourceMappingCommand, type ScalingApi, type ScalingOutput } from './scaling-api';
+import { deleteVerdict, type DeleteVerdict } from './delete-cause';
 
 /** What stops the fleet scaling: the jobs queue's event source mappings and the schedules. */
 export interface ScalingSources {
@@ -18,7 +21,12 @@ export interface ScalingSources {
 export interface DrainDeps {
   readonly ec2: EC2Client;
   readonly ssm: SSMClient;
-  readonly scaling: ScalingApi;
+  /** Disables the jobs queue's event source mappings. */
+  readonly lambda: LambdaClient;
+  /** Disables the schedules. */
+  readonly events: EventBridgeClient;
+  /** Reads the stack's status: a Delete drains only when the stack goes away. */
+  readonly cloudformation: CloudFormationClient;
   readonly aws: AwsCaller;
   readonly loadConfig: () => Promise<FleetConfig>;
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
@@ -34,13 +42,13 @@ export interface DrainDeps {
 /** The provider framework's onEvent answer; `Data` reaches every isComplete call. */
 export interface OnEventResponse {
   readonly PhysicalResourceId?: string;
-  readonly Data?: { readonly DrainStartedAt: string };
+  readonly Data?: { readonly DrainStartedAt: string } | { readonly DrainSkipped: string };
 }
 export interface IsCompleteResponse {
   readonly IsComplete: boolean;
 }
 /** The isComplete request: the CloudFormation event with onEvent's answer merged in. */
-export type IsCompleteEvent = CloudFormationCustomResourceEvent & { readonly Data?: { readonly DrainStartedAt?: string } };
+export type IsCompleteEvent = CloudFormationCustomResourceEvent & { readonly Data?: { readonly DrainStartedAt?: string; readonly DrainSkipped?: string } };
 
 /**
  * Thrown by isComplete to fail the delete: the provider framework answers CloudFormation
@@ -59,8 +67,10 @@ const AUTHORIZATION = new Set(['AccessDenied', 'AccessDeniedException', 'Unautho
 const MAPPING_STOPPED = new Set(['Disabled', 'Deleting']);
 
 /**
- * The fleet's drain, run by the CDK provider framework when the stack (or the fleet) is
- * deleted; Create and Update do nothing. onEvent stops scaling (disables the jobs queue's
+ * The fleet's drain, run by the CDK provider framework when the stack is deleted; Create and
+ * Update do nothing. A Delete drains only when the stack goes away (delete-cause.ts): one
+ * sent by an update that replaces or removes the drain leaves the fleet alone. onEvent reads
+ * the stack's status, then stops scaling (disables the jobs queue's
  * event source mappings and the schedules) and records the time; each isComplete poll then
  * observes what is left, acts on it (terminate, cancel spot requests, delete parameters,
  * deregister runners) and answers complete only when nothing is left and the quiet period has
@@ -79,7 +89,16 @@ export function createDrainHandlers(deps: DrainDeps): {
 
   return {
     async onEvent(event) {
+      // Update keeps the physical id: a new one would make CloudFormation delete the old
+      // resource, which is a Delete of the drain.
       if (event.RequestType !== 'Delete') return event.RequestType === 'Update' ? { PhysicalResourceId: event.PhysicalResourceId } : {};
+      const verdict = await verdictOnDelete(deps, event.StackId, log);
+      if (verdict.action === 'skip') {
+        log.info('delete without draining', { reason: verdict.reason });
+        return { PhysicalResourceId: event.PhysicalResourceId, Data: { DrainSkipped: verdict.reason } };
+      }
+      if (verdict.action === 'refuse') throw new DrainFailedError(`the drain did not run: ${verdict.reason}; see docs/operations.md#renaming-replacing-or-removing-the-fleet-in-an-update`);
+      log.info('the stack goes away; draining', { reason: verdict.reason });
       const startedAt = now().toISOString();
       await stopScaling(deps, log);
       log.info('scaling stopped; draining', { eventSourceMappings: deps.sources.eventSourceMappings.length, schedules: deps.sources.schedules.length });
@@ -87,7 +106,7 @@ export function createDrainHandlers(deps: DrainDeps): {
     },
 
     async isComplete(event) {
-      if (event.RequestType !== 'Delete') return { IsComplete: true };
+      if (event.RequestType !== 'Delete' || event.Data?.DrainSkipped !== undefined) return { IsComplete: true };
       const started = Date.parse(event.Data?.DrainStartedAt ?? '');
       if (!Number.isFinite(started)) throw new DrainFailedError('the drain has no start time (onEvent did not run?): delete again');
       const passStart = now().getTime();
@@ -122,22 +141,45 @@ export function createDrainHandlers(deps: DrainDeps): {
 }
 
 /**
+ * Whether this Delete drains, from the stack's status (delete-cause.ts). A status that cannot
+ * be read (after the caller's retries) fails the Delete: guessing "drain" could terminate a
+ * live fleet, guessing "skip" could leave instances behind a deleted stack, while a failed
+ * Delete costs a retry at most (an update's cleanup only logs it and leaves the resource; a
+ * stack delete shows DELETE_FAILED and is deleted again).
+ */
+async function verdictOnDelete(deps: DrainDeps, stackId: string, log: Logger): Promise<DeleteVerdict> {
+  let status: string | undefined;
+  try {
+    const out = await deps.aws.send<DescribeStacksCommandOutput>(deps.cloudformation, new DescribeStacksCommand({ StackName: stackId }), READ);
+    status = out.Stacks?.[0]?.StackStatus;
+  } catch (error) {
+    log.error('reading the stack status failed', { stackId, error: errorName(error) });
+    throw new DrainFailedError(
+      `the drain could not read the status of stack ${stackId} (${errorName(error)}: ${(error as Error).message}), so it cannot tell a stack deletion from an update replacing the drain; nothing was touched. Retry the operation; see docs/operations.md#a-stack-left-in-delete_failed`,
+    );
+  }
+  if (status === undefined) throw new DrainFailedError(`the drain could not read the status of stack ${stackId} (DescribeStacks listed no stack); nothing was touched`);
+  return deleteVerdict(status);
+}
+
+/**
  * Disables every mapping and schedule. Repeating either is harmless, so lost answers are
  * retried; one already deleted counts as stopped. A definite refusal (for example access
  * denied) fails the delete at once: draining while the fleet still scales would not end.
  */
 async function stopScaling(deps: DrainDeps, log: Logger): Promise<void> {
-  const calls = [
-    ...deps.sources.eventSourceMappings.map((UUID) => new UpdateEventSourceMappingCommand({ UUID, Enabled: false })),
-    ...deps.sources.schedules.map((Name) => new DisableRuleCommand({ Name })),
+  const calls: (readonly [LambdaClient | EventBridgeClient, UpdateEventSourceMappingCommand | DisableRuleCommand])[] = [
+    ...deps.sources.eventSourceMappings.map((UUID) => [deps.lambda, new UpdateEventSourceMappingCommand({ UUID, Enabled: false })] as const),
+    ...deps.sources.schedules.map((Name) => [deps.events, new DisableRuleCommand({ Name })] as const),
   ];
-  for (const command of calls) {
+  for (const [client, command] of calls) {
     try {
-      await deps.aws.send(deps.scaling, command, WRITE_IDEMPOTENT);
+      await deps.aws.send(client, command, WRITE_IDEMPOTENT);
     } catch (error) {
       if (gone(error)) continue;
-      log.error('stopping scaling failed', { call: command.constructor.name, target: JSON.stringify(command.input), error: errorName(error) });
-      throw new DrainFailedError(`the drain could not stop scaling: ${command.constructor.name.replace(/Command$/, '')} ${JSON.stringify(command.input)} failed with ${errorName(error)}; see docs/operations.md#a-stack-left-in-delete_failed`);
+      const call = actionOf(command);
+      log.error('stopping scaling failed', { call, target: JSON.stringify(command.input), error: errorName(error) });
+      throw new DrainFailedError(`the drain could not stop scaling: ${call} ${JSON.stringify(command.input)} failed with ${errorName(error)}; see docs/operations.md#a-stack-left-in-delete_failed`);
     }
   }
 }
@@ -149,24 +191,24 @@ async function stopScaling(deps: DrainDeps, log: Logger): Promise<void> {
 async function scalingNotStopped(deps: DrainDeps): Promise<string[]> {
   const pending: string[] = [];
   for (const UUID of deps.sources.eventSourceMappings) {
-    const state = await observed(deps, new GetEventSourceMappingCommand({ UUID }));
+    const state = await stateOf<GetEventSourceMappingCommandOutput>(deps, deps.lambda, new GetEventSourceMappingCommand({ UUID }));
     if (state === undefined || MAPPING_STOPPED.has(state)) continue;
     pending.push(`mapping ${UUID} ${state}`);
-    if (state === 'Enabled' || state === 'Enabling') await deps.aws.send(deps.scaling, new UpdateEventSourceMappingCommand({ UUID, Enabled: false }), WRITE_IDEMPOTENT);
+    if (state === 'Enabled' || state === 'Enabling') await deps.aws.send(deps.lambda, new UpdateEventSourceMappingCommand({ UUID, Enabled: false }), WRITE_IDEMPOTENT);
   }
   for (const Name of deps.sources.schedules) {
-    const state = await observed(deps, new DescribeRuleCommand({ Name }));
+    const state = await stateOf<DescribeRuleCommandOutput>(deps, deps.events, new DescribeRuleCommand({ Name }));
     if (state === undefined || state === 'DISABLED') continue;
     pending.push(`schedule ${Name} ${state}`);
-    await deps.aws.send(deps.scaling, new DisableRuleCommand({ Name }), WRITE_IDEMPOTENT);
+    await deps.aws.send(deps.events, new DisableRuleCommand({ Name }), WRITE_IDEMPOTENT);
   }
   return pending;
 }
 
 /** The state of a mapping or rule; undefined once it is deleted. */
-async function observed(deps: DrainDeps, command: GetEventSourceMappingCommand | DescribeRuleCommand): Promise<string | undefined> {
+async function stateOf<T extends { State?: string }>(deps: DrainDeps, client: LambdaClient | EventBridgeClient, command: GetEventSourceMappingCommand | DescribeRuleCommand): Promise<string | undefined> {
   try {
-    return (await deps.aws.send<ScalingOutput>(deps.scaling, command, READ)).State ?? 'unknown';
+    return (await deps.aws.send<T>(client, command, READ)).State ?? 'unknown';
   } catch (error) {
     if (gone(error)) return undefined;
     throw error;

@@ -1,11 +1,13 @@
+import { CloudFormationClient } from '@aws-sdk/client-cloudformation';
+import { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
-import { productionClients, providersOnce } from '../shared/clients';
+import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
 import { LAMBDA_ENV } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createDrainHandlers } from './handler';
-import { ScalingApi } from './scaling-api';
 
 const clients = productionClients();
 const list = (name: string) => (process.env[name] ?? '').split(',').filter((s) => s !== '');
@@ -21,7 +23,9 @@ const handlers = () =>
   (drain ??= createDrainHandlers({
     ec2: clients.ec2,
     ssm: clients.ssm,
-    scaling: new ScalingApi({ region: process.env.AWS_REGION ?? '', credentials: clients.ec2.config.credentials, ...(process.env.AWS_ENDPOINT_URL ? { endpoint: process.env.AWS_ENDPOINT_URL } : {}) }),
+    lambda: new LambdaClient(PRODUCTION_CLIENT_OPTIONS),
+    events: new EventBridgeClient(PRODUCTION_CLIENT_OPTIONS),
+    cloudformation: new CloudFormationClient(PRODUCTION_CLIENT_OPTIONS),
     aws: new AwsCaller({ pacer: new Pacer() }),
     loadConfig: () => loadFleetConfig(clients.ssm),
     providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),

@@ -4,15 +4,16 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import type { CiProvider, FleetConfig, Provider } from './contract';
 
 /**
- * The production AWS clients. maxAttempts is 1 because `AwsCaller` does the retrying: it
- * knows which calls are safe to repeat (see aws-call.ts), the SDK's retry does not. Socket
- * timeouts bound every request below the caller's own deadline.
+ * Options of every production AWS client. maxAttempts is 1 because `AwsCaller` does the
+ * retrying: it knows which calls are safe to repeat (see aws-call.ts), the SDK's retry does
+ * not. Socket timeouts bound every request below the caller's own deadline.
  */
 export const PRODUCTION_CLIENT_OPTIONS = {
   maxAttempts: 1,
   requestHandler: { connectionTimeout: 2_000, requestTimeout: 8_000 },
-};
+} as const;
 
+/** The production EC2, SSM and SQS clients (a function needing others builds them with the same options). */
 export function productionClients(): { ec2: EC2Client; ssm: SSMClient; sqs: SQSClient } {
   const common = PRODUCTION_CLIENT_OPTIONS;
   return { ec2: new EC2Client(common), ssm: new SSMClient(common), sqs: new SQSClient(common) };

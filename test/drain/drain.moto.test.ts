@@ -2,14 +2,17 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CloudFormationClient, CreateStackCommand, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
 import { CreateLaunchTemplateCommand, DescribeInstancesCommand, DescribeSubnetsCommand, RunInstancesCommand, StopInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { DescribeRuleCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { GetEventSourceMappingCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParametersByPathCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent, SQSEvent } from 'aws-lambda';
+import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCiProviders } from '../../lambdas/ci';
 import { createDrainHandlers, type IsCompleteEvent } from '../../lambdas/drain/handler';
-import { DescribeRuleCommand, GetEventSourceMappingCommand, ScalingApi } from '../../lambdas/drain/scaling-api';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, GitLabRunnerType, JOB_MESSAGE_SCHEMA_VERSION, Provider, ssmPaths, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
@@ -41,7 +44,7 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-/** The real aws CLI against moto: the project has no Lambda or EventBridge SDK client to set them up with. */
+/** The real aws CLI against moto, for the set-up CloudFormation does in production (a role, a function, its mapping, the rules). */
 function cli(...args: string[]): Record<string, unknown> {
   const out = execFileSync('aws', [...args, '--output', 'json'], { env: { ...process.env, ...motoEnv(moto.endpoint) } }).toString();
   return out.trim() ? (JSON.parse(out) as Record<string, unknown>) : {};
@@ -146,7 +149,7 @@ async function parametersUnder(path: string): Promise<string[]> {
   return (out.Parameters ?? []).map((p) => p.Name!);
 }
 
-const deleteEvent = { RequestType: 'Delete', ServiceToken: 'arn', ResponseURL: 'https://cfn', StackId: 'stack', RequestId: 'r', LogicalResourceId: 'Drain', PhysicalResourceId: 'drain', ResourceType: 'Custom::FleetDrain', ResourceProperties: { ServiceToken: 'arn' } } as CloudFormationCustomResourceEvent;
+const deleteEventOf = (StackId: string) => ({ RequestType: 'Delete', ServiceToken: 'arn', ResponseURL: 'https://cfn', StackId, RequestId: 'r', LogicalResourceId: 'Drain', PhysicalResourceId: 'drain', ResourceType: 'Custom::FleetDrain', ResourceProperties: { ServiceToken: 'arn' } }) as CloudFormationCustomResourceEvent;
 
 describe('the drain against moto and the loopback GitHub and GitLab', () => {
   it('leaves zero fleet resources: no instance but terminated ones, no parameter under the fleet roots, no runner; a job queued during the drain launches nothing', { timeout: scaled(180_000) }, async () => {
@@ -154,7 +157,10 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
     const config = await deployFleet();
     const lines = new Lines();
     const aws = new AwsCaller({ sleep: async () => {} });
-    const scaling = new ScalingApi({ region: 'us-east-1', credentials: async () => ({ accessKeyId: 'testing', secretAccessKey: 'testing' }), endpoint: moto.endpoint });
+    const sdk = { endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 };
+    const lambda = new LambdaClient(sdk);
+    const events = new EventBridgeClient(sdk);
+    const cloudformation = new CloudFormationClient(sdk);
     const providers = (() => {
       const built = createCiProviders(config, { ssm: c.ssm });
       return () => built;
@@ -168,7 +174,7 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
      * the queue's messages, invokes scale-up with them and deletes those it served.
      */
     const poll = async (): Promise<number> => {
-      const mapping = await scaling.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }));
+      const mapping = await lambda.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }));
       if (mapping.State !== 'Enabled') return 0;
       const received = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: triggers.queueUrl, MaxNumberOfMessages: 10, AttributeNames: ['All'] }));
       const messages = received.Messages ?? [];
@@ -204,7 +210,9 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
 
     const drain = createDrainHandlers({
       ...c,
-      scaling,
+      lambda,
+      events,
+      cloudformation,
       aws,
       loadConfig: async () => config,
       providers,
@@ -214,10 +222,23 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
       sink: lines.sink,
     });
 
+    // The stack the drain belongs to, in moto. moto finishes every stack operation at once, so
+    // it answers CREATE_COMPLETE: no Delete is expected then, and the drain refuses, touching nothing.
+    const created = await cloudformation.send(new CreateStackCommand({ StackName: 'runners', TemplateBody: JSON.stringify({ Resources: { Marker: { Type: 'AWS::CloudFormation::WaitConditionHandle' } } }) }));
+    const deleteEvent = deleteEventOf(created.StackId!);
+    await expect(drain.onEvent(deleteEvent)).rejects.toThrow(/the drain did not run: the stack is CREATE_COMPLETE/);
+    expect((await lambda.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }))).State).toBe('Enabled');
+    expect((await fleetInstances()).filter((i) => i.State?.Name !== 'terminated')).toHaveLength(4);
+    // moto never reports DELETE_IN_PROGRESS (its DeleteStack completes at once): from here this
+    // client answers the stack as CloudFormation does while it deletes it.
+    const stack = (await cloudformation.send(new DescribeStacksCommand({ StackName: created.StackId! }))).Stacks![0]!;
+    const deleting = mockClient(cloudformation);
+    deleting.on(DescribeStacksCommand, { StackName: created.StackId! }).resolves({ Stacks: [{ ...stack, StackStatus: StackStatus.DELETE_IN_PROGRESS }] });
+
     // 1. Stop scaling: the mapping and both schedules are disabled in moto.
     const request = { ...deleteEvent, ...(await drain.onEvent(deleteEvent)) } as IsCompleteEvent;
-    expect((await scaling.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }))).State).toBe('Disabled');
-    for (const name of triggers.schedules) expect((await scaling.send(new DescribeRuleCommand({ Name: name }))).State).toBe('DISABLED');
+    expect((await lambda.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }))).State).toBe('Disabled');
+    for (const name of triggers.schedules) expect((await events.send(new DescribeRuleCommand({ Name: name }))).State).toBe('DISABLED');
 
     // A delivery arriving during the drain: queued, never delivered, nothing launched or registered.
     const before = (await fleetInstances()).length;
@@ -248,5 +269,6 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
     const queued = await c.sqs.send(new GetQueueAttributesCommand({ QueueUrl: triggers.queueUrl, AttributeNames: ['ApproximateNumberOfMessages'] }));
     expect(queued.Attributes?.ApproximateNumberOfMessages).toBe('1');
     expect(gh.jobs().find((j) => j.id === lateJob.id)?.status).toBe('queued');
+    deleting.restore();
   });
 });

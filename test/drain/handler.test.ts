@@ -1,9 +1,12 @@
+import { CloudFormationClient, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
 import { EC2Client } from '@aws-sdk/client-ec2';
+import { DescribeRuleCommand, DisableRuleCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import { GetEventSourceMappingCommand, LambdaClient, UpdateEventSourceMappingCommand } from '@aws-sdk/client-lambda';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDrainHandlers, DrainFailedError, type IsCompleteEvent } from '../../lambdas/drain/handler';
-import { DescribeRuleCommand, DisableRuleCommand, GetEventSourceMappingCommand, ScalingApiError, UpdateEventSourceMappingCommand, type ScalingApi, type ScalingCommand } from '../../lambdas/drain/scaling-api';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
@@ -13,41 +16,72 @@ import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtur
 const paths = ssmPaths(PREFIX);
 const config = fleetConfig();
 
-/** Lambda's mappings and EventBridge's rules, as the drain's four calls see them. */
+/**
+ * Lambda's mappings, EventBridge's rules and the stack's status behind aws-sdk-client-mock,
+ * as the drain's SDK calls see them.
+ */
 class FakeScaling {
+  readonly lambda = mockClient(LambdaClient);
+  readonly events = mockClient(EventBridgeClient);
+  readonly cloudformation = mockClient(CloudFormationClient);
   readonly mappings = new Map<string, string>([['uuid-1', 'Enabled']]);
   readonly rules = new Map<string, string>([
     ['pool-schedule', 'ENABLED'],
     ['scale-down-schedule', 'ENABLED'],
   ]);
+  stackStatus: string = StackStatus.DELETE_IN_PROGRESS;
+  readonly stackReads: string[] = [];
+  readonly stackFaults: Error[] = [];
   readonly calls: string[] = [];
   readonly faults: (Error | undefined)[] = [];
-  constructor(private readonly log: string[]) {}
-  async send(command: ScalingCommand): Promise<{ State?: string }> {
-    const call = `${command.constructor.name.replace(/Command$/, '')} ${Object.values(command.input)[0]}`;
+  constructor(private readonly log: string[]) {
+    const notFound = () => awsError('ResourceNotFoundException', 404);
+    this.lambda.on(UpdateEventSourceMappingCommand).callsFake((i: { UUID: string; Enabled: boolean }) =>
+      this.run(`UpdateEventSourceMapping ${i.UUID}`, () => {
+        if (!this.mappings.has(i.UUID)) throw notFound();
+        this.mappings.set(i.UUID, i.Enabled ? 'Enabled' : 'Disabled');
+        return { State: i.Enabled ? 'Enabling' : 'Disabling' };
+      }),
+    );
+    this.lambda.on(GetEventSourceMappingCommand).callsFake((i: { UUID: string }) =>
+      this.run(`GetEventSourceMapping ${i.UUID}`, () => {
+        const state = this.mappings.get(i.UUID);
+        if (!state) throw notFound();
+        return { State: state };
+      }),
+    );
+    this.events.on(DisableRuleCommand).callsFake((i: { Name: string }) =>
+      this.run(`DisableRule ${i.Name}`, () => {
+        if (!this.rules.has(i.Name)) throw notFound();
+        this.rules.set(i.Name, 'DISABLED');
+        return {};
+      }),
+    );
+    this.events.on(DescribeRuleCommand).callsFake((i: { Name: string }) =>
+      this.run(`DescribeRule ${i.Name}`, () => {
+        const rule = this.rules.get(i.Name);
+        if (!rule) throw notFound();
+        return { Name: i.Name, State: rule };
+      }),
+    );
+    this.cloudformation.on(DescribeStacksCommand).callsFake((i: { StackName: string }) => {
+      this.stackReads.push(i.StackName);
+      const fault = this.stackFaults.shift();
+      if (fault) throw fault;
+      return { Stacks: [{ StackId: i.StackName, StackName: 'Example', CreationTime: new Date(0), StackStatus: this.stackStatus }] };
+    });
+  }
+  private run(call: string, answer: () => unknown): unknown {
     this.calls.push(call);
     this.log.push(call);
     const fault = this.faults.shift();
     if (fault) throw fault;
-    const notFound = () => new ScalingApiError('ResourceNotFoundException', 404, 'not found');
-    if (command instanceof UpdateEventSourceMappingCommand) {
-      if (!this.mappings.has(command.input.UUID)) throw notFound();
-      this.mappings.set(command.input.UUID, command.input.Enabled ? 'Enabled' : 'Disabled');
-      return { State: command.input.Enabled ? 'Enabling' : 'Disabling' };
-    }
-    if (command instanceof GetEventSourceMappingCommand) {
-      const state = this.mappings.get(command.input.UUID);
-      if (!state) throw notFound();
-      return { State: state };
-    }
-    if (command instanceof DisableRuleCommand) {
-      if (!this.rules.has(command.input.Name)) throw notFound();
-      this.rules.set(command.input.Name, 'DISABLED');
-      return {};
-    }
-    const rule = this.rules.get((command as DescribeRuleCommand).input.Name);
-    if (!rule) throw notFound();
-    return { State: rule };
+    return answer();
+  }
+  restore(): void {
+    this.lambda.restore();
+    this.events.restore();
+    this.cloudformation.restore();
   }
 }
 
@@ -61,6 +95,7 @@ let clock: number;
 
 beforeEach(() => {
   aws?.restore();
+  scaling?.restore();
   aws = new FakeAws();
   order = [];
   const push = (action: string) => order.push(action);
@@ -76,13 +111,18 @@ beforeEach(() => {
   // The credential the fleet's provider uses exists (as after the operator filled it in).
   aws.parameters.set(config.parameters.github.appPrivateKey, { value: 'pem', tags: {}, at: aws.now });
 });
-afterAll(() => aws.restore());
+afterAll(() => {
+  aws.restore();
+  scaling.restore();
+});
 
 function handlers() {
   return createDrainHandlers({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
-    scaling: scaling as unknown as ScalingApi,
+    lambda: new LambdaClient({}),
+    events: new EventBridgeClient({}),
+    cloudformation: new CloudFormationClient({}),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
@@ -126,6 +166,7 @@ describe('drain: Create and Update', () => {
     expect(await h.isComplete(event('Create') as IsCompleteEvent)).toEqual({ IsComplete: true });
     expect(await h.isComplete(event('Update') as IsCompleteEvent)).toEqual({ IsComplete: true });
     expect(order).toEqual([]);
+    expect(scaling.stackReads).toEqual([]);
   });
 });
 
@@ -216,9 +257,16 @@ describe('drain: Delete', () => {
     expect(await h.isComplete(request)).toEqual({ IsComplete: true });
   });
 
+  it('onEvent rides out throttling and a lost answer of a disable (idempotent: sent again through AwsCaller)', async () => {
+    scaling.faults.push(awsError('ThrottlingException', 400), awsError('ServiceException', 500));
+    await startDrain();
+    expect(order).toEqual(['UpdateEventSourceMapping uuid-1', 'UpdateEventSourceMapping uuid-1', 'UpdateEventSourceMapping uuid-1', 'DisableRule pool-schedule', 'DisableRule scale-down-schedule']);
+    expect(scaling.mappings.get('uuid-1')).toBe('Disabled');
+  });
+
   it('onEvent fails the delete when scaling cannot be stopped (a definite refusal), naming the call', async () => {
     fleet();
-    scaling.faults.push(undefined, new ScalingApiError('AccessDeniedException', 403, 'no'));
+    scaling.faults.push(undefined, awsError('AccessDeniedException', 403));
     const failure = await startDrain().then(
       () => undefined,
       (e: unknown) => e,
@@ -292,3 +340,71 @@ describe('drain: Delete', () => {
     await expect(h.isComplete(request)).rejects.toThrow(/could not observe the fleet: UnauthorizedOperation/);
   });
 });
+
+describe('drain: a Delete that is not the stack going away', () => {
+  const untouched = () => expect({ order, terminated: aws.count('TerminateInstances'), deletes: aws.count('DeleteParameters'), deregistered: ci.deleted }).toEqual({ order: [], terminated: 0, deletes: 0, deregistered: [] });
+
+  it.each([StackStatus.UPDATE_COMPLETE_CLEANUP_IN_PROGRESS, StackStatus.UPDATE_ROLLBACK_IN_PROGRESS, StackStatus.UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS])(
+    'in %s (the drain replaced or removed by an update) touches nothing, logs why and completes at once',
+    async (status) => {
+      const { parked, running } = fleet();
+      scaling.stackStatus = status;
+      const h = handlers();
+      const answer = await h.onEvent(event('Delete'));
+      expect(answer.PhysicalResourceId).toBe('drain-1');
+      expect(answer.Data).toEqual({ DrainSkipped: expect.stringContaining(status) });
+      expect(await h.isComplete({ ...event('Delete'), ...answer } as IsCompleteEvent)).toEqual({ IsComplete: true });
+      expect(scaling.stackReads).toEqual(['stack']);
+      expect([parked.state, running.state]).toEqual(['stopped', 'running']);
+      expect([...scaling.mappings.values(), ...scaling.rules.values()]).toEqual(['Enabled', 'ENABLED', 'ENABLED']);
+      untouched();
+      expect(lines.logs('delete without draining')[0]?.reason).toMatch(/the stack and the fleet under its prefix stay, so nothing is drained/);
+    },
+  );
+
+  it('in ROLLBACK_IN_PROGRESS (a failed create deletes everything) drains', async () => {
+    const { parked } = fleet();
+    scaling.stackStatus = StackStatus.ROLLBACK_IN_PROGRESS;
+    const h = handlers();
+    const request = await startDrain(h);
+    expect(request.Data?.DrainStartedAt).toBeDefined();
+    expect(lines.logs('the stack goes away; draining')[0]?.reason).toMatch(/creation failed.*\(ROLLBACK_IN_PROGRESS\)/);
+    await h.isComplete(request);
+    expect(parked.state).toBe('terminated');
+  });
+
+  it('reads the status through AwsCaller: throttling is ridden out, then the drain runs', async () => {
+    fleet();
+    scaling.stackFaults.push(awsError('Throttling', 400), awsError('Throttling', 400));
+    const request = await startDrain();
+    expect(scaling.stackReads).toHaveLength(3);
+    expect(request.Data?.DrainStartedAt).toBeDefined();
+  });
+
+  it.each([
+    ['unreadable after retries', () => Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)), /could not read the status of stack stack \(ServiceUnavailable/],
+    ['refused', () => [awsError('AccessDenied', 403)], /could not read the status of stack stack \(AccessDenied/],
+  ])('a status %s fails the Delete with the reason and touches nothing', async (_, faults, reason) => {
+    const { parked } = fleet();
+    scaling.stackFaults.push(...faults());
+    const failure = await handlers()
+      .onEvent(event('Delete'))
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(failure).toBeInstanceOf(DrainFailedError);
+    expect((failure as Error).message).toMatch(reason);
+    expect((failure as Error).message).toMatch(/nothing was touched/);
+    expect(parked.state).toBe('stopped');
+    untouched();
+  });
+
+  it('a status in which no Delete is expected fails the Delete, touching nothing', async () => {
+    fleet();
+    scaling.stackStatus = StackStatus.UPDATE_COMPLETE;
+    await expect(handlers().onEvent(event('Delete'))).rejects.toThrow(/the drain did not run: the stack is UPDATE_COMPLETE/);
+    untouched();
+  });
+});
+

@@ -12,7 +12,8 @@ import { FleetDrain, WarmRunners } from '../../lib';
 import { Provider, tagKeys } from '../../lambdas/shared/contract';
 import { isAllowed, rolePolicyStatements } from './iam-eval';
 
-const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
+const STACK_ID = 'arn:aws:cloudformation:eu-west-1:111122223333:stack/Example/0b7e5e40-0000-11ef-0000-000000000000';
+const PSEUDO = { 'AWS::StackId': STACK_ID, 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
 
 let template: Template;
 beforeAll(() => {
@@ -139,10 +140,14 @@ describe('drain permissions (only the fleet\'s resources)', () => {
       ['events:DescribeRule', rule('RunnersScaleDownSchedule'), {}, true],
       ['events:DisableRule', 'arn:aws:events:eu-west-1:111122223333:rule/other', {}, false],
       ['events:DeleteRule', rule('RunnersPoolSchedule'), {}, false],
+      ['cloudformation:DescribeStacks', STACK_ID, {}, false],
     ]));
 
-  it('onEvent: only disables the fleet\'s mapping and schedules', () =>
+  it('onEvent: reads only its own stack\'s status, only disables the fleet\'s mapping and schedules', () =>
     check('RunnersDrainStopScalingRole', [
+      ['cloudformation:DescribeStacks', STACK_ID, {}, true],
+      ['cloudformation:DescribeStacks', 'arn:aws:cloudformation:eu-west-1:111122223333:stack/Other/0b7e5e40-0000-11ef-0000-000000000001', {}, false],
+      ['cloudformation:DeleteStack', STACK_ID, {}, false],
       ['lambda:UpdateEventSourceMapping', mapping(), {}, true],
       ['events:DisableRule', rule('RunnersPoolSchedule'), {}, true],
       ['events:DisableRule', rule('RunnersScaleDownSchedule'), {}, true],
