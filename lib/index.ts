@@ -21,3 +21,5 @@ export type {
   PoolWarmConfig,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
+export * from './runner-image';
+export * from './parameter-machine-image';
