@@ -71,7 +71,7 @@ export interface RunnerImageProps {
   readonly schedule?: events.Schedule;
   /**
    * SSM parameter (data type `aws:ec2:image`) the pipeline publishes each new AMI id to.
-   * @default '/warm-runners/images/<provider>-<architecture>-<unique id of this construct>'
+   * @default '/warm-runners/images/warm-runners-<provider>-<architecture>-<8 hex digits of this construct's path>'
    */
   readonly parameterName?: string;
   /**
