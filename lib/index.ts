@@ -19,6 +19,8 @@ export type {
   MetricNames,
   PoolConfig,
   PoolWarmConfig,
+  RunnerPackage,
+  RunnerPackageDownload,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
 export * from './runner-image';
