@@ -7,7 +7,7 @@ import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { DEFAULT_PREFIX, Provider, type RunnerPackage } from '../lambdas/shared/contract';
-import { acknowledgeManagedPolicy } from './nag';
+import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { renderInstallScript, type UserDataOptions } from './user-data';
 
@@ -221,9 +221,15 @@ export class RunnerImage extends Construct implements iam.IGrantable {
         parameters: { Name: this.parameterName },
         ignoreErrorCodesMatching: 'ParameterNotFound',
       },
-      policy: cr.AwsCustomResourcePolicy.fromStatements([new iam.PolicyStatement({ actions: ['ssm:PutParameter', 'ssm:DeleteParameter'], resources: [parameterArn] })]),
+      policy: cr.AwsCustomResourcePolicy.fromStatements([
+        new iam.PolicyStatement({ actions: ['ssm:PutParameter', 'ssm:DeleteParameter'], resources: [parameterArn] }),
+        // Parameter Store checks an aws:ec2:image value with the writer's ec2:DescribeImages
+        // (Systems Manager user guide, "Native parameter support for Amazon Machine Image IDs").
+        new iam.PolicyStatement({ actions: ['ec2:DescribeImages'], resources: ['*'] }),
+      ]),
       installLatestAwsSdk: false,
     });
+    acknowledgeWildcard(seed, '*', 'ec2:DescribeImages has no resource-level permissions; Parameter Store needs it to accept an aws:ec2:image value');
     // The provider framework's one function per stack that AwsCustomResource shares.
     const provider = stack.node.tryFindChild(AWS_CUSTOM_RESOURCE_SINGLETON)?.node.tryFindChild('ServiceRole');
     if (provider) {
