@@ -26,3 +26,5 @@ export type {
   RunnerPackageDownload,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
+export * from './runner-image';
+export * from './parameter-machine-image';

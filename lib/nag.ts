@@ -14,3 +14,8 @@ export function acknowledgeWildcard(scope: IConstruct, resource: string, reason:
 export function nagArn(service: string, resource: string): string {
   return `arn:<AWS::Partition>:${service}:<AWS::Region>:<AWS::AccountId>:${resource}`;
 }
+
+/** Acknowledges a cdk-nag AwsSolutions-IAM4 finding (AWS managed policy) on the role that carries it. */
+export function acknowledgeManagedPolicy(scope: IConstruct, policyName: string, reason: string): void {
+  Validations.of(scope).acknowledge({ id: `AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/${policyName}]`, reason });
+}

@@ -427,6 +427,16 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         conditions: { Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' }, 'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.primeFailure] } },
       }),
     );
+    // Pools following an image parameter (RunnerImage): the pool reads its value to evict
+    // standbys of an older image, and a launch through a template that holds `resolve:ssm:`
+    // needs ssm:GetParameters on it for the caller (EC2 user guide, "Use a Systems Manager
+    // parameter instead of an AMI ID"). Only those parameters.
+    const imageParameters = [...new Set(this.config.pools.flatMap((p) => (p.imageParameter === undefined ? [] : [p.imageParameter])))];
+    if (imageParameters.length > 0) {
+      const imageArns = imageParameters.map((name) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.replace(/^\//, '') }));
+      this.poolFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter', 'ssm:GetParameters'], resources: imageArns }));
+      this.scaleUpFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameters'], resources: imageArns }));
+    }
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ec2:CancelSpotInstanceRequests'],

@@ -33,8 +33,14 @@ export function classify(instance: ObservedInstance, keys: TagKeys, claimed: boo
   return 'garbage';
 }
 
-export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'priming-timeout' | 'over-target';
-export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'priming-timeout', 'over-target'];
+export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'stale-image' | 'priming-timeout' | 'over-target';
+export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'stale-image', 'priming-timeout', 'over-target'];
+
+/** The image a pool's launch template resolves now: its image parameter's value and when that was written. */
+export interface CurrentImage {
+  readonly imageId: string;
+  readonly publishedAt: Date;
+}
 
 export interface Eviction {
   readonly instance: ObservedInstance;
@@ -62,8 +68,23 @@ function staleTemplate(instance: ObservedInstance, pool: PoolConfig): boolean {
 }
 
 /**
+ * True when the instance was built from an image older than the current one. Only an instance
+ * launched before the current image was published can be stale: one launched after it that
+ * still shows another ImageId resolved the parameter differently (a version label, a lagging
+ * read), and evicting it would relaunch the same image in a loop.
+ */
+export function staleImage(instance: ObservedInstance, image: CurrentImage | undefined): boolean {
+  if (image === undefined || instance.imageId === undefined) return false;
+  // EC2 gives LaunchTime in whole seconds: an instance of the publication's second counts as after it.
+  const publishedSecond = Math.floor(image.publishedAt.getTime() / 1000) * 1000;
+  return instance.imageId !== image.imageId && instance.launchTime.getTime() < publishedSecond;
+}
+
+/**
  * The pool's plan for one run: which warm standbys to evict (each with its reason) and how
- * many to launch. `claimedIds` are standbys with a config parameter. Only priming, parked
+ * many to launch. `claimedIds` are standbys with a config parameter; `image` is the current
+ * value of the pool's image parameter, absent when it has none or it could not be read (then
+ * no instance is evicted for its image). Only priming, parked
  * and garbage instances are ever evicted: never a claimed or an active one.
  *
  * Age is measured from LaunchTime, which EC2 moves on every start; a warm standby is
@@ -76,6 +97,7 @@ export function planPool(
   keys: TagKeys,
   target: number,
   now: Date,
+  image?: CurrentImage,
 ): PoolPlan {
   const evictions: Eviction[] = [];
   const kept: { instance: ObservedInstance; cls: 'parked' | 'priming' }[] = [];
@@ -87,6 +109,7 @@ export function planPool(
     if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
     else if (cls === 'parked' || cls === 'priming') {
       if (staleTemplate(instance, pool)) evictions.push({ instance, reason: 'stale-template' });
+      else if (staleImage(instance, image)) evictions.push({ instance, reason: 'stale-image' });
       else if (cls === 'parked' && ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
       else if (cls === 'priming' && ageSeconds(instance) > pool.warm.primingTimeoutSeconds) evictions.push({ instance, reason: 'priming-timeout' });
       else kept.push({ instance, cls });

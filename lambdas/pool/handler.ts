@@ -16,7 +16,7 @@ import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { decodeStreak, encodeStreak, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
-import { classify, planPool, type Eviction } from './classify';
+import { classify, planPool, type CurrentImage, type Eviction } from './classify';
 
 export interface PoolDeps {
   readonly ec2: EC2Client;
@@ -107,7 +107,8 @@ async function runPool(
   const names = config.metrics.names;
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name });
   const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
-  const plan = planPool(instances, claimed, pool, keys, target, now);
+  const image = await readCurrentImage(deps, pool, log);
+  const plan = planPool(instances, claimed, pool, keys, target, now, image);
   const stored = await readStreak(deps, config, pool, log);
   const evicted = await evict(deps, config, plan.evictions, claimed, log, primeFailureReason(pool));
   const counts: Record<string, number> = {};
@@ -160,6 +161,25 @@ async function runPool(
   metrics.add(names.target, { Pool: pool.name }, target);
   log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
   return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+}
+
+/**
+ * The value of the pool's image parameter (a RunnerImage's, resolved by the launch template at
+ * launch) and when it was written; undefined when the pool has none or the read fails, and
+ * then nothing is evicted for its image this run (an unknown image is no reason to evict).
+ */
+async function readCurrentImage(deps: PoolDeps, pool: PoolConfig, log: Logger): Promise<CurrentImage | undefined> {
+  if (pool.imageParameter === undefined) return undefined;
+  try {
+    const out = await deps.aws.send<GetParameterCommandOutput>(deps.ssm, new GetParameterCommand({ Name: pool.imageParameter }), READ);
+    const imageId = out.Parameter?.Value;
+    const publishedAt = out.Parameter?.LastModifiedDate;
+    if (imageId && publishedAt) return { imageId, publishedAt };
+    log.warn('the image parameter has no value or date: no image evictions this run', { parameter: pool.imageParameter });
+  } catch (error) {
+    log.warn('reading the image parameter failed: no image evictions this run', { parameter: pool.imageParameter, error: errorName(error) });
+  }
+  return undefined;
 }
 
 /** Why the pool calls a standby's prime failed: it did not park in time (the instance's own reason is in its boot log). */

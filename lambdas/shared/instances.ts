@@ -13,6 +13,8 @@ export interface ObservedInstance {
   readonly launchTime: Date;
   readonly tags: ReadonlyMap<string, string>;
   readonly spotRequestId?: string;
+  /** The AMI the instance was launched from. */
+  readonly imageId?: string;
 }
 
 export function observe(instance: Instance): ObservedInstance {
@@ -23,6 +25,7 @@ export function observe(instance: Instance): ObservedInstance {
     launchTime: instance.LaunchTime ?? new Date(0),
     tags: new Map((instance.Tags ?? []).filter((t) => t.Key !== undefined).map((t) => [t.Key!, t.Value ?? ''])),
     ...(instance.SpotInstanceRequestId ? { spotRequestId: instance.SpotInstanceRequestId } : {}),
+    ...(instance.ImageId ? { imageId: instance.ImageId } : {}),
   };
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classify, planPool, type InstanceClass } from '../../lambdas/pool/classify';
+import { classify, planPool, staleImage, type InstanceClass } from '../../lambdas/pool/classify';
 import { LAUNCH_TEMPLATE_VERSION_TAG } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
@@ -7,7 +7,7 @@ import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
 const NOW = new Date('2026-11-29T12:00:00.000Z');
 const minutesAgo = (m: number) => new Date(NOW.getTime() - m * 60_000);
 let serial = 0;
-function inst(state: string, extra: { reason?: string; tags?: Record<string, string | undefined>; launched?: Date; spot?: string } = {}): ObservedInstance {
+function inst(state: string, extra: { reason?: string; tags?: Record<string, string | undefined>; launched?: Date; spot?: string; image?: string } = {}): ObservedInstance {
   const tags = new Map(Object.entries({ ...standbyTags(), ...extra.tags }).filter((e): e is [string, string] => e[1] !== undefined));
   return {
     id: `i-${(++serial).toString(16).padStart(17, '0')}`,
@@ -16,6 +16,7 @@ function inst(state: string, extra: { reason?: string; tags?: Record<string, str
     launchTime: extra.launched ?? minutesAgo(10),
     tags,
     ...(extra.spot ? { spotRequestId: extra.spot } : {}),
+    ...(extra.image ? { imageId: extra.image } : {}),
   };
 }
 
@@ -102,5 +103,38 @@ describe('planPool', () => {
   it('does not compare template versions when the pool follows $Latest', () => {
     const latest = fleetConfig({ launchTemplateVersion: '$Latest' }).pools[0]!;
     expect(planPool([stale], new Set(), latest, KEYS, 3, NOW).evictions).toEqual([]);
+  });
+});
+
+describe('image evictions (an image parameter resolved at launch)', () => {
+  const pool = fleetConfig({ warmSize: 3, warmMaxAgeSeconds: 3600, primingTimeoutSeconds: 600 }).pools[0]!;
+  const published = { imageId: 'ami-0new', publishedAt: minutesAgo(5) };
+  const parkedOn = (image: string | undefined, launched: Date) => inst('stopped', { reason: 'Client.InstanceInitiatedShutdown', launched, ...(image ? { image } : {}) });
+
+  it.each<[string, ObservedInstance, typeof published | undefined, boolean]>([
+    ['older image, launched before it was published', parkedOn('ami-0old', minutesAgo(10)), published, true],
+    ['the current image', parkedOn('ami-0new', minutesAgo(10)), published, false],
+    ['older image, launched after the publication (resolved otherwise: never a loop)', parkedOn('ami-0old', minutesAgo(1)), published, false],
+    ['older image, launched in the second of the publication (LaunchTime has whole seconds)', parkedOn('ami-0old', new Date(Math.floor(minutesAgo(5).getTime() / 1000) * 1000)), { imageId: 'ami-0new', publishedAt: new Date(Math.floor(minutesAgo(5).getTime() / 1000) * 1000 + 400) }, false],
+    ['no image parameter, or it could not be read', parkedOn('ami-0old', minutesAgo(10)), undefined, false],
+    ['no ImageId observed', parkedOn(undefined, minutesAgo(10)), published, false],
+  ])('%s', (_name, instance, image, stale) => {
+    expect(staleImage(instance, image)).toBe(stale);
+  });
+
+  it('evicts parked and priming instances of an older image, keeps the current ones and never a claimed or active one', () => {
+    const old = parkedOn('ami-0old', minutesAgo(10));
+    const current = parkedOn('ami-0new', minutesAgo(10));
+    const primingOld = inst('running', { launched: minutesAgo(8), image: 'ami-0old' });
+    const claimedOld = parkedOn('ami-0old', minutesAgo(10));
+    const activeOld = inst('running', { launched: minutesAgo(10), image: 'ami-0old', tags: { [KEYS.activatedAt]: 'x' } });
+    const plan = planPool([old, current, primingOld, claimedOld, activeOld], new Set([claimedOld.id]), pool, KEYS, 3, NOW, published);
+    expect(plan.evictions.map((e) => [e.instance.id, e.reason])).toEqual([
+      [old.id, 'stale-image'],
+      [primingOld.id, 'stale-image'],
+    ]);
+    expect(plan).toMatchObject({ parked: 1, priming: 0, launch: 2 });
+    // The same instances without a readable parameter: nothing goes for its image.
+    expect(planPool([old, current, primingOld], new Set(), pool, KEYS, 3, NOW).evictions).toEqual([]);
   });
 });

@@ -20,11 +20,11 @@
  * the machine's measured slowdown (test/support/slowdown.ts), as are the CLI and IMDS timeouts:
  * what must fit inside a bound is a few aws CLI calls, and those slow down with the machine.
  */
-import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { slowdown } from '../support/slowdown';
+import { sandboxRunnerPackage } from './sandbox-release';
 import {
   BOOT_LOG_KEYS,
   JOB_START_LINES,
@@ -66,21 +66,9 @@ if (!root || !imds || !aws || !awsCli || !runnerUser) {
   process.exit(2);
 }
 
-// The runner packages of the loopback release server (helpers.bash build_release), with their
-// real digests; without a release directory (static checks) a URL nothing answers and the
-// digests of the file names, which are never fetched.
-const release = values.release ?? 'http://127.0.0.1:9';
+const release = values.release;
 const releaseDir = values['release-dir'];
-const download = (file: string): { url: string; sha256: string } => {
-  const path = releaseDir ? join(releaseDir, file) : '';
-  const bytes = path && existsSync(path) ? readFileSync(path) : Buffer.from(file);
-  return { url: `${release}/${file}`, sha256: createHash('sha256').update(bytes).digest('hex') };
-};
-const runnerPackage = (provider: Provider): RunnerPackage => ({
-  version: 'sandbox-1',
-  x64: download(provider === Provider.GITHUB ? 'github-x64.tar.gz' : 'gitlab-x64'),
-  arm64: download(provider === Provider.GITHUB ? 'github-arm64.tar.gz' : 'gitlab-arm64'),
-});
+const runnerPackage = (provider: Provider): RunnerPackage => sandboxRunnerPackage(provider, release, releaseDir);
 
 // Whole seconds (the renderer takes whole CLI timeouts), tuned on an unloaded machine, times
 // the slowdown, within the renderer's limits.

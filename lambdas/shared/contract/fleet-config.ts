@@ -110,6 +110,12 @@ export interface PoolConfig {
   readonly maxJobSeconds?: number;
   /** The pool's warm pool. */
   readonly warm: PoolWarmConfig;
+  /**
+   * SSM parameter holding the AMI id the pool's launch template resolves at launch
+   * (`resolve:ssm:`); the pool evicts parked instances built from another image.
+   * @default - none: the image is fixed in the launch template
+   */
+  readonly imageParameter?: string;
 }
 
 /** Names of the SSM parameters a fleet reads. */
@@ -180,6 +186,7 @@ export interface PoolInput {
   readonly primingTimeoutSeconds?: number;
   readonly primeFailureLimit?: number;
   readonly primeBackoffCapSeconds?: number;
+  readonly imageParameter?: string;
 }
 
 export interface FleetConfigInput {
@@ -287,6 +294,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
         primeFailureLimit: p.primeFailureLimit ?? FLEET_DEFAULTS.primeFailureLimit,
         primeBackoffCapSeconds: p.primeBackoffCapSeconds ?? FLEET_DEFAULTS.primeBackoffCapSeconds,
       },
+      ...(p.imageParameter === undefined ? {} : { imageParameter: p.imageParameter }),
     })),
     metrics: {
       namespace: input.metricNamespace ?? fleetMetricNamespace(prefix),
@@ -450,6 +458,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
     c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
     c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
+    if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);
   });
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);

@@ -1,0 +1,24 @@
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { Construct } from 'constructs';
+
+/**
+ * An AMI id kept in an SSM parameter (data type `aws:ec2:image`), resolved at each launch
+ * (`resolve:ssm:` in the launch template). A pool whose `machineImage` is one also evicts its
+ * parked instances whose ImageId is no longer the parameter's value: a new image reaches the
+ * warm pool although the launch template version does not change. `RunnerImage.machineImage()`
+ * returns one; use it directly for an image parameter you publish yourself.
+ */
+export class ParameterMachineImage implements ec2.IMachineImage {
+  /**
+   * @param parameterName the SSM parameter holding the AMI id
+   * @param os the image's operating system
+   */
+  constructor(
+    readonly parameterName: string,
+    private readonly os: ec2.OperatingSystemType = ec2.OperatingSystemType.LINUX,
+  ) {}
+
+  getImage(scope: Construct): ec2.MachineImageConfig {
+    return ec2.MachineImage.resolveSsmParameterAtLaunch(this.parameterName, { os: this.os }).getImage(scope);
+  }
+}
