@@ -120,11 +120,15 @@ export interface UserDataOptions {
    * @default - the contract's pinned release for the provider (DEFAULT_RUNNER_PACKAGES)
    */
   readonly runnerPackage?: RunnerPackage;
-  /** `curl --max-time` of each attempt to download the runner package. @default 600 */
+  /**
+   * Bound of the runner package's download, all attempts together (`curl --max-time` and
+   * `--retry-max-time`). With `packageInstallSeconds` it bounds the install, which must end well
+   * inside the pool's priming timeout (15 minutes by default). @default 300
+   */
   readonly downloadSeconds?: number;
   /** `curl --retry`: further attempts after a transient download error (timeout, 408, 429, 5xx). @default 3 */
   readonly downloadRetries?: number;
-  /** Bound of `dnf install` of the runner's OS packages. @default 600 */
+  /** Bound of `dnf install` of the runner's OS packages. @default 300 */
   readonly packageInstallSeconds?: number;
   /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
   readonly runnerWaitTimeoutSeconds?: number;
@@ -167,9 +171,9 @@ const DEFAULTS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 300,
-  downloadSeconds: 600,
+  downloadSeconds: 300,
   downloadRetries: 3,
-  packageInstallSeconds: 600,
+  packageInstallSeconds: 300,
   logShipSeconds: 10,
   imdsEndpoint: 'http://169.254.169.254',
   awsCli: 'aws',

@@ -16,7 +16,7 @@
 # the temporary files and fails: a PRIME then does not park (the pool's prime back-off
 # applies), a cold boot terminates.
 #
-# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, dnf, and for GitHub tar and
+# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf, and for GitHub tar and
 # gzip.
 readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_USER@@ I_DIR=@@RUNNER_DIR@@ \
   I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
@@ -44,8 +44,11 @@ refuse() {
 # transfer cut short fails (its Content-Length says so) and would fail the digest anyway.
 fetch() {
   local got='' err
+  # --retry-max-time: the retries share the one bound, so a slow mirror cannot stretch the
+  # install past the pool's priming timeout.
   err=$(curl --fail --silent --show-error --location --proto =https,http --proto-redir =https \
     --connect-timeout 10 --max-time "$I_FETCH_SECONDS" --retry "$I_FETCH_RETRIES" --retry-delay 2 \
+    --retry-max-time "$I_FETCH_SECONDS" \
     --output "$2" "$1" 2>&1) || { log "download of $1 failed: ${err:0:300}" && return 1; }
   read -r got _ < <(sha256sum "$2") || true
   [[ $got == "$3" ]] || { log "SHA-256 of $1 is ${got:-unknown}, the pin says $3" && return 1; }
@@ -72,6 +75,8 @@ install_github() {
     refuse "$part" "$1 holds no executable config.sh and run.sh"
   os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
   chown -R "$I_USER:" "$part/tree" || refuse "$part" "chown to $I_USER failed"
+  # On disk before the rename: a crash after it must not leave a run.sh of zero bytes in place.
+  sync
   mv -T "$part/tree" "$I_DIR" || refuse "$part" "cannot move the runner into $I_DIR"
   rm -rf "$part"
 }
@@ -86,6 +91,7 @@ install_gitlab() {
   os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
   # Asked before the move (the same file after it): a binary that cannot run is never in place.
   timeout -k 5 30 "$part" --version >/dev/null 2>&1 || refuse "$part" "the downloaded gitlab-runner does not answer --version"
+  sync
   mv -f "$part" "$I_BIN" || refuse "$part" "cannot move gitlab-runner to $I_BIN"
 }
 

@@ -74,6 +74,16 @@ describe('the pinned runner packages (contract)', () => {
       'runnerPackage.x64.url "http://mirror.example.com/r.tar.gz" must use https (http is accepted only for a loopback test server such as http://127.0.0.1:8080/...)',
     ]);
     expect(runnerPackageProblems(withUrl('ftp://mirror.example.com/r.tar.gz'))[0]).toMatch(/must use https/);
+    // A credential in the URL would sit in the launch template's user data and in the boot log.
+    for (const url of [
+      'https://user:s3cr3t@artifacts.example.com/r.tar.gz',
+      'https://bucket.s3.amazonaws.com/r.tar.gz?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2F20261202&X-Amz-Signature=abc',
+      'https://bucket.s3.amazonaws.com/r.tar.gz?X-Amz-Security-Token=FwoG',
+      'https://gitlab.example.com/api/v4/projects/1/packages/generic/r/1/r?private_token=glpat-x',
+    ]) {
+      expect(runnerPackageProblems(withUrl(url))[0], url).toMatch(/must not carry credentials/);
+    }
+    expect(runnerPackageProblems(withUrl('https://mirror.example.com/r.tar.gz?version=2'))).toEqual([]);
     expect(runnerPackageProblems(withUrl('https://mirror.example.com/r .tar.gz'))[0]).toMatch(/without spaces or quotes/);
     expect(runnerPackageProblems(withUrl('not a url'))[0]).toMatch(/must be an absolute URL/);
     expect(runnerPackageProblems(withUrl('http://127.0.0.1:8080/r.tar.gz'))).toEqual([]);

@@ -232,6 +232,8 @@ refused_prime() {
   github_config jit-cold-refused
   boot_first github
   [ "$status" -ne 0 ]
+  # Refused by the checksum, before unpacking (a tampered gzip would also fail to unpack).
+  grep -qF "SHA-256 of $RELEASE_URL/github-x64.tar.gz is " "$ROOT/out"
   grep -qF "refused, nothing installed" "$ROOT/out"
   [ ! -e "$ROOT/calls/runner" ]
   nothing_installed github

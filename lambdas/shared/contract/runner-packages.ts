@@ -99,6 +99,9 @@ export function checksumProblem(name: string, sha256: string): string | undefine
   return undefined;
 }
 
+/** Query keys of presigned or token URLs (S3 SigV4 and SigV2, Azure SAS, common token names). */
+const CREDENTIAL_QUERY = /[?&](x-amz-(signature|credential|security-token)|signature|sig|awsaccesskeyid|token|access_token|private_token|password)=/i;
+
 function urlProblem(name: string, url: string): string | undefined {
   let parsed: URL | undefined;
   try {
@@ -108,6 +111,11 @@ function urlProblem(name: string, url: string): string | undefined {
   }
   if (typeof url !== 'string' || !parsed || url.length > RUNNER_PACKAGE_URL_MAX_LENGTH || /[\s'"`\\]/.test(url)) {
     return `${name} "${String(url).slice(0, 80)}" must be an absolute URL of at most ${RUNNER_PACKAGE_URL_MAX_LENGTH} characters without spaces or quotes`;
+  }
+  // The URL travels in the launch template's user data and in the boot log: a credential in it
+  // (user:password, a presigned S3 query) would be readable by anyone who can read either.
+  if (parsed.username || parsed.password || CREDENTIAL_QUERY.test(parsed.search)) {
+    return `${name} must not carry credentials (user:password@ or a presigned query such as X-Amz-Signature): the URL is stored in the launch template's user data and logged; let the instance role read a private bucket instead (docs/boot-modes.md)`;
   }
   // The checksum guards the content either way; https keeps the fetch private and unblocked by
   // proxies that refuse plain http. Plain http is for a test server on the loopback only.
