@@ -163,6 +163,16 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       description: `Image Builder build instance of ${name}`,
       managedPolicies: IMAGE_BUILDER_POLICIES.map((policy) => iam.ManagedPolicy.fromAwsManagedPolicyName(policy)),
     });
+    // AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on every parameter, and the build
+    // runs downloaded code: it must not read the fleet's CI secrets (Parameter Store). Only
+    // AWS's public parameters stay readable.
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        effect: iam.Effect.DENY,
+        actions: ['ssm:GetParameter', 'ssm:GetParameters', 'ssm:GetParametersByPath', 'ssm:GetParameterHistory'],
+        notResources: [`arn:${Aws.PARTITION}:ssm:*::parameter/aws/service/*`, `arn:${Aws.PARTITION}:ssm:*:*:parameter/aws/service/*`],
+      }),
+    );
     this.grantPrincipal = this.role;
     for (const policy of IMAGE_BUILDER_POLICIES) {
       acknowledgeManagedPolicy(this.role, policy, 'Image Builder requires this AWS managed policy on the build instance role (Image Builder user guide, prerequisites)');

@@ -152,9 +152,21 @@ export function decodeStreak(text: string | undefined): PrimeStreak | undefined 
   }
 }
 
-/** The pool's launch template as the streak records it: a new version starts a new streak. */
-export function templateOf(pool: PoolConfig): string {
-  return `${pool.launchTemplateId}:${pool.launchTemplateVersion}`;
+/**
+ * The pool's launch template as the streak records it: a new version starts a new streak, and
+ * so does a new image of a pool whose template resolves an image parameter at launch (its
+ * version stays the same when a RunnerImage publishes).
+ */
+export function templateOf(pool: PoolConfig, imageId?: string): string {
+  const template = `${pool.launchTemplateId}:${pool.launchTemplateVersion}`;
+  return imageId ? `${template}@${imageId}` : template;
+}
+
+/** The streak's key this run; an image that could not be read keeps the stored one (no reset). */
+function streakKey(stored: PrimeStreak | undefined, pool: PoolConfig, imageId: string | undefined): string {
+  const template = templateOf(pool);
+  if (pool.imageParameter && !imageId && stored?.template.startsWith(`${template}@`)) return stored.template;
+  return templateOf(pool, imageId);
 }
 
 /**
@@ -168,8 +180,9 @@ export function primeStep(
   failed: readonly PrimeFailure[],
   wanted: number,
   now: Date,
+  imageId?: string,
 ): { streak: PrimeStreak; decision: LaunchDecision } {
-  const streak = nextStreak(stored, { template: templateOf(pool), failed, parkedLaunchTimes: seen.parkedLaunchTimes, ...(seen.primedIds ? { primedIds: seen.primedIds } : {}) }, now);
+  const streak = nextStreak(stored, { template: streakKey(stored, pool, imageId), failed, parkedLaunchTimes: seen.parkedLaunchTimes, ...(seen.primedIds ? { primedIds: seen.primedIds } : {}) }, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
   return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming, now) };
 }

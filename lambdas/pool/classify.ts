@@ -101,6 +101,7 @@ export function planPool(
 ): PoolPlan {
   const evictions: Eviction[] = [];
   const kept: { instance: ObservedInstance; cls: 'parked' | 'priming' }[] = [];
+  const staleParked: ObservedInstance[] = [];
   let active = 0;
   const ageSeconds = (i: ObservedInstance) => (now.getTime() - i.launchTime.getTime()) / 1000;
   for (const instance of instances) {
@@ -109,10 +110,23 @@ export function planPool(
     if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
     else if (cls === 'parked' || cls === 'priming') {
       if (staleTemplate(instance, pool)) evictions.push({ instance, reason: 'stale-template' });
-      else if (staleImage(instance, image)) evictions.push({ instance, reason: 'stale-image' });
+      else if (staleImage(instance, image)) {
+        if (cls === 'parked') staleParked.push(instance);
+        else evictions.push({ instance, reason: 'stale-image' });
+      }
       else if (cls === 'parked' && ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
       else if (cls === 'priming' && ageSeconds(instance) > pool.warm.primingTimeoutSeconds) evictions.push({ instance, reason: 'priming-timeout' });
       else kept.push({ instance, cls });
+    }
+  }
+  // Parked standbys of a superseded image keep serving until one of the current image has
+  // parked: a new image that does not prime must not empty a working pool. Until then they go
+  // as parked standbys always go (activated, max age), and their replacements use the new image.
+  if (staleParked.length > 0) {
+    if (kept.some((k) => k.cls === 'parked')) for (const instance of staleParked) evictions.push({ instance, reason: 'stale-image' });
+    else for (const instance of staleParked) {
+      if (ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
+      else kept.push({ instance, cls: 'parked' });
     }
   }
   const over = kept.length - target;

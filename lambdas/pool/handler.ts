@@ -129,7 +129,7 @@ async function runPool(
   const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)) }));
   const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
   const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
-  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds }, failed, wanted, now);
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds }, failed, wanted, now, image?.imageId);
   let streak = step?.streak;
   const decision = step?.decision ?? { launch: 0, backingOff: false };
   for (const f of failed) {

@@ -99,7 +99,7 @@ describe('RunnerImage', () => {
     expect(template.toJSON().Resources[pipelineId!].DependsOn).toContain(seedId);
   });
 
-  it('gives the build instance exactly what Image Builder requires, and nothing inline', () => {
+  it('gives the build instance exactly what Image Builder requires, and denies it the fleet\'s parameters', () => {
     const { template } = synth({ provider: Provider.GITHUB });
     const roles = template.findResources('AWS::IAM::Role', { Properties: { AssumeRolePolicyDocument: { Statement: [Match.objectLike({ Principal: { Service: 'ec2.amazonaws.com' } })] } } });
     const [roleId, role] = Object.entries(roles)[0]!;
@@ -107,7 +107,16 @@ describe('RunnerImage', () => {
     expect(JSON.stringify(role.Properties.ManagedPolicyArns)).toMatch(/policy\/EC2InstanceProfileForImageBuilder".*policy\/AmazonSSMManagedInstanceCore"/);
     expect(role.Properties.ManagedPolicyArns).toHaveLength(2);
     const inline = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) => JSON.stringify(p.Properties.Roles).includes(roleId));
-    expect(inline).toEqual([]);
+    // Only a Deny: AmazonSSMManagedInstanceCore may read any parameter, the CI secrets included.
+    const statements = inline.flatMap((p) => p.Properties.PolicyDocument.Statement as { Effect: string; Action: string[]; NotResource: unknown[]; Resource?: unknown }[]);
+    expect(statements).toHaveLength(1);
+    const [deny] = statements;
+    expect(deny).toMatchObject({ Effect: 'Deny' });
+    expect(deny!.Resource).toBeUndefined();
+    expect(deny!.Action).toEqual(expect.arrayContaining(['ssm:GetParameter', 'ssm:GetParameters', 'ssm:GetParametersByPath', 'ssm:GetParameterHistory']));
+    // Everything but AWS's public parameters: each exception ends in parameter/aws/service/*.
+    expect(deny!.NotResource).toHaveLength(2);
+    for (const r of deny!.NotResource) expect(JSON.stringify(r)).toMatch(/:parameter\/aws\/service\/\*"\]\]\}$/);
   });
 
   it('puts the build instance in the given VPC with an egress-only security group', () => {

@@ -145,4 +145,15 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     const next = { ...pool, launchTemplateVersion: String(Number(pool.launchTemplateVersion) + 1) };
     expect(primeStep(failing, next, seen, [], 2, at(60)).decision).toEqual({ launch: 2, backingOff: false });
   });
+
+  it('resumes with a new image of a pool whose template resolves an image parameter (its version stays), not when the image is unreadable', () => {
+    const pool = { ...fleetConfig({ warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600 }).pools[0]!, imageParameter: '/warm-runners/image' };
+    const failing: PrimeStreak = { ...freshStreak(templateOf(pool, 'ami-0old')), failures: 5, lastFailureAt: at(0).toISOString() };
+    const seen = { parkedLaunchTimes: [] as Date[], priming: 0 };
+    expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0old').decision).toMatchObject({ launch: 0, backingOff: true });
+    // Unreadable this run: the stored streak holds (no reset by a failed read).
+    expect(primeStep(failing, pool, seen, [], 2, at(60)).decision).toMatchObject({ launch: 0, backingOff: true });
+    // A new image: a new streak (unproven: at most primeFailureLimit prime at once).
+    expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0new').decision).toEqual({ launch: 2, backingOff: false });
+  });
 });

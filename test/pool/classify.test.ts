@@ -130,11 +130,30 @@ describe('image evictions (an image parameter resolved at launch)', () => {
     const activeOld = inst('running', { launched: minutesAgo(10), image: 'ami-0old', tags: { [KEYS.activatedAt]: 'x' } });
     const plan = planPool([old, current, primingOld, claimedOld, activeOld], new Set([claimedOld.id]), pool, KEYS, 3, NOW, published);
     expect(plan.evictions.map((e) => [e.instance.id, e.reason])).toEqual([
-      [old.id, 'stale-image'],
       [primingOld.id, 'stale-image'],
+      [old.id, 'stale-image'],
     ]);
     expect(plan).toMatchObject({ parked: 1, priming: 0, launch: 2 });
     // The same instances without a readable parameter: nothing goes for its image.
     expect(planPool([old, current, primingOld], new Set(), pool, KEYS, 3, NOW).evictions).toEqual([]);
+  });
+
+  it('keeps parked standbys of an older image serving until one of the current image has parked', () => {
+    const olds = [parkedOn('ami-0old', minutesAgo(10)), parkedOn('ami-0old', minutesAgo(20))];
+    const primingNew = inst('running', { launched: minutesAgo(1), image: 'ami-0new' });
+    // Only a priming standby of the new image (it may never prime): the old ones stay and count.
+    const waiting = planPool([...olds, primingNew], new Set(), pool, KEYS, 3, NOW, published);
+    expect(waiting.evictions).toEqual([]);
+    expect(waiting).toMatchObject({ parked: 2, priming: 1, launch: 0 });
+    // One below target: the refill launches (with the new image) instead of evicting.
+    expect(planPool(olds, new Set(), pool, KEYS, 3, NOW, published)).toMatchObject({ evictions: [], parked: 2, launch: 1 });
+    // Past max age they go as any parked standby goes.
+    const aged = parkedOn('ami-0old', new Date(NOW.getTime() - (pool.warm.maxAgeSeconds + 60) * 1000));
+    expect(planPool([aged], new Set(), pool, KEYS, 3, NOW, published).evictions.map((e) => e.reason)).toEqual(['max-age']);
+    // Once one of the new image has parked, the rest are replaced at once.
+    const parkedNew = parkedOn('ami-0new', minutesAgo(1));
+    const proven = planPool([...olds, parkedNew], new Set(), pool, KEYS, 3, NOW, published);
+    expect(proven.evictions.map((e) => [e.instance.id, e.reason])).toEqual(olds.map((o) => [o.id, 'stale-image']));
+    expect(proven).toMatchObject({ parked: 1, launch: 2 });
   });
 });
