@@ -68,6 +68,40 @@ describe('reconcile handler', () => {
     expect(failing.logs('queueing a reconciled job failed')[0]).toMatchObject({ error: 'AccessDenied', jobId: 'github:77' });
   });
 
+  it('stops starting requests at the deadline margin and keeps what it queued per repository', async () => {
+    // Three repositories, each with one queued job; the Lambda's time runs out while the second is read.
+    const events: string[] = [];
+    const at = new Date(Math.floor(Date.now() / 900_000) * 900_000); // a run number divisible by 3: the window starts at acme/a
+    let remainingMs = 100_000;
+    const answer = (data: unknown): GitHubAnswer => ({ status: 200, data, headers: {} });
+    const github = {
+      ...fakeGitHub(),
+      installationRequest: async (_op: string, route: string, params: Record<string, unknown>) => {
+        if (route.startsWith('GET /installation/repositories')) return answer({ repositories: ['a', 'b', 'c'].map((r) => ({ full_name: `acme/${r}` })) });
+        events.push(`${route.split(' ')[1]!.endsWith('/jobs') ? 'jobs' : 'runs'} ${String(params.repo)}`);
+        if (params.repo === 'b' && route.endsWith('/actions/runs')) remainingMs = 30_000; // below the 40 s margin from now on
+        if (route.endsWith('/actions/runs')) return answer({ workflow_runs: [{ id: params.repo === 'a' ? 1 : 2 }] });
+        return answer({ jobs: [{ id: params.run_id === 1 ? 71 : 72, status: 'queued', labels: ['linux'], created_at: new Date(at.getTime() - 10 * 60_000).toISOString() }] });
+      },
+    };
+    const lines = new Lines();
+    const send = async (command: { input: { MessageGroupId: string } }) => void events.push(`queue ${command.input.MessageGroupId}`);
+    const report = await createReconcileHandler({
+      sqs: { send } as never,
+      aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github }),
+      queueUrl: 'https://sqs.local/jobs.fifo',
+      now: () => at,
+      sink: lines.sink,
+    })({}, { getRemainingTimeInMillis: () => remainingMs });
+    expect(report).toMatchObject({ queued: 1, stoppedAt: 'deadline' });
+    // acme/a's job is queued before acme/b is read; acme/b's second list and acme/c are never asked for.
+    expect(events).toEqual(['runs a', 'runs a', 'jobs a', 'queue github:71', 'runs b']);
+    expect(lines.logs('reconciler stopped before its Lambda timeout; the next run goes on')).toHaveLength(1);
+    expect(lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(1);
+  });
+
   it('fails at load with the variable named when RECONCILE_OPTIONS is not JSON', async () => {
     vi.stubEnv('AWS_REGION', 'us-east-1');
     vi.stubEnv(LAMBDA_ENV.jobsQueueUrl, 'https://sqs.local/jobs.fifo');
