@@ -95,17 +95,29 @@ export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHub
   let redelivered = 0;
   const found = { count: 0 };
   let stoppedAt: string | undefined;
-  try {
-    redelivered = await redeliverFailed(deps, spend, state);
-    await findQueuedJobs(deps, spend, state, found);
-  } catch (error) {
-    if (error instanceof DeadlineReached) {
-      stoppedAt = 'deadline';
-      deps.log.warn('reconciler stopped before its Lambda timeout; the next run goes on', { requests: state.requests, found: found.count });
-    } else if (error instanceof RateReserveReached) {
-      stoppedAt = error.credential;
-      deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
-    } else throw error;
+  // Each step's unexpected failure is logged and counted, and the run goes on to the next
+  // step and to its metrics; a stop (deadline, reserve) ends the run.
+  const steps: [string, () => Promise<void>][] = [
+    ['redeliver failed deliveries', async () => void (redelivered = await redeliverFailed(deps, spend, state))],
+    ['find queued jobs', async () => findQueuedJobs(deps, spend, state, found)],
+  ];
+  for (const [step, run] of steps) {
+    try {
+      await run();
+    } catch (error) {
+      if (error instanceof DeadlineReached) {
+        stoppedAt = 'deadline';
+        deps.log.warn('reconciler stopped before its Lambda timeout; the next run goes on', { requests: state.requests, found: found.count });
+      } else if (error instanceof RateReserveReached) {
+        stoppedAt = error.credential;
+        deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
+      } else {
+        deps.log.error('a reconciler step failed; going on', { step, error: (error as Error).message });
+        state.errors++;
+        continue;
+      }
+      break;
+    }
   }
   return { redelivered, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }

@@ -1,6 +1,6 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { GitHubAnswer } from '../../lambdas/ci/github';
+import type { GitHubAnswer, GitHubAnswerObserver } from '../../lambdas/ci/github';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
@@ -100,6 +100,43 @@ describe('reconcile handler', () => {
     expect(events).toEqual(['runs a', 'runs a', 'jobs a', 'queue github:71', 'runs b']);
     expect(lines.logs('reconciler stopped before its Lambda timeout; the next run goes on')).toHaveLength(1);
     expect(lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(1);
+  });
+
+  it('reads a run listed as both queued and in progress once, and publishes its metrics when a step fails', async () => {
+    const lines = new Lines();
+    const github = fakeGitHub();
+    const calls: string[] = [];
+    const failing = {
+      ...github,
+      // Reports its rate-limit headers as the provider does, so the run has something to publish.
+      appRequest: async (_op: string, _route: string, _params: Record<string, unknown>, _retry: boolean, observe?: GitHubAnswerObserver) => {
+        const a = await github.appRequest();
+        observe?.('app', a.headers);
+        return a;
+      },
+      installationRequest: async (op: string, route: string) => {
+        calls.push(route);
+        if (route.startsWith('GET /installation/repositories') && calls.length > 4) throw new Error('GitHub answered 502');
+        return github.installationRequest(op, route);
+      },
+    };
+    const handler = createReconcileHandler({
+      sqs: { send: async () => ({}) } as never,
+      aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: failing }),
+      queueUrl: 'https://sqs.local/jobs.fifo',
+      sink: lines.sink,
+    });
+    expect(await handler()).toMatchObject({ queued: 1 });
+    // The fake lists run 5 under both statuses: its jobs are read once.
+    expect(calls.filter((r) => r.endsWith('/jobs'))).toHaveLength(1);
+
+    // The second run's repository list fails: logged, and the rate limit seen is still published.
+    const before = lines.json().filter((l) => l._aws && l.Credential === 'github-app').length;
+    expect(await handler()).toMatchObject({ queued: 0 });
+    expect(lines.logs('a reconciler step failed; going on')[0]).toMatchObject({ step: 'find queued jobs', error: 'GitHub answered 502' });
+    expect(lines.json().filter((l) => l._aws && l.Credential === 'github-app').length).toBe(before + 1);
   });
 
   it('fails at load with the variable named when RECONCILE_OPTIONS is not JSON', async () => {
