@@ -34,6 +34,11 @@ export interface ReconcilerProps {
    * @default 100
    */
   readonly runReadLimit?: number;
+  /**
+   * Repositories whose runs are read per run at most; consecutive runs read consecutive windows.
+   * @default 50
+   */
+  readonly repositoriesPerRun?: number;
   /** Description prefix naming the fleet. */
   readonly prefix: string;
 }
@@ -49,14 +54,24 @@ export class Reconciler extends Construct {
 
   constructor(scope: Construct, id: string, props: ReconcilerProps) {
     super(scope, id);
+    const interval = props.interval ?? Duration.minutes(5);
     this.function = new BundledFunction(this, 'Function', {
       handler: BundledHandler.RECONCILE,
       description: `Redelivers failed webhook deliveries and queues jobs whose delivery never came (${props.prefix})`,
+      // The handler stops starting requests 40 s before this (getRemainingTimeInMillis) and queues per repository.
       timeout: Duration.seconds(120),
       memorySize: FUNCTION_MEMORY_MB.reconcile,
       environment: {
         ...props.environment,
-        [LAMBDA_ENV.reconcileOptions]: JSON.stringify({ github: { redeliverLimit: props.redeliverLimit ?? 10, runReadLimit: props.runReadLimit ?? 100 } }),
+        [LAMBDA_ENV.reconcileOptions]: JSON.stringify({
+          github: {
+            redeliverLimit: props.redeliverLimit ?? 10,
+            runReadLimit: props.runReadLimit ?? 100,
+            repositoriesPerRun: props.repositoriesPerRun ?? 50,
+            // The run number (now / interval) chooses the window of repositories.
+            intervalSeconds: interval.toSeconds(),
+          },
+        }),
       },
       logRetention: props.logRetention,
     });
@@ -64,7 +79,7 @@ export class Reconciler extends Construct {
     this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [props.appPrivateKeyArn] }));
     this.schedule = new events.Rule(this, 'Schedule', {
       description: `Runs the reconciler of ${props.prefix}`,
-      schedule: events.Schedule.rate(props.interval ?? Duration.minutes(5)),
+      schedule: events.Schedule.rate(interval),
       targets: [new targets.LambdaFunction(this.function, { retryAttempts: 0 })],
     });
   }

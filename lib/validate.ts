@@ -47,6 +47,13 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       throw new Error(`${name} ${value} must be an integer from 0 to ${most}: each unit is one GitHub request per reconciler run (docs/control-plane.md, "Reconciler")`);
     }
   }
+  const perRun = props.reconcileRepositoriesPerRun;
+  if (perRun !== undefined && (!Number.isInteger(perRun) || perRun < 1 || perRun > 500)) {
+    throw new Error(
+      `reconcileRepositoriesPerRun ${perRun} must be an integer from 1 to 500: each repository costs two GitHub requests per reconciler run, ` +
+        'and a run must read them within its 120 s timeout (docs/control-plane.md, "Reconciler")',
+    );
+  }
   const namespaceProblem = props.metricNamespace === undefined ? undefined : metricNamespaceProblem(props.metricNamespace);
   if (namespaceProblem) throw new Error(namespaceProblem);
   for (const [name, interval] of [

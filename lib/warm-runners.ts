@@ -113,6 +113,13 @@ export interface WarmRunnersProps {
    */
   readonly reconcileRunReadLimit?: number;
   /**
+   * Repositories whose queued and in-progress runs the reconciler reads per run at most (two
+   * GitHub requests each). Consecutive runs read consecutive windows, so every repository is
+   * read within ceil(repositories / this) runs; docs/control-plane.md gives the budget.
+   * @default 50
+   */
+  readonly reconcileRepositoriesPerRun?: number;
+  /**
    * Retention of every log group the fleet creates.
    * @default logs.RetentionDays.ONE_MONTH
    */
@@ -292,6 +299,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         ...(props.reconcileInterval ? { interval: props.reconcileInterval } : {}),
         ...(props.redeliverLimit === undefined ? {} : { redeliverLimit: props.redeliverLimit }),
         ...(props.reconcileRunReadLimit === undefined ? {} : { runReadLimit: props.reconcileRunReadLimit }),
+        ...(props.reconcileRepositoriesPerRun === undefined ? {} : { repositoriesPerRun: props.reconcileRepositoriesPerRun }),
       });
       this.reconcileFunction = reconciler.function;
       this.reconcileSchedule = reconciler.schedule;

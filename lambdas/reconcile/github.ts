@@ -26,6 +26,10 @@ export interface GitHubReconcileOptions {
   readonly runReadLimit: number;
   /** A queued job younger than this is left to its webhook delivery, which is normally seconds away. */
   readonly minQueuedSeconds: number;
+  /** Repositories whose runs are read per run at most; consecutive runs take consecutive windows. */
+  readonly repositoriesPerRun: number;
+  /** The schedule's interval: it numbers the runs, and the run number chooses the window. */
+  readonly intervalSeconds: number;
 }
 
 export const GITHUB_RECONCILE_DEFAULTS: GitHubReconcileOptions = {
@@ -35,6 +39,8 @@ export const GITHUB_RECONCILE_DEFAULTS: GitHubReconcileOptions = {
   deliveryMaxAgeSeconds: 24 * 60 * 60,
   runReadLimit: 100,
   minQueuedSeconds: 120,
+  repositoriesPerRun: 50,
+  intervalSeconds: 300,
 };
 
 /** Run states whose jobs may wait for a runner: a later job of a running workflow is queued in an in-progress run. */
@@ -48,16 +54,20 @@ export interface GitHubReconcileDeps {
   readonly options: GitHubReconcileOptions;
   readonly now: () => Date;
   readonly log: Logger;
+  /** True once the run must stop to finish within its Lambda's time (no new request starts). */
+  readonly outOfTime: () => boolean;
+  /** Queues what one repository yielded, as soon as it is read: a run cut short keeps what it found. */
+  readonly onFound: (messages: JobMessage[]) => Promise<void>;
 }
 
 export interface GitHubReconcileResult {
   /** Redeliveries GitHub accepted. */
   readonly redelivered: number;
-  /** Queued jobs matching a pool, as queue messages. */
-  readonly found: JobMessage[];
+  /** Queued jobs matching a pool, handed to `onFound`. */
+  readonly found: number;
   /** GitHub requests made (token minting aside). */
   readonly requests: number;
-  /** Set when the run ended at a rate limit's reserve. */
+  /** Set when the run ended early: at a rate limit's reserve (the credential) or at its `deadline`. */
   readonly stoppedAt?: string;
   /** Calls that failed (the run went on with the next repository). */
   readonly errors: number;
@@ -77,23 +87,50 @@ export function reconciledDeliveryId(providerJobId: string): string {
 export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHubReconcileResult> {
   const state = { requests: 0, errors: 0 };
   const spend = async (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>): Promise<GitHubAnswer> => {
+    if (deps.outOfTime()) throw new DeadlineReached();
     if (!deps.budget.allows(credential)) throw new RateReserveReached(credential);
     state.requests++;
     return call((c, headers) => deps.budget.observe(c, (h) => headers[h]));
   };
   let redelivered = 0;
-  const found: JobMessage[] = [];
+  const found = { count: 0 };
   let stoppedAt: string | undefined;
-  try {
-    redelivered = await redeliverFailed(deps, spend, state);
-    await findQueuedJobs(deps, spend, state, found);
-  } catch (error) {
-    if (!(error instanceof RateReserveReached)) throw error;
-    stoppedAt = error.credential;
-    deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
+  // Each step's unexpected failure is logged and counted, and the run goes on to the next
+  // step and to its metrics; a stop (deadline, reserve) ends the run.
+  const steps: [string, () => Promise<void>][] = [
+    ['redeliver failed deliveries', async () => void (redelivered = await redeliverFailed(deps, spend, state))],
+    ['find queued jobs', async () => findQueuedJobs(deps, spend, state, found)],
+  ];
+  for (const [step, run] of steps) {
+    try {
+      await run();
+    } catch (error) {
+      if (error instanceof DeadlineReached) {
+        stoppedAt = 'deadline';
+        deps.log.warn('reconciler stopped before its Lambda timeout; the next run goes on', { requests: state.requests, found: found.count });
+      } else if (error instanceof RateReserveReached) {
+        stoppedAt = error.credential;
+        deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
+      } else {
+        deps.log.error('a reconciler step failed; going on', { step, error: (error as Error).message });
+        state.errors++;
+        continue;
+      }
+      break;
+    }
   }
-  return { redelivered, found, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
+  return { redelivered, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }
+
+/** Thrown to end a run before its Lambda's timeout would end it, losing what it had not queued. */
+class DeadlineReached extends Error {
+  constructor() {
+    super('the reconciler reached its deadline');
+    this.name = 'DeadlineReached';
+  }
+}
+
+const isStop = (error: unknown): boolean => error instanceof RateReserveReached || error instanceof DeadlineReached;
 
 type Spend = (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>) => Promise<GitHubAnswer>;
 
@@ -107,7 +144,7 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
     try {
       answer = await spend('app', (observe) => deps.api.appRequest('list deliveries', 'GET /app/hook/deliveries', { per_page: 100, ...(cursor ? { cursor } : {}) }, true, observe));
     } catch (error) {
-      if (error instanceof RateReserveReached) throw error;
+      if (isStop(error)) throw error;
       deps.log.error('listing the App webhook deliveries failed', { error: (error as Error).message });
       state.errors++;
       break;
@@ -128,7 +165,7 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
       await spend('app', (observe) => deps.api.appRequest('redeliver', 'POST /app/hook/deliveries/{delivery_id}/attempts', { delivery_id: id }, false, observe));
       accepted++;
     } catch (error) {
-      if (error instanceof RateReserveReached) throw error;
+      if (isStop(error)) throw error;
       deps.log.error('redelivery refused', { deliveryId: id, error: (error as Error).message });
       state.errors++;
     }
@@ -137,38 +174,46 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
   return accepted;
 }
 
-async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: JobMessage[]): Promise<void> {
-  const repositories = rotate(await repositoriesOf(deps, spend), deps.now());
-  let runReads = 0;
+async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
+  const all = await repositoriesOf(deps, spend);
+  const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
+  const reads = { runs: 0 };
   const seen = new Set<string>();
-  for (const full of repositories) {
-    const [owner, repo] = full.split('/') as [string, string];
+  for (const full of repositoryWindow(all, runNumber, deps.options.repositoriesPerRun)) {
+    const messages: JobMessage[] = [];
     try {
-      const runIds: number[] = [];
-      for (const status of RUN_STATUSES_WITH_QUEUED_JOBS) {
-        const runs = await spend('installation', (observe) =>
-          deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe),
-        );
-        runIds.push(...idsOf((runs.data as { workflow_runs?: unknown })?.workflow_runs));
-      }
-      for (const runId of runIds) {
-        if (runReads >= deps.options.runReadLimit) return;
-        runReads++;
-        const jobs = await spend('installation', (observe) =>
-          deps.api.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner, repo, run_id: runId, filter: 'latest', per_page: 100 }, full, observe),
-        );
-        for (const message of queuedMessages(deps, owner, repo, (jobs.data as { jobs?: unknown })?.jobs)) {
-          if (seen.has(message.jobId)) continue;
-          seen.add(message.jobId);
-          found.push(message);
-        }
-      }
+      if (!(await readRepository(deps, spend, full, reads, messages))) return;
     } catch (error) {
-      if (error instanceof RateReserveReached) throw error;
+      if (isStop(error)) throw error;
       deps.log.error('listing queued jobs failed for a repository; going on with the next', { repository: full, error: (error as Error).message });
       state.errors++;
+    } finally {
+      // Queued per repository, even when the run stops inside it: the run's time is bounded, what it found is kept.
+      const fresh = messages.filter((m) => !seen.has(m.jobId) && seen.add(m.jobId));
+      found.count += fresh.length;
+      if (fresh.length > 0) await deps.onFound(fresh);
     }
   }
+}
+
+/** One repository's queued jobs matching a pool, into `out`; false once the run's job-list reads are spent. */
+async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: string, reads: { runs: number }, out: JobMessage[]): Promise<boolean> {
+  const [owner, repo] = full.split('/') as [string, string];
+  // A run can move from queued to in_progress between the two lists: read its jobs once.
+  const runIds = new Set<number>();
+  for (const status of RUN_STATUSES_WITH_QUEUED_JOBS) {
+    const runs = await spend('installation', (observe) => deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe));
+    for (const id of idsOf((runs.data as { workflow_runs?: unknown })?.workflow_runs)) runIds.add(id);
+  }
+  for (const runId of runIds) {
+    if (reads.runs >= deps.options.runReadLimit) return false;
+    reads.runs++;
+    const jobs = await spend('installation', (observe) =>
+      deps.api.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner, repo, run_id: runId, filter: 'latest', per_page: 100 }, full, observe),
+    );
+    out.push(...queuedMessages(deps, owner, repo, (jobs.data as { jobs?: unknown })?.jobs));
+  }
+  return true;
 }
 
 /** The installation's repositories (organisation runners) or the configured ones (repository runners). */
@@ -221,11 +266,14 @@ export function nextCursor(link: string | undefined): string | undefined {
 }
 
 /**
- * A run that stops at the budget or the rate limit's reserve reads the first repositories
- * only: each run starts at another one (by the minute), so none is starved.
+ * The repositories run number `runNumber` reads: `cap` of them, starting at `runNumber * cap`
+ * (mod N), so runs k, k+1, ..., k + ceil(N/cap) - 1 read consecutive windows that together
+ * cover every repository (while the list stays the same). Starting by the minute instead
+ * (`minute % N`) visits only the few starts a 5-minute schedule lands on.
  */
-export function rotate<T>(items: readonly T[], now: Date): T[] {
-  if (items.length === 0) return [];
-  const start = Math.floor(now.getTime() / 60_000) % items.length;
-  return [...items.slice(start), ...items.slice(0, start)];
+export function repositoryWindow<T>(items: readonly T[], runNumber: number, cap: number): T[] {
+  const n = items.length;
+  if (n === 0) return [];
+  const start = (((runNumber % n) * (cap % n)) % n + n) % n;
+  return Array.from({ length: Math.min(cap, n) }, (_, i) => items[(start + i) % n]!);
 }

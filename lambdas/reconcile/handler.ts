@@ -13,9 +13,20 @@ export interface ReconcileOptions {
   readonly reserveFraction: number;
   /** The reserve in requests at least, whatever the limit. */
   readonly minReserve: number;
+  /**
+   * Time left to the Lambda's timeout at which no new request starts: one GitHub call may
+   * take 3 attempts of 10 s each, and the jobs found in the repository it belongs to are
+   * queued after it.
+   */
+  readonly deadlineMarginMs: number;
 }
 
-export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100 };
+export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100, deadlineMarginMs: 40_000 };
+
+/** What the reconciler reads of its Lambda context: the time left before the timeout. */
+export interface ReconcileContext {
+  getRemainingTimeInMillis(): number;
+}
 
 export interface ReconcileDeps {
   readonly sqs: SQSClient;
@@ -41,10 +52,10 @@ export interface ReconcileReport {
  * came are queued here, with the webhook's message builder and a trace id naming the
  * reconciler. The per-job record in scale-up makes a job found twice launch once.
  */
-export function createReconcileHandler(deps: ReconcileDeps): () => Promise<ReconcileReport> {
+export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, context?: ReconcileContext) => Promise<ReconcileReport> {
   const options: ReconcileOptions = { ...RECONCILE_DEFAULTS, ...deps.options, github: { ...RECONCILE_DEFAULTS.github, ...deps.options?.github } };
   const now = deps.now ?? (() => new Date());
-  return async () => {
+  return async (_event, context) => {
     const log = createLogger({ fn: 'reconcile', invocation: randomUUID() }, deps.sink);
     const config = await deps.loadConfig();
     const metrics = new Metrics(config.metrics.namespace, deps.sink);
@@ -53,12 +64,14 @@ export function createReconcileHandler(deps: ReconcileDeps): () => Promise<Recon
     const github = deps.providers(config).github;
     try {
       if (!config.github || !isReconcileApi(github)) return { redelivered: 0, queued: 0, requests: 0 };
-      const result = await reconcileGitHub({ api: github, github: config.github, pools: config.pools, budget, options: options.github, now, log });
+      const queued: JobMessage[] = [];
+      const outOfTime = () => context !== undefined && context.getRemainingTimeInMillis() < options.deadlineMarginMs;
+      const onFound = async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log)));
+      const result = await reconcileGitHub({ api: github, github: config.github, pools: config.pools, budget, options: options.github, now, log, outOfTime, onFound });
       if (result.redelivered > 0) metrics.add(names.redeliveries, {}, result.redelivered);
-      const queued = await queueAll(result.found, log);
       for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
       for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `github-${credential}` }, remaining, 'None');
-      log.info('reconciled', { redelivered: result.redelivered, found: result.found.length, queued: queued.length, requests: result.requests, errors: result.errors, stoppedAt: result.stoppedAt ?? null });
+      log.info('reconciled', { redelivered: result.redelivered, found: result.found, queued: queued.length, requests: result.requests, errors: result.errors, stoppedAt: result.stoppedAt ?? null });
       return { redelivered: result.redelivered, queued: queued.length, requests: result.requests, ...(result.stoppedAt ? { stoppedAt: result.stoppedAt } : {}) };
     } finally {
       metrics.flush();

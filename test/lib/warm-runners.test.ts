@@ -586,7 +586,7 @@ describe('reconciler and per-job records', () => {
     expect(secrets).toEqual(['arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key']);
     expect(statements.some((s) => [s.Action].flat().some((a) => a.startsWith('ec2:')))).toBe(false);
     const env = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Redelivers') } }))[0]!.Properties.Environment.Variables;
-    expect(JSON.parse(env.RECONCILE_OPTIONS)).toEqual({ github: { redeliverLimit: 10, runReadLimit: 100 } });
+    expect(JSON.parse(env.RECONCILE_OPTIONS)).toEqual({ github: { redeliverLimit: 10, runReadLimit: 100, repositoriesPerRun: 50, intervalSeconds: 300 } });
   });
 
   it('refuses reconcile limits it cannot honour, naming the prop', () => {
@@ -598,6 +598,9 @@ describe('reconciler and per-job records', () => {
     expect(build({ redeliverLimit: -1 })).toThrow(/redeliverLimit -1 must be an integer from 0 to 100/);
     expect(build({ reconcileRunReadLimit: 1.5 })).toThrow(/reconcileRunReadLimit 1.5 must be an integer/);
     expect(build({ reconcileInterval: Duration.seconds(30) })).toThrow(/reconcileInterval 30 seconds must be a whole number of minutes/);
+    expect(build({ reconcileRepositoriesPerRun: 0 })).toThrow(/reconcileRepositoriesPerRun 0 must be an integer from 1 to 500/);
+    expect(build({ reconcileRepositoriesPerRun: 2.5 })).toThrow(/reconcileRepositoriesPerRun 2.5 must be an integer/);
     expect(build({ redeliverLimit: 0 })).not.toThrow();
+    expect(build({ reconcileRepositoriesPerRun: 500 })).not.toThrow();
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, rotate } from '../../lambdas/reconcile/github';
+import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, repositoryWindow } from '../../lambdas/reconcile/github';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
 import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from '../../lambdas/reconcile/redeliveries';
 import { parseJobMessage } from '../../lambdas/shared/contract';
@@ -81,8 +81,29 @@ describe('paging and rotation', () => {
     expect(nextCursor(undefined)).toBeUndefined();
     expect(nextCursor('<https://x/?page=1>; rel="prev"')).toBeUndefined();
   });
-  it('starts each minute at another repository', () => {
-    expect(rotate(['a', 'b', 'c'], new Date(60_000 * 4))).toEqual(['b', 'c', 'a']);
-    expect(rotate([], new Date())).toEqual([]);
+  it('reads at most cap repositories a run, in consecutive windows', () => {
+    expect(repositoryWindow(['a', 'b', 'c', 'd', 'e'], 0, 2)).toEqual(['a', 'b']);
+    expect(repositoryWindow(['a', 'b', 'c', 'd', 'e'], 1, 2)).toEqual(['c', 'd']);
+    expect(repositoryWindow(['a', 'b', 'c', 'd', 'e'], 2, 2)).toEqual(['e', 'a']);
+    expect(repositoryWindow(['a', 'b', 'c'], 7, 10)).toEqual(['b', 'c', 'a']);
+    expect(repositoryWindow([], 3, 2)).toEqual([]);
+  });
+  it('visits every repository within ceil(N/cap) consecutive runs, from any run number', () => {
+    // Run numbers as a 5-minute schedule produces them today (floor(now / 300 s)), and small ones.
+    const firstRuns = [0, 1, 17, Math.floor(Date.parse('2026-12-02T12:00:00Z') / 300_000)];
+    for (const n of [1, 2, 3, 7, 10, 99, 100, 101, 250, 1000]) {
+      const repos = Array.from({ length: n }, (_, i) => i);
+      for (const cap of [1, 2, 3, 7, 50, 100, 1000]) {
+        for (const first of firstRuns) {
+          const visited = new Set<number>();
+          for (let k = first; k < first + Math.ceil(n / cap); k++) {
+            const window = repositoryWindow(repos, k, cap);
+            expect(window.length).toBe(Math.min(n, cap));
+            window.forEach((r) => visited.add(r));
+          }
+          expect(visited.size, `N=${n} cap=${cap} first run ${first}`).toBe(n);
+        }
+      }
+    }
   });
 });

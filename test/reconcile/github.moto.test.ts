@@ -74,9 +74,18 @@ function webhook() {
   });
 }
 
-function reconciler(options: Parameters<typeof createReconcileHandler>[0]['options'] = {}) {
+function reconciler(options: Parameters<typeof createReconcileHandler>[0]['options'] = {}, now?: () => Date) {
   const github = provider();
-  return createReconcileHandler({ sqs: c.sqs, aws: aws(), loadConfig: async () => config, providers: () => ({ github }), queueUrl, sink: lines.sink, options: { ...options, github: { minQueuedSeconds: 0, ...options.github } } });
+  return createReconcileHandler({
+    sqs: c.sqs,
+    aws: aws(),
+    loadConfig: async () => config,
+    providers: () => ({ github }),
+    queueUrl,
+    sink: lines.sink,
+    ...(now ? { now } : {}),
+    options: { ...options, github: { minQueuedSeconds: 0, ...options.github } },
+  });
 }
 
 function scaleUp() {
@@ -168,7 +177,31 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(gh.runners()).toHaveLength(3);
   });
 
-  it('its requests stay within the stated budget: D + R + ceil(N/100) + 2N + min(runs, runReadLimit)', async () => {
+  it('reads repositoriesPerRun repositories a run; consecutive runs reach every repository within ceil(N/cap) runs', async () => {
+    await gh.close();
+    const repositories = Array.from({ length: 5 }, (_, i) => `${ORG}/repo-${i}`);
+    await setUp({ organization: ORG, repositories });
+    const jobs = repositories.map((r) => gh.addJob(r, LABELS));
+    const cap = 2;
+    // Scheduled runs 5 minutes apart, from a run number that is not a multiple of anything in play.
+    const first = Math.floor(Date.now() / 300_000) + 7;
+    const queued: number[] = [];
+    const runsRead: string[] = [];
+    for (let k = 0; k < Math.ceil(repositories.length / cap); k++) {
+      const from = gh.requests().length;
+      const report = await reconciler({ github: { repositoriesPerRun: cap, intervalSeconds: 300 } }, () => new Date((first + k) * 300_000))();
+      const lists = reconcilerRequests(from).filter((r) => r.path.endsWith('/actions/runs'));
+      expect(lists).toHaveLength(2 * cap); // queued and in_progress, per repository of the window
+      runsRead.push(...lists.map((r) => r.path));
+      queued.push(report.queued);
+    }
+    expect(new Set(runsRead).size).toBe(repositories.length);
+    await drain(scaleUp());
+    expect([...(await served()).keys()].sort()).toEqual(jobs.map((j) => `github:${j.id}`).sort());
+    expect(queued.reduce((a, b) => a + b)).toBeGreaterThanOrEqual(repositories.length);
+  });
+
+  it('its requests stay within the stated budget: D + R + floor(N/100) + 1 + 2 min(N, cap) + min(runs, runReadLimit)', async () => {
     await gh.close();
     const repositories = Array.from({ length: 6 }, (_, i) => `${ORG}/repo-${i}`);
     await setUp({ organization: ORG, repositories });
@@ -185,7 +218,7 @@ describe('reconciler against the loopback GitHub and moto', () => {
     await gh.redeliveriesSettled();
     const made = reconcilerRequests(from);
     // D = 1 page of deliveries, R = 1 redelivery, 1 page of repositories, 2 run lists per repository, 1 job list per run.
-    const budget = 1 + 1 + Math.ceil(n / 100) + 2 * n + Math.min(runs, 100);
+    const budget = 1 + 1 + Math.floor(n / 100) + 1 + 2 * Math.min(n, 50) + Math.min(runs, 100);
     expect(made.length).toBe(report.requests);
     expect(made.length).toBeLessThanOrEqual(budget);
     expect(made.filter((r) => r.path.endsWith('/jobs'))).toHaveLength(runs);
@@ -196,6 +229,12 @@ describe('reconciler against the loopback GitHub and moto', () => {
     const limited = await reconciler({ github: { runReadLimit: 2 } })();
     expect(reconcilerRequests(capped).filter((r) => r.path.endsWith('/jobs'))).toHaveLength(2);
     expect(limited.requests).toBeLessThanOrEqual(1 + 0 + 1 + 2 * n + 2);
+
+    // repositoriesPerRun caps the run lists: 2 per repository of the window.
+    const windowed = gh.requests().length;
+    const capped3 = await reconciler({ github: { repositoriesPerRun: 3 } })();
+    expect(reconcilerRequests(windowed).filter((r) => r.path.endsWith('/actions/runs'))).toHaveLength(2 * 3);
+    expect(capped3.requests).toBeLessThanOrEqual(1 + 0 + 1 + 2 * 3 + Math.min(runs, 100));
   });
 
   it('reads x-ratelimit-* and stops before the reserve, publishing what is left', async () => {

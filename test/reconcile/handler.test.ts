@@ -1,6 +1,6 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { GitHubAnswer } from '../../lambdas/ci/github';
+import type { GitHubAnswer, GitHubAnswerObserver } from '../../lambdas/ci/github';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
@@ -66,6 +66,77 @@ describe('reconcile handler', () => {
     expect(await run(fleetConfig(), { send: async () => Promise.reject(refused) } as never, failing)).toMatchObject({ queued: 0 });
     expect(failing.metric('JobsReconciled')).toBe(0);
     expect(failing.logs('queueing a reconciled job failed')[0]).toMatchObject({ error: 'AccessDenied', jobId: 'github:77' });
+  });
+
+  it('stops starting requests at the deadline margin and keeps what it queued per repository', async () => {
+    // Three repositories, each with one queued job; the Lambda's time runs out while the second is read.
+    const events: string[] = [];
+    const at = new Date(Math.floor(Date.now() / 900_000) * 900_000); // a run number divisible by 3: the window starts at acme/a
+    let remainingMs = 100_000;
+    const answer = (data: unknown): GitHubAnswer => ({ status: 200, data, headers: {} });
+    const github = {
+      ...fakeGitHub(),
+      installationRequest: async (_op: string, route: string, params: Record<string, unknown>) => {
+        if (route.startsWith('GET /installation/repositories')) return answer({ repositories: ['a', 'b', 'c'].map((r) => ({ full_name: `acme/${r}` })) });
+        events.push(`${route.split(' ')[1]!.endsWith('/jobs') ? 'jobs' : 'runs'} ${String(params.repo)}`);
+        if (params.repo === 'b' && route.endsWith('/actions/runs')) remainingMs = 30_000; // below the 40 s margin from now on
+        if (route.endsWith('/actions/runs')) return answer({ workflow_runs: [{ id: params.repo === 'a' ? 1 : 2 }] });
+        return answer({ jobs: [{ id: params.run_id === 1 ? 71 : 72, status: 'queued', labels: ['linux'], created_at: new Date(at.getTime() - 10 * 60_000).toISOString() }] });
+      },
+    };
+    const lines = new Lines();
+    const send = async (command: { input: { MessageGroupId: string } }) => void events.push(`queue ${command.input.MessageGroupId}`);
+    const report = await createReconcileHandler({
+      sqs: { send } as never,
+      aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github }),
+      queueUrl: 'https://sqs.local/jobs.fifo',
+      now: () => at,
+      sink: lines.sink,
+    })({}, { getRemainingTimeInMillis: () => remainingMs });
+    expect(report).toMatchObject({ queued: 1, stoppedAt: 'deadline' });
+    // acme/a's job is queued before acme/b is read; acme/b's second list and acme/c are never asked for.
+    expect(events).toEqual(['runs a', 'runs a', 'jobs a', 'queue github:71', 'runs b']);
+    expect(lines.logs('reconciler stopped before its Lambda timeout; the next run goes on')).toHaveLength(1);
+    expect(lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(1);
+  });
+
+  it('reads a run listed as both queued and in progress once, and publishes its metrics when a step fails', async () => {
+    const lines = new Lines();
+    const github = fakeGitHub();
+    const calls: string[] = [];
+    const failing = {
+      ...github,
+      // Reports its rate-limit headers as the provider does, so the run has something to publish.
+      appRequest: async (_op: string, _route: string, _params: Record<string, unknown>, _retry: boolean, observe?: GitHubAnswerObserver) => {
+        const a = await github.appRequest();
+        observe?.('app', a.headers);
+        return a;
+      },
+      installationRequest: async (op: string, route: string) => {
+        calls.push(route);
+        if (route.startsWith('GET /installation/repositories') && calls.length > 4) throw new Error('GitHub answered 502');
+        return github.installationRequest(op, route);
+      },
+    };
+    const handler = createReconcileHandler({
+      sqs: { send: async () => ({}) } as never,
+      aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: failing }),
+      queueUrl: 'https://sqs.local/jobs.fifo',
+      sink: lines.sink,
+    });
+    expect(await handler()).toMatchObject({ queued: 1 });
+    // The fake lists run 5 under both statuses: its jobs are read once.
+    expect(calls.filter((r) => r.endsWith('/jobs'))).toHaveLength(1);
+
+    // The second run's repository list fails: logged, and the rate limit seen is still published.
+    const before = lines.json().filter((l) => l._aws && l.Credential === 'github-app').length;
+    expect(await handler()).toMatchObject({ queued: 0 });
+    expect(lines.logs('a reconciler step failed; going on')[0]).toMatchObject({ step: 'find queued jobs', error: 'GitHub answered 502' });
+    expect(lines.json().filter((l) => l._aws && l.Credential === 'github-app').length).toBe(before + 1);
   });
 
   it('fails at load with the variable named when RECONCILE_OPTIONS is not JSON', async () => {
