@@ -1,7 +1,7 @@
 import { Duration } from 'aws-cdk-lib';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { QUEUE_MAX_MESSAGE_BYTES } from '../lambdas/shared/contract';
+import { JOB_QUEUE_REDRIVE, QUEUE_MAX_MESSAGE_BYTES } from '../lambdas/shared/contract';
 
 export interface JobQueueProps {
   /**
@@ -28,7 +28,8 @@ export class JobQueue extends Construct {
 
   constructor(scope: Construct, id: string, props: JobQueueProps = {}) {
     super(scope, id);
-    const maxReceiveCount = props.maxReceiveCount ?? 5;
+    // The defaults are those the job record's holder deadline assumes (JOB_QUEUE_REDRIVE).
+    const maxReceiveCount = props.maxReceiveCount ?? JOB_QUEUE_REDRIVE.maxReceiveCount;
     if (!Number.isInteger(maxReceiveCount) || maxReceiveCount < 1 || maxReceiveCount > 1000) {
       throw new Error(`maxReceiveCount ${maxReceiveCount} must be an integer from 1 to 1000`);
     }
@@ -41,7 +42,7 @@ export class JobQueue extends Construct {
     });
     this.queue = new sqs.Queue(this, 'Queue', {
       fifo: true,
-      visibilityTimeout: props.visibilityTimeout ?? Duration.minutes(6),
+      visibilityTimeout: props.visibilityTimeout ?? Duration.seconds(JOB_QUEUE_REDRIVE.visibilityTimeoutSeconds),
       retentionPeriod: Duration.days(4),
       // The webhook's size check (JOB_MESSAGE_MAX_BYTES) leaves room below this for attributes.
       maxMessageSizeBytes: QUEUE_MAX_MESSAGE_BYTES,

@@ -28,8 +28,11 @@ export class JobRecords extends Construct {
     });
   }
 
-  /** The conditional put and the consistent read of a claim: nothing else (no scan, no delete). */
+  /**
+   * The conditional put and the consistent read of a claim, and the conditional delete that
+   * releases a record when scale-up dead-letters its job: nothing else (no scan, no query).
+   */
   grantClaim(grantee: iam.IGrantable): iam.Grant {
-    return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:PutItem', 'dynamodb:GetItem'], resourceArns: [this.table.tableArn] });
+    return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'], resourceArns: [this.table.tableArn] });
   }
 }

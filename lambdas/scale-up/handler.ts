@@ -104,7 +104,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
     const settled = new Set<string>();
     const settle = (record: SQSRecord) => settled.add(record.messageId);
 
-    const deadLetter = async (record: SQSRecord, reason: string, l: Logger, pool: string, detail?: string) => {
+    const deadLetter = async (record: SQSRecord, reason: string, l: Logger, pool: string, detail?: string, job?: JobMessage) => {
       try {
         await sendToDeadLetter(queue, record, reason);
         settle(record);
@@ -113,7 +113,48 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       } catch (error) {
         l.error('sending to the dead-letter queue failed; the message will be retried', { reason, error: errorName(error) });
         fail(record);
+        return;
       }
+      if (job && deps.jobRecords) await releaseRecord(deps.jobRecords, job, l, pool);
+    };
+    // This delivery gives the job up: a later copy (the reconciler's) may serve it. A failed
+    // release does not undo the dead-lettering; the record's holder deadline frees it later.
+    const releaseRecord = async (records: JobRecords, job: JobMessage, l: Logger, pool: string) => {
+      const o = await records.release(job);
+      if (o.kind !== 'failed') return;
+      l.error('releasing the per-job record failed; a later copy can serve the job only after its holder deadline', { error: o.error });
+      metrics.add(names.jobRecordErrors, { Pool: pool, Operation: 'release' });
+    };
+    // Whether a job that comes back (a retry, a wait copy, a record taken over) still waits for
+    // a runner; undefined when asking failed (the message is then failed, to be retried).
+    const stillQueued = async (item: Item, provider: CiProvider): Promise<boolean | undefined> => {
+      try {
+        if (await withTimeout('isJobQueued', options.ciTimeoutMs, () => provider.isJobQueued(item.job))) return true;
+        item.log.info('job no longer queued at the provider, dropping it');
+        settle(item.record);
+        return false;
+      } catch (error) {
+        ciFailed(item, error);
+        return undefined;
+      }
+    };
+    const ciFailed = (item: Item, error: unknown) => {
+      if (error instanceof JobLookupError) {
+        // A 404: the job is gone, or the credential cannot see it (both services answer
+        // 404 for "no access"). Not "no runner needed": it fails like any real error, so
+        // the redrive policy dead-letters it after its budget, and the count makes a
+        // credential or permission problem visible instead of jobs vanishing.
+        item.log.error('the CI provider would not show the job; the message will be retried', {
+          error: error.name,
+          reason: error.reason,
+          provider: error.provider,
+        });
+        metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: `job-lookup-${error.reason}` });
+      } else {
+        item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
+        metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
+      }
+      fail(item.record);
     };
 
     try {
@@ -150,7 +191,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       await mapLimit(items, 10, async (item) => {
         const provider = providers[item.job.provider];
         if (!provider) {
-          await deadLetter(item.record, 'no-provider', item.log, item.pool ?? 'unresolved');
+          await deadLetter(item.record, 'no-provider', item.log, item.pool ?? 'unresolved', undefined, item.job);
           return;
         }
         try {
@@ -160,45 +201,30 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             // The webhook's rules (lambdas/shared/match-pool.ts), so both sides route alike.
             const match = matchPool(config.pools, item.job.provider, labels);
             if (match.pool === undefined) {
-              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`);
+              await deadLetter(item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`, item.job);
               return;
             }
             item.pool = match.pool.name;
           }
-          if ((item.redelivered || item.waits > 0) && !(await withTimeout('isJobQueued', options.ciTimeoutMs, () => provider.isJobQueued(item.job)))) {
-            item.log.info('job no longer queued at the provider, dropping it');
-            settle(item.record);
-            return;
-          }
         } catch (error) {
-          if (error instanceof JobLookupError) {
-            // A 404: the job is gone, or the credential cannot see it (both services answer
-            // 404 for "no access"). Not "no runner needed": it fails like any real error, so
-            // the redrive policy dead-letters it after its budget, and the count makes a
-            // credential or permission problem visible instead of jobs vanishing.
-            item.log.error('the CI provider would not show the job; the message will be retried', {
-              error: error.name,
-              reason: error.reason,
-              provider: error.provider,
-            });
-            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: `job-lookup-${error.reason}` });
-          } else {
-            item.log.error('asking the CI provider failed; the message will be retried', { error: errorName(error) });
-            metrics.add(names.jobsFailed, { Pool: item.pool ?? 'unresolved', Reason: 'ci-error' });
-          }
-          fail(item.record);
+          ciFailed(item, error);
           return;
         }
+        if ((item.redelivered || item.waits > 0) && (await stillQueued(item, provider)) !== true) return;
         live.push(item);
       });
       // 2b. The per-job record, before anything is decided for the job: a copy of a job that
-      //     another delivery holds launches nothing and does not wait beside it.
+      //     another delivery holds launches nothing and does not wait beside it. A copy that
+      //     took the record over from a holder past its deadline asks first whether the job
+      //     is still queued (the holder may have served it), as a retry does in step 2.
       if (deps.jobRecords && live.length > 0) {
-        const { dropped } = await admitByRecord({ records: deps.jobRecords, now, metrics, names }, live);
-        for (const item of dropped) {
-          settle(item.record);
-          live.splice(live.indexOf(item), 1);
-        }
+        const admit = { records: deps.jobRecords, now, metrics, names, maxWaitSeconds: options.maxWaitSeconds };
+        const { dropped, tookOver } = await admitByRecord(admit, live);
+        const unchecked = tookOver.filter((i) => !i.redelivered && i.waits === 0);
+        const queuedNow = await mapLimit(unchecked, 10, (i) => stillQueued(i, providers[i.job.provider]!));
+        const gone = unchecked.filter((_, n) => queuedNow[n] !== true);
+        for (const item of dropped) settle(item.record);
+        for (const item of [...dropped, ...gone]) live.splice(live.indexOf(item), 1);
       }
       if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
 
@@ -242,10 +268,10 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             settle(item.record);
             break;
           case 'unknown-pool':
-            await deadLetter(item.record, 'unknown-pool', item.log, pool);
+            await deadLetter(item.record, 'unknown-pool', item.log, pool, undefined, item.job);
             break;
           case 'expired':
-            await deadLetter(item.record, 'max-wait', item.log, pool);
+            await deadLetter(item.record, 'max-wait', item.log, pool, undefined, item.job);
             break;
           case 'wait': {
             const waits = item.waits + 1;

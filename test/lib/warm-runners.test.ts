@@ -570,9 +570,11 @@ describe('reconciler and per-job records', () => {
     expect(Object.values(scaleUp)[0]!.Properties.Environment.Variables.JOB_RECORD_TABLE).toEqual({ Ref: logicalId('AWS::DynamoDB::Table', 'RunnersJobRecords') });
   });
 
-  it('lets scale-up only put and read records, and no other function touch the table', () => {
+  it('lets scale-up only put, read and release records of its table, and no other function touch the table', () => {
     const tableStatements = (prefix: string) => rolePolicyStatements(prefix).filter((s) => [s.Action].flat().some((a) => a.startsWith('dynamodb:')));
-    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:GetItem', 'dynamodb:PutItem']]);
+    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem']]);
+    const table = stack.resolve((stack.runners.jobRecords.table.node.defaultChild as CfnElement).logicalId);
+    expect(tableStatements('RunnersScaleUpRole').map((s) => s.Resource)).toEqual([`<getatt:${table}.Arn>`]);
     for (const other of ['RunnersWebhookRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);
   });
 

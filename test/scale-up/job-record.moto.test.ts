@@ -2,10 +2,10 @@ import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
-import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
+import { DynamoJobRecords, holderDeadline } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
-import { JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_HOLD_SECONDS, JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -19,6 +19,9 @@ let config: FleetConfig;
 
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
+/** A holder deadline an hour ahead, for the claims that do not test it. */
+const HOLD = new Date(Date.now() + 60 * 60 * 1000);
+const MAX_WAIT_SECONDS = 60 * 60;
 
 beforeAll(async () => {
   moto = await startMoto();
@@ -31,8 +34,9 @@ beforeEach(async () => {
   await createJobRecordTable(dynamo(), TABLE);
 });
 
-function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, lines: Lines) {
+function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, lines: Lines, now?: () => Date) {
   return createScaleUpHandler({
+    ...(now ? { now } : {}),
     ...clients,
     aws: aws(),
     loadConfig: async () => config,
@@ -42,7 +46,26 @@ function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, li
     instanceArnPrefix: INSTANCE_ARN_PREFIX,
     jobRecords: records,
     sink: lines.sink,
+    options: { maxWaitSeconds: MAX_WAIT_SECONDS },
   });
+}
+
+/** Runs a handler whose SQS sends are recorded (queue URL and body) instead of sent. */
+function recordingSends(ci: FakeCi, lines: Lines, records: DynamoJobRecords = new DynamoJobRecords(aws(), dynamo(), TABLE)) {
+  const sent: { queue: string; deliveryId: string }[] = [];
+  const sqs = {
+    send: async (command: { input: { QueueUrl?: string; MessageBody?: string } }) =>
+      void sent.push({ queue: command.input.QueueUrl ?? '', deliveryId: JSON.parse(command.input.MessageBody ?? '{}').deliveryId }),
+  };
+  const run = (j: ReturnType<typeof job>, id: string) =>
+    createScaleUpHandler({ ...c, sqs: sqs as never, aws: aws(), loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'dlq', instanceArnPrefix: INSTANCE_ARN_PREFIX, jobRecords: records, sink: lines.sink, options: { maxWaitSeconds: MAX_WAIT_SECONDS } })({
+      Records: jobEvent([j]).Records.map((r) => ({ ...r, messageId: id })),
+    });
+  return { sent, run };
+}
+
+async function recordOf(n: number) {
+  return (await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: `github:${n}` } }, ConsistentRead: true }))).Item;
 }
 
 async function serving(): Promise<Instance[]> {
@@ -108,31 +131,147 @@ describe('per-job record against moto', () => {
     config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const lines = new Lines();
-    const sent: string[] = [];
-    const sqs = { send: async (command: { input: { MessageBody?: string } }) => void sent.push(command.input.MessageBody ?? '') };
-    const run = (j: ReturnType<typeof job>, id: string) =>
-      createScaleUpHandler({ ...c, sqs: sqs as never, aws: aws(), loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'dlq', instanceArnPrefix: INSTANCE_ARN_PREFIX, jobRecords: new DynamoJobRecords(aws(), dynamo(), TABLE), sink: lines.sink })({
-        Records: jobEvent([j]).Records.map((r) => ({ ...r, messageId: id })),
-      });
+    const { sent, run } = recordingSends(ci, lines);
+    const fresh = new Date().toISOString();
     // Job 1 takes the pool's only runner slot.
-    expect((await run(job(1), 'msg-first')).batchItemFailures).toEqual([]);
+    expect((await run(job(1, { receivedAt: fresh }), 'msg-first')).batchItemFailures).toEqual([]);
     expect(ci.created).toBe(1);
-    expect((await run(job(2), 'msg-original')).batchItemFailures).toEqual([]);
-    expect((await run(job(2, { deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' }), 'msg-copy')).batchItemFailures).toEqual([]);
-    // One wait copy, the original's; the reconciled copy is gone.
-    expect(sent.map((b) => JSON.parse(b).deliveryId)).toEqual(['delivery-2']);
+    expect((await run(job(2, { receivedAt: fresh }), 'msg-original')).batchItemFailures).toEqual([]);
+    expect((await run(job(2, { receivedAt: fresh, deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' }), 'msg-copy')).batchItemFailures).toEqual([]);
+    // One wait copy on the jobs queue, the original's; the reconciled copy is gone.
+    expect(sent).toEqual([{ queue: 'q', deliveryId: 'delivery-2' }]);
     expect(ci.created).toBe(1);
     expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
+  });
+
+  it('a job whose original scale-up dead-lettered is served by a reconciled copy', async () => {
+    config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    const { sent, run } = recordingSends(ci, lines);
+    expect((await run(job(1, { receivedAt: new Date().toISOString() }), 'msg-first')).batchItemFailures).toEqual([]);
+    // Job 2 waited past its maximum age (the fixture's receivedAt is days old): dead-lettered, its record released.
+    expect((await run(job(2), 'msg-original')).batchItemFailures).toEqual([]);
+    expect(sent).toEqual([{ queue: 'dlq', deliveryId: 'delivery-2' }]);
+    expect(await recordOf(2)).toBeUndefined();
+    // Capacity frees up; the reconciler finds job 2 still queued and sends a copy of its own.
+    config = { ...config, pools: config.pools.map((p) => ({ ...p, maxRunners: 2 })) };
+    const copy = job(2, { receivedAt: new Date().toISOString(), deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' });
+    expect((await run(copy, 'msg-copy')).batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(2);
+    expect((await serving()).map((i) => i.Tags?.find((t) => t.Key === KEYS.traceId)?.Value).sort()).toEqual(['reconciler-github-2', 'trace-1']);
+    expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(0);
+  });
+
+  it('a failed release is logged and counted, and the job is dead-lettered all the same', async () => {
+    // No capacity at all: the days-old job goes straight to the dead-letter queue.
+    config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
+    config = { ...config, pools: config.pools.map((p) => ({ ...p, maxRunners: 0 })) };
+    const lines = new Lines();
+    const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+    records.release = async () => ({ kind: 'failed', error: 'ProvisionedThroughputExceededException' });
+    const { sent, run } = recordingSends(new FakeCi(Provider.GITHUB, PREFIX), lines, records);
+    expect((await run(job(3), 'msg-3')).batchItemFailures).toEqual([]);
+    expect(sent).toEqual([{ queue: 'dlq', deliveryId: 'delivery-3' }]);
+    expect(lines.metric('JobsDeadLettered', { Reason: 'max-wait' })).toBe(1);
+    expect(lines.metric('JobRecordErrors', { Operation: 'release' })).toBe(1);
+    expect(lines.logs('releasing the per-job record failed; a later copy can serve the job only after its holder deadline')).toHaveLength(1);
+  });
+
+  describe('a holder that died silently (its message redriven to the dead-letter queue)', () => {
+    const received = new Date();
+    const original = job(4, { receivedAt: received.toISOString() });
+    const copy = job(4, { receivedAt: received.toISOString(), deliveryId: 'reconciler-github-4', traceId: 'reconciler-github-4' });
+    const deadline = holderDeadline(original, received, MAX_WAIT_SECONDS);
+    const afterDeadline = () => new Date(deadline.getTime() + 60_000);
+
+    beforeEach(async () => {
+      // What the original left: its record, claimed when it was received; no instance.
+      expect(await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(original, received, deadline)).toEqual({ kind: 'mine', tookOver: false });
+    });
+
+    it('is held until its deadline (maximum wait plus the redrive budget), then a copy takes it over and serves the job', { timeout: scaled(60_000) }, async () => {
+      expect(deadline.getTime() - received.getTime()).toBe((MAX_WAIT_SECONDS + JOB_RECORD_HOLD_SECONDS) * 1000);
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
+      const lines = new Lines();
+      const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+      const copyEvent = { Records: jobEvent([copy]).Records.map((r) => ({ ...r, messageId: 'msg-copy' })) };
+      // Before the deadline the original may still be served: the copy launches nothing.
+      expect((await handler(ci, c, records, lines, () => new Date(deadline.getTime() - 60_000))(copyEvent)).batchItemFailures).toEqual([]);
+      expect(ci.created).toBe(0);
+      expect(ci.lookups).toBe(0);
+      expect((await handler(ci, c, records, lines, afterDeadline)(copyEvent)).batchItemFailures).toEqual([]);
+      expect(ci.lookups).toBe(1);
+      expect(ci.created).toBe(1);
+      expect((await serving()).map((i) => i.Tags?.find((t) => t.Key === KEYS.traceId)?.Value)).toEqual(['reconciler-github-4']);
+      expect((await recordOf(4))?.deliveryId?.S).toBe('reconciler-github-4');
+    });
+
+    it('a copy that takes it over launches nothing when the job is no longer queued', async () => {
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
+      ci.notQueued.add(copy.jobId);
+      const lines = new Lines();
+      const copyEvent = { Records: jobEvent([copy]).Records.map((r) => ({ ...r, messageId: 'msg-copy' })) };
+      expect((await handler(ci, c, new DynamoJobRecords(aws(), dynamo(), TABLE), lines, afterDeadline)(copyEvent)).batchItemFailures).toEqual([]);
+      expect(ci.lookups).toBe(1);
+      expect(ci.created).toBe(0);
+      expect(await serving()).toEqual([]);
+      expect(lines.logs('job no longer queued at the provider, dropping it')).toHaveLength(1);
+    });
+
+    it('of two copies racing past the deadline, one takes it over', async () => {
+      const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+      const at = afterDeadline();
+      const outcomes = await Promise.all(['a', 'b'].map((d) => records.claim(job(4, { deliveryId: d }), at, holderDeadline(copy, at, MAX_WAIT_SECONDS))));
+      expect(outcomes.filter((o) => o.kind === 'mine')).toEqual([{ kind: 'mine', tookOver: true }]);
+      expect(outcomes.filter((o) => o.kind === 'taken')).toHaveLength(1);
+    });
+  });
+
+  it('a release deletes only the holder\'s record; a lost delete answer is resolved by reading the record', async () => {
+    const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+    expect(await records.claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    expect(await records.release(job(5, { deliveryId: 'other' }))).toEqual({ kind: 'not-held' });
+    expect((await recordOf(5))?.deliveryId?.S).toBe('delivery-5');
+    const client = losingFirstAnswer('DeleteItemCommand');
+    const reads: string[] = [];
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') reads.push(String((args.input as { ConsistentRead?: boolean }).ConsistentRead));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(5))).toEqual({ kind: 'released' });
+    expect(reads).toEqual(['true']);
+    expect(await recordOf(5)).toBeUndefined();
+  });
+
+  it('a delete that did not land before its answer was lost is sent again', async () => {
+    const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
+    expect(await records.claim(job(6), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    const client = dynamo();
+    let deletes = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'DeleteItemCommand' && deletes++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(6))).toEqual({ kind: 'released' });
+    expect(deletes).toBe(2);
+    expect(await recordOf(6)).toBeUndefined();
   });
 
   it('the same delivery (a retry, a capacity wait copy) keeps its record; another finds it held until it expires', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
     const now = new Date();
-    expect(await records.claim(job(7), now)).toEqual({ kind: 'mine' });
-    expect(await records.claim(job(7), now)).toEqual({ kind: 'mine' });
-    expect(await records.claim(job(7, { deliveryId: 'other' }), now)).toEqual({ kind: 'taken', holder: 'delivery-7' });
+    expect(await records.claim(job(7), now, HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    expect(await records.claim(job(7), now, HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    expect(await records.claim(job(7, { deliveryId: 'other' }), now, HOLD)).toEqual({ kind: 'taken', holder: 'delivery-7' });
     const later = new Date(now.getTime() + (JOB_RECORD_TTL_SECONDS + 1) * 1000);
-    expect(await records.claim(job(7, { deliveryId: 'other' }), later)).toEqual({ kind: 'mine' });
+    expect(await records.claim(job(7, { deliveryId: 'other' }), later, HOLD)).toEqual({ kind: 'mine', tookOver: false });
     const item = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: 'github:7' } }, ConsistentRead: true }));
     expect(item.Item?.deliveryId?.S).toBe('other');
     expect(Number(item.Item?.expiresAt?.N)).toBe(Math.floor(later.getTime() / 1000) + JOB_RECORD_TTL_SECONDS);
@@ -149,17 +288,18 @@ describe('per-job record against moto', () => {
       { step: 'initialize' },
     );
     const records = new DynamoJobRecords(aws(), client, TABLE);
-    expect(await records.claim(job(3), new Date())).toEqual({ kind: 'mine' });
+    // Whether the put that landed took the record over cannot be told: the job is re-checked.
+    expect(await records.claim(job(3), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: true });
     expect(reads).toEqual([true]);
   });
 
   it('a put whose answer is lost while another delivery took the record is a lost record, not ours', async () => {
     // The other delivery's put lands first, then ours is refused and its answer lost.
     const client = losingFirstAnswer('PutItemCommand', async () => {
-      await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(job(4, { deliveryId: 'first' }), new Date());
+      await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(job(4, { deliveryId: 'first' }), new Date(), HOLD);
     });
     const records = new DynamoJobRecords(aws(), client, TABLE);
-    expect(await records.claim(job(4), new Date())).toEqual({ kind: 'taken', holder: 'first' });
+    expect(await records.claim(job(4), new Date(), HOLD)).toEqual({ kind: 'taken', holder: 'first' });
   });
 
   it('a put that did not land before its answer was lost is sent again', async () => {
@@ -172,7 +312,7 @@ describe('per-job record against moto', () => {
       },
       { step: 'initialize' },
     );
-    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date())).toEqual({ kind: 'mine' });
+    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
     expect(puts).toBe(2);
   });
 
@@ -193,7 +333,7 @@ describe('per-job record against moto', () => {
     const pacer = new Pacer(DEFAULT_RATES, () => 0, async (ms) => void sleeps.push(ms));
     for (let i = 0; i < DEFAULT_RATES.PutParameter!.capacity; i++) await pacer.take('PutParameter');
     const caller = new AwsCaller({ sleep: async () => {}, pacer });
-    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date())).toEqual({ kind: 'mine' });
+    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
     expect(sleeps).toEqual([]);
   });
 });

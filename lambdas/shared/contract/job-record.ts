@@ -1,9 +1,10 @@
 /**
  * The per-job record's table layout, shared by scale-up (lambdas/scale-up/job-record.ts) and
  * the construct that creates the table: key `jobId` (the provider-qualified job id), the
- * delivery that serves the job, and `expiresAt` (epoch seconds, the table's TTL attribute).
+ * delivery that serves the job, `expiresAt` (epoch seconds, the table's TTL attribute) and
+ * `holdUntil` (epoch seconds: the holder's deadline, after which another delivery may take over).
  */
-export const JOB_RECORD_ATTRIBUTES = { key: 'jobId', delivery: 'deliveryId', trace: 'traceId', claimedAt: 'claimedAt', expiresAt: 'expiresAt' } as const;
+export const JOB_RECORD_ATTRIBUTES = { key: 'jobId', delivery: 'deliveryId', trace: 'traceId', claimedAt: 'claimedAt', expiresAt: 'expiresAt', holdUntil: 'holdUntil' } as const;
 
 /**
  * How long a record is kept (its TTL, and the condition's expiry): longer than GitHub lists a
@@ -11,3 +12,18 @@ export const JOB_RECORD_ATTRIBUTES = { key: 'jobId', delivery: 'deliveryId', tra
  * (GitHub: 24 hours), so a late copy of a served job always finds it.
  */
 export const JOB_RECORD_TTL_SECONDS = 4 * 24 * 60 * 60;
+
+/**
+ * The jobs queue's redrive settings (lib/job-queue.ts defaults; the construct does not expose
+ * them): a message is received at most `maxReceiveCount` times, each hiding it for the
+ * visibility timeout, before SQS moves it to the dead-letter queue.
+ */
+export const JOB_QUEUE_REDRIVE = { visibilityTimeoutSeconds: 6 * 60, maxReceiveCount: 5 } as const;
+
+/**
+ * How long after its last claim (or after its maximum wait ends, whichever is later) a
+ * delivery may still be served: its last wait copy's backoff (at most 300 s, queue.ts) plus
+ * every receive the redrive policy allows. Past that, its messages are served, deleted or in
+ * the dead-letter queue, and a record it still holds may be taken over.
+ */
+export const JOB_RECORD_HOLD_SECONDS = 300 + JOB_QUEUE_REDRIVE.visibilityTimeoutSeconds * JOB_QUEUE_REDRIVE.maxReceiveCount;
