@@ -1,6 +1,7 @@
 import { Aspects, CustomResource, Duration, Lazy, Stack, Validations } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as ssm from 'aws-cdk-lib/aws-ssm';
@@ -26,6 +27,12 @@ export interface FleetDrainProps {
   readonly configParameter: ssm.IParameter;
   /** Names of the CI credential parameters the drain deregisters runners with (as scale-down). */
   readonly secretParameterNames: string[];
+  /**
+   * The customer managed key the credential parameters are encrypted with; the drain may
+   * decrypt with it through SSM only, to read them.
+   * @default - the parameters use the AWS managed key (aws/ssm)
+   */
+  readonly encryptionKey?: kms.IKey;
   /**
    * How long the drain may take before it fails the delete (DELETE_FAILED, naming what is
    * left). At least 10 minutes, at most one hour (the provider framework's bound).
@@ -131,6 +138,16 @@ export class FleetDrain extends Construct {
     const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.replace(/^\//, '') });
     const roots = [paths.runnerConfigRoot, paths.poolStateRoot];
     if (props.secretParameterNames.length > 0) drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: props.secretParameterNames.map(parameterArn) }));
+    if (props.encryptionKey) {
+      // Without it the credential cannot be read, and no runner deregistered.
+      drain.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['kms:Decrypt'],
+          resources: [props.encryptionKey.keyArn],
+          conditions: { StringEquals: { 'kms:ViaService': `ssm.${stack.region}.amazonaws.com` } },
+        }),
+      );
+    }
     drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath'], resources: roots.map((r) => parameterArn(r.replace(/\/$/, ''))) }));
     drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:DeleteParameters'], resources: roots.map((r) => parameterArn(`${r}*`)) }));
     // Describe calls take no resource-level permissions.

@@ -612,6 +612,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       fleet: this,
       configParameter: this.configParameter,
       secretParameterNames: [...secrets.githubApi, ...secrets.gitlabApi],
+      ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       logRetention,
     });
   }
