@@ -12,6 +12,7 @@ import { LAMBDA_ENV, ssmPaths, tagKeys } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
+import { SCHEDULED_MAX_EVENT_AGE } from './scheduled-invoke';
 
 /** Props of a `FleetDrain`. */
 export interface FleetDrainProps {
@@ -94,8 +95,10 @@ export class FleetDrain extends Construct {
       [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig,
       [LAMBDA_ENV.drainEventSourceMappings]: Lazy.string({ produce: () => mappings().map((m) => m.eventSourceMappingId).join(',') }),
       [LAMBDA_ENV.drainSchedules]: Lazy.string({ produce: () => rules().map((r) => r.ruleName).join(',') }),
-      // Lambda's default timeout is 3 s.
-      [LAMBDA_ENV.drainQuietSeconds]: Lazy.string({ produce: () => String(Math.max(0, ...functions().map((f) => f.timeout?.toSeconds() ?? 3)) + QUIET_MARGIN_SECONDS) }),
+      // Lambda's default timeout is 3 s. A scheduled event may wait up to its maximum age before it runs.
+      [LAMBDA_ENV.drainQuietSeconds]: Lazy.string({
+        produce: () => String(Math.max(0, ...functions().map((f) => f.timeout?.toSeconds() ?? 3)) + SCHEDULED_MAX_EVENT_AGE.toSeconds() + QUIET_MARGIN_SECONDS),
+      }),
       [LAMBDA_ENV.drainDeadlineSeconds]: String(timeout.toSeconds() - DEADLINE_MARGIN_SECONDS),
     };
     this.onEventFunction = new BundledFunction(this, 'StopScaling', {
