@@ -1,6 +1,7 @@
 import { Aspects, CustomResource, Duration, Lazy, Stack, Validations } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as ssm from 'aws-cdk-lib/aws-ssm';
@@ -11,6 +12,7 @@ import { LAMBDA_ENV, ssmPaths, tagKeys } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
+import { SCHEDULED_MAX_EVENT_AGE } from './scheduled-invoke';
 
 /** Props of a `FleetDrain`. */
 export interface FleetDrainProps {
@@ -26,6 +28,12 @@ export interface FleetDrainProps {
   readonly configParameter: ssm.IParameter;
   /** Names of the CI credential parameters the drain deregisters runners with (as scale-down). */
   readonly secretParameterNames: string[];
+  /**
+   * The customer managed key the credential parameters are encrypted with; the drain may
+   * decrypt with it through SSM only, to read them.
+   * @default - the parameters use the AWS managed key (aws/ssm)
+   */
+  readonly encryptionKey?: kms.IKey;
   /**
    * How long the drain may take before it fails the delete (DELETE_FAILED, naming what is
    * left). At least 10 minutes, at most one hour (the provider framework's bound).
@@ -87,8 +95,10 @@ export class FleetDrain extends Construct {
       [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig,
       [LAMBDA_ENV.drainEventSourceMappings]: Lazy.string({ produce: () => mappings().map((m) => m.eventSourceMappingId).join(',') }),
       [LAMBDA_ENV.drainSchedules]: Lazy.string({ produce: () => rules().map((r) => r.ruleName).join(',') }),
-      // Lambda's default timeout is 3 s.
-      [LAMBDA_ENV.drainQuietSeconds]: Lazy.string({ produce: () => String(Math.max(0, ...functions().map((f) => f.timeout?.toSeconds() ?? 3)) + QUIET_MARGIN_SECONDS) }),
+      // Lambda's default timeout is 3 s. A scheduled event may wait up to its maximum age before it runs.
+      [LAMBDA_ENV.drainQuietSeconds]: Lazy.string({
+        produce: () => String(Math.max(0, ...functions().map((f) => f.timeout?.toSeconds() ?? 3)) + SCHEDULED_MAX_EVENT_AGE.toSeconds() + QUIET_MARGIN_SECONDS),
+      }),
       [LAMBDA_ENV.drainDeadlineSeconds]: String(timeout.toSeconds() - DEADLINE_MARGIN_SECONDS),
     };
     this.onEventFunction = new BundledFunction(this, 'StopScaling', {
@@ -131,6 +141,16 @@ export class FleetDrain extends Construct {
     const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.replace(/^\//, '') });
     const roots = [paths.runnerConfigRoot, paths.poolStateRoot];
     if (props.secretParameterNames.length > 0) drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: props.secretParameterNames.map(parameterArn) }));
+    if (props.encryptionKey) {
+      // Without it the credential cannot be read, and no runner deregistered.
+      drain.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['kms:Decrypt'],
+          resources: [props.encryptionKey.keyArn],
+          conditions: { StringEquals: { 'kms:ViaService': `ssm.${stack.region}.amazonaws.com` } },
+        }),
+      );
+    }
     drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParametersByPath'], resources: roots.map((r) => parameterArn(r.replace(/\/$/, ''))) }));
     drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:DeleteParameters'], resources: roots.map((r) => parameterArn(`${r}*`)) }));
     // Describe calls take no resource-level permissions.

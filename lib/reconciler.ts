@@ -8,6 +8,7 @@ import { Construct } from 'constructs';
 import { LAMBDA_ENV } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { FUNCTION_MEMORY_MB } from './function-memory';
+import { runOnceOnSchedule } from './scheduled-invoke';
 
 /** Props of the `Reconciler`. */
 export interface ReconcilerProps {
@@ -77,6 +78,7 @@ export class Reconciler extends Construct {
     });
     props.queue.grantSendMessages(this.function);
     this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [props.appPrivateKeyArn] }));
+    runOnceOnSchedule(this.function);
     this.schedule = new events.Rule(this, 'Schedule', {
       description: `Runs the reconciler of ${props.prefix}`,
       schedule: events.Schedule.rate(interval),

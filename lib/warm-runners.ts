@@ -26,6 +26,7 @@ import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { fleetConfigInput } from './fleet-config-input';
 import { FleetDrain } from './fleet-drain';
+import { runOnceOnSchedule } from './scheduled-invoke';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
@@ -315,6 +316,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         reportBatchItemFailures: true,
       }),
     );
+    for (const fn of [this.poolFunction, this.scaleDownFunction]) runOnceOnSchedule(fn);
     new events.Rule(this, 'PoolSchedule', {
       description: `Runs the pool Lambda of ${prefix}`,
       schedule: events.Schedule.rate(props.poolInterval ?? Duration.minutes(1)),
@@ -620,6 +622,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       fleet: this,
       configParameter: this.configParameter,
       secretParameterNames: [...secrets.githubApi, ...secrets.gitlabApi],
+      ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       logRetention,
     });
   }

@@ -1,6 +1,9 @@
 import type { Provider, RunnerSummary } from '../shared/contract';
 import type { ObservedInstance } from '../shared/instances';
 
+/** A provider's runners as listed (`truncated`: stopped at the page cap, more may exist), or why not. */
+export type RunnerList = { readonly runners: readonly RunnerSummary[]; readonly truncated?: boolean } | { readonly unknown: string };
+
 /**
  * What one drain poll observed. A provider whose runners could not be listed is `unknown`
  * (with the error), never empty: the drain is complete only when every list was read empty.
@@ -10,7 +13,7 @@ export interface DrainObservation {
   readonly instances: readonly ObservedInstance[];
   /** Names of the fleet's run-time parameters (runner configs, pool state). */
   readonly parameters: readonly string[];
-  readonly runners: ReadonlyMap<Provider, { readonly runners: readonly RunnerSummary[] } | { readonly unknown: string }>;
+  readonly runners: ReadonlyMap<Provider, RunnerList>;
   /** Event source mappings and schedules not yet observed disabled (or not yet read). */
   readonly scalingNotStopped: readonly string[];
   /** Time since scaling was stopped (the drain's start). */
@@ -70,7 +73,8 @@ export function decideDrain(observed: DrainObservation, settings: DrainSettings)
       continue;
     }
     for (const r of list.runners) deregister.push({ provider, runnerId: r.runnerId });
-    if (list.runners.length > 0) remaining.push(listed(`${provider} runners registered`, list.runners.map((r) => `${r.runnerId} ${r.name}`)));
+    if (list.truncated) remaining.push(`${provider} runners beyond the list's page cap unknown (${list.runners.length} listed)`);
+    else if (list.runners.length > 0) remaining.push(listed(`${provider} runners registered`, list.runners.map((r) => `${r.runnerId} ${r.name}`)));
   }
   const quiet = observed.elapsedMs >= settings.quietMs;
   if (remaining.length === 0 && !quiet) remaining.push(`waiting ${Math.ceil((settings.quietMs - observed.elapsedMs) / 1000)} s for invocations started before the stop`);

@@ -5,11 +5,12 @@ import { GetEventSourceMappingCommand, UpdateEventSourceMappingCommand, type Get
 import { DeleteParametersCommand, GetParameterCommand, GetParametersByPathCommand, type GetParametersByPathCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { actionOf, errorName, READ, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { Provider, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type RunnerSummary } from '../shared/contract';
+import { Provider, ssmPaths, tagKeys, type CiProvider, type FleetConfig } from '../shared/contract';
+import { GitHubApiError, GitLabApiError } from '../ci';
 import { chunks } from '../shared/delete-configs';
 import { describeFleet, LIVE_STATES } from '../shared/instances';
 import { createLogger, type Logger, type Sink } from '../shared/log';
-import { decideDrain, type DrainObservation, type DrainSettings } from './decide';
+import { decideDrain, type DrainObservation, type DrainSettings, type RunnerList } from './decide';
 import { deleteVerdict, type DeleteVerdict } from './delete-cause';
 
 /** What stops the fleet scaling: the jobs queue's event source mappings and the schedules. */
@@ -32,6 +33,11 @@ export interface DrainDeps {
   readonly providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
   readonly sources: ScalingSources;
   readonly settings: DrainSettings;
+  /**
+   * Providers whose last `listRunners` stopped at the page cap (filled by the providers'
+   * `onListTruncated`); observe clears a provider before listing and reads it after.
+   */
+  readonly truncatedLists?: Set<Provider>;
   readonly now?: () => Date;
   readonly sink?: Sink;
   /** Time one poll may spend acting before it leaves the rest to the next poll (default 90 s). */
@@ -111,15 +117,19 @@ export function createDrainHandlers(deps: DrainDeps): {
       if (!Number.isFinite(started)) throw new DrainFailedError('the drain has no start time (onEvent did not run?): delete again');
       const passStart = now().getTime();
       const elapsedMs = passStart - started;
-      const config = await deps.loadConfig();
+      let config: FleetConfig | undefined;
       let observed: DrainObservation;
       try {
+        config = await deps.loadConfig();
         observed = await observe(deps, config, elapsedMs, ciTimeoutMs, log);
       } catch (error) {
-        // Nothing can be decided from a partial reading: the next poll observes again.
+        if (error instanceof DrainFailedError) throw error;
+        // Nothing can be decided from a partial reading (or without the config): the next poll
+        // observes again. A refusal will not pass by itself: fail at once, naming it.
         log.warn('observing the fleet failed; the next poll retries', { error: errorName(error) });
         if (elapsedMs >= deps.settings.deadlineMs || AUTHORIZATION.has(errorName(error))) {
-          throw new DrainFailedError(`the drain of ${config.prefix} could not observe the fleet: ${errorName(error)} (${(error as Error).message}); see docs/operations.md#a-stack-left-in-delete_failed`);
+          const fleet = config ? `the drain of ${config.prefix}` : 'the drain';
+          throw new DrainFailedError(`${fleet} could not observe the fleet: ${errorName(error)} (${(error as Error).message}); see docs/operations.md#a-stack-left-in-delete_failed`);
         }
         return { IsComplete: false };
       }
@@ -222,7 +232,7 @@ async function observe(deps: DrainDeps, config: FleetConfig, elapsedMs: number, 
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { states: [...LIVE_STATES, 'shutting-down'] });
   const parameters = [...(await parameterNames(deps, paths.runnerConfigRoot)), ...(await parameterNames(deps, paths.poolStateRoot))];
   const providers = deps.providers(config);
-  const runners = new Map<Provider, { runners: readonly RunnerSummary[] } | { unknown: string }>();
+  const runners = new Map<Provider, RunnerList>();
   for (const provider of new Set(config.pools.map((p) => p.provider))) {
     const ci = providers[provider];
     const credential = provider === Provider.GITHUB ? config.parameters.github.appPrivateKey : config.parameters.gitlab.token;
@@ -237,13 +247,34 @@ async function observe(deps: DrainDeps, config: FleetConfig, elapsedMs: number, 
       continue;
     }
     try {
-      runners.set(provider, { runners: await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners()) });
+      deps.truncatedLists?.delete(provider);
+      const listed = await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners());
+      // Runners beyond the page cap may remain: deregister those listed, but never read it as empty.
+      runners.set(provider, deps.truncatedLists?.has(provider) ? { runners: listed, truncated: true } : { runners: listed });
     } catch (error) {
+      if (refusedByCi(error)) {
+        log.error('the CI service refused the drain', { provider, error: errorName(error) });
+        throw new DrainFailedError(
+          `the drain of ${config.prefix} cannot list its ${provider} runners: ${errorName(error)} (${(error as Error).message}). Check the credential (${credential}) and the key that encrypts it, or deregister the runners by hand; see docs/operations.md#a-stack-left-in-delete_failed`,
+        );
+      }
       log.warn('listing runners failed; the next poll retries', { provider, error: errorName(error) });
       runners.set(provider, { unknown: `${errorName(error)}: ${(error as Error).message}`.slice(0, 200) });
     }
   }
   return { instances, parameters, runners, scalingNotStopped: scaling, elapsedMs };
+}
+
+/**
+ * An authorization failure, which no retry mends: reading the credential refused (AccessDenied,
+ * also for a KMS key the role may not use), or the CI service answering 401, or 403 other than
+ * a rate limit (GitHub answers a rate limit with 403 too, naming it in the message).
+ */
+function refusedByCi(error: unknown): boolean {
+  if (AUTHORIZATION.has(errorName(error))) return true;
+  const status = (error as { status?: unknown } | undefined)?.status;
+  if (!(error instanceof GitHubApiError || error instanceof GitLabApiError) || typeof status !== 'number') return false;
+  return status === 401 || (status === 403 && !/rate limit/i.test(error.message));
 }
 
 /** Whether a parameter exists (read without decrypting: the drain needs no secret for it). */

@@ -4,12 +4,13 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
 import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
-import { LAMBDA_ENV } from '../shared/contract';
+import { LAMBDA_ENV, type Provider } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createDrainHandlers } from './handler';
 
 const clients = productionClients();
+const truncatedLists = new Set<Provider>();
 const list = (name: string) => (process.env[name] ?? '').split(',').filter((s) => s !== '');
 const seconds = (name: string) => {
   const value = Number(process.env[name]);
@@ -28,7 +29,8 @@ const handlers = () =>
     cloudformation: new CloudFormationClient(PRODUCTION_CLIENT_OPTIONS),
     aws: new AwsCaller({ pacer: new Pacer() }),
     loadConfig: () => loadFleetConfig(clients.ssm),
-    providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
+    providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm, onListTruncated: (provider) => truncatedLists.add(provider) })),
+    truncatedLists,
     sources: { eventSourceMappings: list(LAMBDA_ENV.drainEventSourceMappings), schedules: list(LAMBDA_ENV.drainSchedules) },
     settings: { quietMs: seconds(LAMBDA_ENV.drainQuietSeconds), deadlineMs: seconds(LAMBDA_ENV.drainDeadlineSeconds) },
   }));

@@ -6,7 +6,8 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createDrainHandlers, DrainFailedError, type IsCompleteEvent } from '../../lambdas/drain/handler';
+import { GitHubApiError } from '../../lambdas/ci';
+import { createDrainHandlers, DrainFailedError, type DrainDeps, type IsCompleteEvent } from '../../lambdas/drain/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
@@ -116,7 +117,7 @@ afterAll(() => {
   scaling.restore();
 });
 
-function handlers() {
+function handlers(overrides: Partial<DrainDeps> = {}) {
   return createDrainHandlers({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -130,6 +131,7 @@ function handlers() {
     settings: { quietMs: 180_000, deadlineMs: 1_680_000 },
     now: () => new Date(clock),
     sink: lines.sink,
+    ...overrides,
   });
 }
 
@@ -338,6 +340,84 @@ describe('drain: Delete', () => {
     expect(aws.count('TerminateInstances')).toBe(0);
     aws.fault('DescribeInstances', awsError('UnauthorizedOperation', 403));
     await expect(h.isComplete(request)).rejects.toThrow(/could not observe the fleet: UnauthorizedOperation/);
+  });
+});
+
+describe('drain: authorization, config and truncated lists', () => {
+  const failureOf = (p: Promise<unknown>) =>
+    p.then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+
+  it('a credential read refused (as by a KMS key the drain may not use) fails the delete at once, naming the credential', async () => {
+    fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    ci.listRunners = async () => {
+      throw awsError('AccessDeniedException', 400);
+    };
+    const failure = await failureOf(h.isComplete(request));
+    expect(failure).toBeInstanceOf(DrainFailedError);
+    expect(failure!.message).toContain(`the drain of test cannot list its github runners: AccessDeniedException`);
+    expect(failure!.message).toContain(config.parameters.github.appPrivateKey);
+  });
+
+  it('a 401 or a 403 from the CI service fails the delete at once; a 403 rate limit waits for the next poll', async () => {
+    fleet();
+    const h = handlers();
+    const request = await startDrain(h);
+    ci.listRunners = async () => {
+      throw new GitHubApiError('list runners', 403, 'API rate limit exceeded for installation');
+    };
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    for (const status of [401, 403]) {
+      ci.listRunners = async () => {
+        throw new GitHubApiError('list runners', status, 'Resource not accessible by integration');
+      };
+      expect((await failureOf(h.isComplete(request)))?.message).toMatch(new RegExp(`cannot list its github runners: GitHubApiError \\(GitHub list runners failed: HTTP ${status}`));
+    }
+  });
+
+  it('a config that cannot be read is retried by the next poll, and fails the delete only past the deadline', async () => {
+    fleet();
+    let failing = true;
+    const h = handlers({
+      loadConfig: async () => {
+        if (failing) throw awsError('ThrottlingException', 400);
+        return config;
+      },
+    });
+    const request = await startDrain(h);
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(aws.count('DescribeInstances')).toBe(0);
+    failing = false;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(aws.count('TerminateInstances')).toBe(1);
+    failing = true;
+    clock += 1_680_000;
+    expect((await failureOf(h.isComplete(request)))?.message).toMatch(/^the drain could not observe the fleet: ThrottlingException/);
+  });
+
+  it('a runner list stopped at the page cap is never read as empty: what it lists is deregistered, and the drain waits for a whole list', async () => {
+    fleet();
+    const truncatedLists = new Set<Provider>();
+    let truncate = true;
+    const list = ci.listRunners.bind(ci);
+    ci.listRunners = async () => {
+      const runners = await list();
+      if (truncate) truncatedLists.add(Provider.GITHUB);
+      return runners;
+    };
+    const h = handlers({ truncatedLists });
+    const request = await startDrain(h);
+    clock += 200_000;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(ci.runners.size).toBe(0);
+    expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+    expect(lines.logs('draining').at(-1)?.remaining).toEqual(["github runners beyond the list's page cap unknown (0 listed)"]);
+    truncate = false;
+    expect(await h.isComplete(request)).toEqual({ IsComplete: true });
   });
 });
 

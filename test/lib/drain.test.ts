@@ -64,6 +64,15 @@ describe('the drain custom resource', () => {
     expect(drain!.DependsOn).toContain(stack.getLogicalId(later.node.defaultChild as cloudwatch.CfnAlarm));
   });
 
+  it("runs every scheduled function once per event, never after its 60 s maximum age: Lambda's async retries would outlive the quiet period", () => {
+    const targets = Object.values(template.findResources('AWS::Events::Rule')).flatMap((r) => (r.Properties.Targets as { Arn: { 'Fn::GetAtt': [string, string] } }[]).map((t) => t.Arn['Fn::GetAtt'][0]));
+    expect(targets).toHaveLength(3);
+    const configs = Object.values(template.findResources('AWS::Lambda::EventInvokeConfig')).map((c) => c.Properties as { FunctionName: { Ref: string } });
+    for (const fn of targets) {
+      expect(configs).toContainEqual({ FunctionName: { Ref: fn }, MaximumEventAgeInSeconds: 60, MaximumRetryAttempts: 0, Qualifier: '$LATEST' });
+    }
+  });
+
   it('disables the jobs queue mapping and every schedule of the fleet, waits out the longest function timeout, and fails itself before the framework does', () => {
     for (const exportName of ['onEvent', 'isComplete']) {
       const env = drainFunctionEnv(exportName);
@@ -77,8 +86,9 @@ describe('the drain custom resource', () => {
         expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule')]),
       );
       expect(joined.filter((part) => part !== ',')).toHaveLength(3);
-      // Pool and scale-down time out at 120 s; a minute more for a mapping still disabling.
-      expect(env.DRAIN_QUIET_SECONDS).toBe('180');
+      // Pool and scale-down time out at 120 s, a scheduled event waits at most 60 s, and a
+      // minute more for a mapping still disabling.
+      expect(env.DRAIN_QUIET_SECONDS).toBe('240');
       expect(env.DRAIN_DEADLINE_SECONDS).toBe(String(30 * 60 - 120));
     }
   });

@@ -242,7 +242,7 @@ describe('encryption key', () => {
     expect(JSON.stringify(param!.Properties.Value)).toContain('kmsKeyId');
     const policies = Object.values(t.findResources('AWS::IAM::Policy')).map((p) => JSON.stringify(p.Properties.PolicyDocument));
     const kmsStatements = policies.filter((p) => p.includes('kms:'));
-    expect(kmsStatements.length).toBe(6); // five functions and the instance role
+    expect(kmsStatements.length).toBe(7); // five functions, the drain and the instance role
     for (const p of kmsStatements) {
       expect(p).toContain('kms:ViaService');
       expect(p).not.toMatch(/kms:[A-Za-z]+\*/);
