@@ -124,10 +124,11 @@ describe('the packed library in a scratch CDK app', () => {
     expect(summary.resolvedFrom.startsWith(`${scratch}/`)).toBe(true);
   });
 
-  it("synthesizes the library's six functions on their bundles, and the FleetConfig with the wire values", () => {
-    // Four control-plane functions and the drain's two exports (the provider framework's functions run CDK's code).
+  it("synthesizes the library's seven functions on their bundles, and the FleetConfig with the wire values", () => {
+    // Five control-plane functions (the reconciler with the GitHub connection) and the drain's two
+    // exports (the provider framework's functions run CDK's code).
     const own = summary.functions.filter((fn) => fn.handler.startsWith('index.'));
-    expect(own.map((fn) => fn.handler).sort()).toEqual(['index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.isComplete', 'index.onEvent']);
+    expect(own.map((fn) => fn.handler).sort()).toEqual(['index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.isComplete', 'index.onEvent']);
     for (const fn of own) expect(fn).toEqual({ runtime: 'nodejs24.x', handler: fn.handler, assetDir: true });
     // Provider.GITHUB travels as the string the Lambdas parse.
     expect(summary.fleetConfig.pools).toEqual([expect.objectContaining({ provider: 'github', labelMatch: 'exact' })]);
