@@ -158,10 +158,16 @@ export class DynamoJobRecords implements JobRecords {
   private async observe(job: JobMessage, now: Date): Promise<RecordOutcome | undefined> {
     const out = await this.read(job);
     const holder = out.Item?.[A.delivery]?.S;
+    const nowSeconds = Math.floor(now.getTime() / 1000);
     const expires = Number(out.Item?.[A.expiresAt]?.N ?? '0');
-    if (holder === undefined || expires < Math.floor(now.getTime() / 1000)) return undefined;
+    if (holder === undefined || expires < nowSeconds) return undefined;
     // Ours, but whether the lost put took it over from another holder cannot be told: ask.
-    return holder === job.deliveryId ? { kind: 'mine', tookOver: true } : { kind: 'taken', holder };
+    if (holder === job.deliveryId) return { kind: 'mine', tookOver: true };
+    // Another holder past its deadline: the lost put (a take-over) did not land, as its
+    // condition would have let it: the caller sends it once more (the put's own condition).
+    const hold = out.Item?.[A.holdUntil]?.N;
+    if (hold !== undefined && Number(hold) < nowSeconds) return undefined;
+    return { kind: 'taken', holder };
   }
 }
 

@@ -219,6 +219,22 @@ describe('per-job record against moto', () => {
       expect(lines.logs('job no longer queued at the provider, dropping it')).toHaveLength(1);
     });
 
+    it('a take-over put that did not land before its answer was lost is sent again, not read as the dead holder\'s', async () => {
+      const client = dynamo();
+      let puts = 0;
+      client.middlewareStack.add(
+        (next, context) => async (args) => {
+          if (context.commandName === 'PutItemCommand' && puts++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
+          return next(args);
+        },
+        { step: 'initialize' },
+      );
+      const at = afterDeadline();
+      expect(await new DynamoJobRecords(aws(), client, TABLE).claim(copy, at, holderDeadline(copy, at, MAX_WAIT_SECONDS))).toEqual({ kind: 'mine', tookOver: true });
+      expect(puts).toBe(2);
+      expect((await recordOf(4))?.deliveryId?.S).toBe(copy.deliveryId);
+    });
+
     it('of two copies racing past the deadline, one takes it over', async () => {
       const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
       const at = afterDeadline();
