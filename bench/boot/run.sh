@@ -17,8 +17,8 @@ source "$BATS_TEST_DIRNAME/helpers.bash"
 trap sandbox_stop EXIT
 sandbox_start >/dev/null
 
-ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=bench/boot/timing.bash
+source "$(dirname "$0")/timing.bash"
 # before FIELD STARTED: requests in the sandbox log (ms) logged before STARTED (s).
 before() {
   ctl GET /log | grep -oE "\"t\":[0-9.]+,\"$1\"" | cut -d: -f2 | cut -d, -f1 |
