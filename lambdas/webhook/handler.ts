@@ -86,7 +86,18 @@ function reply(statusCode: number, outcome: Outcome, reason: string): APIGateway
   return { statusCode, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ outcome, reason }) };
 }
 
+/** Bad input: answered 4xx, and a redelivery would fail the same way. */
 class Rejection extends Error {
+  constructor(
+    readonly statusCode: number,
+    reason: string,
+  ) {
+    super(reason);
+  }
+}
+
+/** The fleet cannot take the delivery now (already logged): answered 5xx, so the sender redelivers. */
+class Failure extends Error {
   constructor(
     readonly statusCode: number,
     reason: string,
@@ -114,190 +125,245 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     if (providers?.key !== key) providers = { key, value: createCiProviders(config, { ssm: deps.ssm, ...(deps.fetch ? { fetch: deps.fetch } : {}) }) };
     return providers.value;
   };
+  const ctx: Context = { deps, env, opts, secrets, log, providersFor };
 
   return async (event) => {
     const receivedAt = now();
-    const deadline = createDeadline(opts.deadlineMs, clock);
+    const deadline = createDeadline(ctx.opts.deadlineMs, clock);
     const path = (event.rawPath ?? '/').replace(/\/+$/, '') || '/';
     const route: Provider | undefined = path === '/github' ? Provider.GITHUB : path === '/gitlab' ? Provider.GITLAB : undefined;
-    const reqLog = log.child({ route: route ?? logSafe(path, 40), requestId: logSafe(event.requestContext?.requestId ?? '', 64) });
+    const reqLog = ctx.log.child({ route: route ?? logSafe(path, 40), requestId: logSafe(event.requestContext?.requestId ?? '', 64) });
     if (!route) {
       reqLog.warn('unknown path');
       return reply(404, 'rejected', 'unknown path: use /github or /gitlab');
     }
     try {
-      if ((event.requestContext?.http?.method ?? 'POST') !== 'POST') throw new Rejection(405, 'only POST is accepted');
-      const headers = lowerCaseHeaders(event.headers);
-      const body = readBody(event, opts.maxBodyBytes);
-      let config: FleetConfig;
-      try {
-        config = await deadline.run('fleet config read', opts.configReadTimeoutMs, opts.sendReserveMs, (signal) => loadFleetConfig(deps.ssm, env, Date.now(), { signal }));
-      } catch (e) {
-        if (e instanceof DeadlineExceeded) throw e;
-        reqLog.error('cannot load the fleet config', { error: (e as Error).message });
-        return reply(500, 'error', 'configuration unavailable');
+      const request = await admit(ctx, event, route, deadline, reqLog);
+      await verify(ctx, request, receivedAt, deadline);
+      const delivery = classify(ctx, request);
+      const dLog = reqLog.child({ deliveryId: logSafe(delivery.deliveryId, 80) });
+      if (delivery.kind === 'ignore') {
+        dLog.info('delivery acknowledged, not queued', { reason: delivery.reason });
+        return reply(200, 'ignored', delivery.reason);
       }
-      if (!config[route]) throw new Rejection(404, `this fleet has no ${route} connection`);
-      const queueUrl = env[LAMBDA_ENV.jobsQueueUrl];
-      if (!queueUrl) {
-        reqLog.error(`${LAMBDA_ENV.jobsQueueUrl} is not set`);
-        return reply(500, 'error', 'queue not configured');
-      }
-
-      const verdict = await deadline.run('webhook secret read', opts.secretReadTimeoutMs, opts.sendReserveMs, (signal) =>
-        route === 'github' ? verifyGitHub(config, headers, body, signal) : verifyGitLab(config, headers, body, receivedAt, signal),
-      );
-      if (!verdict.ok) throw new Rejection(401, verdict.reason);
-
-      const payload = parseJson(body, route);
-      const deliveryId =
-        route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
-      const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab);
-      const dLog = reqLog.child({ deliveryId: logSafe(deliveryId, 80) });
-      if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
-      if (classified.kind === 'ignore') {
-        dLog.info('delivery acknowledged, not queued', { reason: classified.reason });
-        return reply(200, 'ignored', classified.reason);
-      }
-
-      let message: JobMessage | Unmatched;
-      try {
-        message = await jobMessageFor(classified.job, config, deliveryId, receivedAt, dLog, deadline);
-      } catch (e) {
-        // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
-        throw new Rejection(400, (e as Error).message);
-      }
+      const message = await resolve(ctx, delivery.job, request.config, delivery.deliveryId, receivedAt, dLog, deadline);
       if ('unmatched' in message) return reply(200, 'ignored', message.unmatched);
-      const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
-      const messageBody = JSON.stringify(message);
-      const size = messageBytes(messageBody);
-      if (isTooLarge(size)) return await recordTooLarge(message, size, config, jLog, deadline);
-      const command = new SendMessageCommand({
-        QueueUrl: queueUrl,
-        MessageBody: messageBody,
-        MessageGroupId: message.jobId,
-        MessageDeduplicationId: deduplicationId(message.provider, message.deliveryId),
-      });
-      try {
-        // The last step keeps nothing back: it may use all that remains.
-        await deadline.run('queue send', opts.queueTimeoutMs, 0, (signal) => deps.sqs.send(command, { abortSignal: signal }));
-      } catch (e) {
-        jLog.error('cannot queue the job', { error: logSafe((e as Error).name) });
-        // A redelivery is harmless even if this send did land: SQS drops the same deduplication id.
-        return e instanceof DeadlineExceeded ? reply(503, 'error', 'queue too slow, redeliver later') : reply(500, 'error', 'queue unavailable, redeliver later');
-      }
-      jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
-      emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', deps.metricSink);
-      return reply(202, 'queued', message.labelsResolved ? 'queued' : 'queued-labels-unresolved');
+      return await enqueue(ctx, message, request, dLog, deadline);
     } catch (e) {
-      if (e instanceof Rejection) {
-        reqLog.warn('delivery rejected', { status: e.statusCode, reason: e.message });
-        return reply(e.statusCode, 'rejected', e.message);
-      }
-      if (e instanceof DeadlineExceeded) {
-        // Before the signature is checked nothing may be queued; a 5xx lets the sender redeliver
-        // (GitHub: "Redeliver" or the API; GitLab: the hook's "Resend request").
-        reqLog.error('request deadline reached before the delivery could be verified', { step: e.step, timeoutMs: e.timeoutMs });
-        return reply(503, 'error', 'dependencies too slow, redeliver later');
-      }
-      reqLog.error('delivery failed', { error: logSafe((e as Error).message, 200) });
-      return reply(500, 'error', 'internal error');
+      return settle(e, reqLog);
     }
   };
+}
 
-  async function verifyGitHub(config: FleetConfig, headers: Headers, body: Buffer, signal: AbortSignal): Promise<Verdict> {
-    const secret = await secrets.get(config.parameters.github.webhookSecret, signal);
-    return verifyGitHubSignature(body, headers['x-hub-signature-256'], secret);
+/** Parse: the method, the headers, the body within its limit, the fleet config and the queue. */
+async function admit(ctx: Context, event: LambdaFunctionURLEvent, route: Provider, deadline: Deadline, reqLog: Logger): Promise<Request> {
+  if ((event.requestContext?.http?.method ?? 'POST') !== 'POST') throw new Rejection(405, 'only POST is accepted');
+  const headers = lowerCaseHeaders(event.headers);
+  const body = readBody(event, ctx.opts.maxBodyBytes);
+  let config: FleetConfig;
+  try {
+    config = await deadline.run('fleet config read', ctx.opts.configReadTimeoutMs, ctx.opts.sendReserveMs, (signal) => loadFleetConfig(ctx.deps.ssm, ctx.env, Date.now(), { signal }));
+  } catch (e) {
+    if (e instanceof DeadlineExceeded) throw e;
+    reqLog.error('cannot load the fleet config', { error: (e as Error).message });
+    throw new Failure(500, 'configuration unavailable');
   }
-
-  async function verifyGitLab(config: FleetConfig, headers: Headers, body: Buffer, at: Date, signal: AbortSignal): Promise<Verdict> {
-    const names = config.parameters.gitlab;
-    const [token, signingKey] = await Promise.all([secrets.find(names.webhookToken, signal), secrets.find(names.webhookSigningKey, signal)]);
-    if (token === undefined && signingKey === undefined) {
-      log.error('no GitLab webhook secret configured: every GitLab delivery is refused', { parameters: [names.webhookToken, names.webhookSigningKey] });
-      return { ok: false, reason: 'no GitLab webhook secret is configured' };
-    }
-    // Each configured secret is checked; a delivery must satisfy all of them.
-    if (token !== undefined) {
-      const v = verifyGitLabToken(headers['x-gitlab-token'], token);
-      if (!v.ok) return v;
-    }
-    if (signingKey !== undefined) {
-      const v = verifyStandardWebhook(
-        body,
-        { id: headers['webhook-id'], timestamp: headers['webhook-timestamp'], signature: headers['webhook-signature'] },
-        signingKey,
-        Math.floor(at.getTime() / 1000),
-        opts.timestampToleranceSeconds,
-      );
-      if (!v.ok) return v;
-    }
-    return { ok: true };
+  if (!config[route]) throw new Rejection(404, `this fleet has no ${route} connection`);
+  const queueUrl = ctx.env[LAMBDA_ENV.jobsQueueUrl];
+  if (!queueUrl) {
+    reqLog.error(`${LAMBDA_ENV.jobsQueueUrl} is not set`);
+    throw new Failure(500, 'queue not configured');
   }
+  return { route, headers, body, config, queueUrl };
+}
 
-  /**
-   * A job whose message SQS would refuse: every redelivery would fail the same way, and a 4xx
-   * would list the delivery as failed at GitHub and count toward GitLab disabling the hook.
-   * So it is answered 200 `too-large`, counted, and a small summary is kept in the dead-letter
-   * queue; if that record cannot be written the answer is a 5xx, so nothing is dropped silently.
-   */
-  async function recordTooLarge(message: JobMessage, size: number, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
-    const summary = tooLargeSummary(message, size);
-    const deadLetterQueueUrl = env[LAMBDA_ENV.deadLetterQueueUrl];
-    try {
-      if (!deadLetterQueueUrl) throw new Error(`${LAMBDA_ENV.deadLetterQueueUrl} is not set`);
-      await deadline.run('dead-letter send', opts.queueTimeoutMs, 0, (signal) => deps.sqs.send(tooLargeRecord(deadLetterQueueUrl, summary), { abortSignal: signal }));
-    } catch (e) {
-      jLog.error('job message too large, and recording it in the dead-letter queue failed', { sizeBytes: size, error: logSafe((e as Error).name === 'Error' ? (e as Error).message : (e as Error).name, 120) });
-      return e instanceof DeadlineExceeded ? reply(503, 'error', 'dead-letter queue too slow, redeliver later') : reply(500, 'error', 'dead-letter queue unavailable, redeliver later');
-    }
-    jLog.error('job message too large for the queue; recorded in the dead-letter queue', { sizeBytes: size, maxBytes: summary.maxBytes });
-    emitMetrics(
-      config.metrics.namespace,
-      { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved', [config.metrics.dimensions.reason]: TOO_LARGE_REASON },
-      { [METRIC_NAMES.deadLettered]: 1 },
-      'Count',
-      deps.metricSink,
-    );
-    return reply(200, 'ignored', TOO_LARGE_REASON);
-  }
+/** Nothing is parsed as JSON, let alone queued, before the sender is verified. */
+async function verify(ctx: Context, request: Request, receivedAt: Date, deadline: Deadline): Promise<void> {
+  const { route, config, headers, body } = request;
+  const verdict = await deadline.run('webhook secret read', ctx.opts.secretReadTimeoutMs, ctx.opts.sendReserveMs, (signal) =>
+    route === 'github' ? verifyGitHub(ctx, config, headers, body, signal) : verifyGitLab(ctx, config, headers, body, receivedAt, signal),
+  );
+  if (!verdict.ok) throw new Rejection(401, verdict.reason);
+}
 
-  /** The message to queue, or why the job's labels match no pool. */
-  async function jobMessageFor(job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | Unmatched> {
-    let labels: readonly string[] = job.labels;
-    if (job.provider === 'gitlab') {
-      const unresolved = buildJobMessage(job, { labels: [], labelsResolved: false, deliveryId, receivedAt });
-      const resolved = await lookUpTags(unresolved, config, dLog.child({ traceId: unresolved.traceId }), deadline);
-      if (resolved === undefined) return unresolved;
-      labels = resolved;
-    }
-    const match = matchPool(config.pools, job.provider, labels);
-    if (!match.pool) {
-      dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
-      return { unmatched: match.reason };
-    }
-    return buildJobMessage(job, { labels, labelsResolved: true, pool: match.pool.name, deliveryId, receivedAt });
-  }
+/** Decide what the delivery is: a job to queue, or one to acknowledge and drop (with why). */
+function classify(ctx: Context, request: Request): Classified {
+  const { route, headers, body, config } = request;
+  const payload = parseJson(body, route);
+  const deliveryId = route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
+  const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab);
+  if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
+  return { ...classified, deliveryId };
+}
 
-  /**
-   * The job's tags, or undefined when GitLab did not answer within the lookup's bound or the
-   * time the deadline leaves above the send's reserve: the job is then queued unresolved and
-   * scale-up resolves the tags, so a slow GitLab costs a later lookup, never the job.
-   */
-  async function lookUpTags(job: JobMessage, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<string[] | undefined> {
-    const gitlab = providersFor(config).gitlab;
-    if (!gitlab?.resolveLabels) return undefined;
-    try {
-      // The deadline's race makes the bound hold even if a provider ignored the signal.
-      return await deadline.run('tag lookup', opts.tagLookupTimeoutMs, opts.sendReserveMs, (signal) => gitlab.resolveLabels!(job, signal));
-    } catch (e) {
-      jLog.warn('GitLab tag lookup failed; queueing the job with its tags unresolved', { error: logSafe((e as Error).message, 200) });
-      return undefined;
-    }
+/** Resolve: the message to queue (labels and pool), or why the job matches no pool. */
+async function resolve(ctx: Context, job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | Unmatched> {
+  try {
+    return await jobMessageFor(ctx, job, config, deliveryId, receivedAt, dLog, deadline);
+  } catch (e) {
+    if (e instanceof DeadlineExceeded) throw e;
+    // The contract's reader refused the message (too many labels, a bad field): the delivery is bad input.
+    throw new Rejection(400, (e as Error).message);
   }
 }
 
+/** Act: one SQS send, deduplicated by the delivery; a message SQS would refuse is recorded instead. */
+async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
+  const { config, queueUrl } = request;
+  const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
+  const messageBody = JSON.stringify(message);
+  const size = messageBytes(messageBody);
+  if (isTooLarge(size)) return await recordTooLarge(ctx, message, size, config, jLog, deadline);
+  const command = new SendMessageCommand({
+    QueueUrl: queueUrl,
+    MessageBody: messageBody,
+    MessageGroupId: message.jobId,
+    MessageDeduplicationId: deduplicationId(message.provider, message.deliveryId),
+  });
+  try {
+    // The last step keeps nothing back: it may use all that remains.
+    await deadline.run('queue send', ctx.opts.queueTimeoutMs, 0, (signal) => ctx.deps.sqs.send(command, { abortSignal: signal }));
+  } catch (e) {
+    jLog.error('cannot queue the job', { error: logSafe((e as Error).name) });
+    // A redelivery is harmless even if this send did land: SQS drops the same deduplication id.
+    return e instanceof DeadlineExceeded ? reply(503, 'error', 'queue too slow, redeliver later') : reply(500, 'error', 'queue unavailable, redeliver later');
+  }
+  jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
+  emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', ctx.deps.metricSink);
+  return reply(202, 'queued', message.labelsResolved ? 'queued' : 'queued-labels-unresolved');
+}
+
+/** Settle a step that threw: bad input is a 4xx; anything the sender should redeliver is a 5xx. */
+function settle(e: unknown, reqLog: Logger): APIGatewayProxyResultV2 {
+  if (e instanceof Rejection) {
+    reqLog.warn('delivery rejected', { status: e.statusCode, reason: e.message });
+    return reply(e.statusCode, 'rejected', e.message);
+  }
+  if (e instanceof Failure) return reply(e.statusCode, 'error', e.message);
+  if (e instanceof DeadlineExceeded) {
+    // Before the signature is checked nothing may be queued; a 5xx lets the sender redeliver
+    // (GitHub: "Redeliver" or the API; GitLab: the hook's "Resend request").
+    reqLog.error('request deadline reached before the delivery could be verified', { step: e.step, timeoutMs: e.timeoutMs });
+    return reply(503, 'error', 'dependencies too slow, redeliver later');
+  }
+  reqLog.error('delivery failed', { error: logSafe((e as Error).message, 200) });
+  return reply(500, 'error', 'internal error');
+}
+
+async function verifyGitHub(ctx: Context, config: FleetConfig, headers: Headers, body: Buffer, signal: AbortSignal): Promise<Verdict> {
+  const secret = await ctx.secrets.get(config.parameters.github.webhookSecret, signal);
+  return verifyGitHubSignature(body, headers['x-hub-signature-256'], secret);
+}
+
+async function verifyGitLab(ctx: Context, config: FleetConfig, headers: Headers, body: Buffer, at: Date, signal: AbortSignal): Promise<Verdict> {
+  const names = config.parameters.gitlab;
+  const [token, signingKey] = await Promise.all([ctx.secrets.find(names.webhookToken, signal), ctx.secrets.find(names.webhookSigningKey, signal)]);
+  if (token === undefined && signingKey === undefined) {
+    ctx.log.error('no GitLab webhook secret configured: every GitLab delivery is refused', { parameters: [names.webhookToken, names.webhookSigningKey] });
+    return { ok: false, reason: 'no GitLab webhook secret is configured' };
+  }
+  // Each configured secret is checked; a delivery must satisfy all of them.
+  if (token !== undefined) {
+    const v = verifyGitLabToken(headers['x-gitlab-token'], token);
+    if (!v.ok) return v;
+  }
+  if (signingKey !== undefined) {
+    const v = verifyStandardWebhook(
+      body,
+      { id: headers['webhook-id'], timestamp: headers['webhook-timestamp'], signature: headers['webhook-signature'] },
+      signingKey,
+      Math.floor(at.getTime() / 1000),
+      ctx.opts.timestampToleranceSeconds,
+    );
+    if (!v.ok) return v;
+  }
+  return { ok: true };
+}
+
+/**
+ * A job whose message SQS would refuse: every redelivery would fail the same way, and a 4xx
+ * would list the delivery as failed at GitHub and count toward GitLab disabling the hook.
+ * So it is answered 200 `too-large`, counted, and a small summary is kept in the dead-letter
+ * queue; if that record cannot be written the answer is a 5xx, so nothing is dropped silently.
+ */
+async function recordTooLarge(ctx: Context, message: JobMessage, size: number, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
+  const summary = tooLargeSummary(message, size);
+  const deadLetterQueueUrl = ctx.env[LAMBDA_ENV.deadLetterQueueUrl];
+  try {
+    if (!deadLetterQueueUrl) throw new Error(`${LAMBDA_ENV.deadLetterQueueUrl} is not set`);
+    await deadline.run('dead-letter send', ctx.opts.queueTimeoutMs, 0, (signal) => ctx.deps.sqs.send(tooLargeRecord(deadLetterQueueUrl, summary), { abortSignal: signal }));
+  } catch (e) {
+    jLog.error('job message too large, and recording it in the dead-letter queue failed', { sizeBytes: size, error: logSafe((e as Error).name === 'Error' ? (e as Error).message : (e as Error).name, 120) });
+    return e instanceof DeadlineExceeded ? reply(503, 'error', 'dead-letter queue too slow, redeliver later') : reply(500, 'error', 'dead-letter queue unavailable, redeliver later');
+  }
+  jLog.error('job message too large for the queue; recorded in the dead-letter queue', { sizeBytes: size, maxBytes: summary.maxBytes });
+  emitMetrics(
+    config.metrics.namespace,
+    { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved', [config.metrics.dimensions.reason]: TOO_LARGE_REASON },
+    { [METRIC_NAMES.deadLettered]: 1 },
+    'Count',
+    ctx.deps.metricSink,
+  );
+  return reply(200, 'ignored', TOO_LARGE_REASON);
+}
+
+/** The message to queue, or why the job's labels match no pool. */
+async function jobMessageFor(ctx: Context, job: JobDraft, config: FleetConfig, deliveryId: string, receivedAt: Date, dLog: Logger, deadline: Deadline): Promise<JobMessage | Unmatched> {
+  let labels: readonly string[] = job.labels;
+  if (job.provider === 'gitlab') {
+    const unresolved = buildJobMessage(job, { labels: [], labelsResolved: false, deliveryId, receivedAt });
+    const resolved = await lookUpTags(ctx, unresolved, config, dLog.child({ traceId: unresolved.traceId }), deadline);
+    if (resolved === undefined) return unresolved;
+    labels = resolved;
+  }
+  const match = matchPool(config.pools, job.provider, labels);
+  if (!match.pool) {
+    dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
+    return { unmatched: match.reason };
+  }
+  return buildJobMessage(job, { labels, labelsResolved: true, pool: match.pool.name, deliveryId, receivedAt });
+}
+
+/**
+ * The job's tags, or undefined when GitLab did not answer within the lookup's bound or the
+ * time the deadline leaves above the send's reserve: the job is then queued unresolved and
+ * scale-up resolves the tags, so a slow GitLab costs a later lookup, never the job.
+ */
+async function lookUpTags(ctx: Context, job: JobMessage, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<string[] | undefined> {
+  const gitlab = ctx.providersFor(config).gitlab;
+  if (!gitlab?.resolveLabels) return undefined;
+  try {
+    // The deadline's race makes the bound hold even if a provider ignored the signal.
+    return await deadline.run('tag lookup', ctx.opts.tagLookupTimeoutMs, ctx.opts.sendReserveMs, (signal) => gitlab.resolveLabels!(job, signal));
+  } catch (e) {
+    jLog.warn('GitLab tag lookup failed; queueing the job with its tags unresolved', { error: logSafe((e as Error).message, 200) });
+    return undefined;
+  }
+}
+
+
 type Unmatched = { readonly unmatched: string };
+
+/** What lives for the container, shared by the request's steps. */
+interface Context {
+  readonly deps: WebhookDeps;
+  readonly env: NodeJS.ProcessEnv;
+  readonly opts: Required<WebhookOptions>;
+  readonly secrets: SecretCache;
+  readonly log: Logger;
+  readonly providersFor: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+}
+
+/** A request past its parse step: who sent it, what, and where its job would go. */
+interface Request {
+  readonly route: Provider;
+  readonly headers: Headers;
+  readonly body: Buffer;
+  readonly config: FleetConfig;
+  readonly queueUrl: string;
+}
+
+type Classified = ({ readonly kind: 'job'; readonly job: JobDraft } | { readonly kind: 'ignore'; readonly reason: string }) & { readonly deliveryId: string };
 
 type Headers = Readonly<Record<string, string | undefined>>;
 
