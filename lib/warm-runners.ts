@@ -24,6 +24,7 @@ import {
 } from '../lambdas/shared/contract';
 import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
+import { registerFleet } from './fleet-clash';
 import { fleetConfigInput } from './fleet-config-input';
 import { FleetDrain } from './fleet-drain';
 import { runOnceOnSchedule } from './scheduled-invoke';
@@ -127,7 +128,9 @@ export interface WarmRunnersProps {
   readonly logRetention?: logs.RetentionDays;
   /**
    * CloudWatch namespace of the fleet's metrics. Each fleet in an account needs its own, or
-   * the fleets' alarms watch each other's metrics; the default follows the prefix.
+   * the fleets' alarms watch each other's metrics; the default follows the prefix. A second
+   * fleet of the same app, account and region with the same namespace (or prefix) is refused
+   * at synth; fleets of separate apps cannot be checked: keep their prefixes apart.
    * @default - `CdkWarmRunners/<prefix>`
    */
   readonly metricNamespace?: string;
@@ -202,6 +205,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     const namespace = props.metricNamespace ?? fleetMetricNamespace(prefix);
     this.metricNamespace = namespace;
+    registerFleet({ construct: this, prefix, metricNamespace: namespace });
     // Every alarm in this construct's tree gets the actions, however and whenever it is added.
     if (props.alarmActions && props.alarmActions.length > 0) Aspects.of(this).add(new AlarmActions(props.alarmActions));
 

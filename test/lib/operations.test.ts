@@ -182,6 +182,22 @@ describe('two fleets in one account', () => {
     }
     expect(fleets.TeamA.metricNamespace).toBe('CdkWarmRunners/team-a');
   });
+
+  it('are refused when they would share a prefix or a metric namespace in one account and region', () => {
+    const app = new App();
+    const stack = new Stack(app, 'S');
+    const vpc = new ec2.Vpc(stack, 'Vpc');
+    new WarmRunners(stack, 'TeamA', fleetProps(vpc, { prefix: 'team-a', metricNamespace: 'Shared/Runners' }));
+    expect(() => new WarmRunners(stack, 'TeamB', fleetProps(vpc, { prefix: 'team-b', metricNamespace: 'Shared/Runners' }))).toThrow(/S\/TeamB has the metric namespace "Shared\/Runners" of S\/TeamA.*own `metricNamespace`/);
+    // Another env-agnostic stack of the same app deploys to the same account and region.
+    const other = new Stack(app, 'Other');
+    expect(() => new WarmRunners(other, 'TeamA', fleetProps(new ec2.Vpc(other, 'Vpc'), { prefix: 'team-a' }))).toThrow(/has the prefix "team-a" of S\/TeamA/);
+    // Another region is another fleet, whatever its names.
+    const west = new Stack(app, 'West', { env: { account: '111111111111', region: 'eu-west-1' } });
+    const east = new Stack(app, 'East', { env: { account: '111111111111', region: 'us-east-1' } });
+    new WarmRunners(west, 'Runners', fleetProps(new ec2.Vpc(west, 'Vpc')));
+    expect(() => new WarmRunners(east, 'Runners', fleetProps(new ec2.Vpc(east, 'Vpc')))).not.toThrow();
+  });
 });
 
 describe('webhook reserved concurrency', () => {
