@@ -1,5 +1,5 @@
 import type { GitLabAnswer, GitLabRequestOptions } from '../ci/gitlab';
-import { GitLabRunnerType, Provider, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { GitLabRunnerType, GitLabWebhookOwner, Provider, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
@@ -103,7 +103,7 @@ export async function reconcileGitLab(deps: GitLabReconcileDeps): Promise<GitLab
 /** `/projects/:id/hooks/:hook_id` or `/groups/:id/hooks/:hook_id`. */
 function hookPath(gitlab: GitLabConnectionConfig): string {
   const w = gitlab.webhook!;
-  return `/${w.owner === 'group' ? 'groups' : 'projects'}/${w.ownerId}/hooks/${w.hookId}`;
+  return `/${w.owner === GitLabWebhookOwner.GROUP ? 'groups' : 'projects'}/${w.ownerId}/hooks/${w.hookId}`;
 }
 
 async function resendFailed(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }): Promise<number> {

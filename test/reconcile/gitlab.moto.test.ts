@@ -9,7 +9,7 @@ import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { GitLabRunnerType, LAMBDA_ENV, Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { GitLabRunnerType, GitLabWebhookOwner, LAMBDA_ENV, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import { startLoopbackGitLab, type GitLabJob, type LoopbackGitLab } from '../../local/ci/gitlab-server';
@@ -47,7 +47,7 @@ async function setUp(): Promise<void> {
   lines = new Lines();
   gl = await startLoopbackGitLab({ groupId: GROUP, resend: ({ idempotencyKey, job, projectPath }) => deliver(job, projectPath, idempotencyKey) });
   const { github: _github, ...base } = await motoFleet(c, { labels: ['linux'] });
-  config = { ...base, pools: base.pools.map((p) => ({ ...p, provider: Provider.GITLAB })), gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP, webhook: { owner: 'group', ownerId: GROUP, hookId: 1 } } };
+  config = { ...base, pools: base.pools.map((p) => ({ ...p, provider: Provider.GITLAB })), gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP, webhook: { owner: GitLabWebhookOwner.GROUP, ownerId: GROUP, hookId: 1 } } };
   queueUrl = (await c.sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true' } }))).QueueUrl!;
   await c.ssm.send(new PutParameterCommand({ Name: config.parameters.gitlab.webhookToken, Type: 'SecureString', Value: WEBHOOK_TOKEN }));
   await c.ssm.send(new PutParameterCommand({ Name: config.parameters.gitlab.token, Type: 'SecureString', Value: gl.accessToken }));

@@ -60,7 +60,11 @@ export interface GitLabWebhookConfig {
   readonly hookId: number;
 }
 
-export type GitLabWebhookOwner = 'project' | 'group';
+/** Who owns a GitLab webhook: GitLab numbers hooks per project and per group. */
+export enum GitLabWebhookOwner {
+  PROJECT = 'project',
+  GROUP = 'group',
+}
 
 /** The warm pool of one pool, as the FleetConfig carries it. */
 export interface PoolWarmConfig {
@@ -257,9 +261,14 @@ function gitLabReconcileConfig(gitlab: NonNullable<FleetConfigInput['gitlab']>, 
     return out;
   }
   if (gitlab.webhookProjectId !== undefined && gitlab.webhookGroupId !== undefined) throw new Error('gitlab.webhookProjectId and gitlab.webhookGroupId are both set: a webhook belongs to a project or to a group, set one');
-  const scoped = runnerType === GitLabRunnerType.GROUP ? { owner: 'group' as const, ownerId: gitlab.scopeId } : runnerType === GitLabRunnerType.PROJECT ? { owner: 'project' as const, ownerId: gitlab.scopeId } : undefined;
+  const scoped =
+    runnerType === GitLabRunnerType.GROUP ? { owner: GitLabWebhookOwner.GROUP, ownerId: gitlab.scopeId } : runnerType === GitLabRunnerType.PROJECT ? { owner: GitLabWebhookOwner.PROJECT, ownerId: gitlab.scopeId } : undefined;
   const owner =
-    gitlab.webhookProjectId !== undefined ? { owner: 'project' as const, ownerId: gitlab.webhookProjectId } : gitlab.webhookGroupId !== undefined ? { owner: 'group' as const, ownerId: gitlab.webhookGroupId } : scoped;
+    gitlab.webhookProjectId !== undefined
+      ? { owner: GitLabWebhookOwner.PROJECT, ownerId: gitlab.webhookProjectId }
+      : gitlab.webhookGroupId !== undefined
+        ? { owner: GitLabWebhookOwner.GROUP, ownerId: gitlab.webhookGroupId }
+        : scoped;
   if (!owner || owner.ownerId === undefined) {
     throw new Error(`gitlab.webhookId ${gitlab.webhookId} needs its owner: set gitlab.webhookProjectId or gitlab.webhookGroupId to the project or group whose webhook it is (instance runners have no scope to default to)`);
   }
@@ -443,7 +452,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     else if (type !== GitLabRunnerType.INSTANCE) c.integer('gitlab.scopeId', 1);
     if (c.at('gitlab.webhook') !== undefined) {
       const owner = c.at('gitlab.webhook.owner');
-      if (owner !== 'project' && owner !== 'group') c.fail('gitlab.webhook.owner', 'must be "project" or "group"');
+      if (!Object.values(GitLabWebhookOwner).includes(owner as GitLabWebhookOwner)) c.fail('gitlab.webhook.owner', 'must be "project" or "group"');
       c.integer('gitlab.webhook.ownerId', 1);
       c.integer('gitlab.webhook.hookId', 1);
     }
