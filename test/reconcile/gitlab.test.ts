@@ -2,7 +2,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { GitLabProvider } from '../../lambdas/ci';
 import { parseDeliveries } from '../../lambdas/reconcile/redeliveries';
-import { reconcileGitLab, GITLAB_RECONCILE_DEFAULTS, projectPath, type GitLabReconcileOptions } from '../../lambdas/reconcile/gitlab';
+import { reconcileGitLab, GITLAB_RECONCILE_DEFAULTS, pendingMessages, projectPath, type GitLabReconcileOptions } from '../../lambdas/reconcile/gitlab';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { chooseResends, parseHookEvents, type ListedHookEvent } from '../../lambdas/reconcile/hook-events';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
@@ -68,6 +68,26 @@ describe('chooseResends', () => {
     expect(() => parseHookEvents({})).toThrow(/not a list/);
     // The GitHub parser is unrelated: a GitLab list is not a delivery list.
     expect(parseDeliveries([{ id: 9 }])).toEqual([]);
+  });
+
+  it('queues only pending jobs that waited minQueuedSeconds (queued_duration first) and whose tags match a pool', () => {
+    const c = buildFleetConfig({
+      gitlab: { url: 'https://gl.example' },
+      pools: [{ name: 'linux', provider: Provider.GITLAB, labels: ['linux'], launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] }],
+    });
+    const now = new Date('2026-12-02T05:00:00Z');
+    const deps = { pools: c.pools, gitlab: c.gitlab!, options: GITLAB_RECONCILE_DEFAULTS, now: () => now };
+    const jobs = [
+      { id: 1, status: 'pending', tag_list: ['linux'], queued_duration: 300, web_url: 'https://gl.example/g/p/-/jobs/1' },
+      { id: 2, status: 'running', tag_list: ['linux'], queued_duration: 300 },
+      { id: 3, status: 'pending', tag_list: ['gpu'], queued_duration: 300 },
+      { id: 4, status: 'pending', tag_list: ['linux'], queued_duration: 30, created_at: '2026-12-01T00:00:00Z' },
+      { id: 5, status: 'pending', tag_list: ['linux'], created_at: '2026-12-02T04:50:00Z' },
+    ];
+    expect(pendingMessages(deps, 9, jobs).map((m) => [m.providerJobId, m.owner, m.project, m.traceId === m.deliveryId || m.traceId.startsWith('gitlab-')])).toEqual([
+      ['1', 'g', 'p', true],
+      ['5', 'projects', 'project-9', true],
+    ]);
   });
 
   it('names the project from the job\'s web_url, else from its id', () => {
