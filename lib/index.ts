@@ -9,7 +9,7 @@ export * from './fleet-drain';
 export * from './user-data';
 export * from './runner-user-data';
 // The contract's types that the constructs' props and properties use: jsii needs them exported.
-export { GitLabRunnerType, LabelMatch, Provider } from '../lambdas/shared/contract';
+export { GitLabRunnerType, GitLabWebhookOwner, LabelMatch, Provider } from '../lambdas/shared/contract';
 export type {
   FleetConfig,
   FleetMetricsConfig,
@@ -18,6 +18,7 @@ export type {
   GitHubParameterNames,
   GitLabConnectionConfig,
   GitLabParameterNames,
+  GitLabWebhookConfig,
   MetricDimensions,
   MetricNames,
   PoolConfig,

@@ -42,6 +42,30 @@ export interface GitLabConnectionProps {
    * @default - none; required unless runnerType is GitLabRunnerType.INSTANCE
    */
   readonly scopeId?: number;
+  /**
+   * Id of the GitLab webhook that delivers the Job Hooks (Settings > Webhooks shows it), so the
+   * reconciler can resend its failed events (GitLab 17.4 or later; the token needs the
+   * Maintainer role on a project hook, Owner on a group hook). Its owner is the runner scope's
+   * group or project unless `webhookProjectId` or `webhookGroupId` names another.
+   * @default - none: failed events are not resent; the pending-jobs scan still finds their jobs
+   */
+  readonly webhookId?: number;
+  /**
+   * The project whose webhook `webhookId` is (required for instance runners with a project hook).
+   * @default - the runner scope's project or group
+   */
+  readonly webhookProjectId?: number;
+  /**
+   * The group whose webhook `webhookId` is (required for instance runners with a group hook).
+   * @default - the runner scope's project or group
+   */
+  readonly webhookGroupId?: number;
+  /**
+   * Projects whose pending jobs the reconciler lists (`GET /projects/:id/jobs?scope[]=pending`).
+   * @default - the runner scope's: the project of a project runner, the group's projects
+   * (with subgroups) of a group runner, none for instance runners
+   */
+  readonly reconcileProjectIds?: number[];
 }
 
 /** Warm pool settings of one runner pool. */

@@ -16,8 +16,16 @@ export interface ReconcilerProps {
   readonly environment: Record<string, string>;
   /** The jobs queue the reconciler sends found jobs to. */
   readonly queue: sqs.IQueue;
-  /** ARN of the SecureString parameter holding the GitHub App's private key. */
-  readonly appPrivateKeyArn: string;
+  /**
+   * ARN of the SecureString parameter holding the GitHub App's private key.
+   * @default - none: no GitHub connection
+   */
+  readonly appPrivateKeyArn?: string;
+  /**
+   * ARN of the SecureString parameter holding the GitLab access token.
+   * @default - none: no GitLab connection
+   */
+  readonly gitlabTokenArn?: string;
   /** Retention of the function's log group. */
   readonly logRetention: logs.RetentionDays;
   /**
@@ -26,7 +34,7 @@ export interface ReconcilerProps {
    */
   readonly interval?: Duration;
   /**
-   * Failed deliveries redelivered per run at most.
+   * Failed deliveries redelivered (GitHub) or hook events resent (GitLab, 5 at most: its rate limit) per run at most.
    * @default 10
    */
   readonly redeliverLimit?: number;
@@ -36,7 +44,7 @@ export interface ReconcilerProps {
    */
   readonly runReadLimit?: number;
   /**
-   * Repositories whose runs are read per run at most; consecutive runs read consecutive windows.
+   * Repositories (GitHub) or projects (GitLab) read per run at most; consecutive runs read consecutive windows.
    * @default 50
    */
   readonly repositoriesPerRun?: number;
@@ -45,8 +53,9 @@ export interface ReconcilerProps {
 }
 
 /**
- * Asks GitHub on a schedule for what the webhook missed: redelivers failed deliveries and
- * queues queued jobs whose delivery never came (docs/control-plane.md, "Reconciler").
+ * Asks GitHub and GitLab on a schedule for what the webhook missed: redelivers failed
+ * deliveries (resends failed hook events) and queues waiting jobs whose delivery never came
+ * (docs/control-plane.md, "Reconciler").
  */
 export class Reconciler extends Construct {
   readonly function: BundledFunction;
@@ -72,12 +81,18 @@ export class Reconciler extends Construct {
             // The run number (now / interval) chooses the window of repositories.
             intervalSeconds: interval.toSeconds(),
           },
+          gitlab: {
+            resendLimit: props.redeliverLimit ?? 10,
+            projectsPerRun: props.repositoriesPerRun ?? 50,
+            intervalSeconds: interval.toSeconds(),
+          },
         }),
       },
       logRetention: props.logRetention,
     });
     props.queue.grantSendMessages(this.function);
-    this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [props.appPrivateKeyArn] }));
+    const secrets = [props.appPrivateKeyArn, props.gitlabTokenArn].filter((arn): arn is string => arn !== undefined);
+    if (secrets.length > 0) this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: secrets }));
     runOnceOnSchedule(this.function);
     this.schedule = new events.Rule(this, 'Schedule', {
       description: `Runs the reconciler of ${props.prefix}`,

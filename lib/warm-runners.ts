@@ -98,13 +98,14 @@ export interface WarmRunnersProps {
    */
   readonly scaleDownInterval?: Duration;
   /**
-   * How often the reconciler asks GitHub for failed deliveries and queued jobs the webhook
-   * missed (GitHub connections only).
+   * How often the reconciler asks GitHub and GitLab for failed deliveries and waiting jobs the
+   * webhook missed.
    * @default Duration.minutes(5)
    */
   readonly reconcileInterval?: Duration;
   /**
-   * Failed webhook deliveries the reconciler redelivers per run at most (one GitHub request each).
+   * Failed webhook deliveries the reconciler redelivers per run at most (one GitHub request
+   * each); for GitLab, failed hook events resent per run, at most 5 (GitLab's resend rate limit).
    * @default 10
    */
   readonly redeliverLimit?: number;
@@ -116,8 +117,9 @@ export interface WarmRunnersProps {
   readonly reconcileRunReadLimit?: number;
   /**
    * Repositories whose queued and in-progress runs the reconciler reads per run at most (two
-   * GitHub requests each). Consecutive runs read consecutive windows, so every repository is
-   * read within ceil(repositories / this) runs; docs/control-plane.md gives the budget.
+   * GitHub requests each), and GitLab projects whose pending jobs it lists (one request each).
+   * Consecutive runs read consecutive windows, so every repository is read within
+   * ceil(repositories / this) runs; docs/control-plane.md gives the budget.
    * @default 50
    */
   readonly reconcileRepositoriesPerRun?: number;
@@ -173,9 +175,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly poolFunction: BundledFunction;
   /** Reclaims finished, idle, stuck and orphaned resources (scheduled). */
   readonly scaleDownFunction: BundledFunction;
-  /** Redelivers failed GitHub deliveries and queues missed jobs (scheduled); only with a GitHub connection. */
+  /** Redelivers failed deliveries and queues missed jobs (scheduled). */
   readonly reconcileFunction?: BundledFunction;
-  /** The reconciler's schedule rule; only with a GitHub connection. A drain disables it. */
+  /** The reconciler's schedule rule. A drain disables it. */
   readonly reconcileSchedule?: events.Rule;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
@@ -294,11 +296,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     });
     const secrets = secretParameters(props, paths);
     const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.slice(1) });
-    if (props.github) {
+    if (props.github || props.gitlab) {
       const reconciler = new Reconciler(this, 'Reconcile', {
         environment,
         queue: this.jobs.queue,
-        appPrivateKeyArn: parameterArn(paths.github.appPrivateKey),
+        ...(props.github ? { appPrivateKeyArn: parameterArn(paths.github.appPrivateKey) } : {}),
+        ...(props.gitlab ? { gitlabTokenArn: parameterArn(paths.gitlab.token) } : {}),
         logRetention,
         prefix,
         ...(props.reconcileInterval ? { interval: props.reconcileInterval } : {}),

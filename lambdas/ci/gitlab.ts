@@ -9,7 +9,7 @@ import {
   type RunnerRegistration,
   type RunnerSummary,
 } from '../shared/contract';
-import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type HeaderLookup, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
 
 export interface GitLabProviderOptions extends ProviderTransportOptions {
   readonly gitlab: GitLabConnectionConfig;
@@ -41,6 +41,22 @@ interface ApiAnswer {
   readonly status: number;
   readonly data: unknown;
   readonly headers: Headers;
+}
+
+/** What the reconciler gets of one REST call (lambdas/reconcile/gitlab.ts). */
+export interface GitLabAnswer {
+  readonly status: number;
+  readonly data: unknown;
+  readonly header: HeaderLookup;
+}
+
+export interface GitLabRequestOptions {
+  /** Statuses returned as answers; any other fails the call (after the retries the policy allows). */
+  readonly expect: number[];
+  /** 5xx answers are retried only for calls safe to repeat. */
+  readonly retryServerErrors?: boolean;
+  /** Sees the headers of every answer, refusals included (the rate limit's `RateLimit-*`). */
+  readonly observe?: (header: HeaderLookup) => void;
 }
 
 /**
@@ -127,6 +143,12 @@ export class GitLabProvider implements CiProvider {
     return tags as string[];
   }
 
+  /** One REST v4 call (`path` below /api/v4), with the provider's token, bound and retries. */
+  async request(operation: string, method: string, path: string, opts: GitLabRequestOptions): Promise<GitLabAnswer> {
+    const res = await this.call(operation, method, path, opts);
+    return { status: res.status, data: res.data, header: (h) => res.headers.get(h) ?? undefined };
+  }
+
   /** The job as GitLab shows it; 404 (deleted, or the token cannot see the project) is a JobLookupError. */
   private async job(job: JobMessage, operation: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
     if (job.provider !== 'gitlab' || job.projectId === undefined || !/^\d+$/.test(job.providerJobId)) {
@@ -142,7 +164,7 @@ export class GitLabProvider implements CiProvider {
     operation: string,
     method: string,
     path: string,
-    opts: { body?: unknown; expect: number[]; retryServerErrors?: boolean; signal?: AbortSignal | undefined },
+    opts: { body?: unknown; expect: number[]; retryServerErrors?: boolean | undefined; signal?: AbortSignal | undefined; observe?: ((header: HeaderLookup) => void) | undefined },
   ): Promise<ApiAnswer> {
     const token = await this.options.token();
     const policy = { ...this.policy, retryServerErrors: opts.retryServerErrors ?? this.policy.retryServerErrors };
@@ -164,6 +186,7 @@ export class GitLabProvider implements CiProvider {
         throw new GitLabApiError(operation, 0, (e as Error).name === 'TimeoutError' ? 'timed out' : `request failed (${(e as Error).name})`);
       }
       const text = await res.text();
+      opts.observe?.((h) => res.headers.get(h) ?? undefined);
       if (opts.expect.includes(res.status)) {
         let data: unknown = undefined;
         if (text !== '') {

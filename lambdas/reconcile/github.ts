@@ -5,6 +5,7 @@ import { matchPool } from '../shared/match-pool';
 import { servesRepository } from '../webhook/github-delivery';
 import { buildJobMessage } from '../webhook/job-message';
 import { RateReserveReached, type RateBudget } from './rate-budget';
+import { DeadlineReached, isStop, runSteps } from './run-steps';
 import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from './redeliveries';
 
 /** The GitHub calls the reconciler makes (GitHubProvider's `appRequest` and `installationRequest`). */
@@ -94,43 +95,16 @@ export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHub
   };
   let redelivered = 0;
   const found = { count: 0 };
-  let stoppedAt: string | undefined;
-  // Each step's unexpected failure is logged and counted, and the run goes on to the next
-  // step and to its metrics; a stop (deadline, reserve) ends the run.
-  const steps: [string, () => Promise<void>][] = [
-    ['redeliver failed deliveries', async () => void (redelivered = await redeliverFailed(deps, spend, state))],
-    ['find queued jobs', async () => findQueuedJobs(deps, spend, state, found)],
-  ];
-  for (const [step, run] of steps) {
-    try {
-      await run();
-    } catch (error) {
-      if (error instanceof DeadlineReached) {
-        stoppedAt = 'deadline';
-        deps.log.warn('reconciler stopped before its Lambda timeout; the next run goes on', { requests: state.requests, found: found.count });
-      } else if (error instanceof RateReserveReached) {
-        stoppedAt = error.credential;
-        deps.log.warn('reconciler stopped at the rate limit reserve; the next run goes on', { credential: error.credential, requests: state.requests });
-      } else {
-        deps.log.error('a reconciler step failed; going on', { step, error: (error as Error).message });
-        state.errors++;
-        continue;
-      }
-      break;
-    }
-  }
+  const stoppedAt = await runSteps(
+    [
+      ['redeliver failed deliveries', async () => void (redelivered = await redeliverFailed(deps, spend, state))],
+      ['find queued jobs', async () => findQueuedJobs(deps, spend, state, found)],
+    ],
+    deps.log,
+    state,
+  );
   return { redelivered, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }
-
-/** Thrown to end a run before its Lambda's timeout would end it, losing what it had not queued. */
-class DeadlineReached extends Error {
-  constructor() {
-    super('the reconciler reached its deadline');
-    this.name = 'DeadlineReached';
-  }
-}
-
-const isStop = (error: unknown): boolean => error instanceof RateReserveReached || error instanceof DeadlineReached;
 
 type Spend = (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>) => Promise<GitHubAnswer>;
 

@@ -1,14 +1,16 @@
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import type { CiProvider, FleetConfig, JobMessage, Provider } from '../shared/contract';
+import { Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deduplicationId } from '../webhook/job-message';
 import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
+import { GITLAB_RECONCILE_DEFAULTS, reconcileGitLab, type GitLabReconcileApi, type GitLabReconcileOptions } from './gitlab';
 import { RateBudget } from './rate-budget';
 
 export interface ReconcileOptions {
   readonly github: GitHubReconcileOptions;
+  readonly gitlab: GitLabReconcileOptions;
   /** Share of each rate limit the reconciler leaves to scale-up and the sweep. */
   readonly reserveFraction: number;
   /** The reserve in requests at least, whatever the limit. */
@@ -21,7 +23,7 @@ export interface ReconcileOptions {
   readonly deadlineMarginMs: number;
 }
 
-export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100, deadlineMarginMs: 40_000 };
+export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, gitlab: GITLAB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100, deadlineMarginMs: 40_000 };
 
 /** What the reconciler reads of its Lambda context: the time left before the timeout. */
 export interface ReconcileContext {
@@ -36,7 +38,7 @@ export interface ReconcileDeps {
   readonly queueUrl: string;
   readonly now?: () => Date;
   readonly sink?: Sink;
-  readonly options?: Partial<Omit<ReconcileOptions, 'github'>> & { readonly github?: Partial<GitHubReconcileOptions> };
+  readonly options?: Partial<Omit<ReconcileOptions, 'github' | 'gitlab'>> & { readonly github?: Partial<GitHubReconcileOptions>; readonly gitlab?: Partial<GitLabReconcileOptions> };
 }
 
 export interface ReconcileReport {
@@ -50,29 +52,52 @@ export interface ReconcileReport {
  * The reconciler (scheduled): asks the CI service for what the webhook should have seen and
  * did not. GitHub: failed deliveries are redelivered, and queued jobs whose delivery never
  * came are queued here, with the webhook's message builder and a trace id naming the
- * reconciler. The per-job record in scale-up makes a job found twice launch once.
+ * reconciler. GitLab: failed Job Hook events are resent, and pending jobs are queued the same
+ * way. The per-job record in scale-up makes a job found twice launch once.
  */
 export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, context?: ReconcileContext) => Promise<ReconcileReport> {
-  const options: ReconcileOptions = { ...RECONCILE_DEFAULTS, ...deps.options, github: { ...RECONCILE_DEFAULTS.github, ...deps.options?.github } };
+  const options: ReconcileOptions = {
+    ...RECONCILE_DEFAULTS,
+    ...deps.options,
+    github: { ...RECONCILE_DEFAULTS.github, ...deps.options?.github },
+    gitlab: { ...RECONCILE_DEFAULTS.gitlab, ...deps.options?.gitlab },
+  };
   const now = deps.now ?? (() => new Date());
   return async (_event, context) => {
     const log = createLogger({ fn: 'reconcile', invocation: randomUUID() }, deps.sink);
     const config = await deps.loadConfig();
     const metrics = new Metrics(config.metrics.namespace, deps.sink);
     const names = config.metrics.names;
-    const budget = new RateBudget(options.reserveFraction, options.minReserve);
-    const github = deps.providers(config).github;
+    // One budget per provider: their rate limits are unrelated.
+    const budgets = { github: new RateBudget(options.reserveFraction, options.minReserve), gitlab: new RateBudget(options.reserveFraction, options.minReserve) };
+    const providers = deps.providers(config);
     try {
-      if (!config.github || !isReconcileApi(github)) return { redelivered: 0, queued: 0, requests: 0 };
       const queued: JobMessage[] = [];
-      const outOfTime = () => context !== undefined && context.getRemainingTimeInMillis() < options.deadlineMarginMs;
-      const onFound = async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log)));
-      const result = await reconcileGitHub({ api: github, github: config.github, pools: config.pools, budget, options: options.github, now, log, outOfTime, onFound });
-      if (result.redelivered > 0) metrics.add(names.redeliveries, {}, result.redelivered);
+      const common = {
+        pools: config.pools,
+        now,
+        outOfTime: () => context !== undefined && context.getRemainingTimeInMillis() < options.deadlineMarginMs,
+        onFound: async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log))),
+      };
+      const runs: ProviderRun[] = [];
+      if (config.github && isGitHubApi(providers.github)) {
+        const r = await reconcileGitHub({ ...common, budget: budgets.github, api: providers.github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) });
+        runs.push({ provider: Provider.GITHUB, sent: r.redelivered, ...r });
+      }
+      if (config.gitlab && isGitLabApi(providers.gitlab)) {
+        const r = await reconcileGitLab({ ...common, budget: budgets.gitlab, api: providers.gitlab, gitlab: config.gitlab, options: options.gitlab, log: log.child({ provider: Provider.GITLAB }) });
+        runs.push({ provider: Provider.GITLAB, sent: r.resent, ...r });
+      }
+      const redelivered = runs.reduce((n, r) => n + r.sent, 0);
+      const requests = runs.reduce((n, r) => n + r.requests, 0);
+      const stoppedAt = runs.find((r) => r.stoppedAt)?.stoppedAt;
+      for (const r of runs) if (r.sent > 0) metrics.add(names.redeliveries, {}, r.sent);
       for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
-      for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `github-${credential}` }, remaining, 'None');
-      log.info('reconciled', { redelivered: result.redelivered, found: result.found, queued: queued.length, requests: result.requests, errors: result.errors, stoppedAt: result.stoppedAt ?? null });
-      return { redelivered: result.redelivered, queued: queued.length, requests: result.requests, ...(result.stoppedAt ? { stoppedAt: result.stoppedAt } : {}) };
+      for (const [provider, budget] of Object.entries(budgets)) {
+        for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `${provider}-${credential}` }, remaining, 'None');
+      }
+      for (const r of runs) log.info('reconciled', { provider: r.provider, redelivered: r.sent, found: r.found, requests: r.requests, errors: r.errors, stoppedAt: r.stoppedAt ?? null, queued: queued.filter((m) => m.provider === r.provider).length });
+      return { redelivered, queued: queued.length, requests, ...(stoppedAt ? { stoppedAt } : {}) };
     } finally {
       metrics.flush();
     }
@@ -100,6 +125,20 @@ export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, c
   }
 }
 
-function isReconcileApi(p: unknown): p is GitHubReconcileApi {
+interface ProviderRun {
+  readonly provider: Provider;
+  /** Redeliveries (GitHub) or resends (GitLab) the service accepted. */
+  readonly sent: number;
+  readonly found: number;
+  readonly requests: number;
+  readonly errors: number;
+  readonly stoppedAt?: string;
+}
+
+function isGitHubApi(p: unknown): p is GitHubReconcileApi {
   return typeof (p as GitHubReconcileApi | undefined)?.appRequest === 'function' && typeof (p as GitHubReconcileApi).installationRequest === 'function';
+}
+
+function isGitLabApi(p: unknown): p is GitLabReconcileApi {
+  return typeof (p as GitLabReconcileApi | undefined)?.request === 'function';
 }

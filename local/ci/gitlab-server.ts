@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import { gitlabJobPending } from '../deliveries';
 import type { EventSink } from '../events';
 import { gitlabJobFor } from './assign';
 import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
@@ -12,6 +14,12 @@ import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHead
  * Behaviour as GitLab's: a runner takes the OLDEST pending job whose tags are all among its
  * own (an untagged job only when it runs untagged jobs); a runner is NOT removed when
  * run-single exits: it stays registered until `DELETE /runners/:id` (docs/gitlab.md).
+ *
+ * For the reconciler: the fleet's webhook and its event log (`GET .../hooks/:hook_id`,
+ * `GET .../hooks/:hook_id/events`, `POST .../events/:id/resend`, doc/api/project_webhooks.md and
+ * group_webhooks.md; 5 resends a minute per hook and user, then 429), pending jobs per project
+ * (`GET /projects/:id/jobs?scope[]=pending`, newest first), a group's projects, `x-next-page`
+ * and `Link` paging, and gitlab.com's `RateLimit-*` headers on every authenticated answer.
  */
 export interface GitLabJob {
   id: number;
@@ -45,7 +53,40 @@ export interface LoopbackGitLab {
    * a 429 carries `retry-after: 1`, as GitLab's rate limit answers do.
    */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
+  /**
+   * The webhook's event log gains a pending Job Hook of the job, answered with `status` (0: GitLab
+   * got no HTTP answer, logged as "internal error"); returns the delivery's Idempotency-Key.
+   */
+  recordHookEvent(jobId: number, status: number): string;
+  /** The webhook's event log, newest first, as the events list shows it. */
+  hookEvents(): GitLabHookEvent[];
+  /** The hook's state as `GET .../hooks/:hook_id` shows it (GitLab pauses and disables failing hooks). */
+  setHookState(alertStatus: 'executable' | 'temporarily_disabled' | 'disabled', disabledUntil?: string): void;
+  /** What `RateLimit-Remaining` says next (it counts down with each authenticated request). */
+  setRateLimitRemaining(remaining: number): void;
+  /** Authenticated REST requests served (after faults), in order: the reconciler's budget is counted from these. */
+  requests(): { method: string; path: string }[];
   close(): Promise<void>;
+}
+
+/** One entry of a webhook's event log, in GitLab's wire format (`response_status` is a string). */
+export interface GitLabHookEvent {
+  readonly id: number;
+  readonly url: string;
+  readonly trigger: string;
+  readonly request_headers: Record<string, string>;
+  readonly request_data: Record<string, unknown>;
+  readonly response_headers: Record<string, string>;
+  readonly response_body: string;
+  readonly execution_duration: number;
+  readonly response_status: string;
+}
+
+/** The fleet's webhook at the loopback GitLab: a project's or a group's. */
+export interface LoopbackGitLabHook {
+  readonly owner: 'project' | 'group';
+  readonly ownerId: number;
+  readonly hookId: number;
 }
 
 export interface LoopbackGitLabOptions {
@@ -54,7 +95,22 @@ export interface LoopbackGitLabOptions {
   readonly onEvent?: EventSink;
   /** How long a fake runner works on a job (default 1): sent as the job's LOCAL_JOB_SECONDS variable. */
   readonly jobSeconds?: number;
+  /** The fleet's webhook (default: hook 1 of the group). */
+  readonly hook?: LoopbackGitLabHook;
+  /**
+   * Sends a resend (`POST .../events/:id/resend`) of a logged pending Job Hook: the stored
+   * payload with its Idempotency-Key; resolves to the webhook's HTTP status (0: no answer).
+   * Without it, a resend fails to connect.
+   */
+  readonly resend?: (event: { readonly idempotencyKey: string; readonly job: GitLabJob; readonly projectPath: string }) => Promise<number>;
+  /** Projects of the group besides those holding jobs (`GET /groups/:id/projects`). */
+  readonly projectIds?: readonly number[];
+  /** Authenticated requests a minute (`RateLimit-Limit`; default 2000, gitlab.com's). */
+  readonly rateLimit?: number;
 }
+
+/** GitLab allows 5 resends a minute per hook and user (doc/api/project_webhooks.md). */
+const RESENDS_PER_MINUTE = 5;
 
 const RUNNER_TYPES = new Set(['instance_type', 'group_type', 'project_type']);
 /** GitLab shows a runner online while it contacted the server within the last 2 hours. */
@@ -87,6 +143,14 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   let nextPipelineId = 501;
   let base = '';
   const iso = () => new Date().toISOString();
+  const hook: LoopbackGitLabHook = opts.hook ?? { owner: 'group', ownerId: opts.groupId, hookId: 1 };
+  const hookState = { alertStatus: 'executable', disabledUntil: null as string | null };
+  const hookEvents: (GitLabHookEvent & { jobId: number })[] = [];
+  const resendTimes: number[] = [];
+  let nextHookEventId = 1;
+  const rateLimit = opts.rateLimit ?? 2000;
+  let rateRemaining = rateLimit;
+  const served: { method: string; path: string }[] = [];
 
   const unauthorized: HttpAnswer = { status: 401, body: { message: '401 Unauthorized' } };
   const forbidden: HttpAnswer = { status: 403, body: { message: '403 Forbidden' } };
@@ -140,7 +204,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     return token === accessToken;
   }
 
-  function route(req: HttpRequest): HttpAnswer {
+  function route(req: HttpRequest): HttpAnswer | Promise<HttpAnswer> {
     const fault = faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault === 429 ? 'Retry later' : `${fault} Injected fault` } };
     if (!req.path.startsWith('/api/v4/')) return notFound();
@@ -148,10 +212,31 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     // The runner API authenticates with tokens in the request, not with PRIVATE-TOKEN.
     if (path === '/jobs/request' || /^\/jobs\/\d+(\/trace)?$/.test(path) || path === '/runners/verify' || (path === '/runners' && req.method === 'DELETE')) return runnerApi(req, path);
     if (!apiAuthorized(req)) return unauthorized;
-    return restApi(req, path);
+    served.push({ method: req.method, path });
+    rateRemaining = Math.max(0, rateRemaining - 1);
+    const answer = restApi(req, path);
+    return answer instanceof Promise ? answer.then(withRateLimit) : withRateLimit(answer);
   }
 
-  function restApi(req: HttpRequest, path: string): HttpAnswer {
+  /** gitlab.com's rate-limit headers (doc/user/gitlab_com/index.md, "Rate limits"), a minute's window. */
+  function withRateLimit(answer: HttpAnswer): HttpAnswer {
+    const reset = Math.ceil(Date.now() / 60_000) * 60;
+    return {
+      ...answer,
+      headers: {
+        ...answer.headers,
+        'ratelimit-limit': String(rateLimit),
+        'ratelimit-observed': String(rateLimit - rateRemaining),
+        'ratelimit-remaining': String(rateRemaining),
+        'ratelimit-reset': String(reset),
+        'ratelimit-resettime': new Date(reset * 1000).toUTCString(),
+      },
+    };
+  }
+
+  function restApi(req: HttpRequest, path: string): HttpAnswer | Promise<HttpAnswer> {
+    const hookAnswer = hookApi(req, path);
+    if (hookAnswer !== undefined) return hookAnswer;
     if (path === '/user/runners' && req.method === 'POST') return createRunner(req.body);
     let m: RegExpExecArray | null;
     if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'DELETE') {
@@ -174,27 +259,102 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         return true;
       });
       const all = visible.filter((r) => type === null || r.runnerType === type).sort((a, b) => a.id - b.id);
-      const { page, perPage } = pageParams(req.query, 20);
-      const totalPages = Math.max(1, Math.ceil(all.length / perPage));
-      return {
-        status: 200,
-        headers: {
-          'x-page': String(page),
-          'x-per-page': String(perPage),
-          'x-next-page': page < totalPages ? String(page + 1) : '',
-          'x-prev-page': page > 1 ? String(page - 1) : '',
-          'x-total': String(all.length),
-          'x-total-pages': String(totalPages),
-          link: linkHeader('gitlab', base, req.path, req.query, page, totalPages),
-        },
-        body: all.slice((page - 1) * perPage, page * perPage).map(runnerJson),
-      };
+      return paged(req, all.map(runnerJson));
+    }
+    if ((m = /^\/projects\/(\d+)\/jobs$/.exec(path)) && req.method === 'GET') {
+      // `scope[]=pending` (or `scope=pending`): the project's jobs in those states, newest first.
+      const scopes = [...req.query.getAll('scope[]'), ...req.query.getAll('scope')];
+      const projectId = Number(m[1]);
+      const all = [...jobs.values()].filter((j) => j.projectId === projectId && (scopes.length === 0 || scopes.includes(j.status))).sort((a, b) => b.id - a.id);
+      return paged(req, all.map(jobJson));
+    }
+    if ((m = /^\/groups\/(\d+)\/projects$/.exec(path)) && req.method === 'GET') {
+      if (Number(m[1]) !== opts.groupId) return notFound('Group');
+      const ids = [...new Set([...(opts.projectIds ?? []), ...[...jobs.values()].map((j) => j.projectId)])].sort((a, b) => a - b);
+      return paged(req, ids.map((id) => ({ id, name: `project-${id}`, path: `project-${id}`, path_with_namespace: projectPath(id), web_url: `${base}/${projectPath(id)}` })));
     }
     if ((m = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path)) && req.method === 'GET') {
       const job = jobs.get(Number(m[2]));
       return job && job.projectId === Number(m[1]) ? { status: 200, body: jobJson(job) } : notFound();
     }
     return notFound();
+  }
+
+  function projectPath(projectId: number): string {
+    return `group-${opts.groupId}/project-${projectId}`;
+  }
+
+  /** A page of a list with GitLab's offset paging headers (doc/api/rest/_index.md, "Pagination"). */
+  function paged(req: HttpRequest, all: readonly unknown[]): HttpAnswer {
+    const { page, perPage } = pageParams(req.query, 20);
+    const totalPages = Math.max(1, Math.ceil(all.length / perPage));
+    return {
+      status: 200,
+      headers: {
+        'x-page': String(page),
+        'x-per-page': String(perPage),
+        'x-next-page': page < totalPages ? String(page + 1) : '',
+        'x-prev-page': page > 1 ? String(page - 1) : '',
+        'x-total': String(all.length),
+        'x-total-pages': String(totalPages),
+        link: linkHeader('gitlab', base, req.path, req.query, page, totalPages),
+      },
+      body: all.slice((page - 1) * perPage, page * perPage),
+    };
+  }
+
+  /** The webhook routes; undefined when the path is not one of them. */
+  function hookApi(req: HttpRequest, path: string): HttpAnswer | Promise<HttpAnswer> | undefined {
+    const m = /^\/(projects|groups)\/(\d+)\/hooks\/(\d+)(\/events(?:\/(\d+)\/resend)?)?$/.exec(path);
+    if (!m) return undefined;
+    const ours = m[1] === `${hook.owner}s` && Number(m[2]) === hook.ownerId && Number(m[3]) === hook.hookId;
+    if (!ours) return notFound('Hook');
+    if (m[4] === undefined && req.method === 'GET') {
+      return {
+        status: 200,
+        body: { id: hook.hookId, url: `${base}/webhook`, [`${hook.owner}_id`]: hook.ownerId, job_events: true, alert_status: hookState.alertStatus, disabled_until: hookState.disabledUntil, created_at: iso() },
+      };
+    }
+    if (m[5] === undefined && req.method === 'GET') {
+      const status = req.query.get('status');
+      const listed = [...hookEvents].sort((a, b) => b.id - a.id).filter((e) => status === null || statusMatches(e.response_status, status));
+      return paged(req, listed.map(({ jobId: _jobId, ...e }) => e));
+    }
+    if (m[5] !== undefined && req.method === 'POST') return resendHookEvent(Number(m[5]));
+    return notFound();
+  }
+
+  async function resendHookEvent(id: number): Promise<HttpAnswer> {
+    const original = hookEvents.find((e) => e.id === id);
+    if (!original) return notFound('Hook event');
+    const now = Date.now();
+    while (resendTimes.length > 0 && resendTimes[0]! <= now - 60_000) resendTimes.shift();
+    if (resendTimes.length >= RESENDS_PER_MINUTE) return { status: 429, headers: { 'retry-after': '60' }, body: { message: 'This endpoint has been requested too many times. Try again later.' } };
+    resendTimes.push(now);
+    const job = jobs.get(original.jobId);
+    const key = original.request_headers['Idempotency-Key']!;
+    const status = job && opts.resend ? await opts.resend({ idempotencyKey: key, job: publicJob(job), projectPath: projectPath(job.projectId) }) : 0;
+    // A resend is logged as an attempt of its own, with the original's Idempotency-Key.
+    logHookEvent(original.jobId, status, key);
+    return { status: 201, body: { response_status: status === 0 ? 'internal error' : status } };
+  }
+
+  function logHookEvent(jobId: number, status: number, idempotencyKey: string): void {
+    const job = jobs.get(jobId);
+    if (!job) throw new Error(`job ${jobId} is not known`);
+    const delivery = gitlabJobPending({ buildId: job.id, projectId: job.projectId, projectPath: projectPath(job.projectId) }, '[REDACTED]', idempotencyKey);
+    hookEvents.push({
+      id: nextHookEventId++,
+      jobId,
+      url: `${base}/webhook`,
+      trigger: 'job_hooks',
+      request_headers: { 'Content-Type': 'application/json', 'User-Agent': 'GitLab/18.6.0', 'Idempotency-Key': idempotencyKey, 'X-Gitlab-Event': 'Job Hook', 'X-Gitlab-Token': '[REDACTED]' },
+      request_data: JSON.parse(delivery.body) as Record<string, unknown>,
+      response_headers: status === 0 ? {} : { 'Content-Type': 'application/json' },
+      response_body: status === 0 ? 'Connection refused' : '',
+      execution_duration: 0.1,
+      response_status: status === 0 ? 'internal error' : String(status),
+    });
   }
 
   /** `POST /user/runners` (api/users.md#create-a-runner-linked-to-a-user). */
@@ -349,8 +509,31 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
           ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
         })),
     failNext: (match, status, times) => faults.add(match, status, times),
+    recordHookEvent(jobId, status) {
+      const key = randomUUID();
+      logHookEvent(jobId, status, key);
+      return key;
+    },
+    hookEvents: () => [...hookEvents].sort((a, b) => b.id - a.id).map(({ jobId: _jobId, ...e }) => e),
+    setHookState(alertStatus, disabledUntil) {
+      hookState.alertStatus = alertStatus;
+      hookState.disabledUntil = disabledUntil ?? null;
+    },
+    setRateLimitRemaining(n) {
+      rateRemaining = n;
+    },
+    requests: () => [...served],
     close: () => server.close(),
   };
+}
+
+/** The events list's `status` filter: a code, or `successful`, `client_failure`, `server_failure`. */
+function statusMatches(responseStatus: string, filter: string): boolean {
+  const code = Number(responseStatus);
+  if (filter === 'successful') return code >= 200 && code < 300;
+  if (filter === 'client_failure') return code >= 400 && code < 500;
+  if (filter === 'server_failure') return code >= 500 && code < 600;
+  return responseStatus === filter;
 }
 
 function publicJob(j: JobState): GitLabJob {

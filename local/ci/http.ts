@@ -71,9 +71,11 @@ const MAX_BODY_BYTES = 1 << 20;
 
 /**
  * Serves `route` on a free 127.0.0.1 port. Routes are synchronous so that each request's
- * state change happens whole, in arrival order, as one transaction would on the real service.
+ * state change happens whole, in arrival order, as one transaction would on the real service;
+ * a route may answer with a promise for a call the service answers only after a call of its
+ * own (GitLab's hook event resend), its state change made before it awaits.
  */
-export async function startJsonServer(route: (req: HttpRequest) => HttpAnswer): Promise<JsonServer> {
+export async function startJsonServer(route: (req: HttpRequest) => HttpAnswer | Promise<HttpAnswer>): Promise<JsonServer> {
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -81,14 +83,14 @@ export async function startJsonServer(route: (req: HttpRequest) => HttpAnswer): 
       size += c.length;
       if (size <= MAX_BODY_BYTES) chunks.push(c);
     });
-    req.on('end', () => {
+    req.on('end', async () => {
       let answer: HttpAnswer;
       if (size > MAX_BODY_BYTES) {
         answer = { status: 413, body: { message: 'Request body too large' } };
       } else {
         const url = new URL(req.url ?? '/', 'http://127.0.0.1');
         try {
-          answer = route({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+          answer = await route({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
         } catch (e) {
           answer = { status: 500, body: { message: `loopback server error: ${(e as Error).message}` } };
         }

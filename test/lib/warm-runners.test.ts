@@ -578,17 +578,34 @@ describe('reconciler and per-job records', () => {
     for (const other of ['RunnersWebhookRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);
   });
 
-  it('runs the reconciler on its own clearly named schedule, exposed for the drain, and lets it send jobs and read the App key only', () => {
+  it('runs the reconciler on its own clearly named schedule, exposed for the drain, and lets it send jobs and read the CI credentials only', () => {
     const rule = template.findResources('AWS::Events::Rule', { Properties: { Description: 'Runs the reconciler of warm-runners' } });
     expect(Object.values(rule)).toHaveLength(1);
     expect(Object.values(rule)[0]!.Properties.ScheduleExpression).toBe('rate(5 minutes)');
     expect(Object.keys(rule)).toEqual([stack.resolve((stack.runners.reconcileSchedule!.node.defaultChild as CfnElement).logicalId)]);
     const statements = rolePolicyStatements('RunnersReconcile');
     const secrets = statements.filter((s) => [s.Action].flat().includes('ssm:GetParameter')).flatMap((s) => [s.Resource].flat()).filter((r) => r.includes('/ci/'));
-    expect(secrets).toEqual(['arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key']);
+    expect(secrets).toEqual(['arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/gitlab/runner-token']);
     expect(statements.some((s) => [s.Action].flat().some((a) => a.startsWith('ec2:')))).toBe(false);
     const env = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Redelivers') } }))[0]!.Properties.Environment.Variables;
-    expect(JSON.parse(env.RECONCILE_OPTIONS)).toEqual({ github: { redeliverLimit: 10, runReadLimit: 100, repositoriesPerRun: 50, intervalSeconds: 300 } });
+    expect(JSON.parse(env.RECONCILE_OPTIONS)).toEqual({
+      github: { redeliverLimit: 10, runReadLimit: 100, repositoriesPerRun: 50, intervalSeconds: 300 },
+      gitlab: { resendLimit: 10, projectsPerRun: 50, intervalSeconds: 300 },
+    });
+  });
+
+  it('names the GitLab webhook\'s owner from the runner scope, and refuses a webhook id without one', () => {
+    const build = (gitlab: WarmRunnersProps['gitlab']) => {
+      const s = new Stack(new App(), 'S');
+      const pools = [{ name: 'gl', provider: Provider.GITLAB, labels: ['linux'], machineImage: ec2.MachineImage.latestAmazonLinux2023() }];
+      return new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), ...(gitlab ? { gitlab } : {}), pools });
+    };
+    const grouped = build({ url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP, scopeId: 7, webhookId: 3 });
+    expect(grouped.config.gitlab?.webhook).toEqual({ owner: 'group', ownerId: 7, hookId: 3 });
+    expect(grouped.reconcileFunction).toBeDefined();
+    expect(() => build({ url: 'https://gitlab.example.com', webhookId: 3 })).toThrow(/gitlab.webhookId 3 needs its owner: set gitlab.webhookProjectId or gitlab.webhookGroupId/);
+    expect(() => build({ url: 'https://gitlab.example.com', webhookId: 3, webhookGroupId: 1, webhookProjectId: 2 })).toThrow(/both set/);
+    expect(build({ url: 'https://gitlab.example.com', webhookId: 3, webhookProjectId: 9 }).config.gitlab?.webhook).toEqual({ owner: 'project', ownerId: 9, hookId: 3 });
   });
 
   it('refuses reconcile limits it cannot honour, naming the prop', () => {

@@ -43,7 +43,7 @@ describe('reconcile handler', () => {
     vi.resetModules();
   });
 
-  it('does nothing for a fleet without a GitHub connection', async () => {
+  it('does nothing for a fleet whose providers offer no reconcile API', async () => {
     const send = vi.fn();
     const gitlabOnly = buildFleetConfig({
       gitlab: { url: 'https://gitlab.example.com' },

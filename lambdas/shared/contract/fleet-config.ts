@@ -46,6 +46,24 @@ export interface GitLabConnectionConfig {
   readonly runnerType: GitLabRunnerType;
   /** Group id for group_type runners, project id for project_type runners. */
   readonly scopeId?: number;
+  /** The webhook delivering the Job Hooks, whose failed events the reconciler resends; absent: no resends. */
+  readonly webhook?: GitLabWebhookConfig;
+  /** Projects whose pending jobs the reconciler lists; absent: the runner scope's projects. */
+  readonly reconcileProjectIds?: number[];
+}
+
+/** A GitLab project or group webhook, named by its owner and id (GitLab numbers hooks per owner). */
+export interface GitLabWebhookConfig {
+  readonly owner: GitLabWebhookOwner;
+  /** The project's or the group's id. */
+  readonly ownerId: number;
+  readonly hookId: number;
+}
+
+/** Who owns a GitLab webhook: GitLab numbers hooks per project and per group. */
+export enum GitLabWebhookOwner {
+  PROJECT = 'project',
+  GROUP = 'group',
 }
 
 /** The warm pool of one pool, as the FleetConfig carries it. */
@@ -202,6 +220,10 @@ export interface FleetConfigInput {
     readonly url: string;
     readonly runnerType?: GitLabRunnerType;
     readonly scopeId?: number;
+    readonly webhookId?: number;
+    readonly webhookProjectId?: number;
+    readonly webhookGroupId?: number;
+    readonly reconcileProjectIds?: readonly number[];
   };
   readonly pools: readonly PoolInput[];
   readonly metricNamespace?: string;
@@ -225,6 +247,34 @@ export const FLEET_DEFAULTS = {
   githubRunnerGroupId: 1,
   gitlabRunnerType: GitLabRunnerType.INSTANCE,
 } as const;
+
+/**
+ * The webhook and projects the GitLab reconciler reads. The hook's owner defaults to the
+ * runner scope (a group runner's hook is its group's, a project runner's its project's); an
+ * instance runner's hook needs `webhookProjectId` or `webhookGroupId`.
+ */
+function gitLabReconcileConfig(gitlab: NonNullable<FleetConfigInput['gitlab']>, runnerType: GitLabRunnerType): Pick<GitLabConnectionConfig, 'webhook' | 'reconcileProjectIds'> {
+  const out: { webhook?: GitLabWebhookConfig; reconcileProjectIds?: number[] } = {};
+  if (gitlab.reconcileProjectIds !== undefined) out.reconcileProjectIds = [...gitlab.reconcileProjectIds];
+  if (gitlab.webhookId === undefined) {
+    if (gitlab.webhookProjectId !== undefined || gitlab.webhookGroupId !== undefined) throw new Error('gitlab.webhookProjectId and gitlab.webhookGroupId name the owner of gitlab.webhookId: set webhookId too, or neither');
+    return out;
+  }
+  if (gitlab.webhookProjectId !== undefined && gitlab.webhookGroupId !== undefined) throw new Error('gitlab.webhookProjectId and gitlab.webhookGroupId are both set: a webhook belongs to a project or to a group, set one');
+  const scoped =
+    runnerType === GitLabRunnerType.GROUP ? { owner: GitLabWebhookOwner.GROUP, ownerId: gitlab.scopeId } : runnerType === GitLabRunnerType.PROJECT ? { owner: GitLabWebhookOwner.PROJECT, ownerId: gitlab.scopeId } : undefined;
+  const owner =
+    gitlab.webhookProjectId !== undefined
+      ? { owner: GitLabWebhookOwner.PROJECT, ownerId: gitlab.webhookProjectId }
+      : gitlab.webhookGroupId !== undefined
+        ? { owner: GitLabWebhookOwner.GROUP, ownerId: gitlab.webhookGroupId }
+        : scoped;
+  if (!owner || owner.ownerId === undefined) {
+    throw new Error(`gitlab.webhookId ${gitlab.webhookId} needs its owner: set gitlab.webhookProjectId or gitlab.webhookGroupId to the project or group whose webhook it is (instance runners have no scope to default to)`);
+  }
+  out.webhook = { owner: owner.owner, ownerId: owner.ownerId, hookId: gitlab.webhookId };
+  return out;
+}
 
 const LABEL_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$/;
 const GITLAB_RUNNER_TYPES: readonly string[] = Object.values(GitLabRunnerType);
@@ -266,6 +316,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
             url: input.gitlab.url,
             runnerType: input.gitlab.runnerType ?? FLEET_DEFAULTS.gitlabRunnerType,
             ...(input.gitlab.scopeId === undefined ? {} : { scopeId: input.gitlab.scopeId }),
+            ...gitLabReconcileConfig(input.gitlab, input.gitlab.runnerType ?? FLEET_DEFAULTS.gitlabRunnerType),
           },
         }
       : {}),
@@ -399,6 +450,16 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const type = c.at('gitlab.runnerType');
     if (!GITLAB_RUNNER_TYPES.includes(type as string)) c.fail('gitlab.runnerType', `must be one of ${GITLAB_RUNNER_TYPES.join(', ')}`);
     else if (type !== GitLabRunnerType.INSTANCE) c.integer('gitlab.scopeId', 1);
+    if (c.at('gitlab.webhook') !== undefined) {
+      const owner = c.at('gitlab.webhook.owner');
+      if (!Object.values(GitLabWebhookOwner).includes(owner as GitLabWebhookOwner)) c.fail('gitlab.webhook.owner', 'must be "project" or "group"');
+      c.integer('gitlab.webhook.ownerId', 1);
+      c.integer('gitlab.webhook.hookId', 1);
+    }
+    const projects = c.at('gitlab.reconcileProjectIds');
+    if (projects !== undefined && (!Array.isArray(projects) || !projects.every((p) => Number.isSafeInteger(p) && (p as number) > 0))) {
+      c.fail('gitlab.reconcileProjectIds', 'must list positive integer project ids');
+    }
   }
   const pools = c.at('pools');
   if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');

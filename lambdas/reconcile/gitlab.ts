@@ -1,0 +1,235 @@
+import type { GitLabAnswer, GitLabRequestOptions } from '../ci/gitlab';
+import { GitLabRunnerType, GitLabWebhookOwner, Provider, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import type { Logger } from '../shared/log';
+import { matchPool } from '../shared/match-pool';
+import { servesProject } from '../webhook/gitlab-delivery';
+import { buildJobMessage } from '../webhook/job-message';
+import { repositoryWindow } from './github';
+import { chooseResends, parseHookEvents, type ListedHookEvent } from './hook-events';
+import { RateReserveReached, type RateBudget } from './rate-budget';
+import { DeadlineReached, isStop, runSteps } from './run-steps';
+
+/** The GitLab calls the reconciler makes (GitLabProvider's `request`). */
+export interface GitLabReconcileApi {
+  request(operation: string, method: string, path: string, opts: GitLabRequestOptions): Promise<GitLabAnswer>;
+}
+
+export interface GitLabReconcileOptions {
+  /**
+   * Failed hook events resent per run at most. GitLab allows 5 resends a minute per hook and
+   * user (doc/api/project_webhooks.md, "Resend a project webhook event"): more would be refused.
+   */
+  readonly resendLimit: number;
+  /** Attempts of one delivery (the first included) after which it is left to the pending-jobs scan. */
+  readonly maxDeliveryAttempts: number;
+  /** Pages of 100 hook events read per run at most (newest first). */
+  readonly hookEventPages: number;
+  /** Projects whose pending jobs are listed per run at most; consecutive runs take consecutive windows. */
+  readonly projectsPerRun: number;
+  /** Pages of 100 pending jobs read per project at most. */
+  readonly jobPagesPerProject: number;
+  /** A job pending for less than this is left to its Job Hook, normally seconds away. */
+  readonly minQueuedSeconds: number;
+  /** The schedule's interval: it numbers the runs, and the run number chooses the window. */
+  readonly intervalSeconds: number;
+}
+
+/** GitLab's own cap on hook event resends: 5 a minute per hook and user; a run is at least a minute apart. */
+export const GITLAB_RESENDS_PER_MINUTE = 5;
+
+export const GITLAB_RECONCILE_DEFAULTS: GitLabReconcileOptions = {
+  resendLimit: GITLAB_RESENDS_PER_MINUTE,
+  maxDeliveryAttempts: 3,
+  hookEventPages: 3,
+  projectsPerRun: 50,
+  jobPagesPerProject: 2,
+  minQueuedSeconds: 120,
+  intervalSeconds: 300,
+};
+
+/** The credential the GitLab calls spend: the access token (one rate limit per user). */
+export const GITLAB_CREDENTIAL = 'token';
+
+export interface GitLabReconcileDeps {
+  readonly api: GitLabReconcileApi;
+  readonly gitlab: GitLabConnectionConfig;
+  readonly pools: readonly PoolConfig[];
+  readonly budget: RateBudget;
+  readonly options: GitLabReconcileOptions;
+  readonly now: () => Date;
+  readonly log: Logger;
+  readonly outOfTime: () => boolean;
+  /** Queues what one project yielded, as soon as it is read. */
+  readonly onFound: (messages: JobMessage[]) => Promise<void>;
+}
+
+export interface GitLabReconcileResult {
+  readonly resent: number;
+  readonly found: number;
+  readonly requests: number;
+  readonly stoppedAt?: string;
+  readonly errors: number;
+}
+
+/** The delivery id (and so the trace id) of a GitLab job the reconciler found. */
+export function reconciledGitLabDeliveryId(providerJobId: string): string {
+  return `reconciler-gitlab-${providerJobId}`;
+}
+
+type Spend = (operation: string, method: string, path: string, opts?: Omit<GitLabRequestOptions, 'observe'>) => Promise<GitLabAnswer>;
+
+/**
+ * One reconciler run for GitLab: (a) resend failed pending-job Job Hook events of the fleet's
+ * webhook, (b) list the pending jobs of the served projects and return those matching a pool.
+ * Every call is counted and checked against the token's rate-limit reserve first.
+ */
+export async function reconcileGitLab(deps: GitLabReconcileDeps): Promise<GitLabReconcileResult> {
+  const state = { requests: 0, errors: 0 };
+  const spend: Spend = async (operation, method, path, opts) => {
+    if (deps.outOfTime()) throw new DeadlineReached();
+    if (!deps.budget.allows(GITLAB_CREDENTIAL)) throw new RateReserveReached(GITLAB_CREDENTIAL);
+    state.requests++;
+    return deps.api.request(operation, method, path, { expect: [200], ...opts, observe: (h) => deps.budget.observe(GITLAB_CREDENTIAL, h) });
+  };
+  let resent = 0;
+  const found = { count: 0 };
+  const steps: [string, () => Promise<void>][] = [];
+  if (deps.gitlab.webhook) steps.push(['resend failed hook events', async () => void (resent = await resendFailed(deps, spend, state))]);
+  steps.push(['find pending jobs', async () => findPendingJobs(deps, spend, state, found)]);
+  const stoppedAt = await runSteps(steps, deps.log, state);
+  return { resent, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
+}
+
+/** `/projects/:id/hooks/:hook_id` or `/groups/:id/hooks/:hook_id`. */
+function hookPath(gitlab: GitLabConnectionConfig): string {
+  const w = gitlab.webhook!;
+  return `/${w.owner === GitLabWebhookOwner.GROUP ? 'groups' : 'projects'}/${w.ownerId}/hooks/${w.hookId}`;
+}
+
+async function resendFailed(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }): Promise<number> {
+  const hook = hookPath(deps.gitlab);
+  await reportHookState(deps, spend, hook);
+  const listed: ListedHookEvent[] = [];
+  for (let page = 1; page <= deps.options.hookEventPages; page++) {
+    const answer = await spend('list hook events', 'GET', `${hook}/events?per_page=100&page=${page}`);
+    listed.push(...parseHookEvents(answer.data));
+    if (!answer.header('x-next-page')) break;
+  }
+  const limit = Math.min(deps.options.resendLimit, GITLAB_RESENDS_PER_MINUTE);
+  const choice = chooseResends(listed, { limit, maxAttempts: deps.options.maxDeliveryAttempts });
+  if (choice.givenUp.length > 0) deps.log.warn('hook events failed every attempt; left to the pending-jobs scan', { keys: choice.givenUp.slice(0, 20), count: choice.givenUp.length });
+  let accepted = 0;
+  for (const id of choice.resend) {
+    try {
+      // Not retried on 5xx: a second resend is harmless (the webhook's deduplication by
+      // Idempotency-Key and the per-job record) but spends one of the hook's 5 a minute.
+      await spend('resend hook event', 'POST', `${hook}/events/${id}/resend`, { expect: [200, 201], retryServerErrors: false });
+      accepted++;
+    } catch (error) {
+      if (isStop(error)) throw error;
+      deps.log.error('hook event resend refused', { hookEventId: id, error: (error as Error).message });
+      state.errors++;
+    }
+  }
+  if (choice.resend.length > 0 || choice.deferred > 0) deps.log.info('failed hook events resent', { resent: accepted, deferred: choice.deferred });
+  return accepted;
+}
+
+/**
+ * Logs a paused or disabled hook: GitLab pauses a hook after 4 failures in a row and disables
+ * it after 40 (`alert_status`: executable, temporarily_disabled, disabled; `disabled_until`).
+ * A resend to a disabled hook is not delivered, so the scan is what serves its jobs meanwhile.
+ */
+async function reportHookState(deps: GitLabReconcileDeps, spend: Spend, hook: string): Promise<void> {
+  const answer = await spend('get hook', 'GET', hook);
+  const data = answer.data as { alert_status?: unknown; disabled_until?: unknown } | undefined;
+  if (typeof data?.alert_status === 'string' && data.alert_status !== 'executable') {
+    deps.log.warn('the GitLab webhook is not executable: GitLab sends it no events until it is re-enabled or its pause ends (docs/gitlab.md)', {
+      hook,
+      alertStatus: data.alert_status,
+      disabledUntil: typeof data.disabled_until === 'string' ? data.disabled_until : null,
+    });
+  }
+}
+
+async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
+  const all = await projectsOf(deps, spend);
+  const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
+  for (const projectId of repositoryWindow(all, runNumber, deps.options.projectsPerRun)) {
+    const messages: JobMessage[] = [];
+    try {
+      for (let page = 1; page <= deps.options.jobPagesPerProject; page++) {
+        const answer = await spend('list pending jobs', 'GET', `/projects/${projectId}/jobs?scope[]=pending&per_page=100&page=${page}`);
+        messages.push(...pendingMessages(deps, projectId, answer.data));
+        if (!answer.header('x-next-page')) break;
+      }
+    } catch (error) {
+      if (isStop(error)) throw error;
+      deps.log.error('listing pending jobs failed for a project; going on with the next', { projectId, error: (error as Error).message });
+      state.errors++;
+    } finally {
+      // Queued per project, even when the run stops inside it: what it found is kept.
+      found.count += messages.length;
+      if (messages.length > 0) await deps.onFound(messages);
+    }
+  }
+}
+
+/**
+ * The projects to scan: the configured ones, else the runner scope's: a project runner's
+ * project, a group runner's group with its subgroups (`GET /groups/:id/projects`, shared
+ * projects excluded: the group's runners do not serve them), none for instance runners.
+ */
+async function projectsOf(deps: GitLabReconcileDeps, spend: Spend): Promise<number[]> {
+  const { gitlab } = deps;
+  if (gitlab.reconcileProjectIds) return gitlab.reconcileProjectIds.filter((id) => servesProject(gitlab, id));
+  if (gitlab.runnerType === GitLabRunnerType.PROJECT) return gitlab.scopeId === undefined ? [] : [gitlab.scopeId];
+  if (gitlab.runnerType !== GitLabRunnerType.GROUP || gitlab.scopeId === undefined) return [];
+  const out: number[] = [];
+  for (let page = 1; ; page++) {
+    const answer = await spend('list group projects', 'GET', `/groups/${gitlab.scopeId}/projects?include_subgroups=true&with_shared=false&archived=false&simple=true&per_page=100&page=${page}`);
+    if (!Array.isArray(answer.data)) throw new Error('the group projects answer is not a list');
+    for (const p of answer.data as Record<string, unknown>[]) if (Number.isSafeInteger(p?.id)) out.push(p.id as number);
+    if (!answer.header('x-next-page')) return out;
+  }
+}
+
+/** Pending jobs of one page that match a pool, as the webhook would queue them. */
+export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'options' | 'now' | 'gitlab'>, projectId: number, jobs: unknown): JobMessage[] {
+  if (!Array.isArray(jobs)) return [];
+  const now = deps.now();
+  const out: JobMessage[] = [];
+  for (const j of jobs as Record<string, unknown>[]) {
+    if (j?.status !== 'pending' || !Number.isSafeInteger(j.id) || !Array.isArray(j.tag_list)) continue;
+    if (pendingSeconds(j, now) < deps.options.minQueuedSeconds) continue;
+    const labels = (j.tag_list as unknown[]).filter((t): t is string => typeof t === 'string' && t !== '');
+    const match = matchPool(deps.pools, Provider.GITLAB, labels);
+    if (!match.pool) continue;
+    const providerJobId = String(j.id);
+    const { owner, project } = projectPath(deps.gitlab.url, j.web_url, projectId);
+    out.push(
+      buildJobMessage(
+        { provider: Provider.GITLAB, providerJobId, owner, project, projectId, labels },
+        { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledGitLabDeliveryId(providerJobId), receivedAt: now },
+      ),
+    );
+  }
+  return out;
+}
+
+/** How long a job has waited for a runner: `queued_duration` (seconds) when given, else since `created_at`. */
+function pendingSeconds(job: Record<string, unknown>, now: Date): number {
+  if (typeof job.queued_duration === 'number' && Number.isFinite(job.queued_duration)) return job.queued_duration;
+  const created = typeof job.created_at === 'string' ? Date.parse(job.created_at) : NaN;
+  // Unknown age: treat it as old enough, the per-job record absorbs a copy of a delivered job.
+  return Number.isNaN(created) ? Number.POSITIVE_INFINITY : (now.getTime() - created) / 1000;
+}
+
+/** "namespace/project" from a job's `web_url` (`<gitlab>/<path>/-/jobs/<id>`), else a name from the id. */
+export function projectPath(gitlabUrl: string, webUrl: unknown, projectId: number): { owner: string; project: string } {
+  const base = gitlabUrl.replace(/\/+$/, '');
+  const path = typeof webUrl === 'string' && webUrl.startsWith(`${base}/`) ? webUrl.slice(base.length + 1).split('/-/')[0] : undefined;
+  const slash = path ? path.lastIndexOf('/') : -1;
+  if (!path || slash <= 0 || slash === path.length - 1) return { owner: 'projects', project: `project-${projectId}` };
+  return { owner: path.slice(0, slash), project: path.slice(slash + 1) };
+}
