@@ -104,6 +104,9 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
   }
   const image = values.image;
   if (image !== undefined && !(LOCAL_IMAGES as readonly string[]).includes(image)) throw new UsageError(`--image must be one of ${LOCAL_IMAGES.join(', ')}, got "${image}"`);
+  if (faultSet === 'tampered-download' && poolSize === 0) {
+    throw new UsageError('--faults tampered-download with --pool-size 0 launches no standby, so no prime can fail and no pool backs off: leave out --pool-size 0');
+  }
   if (faultSet === 'tampered-download' && image === 'prebuilt') {
     throw new UsageError('--faults tampered-download needs the stock image (a prebuilt image downloads nothing): leave out --image prebuilt');
   }
