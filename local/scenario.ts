@@ -189,8 +189,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     let runnerPackages: Partial<Record<Provider, RunnerPackage>> | undefined;
     let downloads = 0;
     if (image === 'stock') {
-      const releaseDir = mkdtempSync(join(tmpdir(), 'cwr-release-'));
-      cleanups.push(() => rmSync(releaseDir, { recursive: true, force: true }));
+      // In the sandbox, so it goes with it, even on an abrupt exit (no machine is named so).
+      const releaseDir = join(sandboxRoot, 'release');
       buildLocalRelease(releaseDir);
       const release = await startReleaseServer({ dir: releaseDir, mode: () => (faults.tamperedDownload ? 'tamper' : ''), onRequest: () => downloads++ });
       cleanups.push(() => release.close());
