@@ -3,10 +3,11 @@
  * `npm run local`: the whole flow on this machine, no AWS account. See docs/local.md.
  *
  *   npm run local -- [--jobs N] [--pool-size N] [--burst] [--endpoint URL] [--json] [--verbose]
- *                    [--faults] [--drift]
+ *                    [--faults [tampered-download]] [--drift] [--image stock|prebuilt]
  *
- * Exit status: 0 when every job was sent and served and nothing was left behind, 1 otherwise
- * (also when the run gave up at its deadline), 2 on a usage error.
+ * Exit status: 0 when every job was sent and served and nothing was left behind (with
+ * --faults tampered-download: when the fleet failed safe and nothing was left behind), 1
+ * otherwise (also when the run gave up at its deadline), 2 on a usage error.
  */
 import type { LocalEvent } from '../local/events';
 import { parseLocalArgs, USAGE, UsageError, type LocalArgs } from '../local/cli-args';
@@ -70,7 +71,9 @@ async function main(): Promise<number> {
   const r = result.report;
   if (json) console.log(JSON.stringify(r, null, 2));
   else console.log(formatReport(r));
-  return r.settled && r.unserved === 0 && r.leftovers === 0 ? 0 : 1;
+  // A fleet that cannot install its runner passes by failing safe, not by serving.
+  const outcome = r.failSafe ? r.failSafe.passed : r.unserved === 0;
+  return r.settled && outcome && r.leftovers === 0 ? 0 : 1;
 }
 
 /** Why nothing answers HTTP at the URL (any answer, even an error status, is a server). */

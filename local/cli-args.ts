@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { SCENARIO_DEFAULTS, type ScenarioFaults } from './scenario';
+import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults } from './scenario';
 
 /**
  * The command line of `npm run local`, read and checked without side effects (bin/local.ts
@@ -14,7 +14,11 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
   --jobs N        jobs per CI provider, 0 to ${ARG_LIMITS.jobs} (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
   --pool-size N   parked instances per pool, 0 to ${ARG_LIMITS.poolSize} (default ${SCENARIO_DEFAULTS.poolSize}; 0 needs --burst)
   --burst         all jobs at once (beyond the pool: the rest launch cold); default: waves the pools serve warm
+  --image I       the machines' image: stock (no runner: PRIME, or a cold boot, installs it from a loopback release server) or prebuilt (runner in place) (default ${SCENARIO_DEFAULTS.image})
   --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500
+  --faults tampered-download
+                  every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
+                  fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)
   --drift         publish a new launch template version after the pools filled
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
@@ -34,9 +38,18 @@ export interface LocalArgs {
   readonly deadlineMs?: number;
   readonly endpoint?: string;
   readonly faults?: ScenarioFaults;
+  readonly image?: LocalImage;
 }
 
+/** The fault sets of --faults: alone, the standard set; with a name, that case. */
+export const FAULT_SETS = {
+  standard: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true },
+  'tampered-download': { tamperedDownload: true },
+} as const satisfies Record<string, ScenarioFaults>;
+
 const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint'];
+/** Names `--faults` takes as its value when one follows; without one it is the standard set. */
+const FAULT_NAMES = Object.keys(FAULT_SETS).filter((n) => n !== 'standard');
 
 /** Reads argv (without node and the script); throws UsageError on anything it cannot run. */
 export function parseLocalArgs(argv: readonly string[]): LocalArgs {
@@ -49,6 +62,11 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
     if (VALUE_OPTIONS.includes(a.replace(/^--/, '')) && a.startsWith('--') && next !== undefined && /^-\d/.test(next)) {
       args.push(`${a}=${next}`);
       i++;
+    } else if (a === '--faults') {
+      // `--faults` alone or followed by a fault's name (anything else after it is the next argument).
+      const named = next !== undefined && FAULT_NAMES.includes(next);
+      args.push(`--faults=${named ? next : 'standard'}`);
+      if (named) i++;
     } else args.push(a);
   }
   let values;
@@ -59,7 +77,8 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
         jobs: { type: 'string' },
         'pool-size': { type: 'string' },
         burst: { type: 'boolean' },
-        faults: { type: 'boolean' },
+        faults: { type: 'string' },
+        image: { type: 'string' },
         drift: { type: 'boolean' },
         endpoint: { type: 'string' },
         json: { type: 'boolean' },
@@ -79,6 +98,18 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
   const poolSize = count('pool-size', values['pool-size'], 0, ARG_LIMITS.poolSize);
   const deadline = count('deadline', values.deadline, ARG_LIMITS.deadlineMin, ARG_LIMITS.deadlineMax);
   const burst = values.burst ?? false;
+  const faultSet = values.faults;
+  if (faultSet !== undefined && !Object.hasOwn(FAULT_SETS, faultSet)) {
+    throw new UsageError(`--faults takes no value or one of ${FAULT_NAMES.join(', ')}, got "${faultSet}"`);
+  }
+  const image = values.image;
+  if (image !== undefined && !(LOCAL_IMAGES as readonly string[]).includes(image)) throw new UsageError(`--image must be one of ${LOCAL_IMAGES.join(', ')}, got "${image}"`);
+  if (faultSet === 'tampered-download' && poolSize === 0) {
+    throw new UsageError('--faults tampered-download with --pool-size 0 launches no standby, so no prime can fail and no pool backs off: leave out --pool-size 0');
+  }
+  if (faultSet === 'tampered-download' && image === 'prebuilt') {
+    throw new UsageError('--faults tampered-download needs the stock image (a prebuilt image downloads nothing): leave out --image prebuilt');
+  }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
   if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
@@ -94,7 +125,8 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
     ...(poolSize === undefined ? {} : { poolSize }),
     ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),
     ...(values.endpoint === undefined ? {} : { endpoint: values.endpoint }),
-    ...(values.faults ? { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true } } : {}),
+    ...(faultSet === undefined ? {} : { faults: FAULT_SETS[faultSet as keyof typeof FAULT_SETS] }),
+    ...(image === undefined ? {} : { image: image as LocalImage }),
   };
 }
 

@@ -14,6 +14,10 @@ export type LocalEventKind =
   | 'started'
   /** An instance booted (detail: the boot mode it chose). */
   | 'boot'
+  /** The boot's install step put the runner on a stock image (detail: its version). */
+  | 'runner-installed'
+  /** A boot failed and said so (detail: its last error line, e.g. a refused download). */
+  | 'boot-failed'
   /** The boot script started the runner (detail: its activation-latency-seconds line). */
   | 'runner-started'
   /** The CI server saw the runner finish its job. */

@@ -5,7 +5,7 @@ import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
-import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider } from '../lambdas/shared/contract';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import type { RunnerPoolProps } from '../lib/props';
 import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
@@ -30,6 +30,11 @@ export interface LocalSettings {
   readonly githubApiUrl: string;
   /** The loopback GitLab URL (`LoopbackGitLab.url`). */
   readonly gitlabUrl: string;
+  /**
+   * Each provider's pools install this `runnerPackage` on a stock image (the loopback release
+   * server's packages). @default - the example's: the contract's pinned releases
+   */
+  readonly runnerPackages?: Partial<Readonly<Record<Provider, RunnerPackage>>>;
 }
 
 /** Settings of the local AWS resources that are not part of the FleetConfig. */
@@ -49,7 +54,10 @@ export const LOCAL_QUEUE = {
  *   organisation, runner type and group stay the example's (the servers are started with them);
  * - every pool keeps `poolSize` parked instances and the example's weekday schedule is
  *   dropped (it would raise the target to 6 during office hours and make runs depend on the
- *   clock). Everything else (labels, instance types, spot, limits, ages) is the example's.
+ *   clock);
+ * - with `runnerPackages`, each pool's `runnerPackage` is its provider's (the loopback release
+ *   server: these machines cannot reach GitHub's or GitLab's download sites).
+ * Everything else (labels, instance types, spot, limits, ages) is the example's.
  */
 export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
   return {
@@ -57,7 +65,8 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
     gitlab: { ...example.gitlab, url: local.gitlabUrl },
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
-      return { ...pool, warm: { ...warm, size: local.poolSize } };
+      const runnerPackage = local.runnerPackages?.[pool.provider];
+      return { ...pool, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}) };
     }),
   };
 }
@@ -116,11 +125,13 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   if (!subnetId) throw new Error('moto has no default subnet');
 
   const templates: PoolTemplate[] = [];
-  for (const pool of example.pools) {
+  // The pools as the local fleet has them (its runnerPackage among the overrides).
+  for (const pool of localOverrides(example, options.local).pools) {
     const template: LocalPoolTemplate = {
       name: pool.name,
       provider: pool.provider,
       ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
+      ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });

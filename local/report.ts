@@ -103,7 +103,90 @@ export interface LocalReport {
    * each instance whose log stream does not hold its activation-latency line.
    */
   readonly bootLogs?: { readonly checked: number; readonly missing: readonly string[] };
+  /** The machine image the instances played and what its install step did. */
+  readonly image?: ImageReport;
+  /** The tampered-download fault: whether the fleet failed safe (then the run passes). */
+  readonly failSafe?: FailSafeReport;
   readonly timeline: readonly JobReport[];
+}
+
+export interface ImageReport {
+  /** stock: no runner installed, PRIME (or a cold boot) installs it; prebuilt: the runner is in place. */
+  readonly kind: 'stock' | 'prebuilt';
+  /** Boots whose install step installed the runner. */
+  readonly installs: number;
+  /** Requests the loopback release server answered. */
+  readonly downloads: number;
+}
+
+/** A fleet that cannot install its runner (the tampered-download fault), as observed. */
+export interface FailSafeReport {
+  /** The fleet failed safe: every pool backs off, no runner ran, launches within the bound, every job waits or was dead-lettered. */
+  readonly passed: boolean;
+  /** What did not hold, when it did not pass. */
+  readonly failures: readonly string[];
+  /** Why the boots failed, in their own words (distinct). */
+  readonly reasons: readonly string[];
+  readonly pools: Readonly<Record<string, PoolFailSafe>>;
+  /** Instances scale-up launched for jobs (each failed its install and terminated itself). */
+  readonly coldLaunches: number;
+  /** Boots that started a runner (the boot script's line): must be 0. */
+  readonly runnersStarted: number;
+  /** CI jobs a runner took (a registration used): must be 0. */
+  readonly jobsTaken: number;
+  /** Jobs still queued at their CI server, unserved and not dead-lettered (they wait). */
+  readonly jobsWaiting: readonly string[];
+  readonly jobsDeadLettered: readonly string[];
+}
+
+export interface PoolFailSafe {
+  /** Warm standbys launched in the run. */
+  readonly launches: number;
+  /** The back-off's bound for the pool's clock span: primeFailureLimit + ceil(span / primeBackoffCap). */
+  readonly bound: number;
+  /** Boots of its standbys that failed and said so. */
+  readonly failedPrimes: number;
+  /** The PrimeBackoff metric of the last pool run (what the alarm watches). */
+  readonly primeBackoff: number;
+}
+
+/**
+ * Whether the fleet failed safe (pure). `spanSeconds`: how much time the pool's clock saw
+ * pass (the run's wall time plus the furthest the harness moved it ahead).
+ */
+export function buildFailSafe(input: {
+  readonly config: FleetConfig;
+  readonly world: ObservedWorld;
+  readonly events: readonly LocalEvent[];
+  readonly jobs: readonly JobReport[];
+  readonly primeBackoff: Readonly<Record<string, number>>;
+  readonly spanSeconds: number;
+}): FailSafeReport {
+  const { config, world, events } = input;
+  const keys = tagKeys(config.prefix);
+  const failedBoots = new Set(events.filter((e) => e.kind === 'boot-failed' && e.instanceId).map((e) => e.instanceId!));
+  const pools: Record<string, PoolFailSafe> = {};
+  const failures: string[] = [];
+  for (const pool of config.pools) {
+    const standbys = world.instances.filter((i) => i.tags[keys.pool] === pool.name && i.tags[keys.warmStandby] === WARM_STANDBY_VALUE);
+    const bound = pool.warm.primeFailureLimit + Math.ceil(Math.max(1, input.spanSeconds) / pool.warm.primeBackoffCapSeconds);
+    const p = { launches: standbys.length, bound, failedPrimes: standbys.filter((i) => failedBoots.has(i.id)).length, primeBackoff: input.primeBackoff[pool.name] ?? 0 };
+    pools[pool.name] = p;
+    if (p.primeBackoff !== 1) failures.push(`${pool.name}: PrimeBackoff ${p.primeBackoff}, not 1`);
+    if (p.launches > bound) failures.push(`${pool.name}: ${p.launches} standbys launched, above the bound of ${bound}`);
+  }
+  const runnersStarted = events.filter((e) => e.kind === 'runner-started').length;
+  if (runnersStarted > 0) failures.push(`${runnersStarted} runner(s) started`);
+  const jobsTaken = world.ciJobs.filter((j) => j.done || j.failed || j.runnerName).length;
+  if (jobsTaken > 0) failures.push(`${jobsTaken} CI job(s) taken by a runner`);
+  const ciJob = new Map(world.ciJobs.map((j) => [`${j.provider}:${j.id}`, j]));
+  const jobsDeadLettered = input.jobs.filter((j) => j.deadLettered).map((j) => j.job);
+  const jobsWaiting = input.jobs.filter((j) => !j.deadLettered && !j.served && ciJob.has(j.job) && !ciJob.get(j.job)!.done && !ciJob.get(j.job)!.failed).map((j) => j.job);
+  const lost = input.jobs.filter((j) => !jobsWaiting.includes(j.job) && !jobsDeadLettered.includes(j.job));
+  if (lost.length > 0) failures.push(`jobs neither waiting nor dead-lettered: ${lost.map((j) => j.job).join(', ')}`);
+  const reasons = [...new Set(events.filter((e) => e.kind === 'boot-failed').map((e) => String(e.detail ?? '')))];
+  const coldLaunches = world.instances.filter((i) => i.tags[keys.pool] !== undefined && i.tags[keys.warmStandby] !== WARM_STANDBY_VALUE).length;
+  return { passed: failures.length === 0, failures, reasons, pools, coldLaunches, runnersStarted, jobsTaken, jobsWaiting, jobsDeadLettered };
 }
 
 /** Every state but terminated: a shutting-down instance is still there (and still billed). */
@@ -355,6 +438,17 @@ async function listDeadLetters(clients: LocalAwsClients, queueUrl: string): Prom
   return [...seen.values()];
 }
 
+function formatFailSafe(f: FailSafeReport): string[] {
+  const lines = [`fail-safe (tampered download): ${f.passed ? 'PASSED, the fleet failed safe' : `FAILED: ${f.failures.join('; ')}`}`];
+  for (const [pool, p] of Object.entries(f.pools)) {
+    lines.push(`  pool ${pool}: PrimeBackoff ${p.primeBackoff} (the alarm's metric), ${p.launches} standby launch(es) within the back-off bound of ${p.bound}, ${p.failedPrimes} failed prime(s)`);
+  }
+  lines.push(`  runners started ${f.runnersStarted}, CI jobs taken by a runner ${f.jobsTaken}, cold launches ${f.coldLaunches} (each refused its download and terminated itself)`);
+  lines.push(`  jobs not served: ${f.jobsWaiting.length} wait at their CI server${f.jobsWaiting.length ? ` (${f.jobsWaiting.join(', ')})` : ''}, ${f.jobsDeadLettered.length} dead-lettered${f.jobsDeadLettered.length ? ` (${f.jobsDeadLettered.join(', ')})` : ''}`);
+  for (const r of f.reasons) lines.push(`  why: ${r}`);
+  return lines;
+}
+
 /** The human-readable report: per-job timelines, then the summary and the leftovers. */
 export function formatReport(report: LocalReport, options: { timelines?: boolean } = {}): string {
   const lines: string[] = [];
@@ -392,10 +486,18 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     const b = report.bootLogs;
     lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);
   }
+  if (report.image) {
+    const i = report.image;
+    lines.push(`image: ${i.kind}${i.kind === 'stock' ? ` (no runner installed): ${i.installs} boot(s) installed the runner, ${i.downloads} download(s) from the loopback release server` : ' (the runner in place)'}`);
+  }
+  if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);
   }
-  lines.push(`wall time ${report.wallSeconds}s (${report.settled ? 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled' : 'the whole run, until it gave up: NOT SETTLED'})`);
+  const whole = report.failSafe
+    ? 'the whole run: moto started, fleet provisioned, pools backed off, jobs launched and refused, all settled'
+    : 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled';
+  lines.push(`wall time ${report.wallSeconds}s (${report.settled ? whole : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');
 }

@@ -2,11 +2,11 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
+import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
-import { decodeStreak, delaySeconds, encodeStreak } from '../lambdas/pool/backoff';
+import { delaySeconds, encodeStreak, type PrimeStreak } from '../lambdas/pool/backoff';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
-import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig } from '../lambdas/shared/contract';
+import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
 import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
@@ -14,11 +14,15 @@ import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
 import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Delivery } from './deliveries';
 import type { EventSink, LocalEvent } from './events';
+import { localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
-import { buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
+import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
+import { buildLocalRelease, runnerPackageOf } from './release/packages';
+import { startReleaseServer } from './release/server';
+import { buildFailSafe, buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
 
 /**
  * One run of the whole flow on this machine: moto, the loopback CI servers, the fleet
@@ -38,7 +42,20 @@ export interface ScenarioFaults {
   readonly duplicate?: boolean;
   /** The loopback GitHub answers 500 once to the JIT config request. */
   readonly ciError?: boolean;
+  /**
+   * The release server serves every runner package with a byte changed (its SHA-256 no longer
+   * the pinned one; stock image only): every install is refused, so no standby primes and no
+   * cold launch runs a runner. The run then checks that the fleet fails safe (the report's
+   * failSafe) instead of serving the jobs.
+   */
+  readonly tamperedDownload?: boolean;
 }
+
+/** stock: no runner on the image, the boot installs it from the loopback release server; prebuilt: the runner in place. */
+export type LocalImage = 'stock' | 'prebuilt';
+export const LOCAL_IMAGES: readonly LocalImage[] = ['stock', 'prebuilt'];
+/** The version the local runner packages carry (the boot log's "installed the ... runner" line). */
+export const LOCAL_RUNNER_VERSION = 'local-1';
 
 export interface ScenarioOptions {
   /** Jobs per CI provider (the default run: 5 GitHub and 5 GitLab jobs). */
@@ -48,6 +65,8 @@ export interface ScenarioOptions {
   /** All jobs at once (more than the pools hold: the rest launch cold); otherwise in waves the pools can serve warm. */
   readonly burst?: boolean;
   readonly faults?: ScenarioFaults;
+  /** The machine image the instances play. @default 'stock' */
+  readonly image?: LocalImage;
   /** After the pools filled: a new launch template version; the parked instances of the old one are evicted and replaced. */
   readonly drift?: boolean;
   /** A moto to use instead of starting one (its state is not reset). */
@@ -84,7 +103,7 @@ export interface ScenarioResult {
 // The deadline only catches a run that cannot settle: a run ends when it settles. A default
 // run took 32 s on one 2-core machine and 100 s on another like it (every played machine's aws
 // CLI calls share the host's CPU), hence the margin.
-export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 300_000, jobSeconds: 1 } as const;
+export const SCENARIO_DEFAULTS = { jobs: 5, poolSize: 3, deadlineMs: 300_000, jobSeconds: 1, image: 'stock' as LocalImage } as const;
 // The bounds below are tuned on an unloaded machine; the run scales them (and the boot
 // script's, and its default deadline) by the slowdown it measures (test/support/slowdown.ts),
 // so that a loaded host gives slower answers, never different ones. The schedules stay.
@@ -163,14 +182,27 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds });
     cleanups.push(() => gitlab.close());
 
-    // 2. What the CDK app would create.
+    // 2. What the CDK app would create. On a stock image the pools' runnerPackage is the
+    // loopback release server's (this machine cannot reach GitHub's or GitLab's downloads).
+    const image = o.image;
+    if (faults.tamperedDownload && image !== 'stock') throw new Error('the tampered-download fault needs the stock image: a prebuilt image downloads nothing');
+    let runnerPackages: Partial<Record<Provider, RunnerPackage>> | undefined;
+    let downloads = 0;
+    if (image === 'stock') {
+      // In the sandbox, so it goes with it, even on an abrupt exit (no machine is named so).
+      const releaseDir = join(sandboxRoot, 'release');
+      buildLocalRelease(releaseDir);
+      const release = await startReleaseServer({ dir: releaseDir, mode: () => (faults.tamperedDownload ? 'tamper' : ''), onRequest: () => downloads++ });
+      cleanups.push(() => release.close());
+      runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
+    }
     const prefix = DEFAULT_PREFIX;
     const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor };
     let fleet = await provision(clients, {
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -178,6 +210,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
     const logs: string[] = [];
+    const backoff = new PrimeBackoffWatch(fleet.config.metrics.names.primeBackoff);
     const lambdas = new LocalLambdas({
       endpoint,
       fleetConfigParameter: fleet.config.parameters.fleetConfig,
@@ -187,6 +220,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       onEvent,
       onLogLine: (fn, line) => {
         o.onLog?.(fn, line);
+        if (fn === 'pool') backoff.onLine(line);
         if (!line.startsWith('{"_aws"')) logs.push(`${fn} ${line}`);
         if (fn === 'pool' && line.includes('"message":"evicted"')) {
           const reason = /"reason":"([^"]+)"/.exec(line)?.[1] ?? 'unknown';
@@ -201,7 +235,14 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (faults.refuseStart) refusal = refuseStartOfOneInstance(lambdas.scaleUpClients.ec2);
     if (faults.ciError) github.failNext({ method: 'POST', path: /generate-jitconfig/ }, 500, 1);
 
-    const player = new InstancePlayer({ ec2: localClients(endpoint).ec2, prefix, machine, awsCli: awsCliPath(), onEvent });
+    const player = new InstancePlayer({
+      ec2: localClients(endpoint).ec2,
+      prefix,
+      machine,
+      awsCli: awsCliPath(),
+      onEvent,
+      ...(image === 'stock' ? { stockRunnerUser: localRunnerUser() } : {}),
+    });
     if (faults.stallPriming) player.stallNextPriming(fleet.templates.find((t) => t.provider === 'gitlab')!.pool);
     player.start();
     cleanups.push(() => player.stop());
@@ -218,14 +259,39 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const jobs: ScenarioJob[] = [];
     const deliveries: { what: string; status: number }[] = [];
     let gaveUp: string | undefined;
+    /** The furthest the harness moved the pool's clock ahead (the back-off's time span). */
+    let maxSkewMs = 0;
     const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')!.pool;
     try {
       // 4. The pools fill: instances prime and park (a stuck one holds its place).
       const stalled = faults.stallPriming ? 1 : 0;
-      await waitFor('the pools to fill', deadline, o.signal, async () => {
-        const world = await listInstances(clients);
-        return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
-      });
+      if (faults.tamperedDownload) {
+        // 4'. No standby can prime: the pools see their primes fail until they back off. The
+        // pool's clock is moved past each priming timeout and back-off delay instead of
+        // waiting them out, one moved pool run at a time.
+        let movedAtRun = -Infinity;
+        await waitFor('the pools to back off', deadline, o.signal, async () => {
+          const backingOff = new Set(fleet.config.pools.filter((p) => backoff.last[p.name] === 1).map((p) => p.name));
+          if (backingOff.size === fleet.config.pools.length) return true;
+          // The moved run (the next one) has not finished yet.
+          if (lambdas.counters.poolRuns < movedAtRun + 2) return false;
+          const failed = new Set(events.filter((e) => e.kind === 'boot-failed' && e.instanceId).map((e) => e.instanceId!));
+          const streaks: Record<string, PrimeStreak | undefined> = {};
+          for (const p of fleet.config.pools) streaks[p.name] = await readPrimeStreak(clients, fleet.config, p.name);
+          const skew = backoffSkewMs({ config: fleet.config, instances: await listInstances(clients), failed, streaks, backingOff, now: Date.now() });
+          if (skew > 0) {
+            lambdas.skewNextPoolRun(skew);
+            movedAtRun = lambdas.counters.poolRuns;
+            maxSkewMs = Math.max(maxSkewMs, skew);
+          }
+          return false;
+        });
+      } else {
+        await waitFor('the pools to fill', deadline, o.signal, async () => {
+          const world = await listInstances(clients);
+          return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
+        });
+      }
 
       if (o.drift) {
         // A deploy that changes the user data: a new template version per pool; the Lambdas' next
@@ -275,7 +341,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       const githubLabels = ['self-hosted', ...githubPool.labels];
 
       let remaining = { github: o.jobs, gitlab: o.jobs };
-      const burst = o.burst;
+      // With no standby parked (the tampered download), waves would never go: every job at once.
+      const burst = o.burst || faults.tamperedDownload === true;
       while (remaining.github > 0 || remaining.gitlab > 0) {
         let wave = { ...remaining };
         if (!burst) {
@@ -330,7 +397,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     let settled = false;
     let backoffSkips = 0;
     while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
-      const jobsDone = jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
+      // A fleet that cannot install its runner serves nothing: then every job must have had its
+      // launch (or be dead-lettered), and its instance be gone (a leftover otherwise).
+      const jobsDone = faults.tamperedDownload
+        ? jobs.every((j) => startedOrDone(events, j, github, gitlab))
+        : jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients);
       if (jobsDone && faults.stallPriming) {
         // The never-priming instance: the pool evicts a standby that has primed for longer than
@@ -356,7 +427,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       if (jobsDone) {
         const observed = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
         const left = findLeftovers(fleet.config, keys, observed);
-        const full = fleet.config.pools.every((p) => parkedOf(observed.instances, fleet.config, p.name).length === p.warm.size);
+        // Backing off, the pools stay empty by design.
+        const full = faults.tamperedDownload || fleet.config.pools.every((p) => parkedOf(observed.instances, fleet.config, p.name).length === p.warm.size);
         const queueEmpty = await queueIsEmpty(clients, fleet.queueUrl);
         if (left.instances.length + left.parameters.length + left.registrations.length === 0 && full && queueEmpty) {
           settled = true;
@@ -385,7 +457,12 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
     const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
     const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
-    const report = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested, slowdown: factor });
+    const base = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt, notes, bootLogs, settled: settled && jobs.length === requested, slowdown: factor });
+    const installs = events.filter((e) => e.kind === 'runner-installed').length;
+    const failSafe = faults.tamperedDownload
+      ? buildFailSafe({ config: fleet.config, world, events, jobs: base.timeline, primeBackoff: backoff.last, spanSeconds: (endedAt - startedAt + maxSkewMs) / 1000 })
+      : undefined;
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
@@ -502,14 +579,7 @@ async function undoSkewedPrimeFailure(clients: LocalAwsClients, config: FleetCon
   let changed = false;
   for (const pool of config.pools) {
     const name = paths.primeState(pool.name);
-    const text = await clients.ssm.send(new GetParameterCommand({ Name: name })).then(
-      (out) => out.Parameter?.Value,
-      (error: Error) => {
-        if (error.name === 'ParameterNotFound') return undefined;
-        throw error;
-      },
-    );
-    const streak = decodeStreak(text);
+    const streak = await readPrimeStreak(clients, config, pool.name);
     if (!streak?.lastFailureAt || streak.failures === 0 || Date.parse(streak.lastFailureAt) <= now) continue;
     const delayMs = delaySeconds(streak.failures, { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds }) * 1000;
     const undone = { ...streak, lastFailureAt: new Date(now - delayMs).toISOString() };

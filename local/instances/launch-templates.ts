@@ -12,7 +12,7 @@ import {
   type EC2Client,
   type RequestLaunchTemplateData,
 } from '@aws-sdk/client-ec2';
-import type { Provider } from '../../lambdas/shared/contract';
+import type { Provider, RunnerPackage } from '../../lambdas/shared/contract';
 import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
 
 export interface LocalPoolTemplate {
@@ -21,6 +21,11 @@ export interface LocalPoolTemplate {
   prepareCommands?: readonly string[];
   /** @default 'nobody' when this process runs as root, else the current user (see `localRunnerUser`) */
   runnerUser?: string;
+  /**
+   * What the install step fetches on a stock image (the pool's `runnerPackage` prop): the
+   * loopback release server's packages. @default - the contract's pinned release
+   */
+  runnerPackage?: RunnerPackage;
 }
 
 export interface LocalMachineSettings {
@@ -73,6 +78,10 @@ export const LOCAL_TIME_BOUNDS = {
   awsReadTimeoutSeconds: 5,
   awsCliMaxAttempts: 2,
   runnerWaitTimeoutSeconds: 60,
+  // The install step on a stock image: a loopback download of a few kB and the dnf shim.
+  downloadSeconds: 20,
+  downloadRetries: 1,
+  packageInstallSeconds: 20,
   // The bound of each shipping (not an interval), at the renderer's limit and not scaled: a
   // hang catcher. Every played machine shares this host's CPU, so a pool booting at once
   // makes each aws CLI call take seconds of CPU the others want too (on a 2-core host, ten
@@ -98,6 +107,8 @@ export function localTimeBounds(slowdown = 1): Partial<UserDataOptions> {
     awsConnectTimeoutSeconds: within60(b.awsConnectTimeoutSeconds),
     awsReadTimeoutSeconds: within60(b.awsReadTimeoutSeconds),
     runnerWaitTimeoutSeconds: Math.ceil(b.runnerWaitTimeoutSeconds * f),
+    downloadSeconds: Math.ceil(b.downloadSeconds * f),
+    packageInstallSeconds: Math.ceil(b.packageInstallSeconds * f),
   };
 }
 
@@ -128,6 +139,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       runnerDir: at(MACHINE_PATHS.runnerDir),
       gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
       prepareCommands: localPrepareCommands(pool),
+      ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...localTimeBounds(machine.slowdown),
       hostPaths: {
         unitDir: at(MACHINE_PATHS.unitDir),

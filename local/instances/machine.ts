@@ -1,7 +1,8 @@
 /**
  * A played instance's machine: a directory laid out like the host paths the local user data
  * uses (launch-templates.ts `MACHINE_PATHS`), the shims for what only a real machine has
- * (power-off, systemd), the runner binaries, and its processes, which are one session.
+ * (power-off, systemd, and for the install step dnf, useradd, getent), the runner binaries
+ * on a prebuilt image or none on a stock one, and its processes, which are one session.
  */
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -10,6 +11,12 @@ import { shellQuote } from '../../lib/user-data';
 import { MACHINE_PATHS } from './launch-templates';
 
 export const SHIMS_DIR = join(__dirname, 'shims');
+/**
+ * The install step's shims, shared with the boot sandbox of the bats harness: dnf cannot run
+ * on this host, and on a stock image the runner user exists only once useradd ran (getent).
+ */
+export const INSTALL_SHIMS_DIR = join(__dirname, '..', '..', 'test', 'templates', 'shims', 'bin');
+const INSTALL_SHIMS = ['dnf', 'getent', 'useradd'] as const;
 /** The fake runner binaries (H-CI's local/runner/: run.sh, gitlab-runner). */
 export const DEFAULT_RUNNER_DIR = join(__dirname, '..', 'runner');
 
@@ -18,8 +25,13 @@ export interface MachineOptions {
   readonly instanceId: string;
   /** The real aws CLI; linked as `aws` into the machine's bin directory. */
   readonly awsCli: string;
-  /** Directory whose files are the runner binaries. */
-  readonly runnerSource: string;
+  /** Directory whose files are the runner binaries, in place at boot (a prebuilt image). */
+  readonly runnerSource?: string;
+  /**
+   * A stock image instead: no runner in place, and this runner user unknown until the install
+   * step creates it (the getent and useradd shims). Mutually exclusive with `runnerSource`.
+   */
+  readonly stockRunnerUser?: string;
   /** Extra environment for the runners (they start with `env -i`, so wrappers set it). */
   readonly runnerEnv?: Readonly<Record<string, string>>;
 }
@@ -34,6 +46,8 @@ export interface Machine {
   /** What the boots print (cloud-init-output.log and the journal in one). */
   readonly consoleLog: string;
   readonly stallMarker: string;
+  /** Where the install shims record their calls (the boot's SHIM_CALLS). */
+  readonly callsDir: string;
 }
 
 export function machineAt(dir: string): Machine {
@@ -44,6 +58,7 @@ export function machineAt(dir: string): Machine {
     userDataFile: join(dir, 'var/lib/cloud/instance/user-data.txt'),
     consoleLog: join(dir, 'var/log/console.log'),
     stallMarker: join(dir, MACHINE_PATHS.stallMarker),
+    callsDir: join(dir, 'calls'),
   };
 }
 
@@ -77,20 +92,30 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  */
 export function createMachine(o: MachineOptions): Machine {
   const m = machineAt(o.dir);
-  if (!existsSync(o.runnerSource) || !statSync(o.runnerSource).isDirectory()) {
+  const stock = o.stockRunnerUser !== undefined;
+  if (stock === (o.runnerSource !== undefined)) {
+    throw new Error('a machine is either prebuilt (runnerSource: its runner binaries) or stock (stockRunnerUser), not both or neither');
+  }
+  if (o.runnerSource !== undefined && (!existsSync(o.runnerSource) || !statSync(o.runnerSource).isDirectory())) {
     throw new Error(`no runner binaries at ${o.runnerSource}: give InstancePlayerOptions.runnerDir a directory holding run.sh and gitlab-runner`);
   }
   for (const name of Object.keys(o.runnerEnv ?? {})) {
     if (!ENV_NAME.test(name)) throw new Error(`runnerEnv name "${name}" is not a shell variable name`);
   }
-  for (const sub of ['bin', 'tmp', 'aws', 'dev', 'sys', 'var/lib/cloud/instance', 'var/log', 'runner-bin', MACHINE_PATHS.unitDir, MACHINE_PATHS.runnerDir]) {
+  // A stock image has no runner directory: the install step creates it.
+  const dirs = ['bin', 'tmp', 'aws', 'dev', 'sys', 'calls', 'var/lib/cloud/instance', 'var/log', MACHINE_PATHS.unitDir, ...(stock ? [] : ['runner-bin', MACHINE_PATHS.runnerDir])];
+  for (const sub of dirs) {
     mkdirSync(join(o.dir, sub), { recursive: true, mode: 0o755 });
   }
   chmodSync(o.dir, 0o755);
-  for (const shim of readdirSync(SHIMS_DIR)) {
-    copyFileSync(join(SHIMS_DIR, shim), join(m.binDir, shim));
-    chmodSync(join(m.binDir, shim), 0o755);
+  const shims: [string, readonly string[]][] = [[SHIMS_DIR, readdirSync(SHIMS_DIR)], [INSTALL_SHIMS_DIR, INSTALL_SHIMS]];
+  for (const [from, names] of shims) {
+    for (const shim of names) {
+      copyFileSync(join(from, shim), join(m.binDir, shim));
+      chmodSync(join(m.binDir, shim), 0o755);
+    }
   }
+  if (stock) writeFileSync(join(m.callsDir, 'stock-user'), `${o.stockRunnerUser}\n`);
   symlinkSync(o.awsCli, join(m.binDir, 'aws'));
   // No credentials or config of the host's: the CLI must take its credentials from IMDS.
   writeFileSync(join(o.dir, 'aws/config'), '');
@@ -100,14 +125,16 @@ export function createMachine(o: MachineOptions): Machine {
   writeFileSync(join(o.dir, MACHINE_PATHS.preReadDevice), Buffer.alloc(64 * 1024));
   // On Nitro the instance id is in DMI; the boot script reads it there on later boots.
   writeFileSync(join(o.dir, MACHINE_PATHS.dmiAssetTagFile), `${o.instanceId}\n`);
+  if (o.runnerSource === undefined) return m;
   // The binaries go to runner-bin/; runner/ gets a wrapper of the same name that sets
   // runnerEnv (the boot starts the runner with `env -i`) and runs the binary.
+  const runnerSource = o.runnerSource;
   const exports = Object.entries(o.runnerEnv ?? {})
     .map(([k, v]) => `export ${k}=${shellQuote(v)}\n`)
     .join('');
-  for (const name of readdirSync(o.runnerSource).filter((n) => statSync(join(o.runnerSource, n)).isFile())) {
+  for (const name of readdirSync(runnerSource).filter((n) => statSync(join(runnerSource, n)).isFile())) {
     const binary = join(o.dir, 'runner-bin', name);
-    copyFileSync(join(o.runnerSource, name), binary);
+    copyFileSync(join(runnerSource, name), binary);
     chmodSync(binary, 0o755);
     const wrapper = join(o.dir, MACHINE_PATHS.runnerDir, name);
     writeFileSync(wrapper, `#!/bin/bash\n# The local sandbox's runner settings, then the runner binary.\n${exports}exec ${shellQuote(binary)} "$@"\n`);

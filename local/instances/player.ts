@@ -10,8 +10,11 @@
  *   instance is stopped in moto (shutdown behaviour "stop") and its processes are killed.
  *   When moto reports an instance being played as stopped or terminated (the script's own
  *   terminate-instances, scale-down, the pool's eviction), its processes are killed too.
- * - Events: `boot` (detail: the mode, from the boot log), `runner-started` (detail: the
- *   activation latency, when the boot logged one), `parked`, `instance-gone`.
+ * - Events: `boot` (detail: the mode, from the boot log), `runner-installed` (detail: the
+ *   version), `runner-started` (detail: the activation latency, when the boot logged one),
+ *   `boot-failed` (detail: the boot's last two error lines), `parked`, `instance-gone`.
+ * - A stock image (`stockRunnerUser`): the machine has no runner and no runner user, so the
+ *   boot's install step puts them there; otherwise the runner binaries are in place (prebuilt).
  *
  * The user data comes from the instance's own `userData` attribute, which is what cloud-init
  * reads on EC2 (through IMDS). moto copies the launch template version's user data into it
@@ -50,6 +53,12 @@ export interface InstancePlayerOptions {
   pollMs?: number;
   /** Directory of the runner binaries copied into each machine. @default local/runner */
   runnerDir?: string;
+  /**
+   * Play a stock image: no runner binaries in place and this runner user unknown until the
+   * boot's install step creates it. `runnerDir` and `runnerEnv` are then unused.
+   * @default - a prebuilt image with the runner binaries of `runnerDir`
+   */
+  stockRunnerUser?: string;
 }
 
 interface Boot {
@@ -78,6 +87,8 @@ interface Played {
   /** From the boot log of the current boot. */
   traceId?: string;
   latency?: number;
+  /** The current boot's error lines, the last few. */
+  errors: string[];
 }
 
 /** Polls in a row that failed before idle() gives up: moto is gone or broken, nothing would settle. */
@@ -92,8 +103,13 @@ const logValue = (key: string): RegExp => new RegExp(`(?:^|\\s)${escape(key)}=(\
 const MODE_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.mode)}=(${BOOT_MODES.join('|')})(?:\\s|$)`);
 const TRACE_RE = logValue(BOOT_LOG_KEYS.traceId);
 const LATENCY_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.activationLatency)}=(-?\\d+(?:\\.\\d+)?)(?:\\s|$)`);
-// The boot script's own wording (templates/start-runner.sh run_mode), not a contract key.
+// The boot script's own wording (templates/start-runner.sh run_mode, on_exit; install-runner.sh),
+// not contract keys.
 const RUNNER_START_RE = new RegExp(`starting the (${PROVIDERS.join('|')}) runner$`);
+const INSTALLED_RE = new RegExp(`installed the (?:${PROVIDERS.join('|')}) runner (\\S+)$`);
+const FAILED_RE = /failed \(status \d+\).*: (?:not powering off|not terminating|left for the pool to evict|terminating)$/;
+// An error line, or the install step's line that says why a download was refused.
+const ERROR_RE = /\s(?:error: (.*)|((?:SHA-256|download) of \S+ .*))$/;
 
 /** What the player knows of an instance it plays. */
 export interface PlayedView {
@@ -137,6 +153,12 @@ export interface BootLine {
   readonly latency?: number;
   /** The provider whose runner the boot is starting. */
   readonly runnerStarting?: string;
+  /** The version of the runner the install step has just installed. */
+  readonly installed?: string;
+  /** The boot failed (the start logic's exit line). */
+  readonly failed?: boolean;
+  /** The text of an error line. */
+  readonly error?: string;
 }
 
 /** What a boot-log line says, by the contract's BOOT_LOG_KEYS. */
@@ -145,7 +167,13 @@ export function parseBootLine(line: string): BootLine {
   const traceId = TRACE_RE.exec(line)?.[1];
   const latency = LATENCY_RE.exec(line)?.[1];
   const runnerStarting = RUNNER_START_RE.exec(line)?.[1];
+  const installed = INSTALLED_RE.exec(line)?.[1];
+  const errorMatch = ERROR_RE.exec(line);
+  const error = errorMatch?.[1] ?? errorMatch?.[2];
   return {
+    ...(installed ? { installed } : {}),
+    ...(FAILED_RE.test(line) ? { failed: true } : {}),
+    ...(error ? { error } : {}),
     ...(mode ? { mode } : {}),
     ...(traceId ? { traceId } : {}),
     ...(latency ? { latency: Number(latency) } : {}),
@@ -412,6 +440,7 @@ export class InstancePlayer {
       poweringDown: false,
       gone: false,
       stalled: false,
+      errors: [],
     };
     this.played.set(id, p);
     return p;
@@ -440,6 +469,7 @@ export class InstancePlayer {
     p.pool = tags[this.keys.pool];
     p.traceId = undefined;
     p.latency = undefined;
+    p.errors = [];
     let script: string;
     if (!existsSync(p.machine.dir)) {
       // First boot: cloud-init runs the user data once per instance; the machine directory
@@ -454,8 +484,9 @@ export class InstancePlayer {
         dir: p.machine.dir,
         instanceId: id,
         awsCli: this.opts.awsCli,
-        runnerSource: this.opts.runnerDir ?? DEFAULT_RUNNER_DIR,
-        ...(this.opts.runnerEnv ? { runnerEnv: this.opts.runnerEnv } : {}),
+        ...(this.opts.stockRunnerUser !== undefined
+          ? { stockRunnerUser: this.opts.stockRunnerUser }
+          : { runnerSource: this.opts.runnerDir ?? DEFAULT_RUNNER_DIR, ...(this.opts.runnerEnv ? { runnerEnv: this.opts.runnerEnv } : {}) }),
       });
       writeFileSync(p.machine.userDataFile, userData, { mode: 0o700 });
       script = p.machine.userDataFile;
@@ -488,6 +519,7 @@ export class InstancePlayer {
       AWS_CONFIG_FILE: join(m.dir, 'aws/config'),
       AWS_SHARED_CREDENTIALS_FILE: join(m.dir, 'aws/credentials'),
       SHIM_UNIT_DIR: m.unitDir,
+      SHIM_CALLS: m.callsDir,
       LOCAL_INSTANCE_ID: p.id,
     };
     if (process.env.PYENV_ROOT) env.PYENV_ROOT = process.env.PYENV_ROOT;
@@ -517,6 +549,9 @@ export class InstancePlayer {
     if (parsed.latency !== undefined) p.latency = parsed.latency;
     const traceId = p.traceId ? { traceId: p.traceId } : {};
     if (parsed.mode) this.emit(p, { kind: 'boot', detail: parsed.mode, ...traceId });
+    if (parsed.error) p.errors = [...p.errors, parsed.error].slice(-2);
+    if (parsed.installed) this.emit(p, { kind: 'runner-installed', detail: parsed.installed, ...traceId });
+    if (parsed.failed) this.emit(p, { kind: 'boot-failed', detail: p.errors.length ? p.errors.join('; ') : line, ...traceId });
     if (parsed.runnerStarting) {
       this.emit(p, { kind: 'runner-started', provider: parsed.runnerStarting, ...traceId, ...(p.latency === undefined ? {} : { detail: p.latency }) });
     }

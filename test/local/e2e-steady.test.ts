@@ -6,8 +6,8 @@ import type { LocalReport } from '../../local/report';
 import { scaled } from '../support/slowdown';
 
 /**
- * `npm run local` itself, with its defaults (pools of 3, 5 GitHub and 5 GitLab jobs arriving
- * in waves the pools can serve warm): moto, the loopback CI servers, the instance player and
+ * `npm run local` itself, with its defaults (a stock image, pools of 3, 5 GitHub and 5 GitLab
+ * jobs arriving in waves the pools can serve warm): moto, the loopback CI servers, the instance player and
  * the Lambdas, all started and stopped by the command. The JSON report is what is checked.
  */
 const root = join(__dirname, '..', '..');
@@ -56,6 +56,12 @@ describe('npm run local (steady: the default run)', () => {
     expect(report.cold, JSON.stringify(fell)).toBeLessThanOrEqual(fell.length);
     expect(report.warm, JSON.stringify(fell)).toBeGreaterThanOrEqual(10 - fell.length);
     expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
+    // The default image is stock: every instance installed its runner from the loopback release
+    // server (6 standbys, one refill per warm job, the instance of each job that fell back cold),
+    // and every download was installed (none refused).
+    expect(report.image?.kind).toBe('stock');
+    expect(report.image!.installs).toBeGreaterThanOrEqual(16);
+    expect(report.image!.downloads).toBe(report.image!.installs);
     // The boot logs reach moto's CloudWatch Logs: no boot warned that its shipping fell short,
     // and served instances' streams hold their latency line. Not all of them yet: RUN ships at
     // its end, and the instance's termination can kill that last shipping (an open finding).

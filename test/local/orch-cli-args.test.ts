@@ -12,6 +12,10 @@ describe('npm run local: the command line', () => {
     [['--deadline', '10'], { deadlineMs: 10_000 }],
     [['--endpoint', 'http://127.0.0.1:5000', '--json', '--verbose'], { endpoint: 'http://127.0.0.1:5000', json: true, verbose: true }],
     [['--faults', '--drift'], { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true }, drift: true }],
+    [['--faults', 'tampered-download', '--jobs', '1'], { faults: { tamperedDownload: true }, jobs: 1 }],
+    [['--faults=tampered-download'], { faults: { tamperedDownload: true } }],
+    [['--faults', '--image', 'stock'], { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true }, image: 'stock' }],
+    [['--image', 'prebuilt', '--faults'], { image: 'prebuilt', faults: { ciError: true } }],
     [['-h'], { help: true }],
   ])('accepts %j', (argv, expected) => {
     expect(parseLocalArgs(argv)).toMatchObject(expected);
@@ -33,6 +37,11 @@ describe('npm run local: the command line', () => {
     [['--pool-size', '0'], '--pool-size 0 parks no instance, so the default run (jobs in waves the parked instances serve warm) could never send a job: add --burst to launch every job cold'],
     [['--pool-size', '0', '--jobs', '3', '--faults'], '--pool-size 0 parks no instance'],
     [['--endpoint', 'localhost:5000'], '--endpoint must be an http(s) URL, got "localhost:5000"'],
+    [['--faults=everything'], '--faults takes no value or one of tampered-download, got "everything"'],
+    [['--faults', 'tampered'], "Unexpected argument 'tampered'"],
+    [['--image', 'baked'], '--image must be one of stock, prebuilt, got "baked"'],
+    [['--faults', 'tampered-download', '--image', 'prebuilt'], '--faults tampered-download needs the stock image'],
+    [['--faults', 'tampered-download', '--pool-size', '0', '--burst'], '--faults tampered-download with --pool-size 0 launches no standby'],
     [['--job', '3'], "Unknown option '--job'"],
     [['extra'], "Unexpected argument 'extra'"],
     [['--jobs'], "Option '--jobs <value>' argument missing"],

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildFleetConfig, CREATED_BY, runnerName, tagKeys, WARM_STANDBY_VALUE, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import type { LocalEvent } from '../../local/events';
-import { buildReport, findLeftovers, formatReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from '../../local/report';
+import { buildFailSafe, buildReport, findLeftovers, formatReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from '../../local/report';
 
 const prefix = 'rep';
 const keys = tagKeys(prefix);
@@ -232,5 +232,34 @@ describe('the report', () => {
       endedAt: T0 + 3_000,
     });
     expect(r.timeline[0]).toMatchObject({ served: 'cold', instanceId: b.id });
+  });
+});
+
+describe('buildFailSafe: a fleet that cannot install its runner', () => {
+  const failedStandby = (pool: string): ObservedInstance => ({ ...parked(pool), state: 'terminated' });
+  const bootFailed = (instanceId: string): LocalEvent => ({ t: T0, kind: 'boot-failed', instanceId, detail: 'SHA-256 of http://127.0.0.1:1/x is a, the pin says b' });
+  const standbys = [failedStandby('gh'), failedStandby('gh'), failedStandby('gl')];
+  const events = standbys.map((i) => bootFailed(i.id));
+  const waiting = { job: 'github:1', provider: 'github', ciJobId: '1', pool: 'gh', timeline: [] };
+  const ciJobs = [{ provider: 'github', id: '1', done: false }];
+  const input = (over: Partial<Parameters<typeof buildFailSafe>[0]> = {}) =>
+    buildFailSafe({ config, world: world({ instances: standbys, ciJobs }), events, jobs: [waiting], primeBackoff: { gh: 1, gl: 1 }, spanSeconds: 900, ...over });
+
+  it('passes when every pool backs off within its bound, no runner ran and every job waits or was dead-lettered', () => {
+    const f = input();
+    expect(f).toMatchObject({ passed: true, failures: [], runnersStarted: 0, jobsTaken: 0, jobsWaiting: ['github:1'], jobsDeadLettered: [], coldLaunches: 0 });
+    // limit 3 + ceil(900 s / the 3600 s cap)
+    expect(f.pools).toEqual({ gh: { launches: 2, bound: 4, failedPrimes: 2, primeBackoff: 1 }, gl: { launches: 1, bound: 4, failedPrimes: 1, primeBackoff: 1 } });
+    expect(f.reasons).toEqual(['SHA-256 of http://127.0.0.1:1/x is a, the pin says b']);
+  });
+
+  it('fails on a pool not backing off, launches above the bound, a runner, a taken job or a job that neither waits nor was dead-lettered', () => {
+    expect(input({ primeBackoff: { gh: 1 } }).failures).toEqual(['gl: PrimeBackoff 0, not 1']);
+    const many = Array.from({ length: 5 }, () => failedStandby('gh'));
+    expect(input({ world: world({ instances: many, ciJobs }) }).failures).toEqual(['gh: 5 standbys launched, above the bound of 4']);
+    expect(input({ events: [...events, { t: T0, kind: 'runner-started', instanceId: 'i-x' }] }).failures).toEqual(['1 runner(s) started']);
+    expect(input({ world: world({ instances: standbys, ciJobs: [{ provider: 'github', id: '1', done: false, runnerName: 'r' }] }) }).failures).toEqual(['1 CI job(s) taken by a runner']);
+    expect(input({ world: world({ instances: standbys, ciJobs: [] }) }).passed).toBe(false);
+    expect(input({ jobs: [{ ...waiting, deadLettered: 'redrive' }], world: world({ instances: standbys, ciJobs: [] }) })).toMatchObject({ passed: true, jobsDeadLettered: ['github:1'] });
   });
 });

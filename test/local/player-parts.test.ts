@@ -3,7 +3,7 @@
  * from a boot log line, the local user data and its relocation, the machine layout, and
  * ending a machine's processes.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -69,6 +69,16 @@ describe('parseBootLine', () => {
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.traceId}=t-1 ${BOOT_LOG_KEYS.activationLatency}=4.712`)).toEqual({ traceId: 't-1', latency: 4.712 });
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.activationLatency}=-0.250`)).toEqual({ latency: -0.25 });
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.traceId}=t-1 starting the gitlab runner`)).toEqual({ traceId: 't-1', runnerStarting: 'gitlab' });
+  });
+  it('reads the install step and a failed boot in the boot script\'s own words', () => {
+    expect(parseBootLine(`${at} installed the github runner local-1`)).toEqual({ installed: 'local-1' });
+    expect(parseBootLine(`${at} SHA-256 of http://127.0.0.1:1/gitlab-x64 is abc, the pin says def`)).toEqual({ error: 'SHA-256 of http://127.0.0.1:1/gitlab-x64 is abc, the pin says def' });
+    expect(parseBootLine(`${at} error: the runner package: refused, nothing installed`)).toEqual({ error: 'the runner package: refused, nothing installed' });
+    expect(parseBootLine(`${at} PRIME failed (status 1): not powering off`)).toEqual({ failed: true });
+    expect(parseBootLine(`${at} failed (status 1) in RUN: terminating`)).toEqual({ failed: true });
+    expect(parseBootLine(`${at} warm standby failed (status 1) before a mode: left for the pool to evict`)).toEqual({ failed: true });
+    expect(parseBootLine(`${at} installing the github runner local-1 for x86_64 from http://127.0.0.1:1/github-x64.tar.gz`)).toEqual({});
+    expect(parseBootLine(`${at} prepare command 1 failed (status 1) and was retried`)).toEqual({});
   });
   it('ignores what is not one of its keys', () => {
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.mode}=REBOOT`)).toEqual({});
@@ -164,6 +174,18 @@ describe('machine', () => {
     }).then(() => {
       expect(enabledUnits(m)).toEqual([{ name: 'a.service', execStart: '/x/hook' }]);
     });
+  });
+
+  it('lays out a stock machine: no runner, and a runner user that exists only after useradd (the install shims)', () => {
+    const dir = join(root, 'i-0stock');
+    const m = createMachine({ dir, instanceId: 'i-0stock', awsCli: '/bin/true', stockRunnerUser: 'nobody' });
+    expect(existsSync(join(dir, MACHINE_PATHS.runnerDir))).toBe(false);
+    expect(['dnf', 'useradd', 'getent', 'shutdown'].every((b) => existsSync(join(m.binDir, b)))).toBe(true);
+    const getent = () => spawnSync(join(m.binDir, 'getent'), ['passwd', 'nobody'], { env: { SHIM_CALLS: m.callsDir, PATH: process.env.PATH } }).status;
+    expect(getent()).toBe(2);
+    expect(spawnSync(join(m.binDir, 'useradd'), ['--create-home', 'nobody'], { env: { SHIM_CALLS: m.callsDir } }).status).toBe(0);
+    expect(getent()).toBe(0);
+    expect(() => createMachine({ dir: join(root, 'm4'), instanceId: 'i-0', awsCli: '/bin/true', stockRunnerUser: 'nobody', runnerSource: root })).toThrow(/either prebuilt/);
   });
 
   it('refuses a missing runner directory and a bad runnerEnv name', () => {

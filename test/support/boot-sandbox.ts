@@ -3,8 +3,8 @@
  * boot benchmark (bench/boot/): a moto server, a loopback IMDSv2 server playing one
  * instance, an AWS proxy in front of moto that counts calls and injects throttling, and a
  * control API the tests drive. Run with `node --import tsx`; it prints one JSON line with
- * the endpoints, then serves until SIGTERM, SIGINT or its parent's exit, and stops moto on
- * the way out.
+ * the endpoints, then serves until SIGTERM, SIGINT or its parent's exit (untilStopped), and
+ * stops moto on the way out.
  *
  * Everything listens on free 127.0.0.1 ports.
  */
@@ -15,6 +15,7 @@ import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, SSMCl
 import { encodeRunnerConfig, ssmPaths, type RunnerConfig } from '../../lambdas/shared/contract';
 import { startMoto, type MotoServer } from './moto';
 import { ImdsServer, listenOnLoopback as listen } from '../../local/instances/imds';
+import { untilStopped } from '../../local/until-stopped';
 
 export interface LoggedAwsCall {
   readonly t: number;
@@ -218,19 +219,7 @@ export async function startBootSandbox(): Promise<BootSandbox> {
 if (require.main === module) {
   void (async () => {
     const sandbox = await startBootSandbox();
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) return;
-      stopping = true;
-      void sandbox.stop().finally(() => process.exit(0));
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-    // A harness that dies without stopping us must not leave moto behind.
-    const parent = process.ppid;
-    setInterval(() => {
-      if (process.ppid !== parent) stop();
-    }, 1000).unref();
+    untilStopped(() => sandbox.stop());
     process.stdout.write(
       `${JSON.stringify({ imds: sandbox.imdsUrl, aws: sandbox.awsUrl, control: sandbox.controlUrl, moto: sandbox.moto.endpoint, id: randomUUID() })}\n`,
     );

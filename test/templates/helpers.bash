@@ -98,9 +98,9 @@ build_release() {
   done
 }
 
-# release_start: the loopback release server (test/templates/release-server.ts) on $ROOT/release.
+# release_start: the loopback release server (local/release/server.ts) on $ROOT/release.
 release_start() {
-  node --import tsx "$REPO/test/templates/release-server.ts" "$ROOT/release" >"$ROOT/release.json" 2>"$ROOT/release.err" &
+  node --import tsx "$REPO/local/release/server.ts" "$ROOT/release" >"$ROOT/release.json" 2>"$ROOT/release.err" &
   export RELEASE_PID=$!
   local line='' bound end
   bound=$(scaled_seconds 30)

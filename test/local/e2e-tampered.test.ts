@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { tagKeys, WARM_STANDBY_VALUE } from '../../lambdas/shared/contract';
+import { runScenario } from '../../local/scenario';
+import { scaled } from '../support/slowdown';
+
+/**
+ * The stock image with every runner download tampered with (the release server changes a
+ * byte; the pins are the real digests): no standby can prime and no cold launch can start a
+ * runner. The fleet must fail safe: each pool backs off after its prime-failure limit and its
+ * PrimeBackoff metric (the alarm's) is 1, launches stay within the back-off bound, no runner
+ * runs and no registration is used, the jobs wait at their CI server (or are dead-lettered),
+ * and nothing is left behind. The pool's clock is moved past the priming timeouts instead of
+ * waiting them out, so nothing here depends on the machine's speed.
+ */
+describe('faults: a tampered runner download', () => {
+  it('backs the pools off, runs no runner, keeps the jobs waiting, and leaves nothing behind', { timeout: scaled(360_000) }, async () => {
+    const r = await runScenario({ jobs: 1, faults: { tamperedDownload: true }, deadlineMs: scaled(240_000) });
+    const { report, events, logs, world } = r;
+    const failSafe = report.failSafe!;
+    expect(failSafe, JSON.stringify(report, null, 2).slice(0, 4000)).toMatchObject({ passed: true, failures: [], runnersStarted: 0, jobsTaken: 0 });
+    expect(report).toMatchObject({ settled: true, leftovers: 0, served: 0, jobs: 2 });
+    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
+
+    // Each pool launched exactly its prime-failure limit of standbys, each failed its prime,
+    // and the pool backs off: its metric is 1 and it held further launches back.
+    for (const pool of r.fleet.config.pools) {
+      expect(failSafe.pools[pool.name]).toEqual({ launches: pool.warm.primeFailureLimit, bound: pool.warm.primeFailureLimit + 1, failedPrimes: pool.warm.primeFailureLimit, primeBackoff: 1 });
+    }
+    expect(logs.some((l) => l.startsWith('pool ') && l.includes('"message":"prime failed"'))).toBe(true);
+    expect(logs.some((l) => l.startsWith('pool ') && l.includes('prime back-off: holding launches back'))).toBe(true);
+
+    // Every boot refused its download by its checksum; none installed, none started a runner.
+    const failed = events.filter((e) => e.kind === 'boot-failed');
+    const keys = tagKeys(r.fleet.config.prefix);
+    expect(failed).toHaveLength(world.instances.length);
+    for (const e of failed) expect(String(e.detail)).toMatch(/SHA-256 of http:\/\/127\.0\.0\.1:\d+\/\S+ is [0-9a-f]{64}, the pin says [0-9a-f]{64}; the .*refused, nothing installed/);
+    expect(events.filter((e) => e.kind === 'runner-installed' || e.kind === 'runner-started')).toEqual([]);
+    expect(report.image).toMatchObject({ kind: 'stock', installs: 0 });
+    expect(report.image!.downloads).toBeGreaterThanOrEqual(world.instances.length);
+
+    // The jobs' cold launches refused their download too and terminated themselves; the jobs
+    // wait, still queued at their CI servers, with no registration left and none used.
+    expect(failSafe.coldLaunches).toBe(2);
+    expect(world.instances.filter((i) => i.tags[keys.warmStandby] !== WARM_STANDBY_VALUE).every((i) => i.state === 'terminated')).toBe(true);
+    expect([...failSafe.jobsWaiting].sort()).toEqual(report.timeline.map((j) => j.job).sort());
+    expect(world.ciJobs.every((j) => !j.done && !j.failed && !j.runnerName)).toBe(true);
+    expect(world.registrations).toEqual([]);
+  });
+});
