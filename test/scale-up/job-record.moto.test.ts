@@ -7,6 +7,7 @@ import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
 import { JOB_RECORD_HOLD_SECONDS, JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
+import { losingFirstAnswer as loseAnswer, type LoseAnswerOptions } from '../support/lose-answer';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { createJobRecordTable, motoClients, motoDynamo, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
@@ -78,28 +79,8 @@ async function serving(): Promise<Instance[]> {
   return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
 }
 
-/**
- * A client whose answer to the first call of `command` is lost. `lands`: the call ran and the
- * caller hears a reset (after `before`, which may change the record first); otherwise the call
- * never ran and the caller hears a timeout. `calls()` counts the calls of `command` sent.
- */
-function losingFirstAnswer(command: string, options: { lands?: boolean; before?: () => Promise<void> } = {}): DynamoDBClient & { calls: () => number } {
-  const client = dynamo();
-  let calls = 0;
-  client.middlewareStack.add(
-    (next, context) => async (args) => {
-      if (context.commandName !== command) return next(args);
-      if (calls++ > 0) return next(args);
-      if (options.lands === false) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
-      await options.before?.();
-      // Whatever the call answered (done, or refused by the condition), the caller hears a reset.
-      await next(args).catch(() => undefined);
-      throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
-    },
-    { step: 'initialize' },
-  );
-  return Object.assign(client, { calls: () => calls });
-}
+/** A record client whose answer to the first matching call of `command` is lost (test/support/lose-answer.ts). */
+const losingFirstAnswer = (command: string, options?: LoseAnswerOptions) => loseAnswer(dynamo(), command, options);
 
 describe('per-job record against moto', () => {
   it('a reconciled copy arriving while the original is being served launches nothing', { timeout: scaled(60_000) }, async () => {
