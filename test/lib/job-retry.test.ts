@@ -1,6 +1,8 @@
 import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { WarmRunners, type WarmRunnersProps } from '../../lib';
 import { JOB_RETRY_DEFAULTS, LAMBDA_ENV, Provider } from '../../lambdas/shared/contract';
@@ -18,6 +20,18 @@ function retryEnv(s: Stack): unknown {
   const scaleUp = Object.values(fns).find((f) => f.Properties.Environment?.Variables?.[LAMBDA_ENV.jobRecordTable] !== undefined);
   return JSON.parse(scaleUp!.Properties.Environment.Variables[LAMBDA_ENV.jobRetryOptions]);
 }
+
+describe('the job record grant', () => {
+  it('allows exactly the DynamoDB calls the record code sends', () => {
+    const source = readFileSync(join(__dirname, '..', '..', 'lambdas', 'scale-up', 'job-record.ts'), 'utf8');
+    const sent = [...new Set([...source.matchAll(/new (\w+)Command\(/g)].map((m) => `dynamodb:${m[1]}`))].sort();
+    expect(sent).toEqual(['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']);
+    const s = synth();
+    const policies = Object.values(Template.fromStack(s).findResources('AWS::IAM::Policy'));
+    const granted = policies.flatMap((p) => p.Properties.PolicyDocument.Statement as { Action: string | string[] }[]).flatMap((st) => [st.Action].flat()).filter((a) => a.startsWith('dynamodb:'));
+    expect([...new Set(granted)].sort()).toEqual(sent);
+  });
+});
 
 describe('jobRetryAfter and jobRetryLimit', () => {
   it('reach the scale-up function, with the contract defaults when absent', () => {
