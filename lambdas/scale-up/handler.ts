@@ -291,9 +291,14 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         const unchecked = tookOver.filter((i) => !i.redelivered && i.waits === 0);
         const queuedNow = await mapLimit(unchecked, 10, (i) => stillQueued(i, providers[i.job.provider]!));
         const gone = unchecked.filter((_, n) => queuedNow[n] !== true);
-        for (const item of dropped) settle(item.record);
-        for (const item of [...dropped, ...gone, ...served.map((s) => s.item)]) live.splice(live.indexOf(item), 1);
         for (const [item, instances] of superseded) item.superseded = instances;
+        // A retry check serves a job only as its retry (or a later receive of one, whose record
+        // names superseded instances): one that finds no served record (expired, or not
+        // written) must not launch for a job nobody re-checked at the provider.
+        const strays = live.filter((i) => i.retryCheck && !served.some((s) => s.item === i) && !dropped.includes(i) && !i.superseded);
+        for (const item of strays) item.log.info('a retry check found no served record; nothing to do');
+        for (const item of [...dropped, ...strays]) settle(item.record);
+        for (const item of [...dropped, ...gone, ...strays, ...served.map((s) => s.item)]) if (live.includes(item)) live.splice(live.indexOf(item), 1);
         for (const r of await checkServed(retryContext(deps.jobRecords), served)) {
           r.item.superseded = r.superseded;
           live.push(r.item);

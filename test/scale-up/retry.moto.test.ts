@@ -232,6 +232,15 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(JSON.parse(f.lastCheck().body).deliveryId).toBe('reconciler-github-6');
   });
 
+  it('a retry check that finds no served record launches nothing', { timeout: scaled(60_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(14);
+    const check = record(JSON.stringify(j), { id: 'check-stray', attributes: { 'retry-check': 'true', 'not-before': t0().toISOString() } });
+    expect((await f.run([check], later(t0(), 1))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(0);
+    expect(f.lines.logs('a retry check found no served record; nothing to do')).toHaveLength(1);
+  });
+
   it('two copies racing the retry start exactly one runner (fixed seeds)', { timeout: scaled(240_000) }, async () => {
     for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
       // Each seed on a fleet of its own: an earlier seed's new runner would be "starting".
