@@ -29,10 +29,11 @@ export class JobRecords extends Construct {
   }
 
   /**
-   * The conditional put and the consistent read of a claim, and the conditional delete that
-   * releases a record when scale-up dead-letters its job: nothing else (no scan, no query).
+   * The conditional updates of a claim, a served mark and a retry, the consistent read that
+   * resolves a lost answer, and the conditional delete that releases a record when scale-up
+   * dead-letters its job: nothing else (no scan, no query).
    */
   grantClaim(grantee: iam.IGrantable): iam.Grant {
-    return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'], resourceArns: [this.table.tableArn] });
+    return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'], resourceArns: [this.table.tableArn] });
   }
 }

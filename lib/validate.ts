@@ -54,6 +54,16 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
         'and a run must read them within its 120 s timeout (docs/control-plane.md, "Reconciler")',
     );
   }
+  const retryAfter = props.jobRetryAfter?.toSeconds();
+  if (retryAfter !== undefined && (retryAfter < 60 || retryAfter > 12 * 60 * 60)) {
+    throw new Error(
+      `jobRetryAfter ${props.jobRetryAfter!.toHumanString()} must be from 1 minute to 12 hours: a runner needs a minute or more to boot and take its job, and a retry check hides in the queue for at most 12 hours`,
+    );
+  }
+  const retryLimit = props.jobRetryLimit;
+  if (retryLimit !== undefined && (!Number.isInteger(retryLimit) || retryLimit < 0 || retryLimit > 10)) {
+    throw new Error(`jobRetryLimit ${retryLimit} must be an integer from 0 to 10: each retry starts one more runner for the job`);
+  }
   const namespaceProblem = props.metricNamespace === undefined ? undefined : metricNamespaceProblem(props.metricNamespace);
   if (namespaceProblem) throw new Error(namespaceProblem);
   for (const [name, interval] of [

@@ -15,12 +15,14 @@ import {
   bootLogGroupName,
   DEFAULT_PREFIX,
   fleetMetricNamespace,
+  JOB_RETRY_DEFAULTS,
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
   ssmPaths,
   tagKeys,
   type FleetConfig,
+  type JobRetryOptions,
 } from '../lambdas/shared/contract';
 import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
@@ -123,6 +125,21 @@ export interface WarmRunnersProps {
    * @default 50
    */
   readonly reconcileRepositoriesPerRun?: number;
+  /**
+   * How long after a job's runner was started scale-up looks at the job again: if it is still
+   * queued and no runner of its pool is idle or starting (the runner took another job, or died
+   * before taking any), the job gets another runner. Shorter retries sooner but may start a
+   * runner for a job whose own runner is only slow to boot (the idle rule reclaims it).
+   * @default Duration.minutes(5)
+   */
+  readonly jobRetryAfter?: Duration;
+  /**
+   * How many more runners a job whose runner went elsewhere may get; after the last, a job
+   * still queued goes to the dead-letter queue with the reason `retries-exhausted`. 0 turns
+   * retries off (the job is dead-lettered at its first check instead).
+   * @default 2
+   */
+  readonly jobRetryLimit?: number;
   /**
    * Retention of every log group the fleet creates.
    * @default logs.RetentionDays.ONE_MONTH
@@ -275,6 +292,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl,
         [LAMBDA_ENV.instanceArnPrefix]: instanceArnPrefix,
         [LAMBDA_ENV.jobRecordTable]: this.jobRecords.table.tableName,
+        [LAMBDA_ENV.jobRetryOptions]: JSON.stringify(jobRetryOptionsOf(props)),
       },
       logRetention,
     });
@@ -636,6 +654,14 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
 }
 
 /** The SecureString parameters each function needs, per configured connection. */
+/** The scale-up Lambda's retry settings (lambdas/scale-up/retry.ts), from the props or the contract's defaults. */
+function jobRetryOptionsOf(props: WarmRunnersProps): JobRetryOptions {
+  return {
+    retryAfterSeconds: props.jobRetryAfter?.toSeconds() ?? JOB_RETRY_DEFAULTS.retryAfterSeconds,
+    limit: props.jobRetryLimit ?? JOB_RETRY_DEFAULTS.limit,
+  };
+}
+
 function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmPaths>) {
   return {
     webhook: [

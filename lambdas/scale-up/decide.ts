@@ -8,6 +8,8 @@ export interface QueuedJob {
   readonly key: string;
   readonly job: JobMessage;
   readonly pool: string;
+  /** Instances of the job's earlier attempts (a retry, retry.ts): they carry its job id but do not serve it. */
+  readonly superseded?: readonly string[];
 }
 
 export type Decision =
@@ -92,14 +94,14 @@ export function decide(
   options: { readonly maxWaitSeconds: number; readonly salt: string },
 ): Plan {
   const decisions = new Map<string, Decision>();
-  const servedBy = new Map<string, string>();
+  const servedBy = new Map<string, string[]>();
   const runners = new Map<string, number>();
   const parked = parkedByPool(instances, keys);
   for (const i of instances) {
     const pool = i.tags.get(keys.pool);
     if (pool === undefined) continue;
     const job = i.tags.get(keys.jobId);
-    if (job !== undefined && (i.state === 'pending' || i.state === 'running') && i.tags.has(keys.runnerId)) servedBy.set(job, i.id);
+    if (job !== undefined && (i.state === 'pending' || i.state === 'running') && i.tags.has(keys.runnerId)) servedBy.set(job, [...(servedBy.get(job) ?? []), i.id]);
     const cls = classify(i, keys, false);
     if (cls === 'active' && RUNNING.has(i.state)) runners.set(pool, (runners.get(pool) ?? 0) + 1);
   }
@@ -109,7 +111,7 @@ export function decide(
   const byAge = [...jobs].sort((a, b) => Date.parse(a.job.receivedAt) - Date.parse(b.job.receivedAt));
   const warmLeft = new Map<string, number>();
   for (const q of byAge) {
-    const served = servedBy.get(q.job.jobId);
+    const served = servedBy.get(q.job.jobId)?.find((id) => !q.superseded?.includes(id));
     if (served !== undefined) {
       decisions.set(q.key, { kind: 'served', instanceId: served });
       continue;

@@ -4,8 +4,21 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
-import { instanceArnOf, JobLookupError, parseJobMessage, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type JobMessage, type Provider } from '../shared/contract';
-import { describeFleet } from '../shared/instances';
+import {
+  instanceArnOf,
+  JOB_RETRY_DEFAULTS,
+  JobLookupError,
+  parseJobMessage,
+  ssmPaths,
+  tagKeys,
+  type CiProvider,
+  type FleetConfig,
+  type JobMessage,
+  type JobRetryOptions,
+  type Provider,
+  type RunnerSummary,
+} from '../shared/contract';
+import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
@@ -13,7 +26,8 @@ import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
-import { capacityBackoffSeconds, hideUntil, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
+import { capacityBackoffSeconds, hideUntil, sendRetryCheck, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
+import { checkServed, type RetryCheckContext } from './retry-check';
 
 export interface ScaleUpOptions {
   /** How long a job may wait for capacity (from the webhook's receivedAt) before it is dead-lettered. */
@@ -24,6 +38,8 @@ export interface ScaleUpOptions {
   readonly warm: WarmOptions;
   /** Cold launches in flight at once (CreateFleet's bucket is small). */
   readonly coldConcurrency: number;
+  /** Retrying a job whose runner went elsewhere (retry.ts). */
+  readonly retry: JobRetryOptions;
 }
 
 export const SCALE_UP_DEFAULTS: ScaleUpOptions = {
@@ -32,6 +48,7 @@ export const SCALE_UP_DEFAULTS: ScaleUpOptions = {
   batching: true,
   warm: WARM_DEFAULTS,
   coldConcurrency: 5,
+  retry: JOB_RETRY_DEFAULTS,
 };
 
 export interface ScaleUpDeps {
@@ -68,7 +85,13 @@ interface Item {
   readonly log: Logger;
   readonly waits: number;
   readonly redelivered: boolean;
+  /** A retry check scale-up sent itself (retry.ts). */
+  readonly retryCheck: boolean;
   pool?: string;
+  /** Instances of the job's earlier attempts (retry.ts). */
+  superseded?: readonly string[];
+  /** Its record could not be written: there is none to mark served. */
+  unrecorded?: boolean;
 }
 
 /**
@@ -157,6 +180,49 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       fail(item.record);
     };
 
+    const retryContext = (records: JobRecords): RetryCheckContext<Item> => {
+      let fleet: Promise<readonly ObservedInstance[]> | undefined;
+      const runners = new Map<CiProvider, Promise<readonly RunnerSummary[]>>();
+      return {
+        records,
+        retry: options.retry,
+        maxWaitSeconds: options.maxWaitSeconds,
+        keys,
+        now,
+        metrics,
+        names,
+        // Observed once per invocation, on the first check that needs it.
+        observeFleet: () => (fleet ??= describeFleet(deps.aws, deps.ec2, keys)),
+        runnersOf: (p) => runners.get(p) ?? runners.set(p, withTimeout('listRunners', options.ciTimeoutMs, () => p.listRunners())).get(p)!,
+        providerOf: (item) => providers[item.job.provider]!,
+        stillQueued: (item) => stillQueued(item, providers[item.job.provider]!),
+        settle,
+        fail,
+        // The exhausted record is kept: a later copy must not start the retries over.
+        deadLetter: (item, reason) => deadLetter(item.record, reason, item.log, item.pool ?? 'unresolved'),
+        scheduleCheck: (item, notBefore) => sendRetryCheck(queue, item.record, item.record.attributes?.MessageGroupId || item.job.jobId, notBefore),
+      };
+    };
+    // A failure here costs the retry of this attempt only: the job's runner is started, and a
+    // reconciled copy can still find the job queued (its record then is past its deadline).
+    const recordServed = async (records: JobRecords, started: readonly { item: Item; instanceId: string }[]) => {
+      await mapLimit(started.filter((s) => !s.item.unrecorded), 10, async ({ item, instanceId }) => {
+        const pool = item.pool ?? 'unresolved';
+        const marked = await records.markServed(item.job, instanceId, now());
+        if (marked.kind !== 'marked') {
+          item.log.error('marking the per-job record served failed; the job will not be retried', { kind: marked.kind, ...(marked.kind === 'failed' ? { error: marked.error } : {}) });
+          metrics.add(names.jobRecordErrors, { Pool: pool, Operation: 'served' });
+          return;
+        }
+        try {
+          await sendRetryCheck(queue, item.record, item.record.attributes?.MessageGroupId || item.job.jobId, new Date(now().getTime() + options.retry.retryAfterSeconds * 1000));
+        } catch (error) {
+          item.log.error('sending the retry check failed; only a reconciled copy can retry the job', { error: errorName(error) });
+          metrics.add(names.jobRecordErrors, { Pool: pool, Operation: 'retry-check' });
+        }
+      });
+    };
+
     try {
       // 1. Parse; dead-letter what can never be served; hide early wait copies.
       const items: Item[] = [];
@@ -182,7 +248,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         }
         const redelivered = Number(record.attributes?.ApproximateReceiveCount ?? '1') > 1;
         if (wait.waits === 0 && !redelivered) metrics.add(names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
-        items.push({ record, job, log: l, waits: wait.waits, redelivered, ...(job.pool ? { pool: job.pool } : {}) });
+        items.push({ record, job, log: l, waits: wait.waits, redelivered, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
       }
 
       // 2. Resolve what the webhook could not: the pool of a job without labels, and whether
@@ -217,21 +283,33 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       //     another delivery holds launches nothing and does not wait beside it. A copy that
       //     took the record over from a holder past its deadline asks first whether the job
       //     is still queued (the holder may have served it), as a retry does in step 2.
+      //     A copy of a job whose runner was started already is checked for a retry (retry.ts).
       if (deps.jobRecords && live.length > 0) {
         const admit = { records: deps.jobRecords, now, metrics, names, maxWaitSeconds: options.maxWaitSeconds };
-        const { dropped, tookOver } = await admitByRecord(admit, live);
+        const { dropped, tookOver, served, superseded, unrecorded } = await admitByRecord(admit, live);
+        for (const item of unrecorded) item.unrecorded = true;
         const unchecked = tookOver.filter((i) => !i.redelivered && i.waits === 0);
         const queuedNow = await mapLimit(unchecked, 10, (i) => stillQueued(i, providers[i.job.provider]!));
         const gone = unchecked.filter((_, n) => queuedNow[n] !== true);
-        for (const item of dropped) settle(item.record);
-        for (const item of [...dropped, ...gone]) live.splice(live.indexOf(item), 1);
+        for (const [item, instances] of superseded) item.superseded = instances;
+        // A retry check serves a job only as its retry (or a later receive of one, whose record
+        // names superseded instances): one that finds no served record (expired, or not
+        // written) must not launch for a job nobody re-checked at the provider.
+        const strays = live.filter((i) => i.retryCheck && !served.some((s) => s.item === i) && !dropped.includes(i) && !i.superseded);
+        for (const item of strays) item.log.info('a retry check found no served record; nothing to do');
+        for (const item of [...dropped, ...strays]) settle(item.record);
+        for (const item of [...dropped, ...gone, ...strays, ...served.map((s) => s.item)]) if (live.includes(item)) live.splice(live.indexOf(item), 1);
+        for (const r of await checkServed(retryContext(deps.jobRecords), served)) {
+          r.item.superseded = r.superseded;
+          live.push(r.item);
+        }
       }
       if (live.length === 0) return { batchItemFailures: [...failed].map((itemIdentifier) => ({ itemIdentifier })) };
 
       // 3. Observe once, decide once.
       const observedAt = now();
       const instances = await describeFleet(deps.aws, deps.ec2, keys);
-      const queued: QueuedJob[] = live.map((i) => ({ key: i.record.messageId, job: i.job, pool: i.pool! }));
+      const queued: QueuedJob[] = live.map((i) => ({ key: i.record.messageId, job: i.job, pool: i.pool!, ...(i.superseded ? { superseded: i.superseded } : {}) }));
       const plan = decide(queued, instances, config, keys, now(), { maxWaitSeconds: options.maxWaitSeconds, salt: invocation });
 
       const ctx: StepContext = {
@@ -297,6 +375,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       }
 
       // 4. Warm activations, batched; whatever falls back joins the cold launches.
+      const runnersStarted: { item: Item; instanceId: string }[] = [];
       if (warm.length > 0) {
         // Re-observations need only stopped instances (the parked candidates): a burst empties
         // that answer as it goes, and parsing it is most of what an observation costs a
@@ -308,6 +387,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           const o = outcomes.get(j.key)!;
           if (o.kind === 'started') {
             settle(byKey.get(j.key)!.record);
+            runnersStarted.push({ item: byKey.get(j.key)!, instanceId: o.instanceId });
             j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
             metrics.add(names.activations, { Pool: j.pool.name });
             metrics.add(names.activationDuration, { Pool: j.pool.name }, now().getTime() - started.getTime(), 'Milliseconds');
@@ -325,6 +405,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         try {
           const r = await launchCold(ctx, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`);
           settle(record);
+          runnersStarted.push({ item: byKey.get(j.key)!, instanceId: r.instanceId });
           j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
           metrics.add(names.coldLaunches, { Pool: j.pool.name });
         } catch (error) {
@@ -333,6 +414,9 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           fail(record);
         }
       });
+
+      // 6. Served: the record says when and where, and a retry check follows (retry.ts).
+      if (deps.jobRecords) await recordServed(deps.jobRecords, runnersStarted);
     } catch (error) {
       // Observation failed (or a bug): nothing was started for the messages not yet
       // settled, so all of them are retried.

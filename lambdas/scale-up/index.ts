@@ -2,7 +2,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
 import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
-import { LAMBDA_ENV } from '../shared/contract';
+import { JOB_RETRY_DEFAULTS, LAMBDA_ENV, type JobRetryOptions } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleUpHandler } from './handler';
@@ -12,6 +12,12 @@ function required(name: string): string {
   const value = process.env[name];
   if (!value) throw new Error(`environment variable ${name} is not set`);
   return value;
+}
+
+/** The construct's retry settings (its jobRetryAfter and jobRetryLimit props); the defaults when absent. */
+function retryOptions(): JobRetryOptions {
+  const raw = process.env[LAMBDA_ENV.jobRetryOptions];
+  return raw ? { ...JOB_RETRY_DEFAULTS, ...(JSON.parse(raw) as Partial<JobRetryOptions>) } : JOB_RETRY_DEFAULTS;
 }
 
 const clients = productionClients();
@@ -28,4 +34,5 @@ export const handler = createScaleUpHandler({
   deadLetterQueueUrl: required(LAMBDA_ENV.deadLetterQueueUrl),
   instanceArnPrefix: required(LAMBDA_ENV.instanceArnPrefix),
   jobRecords: new DynamoJobRecords(aws, new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS), required(LAMBDA_ENV.jobRecordTable)),
+  options: { retry: retryOptions() },
 });

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { ChangeMessageVisibilityCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityCommand, SendMessageCommand, type MessageAttributeValue, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { DEAD_LETTER_REASON_ATTRIBUTE } from '../shared/contract';
@@ -20,18 +20,24 @@ import { DEAD_LETTER_REASON_ATTRIBUTE } from '../shared/contract';
  * mind). A job waits at most its maximum age (from the webhook's `receivedAt`), then goes
  * to the dead-letter queue. Waits and failures are counted as separate metrics.
  */
-export const WAIT_ATTRIBUTES = { waits: 'capacity-waits', notBefore: 'not-before', reason: DEAD_LETTER_REASON_ATTRIBUTE } as const;
+export const WAIT_ATTRIBUTES = { waits: 'capacity-waits', notBefore: 'not-before', reason: DEAD_LETTER_REASON_ATTRIBUTE, retryCheck: 'retry-check' } as const;
 
 export interface WaitState {
   readonly waits: number;
   readonly notBefore?: Date;
+  /** A retry check (retry.ts): scale-up sent it itself to look at the job again once its runner had time to take it. */
+  readonly retryCheck: boolean;
 }
 
 export function waitStateOf(record: SQSRecord): WaitState {
   const waits = Number(record.messageAttributes?.[WAIT_ATTRIBUTES.waits]?.stringValue ?? '0');
   const notBefore = record.messageAttributes?.[WAIT_ATTRIBUTES.notBefore]?.stringValue;
   const at = notBefore === undefined ? NaN : Date.parse(notBefore);
-  return { waits: Number.isSafeInteger(waits) && waits >= 0 ? waits : 0, ...(Number.isNaN(at) ? {} : { notBefore: new Date(at) }) };
+  return {
+    waits: Number.isSafeInteger(waits) && waits >= 0 ? waits : 0,
+    ...(Number.isNaN(at) ? {} : { notBefore: new Date(at) }),
+    retryCheck: record.messageAttributes?.[WAIT_ATTRIBUTES.retryCheck] !== undefined,
+  };
 }
 
 /** Exponential backoff with jitter: 15 s, 30 s, 60 s ... capped at 5 minutes. */
@@ -52,18 +58,32 @@ export interface QueueDeps {
 }
 
 export async function sendWaitCopy(deps: QueueDeps, record: SQSRecord, groupId: string, waits: number, notBefore: Date): Promise<void> {
+  // Unique per wait: a copy must not be swallowed by the five-minute deduplication window.
+  await sendLater(deps, record, groupId, dedupId(record.messageId, 'wait', String(waits)), notBefore, {
+    [WAIT_ATTRIBUTES.waits]: { DataType: 'Number', StringValue: String(waits) },
+  });
+}
+
+/**
+ * Sends a retry check of the job `record` carries (retry.ts), not before `notBefore`. One per
+ * sending message: a redelivery of the sender within five minutes sends no second one.
+ */
+export async function sendRetryCheck(deps: QueueDeps, record: SQSRecord, groupId: string, notBefore: Date): Promise<void> {
+  await sendLater(deps, record, groupId, dedupId(record.messageId, 'retry-check'), notBefore, {
+    [WAIT_ATTRIBUTES.retryCheck]: { DataType: 'String', StringValue: 'true' },
+  });
+}
+
+/** A copy of `record`'s body that scale-up looks at again not before `notBefore` (FIFO queues have no per-message delay). */
+async function sendLater(deps: QueueDeps, record: SQSRecord, groupId: string, deduplicationId: string, notBefore: Date, attributes: Record<string, MessageAttributeValue>): Promise<void> {
   await deps.aws.send(
     deps.sqs,
     new SendMessageCommand({
       QueueUrl: deps.queueUrl,
       MessageBody: record.body,
       MessageGroupId: groupId,
-      // Unique per wait: a copy must not be swallowed by the five-minute deduplication window.
-      MessageDeduplicationId: dedupId(record.messageId, 'wait', String(waits)),
-      MessageAttributes: {
-        [WAIT_ATTRIBUTES.waits]: { DataType: 'Number', StringValue: String(waits) },
-        [WAIT_ATTRIBUTES.notBefore]: { DataType: 'String', StringValue: notBefore.toISOString() },
-      },
+      MessageDeduplicationId: deduplicationId,
+      MessageAttributes: { ...attributes, [WAIT_ATTRIBUTES.notBefore]: { DataType: 'String', StringValue: notBefore.toISOString() } },
     }),
     WRITE_IDEMPOTENT,
   );

@@ -572,7 +572,7 @@ describe('reconciler and per-job records', () => {
 
   it('lets scale-up only put, read and release records of its table, and no other function touch the table', () => {
     const tableStatements = (prefix: string) => rolePolicyStatements(prefix).filter((s) => [s.Action].flat().some((a) => a.startsWith('dynamodb:')));
-    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem']]);
+    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']]);
     const table = stack.resolve((stack.runners.jobRecords.table.node.defaultChild as CfnElement).logicalId);
     expect(tableStatements('RunnersScaleUpRole').map((s) => s.Resource)).toEqual([`<getatt:${table}.Arn>`]);
     for (const other of ['RunnersWebhookRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);

@@ -7,6 +7,7 @@ import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { DEFAULT_RATES, Pacer } from '../../lambdas/shared/pacing';
 import { JOB_RECORD_HOLD_SECONDS, JOB_RECORD_TTL_SECONDS, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
+import { losingFirstAnswer as loseAnswer, type LoseAnswerOptions } from '../support/lose-answer';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
 import { createJobRecordTable, motoClients, motoDynamo, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
@@ -53,15 +54,20 @@ function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, li
 /** Runs a handler whose SQS sends are recorded (queue URL and body) instead of sent. */
 function recordingSends(ci: FakeCi, lines: Lines, records: DynamoJobRecords = new DynamoJobRecords(aws(), dynamo(), TABLE)) {
   const sent: { queue: string; deliveryId: string }[] = [];
+  const checks: string[] = [];
   const sqs = {
-    send: async (command: { input: { QueueUrl?: string; MessageBody?: string } }) =>
-      void sent.push({ queue: command.input.QueueUrl ?? '', deliveryId: JSON.parse(command.input.MessageBody ?? '{}').deliveryId }),
+    send: async (command: { input: { QueueUrl?: string; MessageBody?: string; MessageAttributes?: Record<string, unknown> } }) => {
+      const deliveryId = JSON.parse(command.input.MessageBody ?? '{}').deliveryId;
+      // Retry checks (a served job's look-back) are kept apart from waits and dead letters.
+      if (command.input.MessageAttributes?.['retry-check']) checks.push(deliveryId);
+      else sent.push({ queue: command.input.QueueUrl ?? '', deliveryId });
+    },
   };
   const run = (j: ReturnType<typeof job>, id: string) =>
     createScaleUpHandler({ ...c, sqs: sqs as never, aws: aws(), loadConfig: async () => config, providers: () => ({ github: ci }), queueUrl: 'q', deadLetterQueueUrl: 'dlq', instanceArnPrefix: INSTANCE_ARN_PREFIX, jobRecords: records, sink: lines.sink, options: { maxWaitSeconds: MAX_WAIT_SECONDS } })({
       Records: jobEvent([j]).Records.map((r) => ({ ...r, messageId: id })),
     });
-  return { sent, run };
+  return { sent, checks, run };
 }
 
 async function recordOf(n: number) {
@@ -73,23 +79,8 @@ async function serving(): Promise<Instance[]> {
   return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
 }
 
-/** A client whose answer to the first call of `command` is lost after the call ran (a reset). */
-function losingFirstAnswer(command: string, before?: () => Promise<void>): DynamoDBClient {
-  const client = dynamo();
-  let lost = false;
-  client.middlewareStack.add(
-    (next, context) => async (args) => {
-      if (context.commandName !== command || lost) return next(args);
-      lost = true;
-      await before?.();
-      // Whatever the call answered (done, or refused by the condition), the caller hears a reset.
-      await next(args).catch(() => undefined);
-      throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
-    },
-    { step: 'initialize' },
-  );
-  return client;
-}
+/** A record client whose answer to the first matching call of `command` is lost (test/support/lose-answer.ts). */
+const losingFirstAnswer = (command: string, options?: LoseAnswerOptions) => loseAnswer(dynamo(), command, options);
 
 describe('per-job record against moto', () => {
   it('a reconciled copy arriving while the original is being served launches nothing', { timeout: scaled(60_000) }, async () => {
@@ -131,15 +122,17 @@ describe('per-job record against moto', () => {
     config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const lines = new Lines();
-    const { sent, run } = recordingSends(ci, lines);
+    const { sent, checks, run } = recordingSends(ci, lines);
     const fresh = new Date().toISOString();
     // Job 1 takes the pool's only runner slot.
     expect((await run(job(1, { receivedAt: fresh }), 'msg-first')).batchItemFailures).toEqual([]);
     expect(ci.created).toBe(1);
     expect((await run(job(2, { receivedAt: fresh }), 'msg-original')).batchItemFailures).toEqual([]);
     expect((await run(job(2, { receivedAt: fresh, deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' }), 'msg-copy')).batchItemFailures).toEqual([]);
-    // One wait copy on the jobs queue, the original's; the reconciled copy is gone.
+    // One wait copy on the jobs queue, the original's; the reconciled copy is gone. Job 1,
+    // served, sent its retry check.
     expect(sent).toEqual([{ queue: 'q', deliveryId: 'delivery-2' }]);
+    expect(checks).toEqual(['delivery-1']);
     expect(ci.created).toBe(1);
     expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
   });
@@ -219,19 +212,11 @@ describe('per-job record against moto', () => {
       expect(lines.logs('job no longer queued at the provider, dropping it')).toHaveLength(1);
     });
 
-    it('a take-over put that did not land before its answer was lost is sent again, not read as the dead holder\'s', async () => {
-      const client = dynamo();
-      let puts = 0;
-      client.middlewareStack.add(
-        (next, context) => async (args) => {
-          if (context.commandName === 'PutItemCommand' && puts++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
-          return next(args);
-        },
-        { step: 'initialize' },
-      );
+    it('a take-over claim that did not land before its answer was lost is sent again, not read as the dead holder\'s', async () => {
+      const client = losingFirstAnswer('UpdateItemCommand', { lands: false });
       const at = afterDeadline();
       expect(await new DynamoJobRecords(aws(), client, TABLE).claim(copy, at, holderDeadline(copy, at, MAX_WAIT_SECONDS))).toEqual({ kind: 'mine', tookOver: true });
-      expect(puts).toBe(2);
+      expect(client.calls()).toBe(2);
       expect((await recordOf(4))?.deliveryId?.S).toBe(copy.deliveryId);
     });
 
@@ -266,17 +251,9 @@ describe('per-job record against moto', () => {
   it('a delete that did not land before its answer was lost is sent again', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
     expect(await records.claim(job(6), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
-    const client = dynamo();
-    let deletes = 0;
-    client.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName === 'DeleteItemCommand' && deletes++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
-        return next(args);
-      },
-      { step: 'initialize' },
-    );
+    const client = losingFirstAnswer('DeleteItemCommand', { lands: false });
     expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(6))).toEqual({ kind: 'released' });
-    expect(deletes).toBe(2);
+    expect(client.calls()).toBe(2);
     expect(await recordOf(6)).toBeUndefined();
   });
 
@@ -293,8 +270,8 @@ describe('per-job record against moto', () => {
     expect(Number(item.Item?.expiresAt?.N)).toBe(Math.floor(later.getTime() / 1000) + JOB_RECORD_TTL_SECONDS);
   });
 
-  it('a put whose answer is lost is resolved by reading the record: ours when it landed', async () => {
-    const client = losingFirstAnswer('PutItemCommand');
+  it('a claim whose answer is lost is resolved by reading the record: ours when it landed', async () => {
+    const client = losingFirstAnswer('UpdateItemCommand');
     const reads: boolean[] = [];
     client.middlewareStack.add(
       (next, context) => async (args) => {
@@ -309,27 +286,19 @@ describe('per-job record against moto', () => {
     expect(reads).toEqual([true]);
   });
 
-  it('a put whose answer is lost while another delivery took the record is a lost record, not ours', async () => {
+  it('a claim whose answer is lost while another delivery took the record is a lost record, not ours', async () => {
     // The other delivery's put lands first, then ours is refused and its answer lost.
-    const client = losingFirstAnswer('PutItemCommand', async () => {
-      await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(job(4, { deliveryId: 'first' }), new Date(), HOLD);
+    const client = losingFirstAnswer('UpdateItemCommand', {
+      before: async () => void (await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(job(4, { deliveryId: 'first' }), new Date(), HOLD)),
     });
     const records = new DynamoJobRecords(aws(), client, TABLE);
     expect(await records.claim(job(4), new Date(), HOLD)).toEqual({ kind: 'taken', holder: 'first' });
   });
 
-  it('a put that did not land before its answer was lost is sent again', async () => {
-    const client = dynamo();
-    let puts = 0;
-    client.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName === 'PutItemCommand' && puts++ === 0) throw Object.assign(new Error('timed out'), { name: 'TimeoutError' });
-        return next(args);
-      },
-      { step: 'initialize' },
-    );
+  it('a claim that did not land before its answer was lost is sent again', async () => {
+    const client = losingFirstAnswer('UpdateItemCommand', { lands: false });
     expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
-    expect(puts).toBe(2);
+    expect(client.calls()).toBe(2);
   });
 
   it('when the record store fails, the job is served without a record, counted and logged', async () => {

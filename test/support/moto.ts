@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 import { scaled } from './slowdown';
 
 /** A moto server on a free loopback port, started and stopped by the test that needs it. */
@@ -41,7 +42,9 @@ export async function startMoto(): Promise<MotoServer> {
   // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not kill
   // moto under a parent that still needs it to stop cleanly; the parent ends it (stop(), or
   // the exit hook below, so it never outlives its parent).
-  const child: ChildProcess = spawn('python3', ['-m', 'moto.server', '-H', '127.0.0.1', '-p', String(port)], {
+  // moto's server with DynamoDB's conditional writes atomic, as DynamoDB's are (moto_server.py).
+  const server = join(__dirname, 'moto_server.py');
+  const child: ChildProcess = spawn('python3', [server, '-H', '127.0.0.1', '-p', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe'],
     detached: true,
   });

@@ -3,8 +3,44 @@
  * the construct that creates the table: key `jobId` (the provider-qualified job id), the
  * delivery that serves the job, `expiresAt` (epoch seconds, the table's TTL attribute) and
  * `holdUntil` (epoch seconds: the holder's deadline, after which another delivery may take over).
+ *
+ * Once a runner is started for the job: `servedAt` (epoch seconds) and `servedInstance`;
+ * `attempt` counts the retries taken (0 for the first runner); `superseded` (a string set)
+ * names the instances of earlier attempts, which no longer count as serving the job;
+ * `advancedBy` names the message that took the last retry or exhaustion (`retry:<id>`,
+ * `exhaust:<id>`), so a write whose answer was lost is resolved by reading it back;
+ * `exhausted` is set once the retries are spent (the job was dead-lettered).
  */
-export const JOB_RECORD_ATTRIBUTES = { key: 'jobId', delivery: 'deliveryId', trace: 'traceId', claimedAt: 'claimedAt', expiresAt: 'expiresAt', holdUntil: 'holdUntil' } as const;
+export const JOB_RECORD_ATTRIBUTES = {
+  key: 'jobId',
+  delivery: 'deliveryId',
+  trace: 'traceId',
+  claimedAt: 'claimedAt',
+  expiresAt: 'expiresAt',
+  holdUntil: 'holdUntil',
+  servedAt: 'servedAt',
+  servedInstance: 'servedInstance',
+  attempt: 'attempt',
+  superseded: 'superseded',
+  advancedBy: 'advancedBy',
+  exhausted: 'exhausted',
+} as const;
+
+/**
+ * Retrying a job whose runner went elsewhere (it took another job, or died before taking
+ * any): how long after its runner was started a still-queued job is looked at again, and how
+ * many more runners it may get. The construct's `jobRetryAfter` and `jobRetryLimit` props;
+ * scale-up reads them from `LAMBDA_ENV.jobRetryOptions`.
+ */
+export interface JobRetryOptions {
+  readonly retryAfterSeconds: number;
+  readonly limit: number;
+}
+
+export const JOB_RETRY_DEFAULTS: JobRetryOptions = { retryAfterSeconds: 5 * 60, limit: 2 };
+
+/** The dead-letter reason of a job still queued after its last retry's runner went elsewhere. */
+export const RETRIES_EXHAUSTED_REASON = 'retries-exhausted';
 
 /**
  * How long a record is kept (its TTL, and the condition's expiry): longer than GitHub lists a

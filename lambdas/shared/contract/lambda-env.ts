@@ -27,6 +27,8 @@ export const LAMBDA_ENV = {
   drainDeadlineSeconds: 'DRAIN_DEADLINE_SECONDS',
   /** Scale-up: the DynamoDB table of per-job records (one item per job: which delivery serves it). */
   jobRecordTable: 'JOB_RECORD_TABLE',
+  /** Scale-up: `JobRetryOptions` as JSON; absent: `JOB_RETRY_DEFAULTS`. */
+  jobRetryOptions: 'JOB_RETRY_OPTIONS',
   /** Reconciler: its limits as JSON (redeliverLimit, runReadLimit, ...); absent: the defaults. */
   reconcileOptions: 'RECONCILE_OPTIONS',
 } as const;

@@ -77,6 +77,10 @@ export interface MetricNames {
   readonly jobsDeduplicated: string;
   /** Per-job record writes that failed or stayed unresolved (the job was served without it), per pool. */
   readonly jobRecordErrors: string;
+  /** Jobs that got another runner because they stayed queued after theirs was started (it took another job, or died), per pool. */
+  readonly jobsRetried: string;
+  /** Retries of a job that stopped, by reason: `not-queued` (cancelled, started or finished), `retries-exhausted`. */
+  readonly jobRetriesStopped: string;
   /** Failed webhook deliveries the reconciler asked GitHub or GitLab to send again. */
   readonly redeliveries: string;
   /** Queued jobs the reconciler found at the CI provider and queued itself. */
@@ -107,6 +111,8 @@ export const METRIC_NAMES = {
   runnerListTruncated: 'RunnerListTruncated',
   jobsDeduplicated: 'JobsDeduplicated',
   jobRecordErrors: 'JobRecordErrors',
+  jobsRetried: 'JobsRetried',
+  jobRetriesStopped: 'JobRetriesStopped',
   redeliveries: 'Redeliveries',
   jobsReconciled: 'JobsReconciled',
   ciRateLimitRemaining: 'CiRateLimitRemaining',
