@@ -149,7 +149,8 @@ describe('scale-up: warm activation', () => {
       }),
     );
     await handler()(jobEvent(jobs(1)));
-    expect(aws.count('GetParameter')).toBe(1);
+    // One for the pool's prime back-off before the launch, one read-back.
+    expect(aws.count('GetParameter')).toBe(2);
     expect(aws.parameters.size).toBe(executed ? 0 : 1);
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
