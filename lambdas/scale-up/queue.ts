@@ -42,12 +42,13 @@ export function capacityBackoffSeconds(waits: number, random: () => number): num
 
 /**
  * When a job held back by its pool's prime back-off looks again: after its capacity backoff,
- * or at the next probe when that is later, but never after its maximum wait (it then comes
- * back to be dead-lettered, not hours late).
+ * or at the next probe when that is later (spread over 30 s: the held jobs of a pool do not all
+ * come back in the same moment, where two invocations could each see no probe on its way),
+ * but never after its maximum wait (it then comes back to be dead-lettered, not hours late).
  */
 export function holdNotBefore(now: Date, receivedAt: Date, maxWaitSeconds: number, waits: number, random: () => number, resumeAt?: Date): Date {
   let at = now.getTime() + capacityBackoffSeconds(waits, random) * 1000;
-  if (resumeAt && resumeAt.getTime() > at) at = resumeAt.getTime();
+  if (resumeAt && resumeAt.getTime() > at) at = resumeAt.getTime() + Math.round(random() * 30_000);
   const limit = receivedAt.getTime() + (maxWaitSeconds + 1) * 1000;
   return new Date(Math.max(now.getTime() + 5000, Math.min(at, limit)));
 }

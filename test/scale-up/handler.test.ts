@@ -1005,7 +1005,8 @@ describe('scale-up: the prime back-off holds cold launches', () => {
     failedCold();
     await handler({}, config)(jobEvent(jobs(2)));
     expect(coldLaunched()).toHaveLength(0);
-    expect(aws.sent.map((s) => s.attributes[WAIT_ATTRIBUTES.notBefore])).toEqual([1, 2].map(() => new Date(aws.now.getTime() + 60_000).toISOString()));
+    // The first probe's delay from now, spread by up to 30 s (random() is 0.5 here).
+    expect(aws.sent.map((s) => s.attributes[WAIT_ATTRIBUTES.notBefore])).toEqual([1, 2].map(() => new Date(aws.now.getTime() + 60_000 + 15_000).toISOString()));
   });
 
   it('an unreadable streak launches nothing cold: the jobs wait (failing safe)', async () => {
