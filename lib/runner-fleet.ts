@@ -150,7 +150,9 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       }),
     );
 
-    // The job-start report (templates/start-runner.sh, watch_job): one tag key, on itself only.
+    // The job-start report (templates/start-runner.sh, watch_job) and the reason a cold launch
+    // failed before its runner started (on_exit, counted by the pool's back-off): these tag
+    // keys only, on itself only.
     // ForAllValues holds for a request without tags too, hence the Null check on aws:TagKeys.
     this.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
@@ -159,7 +161,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         resources: [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })],
         conditions: {
           StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted] },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted, tags.startFailure] },
           Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
         },
       }),

@@ -494,6 +494,7 @@ export function renderStartLogic(options: UserDataOptions): string {
     TAG_ACTIVATED_AT: q(tags.activatedAt),
     TAG_TRACE_ID: q(tags.traceId),
     TAG_JOB_STARTED: q(tags.jobStarted),
+    TAG_START_FAILURE: q(tags.startFailure),
     JOB_START_LINE: q(JOB_START_LINES[o.provider]),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),

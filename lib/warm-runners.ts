@@ -422,6 +422,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         resources: [runnerConfigArn],
       }),
     );
+    // The prime back-off holds cold launches too (lambdas/scale-up/cold-gate.ts): scale-up
+    // reads each pool's state parameter, never writes it.
+    this.scaleUpFunction.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: this.config.pools.map((p) => parameterArn(paths.primeState(p.name))) }),
+    );
     // Spot launches need EC2's service-linked roles, which EC2 creates on first use; the pool
     // may launch spot before scale-up ever does.
     for (const fn of [this.scaleUpFunction, this.poolFunction]) {

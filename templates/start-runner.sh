@@ -25,7 +25,7 @@ export TZ=UTC
 # bounds; host paths and endpoints. The renderer joins continued lines (size).
 readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@ GITHUB=@@PROVIDER_GITHUB@@ \
   TAG_WARM=@@TAG_WARM_STANDBY@@ WARM_VALUE=@@WARM_STANDBY_VALUE@@ TAG_ACTIVATED=@@TAG_ACTIVATED_AT@@ TAG_TRACE=@@TAG_TRACE_ID@@ \
-  TAG_STARTED=@@TAG_JOB_STARTED@@ JOB_LINE=@@JOB_START_LINE@@ \
+  TAG_STARTED=@@TAG_JOB_STARTED@@ TAG_FAILED=@@TAG_START_FAILURE@@ JOB_LINE=@@JOB_START_LINE@@ \
   CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
   K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_INSTANCE=@@KEY_INSTANCE@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
   L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
@@ -44,7 +44,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
 PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
-CONFIG='' JIT='' URL='' RTOKEN='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
+CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
 FINAL='\(ParameterNotFound\)'
 # The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
 # this script's timeout instead, in the whole seconds it takes, and at most 3 attempts (each
@@ -61,6 +61,7 @@ log() {
   printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
 }
 fail() {
+  FAILED=$*
   log "error: $*"
   exit 1
 }
@@ -581,6 +582,21 @@ standby_or_unknown() {
   ((WARM))
 }
 
+# The pool counts a cold launch that failed before its runner started by this tag, into the
+# pool's prime streak (the back-off). Best effort: a tag that cannot be written leaves this one
+# failure uncounted, and the instance terminates all the same.
+# shellcheck disable=SC2317 # called by on_exit
+tag_failure() {
+  # The CLI's shorthand splits on "," and quotes: the reason keeps tag-safe characters only.
+  local reason=${1:0:200}
+  reason=${reason//[^A-Za-z0-9 _.:\/=+@-]/}
+  if aws_try "tagging $ID $TAG_FAILED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_FAILED,Value=$reason" >/dev/null; then
+    log "tagged $TAG_FAILED"
+  else
+    log "warning: $TAG_FAILED not tagged (${ERR:0:300}); the pool's back-off does not count this failure"
+  fi
+}
+
 # A failed cold instance terminates itself; a warm standby that fails before choosing a mode
 # or while priming is left for the pool to evict; without tags nothing is known, so nothing
 # is terminated.
@@ -598,6 +614,7 @@ on_exit() {
     log "warm standby failed (status $status) before a mode: left for the pool to evict"
   else
     log "failed (status $status) in ${MODE:-a cold start}: terminating"
+    tag_failure "${MODE:-boot} failed: ${FAILED:-status $status}"
     terminate || true
     return 0
   fi

@@ -1,4 +1,5 @@
-import type { PoolConfig } from '../shared/contract';
+import { CREATED_BY, type PoolConfig, type TagKeys } from '../shared/contract';
+import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 
 /**
  * Prime-failure back-off: a pool whose warm standbys keep failing to prime (a broken image,
@@ -13,6 +14,12 @@ import type { PoolConfig } from '../shared/contract';
  * failure in a row on. So at most `limit` launches precede the cap, and from then on probes
  * are more than `cap` apart (the cap plus the priming timeout): launches per hour stay at most
  * `limit + 3600 / cap` (test/pool/backoff.test.ts runs it on a simulated clock).
+ *
+ * Cold launches share the bound (`coldGate`): a cold instance that fails before its runner
+ * starts tags itself with the reason (the contract's `startFailure` tag) and terminates; the
+ * pool counts those tags into the same streak (each instance once), and scale-up launches
+ * cold only as the same decision allows, with cold launches on their way counted like priming
+ * standbys. One streak, one probe at a time, whichever path probes.
  */
 
 /** The first delay after a prime failure; it doubles with each failure in a row, up to the cap. */
@@ -41,6 +48,12 @@ export interface PrimeStreak {
    * though its parked state may never be observed by a pool run (a job took it first).
    */
   readonly watching?: readonly string[];
+  /**
+   * Cold launches whose start failure (their `startFailure` tag) is counted already: the
+   * terminated instance stays visible for about an hour and must not count on every run.
+   * Kept across a new template, so an old template's failures never count for the new one.
+   */
+  readonly countedStarts?: readonly string[];
 }
 
 export interface PrimeFailure {
@@ -78,6 +91,7 @@ export function freshStreak(template: string): PrimeStreak {
  */
 export function nextStreak(previous: PrimeStreak | undefined, seen: PrimeObservation, now: Date): PrimeStreak {
   let s = previous && previous.template === seen.template ? previous : freshStreak(seen.template);
+  if (previous?.countedStarts && s !== previous) s = { ...s, countedStarts: previous.countedStarts };
   const lastFailure = s.lastFailureAt ? Date.parse(s.lastFailureAt) : -Infinity;
   const watchedPrimed = (s.watching ?? []).some((id) => seen.primedIds?.has(id));
   if (watchedPrimed || seen.parkedLaunchTimes.some((t) => t.getTime() > lastFailure)) {
@@ -144,7 +158,7 @@ export function decodeStreak(text: string | undefined): PrimeStreak | undefined 
   try {
     const s = JSON.parse(text) as Partial<PrimeStreak>;
     if (s.version !== PRIME_STREAK_VERSION || typeof s.template !== 'string' || !Number.isInteger(s.failures) || s.failures! < 0) return undefined;
-    if (s.watching !== undefined && !(Array.isArray(s.watching) && s.watching.every((id) => typeof id === 'string'))) return undefined;
+    for (const ids of [s.watching, s.countedStarts]) if (ids !== undefined && !(Array.isArray(ids) && ids.every((id) => typeof id === 'string'))) return undefined;
     if (typeof s.proven !== 'boolean' || (s.failures! > 0 && !(typeof s.lastFailureAt === 'string' && !Number.isNaN(Date.parse(s.lastFailureAt))))) return undefined;
     return s as PrimeStreak;
   } catch {
@@ -176,13 +190,105 @@ function streakKey(stored: PrimeStreak | undefined, pool: PoolConfig, imageId: s
 export function primeStep(
   stored: PrimeStreak | undefined,
   pool: PoolConfig,
-  seen: { readonly parkedLaunchTimes: readonly Date[]; readonly priming: number; readonly primedIds?: ReadonlySet<string> },
+  seen: { readonly parkedLaunchTimes: readonly Date[]; readonly priming: number; readonly primedIds?: ReadonlySet<string>; readonly starts?: StartObservation },
   failed: readonly PrimeFailure[],
   wanted: number,
   now: Date,
   imageId?: string,
 ): { streak: PrimeStreak; decision: LaunchDecision } {
-  const streak = nextStreak(stored, { template: streakKey(stored, pool, imageId), failed, parkedLaunchTimes: seen.parkedLaunchTimes, ...(seen.primedIds ? { primedIds: seen.primedIds } : {}) }, now);
+  let streak = nextStreak(stored, { template: streakKey(stored, pool, imageId), failed, parkedLaunchTimes: seen.parkedLaunchTimes, ...(seen.primedIds ? { primedIds: seen.primedIds } : {}) }, now);
+  // Cold launches share the streak: their failures extend it, their started runners end it,
+  // and those on their way hold a probe back as a priming standby does.
+  if (seen.starts) streak = countStarts(streak, seen.starts, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
-  return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming, now) };
+  return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming + (seen.starts?.inFlight ?? 0), now) };
+}
+
+/** What a pool's instances show about its cold launches (scale-up's CreateFleet). */
+export interface StartObservation {
+  /** Cold launches that failed before their runner started and are not counted yet. */
+  readonly failed: readonly PrimeFailure[];
+  /** Every failed cold launch in view, counted or not (the streak's `countedStarts` next). */
+  readonly failedIds: readonly string[];
+  /** LaunchTime of each cold launch whose runner took its job (job-started): it works. */
+  readonly startedLaunchTimes: readonly Date[];
+  /** Cold launches on their way: not gone, neither failed nor started. Each may still fail. */
+  readonly inFlight: number;
+}
+
+/**
+ * The pool's cold launches, from observed tags only. An instance of another launch template
+ * version is not this template's evidence either way (when the pool names a version number).
+ */
+export function observeStarts(instances: readonly ObservedInstance[], keys: TagKeys, pool: PoolConfig, stored: PrimeStreak | undefined): StartObservation {
+  const counted = new Set(stored?.countedStarts ?? []);
+  const failed: PrimeFailure[] = [];
+  const failedIds: string[] = [];
+  const startedLaunchTimes: Date[] = [];
+  let inFlight = 0;
+  const numbered = /^\d+$/.test(pool.launchTemplateVersion);
+  for (const i of instances) {
+    if (i.tags.get(keys.pool) !== pool.name || i.tags.get(keys.createdBy) !== CREATED_BY.scaleUp || i.tags.has(keys.warmStandby)) continue;
+    const version = templateVersionOf(i);
+    if (numbered && version !== undefined && version !== pool.launchTemplateVersion) continue;
+    const reason = i.tags.get(keys.startFailure);
+    if (reason !== undefined) {
+      failedIds.push(i.id);
+      if (!counted.has(i.id)) failed.push({ instanceId: i.id, reason: `cold launch: ${reason}` });
+    } else if (i.tags.has(keys.jobStarted)) startedLaunchTimes.push(i.launchTime);
+    else if (i.state !== 'shutting-down' && i.state !== 'terminated') inFlight++;
+  }
+  return { failed, failedIds, startedLaunchTimes, inFlight };
+}
+
+/**
+ * The streak after a pool run counted the cold launches it saw: their failures extend it, a
+ * runner that took its job after the last failure ends it (as a standby that parks), and the
+ * failures in view are remembered so the next run does not count them again.
+ */
+export function countStarts(s: PrimeStreak, starts: StartObservation, now: Date): PrimeStreak {
+  const next = nextStreak(s, { template: s.template, failed: starts.failed, parkedLaunchTimes: starts.startedLaunchTimes }, now);
+  const same = (next.countedStarts ?? []).length === starts.failedIds.length && starts.failedIds.every((id) => next.countedStarts!.includes(id));
+  if (same) return next;
+  const { countedStarts: _old, ...rest } = next;
+  // At most 100 (the parameter holds 4 KB): an older one dropped counts again, failing safe.
+  return starts.failedIds.length ? { ...rest, countedStarts: starts.failedIds.slice(-100) } : rest;
+}
+
+/** How many of the cold launches scale-up wants for a pool may launch now, and why not the rest. */
+export interface ColdGate {
+  readonly launch: number;
+  /** When the next probe may launch (while the streak holds cold launches back). */
+  readonly resumeAt?: Date;
+  /** Why launches are held back: the back-off, or a streak that could not be read. */
+  readonly held?: 'backoff' | 'unproven' | 'unreadable';
+}
+
+/**
+ * Scale-up's share of the back-off, over the stored streak and what it observes now: the
+ * failures the pool has not counted yet count already (with now as their time: the next probe
+ * waits its whole delay from here), and cold launches on their way count as priming standbys
+ * do. Then the pool's own rule decides (`decideLaunch`): a proven template launches all; an
+ * unproven one at most `limit` at once, warm and cold together; a failing one one probe at a
+ * time after its delay. An unreadable streak holds every cold launch (failing safe, as the
+ * pool does). A standby of this template parked now (`parkedLaunchTimes`) has primed: it
+ * proves the template as it does for the pool, even before a pool run records it.
+ */
+export function coldGate(
+  stored: PrimeStreak | undefined | 'unreadable',
+  pool: PoolConfig,
+  seen: { readonly starts: StartObservation; readonly priming: number; readonly parkedLaunchTimes: readonly Date[] },
+  wanted: number,
+  now: Date,
+): ColdGate {
+  if (stored === 'unreadable') return { launch: 0, held: 'unreadable' };
+  // A streak of another launch template version is no evidence about this one.
+  const template = templateOf(pool);
+  const current = stored && (stored.template === template || stored.template.startsWith(`${template}@`)) ? stored : undefined;
+  const evidence = { ...seen.starts, startedLaunchTimes: [...seen.starts.startedLaunchTimes, ...seen.parkedLaunchTimes] };
+  const s = countStarts(current ?? freshStreak(template), evidence, now);
+  const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
+  const d = decideLaunch(s, policy, wanted, seen.priming + seen.starts.inFlight, now);
+  if (d.launch >= wanted) return { launch: d.launch };
+  return { launch: d.launch, ...(d.resumeAt ? { resumeAt: d.resumeAt } : {}), held: s.failures > 0 ? 'backoff' : 'unproven' };
 }

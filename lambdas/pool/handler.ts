@@ -11,11 +11,12 @@ import {
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
-import { describeFleet } from '../shared/instances';
+import { ALL_STATES, describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
-import { decodeStreak, encodeStreak, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
+import { readPrimeStreak } from '../shared/prime-state';
+import { encodeStreak, observeStarts, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
 import { classify, planPool, type CurrentImage, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -105,7 +106,9 @@ async function runPool(
 ): Promise<PoolRunSummary> {
   const keys = tagKeys(config.prefix);
   const names = config.metrics.names;
-  const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name });
+  // Every state: a cold launch that failed tagged itself and terminated, and stays in view
+  // (about an hour) for the streak to count; the plan counts gone instances for nothing.
+  const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, states: ALL_STATES });
   const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
   const image = await readCurrentImage(deps, pool, log);
   const plan = planPool(instances, claimed, pool, keys, target, now, image);
@@ -129,10 +132,11 @@ async function runPool(
   const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)) }));
   const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
   const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
-  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds }, failed, wanted, now, image?.imageId);
+  const starts = stored === 'unreadable' ? undefined : observeStarts(instances, keys, pool, stored);
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds, ...(starts ? { starts } : {}) }, failed, wanted, now, image?.imageId);
   let streak = step?.streak;
   const decision = step?.decision ?? { launch: 0, backingOff: false };
-  for (const f of failed) {
+  for (const f of [...failed, ...(starts?.failed ?? [])]) {
     // The structured line the PrimeBackoff alarm's Logs Insights query finds.
     log.error('prime failed', { instanceId: f.instanceId, reason: f.reason, failuresInARow: streak?.failures, limit: pool.warm.primeFailureLimit });
   }
@@ -190,14 +194,10 @@ function primeFailureReason(pool: PoolConfig): string {
 /** The pool's prime streak: undefined when none is stored, 'unreadable' when SSM did not answer. */
 async function readStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, log: Logger): Promise<PrimeStreak | undefined | 'unreadable'> {
   const name = ssmPaths(config.prefix).primeState(pool.name);
-  try {
-    const out = await deps.aws.send<GetParameterCommandOutput>(deps.ssm, new GetParameterCommand({ Name: name }), READ);
-    return decodeStreak(out.Parameter?.Value);
-  } catch (error) {
-    if (errorName(error) === 'ParameterNotFound') return undefined;
-    log.error('reading the prime streak failed: no launches this run', { parameter: name, error: errorName(error) });
-    return 'unreadable';
-  }
+  const stored = await readPrimeStreak(deps.aws, deps.ssm, name);
+  if (stored === undefined || !('unreadable' in stored)) return stored;
+  log.error('reading the prime streak failed: no launches this run', { parameter: name, error: stored.unreadable });
+  return 'unreadable';
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { FleetConfig, JobMessage, PoolConfig, TagKeys } from '../shared/contract';
-import type { ObservedInstance } from '../shared/instances';
+import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 import { classify } from '../pool/classify';
+import { coldGate, observeStarts, type ColdGate, type PrimeStreak } from '../pool/backoff';
 
 /** A job of the batch, with the pool its labels matched (resolved before deciding). */
 export interface QueuedJob {
@@ -138,4 +139,63 @@ export function decide(
     decisions.set(q.key, { kind: left > 0 ? 'warm' : 'cold' });
   }
   return { decisions, candidates };
+}
+
+/**
+ * What one pool's back-off lets this batch launch cold (lambdas/pool/backoff.ts `coldGate`),
+ * from the stored streak and the pool's instances: `instances` must include the pool's gone
+ * instances that carry a start failure or a job start (scale-up's extra, filtered look).
+ */
+export function poolColdGate(
+  stored: PrimeStreak | undefined | 'unreadable',
+  pool: PoolConfig,
+  instances: readonly ObservedInstance[],
+  keys: TagKeys,
+  wanted: number,
+  now: Date,
+): ColdGate {
+  const mine = instances.filter((i) => i.tags.get(keys.pool) === pool.name);
+  const starts = observeStarts(mine, keys, pool, stored === 'unreadable' ? undefined : stored);
+  const classes = mine.map((i) => ({ i, cls: classify(i, keys, false) }));
+  const numbered = /^\d+$/.test(pool.launchTemplateVersion);
+  const parkedLaunchTimes = classes
+    .filter(({ i, cls }) => cls === 'parked' && !(numbered && templateVersionOf(i) !== undefined && templateVersionOf(i) !== pool.launchTemplateVersion))
+    .map(({ i }) => i.launchTime);
+  const priming = classes.filter(({ cls }) => cls === 'priming').length;
+  return coldGate(stored, pool, { starts, priming, parkedLaunchTimes }, wanted, now);
+}
+
+export type ColdVerdict =
+  | { readonly kind: 'cold' }
+  /** The pool backs off: the job waits for the next probe (a wait copy), no launch. */
+  | { readonly kind: 'hold'; readonly held: NonNullable<ColdGate['held']>; readonly resumeAt?: Date }
+  /** Held past the job's maximum wait: dead-letter it. */
+  | { readonly kind: 'hold-expired'; readonly held: NonNullable<ColdGate['held']> };
+
+/**
+ * Which of the batch's cold jobs launch, given each pool's gate: the oldest first take the
+ * launches the gate allows; the rest wait (not lost, no launch), or go to the dead-letter
+ * queue once they have waited longer than the maximum age, as capacity waits do.
+ */
+export function gateCold(
+  jobs: readonly { readonly key: string; readonly pool: string; readonly receivedAt: string }[],
+  gates: ReadonlyMap<string, ColdGate>,
+  now: Date,
+  maxWaitSeconds: number,
+): Map<string, ColdVerdict> {
+  const verdicts = new Map<string, ColdVerdict>();
+  const left = new Map([...gates].map(([pool, g]) => [pool, g.launch]));
+  for (const j of [...jobs].sort((a, b) => Date.parse(a.receivedAt) - Date.parse(b.receivedAt))) {
+    const gate = gates.get(j.pool);
+    const n = left.get(j.pool) ?? Infinity;
+    if (!gate || n > 0) {
+      left.set(j.pool, n - 1);
+      verdicts.set(j.key, { kind: 'cold' });
+      continue;
+    }
+    const held = gate.held ?? 'backoff';
+    const expired = (now.getTime() - Date.parse(j.receivedAt)) / 1000 > maxWaitSeconds;
+    verdicts.set(j.key, expired ? { kind: 'hold-expired', held } : { kind: 'hold', held, ...(gate.resumeAt ? { resumeAt: gate.resumeAt } : {}) });
+  }
+  return verdicts;
 }

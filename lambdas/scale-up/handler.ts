@@ -24,10 +24,12 @@ import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './act
 import { launchCold } from './cold';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
-import { decide, orderCandidates, parkedByPool, type QueuedJob } from './decide';
+import { decide, gateCold, orderCandidates, parkedByPool, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
-import { capacityBackoffSeconds, hideUntil, sendRetryCheck, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
+import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, sendToDeadLetter, sendWaitCopy, waitStateOf, type QueueDeps } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
+import { coldGates } from './cold-gate';
+import type { ColdGate } from '../pool/backoff';
 
 export interface ScaleUpOptions {
   /** How long a job may wait for capacity (from the webhook's receivedAt) before it is dead-lettered. */
@@ -159,6 +161,19 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
       } catch (error) {
         ciFailed(item, error);
         return undefined;
+      }
+    };
+    // The job waits without a launch: a fresh copy that comes back at notBefore (queue.ts).
+    const waitCopy = async (item: Item, notBefore: Date, why: string) => {
+      const waits = item.waits + 1;
+      try {
+        await sendWaitCopy(queue, item.record, item.record.attributes?.MessageGroupId || item.job.jobId, waits, notBefore);
+        settle(item.record);
+        item.log.info(why, { waits, notBefore: notBefore.toISOString() });
+        metrics.add(names.jobsWaitingForCapacity, { Pool: item.pool ?? 'unresolved' });
+      } catch (error) {
+        item.log.error('re-queueing a waiting job failed; the message will be retried', { error: errorName(error) });
+        fail(item.record);
       }
     };
     const ciFailed = (item: Item, error: unknown) => {
@@ -351,20 +366,9 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           case 'expired':
             await deadLetter(item.record, 'max-wait', item.log, pool, undefined, item.job);
             break;
-          case 'wait': {
-            const waits = item.waits + 1;
-            const notBefore = new Date(now().getTime() + capacityBackoffSeconds(item.waits, random) * 1000);
-            try {
-              await sendWaitCopy(queue, item.record, item.record.attributes?.MessageGroupId || item.job.jobId, waits, notBefore);
-              settle(item.record);
-              item.log.info('pool at capacity, job waits', { waits, notBefore: notBefore.toISOString() });
-              metrics.add(names.jobsWaitingForCapacity, { Pool: pool });
-            } catch (error) {
-              item.log.error('re-queueing a waiting job failed; the message will be retried', { error: errorName(error) });
-              fail(item.record);
-            }
+          case 'wait':
+            await waitCopy(item, new Date(now().getTime() + capacityBackoffSeconds(item.waits, random) * 1000), 'pool at capacity, job waits');
             break;
-          }
           case 'warm':
             warm.push(flight(item));
             break;
@@ -399,8 +403,22 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         }
       }
 
-      // 5. Cold launches.
-      await mapLimit(cold, options.coldConcurrency, async (j) => {
+      // 5. Cold launches, as far as the pool's prime back-off allows (lambdas/pool/backoff.ts):
+      //    a pool whose launches keep failing before their runner starts launches one probe
+      //    at a time; the other jobs wait for it, without a launch.
+      const gates = cold.length > 0 ? await coldGates(ctx, cold, instances) : new Map<string, ColdGate>();
+      const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, now(), options.maxWaitSeconds);
+      const launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
+      for (const j of cold) {
+        const v = verdicts.get(j.key)!;
+        const item = byKey.get(j.key)!;
+        if (v.kind === 'hold-expired') await deadLetter(item.record, 'backoff-max-wait', j.log, j.pool.name, `held by the prime back-off (${v.held}) past the maximum wait`, j.job);
+        else if (v.kind === 'hold') {
+          const notBefore = holdNotBefore(now(), new Date(j.job.receivedAt), options.maxWaitSeconds, item.waits, random, v.resumeAt);
+          await waitCopy(item, notBefore, `the pool's prime back-off holds cold launches (${v.held}), job waits`);
+        }
+      }
+      await mapLimit(launching, options.coldConcurrency, async (j) => {
         const record = byKey.get(j.key)!.record;
         try {
           const r = await launchCold(ctx, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`);

@@ -46,6 +46,19 @@ export function capacityBackoffSeconds(waits: number, random: () => number): num
   return Math.max(5, Math.round(cap * (0.75 + random() / 4)));
 }
 
+/**
+ * When a job held back by its pool's prime back-off looks again: after its capacity backoff,
+ * or at the next probe when that is later (spread over 30 s: the held jobs of a pool do not all
+ * come back in the same moment, where two invocations could each see no probe on its way),
+ * but never after its maximum wait (it then comes back to be dead-lettered, not hours late).
+ */
+export function holdNotBefore(now: Date, receivedAt: Date, maxWaitSeconds: number, waits: number, random: () => number, resumeAt?: Date): Date {
+  let at = now.getTime() + capacityBackoffSeconds(waits, random) * 1000;
+  if (resumeAt && resumeAt.getTime() > at) at = resumeAt.getTime() + Math.round(random() * 30_000);
+  const limit = receivedAt.getTime() + (maxWaitSeconds + 1) * 1000;
+  return new Date(Math.max(now.getTime() + 5000, Math.min(at, limit)));
+}
+
 function dedupId(...parts: string[]): string {
   return createHash('sha256').update(parts.join('|')).digest('hex');
 }

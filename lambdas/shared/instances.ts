@@ -38,12 +38,20 @@ export async function describeFleet(
   aws: AwsCaller,
   ec2: EC2Client,
   keys: TagKeys,
-  options: { states?: readonly string[]; pool?: string; instanceIds?: readonly string[]; tag?: { readonly key: string; readonly value: string } } = {},
+  options: {
+    states?: readonly string[];
+    pool?: string;
+    instanceIds?: readonly string[];
+    tag?: { readonly key: string; readonly value: string };
+    /** Only instances carrying any of these tag keys (with a pool: the pool filter is then a tag-key filter of its own). */
+    anyTagKey?: readonly string[];
+  } = {},
 ): Promise<ObservedInstance[]> {
   const filters: Filter[] = [
     options.pool === undefined ? { Name: 'tag-key', Values: [keys.pool] } : { Name: `tag:${keys.pool}`, Values: [options.pool] },
     { Name: 'instance-state-name', Values: [...(options.states ?? LIVE_STATES)] },
     ...(options.tag ? [{ Name: `tag:${options.tag.key}`, Values: [options.tag.value] }] : []),
+    ...(options.anyTagKey && options.pool !== undefined ? [{ Name: 'tag-key', Values: [...options.anyTagKey] }] : []),
   ];
   const found: ObservedInstance[] = [];
   let token: string | undefined;

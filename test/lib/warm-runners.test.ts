@@ -130,6 +130,8 @@ describe('instance role', () => {
     const ctx = (target: string, tagKeys: string[], tagged = true) => ({ 'ec2:SourceInstanceARN': own, 'aws:ARN': target, 'aws:TagKeys': tagKeys, ...(tagged ? { [poolTag]: 'linux-x64' } : {}) });
     const rows: [string, string, string, Record<string, string | string[]>, boolean][] = [
       ['its own job-start tag', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted]), true],
+      ['its own start failure (a cold launch, before terminating)', 'ec2:CreateTags', own, ctx(own, [keys.startFailure]), true],
+      ["another instance's start failure", 'ec2:CreateTags', other, ctx(other, [keys.startFailure]), false],
       ["another instance's job-start tag", 'ec2:CreateTags', other, ctx(other, [keys.jobStarted]), false],
       ['another tag on itself (the idle mark)', 'ec2:CreateTags', own, ctx(own, [keys.idleSince]), false],
       ['another tag beside its own (the runner id)', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted, keys.runnerId]), false],
@@ -484,6 +486,9 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/app-private-key', {}, true],
       ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/ci/github/webhook-secret', {}, false],
       ['ec2:StopInstances', fleetInstance, poolTag, false],
+      // The prime back-off: reads its pools' state parameters, writes none.
+      ['ssm:GetParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/pools/linux-x64/prime-state', {}, true],
+      ['ssm:PutParameter', 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/pools/linux-x64/prime-state', {}, false],
     ]));
   it('pool', () =>
     check('RunnersPoolRole', [

@@ -7,13 +7,15 @@ import {
   encodeStreak,
   freshStreak,
   nextStreak,
+  observeStarts,
   primeStep,
   templateOf,
   type PrimeStreak,
 } from '../../lambdas/pool/backoff';
 import { planPool } from '../../lambdas/pool/classify';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
-import { WARM_STANDBY_VALUE, type PoolConfig } from '../../lambdas/shared/contract';
+import { coldLaunchTags, CREATED_BY, WARM_STANDBY_VALUE, type PoolConfig } from '../../lambdas/shared/contract';
+import { gateCold, poolColdGate } from '../../lambdas/scale-up/decide';
 import { fleetConfig, KEYS } from '../support/fixtures';
 
 const T0 = new Date('2026-11-29T12:00:00.000Z');
@@ -155,5 +157,91 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     expect(primeStep(failing, pool, seen, [], 2, at(60)).decision).toMatchObject({ launch: 0, backingOff: true });
     // A new image: a new streak (unproven: at most primeFailureLimit prime at once).
     expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0new').decision).toEqual({ launch: 2, backingOff: false });
+  });
+});
+
+/**
+ * The same pool with a stream of jobs whose every cold launch fails before its runner starts
+ * (a broken install): each cold instance tags its failure and terminates `coldFailSeconds`
+ * after its launch (templates/start-runner.sh on_exit), and stays in view, as EC2 keeps a
+ * terminated instance listed for about an hour. Scale-up runs through the same pure steps as
+ * its handler every `interval` (decide.ts poolColdGate, then gateCold over the held jobs, each
+ * held job waiting for the next look); the pool runs every 60 s (planPool, observeStarts,
+ * primeStep). Returns every launch's time, warm and cold.
+ */
+function simulateWithJobs(pool: PoolConfig, hours: number, o: { jobEvery: number; coldFailSeconds: number; interval?: number }): { launches: number[]; cold: number; held: number; backingOff: boolean } {
+  const instances = new Map<string, ObservedInstance>();
+  let stored: PrimeStreak | undefined;
+  const launches: number[] = [];
+  let serial = 0;
+  let cold = 0;
+  let waiting: { key: string; pool: string; receivedAt: string }[] = [];
+  let backingOff = false;
+  const interval = o.interval ?? 15;
+  const fresh = (tags: [string, string][], now: Date, state = 'running'): ObservedInstance => {
+    const id = `i-${(++serial).toString(16).padStart(8, '0')}`;
+    const i = { id, state, launchTime: now, tags: new Map(tags) } as ObservedInstance;
+    instances.set(id, i);
+    return i;
+  };
+  for (let t = 0; t < hours * 3600; t += interval) {
+    const now = at(t);
+    // Cold launches whose install failed: tagged, then terminated; EC2 lists a terminated
+    // instance for about an hour.
+    for (const i of instances.values()) {
+      if (i.state === 'terminated' && now.getTime() - i.launchTime.getTime() > 3600_000) instances.delete(i.id);
+      if (i.tags.has(KEYS.startFailure) || i.tags.get(KEYS.createdBy) !== CREATED_BY.scaleUp || now.getTime() - i.launchTime.getTime() < o.coldFailSeconds * 1000) continue;
+      instances.set(i.id, { ...i, state: 'terminated', tags: new Map([...i.tags, [KEYS.startFailure, 'RUN failed: the runner package: refused nothing installed']]) });
+    }
+    if (t % o.jobEvery === 0) waiting.push({ key: `m${t}`, pool: pool.name, receivedAt: now.toISOString() });
+    if (t % 60 === 0) {
+      const all = [...instances.values()];
+      const plan = planPool(all, new Set(), pool, KEYS, pool.warm.size, now);
+      const failed = plan.evictions.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: e.reason }));
+      for (const e of plan.evictions) instances.set(e.instance.id, { ...e.instance, state: 'terminated' });
+      const starts = observeStarts(all, KEYS, pool, stored);
+      const { streak, decision } = primeStep(stored, pool, { ...plan, starts }, failed, plan.launch, now);
+      stored = streak;
+      backingOff = decision.backingOff;
+      for (let i = 0; i < decision.launch; i++) {
+        fresh([[KEYS.pool, pool.name], [KEYS.warmStandby, WARM_STANDBY_VALUE], [KEYS.createdBy, CREATED_BY.pool]], now);
+        launches.push(t);
+      }
+    }
+    // Scale-up: the held jobs look again (one batch), the oldest first.
+    if (waiting.length > 0) {
+      const gate = poolColdGate(stored, pool, [...instances.values()], KEYS, waiting.length, now);
+      const verdicts = gateCold(waiting, new Map([[pool.name, gate]]), now, 10 * 3600);
+      for (const w of waiting) {
+        if (verdicts.get(w.key)!.kind !== 'cold') continue;
+        fresh(coldLaunchTags(KEYS, pool.name, { jobId: w.key, traceId: w.key }, now, w.key).map((tag) => [tag.Key, tag.Value]), now);
+        launches.push(t);
+        cold++;
+      }
+      waiting = waiting.filter((w) => verdicts.get(w.key)!.kind !== 'cold');
+    }
+  }
+  return { launches, cold, held: waiting.length, backingOff };
+}
+
+describe('a pool whose every cold launch fails before its runner starts, with jobs streaming in', () => {
+  const cases: [limit: number, capSeconds: number, warmSize: number, jobEvery: number, coldFailSeconds: number][] = [];
+  for (const limit of [1, 3, 5]) for (const cap of [600, 3600]) for (const size of [0, 2]) for (const jobEvery of [30, 120]) for (const coldFail of [30, 240]) cases.push([limit, cap, size, jobEvery, coldFail]);
+
+  it.each(cases)('limit %i, cap %is, warm size %i, a job every %is, failing %is after launch: launches per hour (warm and cold) stay at most limit + 3600 / cap', (limit, cap, size, jobEvery, coldFailSeconds) => {
+    const pool = fleetConfig({ warmSize: size, primeFailureLimit: limit, primeBackoffCapSeconds: cap, primingTimeoutSeconds: 300 }).pools[0]!;
+    const { launches, cold, held, backingOff } = simulateWithJobs(pool, 6, { jobEvery, coldFailSeconds });
+    expect(mostInAnHour(launches)).toBeLessThanOrEqual(limit + 3600 / cap);
+    // A pool without standbys probes cold (with standbys the pool's run may take each probe
+    // first); the jobs wait rather than vanish, and the pool says it backs off.
+    if (size === 0) expect(cold).toBeGreaterThan(limit);
+    expect(held).toBeGreaterThan(0);
+    expect(backingOff).toBe(true);
+  });
+
+  it('without the cold gate the same stream launches one instance per job (the loop this prevents)', () => {
+    const pool = fleetConfig({ warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 }).pools[0]!;
+    const noGate = { ...pool, warm: { ...pool.warm, primeFailureLimit: 100_000 } };
+    expect(mostInAnHour(simulateWithJobs(noGate, 2, { jobEvery: 60, coldFailSeconds: 30 }).launches)).toBeGreaterThan(3 + 1);
   });
 });

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { decide, orderCandidates, type QueuedJob } from '../../lambdas/scale-up/decide';
+import { decide, gateCold, orderCandidates, poolColdGate, type QueuedJob } from '../../lambdas/scale-up/decide';
+import { freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
+import { coldLaunchTags } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
@@ -55,5 +57,71 @@ describe('candidate order', () => {
     expect(orderCandidates(new Map([['linux', ids]]), 'a').get('linux')).toEqual(a);
     // Different invocations mostly start on different instances.
     expect(a.slice(0, 5).filter((id) => b.slice(0, 5).includes(id)).length).toBeLessThan(5);
+  });
+});
+
+describe('the cold gate: what the prime back-off lets a batch launch cold', () => {
+  const pool = fleetConfig({ warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 }).pools[0]!;
+  const template = templateOf(pool);
+  const coldTags = (n: number, extra: Record<string, string> = {}) =>
+    Object.fromEntries([...coldLaunchTags(KEYS, 'linux', { jobId: `github:${n}`, traceId: `t${n}` }, NOW, `token-${n}`).map((t) => [t.Key, t.Value]), ...Object.entries(extra)]);
+  const failedCold = (n: number) => inst('terminated', coldTags(n, { [KEYS.startFailure]: 'RUN failed: the runner package: refused nothing installed' }));
+  const failing = (failures: number, secondsAgo: number, counted: string[] = []): PrimeStreak => ({
+    ...freshStreak(template),
+    failures,
+    lastFailureAt: new Date(NOW.getTime() - secondsAgo * 1000).toISOString(),
+    countedStarts: counted,
+  });
+
+  it('a proven template with no failure in view launches all', () => {
+    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [], KEYS, 20, NOW)).toEqual({ launch: 20 });
+  });
+  it('an unproven template launches at most the limit at once, cold launches on their way and priming standbys included', () => {
+    expect(poolColdGate(undefined, pool, [], KEYS, 20, NOW)).toEqual({ launch: 3, held: 'unproven' });
+    expect(poolColdGate(undefined, pool, [inst('running', coldTags(1)), inst('running', standbyTags())], KEYS, 20, NOW)).toMatchObject({ launch: 1 });
+    // A cold runner that took its job, or a parked standby, proves the template.
+    expect(poolColdGate(undefined, pool, [inst('running', coldTags(1, { [KEYS.jobStarted]: NOW.toISOString() }))], KEYS, 20, NOW)).toEqual({ launch: 20 });
+    expect(poolColdGate(undefined, pool, [parked()], KEYS, 20, NOW)).toEqual({ launch: 20 });
+  });
+  it('a failure the pool has not counted yet holds every launch for its whole delay from now', () => {
+    const f = failedCold(1);
+    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [f], KEYS, 5, NOW)).toEqual({ launch: 0, held: 'backoff', resumeAt: new Date(NOW.getTime() + 60_000) });
+    // Counted already (the pool remembers it): not counted twice.
+    expect(poolColdGate(failing(1, 120, [f.id]), pool, [f], KEYS, 5, NOW)).toMatchObject({ launch: 1, held: 'backoff' });
+  });
+  it('a failing pool launches one probe once its delay has passed, and none while one is on its way', () => {
+    expect(poolColdGate(failing(2, 60), pool, [], KEYS, 5, NOW)).toMatchObject({ launch: 0, held: 'backoff', resumeAt: new Date(NOW.getTime() + 60_000) });
+    expect(poolColdGate(failing(2, 120), pool, [], KEYS, 5, NOW)).toMatchObject({ launch: 1, held: 'backoff' });
+    expect(poolColdGate(failing(2, 120), pool, [inst('running', coldTags(9))], KEYS, 5, NOW)).toMatchObject({ launch: 0 });
+    expect(poolColdGate(failing(2, 120), pool, [inst('pending', standbyTags())], KEYS, 5, NOW)).toMatchObject({ launch: 0 });
+    expect(poolColdGate(failing(3, 3599), pool, [], KEYS, 5, NOW)).toMatchObject({ launch: 0, resumeAt: new Date(NOW.getTime() + 1000) });
+  });
+  it('a failure of another launch template version, or of a warm standby, is not a cold failure of this one', () => {
+    const other = inst('terminated', coldTags(1, { [KEYS.startFailure]: 'x', 'aws:ec2launchtemplate:version': '7' }));
+    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [other], KEYS, 5, NOW)).toEqual({ launch: 5 });
+    const standby = inst('terminated', { ...standbyTags(), [KEYS.startFailure]: 'x' });
+    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [standby], KEYS, 5, NOW)).toEqual({ launch: 5 });
+  });
+  it('an unreadable streak holds every cold launch (failing safe)', () => {
+    expect(poolColdGate('unreadable', pool, [], KEYS, 5, NOW)).toEqual({ launch: 0, held: 'unreadable' });
+  });
+  it('the oldest jobs take the launches; the rest wait, or dead-letter past their maximum wait', () => {
+    const jobs = [
+      { key: 'new', pool: 'linux', receivedAt: '2026-11-29T11:59:00.000Z' },
+      { key: 'old', pool: 'linux', receivedAt: '2026-11-29T11:50:00.000Z' },
+      { key: 'ancient', pool: 'linux', receivedAt: '2026-11-29T10:00:00.000Z' },
+      { key: 'other', pool: 'gpu', receivedAt: '2026-11-29T11:00:00.000Z' },
+    ];
+    const resumeAt = new Date(NOW.getTime() + 600_000);
+    const verdicts = gateCold(jobs, new Map([['linux', { launch: 1, held: 'backoff' as const, resumeAt }]]), NOW, 3600);
+    expect(Object.fromEntries(verdicts)).toEqual({
+      ancient: { kind: 'cold' },
+      old: { kind: 'hold', held: 'backoff', resumeAt },
+      new: { kind: 'hold', held: 'backoff', resumeAt },
+      other: { kind: 'cold' },
+    });
+    const none = gateCold(jobs, new Map([['linux', { launch: 0, held: 'unreadable' as const }]]), NOW, 3600);
+    expect(none.get('ancient')).toEqual({ kind: 'hold-expired', held: 'unreadable' });
+    expect(none.get('old')).toEqual({ kind: 'hold', held: 'unreadable' });
   });
 });

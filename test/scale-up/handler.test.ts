@@ -6,7 +6,8 @@ import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-u
 import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
-import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
+import { coldLaunchTags, decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -149,7 +150,8 @@ describe('scale-up: warm activation', () => {
       }),
     );
     await handler()(jobEvent(jobs(1)));
-    expect(aws.count('GetParameter')).toBe(1);
+    // One for the pool's prime back-off before the launch, one read-back.
+    expect(aws.count('GetParameter')).toBe(2);
     expect(aws.parameters.size).toBe(executed ? 0 : 1);
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
@@ -968,5 +970,67 @@ describe('scale-up: the queue', () => {
     expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
     expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');
+  });
+});
+
+describe('scale-up: the prime back-off holds cold launches', () => {
+  const config = fleetConfig({ warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 });
+  const pool = config.pools[0]!;
+  const storeStreak = (s: PrimeStreak) => aws.parameters.set(paths.primeState('linux'), { value: encodeStreak(s), tags: {}, at: aws.now, type: 'String' });
+  const failedCold = () =>
+    aws.addInstance({
+      state: 'terminated',
+      tags: {
+        ...Object.fromEntries(coldLaunchTags(KEYS, 'linux', { jobId: 'github:99', traceId: 't' }, aws.now, 'tok').map((t) => [t.Key, t.Value])),
+        [KEYS.startFailure]: 'RUN failed: the runner package: refused nothing installed',
+      },
+    });
+
+  it('a failing pool launches one probe; the other jobs wait for the next probe, as wait copies, and none is lost', async () => {
+    storeStreak({ ...freshStreak(templateOf(pool)), failures: 3, lastFailureAt: new Date(aws.now.getTime() - 3600_000).toISOString() });
+    const res = await handler({}, config)(jobEvent(jobs(3)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(aws.sent.map((s) => s.queueUrl)).toEqual([QUEUE, QUEUE]);
+    // One probe on its way: the others look again after their capacity backoff.
+    for (const copy of aws.sent) expect(Date.parse(copy.attributes[WAIT_ATTRIBUTES.notBefore]!)).toBeGreaterThan(aws.now.getTime());
+    expect(lines.logs('prime back-off: holding cold launches back')).toHaveLength(1);
+    // One GetParameter for the streak, one filtered look at the gone instances.
+    expect(aws.count('GetParameter')).toBe(1);
+    expect(aws.count('DescribeInstances')).toBe(2);
+  });
+
+  it('a cold failure the pool has not counted yet holds the batch until the next probe is due', async () => {
+    storeStreak({ ...freshStreak(templateOf(pool)), proven: true });
+    failedCold();
+    await handler({}, config)(jobEvent(jobs(2)));
+    expect(coldLaunched()).toHaveLength(0);
+    // The first probe's delay from now, spread by up to 30 s (random() is 0.5 here).
+    expect(aws.sent.map((s) => s.attributes[WAIT_ATTRIBUTES.notBefore])).toEqual([1, 2].map(() => new Date(aws.now.getTime() + 60_000 + 15_000).toISOString()));
+  });
+
+  it('an unreadable streak launches nothing cold: the jobs wait (failing safe)', async () => {
+    aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('AccessDeniedException')));
+    const res = await handler({}, config)(jobEvent(jobs(2)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(aws.sent).toHaveLength(2);
+    expect(lines.logs('reading the prime back-off failed: no cold launch for the pool this batch')).toHaveLength(1);
+  });
+
+  it('a job held past its maximum wait goes to the dead-letter queue with the back-off as its reason', async () => {
+    storeStreak({ ...freshStreak(templateOf(pool)), failures: 5, lastFailureAt: aws.now.toISOString() });
+    const old = job(1, { receivedAt: new Date(aws.now.getTime() - 2 * 3600_000).toISOString() });
+    await handler({ maxWaitSeconds: 3600 }, config)(jobEvent([old]));
+    expect(coldLaunched()).toHaveLength(0);
+    expect(aws.sent.map((s) => [s.queueUrl, s.attributes[WAIT_ATTRIBUTES.reason]])).toEqual([[DLQ, 'backoff-max-wait']]);
+    expect(lines.metric('JobsDeadLettered', { Reason: 'backoff-max-wait' })).toBe(1);
+  });
+
+  it('a healthy pool launches every cold job', async () => {
+    storeStreak({ ...freshStreak(templateOf(pool)), proven: true });
+    await handler({}, config)(jobEvent(jobs(5)));
+    expect(coldLaunched()).toHaveLength(5);
+    expect(aws.sent).toHaveLength(0);
   });
 });

@@ -71,6 +71,20 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   awk -v a="$first" -v b="$ended" -v w="$SHORT_WAIT_SECONDS" 'BEGIN { exit !(b - a >= (w - 1) * 1000) }'
   [ ! -e "$ROOT/calls/runner" ]
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # The reason the pool's back-off counts, tagged before the termination.
+  moto_tags | grep -qE "^$TAG_START_FAILURE=WAIT failed: no runner config at $CONFIG_ROOT$INSTANCE_ID after ${SHORT_WAIT_SECONDS}s [0-9]+ polls$"
+  [ "$(aws_actions | grep -xE 'EC2.(CreateTags|TerminateInstances)' | tr '\n' ' ')" = 'EC2.CreateTags EC2.TerminateInstances ' ]
+}
+
+@test "a cold instance whose failure tag cannot be written still terminates itself" {
+  new_instance "$(launch_tags cold)"
+  ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=99\\nprovider=github\\ninstance=$INSTANCE_ID\\njitconfig=x\\n\"}" >/dev/null
+  ctl POST /throttle '{"action":"EC2.CreateTags","count":100}' >/dev/null
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "warning: $TAG_START_FAILURE not tagged" "$ROOT/out"
+  moto_tags | refute grep -qF "$TAG_START_FAILURE="
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
 @test "cold failure self-terminates (a config the script cannot use)" {
@@ -313,6 +327,8 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   aws_actions | refute grep -qx EC2.TerminateInstances
   [ "$(instance_state)" = running ]
   [ ! -e "$ROOT/calls/shutdown" ]
+  # A warm standby's failure is the pool's to count (priming timeout), not a cold failure.
+  moto_tags | refute grep -qF "$TAG_START_FAILURE="
 }
 
 @test "activated without config waits (no PRIME), then runs when the config appears" {
@@ -470,11 +486,6 @@ latency_boot() {
   id=$(cat "$ROOT/etc/machine-id")
   [[ $id =~ ^[0-9a-f]{32}$ ]]
   [ "$id" != 0123456789abcdef0123456789abcdef ]
-}
-
-# The instance's tags as moto holds them, "KEY=VALUE" a line.
-moto_tags() {
-  moto_aws ec2 describe-tags --filters "Name=resource-id,Values=$INSTANCE_ID" --query 'Tags[].[Key,Value]' --output text | tr '\t' '='
 }
 
 @test "the runner's job line tags the instance job-started once; the runner's output and status pass through" {

@@ -175,6 +175,11 @@ iso_ago() { date -u -d "@$(($(date +%s) - $1))" +%Y-%m-%dT%H:%M:%S.250Z; }
 # Lambdas set them (test/templates/launch-tags.ts), as new_instance takes them.
 launch_tags() { node --import tsx "$REPO/test/templates/launch-tags.ts" --prefix "$PREFIX" --path "$@"; }
 
+# The instance's tags as moto holds them, "KEY=VALUE" a line.
+moto_tags() {
+  moto_aws ec2 describe-tags --filters "Name=resource-id,Values=$INSTANCE_ID" --query 'Tags[].[Key,Value]' --output text | tr '\t' '='
+}
+
 # set_tags JSON: the instance's tags as IMDS shows them from now on (as after an activation).
 set_tags() { ctl POST /imds "{\"tags\":$1}" >/dev/null; }
 

@@ -225,10 +225,11 @@ refused_prime() {
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
-@test "a cold launch whose install is refused terminates, deletes its config and starts no runner" {
+@test "a cold launch whose install is refused tags why, terminates, deletes its config and starts no runner" {
   stock_machine
   release_mode tamper
-  new_instance "$(cold_tags)"
+  # Exactly the tags scale-up's CreateFleet gives a cold launch.
+  new_instance "$(launch_tags cold)"
   github_config jit-cold-refused
   boot_first github
   [ "$status" -ne 0 ]
@@ -239,6 +240,8 @@ refused_prime() {
   nothing_installed github
   refute param_exists
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # What the pool's back-off counts: the failure, on the instance, through the real aws CLI.
+  moto_tags | grep -qE "^$TAG_START_FAILURE=RUN failed: the runner package: refused nothing installed$"
 }
 
 @test "the standalone install script installs on a stock machine, then finds the runner and fetches nothing" {

@@ -100,6 +100,7 @@ const contract: Record<string, string> = {
   TAG_TRACE: tags.traceId,
   TAG_JOB: tags.jobId,
   TAG_JOB_STARTED: tags.jobStarted,
+  TAG_START_FAILURE: tags.startFailure,
   JOB_LINE_GITHUB: JOB_START_LINES[Provider.GITHUB],
   JOB_LINE_GITLAB: JOB_START_LINES[Provider.GITLAB],
   CONFIG_ROOT: ssmPaths(prefix).runnerConfigRoot,

@@ -36,7 +36,7 @@ export interface SsmPaths {
   readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
   runnerConfig(instanceId: string): string;
-  /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only). */
+  /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only; scale-up reads it before cold launches). */
   primeState(pool: string): string;
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
   instanceIdOf(parameterName: string): string | undefined;

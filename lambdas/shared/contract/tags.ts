@@ -34,6 +34,12 @@ export interface TagKeys {
   /** Why a warm standby failed to prime, as the pool saw it (set on the instance it evicts for that). */
   readonly primeFailure: string;
   /**
+   * Why a cold launch failed before its runner started: written by the instance itself
+   * (the boot script, on its own instance only) just before it terminates itself. The pool
+   * counts these into the pool's prime streak, so cold and warm failures share one bound.
+   */
+  readonly startFailure: string;
+  /**
    * The ClientToken of the pool launch that created a warm standby: a launch whose answer
    * was lost is found by it (moto does not filter on `client-token`; EC2 and moto both filter on tags).
    */
@@ -51,6 +57,7 @@ export const TAG_NAMES = {
   jobStarted: 'job-started',
   idleSince: 'idle-since',
   primeFailure: 'prime-failure',
+  startFailure: 'start-failure',
   launchToken: 'launch-token',
 } as const satisfies Record<keyof TagKeys, string>;
 

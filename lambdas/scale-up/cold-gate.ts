@@ -1,0 +1,45 @@
+import { errorName } from '../shared/aws-call';
+import { describeFleet, type ObservedInstance } from '../shared/instances';
+
+const GONE_STATES = ['shutting-down', 'terminated'];
+import { readPrimeStreak } from '../shared/prime-state';
+import type { ColdGate } from '../pool/backoff';
+import type { JobInFlight, StepContext } from './context';
+import { poolColdGate } from './decide';
+
+/**
+ * The I/O of the cold gate: per pool with cold launches in this batch, its stored streak (one
+ * GetParameter) and its gone instances that carry a start failure or a job start (one
+ * filtered DescribeInstances: the batch's observation shows live instances only, and a cold
+ * launch that failed is terminated). Then the pure gate (decide.ts `poolColdGate`).
+ * Either read failing holds the pool's cold launches: failing safe, as the pool does.
+ */
+export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], live: readonly ObservedInstance[]): Promise<Map<string, ColdGate>> {
+  const wanted = new Map<string, number>();
+  for (const j of cold) wanted.set(j.pool.name, (wanted.get(j.pool.name) ?? 0) + 1);
+  const gates = new Map<string, ColdGate>();
+  await Promise.all(
+    [...wanted].map(async ([name, n]) => {
+      const pool = ctx.config.pools.find((p) => p.name === name)!;
+      const parameter = ctx.paths.primeState(name);
+      const [stored, gone] = await Promise.all([readPrimeStreak(ctx.aws, ctx.ssm, parameter), describeGone(ctx, name)]);
+      const unreadable = [stored, gone].find((r): r is { unreadable: string } => r !== undefined && 'unreadable' in r)?.unreadable;
+      if (unreadable !== undefined) ctx.log.error('reading the prime back-off failed: no cold launch for the pool this batch', { pool: name, parameter, error: unreadable });
+      const streak = unreadable !== undefined || (stored && 'unreadable' in stored) ? 'unreadable' : stored;
+      const seen = Array.isArray(gone) ? [...live, ...gone] : live;
+      const gate = poolColdGate(streak, pool, seen, ctx.keys, n, ctx.now());
+      if (gate.held) ctx.log.warn('prime back-off: holding cold launches back', { pool: name, wanted: n, launching: gate.launch, held: gate.held, resumeAt: gate.resumeAt?.toISOString() });
+      gates.set(name, gate);
+    }),
+  );
+  return gates;
+}
+
+/** The pool's gone instances with a start failure or a job start: the evidence a terminated cold launch leaves. */
+async function describeGone(ctx: StepContext, pool: string): Promise<ObservedInstance[] | { readonly unreadable: string }> {
+  try {
+    return await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { pool, states: GONE_STATES, anyTagKey: [ctx.keys.startFailure, ctx.keys.jobStarted] });
+  } catch (error) {
+    return { unreadable: errorName(error) };
+  }
+}
