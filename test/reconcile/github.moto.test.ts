@@ -48,7 +48,12 @@ async function setUp(options: Parameters<typeof startLoopbackGitHub>[0] = { orga
   lines = new Lines();
   gh = await startLoopbackGitHub({ ...options, redeliver: ({ guid, job }) => deliver(job, guid) });
   const base = await motoFleet(c, { labels: ['linux'] });
-  config = { ...base, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } };
+  // moto's instances never boot, so no runner ever proves the launch template: with the
+  // default limit the cold gate would hold all but `primeFailureLimit` of a run's jobs (that
+  // is the back-off's own test, test/integration/cold-backoff.moto.test.ts; here every job
+  // found must launch).
+  const pools = base.pools.map((p) => ({ ...p, warm: { ...p.warm, primeFailureLimit: 100 } }));
+  config = { ...base, pools, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } };
   queueUrl = (await c.sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true' } }))).QueueUrl!;
   await c.ssm.send(new PutParameterCommand({ Name: config.parameters.github.webhookSecret, Type: 'SecureString', Value: SECRET }));
   await createJobRecordTable(dynamo, 'records');
