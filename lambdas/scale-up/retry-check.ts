@@ -59,6 +59,13 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   const { item, served } = c;
   const pool = item.pool ?? 'unresolved';
   const due = retryDue(served, ctx.now(), ctx.retry.retryAfterSeconds);
+  if (due === 'exhausted' && served.exhaustedBy === item.record.messageId) {
+    // This message spent the retries, then its dead-letter send failed (SQS redelivered it):
+    // send it again, or the job is lost. The send's deduplication id is the message id.
+    item.log.info("this message spent the job's retries; dead-lettering it again", { instanceId: served.instanceId });
+    await ctx.deadLetter(item, RETRIES_EXHAUSTED_REASON);
+    return undefined;
+  }
   if (due !== 'due') {
     if (c.mine) item.log.info(due === 'exhausted' ? "the job's retries are spent; nothing to do" : "the job's runner was started recently; nothing to do", { instanceId: served.instanceId });
     else {

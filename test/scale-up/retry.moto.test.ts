@@ -49,6 +49,8 @@ class Fleet {
   readonly ci = new FakeCi(Provider.GITHUB, PREFIX);
   readonly lines = new Lines();
   readonly sent: Sent[] = [];
+  /** Dead-letter sends still to refuse (an SQS error, not a lost answer). */
+  failDeadLetters = 0;
   private serial = 0;
 
   constructor(
@@ -60,6 +62,10 @@ class Fleet {
     const sqs = {
       send: async (command: { constructor: { name: string }; input: { QueueUrl?: string; MessageBody?: string; MessageAttributes?: Sent['attributes'] } }) => {
         if (command.constructor.name !== 'SendMessageCommand') return;
+        if (command.input.QueueUrl === 'dlq' && this.failDeadLetters > 0) {
+          this.failDeadLetters--;
+          throw Object.assign(new Error('access denied'), { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } });
+        }
         this.sent.push({ queue: command.input.QueueUrl ?? '', body: command.input.MessageBody ?? '', attributes: command.input.MessageAttributes ?? {} });
       },
     };
@@ -213,6 +219,28 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect((await f.run([f.copy(j, 'reconciler-github-5')], later(at, 3 * RETRY_AFTER))).batchItemFailures).toEqual([]);
     expect(f.ci.created).toBe(2);
     expect(f.deadLetters()).toEqual(['retries-exhausted']);
+  });
+
+  it('an exhausted job whose dead-letter send failed is dead-lettered by the redelivered message', { timeout: scaled(60_000) }, async () => {
+    const f = new Fleet(0);
+    const j = fresh(15);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'offline', busy: false });
+    const check = f.lastCheck();
+    f.failDeadLetters = 1;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([{ itemIdentifier: check.messageId }]);
+    expect((await recordOf(j))?.exhausted?.BOOL).toBe(true);
+    expect(f.deadLetters()).toEqual([]);
+    // SQS redelivers the same message: it finds the record exhausted by itself, and sends again.
+    const again = { ...check, attributes: { ...check.attributes, ApproximateReceiveCount: '2' } };
+    expect((await f.run([again], later(at, RETRY_AFTER + 40))).batchItemFailures).toEqual([]);
+    expect(f.deadLetters()).toEqual(['retries-exhausted']);
+    expect(f.lines.metric('JobsDeadLettered', { Reason: 'retries-exhausted' })).toBe(1);
+    // Any other copy still finds the retries spent and sends nothing.
+    expect((await f.run([f.copy(j, 'reconciler-github-15')], later(at, 3 * RETRY_AFTER))).batchItemFailures).toEqual([]);
+    expect(f.deadLetters()).toEqual(['retries-exhausted']);
+    expect(f.ci.created).toBe(1);
   });
 
   it('a reconciled copy retries the job as a check would, when the check was lost', { timeout: scaled(60_000) }, async () => {
