@@ -267,6 +267,36 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect((await f.run([check], later(t0(), 1))).batchItemFailures).toEqual([]);
     expect(f.ci.created).toBe(0);
     expect(f.lines.logs('a retry check found no served record; nothing to do')).toHaveLength(1);
+    // Its claim's fresh record is given up: a reconciled copy of the job is not refused.
+    expect(await recordOf(j)).toBeUndefined();
+    expect((await f.run([f.copy(j, 'reconciler-github-14')], later(t0(), 2))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(1);
+  });
+
+  it('a retry check whose record cannot be read is retried, not dropped', { timeout: scaled(60_000) }, async () => {
+    // The store answers the check's first claim with an error (throttled, 5xx, both reads lost).
+    let refuse = 0;
+    const records = () => {
+      const real = new DynamoJobRecords(aws(), dynamo(), TABLE);
+      return Object.assign(Object.create(real) as DynamoJobRecords, {
+        claim: (job: JobMessage, now: Date, holdUntil: Date) => (refuse-- > 0 ? Promise.resolve({ kind: 'unavailable' as const, error: 'ProvisionedThroughputExceededException' }) : real.claim(job, now, holdUntil)),
+      });
+    };
+    const f = new Fleet(2, records);
+    const j = fresh(16);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'online', busy: true });
+    const check = f.lastCheck();
+    refuse = 1;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([{ itemIdentifier: check.messageId }]);
+    expect(f.ci.created).toBe(1);
+    expect(f.lines.logs('a retry check found no served record; nothing to do')).toHaveLength(0);
+    // SQS redelivers it; the store answers now, and the retry goes ahead.
+    const again = { ...check, attributes: { ...check.attributes, ApproximateReceiveCount: '2' } };
+    expect((await f.run([again], later(at, RETRY_AFTER + 40))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(2);
+    expect(Number((await recordOf(j))?.attempt?.N)).toBe(1);
   });
 
   it('two copies racing the retry start exactly one runner (fixed seeds)', { timeout: scaled(240_000) }, async () => {
