@@ -8,6 +8,7 @@ import {
   instanceArnOf,
   JOB_RETRY_DEFAULTS,
   JobLookupError,
+  MAX_WAIT_REASON,
   parseJobMessage,
   ssmPaths,
   tagKeys,
@@ -374,7 +375,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             await deadLetter(item.record, 'unknown-pool', item.log, pool, undefined, item.job);
             break;
           case 'expired':
-            await deadLetter(item.record, 'max-wait', item.log, pool, undefined, item.job);
+            await deadLetter(item.record, MAX_WAIT_REASON, item.log, pool, undefined, item.job);
             break;
           case 'wait':
             await waitCopy(item, new Date(now().getTime() + capacityBackoffSeconds(item.waits, random) * 1000), 'pool at capacity, job waits');

@@ -1,6 +1,6 @@
 import type { SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit } from '../shared/aws-call';
-import { RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type RunnerSummary, type TagKeys } from '../shared/contract';
+import { MAX_WAIT_REASON, RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type RunnerSummary, type TagKeys } from '../shared/contract';
 import type { ObservedInstance } from '../shared/instances';
 import type { Logger, Metrics } from '../shared/log';
 import { holderDeadline, type JobRecords, type ServedState } from './job-record';
@@ -120,11 +120,20 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   return { item, superseded: [...c.superseded, served.instanceId] };
 }
 
-/** A retry check keeps looking while the job may still wait (its maximum age); any other copy is done. */
+/**
+ * A retry check keeps looking while the job may still wait (its maximum age), and
+ * dead-letters it after: the job is still queued, and no later check would look at it again.
+ * Any other copy is done (the check it was sent with goes on).
+ */
 async function keepChecking<T extends Checked>(ctx: RetryCheckContext<T>, item: T): Promise<void> {
   const now = ctx.now();
   const waitEnds = Date.parse(item.job.receivedAt) + ctx.maxWaitSeconds * 1000;
-  if (item.retryCheck && now.getTime() < waitEnds) {
+  if (item.retryCheck && !(now.getTime() < waitEnds)) {
+    ctx.metrics.add(ctx.names.jobRetriesStopped, { Pool: item.pool ?? 'unresolved', Reason: MAX_WAIT_REASON });
+    await ctx.deadLetter(item, MAX_WAIT_REASON);
+    return;
+  }
+  if (item.retryCheck) {
     try {
       await ctx.scheduleCheck(item, new Date(now.getTime() + ctx.retry.retryAfterSeconds * 1000));
     } catch (error) {

@@ -185,6 +185,22 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.lastCheck().messageAttributes['not-before']?.stringValue).toBe(later(at, 2 * RETRY_AFTER + 1).toISOString());
   });
 
+  it('a check still waiting for an idle runner at the maximum wait dead-letters the job, counted', { timeout: scaled(60_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(17);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'online', busy: false });
+    // The Fleet's maximum wait is a day from the job's receivedAt.
+    const check = f.lastCheck();
+    expect((await f.run([check], later(new Date(j.receivedAt), 24 * 60 * 60 + 1))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(1);
+    expect(f.checks()).toHaveLength(1);
+    expect(f.deadLetters()).toEqual(['max-wait']);
+    expect(f.lines.metric('JobsDeadLettered', { Reason: 'max-wait' })).toBe(1);
+    expect(f.lines.metric('JobRetriesStopped', { Reason: 'max-wait' })).toBe(1);
+  });
+
   it('a cancelled job stops the retries', { timeout: scaled(60_000) }, async () => {
     const f = new Fleet();
     const j = fresh(4);
