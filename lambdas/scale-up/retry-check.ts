@@ -82,8 +82,10 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   }
   let capable: string[];
   try {
-    const [instances, runners] = await Promise.all([ctx.observeFleet(), ctx.runnersOf(ctx.providerOf(item))]);
-    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds);
+    const provider = ctx.providerOf(item);
+    const [instances, runners] = await Promise.all([ctx.observeFleet(), ctx.runnersOf(provider)]);
+    const serves = (runnerId: string) => provider.runnerServes?.(runnerId, item.job) ?? true;
+    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds, serves);
   } catch (error) {
     item.log.error("observing the pool's runners for a retry failed; the message will be retried", { error: errorName(error) });
     ctx.metrics.add(ctx.names.jobsFailed, { Pool: pool, Reason: 'retry-observe' });

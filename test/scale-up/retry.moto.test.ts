@@ -201,6 +201,34 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.lines.metric('JobRetriesStopped', { Reason: 'max-wait' })).toBe(1);
   });
 
+  it("an idle runner of another repository does not keep the job waiting (the provider's runner scope)", { timeout: scaled(90_000) }, async () => {
+    const f = new Fleet();
+    // Repository runners, as GitHub's `owner/repo/<id>`: a runner takes only its repository's jobs.
+    const repoOf = new Map<string, string>();
+    const create = f.ci.createRunner.bind(f.ci);
+    Object.assign(f.ci, {
+      createRunner: async (job: JobMessage, instanceId: string, pool: string) => {
+        const reg = await create(job, instanceId, pool);
+        repoOf.set(reg.runnerId, job.project);
+        return reg;
+      },
+      runnerServes: (runnerId: string, job: JobMessage) => repoOf.get(runnerId) === job.project,
+    });
+    const other = fresh(18);
+    const j = { ...fresh(19), project: 'web' };
+    const at = t0();
+    expect((await f.run([record(JSON.stringify(other), { id: 'msg-other' })], at)).batchItemFailures).toEqual([]);
+    expect((await f.run([record(JSON.stringify(j), { id: 'msg-j' })], at)).batchItemFailures).toEqual([]);
+    expect(f.checks()).toHaveLength(2);
+    Object.assign(f.latestRunner(other), { status: 'online', busy: false });
+    Object.assign(f.latestRunner(j), { status: 'online', busy: true });
+    const check = f.checks().find((c) => JSON.parse(c.body).jobId === j.jobId)!;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+    expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(0);
+    expect(f.lines.metric('JobsRetried')).toBe(1);
+    expect(f.ci.created).toBe(3);
+  });
+
   it('a cancelled job stops the retries', { timeout: scaled(60_000) }, async () => {
     const f = new Fleet();
     const j = fresh(4);
