@@ -200,6 +200,19 @@ export class GitHubProvider implements CiProvider {
     return repoScope(configured);
   }
 
+  /** An organisation runner takes any job of the organisation; a repository runner only its repository's. */
+  runnerServes(runnerId: string, job: JobMessage): boolean {
+    let scope: Scope;
+    try {
+      scope = this.parseRunnerId(runnerId).scope;
+    } catch {
+      return false;
+    }
+    if (scope.kind === 'org') return true;
+    // GitHub's owner and repository names are case-insensitive.
+    return scope.owner.toLowerCase() === job.owner.toLowerCase() && scope.repo.toLowerCase() === job.project.toLowerCase();
+  }
+
   private parseRunnerId(runnerId: string): { scope: Scope; id: number } {
     const { github } = this.options;
     const org = /^(\d+)$/.exec(runnerId);

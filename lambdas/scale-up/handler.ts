@@ -8,6 +8,7 @@ import {
   instanceArnOf,
   JOB_RETRY_DEFAULTS,
   JobLookupError,
+  MAX_WAIT_REASON,
   parseJobMessage,
   ssmPaths,
   tagKeys,
@@ -309,11 +310,21 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
         for (const [item, instances] of superseded) item.superseded = instances;
         // A retry check serves a job only as its retry (or a later receive of one, whose record
         // names superseded instances): one that finds no served record (expired, or not
-        // written) must not launch for a job nobody re-checked at the provider.
-        const strays = live.filter((i) => i.retryCheck && !served.some((s) => s.item === i) && !dropped.includes(i) && !i.superseded);
+        // written) must not launch for a job nobody re-checked at the provider. One whose
+        // record could not be read at all is not such a stray: it fails, so SQS redelivers it
+        // and the retry chain goes on.
+        const unread = live.filter((i) => i.retryCheck && unrecorded.includes(i));
+        for (const item of unread) {
+          item.log.error("a retry check could not read the job's record; the message will be retried");
+          fail(item.record);
+        }
+        const strays = live.filter((i) => i.retryCheck && !served.some((s) => s.item === i) && !dropped.includes(i) && !i.superseded && !unread.includes(i));
         for (const item of strays) item.log.info('a retry check found no served record; nothing to do');
         for (const item of [...dropped, ...strays]) settle(item.record);
-        for (const item of [...dropped, ...gone, ...strays, ...served.map((s) => s.item)]) if (live.includes(item)) live.splice(live.indexOf(item), 1);
+        // The stray's claim wrote a fresh record for its delivery: give it up, or a reconciled
+        // copy of the job would be refused until the holder deadline.
+        await mapLimit(strays, 10, (item) => releaseRecord(deps.jobRecords!, item.job, item.log, item.pool ?? 'unresolved'));
+        for (const item of [...dropped, ...gone, ...strays, ...unread, ...served.map((s) => s.item)]) if (live.includes(item)) live.splice(live.indexOf(item), 1);
         for (const r of await checkServed(retryContext(deps.jobRecords), served)) {
           r.item.superseded = r.superseded;
           live.push(r.item);
@@ -364,7 +375,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             await deadLetter(item.record, 'unknown-pool', item.log, pool, undefined, item.job);
             break;
           case 'expired':
-            await deadLetter(item.record, 'max-wait', item.log, pool, undefined, item.job);
+            await deadLetter(item.record, MAX_WAIT_REASON, item.log, pool, undefined, item.job);
             break;
           case 'wait':
             await waitCopy(item, new Date(now().getTime() + capacityBackoffSeconds(item.waits, random) * 1000), 'pool at capacity, job waits');

@@ -54,6 +54,11 @@ export interface ServedState {
   readonly attempt: number;
   /** The retries are spent: the job was dead-lettered. */
   readonly exhausted: boolean;
+  /**
+   * The SQS message id whose check spent the retries (from `advancedBy`, `exhaust:<id>`): its
+   * dead-letter send follows the write, so a redelivery of that message sends it again.
+   */
+  readonly exhaustedBy?: string;
 }
 
 /** What a retry step came to: `won` (this message holds the next attempt, or the exhaustion), `lost` (another copy moved first). */
@@ -324,12 +329,18 @@ export class DynamoJobRecords implements JobRecords {
 
 type Item = Record<string, AttributeValue>;
 
+/** `advancedBy` of an exhaustion: `exhaust:<message id>` (the mark `advance` writes). */
+const EXHAUST_MARK = 'exhaust:';
+
 /** The served state an item records, if a runner was started for its job. */
 function servedOf(item: Item | undefined): ServedState | undefined {
   const at = item?.[A.servedAt]?.N;
   const instanceId = item?.[A.servedInstance]?.S;
   if (at === undefined || instanceId === undefined) return undefined;
-  return { servedAt: Number(at), instanceId, attempt: Number(item?.[A.attempt]?.N ?? '0'), exhausted: item?.[A.exhausted]?.BOOL === true };
+  const exhausted = item?.[A.exhausted]?.BOOL === true;
+  const by = item?.[A.advancedBy]?.S;
+  const exhaustedBy = exhausted && by?.startsWith(EXHAUST_MARK) ? by.slice(EXHAUST_MARK.length) : undefined;
+  return { servedAt: Number(at), instanceId, attempt: Number(item?.[A.attempt]?.N ?? '0'), exhausted, ...(exhaustedBy ? { exhaustedBy } : {}) };
 }
 
 /** What a record says of earlier attempts: its served state and superseded instances, where it has them. */

@@ -1,6 +1,6 @@
 import type { SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit } from '../shared/aws-call';
-import { RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type RunnerSummary, type TagKeys } from '../shared/contract';
+import { MAX_WAIT_REASON, RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type RunnerSummary, type TagKeys } from '../shared/contract';
 import type { ObservedInstance } from '../shared/instances';
 import type { Logger, Metrics } from '../shared/log';
 import { holderDeadline, type JobRecords, type ServedState } from './job-record';
@@ -59,6 +59,13 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   const { item, served } = c;
   const pool = item.pool ?? 'unresolved';
   const due = retryDue(served, ctx.now(), ctx.retry.retryAfterSeconds);
+  if (due === 'exhausted' && served.exhaustedBy === item.record.messageId) {
+    // This message spent the retries, then its dead-letter send failed (SQS redelivered it):
+    // send it again, or the job is lost. The send's deduplication id is the message id.
+    item.log.info("this message spent the job's retries; dead-lettering it again", { instanceId: served.instanceId });
+    await ctx.deadLetter(item, RETRIES_EXHAUSTED_REASON);
+    return undefined;
+  }
   if (due !== 'due') {
     if (c.mine) item.log.info(due === 'exhausted' ? "the job's retries are spent; nothing to do" : "the job's runner was started recently; nothing to do", { instanceId: served.instanceId });
     else {
@@ -75,8 +82,10 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   }
   let capable: string[];
   try {
-    const [instances, runners] = await Promise.all([ctx.observeFleet(), ctx.runnersOf(ctx.providerOf(item))]);
-    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds);
+    const provider = ctx.providerOf(item);
+    const [instances, runners] = await Promise.all([ctx.observeFleet(), ctx.runnersOf(provider)]);
+    const serves = (runnerId: string) => provider.runnerServes?.(runnerId, item.job) ?? true;
+    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds, serves);
   } catch (error) {
     item.log.error("observing the pool's runners for a retry failed; the message will be retried", { error: errorName(error) });
     ctx.metrics.add(ctx.names.jobsFailed, { Pool: pool, Reason: 'retry-observe' });
@@ -113,11 +122,20 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
   return { item, superseded: [...c.superseded, served.instanceId] };
 }
 
-/** A retry check keeps looking while the job may still wait (its maximum age); any other copy is done. */
+/**
+ * A retry check keeps looking while the job may still wait (its maximum age), and
+ * dead-letters it after: the job is still queued, and no later check would look at it again.
+ * Any other copy is done (the check it was sent with goes on).
+ */
 async function keepChecking<T extends Checked>(ctx: RetryCheckContext<T>, item: T): Promise<void> {
   const now = ctx.now();
   const waitEnds = Date.parse(item.job.receivedAt) + ctx.maxWaitSeconds * 1000;
-  if (item.retryCheck && now.getTime() < waitEnds) {
+  if (item.retryCheck && !(now.getTime() < waitEnds)) {
+    ctx.metrics.add(ctx.names.jobRetriesStopped, { Pool: item.pool ?? 'unresolved', Reason: MAX_WAIT_REASON });
+    await ctx.deadLetter(item, MAX_WAIT_REASON);
+    return;
+  }
+  if (item.retryCheck) {
     try {
       await ctx.scheduleCheck(item, new Date(now.getTime() + ctx.retry.retryAfterSeconds * 1000));
     } catch (error) {

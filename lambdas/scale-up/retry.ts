@@ -58,7 +58,9 @@ export function retryAction(served: ServedState, capable: readonly string[], lim
  *   runner is not reported busy (not listed yet, offline, or online without a busy flag, as
  *   GitLab's list has none).
  * An instance activated longer ago whose runner is offline or gone died before taking a job;
- * one whose runner is busy took a job (its own or another's). Neither counts.
+ * one whose runner is busy took a job (its own or another's). Neither counts. Nor does a
+ * runner whose scope at the provider excludes the job (`serves`: a GitHub repository runner
+ * of another repository); one whose runner id is not tagged yet counts, as it may.
  */
 export function capableRunners(
   instances: readonly ObservedInstance[],
@@ -67,17 +69,19 @@ export function capableRunners(
   keys: TagKeys,
   now: Date,
   retryAfterSeconds: number,
+  serves: (runnerId: string) => boolean = () => true,
 ): string[] {
   const byId = new Map(runners.map((r) => [r.runnerId, r]));
   const capable: string[] = [];
   for (const i of instances) {
     if (i.tags.get(keys.pool) !== pool || !isActivated(i, keys)) continue;
+    const runnerId = i.tags.get(keys.runnerId);
+    if (runnerId !== undefined && !serves(runnerId)) continue;
     if (i.state === 'pending') {
       capable.push(i.id);
       continue;
     }
     if (i.state !== 'running') continue;
-    const runnerId = i.tags.get(keys.runnerId);
     const runner = runnerId === undefined ? undefined : byId.get(runnerId);
     if (runner?.status === 'online' && runner.busy === false) {
       capable.push(i.id);

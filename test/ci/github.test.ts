@@ -176,6 +176,17 @@ describe('GitHubProvider against a loopback GitHub', () => {
     await expect(p.createRunner(job({ owner: 'o2', project: 'app' }), INSTANCE, 'linux')).rejects.toThrow(/not one of the fleet's repositories/);
   });
 
+  it('says which jobs a runner may take: a repository runner only its repository\'s, an organisation runner any', () => {
+    const repos = provider({ organization: undefined, repositories: ['o1/app', 'o2/app'] });
+    expect(repos.runnerServes('o1/app/23', job({ owner: 'o1', project: 'app' }))).toBe(true);
+    expect(repos.runnerServes('O1/App/23', job({ owner: 'o1', project: 'app' }))).toBe(true);
+    expect(repos.runnerServes('o1/app/23', job({ owner: 'o2', project: 'app' }))).toBe(false);
+    expect(repos.runnerServes('o1/app/23', job({ owner: 'o1', project: 'web' }))).toBe(false);
+    expect(repos.runnerServes('23', job({ owner: 'o1', project: 'app' }))).toBe(false);
+    expect(provider().runnerServes('23', job({ project: 'any' }))).toBe(true);
+    expect(server.requests).toHaveLength(0);
+  });
+
   it('refuses jobs of another organisation and unknown pools before calling GitHub', async () => {
     await expect(provider().createRunner(job({ owner: 'evil' }), INSTANCE, 'linux')).rejects.toThrow(/not to organisation/);
     await expect(provider().createRunner(job(), INSTANCE, 'nope')).rejects.toThrow(/not a GitHub pool/);

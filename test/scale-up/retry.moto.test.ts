@@ -49,6 +49,8 @@ class Fleet {
   readonly ci = new FakeCi(Provider.GITHUB, PREFIX);
   readonly lines = new Lines();
   readonly sent: Sent[] = [];
+  /** Dead-letter sends still to refuse (an SQS error, not a lost answer). */
+  failDeadLetters = 0;
   private serial = 0;
 
   constructor(
@@ -60,6 +62,10 @@ class Fleet {
     const sqs = {
       send: async (command: { constructor: { name: string }; input: { QueueUrl?: string; MessageBody?: string; MessageAttributes?: Sent['attributes'] } }) => {
         if (command.constructor.name !== 'SendMessageCommand') return;
+        if (command.input.QueueUrl === 'dlq' && this.failDeadLetters > 0) {
+          this.failDeadLetters--;
+          throw Object.assign(new Error('access denied'), { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } });
+        }
         this.sent.push({ queue: command.input.QueueUrl ?? '', body: command.input.MessageBody ?? '', attributes: command.input.MessageAttributes ?? {} });
       },
     };
@@ -179,6 +185,50 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.lastCheck().messageAttributes['not-before']?.stringValue).toBe(later(at, 2 * RETRY_AFTER + 1).toISOString());
   });
 
+  it('a check still waiting for an idle runner at the maximum wait dead-letters the job, counted', { timeout: scaled(60_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(17);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'online', busy: false });
+    // The Fleet's maximum wait is a day from the job's receivedAt.
+    const check = f.lastCheck();
+    expect((await f.run([check], later(new Date(j.receivedAt), 24 * 60 * 60 + 1))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(1);
+    expect(f.checks()).toHaveLength(1);
+    expect(f.deadLetters()).toEqual(['max-wait']);
+    expect(f.lines.metric('JobsDeadLettered', { Reason: 'max-wait' })).toBe(1);
+    expect(f.lines.metric('JobRetriesStopped', { Reason: 'max-wait' })).toBe(1);
+  });
+
+  it("an idle runner of another repository does not keep the job waiting (the provider's runner scope)", { timeout: scaled(90_000) }, async () => {
+    const f = new Fleet();
+    // Repository runners, as GitHub's `owner/repo/<id>`: a runner takes only its repository's jobs.
+    const repoOf = new Map<string, string>();
+    const create = f.ci.createRunner.bind(f.ci);
+    Object.assign(f.ci, {
+      createRunner: async (job: JobMessage, instanceId: string, pool: string) => {
+        const reg = await create(job, instanceId, pool);
+        repoOf.set(reg.runnerId, job.project);
+        return reg;
+      },
+      runnerServes: (runnerId: string, job: JobMessage) => repoOf.get(runnerId) === job.project,
+    });
+    const other = fresh(18);
+    const j = { ...fresh(19), project: 'web' };
+    const at = t0();
+    expect((await f.run([record(JSON.stringify(other), { id: 'msg-other' })], at)).batchItemFailures).toEqual([]);
+    expect((await f.run([record(JSON.stringify(j), { id: 'msg-j' })], at)).batchItemFailures).toEqual([]);
+    expect(f.checks()).toHaveLength(2);
+    Object.assign(f.latestRunner(other), { status: 'online', busy: false });
+    Object.assign(f.latestRunner(j), { status: 'online', busy: true });
+    const check = f.checks().find((c) => JSON.parse(c.body).jobId === j.jobId)!;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+    expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(0);
+    expect(f.lines.metric('JobsRetried')).toBe(1);
+    expect(f.ci.created).toBe(3);
+  });
+
   it('a cancelled job stops the retries', { timeout: scaled(60_000) }, async () => {
     const f = new Fleet();
     const j = fresh(4);
@@ -215,6 +265,28 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.deadLetters()).toEqual(['retries-exhausted']);
   });
 
+  it('an exhausted job whose dead-letter send failed is dead-lettered by the redelivered message', { timeout: scaled(60_000) }, async () => {
+    const f = new Fleet(0);
+    const j = fresh(15);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'offline', busy: false });
+    const check = f.lastCheck();
+    f.failDeadLetters = 1;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([{ itemIdentifier: check.messageId }]);
+    expect((await recordOf(j))?.exhausted?.BOOL).toBe(true);
+    expect(f.deadLetters()).toEqual([]);
+    // SQS redelivers the same message: it finds the record exhausted by itself, and sends again.
+    const again = { ...check, attributes: { ...check.attributes, ApproximateReceiveCount: '2' } };
+    expect((await f.run([again], later(at, RETRY_AFTER + 40))).batchItemFailures).toEqual([]);
+    expect(f.deadLetters()).toEqual(['retries-exhausted']);
+    expect(f.lines.metric('JobsDeadLettered', { Reason: 'retries-exhausted' })).toBe(1);
+    // Any other copy still finds the retries spent and sends nothing.
+    expect((await f.run([f.copy(j, 'reconciler-github-15')], later(at, 3 * RETRY_AFTER))).batchItemFailures).toEqual([]);
+    expect(f.deadLetters()).toEqual(['retries-exhausted']);
+    expect(f.ci.created).toBe(1);
+  });
+
   it('a reconciled copy retries the job as a check would, when the check was lost', { timeout: scaled(60_000) }, async () => {
     const f = new Fleet();
     const j = fresh(6);
@@ -239,6 +311,36 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect((await f.run([check], later(t0(), 1))).batchItemFailures).toEqual([]);
     expect(f.ci.created).toBe(0);
     expect(f.lines.logs('a retry check found no served record; nothing to do')).toHaveLength(1);
+    // Its claim's fresh record is given up: a reconciled copy of the job is not refused.
+    expect(await recordOf(j)).toBeUndefined();
+    expect((await f.run([f.copy(j, 'reconciler-github-14')], later(t0(), 2))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(1);
+  });
+
+  it('a retry check whose record cannot be read is retried, not dropped', { timeout: scaled(60_000) }, async () => {
+    // The store answers the check's first claim with an error (throttled, 5xx, both reads lost).
+    let refuse = 0;
+    const records = () => {
+      const real = new DynamoJobRecords(aws(), dynamo(), TABLE);
+      return Object.assign(Object.create(real) as DynamoJobRecords, {
+        claim: (job: JobMessage, now: Date, holdUntil: Date) => (refuse-- > 0 ? Promise.resolve({ kind: 'unavailable' as const, error: 'ProvisionedThroughputExceededException' }) : real.claim(job, now, holdUntil)),
+      });
+    };
+    const f = new Fleet(2, records);
+    const j = fresh(16);
+    const at = t0();
+    await serve(f, j, at);
+    Object.assign(f.latestRunner(j), { status: 'online', busy: true });
+    const check = f.lastCheck();
+    refuse = 1;
+    expect((await f.run([check], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([{ itemIdentifier: check.messageId }]);
+    expect(f.ci.created).toBe(1);
+    expect(f.lines.logs('a retry check found no served record; nothing to do')).toHaveLength(0);
+    // SQS redelivers it; the store answers now, and the retry goes ahead.
+    const again = { ...check, attributes: { ...check.attributes, ApproximateReceiveCount: '2' } };
+    expect((await f.run([again], later(at, RETRY_AFTER + 40))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(2);
+    expect(Number((await recordOf(j))?.attempt?.N)).toBe(1);
   });
 
   it('two copies racing the retry start exactly one runner (fixed seeds)', { timeout: scaled(240_000) }, async () => {

@@ -54,6 +54,20 @@ describe('retry: which runners could still take a queued job of the pool', () =>
   it.each(rows)('%s', (_name, instance, runners, capable) => {
     expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER)).toEqual(capable ? [instance.id] : []);
   });
+
+  // GitHub repository runners (`owner/repo/id`): one of another repository never takes the job.
+  const ofRepo = (runnerId: string) => runnerId.startsWith('o1/app/');
+  type ScopedRow = [string, ObservedInstance, RunnerSummary[], boolean];
+  const scoped: ScopedRow[] = [
+    ['idle runner of the job\'s repository', active('running', 'o1/app/1', 1000), [runner('o1/app/1', 'online', false)], true],
+    ['idle runner of another repository', active('running', 'o2/app/1', 1000), [runner('o2/app/1', 'online', false)], false],
+    ['pending instance of another repository', active('pending', 'o2/app/2', 10), [], false],
+    ['starting runner of another repository', active('running', 'o2/app/3', 10), [], false],
+    ['pending instance without a runner id yet', inst('pending', { [KEYS.pool]: 'linux', [KEYS.activatedAt]: ago(5) }), [], true],
+  ];
+  it.each(scoped)('scope: %s', (_name, instance, runners, capable) => {
+    expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER, ofRepo)).toEqual(capable ? [instance.id] : []);
+  });
 });
 
 describe('decide: a retried job', () => {

@@ -51,6 +51,12 @@ export interface CiProvider {
    * A 404 throws `JobLookupError` as for `isJobQueued`.
    */
   resolveLabels?(job: JobMessage, signal?: AbortSignal): Promise<string[]>;
+  /**
+   * Whether the runner registered as `runnerId` may take `job` (its scope at the service: a
+   * GitHub repository runner takes only its repository's jobs). Absent: every runner of the
+   * fleet may take every job it serves (GitLab registers the whole fleet in one scope).
+   */
+  runnerServes?(runnerId: string, job: JobMessage): boolean;
 }
 
 /** Why a job lookup found nothing; `not-found` is an HTTP 404: gone, or not visible to the credential. */

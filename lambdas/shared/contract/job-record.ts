@@ -43,6 +43,12 @@ export const JOB_RETRY_DEFAULTS: JobRetryOptions = { retryAfterSeconds: 5 * 60, 
 export const RETRIES_EXHAUSTED_REASON = 'retries-exhausted';
 
 /**
+ * The dead-letter reason of a job still queued at its maximum wait (from the webhook's
+ * `receivedAt`): a capacity wait, or a retry check still waiting for an idle runner to take it.
+ */
+export const MAX_WAIT_REASON = 'max-wait';
+
+/**
  * How long a record is kept (its TTL, and the condition's expiry): longer than GitHub lists a
  * failed delivery for the reconciler to redeliver (a few days) and than a job may stay queued
  * (GitHub: 24 hours), so a late copy of a served job always finds it.

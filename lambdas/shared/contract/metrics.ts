@@ -79,7 +79,7 @@ export interface MetricNames {
   readonly jobRecordErrors: string;
   /** Jobs that got another runner because they stayed queued after theirs was started (it took another job, or died), per pool. */
   readonly jobsRetried: string;
-  /** Retries of a job that stopped, by reason: `not-queued` (cancelled, started or finished), `retries-exhausted`. */
+  /** Retries of a job that stopped, by reason: `not-queued` (cancelled, started or finished), `retries-exhausted`, `max-wait` (a runner could still take it at its maximum wait). */
   readonly jobRetriesStopped: string;
   /** Failed webhook deliveries the reconciler asked GitHub or GitLab to send again. */
   readonly redeliveries: string;
