@@ -78,7 +78,7 @@ async function interrupt(signals: number): Promise<{ code: number | null; stdout
     stderr += c.toString();
     // Once a machine boots, everything (moto, the player, the Lambdas) is running.
     if (sent === 0 && /\sboot\s/.test(stderr)) {
-      motoPids = children(child.pid!).filter((p) => cmdline(p).includes('moto.server'));
+      motoPids = children(child.pid!).filter((p) => /moto[._]server/.test(cmdline(p)));
       send();
     }
     if (sent === 1 && signals > 1 && stderr.includes('stopping:')) send();
