@@ -37,7 +37,11 @@ fail() {
 CHILD=''
 on_signal() {
   # Reaped here too: a zombie left to an init that does not reap would still count as running.
-  [[ -z $CHILD ]] || { kill "$CHILD" 2>/dev/null; wait "$CHILD"; } || true
+  # Every background child, not only $CHILD: a signal between `sleep &` and `CHILD=$!` would
+  # otherwise leave that sleep running after the runner exits.
+  local -a running=()
+  mapfile -t running <<<"$(jobs -p)"
+  [[ -z ${running[0]} ]] || { kill "${running[@]}" 2>/dev/null; wait "${running[@]}"; } || true
   log "stopped by a signal${JOB:+ during job $JOB}"
   exit 143
 }
