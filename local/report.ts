@@ -531,7 +531,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);
   }
   const whole = report.failSafe
-    ? 'the whole run: moto started, fleet provisioned, pools backed off, jobs launched and refused, all settled'
+    ? 'the whole run: moto started, fleet provisioned, pools backed off, jobs held, launched and refused, or dead-lettered, all settled'
     : 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled';
   lines.push(`wall time ${report.wallSeconds}s (${report.settled ? whole : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');
