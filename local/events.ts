@@ -12,6 +12,8 @@ export type LocalEventKind =
   | 'claimed'
   /** Scale-up started the instance (warm) or it was launched (cold). */
   | 'started'
+  /** Scale-up held the job back by its pool's prime back-off: a wait copy in the jobs queue, no launch (detail: why). */
+  | 'held'
   /** An instance booted (detail: the boot mode it chose). */
   | 'boot'
   /** The boot's install step put the runner on a stock image (detail: its version). */

@@ -97,6 +97,13 @@ const LOG_FACTS = {
   deadLettered: 'job dead-lettered',
 } as const;
 
+/**
+ * Scale-up's line for a job its pool's prime back-off holds (lambdas/scale-up/handler.ts: "the
+ * pool's prime back-off holds cold launches (backoff), job waits"). Matched loosely, so that a
+ * reworded reason (the back-off is still being refined) is still seen as a hold.
+ */
+const HELD_BY_BACKOFF = /prime back-off.*\bholds?\b.*\bwaits?\b/i;
+
 export class LocalLambdas {
   /** Scale-up's own clients: faults are added to these. */
   readonly scaleUpClients: LocalAwsClients;
@@ -353,6 +360,7 @@ export function eventOfLogLine(fn: LambdaName, line: string, t = Date.now()): Lo
   if (message === LOG_FACTS.warmStarted) return [{ ...withInstance, kind: 'started', detail: 'warm' }];
   if (message === LOG_FACTS.coldStarted) return [{ ...withInstance, kind: 'started', detail: 'cold' }];
   if (message === LOG_FACTS.deadLettered) return [{ ...base, kind: 'dead-lettered', detail: str('reason') ?? 'dead-lettered' }];
+  if (message !== undefined && HELD_BY_BACKOFF.test(message)) return [{ ...base, kind: 'held', detail: message }];
   return [];
 }
 

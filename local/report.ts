@@ -128,20 +128,31 @@ export interface FailSafeReport {
   /** Why the boots failed, in their own words (distinct). */
   readonly reasons: readonly string[];
   readonly pools: Readonly<Record<string, PoolFailSafe>>;
-  /** Instances scale-up launched for jobs (each failed its install and terminated itself). */
+  /** Instances scale-up launched for jobs (bounded by the cold gate; each must refuse its download and be terminated). */
   readonly coldLaunches: number;
+  /** Of those, the ones seen refusing their download (a boot-failed event) and terminated. */
+  readonly coldRefused: number;
   /** Boots that started a runner (the boot script's line): must be 0. */
   readonly runnersStarted: number;
   /** CI jobs a runner took (a registration used): must be 0. */
   readonly jobsTaken: number;
   /** Jobs still queued at their CI server, unserved and not dead-lettered (they wait). */
   readonly jobsWaiting: readonly string[];
+  /**
+   * The waiting jobs whose last word from scale-up is a hold by their pool's prime back-off:
+   * each is a wait copy in the jobs queue (a job waiting, not a leftover of the fleet).
+   */
+  readonly jobsHeld: readonly string[];
+  /** Why scale-up held them, in its own words (distinct). */
+  readonly heldWhy: readonly string[];
   readonly jobsDeadLettered: readonly string[];
 }
 
 export interface PoolFailSafe {
-  /** Warm standbys launched in the run. */
+  /** Instances launched for the pool in the run: its warm standbys plus scale-up's cold launches (one back-off bounds both). */
   readonly launches: number;
+  readonly standbys: number;
+  readonly coldLaunches: number;
   /** The back-off's bound for the pool's clock span: primeFailureLimit + ceil(span / primeBackoffCap). */
   readonly bound: number;
   /** Boots of its standbys that failed and said so. */
@@ -167,13 +178,29 @@ export function buildFailSafe(input: {
   const failedBoots = new Set(events.filter((e) => e.kind === 'boot-failed' && e.instanceId).map((e) => e.instanceId!));
   const pools: Record<string, PoolFailSafe> = {};
   const failures: string[] = [];
+  let coldRefused = 0;
   for (const pool of config.pools) {
-    const standbys = world.instances.filter((i) => i.tags[keys.pool] === pool.name && i.tags[keys.warmStandby] === WARM_STANDBY_VALUE);
+    const mine = world.instances.filter((i) => i.tags[keys.pool] === pool.name);
+    const standbys = mine.filter((i) => i.tags[keys.warmStandby] === WARM_STANDBY_VALUE);
+    const cold = mine.filter((i) => i.tags[keys.warmStandby] !== WARM_STANDBY_VALUE);
     const bound = pool.warm.primeFailureLimit + Math.ceil(Math.max(1, input.spanSeconds) / pool.warm.primeBackoffCapSeconds);
-    const p = { launches: standbys.length, bound, failedPrimes: standbys.filter((i) => failedBoots.has(i.id)).length, primeBackoff: input.primeBackoff[pool.name] ?? 0 };
+    const p = {
+      launches: mine.length,
+      standbys: standbys.length,
+      coldLaunches: cold.length,
+      bound,
+      failedPrimes: standbys.filter((i) => failedBoots.has(i.id)).length,
+      primeBackoff: input.primeBackoff[pool.name] ?? 0,
+    };
     pools[pool.name] = p;
     if (p.primeBackoff !== 1) failures.push(`${pool.name}: PrimeBackoff ${p.primeBackoff}, not 1`);
-    if (p.launches > bound) failures.push(`${pool.name}: ${p.launches} standbys launched, above the bound of ${bound}`);
+    if (p.launches > bound) failures.push(`${pool.name}: ${p.launches} launches (${p.standbys} standbys, ${p.coldLaunches} cold), above the bound of ${bound}`);
+    // A cold launch must have refused its download (its boot-failed event) and be gone.
+    coldRefused += cold.filter((i) => failedBoots.has(i.id) && i.state === 'terminated').length;
+    for (const i of cold) {
+      if (!failedBoots.has(i.id)) failures.push(`${pool.name}: cold launch ${i.id} did not report a refused download`);
+      if (i.state !== 'terminated') failures.push(`${pool.name}: cold launch ${i.id} is ${i.state}, not terminated`);
+    }
   }
   const runnersStarted = events.filter((e) => e.kind === 'runner-started').length;
   if (runnersStarted > 0) failures.push(`${runnersStarted} runner(s) started`);
@@ -185,8 +212,11 @@ export function buildFailSafe(input: {
   const lost = input.jobs.filter((j) => !jobsWaiting.includes(j.job) && !jobsDeadLettered.includes(j.job));
   if (lost.length > 0) failures.push(`jobs neither waiting nor dead-lettered: ${lost.map((j) => j.job).join(', ')}`);
   const reasons = [...new Set(events.filter((e) => e.kind === 'boot-failed').map((e) => String(e.detail ?? '')))];
-  const coldLaunches = world.instances.filter((i) => i.tags[keys.pool] !== undefined && i.tags[keys.warmStandby] !== WARM_STANDBY_VALUE).length;
-  return { passed: failures.length === 0, failures, reasons, pools, coldLaunches, runnersStarted, jobsTaken, jobsWaiting, jobsDeadLettered };
+  const coldLaunches = Object.values(pools).reduce((n, p) => n + p.coldLaunches, 0);
+  const lastHold = (j: JobReport) => j.timeline.filter((e) => e.kind === 'held' || e.kind === 'started' || e.kind === 'dead-lettered').at(-1);
+  const held = input.jobs.filter((j) => jobsWaiting.includes(j.job) && lastHold(j)?.kind === 'held');
+  const heldWhy = [...new Set(held.map((j) => String(lastHold(j)!.detail ?? 'held')))];
+  return { passed: failures.length === 0, failures, reasons, pools, coldLaunches, coldRefused, runnersStarted, jobsTaken, jobsWaiting, jobsHeld: held.map((j) => j.job), heldWhy, jobsDeadLettered };
 }
 
 /** Every state but terminated: a shutting-down instance is still there (and still billed). */
@@ -441,10 +471,15 @@ async function listDeadLetters(clients: LocalAwsClients, queueUrl: string): Prom
 function formatFailSafe(f: FailSafeReport): string[] {
   const lines = [`fail-safe (tampered download): ${f.passed ? 'PASSED, the fleet failed safe' : `FAILED: ${f.failures.join('; ')}`}`];
   for (const [pool, p] of Object.entries(f.pools)) {
-    lines.push(`  pool ${pool}: PrimeBackoff ${p.primeBackoff} (the alarm's metric), ${p.launches} standby launch(es) within the back-off bound of ${p.bound}, ${p.failedPrimes} failed prime(s)`);
+    const within = p.launches <= p.bound ? 'within' : 'ABOVE';
+    lines.push(`  pool ${pool}: PrimeBackoff ${p.primeBackoff} (the alarm's metric), ${p.launches} launch(es) (${p.standbys} standby, ${p.coldLaunches} cold) ${within} the back-off bound of ${p.bound}, ${p.failedPrimes} failed prime(s)`);
   }
-  lines.push(`  runners started ${f.runnersStarted}, CI jobs taken by a runner ${f.jobsTaken}, cold launches ${f.coldLaunches} (each refused its download and terminated itself)`);
+  lines.push(`  runners started ${f.runnersStarted}, CI jobs taken by a runner ${f.jobsTaken}, cold launches ${f.coldLaunches} (${f.coldRefused} seen refusing their download and terminated)`);
   lines.push(`  jobs not served: ${f.jobsWaiting.length} wait at their CI server${f.jobsWaiting.length ? ` (${f.jobsWaiting.join(', ')})` : ''}, ${f.jobsDeadLettered.length} dead-lettered${f.jobsDeadLettered.length ? ` (${f.jobsDeadLettered.join(', ')})` : ''}`);
+  if (f.jobsHeld.length) {
+    lines.push(`  held by the prime back-off: ${f.jobsHeld.length} of the waiting jobs (${f.jobsHeld.join(', ')}), each a wait copy in the jobs queue until a probe proves the pool or its maximum wait dead-letters it; waiting jobs, not leftovers`);
+    for (const w of f.heldWhy) lines.push(`  held because: ${w}`);
+  }
   for (const r of f.reasons) lines.push(`  why: ${r}`);
   return lines;
 }
@@ -496,7 +531,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);
   }
   const whole = report.failSafe
-    ? 'the whole run: moto started, fleet provisioned, pools backed off, jobs launched and refused, all settled'
+    ? 'the whole run: moto started, fleet provisioned, pools backed off, jobs held, launched and refused, or dead-lettered, all settled'
     : 'the whole run: moto started, fleet provisioned, pools filled, jobs served, all settled';
   lines.push(`wall time ${report.wallSeconds}s (${report.settled ? whole : 'the whole run, until it gave up: NOT SETTLED'})`);
   return lines.join('\n');

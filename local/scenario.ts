@@ -398,9 +398,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     let backoffSkips = 0;
     while (gaveUp === undefined && Date.now() < deadline && !o.signal?.aborted) {
       // A fleet that cannot install its runner serves nothing: then every job must have had its
-      // launch (or be dead-lettered), and its instance be gone (a leftover otherwise).
+      // launch, be dead-lettered, or be held by its pool's prime back-off (a wait copy in the
+      // queue, no launch), and every launched instance be gone (a leftover otherwise).
       const jobsDone = faults.tamperedDownload
-        ? jobs.every((j) => startedOrDone(events, j, github, gitlab))
+        ? jobs.every((j) => startedOrDone(events, j, github, gitlab) || heldByBackoff(events, j))
         : jobs.every((j) => doneAtCi(j, github, gitlab) || events.some((e) => e.kind === 'dead-lettered' && e.provider === j.provider && e.ciJobId === j.ciJobId));
       const world = await listInstances(clients);
       if (jobsDone && faults.stallPriming) {
@@ -429,8 +430,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         const left = findLeftovers(fleet.config, keys, observed);
         // Backing off, the pools stay empty by design.
         const full = faults.tamperedDownload || fleet.config.pools.every((p) => parkedOf(observed.instances, fleet.config, p.name).length === p.warm.size);
-        const queueEmpty = await queueIsEmpty(clients, fleet.queueUrl);
-        if (left.instances.length + left.parameters.length + left.registrations.length === 0 && full && queueEmpty) {
+        // The held jobs' wait copies stay in the queue: jobs waiting, not something left behind.
+        const held = faults.tamperedDownload ? jobs.filter((j) => heldByBackoff(events, j)).length : 0;
+        const queueSettled = (await queueMessages(clients, fleet.queueUrl)) <= held;
+        if (left.instances.length + left.parameters.length + left.registrations.length === 0 && full && queueSettled) {
           settled = true;
           break;
         }
@@ -511,9 +514,20 @@ function doneAtCi(job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitL
   return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed'));
 }
 
+function traceOf(events: readonly LocalEvent[], job: ScenarioJob): string | undefined {
+  return events.find((e) => e.kind === 'queued' && e.provider === job.provider && e.ciJobId === job.ciJobId)?.traceId;
+}
+
 function startedOrDone(events: readonly LocalEvent[], job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
-  const trace = events.find((e) => e.kind === 'queued' && e.provider === job.provider && e.ciJobId === job.ciJobId)?.traceId;
+  const trace = traceOf(events, job);
   return doneAtCi(job, github, gitlab) || (trace !== undefined && events.some((e) => (e.kind === 'started' || e.kind === 'dead-lettered') && e.traceId === trace));
+}
+
+/** The job's latest scale-up fact is a hold by the prime back-off: it waits as a wait copy in the queue. */
+function heldByBackoff(events: readonly LocalEvent[], job: ScenarioJob): boolean {
+  const trace = traceOf(events, job);
+  const last = trace === undefined ? undefined : events.filter((e) => e.traceId === trace && (e.kind === 'held' || e.kind === 'started' || e.kind === 'dead-lettered')).at(-1);
+  return last?.kind === 'held';
 }
 
 
@@ -531,11 +545,12 @@ function parkedOf(world: readonly ObservedInstance[], config: FleetConfig, pool:
   );
 }
 
-async function queueIsEmpty(clients: LocalAwsClients, queueUrl: string): Promise<boolean> {
+/** Messages in the jobs queue, visible or not (an early wait copy is hidden until its time: FIFO has no delay). */
+async function queueMessages(clients: LocalAwsClients, queueUrl: string): Promise<number> {
   const out = await clients.sqs.send(
     new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
   );
-  return Number(out.Attributes?.ApproximateNumberOfMessages ?? '0') + Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? '0') === 0;
+  return Number(out.Attributes?.ApproximateNumberOfMessages ?? '0') + Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? '0');
 }
 
 class WaitTimeout extends Error {}

@@ -59,6 +59,8 @@ describe('timeline facts from the handlers\' log lines', () => {
     ['warm start', 'scale-up', 'warm activation started the instance', { traceId: 't', jobId: 'github:12', instanceId: 'i-1' }, ['started']],
     ['cold launch', 'scale-up', 'cold launch started an instance', { traceId: 't', jobId: 'gitlab:3', instanceId: 'i-2' }, ['started']],
     ['dead letter', 'scale-up', 'job dead-lettered', { traceId: 't', jobId: 'github:12', reason: 'no-pool' }, ['dead-lettered']],
+    ['held by the prime back-off', 'scale-up', "the pool's prime back-off holds cold launches (backoff), job waits", { traceId: 't', jobId: 'gitlab:3', waits: 1 }, ['held']],
+    ['the pool-level hold line names no job and is not a job fact', 'scale-up', 'prime back-off: holding cold launches back', { traceId: 't' }, []],
     ['a fallback is not a start', 'scale-up', 'warm activation fell back to a cold launch', { traceId: 't' }, []],
     ['the same words from another function', 'pool', 'job queued', { traceId: 't' }, []],
   ])('%s', (_name, fn, message, fields, kinds) => {

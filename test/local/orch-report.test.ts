@@ -247,19 +247,58 @@ describe('buildFailSafe: a fleet that cannot install its runner', () => {
 
   it('passes when every pool backs off within its bound, no runner ran and every job waits or was dead-lettered', () => {
     const f = input();
-    expect(f).toMatchObject({ passed: true, failures: [], runnersStarted: 0, jobsTaken: 0, jobsWaiting: ['github:1'], jobsDeadLettered: [], coldLaunches: 0 });
+    expect(f).toMatchObject({ passed: true, failures: [], runnersStarted: 0, jobsTaken: 0, jobsWaiting: ['github:1'], jobsHeld: [], jobsDeadLettered: [], coldLaunches: 0, coldRefused: 0 });
     // limit 3 + ceil(900 s / the 3600 s cap)
-    expect(f.pools).toEqual({ gh: { launches: 2, bound: 4, failedPrimes: 2, primeBackoff: 1 }, gl: { launches: 1, bound: 4, failedPrimes: 1, primeBackoff: 1 } });
+    expect(f.pools).toEqual({
+      gh: { launches: 2, standbys: 2, coldLaunches: 0, bound: 4, failedPrimes: 2, primeBackoff: 1 },
+      gl: { launches: 1, standbys: 1, coldLaunches: 0, bound: 4, failedPrimes: 1, primeBackoff: 1 },
+    });
     expect(f.reasons).toEqual(['SHA-256 of http://127.0.0.1:1/x is a, the pin says b']);
   });
 
   it('fails on a pool not backing off, launches above the bound, a runner, a taken job or a job that neither waits nor was dead-lettered', () => {
     expect(input({ primeBackoff: { gh: 1 } }).failures).toEqual(['gl: PrimeBackoff 0, not 1']);
     const many = Array.from({ length: 5 }, () => failedStandby('gh'));
-    expect(input({ world: world({ instances: many, ciJobs }) }).failures).toEqual(['gh: 5 standbys launched, above the bound of 4']);
+    expect(input({ world: world({ instances: many, ciJobs }) }).failures).toEqual(['gh: 5 launches (5 standbys, 0 cold), above the bound of 4']);
     expect(input({ events: [...events, { t: T0, kind: 'runner-started', instanceId: 'i-x' }] }).failures).toEqual(['1 runner(s) started']);
     expect(input({ world: world({ instances: standbys, ciJobs: [{ provider: 'github', id: '1', done: false, runnerName: 'r' }] }) }).failures).toEqual(['1 CI job(s) taken by a runner']);
     expect(input({ world: world({ instances: standbys, ciJobs: [] }) }).passed).toBe(false);
     expect(input({ jobs: [{ ...waiting, deadLettered: 'redrive' }], world: world({ instances: standbys, ciJobs: [] }) })).toMatchObject({ passed: true, jobsDeadLettered: ['github:1'] });
+  });
+
+  const coldLaunch = (state: string): ObservedInstance => ({ id: id(), state, tags: { [keys.pool]: 'gh', [keys.createdBy]: CREATED_BY.scaleUp, [keys.jobId]: 'github:1' } });
+
+  it('counts cold launches in the pool\'s launches and checks that each refused its download and is gone', () => {
+    const probe = coldLaunch('terminated');
+    const f = input({ world: world({ instances: [...standbys, probe], ciJobs }), events: [...events, bootFailed(probe.id)] });
+    expect(f).toMatchObject({ passed: true, coldLaunches: 1, coldRefused: 1 });
+    expect(f.pools.gh).toMatchObject({ launches: 3, standbys: 2, coldLaunches: 1 });
+    expect(formatReport({ ...buildReport({ config, jobs: [], events: [], world: world(), startedAt: T0, endedAt: T0 }), failSafe: f })).toContain('3 launch(es) (2 standby, 1 cold) within the back-off bound of 4');
+
+    const silent = coldLaunch('terminated');
+    expect(input({ world: world({ instances: [...standbys, silent], ciJobs }) }).failures).toEqual([`gh: cold launch ${silent.id} did not report a refused download`]);
+    const running = coldLaunch('running');
+    expect(input({ world: world({ instances: [...standbys, running], ciJobs }), events: [...events, bootFailed(running.id)] })).toMatchObject({
+      coldRefused: 0,
+      failures: [`gh: cold launch ${running.id} is running, not terminated`],
+    });
+    // Cold launches count against the same bound as standbys: 2 standbys + 3 cold > 4.
+    const many = [coldLaunch('terminated'), coldLaunch('terminated'), coldLaunch('terminated')];
+    expect(input({ world: world({ instances: [...standbys, ...many], ciJobs }), events: [...events, ...many.map((i) => bootFailed(i.id))] }).failures).toEqual([
+      'gh: 5 launches (2 standbys, 3 cold), above the bound of 4',
+    ]);
+  });
+
+  it('names the waiting jobs the prime back-off holds, and why', () => {
+    const why = "the pool's prime back-off holds cold launches (backoff), job waits";
+    const heldJob = { ...waiting, timeline: [{ at: 0.1, kind: 'queued' as const }, { at: 0.2, kind: 'held' as const, detail: why }] };
+    const f = input({ jobs: [heldJob] });
+    expect(f).toMatchObject({ passed: true, jobsWaiting: ['github:1'], jobsHeld: ['github:1'], heldWhy: [why] });
+    // A later probe launch for it: the job is no longer held.
+    const probed = { ...heldJob, timeline: [...heldJob.timeline, { at: 5, kind: 'started' as const, detail: 'cold' }] };
+    expect(input({ jobs: [probed] })).toMatchObject({ jobsHeld: [], heldWhy: [] });
+    const text = formatReport({ ...buildReport({ config, jobs: [], events: [], world: world(), startedAt: T0, endedAt: T0 }), failSafe: f });
+    expect(text).toContain('held by the prime back-off: 1 of the waiting jobs (github:1)');
+    expect(text).toContain(`held because: ${why}`);
   });
 });
