@@ -18,7 +18,7 @@ source "$BATS_TEST_DIRNAME/helpers.bash"
 trap sandbox_stop EXIT
 sandbox_start >/dev/null
 
-# shellcheck source=bench/boot/timing.bash
+# shellcheck disable=SC1091 # ms_between and median, shared by the boot benchmarks
 source "$(dirname "$0")/timing.bash"
 
 # line_ms TEXT: the time (ms since the epoch) of the boot output's first line holding TEXT.

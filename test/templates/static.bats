@@ -29,8 +29,8 @@ teardown_file() {
     "$ROOT"/production-{github,gitlab}.sh
 }
 
-@test "shellcheck passes on the harness, its shims and the boot benchmark" {
-  shellcheck --shell=bash "$REPO/test/templates/helpers.bash" "$REPO"/test/templates/shims/*/* "$REPO/bench/boot/run.sh"
+@test "shellcheck passes on the harness, its shims and the boot benchmarks" {
+  shellcheck --shell=bash "$REPO/test/templates/helpers.bash" "$REPO"/test/templates/shims/*/* "$REPO"/bench/boot/{run.sh,install.sh,timing.bash}
 }
 
 @test "the rendered unit passes systemd-analyze verify" {
