@@ -232,11 +232,13 @@ export function observeStarts(instances: readonly ObservedInstance[], keys: TagK
     const version = templateVersionOf(i);
     if (numbered && version !== undefined && version !== pool.launchTemplateVersion) continue;
     const reason = i.tags.get(keys.startFailure);
-    if (reason !== undefined) {
+    // A runner that took its job started, whatever came after (a start-failure tag written
+    // later, by an older boot script or by hand, is no start failure).
+    if (i.tags.has(keys.jobStarted)) startedLaunchTimes.push(i.launchTime);
+    else if (reason !== undefined) {
       failedIds.push(i.id);
       if (!counted.has(i.id)) failed.push({ instanceId: i.id, reason: `cold launch: ${reason}` });
-    } else if (i.tags.has(keys.jobStarted)) startedLaunchTimes.push(i.launchTime);
-    else if (i.state !== 'shutting-down' && i.state !== 'terminated') inFlight++;
+    } else if (i.state !== 'shutting-down' && i.state !== 'terminated') inFlight++;
   }
   return { failed, failedIds, startedLaunchTimes, inFlight };
 }

@@ -245,3 +245,16 @@ describe('a pool whose every cold launch fails before its runner starts, with jo
     expect(mostInAnHour(simulateWithJobs(noGate, 2, { jobEvery: 60, coldFailSeconds: 30 }).launches)).toBeGreaterThan(3 + 1);
   });
 });
+
+describe('observing cold launches', () => {
+  const pool = fleetConfig({ warmSize: 0 }).pools[0]!;
+  const cold = (id: string, extra: [string, string][]): ObservedInstance =>
+    ({ id, state: 'terminated', launchTime: T0, tags: new Map([[KEYS.pool, pool.name], [KEYS.createdBy, CREATED_BY.scaleUp], ...extra]) }) as ObservedInstance;
+
+  it('ranks a started job above a start-failure tag: a runner that took its job did start', () => {
+    const seen = observeStarts([cold('i-0000000a', [[KEYS.jobStarted, T0.toISOString()], [KEYS.startFailure, 'RUN failed: status 143']])], KEYS, pool, undefined);
+    expect(seen.failed).toEqual([]);
+    expect(seen.failedIds).toEqual([]);
+    expect(seen.startedLaunchTimes).toEqual([T0]);
+  });
+});
