@@ -150,19 +150,33 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       }),
     );
 
-    // The job-start report (templates/start-runner.sh, watch_job) and the reason a cold launch
-    // failed before its runner started (on_exit, counted by the pool's back-off): these tag
-    // keys only, on itself only.
+    // The job-start report (templates/start-runner.sh, watch_job): this tag key only, on itself only.
     // ForAllValues holds for a request without tags too, hence the Null check on aws:TagKeys.
+    const ownInstances = [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })];
     this.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         sid: 'TagOwnJobStart',
         actions: ['ec2:CreateTags'],
-        resources: [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })],
+        resources: ownInstances,
         conditions: {
           StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted, tags.startFailure] },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted] },
           Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
+        },
+      }),
+    );
+    // The reason a cold launch failed before its runner started (on_exit, counted by the pool's
+    // back-off), only while the instance has not reported a job: job code, which runs with this
+    // role, cannot charge its own instance to the back-off once its job started.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TagOwnStartFailure',
+        actions: ['ec2:CreateTags'],
+        resources: ownInstances,
+        conditions: {
+          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.startFailure] },
+          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false', [`aws:ResourceTag/${tags.jobStarted}`]: 'true' },
         },
       }),
     );

@@ -44,7 +44,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
 PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
-CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 LOG_START=0
+CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 RAN=0 LOG_START=0
 FINAL='\(ParameterNotFound\)'
 # The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
 # this script's timeout instead, in the whole seconds it takes, and at most 3 attempts (each
@@ -465,7 +465,7 @@ run_mode() {
   log_latency
   log "starting the $PROVIDER runner"
   start_runner > >(watch_job 9>&-) 2>&1 &
-  runner=$!
+  runner=$! RAN=1
   JIT='' URL='' RTOKEN=''
   # Off the critical path: the runner is already starting. So is shipping the log (its
   # latency line feeds the fleet's metric), after the deletion: one aws CLI at a time beside
@@ -593,7 +593,7 @@ tag_failure() {
   if aws_try "tagging $ID $TAG_FAILED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_FAILED,Value=$reason" >/dev/null; then
     log "tagged $TAG_FAILED"
   else
-    log "warning: $TAG_FAILED not tagged (${ERR:0:300}); the pool's back-off does not count this failure"
+    log "warning: $TAG_FAILED not tagged (${ERR:0:300})"
   fi
 }
 
@@ -614,7 +614,8 @@ on_exit() {
     log "warm standby failed (status $status) before a mode: left for the pool to evict"
   else
     log "failed (status $status) in ${MODE:-a cold start}: terminating"
-    tag_failure "${MODE:-boot} failed: ${FAILED:-status $status}"
+    # No start failure after the runner started, nor when stopped by a signal (TERM 143, INT 130).
+    ((RAN || status > 128)) || tag_failure "${MODE:-boot} failed: ${FAILED:-status $status}"
     terminate || true
     return 0
   fi

@@ -38,6 +38,8 @@ export interface PrimeStreak {
   readonly proven: boolean;
   /** When the last failure was observed (ISO 8601). */
   readonly lastFailureAt?: string;
+  /** The latest launch time of the failures in the streak (ISO 8601): a success launched then or later ends it. */
+  readonly lastFailureLaunchAt?: string;
   /** Why the last standby failed, as the pool saw it. */
   readonly lastReason?: string;
   /** The last standby that failed (its boot log stream has the instance's own reason). */
@@ -59,6 +61,8 @@ export interface PrimeStreak {
 export interface PrimeFailure {
   readonly instanceId: string;
   readonly reason: string;
+  /** When the failed instance launched; without it the failure counts as launched now. */
+  readonly launchTime?: Date;
 }
 
 /** What one pool run observed about primes. */
@@ -85,22 +89,37 @@ export function freshStreak(template: string): PrimeStreak {
 }
 
 /**
- * The streak after this run's observation. A new template starts afresh; a standby that
- * parked after the last failure (launched after it, so its prime began after it) ends the
- * streak and proves the template; each failed prime extends it.
+ * The streak after this run's observation: failures in a row by launch order. A new template
+ * starts afresh; a standby that parked (or a cold runner that took its job) launched at or
+ * after the streak's latest failed launch ends the streak and proves the template; a failure
+ * launched before this run's latest success is followed by that success and does not count
+ * (a burst launched together with a few transient failures is no failing template); each
+ * other failure extends it.
  */
 export function nextStreak(previous: PrimeStreak | undefined, seen: PrimeObservation, now: Date): PrimeStreak {
   let s = previous && previous.template === seen.template ? previous : freshStreak(seen.template);
   if (previous?.countedStarts && s !== previous) s = { ...s, countedStarts: previous.countedStarts };
-  const lastFailure = s.lastFailureAt ? Date.parse(s.lastFailureAt) : -Infinity;
+  // A streak stored before launch times were kept ends only at a success launched after its observation.
+  const streakLaunch = s.lastFailureLaunchAt ? Date.parse(s.lastFailureLaunchAt) : s.lastFailureAt ? Date.parse(s.lastFailureAt) + 1 : -Infinity;
+  const latestSuccess = Math.max(-Infinity, ...seen.parkedLaunchTimes.map((t) => t.getTime()));
   const watchedPrimed = (s.watching ?? []).some((id) => seen.primedIds?.has(id));
-  if (watchedPrimed || seen.parkedLaunchTimes.some((t) => t.getTime() > lastFailure)) {
+  if (watchedPrimed || (seen.parkedLaunchTimes.length > 0 && latestSuccess >= streakLaunch)) {
     const { watching: _done, ...rest } = s;
     s = { ...rest, failures: 0, proven: true };
   }
-  const last = seen.failed[seen.failed.length - 1];
+  const launchOf = (f: PrimeFailure) => f.launchTime?.getTime() ?? now.getTime();
+  const failed = seen.failed.filter((f) => launchOf(f) > latestSuccess);
+  const last = failed[failed.length - 1];
   if (last) {
-    s = { ...s, failures: s.failures + seen.failed.length, lastFailureAt: now.toISOString(), lastReason: last.reason, lastInstanceId: last.instanceId };
+    const launched = Math.max(s.failures > 0 && s.lastFailureLaunchAt ? Date.parse(s.lastFailureLaunchAt) : -Infinity, ...failed.map(launchOf));
+    s = {
+      ...s,
+      failures: s.failures + failed.length,
+      lastFailureAt: now.toISOString(),
+      lastFailureLaunchAt: new Date(launched).toISOString(),
+      lastReason: last.reason,
+      lastInstanceId: last.instanceId,
+    };
   }
   return s;
 }
@@ -159,6 +178,7 @@ export function decodeStreak(text: string | undefined): PrimeStreak | undefined 
     const s = JSON.parse(text) as Partial<PrimeStreak>;
     if (s.version !== PRIME_STREAK_VERSION || typeof s.template !== 'string' || !Number.isInteger(s.failures) || s.failures! < 0) return undefined;
     for (const ids of [s.watching, s.countedStarts]) if (ids !== undefined && !(Array.isArray(ids) && ids.every((id) => typeof id === 'string'))) return undefined;
+    if (s.lastFailureLaunchAt !== undefined && !(typeof s.lastFailureLaunchAt === 'string' && !Number.isNaN(Date.parse(s.lastFailureLaunchAt)))) return undefined;
     if (typeof s.proven !== 'boolean' || (s.failures! > 0 && !(typeof s.lastFailureAt === 'string' && !Number.isNaN(Date.parse(s.lastFailureAt))))) return undefined;
     return s as PrimeStreak;
   } catch {
@@ -232,11 +252,13 @@ export function observeStarts(instances: readonly ObservedInstance[], keys: TagK
     const version = templateVersionOf(i);
     if (numbered && version !== undefined && version !== pool.launchTemplateVersion) continue;
     const reason = i.tags.get(keys.startFailure);
-    if (reason !== undefined) {
+    // A runner that took its job started, whatever came after (a start-failure tag written
+    // later, by an older boot script or by hand, is no start failure).
+    if (i.tags.has(keys.jobStarted)) startedLaunchTimes.push(i.launchTime);
+    else if (reason !== undefined) {
       failedIds.push(i.id);
-      if (!counted.has(i.id)) failed.push({ instanceId: i.id, reason: `cold launch: ${reason}` });
-    } else if (i.tags.has(keys.jobStarted)) startedLaunchTimes.push(i.launchTime);
-    else if (i.state !== 'shutting-down' && i.state !== 'terminated') inFlight++;
+      if (!counted.has(i.id)) failed.push({ instanceId: i.id, reason: `cold launch: ${reason}`, launchTime: i.launchTime });
+    } else if (i.state !== 'shutting-down' && i.state !== 'terminated') inFlight++;
   }
   return { failed, failedIds, startedLaunchTimes, inFlight };
 }

@@ -125,7 +125,7 @@ async function runPool(
   const gone = new Set(evicted.map((e) => e.instance.id));
   const notEvicted = plan.evictions.filter((e) => e.reason !== 'garbage' && !gone.has(e.instance.id)).length;
   const wanted = Math.max(0, plan.launch - notEvicted);
-  const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool) }));
+  const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool), launchTime: e.instance.launchTime }));
   // An unreadable streak holds launches back for this run: failing safe, never in a loop.
   // Parked or activated: each has primed (scale-up activates only parked standbys). Not
   // 'claimed': an eviction marker left on a priming standby would look the same.

@@ -1,11 +1,11 @@
 import { errorName } from '../shared/aws-call';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
-
-const GONE_STATES = ['shutting-down', 'terminated'];
 import { readPrimeStreak } from '../shared/prime-state';
 import type { ColdGate } from '../pool/backoff';
 import type { JobInFlight, StepContext } from './context';
 import { poolColdGate } from './decide';
+
+const GONE_STATES = ['shutting-down', 'terminated'];
 
 /**
  * The I/O of the cold gate: per pool with cold launches in this batch, its stored streak (one

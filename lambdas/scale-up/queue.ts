@@ -40,9 +40,12 @@ export function waitStateOf(record: SQSRecord): WaitState {
   };
 }
 
+/** The capacity backoff's ceiling: no wait copy sleeps longer before it looks again. */
+export const CAPACITY_BACKOFF_CAP_SECONDS = 300;
+
 /** Exponential backoff with jitter: 15 s, 30 s, 60 s ... capped at 5 minutes. */
 export function capacityBackoffSeconds(waits: number, random: () => number): number {
-  const cap = Math.min(300, 15 * 2 ** Math.min(waits, 10));
+  const cap = Math.min(CAPACITY_BACKOFF_CAP_SECONDS, 15 * 2 ** Math.min(waits, 10));
   return Math.max(5, Math.round(cap * (0.75 + random() / 4)));
 }
 
@@ -50,11 +53,17 @@ export function capacityBackoffSeconds(waits: number, random: () => number): num
  * When a job held back by its pool's prime back-off looks again: after its capacity backoff,
  * or at the next probe when that is later (spread over 30 s: the held jobs of a pool do not all
  * come back in the same moment, where two invocations could each see no probe on its way),
- * but never after its maximum wait (it then comes back to be dead-lettered, not hours late).
+ * but never later than the capacity backoff's ceiling (jittered): the pool may recover before
+ * the probe is due (a new template or image, a standby that primed), and the job, gated again
+ * when it returns, must see it. Never after its maximum wait either (it then comes back to be
+ * dead-lettered, not hours late).
  */
 export function holdNotBefore(now: Date, receivedAt: Date, maxWaitSeconds: number, waits: number, random: () => number, resumeAt?: Date): Date {
   let at = now.getTime() + capacityBackoffSeconds(waits, random) * 1000;
-  if (resumeAt && resumeAt.getTime() > at) at = resumeAt.getTime() + Math.round(random() * 30_000);
+  if (resumeAt && resumeAt.getTime() > at) {
+    const ceiling = now.getTime() + Math.round(CAPACITY_BACKOFF_CAP_SECONDS * (0.75 + random() / 4)) * 1000;
+    at = Math.max(at, Math.min(resumeAt.getTime() + Math.round(random() * 30_000), ceiling));
+  }
   const limit = receivedAt.getTime() + (maxWaitSeconds + 1) * 1000;
   return new Date(Math.max(now.getTime() + 5000, Math.min(at, limit)));
 }

@@ -132,6 +132,8 @@ describe('instance role', () => {
       ['its own job-start tag', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted]), true],
       ['its own start failure (a cold launch, before terminating)', 'ec2:CreateTags', own, ctx(own, [keys.startFailure]), true],
       ["another instance's start failure", 'ec2:CreateTags', other, ctx(other, [keys.startFailure]), false],
+      ['its own start failure once its job started (job code charging the back-off)', 'ec2:CreateTags', own, { ...ctx(own, [keys.startFailure]), [`aws:ResourceTag/${keys.jobStarted}`]: '2026-12-01T12:00:00Z' }, false],
+      ['its own job start beside a start failure, in one request', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted, keys.startFailure]), false],
       ["another instance's job-start tag", 'ec2:CreateTags', other, ctx(other, [keys.jobStarted]), false],
       ['another tag on itself (the idle mark)', 'ec2:CreateTags', own, ctx(own, [keys.idleSince]), false],
       ['another tag beside its own (the runner id)', 'ec2:CreateTags', own, ctx(own, [keys.jobStarted, keys.runnerId]), false],

@@ -245,3 +245,47 @@ describe('a pool whose every cold launch fails before its runner starts, with jo
     expect(mostInAnHour(simulateWithJobs(noGate, 2, { jobEvery: 60, coldFailSeconds: 30 }).launches)).toBeGreaterThan(3 + 1);
   });
 });
+
+describe('observing cold launches', () => {
+  const pool = fleetConfig({ warmSize: 0 }).pools[0]!;
+  const cold = (id: string, extra: [string, string][]): ObservedInstance =>
+    ({ id, state: 'terminated', launchTime: T0, tags: new Map([[KEYS.pool, pool.name], [KEYS.createdBy, CREATED_BY.scaleUp], ...extra]) }) as ObservedInstance;
+
+  it('ranks a started job above a start-failure tag: a runner that took its job did start', () => {
+    const seen = observeStarts([cold('i-0000000a', [[KEYS.jobStarted, T0.toISOString()], [KEYS.startFailure, 'RUN failed: status 143']])], KEYS, pool, undefined);
+    expect(seen.failed).toEqual([]);
+    expect(seen.failedIds).toEqual([]);
+    expect(seen.startedLaunchTimes).toEqual([T0]);
+  });
+});
+
+describe('failures in a row, by launch order', () => {
+  const pool = fleetConfig({ warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 }).pools[0]!;
+  const proven: PrimeStreak = { ...freshStreak(templateOf(pool)), proven: true };
+  const burst = (n: number, tags: (k: number) => [string, string][]): ObservedInstance[] =>
+    Array.from({ length: n }, (_, k) => ({ id: `i-b${k.toString(16).padStart(7, '0')}`, state: 'running', launchTime: T0, tags: new Map([[KEYS.pool, pool.name], [KEYS.createdBy, CREATED_BY.scaleUp], ...tags(k)]) }) as ObservedInstance);
+  const fails = (k: number): [string, string][] => (k < 3 ? [[KEYS.startFailure, 'RUN failed: status 1']] : []);
+  const started = (k: number): [string, string][] => (k < 3 ? [[KEYS.startFailure, 'RUN failed: status 1']] : [[KEYS.jobStarted, at(120).toISOString()]]);
+
+  it('a burst of 50 cold launches at once with 3 failures and 47 started jobs does not back off', () => {
+    const { streak, decision } = primeStep(proven, pool, { parkedLaunchTimes: [], priming: 0, starts: observeStarts(burst(50, started), KEYS, pool, proven) }, [], 10, at(180));
+    expect(decision.backingOff).toBe(false);
+    expect(streak.failures).toBe(0);
+    expect(decision.launch).toBe(10);
+  });
+
+  it('the same burst seen failing first: the starts of its siblings end the streak on the next run', () => {
+    const first = primeStep(proven, pool, { parkedLaunchTimes: [], priming: 0, starts: observeStarts(burst(50, fails), KEYS, pool, proven) }, [], 10, at(60));
+    expect(first.streak.failures).toBe(3);
+    const next = primeStep(first.streak, pool, { parkedLaunchTimes: [], priming: 0, starts: observeStarts(burst(50, started), KEYS, pool, first.streak) }, [], 10, at(120));
+    expect(next.decision.backingOff).toBe(false);
+    expect(next.streak.failures).toBe(0);
+  });
+
+  it('a success launched before the failures does not end them', () => {
+    const s = nextStreak(proven, { template: proven.template, failed: [1, 2, 3].map((n) => ({ ...failure(n), launchTime: at(10) })), parkedLaunchTimes: [at(0)] }, at(60));
+    expect(s.failures).toBe(3);
+    expect(nextStreak(s, { template: s.template, failed: [], parkedLaunchTimes: [at(5)] }, at(120)).failures).toBe(3);
+    expect(nextStreak(s, { template: s.template, failed: [], parkedLaunchTimes: [at(10)] }, at(120)).failures).toBe(0);
+  });
+});

@@ -3,7 +3,7 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
-import { WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
+import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
@@ -1007,6 +1007,24 @@ describe('scale-up: the prime back-off holds cold launches', () => {
     expect(coldLaunched()).toHaveLength(0);
     // The first probe's delay from now, spread by up to 30 s (random() is 0.5 here).
     expect(aws.sent.map((s) => s.attributes[WAIT_ATTRIBUTES.notBefore])).toEqual([1, 2].map(() => new Date(aws.now.getTime() + 60_000 + 15_000).toISOString()));
+  });
+
+  it('a job held for an hour-away probe looks again within the capacity ceiling, gated afresh: a pool that recovered serves it', async () => {
+    // The cap (3600 s) from the third failure in a row, observed now: the next probe is an hour away.
+    storeStreak({ ...freshStreak(templateOf(pool)), proven: true, failures: 3, lastFailureAt: aws.now.toISOString() });
+    await handler({ maxWaitSeconds: 7200 }, config)(jobEvent(jobs(1)));
+    expect(coldLaunched()).toHaveLength(0);
+    const [copy] = aws.sent;
+    const notBefore = Date.parse(copy!.attributes[WAIT_ATTRIBUTES.notBefore]!);
+    expect(notBefore).toBeGreaterThan(aws.now.getTime());
+    expect(notBefore).toBeLessThanOrEqual(aws.now.getTime() + CAPACITY_BACKOFF_CAP_SECONDS * 1000);
+    // Meanwhile a standby primed (the pool ended the streak): the returning copy launches.
+    storeStreak({ ...freshStreak(templateOf(pool)), proven: true });
+    aws.now = new Date(notBefore);
+    aws.sent.length = 0;
+    await handler({ maxWaitSeconds: 7200 }, config)(sqsEvent(record(copy!.body, { id: 'copy', attributes: copy!.attributes })));
+    expect(coldLaunched()).toHaveLength(1);
+    expect(aws.sent).toEqual([]);
   });
 
   it('an unreadable streak launches nothing cold: the jobs wait (failing safe)', async () => {

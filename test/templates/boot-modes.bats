@@ -87,6 +87,36 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
+@test "a started cold runner stopped from outside (SIGTERM) is no start failure" {
+  new_instance "$(cold_tags)"
+  github_config jit-reclaimed
+  # A job that runs until the script is stopped (scale-down reclaiming it, a spot interruption).
+  scaled_seconds 60 >"$ROOT/calls/runner-hold"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "starting the github runner"
+  local bound=$(($(scaled_seconds 60) * 10)) n=0
+  while [[ ! -e $ROOT/calls/runner.started ]] && ((n++ < bound)); do sleep 0.1; done
+  term_boot
+  boot_wait
+  rm -f "$ROOT/calls/runner-hold"
+  [ "$status" -eq 143 ]
+  grep -qF "failed (status 143) in RUN: terminating" "$ROOT/out"
+  moto_tags | refute grep -qF "$TAG_START_FAILURE="
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "a cold instance stopped from outside while it waits for its config is no start failure" {
+  new_instance "$(cold_tags)"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "$LOG_MODE=WAIT"
+  term_boot
+  boot_wait
+  [ "$status" -eq 143 ]
+  grep -qF "failed (status 143) in WAIT: terminating" "$ROOT/out"
+  moto_tags | refute grep -qF "$TAG_START_FAILURE="
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
 @test "cold failure self-terminates (a config the script cannot use)" {
   new_instance "$(cold_tags)"
   ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=99\\nprovider=github\\ninstance=$INSTANCE_ID\\njitconfig=x\\n\"}" >/dev/null

@@ -220,6 +220,13 @@ boot_wait() {
   status=0
   wait "$BOOT_PID" || status=$?
 }
+# term_boot: SIGTERM to the start logic itself (its pid is in its log lines), the way systemd
+# or a shutdown stops it; BOOT_PID is the shell around the timeout.
+term_boot() {
+  local pid
+  pid=$(grep -oE 'start-runner\[[0-9]+\]' "$ROOT/out" | head -n 1 | tr -dc 0-9)
+  [[ -n $pid ]] && kill -TERM "$pid"
+}
 # wait_for_log TEXT: until the boot's output holds TEXT (a safety bound of 60 s times the
 # slowdown).
 wait_for_log() {
