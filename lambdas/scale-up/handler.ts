@@ -109,7 +109,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
   };
 
   return async (event) => {
-    const b = await open(setup);
+    const b = await openBatch(setup);
     try {
       await serve(b, event.Records);
     } catch (error) {
@@ -134,13 +134,13 @@ async function serve(b: Batch, records: readonly SQSRecord[]): Promise<void> {
   const items = new Map(live.map((i) => [i.record.messageId, i]));
   const { warm, cold } = await dispatch(b, live, observed.plan);
   const step = stepContextOf(b);
-  const started = warm.length > 0 ? await activate(b, step, warm, observed, items, cold) : [];
-  started.push(...(await launch(b, step, cold, observed.instances, items)));
-  if (b.deps.jobRecords) await recordServed(b, b.deps.jobRecords, started);
+  const warmed = await activate(b, step, warm, observed, items);
+  const launched = await launch(b, step, [...cold, ...warmed.fallbacks], observed.instances, items);
+  if (b.deps.jobRecords) await recordServed(b, b.deps.jobRecords, [...warmed.started, ...launched]);
 }
 
 /** What the invocation's steps share; the fleet config is read here, before any message is looked at. */
-async function open(setup: Setup): Promise<Batch> {
+async function openBatch(setup: Setup): Promise<Batch> {
   const started = setup.now();
   const id = randomUUID();
   const log = createLogger({ fn: 'scale-up', invocation: id }, setup.deps.sink);
@@ -354,15 +354,17 @@ interface Started {
   readonly instanceId: string;
 }
 
-/** 4. Warm activations, batched; whatever falls back joins the cold launches (`cold`). */
-async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[], observed: Observed, items: ReadonlyMap<string, BatchItem>, cold: JobInFlight[]): Promise<Started[]> {
+/** 4. Warm activations, batched; whatever falls back joins the cold launches. */
+async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[], observed: Observed, items: ReadonlyMap<string, BatchItem>): Promise<{ started: Started[]; fallbacks: JobInFlight[] }> {
+  const started: Started[] = [];
+  const fallbacks: JobInFlight[] = [];
+  if (warm.length === 0) return { started, fallbacks };
   // Re-observations need only stopped instances (the parked candidates): a burst empties
   // that answer as it goes, and parsing it is most of what an observation costs a
   // Lambda of a small CPU share.
   const observe = async () => orderCandidates(parkedByPool(await describeFleet(b.deps.aws, b.deps.ec2, b.keys, { states: ['stopped'] }), b.keys), b.id);
   const candidates = new Candidates(observed.plan.candidates, observed.observedAt, observe, b.now, b.options.warm.freshSnapshotMs);
   const outcomes = await activateWarm(step, warm, candidates, b.options.warm);
-  const started: Started[] = [];
   for (const j of warm) {
     const o = outcomes.get(j.key)!;
     if (o.kind === 'started') {
@@ -374,10 +376,10 @@ async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[
     } else {
       j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
       b.metrics.add(b.names.fallbacks, { Pool: j.pool.name, Reason: o.reason });
-      cold.push(j);
+      fallbacks.push(j);
     }
   }
-  return started;
+  return { started, fallbacks };
 }
 
 /**
