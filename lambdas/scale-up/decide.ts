@@ -2,6 +2,7 @@ import type { FleetConfig, JobMessage, PoolConfig, TagKeys } from '../shared/con
 import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 import { classify } from '../pool/classify';
 import { coldGate, observeStarts, type ColdGate, type PrimeStreak } from '../pool/backoff';
+import type { WaitState } from './queue';
 
 /** A job of the batch, with the pool its labels matched (resolved before deciding). */
 export interface QueuedJob {
@@ -67,6 +68,68 @@ export function parkedByPool(instances: readonly ObservedInstance[], keys: TagKe
     if (pool !== undefined && classify(i, keys, false) === 'parked') (parked.get(pool) ?? parked.set(pool, []).get(pool)!).push(i.id);
   }
   return parked;
+}
+
+export type Arrival =
+  /** A wait copy back before its `not-before`: hidden for the rest of its wait, reported as not processed. */
+  | { readonly kind: 'early'; readonly hideSeconds: number }
+  /**
+   * To be served. `redelivered`: SQS delivered it before (a failed attempt); `first`: the
+   * job's first delivery (not a redelivery, not a wait copy), counted as dequeued.
+   */
+  | { readonly kind: 'ready'; readonly redelivered: boolean; readonly first: boolean };
+
+/** What a message's receive count and wait attributes (queue.ts) make of it at `now`. */
+export function arrivalOf(wait: WaitState, receiveCount: string | undefined, now: Date): Arrival {
+  if (wait.notBefore && wait.notBefore.getTime() > now.getTime()) return { kind: 'early', hideSeconds: (wait.notBefore.getTime() - now.getTime()) / 1000 };
+  const redelivered = Number(receiveCount ?? '1') > 1;
+  return { kind: 'ready', redelivered, first: wait.waits === 0 && !redelivered };
+}
+
+/**
+ * A message that comes back (an SQS redelivery or a capacity wait copy): its job may have
+ * been served or cancelled meanwhile, so it is asked at the provider before it is served.
+ */
+export function comesBack(m: { readonly redelivered: boolean; readonly waits: number }): boolean {
+  return m.redelivered || m.waits > 0;
+}
+
+/** What the per-job record claim (job-record.ts `admitByRecord`) said of the batch. */
+export interface Admission<T> {
+  /** Copies of a job another delivery holds. */
+  readonly dropped: readonly T[];
+  /** Copies of a job a runner was started for already. */
+  readonly served: readonly { readonly item: T }[];
+  /** Admitted without a record (the store failed). */
+  readonly unrecorded: readonly T[];
+  /** Admitted jobs with instances of earlier attempts. */
+  readonly superseded: ReadonlyMap<T, readonly string[]>;
+}
+
+export interface RecordTriage<T> {
+  /** Go on to be decided (wait, warm, cold), in the batch's order. */
+  readonly proceed: T[];
+  /**
+   * Retry checks with nothing to retry: no served record (expired, or not written) and no
+   * earlier attempt. They must not launch for a job nobody re-checked at the provider.
+   */
+  readonly strays: T[];
+  /** Retry checks whose record could not be read: not strays, they fail and SQS redelivers them. */
+  readonly unread: T[];
+}
+
+/**
+ * Which of the batch's messages go on to be decided after the record claim: not the dropped
+ * and served copies (settled, or checked for a retry, elsewhere), not those whose taken-over
+ * job is `gone` (no longer queued, or the provider could not say), and no retry check that is
+ * a stray or unread.
+ */
+export function triageByRecord<T extends { readonly retryCheck: boolean }>(live: readonly T[], admission: Admission<T>, gone: readonly T[]): RecordTriage<T> {
+  const served = new Set(admission.served.map((s) => s.item));
+  const unread = live.filter((i) => i.retryCheck && admission.unrecorded.includes(i));
+  const strays = live.filter((i) => i.retryCheck && !served.has(i) && !admission.dropped.includes(i) && !admission.superseded.has(i) && !unread.includes(i));
+  const out = new Set([...admission.dropped, ...gone, ...strays, ...unread, ...served]);
+  return { proceed: live.filter((i) => !out.has(i)), strays, unread };
 }
 
 /**
