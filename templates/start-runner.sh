@@ -587,9 +587,14 @@ standby_or_unknown() {
 # failure uncounted, and the instance terminates all the same.
 # shellcheck disable=SC2317 # called by on_exit
 tag_failure() {
-  # The CLI's shorthand splits on "," and quotes: the reason keeps tag-safe characters only.
-  local reason=${1:0:200}
+  # Tags are readable by anyone who can describe instances: a URL in the reason loses its
+  # userinfo and its query (a mirror's credentials, a presigned signature). The CLI's shorthand
+  # splits on "," and quotes: the reason keeps tag-safe characters only.
+  local reason=$1
+  while [[ $reason =~ ^(.*://)[^/[:space:]]*@(.*)$ ]]; do reason=${BASH_REMATCH[1]}${BASH_REMATCH[2]}; done
+  while [[ $reason =~ ^(.*://[^?[:space:]]*)\?[^[:space:]]*(.*)$ ]]; do reason=${BASH_REMATCH[1]}${BASH_REMATCH[2]}; done
   reason=${reason//[^A-Za-z0-9 _.:\/=+@-]/}
+  reason=${reason:0:200}
   if aws_try "tagging $ID $TAG_FAILED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_FAILED,Value=$reason" >/dev/null; then
     log "tagged $TAG_FAILED"
   else

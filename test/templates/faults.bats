@@ -232,3 +232,20 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$(aws_actions)" = '' ]
   [ -e "$ROOT/calls/shutdown" ]
 }
+
+@test "a failure reason loses a URL's userinfo and query before it becomes a tag anyone may read" {
+  # The rendered function itself, with the CLI call captured: what reaches the tag value.
+  local fn
+  fn=$(sed -n '/^tag_failure() {$/,/^}$/p' "$ROOT/user-data-github.sh")
+  [ -n "$fn" ]
+  run bash -c "$fn"'
+    ID=i-0123456789abcdef0 TAG_FAILED=t:start-failure ERR=
+    log() { :; }
+    aws_try() { shift; printf "%s\n" "$@" >&2; }
+    tag_failure "RUN failed: download of https://user:s3cr3t@mirror.example/a/b.tar.gz?X-Amz-Signature=abc123&x=1 failed, then ftp://tok@host/x?q=z"'
+  [ "$status" -eq 0 ]
+  local value
+  value=$(grep -o 'Key=t:start-failure,Value=.*' <<<"$output")
+  [ "$value" = "Key=t:start-failure,Value=RUN failed: download of https://mirror.example/a/b.tar.gz failed then ftp://host/x" ]
+  refute grep -qE 's3cr3t|abc123|tok@' <<<"$output"
+}

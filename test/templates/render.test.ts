@@ -125,6 +125,16 @@ describe('renderUserData', () => {
     expect(lines(userData, START_LOGIC_MARKERS.end)).toBe(1);
   });
 
+  it.each(PROVIDERS)('keeps the largest %s rendering under the limit even when its prepare commands do not compress at all', (provider) => {
+    // Random text compresses to about its own size: the worst case a user's commands can cost.
+    const perCommand = Math.floor(PREPARE_COMMANDS_MAX_TOTAL / PREPARE_COMMANDS_MAX);
+    const noise = () => `echo ${randomBytes(perCommand).toString('base64').replace(/[+/=]/g, '').slice(0, perCommand - 5)}`;
+    const userData = renderUserData({ ...largestOptions(provider), prepareCommands: Array.from({ length: PREPARE_COMMANDS_MAX }, noise) });
+    const compressed = compressUserData(userData).length;
+    expect(compressed).toBeLessThanOrEqual(USER_DATA_LIMIT_BYTES);
+    console.log(`largest ${provider} rendering, incompressible prepare commands: ${compressed} bytes gzip, headroom ${USER_DATA_LIMIT_BYTES - compressed} bytes`);
+  });
+
   it('compresses deterministically: the same text gives the same bytes, with no time or host in the gzip header', () => {
     const userData = renderUserData({ provider: Provider.GITHUB });
     const a = compressUserData(userData);
