@@ -41,6 +41,8 @@ export interface BatchItem {
   readonly log: Logger;
   readonly waits: number;
   readonly redelivered: boolean;
+  /** A first receive of a delivery about a job created long before (decide.ts `isLateDelivery`). */
+  readonly late: boolean;
   /** A retry check scale-up sent itself (retry.ts). */
   readonly retryCheck: boolean;
   pool?: string;

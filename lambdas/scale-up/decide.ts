@@ -1,4 +1,4 @@
-import type { FleetConfig, JobMessage, PoolConfig, TagKeys } from '../shared/contract';
+import { LATE_DELIVERY_SECONDS, type FleetConfig, type JobMessage, type PoolConfig, type TagKeys } from '../shared/contract';
 import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 import { classify } from '../pool/classify';
 import { coldGate, observeStarts, type ColdGate, type PrimeStreak } from '../pool/backoff';
@@ -87,11 +87,23 @@ export function arrivalOf(wait: WaitState, receiveCount: string | undefined, now
 }
 
 /**
- * A message that comes back (an SQS redelivery or a capacity wait copy): its job may have
- * been served or cancelled meanwhile, so it is asked at the provider before it is served.
+ * Whether a delivery is about a job created more than `LATE_DELIVERY_SECONDS` before now: a
+ * redelivery or a resent hook event (GitLab keeps failed events 7 days), whose job may have
+ * finished long ago and whose per-job record may have expired. Such a job is asked about at
+ * the provider before a runner is registered for it. A job without a creation time is not.
  */
-export function comesBack(m: { readonly redelivered: boolean; readonly waits: number }): boolean {
-  return m.redelivered || m.waits > 0;
+export function isLateDelivery(job: Pick<JobMessage, 'createdAt'>, now: Date): boolean {
+  if (job.createdAt === undefined) return false;
+  return (now.getTime() - Date.parse(job.createdAt)) / 1000 > LATE_DELIVERY_SECONDS;
+}
+
+/**
+ * A message that comes back (an SQS redelivery or a capacity wait copy), or a first one that
+ * arrives late (`isLateDelivery`): its job may have been served, cancelled or finished
+ * meanwhile, so it is asked at the provider before it is served.
+ */
+export function comesBack(m: { readonly redelivered: boolean; readonly waits: number; readonly late?: boolean }): boolean {
+  return m.redelivered || m.waits > 0 || m.late === true;
 }
 
 /** What the per-job record claim (job-record.ts `admitByRecord`) said of the batch. */

@@ -25,7 +25,7 @@ import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, rele
 import { launchCold } from './cold';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
-import { arrivalOf, comesBack, decide, gateCold, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
+import { arrivalOf, comesBack, decide, gateCold, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
@@ -176,7 +176,8 @@ async function parse(b: Batch, records: readonly SQSRecord[]): Promise<BatchItem
       continue;
     }
     if (arrival.first) b.metrics.add(b.names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
-    items.push({ record, job, log: l, waits: wait.waits, redelivered: arrival.redelivered, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
+    const late = arrival.first && !wait.retryCheck && isLateDelivery(job, b.now());
+    items.push({ record, job, log: l, waits: wait.waits, redelivered: arrival.redelivered, late, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
   }
   return items;
 }

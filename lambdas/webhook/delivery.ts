@@ -9,6 +9,8 @@ export interface JobDraft {
   readonly projectId?: number;
   /** GitHub: the job's labels. GitLab: empty until the tags are looked up. */
   readonly labels: readonly string[];
+  /** ISO 8601 time the provider created the job, when the payload carries a readable one. */
+  readonly createdAt?: string;
 }
 
 export type Classified =
@@ -29,4 +31,17 @@ export function positiveInteger(value: unknown): number | undefined {
 
 export function nonEmptyString(value: unknown): string | undefined {
   return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+/**
+ * The first of `values` that is a readable time, as ISO 8601 UTC. An unreadable one is not a
+ * reason to refuse the job: it only costs the delivery its lateness check.
+ */
+export function isoTime(...values: unknown[]): string | undefined {
+  for (const value of values) {
+    const text = nonEmptyString(value);
+    const ms = text === undefined ? NaN : Date.parse(text);
+    if (!Number.isNaN(ms)) return new Date(ms).toISOString();
+  }
+  return undefined;
 }

@@ -1,5 +1,5 @@
 import { Provider, type GitHubConnectionConfig } from '../shared/contract';
-import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
+import { ignore, invalid, isObject, isoTime, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
  * Classifies a verified GitHub delivery: `workflow_job` with `action: queued` becomes a job,
@@ -28,7 +28,8 @@ export function classifyGitHubDelivery(event: string, payload: unknown, github: 
   if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'in_progress' || action === 'completed' ? action : 'other'}`);
   if (!github) return ignore('no-github-connection');
   if (!servesRepository(github, owner, name)) return ignore('repository-not-served');
-  return { kind: 'job', job: { provider: Provider.GITHUB, providerJobId: String(id), owner, project: name, labels: labels as string[] } };
+  const createdAt = isoTime(job.created_at);
+  return { kind: 'job', job: { provider: Provider.GITHUB, providerJobId: String(id), owner, project: name, labels: labels as string[], ...(createdAt ? { createdAt } : {}) } };
 }
 
 /** Organisation runners serve the organisation's repositories; repository runners only those listed. */

@@ -1,5 +1,5 @@
 import { Provider, type GitLabConnectionConfig } from '../shared/contract';
-import { ignore, invalid, isObject, nonEmptyString, positiveInteger, type Classified } from './delivery';
+import { ignore, invalid, isObject, isoTime, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
  * Classifies a verified GitLab delivery: a Job Hook (`object_kind: build`) with
@@ -28,7 +28,9 @@ export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnecti
   const name = slash > 0 ? path.slice(slash + 1) : path;
   if (!name) return invalid('"project.path_with_namespace" must be "namespace/project"');
   if (gitlab && !servesProject(gitlab, projectId)) return ignore('project-not-served');
-  return { kind: 'job', job: { provider: Provider.GITLAB, providerJobId: String(buildId), owner, project: name, projectId, labels: [] } };
+  // `build_created_at` was "2021-02-23 02:41:37 UTC" in older releases; `_iso` came later.
+  const createdAt = isoTime(payload.build_created_at_iso, payload.build_created_at);
+  return { kind: 'job', job: { provider: Provider.GITLAB, providerJobId: String(buildId), owner, project: name, projectId, labels: [], ...(createdAt ? { createdAt } : {}) } };
 }
 
 /**

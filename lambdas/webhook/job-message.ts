@@ -36,6 +36,7 @@ export function buildJobMessage(job: JobDraft, fields: JobMessageFields): JobMes
     traceId: traceIdFor(job.provider, fields.deliveryId),
     deliveryId: fields.deliveryId,
     receivedAt: fields.receivedAt.toISOString(),
+    ...(job.createdAt === undefined ? {} : { createdAt: job.createdAt }),
   };
   return parseJobMessage(JSON.stringify(message));
 }

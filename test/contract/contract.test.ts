@@ -145,8 +145,10 @@ describe('job message', () => {
     deliveryId: 'd-1',
     receivedAt: '2026-11-29T10:00:00.000Z',
   };
-  it('round-trips through JSON', () => {
+  it('round-trips through JSON, with and without the job\'s creation time', () => {
     expect(parseJobMessage(JSON.stringify(job))).toEqual(job);
+    const created = { ...job, createdAt: '2026-11-29T09:58:00.000Z' };
+    expect(parseJobMessage(JSON.stringify(created))).toEqual(created);
   });
   it('qualifies ids by provider so GitHub and GitLab cannot collide', () => {
     expect(qualifiedJobId(Provider.GITHUB, 42)).not.toBe(qualifiedJobId(Provider.GITLAB, 42));
@@ -159,6 +161,7 @@ describe('job message', () => {
     ['bad trace id', JSON.stringify({ ...job, traceId: 'a b' }), /traceId/],
     ['labels not list', JSON.stringify({ ...job, labels: 'linux' }), /labels/],
     ['bad time', JSON.stringify({ ...job, receivedAt: 'yesterday' }), /receivedAt/],
+    ['bad creation time', JSON.stringify({ ...job, createdAt: 'yesterday' }), /createdAt/],
   ])('rejects %s', (_name, body, error) => {
     expect(() => parseJobMessage(body)).toThrow(error);
   });

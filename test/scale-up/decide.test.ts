@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { decide, gateCold, orderCandidates, poolColdGate, type QueuedJob } from '../../lambdas/scale-up/decide';
+import { decide, gateCold, isLateDelivery, orderCandidates, poolColdGate, type QueuedJob } from '../../lambdas/scale-up/decide';
 import { freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags } from '../../lambdas/shared/contract';
+import { coldLaunchTags, LATE_DELIVERY_SECONDS } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
@@ -123,5 +123,19 @@ describe('the cold gate: what the prime back-off lets a batch launch cold', () =
     const none = gateCold(jobs, new Map([['linux', { launch: 0, held: 'unreadable' as const }]]), NOW, 3600);
     expect(none.get('ancient')).toEqual({ kind: 'hold-expired', held: 'unreadable' });
     expect(none.get('old')).toEqual({ kind: 'hold', held: 'unreadable' });
+  });
+});
+
+describe('isLateDelivery', () => {
+  const now = new Date('2026-12-02T08:00:00.000Z');
+  const ago = (s: number) => new Date(now.getTime() - s * 1000).toISOString();
+  it.each([
+    ['no creation time', undefined, false],
+    ['created just now', ago(1), false],
+    ['created at the dedup window', ago(LATE_DELIVERY_SECONDS), false],
+    ['created past the dedup window', ago(LATE_DELIVERY_SECONDS + 1), true],
+    ['a hook event resent a week later', ago(7 * 86_400), true],
+  ])('%s: %s', (_name, createdAt, late) => {
+    expect(isLateDelivery(createdAt === undefined ? {} : { createdAt }, now)).toBe(late);
   });
 });

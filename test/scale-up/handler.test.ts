@@ -7,7 +7,7 @@ import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/sca
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { coldLaunchTags, decodeRunnerConfig, LATE_DELIVERY_SECONDS, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -908,6 +908,21 @@ describe('scale-up: the queue', () => {
     expect(res.batchItemFailures).toEqual([]);
     expect(aws.count('DescribeInstances')).toBe(0);
     expect(ci.created).toBe(0);
+  });
+
+  it('asks the provider about a late delivery (a job created before the dedup window) and serves it only while queued', async () => {
+    park(2);
+    const lateBy = (LATE_DELIVERY_SECONDS + 1) * 1000;
+    const created = (ms: number) => new Date(aws.now.getTime() - ms).toISOString();
+    // A resent hook event of a job that finished days ago, one of a job still waiting, one fresh.
+    ci.notQueued.add('github:1');
+    const res = await handler()(jobEvent([job(1, { createdAt: created(4 * 86_400_000) }), job(2, { createdAt: created(lateBy) }), job(3, { createdAt: created(1000) })]));
+    expect(res.batchItemFailures).toEqual([]);
+    // Two lookups (the late ones), none for the fresh one; the finished job gets no runner.
+    expect(ci.lookups).toBe(2);
+    expect(ci.created).toBe(2);
+    expect(warmStarted()).toHaveLength(2);
+    expect(lines.logs('job no longer queued at the provider, dropping it').map((l) => l.jobId)).toEqual(['github:1']);
   });
 
   it('fails, logs and counts a job the provider answers 404 for, from isJobQueued and from resolveLabels; never drops it', async () => {

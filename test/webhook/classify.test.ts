@@ -45,8 +45,16 @@ describe('classifyGitHubDelivery', () => {
   it('takes the job fields from the payload', () => {
     expect(classifyGitHubDelivery('workflow_job', queued, org('lineville'))).toEqual({
       kind: 'job',
-      job: { provider: Provider.GITHUB, providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'] },
+      job: { provider: Provider.GITHUB, providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'], createdAt: '2023-04-19T21:12:12.000Z' },
     });
+  });
+
+  it('keeps the job without a creation time when created_at is missing or unreadable (it only loses the lateness check)', () => {
+    for (const created_at of [undefined, 'yesterday', 42]) {
+      const c = classifyGitHubDelivery('workflow_job', withJob({ created_at }), org('lineville'));
+      expect(c.kind).toBe('job');
+      expect(c.kind === 'job' && c.job.createdAt).toBeUndefined();
+    }
   });
 });
 
@@ -87,6 +95,17 @@ describe('classifyGitLabDelivery', () => {
 
   it('splits nested namespaces at the last slash', () => {
     const c = classifyGitLabDelivery(hook({ project: { id: 380, path_with_namespace: 'group/sub/app' } }));
-    expect(c).toEqual({ kind: 'job', job: { provider: Provider.GITLAB, providerJobId: '1977', owner: 'group/sub', project: 'app', projectId: 380, labels: [] } });
+    expect(c).toEqual({ kind: 'job', job: { provider: Provider.GITLAB, providerJobId: '1977', owner: 'group/sub', project: 'app', projectId: 380, labels: [], createdAt: '2021-02-23T02:41:37.000Z' } });
+  });
+
+  it('reads the creation time from build_created_at_iso, else from the older "2021-02-23 02:41:37 UTC" form of build_created_at', () => {
+    const createdAt = (patch: Record<string, unknown>) => {
+      const c = classifyGitLabDelivery(hook(patch));
+      return c.kind === 'job' ? c.job.createdAt : c.kind;
+    };
+    expect(createdAt({})).toBe('2021-02-23T02:41:37.000Z');
+    expect(createdAt({ build_created_at_iso: undefined, build_created_at: '2021-02-23 02:41:37 UTC' })).toBe('2021-02-23T02:41:37.000Z');
+    expect(createdAt({ build_created_at_iso: undefined, build_created_at: undefined })).toBeUndefined();
+    expect(createdAt({ build_created_at_iso: 'soon', build_created_at: null })).toBeUndefined();
   });
 });

@@ -29,7 +29,22 @@ export interface JobMessage {
   readonly deliveryId: string;
   /** ISO 8601 time the webhook received the job; bounds how long a job may wait for capacity. */
   readonly receivedAt: string;
+  /**
+   * ISO 8601 time the provider created the job, when the delivery said (GitHub
+   * `workflow_job.created_at`, GitLab `build_created_at`): a delivery about a job older than
+   * `LATE_DELIVERY_SECONDS` (a redelivery or a resent hook event) is checked at the provider
+   * before a runner is registered for it.
+   */
+  readonly createdAt?: string;
 }
+
+/**
+ * Age past which a job's delivery counts as late: SQS FIFO's deduplication window, after
+ * which a copy of a delivery is no longer dropped by the queue. A late delivery may be about a
+ * job that finished long ago (a GitLab hook event resent days later), so scale-up asks the
+ * provider whether the job is still queued before it serves it, as for a redelivery.
+ */
+export const LATE_DELIVERY_SECONDS = 300;
 
 export function qualifiedJobId(provider: Provider, providerJobId: string | number): string {
   return `${provider}:${providerJobId}`;
@@ -110,6 +125,11 @@ export function parseJobMessage(body: string): JobMessage {
   if (!TRACE_ID_PATTERN.test(traceId)) fail('traceId', 'must be 1-64 characters of letters, digits, ".", "_" or "-"');
   const receivedAt = str('receivedAt');
   if (Number.isNaN(Date.parse(receivedAt))) fail('receivedAt', 'must be an ISO 8601 time');
+  let createdAt: string | undefined;
+  if (m.createdAt !== undefined) {
+    createdAt = str('createdAt');
+    if (Number.isNaN(Date.parse(createdAt))) fail('createdAt', 'must be an ISO 8601 time');
+  }
   return {
     schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
     provider,
@@ -124,6 +144,7 @@ export function parseJobMessage(body: string): JobMessage {
     traceId,
     deliveryId: str('deliveryId'),
     receivedAt,
+    ...(createdAt === undefined ? {} : { createdAt }),
   };
 }
 
