@@ -44,6 +44,9 @@ export interface GitHubJobFields {
   readonly labels: readonly string[];
 }
 
+/** Now, to the second, as both providers write their times. */
+const isoSeconds = (): string => new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+
 /** A signed `workflow_job` delivery with `action: queued`. `secret` is the webhook secret (HMAC-SHA256 key). */
 export function githubWorkflowJobQueued(job: GitHubJobFields, secret: string, deliveryId: string = randomUUID()): Delivery {
   const [owner, name] = job.repository.split('/') as [string, string];
@@ -56,6 +59,10 @@ export function githubWorkflowJobQueued(job: GitHubJobFields, secret: string, de
       run_id: job.runId,
       labels: [...job.labels],
       status: 'queued',
+      // Created now, as a live delivery's job is: the example's 2023 time would make every
+      // local job a late delivery (scale-up asks the provider about those first).
+      created_at: isoSeconds(),
+      started_at: null,
       runner_id: null,
       runner_name: null,
       runner_group_id: null,
@@ -99,6 +106,8 @@ export function gitlabJobPending(job: GitLabJobFields, token: string, deliveryId
     ...jobHookExample,
     build_id: job.buildId,
     build_status: 'pending',
+    build_created_at: isoSeconds(),
+    build_created_at_iso: isoSeconds(),
     build_started_at: null,
     build_finished_at: null,
     project_id: job.projectId,

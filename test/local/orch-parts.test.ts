@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../lambdas/shared/log';
 import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
+import type { Classified } from '../../lambdas/webhook/delivery';
+import { isLateDelivery } from '../../lambdas/scale-up/decide';
 import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/verify';
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
@@ -15,6 +17,11 @@ import { startMoto, type MotoServer } from '../support/moto';
 const github = { appId: '1', organization: 'example-org', repositories: [], runnerGroupId: 1, apiUrl: 'http://127.0.0.1:1' };
 const gitlab = { url: 'http://127.0.0.1:2', runnerType: GitLabRunnerType.GROUP as const, scopeId: 42 };
 
+const jobOf = (c: Classified) => {
+  if (c.kind !== 'job') throw new Error(`not a job: ${c.kind}`);
+  return c.job;
+};
+
 describe('deliveries: what the webhook handler verifies and classifies', () => {
   const secret = 'webhook-secret';
   it('a queued workflow_job, signed with the secret, is a job with its id, repository and labels', () => {
@@ -22,8 +29,10 @@ describe('deliveries: what the webhook handler verifies and classifies', () => {
     expect(verifyGitHubSignature(Buffer.from(d.body), d.headers['x-hub-signature-256'], secret)).toEqual({ ok: true });
     expect(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github)).toEqual({
       kind: 'job',
-      job: { provider: Provider.GITHUB, providerJobId: '77', owner: 'example-org', project: 'app', labels: ['self-hosted', 'linux', 'x64'] },
+      job: { provider: Provider.GITHUB, providerJobId: '77', owner: 'example-org', project: 'app', labels: ['self-hosted', 'linux', 'x64'], createdAt: expect.any(String) },
     });
+    // Created now, not at the documentation example's time: a local job is not a late delivery.
+    expect(isLateDelivery(jobOf(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github)), new Date())).toBe(false);
     const bad = withBadSignature(d);
     expect(bad.body).toBe(d.body);
     expect(verifyGitHubSignature(Buffer.from(bad.body), bad.headers['x-hub-signature-256'], secret).ok).toBe(false);
@@ -35,8 +44,9 @@ describe('deliveries: what the webhook handler verifies and classifies', () => {
     expect(d.headers['idempotency-key']).toBe('delivery-1');
     expect(classifyGitLabDelivery(JSON.parse(d.body), gitlab)).toEqual({
       kind: 'job',
-      job: { provider: Provider.GITLAB, providerJobId: '88', owner: 'example-group', project: 'app', projectId: 4711, labels: [] },
+      job: { provider: Provider.GITLAB, providerJobId: '88', owner: 'example-group', project: 'app', projectId: 4711, labels: [], createdAt: expect.any(String) },
     });
+    expect(isLateDelivery(jobOf(classifyGitLabDelivery(JSON.parse(d.body), gitlab)), new Date())).toBe(false);
     expect(verifyGitLabToken(withBadSignature(d).headers['x-gitlab-token'], secret).ok).toBe(false);
   });
 
