@@ -20,6 +20,12 @@ import { templateVersionOf, type ObservedInstance } from '../shared/instances';
  * pool counts those tags into the same streak (each instance once), and scale-up launches
  * cold only as the same decision allows, with cold launches on their way counted like priming
  * standbys. One streak, one probe at a time, whichever path probes.
+ *
+ * "At once" and "one at a time" are decided per observation, and DescribeInstances is
+ * eventually consistent: launchers that look in the same moment each see nothing on its way.
+ * So every launch of an unproven or failing template also takes a launch ticket (`ticketNeed`,
+ * lambdas/shared/launch-tickets.ts), which only one launcher wins per slot: the bound holds
+ * however many scale-up invocations and pool runs race.
  */
 
 /** The first delay after a prime failure; it doubles with each failure in a row, up to the cap. */
