@@ -1,6 +1,7 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
@@ -146,5 +147,51 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect((await handler(client, lines)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
     expect(await coldInstances()).toHaveLength(0);
     expect(lines.logs('taking launch tickets failed: those cold launches wait')).toHaveLength(1);
+  });
+});
+
+describe("the pool's standby launches with launch tickets, against moto", () => {
+  let config: FleetConfig;
+  beforeEach(async () => {
+    config = await motoFleet(c, { warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600 });
+  });
+  /** An EC2 client whose RunInstances fails once as `error` (its answer lost when `lands`). */
+  const failingRun = (error: string, lands: boolean) => {
+    const ec2 = motoClients(moto.endpoint).ec2;
+    let failed = false;
+    ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'RunInstancesCommand' || failed) return next(args);
+        failed = true;
+        if (lands) await next(args);
+        throw Object.assign(new Error(error), { name: error, $metadata: { httpStatusCode: lands ? 503 : 400 } });
+      },
+      { step: 'initialize' },
+    );
+    return ec2;
+  };
+  const run = (ec2: MotoClients['ec2']) => createPoolHandler({ ...c, ec2, aws: aws(), loadConfig: async () => config, launchTickets: new DynamoLaunchTickets(aws(), dynamo(), TABLE), sink: () => {} })();
+  const template = () => `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`;
+  const held = async () => {
+    const keys = ['start#1', 'start#2'].map((slot) => ({ jobId: { S: ticketKey('linux', template(), slot) } }));
+    const out = await Promise.all(keys.map((Key) => dynamo().send(new GetItemCommand({ TableName: TABLE, Key, ConsistentRead: true }))));
+    return out.filter((o) => o.Item).length;
+  };
+
+  it('takes one start ticket per standby of an unproven template', async () => {
+    const [summary] = await run(c.ec2);
+    expect(summary!.launched).toBe(2);
+    expect(await held()).toBe(2);
+  });
+
+  it('gives the tickets back when EC2 refused the launch outright (nothing launched)', async () => {
+    const [summary] = await run(failingRun('InvalidParameterValue', false));
+    expect(summary!.launched).toBe(0);
+    expect(await held()).toBe(0);
+  });
+
+  it('keeps them when the answer was lost (the launch happened): the slots are spent', async () => {
+    await run(failingRun('InternalError', true));
+    expect(await held()).toBe(2);
   });
 });
