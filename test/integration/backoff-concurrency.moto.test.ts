@@ -150,6 +150,8 @@ async function simulate(steps: number, switchAt: number, tickets: boolean, seed:
       launches.push({ at: clock, phase });
     }
     visible = new Set(all.map((i) => i.InstanceId!));
+    // Broken already: stop here (a run without the tickets launches more each step, and slower).
+    if (mostInAnHour(launches.map((l) => l.at)) > BOUND) break;
     const streak = decodeStreak((await c.ssm.send(new GetParameterCommand({ Name: ssmPaths(PREFIX).primeState('linux') })).catch(() => undefined))?.Parameter?.Value);
     if (backingOffAt[phase] === undefined && streak && streak.template.startsWith(`${config.pools[0]!.launchTemplateId}:`) && streak.failures >= LIMIT) backingOffAt[phase] = clock;
     clock += STEP_SECONDS * 1000;
@@ -166,7 +168,6 @@ describe('the prime back-off under concurrent scale-up invocations and pool runs
   it(`keeps launches per hour at most limit + 3600 / cap (${BOUND}) and at most the limit before the streak backs off, also for a new template`, async () => {
     const steps = 200;
     const run = await simulate(steps, 100, true, 7);
-    console.log('with tickets', mostInAnHour(run.launches.map((l) => l.at)), run.launches.length, run.backingOffAt, run.held);
     const times = run.launches.map((l) => l.at);
     expect(mostInAnHour(times)).toBeLessThanOrEqual(BOUND);
     for (const phase of [0, 1]) {
@@ -181,8 +182,7 @@ describe('the prime back-off under concurrent scale-up invocations and pool runs
   }, scaled(900_000));
 
   it('without the tickets, the same run breaks the bound (the test can fail)', async () => {
-    const run = await simulate(30, 1000, false, 7);
-    console.log('without', mostInAnHour(run.launches.map((l) => l.at)), run.launches.length);
+    const run = await simulate(200, 1000, false, 7);
     expect(mostInAnHour(run.launches.map((l) => l.at))).toBeGreaterThan(BOUND);
   }, scaled(300_000));
 });
