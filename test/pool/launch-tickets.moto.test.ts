@@ -133,6 +133,23 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect(lines.logs(/launch tickets taken elsewhere/)).toHaveLength(1);
   });
 
+  it('gives the ticket back when EC2 refused the cold launch outright, so the next job may launch', async () => {
+    const refusing = motoClients(moto.endpoint).ec2;
+    refusing.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'CreateFleetCommand') throw Object.assign(new Error('bad'), { name: 'InvalidParameterValue', $metadata: { httpStatusCode: 400 } });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    expect((await handler(dynamo(), lines, refusing)(jobEvent([job(1)]))).batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
+    expect(slot.Item).toBeUndefined();
+    expect((await handler(dynamo(), lines)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(1);
+  });
+
   it('a ticket whose put outcome stays unknown (and unreadable) launches nothing', async () => {
     const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { when: isTicket, lands: false });
     // The read-back fails too: undecided, so no launch (failing safe).
