@@ -7,7 +7,7 @@ import { JOB_RECORD_ATTRIBUTES } from '../lambdas/shared/contract';
 /**
  * The per-job records scale-up writes before it registers a runner (one item per job, which
  * delivery serves it), so a late copy of a job (a redelivery, a job the reconciler found)
- * launches nothing. On-demand: a burst of jobs is a burst of writes, with no capacity to plan.
+ * launches nothing; and the prime back-off's launch tickets (scale-up and the pool Lambda). On-demand: a burst of jobs is a burst of writes, with no capacity to plan.
  */
 export class JobRecords extends Construct {
   /** The table (key `jobId`, TTL attribute `expiresAt`). */
@@ -34,6 +34,19 @@ export class JobRecords extends Construct {
    * dead-letters its job: nothing else (no scan, no query).
    */
   grantClaim(grantee: iam.IGrantable): iam.Grant {
+    return this.grantItemWrites(grantee);
+  }
+
+  /**
+   * The launch tickets of the prime back-off (lambdas/shared/launch-tickets.ts), for the pool
+   * Lambda: the conditional update that takes one, the consistent read that resolves a lost
+   * answer, the conditional delete that gives one back. The same three actions as a claim.
+   */
+  grantLaunchTickets(grantee: iam.IGrantable): iam.Grant {
+    return this.grantItemWrites(grantee);
+  }
+
+  private grantItemWrites(grantee: iam.IGrantable): iam.Grant {
     return iam.Grant.addToPrincipal({ grantee, actions: ['dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'], resourceArns: [this.table.tableArn] });
   }
 }

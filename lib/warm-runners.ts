@@ -301,7 +301,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       description: 'Keeps each warm pool at its target and evicts stale instances',
       timeout: Duration.seconds(120),
       memorySize: FUNCTION_MEMORY_MB.pool,
-      environment,
+      environment: { ...environment, [LAMBDA_ENV.jobRecordTable]: this.jobRecords.table.tableName },
       logRetention,
     });
     this.scaleDownFunction = new BundledFunction(this, 'ScaleDown', {
@@ -359,7 +359,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.jobs.queue.grantSendMessages(this.scaleUpFunction); // re-queues jobs that wait for capacity
     this.jobs.deadLetterQueue.grantSendMessages(this.scaleUpFunction); // parks malformed messages
 
-    this.jobRecords.grantClaim(this.scaleUpFunction);
+    this.jobRecords.grantClaim(this.scaleUpFunction); // launch tickets too (the same three actions)
+    this.jobRecords.grantLaunchTickets(this.poolFunction);
     const readSecrets = (fn: lambda.IFunction, names: string[]) => {
       if (names.length === 0) return;
       fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: names.map(parameterArn) }));

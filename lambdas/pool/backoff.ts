@@ -20,6 +20,12 @@ import { templateVersionOf, type ObservedInstance } from '../shared/instances';
  * pool counts those tags into the same streak (each instance once), and scale-up launches
  * cold only as the same decision allows, with cold launches on their way counted like priming
  * standbys. One streak, one probe at a time, whichever path probes.
+ *
+ * "At once" and "one at a time" are decided per observation, and DescribeInstances is
+ * eventually consistent: launchers that look in the same moment each see nothing on its way.
+ * So every launch of an unproven or failing template also takes a launch ticket (`ticketNeed`,
+ * lambdas/shared/launch-tickets.ts), which only one launcher wins per slot: the bound holds
+ * however many scale-up invocations and pool runs race.
  */
 
 /** The first delay after a prime failure; it doubles with each failure in a row, up to the cap. */
@@ -134,6 +140,8 @@ export function delaySeconds(failures: number, policy: BackoffPolicy): number {
 export interface LaunchDecision {
   /** Standbys to launch now. */
   readonly launch: number;
+  /** The launch tickets those launches take (`ticketNeed`); none on the fast path. */
+  readonly ticket?: TicketNeed;
   /** The streak reached the limit: the pool only probes, at the cap (the metric and alarm). */
   readonly backingOff: boolean;
   /** When the next probe may launch (set while a streak holds launches back). */
@@ -154,6 +162,43 @@ export function decideLaunch(streak: PrimeStreak, policy: BackoffPolicy, wanted:
   const resumeAt = new Date(Date.parse(streak.lastFailureAt!) + delaySeconds(streak.failures, policy) * 1000);
   const launch = priming === 0 && now >= resumeAt ? Math.min(wanted, 1) : 0;
   return { launch, backingOff, resumeAt };
+}
+
+/**
+ * What makes "at most `limit` before proof" and "one probe per window" hold under concurrency:
+ * every launch of an unproven or failing template takes a launch ticket first, a conditional
+ * write that only one launcher can win (lambdas/shared/launch-tickets.ts). Observing the other
+ * launcher's instance cannot do it: DescribeInstances is eventually consistent, and two
+ * invocations that look in the same moment both see no probe on its way.
+ */
+export interface TicketNeed {
+  /** The streak's template (id:version[@image]): a new one has fresh tickets. */
+  readonly template: string;
+  /** The slots, one launch each, tried in order. */
+  readonly slots: readonly string[];
+  /**
+   * How long a taken ticket holds its slot: a cap plus the priming timeout, so by the time it
+   * frees, its launch has primed or been counted as failed (then a new window has its own
+   * ticket), and a ticket spent by a launcher that died before launching frees after a cap.
+   */
+  readonly holdSeconds: number;
+}
+
+/**
+ * The tickets a launch needs under `streak`: none for a proven template that is not failing
+ * (the fast path stays a read); one of `limit` start tickets while the template is unproven
+ * and the streak has not reached the limit (so at most `limit` launches before it backs off,
+ * however many launchers race); otherwise the one probe ticket of the window, keyed by when
+ * the window opened (its `resumeAt`, the same for every launcher reading the same streak).
+ */
+export function ticketNeed(streak: PrimeStreak, policy: BackoffPolicy, primingTimeoutSeconds: number): TicketNeed | undefined {
+  if (streak.proven && streak.failures === 0) return undefined;
+  const holdSeconds = policy.capSeconds + primingTimeoutSeconds;
+  if (!streak.proven && streak.failures < policy.limit) {
+    return { template: streak.template, slots: Array.from({ length: policy.limit }, (_, k) => `start#${k + 1}`), holdSeconds };
+  }
+  const resumeAt = new Date(Date.parse(streak.lastFailureAt!) + delaySeconds(streak.failures, policy) * 1000);
+  return { template: streak.template, slots: [`probe#${resumeAt.toISOString()}`], holdSeconds };
 }
 
 /**
@@ -221,7 +266,9 @@ export function primeStep(
   // and those on their way hold a probe back as a priming standby does.
   if (seen.starts) streak = countStarts(streak, seen.starts, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
-  return { streak, decision: decideLaunch(streak, policy, wanted, seen.priming + (seen.starts?.inFlight ?? 0), now) };
+  const decision = decideLaunch(streak, policy, wanted, seen.priming + (seen.starts?.inFlight ?? 0), now);
+  const ticket = decision.launch > 0 ? ticketNeed(streak, policy, pool.warm.primingTimeoutSeconds) : undefined;
+  return { streak, decision: ticket ? { ...decision, ticket } : decision };
 }
 
 /** What a pool's instances show about its cold launches (scale-up's CreateFleet). */
@@ -284,6 +331,8 @@ export interface ColdGate {
   readonly resumeAt?: Date;
   /** Why launches are held back: the back-off, or a streak that could not be read. */
   readonly held?: 'backoff' | 'unproven' | 'unreadable';
+  /** The launch tickets the launches take (`ticketNeed`); none for a proven template. */
+  readonly ticket?: TicketNeed;
 }
 
 /**
@@ -311,6 +360,8 @@ export function coldGate(
   const s = countStarts(current ?? freshStreak(template), evidence, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
   const d = decideLaunch(s, policy, wanted, seen.priming + seen.starts.inFlight, now);
-  if (d.launch >= wanted) return { launch: d.launch };
-  return { launch: d.launch, ...(d.resumeAt ? { resumeAt: d.resumeAt } : {}), held: s.failures > 0 ? 'backoff' : 'unproven' };
+  const need = d.launch > 0 ? ticketNeed(s, policy, pool.warm.primingTimeoutSeconds) : undefined;
+  const ticket = need ? { ticket: need } : {};
+  if (d.launch >= wanted) return { launch: d.launch, ...ticket };
+  return { launch: d.launch, ...(d.resumeAt ? { resumeAt: d.resumeAt } : {}), held: s.failures > 0 ? 'backoff' : 'unproven', ...ticket };
 }

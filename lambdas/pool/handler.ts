@@ -16,7 +16,8 @@ import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { readPrimeStreak } from '../shared/prime-state';
-import { encodeStreak, observeStarts, primeStep, watchLaunched, type PrimeFailure, type PrimeStreak } from './backoff';
+import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak } from './backoff';
+import type { LaunchTickets } from '../shared/launch-tickets';
 import { classify, planPool, type CurrentImage, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -24,6 +25,8 @@ export interface PoolDeps {
   readonly ssm: SSMClient;
   readonly aws: AwsCaller;
   readonly loadConfig: () => Promise<FleetConfig>;
+  /** The launch tickets scale-up takes too (lambdas/shared/launch-tickets.ts); production always has them. */
+  readonly launchTickets?: LaunchTickets;
   readonly now?: () => Date;
   readonly sink?: Sink;
 }
@@ -150,7 +153,7 @@ async function runPool(
       lastInstanceId: streak?.lastInstanceId,
     });
   }
-  const launchedIds = decision.launch > 0 ? await launchStandbys(deps, config, pool, decision.launch, log) : [];
+  const launchedIds = decision.launch > 0 ? await launchWithTickets(deps, config, pool, decision, now, log) : [];
   const launched = launchedIds.length;
   if (streak) streak = watchLaunched(streak, launchedIds, stillPriming);
   // Written only when it changed (nothing stored and nothing to remember is no change).
@@ -165,6 +168,29 @@ async function runPool(
   metrics.add(names.target, { Pool: pool.name }, target);
   log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
   return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+}
+
+/**
+ * The decision's launches, each with a launch ticket when the template is unproven or failing
+ * (lambdas/shared/launch-tickets.ts): scale-up takes the same tickets for its cold launches,
+ * so the pool's standbys and any number of scale-up invocations share one bound. Only the
+ * tickets won launch. A launch EC2 refused gives its tickets back; any other outcome keeps
+ * them (a lost answer may have launched): the window's probe is spent, failing safe.
+ */
+async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, decision: LaunchDecision, now: Date, log: Logger): Promise<string[]> {
+  if (!decision.ticket || !deps.launchTickets) return (await launchStandbys(deps, config, pool, decision.launch, log)).ids;
+  const { taken, errors } = await deps.launchTickets.take(pool.name, decision.ticket, decision.launch, now);
+  if (errors.length) log.error('taking launch tickets failed: no launch for those', { errors });
+  if (taken.length < decision.launch) log.warn('prime back-off: launch tickets taken elsewhere', { wanted: decision.launch, launching: taken.length, template: decision.ticket.template });
+  if (taken.length === 0) return [];
+  const out = await launchStandbys(deps, config, pool, taken.length, log);
+  if (out.refused) {
+    for (const t of taken) {
+      const r = await deps.launchTickets.release(t);
+      if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { error: r.error });
+    }
+  }
+  return out.ids;
 }
 
 /**
@@ -338,7 +364,7 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
  * and a lost one is resolved by describing the pool's instances with that tag: what is
  * found is what was launched. One that lands after that look is counted by the next run.
  */
-async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<string[]> {
+async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<{ ids: string[]; refused: boolean }> {
   const keys = tagKeys(config.prefix);
   let lastError = '';
   for (const subnet of pool.subnetIds) {
@@ -348,16 +374,17 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
         const out = await deps.aws.send<RunInstancesCommandOutput>(deps.ec2, runStandbys(pool, keys, count, type, subnet, token), WRITE_ONCE);
         const ids = (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== '');
         log.info('launched warm standbys', { count: out.Instances?.length ?? 0, instanceType: type, subnet });
-        return ids;
+        return { ids, refused: false };
       } catch (error) {
-        if (error instanceof UnknownOutcomeError) return launchedBy(deps, keys, pool, token, log);
+        if (error instanceof UnknownOutcomeError) return { ids: await launchedBy(deps, keys, pool, token, log), refused: false };
         lastError = errorName(error);
         log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
       }
     }
   }
   log.error('no warm standby could be launched', { error: lastError });
-  return [];
+  // Every attempt was answered with a refusal: nothing launched.
+  return { ids: [], refused: true };
 }
 
 function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {

@@ -2,6 +2,7 @@ import { errorName } from '../shared/aws-call';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { readPrimeStreak } from '../shared/prime-state';
 import type { ColdGate } from '../pool/backoff';
+import type { LaunchTickets, Ticket } from '../shared/launch-tickets';
 import type { JobInFlight, StepContext } from './context';
 import { poolColdGate } from './decide';
 
@@ -42,4 +43,29 @@ async function describeGone(ctx: StepContext, pool: string): Promise<ObservedIns
   } catch (error) {
     return { unreadable: errorName(error) };
   }
+}
+
+/**
+ * The launch tickets of the batch's cold launches (lambdas/shared/launch-tickets.ts): per pool
+ * whose gate needs them (an unproven or failing template), the oldest launching jobs take one
+ * each; a job that gets none launches nothing and waits, as a held job does. Another
+ * invocation (or the pool Lambda) won the slot, or the table did not answer: failing safe.
+ * A proven template's gate carries no ticket and its launches pass untouched.
+ */
+export async function ticketCold(ctx: StepContext, tickets: LaunchTickets, gates: ReadonlyMap<string, ColdGate>, launching: readonly JobInFlight[]): Promise<{ granted: Map<string, Ticket>; refused: JobInFlight[] }> {
+  const granted = new Map<string, Ticket>();
+  const refused: JobInFlight[] = [];
+  const byPool = new Map<string, JobInFlight[]>();
+  for (const j of launching) (byPool.get(j.pool.name) ?? byPool.set(j.pool.name, []).get(j.pool.name)!).push(j);
+  await Promise.all(
+    [...byPool].map(async ([name, jobs]) => {
+      const need = gates.get(name)?.ticket;
+      if (!need) return;
+      const out = await tickets.take(name, need, jobs.length, ctx.now());
+      if (out.errors.length) ctx.log.error('taking launch tickets failed: those cold launches wait', { pool: name, errors: out.errors });
+      jobs.forEach((j, n) => (out.taken[n] ? granted.set(j.key, out.taken[n]) : refused.push(j)));
+      if (out.taken.length < jobs.length) ctx.log.warn('prime back-off: launch tickets taken elsewhere, holding cold launches back', { pool: name, wanted: jobs.length, launching: out.taken.length, template: need.template });
+    }),
+  );
+  return { granted, refused };
 }

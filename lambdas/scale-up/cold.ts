@@ -34,6 +34,14 @@ export class ColdLaunchError extends Error {
   }
 }
 
+/**
+ * The launch is known not to have happened: EC2 answered and launched nothing. Only then may
+ * its launch ticket be given back; a lost answer, or a failure after the launch, keeps it.
+ */
+export function launchRefused(error: unknown): boolean {
+  return error instanceof ColdLaunchError && error.step === 'launch';
+}
+
 export interface ColdResult {
   readonly instanceId: string;
   readonly runnerId: string;
@@ -55,7 +63,16 @@ export interface ColdResult {
  */
 export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken: string): Promise<ColdResult> {
   const launchedAt = ctx.now();
-  const { instanceId, capacityType, spotFallback } = await createFleet(ctx, j, launchedAt, attemptToken);
+  let fleet: Awaited<ReturnType<typeof createFleet>>;
+  try {
+    fleet = await createFleet(ctx, j, launchedAt, attemptToken);
+  } catch (error) {
+    // An answer that refused (an EC2 error code) launched nothing: say so (`launchRefused`).
+    // A lost answer may have launched, and stays what it is.
+    if (error instanceof ColdLaunchError || error instanceof UnknownOutcomeError) throw error;
+    throw new ColdLaunchError(`CreateFleet refused: ${errorName(error)}`, 'launch');
+  }
+  const { instanceId, capacityType, spotFallback } = fleet;
   const a: Attempt = { j, instanceId, claimed: false };
   try {
     try {
@@ -143,7 +160,13 @@ async function fleetOnce(
     // The launch may have happened: look for it by its token tag before sending it again
     // (EC2 would answer a resend with the same ClientToken with the first fleet; moto
     // ignores the token and launches a second instance).
-    const found = await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } });
+    let found;
+    try {
+      found = await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } });
+    } catch (describeError) {
+      // Still unknown: the launch may have happened.
+      throw new UnknownOutcomeError('CreateFleet', describeError);
+    }
     j.log.warn('CreateFleet outcome unknown, resolved by describing its token', { found: found.length });
     if (found[0]) return { instanceId: found[0].id, errors: [] };
     out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);

@@ -274,3 +274,24 @@ export function gateCold(
   }
   return verdicts;
 }
+
+/**
+ * The verdicts of cold jobs the gate let launch but that got no launch ticket (another
+ * launcher won the slot, or the table did not answer): they wait as held jobs do, or go to
+ * the dead-letter queue past their maximum wait.
+ */
+export function heldWithoutTicket(
+  jobs: readonly { readonly key: string; readonly pool: { readonly name: string }; readonly job: { readonly receivedAt: string } }[],
+  gates: ReadonlyMap<string, ColdGate>,
+  now: Date,
+  maxWaitSeconds: number,
+): Map<string, ColdVerdict> {
+  const verdicts = new Map<string, ColdVerdict>();
+  for (const j of jobs) {
+    const gate = gates.get(j.pool.name);
+    const held = gate?.held ?? (gate?.ticket?.slots[0]?.startsWith('probe#') ? 'backoff' : 'unproven');
+    const expired = (now.getTime() - Date.parse(j.job.receivedAt)) / 1000 > maxWaitSeconds;
+    verdicts.set(j.key, expired ? { kind: 'hold-expired', held } : { kind: 'hold', held, ...(gate?.resumeAt ? { resumeAt: gate.resumeAt } : {}) });
+  }
+  return verdicts;
+}

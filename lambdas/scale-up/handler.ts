@@ -22,14 +22,15 @@ import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { launchCold } from './cold';
+import { launchCold, launchRefused } from './cold';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
-import { arrivalOf, comesBack, decide, gateCold, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
+import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
-import { coldGates } from './cold-gate';
+import { coldGates, ticketCold } from './cold-gate';
+import type { LaunchTickets } from '../shared/launch-tickets';
 import type { ColdGate } from '../pool/backoff';
 
 export interface ScaleUpOptions {
@@ -75,6 +76,12 @@ export interface ScaleUpDeps {
    * keep a late copy of a job from launching a second runner.
    */
   readonly jobRecords?: JobRecords;
+  /**
+   * The launch tickets (lambdas/shared/launch-tickets.ts) that make the prime back-off hold
+   * under concurrent invocations. Production always has them; without them the back-off is
+   * decided per observation only.
+   */
+  readonly launchTickets?: LaunchTickets;
   readonly now?: () => Date;
   readonly random?: () => number;
   /** Where log lines and EMF records go (stdout in Lambda). */
@@ -391,7 +398,14 @@ async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[
 async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[], instances: readonly ObservedInstance[], items: ReadonlyMap<string, BatchItem>): Promise<Started[]> {
   const gates = cold.length > 0 ? await coldGates(step, cold, instances) : new Map<string, ColdGate>();
   const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, b.now(), b.options.maxWaitSeconds);
-  const launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
+  let launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
+  // A pool whose template is unproven or failing launches only with a ticket: the decision
+  // and the permission to launch in one conditional write (launch-tickets.ts).
+  const tickets = b.deps.launchTickets && launching.length > 0 ? await ticketCold(step, b.deps.launchTickets, gates, launching) : undefined;
+  if (tickets) {
+    for (const [key, v] of heldWithoutTicket(tickets.refused, gates, b.now(), b.options.maxWaitSeconds)) verdicts.set(key, v);
+    launching = launching.filter((j) => !tickets.refused.includes(j));
+  }
   for (const j of cold) {
     const v = verdicts.get(j.key)!;
     const item = items.get(j.key)!;
@@ -413,6 +427,13 @@ async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[],
       b.metrics.add(b.names.coldLaunches, { Pool: j.pool.name });
     } catch (error) {
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
+      // Only a launch EC2 refused gives its ticket back; any other failure may have
+      // launched (or did, and was terminated): the window's probe is spent, failing safe.
+      const ticket = tickets?.granted.get(j.key);
+      if (ticket && launchRefused(error)) {
+        const r = await b.deps.launchTickets!.release(ticket);
+        if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { error: r.error });
+      }
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }

@@ -1,18 +1,14 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
-import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
+import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce, requiredEnv } from '../shared/clients';
 import { JOB_RETRY_DEFAULTS, LAMBDA_ENV, type JobRetryOptions } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleUpHandler } from './handler';
 import { DynamoJobRecords } from './job-record';
+import { DynamoLaunchTickets } from '../shared/launch-tickets';
 
-function required(name: string): string {
-  const value = process.env[name];
-  if (!value) throw new Error(`environment variable ${name} is not set`);
-  return value;
-}
 
 /** The construct's retry settings (its jobRetryAfter and jobRetryLimit props); the defaults when absent. */
 function retryOptions(): JobRetryOptions {
@@ -23,6 +19,7 @@ function retryOptions(): JobRetryOptions {
 const clients = productionClients();
 // One pacer per container: its buckets follow the documented account rates.
 const aws = new AwsCaller({ pacer: new Pacer() });
+const dynamodb = new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS);
 
 /** The scale-up Lambda: SQS event source of the jobs queue, ReportBatchItemFailures on. */
 export const handler = createScaleUpHandler({
@@ -30,9 +27,10 @@ export const handler = createScaleUpHandler({
   aws,
   loadConfig: () => loadFleetConfig(clients.ssm),
   providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
-  queueUrl: required(LAMBDA_ENV.jobsQueueUrl),
-  deadLetterQueueUrl: required(LAMBDA_ENV.deadLetterQueueUrl),
-  instanceArnPrefix: required(LAMBDA_ENV.instanceArnPrefix),
-  jobRecords: new DynamoJobRecords(aws, new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS), required(LAMBDA_ENV.jobRecordTable)),
+  queueUrl: requiredEnv(LAMBDA_ENV.jobsQueueUrl),
+  deadLetterQueueUrl: requiredEnv(LAMBDA_ENV.deadLetterQueueUrl),
+  instanceArnPrefix: requiredEnv(LAMBDA_ENV.instanceArnPrefix),
+  jobRecords: new DynamoJobRecords(aws, dynamodb, requiredEnv(LAMBDA_ENV.jobRecordTable)),
+  launchTickets: new DynamoLaunchTickets(aws, dynamodb, requiredEnv(LAMBDA_ENV.jobRecordTable)),
   options: { retry: retryOptions() },
 });

@@ -19,6 +19,13 @@ export function productionClients(): { ec2: EC2Client; ssm: SSMClient; sqs: SQSC
   return { ec2: new EC2Client(common), ssm: new SSMClient(common), sqs: new SQSClient(common) };
 }
 
+/** An environment variable the construct sets: missing, the cold start fails with its name. */
+export function requiredEnv(name: string): string {
+  const value = process.env[name];
+  if (!value) throw new Error(`environment variable ${name} is not set`);
+  return value;
+}
+
 /**
  * The CI providers for a config, built once per config object: the config loader hands out
  * the same object until it reloads, so this holds one entry (no growth across invocations).

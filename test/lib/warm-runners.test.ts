@@ -578,12 +578,16 @@ describe('reconciler and per-job records', () => {
     expect(Object.values(scaleUp)[0]!.Properties.Environment.Variables.JOB_RECORD_TABLE).toEqual({ Ref: logicalId('AWS::DynamoDB::Table', 'RunnersJobRecords') });
   });
 
-  it('lets scale-up only put, read and release records of its table, and no other function touch the table', () => {
+  it('lets scale-up (records and launch tickets) and the pool (launch tickets) only put, read and release items of its table, and no other function touch the table', () => {
     const tableStatements = (prefix: string) => rolePolicyStatements(prefix).filter((s) => [s.Action].flat().some((a) => a.startsWith('dynamodb:')));
-    expect(tableStatements('RunnersScaleUpRole').map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']]);
     const table = stack.resolve((stack.runners.jobRecords.table.node.defaultChild as CfnElement).logicalId);
-    expect(tableStatements('RunnersScaleUpRole').map((s) => s.Resource)).toEqual([`<getatt:${table}.Arn>`]);
-    for (const other of ['RunnersWebhookRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);
+    for (const role of ['RunnersScaleUpRole', 'RunnersPoolRole']) {
+      expect(tableStatements(role).map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']]);
+      expect(tableStatements(role).map((s) => s.Resource)).toEqual([`<getatt:${table}.Arn>`]);
+    }
+    const pool = template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Keeps each warm pool') } });
+    expect(Object.values(pool)[0]!.Properties.Environment.Variables.JOB_RECORD_TABLE).toEqual({ Ref: logicalId('AWS::DynamoDB::Table', 'RunnersJobRecords') });
+    for (const other of ['RunnersWebhookRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);
   });
 
   it('runs the reconciler on its own clearly named schedule, exposed for the drain, and lets it send jobs and read the CI credentials only', () => {

@@ -145,7 +145,9 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     const primed = primeStep(failing, pool, { parkedLaunchTimes: [at(30)], priming: 0 }, [], 1, at(60));
     expect(primed.decision).toEqual({ launch: 1, backingOff: false });
     const next = { ...pool, launchTemplateVersion: String(Number(pool.launchTemplateVersion) + 1) };
-    expect(primeStep(failing, next, seen, [], 2, at(60)).decision).toEqual({ launch: 2, backingOff: false });
+    // Unproven again: each launch takes one of the limit's start tickets of the new template.
+    const start = { slots: ['start#1', 'start#2'], holdSeconds: 3600 + pool.warm.primingTimeoutSeconds };
+    expect(primeStep(failing, next, seen, [], 2, at(60)).decision).toEqual({ launch: 2, backingOff: false, ticket: { template: templateOf(next), ...start } });
   });
 
   it('resumes with a new image of a pool whose template resolves an image parameter (its version stays), not when the image is unreadable', () => {
@@ -156,7 +158,11 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     // Unreadable this run: the stored streak holds (no reset by a failed read).
     expect(primeStep(failing, pool, seen, [], 2, at(60)).decision).toMatchObject({ launch: 0, backingOff: true });
     // A new image: a new streak (unproven: at most primeFailureLimit prime at once).
-    expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0new').decision).toEqual({ launch: 2, backingOff: false });
+    expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0new').decision).toEqual({
+      launch: 2,
+      backingOff: false,
+      ticket: { template: templateOf(pool, 'ami-0new'), slots: ['start#1', 'start#2'], holdSeconds: 3600 + pool.warm.primingTimeoutSeconds },
+    });
   });
 });
 

@@ -77,7 +77,8 @@ describe('the cold gate: what the prime back-off lets a batch launch cold', () =
     expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [], KEYS, 20, NOW)).toEqual({ launch: 20 });
   });
   it('an unproven template launches at most the limit at once, cold launches on their way and priming standbys included', () => {
-    expect(poolColdGate(undefined, pool, [], KEYS, 20, NOW)).toEqual({ launch: 3, held: 'unproven' });
+    const hold = pool.warm.primeBackoffCapSeconds + pool.warm.primingTimeoutSeconds;
+    expect(poolColdGate(undefined, pool, [], KEYS, 20, NOW)).toEqual({ launch: 3, held: 'unproven', ticket: { template, slots: ['start#1', 'start#2', 'start#3'], holdSeconds: hold } });
     expect(poolColdGate(undefined, pool, [inst('running', coldTags(1)), inst('running', standbyTags())], KEYS, 20, NOW)).toMatchObject({ launch: 1 });
     // A cold runner that took its job, or a parked standby, proves the template.
     expect(poolColdGate(undefined, pool, [inst('running', coldTags(1, { [KEYS.jobStarted]: NOW.toISOString() }))], KEYS, 20, NOW)).toEqual({ launch: 20 });

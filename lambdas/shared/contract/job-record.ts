@@ -27,6 +27,17 @@ export const JOB_RECORD_ATTRIBUTES = {
 } as const;
 
 /**
+ * Launch tickets share the table (lambdas/shared/launch-tickets.ts): key `jobId` holds
+ * `launch-ticket|<pool>|<template>|<slot>` (never a job id), `expiresAt` the ticket's expiry
+ * (the TTL attribute too), `owner` the token of the launcher that took it.
+ */
+export const LAUNCH_TICKET_ATTRIBUTES = {
+  owner: 'ticketOwner',
+  pool: 'pool',
+  takenAt: 'takenAt',
+} as const;
+
+/**
  * Retrying a job whose runner went elsewhere (it took another job, or died before taking
  * any): how long after its runner was started a still-queued job is looked at again, and how
  * many more runners it may get. The construct's `jobRetryAfter` and `jobRetryLimit` props;

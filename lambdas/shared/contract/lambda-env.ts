@@ -25,7 +25,7 @@ export const LAMBDA_ENV = {
   drainQuietSeconds: 'DRAIN_QUIET_SECONDS',
   /** Drain: seconds after the stop at which the drain fails the delete, naming what is left. */
   drainDeadlineSeconds: 'DRAIN_DEADLINE_SECONDS',
-  /** Scale-up: the DynamoDB table of per-job records (one item per job: which delivery serves it). */
+  /** Scale-up and pool: the DynamoDB table of per-job records (one item per job: which delivery serves it) and launch tickets. */
   jobRecordTable: 'JOB_RECORD_TABLE',
   /** Scale-up: `JobRetryOptions` as JSON; absent: `JOB_RETRY_DEFAULTS`. */
   jobRetryOptions: 'JOB_RETRY_OPTIONS',

@@ -1,0 +1,162 @@
+import { randomUUID } from 'node:crypto';
+import { DeleteItemCommand, GetItemCommand, UpdateItemCommand, type AttributeValue, type DynamoDBClient, type GetItemCommandOutput } from '@aws-sdk/client-dynamodb';
+import type { TicketNeed } from '../pool/backoff';
+import { errorName, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from './contract';
+
+/**
+ * Launch tickets: the permission to launch for a pool whose template is unproven or failing,
+ * taken in the same atomic step as the decision (lambdas/pool/backoff.ts `ticketNeed`). One
+ * item per slot in the per-job record table (its key attribute, its TTL attribute), written
+ * with a condition that only the first writer passes. The table's writes are DynamoDB's, not
+ * SSM's: they do not spend the claims' PutParameter budget (about 3 TPS per account).
+ *
+ * A write whose answer was lost (a timeout, a reset, a 5xx after the fact) may have landed: it
+ * is resolved by reading the item back (consistent read) and comparing its owner token with
+ * ours, never taken as won or lost.
+ */
+
+/** A ticket this launcher holds: its item key and the owner token its write carried. */
+export interface Ticket {
+  readonly key: string;
+  readonly owner: string;
+}
+
+export interface TakeOutcome {
+  /** The tickets won, at most the count asked for: launch this many. */
+  readonly taken: readonly Ticket[];
+  /** Errors that left a slot undecided (its launch does not happen: failing safe). */
+  readonly errors: readonly string[];
+}
+
+export interface LaunchTickets {
+  /** Takes up to `count` of the need's slots for `pool`, in slot order. */
+  take(pool: string, need: TicketNeed, count: number, now: Date): Promise<TakeOutcome>;
+  /**
+   * Gives a ticket back; only for a launch known not to have happened (an explicit refusal).
+   * Never throws: an error (or a lost answer) keeps the ticket until its expiry, failing safe.
+   */
+  release(ticket: Ticket): Promise<{ readonly released: boolean; readonly error?: string }>;
+}
+
+/** The item key of a slot: prefixed so it can never be a job id (`github:…`, `gitlab:…`). */
+export function ticketKey(pool: string, template: string, slot: string): string {
+  return `launch-ticket|${pool}|${template}|${slot}`;
+}
+
+/**
+ * What a consistent read says about a write of `owner` whose answer was lost: `won` (our token
+ * is there), `lost` (another launcher's live ticket), or `absent` (nothing live: ours did not
+ * land, or it expired, which is the same for the slot).
+ */
+export function readBack(item: Record<string, AttributeValue> | undefined, owner: string, now: Date): 'won' | 'lost' | 'absent' {
+  if (!item) return 'absent';
+  if (item[LAUNCH_TICKET_ATTRIBUTES.owner]?.S === owner) return 'won';
+  const expires = Number(item[JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
+  return expires < Math.floor(now.getTime() / 1000) ? 'absent' : 'lost';
+}
+
+export class DynamoLaunchTickets implements LaunchTickets {
+  constructor(
+    private readonly aws: AwsCaller,
+    private readonly dynamodb: DynamoDBClient,
+    private readonly tableName: string,
+    private readonly token: () => string = randomUUID,
+  ) {}
+
+  async take(pool: string, need: TicketNeed, count: number, now: Date): Promise<TakeOutcome> {
+    const taken: Ticket[] = [];
+    const errors: string[] = [];
+    for (const slot of need.slots) {
+      if (taken.length >= count) break;
+      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token() };
+      const o = await this.takeOne(ticket, pool, need.holdSeconds, now);
+      if (o === 'won') taken.push(ticket);
+      else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);
+    }
+    return { taken, errors };
+  }
+
+  /** One slot; a lost answer is read back, and a write that did not land is sent once more. */
+  private async takeOne(ticket: Ticket, pool: string, holdSeconds: number, now: Date): Promise<'won' | 'lost' | { error: string }> {
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      try {
+        await this.aws.send(this.dynamodb, this.put(ticket, pool, holdSeconds, now), WRITE_ONCE);
+        return 'won';
+      } catch (error) {
+        if (errorName(error) === 'ConditionalCheckFailedException') return 'lost';
+        if (!(error instanceof UnknownOutcomeError)) return { error: errorName(error) };
+      }
+      let item: Record<string, AttributeValue> | undefined;
+      try {
+        item = (await this.read(ticket.key)).Item;
+      } catch (error) {
+        // Undecided: it may be ours, so nobody else takes the slot either; no launch (fail safe).
+        return { error: `put outcome unknown, read failed: ${errorName(error)}` };
+      }
+      const seen = readBack(item, ticket.owner, now);
+      if (seen !== 'absent') return seen;
+    }
+    return { error: 'put outcome unknown twice' };
+  }
+
+  /**
+   * A conditional delete on our owner token, so a ticket another launcher took after ours
+   * expired is never removed. A failure (or a lost answer) keeps the ticket: the slot frees
+   * at its expiry, which only holds a launch back.
+   */
+  async release(ticket: Ticket): Promise<{ readonly released: boolean; readonly error?: string }> {
+    try {
+      await this.aws.send(
+        this.dynamodb,
+        new DeleteItemCommand({
+          TableName: this.tableName,
+          Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: ticket.key } },
+          ConditionExpression: '#owner = :owner',
+          ExpressionAttributeNames: { '#owner': LAUNCH_TICKET_ATTRIBUTES.owner },
+          ExpressionAttributeValues: { ':owner': { S: ticket.owner } },
+        }),
+        WRITE_ONCE,
+      );
+      return { released: true };
+    } catch (error) {
+      return { released: false, error: errorName(error) };
+    }
+  }
+
+  /**
+   * An update rather than a put only so the grant stays the record's (UpdateItem, GetItem,
+   * DeleteItem). The condition treats an expired ticket as absent: TTL deletes lazily.
+   */
+  private put(ticket: Ticket, pool: string, holdSeconds: number, now: Date): UpdateItemCommand {
+    const nowSeconds = Math.floor(now.getTime() / 1000);
+    return new UpdateItemCommand({
+      TableName: this.tableName,
+      Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: ticket.key } },
+      UpdateExpression: 'SET #owner = :owner, #pool = :pool, #takenAt = :takenAt, #expires = :expires',
+      ConditionExpression: 'attribute_not_exists(#key) OR #expires < :now',
+      ExpressionAttributeNames: {
+        '#key': JOB_RECORD_ATTRIBUTES.key,
+        '#owner': LAUNCH_TICKET_ATTRIBUTES.owner,
+        '#pool': LAUNCH_TICKET_ATTRIBUTES.pool,
+        '#takenAt': LAUNCH_TICKET_ATTRIBUTES.takenAt,
+        '#expires': JOB_RECORD_ATTRIBUTES.expiresAt,
+      },
+      ExpressionAttributeValues: {
+        ':owner': { S: ticket.owner },
+        ':pool': { S: pool },
+        ':takenAt': { S: now.toISOString() },
+        ':expires': { N: String(nowSeconds + holdSeconds) },
+        ':now': { N: String(nowSeconds) },
+      },
+    });
+  }
+
+  private read(key: string): Promise<GetItemCommandOutput> {
+    return this.aws.send<GetItemCommandOutput>(
+      this.dynamodb,
+      new GetItemCommand({ TableName: this.tableName, Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: key } }, ConsistentRead: true }),
+      READ,
+    );
+  }
+}

@@ -1,0 +1,214 @@
+import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createPoolHandler } from '../../lambdas/pool/handler';
+import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tickets';
+import type { TicketNeed } from '../../lambdas/pool/backoff';
+import { FakeCi } from '../support/fake-ci';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { losingFirstAnswer } from '../support/lose-answer';
+import { startMoto, type MotoServer } from '../support/moto';
+import { createJobRecordTable, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { scaled } from '../support/slowdown';
+
+const TABLE = 'job-records';
+const NOW = new Date();
+const need: TicketNeed = { template: 'lt-1:1', slots: ['probe#2026-12-02T08:00:00.000Z'], holdSeconds: 3600 };
+const start: TicketNeed = { template: 'lt-1:1', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 3600 };
+
+let moto: MotoServer;
+let c: MotoClients;
+const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
+const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
+const isTicket = (input: Record<string, unknown>) => String((input.Key as { jobId?: { S?: string } })?.jobId?.S).startsWith('launch-ticket|');
+
+beforeAll(async () => {
+  moto = await startMoto();
+  c = motoClients(moto.endpoint);
+});
+afterAll(async () => moto?.stop());
+beforeEach(async () => {
+  await moto.reset();
+  await createJobRecordTable(dynamo(), TABLE);
+});
+
+async function owner(slot: string): Promise<string | undefined> {
+  const out = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', 'lt-1:1', slot) } }, ConsistentRead: true }));
+  return out.Item?.ticketOwner?.S;
+}
+
+describe('launch tickets against moto', () => {
+  it('go to one taker only; the others lose, however many race', async () => {
+    const takers = Array.from({ length: 8 }, () => new DynamoLaunchTickets(aws(), dynamo(), TABLE));
+    const probes = await Promise.all(takers.map((t) => t.take('linux', need, 1, NOW)));
+    expect(probes.flatMap((o) => o.taken)).toHaveLength(1);
+    const starts = await Promise.all(takers.map((t) => t.take('linux', start, 3, NOW)));
+    expect(starts.flatMap((o) => o.taken)).toHaveLength(3);
+    expect(starts.flatMap((o) => o.errors)).toEqual([]);
+  });
+
+  it('a put that landed but whose answer was lost is read back as won, without a second write', async () => {
+    const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand');
+    const out = await new DynamoLaunchTickets(aws(), client, TABLE).take('linux', need, 1, NOW);
+    expect(out.taken).toHaveLength(1);
+    expect(client.calls()).toBe(1);
+    expect(await owner(need.slots[0]!)).toBe(out.taken[0]!.owner);
+  });
+
+  it('a put that did not land is read back as absent and sent once more', async () => {
+    const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { lands: false });
+    const out = await new DynamoLaunchTickets(aws(), client, TABLE).take('linux', need, 1, NOW);
+    expect(out.taken).toHaveLength(1);
+    expect(client.calls()).toBe(2);
+  });
+
+  it("a put refused because another launcher took the slot first, its answer lost, is read back as lost (the other's token)", async () => {
+    const other = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    let theirs = '';
+    const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { before: async () => void (theirs = (await other.take('linux', need, 1, NOW)).taken[0]!.owner) });
+    const out = await new DynamoLaunchTickets(aws(), client, TABLE).take('linux', need, 1, NOW);
+    expect(out).toEqual({ taken: [], errors: [] });
+    expect(await owner(need.slots[0]!)).toBe(theirs);
+  });
+
+  it('frees an expired ticket for the next taker, and a release removes only its own ticket', async () => {
+    const tickets = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    const [first] = (await tickets.take('linux', need, 1, NOW)).taken;
+    expect((await tickets.take('linux', need, 1, NOW)).taken).toHaveLength(0);
+    const later = new Date(NOW.getTime() + (need.holdSeconds + 1) * 1000);
+    const [second] = (await tickets.take('linux', need, 1, later)).taken;
+    expect(second).toBeDefined();
+    // The first taker's release (its ticket expired and was taken over) leaves the second's.
+    expect((await tickets.release(first!)).released).toBe(false);
+    expect(await owner(need.slots[0]!)).toBe(second!.owner);
+    expect((await tickets.release(second!)).released).toBe(true);
+    expect(await owner(need.slots[0]!)).toBeUndefined();
+  });
+});
+
+describe("scale-up's cold launch with a lost ticket answer, against moto", () => {
+  let config: FleetConfig;
+  beforeEach(async () => {
+    config = await motoFleet(c, { warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
+  });
+  const coldInstances = async (): Promise<Instance[]> =>
+    ((await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.jobId] }] }))).Reservations ?? []).flatMap((r) => r.Instances ?? []);
+  const handler = (client: DynamoDBClient, lines: Lines, ec2 = c.ec2) =>
+    createScaleUpHandler({
+      ...c,
+      ec2,
+      sqs: { send: async () => ({}) } as never,
+      aws: aws(),
+      loadConfig: async () => config,
+      providers: () => ({ github: new FakeCi(Provider.GITHUB, PREFIX) }),
+      queueUrl: 'q',
+      deadLetterQueueUrl: 'dlq',
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
+      launchTickets: new DynamoLaunchTickets(aws(), client, TABLE),
+      sink: lines.sink,
+    });
+
+  it('an unproven template (limit 1): the ticket that landed unheard is won, and exactly one instance launches for two jobs', async () => {
+    const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { when: isTicket });
+    const lines = new Lines();
+    expect((await handler(client, lines)(jobEvent([job(1), job(2)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(1);
+    expect(client.calls()).toBe(1);
+    // A second invocation that does not see that instance yet (DescribeInstances is eventually
+    // consistent) finds the only start ticket taken: its job waits, nothing launches.
+    const blind = motoClients(moto.endpoint).ec2;
+    blind.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName === 'DescribeInstancesCommand') (out.output as { Reservations?: unknown[] }).Reservations = [];
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    expect((await handler(dynamo(), lines, blind)(jobEvent([job(3)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(1);
+    expect(lines.logs(/launch tickets taken elsewhere/)).toHaveLength(1);
+  });
+
+  it('gives the ticket back when EC2 refused the cold launch outright, so the next job may launch', async () => {
+    const refusing = motoClients(moto.endpoint).ec2;
+    refusing.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'CreateFleetCommand') throw Object.assign(new Error('bad'), { name: 'InvalidParameterValue', $metadata: { httpStatusCode: 400 } });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    expect((await handler(dynamo(), lines, refusing)(jobEvent([job(1)]))).batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
+    expect(slot.Item).toBeUndefined();
+    expect((await handler(dynamo(), lines)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(1);
+  });
+
+  it('a ticket whose put outcome stays unknown (and unreadable) launches nothing', async () => {
+    const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { when: isTicket, lands: false });
+    // The read-back fails too: undecided, so no launch (failing safe).
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') throw Object.assign(new Error('denied'), { name: 'AccessDeniedException' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    expect((await handler(client, lines)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(0);
+    expect(lines.logs('taking launch tickets failed: those cold launches wait')).toHaveLength(1);
+  });
+});
+
+describe("the pool's standby launches with launch tickets, against moto", () => {
+  let config: FleetConfig;
+  beforeEach(async () => {
+    config = await motoFleet(c, { warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600 });
+  });
+  /** An EC2 client whose RunInstances fails once as `error` (its answer lost when `lands`). */
+  const failingRun = (error: string, lands: boolean) => {
+    const ec2 = motoClients(moto.endpoint).ec2;
+    let failed = false;
+    ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'RunInstancesCommand' || failed) return next(args);
+        failed = true;
+        if (lands) await next(args);
+        throw Object.assign(new Error(error), { name: error, $metadata: { httpStatusCode: lands ? 503 : 400 } });
+      },
+      { step: 'initialize' },
+    );
+    return ec2;
+  };
+  const run = (ec2: MotoClients['ec2']) => createPoolHandler({ ...c, ec2, aws: aws(), loadConfig: async () => config, launchTickets: new DynamoLaunchTickets(aws(), dynamo(), TABLE), sink: () => {} })();
+  const template = () => `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`;
+  const held = async () => {
+    const keys = ['start#1', 'start#2'].map((slot) => ({ jobId: { S: ticketKey('linux', template(), slot) } }));
+    const out = await Promise.all(keys.map((Key) => dynamo().send(new GetItemCommand({ TableName: TABLE, Key, ConsistentRead: true }))));
+    return out.filter((o) => o.Item).length;
+  };
+
+  it('takes one start ticket per standby of an unproven template', async () => {
+    const [summary] = await run(c.ec2);
+    expect(summary!.launched).toBe(2);
+    expect(await held()).toBe(2);
+  });
+
+  it('gives the tickets back when EC2 refused the launch outright (nothing launched)', async () => {
+    const [summary] = await run(failingRun('InvalidParameterValue', false));
+    expect(summary!.launched).toBe(0);
+    expect(await held()).toBe(0);
+  });
+
+  it('keeps them when the answer was lost (the launch happened): the slots are spent', async () => {
+    await run(failingRun('InternalError', true));
+    expect(await held()).toBe(2);
+  });
+});
