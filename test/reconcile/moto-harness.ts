@@ -1,14 +1,14 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { PutParameterCommand } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { expect } from 'vitest';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LAMBDA_ENV, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, LAMBDA_ENV, type CiProvider, type FleetConfig, type RunnerConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import { INSTANCE_ARN_PREFIX, KEYS, Lines } from '../support/fixtures';
@@ -110,5 +110,11 @@ export class ReconcileFleet {
         const tag = (k: string) => i.Tags?.find((t) => t.Key === k)?.Value ?? '';
         return { instanceId: i.InstanceId!, jobId: tag(KEYS.jobId), traceId: tag(KEYS.traceId) };
       });
+  }
+
+  /** The runner start config scale-up left for an instance (what its boot script would read). */
+  async runnerConfig(instanceId: string): Promise<RunnerConfig> {
+    const out = await this.c.ssm.send(new GetParameterCommand({ Name: this.config.parameters.runnerConfigRoot + instanceId, WithDecryption: true }));
+    return decodeRunnerConfig(out.Parameter!.Value!);
   }
 }
