@@ -1,14 +1,9 @@
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { GitHubProvider } from '../../lambdas/ci';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { startLoopbackGitHub, type GitHubJob, type LoopbackGitHub } from '../../local/ci/github-server';
 import { functionUrlEvent, githubWorkflowJobQueued } from '../../local/deliveries';
-import { PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoDynamo, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
-import { ReconcileFleet } from './moto-harness';
+import { motoForFile, ReconcileFleet } from './moto-harness';
 
 /**
  * The reconciler end to end: the loopback GitHub (deliveries, redeliveries, queued runs and
@@ -18,29 +13,15 @@ import { ReconcileFleet } from './moto-harness';
 const ORG = 'acme';
 const SECRET = 'webhook-secret-for-reconcile';
 const LABELS = ['self-hosted', 'linux'];
-let moto: MotoServer;
-let c: MotoClients;
-let dynamo: DynamoDBClient;
+const m = motoForFile();
 let gh: LoopbackGitHub;
 let f: ReconcileFleet;
 
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-  dynamo = motoDynamo(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
 afterEach(async () => gh?.close());
 
 async function setUp(options: Parameters<typeof startLoopbackGitHub>[0] = { organization: ORG }): Promise<void> {
   gh = await startLoopbackGitHub({ ...options, redeliver: ({ guid, job }) => deliver(job, guid) });
-  f = await ReconcileFleet.start(
-    moto,
-    c,
-    dynamo,
-    (base) => ({ ...base, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } }),
-    (config) => ({ [config.parameters.github.webhookSecret]: SECRET }),
-  );
+  f = await ReconcileFleet.github(m, gh, SECRET);
 }
 
 /** GitHub's redelivery: the job's queued delivery with its original GUID, posted to the webhook. */
@@ -50,7 +31,7 @@ async function deliver(job: GitHubJob, guid: string): Promise<number> {
   return answer.statusCode;
 }
 
-const provider = () => new GitHubProvider({ prefix: PREFIX, github: f.config.github!, pools: f.config.pools, privateKey: async () => gh.privateKeyPem, sleep: async () => {} });
+const provider = () => f.githubProvider(gh);
 const scaleUp = () => f.scaleUp({ github: provider() });
 
 function reconciler(options: Parameters<typeof createReconcileHandler>[0]['options'] = {}, now?: () => Date) {

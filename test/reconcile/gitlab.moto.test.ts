@@ -1,14 +1,8 @@
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { GitLabProvider } from '../../lambdas/ci';
-import { GitLabRunnerType, GitLabWebhookOwner, Provider } from '../../lambdas/shared/contract';
+import { afterEach, describe, expect, it } from 'vitest';
 import { startLoopbackGitLab, type GitLabJob, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { functionUrlEvent, gitlabJobPending } from '../../local/deliveries';
-import { PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoDynamo, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
-import { ReconcileFleet } from './moto-harness';
+import { motoForFile, ReconcileFleet } from './moto-harness';
 
 /**
  * The GitLab reconciler end to end: the loopback GitLab (the webhook's event log and resends,
@@ -17,33 +11,15 @@ import { ReconcileFleet } from './moto-harness';
  */
 const GROUP = 42;
 const WEBHOOK_TOKEN = 'gitlab-webhook-token-for-reconcile';
-let moto: MotoServer;
-let c: MotoClients;
-let dynamo: DynamoDBClient;
+const m = motoForFile();
 let gl: LoopbackGitLab;
 let f: ReconcileFleet;
 
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-  dynamo = motoDynamo(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
 afterEach(async () => gl?.close());
 
 async function setUp(): Promise<void> {
   gl = await startLoopbackGitLab({ groupId: GROUP, resend: ({ idempotencyKey, job, projectPath }) => deliver(job, projectPath, idempotencyKey) });
-  f = await ReconcileFleet.start(
-    moto,
-    c,
-    dynamo,
-    ({ github: _github, ...base }) => ({
-      ...base,
-      pools: base.pools.map((p) => ({ ...p, provider: Provider.GITLAB })),
-      gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP, webhook: { owner: GitLabWebhookOwner.GROUP, ownerId: GROUP, hookId: 1 } },
-    }),
-    (config) => ({ [config.parameters.gitlab.webhookToken]: WEBHOOK_TOKEN, [config.parameters.gitlab.token]: gl.accessToken }),
-  );
+  f = await ReconcileFleet.gitlab(m, gl, GROUP, WEBHOOK_TOKEN);
 }
 
 /** A Job Hook "pending" of the job, with the delivery's Idempotency-Key, posted to the webhook. */
@@ -53,7 +29,7 @@ async function deliver(job: GitLabJob, projectPath: string, idempotencyKey?: str
   return answer.statusCode;
 }
 
-const provider = () => new GitLabProvider({ prefix: PREFIX, gitlab: f.config.gitlab!, pools: f.config.pools, token: async () => gl.accessToken, sleep: async () => {} });
+const provider = () => f.gitlabProvider(gl);
 const reconciler = () => f.reconciler({ gitlab: provider() }, { gitlab: { minQueuedSeconds: 0 } });
 const scaleUp = () => f.scaleUp({ gitlab: provider() });
 

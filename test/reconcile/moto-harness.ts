@@ -3,17 +3,20 @@ import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { GitHubProvider, GitLabProvider } from '../../lambdas/ci';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { decodeRunnerConfig, LAMBDA_ENV, type CiProvider, type FleetConfig, type RunnerConfig } from '../../lambdas/shared/contract';
+import { decodeRunnerConfig, GitLabRunnerType, GitLabWebhookOwner, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig, type RunnerConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler } from '../../lambdas/webhook/handler';
-import { INSTANCE_ARN_PREFIX, KEYS, Lines } from '../support/fixtures';
-import type { MotoServer } from '../support/moto';
-import { createJobRecordTable, drainQueue, motoFleet, type MotoClients } from '../support/moto-fleet';
+import type { LoopbackGitHub } from '../../local/ci/github-server';
+import type { LoopbackGitLab } from '../../local/ci/gitlab-server';
+import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { startMoto, type MotoServer } from '../support/moto';
+import { createJobRecordTable, drainQueue, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
 
 /**
@@ -21,6 +24,24 @@ import { scaled } from '../support/slowdown';
  * queue, the per-job record table, and the real webhook, reconciler and scale-up wired to
  * them. The GitHub and GitLab tests differ only in the CI part of the config and the provider.
  */
+/** One moto for a test file, and its clients: filled before the file's tests, stopped after them. */
+export interface FileMoto {
+  moto: MotoServer;
+  c: MotoClients;
+  dynamo: DynamoDBClient;
+}
+
+export function motoForFile(): FileMoto {
+  const m = {} as FileMoto;
+  beforeAll(async () => {
+    m.moto = await startMoto();
+    m.c = motoClients(m.moto.endpoint);
+    m.dynamo = motoDynamo(m.moto.endpoint);
+  });
+  afterAll(async () => m.moto?.stop());
+  return m;
+}
+
 type Providers = Partial<Record<'github' | 'gitlab', CiProvider>>;
 type ReconcileOptions = Parameters<typeof createReconcileHandler>[0]['options'];
 
@@ -38,7 +59,7 @@ export class ReconcileFleet {
    * A fresh moto (reset), one pool labelled `linux` made into the CI's by `ci`, and the CI
    * credentials put in SSM (`secrets`: parameter name to value).
    */
-  static async start(moto: MotoServer, c: MotoClients, dynamo: DynamoDBClient, ci: (base: FleetConfig) => FleetConfig, secrets: (config: FleetConfig) => Record<string, string>): Promise<ReconcileFleet> {
+  static async start({ moto, c, dynamo }: FileMoto, ci: (base: FleetConfig) => FleetConfig, secrets: (config: FleetConfig) => Record<string, string>): Promise<ReconcileFleet> {
     await moto.reset();
     const base = await motoFleet(c, { labels: ['linux'] });
     // moto's instances never boot, so no runner ever proves the launch template: with the
@@ -50,6 +71,36 @@ export class ReconcileFleet {
     for (const [Name, Value] of Object.entries(secrets(config))) await c.ssm.send(new PutParameterCommand({ Name, Type: 'SecureString', Value }));
     await createJobRecordTable(dynamo, 'records');
     return new ReconcileFleet(c, dynamo, config, queueUrl);
+  }
+
+  /** The fleet with the loopback GitHub as its GitHub App's organisation, and the webhook secret in SSM. */
+  static github(m: FileMoto, gh: LoopbackGitHub, webhookSecret: string): Promise<ReconcileFleet> {
+    return ReconcileFleet.start(
+      m,
+      (base) => ({ ...base, github: { ...base.github!, appId: gh.appId, organization: gh.organization, apiUrl: gh.url } }),
+      (config) => ({ [config.parameters.github.webhookSecret]: webhookSecret }),
+    );
+  }
+
+  /** The fleet's pool made GitLab's, its group runners and group hook 1 at the loopback GitLab, the tokens in SSM. */
+  static gitlab(m: FileMoto, gl: LoopbackGitLab, groupId: number, webhookToken: string): Promise<ReconcileFleet> {
+    return ReconcileFleet.start(
+      m,
+      ({ github: _github, ...base }) => ({
+        ...base,
+        pools: base.pools.map((p) => ({ ...p, provider: Provider.GITLAB })),
+        gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: groupId, webhook: { owner: GitLabWebhookOwner.GROUP, ownerId: groupId, hookId: 1 } },
+      }),
+      (config) => ({ [config.parameters.gitlab.webhookToken]: webhookToken, [config.parameters.gitlab.token]: gl.accessToken }),
+    );
+  }
+
+  githubProvider(gh: LoopbackGitHub): GitHubProvider {
+    return new GitHubProvider({ prefix: PREFIX, github: this.config.github!, pools: this.config.pools, privateKey: async () => gh.privateKeyPem, sleep: async () => {} });
+  }
+
+  gitlabProvider(gl: LoopbackGitLab): GitLabProvider {
+    return new GitLabProvider({ prefix: PREFIX, gitlab: this.config.gitlab!, pools: this.config.pools, token: async () => gl.accessToken, sleep: async () => {} });
   }
 
   aws(): AwsCaller {

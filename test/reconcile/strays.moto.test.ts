@@ -1,16 +1,12 @@
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { GitHubProvider, GitLabProvider } from '../../lambdas/ci';
-import { GitLabRunnerType, GitLabWebhookOwner, instanceIdOfRunnerName, JOB_RETRY_DEFAULTS, Provider } from '../../lambdas/shared/contract';
+import { afterEach, describe, expect, it } from 'vitest';
+import { instanceIdOfRunnerName, JOB_RETRY_DEFAULTS } from '../../lambdas/shared/contract';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import type { StrayRunners } from '../../local/ci/server-basics';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending } from '../../local/deliveries';
 import { PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoDynamo, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
-import { ReconcileFleet } from './moto-harness';
+import { motoForFile, ReconcileFleet } from './moto-harness';
 
 /**
  * The retry cases of issue 11 (section 2) end to end, with the loopback servers' stray-runner
@@ -23,18 +19,10 @@ const ORG = 'acme';
 const SECRET = 'webhook-secret-for-strays';
 const GROUP = 42;
 const WEBHOOK_TOKEN = 'gitlab-webhook-token-for-strays';
-let moto: MotoServer;
-let c: MotoClients;
-let dynamo: DynamoDBClient;
+const m = motoForFile();
 let f: ReconcileFleet;
 let close: (() => Promise<void>) | undefined;
 
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-  dynamo = motoDynamo(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
 afterEach(async () => close?.());
 
 /** Past the job's first runner's `retryAfter`: the copy the reconciler finds is a retry. */
@@ -60,14 +48,8 @@ describe('stray runners against moto: the fleet retries the job left queued', ()
     const stray = strays({ takesAnotherJob: () => instance++ === 0 });
     const gh: LoopbackGitHub = await startLoopbackGitHub({ organization: ORG, strays: stray.modes });
     close = () => gh.close();
-    f = await ReconcileFleet.start(
-      moto,
-      c,
-      dynamo,
-      (base) => ({ ...base, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } }),
-      (config) => ({ [config.parameters.github.webhookSecret]: SECRET }),
-    );
-    const provider = () => new GitHubProvider({ prefix: PREFIX, github: f.config.github!, pools: f.config.pools, privateKey: async () => gh.privateKeyPem, sleep: async () => {} });
+    f = await ReconcileFleet.github(m, gh, SECRET);
+    const provider = () => f.githubProvider(gh);
     /** Acts as the runner of the instance: connects and asks for a job, as run.sh does. */
     const runner = async (instanceId: string) => {
       const config = await f.runnerConfig(instanceId);
@@ -115,18 +97,8 @@ describe('stray runners against moto: the fleet retries the job left queued', ()
     const stray = strays({ diesBeforeJob: () => instance++ === 0 });
     const gl: LoopbackGitLab = await startLoopbackGitLab({ groupId: GROUP, strays: stray.modes });
     close = () => gl.close();
-    f = await ReconcileFleet.start(
-      moto,
-      c,
-      dynamo,
-      ({ github: _github, ...base }) => ({
-        ...base,
-        pools: base.pools.map((p) => ({ ...p, provider: Provider.GITLAB })),
-        gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP, webhook: { owner: GitLabWebhookOwner.GROUP, ownerId: GROUP, hookId: 1 } },
-      }),
-      (config) => ({ [config.parameters.gitlab.webhookToken]: WEBHOOK_TOKEN, [config.parameters.gitlab.token]: gl.accessToken }),
-    );
-    const provider = () => new GitLabProvider({ prefix: PREFIX, gitlab: f.config.gitlab!, pools: f.config.pools, token: async () => gl.accessToken, sleep: async () => {} });
+    f = await ReconcileFleet.gitlab(m, gl, GROUP, WEBHOOK_TOKEN);
+    const provider = () => f.gitlabProvider(gl);
     /** Acts as the runner of the instance: one job request, as run-single makes; the job id it got, if any. */
     const runner = async (instanceId: string) => {
       const config = await f.runnerConfig(instanceId);
