@@ -1,7 +1,7 @@
 import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObject } from 'node:crypto';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { checkedLabels, serverBasics, type LoopbackServerOptions } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LoopbackServerOptions } from './server-basics';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -636,13 +636,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     },
     jobs: () => {
       markLost();
-      return [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob);
+      return byId(jobs.values(), publicJob);
     },
     runners: () => {
       markLost();
-      return [...runners.values()]
-        .sort((a, b) => a.id - b.id)
-        .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
+      return byId(runners.values(), (r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
     },
     recordDelivery(jobId, statusCode) {
       if (!jobs.has(jobId)) throw new Error(`no job ${jobId}`);

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { gitlabJobPending } from '../deliveries';
 import { gitlabJobFor } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions } from './server-basics';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -492,20 +492,18 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       jobs.set(job.id, job);
       return publicJob(job);
     },
-    jobs: () => [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob),
+    jobs: () => byId(jobs.values(), publicJob),
     runners: () =>
-      [...runners.values()]
-        .sort((a, b) => a.id - b.id)
-        .map((r) => ({
-          id: r.id,
-          description: r.description,
-          tagList: [...r.tagList],
-          runUntagged: r.runUntagged,
-          runnerType: r.runnerType,
-          ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
-          token: r.token,
-          ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
-        })),
+      byId(runners.values(), (r) => ({
+        id: r.id,
+        description: r.description,
+        tagList: [...r.tagList],
+        runUntagged: r.runUntagged,
+        runnerType: r.runnerType,
+        ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
+        token: r.token,
+        ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
+      })),
     failNext: basics.failNext,
     recordHookEvent(jobId, status) {
       const key = randomUUID();

@@ -105,3 +105,8 @@ export class StrayRunnerModes {
     return choose(waiting.filter((j) => j.id !== own)) ?? choose(waiting);
   }
 }
+
+/** Records as both servers' `jobs()` and `runners()` list them: by id (the order they were created), made public. */
+export function byId<T extends { readonly id: number }, P>(records: Iterable<T>, toPublic: (record: T) => P): P[] {
+  return [...records].sort((a, b) => a.id - b.id).map(toPublic);
+}
