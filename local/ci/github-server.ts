@@ -1,7 +1,7 @@
 import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObject } from 'node:crypto';
-import type { EventSink } from '../events';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
-import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { byId, checkedLabels, serverBasics, type LoopbackServerOptions } from './server-basics';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -57,7 +57,7 @@ export interface LoopbackGitHub {
   /** Resolves once every redelivery asked for so far has been attempted. */
   redeliveriesSettled(): Promise<void>;
   /** Requests served (after faults), in order: the reconciler's budget is counted from these. */
-  requests(): { method: string; path: string; credential: 'app' | 'installation' | 'none' }[];
+  requests(): GitHubRequest[];
   /** Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0). */
   setRateLimitRemaining(credential: 'app' | 'installation', remaining: number): void;
   jobs(): GitHubJob[];
@@ -71,12 +71,16 @@ export interface LoopbackGitHub {
   close(): Promise<void>;
 }
 
-export interface LoopbackGitHubOptions {
+/** A request the loopback GitHub served, with the credential it came with. */
+export interface GitHubRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly credential: 'app' | 'installation' | 'none';
+}
+
+export interface LoopbackGitHubOptions extends LoopbackServerOptions {
   readonly organization: string;
   readonly appId?: string;
-  readonly onEvent?: EventSink;
-  /** How long a fake runner works on a job (default 1). */
-  readonly jobSeconds?: number;
   /** How long a connected runner waits for a job before it gives up and exits non-zero (default 30). */
   readonly runnerWaitSeconds?: number;
   /** How often a waiting runner asks for a job (default 0.5). */
@@ -160,7 +164,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   if (!/^[A-Za-z0-9-]+$/.test(opts.organization)) throw new Error(`organization "${opts.organization}" is not a GitHub login`);
   const organization = opts.organization;
   const appId = opts.appId ?? '424242';
-  const jobSeconds = opts.jobSeconds ?? 1;
+  const basics = serverBasics<GitHubRequest>(opts);
+  const jobSeconds = basics.jobSeconds;
   const waitSeconds = opts.runnerWaitSeconds ?? 30;
   const pollSeconds = opts.runnerPollSeconds ?? 0.5;
   const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
@@ -172,13 +177,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     publicKeyEncoding: { type: 'spki', format: 'pem' },
   });
   const appKey: KeyObject = createPublicKey(publicKey);
-  const faults = new Faults();
   const tokens = new Map<string, number>();
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
   const hookDeliveries: (GitHubHookDelivery & { jobId: number })[] = [];
   const pendingRedeliveries = new Set<Promise<void>>();
-  const served: { method: string; path: string; credential: 'app' | 'installation' | 'none' }[] = [];
   const rateLimit = opts.rateLimit ?? 5000;
   const remaining = { app: rateLimit, installation: rateLimit };
   let rateReset = Math.floor(Date.now() / 1000) + 3600;
@@ -314,11 +317,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   function route(req: HttpRequest): HttpAnswer {
     markLost();
-    const fault = faults.take(req.method, req.path);
+    const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
     const app = req.path.startsWith('/app/') || routes.installation.test(req.path);
-    served.push({ method: req.method, path: req.path, credential: app ? 'app' : authorizationCredential(req.headers) ? 'installation' : 'none' });
+    basics.log({ method: req.method, path: req.path, credential: app ? 'app' : authorizationCredential(req.headers) ? 'installation' : 'none' });
     if (app) return counted('app', req, appRoute);
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
     if (!installationTokenValid(req)) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
@@ -561,7 +564,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   function jobFor(runner: RunnerState): JobState | undefined {
     const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
-    return githubJobFor({ labels: runner.labels, scope }, jobs.values());
+    return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
   }
 
   /** The fake runner's side, authenticated with the secret from its JIT config. */
@@ -588,6 +591,12 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
     if (action === 'acquire') {
       if (runner.jobId !== undefined) return { status: 200, body: { jobId: runner.jobId, seconds: jobSeconds } };
+      if (basics.strays.dies(runner.name)) {
+        // Gone before this request arrived: GitHub sees a runner that went silent (offline).
+        runner.status = 'offline';
+        delete runner.lastContact;
+        return { status: 409, body: { message: 'runner has no session' } };
+      }
       const job = jobFor(runner);
       if (!job) return { status: 204 };
       job.status = 'in_progress';
@@ -606,7 +615,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       job.completedAt = iso();
       // GitHub removes a just-in-time runner after its job.
       runners.delete(runner.id);
-      opts.onEvent?.({ t: Date.now(), kind: 'job-done', provider: 'github', ciJobId: String(job.id), runnerName: runner.name });
+      basics.jobDone('github', job.id, runner.name);
     }
     return { status: 200, body: {} };
   }
@@ -620,21 +629,18 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     privateKeyPem: privateKey,
     addJob(repository, labels, runId) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
-      if (!Array.isArray(labels) || labels.some((l) => typeof l !== 'string' || l === '')) throw new Error('labels must be non-empty strings');
       if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
-      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: [...labels], status: 'queued', createdAt: iso() };
+      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso() };
       jobs.set(job.id, job);
       return publicJob(job);
     },
     jobs: () => {
       markLost();
-      return [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob);
+      return byId(jobs.values(), publicJob);
     },
     runners: () => {
       markLost();
-      return [...runners.values()]
-        .sort((a, b) => a.id - b.id)
-        .map((r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
+      return byId(runners.values(), (r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
     },
     recordDelivery(jobId, statusCode) {
       if (!jobs.has(jobId)) throw new Error(`no job ${jobId}`);
@@ -646,11 +652,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     redeliveriesSettled: async () => {
       while (pendingRedeliveries.size > 0) await Promise.allSettled([...pendingRedeliveries]);
     },
-    requests: () => served.map((r) => ({ ...r })),
+    requests: basics.requests,
     setRateLimitRemaining(credential, n) {
       remaining[credential] = n;
     },
-    failNext: (match, status, times) => faults.add(match, status, times),
+    failNext: basics.failNext,
     close: () => server.close(),
   };
 }

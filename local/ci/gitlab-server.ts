@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { gitlabJobPending } from '../deliveries';
-import type { EventSink } from '../events';
 import { gitlabJobFor } from './assign';
-import { authorizationCredential, Faults, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions } from './server-basics';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -65,7 +65,7 @@ export interface LoopbackGitLab {
   /** What `RateLimit-Remaining` says next (it counts down with each authenticated request). */
   setRateLimitRemaining(remaining: number): void;
   /** Authenticated REST requests served (after faults), in order: the reconciler's budget is counted from these. */
-  requests(): { method: string; path: string }[];
+  requests(): LoggedRequest[];
   close(): Promise<void>;
 }
 
@@ -89,12 +89,10 @@ export interface LoopbackGitLabHook {
   readonly hookId: number;
 }
 
-export interface LoopbackGitLabOptions {
+/** `jobSeconds` is sent as the job's LOCAL_JOB_SECONDS variable. */
+export interface LoopbackGitLabOptions extends LoopbackServerOptions {
   /** The group the access token administers; group runners must name it. */
   readonly groupId: number;
-  readonly onEvent?: EventSink;
-  /** How long a fake runner works on a job (default 1): sent as the job's LOCAL_JOB_SECONDS variable. */
-  readonly jobSeconds?: number;
   /** The fleet's webhook (default: hook 1 of the group). */
   readonly hook?: LoopbackGitLabHook;
   /**
@@ -133,9 +131,9 @@ interface JobState extends GitLabJob {
 
 export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<LoopbackGitLab> {
   if (!Number.isSafeInteger(opts.groupId) || opts.groupId < 1) throw new Error(`groupId ${opts.groupId} is not a GitLab group id`);
-  const jobSeconds = opts.jobSeconds ?? 1;
+  const basics = serverBasics<LoggedRequest>(opts);
+  const jobSeconds = basics.jobSeconds;
   const accessToken = randomToken('glpat-', 15);
-  const faults = new Faults();
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
   let nextRunnerId = 101;
@@ -150,7 +148,6 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   let nextHookEventId = 1;
   const rateLimit = opts.rateLimit ?? 2000;
   let rateRemaining = rateLimit;
-  const served: { method: string; path: string }[] = [];
 
   const unauthorized: HttpAnswer = { status: 401, body: { message: '401 Unauthorized' } };
   const forbidden: HttpAnswer = { status: 403, body: { message: '403 Forbidden' } };
@@ -205,14 +202,14 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   }
 
   function route(req: HttpRequest): HttpAnswer | Promise<HttpAnswer> {
-    const fault = faults.take(req.method, req.path);
+    const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault === 429 ? 'Retry later' : `${fault} Injected fault` } };
     if (!req.path.startsWith('/api/v4/')) return notFound();
     const path = req.path.slice('/api/v4'.length);
     // The runner API authenticates with tokens in the request, not with PRIVATE-TOKEN.
     if (path === '/jobs/request' || /^\/jobs\/\d+(\/trace)?$/.test(path) || path === '/runners/verify' || (path === '/runners' && req.method === 'DELETE')) return runnerApi(req, path);
     if (!apiAuthorized(req)) return unauthorized;
-    served.push({ method: req.method, path });
+    basics.log({ method: req.method, path });
     rateRemaining = Math.max(0, rateRemaining - 1);
     const answer = restApi(req, path);
     return answer instanceof Promise ? answer.then(withRateLimit) : withRateLimit(answer);
@@ -441,8 +438,10 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (path === '/jobs/request' && req.method === 'POST') {
       const r = runnerByToken(b.token);
       if (!r) return forbidden;
+      // A runner that died before this request: it never arrived, so it is no contact either.
+      if (basics.strays.dies(r.description)) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       r.contactedAt = iso();
-      const job = gitlabJobFor(r, jobs.values());
+      const job = basics.strays.jobFor(r.description, [...jobs.values()], (waiting) => gitlabJobFor(r, waiting));
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
       job.runnerId = r.id;
@@ -476,7 +475,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       job.finishedAt = iso();
       if (b.state === 'failed') return { status: 200, headers: { 'job-status': 'failed' } };
       const runner = job.runnerId === undefined ? undefined : runners.get(job.runnerId);
-      opts.onEvent?.({ t: Date.now(), kind: 'job-done', provider: 'gitlab', ciJobId: String(job.id), ...(runner ? { runnerName: runner.description } : {}) });
+      basics.jobDone('gitlab', job.id, runner?.description);
       return { status: 200, headers: { 'job-status': 'success' } };
     }
     return notFound();
@@ -489,26 +488,23 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     accessToken,
     addJob(projectId, tags) {
       if (!Number.isSafeInteger(projectId) || projectId < 1) throw new Error(`projectId ${projectId} is not a GitLab project id`);
-      if (!Array.isArray(tags) || tags.some((t) => typeof t !== 'string' || t === '')) throw new Error('tags must be non-empty strings');
-      const job: JobState = { id: nextJobId++, projectId, tags: [...tags], status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '' };
+      const job: JobState = { id: nextJobId++, projectId, tags: checkedLabels(tags, 'tags'), status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '' };
       jobs.set(job.id, job);
       return publicJob(job);
     },
-    jobs: () => [...jobs.values()].sort((a, b) => a.id - b.id).map(publicJob),
+    jobs: () => byId(jobs.values(), publicJob),
     runners: () =>
-      [...runners.values()]
-        .sort((a, b) => a.id - b.id)
-        .map((r) => ({
-          id: r.id,
-          description: r.description,
-          tagList: [...r.tagList],
-          runUntagged: r.runUntagged,
-          runnerType: r.runnerType,
-          ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
-          token: r.token,
-          ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
-        })),
-    failNext: (match, status, times) => faults.add(match, status, times),
+      byId(runners.values(), (r) => ({
+        id: r.id,
+        description: r.description,
+        tagList: [...r.tagList],
+        runUntagged: r.runUntagged,
+        runnerType: r.runnerType,
+        ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
+        token: r.token,
+        ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
+      })),
+    failNext: basics.failNext,
     recordHookEvent(jobId, status) {
       const key = randomUUID();
       logHookEvent(jobId, status, key);
@@ -522,7 +518,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     setRateLimitRemaining(n) {
       rateRemaining = n;
     },
-    requests: () => [...served],
+    requests: basics.requests,
     close: () => server.close(),
   };
 }

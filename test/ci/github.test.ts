@@ -1,14 +1,13 @@
 import { generateKeyPairSync, verify } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { GitHubApiError, GitHubProvider, type GitHubProviderOptions } from '../../lambdas/ci/github';
 import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { createCiProviders } from '../../lambdas/ci';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerName, ssmPaths, Provider, type JobMessage } from '../../lambdas/shared/contract';
-import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
-import { captureConsole } from '../support/console-capture';
+import type { Answer, SeenRequest } from '../support/loopback';
+import { providerLoopback } from './provider-loopback';
 import { plantSecret, secretForms } from '../webhook/support';
-import { scaled } from '../support/slowdown';
 
 // GitHub hands out PKCS#1 PEM keys ("BEGIN RSA PRIVATE KEY").
 const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } });
@@ -16,25 +15,14 @@ const PREFIX = 'ghp-test';
 const T0 = Date.parse('2026-11-29T19:00:00Z');
 const INSTANCE = 'i-0123456789abcdef0';
 
-let server: Loopback;
-/** Answers a test wants before the documented happy path (fault injection); consumed in order. */
-let faults: ((req: SeenRequest) => Answer | 'hang' | undefined)[] = [];
 let tokensMinted = 0;
 const issuedTokens: string[] = [];
 const jitConfigs: string[] = [];
 let now = T0;
-let waits: number[] = [];
 let runners: { id: number; name: string; status: string; busy: boolean }[] = [];
 
 /** GitHub's documented shapes: app JWT for installation routes, installation tokens for the rest. */
 function github(req: SeenRequest): Answer | 'hang' {
-  for (let i = 0; i < faults.length; i++) {
-    const answer = faults[i]!(req);
-    if (answer !== undefined) {
-      faults.splice(i, 1);
-      return answer;
-    }
-  }
   const auth = req.headers.authorization ?? '';
   const url = new URL(req.path, 'http://x');
   const appRoute = /^\/(orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/installation$/.test(url.pathname) || url.pathname.startsWith('/app/');
@@ -96,19 +84,14 @@ function github(req: SeenRequest): Answer | 'hang' {
 function provider(connection: Partial<GitHubProviderOptions['github']> = {}, extra: Partial<GitHubProviderOptions> = {}) {
   const config = buildFleetConfig({
     prefix: PREFIX,
-    github: { appId: '4242', organization: 'acme', apiUrl: server.url, runnerGroupId: 3 },
+    github: { appId: '4242', organization: 'acme', apiUrl: h.server.url, runnerGroupId: 3 },
     pools: [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux', 'x64'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
   });
   return new GitHubProvider({
-    prefix: PREFIX,
+    ...h.providerBase(config),
     github: { ...config.github!, ...connection },
-    pools: config.pools,
     privateKey: async () => privateKey,
     now: () => now,
-    sleep: async (ms) => {
-      waits.push(ms);
-    },
-    timeoutMs: scaled(2_000),
     ...extra,
   });
 }
@@ -129,39 +112,19 @@ const job = (over: Partial<JobMessage> = {}): JobMessage => ({
   ...over,
 });
 
-const errors: string[] = [];
-async function failure(p: Promise<unknown>): Promise<GitHubApiError> {
-  const e = await p.then(
-    () => undefined,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(GitHubApiError);
-  errors.push(String(e), JSON.stringify(e));
-  return e as GitHubApiError;
-}
-
-let consoleLines: string[] = [];
-beforeAll(async () => {
-  consoleLines = captureConsole();
-  server = await startLoopback(github);
-});
-afterAll(async () => {
-  await server.close();
-});
-beforeEach(() => {
-  faults = [];
+const h = providerLoopback(github, () => {
   tokensMinted = 0;
   now = T0;
-  waits = [];
   runners = [];
-  server.requests.length = 0;
 });
+const { faults, waits, errors } = h;
+const failure = (p: Promise<unknown>) => h.failure(p, GitHubApiError);
 
 describe('GitHubProvider against a loopback GitHub', () => {
   it('creates an organisation JIT runner named for the activation, with the pool labels and runner group', async () => {
     const reg = await provider().createRunner(job(), INSTANCE, 'linux');
     expect(reg).toEqual({ runnerId: '23', name: runnerName(PREFIX, INSTANCE, new Date(T0)), secret: jitConfigs.at(-1) });
-    const post = server.requests.find((r) => r.path === '/orgs/acme/actions/runners/generate-jitconfig')!;
+    const post = h.server.requests.find((r) => r.path === '/orgs/acme/actions/runners/generate-jitconfig')!;
     expect(JSON.parse(post.body)).toEqual({ name: reg.name, runner_group_id: 3, labels: ['self-hosted', 'linux', 'x64'], work_folder: '_work' });
     expect(post.headers['x-github-api-version']).toBe('2022-11-28');
   });
@@ -170,9 +133,9 @@ describe('GitHubProvider against a loopback GitHub', () => {
     const p = provider({ organization: undefined, repositories: ['o1/app'] });
     const reg = await p.createRunner(job({ owner: 'o1', project: 'app' }), INSTANCE, 'linux');
     expect(reg.runnerId).toBe('o1/app/23');
-    expect(server.requests.map((r) => `${r.method} ${r.path}`)).toContain('POST /repos/o1/app/actions/runners/generate-jitconfig');
+    expect(h.server.requests.map((r) => `${r.method} ${r.path}`)).toContain('POST /repos/o1/app/actions/runners/generate-jitconfig');
     await p.deleteRunner(reg.runnerId);
-    expect(server.requests.at(-1)).toMatchObject({ method: 'DELETE', path: '/repos/o1/app/actions/runners/23' });
+    expect(h.server.requests.at(-1)).toMatchObject({ method: 'DELETE', path: '/repos/o1/app/actions/runners/23' });
     await expect(p.createRunner(job({ owner: 'o2', project: 'app' }), INSTANCE, 'linux')).rejects.toThrow(/not one of the fleet's repositories/);
   });
 
@@ -184,13 +147,13 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect(repos.runnerServes('o1/app/23', job({ owner: 'o1', project: 'web' }))).toBe(false);
     expect(repos.runnerServes('23', job({ owner: 'o1', project: 'app' }))).toBe(false);
     expect(provider().runnerServes('23', job({ project: 'any' }))).toBe(true);
-    expect(server.requests).toHaveLength(0);
+    expect(h.server.requests).toHaveLength(0);
   });
 
   it('refuses jobs of another organisation and unknown pools before calling GitHub', async () => {
     await expect(provider().createRunner(job({ owner: 'evil' }), INSTANCE, 'linux')).rejects.toThrow(/not to organisation/);
     await expect(provider().createRunner(job(), INSTANCE, 'nope')).rejects.toThrow(/not a GitHub pool/);
-    expect(server.requests).toHaveLength(0);
+    expect(h.server.requests).toHaveLength(0);
   });
 
   it('mints an installation token once, reuses it, and replaces it before it expires', async () => {
@@ -221,7 +184,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect(list).toHaveLength(65);
     expect(list.every((r) => r.name.startsWith(`${PREFIX}-`))).toBe(true);
     expect(list[0]).toEqual({ runnerId: '1001', name: `${PREFIX}-i-00000001-abc`, status: 'online', busy: false });
-    expect(server.requests.filter((r) => r.path.startsWith('/orgs/acme/actions/runners?')).map((r) => new URL(r.path, 'http://x').searchParams.get('page'))).toEqual(['1', '2']);
+    expect(h.server.requests.filter((r) => r.path.startsWith('/orgs/acme/actions/runners?')).map((r) => new URL(r.path, 'http://x').searchParams.get('page'))).toEqual(['1', '2']);
   });
 
   it('deletes a runner; a runner already gone is fine; a busy one (422) is an error', async () => {
@@ -251,7 +214,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     const regs = await Promise.all(Array.from({ length: 5 }, (_, i) => p.createRunner(job(), `i-0123456789abcdef${i}`, 'linux')));
     expect(regs).toHaveLength(5);
     expect(tokensMinted).toBe(1);
-    expect(server.requests.filter((r) => r.path.endsWith('/installation'))).toHaveLength(1);
+    expect(h.server.requests.filter((r) => r.path.endsWith('/installation'))).toHaveLength(1);
   });
 
   it('retries a call once with a fresh token after a 401, then gives up', async () => {
@@ -264,7 +227,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     // The fresh token is refused too: one retry only, then the 401 is reported.
     for (let i = 0; i < 2; i++) faults.push((r) => (r.path.includes('generate-jitconfig') ? { status: 401, body: { message: 'Bad credentials' } } : undefined));
     expect((await failure(p.createRunner(job(), INSTANCE, 'linux'))).status).toBe(401);
-    expect(server.requests.filter((r) => r.path.includes('generate-jitconfig'))).toHaveLength(2);
+    expect(h.server.requests.filter((r) => r.path.includes('generate-jitconfig'))).toHaveLength(2);
     expect(tokensMinted).toBe(3);
   });
 
@@ -275,7 +238,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     faults.push((r) => (r.path.includes('/access_tokens') ? { status, body: { message: status === 404 ? 'Not Found' : 'Bad credentials' } } : undefined));
     expect((await failure(p.listRunners())).status).toBe(status);
     await p.listRunners();
-    expect(server.requests.filter((r) => r.path === '/orgs/acme/installation')).toHaveLength(2);
+    expect(h.server.requests.filter((r) => r.path === '/orgs/acme/installation')).toHaveLength(2);
   });
 
   it('tells its owner to read the private key again when GitHub refuses the JWT', async () => {
@@ -325,7 +288,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect(waits).toEqual([500]);
     faults.push((r) => (r.path.includes('generate-jitconfig') ? { status: 500, body: { message: 'Server Error' } } : undefined));
     expect((await failure(p.createRunner(job(), INSTANCE, 'linux'))).status).toBe(500);
-    expect(server.requests.filter((r) => r.path.includes('generate-jitconfig'))).toHaveLength(1);
+    expect(h.server.requests.filter((r) => r.path.includes('generate-jitconfig'))).toHaveLength(1);
   });
 
   it('reports 401 (bad App credentials), 404 (App not installed) and 422 (invalid request)', async () => {
@@ -352,7 +315,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
       ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey, WithDecryption: true }).callsFake(() => ({ Parameter: { Value: current } }));
       const config = buildFleetConfig({
         prefix: PREFIX,
-        github: { appId: '4242', organization: 'acme', apiUrl: server.url, runnerGroupId: 3 },
+        github: { appId: '4242', organization: 'acme', apiUrl: h.server.url, runnerGroupId: 3 },
         pools: [{ name: 'linux', provider: Provider.GITHUB, labels: ['linux'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
       });
       const { github: p } = createCiProviders(config, { ssm: new SSMClient({}) });
@@ -373,7 +336,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
 
   it('never puts the private key, installation tokens or JIT configs in an error', () => {
     expect(errors.length).toBeGreaterThan(5);
-    const all = [...errors, ...consoleLines].join('\n');
+    const all = [...errors, ...h.consoleLines].join('\n');
     for (const secret of [privateKey.split('\n')[1]!, ...issuedTokens, ...jitConfigs]) for (const form of secretForms(secret)) expect(all.includes(form)).toBe(false);
   });
 });

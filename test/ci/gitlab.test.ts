@@ -1,35 +1,24 @@
 import { SSMClient, GetParameterCommand } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
 import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, GitLabRunnerType, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
-import { startLoopback, type Answer, type Loopback, type SeenRequest } from '../support/loopback';
-import { captureConsole } from '../support/console-capture';
+import type { Answer, SeenRequest } from '../support/loopback';
+import { providerLoopback } from './provider-loopback';
 import { plantSecret, secretForms } from '../webhook/support';
-import { scaled } from '../support/slowdown';
 
 const PREFIX = 'glp-test';
 const T0 = Date.parse('2026-11-29T19:00:00Z');
 const INSTANCE = 'i-0123456789abcdef0';
 const apiToken = `glpat-${plantSecret('gl-api')}`;
 
-let server: Loopback;
-let faults: ((req: SeenRequest) => Answer | 'hang' | undefined)[] = [];
 let runners: { id: number; description: string; status: string; runner_type: string }[] = [];
 const runnerTokens: string[] = [];
-let waits: number[] = [];
 
 /** GitLab's documented REST shapes (api/users.md#create-a-runner, api/runners.md, api/jobs.md), under a path prefix like a self-managed install. */
 function gitlab(req: SeenRequest): Answer | 'hang' {
-  for (let i = 0; i < faults.length; i++) {
-    const answer = faults[i]!(req);
-    if (answer !== undefined) {
-      faults.splice(i, 1);
-      return answer;
-    }
-  }
   if (req.headers['private-token'] !== apiToken) return { status: 401, body: { message: '401 Unauthorized' } };
   const url = new URL(req.path, 'http://x');
   const path = url.pathname.replace(/^\/gitlab\/api\/v4/, '');
@@ -68,19 +57,14 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
 function provider(connection: Partial<GitLabProviderOptions['gitlab']> = {}, extra: Partial<GitLabProviderOptions> = {}) {
   const config = buildFleetConfig({
     prefix: PREFIX,
-    gitlab: { url: `${server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+    gitlab: { url: `${h.server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
     pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker', 'linux'], runUntagged: true, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
   });
   return new GitLabProvider({
-    prefix: PREFIX,
+    ...h.providerBase(config),
     gitlab: { ...config.gitlab!, ...connection },
-    pools: config.pools,
     token: async () => apiToken,
     now: () => T0,
-    sleep: async (ms) => {
-      waits.push(ms);
-    },
-    timeoutMs: scaled(2_000),
     ...extra,
   });
 }
@@ -102,38 +86,18 @@ const job = (over: Partial<JobMessage> = {}): JobMessage => ({
   ...over,
 });
 
-const errors: string[] = [];
-async function failure(p: Promise<unknown>): Promise<GitLabApiError> {
-  const e = await p.then(
-    () => undefined,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(GitLabApiError);
-  errors.push(String(e), JSON.stringify(e));
-  return e as GitLabApiError;
-}
-
-let consoleLines: string[] = [];
-beforeAll(async () => {
-  consoleLines = captureConsole();
-  server = await startLoopback(gitlab);
-});
-afterAll(async () => {
-  await server.close();
-});
-beforeEach(() => {
-  faults = [];
+const h = providerLoopback(gitlab, () => {
   runners = [];
-  waits = [];
-  server.requests.length = 0;
 });
+const { faults, waits, errors } = h;
+const failure = (p: Promise<unknown>) => h.failure(p, GitLabApiError);
 
 describe('GitLabProvider against a loopback self-managed GitLab', () => {
   it('creates a group runner with the pool tags, run_untagged and the activation name, returning URL and glrt- token', async () => {
     const reg = await provider().createRunner(job(), INSTANCE, 'docker');
-    expect(reg).toEqual({ runnerId: '9307', name: runnerName(PREFIX, INSTANCE, new Date(T0)), secret: runnerTokens.at(-1), url: `${server.url}/gitlab` });
+    expect(reg).toEqual({ runnerId: '9307', name: runnerName(PREFIX, INSTANCE, new Date(T0)), secret: runnerTokens.at(-1), url: `${h.server.url}/gitlab` });
     expect(reg.secret).toMatch(/^glrt-/);
-    const post = server.requests[0]!;
+    const post = h.server.requests[0]!;
     expect([post.method, post.path]).toEqual(['POST', '/gitlab/api/v4/user/runners']);
     expect(JSON.parse(post.body)).toEqual({ runner_type: 'group_type', group_id: 12, description: reg.name, tag_list: ['docker', 'linux'], run_untagged: true });
   });
@@ -145,9 +109,9 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
   ] as const)('%s runners: creation scope and the list endpoint', async (runnerType, scopeId, scope, listPath) => {
     const p = provider({ runnerType, ...(scopeId === undefined ? { scopeId: undefined } : { scopeId }) });
     await p.createRunner(job(), INSTANCE, 'docker');
-    expect(JSON.parse(server.requests[0]!.body)).toMatchObject({ runner_type: runnerType, ...scope });
+    expect(JSON.parse(h.server.requests[0]!.body)).toMatchObject({ runner_type: runnerType, ...scope });
     await p.listRunners();
-    expect(server.requests[1]!.path).toBe(listPath);
+    expect(h.server.requests[1]!.path).toBe(listPath);
   });
 
   it('lists only the fleet runners, following x-next-page', async () => {
@@ -157,7 +121,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     const list = await provider().listRunners();
     expect(list).toHaveLength(100);
     expect(list[0]).toEqual({ runnerId: '2', name: `${PREFIX}-i-00000001-x`, status: 'online' });
-    expect(server.requests.map((r) => new URL(r.path, 'http://x').searchParams.get('page'))).toEqual(['1', '2']);
+    expect(h.server.requests.map((r) => new URL(r.path, 'http://x').searchParams.get('page'))).toEqual(['1', '2']);
   });
 
   it('deletes a runner, and a runner already gone is fine', async () => {
@@ -205,7 +169,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     expect(waits).toEqual([500]);
     faults.push(() => ({ status: 500, body: { message: '500 Internal Server Error' } }));
     expect((await failure(p.createRunner(job(), INSTANCE, 'docker'))).status).toBe(500);
-    expect(server.requests.filter((r) => r.method === 'POST')).toHaveLength(1);
+    expect(h.server.requests.filter((r) => r.method === 'POST')).toHaveLength(1);
   });
 
   it.each([
@@ -235,7 +199,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
 
   it('refuses an unknown pool before calling GitLab', async () => {
     await expect(provider().createRunner(job(), INSTANCE, 'nope')).rejects.toThrow(/not a GitLab pool/);
-    expect(server.requests).toHaveLength(0);
+    expect(h.server.requests).toHaveLength(0);
   });
 
   it('bounds every call in time: a GitLab that never answers, and a caller signal', async () => {
@@ -248,7 +212,7 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
 
   it('never puts the API token or a runner token in an error', () => {
     expect(errors.length).toBeGreaterThan(5);
-    const all = [...errors, ...consoleLines].join('\n');
+    const all = [...errors, ...h.consoleLines].join('\n');
     for (const secret of [apiToken, ...runnerTokens]) for (const form of secretForms(secret)) expect(all.includes(form)).toBe(false);
   });
 });
@@ -260,7 +224,7 @@ describe('createCiProviders', () => {
     const config = buildFleetConfig({
       prefix: PREFIX,
       github: { appId: '1', organization: 'acme' },
-      gitlab: { url: `${server.url}/gitlab` },
+      gitlab: { url: `${h.server.url}/gitlab` },
       pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }, { name: 'gh', provider: Provider.GITHUB, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
     });
     ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token, WithDecryption: true }).resolves({ Parameter: { Value: apiToken } });
@@ -274,7 +238,7 @@ describe('createCiProviders', () => {
   const glConfig = () =>
     buildFleetConfig({
       prefix: PREFIX,
-      gitlab: { url: `${server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+      gitlab: { url: `${h.server.url}/gitlab`, runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
       pools: [{ name: 'docker', provider: Provider.GITLAB, labels: ['docker'], launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] }],
     });
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { githubJobFor, gitlabJobFor, type GitHubCandidate, type GitHubRunnerScope, type GitLabCandidate } from '../../local/ci/assign';
+import { StrayRunnerModes } from '../../local/ci/server-basics';
 
 const org: GitHubRunnerScope = { kind: 'org', organization: 'Acme' };
 const repo: GitHubRunnerScope = { kind: 'repo', repository: 'acme/app' };
@@ -42,5 +43,38 @@ describe('gitlabJobFor: the oldest pending job the runner may take', () => {
     ['no jobs', { tagList: ['docker'], runUntagged: true }, [], undefined],
   ])('%s', (_name, runner, jobs, expected) => {
     expect(gitlabJobFor(runner, jobs)?.id).toBe(expected);
+  });
+});
+
+describe('StrayRunnerModes (server-basics.ts)', () => {
+  const waiting = [
+    { id: 1, projectId: 5, tags: ['docker'], status: 'pending' },
+    { id: 2, projectId: 5, tags: ['docker'], status: 'pending' },
+    { id: 3, projectId: 5, tags: ['gpu'], status: 'pending' },
+  ];
+  const runner = { tagList: ['docker'], runUntagged: false };
+  const choose = (jobs: Iterable<(typeof waiting)[number]>) => gitlabJobFor(runner, jobs);
+
+  it('without modes, or for a runner not in them, the service chooses: the oldest it may take', () => {
+    expect(new StrayRunnerModes(undefined).jobFor('r', waiting, choose)?.id).toBe(1);
+    const modes = new StrayRunnerModes({ ownJob: () => 1, takesAnotherJob: (name) => name === 'stray' });
+    expect(modes.jobFor('r', waiting, choose)?.id).toBe(1);
+    expect(modes.dies('r')).toBe(false);
+  });
+
+  it('takesAnotherJob: another job of its labels than its own while one waits, else its own; an unknown own job changes nothing', () => {
+    const modes = new StrayRunnerModes({ ownJob: (name) => (name === 'unknown' ? undefined : 1), takesAnotherJob: () => true });
+    expect(modes.jobFor('stray', waiting, choose)?.id).toBe(2);
+    expect(modes.jobFor('stray', waiting.filter((j) => j.id !== 2), choose)?.id).toBe(1);
+    expect(modes.jobFor('unknown', waiting, choose)?.id).toBe(1);
+  });
+
+  it('diesBeforeJob: once dead, dead for every later request', () => {
+    let dying = true;
+    const modes = new StrayRunnerModes({ ownJob: () => undefined, diesBeforeJob: () => dying });
+    expect(modes.dies('r')).toBe(true);
+    dying = false;
+    expect(modes.dies('r')).toBe(true);
+    expect(modes.dies('other')).toBe(false);
   });
 });

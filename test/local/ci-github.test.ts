@@ -381,3 +381,56 @@ describe('a fake runner killed mid-job', () => {
     }
   });
 });
+
+describe('stray runners: the retry cases of issue 11 as loopback modes', () => {
+  /** A GitHub whose runners' own jobs the test names (runner name → job id), in the given modes. */
+  async function strayGitHub(own: Map<string, number>, modes: { takesAnotherJob?: (name: string) => boolean; diesBeforeJob?: (name: string) => boolean }): Promise<GitHubProvider> {
+    const stray = await startLoopbackGitHub({ organization: ORG, jobSeconds: 0.2, runnerWaitSeconds: 1, runnerPollSeconds: 0.1, strays: { ownJob: (name) => own.get(name), ...modes } });
+    await gh.close();
+    gh = stray;
+    return new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: gh.url }, privateKey: async () => gh.privateKeyPem, sleep: async () => undefined });
+  }
+
+  it('takesAnotherJob: the runner takes another queued job of its labels, not the one it was made for; with none other waiting, its own', async () => {
+    const own = new Map<string, number>();
+    const p = await strayGitHub(own, { takesAnotherJob: () => true });
+    // Its own job is the oldest: GitHub's own choice would be it.
+    const mine = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const other = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const reg = await p.createRunner(message(mine.id, mine.labels), nextInstance(), 'linux');
+    own.set(reg.name, mine.id);
+    expect(await runFake(reg.secret, join(tmp, 'stray.log'))).toBe(0);
+    const jobs = new Map(gh.jobs().map((j) => [j.id, j]));
+    expect(jobs.get(other.id)).toMatchObject({ status: 'completed', conclusion: 'success', runnerName: reg.name });
+    expect(jobs.get(mine.id)).toMatchObject({ status: 'queued' });
+    expect(await p.isJobQueued(message(mine.id, []))).toBe(true);
+
+    // A second runner made for the same job finds no other waiting: it takes its own.
+    const second = await p.createRunner(message(mine.id, mine.labels), nextInstance(), 'linux');
+    own.set(second.name, mine.id);
+    expect(await runFake(second.secret, join(tmp, 'stray-2.log'))).toBe(0);
+    expect(gh.jobs().find((j) => j.id === mine.id)).toMatchObject({ status: 'completed', runnerName: second.name });
+  });
+
+  it('diesBeforeJob: the runner comes online, takes nothing and is offline; its job stays queued and its registration stays', async () => {
+    const dying = new Set<string>();
+    const own = new Map<string, number>();
+    const p = await strayGitHub(own, { diesBeforeJob: (name) => dying.has(name) });
+    const job = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const reg = await p.createRunner(message(job.id, job.labels), nextInstance(), 'linux');
+    dying.add(reg.name);
+    const log = join(tmp, 'dies.log');
+    expect(await runFake(reg.secret, log)).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/online; waiting/);
+    expect(readFileSync(log, 'utf8')).not.toMatch(/running job/);
+    expect(gh.jobs()).toEqual([expect.objectContaining({ id: job.id, status: 'queued' })]);
+    expect(gh.jobs()[0]?.runnerName).toBeUndefined();
+    expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'offline', busy: false }]);
+
+    // The job was there to take: a runner that does not die takes it.
+    const next = await p.createRunner(message(job.id, job.labels), nextInstance(), 'linux');
+    expect(await runFake(next.secret, join(tmp, 'lives.log'))).toBe(0);
+    expect(gh.jobs()).toEqual([expect.objectContaining({ id: job.id, status: 'completed', runnerName: next.name })]);
+    await p.deleteRunner(reg.runnerId);
+  });
+});

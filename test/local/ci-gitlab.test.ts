@@ -346,3 +346,52 @@ describe('a fake gitlab-runner killed mid-job', () => {
     }
   });
 });
+
+describe('stray runners: the retry cases of issue 11 as loopback modes', () => {
+  /** A GitLab whose runners' own jobs the test names (runner description → job id), in the given modes. */
+  async function strayGitLab(own: Map<string, number>, modes: { takesAnotherJob?: (name: string) => boolean; diesBeforeJob?: (name: string) => boolean }): Promise<GitLabProvider> {
+    const stray = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 0.2, strays: { ownJob: (name) => own.get(name), ...modes } });
+    await gl.close();
+    gl = stray;
+    return new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: gl.url }, pools: config.pools, token: async () => gl.accessToken, sleep: async () => undefined });
+  }
+
+  it('takesAnotherJob: run-single takes another pending job of its tags, not the one it was made for; with none other waiting, its own', async () => {
+    const own = new Map<string, number>();
+    const p = await strayGitLab(own, { takesAnotherJob: () => true });
+    // Its own job is the oldest: GitLab's own choice would be it.
+    const mine = gl.addJob(PROJECT, ['docker']);
+    const other = gl.addJob(PROJECT, ['docker']);
+    const reg = await p.createRunner(message(mine.id), nextInstance(), 'docker');
+    own.set(reg.name, mine.id);
+    expect(await runFake(reg, join(tmp, 'stray.log'))).toBe(0);
+    expect(jobStatus(other.id)).toMatchObject({ status: 'success', runnerId: Number(reg.runnerId) });
+    expect(jobStatus(mine.id)).toEqual({ ...mine, status: 'pending' });
+    expect(await p.isJobQueued(message(mine.id))).toBe(true);
+
+    const second = await p.createRunner(message(mine.id), nextInstance(), 'docker');
+    own.set(second.name, mine.id);
+    expect(await runFake(second, join(tmp, 'stray-2.log'))).toBe(0);
+    expect(jobStatus(mine.id)).toMatchObject({ status: 'success', runnerId: Number(second.runnerId) });
+    for (const r of [reg, second]) await p.deleteRunner(r.runnerId);
+  });
+
+  it('diesBeforeJob: the runner takes nothing and never counts as contacted; its job stays pending and its registration stays', async () => {
+    const dying = new Set<string>();
+    const p = await strayGitLab(new Map(), { diesBeforeJob: (name) => dying.has(name) });
+    const job = gl.addJob(PROJECT, ['docker']);
+    const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+    dying.add(reg.name);
+    const log = join(tmp, 'dies.log');
+    expect(await runFake(reg, log, 1)).toBe(0);
+    expect(readFileSync(log, 'utf8')).not.toMatch(/received job/);
+    expect(jobStatus(job.id)).toEqual({ ...job, status: 'pending' });
+    expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'never_contacted' }]);
+
+    // The job was there to take: a runner that does not die takes it.
+    const next = await p.createRunner(message(job.id), nextInstance(), 'docker');
+    expect(await runFake(next, join(tmp, 'lives.log'))).toBe(0);
+    expect(jobStatus(job.id)).toMatchObject({ status: 'success', runnerId: Number(next.runnerId) });
+    for (const r of [reg, next]) await p.deleteRunner(r.runnerId);
+  });
+});

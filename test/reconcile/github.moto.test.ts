@@ -1,23 +1,9 @@
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
-import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { PutParameterCommand } from '@aws-sdk/client-ssm';
-import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { GitHubProvider } from '../../lambdas/ci';
-import { createReconcileHandler } from '../../lambdas/reconcile/handler';
-import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
-import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
-import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LAMBDA_ENV, type FleetConfig } from '../../lambdas/shared/contract';
-import { createLogger } from '../../lambdas/shared/log';
-import { createWebhookHandler } from '../../lambdas/webhook/handler';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { startLoopbackGitHub, type GitHubJob, type LoopbackGitHub } from '../../local/ci/github-server';
 import { functionUrlEvent, githubWorkflowJobQueued } from '../../local/deliveries';
-import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { createJobRecordTable, drainQueue, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
 import { scaled } from '../support/slowdown';
+import { motoForFile, ReconcileFleet } from './moto-harness';
 
 /**
  * The reconciler end to end: the loopback GitHub (deliveries, redeliveries, queued runs and
@@ -27,103 +13,29 @@ import { scaled } from '../support/slowdown';
 const ORG = 'acme';
 const SECRET = 'webhook-secret-for-reconcile';
 const LABELS = ['self-hosted', 'linux'];
-let moto: MotoServer;
-let c: MotoClients;
-let dynamo: DynamoDBClient;
+const m = motoForFile();
 let gh: LoopbackGitHub;
-let config: FleetConfig;
-let queueUrl: string;
-let lines: Lines;
+let f: ReconcileFleet;
 
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-  dynamo = motoDynamo(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
 afterEach(async () => gh?.close());
 
 async function setUp(options: Parameters<typeof startLoopbackGitHub>[0] = { organization: ORG }): Promise<void> {
-  await moto.reset();
-  lines = new Lines();
   gh = await startLoopbackGitHub({ ...options, redeliver: ({ guid, job }) => deliver(job, guid) });
-  const base = await motoFleet(c, { labels: ['linux'] });
-  // moto's instances never boot, so no runner ever proves the launch template: with the
-  // default limit the cold gate would hold all but `primeFailureLimit` of a run's jobs (that
-  // is the back-off's own test, test/integration/cold-backoff.moto.test.ts; here every job
-  // found must launch).
-  const pools = base.pools.map((p) => ({ ...p, warm: { ...p.warm, primeFailureLimit: 100 } }));
-  config = { ...base, pools, github: { ...base.github!, appId: gh.appId, organization: ORG, apiUrl: gh.url } };
-  queueUrl = (await c.sqs.send(new CreateQueueCommand({ QueueName: 'jobs.fifo', Attributes: { FifoQueue: 'true' } }))).QueueUrl!;
-  await c.ssm.send(new PutParameterCommand({ Name: config.parameters.github.webhookSecret, Type: 'SecureString', Value: SECRET }));
-  await createJobRecordTable(dynamo, 'records');
+  f = await ReconcileFleet.github(m, gh, SECRET);
 }
 
 /** GitHub's redelivery: the job's queued delivery with its original GUID, posted to the webhook. */
 async function deliver(job: GitHubJob, guid: string): Promise<number> {
   const delivery = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels: job.labels }, SECRET, guid);
-  const answer = (await webhook()(functionUrlEvent(delivery))) as { statusCode: number };
+  const answer = (await f.webhook()(functionUrlEvent(delivery))) as { statusCode: number };
   return answer.statusCode;
 }
 
-const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
-const provider = () => new GitHubProvider({ prefix: PREFIX, github: config.github!, pools: config.pools, privateKey: async () => gh.privateKeyPem, sleep: async () => {} });
-
-function webhook() {
-  return createWebhookHandler({
-    ssm: c.ssm,
-    sqs: c.sqs,
-    env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config), [LAMBDA_ENV.jobsQueueUrl]: queueUrl },
-    logger: createLogger({ fn: 'webhook' }, lines.sink),
-    metricSink: lines.sink,
-  });
-}
+const provider = () => f.githubProvider(gh);
+const scaleUp = () => f.scaleUp({ github: provider() });
 
 function reconciler(options: Parameters<typeof createReconcileHandler>[0]['options'] = {}, now?: () => Date) {
-  const github = provider();
-  return createReconcileHandler({
-    sqs: c.sqs,
-    aws: aws(),
-    loadConfig: async () => config,
-    providers: () => ({ github }),
-    queueUrl,
-    sink: lines.sink,
-    ...(now ? { now } : {}),
-    options: { ...options, github: { minQueuedSeconds: 0, ...options.github } },
-  });
-}
-
-function scaleUp() {
-  const github = provider();
-  return createScaleUpHandler({
-    ...c,
-    aws: aws(),
-    loadConfig: async () => config,
-    providers: () => ({ github }),
-    queueUrl,
-    deadLetterQueueUrl: 'unused',
-    instanceArnPrefix: INSTANCE_ARN_PREFIX,
-    jobRecords: new DynamoJobRecords(aws(), dynamo, 'records'),
-    sink: lines.sink,
-  });
-}
-
-/** Feeds the jobs queue to scale-up until it is empty. */
-async function drain(run: (event: SQSEvent) => Promise<SQSBatchResponse>): Promise<void> {
-  await drainQueue(c.sqs, queueUrl, run, 20);
-  const left = await c.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 1 }));
-  expect(left.Messages ?? []).toEqual([]);
-}
-
-/** Job id tag → trace id tag of every instance serving a job. */
-async function served(): Promise<Map<string, string[]>> {
-  const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.jobId] }, { Name: 'instance-state-name', Values: ['pending', 'running'] }] }));
-  const byJob = new Map<string, string[]>();
-  for (const i of (out.Reservations ?? []).flatMap((r) => r.Instances ?? [])) {
-    const tag = (k: string) => i.Tags?.find((t) => t.Key === k)?.Value ?? '';
-    (byJob.get(tag(KEYS.jobId)) ?? byJob.set(tag(KEYS.jobId), []).get(tag(KEYS.jobId))!).push(tag(KEYS.traceId));
-  }
-  return byJob;
+  return f.reconciler({ github: provider() }, { ...options, github: { minQueuedSeconds: 0, ...options.github } }, now);
 }
 
 /** GitHub requests the reconciler made, token minting and the installation lookup aside. */
@@ -138,12 +50,12 @@ describe('reconciler against the loopback GitHub and moto', () => {
     const lost = gh.addJob(`${ORG}/web`, LABELS);
     gh.addJob(`${ORG}/web`, ['ubuntu-latest']); // GitHub's own runners: not ours
     const ok = githubWorkflowJobQueued({ jobId: delivered.id, runId: delivered.runId, repository: delivered.repository, labels: LABELS }, SECRET);
-    expect(((await webhook()(functionUrlEvent(ok))) as { statusCode: number }).statusCode).toBe(202);
+    expect(((await f.webhook()(functionUrlEvent(ok))) as { statusCode: number }).statusCode).toBe(202);
     gh.recordDelivery(delivered.id, 202);
     gh.recordDelivery(failed.id, 503);
-    await drain(scaleUp());
+    await f.drain(scaleUp());
     // The delivered job's runner is registered and its instance booting: the job is still queued at GitHub.
-    expect([...(await served()).keys()]).toEqual([`github:${delivered.id}`]);
+    expect([...(await f.served()).keys()]).toEqual([`github:${delivered.id}`]);
 
     const report = await reconciler()();
     await gh.redeliveriesSettled();
@@ -151,9 +63,9 @@ describe('reconciler against the loopback GitHub and moto', () => {
     const redeliveries = gh.deliveries().filter((d) => d.redelivery);
     expect(redeliveries).toHaveLength(1);
     expect(redeliveries[0]).toMatchObject({ status_code: 202, status: 'OK' });
-    await drain(scaleUp());
+    await f.drain(scaleUp());
 
-    const byJob = await served();
+    const byJob = await f.served();
     expect(new Map([...byJob].map(([job, traces]) => [job, traces.length]))).toEqual(
       new Map([
         [`github:${delivered.id}`, 1],
@@ -169,16 +81,16 @@ describe('reconciler against the loopback GitHub and moto', () => {
     // each stopped before a registration: by the per-job record, by the instance already
     // serving the job, or as the same job twice in one batch.
     const stopped = ['another delivery of this job holds its record; this copy launches nothing', 'job already has an instance', 'job appears twice in the batch; the other message serves it'];
-    expect(stopped.flatMap((m) => lines.logs(m))).toHaveLength(2);
-    expect(lines.metric('Redeliveries')).toBe(1);
-    expect(lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(3);
+    expect(stopped.flatMap((m) => f.lines.logs(m))).toHaveLength(2);
+    expect(f.lines.metric('Redeliveries')).toBe(1);
+    expect(f.lines.metric('JobsReconciled', { Pool: 'linux' })).toBe(3);
 
     // A second run: nothing is redelivered again, and nothing more launches.
     const again = await reconciler()();
     await gh.redeliveriesSettled();
     expect(again.redelivered).toBe(0);
-    await drain(scaleUp());
-    expect([...(await served()).values()].map((t) => t.length)).toEqual([1, 1, 1]);
+    await f.drain(scaleUp());
+    expect([...(await f.served()).values()].map((t) => t.length)).toEqual([1, 1, 1]);
     expect(gh.runners()).toHaveLength(3);
   });
 
@@ -201,8 +113,8 @@ describe('reconciler against the loopback GitHub and moto', () => {
       queued.push(report.queued);
     }
     expect(new Set(runsRead).size).toBe(repositories.length);
-    await drain(scaleUp());
-    expect([...(await served()).keys()].sort()).toEqual(jobs.map((j) => `github:${j.id}`).sort());
+    await f.drain(scaleUp());
+    expect([...(await f.served()).keys()].sort()).toEqual(jobs.map((j) => `github:${j.id}`).sort());
     expect(queued.reduce((a, b) => a + b)).toBeGreaterThanOrEqual(repositories.length);
   });
 
@@ -254,9 +166,9 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(report.stoppedAt).toBe('installation');
     const made = reconcilerRequests(from).filter((r) => r.credential === 'installation');
     expect(made).toHaveLength(5);
-    const remaining = (credential: string) => lines.json().find((l) => l._aws && l.Credential === credential)?.CiRateLimitRemaining;
+    const remaining = (credential: string) => f.lines.json().find((l) => l._aws && l.Credential === credential)?.CiRateLimitRemaining;
     expect(remaining('github-installation')).toEqual([200]);
     expect(remaining('github-app')).toEqual([expect.any(Number)]);
-    expect(lines.logs('reconciler stopped at the rate limit reserve; the next run goes on')).toHaveLength(1);
+    expect(f.lines.logs('reconciler stopped at the rate limit reserve; the next run goes on')).toHaveLength(1);
   });
 });
