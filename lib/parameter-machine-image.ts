@@ -1,5 +1,5 @@
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import type { Construct } from 'constructs';
+import type { Construct, IDependable } from 'constructs';
 
 /**
  * An AMI id kept in an SSM parameter (data type `aws:ec2:image`), resolved at each launch
@@ -12,10 +12,14 @@ export class ParameterMachineImage implements ec2.IMachineImage {
   /**
    * @param parameterName the SSM parameter holding the AMI id
    * @param os the image's operating system
+   * @param creator what creates the parameter in the same app (RunnerImage's seed), if anything:
+   *   a fleet whose pool uses this image is deployed after it, so no launch resolves a parameter
+   *   that does not exist yet
    */
   constructor(
     readonly parameterName: string,
     private readonly os: ec2.OperatingSystemType = ec2.OperatingSystemType.LINUX,
+    readonly creator?: IDependable,
   ) {}
 
   getImage(scope: Construct): ec2.MachineImageConfig {

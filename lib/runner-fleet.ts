@@ -19,6 +19,7 @@ import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
+import { ParameterMachineImage } from './parameter-machine-image';
 
 export interface RunnerFleetProps {
   /** VPC the runners run in. */
@@ -295,6 +296,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       // gzip: the script's text is near EC2's 16 KB limit, its compressed form far below it.
       // ec2.UserData is text (rendered through Fn::Base64), hence the override on the L1.
       (launchTemplate.node.defaultChild as ec2.CfnLaunchTemplate).addPropertyOverride('LaunchTemplateData.UserData', encodeUserData(userData));
+      // A RunnerImage's parameter exists only once its seed ran: every launch resolves it.
+      if (pool.machineImage instanceof ParameterMachineImage && pool.machineImage.creator) launchTemplate.node.addDependency(pool.machineImage.creator);
       return { pool, launchTemplate, userData };
     });
   }

@@ -117,6 +117,8 @@ export class RunnerImage extends Construct implements iam.IGrantable {
   readonly pipeline: imagebuilder.CfnImagePipeline;
   /** The install step as the component runs it (also in the component document). */
   readonly installScript: string;
+  /** Creates the parameter (the stock image until the first build); fleets using the image deploy after it. */
+  private readonly seed: cr.AwsCustomResource;
 
   constructor(scope: Construct, id: string, props: RunnerImageProps) {
     super(scope, id);
@@ -247,6 +249,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
     }
     // Deleted after the pipeline, so no build publishes into a deleted name during destroy.
     this.pipeline.node.addDependency(seed);
+    this.seed = seed;
   }
 
   /**
@@ -254,7 +257,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
    * launch (`resolve:ssm:`), and the pool evicts parked instances built from an older image.
    */
   machineImage(): ec2.IMachineImage {
-    return new ParameterMachineImage(this.parameterName);
+    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed);
   }
 }
 

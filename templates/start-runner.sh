@@ -314,15 +314,12 @@ parse_config() {
     esac
   done
   # Defence in depth beside IAM: a config written under this name for another instance holds
-  # that one's secret. Refused, and nothing of it deleted (on_exit). A config that names none
-  # comes from a scale-up of the release before the field (a stack update replaces the
-  # functions and the launch template at different moments): refusing it would lose its job.
-  if [[ -z $inst ]]; then
-    log "warning: $PARAM names no instance (written by an earlier release's scale-up): accepted"
-  elif [[ $inst != "$ID" ]]; then
+  # that one's secret, and every scale-up writes the field, so a config that names no instance
+  # was not written for this one either. Both are refused, and nothing of them deleted (on_exit).
+  if [[ $inst != "$ID" ]]; then
     HELD=0
     inst=${inst//[^A-Za-z0-9-]/_} inst=${inst:0:32}
-    fail "$PARAM names instance $inst, not $ID: refused, not deleted, no runner started"
+    fail "$PARAM names instance ${inst:-(none)}, not $ID: refused, not deleted, no runner started"
   fi
   [[ $ver == "$CONFIG_VERSION" ]] || fail "$PARAM is not version $CONFIG_VERSION"
   [[ $prov == "$PROVIDER" ]] || fail "$PARAM is not for this pool's provider $PROVIDER"

@@ -167,6 +167,17 @@ describe('a fleet whose pool uses a RunnerImage', () => {
     ]);
   });
 
+  it('deploys that pool\'s launch template after the seed that creates the parameter, the stock pool\'s without it', () => {
+    const { stack } = build();
+    const template = Template.fromStack(stack);
+    const seeds = Object.keys(template.findResources('Custom::AWS')).filter((id) => id.startsWith('Image'));
+    expect(seeds).toHaveLength(1);
+    const templates = template.findResources('AWS::EC2::LaunchTemplate');
+    const dependsOn = (pool: string) => Object.entries(templates).find(([id]) => id.includes(`LaunchTemplate${pool}`))![1].DependsOn ?? [];
+    expect(dependsOn('imaged')).toContain(seeds[0]);
+    expect(dependsOn('stock')).not.toContain(seeds[0]);
+  });
+
   it('lets the pool read that parameter (and scale-up resolve it at launch), no other', () => {
     const { stack, runners } = build();
     const statements = (fn: { role?: unknown }) => {

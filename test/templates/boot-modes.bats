@@ -572,12 +572,18 @@ latency_boot() {
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
-@test "a config that names no instance (an earlier release's scale-up, mid stack update) runs, with a warning" {
+@test "a config that names no instance is refused like one for another instance: kept whole, no runner" {
   new_instance "$(launch_tags cold)"
+  # Every scale-up writes instance=: a config without it was not written for this instance.
   ctl POST /param "{\"name\":\"$CONFIG_ROOT$INSTANCE_ID\",\"value\":\"version=1\\nprovider=github\\njitconfig=jit-unnamed\\n\"}" >/dev/null
+  local before
+  before=$(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID")
   boot_first github
-  [ "$status" -eq 0 ]
-  grep -qF "warning: $CONFIG_ROOT$INSTANCE_ID names no instance (written by an earlier release's scale-up): accepted" "$ROOT/out"
-  [ "$(calls_of runner)" = "$ROOT/runner/github/run.sh" ]
-  refute param_exists
+  [ "$status" -ne 0 ]
+  grep -qF "$CONFIG_ROOT$INSTANCE_ID names instance (none), not $INSTANCE_ID: refused, not deleted, no runner started" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  [ "$(ctl GET "/param?name=$CONFIG_ROOT$INSTANCE_ID")" = "$before" ]
+  aws_actions | refute grep -qx AmazonSSM.DeleteParameter
+  refute grep -qF jit-unnamed "$ROOT/out"
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }

@@ -3,7 +3,8 @@
  * Linux 2023): one pinned release per provider, with a URL and a SHA-256 per architecture, and
  * the OS packages each needs. The boot script (templates/install-runner.sh) gets them by
  * rendering; a pool overrides them with its `runnerPackage` prop (a mirror, a private bucket,
- * a newer release). How to bump them: docs/operations.md, "Upgrading".
+ * a newer release). How to bump and verify them: docs/operations.md, "Upgrading the pinned
+ * runner releases".
  */
 import { Provider } from './boot';
 
@@ -48,7 +49,10 @@ const gitlabUrl = (arch: string): string => `https://gitlab-runner-downloads.s3.
  * below come from ONE public source only: a public Ansible repository's pin file
  * (adrienkohlbecker/homelab, group_vars/all/versions.yml, which says they were computed from
  * the published binaries on 2026-06-10), looked up 2026-12-02. No second independent source
- * was found: check them against release.sha256 before relying on them (docs/operations.md).
+ * was found: check them against release.sha256 before relying on them with
+ * `npm run check-runner-pins` (bin/check-runner-pins.ts, from a machine with internet access;
+ * docs/operations.md, "Upgrading the pinned runner releases"), which checks the GitHub values
+ * against the release notes too.
  */
 export const DEFAULT_RUNNER_PACKAGES: Readonly<Record<Provider, RunnerPackage>> = {
   [Provider.GITHUB]: {
