@@ -20,6 +20,7 @@ import {
   type RunnerSummary,
 } from '../shared/contract';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
+import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { launchCold } from './cold';
@@ -123,6 +124,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
     const providers = deps.providers(config);
     const names = config.metrics.names;
     const metrics = new Metrics(config.metrics.namespace, deps.sink);
+    const ledger = new LedgerWriter(config.metrics, log, deps.sink);
     const keys = tagKeys(config.prefix);
     const failed = new Set<string>();
     const fail = (record: SQSRecord) => failed.add(record.messageId);
@@ -263,7 +265,10 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           continue;
         }
         const redelivered = Number(record.attributes?.ApproximateReceiveCount ?? '1') > 1;
-        if (wait.waits === 0 && !redelivered) metrics.add(names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
+        if (wait.waits === 0 && !redelivered) {
+          metrics.add(names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
+          ledger.stamp(job, job.pool ?? 'unresolved', 'dequeued', now(), job.receivedAt);
+        }
         items.push({ record, job, log: l, waits: wait.waits, redelivered, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
       }
 
@@ -406,6 +411,8 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
             j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
             metrics.add(names.activations, { Pool: j.pool.name });
             metrics.add(names.activationDuration, { Pool: j.pool.name }, now().getTime() - started.getTime(), 'Milliseconds');
+            const { registeredAt, claimedAt, startedAt } = o.stages;
+            ledger.stampAll(j.job, j.pool.name, [['registered', registeredAt], ['claimed', claimedAt], ['instance-started', startedAt]], j.job.receivedAt);
           } else {
             j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
             metrics.add(names.fallbacks, { Pool: j.pool.name, Reason: o.reason });
@@ -437,6 +444,7 @@ export function createScaleUpHandler(deps: ScaleUpDeps): (event: SQSEvent) => Pr
           runnersStarted.push({ item: byKey.get(j.key)!, instanceId: r.instanceId });
           j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
           metrics.add(names.coldLaunches, { Pool: j.pool.name });
+          ledger.stampAll(j.job, j.pool.name, [['launched', r.stages.launchedAt], ['registered', r.stages.registeredAt], ['instance-started', r.stages.startedAt]], j.job.receivedAt);
         } catch (error) {
           j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
           metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
