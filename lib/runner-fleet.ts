@@ -6,14 +6,18 @@ import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import {
-  BOOT_LOG_KEYS,
   fleetMetricNamespace,
+  INSTANCE_LEDGER_STAGES,
+  LEDGER_LOG_FIELDS,
+  LEDGER_LOG_KEYS,
+  METRIC_DIMENSIONS,
   METRIC_NAMES,
   PARAMETER_INSTANCE_ARN_TAG,
   PARAMETER_INSTANCE_TAG,
   bootLogGroupName,
   ssmPaths,
   tagKeys,
+  type LedgerStage,
 } from '../lambdas/shared/contract';
 import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
@@ -72,10 +76,12 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
   readonly launchTemplates: PoolLaunchTemplate[];
   /** Log group of the instances' boot script. */
   readonly logGroup: logs.LogGroup;
-  /** Parses the boot script's activation latency line at ingestion. */
+  /** Parses the boot script's ledger lines at ingestion. */
   readonly logTransformer: logs.Transformer;
-  /** Metric filter turning the boot script's activation latency line into a metric. */
+  /** Metric filter turning the boot script's runner-started ledger line into the activation latency metric. */
   readonly activationLatencyFilter: logs.MetricFilter;
+  /** Metric filters turning the boot script's ledger lines into `JobStageSeconds`, one per instance stage. */
+  readonly ledgerFilters: logs.MetricFilter[];
 
   constructor(scope: Construct, id: string, props: RunnerFleetProps) {
     super(scope, id);
@@ -222,37 +228,60 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       nagArn('logs', `log-group:${logGroupName}:*`),
       "The fleet's one boot log group: each instance writes a stream named after its instance id, known only at run time.",
     );
-    // The boot script logs `<time> start-runner[pid]: trace-id=<id> activation-latency-seconds=<s>`.
-    // Metric filters cannot split `key=value`, so a transformer parses the value out at
-    // ingestion and the filter reads the transformed event.
-    const latencyField = 'activation_latency_seconds';
+    // The boot script logs its ledger lines as `<time> start-runner[pid]: trace-id=<id>
+    // ledger-pool=<pool> ledger-stage=<stage> ledger-seconds=<s>` (contract ledger.ts). Metric
+    // filters cannot split `key=value`, so a transformer parses the values out at ingestion
+    // (one grok per transformer, so one line shape) and the filters read the transformed event.
+    const f = LEDGER_LOG_FIELDS;
+    const k = LEDGER_LOG_KEYS;
     this.logTransformer = new logs.Transformer(this, 'LogTransformer', {
       transformerName: 'boot-log',
       logGroup: this.logGroup,
       transformerConfig: [
         new logs.ParserProcessor({
           type: logs.ParserProcessorType.GROK,
-          grokOptions: { match: `%{GREEDYDATA}${BOOT_LOG_KEYS.activationLatency}=%{NUMBER:${latencyField}}` },
+          grokOptions: { match: `%{GREEDYDATA}${k.pool}=%{NOTSPACE:${f.pool}} ${k.stage}=%{NOTSPACE:${f.stage}} ${k.seconds}=%{NUMBER:${f.seconds}}` },
         }),
         // Grok extracts text; the metric filter needs a number, so cast it rather than rely on
         // the filter's own coercion of "3.250".
         new logs.DataConverterProcessor({
           type: logs.DataConverterType.TYPE_CONVERTER,
-          typeConverterOptions: { entries: [{ key: latencyField, type: logs.TypeConverterType.DOUBLE }] },
+          typeConverterOptions: { entries: [{ key: f.seconds, type: logs.TypeConverterType.DOUBLE }] },
         }),
       ],
     });
-    this.activationLatencyFilter = new logs.MetricFilter(this, 'ActivationLatency', {
-      logGroup: this.logGroup,
-      metricNamespace: props.metricNamespace ?? fleetMetricNamespace(props.prefix),
-      metricName: METRIC_NAMES.activationLatency,
-      filterPattern: logs.FilterPattern.exists(`$.${latencyField}`),
-      metricValue: `$.${latencyField}`,
-      unit: cloudwatch.Unit.SECONDS,
-    });
-    const cfnFilter = this.activationLatencyFilter.node.defaultChild as logs.CfnMetricFilter;
-    cfnFilter.applyOnTransformedLogs = true;
-    cfnFilter.node.addDependency(this.logTransformer);
+    const namespace = props.metricNamespace ?? fleetMetricNamespace(props.prefix);
+    const onTransformed = (filter: logs.MetricFilter) => {
+      const cfn = filter.node.defaultChild as logs.CfnMetricFilter;
+      cfn.applyOnTransformedLogs = true;
+      cfn.node.addDependency(this.logTransformer);
+      return filter;
+    };
+    // Runner started, measured from the activation tag, is the activation latency.
+    this.activationLatencyFilter = onTransformed(
+      new logs.MetricFilter(this, 'ActivationLatency', {
+        logGroup: this.logGroup,
+        metricNamespace: namespace,
+        metricName: METRIC_NAMES.activationLatency,
+        filterPattern: logs.FilterPattern.stringValue(`$.${f.stage}`, '=', 'runner-started' satisfies LedgerStage),
+        metricValue: `$.${f.seconds}`,
+        unit: cloudwatch.Unit.SECONDS,
+      }),
+    );
+    // The instance's ledger stages, per pool and stage, as the Lambdas publish theirs.
+    this.ledgerFilters = INSTANCE_LEDGER_STAGES.map((stage) =>
+      onTransformed(
+        new logs.MetricFilter(this, `Ledger-${stage}`, {
+          logGroup: this.logGroup,
+          metricNamespace: namespace,
+          metricName: METRIC_NAMES.jobStageSeconds,
+          filterPattern: logs.FilterPattern.stringValue(`$.${f.stage}`, '=', stage),
+          metricValue: `$.${f.seconds}`,
+          dimensions: { [METRIC_DIMENSIONS.pool]: `$.${f.pool}`, [METRIC_DIMENSIONS.stage]: `$.${f.stage}` },
+          unit: cloudwatch.Unit.SECONDS,
+        }),
+      ),
+    );
 
     this.launchTemplates = props.pools.map((pool) => {
       let userData: string;

@@ -4,6 +4,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import {
   BOOT_LOG_KEYS,
   DEFAULT_PREFIX,
+  LEDGER_LOG_KEYS,
   INSTANCE_ID_PATTERN,
   PROVIDERS,
   JOB_START_LINES,
@@ -20,6 +21,7 @@ import {
   Provider,
   type BootMode,
   type RunnerPackage,
+  type LedgerStage,
 } from '../lambdas/shared/contract';
 
 /**
@@ -507,6 +509,13 @@ export function renderStartLogic(options: UserDataOptions): string {
     LOG_KEY_MODE: q(BOOT_LOG_KEYS.mode),
     LOG_KEY_TRACE: q(BOOT_LOG_KEYS.traceId),
     LOG_KEY_LATENCY: q(BOOT_LOG_KEYS.activationLatency),
+    TAG_POOL: q(tags.pool),
+    LEDGER_KEY_POOL: q(LEDGER_LOG_KEYS.pool),
+    LEDGER_KEY_STAGE: q(LEDGER_LOG_KEYS.stage),
+    LEDGER_KEY_SECONDS: q(LEDGER_LOG_KEYS.seconds),
+    STAGE_BOOT_BEGAN: q('boot-began' satisfies LedgerStage),
+    STAGE_RUNNER_STARTED: q('runner-started' satisfies LedgerStage),
+    STAGE_JOB_TAKEN: q('job-taken' satisfies LedgerStage),
     INSTANCE_ID_RE: q(INSTANCE_ID_PATTERN.source),
     LOG_GROUP: q(bootLogGroupName(o.prefix)),
     PROVIDER: q(o.provider),

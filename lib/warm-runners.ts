@@ -16,6 +16,7 @@ import {
   DEFAULT_PREFIX,
   fleetMetricNamespace,
   JOB_RETRY_DEFAULTS,
+  LEDGER_STAGE_NAMES,
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
@@ -23,6 +24,7 @@ import {
   tagKeys,
   type FleetConfig,
   type JobRetryOptions,
+  type LedgerStage,
 } from '../lambdas/shared/contract';
 import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
@@ -605,6 +607,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
           3,
         );
       }
+      poolWidgets.push(ledgerWidget(namespace, pool.name));
       poolWidgets.push(
         new cloudwatch.GraphWidget({
           title: `Pool ${pool.name}`,
@@ -657,6 +660,28 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
     });
   }
+}
+
+/**
+ * A pool's latency ledger (contract ledger.ts): p50 and p95 of every stage, one widget. Stages
+ * stamped by scale-up and the webhook count from the delivery's receipt, the instance's from
+ * its activation, the provider's job start from the job's creation (docs/operations.md).
+ */
+function ledgerWidget(namespace: string, pool: string): cloudwatch.GraphWidget {
+  const stage = (name: LedgerStage, statistic: 'p50' | 'p95') =>
+    new cloudwatch.Metric({
+      namespace,
+      metricName: METRIC_NAMES.jobStageSeconds,
+      dimensionsMap: { [METRIC_DIMENSIONS.pool]: pool, [METRIC_DIMENSIONS.stage]: name },
+      statistic,
+      label: `${name} ${statistic}`,
+      period: Duration.minutes(5),
+    });
+  return new cloudwatch.GraphWidget({
+    title: `Job ledger ${pool} (p50, p95 s)`,
+    left: LEDGER_STAGE_NAMES.flatMap((name) => [stage(name, 'p50'), stage(name, 'p95')]),
+    width: 12,
+  });
 }
 
 /** The SecureString parameters each function needs, per configured connection. */

@@ -29,7 +29,9 @@ export type LocalEventKind =
   /** An instance reached terminated. */
   | 'instance-gone'
   /** A message reached the dead-letter queue. */
-  | 'dead-lettered';
+  | 'dead-lettered'
+  /** A stage of the job's latency ledger (detail: the stage, contract ledger.ts), at its own time. */
+  | 'stage';
 
 export interface LocalEvent {
   /** Epoch milliseconds. */
@@ -46,6 +48,8 @@ export interface LocalEvent {
   readonly pool?: string;
   /** Free text or a number (latency seconds, status code, boot mode). */
   readonly detail?: string | number;
+  /** A ledger stage's seconds from its origin (contract ledger.ts), as its line says. */
+  readonly seconds?: number;
 }
 
 export type EventSink = (event: LocalEvent) => void;

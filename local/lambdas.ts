@@ -15,7 +15,7 @@ import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
-import { LAMBDA_ENV, parseJobMessage, ssmPaths, type Provider } from '../lambdas/shared/contract';
+import { LAMBDA_ENV, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type Provider } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -353,6 +353,9 @@ export function eventOfLogLine(fn: LambdaName, line: string, t = Date.now()): Lo
   const at = Date.parse(str('time') ?? '') || t;
   const job = jobId ? splitJobId(jobId) : {};
   const base = { t: at, ...(traceId ? { traceId } : {}), ...job, ...(str('pool') ? { pool: str('pool')! } : {}) };
+  if (message === LEDGER_MESSAGE && str('stage') && typeof entry.seconds === 'number') {
+    return [{ ...base, t: Date.parse(str('at') ?? '') || at, kind: 'stage', detail: str('stage')!, seconds: entry.seconds }];
+  }
   if (fn === 'webhook' && message === LOG_FACTS.queued) return [{ ...base, kind: 'queued' }];
   if (fn !== 'scale-up') return [];
   const instanceId = str('instanceId');

@@ -2,7 +2,7 @@ import { GetLogEventsCommand, type GetLogEventsCommandOutput } from '@aws-sdk/cl
 import { DescribeInstancesCommand, type DescribeInstancesCommandOutput } from '@aws-sdk/client-ec2';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } from '@aws-sdk/client-ssm';
-import { BOOT_LOG_KEYS, bootLogGroupName, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, bootLogGroupName, LEDGER_STAGE_NAMES, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
 import type { LocalEvent, LocalEventKind } from './events';
 import type { LocalAwsClients } from './lambdas';
 
@@ -69,7 +69,16 @@ export interface JobReport {
   readonly instanceId?: string;
   /** activation-latency-seconds from the boot script's own line. */
   readonly activationLatencySeconds?: number;
+  /** Its latency ledger: each stage's seconds from the stage's origin (contract ledger.ts), as its line says. */
+  readonly ledger?: Readonly<Record<string, number>>;
   readonly timeline: readonly TimelineEntry[];
+}
+
+/** One ledger stage over the run's jobs, as the dashboard shows it (p50 and p95, nearest rank). */
+export interface LedgerStageSummary {
+  readonly jobs: number;
+  readonly p50: number;
+  readonly p95: number;
 }
 
 export interface Leftovers {
@@ -91,6 +100,8 @@ export interface LocalReport {
   readonly leftovers: number;
   readonly leftoverDetail: Leftovers;
   readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
+  /** The latency ledger per stage over the run's jobs, in the contract's stage order. */
+  readonly ledger?: Readonly<Record<string, LedgerStageSummary>>;
   readonly parked: Readonly<Record<string, number>>;
   readonly wallSeconds: number;
   /** How many times slower than an unloaded machine the host ran (measured once); the run's time bounds were scaled by it. */
@@ -261,7 +272,7 @@ export function buildReport(input: {
     const mine = new Set((started.length ? started.map((e) => e.instanceId) : [runnerInstance]).filter((x): x is string => x !== undefined));
     const served = ci?.done ? servedHow(instanceId ? byId.get(instanceId) : undefined, keys, startedOn?.detail) : undefined;
     const timeline: TimelineEntry[] = events
-      .filter((e) => e.t >= job.deliveredAt - 1)
+      .filter((e) => e.kind !== 'stage' && e.t >= job.deliveredAt - 1)
       .filter(
         (e) =>
           (traceId !== undefined && e.traceId === traceId) ||
@@ -285,6 +296,12 @@ export function buildReport(input: {
       timeline.push({ at: Math.round((input.endedAt - job.deliveredAt) / 10) / 100, kind: 'dead-lettered', detail: `${dead} (found in the dead-letter queue at the end)` });
     }
     const latency = events.find((e) => e.kind === 'runner-started' && traceId !== undefined && e.traceId === traceId && typeof e.detail === 'number');
+    // The job's stages: the Lambdas' lines carry its trace id or job id, the instance's its trace id (first of each stage).
+    const ledger: Record<string, number> = {};
+    for (const e of events) {
+      if (e.kind !== 'stage' || typeof e.detail !== 'string' || e.seconds === undefined || e.detail in ledger) continue;
+      if ((traceId !== undefined && e.traceId === traceId) || (e.ciJobId !== undefined && key(e.provider, e.ciJobId) === id)) ledger[e.detail] = e.seconds;
+    }
     return {
       job: id,
       provider: job.provider,
@@ -296,12 +313,14 @@ export function buildReport(input: {
       ...(ci?.failed ? { failedAtCi: true } : {}),
       ...(instanceId ? { instanceId } : {}),
       ...(latency ? { activationLatencySeconds: latency.detail as number } : {}),
+      ...(Object.keys(ledger).length ? { ledger } : {}),
       timeline,
     };
   });
 
   const leftoverDetail = findLeftovers(config, keys, world);
   const latencies = reports.map((r) => r.activationLatencySeconds).filter((x): x is number => x !== undefined).sort((a, b) => a - b);
+  const ledger = summarizeLedger(reports);
   const parked: Record<string, number> = {};
   for (const pool of config.pools) parked[pool.name] = world.instances.filter((i) => i.tags[keys.pool] === pool.name && isParkedStandby(i, keys)).length;
   const served = reports.filter((r) => r.served).length;
@@ -317,6 +336,7 @@ export function buildReport(input: {
     ...(latencies.length
       ? { activationLatencySeconds: { min: latencies[0]!, median: latencies[Math.floor((latencies.length - 1) / 2)]!, max: latencies.at(-1)! } }
       : {}),
+    ...(Object.keys(ledger).length ? { ledger } : {}),
     parked,
     wallSeconds: Math.round((input.endedAt - input.startedAt) / 100) / 10,
     ...(input.slowdown === undefined ? {} : { slowdown: input.slowdown }),
@@ -325,6 +345,17 @@ export function buildReport(input: {
     ...(input.bootLogs ? { bootLogs: input.bootLogs } : {}),
     timeline: reports,
   };
+}
+
+/** p50 and p95 (nearest rank) of each stage over the jobs that have it, in the contract's stage order (pure). */
+export function summarizeLedger(jobs: readonly Pick<JobReport, 'ledger'>[]): Record<string, LedgerStageSummary> {
+  const out: Record<string, LedgerStageSummary> = {};
+  for (const stage of LEDGER_STAGE_NAMES) {
+    const values = jobs.map((j) => j.ledger?.[stage]).filter((x): x is number => x !== undefined).sort((a, b) => a - b);
+    const rank = (p: number) => values[Math.max(0, Math.ceil((p / 100) * values.length) - 1)]!;
+    if (values.length) out[stage] = { jobs: values.length, p50: rank(50), p95: rank(95) };
+  }
+  return out;
 }
 
 /** Warm when the instance was built by the pool (a parked standby), cold when scale-up launched it. */
@@ -511,6 +542,10 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     `jobs ${report.jobs}: served ${report.served} (warm ${report.warm}, cold ${report.cold}), unserved ${report.unserved}, dead-lettered ${report.deadLettered}`,
   );
   if (lat) lines.push(`activation to runner start (boot script's latency line): min ${lat.min}s, median ${lat.median}s, max ${lat.max}s`);
+  if (report.ledger) {
+    lines.push('latency ledger (s; from receipt, the instance stages from activation, job-started from creation):');
+    for (const [stage, v] of Object.entries(report.ledger)) lines.push(`  ${stage.padEnd(17)}p50 ${v.p50.toFixed(3).padStart(8)}  p95 ${v.p95.toFixed(3).padStart(8)}  (${v.jobs} jobs)`);
+  }
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
   const d = report.leftoverDetail;
   lines.push(`leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length})`);

@@ -29,6 +29,8 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   CONFIG_ROOT=@@RUNNER_CONFIG_ROOT@@ CONFIG_VERSION=@@RUNNER_CONFIG_VERSION@@ \
   K_VERSION=@@KEY_VERSION@@ K_PROVIDER=@@KEY_PROVIDER@@ K_INSTANCE=@@KEY_INSTANCE@@ K_JIT=@@KEY_JITCONFIG@@ K_URL=@@KEY_URL@@ K_TOKEN=@@KEY_TOKEN@@ \
   L_MODE=@@LOG_KEY_MODE@@ L_TRACE=@@LOG_KEY_TRACE@@ L_LATENCY=@@LOG_KEY_LATENCY@@ ID_RE=@@INSTANCE_ID_RE@@ \
+  TAG_POOL=@@TAG_POOL@@ L_POOL=@@LEDGER_KEY_POOL@@ L_STAGE=@@LEDGER_KEY_STAGE@@ L_SECS=@@LEDGER_KEY_SECONDS@@ \
+  S_BOOT=@@STAGE_BOOT_BEGAN@@ S_RUNNER=@@STAGE_RUNNER_STARTED@@ S_JOB=@@STAGE_JOB_TAKEN@@ \
   LOG_GROUP=@@LOG_GROUP@@ \
   PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@ \
   GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@ \
@@ -45,6 +47,7 @@ PREPARE=(@@PREPARE_COMMANDS@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
 CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 RAN=0 LOG_START=0
+POOL='' ACT_MS='' SINCE='' T0=${EPOCHREALTIME-} T1=''
 FINAL='\(ParameterNotFound\)'
 # The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
 # this script's timeout instead, in the whole seconds it takes, and at most 3 attempts (each
@@ -330,25 +333,37 @@ parse_config() {
   fi
 }
 
-# Seconds from the activation tag (ISO 8601 UTC as toISOString writes it) to now. GNU date
-# reads the whole string; BSD date has no -d and its -f must match exactly, so it gets the
-# string without the fractional seconds and the trailing Z, and the fraction is added here.
-log_latency() {
-  local base frac secs now d sign=''
-  [[ -n $ACTIVATED ]] || return 0
-  if [[ $ACTIVATED =~ ^([0-9-]{10}T[0-9:]{8})(\.([0-9]+))?Z$ ]]; then
-    base=${BASH_REMATCH[1]} frac=${BASH_REMATCH[3]}000
-    secs=$(date -u -d "$ACTIVATED" +%s 2>/dev/null) ||
-      secs=$(date -j -u -f %Y-%m-%dT%H:%M:%S "$base" +%s 2>/dev/null) || secs=''
+# Seconds from the activation tag (ISO 8601 UTC as toISOString writes it) to $1 (an
+# EPOCHREALTIME; now by default), in SINCE. GNU date reads the whole string; BSD date has no -d
+# and its -f must match exactly, so it gets the string without the fractional seconds and the
+# trailing Z, and the fraction is added here. Parsed once (ACT_MS): later calls fork nothing.
+since_activated() {
+  local base frac secs t=${1:-$EPOCHREALTIME} d sign=''
+  [[ -n $ACTIVATED ]] || return 1
+  if [[ -z $ACT_MS ]]; then
+    ACT_MS=x
+    if [[ $ACTIVATED =~ ^([0-9-]{10}T[0-9:]{8})(\.([0-9]+))?Z$ ]]; then
+      base=${BASH_REMATCH[1]} frac=${BASH_REMATCH[3]}000
+      secs=$(date -u -d "$ACTIVATED" +%s 2>/dev/null) ||
+        secs=$(date -j -u -f %Y-%m-%dT%H:%M:%S "$base" +%s 2>/dev/null) || secs=''
+      [[ ! $secs =~ ^[0-9]+$ ]] || ACT_MS=$((secs * 1000 + 10#${frac:0:3}))
+    fi
+    [[ $ACT_MS != x ]] || log "warning: $TAG_ACTIVATED is no ISO 8601 UTC time: no ledger or latency line"
   fi
-  if [[ ! ${secs-} =~ ^[0-9]+$ ]]; then
-    log "warning: $TAG_ACTIVATED is no ISO 8601 UTC time: no latency line"
-    return 0
-  fi
-  now=${EPOCHREALTIME//[!0-9]/}
-  d=$((now / 1000 - secs * 1000 - 10#${frac:0:3}))
+  [[ $ACT_MS != x ]] || return 1
+  t=${t//[!0-9]/}
+  d=$((t / 1000 - ACT_MS))
   if ((d < 0)); then sign=- d=$((-d)); fi
-  log "$L_LATENCY=$sign$((d / 1000)).$(printf %03d $((d % 1000)))"
+  SINCE=$sign$((d / 1000)).$(printf %03d $((d % 1000)))
+}
+
+# ledger STAGE [TIME]: the job's latency ledger line for an instance stage (contract ledger.ts):
+# pool, stage and seconds since activation, nothing else. Called off the runner's start path:
+# the pool tag is read (once per process) only here.
+ledger() {
+  since_activated "${2-}" || return 0
+  [[ -n $POOL ]] || ! imds "meta-data/tags/instance/$TAG_POOL" || POOL=${OUT//[^A-Za-z0-9_-]/_}
+  log "$L_POOL=${POOL:-unresolved} $L_STAGE=$1 $L_SECS=$SINCE"
 }
 
 # An activated instance must not start a second runner when it reboots: the marker is
@@ -409,16 +424,17 @@ start_runner() {
 # both providers alike); a missed line only leaves the two-readings rule. Never fails: the
 # runner writes into this pipe, and a reader that ended would break its output.
 watch_job() {
-  local line seen=0 at
+  local line seen=0 at t
   # Forked after the config was parsed: this process must not keep the runner's secret.
   CONFIG='' JIT='' URL='' RTOKEN=''
   while IFS= read -r line || [[ -n $line ]]; do
     printf '%s\n' "$line" 2>/dev/null || true
     ((!seen)) || continue
     [[ $line == *"$JOB_LINE"* ]] || continue
-    seen=1
+    seen=1 t=$EPOCHREALTIME
     printf -v at '%(%Y-%m-%dT%H:%M:%S)TZ' -1
     {
+      ledger "$S_JOB" "$t"
       if aws_try "tagging $ID $TAG_STARTED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_STARTED,Value=$at" >/dev/null; then
         log "job started: tagged $TAG_STARTED=$at"
       else
@@ -459,17 +475,22 @@ run_mode() {
   install_runner
   check_runner
   new_machine_id
-  log_latency
+  # The tag is parsed first (date forks): the latency is taken as the runner starts.
+  since_activated || true
+  T1=$EPOCHREALTIME
+  ! since_activated "$T1" || log "$L_LATENCY=$SINCE"
   log "starting the $PROVIDER runner"
   start_runner > >(watch_job 9>&-) 2>&1 &
   runner=$! RAN=1
   JIT='' URL='' RTOKEN=''
   # Off the critical path: the runner is already starting. So is shipping the log (its
-  # latency line feeds the fleet's metric), after the deletion: one aws CLI at a time beside
+  # ledger lines feed the fleet's metrics), after the deletion: one aws CLI at a time beside
   # the starting runner, not two.
   delete_config &
   deleter=$! HELD=0
   wait $deleter || true
+  ledger "$S_BOOT" "$T0"
+  ledger "$S_RUNNER" "$T1"
   ship_logs
   wait $runner || status=$?
   log "runner exited with status $status"

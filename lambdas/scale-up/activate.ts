@@ -19,8 +19,15 @@ export type FallbackReason =
   | 'activation-error';
 
 export type WarmOutcome =
-  | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string }
+  | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string; readonly stages: ActivationStages }
   | { readonly kind: 'fallback'; readonly reason: FallbackReason };
+
+/** When the activation's steps answered, for the job's latency ledger. */
+export interface ActivationStages {
+  readonly registeredAt?: Date;
+  readonly claimedAt?: Date;
+  readonly startedAt: Date;
+}
 
 export interface WarmOptions {
   /**
@@ -140,6 +147,7 @@ export async function activateWarm(
       if (!claimFirst) {
         try {
           a.registration = await createRunner(ctx, j, instanceId);
+          a.registeredAt = ctx.now();
         } catch (error) {
           j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
           track(undefined);
@@ -149,6 +157,7 @@ export async function activateWarm(
       }
       if (!a.registration) a.marker = claimMarker();
       const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : a.marker!, { paced: true });
+      if (result === 'claimed') a.claimedAt = ctx.now();
       if (result !== 'claimed') {
         if (a.registration && !(await deleteRunner(ctx, j, a.registration.runnerId))) {
           ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
@@ -194,6 +203,7 @@ export async function activateWarm(
     if (a.registration === undefined) {
       try {
         a.registration = await createRunner(ctx, j, a.instanceId);
+        a.registeredAt = ctx.now();
       } catch (error) {
         j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
         return 'ci-error';
@@ -228,10 +238,12 @@ export async function activateWarm(
   } else {
     for (const a of tagged) for (const [id, o] of await startInstances(deps, [a.instanceId])) starts.set(id, o);
   }
+  const startedAt = ctx.now();
   for (const a of tagged) {
     const o = starts.get(a.instanceId) ?? 'failed';
     if (o === 'started') {
-      outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId });
+      const stages = { ...(a.registeredAt ? { registeredAt: a.registeredAt } : {}), ...(a.claimedAt ? { claimedAt: a.claimedAt } : {}), startedAt };
+      outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId, stages });
       continue;
     }
     if (o === 'lost') lost(a.j);

@@ -1,6 +1,7 @@
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import { errorName, withTimeout } from '../shared/aws-call';
 import { JobLookupError, type CiProvider, type FleetConfig, type JobMessage, type MetricNames, type Provider, type TagKeys } from '../shared/contract';
+import type { LedgerWriter } from '../shared/ledger';
 import type { Logger, Metrics } from '../shared/log';
 import type { ScaleUpDeps, ScaleUpOptions } from './handler';
 import type { JobRecords } from './job-record';
@@ -26,6 +27,8 @@ export interface Batch extends Setup {
   readonly config: FleetConfig;
   readonly providers: Partial<Record<Provider, CiProvider>>;
   readonly metrics: Metrics;
+  /** The jobs' latency ledger lines (shared/ledger.ts). */
+  readonly ledger: LedgerWriter;
   readonly names: MetricNames;
   readonly keys: TagKeys;
   /** Messages reported as not processed: SQS redelivers them. */

@@ -19,6 +19,9 @@ export interface Attempt {
   marker?: string;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
   tags?: Tag[];
+  /** When the registration and the claim answered (the job's latency ledger). */
+  registeredAt?: Date;
+  claimedAt?: Date;
 }
 
 export type ClaimResult = 'claimed' | 'lost' | 'failed';

@@ -47,7 +47,8 @@ export interface ColdResult {
   readonly runnerId: string;
   readonly capacityType: DefaultTargetCapacityType;
   /** Spot was asked for but had no capacity: the launch fell back to on-demand. */
-  readonly spotFallback: boolean;
+  readonly spotFallback: boolean;  /** When CreateFleet answered, the registration answered, and the config and runner id tag were in place (the job's latency ledger). */
+  readonly stages: { readonly launchedAt: Date; readonly registeredAt: Date; readonly startedAt: Date };
 }
 
 /**
@@ -73,10 +74,12 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
     throw new ColdLaunchError(`CreateFleet refused: ${errorName(error)}`, 'launch');
   }
   const { instanceId, capacityType, spotFallback } = fleet;
+  const launched = ctx.now();
   const a: Attempt = { j, instanceId, claimed: false };
   try {
     try {
       a.registration = await createRunner(ctx, j, instanceId);
+      a.registeredAt = ctx.now();
     } catch (error) {
       throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
     }
@@ -91,7 +94,8 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
     } catch (error) {
       throw new ColdLaunchError(`tagging the runner id failed: ${errorName(error)}`, 'tag');
     }
-    return { instanceId, runnerId: a.registration.runnerId, capacityType, spotFallback };
+    const stages = { launchedAt: launched, registeredAt: a.registeredAt!, startedAt: ctx.now() };
+    return { instanceId, runnerId: a.registration.runnerId, capacityType, spotFallback, stages };
   } catch (error) {
     j.log.error('cold launch failed after the launch, terminating the instance', { instanceId, error: (error as Error).message });
     try {

@@ -19,6 +19,7 @@ import {
   type RunnerSummary,
 } from '../shared/contract';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
+import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
@@ -155,7 +156,8 @@ async function openBatch(setup: Setup): Promise<Batch> {
   const providers = setup.deps.providers(config);
   const metrics = new Metrics(config.metrics.namespace, setup.deps.sink);
   const keys = tagKeys(config.prefix);
-  return { ...setup, id, started, log, config, providers, metrics, names: config.metrics.names, keys, failed: new Set(), settled: new Set() };
+  const ledger = new LedgerWriter(config.metrics, log, setup.deps.sink);
+  return { ...setup, id, started, log, config, providers, metrics, ledger, names: config.metrics.names, keys, failed: new Set(), settled: new Set() };
 }
 
 /** 1. Parse; dead-letter what can never be served; hide early wait copies. */
@@ -182,7 +184,10 @@ async function parse(b: Batch, records: readonly SQSRecord[]): Promise<BatchItem
       fail(b, record);
       continue;
     }
-    if (arrival.first) b.metrics.add(b.names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
+    if (arrival.first) {
+      b.metrics.add(b.names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
+      b.ledger.stamp(job, job.pool ?? 'unresolved', 'dequeued', b.now(), job.receivedAt);
+    }
     const late = arrival.first && !wait.retryCheck && isLateDelivery(job, b.now());
     items.push({ record, job, log: l, waits: wait.waits, redelivered: arrival.redelivered, late, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
   }
@@ -381,6 +386,8 @@ async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[
       j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
       b.metrics.add(b.names.activations, { Pool: j.pool.name });
       b.metrics.add(b.names.activationDuration, { Pool: j.pool.name }, b.now().getTime() - b.started.getTime(), 'Milliseconds');
+      const { registeredAt, claimedAt, startedAt } = o.stages;
+      b.ledger.stampAll(j.job, j.pool.name, [['registered', registeredAt], ['claimed', claimedAt], ['instance-started', startedAt]], j.job.receivedAt);
     } else {
       j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
       b.metrics.add(b.names.fallbacks, { Pool: j.pool.name, Reason: o.reason });
@@ -425,6 +432,7 @@ async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[],
       started.push({ item, instanceId: r.instanceId });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
       b.metrics.add(b.names.coldLaunches, { Pool: j.pool.name });
+      b.ledger.stampAll(j.job, j.pool.name, [['launched', r.stages.launchedAt], ['registered', r.stages.registeredAt], ['instance-started', r.stages.startedAt]], j.job.receivedAt);
     } catch (error) {
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       // Only a launch EC2 refused gives its ticket back; any other failure may have

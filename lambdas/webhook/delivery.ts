@@ -13,12 +13,36 @@ export interface JobDraft {
   readonly createdAt?: string;
 }
 
+/**
+ * A job the CI provider reports started (GitHub `in_progress`, GitLab `running`): the last
+ * stage of its latency ledger, from a delivery the webhook receives anyway and does not queue.
+ */
+export interface JobStart {
+  readonly provider: Provider;
+  readonly providerJobId: string;
+  /** When the provider created (queued) the job, and when it started it: ISO 8601 or GitLab's "YYYY-MM-DD hh:mm:ss UTC". */
+  readonly createdAt: string;
+  readonly startedAt: string;
+  /** The runner that took it: its name (GitHub) or description (GitLab), which carries our instance id. */
+  readonly runnerName: string;
+  /** Labels to find the pool by: the job's (GitHub) or its runner's tags (GitLab; the Job Hook carries no job tags). */
+  readonly labels: readonly string[];
+}
+
 export type Classified =
   | { readonly kind: 'job'; readonly job: JobDraft }
-  | { readonly kind: 'ignore'; readonly reason: string }
+  | { readonly kind: 'ignore'; readonly reason: string; readonly started?: JobStart }
   | { readonly kind: 'invalid'; readonly reason: string };
 
-export const ignore = (reason: string): Classified => ({ kind: 'ignore', reason });
+export const ignore = (reason: string, started?: JobStart): Classified => ({ kind: 'ignore', reason, ...(started ? { started } : {}) });
+
+/** The job's start, when the delivery carries one whose times parse. */
+export function jobStartOf(fields: Omit<JobStart, 'createdAt' | 'startedAt'> & { createdAt: unknown; startedAt: unknown }): JobStart | undefined {
+  const { createdAt, startedAt } = fields;
+  if (typeof createdAt !== 'string' || typeof startedAt !== 'string' || Number.isNaN(Date.parse(createdAt)) || Number.isNaN(Date.parse(startedAt))) return undefined;
+  if (fields.runnerName === '') return undefined;
+  return { ...fields, createdAt, startedAt };
+}
 export const invalid = (reason: string): Classified => ({ kind: 'invalid', reason });
 
 export function isObject(value: unknown): value is Record<string, unknown> {

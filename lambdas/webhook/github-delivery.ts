@@ -1,5 +1,5 @@
 import { Provider, type GitHubConnectionConfig } from '../shared/contract';
-import { ignore, invalid, isObject, isoTime, nonEmptyString, positiveInteger, type Classified } from './delivery';
+import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
  * Classifies a verified GitHub delivery: `workflow_job` with `action: queued` becomes a job,
@@ -25,7 +25,12 @@ export function classifyGitHubDelivery(event: string, payload: unknown, github: 
   const name = nonEmptyString(repo.name);
   const owner = isObject(repo.owner) ? nonEmptyString(repo.owner.login) : undefined;
   if (!name || !owner) return invalid('"repository.name" and "repository.owner.login" are required');
-  if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'in_progress' || action === 'completed' ? action : 'other'}`);
+  if (action === 'in_progress') {
+    const runnerName = nonEmptyString(job.runner_name) ?? '';
+    const start = jobStartOf({ provider: Provider.GITHUB, providerJobId: String(id), createdAt: job.created_at, startedAt: job.started_at, runnerName, labels: labels as string[] });
+    return ignore('action-in_progress', start);
+  }
+  if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'completed' ? action : 'other'}`);
   if (!github) return ignore('no-github-connection');
   if (!servesRepository(github, owner, name)) return ignore('repository-not-served');
   const createdAt = isoTime(job.created_at);

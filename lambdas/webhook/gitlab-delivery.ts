@@ -1,5 +1,5 @@
 import { Provider, type GitLabConnectionConfig } from '../shared/contract';
-import { ignore, invalid, isObject, isoTime, nonEmptyString, positiveInteger, type Classified } from './delivery';
+import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
  * Classifies a verified GitLab delivery: a Job Hook (`object_kind: build`) with
@@ -22,6 +22,7 @@ export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnecti
   if (projectId === undefined) return invalid('"project_id" must be a positive integer');
   const path = nonEmptyString(project?.path_with_namespace) ?? nonEmptyString(payload.project_name);
   if (!path) return invalid('"project.path_with_namespace" is required');
+  if (status === 'running') return ignore('status-running', runningJob(payload, buildId));
   if (status !== 'pending') return ignore(`status-${/^[a-z_]{1,32}$/.test(status) ? status : 'other'}`);
   const slash = path.lastIndexOf('/');
   const owner = slash > 0 ? path.slice(0, slash) : path;
@@ -41,4 +42,12 @@ export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnecti
  */
 export function servesProject(gitlab: GitLabConnectionConfig, projectId: number): boolean {
   return gitlab.runnerType !== 'project_type' || gitlab.scopeId === projectId;
+}
+
+/** A running job's start, with its runner's description and tags (the Job Hook's `runner` object). */
+function runningJob(payload: Record<string, unknown>, buildId: number) {
+  const runner = isObject(payload.runner) ? payload.runner : {};
+  const tags = Array.isArray(runner.tags) ? runner.tags.filter((t): t is string => typeof t === 'string' && t !== '') : [];
+  const runnerName = nonEmptyString(runner.description) ?? '';
+  return jobStartOf({ provider: Provider.GITLAB, providerJobId: String(buildId), createdAt: payload.build_created_at, startedAt: payload.build_started_at, runnerName, labels: tags });
 }

@@ -2,16 +2,17 @@ import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import type { APIGatewayProxyResultV2, LambdaFunctionURLEvent } from 'aws-lambda';
 import { createCiProviders } from '../ci';
-import { LAMBDA_ENV, METRIC_NAMES, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
+import { instanceIdOfRunnerName, LAMBDA_ENV, METRIC_NAMES, Provider, qualifiedJobId, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
+import { LedgerWriter } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { createSecretCache, type SecretCache } from '../shared/secrets';
 import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
-import type { JobDraft } from './delivery';
+import type { JobDraft, JobStart } from './delivery';
 import { classifyGitHubDelivery } from './github-delivery';
 import { classifyGitLabDelivery } from './gitlab-delivery';
-import { buildJobMessage, deduplicationId, gitLabDeliveryId, normaliseDeliveryId } from './job-message';
+import { buildJobMessage, deduplicationId, gitLabDeliveryId, normaliseDeliveryId, traceIdFor } from './job-message';
 import { logSafe, logSafeList } from './log-safe';
 import { isTooLarge, messageBytes, TOO_LARGE_REASON, tooLargeRecord, tooLargeSummary } from './too-large';
 import { DEFAULT_TIMESTAMP_TOLERANCE_SECONDS, verifyGitHubSignature, verifyGitLabToken, verifyStandardWebhook, type Verdict } from './verify';
@@ -125,7 +126,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
     if (providers?.key !== key) providers = { key, value: createCiProviders(config, { ssm: deps.ssm, ...(deps.fetch ? { fetch: deps.fetch } : {}) }) };
     return providers.value;
   };
-  const ctx: Context = { deps, env, opts, secrets, log, providersFor };
+  const ctx: Context = { deps, env, opts, secrets, log, providersFor, now };
 
   return async (event) => {
     const receivedAt = now();
@@ -144,6 +145,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
       const dLog = reqLog.child({ deliveryId: logSafe(delivery.deliveryId, 80) });
       if (delivery.kind === 'ignore') {
         dLog.info('delivery acknowledged, not queued', { reason: delivery.reason });
+        if (delivery.started) stampJobStarted(ctx, delivery.started, request.config, delivery.deliveryId, dLog);
         return reply(200, 'ignored', delivery.reason);
       }
       const message = await resolve(ctx, delivery.job, request.config, delivery.deliveryId, receivedAt, dLog, deadline);
@@ -229,8 +231,27 @@ async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog
     return e instanceof DeadlineExceeded ? reply(503, 'error', 'queue too slow, redeliver later') : reply(500, 'error', 'queue unavailable, redeliver later');
   }
   jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
+  const ledger = new LedgerWriter(config.metrics, jLog, ctx.deps.metricSink);
+  const pool = message.pool ?? 'unresolved';
+  ledger.stamp(message, pool, 'received', new Date(message.receivedAt), message.receivedAt);
+  ledger.stamp(message, pool, 'queued', ctx.now(), message.receivedAt);
   emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', ctx.deps.metricSink);
   return reply(202, 'queued', message.labelsResolved ? 'queued' : 'queued-labels-unresolved');
+}
+
+/**
+ * The ledger's last stage, for a job one of this fleet's runners took (its name carries the
+ * instance id): the provider's start time, measured from the provider's creation time. The
+ * delivery comes anyway (GitHub sends every workflow_job action, a GitLab Job Hook every
+ * status), so this costs no request and queues nothing. Its pool: the job's labels (GitHub)
+ * or its runner's tags (GitLab), matched as a queued job's are. Its trace id is this
+ * delivery's: the queued delivery's is not known here, the job id joins the two.
+ */
+function stampJobStarted(ctx: Context, start: JobStart, config: FleetConfig, deliveryId: string, dLog: Logger): void {
+  if (instanceIdOfRunnerName(config.prefix, start.runnerName) === undefined) return;
+  const pool = matchPool(config.pools, start.provider, start.labels).pool?.name ?? 'unresolved';
+  const job = { traceId: traceIdFor(start.provider, deliveryId), jobId: qualifiedJobId(start.provider, start.providerJobId) };
+  new LedgerWriter(config.metrics, dLog, ctx.deps.metricSink).stamp(job, pool, 'job-started', new Date(Date.parse(start.startedAt)), new Date(Date.parse(start.createdAt)));
 }
 
 /** Settle a step that threw: bad input is a 4xx; anything the sender should redeliver is a 5xx. */
@@ -352,6 +373,7 @@ interface Context {
   readonly secrets: SecretCache;
   readonly log: Logger;
   readonly providersFor: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>;
+  readonly now: () => Date;
 }
 
 /** A request past its parse step: who sent it, what, and where its job would go. */
@@ -363,7 +385,7 @@ interface Request {
   readonly queueUrl: string;
 }
 
-type Classified = ({ readonly kind: 'job'; readonly job: JobDraft } | { readonly kind: 'ignore'; readonly reason: string }) & { readonly deliveryId: string };
+type Classified = ({ readonly kind: 'job'; readonly job: JobDraft } | { readonly kind: 'ignore'; readonly reason: string; readonly started?: JobStart }) & { readonly deliveryId: string };
 
 type Headers = Readonly<Record<string, string | undefined>>;
 

@@ -33,7 +33,7 @@ import {
   type EC2Client,
   type Instance,
 } from '@aws-sdk/client-ec2';
-import { BOOT_LOG_KEYS, BOOT_MODES, PROVIDERS, WARM_STANDBY_VALUE, tagKeys, type TagKeys } from '../../lambdas/shared/contract';
+import { BOOT_LOG_KEYS, BOOT_MODES, LEDGER_LOG_KEYS, PROVIDERS, WARM_STANDBY_VALUE, tagKeys, type TagKeys } from '../../lambdas/shared/contract';
 import type { EventSink, LocalEvent } from '../events';
 import { ImdsServer, listenOnLoopback } from './imds';
 import { decodeUserData } from '../../lib/user-data';
@@ -102,6 +102,8 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const logValue = (key: string): RegExp => new RegExp(`(?:^|\\s)${escape(key)}=(\\S+)`);
 const MODE_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.mode)}=(${BOOT_MODES.join('|')})(?:\\s|$)`);
 const TRACE_RE = logValue(BOOT_LOG_KEYS.traceId);
+const STAGE_RE = logValue(LEDGER_LOG_KEYS.stage);
+const STAGE_SECONDS_RE = new RegExp(`(?:^|\\s)${escape(LEDGER_LOG_KEYS.seconds)}=(-?\\d+(?:\\.\\d+)?)(?:\\s|$)`);
 const LATENCY_RE = new RegExp(`(?:^|\\s)${escape(BOOT_LOG_KEYS.activationLatency)}=(-?\\d+(?:\\.\\d+)?)(?:\\s|$)`);
 // The boot script's own wording (templates/start-runner.sh run_mode, on_exit; install-runner.sh),
 // not contract keys.
@@ -159,6 +161,9 @@ export interface BootLine {
   readonly failed?: boolean;
   /** The text of an error line. */
   readonly error?: string;
+  /** A latency ledger line's stage and seconds since activation (contract ledger.ts). */
+  readonly stage?: string;
+  readonly stageSeconds?: number;
 }
 
 /** What a boot-log line says, by the contract's BOOT_LOG_KEYS. */
@@ -168,6 +173,8 @@ export function parseBootLine(line: string): BootLine {
   const latency = LATENCY_RE.exec(line)?.[1];
   const runnerStarting = RUNNER_START_RE.exec(line)?.[1];
   const installed = INSTALLED_RE.exec(line)?.[1];
+  const stage = STAGE_RE.exec(line)?.[1];
+  const stageSeconds = STAGE_SECONDS_RE.exec(line)?.[1];
   const errorMatch = ERROR_RE.exec(line);
   const error = errorMatch?.[1] ?? errorMatch?.[2];
   return {
@@ -178,6 +185,7 @@ export function parseBootLine(line: string): BootLine {
     ...(traceId ? { traceId } : {}),
     ...(latency ? { latency: Number(latency) } : {}),
     ...(runnerStarting ? { runnerStarting } : {}),
+    ...(stage && stageSeconds ? { stage, stageSeconds: Number(stageSeconds) } : {}),
   };
 }
 
@@ -549,6 +557,7 @@ export class InstancePlayer {
     if (parsed.latency !== undefined) p.latency = parsed.latency;
     const traceId = p.traceId ? { traceId: p.traceId } : {};
     if (parsed.mode) this.emit(p, { kind: 'boot', detail: parsed.mode, ...traceId });
+    if (parsed.stage && parsed.stageSeconds !== undefined) this.emit(p, { kind: 'stage', detail: parsed.stage, seconds: parsed.stageSeconds, ...traceId });
     if (parsed.error) p.errors = [...p.errors, parsed.error].slice(-2);
     if (parsed.installed) this.emit(p, { kind: 'runner-installed', detail: parsed.installed, ...traceId });
     if (parsed.failed) this.emit(p, { kind: 'boot-failed', detail: p.errors.length ? p.errors.join('; ') : line, ...traceId });

@@ -14,7 +14,7 @@ import { ExampleRunnersStack } from '../../bin/example-stack';
 import { WarmRunners, type WarmRunnersProps } from '../../lib';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { METRIC_NAMES, parseFleetConfig, Provider } from '../../lambdas/shared/contract';
+import { INSTANCE_LEDGER_STAGES, METRIC_NAMES, parseFleetConfig, Provider } from '../../lambdas/shared/contract';
 import { awsError, FakeAws } from '../support/fake-aws';
 import { Lines } from '../support/fixtures';
 
@@ -177,7 +177,10 @@ describe('two fleets in one account', () => {
       expect([...emitted].filter((m) => watched(name === 'TeamA' ? 'TeamB' : 'TeamA').includes(m))).toEqual([]);
       // The instance log metric filter publishes into the same namespace.
       const filters = Object.entries(template.findResources('AWS::Logs::MetricFilter')).filter(([id]) => id.startsWith(name));
-      expect(filters.map(([, f]) => ((f as Resource).Properties.MetricTransformations as { MetricNamespace: string }[])[0]!.MetricNamespace)).toEqual([runners.metricNamespace]);
+      // (the activation latency, and the instance's ledger stages)
+      expect(filters.map(([, f]) => ((f as Resource).Properties.MetricTransformations as { MetricNamespace: string }[])[0]!.MetricNamespace)).toEqual(
+        [METRIC_NAMES.activationLatency, ...INSTANCE_LEDGER_STAGES].map(() => runners.metricNamespace),
+      );
       expect(runners.metricNamespace).not.toBe(other.metricNamespace);
     }
     expect(fleets.TeamA.metricNamespace).toBe('CdkWarmRunners/team-a');
@@ -248,8 +251,12 @@ describe('metric namespace', () => {
     expect(custom.filter(([namespace]) => namespace !== 'Ci/Runners')).toEqual([]);
     // The latency widget reads what the boot log's metric filter publishes.
     const filters = Object.values(template.findResources('AWS::Logs::MetricFilter')).flatMap((f) => (f as Resource).Properties.MetricTransformations as { MetricNamespace: string; MetricName: string }[]);
-    expect(filters.map((t) => [t.MetricNamespace, t.MetricName])).toEqual([['Ci/Runners', METRIC_NAMES.activationLatency]]);
+    expect(filters.map((t) => [t.MetricNamespace, t.MetricName])).toEqual([
+      ['Ci/Runners', METRIC_NAMES.activationLatency],
+      ...INSTANCE_LEDGER_STAGES.map(() => ['Ci/Runners', METRIC_NAMES.jobStageSeconds]),
+    ]);
     expect(dashboard).toContainEqual(['Ci/Runners', METRIC_NAMES.activationLatency]);
+    expect(dashboard).toContainEqual(['Ci/Runners', METRIC_NAMES.jobStageSeconds]);
     for (const alarm of Object.values(template.findResources('AWS::CloudWatch::Alarm'))) {
       for (const m of watchedMetrics((alarm as Resource).Properties)) {
         const namespace = (JSON.parse(m) as [string])[0];

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { BOOT_LOG_KEYS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { INSTANCE_LEDGER_STAGES, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, rolePolicyStatements as statementsOf, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
 
@@ -190,24 +190,62 @@ describe('control plane', () => {
     expect(byDescription('fewer parked instances')[0]?.Properties).toMatchObject({ EvaluationPeriods: 3, Threshold: 1 });
   });
 
-  it('turns the boot script latency line into a metric through a Grok transformer', () => {
+  it("turns the boot script's ledger lines into the ledger and activation latency metrics through a Grok transformer", () => {
     const [transformer] = Object.values(template.findResources('AWS::Logs::Transformer'));
     const grok = transformer!.Properties.TransformerConfig[0].Grok.Match as string;
-    // The pattern reads the line the boot script writes: its own log function, rendered from
-    // the contract, run by bash (the line it ships to the log group as it is).
-    const logFunction = /^log\(\) \{\n[\s\S]*?\n\}$/m.exec(renderStartLogic({ provider: Provider.GITHUB }))?.[0];
-    expect(logFunction).toBeDefined();
-    const run = spawnSync('bash', ['-c', `export TZ=UTC; L_TRACE=trace-id TRACE=t-1 LOG_FILE=/dev/null\n${logFunction}\nlog "$1"`, 'bash', `${BOOT_LOG_KEYS.activationLatency}=3.250`], { encoding: 'utf8' });
+    // The pattern reads the line the boot script writes: its own functions, rendered from the
+    // contract, run by bash (the line it ships to the log group as it is). Activated at 100 s
+    // past the epoch, the stage at 103.25 s.
+    const logic = renderStartLogic({ provider: Provider.GITHUB });
+    const fn = (name: string) => new RegExp(`^${name}\\(\\) \\{\\n[\\s\\S]*?\\n\\}$`, 'm').exec(logic)?.[0] ?? `missing ${name}`;
+    const k = LEDGER_LOG_KEYS;
+    const vars = `export TZ=UTC; L_TRACE=trace-id TRACE=t-1 LOG_FILE=/dev/null POOL=pool-a ACTIVATED=1970-01-01T00:01:40.000Z ACT_MS='' L_POOL=${k.pool} L_STAGE=${k.stage} L_SECS=${k.seconds}`;
+    const run = spawnSync('bash', ['-c', `${vars}\n${fn('log')}\n${fn('since_activated')}\n${fn('ledger')}\nledger runner-started 103.250000`], { encoding: 'utf8' });
     const line = run.stderr.trim();
-    expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z start-runner\[\d+\]: trace-id=t-1 activation-latency-seconds=3\.250$/);
-    const regex = new RegExp(grok.replace('%{GREEDYDATA}', '.*').replace(/%\{NUMBER:(\w+)\}/, '(?<$1>[0-9.]+)'));
-    expect(regex.exec(line)?.groups).toEqual({ activation_latency_seconds: '3.250' });
-    expect(transformer!.Properties.TransformerConfig[1]).toEqual({ TypeConverter: { Entries: [{ Key: 'activation_latency_seconds', Type: 'double' }] } });
+    expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z start-runner\[\d+\]: trace-id=t-1 ledger-pool=pool-a ledger-stage=runner-started ledger-seconds=3\.250$/);
+    const regex = new RegExp(grok.replace('%{GREEDYDATA}', '.*').replace(/%\{NOTSPACE:(\w+)\}/g, '(?<$1>\\S+)').replace(/%\{NUMBER:(\w+)\}/, '(?<$1>[0-9.]+)'));
+    const f = LEDGER_LOG_FIELDS;
+    expect(regex.exec(line)?.groups).toEqual({ [f.pool]: 'pool-a', [f.stage]: 'runner-started', [f.seconds]: '3.250' });
+    expect(transformer!.Properties.TransformerConfig[1]).toEqual({ TypeConverter: { Entries: [{ Key: f.seconds, Type: 'double' }] } });
     template.hasResourceProperties('AWS::Logs::MetricFilter', {
       ApplyOnTransformedLogs: true,
-      FilterPattern: '{ $.activation_latency_seconds = "*" }',
-      MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: '$.activation_latency_seconds', Unit: 'Seconds' })],
+      FilterPattern: `{ $.${f.stage} = "runner-started" }`,
+      MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: `$.${f.seconds}`, Unit: 'Seconds' })],
     });
+    // One filter per instance stage, with the pool and the stage as dimensions.
+    for (const stage of INSTANCE_LEDGER_STAGES) {
+      template.hasResourceProperties('AWS::Logs::MetricFilter', {
+        ApplyOnTransformedLogs: true,
+        FilterPattern: `{ $.${f.stage} = "${stage}" }`,
+        MetricTransformations: [
+          Match.objectLike({
+            MetricName: METRIC_NAMES.jobStageSeconds,
+            MetricValue: `$.${f.seconds}`,
+            Unit: 'Seconds',
+            Dimensions: [
+              { Key: METRIC_DIMENSIONS.pool, Value: `$.${f.pool}` },
+              { Key: METRIC_DIMENSIONS.stage, Value: `$.${f.stage}` },
+            ],
+          }),
+        ],
+      });
+    }
+  });
+
+  it("shows each pool's ledger on the dashboard: p50 and p95 of every stage in one widget", () => {
+    const body = (Object.values(template.findResources('AWS::CloudWatch::Dashboard'))[0] as { Properties: { DashboardBody: { 'Fn::Join': [string, unknown[]] } } }).Properties.DashboardBody;
+    const widgets = (JSON.parse(body['Fn::Join'][1].map((part) => (typeof part === 'string' ? part : 'x')).join('')) as { widgets: { properties: { title: string; metrics: unknown[][] } }[] }).widgets;
+    const ledgers = widgets.filter((w) => w.properties.title.startsWith('Job ledger '));
+    expect(ledgers.map((w) => w.properties.title)).toEqual(stack.runners.config.pools.map((p) => `Job ledger ${p.name} (p50, p95 s)`));
+    expect(ledgers.length).toBeGreaterThan(0);
+    for (const w of ledgers) {
+      const pool = /^Job ledger (\S+)/.exec(w.properties.title)![1]!;
+      const lines = w.properties.metrics.map((m) => {
+        const stats = m.at(-1) as { stat: string };
+        return [m[1], m[2], m[3], m[4], m[5], stats.stat];
+      });
+      expect(lines).toEqual(LEDGER_STAGE_NAMES.flatMap((stage) => ['p50', 'p95'].map((stat) => [METRIC_NAMES.jobStageSeconds, METRIC_DIMENSIONS.pool, pool, METRIC_DIMENSIONS.stage, stage, stat])));
+    }
   });
 
   it('outputs the webhook URLs and the secret parameters to fill in', () => {

@@ -71,6 +71,9 @@ describe('timeline facts from the handlers\' log lines', () => {
     ['dead letter', 'scale-up', 'job dead-lettered', { traceId: 't', jobId: 'github:12', reason: 'no-pool' }, ['dead-lettered']],
     ['held by the prime back-off', 'scale-up', "the pool's prime back-off holds cold launches (backoff), job waits", { traceId: 't', jobId: 'gitlab:3', waits: 1 }, ['held']],
     ['the pool-level hold line names no job and is not a job fact', 'scale-up', 'prime back-off: holding cold launches back', { traceId: 't' }, []],
+    ['a webhook ledger stage', 'webhook', 'ledger', { traceId: 't', jobId: 'github:12', pool: 'p', stage: 'queued', at: '2026-11-29T20:00:00.250Z', seconds: 0.25 }, ['stage']],
+    ['a scale-up ledger stage', 'scale-up', 'ledger', { traceId: 't', jobId: 'gitlab:3', pool: 'p', stage: 'claimed', at: '2026-11-29T20:00:01.000Z', seconds: 1 }, ['stage']],
+    ['a ledger line without its seconds is none', 'scale-up', 'ledger', { traceId: 't', jobId: 'gitlab:3', stage: 'claimed' }, []],
     ['a fallback is not a start', 'scale-up', 'warm activation fell back to a cold launch', { traceId: 't' }, []],
     ['the same words from another function', 'pool', 'job queued', { traceId: 't' }, []],
   ])('%s', (_name, fn, message, fields, kinds) => {
@@ -81,6 +84,10 @@ describe('timeline facts from the handlers\' log lines', () => {
       if (typeof fields.jobId === 'string') expect(`${e.provider}:${e.ciJobId}`).toBe(fields.jobId);
       if (fields.instanceId) expect(e.instanceId).toBe(fields.instanceId);
     }
+  });
+  it('a ledger stage is at its own time, with its stage and seconds', () => {
+    const [e] = eventOfLogLine('scale-up', line('scale-up', 'ledger', { traceId: 't', jobId: 'github:12', pool: 'p', stage: 'launched', at: '2026-11-29T20:00:01.500Z', seconds: 1.5 }));
+    expect(e).toMatchObject({ kind: 'stage', t: Date.parse('2026-11-29T20:00:01.500Z'), detail: 'launched', seconds: 1.5, traceId: 't', provider: 'github', ciJobId: '12' });
   });
   it('ignores lines that are not JSON (EMF records are JSON without a message)', () => {
     expect(eventOfLogLine('webhook', 'not json')).toEqual([]);

@@ -154,6 +154,37 @@ describe('the report', () => {
     expect(text).toContain('leftovers: 0');
   });
 
+  it("carries each job's latency ledger and p50/p95 per stage over the run's jobs, in the contract's order", () => {
+    const stage = (traceId: string, detail: string, seconds: number, t = T0): LocalEvent => ({ t, kind: 'stage', traceId, detail, seconds });
+    const events: LocalEvent[] = [
+      { t: T0 + 10, kind: 'queued', provider: Provider.GITHUB, ciJobId: '11', traceId: 'tr-gh', pool: 'gh' },
+      { t: T0 + 10, kind: 'queued', provider: Provider.GITLAB, ciJobId: '22', traceId: 'tr-gl', pool: 'gl' },
+      stage('tr-gh', 'received', 0),
+      stage('tr-gh', 'queued', 0.2),
+      stage('tr-gh', 'boot-began', 1.5),
+      stage('tr-gl', 'queued', 0.4),
+      stage('tr-gl', 'boot-began', 30.5),
+      // A second line of a stage (a redelivery) does not replace the first.
+      stage('tr-gh', 'queued', 9),
+      // The provider's job start, on a line that carries the job id (another delivery's trace).
+      { t: T0, kind: 'stage', provider: Provider.GITLAB, ciJobId: '22', traceId: 'tr-other', detail: 'job-started', seconds: 41 },
+    ];
+    const r = buildReport({ config, jobs: [ghJob, glJob, lostJob], events, world: world({ instances: [parked('gh'), parked('gh'), parked('gl')] }), startedAt: T0, endedAt: T0 + 5_000 });
+    expect(r.timeline.map((j) => j.ledger)).toEqual([{ received: 0, queued: 0.2, 'boot-began': 1.5 }, { queued: 0.4, 'boot-began': 30.5, 'job-started': 41 }, undefined]);
+    expect(r.ledger).toEqual({
+      received: { jobs: 1, p50: 0, p95: 0 },
+      queued: { jobs: 2, p50: 0.2, p95: 0.4 },
+      'boot-began': { jobs: 2, p50: 1.5, p95: 30.5 },
+      'job-started': { jobs: 1, p50: 41, p95: 41 },
+    });
+    expect(Object.keys(r.ledger!)).toEqual(['received', 'queued', 'boot-began', 'job-started']);
+    // Stage lines are the ledger's, not the timeline's.
+    expect(r.timeline[0]!.timeline.map((e) => e.kind)).toEqual(['queued']);
+    const text = formatReport(r, { timelines: false });
+    expect(text).toContain('latency ledger');
+    expect(text).toMatch(/boot-began\s+p50\s+1\.500\s+p95\s+30\.500\s+\(2 jobs\)/);
+  });
+
   it('a job its runner never finished is unserved even if an instance was started for it', () => {
     const i = activated('gh', 'running', true);
     const r = buildReport({

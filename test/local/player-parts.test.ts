@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { DescribeInstancesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { BOOT_LOG_KEYS, ssmPaths, tagKeys, Provider } from '../../lambdas/shared/contract';
+import { LEDGER_LOG_KEYS, BOOT_LOG_KEYS, ssmPaths, tagKeys, Provider } from '../../lambdas/shared/contract';
 import {
   LOCAL_TIME_BOUNDS,
   localTimeBounds,
@@ -69,6 +69,12 @@ describe('parseBootLine', () => {
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.traceId}=t-1 ${BOOT_LOG_KEYS.activationLatency}=4.712`)).toEqual({ traceId: 't-1', latency: 4.712 });
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.activationLatency}=-0.250`)).toEqual({ latency: -0.25 });
     expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.traceId}=t-1 starting the gitlab runner`)).toEqual({ traceId: 't-1', runnerStarting: 'gitlab' });
+  });
+
+  it('reads a ledger line: its stage and seconds since activation', () => {
+    const k = LEDGER_LOG_KEYS;
+    expect(parseBootLine(`${at} ${BOOT_LOG_KEYS.traceId}=t-1 ${k.pool}=gh ${k.stage}=boot-began ${k.seconds}=1.250`)).toEqual({ traceId: 't-1', stage: 'boot-began', stageSeconds: 1.25 });
+    expect(parseBootLine(`${at} ${k.pool}=gh ${k.stage}=job-taken ${k.seconds}=soon`)).toEqual({});
   });
   it('reads the install step and a failed boot in the boot script\'s own words', () => {
     expect(parseBootLine(`${at} installed the github runner local-1`)).toEqual({ installed: 'local-1' });

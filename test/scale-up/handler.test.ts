@@ -7,7 +7,7 @@ import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/sca
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, decodeRunnerConfig, LATE_DELIVERY_SECONDS, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { coldLaunchTags, decodeRunnerConfig, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -20,7 +20,7 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX) {
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX, now = () => aws.now) {
   return createScaleUpHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
@@ -31,7 +31,7 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), 
     queueUrl: QUEUE,
     instanceArnPrefix,
     deadLetterQueueUrl: DLQ,
-    now: () => aws.now,
+    now,
     random: () => 0.5,
     sink: lines.sink,
     options,
@@ -57,6 +57,34 @@ beforeEach(() => {
   lines = new Lines();
 });
 afterAll(() => aws.restore());
+
+describe('scale-up: latency ledger', () => {
+  it('stamps dequeued, registered, claimed, instance-started (warm) and dequeued, launched, registered, instance-started (cold), in order, per job', async () => {
+    park(1);
+    // A clock that moves 10 ms per reading, so every stage has its own time.
+    let tick = 0;
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => new Date(aws.now.getTime() + 10 * tick++))(jobEvent(jobs(2)));
+    expect(res.batchItemFailures).toEqual([]);
+    const ledger = lines.logs(LEDGER_MESSAGE);
+    const of = (trace: string) => ledger.filter((l) => l.traceId === trace);
+    // trace-1 went warm (the one parked instance), trace-2 cold.
+    expect(of('trace-1').map((l) => l.stage)).toEqual(['dequeued', 'registered', 'claimed', 'instance-started']);
+    expect(of('trace-2').map((l) => l.stage)).toEqual(['dequeued', 'launched', 'registered', 'instance-started']);
+    for (const l of ledger) {
+      expect(l).toMatchObject({ jobId: `github:${String(l.traceId).slice('trace-'.length)}`, pool: 'linux' });
+      // Seconds since the delivery was received (fixtures: 11:59:00), to the millisecond of its time.
+      expect(l.seconds).toBe((Date.parse(l.at as string) - Date.parse('2026-11-29T11:59:00.000Z')) / 1000);
+    }
+    for (const trace of ['trace-1', 'trace-2']) {
+      const times = of(trace).map((l) => Date.parse(l.at as string));
+      expect(times).toEqual([...times].sort((a, b) => a - b));
+      expect(new Set(times).size).toBe(times.length);
+    }
+    // An EMF sample per line, per pool and stage.
+    const samples = lines.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => 'JobStageSeconds' in r);
+    expect(samples.map((r) => [r.Pool, r.Stage, r.JobStageSeconds])).toEqual(ledger.map((l) => ['linux', l.stage, l.seconds]));
+  });
+});
 
 describe('scale-up: warm activation', () => {
   it('activates a batch with one observation, one CreateTags per instance and one StartInstances', async () => {

@@ -90,6 +90,32 @@ activate() {
   log_messages | tail -n 1 | grep -qF "terminating $INSTANCE_ID"
 }
 
+@test "RUN ships the job's ledger: boot began, runner started, job taken, each with the trace id, pool and seconds since activation" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  activate jit-ledger trace-ledger
+  printf '2026-12-01 12:00:00Z: Listening for Jobs\n2026-12-01 12:00:01Z: %sbuild\n' "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  boot_hook
+  [ "$status" -eq 0 ]
+  local -A secs=()
+  local stages=() line re
+  re="^[0-9T:.-]+Z start-runner\[[0-9]+\]: $LOG_TRACE=trace-ledger $LEDGER_POOL=pool-a $LEDGER_STAGE=([a-z-]+) $LEDGER_SECONDS=([0-9]+\.[0-9]{3})$"
+  while IFS= read -r line; do
+    [[ $line == *"$LEDGER_STAGE="* ]] || continue
+    [[ $line =~ $re ]]
+    stages+=("${BASH_REMATCH[1]}") secs[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+  done < <(log_messages)
+  # The contract's instance stages, once each, as CloudWatch received them (a quick job's line
+  # may come before the others: each carries its own seconds).
+  [ "$(printf '%s\n' "${stages[@]}" | sort | tr '\n' ' ')" = "$(printf '%s\n' $INSTANCE_STAGES | sort | tr '\n' ' ')" ]
+  # Measured from the activation tag (4.25 s before the boot), in the order they happened.
+  local boot=${secs[boot-began]} run=${secs[runner-started]} job=${secs[job-taken]}
+  awk -v a="$boot" -v b="$run" -v c="$job" 'BEGIN { exit !(a >= 3.75 && a <= b && b <= c) }'
+  # Runner started is the activation latency: one moment, one value.
+  log_messages | grep -qE "$LOG_LATENCY=$run$"
+}
+
 @test "WAIT giving up ships its lines before the instance terminates itself" {
   new_instance "$(cold_tags)"
   # The rendering with a short WAIT bound (scaled with the machine's slowdown).

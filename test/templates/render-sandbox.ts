@@ -27,6 +27,8 @@ import { slowdown } from '../support/slowdown';
 import { sandboxRunnerPackage } from './sandbox-release';
 import {
   BOOT_LOG_KEYS,
+  INSTANCE_LEDGER_STAGES,
+  LEDGER_LOG_KEYS,
   JOB_START_LINES,
   PROVIDERS,
   Provider,
@@ -107,6 +109,10 @@ const contract: Record<string, string> = {
   LOG_MODE: BOOT_LOG_KEYS.mode,
   LOG_TRACE: BOOT_LOG_KEYS.traceId,
   LOG_LATENCY: BOOT_LOG_KEYS.activationLatency,
+  LEDGER_POOL: LEDGER_LOG_KEYS.pool,
+  LEDGER_STAGE: LEDGER_LOG_KEYS.stage,
+  LEDGER_SECONDS: LEDGER_LOG_KEYS.seconds,
+  INSTANCE_STAGES: INSTANCE_LEDGER_STAGES.join(' '),
   LOG_GROUP: bootLogGroupName(prefix),
   SLOWDOWN: String(factor),
   SHORT_WAIT_SECONDS: String(BOUNDS.shortWaitSeconds),

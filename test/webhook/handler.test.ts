@@ -6,7 +6,7 @@ import { DeleteParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk
 import examples from '@octokit/webhooks-examples';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildFleetConfig, JOB_MESSAGE_MAX_BYTES, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, GitLabRunnerType, LabelMatch, Provider, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_MAX_BYTES, LEDGER_MESSAGE, runnerName, LAMBDA_ENV, METRIC_NAMES, parseJobMessage, ssmPaths, GitLabRunnerType, LabelMatch, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
 import { captureConsole } from '../support/console-capture';
@@ -57,11 +57,11 @@ function config(gitlabUrl: string, gitlabScope: { runnerType?: GitLabRunnerType;
   });
 }
 
-function newHandler(options: WebhookOptions = {}, env: Record<string, string> = {}) {
+function newHandler(options: WebhookOptions = {}, env: Record<string, string> = {}, now: () => Date = () => NOW) {
   return createWebhookHandler({
     ssm,
     sqs,
-    now: () => NOW,
+    now,
     logger: createLogger({ fn: 'webhook' }, (l) => logLines.push(l)),
     metricSink: (l) => metricLines.push(l),
     env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(config(gitlab.url)), [LAMBDA_ENV.jobsQueueUrl]: queueUrl, [LAMBDA_ENV.deadLetterQueueUrl]: deadLetterQueueUrl, ...env },
@@ -137,6 +137,58 @@ beforeEach(async () => {
   await sqs.send(new PurgeQueueCommand({ QueueUrl: deadLetterQueueUrl }));
   gitlab.requests.length = 0;
   gitlabRoute = (req) => (req.path === '/api/v4/projects/380/jobs/1977' ? { status: 200, body: { id: 1977, status: 'pending', tag_list: ['docker'] } } : { status: 404, body: { message: '404 Not found' } });
+});
+
+/** The ledger lines (contract ledger.ts) among these log lines, in the order written. */
+const ledgerLines = (lines: readonly string[]) =>
+  lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.message === LEDGER_MESSAGE).map(({ traceId, jobId, pool, stage, at, seconds }) => ({ traceId, jobId, pool, stage, at, seconds }));
+
+describe('latency ledger', () => {
+  const ours = runnerName(PREFIX, 'i-0123456789abcdef0', NOW);
+
+  it('stamps received then queued for a queued job: trace id, job id, pool, time, seconds since receipt, and an EMF sample each', async () => {
+    // The clock moves 250 ms per reading: receipt, then the queued stamp after the send.
+    let tick = 0;
+    const handler = newHandler({}, {}, () => new Date(NOW.getTime() + 250 * tick++));
+    const start = logLines.length;
+    const metricStart = metricLines.length;
+    const delivery = randomUUID();
+    const res = await handler(functionUrlEvent('/github', githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', delivery), queuedSelfHosted));
+    expect(outcome(res).outcome).toBe('queued');
+    const lines = ledgerLines(logLines.slice(start));
+    expect(lines.map((l) => l.stage)).toEqual(['received', 'queued']);
+    expect(lines[0]).toEqual({ traceId: delivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'received', at: NOW.toISOString(), seconds: 0 });
+    expect(lines[1]).toMatchObject({ traceId: delivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'queued' });
+    expect(lines[1]!.seconds).toBe((Date.parse(lines[1]!.at as string) - NOW.getTime()) / 1000);
+    expect(lines[1]!.seconds).toBeGreaterThan(0);
+    const samples = metricLines.slice(metricStart).map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => METRIC_NAMES.jobStageSeconds in r);
+    expect(samples.map((r) => [r.Pool, r.Stage, r[METRIC_NAMES.jobStageSeconds]])).toEqual(lines.map((l) => ['gh-k8s', l.stage, l.seconds]));
+  });
+
+  it("stamps job-started from GitHub's in_progress delivery of a job one of our runners took: started_at less created_at", async () => {
+    const handler = newHandler();
+    const job = JSON.parse(queuedSelfHosted) as { action: string; workflow_job: Record<string, unknown> };
+    const inProgress = (runner: string) =>
+      JSON.stringify({ ...job, action: 'in_progress', workflow_job: { ...job.workflow_job, status: 'in_progress', created_at: '2026-11-29T18:59:00Z', started_at: '2026-11-29T18:59:07Z', runner_name: runner } });
+    const start = logLines.length;
+    const ourDelivery = randomUUID();
+    for (const [body, delivery] of [[inProgress(ours), ourDelivery], [inProgress('GitHub Actions 12'), randomUUID()]] as const) {
+      const res = await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', delivery), body));
+      expect([result(res).statusCode, outcome(res).outcome]).toEqual([200, 'ignored']);
+    }
+    // Only the job our runner took; nothing queued.
+    expect(ledgerLines(logLines.slice(start))).toEqual([{ traceId: ourDelivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'job-started', at: '2026-11-29T18:59:07.000Z', seconds: 7 }]);
+    expect(await queued()).toEqual([]);
+  });
+
+  it("stamps job-started from GitLab's running Job Hook, its pool found by the runner's tags", async () => {
+    const handler = newHandler();
+    const runner = { ...(jobHook.runner as Record<string, unknown>), description: ours, tags: ['docker'] };
+    const start = logLines.length;
+    const { event } = gitlabEvent('running', {}, { runner, build_created_at: '2026-11-29 18:58:00 UTC', build_started_at: '2026-11-29 18:58:12 UTC' });
+    expect(outcome(await handler(event)).outcome).toBe('ignored');
+    expect(ledgerLines(logLines.slice(start))).toMatchObject([{ jobId: 'gitlab:1977', pool: 'gl-docker', stage: 'job-started', at: '2026-11-29T18:58:12.000Z', seconds: 12 }]);
+  });
 });
 
 describe('GitHub deliveries (community example payloads)', () => {

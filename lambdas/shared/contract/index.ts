@@ -12,6 +12,7 @@ export * from './job-message';
 export * from './job-record';
 export * from './ci-provider';
 export * from './metrics';
+export * from './ledger';
 export * from './warm-schedule';
 export * from './fleet-config';
 export * from './lambda-env';

@@ -87,6 +87,8 @@ export interface MetricNames {
   readonly jobsReconciled: string;
   /** What the reconciler's credential has left of its rate limit after its run (Credential dimension). */
   readonly ciRateLimitRemaining: string;
+  /** Seconds from a job's origin to one stage of its latency ledger (contract ledger.ts), per pool and stage. */
+  readonly jobStageSeconds: string;
 }
 
 export const METRIC_NAMES = {
@@ -116,6 +118,7 @@ export const METRIC_NAMES = {
   redeliveries: 'Redeliveries',
   jobsReconciled: 'JobsReconciled',
   ciRateLimitRemaining: 'CiRateLimitRemaining',
+  jobStageSeconds: 'JobStageSeconds',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 
@@ -125,9 +128,12 @@ export interface MetricDimensions {
   readonly pool: string;
   /** Why something happened (an eviction, a fallback, a sweep, a failure). */
   readonly reason: string;
+  /** The latency ledger's stage (contract ledger.ts). */
+  readonly stage: string;
 }
 
 export const METRIC_DIMENSIONS = {
   pool: 'Pool',
   reason: 'Reason',
+  stage: 'Stage',
 } as const satisfies MetricDimensions;

@@ -1,0 +1,43 @@
+import { LEDGER_MESSAGE, ledgerEntry, type FleetConfig, type LedgerEntry, type LedgerStage } from './contract';
+import type { Logger, Sink } from './log';
+
+/**
+ * The EMF record of one ledger entry: `JobStageSeconds` per pool and stage, and per stage
+ * fleet-wide. Not the rollups of `emitMetrics`: a per-pool figure across stages (or a
+ * fleet-wide one) would mix a queueing time with a boot time and mean nothing.
+ */
+export function ledgerMetricRecord(metrics: FleetConfig['metrics'], entry: LedgerEntry, timestamp = Date.parse(entry.at)): string {
+  const { pool, stage } = metrics.dimensions;
+  const name = metrics.names.jobStageSeconds;
+  return JSON.stringify({
+    _aws: {
+      Timestamp: timestamp,
+      CloudWatchMetrics: [{ Namespace: metrics.namespace, Dimensions: [[pool, stage], [stage]], Metrics: [{ Name: name, Unit: 'Seconds' }] }],
+    },
+    [pool]: entry.pool,
+    [stage]: entry.stage,
+    [name]: entry.seconds,
+  });
+}
+
+/** Writes a job's ledger stages: a structured log line and an EMF record each. */
+export class LedgerWriter {
+  constructor(
+    private readonly metrics: FleetConfig['metrics'],
+    private readonly log: Logger,
+    private readonly sink: Sink = (line) => process.stdout.write(line + '\n'),
+  ) {}
+
+  /** Stamps `stage` of `job` at `at`, measured from `origin` (see `LEDGER_STAGES[stage].since`). */
+  stamp(job: { traceId: string; jobId: string }, pool: string, stage: LedgerStage, at: Date, origin: Date | string): void {
+    const entry = ledgerEntry(job, pool, stage, at, origin);
+    this.log.info(LEDGER_MESSAGE, { ...entry });
+    this.sink(ledgerMetricRecord(this.metrics, entry));
+  }
+
+  /** Stamps several stages of one job in the order they happened. */
+  stampAll(job: { traceId: string; jobId: string }, pool: string, stages: readonly (readonly [LedgerStage, Date | undefined])[], origin: Date | string): void {
+    const known = stages.filter((s): s is readonly [LedgerStage, Date] => s[1] !== undefined);
+    for (const [stage, at] of [...known].sort((a, b) => a[1].getTime() - b[1].getTime())) this.stamp(job, pool, stage, at, origin);
+  }
+}
