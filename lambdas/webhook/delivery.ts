@@ -38,8 +38,9 @@ export const ignore = (reason: string, started?: JobStart): Classified => ({ kin
 
 /** The job's start, when the delivery carries one whose times parse. */
 export function jobStartOf(fields: Omit<JobStart, 'createdAt' | 'startedAt'> & { createdAt: unknown; startedAt: unknown }): JobStart | undefined {
-  const { createdAt, startedAt } = fields;
-  if (typeof createdAt !== 'string' || typeof startedAt !== 'string' || Number.isNaN(Date.parse(createdAt)) || Number.isNaN(Date.parse(startedAt))) return undefined;
+  const createdAt = isoTime(fields.createdAt);
+  const startedAt = isoTime(fields.startedAt);
+  if (createdAt === undefined || startedAt === undefined) return undefined;
   if (fields.runnerName === '') return undefined;
   return { ...fields, createdAt, startedAt };
 }

@@ -49,5 +49,5 @@ function runningJob(payload: Record<string, unknown>, buildId: number) {
   const runner = isObject(payload.runner) ? payload.runner : {};
   const tags = Array.isArray(runner.tags) ? runner.tags.filter((t): t is string => typeof t === 'string' && t !== '') : [];
   const runnerName = nonEmptyString(runner.description) ?? '';
-  return jobStartOf({ provider: Provider.GITLAB, providerJobId: String(buildId), createdAt: payload.build_created_at, startedAt: payload.build_started_at, runnerName, labels: tags });
+  return jobStartOf({ provider: Provider.GITLAB, providerJobId: String(buildId), createdAt: payload.build_created_at_iso ?? payload.build_created_at, startedAt: payload.build_started_at_iso ?? payload.build_started_at, runnerName, labels: tags });
 }

@@ -185,7 +185,7 @@ describe('latency ledger', () => {
     const handler = newHandler();
     const runner = { ...(jobHook.runner as Record<string, unknown>), description: ours, tags: ['docker'] };
     const start = logLines.length;
-    const { event } = gitlabEvent('running', {}, { runner, build_created_at: '2026-11-29 18:58:00 UTC', build_started_at: '2026-11-29 18:58:12 UTC' });
+    const { event } = gitlabEvent('running', {}, { runner, build_created_at: '2026-11-29 18:58:00 UTC', build_created_at_iso: '2026-11-29T18:58:00Z', build_started_at: '2026-11-29 18:58:12 UTC', build_started_at_iso: '2026-11-29T18:58:12Z' });
     expect(outcome(await handler(event)).outcome).toBe('ignored');
     expect(ledgerLines(logLines.slice(start))).toMatchObject([{ jobId: 'gitlab:1977', pool: 'gl-docker', stage: 'job-started', at: '2026-11-29T18:58:12.000Z', seconds: 12 }]);
   });
