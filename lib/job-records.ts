@@ -2,7 +2,7 @@ import { RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
-import { JOB_RECORD_ATTRIBUTES } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_KEY_PREFIX } from '../lambdas/shared/contract';
 
 /**
  * The per-job records scale-up writes before it registers a runner (one item per job, which
@@ -40,10 +40,16 @@ export class JobRecords extends Construct {
   /**
    * The launch tickets of the prime back-off (lambdas/shared/launch-tickets.ts), for the pool
    * Lambda: the conditional update that takes one, the consistent read that resolves a lost
-   * answer, the conditional delete that gives one back. The same three actions as a claim.
+   * answer, the conditional delete that gives one back. The same three actions as a claim, on
+   * launch-ticket keys only: the pool never touches a job's record.
    */
   grantLaunchTickets(grantee: iam.IGrantable): iam.Grant {
-    return this.grantItemWrites(grantee);
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'],
+      resourceArns: [this.table.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${LAUNCH_TICKET_KEY_PREFIX}*`] } },
+    });
   }
 
   private grantItemWrites(grantee: iam.IGrantable): iam.Grant {

@@ -173,7 +173,13 @@ async function fleetOnce(
     }
     j.log.warn('CreateFleet outcome unknown, resolved by describing its token', { found: found.length });
     if (found[0]) return { instanceId: found[0].id, errors: [] };
-    out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
+    try {
+      out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
+    } catch (resendError) {
+      // The look-up may lag the launch: after an unknown outcome, a refused resend does not
+      // prove nothing launched (its ticket must not be given back as for a refusal).
+      throw resendError instanceof UnknownOutcomeError ? resendError : new UnknownOutcomeError('CreateFleet', resendError);
+    }
   }
   const instanceId = out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
   return { ...(instanceId ? { instanceId } : {}), errors: (out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };

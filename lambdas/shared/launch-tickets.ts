@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { DeleteItemCommand, GetItemCommand, UpdateItemCommand, type AttributeValue, type DynamoDBClient, type GetItemCommandOutput } from '@aws-sdk/client-dynamodb';
 import type { TicketNeed } from '../pool/backoff';
 import { errorName, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
-import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from './contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_KEY_PREFIX } from './contract';
 
 /**
  * Launch tickets: the permission to launch for a pool whose template is unproven or failing,
@@ -41,7 +41,7 @@ export interface LaunchTickets {
 
 /** The item key of a slot: prefixed so it can never be a job id (`github:…`, `gitlab:…`). */
 export function ticketKey(pool: string, template: string, slot: string): string {
-  return `launch-ticket|${pool}|${template}|${slot}`;
+  return `${LAUNCH_TICKET_KEY_PREFIX}${pool}|${template}|${slot}`;
 }
 
 /**

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { INSTANCE_LEDGER_STAGES, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { INSTANCE_LEDGER_STAGES, LAUNCH_TICKET_KEY_PREFIX, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, rolePolicyStatements as statementsOf, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
 
@@ -623,6 +623,9 @@ describe('reconciler and per-job records', () => {
       expect(tableStatements(role).map((s) => [s.Action].flat().sort())).toEqual([['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']]);
       expect(tableStatements(role).map((s) => s.Resource)).toEqual([`<getatt:${table}.Arn>`]);
     }
+    // The pool may touch launch tickets only, never a job's record (its key is the job id).
+    expect(tableStatements('RunnersPoolRole').map((s) => s.Condition)).toEqual([{ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${LAUNCH_TICKET_KEY_PREFIX}*`] } }]);
+    expect(tableStatements('RunnersScaleUpRole').map((s) => s.Condition)).toEqual([undefined]);
     const pool = template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Keeps each warm pool') } });
     expect(Object.values(pool)[0]!.Properties.Environment.Variables.JOB_RECORD_TABLE).toEqual({ Ref: logicalId('AWS::DynamoDB::Table', 'RunnersJobRecords') });
     for (const other of ['RunnersWebhookRole', 'RunnersScaleDownRole', 'RunnersReconcile']) expect(tableStatements(other)).toEqual([]);

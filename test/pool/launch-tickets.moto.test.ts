@@ -150,6 +150,34 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect(await coldInstances()).toHaveLength(1);
   });
 
+  it('keeps the ticket when CreateFleet launched but its answer was lost and the resend was refused: no second launch on it', async () => {
+    // The first CreateFleet lands and answers 500; the look-up by its token sees nothing yet
+    // (DescribeInstances lags); the resend is throttled. The launch happened: not a refusal.
+    const lagging = motoClients(moto.endpoint).ec2;
+    let fleets = 0;
+    lagging.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'CreateFleetCommand' && ++fleets === 1) {
+          await next(args);
+          throw Object.assign(new Error('internal'), { name: 'InternalError', $fault: 'server', $metadata: { httpStatusCode: 500 } });
+        }
+        if (context.commandName === 'CreateFleetCommand') throw Object.assign(new Error('slow down'), { name: 'RequestLimitExceeded', $metadata: { httpStatusCode: 400 } });
+        const out = await next(args);
+        if (context.commandName === 'DescribeInstancesCommand' && fleets === 1) (out.output as { Reservations?: unknown[] }).Reservations = [];
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    expect((await handler(dynamo(), lines, lagging)(jobEvent([job(1)]))).batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(await coldInstances()).toHaveLength(1);
+    const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
+    expect(slot.Item).toBeDefined();
+    // The next job finds the only start slot spent: it waits, nothing more launches.
+    expect((await handler(dynamo(), lines)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    expect(await coldInstances()).toHaveLength(1);
+  });
+
   it('a ticket whose put outcome stays unknown (and unreadable) launches nothing', async () => {
     const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { when: isTicket, lands: false });
     // The read-back fails too: undecided, so no launch (failing safe).

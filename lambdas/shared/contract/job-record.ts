@@ -31,6 +31,9 @@ export const JOB_RECORD_ATTRIBUTES = {
  * `launch-ticket|<pool>|<template>|<slot>` (never a job id), `expiresAt` the ticket's expiry
  * (the TTL attribute too), `owner` the token of the launcher that took it.
  */
+/** What every launch ticket's key starts with; the pool's grant is limited to such keys. */
+export const LAUNCH_TICKET_KEY_PREFIX = 'launch-ticket|';
+
 export const LAUNCH_TICKET_ATTRIBUTES = {
   owner: 'ticketOwner',
   pool: 'pool',
