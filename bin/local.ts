@@ -48,8 +48,11 @@ async function main(): Promise<number> {
   };
   // Ctrl-C ends the run where it is and still stops what it started (the instances' boot
   // scripts run in sessions of their own, which would outlive an abrupt exit); a second one exits at once.
-  // The tsx CLI relays the group's SIGINT to this process, so one Ctrl-C can arrive twice
+  // npm run-script relays the group's SIGINT to this process, so one Ctrl-C can arrive twice
   // within milliseconds: only a signal at least half a second after the first is a second one.
+  // Run under `node --import tsx`, not the tsx CLI: that CLI SIGKILLs its child when the child
+  // has not confirmed a signal within 30 ms, which a loaded machine misses, and a SIGKILLed run
+  // leaves moto, the sandbox and the boot scripts behind (no exit hooks run).
   const interrupt = new AbortController();
   let firstSignalAt = 0;
   const onSignal = () => {

@@ -59,7 +59,8 @@ afterEach(() => {
 async function interrupt(signals: number): Promise<{ code: number | null; stdout: string; stderr: string; motoPids: number[]; tmp: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'cwr-interrupt-'));
   tmp = dir;
-  const child = spawn(process.execPath, [join(root, 'node_modules', 'tsx', 'dist', 'cli.mjs'), join(root, 'bin', 'local.ts'), '--jobs', '1', '--pool-size', '1', '--verbose'], {
+  // As package.json's `local` script runs it (node --import tsx, not the tsx CLI: see bin/local.ts).
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'bin', 'local.ts'), '--jobs', '1', '--pool-size', '1', '--verbose'], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true, // its own process group, like a shell job
