@@ -75,7 +75,8 @@ export type Arrival =
   | { readonly kind: 'early'; readonly hideSeconds: number }
   /**
    * To be served. `redelivered`: SQS delivered it before (a failed attempt); `first`: the
-   * job's first delivery (not a redelivery, not a wait copy), counted as dequeued.
+   * job's first delivery (not a redelivery, not a wait copy, not a retry check scale-up sent
+   * itself after serving the job), counted as dequeued and stamped in its ledger.
    */
   | { readonly kind: 'ready'; readonly redelivered: boolean; readonly first: boolean };
 
@@ -83,7 +84,7 @@ export type Arrival =
 export function arrivalOf(wait: WaitState, receiveCount: string | undefined, now: Date): Arrival {
   if (wait.notBefore && wait.notBefore.getTime() > now.getTime()) return { kind: 'early', hideSeconds: (wait.notBefore.getTime() - now.getTime()) / 1000 };
   const redelivered = Number(receiveCount ?? '1') > 1;
-  return { kind: 'ready', redelivered, first: wait.waits === 0 && !redelivered };
+  return { kind: 'ready', redelivered, first: wait.waits === 0 && !redelivered && !wait.retryCheck };
 }
 
 /**

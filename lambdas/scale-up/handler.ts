@@ -188,7 +188,7 @@ async function parse(b: Batch, records: readonly SQSRecord[]): Promise<BatchItem
       b.metrics.add(b.names.jobsDequeued, { Pool: job.pool ?? 'unresolved' });
       b.ledger.stamp(job, job.pool ?? 'unresolved', 'dequeued', b.now(), job.receivedAt);
     }
-    const late = arrival.first && !wait.retryCheck && isLateDelivery(job, b.now());
+    const late = arrival.first && isLateDelivery(job, b.now());
     items.push({ record, job, log: l, waits: wait.waits, redelivered: arrival.redelivered, late, retryCheck: wait.retryCheck, ...(job.pool ? { pool: job.pool } : {}) });
   }
   return items;

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { LEDGER_MESSAGE, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, KEYS, Lines, PREFIX, record } from '../support/fixtures';
 import { losingFirstAnswer } from '../support/lose-answer';
@@ -158,6 +158,10 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.checks()).toHaveLength(2);
     expect(f.lines.metric('JobRetriesStopped', { Reason: 'not-queued' })).toBe(1);
     expect(f.deadLetters()).toEqual([]);
+    // Three receives of the job (its delivery and two retry checks): dequeued once, in the
+    // count and in the ledger, so the dashboard's dequeue time is the queue's, not retryAfter.
+    expect(f.lines.metric('JobsDequeued', { Pool: 'linux' })).toBe(1);
+    expect(f.lines.logs(LEDGER_MESSAGE).filter((l) => l.jobId === j.jobId && l.stage === 'dequeued')).toHaveLength(1);
   });
 
   it('a job whose runner died before taking any gets a second runner', { timeout: scaled(60_000) }, async () => {

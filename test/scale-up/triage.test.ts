@@ -14,7 +14,7 @@ describe('arrivalOf: what a message is when it arrives', () => {
     ['a wait copy past its not-before is served', { waits: 1, notBefore: at(-30) }, '1', { kind: 'ready', redelivered: false, first: false }],
     ['a wait copy before its not-before is hidden for the rest', { waits: 1, notBefore: at(42.5) }, '1', { kind: 'early', hideSeconds: 42.5 }],
     ['an early copy stays early however often it was received', { waits: 1, notBefore: at(10) }, '3', { kind: 'early', hideSeconds: 10 }],
-    ['a retry check (no waits) is a first delivery of its own', { waits: 0, notBefore: at(-1), retryCheck: true }, '1', { kind: 'ready', redelivered: false, first: true }],
+    ['a retry check (no waits) is not a first delivery: its job was dequeued and served before', { waits: 0, notBefore: at(-1), retryCheck: true }, '1', { kind: 'ready', redelivered: false, first: false }],
   ];
   it.each(rows)('%s', (_name, wait, receiveCount, expected) => {
     expect(arrivalOf({ retryCheck: false, ...wait }, receiveCount, NOW)).toEqual(expected);
