@@ -131,6 +131,20 @@ export class GitLabProvider implements CiProvider {
     return out;
   }
 
+  /**
+   * Whether GitLab lists a running job of the runner (`GET /runners/:id/jobs?status=running`,
+   * api/runners.md#list-jobs-processed-by-a-runner): the runner's `status` says only when it last
+   * contacted GitLab, not whether it works. Only 200 with a list is an answer; a 404 (runner gone,
+   * or not visible to the token) or any failure throws, so the caller keeps the runner. GitLab
+   * lists only jobs of projects where the token's user has at least the Reporter role.
+   */
+  async runnerBusy(runnerId: string): Promise<boolean> {
+    if (!/^\d+$/.test(runnerId)) throw new Error(`"${runnerId}" is not a GitLab runner id`);
+    const res = await this.call('list running jobs', 'GET', `/runners/${runnerId}/jobs?status=running&per_page=1`, { expect: [200] });
+    if (!Array.isArray(res.data)) throw new GitLabApiError('list running jobs', res.status, 'answer is not a list');
+    return res.data.length > 0;
+  }
+
   async isJobQueued(job: JobMessage): Promise<boolean> {
     const data = await this.job(job, 'look up job');
     return typeof data.status === 'string' && WAITING_STATUSES.has(data.status);

@@ -6,6 +6,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
+import { busyAtProvider } from './busy-check';
 import { recordIdleReadings, reportedSinceReading } from './idle-marks';
 import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
 
@@ -90,6 +91,18 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
         const ci = t.runner ? providers[t.runner.provider] : undefined;
         if (!t.runner || !ci) {
           terminate.push(t);
+          continue;
+        }
+        // GitLab deletes a working runner and lists no busy flag: ask for its running jobs last.
+        const atProvider = t.reason === 'idle' ? await busyAtProvider(ci, t.runner.runnerId, ciTimeoutMs) : { busy: false as const };
+        if (atProvider.busy) {
+          log.info('keeping the instance: the provider lists a running job of its runner, or could not say', {
+            instanceId: t.instance.id,
+            runnerId: t.runner.runnerId,
+            why: atProvider.why,
+            traceId: t.instance.tags.get(keys.traceId),
+            ...(atProvider.error ? { error: atProvider.error } : {}),
+          });
           continue;
         }
         try {

@@ -48,6 +48,8 @@ export interface LoopbackGitLab {
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
   runners(): GitLabRunnerRecord[];
+  /** Jobs whose runner was deleted (`DELETE /runners/:id`) while it ran them: cut off. */
+  jobsCutOff(): number[];
   /**
    * The next `times` (default 1) requests matching answer `status` before any routing or auth;
    * a 429 carries `retry-after: 1`, as GitLab's rate limit answers do.
@@ -105,6 +107,14 @@ export interface LoopbackGitLabOptions extends LoopbackServerOptions {
   readonly projectIds?: readonly number[];
   /** Authenticated requests a minute (`RateLimit-Limit`; default 2000, gitlab.com's). */
   readonly rateLimit?: number;
+  /**
+   * The runner listings show a runner that holds a running job as `offline` (`online: false`),
+   * the idle reading of the fleet's GitLab provider, as GitLab shows a runner whose contact
+   * (`contacted_at`) is older than its online window; `DELETE /runners/:id` is accepted as
+   * GitLab always does (it has no "runner busy" refusal, unlike GitHub's 422), which cuts the
+   * job off: see `deleteRunner`. `GET /runners/:id/jobs?status=running` still tells the truth.
+   */
+  readonly offlineMidJob?: boolean;
 }
 
 /** GitLab allows 5 resends a minute per hook and user (doc/api/project_webhooks.md). */
@@ -147,6 +157,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   const resendTimes: number[] = [];
   let nextHookEventId = 1;
   const rateLimit = opts.rateLimit ?? 2000;
+  const cutOff = new Set<number>();
   let rateRemaining = rateLimit;
 
   const unauthorized: HttpAnswer = { status: 401, body: { message: '401 Unauthorized' } };
@@ -154,8 +165,10 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   const notFound = (what = ''): HttpAnswer => ({ status: 404, body: { message: `404 ${what ? `${what} ` : ''}Not Found` } });
   const badRequest = (message: string): HttpAnswer => ({ status: 400, body: { message: `400 Bad request - ${message}` } });
 
+  /** The runner's `status` (api/runners.md): `online`, `offline`, `stale` or `never_contacted`. */
   function status(r: RunnerState): string {
     if (r.contactedAt === undefined) return 'never_contacted';
+    if (opts.offlineMidJob && runningJobsOf(r.id).length > 0) return 'offline';
     return Date.now() - Date.parse(r.contactedAt) < ONLINE_WINDOW_MS ? 'online' : 'offline';
   }
 
@@ -236,10 +249,8 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (hookAnswer !== undefined) return hookAnswer;
     if (path === '/user/runners' && req.method === 'POST') return createRunner(req.body);
     let m: RegExpExecArray | null;
-    if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'DELETE') {
-      if (!runners.delete(Number(m[1]))) return notFound('Runner');
-      return { status: 204 };
-    }
+    if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'DELETE') return deleteRunner(Number(m[1]));
+    if ((m = /^\/runners\/(\d+)\/jobs$/.exec(path)) && req.method === 'GET') return runnerJobs(req, Number(m[1]));
     if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'GET') {
       const r = runners.get(Number(m[1]));
       return r ? { status: 200, body: { ...runnerJson(r), tag_list: [...r.tagList], run_untagged: r.runUntagged, locked: r.runnerType === 'project_type', contacted_at: r.contactedAt ?? null } } : notFound('Runner');
@@ -275,6 +286,35 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       return job && job.projectId === Number(m[1]) ? { status: 200, body: jobJson(job) } : notFound();
     }
     return notFound();
+  }
+
+  function runningJobsOf(runnerId: number): JobState[] {
+    return [...jobs.values()].filter((j) => j.runnerId === runnerId && j.status === 'running');
+  }
+
+  /**
+   * `DELETE /runners/:id` (api/runners.md#delete-a-runner): accepted whatever the runner is
+   * doing. A job it was running stays `running` with no runner to finish it: GitLab drops such a
+   * job only when it has not been updated for an hour (`Ci::StuckBuilds::DropRunningService`,
+   * `stuck_or_timeout_failure`), which this server does not run; `cutOff` names those jobs.
+   */
+  function deleteRunner(id: number): HttpAnswer {
+    if (!runners.has(id)) return notFound('Runner');
+    for (const j of runningJobsOf(id)) cutOff.add(j.id);
+    runners.delete(id);
+    return { status: 204 };
+  }
+
+  /**
+   * `GET /runners/:id/jobs` (api/runners.md#list-jobs-processed-by-a-runner): the jobs the runner
+   * is processing or processed, newest first, `status` one of running, success, failed, canceled.
+   */
+  function runnerJobs(req: HttpRequest, id: number): HttpAnswer {
+    if (!runners.has(id)) return notFound('Runner');
+    const wanted = req.query.get('status');
+    if (wanted !== null && !['running', 'success', 'failed', 'canceled'].includes(wanted)) return { status: 400, body: { error: 'status does not have a valid value' } };
+    const all = [...jobs.values()].filter((j) => j.runnerId === id && (wanted === null || j.status === wanted)).sort((a, b) => b.id - a.id);
+    return paged(req, all.map(jobJson));
   }
 
   function projectPath(projectId: number): string {
@@ -504,6 +544,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         token: r.token,
         ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
       })),
+    jobsCutOff: () => [...cutOff].sort((a, b) => a - b),
     failNext: basics.failNext,
     recordHookEvent(jobId, status) {
       const key = randomUUID();

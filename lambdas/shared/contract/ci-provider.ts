@@ -57,6 +57,12 @@ export interface CiProvider {
    * fleet may take every job it serves (GitLab registers the whole fleet in one scope).
    */
   runnerServes?(runnerId: string, job: JobMessage): boolean;
+  /**
+   * Whether the runner is running a job now, asked of the service directly (GitLab's running-jobs
+   * list), where its runner listing has no busy flag; read just before an idle runner is
+   * deregistered. Throws when the service gives no clear answer: unknown is not idle.
+   */
+  runnerBusy?(runnerId: string): Promise<boolean>;
 }
 
 /** Why a job lookup found nothing; `not-found` is an HTTP 404: gone, or not visible to the credential. */
