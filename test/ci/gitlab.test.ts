@@ -46,6 +46,13 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
     const next = page * per < runners.length ? String(page + 1) : '';
     return { status: 200, headers: { 'x-next-page': next, 'x-page': String(page) }, body: slice.map((r) => ({ ...r, name: null, active: true, paused: false, is_shared: r.runner_type === 'instance_type', online: r.status === 'online', ip_address: null })) };
   }
+  const runnerJobs = /^\/runners\/(\d+)\/jobs$/.exec(path);
+  if (runnerJobs && req.method === 'GET') {
+    // api/runners.md#list-jobs-processed-by-a-runner: runner 9401 runs job 1978; 9402 ran 1979; 9403 answers garbage.
+    if (url.searchParams.get('status') !== 'running') return { status: 400, body: { error: 'status does not have a valid value' } };
+    const listed = { '9401': [{ id: 1978, status: 'running', stage: 'test', name: 'test', pipeline: { id: 5, status: 'running' } }], '9402': [], '9403': { jobs: [] } }[runnerJobs[1]!];
+    return listed === undefined ? { status: 404, body: { message: '404 Runner Not Found' } } : { status: 200, body: listed };
+  }
   const job = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path);
   if (job && req.method === 'GET') {
     const status = { '1977': 'pending', '1978': 'running', '1979': 'success', '1980': 'created', '1981': 'preparing', '1982': 'scheduled', '1983': 'canceled', '1984': 'waiting_for_resource' }[job[2]!];
@@ -131,6 +138,16 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     await p.deleteRunner(reg.runnerId);
     expect(runners).toHaveLength(0);
     await expect(p.deleteRunner('../9307')).rejects.toThrow(/not a GitLab runner id/);
+  });
+
+  it("asks GitLab for the runner's running jobs: busy, idle, and anything else throws (unknown is not idle)", async () => {
+    const p = provider();
+    expect(await p.runnerBusy('9401')).toBe(true);
+    expect(await p.runnerBusy('9402')).toBe(false);
+    expect(h.server.requests.map((r) => r.path)).toEqual(['/gitlab/api/v4/runners/9401/jobs?status=running&per_page=1', '/gitlab/api/v4/runners/9402/jobs?status=running&per_page=1']);
+    expect(await failure(p.runnerBusy('9404'))).toMatchObject({ status: 404 });
+    expect(await failure(p.runnerBusy('9403'))).toMatchObject({ message: expect.stringContaining('answer is not a list') });
+    await expect(p.runnerBusy('../9401')).rejects.toThrow(/not a GitLab runner id/);
   });
 
   it('tells whether a job still waits, and resolves its tags', async () => {
