@@ -347,6 +347,51 @@ describe('a fake gitlab-runner killed mid-job', () => {
   });
 });
 
+describe("a runner's jobs (GET /runners/:id/jobs) and the offlineMidJob mode", () => {
+  it('lists the jobs a runner ran by status, newest first; a bad status is 400 and an unknown runner 404', async () => {
+    const p = provider() as GitLabProvider;
+    const job = gl.addJob(PROJECT, ['docker']);
+    const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+    expect(await p.runnerBusy(reg.runnerId)).toBe(false);
+    expect(await runFake(reg, join(tmp, 'jobs.log'))).toBe(0);
+    expect(await p.runnerBusy(reg.runnerId)).toBe(false);
+    const get = (query: string, id = reg.runnerId) => fetch(`${gl.url}/api/v4/runners/${id}/jobs${query}`, { headers: { 'private-token': gl.accessToken } });
+    const done = await get('?status=success');
+    expect(done.status).toBe(200);
+    expect(await done.json()).toEqual([expect.objectContaining({ id: job.id, status: 'success', pipeline: expect.objectContaining({ project_id: PROJECT }) })]);
+    expect((await get('?status=pending')).status).toBe(400);
+    expect((await get('', '999999')).status).toBe(404);
+    expect((await rejection(p.runnerBusy('999999'))).status).toBe(404);
+    expect(gl.jobsCutOff()).toEqual([]);
+  });
+
+  it('offlineMidJob: a runner at work lists offline, its running job is listed, and its DELETE is accepted, cutting the job off', async () => {
+    const slow = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60, offlineMidJob: true });
+    let child: ChildProcess | undefined;
+    try {
+      const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: slow.url }, pools: config.pools, token: async () => slow.accessToken, sleep: async () => undefined });
+      const job = slow.addJob(PROJECT, ['docker']);
+      const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+      const builds = join(tmp, 'builds');
+      mkdirSync(builds, { recursive: true });
+      const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
+      const log = join(tmp, 'offline.log');
+      child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
+      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+      expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'offline' }]);
+      expect(await p.runnerBusy(reg.runnerId)).toBe(true);
+      await p.deleteRunner(reg.runnerId);
+      expect(slow.runners()).toEqual([]);
+      expect(slow.jobsCutOff()).toEqual([job.id]);
+      // GitLab leaves the job running until its stuck-jobs worker drops it; this server does not run that worker.
+      expect(slow.jobs().find((j) => j.id === job.id)?.status).toBe('running');
+    } finally {
+      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+      await slow.close();
+    }
+  });
+});
+
 describe('stray runners: the retry cases of issue 11 as loopback modes', () => {
   /** A GitLab whose runners' own jobs the test names (runner description → job id), in the given modes. */
   async function strayGitLab(own: Map<string, number>, modes: { takesAnotherJob?: (name: string) => boolean; diesBeforeJob?: (name: string) => boolean }): Promise<GitLabProvider> {
