@@ -121,6 +121,8 @@ export interface LoopbackGitLabOptions extends LoopbackServerOptions {
 const RESENDS_PER_MINUTE = 5;
 
 const RUNNER_TYPES = new Set(['instance_type', 'group_type', 'project_type']);
+/** `Ci::HasStatus::AVAILABLE_STATUSES`: what `status` may name in a jobs list. */
+const JOB_STATUSES = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'success', 'failed', 'canceling', 'canceled', 'skipped', 'manual', 'scheduled']);
 /** GitLab shows a runner online while it contacted the server within the last 2 hours. */
 const ONLINE_WINDOW_MS = 2 * 60 * 60_000;
 const JOB_TIMEOUT_S = 3600;
@@ -307,12 +309,13 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
 
   /**
    * `GET /runners/:id/jobs` (api/runners.md#list-jobs-processed-by-a-runner): the jobs the runner
-   * is processing or processed, newest first, `status` one of running, success, failed, canceled.
+   * is processing or processed, newest first. The page names `status` running, success, failed or
+   * canceled; lib/api/ci/runners.rb accepts any job status (`Ci::Build::AVAILABLE_STATUSES`), 400 else.
    */
   function runnerJobs(req: HttpRequest, id: number): HttpAnswer {
     if (!runners.has(id)) return notFound('Runner');
     const wanted = req.query.get('status');
-    if (wanted !== null && !['running', 'success', 'failed', 'canceled'].includes(wanted)) return { status: 400, body: { error: 'status does not have a valid value' } };
+    if (wanted !== null && !JOB_STATUSES.has(wanted)) return { status: 400, body: { error: 'status does not have a valid value' } };
     const all = [...jobs.values()].filter((j) => j.runnerId === id && (wanted === null || j.status === wanted)).sort((a, b) => b.id - a.id);
     return paged(req, all.map(jobJson));
   }
