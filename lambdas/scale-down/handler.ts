@@ -96,7 +96,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
         // GitLab deletes a working runner and lists no busy flag: ask for its running jobs last.
         const atProvider = t.reason === 'idle' ? await busyAtProvider(ci, t.runner.runnerId, ciTimeoutMs) : { busy: false as const };
         if (atProvider.busy) {
-          log.info('keeping the instance: the provider lists a running job of its runner, or could not say', {
+          log[atProvider.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', {
             instanceId: t.instance.id,
             runnerId: t.runner.runnerId,
             why: atProvider.why,
