@@ -435,14 +435,41 @@ watch_job() {
     printf -v at '%(%Y-%m-%dT%H:%M:%S)TZ' -1
     {
       ledger "$S_JOB" "$t"
-      if aws_try "tagging $ID $TAG_STARTED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_STARTED,Value=$at" >/dev/null; then
-        log "job started: tagged $TAG_STARTED=$at"
-      else
-        log "warning: $TAG_STARTED not tagged (${ERR:0:300}); scale-down has only the CI service's readings"
-      fi
+      tag_job_started "$at"
     } &
   done
   wait || true
+}
+
+readonly JOB_TAG_ROUNDS=6
+# tag_job_started TIME: CreateTags of the report that the job started, retried past one aws_try in
+# rounds DELAY x 2, x 4 ... x 2^JOB_TAG_ROUNDS apart (about 2 minutes with a 1 s DELAY): a
+# network or an API throttled for a while must not cost the instance its report for the whole
+# job. CreateTags with the same value is idempotent, so a round whose answer was lost is safe
+# to repeat. In the background: the runner works meanwhile.
+tag_job_started() {
+  local at=$1 round ms gap
+  ms=$(delay_ms)
+  for ((round = 0; round <= JOB_TAG_ROUNDS; round++)); do
+    if ((round)); then
+      gap=$((ms << round))
+      sleep "$((gap / 1000)).$(printf '%03d' $((gap % 1000)))"
+    fi
+    if aws_try "tagging $ID $TAG_STARTED" ec2 create-tags --resources "$ID" --tags "Key=$TAG_STARTED,Value=$at" >/dev/null; then
+      log "job started: tagged $TAG_STARTED=$at"
+      return 0
+    fi
+    log "warning: $TAG_STARTED not tagged in round $((round + 1))/$((JOB_TAG_ROUNDS + 1)) (${ERR:0:300})"
+  done
+  log "warning: $TAG_STARTED not tagged; scale-down has only the CI service's readings"
+  return 1
+}
+
+# DELAY (seconds, a decimal such as 0.1 or 299.999) in whole milliseconds, builtins only.
+delay_ms() {
+  local int=${DELAY%%.*} frac=000
+  [[ $DELAY != *.* ]] || frac="${DELAY#*.}000"
+  echo $((10#${int:-0} * 1000 + 10#${frac:0:3}))
 }
 
 # Runs in a subshell. "Not found" counts as deleted.

@@ -249,3 +249,21 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$value" = "Key=t:start-failure,Value=RUN failed: download of https://mirror.example/a/b.tar.gz failed then ftp://host/x" ]
   refute grep -qE 's3cr3t|abc123|tok@' <<<"$output"
 }
+
+@test "the job-started CreateTags throttled past one aws_try is retried in later rounds; the runner works meanwhile" {
+  new_instance "$(cold_tags)"
+  github_config jit-tag-throttled
+  printf '2026-12-01 12:00:01Z: %sbuild\n' "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  # Enough refusals for a whole aws_try (3 attempts of up to 2 CLI attempts each), not for two.
+  ctl POST /throttle '{"action":"EC2.CreateTags","count":6}' >/dev/null
+  scaled_seconds 60 >"$ROOT/calls/runner-hold"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "job started: tagged $TAG_JOB_STARTED="
+  rm -f "$ROOT/calls/runner-hold"
+  boot_wait
+  [ "$status" -eq 0 ]
+  grep -qF "$TAG_JOB_STARTED not tagged in round 1/7" "$ROOT/out"
+  refute grep -qF "scale-down has only the CI service's readings" "$ROOT/out"
+  moto_tags | grep -qE "^$TAG_JOB_STARTED=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"
+  [ "$(aws_actions | grep -c EC2.CreateTags)" -gt 3 ]
+}
