@@ -1,9 +1,9 @@
 import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary } from '../shared/contract';
+import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type TagKeys } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
-import { createLogger, Metrics, type Sink } from '../shared/log';
+import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs } from '../shared/parameters';
 import { busyAtProvider } from './busy-check';
@@ -75,49 +75,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 
-      // A runner still listed is deregistered first, and its instance terminated only when
-      // that succeeded: the deregistration is the lock. Between the list and now the idle
-      // runner may have taken a job; GitHub then refuses the deletion (422, runner busy), and
-      // once deleted a runner can take no new job, so nothing working is terminated.
-      // A job-started report that arrived after the first reading still saves its runner.
-      const idle = plan.terminate.filter((t) => t.reason === 'idle').map((t) => t.instance);
-      const reported = await reportedSinceReading(deps.aws, deps.ec2, keys, idle, log);
-      const terminate: Terminate[] = [];
-      for (const t of plan.terminate) {
-        if (t.reason === 'idle' && reported.has(t.instance.id)) {
-          log.info('keeping the instance: its job-started report changed since the reading', { instanceId: t.instance.id, traceId: t.instance.tags.get(keys.traceId) });
-          continue;
-        }
-        const ci = t.runner ? providers[t.runner.provider] : undefined;
-        if (!t.runner || !ci) {
-          terminate.push(t);
-          continue;
-        }
-        // GitLab deletes a working runner and lists no busy flag: ask for its running jobs last.
-        const atProvider = t.reason === 'idle' ? await busyAtProvider(ci, t.runner.runnerId, ciTimeoutMs) : { busy: false as const };
-        if (atProvider.busy) {
-          log[atProvider.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', {
-            instanceId: t.instance.id,
-            runnerId: t.runner.runnerId,
-            why: atProvider.why,
-            traceId: t.instance.tags.get(keys.traceId),
-            ...(atProvider.error ? { error: atProvider.error } : {}),
-          });
-          continue;
-        }
-        try {
-          await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(t.runner!.runnerId));
-          terminate.push(t);
-        } catch (error) {
-          log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', {
-            instanceId: t.instance.id,
-            runnerId: t.runner.runnerId,
-            reason: t.reason,
-            traceId: t.instance.tags.get(keys.traceId),
-            error: errorName(error),
-          });
-        }
-      }
+      const terminate = await deregisterFirst(deps, plan.terminate, providers, keys, ciTimeoutMs, log);
       const terminated: string[] = [];
       for (let i = 0; i < terminate.length; i += 100) {
         const chunk = terminate.slice(i, i + 100);
@@ -177,3 +135,50 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
   };
 }
 
+/**
+ * The planned terminations whose runners are deregistered now (or need none). A runner still
+ * listed is deregistered first, and its instance terminated only when that succeeded: the
+ * deregistration is the lock. Between the list and now the idle runner may have taken a job;
+ * GitHub then refuses the deletion (422, runner busy), and once deleted a runner can take no
+ * new job. GitLab refuses nothing, so an idle GitLab runner is deleted only when GitLab lists
+ * no running job of it (`busyAtProvider`). A job-started report that arrived after the first
+ * reading still saves its runner.
+ */
+async function deregisterFirst(
+  deps: ScaleDownDeps,
+  planned: readonly Terminate[],
+  providers: Partial<Record<Provider, CiProvider>>,
+  keys: TagKeys,
+  ciTimeoutMs: number,
+  log: Logger,
+): Promise<Terminate[]> {
+  const idle = planned.filter((t) => t.reason === 'idle').map((t) => t.instance);
+  const reported = await reportedSinceReading(deps.aws, deps.ec2, keys, idle, log);
+  const terminate: Terminate[] = [];
+  for (const t of planned) {
+    const traceId = t.instance.tags.get(keys.traceId);
+    if (t.reason === 'idle' && reported.has(t.instance.id)) {
+      log.info('keeping the instance: its job-started report changed since the reading', { instanceId: t.instance.id, traceId });
+      continue;
+    }
+    const ci = t.runner ? providers[t.runner.provider] : undefined;
+    if (!t.runner || !ci) {
+      terminate.push(t);
+      continue;
+    }
+    const runnerId = t.runner.runnerId;
+    const atProvider = t.reason === 'idle' ? await busyAtProvider(ci, runnerId, ciTimeoutMs) : { busy: false as const };
+    if (atProvider.busy) {
+      const fields = { instanceId: t.instance.id, runnerId, why: atProvider.why, traceId, ...(atProvider.error ? { error: atProvider.error } : {}) };
+      log[atProvider.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', fields);
+      continue;
+    }
+    try {
+      await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(runnerId));
+      terminate.push(t);
+    } catch (error) {
+      log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', { instanceId: t.instance.id, runnerId, reason: t.reason, traceId, error: errorName(error) });
+    }
+  }
+  return terminate;
+}
