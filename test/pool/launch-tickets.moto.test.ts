@@ -1,6 +1,6 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -10,8 +10,8 @@ import type { TicketNeed } from '../../lambdas/pool/backoff';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { losingFirstAnswer } from '../support/lose-answer';
-import { startMoto, type MotoServer } from '../support/moto';
 import { createJobRecordTable, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
 const TABLE = 'job-records';
@@ -19,21 +19,10 @@ const NOW = new Date();
 const need: TicketNeed = { template: 'lt-1:1', slots: ['probe#2026-12-02T08:00:00.000Z'], holdSeconds: 3600 };
 const start: TicketNeed = { template: 'lt-1:1', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 3600 };
 
-let moto: MotoServer;
-let c: MotoClients;
+const { moto, c } = motoForFile(async () => createJobRecordTable(dynamo(), TABLE));
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
 const isTicket = (input: Record<string, unknown>) => String((input.Key as { jobId?: { S?: string } })?.jobId?.S).startsWith('launch-ticket|');
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => {
-  await moto.reset();
-  await createJobRecordTable(dynamo(), TABLE);
-});
 
 async function owner(slot: string): Promise<string | undefined> {
   const out = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', 'lt-1:1', slot) } }, ConsistentRead: true }));
