@@ -4,7 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tickets';
 import type { TicketNeed } from '../../lambdas/pool/backoff';
 import { FakeCi } from '../support/fake-ci';
@@ -162,6 +162,15 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect(await coldInstances()).toHaveLength(1);
     const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
     expect(slot.Item).toBeDefined();
+    // The kept ticket is named in the log: its key, owner token and expiry (the item's).
+    expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toEqual([
+      expect.objectContaining({
+        pool: 'linux',
+        ticketKey: slot.Item![JOB_RECORD_ATTRIBUTES.key]!.S,
+        ticketOwner: slot.Item![LAUNCH_TICKET_ATTRIBUTES.owner]!.S,
+        ticketExpiresAt: new Date(Number(slot.Item![JOB_RECORD_ATTRIBUTES.expiresAt]!.N) * 1000).toISOString(),
+      }),
+    ]);
     // The next job finds the only start slot spent: it waits, nothing more launches.
     expect((await handler(dynamo(), lines)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
     expect(await coldInstances()).toHaveLength(1);
