@@ -20,6 +20,8 @@ export interface CiProviderDeps {
    * sweep must then not read a runner's absence from the list as "its job finished".
    */
   readonly onListTruncated?: (provider: Provider, info: ListTruncated) => void;
+  /** Bound on one read of a provider's secret from SSM (the secret cache's default when unset). */
+  readonly secretReadTimeoutMs?: number;
 }
 
 /**
@@ -28,7 +30,7 @@ export interface CiProviderDeps {
  * bounded per-container cache, so a Lambda that never calls a provider never reads its secret.
  */
 export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Partial<Record<Provider, CiProvider>> {
-  const secrets = createSecretCache(deps.ssm, { ttlMs: 15 * 60_000, maxEntries: 4 });
+  const secrets = createSecretCache(deps.ssm, { ttlMs: 15 * 60_000, maxEntries: 4, ...(deps.secretReadTimeoutMs ? { timeoutMs: deps.secretReadTimeoutMs } : {}) });
   const out: Partial<Record<Provider, CiProvider>> = {};
   const log = deps.logger ?? createLogger({ fn: 'ci' });
   const truncated = (provider: Provider) => (info: ListTruncated) => {

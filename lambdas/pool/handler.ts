@@ -17,7 +17,7 @@ import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { readPrimeStreak } from '../shared/prime-state';
 import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak } from './backoff';
-import type { LaunchTickets } from '../shared/launch-tickets';
+import { keptTicketFields, type LaunchTickets } from '../shared/launch-tickets';
 import { classify, planPool, type CurrentImage, type Eviction } from './classify';
 
 export interface PoolDeps {
@@ -183,11 +183,18 @@ async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: Pool
   if (errors.length) log.error('taking launch tickets failed: no launch for those', { errors });
   if (taken.length < decision.launch) log.warn('prime back-off: launch tickets taken elsewhere', { wanted: decision.launch, launching: taken.length, template: decision.ticket.template });
   if (taken.length === 0) return [];
-  const out = await launchStandbys(deps, config, pool, taken.length, log);
+  let out: Awaited<ReturnType<typeof launchStandbys>>;
+  try {
+    out = await launchStandbys(deps, config, pool, taken.length, log);
+  } catch (error) {
+    // Whether it launched is unknown: the tickets stay (failing safe), named for the operator.
+    for (const t of taken) log.error('the launch after a launch ticket threw; the ticket is kept until its expiry', { ...keptTicketFields(pool.name, t), error: errorName(error) });
+    throw error;
+  }
   if (out.refused) {
     for (const t of taken) {
       const r = await deps.launchTickets.release(t);
-      if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { error: r.error });
+      if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { ...keptTicketFields(pool.name, t), error: r.error });
     }
   }
   return out.ids;

@@ -31,7 +31,7 @@ import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
 import { coldGates, ticketCold } from './cold-gate';
-import type { LaunchTickets } from '../shared/launch-tickets';
+import { keptTicketFields, type LaunchTickets } from '../shared/launch-tickets';
 import type { ColdGate } from '../pool/backoff';
 
 export interface ScaleUpOptions {
@@ -440,8 +440,8 @@ async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[],
       const ticket = tickets?.granted.get(j.key);
       if (ticket && launchRefused(error)) {
         const r = await b.deps.launchTickets!.release(ticket);
-        if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { error: r.error });
-      }
+        if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+      } else if (ticket) j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }

@@ -22,8 +22,14 @@ let inlineCopy: { readonly value: string; readonly config: FleetConfig } | undef
 const cached = new Map<string, Cached>();
 
 export interface LoadFleetConfigOptions {
-  /** A caller's tighter deadline (the webhook's); the read is also bounded by its own 5 s. */
+  /** A caller's tighter deadline (the webhook's); the read is also bounded by `timeoutMs`. */
   readonly signal?: AbortSignal;
+  /**
+   * The read's own bound. A caller with a deadline passes its step's cap, so the deadline,
+   * not a shorter fixed bound ending the read with another error, decides a slow read.
+   * @default 5000
+   */
+  readonly timeoutMs?: number;
 }
 
 /**
@@ -46,7 +52,7 @@ export async function loadFleetConfig(
   if (!name) throw new Error(`neither ${LAMBDA_ENV.fleetConfig} nor ${LAMBDA_ENV.fleetConfigParameter} is set`);
   const hit = cached.get(name);
   if (hit && now - hit.at < CACHE_MS) return hit.config;
-  const timeout = AbortSignal.timeout(READ_TIMEOUT_MS);
+  const timeout = AbortSignal.timeout(options.timeoutMs ?? READ_TIMEOUT_MS);
   const out = await ssm.send(new GetParameterCommand({ Name: name }), { abortSignal: options.signal ? AbortSignal.any([timeout, options.signal]) : timeout });
   const value = out.Parameter?.Value;
   if (!value) throw new Error(`fleet config parameter ${name} is empty`);

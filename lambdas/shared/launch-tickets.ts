@@ -16,10 +16,21 @@ import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_KEY_PREF
  * ours, never taken as won or lost.
  */
 
-/** A ticket this launcher holds: its item key and the owner token its write carried. */
+/** A ticket this launcher holds: its item key, the owner token its write carried, when it expires. */
 export interface Ticket {
   readonly key: string;
   readonly owner: string;
+  /** When the slot frees by itself if the ticket is never released (ISO 8601). */
+  readonly expiresAt: string;
+}
+
+/**
+ * The log fields naming a ticket kept until its expiry (a launch that may have happened, a
+ * release that failed, an exception after the take): which slot is spent, whose it is (the
+ * owner token a conditional delete needs) and until when.
+ */
+export function keptTicketFields(pool: string, ticket: Ticket): { pool: string; ticketKey: string; ticketOwner: string; ticketExpiresAt: string } {
+  return { pool, ticketKey: ticket.key, ticketOwner: ticket.owner, ticketExpiresAt: ticket.expiresAt };
 }
 
 export interface TakeOutcome {
@@ -69,7 +80,8 @@ export class DynamoLaunchTickets implements LaunchTickets {
     const errors: string[] = [];
     for (const slot of need.slots) {
       if (taken.length >= count) break;
-      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token() };
+      const expiresAt = new Date((Math.floor(now.getTime() / 1000) + need.holdSeconds) * 1000).toISOString();
+      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token(), expiresAt };
       const o = await this.takeOne(ticket, pool, need.holdSeconds, now);
       if (o === 'won') taken.push(ticket);
       else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);

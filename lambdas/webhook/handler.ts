@@ -118,12 +118,14 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
   const clock = deps.clock ?? (() => performance.now());
   const log = deps.logger ?? createLogger({ fn: 'webhook' });
   const opts = { ...DEFAULTS, timestampToleranceSeconds: DEFAULT_TIMESTAMP_TOLERANCE_SECONDS, ...deps.options };
-  const secrets: SecretCache = createSecretCache(deps.ssm, { ttlMs: opts.secretTtlMs });
+  // Every SSM read is bounded by its step's cap, not by a fixed bound of the reader's own: a
+  // shorter one would end a slow read with its own error (a 500) before the deadline decides.
+  const secrets: SecretCache = createSecretCache(deps.ssm, { ttlMs: opts.secretTtlMs, timeoutMs: opts.secretReadTimeoutMs });
   let providers: { key: string; value: Partial<Record<Provider, CiProvider>> } | undefined;
   const providersFor = (config: FleetConfig) => {
     // The config is re-read every minute; keep the providers (and their token caches) while it is unchanged.
     const key = JSON.stringify(config);
-    if (providers?.key !== key) providers = { key, value: createCiProviders(config, { ssm: deps.ssm, ...(deps.fetch ? { fetch: deps.fetch } : {}) }) };
+    if (providers?.key !== key) providers = { key, value: createCiProviders(config, { ssm: deps.ssm, secretReadTimeoutMs: opts.secretReadTimeoutMs, ...(deps.fetch ? { fetch: deps.fetch } : {}) }) };
     return providers.value;
   };
   const ctx: Context = { deps, env, opts, secrets, log, providersFor, now };
@@ -164,7 +166,7 @@ async function admit(ctx: Context, event: LambdaFunctionURLEvent, route: Provide
   const body = readBody(event, ctx.opts.maxBodyBytes);
   let config: FleetConfig;
   try {
-    config = await deadline.run('fleet config read', ctx.opts.configReadTimeoutMs, ctx.opts.sendReserveMs, (signal) => loadFleetConfig(ctx.deps.ssm, ctx.env, Date.now(), { signal }));
+    config = await deadline.run('fleet config read', ctx.opts.configReadTimeoutMs, ctx.opts.sendReserveMs, (signal) => loadFleetConfig(ctx.deps.ssm, ctx.env, Date.now(), { signal, timeoutMs: ctx.opts.configReadTimeoutMs }));
   } catch (e) {
     if (e instanceof DeadlineExceeded) throw e;
     reqLog.error('cannot load the fleet config', { error: (e as Error).message });

@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DescribeInstancesCommand, TerminateInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { decodeStreak } from '../../lambdas/pool/backoff';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
@@ -10,8 +10,8 @@ import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { coldLaunchTags, Provider, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { motoFleet } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
 /**
@@ -21,20 +21,11 @@ import { scaled } from '../support/slowdown';
  * through the real aws CLI), the pool counting it into the streak once, and scale-up then
  * holding the next jobs as wait copies instead of launching.
  */
-let moto: MotoServer;
-let c: MotoClients;
 let config: FleetConfig;
+const { c } = motoForFile(async (m) => {
+  config = await motoFleet(m.c, { warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 });
+});
 const paths = ssmPaths(PREFIX);
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => {
-  await moto.reset();
-  config = await motoFleet(c, { warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 });
-});
 
 async function coldInstances(): Promise<Instance[]> {
   const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.pool] }] }));

@@ -4,6 +4,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler, EVICTION_MARKER, LEFTOVER_MARKER_MS } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { ticketKey, type LaunchTickets, type Ticket } from '../../lambdas/shared/launch-tickets';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
 
@@ -299,5 +300,33 @@ describe('pool handler', () => {
     aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('ThrottlingException', 400)));
     expect((await handler(fleetConfig({ warmSize: 2 }))())[0]).toMatchObject({ launched: 0 });
     expect(lines.logs('reading the prime streak failed: no launches this run')).toHaveLength(1);
+  });
+});
+
+describe('pool handler: launch tickets kept after an exception', () => {
+  it('names each ticket it keeps (pool, key, owner token, expiry) when the launch after the take throws', async () => {
+    const taken: Ticket[] = [];
+    const released: Ticket[] = [];
+    const tickets: LaunchTickets = {
+      async take(pool, need, count, now) {
+        const expiresAt = new Date(now.getTime() + need.holdSeconds * 1000).toISOString();
+        taken.push(...need.slots.slice(0, count).map((slot, i) => ({ key: ticketKey(pool, need.template, slot), owner: `owner-${i}`, expiresAt })));
+        return { taken, errors: [] };
+      },
+      async release(t) {
+        released.push(t);
+        return { released: true };
+      },
+    };
+    // A fresh (unproven) template takes start tickets; the pool's subnets then break the launch
+    // itself with an exception (not an EC2 answer), after the take.
+    const config = fleetConfig({ warmSize: 2, primeFailureLimit: 2 });
+    const broken = { ...config, pools: config.pools.map((p) => ({ ...p, subnetIds: undefined as unknown as string[] })) };
+    await createPoolHandler({ ec2: new EC2Client({}), ssm: new SSMClient({}), aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }), loadConfig: async () => broken, now: () => aws.now, sink: lines.sink, launchTickets: tickets })().catch(() => undefined);
+    expect(taken).toHaveLength(2);
+    expect(released).toEqual([]);
+    expect(lines.logs('the launch after a launch ticket threw; the ticket is kept until its expiry')).toEqual(
+      taken.map((t) => expect.objectContaining({ pool: 'linux', ticketKey: t.key, ticketOwner: t.owner, ticketExpiresAt: t.expiresAt, error: 'TypeError' })),
+    );
   });
 });

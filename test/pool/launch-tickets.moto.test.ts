@@ -1,17 +1,17 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tickets';
 import type { TicketNeed } from '../../lambdas/pool/backoff';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { losingFirstAnswer } from '../support/lose-answer';
-import { startMoto, type MotoServer } from '../support/moto';
 import { createJobRecordTable, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
 const TABLE = 'job-records';
@@ -19,21 +19,10 @@ const NOW = new Date();
 const need: TicketNeed = { template: 'lt-1:1', slots: ['probe#2026-12-02T08:00:00.000Z'], holdSeconds: 3600 };
 const start: TicketNeed = { template: 'lt-1:1', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 3600 };
 
-let moto: MotoServer;
-let c: MotoClients;
+const { moto, c } = motoForFile(async () => createJobRecordTable(dynamo(), TABLE));
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
 const isTicket = (input: Record<string, unknown>) => String((input.Key as { jobId?: { S?: string } })?.jobId?.S).startsWith('launch-ticket|');
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => {
-  await moto.reset();
-  await createJobRecordTable(dynamo(), TABLE);
-});
 
 async function owner(slot: string): Promise<string | undefined> {
   const out = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', 'lt-1:1', slot) } }, ConsistentRead: true }));
@@ -173,6 +162,15 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect(await coldInstances()).toHaveLength(1);
     const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
     expect(slot.Item).toBeDefined();
+    // The kept ticket is named in the log: its key, owner token and expiry (the item's).
+    expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toEqual([
+      expect.objectContaining({
+        pool: 'linux',
+        ticketKey: slot.Item![JOB_RECORD_ATTRIBUTES.key]!.S,
+        ticketOwner: slot.Item![LAUNCH_TICKET_ATTRIBUTES.owner]!.S,
+        ticketExpiresAt: new Date(Number(slot.Item![JOB_RECORD_ATTRIBUTES.expiresAt]!.N) * 1000).toISOString(),
+      }),
+    ]);
     // The next job finds the only start slot spent: it waits, nothing more launches.
     expect((await handler(dynamo(), lines)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
     expect(await coldInstances()).toHaveLength(1);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
-import { readBack, ticketKey } from '../../lambdas/shared/launch-tickets';
+import { keptTicketFields, readBack, ticketKey } from '../../lambdas/shared/launch-tickets';
 import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from '../../lambdas/shared/contract';
 
 const T0 = new Date('2026-11-29T12:00:00.000Z');
@@ -56,5 +56,12 @@ describe('cold jobs that got no ticket (pure)', () => {
   it('name the reason from the ticket when the gate let all launch', () => {
     const start = new Map([['linux', { launch: 2, ticket: { template: 't', slots: ['start#1', 'start#2'], holdSeconds: 1 } }]]);
     expect(heldWithoutTicket([job('a', 1)], start, at(0), 3600).get('a')).toEqual({ kind: 'hold', held: 'unproven' });
+  });
+});
+
+describe('the log fields of a kept launch ticket (pure)', () => {
+  it('name the pool, the item key, the owner token a conditional delete needs, and the expiry', () => {
+    const ticket = { key: ticketKey('linux', 'lt-1:4', 'start#1'), owner: 'token-1', expiresAt: at(2700).toISOString() };
+    expect(keptTicketFields('linux', ticket)).toEqual({ pool: 'linux', ticketKey: 'launch-ticket|linux|lt-1:4|start#1', ticketOwner: 'token-1', ticketExpiresAt: '2026-11-29T12:45:00.000Z' });
   });
 });

@@ -3,7 +3,8 @@ import type { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { startLoopbackGitHub, type GitHubJob, type LoopbackGitHub } from '../../local/ci/github-server';
 import { functionUrlEvent, githubWorkflowJobQueued } from '../../local/deliveries';
 import { scaled } from '../support/slowdown';
-import { motoForFile, ReconcileFleet } from './moto-harness';
+import { motoForFile } from '../support/moto-per-file';
+import { ReconcileFleet } from './moto-harness';
 
 /**
  * The reconciler end to end: the loopback GitHub (deliveries, redeliveries, queued runs and

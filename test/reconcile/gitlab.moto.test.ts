@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startLoopbackGitLab, type GitLabJob, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { functionUrlEvent, gitlabJobPending } from '../../local/deliveries';
 import { scaled } from '../support/slowdown';
-import { motoForFile, ReconcileFleet } from './moto-harness';
+import { motoForFile } from '../support/moto-per-file';
+import { ReconcileFleet } from './moto-harness';
 
 /**
  * The GitLab reconciler end to end: the loopback GitLab (the webhook's event log and resends,

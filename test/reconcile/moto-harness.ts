@@ -3,7 +3,7 @@ import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import { CreateQueueCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { afterAll, beforeAll, expect } from 'vitest';
+import { expect } from 'vitest';
 import { GitHubProvider, GitLabProvider } from '../../lambdas/ci';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
@@ -15,36 +15,18 @@ import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import type { LoopbackGitHub } from '../../local/ci/github-server';
 import type { LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { createJobRecordTable, drainQueue, motoClients, motoDynamo, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { createJobRecordTable, drainQueue, motoFleet, type MotoClients } from '../support/moto-fleet';
+import type { FileMoto } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
+
+type Providers = Partial<Record<'github' | 'gitlab', CiProvider>>;
+type ReconcileOptions = Parameters<typeof createReconcileHandler>[0]['options'];
 
 /**
  * The fleet the reconciler tests run against a loopback CI server: one pool on moto, the jobs
  * queue, the per-job record table, and the real webhook, reconciler and scale-up wired to
  * them. The GitHub and GitLab tests differ only in the CI part of the config and the provider.
  */
-/** One moto for a test file, and its clients: filled before the file's tests, stopped after them. */
-export interface FileMoto {
-  moto: MotoServer;
-  c: MotoClients;
-  dynamo: DynamoDBClient;
-}
-
-export function motoForFile(): FileMoto {
-  const m = {} as FileMoto;
-  beforeAll(async () => {
-    m.moto = await startMoto();
-    m.c = motoClients(m.moto.endpoint);
-    m.dynamo = motoDynamo(m.moto.endpoint);
-  });
-  afterAll(async () => m.moto?.stop());
-  return m;
-}
-
-type Providers = Partial<Record<'github' | 'gitlab', CiProvider>>;
-type ReconcileOptions = Parameters<typeof createReconcileHandler>[0]['options'];
-
 export class ReconcileFleet {
   readonly lines = new Lines();
 

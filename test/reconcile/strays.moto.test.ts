@@ -6,7 +6,8 @@ import type { StrayRunners } from '../../local/ci/server-basics';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending } from '../../local/deliveries';
 import { PREFIX } from '../support/fixtures';
 import { scaled } from '../support/slowdown';
-import { motoForFile, ReconcileFleet } from './moto-harness';
+import { motoForFile } from '../support/moto-per-file';
+import { ReconcileFleet } from './moto-harness';
 
 /**
  * The retry cases of issue 11 (section 2) end to end, with the loopback servers' stray-runner

@@ -1,6 +1,6 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords, holderDeadline } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -9,31 +9,22 @@ import { JOB_RECORD_HOLD_SECONDS, JOB_RECORD_TTL_SECONDS, Provider, type FleetCo
 import { FakeCi } from '../support/fake-ci';
 import { losingFirstAnswer as loseAnswer, type LoseAnswerOptions } from '../support/lose-answer';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
 import { createJobRecordTable, motoClients, motoDynamo, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
 const TABLE = 'job-records';
-let moto: MotoServer;
-let c: MotoClients;
 let config: FleetConfig;
+const { moto, c } = motoForFile(async (m) => {
+  config = await motoFleet(m.c);
+  await createJobRecordTable(dynamo(), TABLE);
+});
 
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
 /** A holder deadline an hour ahead, for the claims that do not test it. */
 const HOLD = new Date(Date.now() + 60 * 60 * 1000);
 const MAX_WAIT_SECONDS = 60 * 60;
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => {
-  await moto.reset();
-  config = await motoFleet(c);
-  await createJobRecordTable(dynamo(), TABLE);
-});
 
 function handler(ci: FakeCi, clients: MotoClients, records: DynamoJobRecords, lines: Lines, now?: () => Date) {
   return createScaleUpHandler({

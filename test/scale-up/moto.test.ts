@@ -1,29 +1,20 @@
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParametersByPathCommand, ListTagsForResourceCommand, type Parameter } from '@aws-sdk/client-ssm';
 import { CreateQueueCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
 import { drainQueue, motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
 const paths = ssmPaths(PREFIX);
-let moto: MotoServer;
-let c: MotoClients;
 let config: FleetConfig;
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => {
-  await moto.reset();
-  config = await motoFleet(c);
+const { moto, c } = motoForFile(async (m) => {
+  config = await motoFleet(m.c);
 });
 
 function handler(ci: FakeCi, clients: MotoClients = c, lines = new Lines(), now = () => new Date(), queues = { queueUrl: 'unused', deadLetterQueueUrl: 'unused' }) {

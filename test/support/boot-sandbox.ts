@@ -47,8 +47,11 @@ export class AwsProxy {
   readonly log: LoggedAwsCall[] = [];
   /** Action -> number of calls still to refuse, and the error code to refuse them with. */
   readonly throttle = new Map<string, { count: number; error: string }>();
-  /** Action -> number of calls still to accept and leave unanswered (status -1 in the log). */
-  readonly hang = new Map<string, number>();
+  /**
+   * Action -> number of calls still to accept and leave unanswered (status -1 in the log),
+   * after letting `after` more of them through.
+   */
+  readonly hang = new Map<string, { after: number; count: number }>();
   /** Number of requests still to drop without an answer, as a network that is not up. */
   drop = 0;
   private readonly server = createServer((req, res) => void this.handle(req, res));
@@ -76,10 +79,11 @@ export class AwsProxy {
     const action =
       typeof target === 'string' ? target : `EC2.${new URLSearchParams(body.toString()).get('Action') ?? 'unknown'}`;
     const accessKeyId = /Credential=([^/,\s]+)/.exec(String(req.headers.authorization ?? ''))?.[1] ?? '';
-    const hang = this.hang.get(action) ?? 0;
-    if (hang > 0) {
+    const hang = this.hang.get(action);
+    if (hang && hang.after > 0) hang.after -= 1;
+    else if (hang && hang.count > 0) {
       // The connection stays open without a byte of answer, as behind a black-holing route.
-      this.hang.set(action, hang - 1);
+      hang.count -= 1;
       this.log.push({ t: now(), action, accessKeyId, status: -1 });
       return;
     }
@@ -181,7 +185,7 @@ export async function startBootSandbox(): Promise<BootSandbox> {
           proxy.throttle.set(String(input.action), { count: Number(input.count), error: String(input.error ?? 'ThrottlingException') });
           return json({ ok: true });
         case 'POST /hang':
-          proxy.hang.set(String(input.action), Number(input.count));
+          proxy.hang.set(String(input.action), { after: Number(input.after ?? 0), count: Number(input.count) });
           return json({ ok: true });
         case 'POST /drop':
           proxy.drop = Number(input.count);

@@ -145,16 +145,21 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
 @test "WAIT gives up at its bound even when an SSM call hangs longer than the bound" {
   new_instance "$(cold_tags)"
   # This rendering's WAIT bound is short and its read timeout (60 s) longer: only the bound
-  # itself can end a hung call.
-  boot_background "$ROOT/user-data-github-short-wait.sh"
-  wait_for_log "$LOG_MODE=WAIT"
-  ctl POST /hang '{"action":"AmazonSSM.GetParameter","count":100}' >/dev/null
-  boot_wait
+  # itself can end a hung call. The mode's config read is answered (no config: WAIT) and
+  # every read after it hangs, so the hang begins with WAIT's first poll, not whenever the
+  # test saw WAIT logged: that poll's request has the whole bound to reach the proxy.
+  ctl POST /hang '{"action":"AmazonSSM.GetParameter","after":1,"count":100}' >/dev/null
+  boot "$ROOT/user-data-github-short-wait.sh"
   # Its own failure (1), not the safety bound's kill (124).
   [ "$status" -eq 1 ]
+  grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
   grep -qF "stopped at the WAIT bound" "$ROOT/out"
-  grep -qE "no runner config at $CONFIG_ROOT$INSTANCE_ID after ${SHORT_WAIT_SECONDS}s \([0-9]+ polls\)" "$ROOT/out"
-  ctl GET /log | grep -qF '"status":-1'
+  # One poll, hung from its start until the bound ended it.
+  grep -qE "no runner config at $CONFIG_ROOT$INSTANCE_ID after ${SHORT_WAIT_SECONDS}s \(1 polls\)" "$ROOT/out"
+  [ "$(ctl GET /log | grep -oE '"status":-1' | wc -l)" -eq 1 ]
+  local t
+  t=$(aws_times AmazonSSM.GetParameter)
+  awk -v b="$SHORT_WAIT_SECONDS" '{ t[NR] = $1 } END { print "the hung poll reached the proxy " (t[2] - t[1]) " ms after the mode read (bound " b " s)" > "/dev/stderr" }' <<<"$t"
   # The cold instance still terminates itself (EC2 answers).
   aws_actions | grep -qx EC2.TerminateInstances
 }

@@ -572,7 +572,7 @@ describe('the request deadline (cold container, slow dependencies)', () => {
     const started = performance.now();
     const res = result(await handler(gitlabEvent('pending').event));
     const elapsed = performance.now() - started;
-    expect([res.statusCode, outcome(res).reason]).toEqual([202, 'queued-labels-unresolved']);
+    expect([res.statusCode, outcome(res).reason], logLines.slice(linesBefore).join('\n')).toEqual([202, 'queued-labels-unresolved']);
     // The deadline cut the lookup: its share was clipped below its own bound, to what remained.
     const failure = lookupFailure(logLines.slice(linesBefore)) ?? '';
     const share = /^tag lookup exceeded its (\d+) ms share|^no time left for the tag lookup/.exec(failure);
@@ -581,6 +581,20 @@ describe('the request deadline (cold container, slow dependencies)', () => {
     expect(elapsed).toBeLessThan(deadlineMs + MARGIN_MS);
     const messages = await queued();
     expect(messages.map((m) => parsed(m))).toEqual([expect.objectContaining({ jobId: 'gitlab:1977', labels: [], labelsResolved: false })]);
+  });
+
+  it("SSM slower than the readers' default bounds but within the handler's caps: the caps decide, and the job is queued", async () => {
+    const env = await fromSsm();
+    // Unscaled: beyond the fixed defaults of the fleet config read (5 s) and the secret cache
+    // (3 s), which a loaded machine does not change; the caps and the deadline leave room.
+    ssmDelayMs = 5_500;
+    const cap = ssmDelayMs + ms(3_000);
+    const handler = newHandler({ configReadTimeoutMs: cap, secretReadTimeoutMs: cap, queueTimeoutMs: cap, deadlineMs: 2 * cap + ms(1_000), sendReserveMs: ms(500) }, env);
+    const linesBefore = logLines.length;
+    const res = result(await handler(functionUrlEvent('/github', githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', randomUUID()), queuedSelfHosted)));
+    expect([res.statusCode, outcome(res).reason], logLines.slice(linesBefore).join('\n')).toEqual([202, 'queued']);
+    ssmDelayMs = 0;
+    expect(await queued()).toHaveLength(1);
   });
 
   it('SSM slower than the whole deadline: 503 before the deadline (the sender may redeliver), nothing queued', async () => {
