@@ -39,15 +39,39 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
  * leaving our parameter behind. It is resolved by reading the value back: ours (unique to
- * this attempt) means claimed.
+ * this attempt) means claimed. Not found is not "lost": a write still in flight can land
+ * after the read, leaving a claim nobody owns on a parked instance until the sweep's
+ * stale-claim (10 min). So the same value is sent again, and a refusal of it is read back
+ * too, until an answer or a read settles it (at most `CLAIM_ROUNDS` sends).
  */
 export async function claim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean } = {}): Promise<ClaimResult> {
-  const name = ctx.paths.runnerConfig(a.instanceId);
+  for (let round = 1; ; round++) {
+    const sent = await putClaim(ctx, a, value, round === 1 ? options : {});
+    if (sent === 'claimed') return (a.claimed = true), 'claimed';
+    // A refusal of a resend may be our own earlier write: read it back as a lost answer.
+    if (sent === 'failed' || (sent === 'lost' && round === 1)) return sent;
+    const seen = await readClaim(ctx, a, value);
+    if (seen !== 'absent') return seen === 'ours' ? ((a.claimed = true), 'claimed') : seen;
+    // Not there (yet): the write may still land, after this read, and leave a claim nobody
+    // owns until the sweep. Sending the same value again settles it: refused means it is
+    // there now (read back: ours or not); accepted means this one is ours. Only after the
+    // last round, every answer lost and every read empty, is the instance given up.
+    if (round >= CLAIM_ROUNDS) {
+      a.j.log.error('claim outcome unknown after every resend; a late write is left to the sweep', { instanceId: a.instanceId, rounds: round });
+      return 'failed';
+    }
+  }
+}
+
+/** Sends of one claim while its answers are lost and its read-backs find nothing. */
+const CLAIM_ROUNDS = 3;
+
+async function putClaim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean }): Promise<'claimed' | 'lost' | 'failed' | 'unknown'> {
   try {
     await ctx.aws.send(
       ctx.ssm,
       new PutParameterCommand({
-        Name: name,
+        Name: ctx.paths.runnerConfig(a.instanceId),
         Value: value,
         Type: 'SecureString',
         ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
@@ -60,25 +84,27 @@ export async function claim(ctx: StepContext, a: Attempt, value: string, options
       WRITE_ONCE,
       options,
     );
-    a.claimed = true;
     return 'claimed';
   } catch (error) {
+    if (error instanceof UnknownOutcomeError) return 'unknown';
+    // Refused: someone's parameter is there. After a lost answer that someone may be us.
     if (errorName(error) === 'ParameterAlreadyExists') return 'lost';
-    if (!(error instanceof UnknownOutcomeError)) {
-      a.j.log.error('claim write failed', { instanceId: a.instanceId, error: errorName(error) });
-      return 'failed';
-    }
-    try {
-      const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: name, WithDecryption: true }), READ);
-      a.claimed = out.Parameter?.Value === value;
-      a.j.log.warn('claim outcome unknown, resolved by reading it back', { instanceId: a.instanceId, claimed: a.claimed });
-      return a.claimed ? 'claimed' : 'lost';
-    } catch (readError) {
-      // Not found: the write did not land (or has not yet: then the sweep removes it as a
-      // stale claim). Anything else: we cannot tell, so we give the instance up.
-      a.j.log.warn('claim outcome unknown and unreadable', { instanceId: a.instanceId, error: errorName(readError) });
-      return errorName(readError) === 'ParameterNotFound' ? 'lost' : 'failed';
-    }
+    a.j.log.error('claim write failed', { instanceId: a.instanceId, error: errorName(error) });
+    return 'failed';
+  }
+}
+
+/** The claim read back after a lost answer: ours (the value is unique to the attempt), another's, absent, or unreadable. */
+async function readClaim(ctx: StepContext, a: Attempt, value: string): Promise<'ours' | 'lost' | 'absent' | 'failed'> {
+  try {
+    const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId), WithDecryption: true }), READ);
+    const ours = out.Parameter?.Value === value;
+    a.j.log.warn('claim outcome unknown, resolved by reading it back', { instanceId: a.instanceId, claimed: ours });
+    return ours ? 'ours' : 'lost';
+  } catch (readError) {
+    if (errorName(readError) === 'ParameterNotFound') return 'absent';
+    a.j.log.warn('claim outcome unknown and unreadable', { instanceId: a.instanceId, error: errorName(readError) });
+    return 'failed';
   }
 }
 

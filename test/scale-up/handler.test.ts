@@ -402,6 +402,28 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted).toEqual([]);
   });
 
+  it('a claim whose answer is lost and whose write lands after the not-found read-back is resolved as ours, not left to the sweep', async () => {
+    const [id] = park(1);
+    let late: Record<string, unknown> | undefined;
+    aws.fault('PutParameter', (input) => {
+      // Still in flight: no answer, and not there yet.
+      late = input;
+      throw awsError('InternalServerError', 500);
+    });
+    aws.fault('GetParameter', () => {
+      // The read finds nothing; the write lands right after it.
+      aws.parameters.set(late!.Name as string, { value: late!.Value as string, tags: {}, at: aws.now });
+      throw awsError('ParameterNotFound');
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    // The resend is refused (the late write is there) and read back: ours.
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(id!)]);
+    expect(ci.created).toBe(1);
+  });
+
   it('treats an unknown claim whose value is not ours as lost', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
