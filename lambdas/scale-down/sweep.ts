@@ -193,6 +193,16 @@ export function planSweep(
     }
   }
 
+  // A runner's instance is the live instance tagged with its id (of a pool of its provider).
+  // Its name names the instance it was registered for, which is not always the one that runs
+  // it: scale-up carries a registration past a refused claim to the job's next candidate or
+  // its cold launch (scale-up/activate.ts `Carried`).
+  const carriers = new Set<string>();
+  for (const i of live.values()) {
+    const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
+    const runnerId = i.tags.get(keys.runnerId);
+    if (pool && runnerId !== undefined) carriers.add(`${pool.provider}:${runnerId}`);
+  }
   const deleteRunners: DeleteRunner[] = [];
   for (const [provider, list] of runners) {
     for (const runner of list) {
@@ -200,8 +210,7 @@ export function planSweep(
       if (instanceId === undefined || runner.busy === true) continue;
       const at = activationTimeOfRunnerName(config.prefix, runner.name);
       if (at === undefined || now.getTime() - at.getTime() < grace) continue;
-      const i = live.get(instanceId);
-      if (!i || i.tags.get(keys.runnerId) !== runner.runnerId) deleteRunners.push({ provider, runner, reason: 'no-instance' });
+      if (!carriers.has(`${provider}:${runner.runnerId}`)) deleteRunners.push({ provider, runner, reason: 'no-instance' });
     }
   }
   return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle };

@@ -1,7 +1,7 @@
 import { describeError, errorName, mapLimit } from '../shared/aws-call';
-import { WARM_STANDBY_VALUE } from '../shared/contract';
+import { WARM_STANDBY_VALUE, type RunnerRegistration } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
-import { claim, claimMarker, configValue, markerHolds, rollback, tag, writeConfig, type Attempt } from './claim';
+import { claim, configValue, rollback, tag, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
@@ -20,7 +20,20 @@ export type FallbackReason =
 
 export type WarmOutcome =
   | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string; readonly stages: ActivationStages }
-  | { readonly kind: 'fallback'; readonly reason: FallbackReason };
+  | { readonly kind: 'fallback'; readonly reason: FallbackReason; readonly carried?: Carried };
+
+/**
+ * A runner registration made for a candidate whose claim was refused, carried to the job's
+ * next candidate or its cold launch (whoever ends the job's attempt without using it
+ * deletes it). Only a refused claim hands one on: nothing of ours reached that instance, so
+ * no instance can have read it. The runner's name keeps the instance id it was registered
+ * for: the name says the runner is this fleet's and when it was made; which instance runs
+ * it is the instance's runner-id tag (the sweep matches runners to instances by that tag).
+ */
+export interface Carried {
+  readonly registration: RunnerRegistration;
+  readonly registeredAt: Date;
+}
 
 /** When the activation's steps answered, for the job's latency ledger. */
 export interface ActivationStages {
@@ -87,7 +100,12 @@ export async function activateWarm(
 ): Promise<Map<string, WarmOutcome>> {
   const names = ctx.config.metrics.names;
   const outcomes = new Map<string, WarmOutcome>();
-  const fallback = (j: JobInFlight, reason: FallbackReason) => outcomes.set(j.key, { kind: 'fallback', reason });
+  // Registrations kept from refused claims, per job: the next candidate's, or the cold launch's.
+  const carried = new Map<string, Carried>();
+  const fallback = (j: JobInFlight, reason: FallbackReason) => {
+    const held = carried.get(j.key);
+    outcomes.set(j.key, { kind: 'fallback', reason, ...(held ? { carried: held } : {}) });
+  };
   const lost = (j: JobInFlight) => ctx.metrics.add(names.lostClaims, { Pool: j.pool.name });
   // One activation time for the batch, taken at its first tag: the boot script measures
   // the activation-to-runner latency from it.
@@ -108,29 +126,25 @@ export async function activateWarm(
     } catch (error) {
       j.log.error('activation failed unexpectedly, rolling back', { instanceId: current?.instanceId, error: describeError(error) });
       if (current) await rollback(ctx, current, 'activation-error');
+      const held = carried.get(j.key);
+      carried.delete(j.key);
+      if (held && held.registration !== current?.registration) await deleteRunner(ctx, j, held.registration.runnerId);
       fallback(j, 'activation-error');
     }
   });
   for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
 
   /**
-   * One job's claims. Its first attempt registers the runner and claims with the config
-   * itself: one SSM write, the warm path's bottleneck (PutParameter is paced at about 3 a
-   * second). A lost claim then costs the registration (deleted), so once the job has lost
-   * one its later attempts claim first, with a marker, and register only for a claim that
-   * holds: at most two registrations and one deletion per job under any contention, for
-   * a second SSM write only on jobs that have already lost. `track` names the attempt in
-   * progress (undefined once it is undone or handed on to the start).
+   * One job's claims. The job registers its runner once, before its first claim, and claims
+   * with the config itself: one SSM write per claim, the warm path's bottleneck (PutParameter
+   * is paced at about 3 a second). A claim refused (ParameterAlreadyExists: nothing of ours
+   * is on that instance) keeps the registration for the next candidate, and for the cold
+   * launch if the job goes cold: one registration per served job under any contention (the
+   * config names the instance it is for; the runner name keeps its first candidate's id,
+   * see `Carried`). `track` names the attempt in progress (undefined once it is undone or
+   * handed on to the start).
    */
   async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
-    let claimFirst = false;
-    // The instance went to someone else (a lost claim, or no longer parked): count it, move
-    // on, and claim before registering from now on.
-    const lostClaim = () => {
-      lost(j);
-      candidates.lost();
-      claimFirst = true;
-    };
     for (let tries = 0; ; tries++) {
       // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
       // made before the wait would be seconds old (and likely taken) when it is written.
@@ -143,8 +157,13 @@ export async function activateWarm(
       if (next === undefined) break;
       const { instanceId, observedAt } = next;
       const a: Attempt = { j, instanceId, claimed: false };
+      const held = carried.get(j.key);
+      carried.delete(j.key);
       track(a);
-      if (!claimFirst) {
+      if (held) {
+        a.registration = held.registration;
+        a.registeredAt = held.registeredAt;
+      } else {
         try {
           a.registration = await createRunner(ctx, j, instanceId);
           a.registeredAt = ctx.now();
@@ -155,32 +174,36 @@ export async function activateWarm(
           return;
         }
       }
-      if (!a.registration) a.marker = claimMarker();
-      const result = await claim(ctx, a, a.registration ? configValue(ctx, a) : a.marker!, { paced: true });
-      if (result === 'claimed') a.claimedAt = ctx.now();
-      if (result !== 'claimed') {
-        if (a.registration && !(await deleteRunner(ctx, j, a.registration.runnerId))) {
-          ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
-        }
+      const result = await claim(ctx, a, configValue(ctx, a), { paced: true });
+      if (result === 'lost') {
+        // Refused: the parameter is someone else's and nothing of ours is on the instance.
+        carried.set(j.key, { registration: a.registration, registeredAt: a.registeredAt! });
         track(undefined);
-        if (result === 'failed') {
-          fallback(j, 'claim-error');
-          return;
-        }
-        lostClaim();
+        lost(j);
+        candidates.lost();
         j.log.info('claim lost to another invocation', { instanceId });
         continue;
       }
+      if (result === 'failed') {
+        await rollback(ctx, a, 'claim-error');
+        track(undefined);
+        fallback(j, 'claim-error');
+        return;
+      }
+      a.claimedAt = ctx.now();
       if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
         const verdict = await verify(ctx, a, check);
         if (verdict !== 'parked') {
+          // Our config sat on an instance that is not a parked standby: its registration
+          // goes with the rollback, never to another instance.
           await rollback(ctx, a, verdict);
           track(undefined);
           if (verdict === 'verify-error') {
             fallback(j, 'verify-error');
             return;
           }
-          lostClaim();
+          lost(j);
+          candidates.lost();
           continue;
         }
       }
@@ -195,33 +218,8 @@ export async function activateWarm(
     }
   }
 
-  /**
-   * Tag a claimed instance; a claim made with a marker first gets its runner registered
-   * and its config written over the marker. The failure, if any.
-   */
-  async function prepare(j: JobInFlight, a: Attempt): Promise<'ci-error' | 'config-error' | 'tag-error' | undefined> {
-    if (a.registration === undefined) {
-      try {
-        a.registration = await createRunner(ctx, j, a.instanceId);
-        a.registeredAt = ctx.now();
-      } catch (error) {
-        j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
-        return 'ci-error';
-      }
-      const holds = await markerHolds(ctx, a);
-      if (holds !== true) {
-        // Not ours any more: the parameter is someone else's, and stays.
-        if (holds === false) a.claimed = false;
-        j.log.warn('the claim marker is no longer ours: config not written', { instanceId: a.instanceId, unreadable: holds === undefined });
-        return 'config-error';
-      }
-      try {
-        await writeConfig(ctx, a);
-      } catch (error) {
-        j.log.error('writing the runner config over the claim failed', { instanceId: a.instanceId, error: errorName(error) });
-        return 'config-error';
-      }
-    }
+  /** Tag a claimed instance; the failure, if any. */
+  async function prepare(j: JobInFlight, a: Attempt): Promise<'tag-error' | undefined> {
     try {
       await tag(ctx, a, (activatedAt ??= ctx.now()));
     } catch (error) {

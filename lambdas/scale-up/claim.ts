@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
@@ -15,8 +14,6 @@ export interface Attempt {
   registration?: RunnerRegistration;
   /** The parameter holds our value (the claim succeeded). */
   claimed: boolean;
-  /** The claim marker we claimed with, until the config is written over it. */
-  marker?: string;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
   tags?: Tag[];
   /** When the registration and the claim answered (the job's latency ledger). */
@@ -34,25 +31,47 @@ export type ClaimResult = 'claimed' | 'lost' | 'failed';
  * would leave a window in which the instance cannot read its config): IAM compares the ARN
  * tag with `ec2:SourceInstanceARN` to let only that instance read and delete it.
  *
- * A warm job's first attempt claims with its config, as the cold path does: one SSM write
- * per activation, the warm path's bottleneck. After a lost claim, its later attempts claim
- * with a marker (`claimMarker`) and register the runner only once the claim holds, then
- * write the config over it (`writeConfig`): registrations stay at two per served job under
- * any contention (registering before every claim made every lost claim register and
- * delete a runner: 826 registrations for 200 jobs in a held-out storm).
+ * The warm path and the cold path both claim with the runner config itself: one SSM write
+ * per activation. A warm job registers once and carries that registration past refused
+ * claims (`activate.ts`), so lost claims cost no registrations (registering before every
+ * claim and deleting on a loss made 826 registrations for 200 jobs in a held-out storm).
  *
  * A write whose outcome is unknown (timeout, 5xx) is not retried blindly, since a retry of
  * a write that did land would answer ParameterAlreadyExists and read as a lost claim while
  * leaving our parameter behind. It is resolved by reading the value back: ours (unique to
- * this attempt) means claimed.
+ * this attempt) means claimed. Not found is not "lost": a write still in flight can land
+ * after the read, leaving a claim nobody owns on a parked instance until the sweep's
+ * stale-claim (10 min). So the same value is sent again, and a refusal of it is read back
+ * too, until an answer or a read settles it (at most `CLAIM_ROUNDS` sends).
  */
 export async function claim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean } = {}): Promise<ClaimResult> {
-  const name = ctx.paths.runnerConfig(a.instanceId);
+  for (let round = 1; ; round++) {
+    const sent = await putClaim(ctx, a, value, round === 1 ? options : {});
+    if (sent === 'claimed') return (a.claimed = true), 'claimed';
+    // A refusal of a resend may be our own earlier write: read it back as a lost answer.
+    if (sent === 'failed' || (sent === 'lost' && round === 1)) return sent;
+    const seen = await readClaim(ctx, a, value);
+    if (seen !== 'absent') return seen === 'ours' ? ((a.claimed = true), 'claimed') : seen;
+    // Not there (yet): the write may still land, after this read, and leave a claim nobody
+    // owns until the sweep. Sending the same value again settles it: refused means it is
+    // there now (read back: ours or not); accepted means this one is ours. Only after the
+    // last round, every answer lost and every read empty, is the instance given up.
+    if (round >= CLAIM_ROUNDS) {
+      a.j.log.error('claim outcome unknown after every resend; a late write is left to the sweep', { instanceId: a.instanceId, rounds: round });
+      return 'failed';
+    }
+  }
+}
+
+/** Sends of one claim while its answers are lost and its read-backs find nothing. */
+const CLAIM_ROUNDS = 3;
+
+async function putClaim(ctx: StepContext, a: Attempt, value: string, options: { paced?: boolean }): Promise<'claimed' | 'lost' | 'failed' | 'unknown'> {
   try {
     await ctx.aws.send(
       ctx.ssm,
       new PutParameterCommand({
-        Name: name,
+        Name: ctx.paths.runnerConfig(a.instanceId),
         Value: value,
         Type: 'SecureString',
         ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
@@ -65,72 +84,28 @@ export async function claim(ctx: StepContext, a: Attempt, value: string, options
       WRITE_ONCE,
       options,
     );
-    a.claimed = true;
     return 'claimed';
   } catch (error) {
+    if (error instanceof UnknownOutcomeError) return 'unknown';
+    // Refused: someone's parameter is there. After a lost answer that someone may be us.
     if (errorName(error) === 'ParameterAlreadyExists') return 'lost';
-    if (!(error instanceof UnknownOutcomeError)) {
-      a.j.log.error('claim write failed', { instanceId: a.instanceId, error: errorName(error) });
-      return 'failed';
-    }
-    try {
-      const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: name, WithDecryption: true }), READ);
-      a.claimed = out.Parameter?.Value === value;
-      a.j.log.warn('claim outcome unknown, resolved by reading it back', { instanceId: a.instanceId, claimed: a.claimed });
-      return a.claimed ? 'claimed' : 'lost';
-    } catch (readError) {
-      // Not found: the write did not land (or has not yet: then the sweep removes it as a
-      // stale claim). Anything else: we cannot tell, so we give the instance up.
-      a.j.log.warn('claim outcome unknown and unreadable', { instanceId: a.instanceId, error: errorName(readError) });
-      return errorName(readError) === 'ParameterNotFound' ? 'lost' : 'failed';
-    }
+    a.j.log.error('claim write failed', { instanceId: a.instanceId, error: errorName(error) });
+    return 'failed';
   }
 }
 
-/**
- * A warm claim's value until the config replaces it: unique to the attempt (so a lost
- * answer reads back as ours or not), and not a runner config, so nothing can run from it.
- * The instance is stopped while it holds this: it never boots to read it.
- */
-export function claimMarker(): string {
-  return `claiming=${randomUUID()}\n`;
-}
-
-/**
- * Whether the parameter still holds our claim marker, read just before the config is
- * written over it: Overwrite=true would replace whatever is there, and a delete by name
- * elsewhere (a sweep, a leftover removal racing another) may have released our claim for
- * someone else's meanwhile, the runner registration between them taking seconds. Not ours:
- * the claim is given up without touching the parameter. Unreadable: undefined.
- */
-export async function markerHolds(ctx: StepContext, a: Attempt): Promise<boolean | undefined> {
+/** The claim read back after a lost answer: ours (the value is unique to the attempt), another's, absent, or unreadable. */
+async function readClaim(ctx: StepContext, a: Attempt, value: string): Promise<'ours' | 'lost' | 'absent' | 'failed'> {
   try {
     const out = await ctx.aws.send<GetParameterCommandOutput>(ctx.ssm, new GetParameterCommand({ Name: ctx.paths.runnerConfig(a.instanceId), WithDecryption: true }), READ);
-    return out.Parameter?.Value === a.marker;
-  } catch (error) {
-    if (errorName(error) === 'ParameterNotFound') return false;
-    a.j.log.error('reading the claim marker back failed', { instanceId: a.instanceId, error: errorName(error) });
-    return undefined;
+    const ours = out.Parameter?.Value === value;
+    a.j.log.warn('claim outcome unknown, resolved by reading it back', { instanceId: a.instanceId, claimed: ours });
+    return ours ? 'ours' : 'lost';
+  } catch (readError) {
+    if (errorName(readError) === 'ParameterNotFound') return 'absent';
+    a.j.log.warn('claim outcome unknown and unreadable', { instanceId: a.instanceId, error: errorName(readError) });
+    return 'failed';
   }
-}
-
-/**
- * Writes the runner config over our claim marker. Safe to repeat (every other writer is
- * refused while the marker stands, and the sweep leaves a claim alone for its grace
- * period), so lost answers are retried. SSM takes tags only on creation: the claim's stay.
- */
-export async function writeConfig(ctx: StepContext, a: Attempt): Promise<void> {
-  await ctx.aws.send(
-    ctx.ssm,
-    new PutParameterCommand({
-      Name: ctx.paths.runnerConfig(a.instanceId),
-      Value: configValue(ctx, a),
-      Type: 'SecureString',
-      ...(ctx.config.parameters.kmsKeyId ? { KeyId: ctx.config.parameters.kmsKeyId } : {}),
-      Overwrite: true,
-    }),
-    WRITE_IDEMPOTENT,
-  );
 }
 
 /** The encoded runner config of the attempt's registration (the cold path claims with it directly: no contention on its own new instance). */

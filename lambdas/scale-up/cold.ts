@@ -11,6 +11,7 @@ import { errorName, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '..
 import { describeFleet } from '../shared/instances';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { coldLaunchTags, type PoolConfig } from '../shared/contract';
+import type { Carried } from './activate';
 import { claim, configValue, type Attempt } from './claim';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 
@@ -55,19 +56,23 @@ export interface ColdResult {
  * A cold launch: CreateFleet (instant) from the pool's launch template over its instance
  * types and subnets, tagged with the job id and trace id at launch; then the runner
  * registration and the config parameter the new instance (booting into WAIT) polls for;
- * then the runner id tag. The runner id tag comes last: it marks the job as served.
+ * then the runner id tag. The runner id tag comes last: it marks the job as served. A job
+ * that fell back from the warm path brings the registration its refused claims carried
+ * (`Carried`): the cold launch uses it instead of registering again.
  *
  * CreateFleet's ClientToken makes a retried call return the same fleet; the token names
  * the message and its receive count, so a redelivery of a failed attempt launches anew.
  * On any failure after the launch, the instance is terminated and the registration
  * deleted (nothing of it serves the job), and the error reaches the caller.
  */
-export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken: string): Promise<ColdResult> {
+export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken: string, carried?: Carried): Promise<ColdResult> {
   const launchedAt = ctx.now();
   let fleet: Awaited<ReturnType<typeof createFleet>>;
   try {
     fleet = await createFleet(ctx, j, launchedAt, attemptToken);
   } catch (error) {
+    // The registration carried from a refused warm claim serves nothing now.
+    if (carried) await deleteRunner(ctx, j, carried.registration.runnerId);
     // An answer that refused (an EC2 error code) launched nothing: say so (`launchRefused`).
     // A lost answer may have launched, and stays what it is.
     if (error instanceof ColdLaunchError || error instanceof UnknownOutcomeError) throw error;
@@ -75,13 +80,15 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
   }
   const { instanceId, capacityType, spotFallback } = fleet;
   const launched = ctx.now();
-  const a: Attempt = { j, instanceId, claimed: false };
+  const a: Attempt = { j, instanceId, claimed: false, ...(carried ? { registration: carried.registration, registeredAt: carried.registeredAt } : {}) };
   try {
-    try {
-      a.registration = await createRunner(ctx, j, instanceId);
-      a.registeredAt = ctx.now();
-    } catch (error) {
-      throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
+    if (!a.registration) {
+      try {
+        a.registration = await createRunner(ctx, j, instanceId);
+        a.registeredAt = ctx.now();
+      } catch (error) {
+        throw new ColdLaunchError(`registering the runner failed: ${errorName(error)}`, 'register');
+      }
     }
     const result = await claim(ctx, a, configValue(ctx, a));
     if (result !== 'claimed') throw new ColdLaunchError(`writing the config parameter failed (${result})`, 'config');

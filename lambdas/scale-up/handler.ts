@@ -21,11 +21,11 @@ import {
 import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
-import { activateWarm, Candidates, WARM_DEFAULTS, type WarmOptions } from './activate';
+import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
 import { launchCold, launchRefused } from './cold';
 import { admitByRecord, type JobRecords } from './job-record';
-import type { JobInFlight, StepContext } from './context';
+import { deleteRunner, type JobInFlight, type StepContext } from './context';
 import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
@@ -143,7 +143,7 @@ async function serve(b: Batch, records: readonly SQSRecord[]): Promise<void> {
   const { warm, cold } = await dispatch(b, live, observed.plan);
   const step = stepContextOf(b);
   const warmed = await activate(b, step, warm, observed, items);
-  const launched = await launch(b, step, [...cold, ...warmed.fallbacks], observed.instances, items);
+  const launched = await launch(b, step, [...cold, ...warmed.fallbacks], observed.instances, items, warmed.carried);
   if (b.deps.jobRecords) await recordServed(b, b.deps.jobRecords, [...warmed.started, ...launched]);
 }
 
@@ -368,10 +368,18 @@ interface Started {
 }
 
 /** 4. Warm activations, batched; whatever falls back joins the cold launches. */
-async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[], observed: Observed, items: ReadonlyMap<string, BatchItem>): Promise<{ started: Started[]; fallbacks: JobInFlight[] }> {
+async function activate(
+  b: Batch,
+  step: StepContext,
+  warm: readonly JobInFlight[],
+  observed: Observed,
+  items: ReadonlyMap<string, BatchItem>,
+): Promise<{ started: Started[]; fallbacks: JobInFlight[]; carried: Map<string, Carried> }> {
   const started: Started[] = [];
   const fallbacks: JobInFlight[] = [];
-  if (warm.length === 0) return { started, fallbacks };
+  // Registrations the fallbacks' refused claims carried, for their cold launches.
+  const carried = new Map<string, Carried>();
+  if (warm.length === 0) return { started, fallbacks, carried };
   // Re-observations need only stopped instances (the parked candidates): a burst empties
   // that answer as it goes, and parsing it is most of what an observation costs a
   // Lambda of a small CPU share.
@@ -392,9 +400,10 @@ async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[
       j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
       b.metrics.add(b.names.fallbacks, { Pool: j.pool.name, Reason: o.reason });
       fallbacks.push(j);
+      if (o.carried) carried.set(j.key, o.carried);
     }
   }
-  return { started, fallbacks };
+  return { started, fallbacks, carried };
 }
 
 /**
@@ -402,7 +411,14 @@ async function activate(b: Batch, step: StepContext, warm: readonly JobInFlight[
  *    pool whose launches keep failing before their runner starts launches one probe at a
  *    time; the other jobs wait for it, without a launch.
  */
-async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[], instances: readonly ObservedInstance[], items: ReadonlyMap<string, BatchItem>): Promise<Started[]> {
+async function launch(
+  b: Batch,
+  step: StepContext,
+  cold: readonly JobInFlight[],
+  instances: readonly ObservedInstance[],
+  items: ReadonlyMap<string, BatchItem>,
+  carried: ReadonlyMap<string, Carried>,
+): Promise<Started[]> {
   const gates = cold.length > 0 ? await coldGates(step, cold, instances) : new Map<string, ColdGate>();
   const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, b.now(), b.options.maxWaitSeconds);
   let launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
@@ -413,6 +429,8 @@ async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[],
     for (const [key, v] of heldWithoutTicket(tickets.refused, gates, b.now(), b.options.maxWaitSeconds)) verdicts.set(key, v);
     launching = launching.filter((j) => !tickets.refused.includes(j));
   }
+  // A carried registration goes with its job's launch; a job that does not launch now deletes it.
+  await mapLimit(cold.filter((j) => carried.has(j.key) && !launching.includes(j)), b.options.coldConcurrency, (j) => deleteRunner(step, j, carried.get(j.key)!.registration.runnerId));
   for (const j of cold) {
     const v = verdicts.get(j.key)!;
     const item = items.get(j.key)!;
@@ -427,7 +445,7 @@ async function launch(b: Batch, step: StepContext, cold: readonly JobInFlight[],
     const item = items.get(j.key)!;
     const record = item.record;
     try {
-      const r = await launchCold(step, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`);
+      const r = await launchCold(step, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`, carried.get(j.key));
       settle(b, record);
       started.push({ item, instanceId: r.instanceId });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });

@@ -148,3 +148,17 @@ describe('planSweep: parameters and registrations', () => {
     expect(plan.deleteRunners.map((d) => d.runner.runnerId)).toEqual(['1', '2']);
   });
 });
+
+describe('planSweep: a registration carried past a refused claim', () => {
+  it('keeps a runner named after the instance of its refused claim while another live instance carries its id; deletes it once none does', () => {
+    // Scale-up registered runner 8 for `parked`, lost that claim, and started `carrier` with it.
+    const parked: ObservedInstance = { id: id(), state: 'stopped', launchTime: ago(60), tags: new Map(Object.entries(standbyTags())) };
+    const carrier = activated('running', 20, '8');
+    const carried: RunnerSummary = { runnerId: '8', name: runnerName(PREFIX, parked.id, ago(20)), status: 'online', busy: false };
+    const runners = new Map([[Provider.GITHUB, [carried]]]);
+    expect(planSweep(config, KEYS, [parked, carrier], [], runners, NOW).deleteRunners).toEqual([]);
+    // The same id on an instance of another provider's pool is not this runner's instance.
+    expect(planSweep(config, KEYS, [parked, carrier], [], new Map([[Provider.GITLAB, [carried]]]), NOW).deleteRunners.map((d) => d.runner.runnerId)).toEqual(['8']);
+    expect(planSweep(config, KEYS, [parked], [], runners, NOW).deleteRunners.map((d) => d.runner.runnerId)).toEqual(['8']);
+  });
+});

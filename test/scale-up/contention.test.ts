@@ -8,6 +8,7 @@ import { decodeRunnerConfig, Provider, ssmPaths } from '../../lambdas/shared/con
 import { FakeCi } from '../support/fake-ci';
 import { FakeAws } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+import { scaled } from '../support/slowdown';
 
 /**
  * Claim contention: many scale-up invocations at once over one pool, against one fake AWS
@@ -44,7 +45,10 @@ function handler() {
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
     sqs: new SQSClient({}),
-    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 1_000 }),
+    // A bound well past any fake answer even on a loaded box: a storm of 40 invocations on
+    // one event loop can starve a call past 1 s, which turned claims into unknown outcomes
+    // and made the counts depend on the load (35 failures in one loaded run).
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(10_000) }),
     loadConfig: async () => fleetConfig({ maxRunners: 1_000 }),
     providers: () => ({ github: ci }),
     queueUrl: 'https://sqs.local/jobs.fifo',
@@ -95,27 +99,31 @@ async function storm(parked: number, jobs: number, batch: number) {
     stillParked: [...aws.instances.values()].filter((i) => i.state === 'stopped' && !i.tags.has(KEYS.jobId)).length,
     maxRegistered: Math.max(...registered.values()),
     maxDeleted: Math.max(0, ...deleted.values()),
+    registrations: [...registered.values()].reduce((s, n) => s + n, 0),
+    deletions: [...deleted.values()].reduce((s, n) => s + n, 0),
+    claimWrites: aws.count('PutParameter'),
   };
 }
 
 describe('scale-up under claim contention', () => {
-  it('200 jobs against 20 parked in 40 concurrent invocations: at most two registrations and one deletion per job, nothing served twice', async () => {
+  it('200 jobs against 20 parked in 40 concurrent invocations: one registration per served job, none deleted, nothing served twice', async () => {
     const r = await storm(20, 200, 5);
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(200);
     expect(Math.max(...r.served.values())).toBe(1);
     expect(r.notItsOwnConfig).toBe(0);
     expect(r.warm).toBe(20);
-    // A job registers before its first claim only: once it has lost one (and deleted that
-    // registration), it claims first. Registering before every claim made 426
-    // registrations and 226 deletions of this storm.
-    expect(r.maxRegistered).toBeLessThanOrEqual(2);
-    expect(r.maxDeleted).toBeLessThanOrEqual(1);
+    // A job registers once and carries the registration past its refused claims to its next
+    // candidate or its cold launch. Registering before every claim made 426 registrations
+    // and 226 deletions of this storm; registering again after the first loss, 380 and 180.
+    expect(r.maxRegistered).toBe(1);
+    expect(r.registrations).toBe(200);
+    expect(r.deletions).toBe(0);
     expect(ci.created - ci.deleted.length).toBe(200);
     expect(aws.parameters.size).toBe(200);
   });
 
-  it('60 jobs against 60 parked in 6 concurrent invocations: every job goes warm', async () => {
+  it('60 jobs against 60 parked in 20 concurrent invocations: every job goes warm, one registration each', async () => {
     const r = await storm(60, 60, 3);
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(60);
@@ -124,8 +132,8 @@ describe('scale-up under claim contention', () => {
     expect(r.cold).toBe(0);
     expect(r.warm).toBe(60);
     expect(r.stillParked).toBe(0);
-    expect(r.maxRegistered).toBeLessThanOrEqual(2);
-    expect(r.maxDeleted).toBeLessThanOrEqual(1);
+    expect(r.maxRegistered).toBe(1);
+    expect(r.deletions).toBe(0);
     expect(ci.created - ci.deleted.length).toBe(60);
   });
 });

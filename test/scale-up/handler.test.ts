@@ -184,25 +184,54 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
-  it('moves to the next candidate when a claim is lost, deregistering the runner, and claims first from then on', async () => {
+  it('moves to the next candidate when a claim is lost, carrying its runner registration there: one registration, one SSM write per claim', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     const res = await handler()(jobEvent(jobs(1)));
     expect(res.batchItemFailures).toEqual([]);
-    expect(ci.created).toBe(2);
-    expect(ci.deleted).toHaveLength(1);
-    // The lost claim carried the config; the next one a marker, then the config over it.
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toHaveLength(0);
     const { PutParameterCommand } = await import('@aws-sdk/client-ssm');
     const puts = aws.ssm.commandCalls(PutParameterCommand).map((c) => c.args[0].input);
-    expect(puts.map((p) => [p.Overwrite, p.Value!.startsWith('claiming=')])).toEqual([
-      [false, false],
-      [false, true],
-      [true, false],
-    ]);
+    expect(puts.map((p) => p.Overwrite)).toEqual([false, false]);
     expect(warmStarted()).toHaveLength(1);
-    expect([a, b]).toContain(warmStarted()[0]!.id);
+    const started = warmStarted()[0]!;
+    expect([a, b]).toContain(started.id);
+    // The config names the instance it is on (the boot script refuses any other's), with the
+    // carried runner's secret; the runner id tag is the carried runner's.
+    const config = decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(started.id))!.value) as { instanceId: string; jitConfig: string };
+    expect(config.instanceId).toBe(started.id);
+    expect(config.jitConfig).toBe(`jit-secret-${started.tags.get(KEYS.runnerId)}`);
     expect(lines.metric('LostClaims')).toBe(1);
+  });
+
+  it('a job whose claims were all refused launches cold with the registration it carried; one that does not launch deletes it', async () => {
+    const [only] = park(1);
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      aws.instances.get(only!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      throw awsError('ParameterAlreadyExists');
+    });
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toHaveLength(0);
+    const [cold] = coldLaunched();
+    expect(cold!.tags.get(KEYS.runnerId)).toBe('1');
+    const config = decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(cold!.id))!.value) as { instanceId: string; jitConfig: string };
+    expect(config).toMatchObject({ instanceId: cold!.id, jitConfig: 'jit-secret-1' });
+
+    // The same, but CreateFleet refuses: the carried registration is deleted, not left to the sweep.
+    const [next] = park(1);
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      aws.instances.get(next!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      throw awsError('ParameterAlreadyExists');
+    });
+    aws.fault('CreateFleet', awsError('InvalidParameterValue'));
+    expect((await handler()(jobEvent([job(2)]))).batchItemFailures).toHaveLength(1);
+    expect(ci.created).toBe(2);
+    expect(ci.deleted).toEqual(['2']);
   });
 
   it.each([['past claimsPerJob', 2, 6]])('a job whose claims were all lost tries the parked instances a fresh observation still shows before going cold (%s)', async (_, claimsPerJob, n) => {
@@ -359,55 +388,6 @@ describe('scale-up: warm activation', () => {
     expect(lines.metric('LostClaims')).toBe(1);
   });
 
-  it('after a lost claim, writes the config over the claim marker, retrying a lost answer; a refused config write rolls back and goes cold', async () => {
-    park(2);
-    // The first claim (with the config) is lost; the marker write passes; the config write
-    // over it lands but its answer is lost, then the retry answers.
-    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', lostAnswer());
-    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(warmStarted()).toHaveLength(1);
-    const id = warmStarted()[0]!.id;
-    const param = aws.parameters.get(paths.runnerConfig(id))!;
-    expect(decodeRunnerConfig(param.value)).toMatchObject({ provider: Provider.GITHUB });
-    expect(param.tags[PARAMETER_INSTANCE_TAG]).toBe(id);
-    expect(aws.count('PutParameter')).toBe(4);
-
-    const again = park(2);
-    const deletedBefore = ci.deleted.length;
-    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass', awsError('AccessDeniedException'));
-    const before = new Set(aws.parameters.keys());
-    expect((await handler()(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
-    expect(lines.metric('Fallbacks', { Reason: 'config-error' })).toBe(1);
-    // The marker is released, and both registrations (the lost claim's, the refused config's) deleted.
-    const markers = [...aws.parameters].filter(([name, p]) => !before.has(name) && p.value.startsWith('claiming='));
-    expect(markers).toEqual([]);
-    for (const other of again) expect(aws.instances.get(other)!.state).toBe('stopped');
-    expect(ci.deleted.length - deletedBefore).toBe(2);
-  });
-
-  it('does not write its config over a claim that is no longer its marker (released and taken meanwhile)', async () => {
-    const ids = park(2);
-    // The first claim (with the config) is lost; the marker claim passes; while the runner
-    // registers, the marker is deleted elsewhere and another attempt claims the instance.
-    aws.fault('PutParameter', awsError('ParameterAlreadyExists'), 'pass');
-    let creates = 0;
-    let taken: string | undefined;
-    ci.failCreate = (instanceId) => {
-      if (++creates === 2) {
-        taken = instanceId;
-        aws.parameters.set(paths.runnerConfig(instanceId), { value: 'another attempt\'s claim', tags: {}, at: aws.now, type: 'SecureString' });
-      }
-      return undefined;
-    };
-    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(ids).toContain(taken);
-    expect(aws.parameters.get(paths.runnerConfig(taken!))!.value).toBe('another attempt\'s claim');
-    expect(aws.instances.get(taken!)!.state).toBe('stopped');
-    expect(aws.instances.get(taken!)!.tags.has(KEYS.jobId)).toBe(false);
-    expect(ci.deleted).toHaveLength(2);
-    expect(coldLaunched()).toHaveLength(1);
-  });
-
   it('resolves a claim write with an unknown outcome by reading the value back', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
@@ -420,6 +400,28 @@ describe('scale-up: warm activation', () => {
     expect(aws.count('GetParameter')).toBe(1);
     expect(warmStarted()).toHaveLength(1);
     expect(ci.deleted).toEqual([]);
+  });
+
+  it('a claim whose answer is lost and whose write lands after the not-found read-back is resolved as ours, not left to the sweep', async () => {
+    const [id] = park(1);
+    let late: Record<string, unknown> | undefined;
+    aws.fault('PutParameter', (input) => {
+      // Still in flight: no answer, and not there yet.
+      late = input;
+      throw awsError('InternalServerError', 500);
+    });
+    aws.fault('GetParameter', () => {
+      // The read finds nothing; the write lands right after it.
+      aws.parameters.set(late!.Name as string, { value: late!.Value as string, tags: {}, at: aws.now });
+      throw awsError('ParameterNotFound');
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    // The resend is refused (the late write is there) and read back: ours.
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(id!)]);
+    expect(ci.created).toBe(1);
   });
 
   it('treats an unknown claim whose value is not ours as lost', async () => {
@@ -1041,6 +1043,27 @@ describe('scale-up: the prime back-off holds cold launches', () => {
     // One GetParameter for the streak, one filtered look at the gone instances.
     expect(aws.count('GetParameter')).toBe(1);
     expect(aws.count('DescribeInstances')).toBe(2);
+  });
+
+  it('jobs the back-off holds delete the registrations their refused warm claims carried; the probe launches with its own', async () => {
+    storeStreak({ ...freshStreak(templateOf(pool)), failures: 3, lastFailureAt: new Date(aws.now.getTime() - 3600_000).toISOString() });
+    // Parked before the pool's last failure (they prove nothing about the template), and
+    // other invocations take each of them first.
+    const old = new Date(aws.now.getTime() - 7200_000);
+    for (let k = 0; k < 3; k++) aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags(), launchTime: old });
+    const taken = (input: Record<string, unknown>) => {
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      aws.instances.get(paths.instanceIdOf(input.Name as string)!)!.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      throw awsError('ParameterAlreadyExists');
+    };
+    aws.fault('PutParameter', taken, taken, taken);
+    expect((await handler({}, config)(jobEvent(jobs(3)))).batchItemFailures).toEqual([]);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(aws.sent).toHaveLength(2);
+    // Each job registered once; the two held jobs' registrations are deleted now, not by a sweep.
+    expect(ci.created).toBe(3);
+    expect(ci.deleted).toHaveLength(2);
+    expect(ci.deleted).not.toContain(coldLaunched()[0]!.tags.get(KEYS.runnerId));
   });
 
   it('a cold failure the pool has not counted yet holds the batch until the next probe is due', async () => {
