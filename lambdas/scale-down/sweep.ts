@@ -9,6 +9,7 @@ import {
   type TagKeys,
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
+import { jobReported, maxJobSecondsOf } from '../shared/job-report';
 import type { ObservedParameter } from '../shared/parameters';
 
 /**
@@ -87,26 +88,12 @@ export function idleReading(
 ): IdleReading {
   // Where the provider gives no busy flag, "not online" is the idle reading.
   const idle = runner.busy === false || (runner.busy === undefined && runner.status !== 'online');
-  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || jobReported(instance, keys, activatedAt, pool, now)) return 'working';
+  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'working';
   const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
   // A mark from before this activation (or unreadable) is no reading of this runner.
   if (!Number.isFinite(since) || since < activatedAt) return 'first';
   const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
-}
-
-/**
- * Whether the instance's job-started report still holds: for the pool's max job duration from
- * the reported time. A time before the activation, after now or unreadable counts from the
- * activation: the job itself can write the tag, and a far-future time must not keep the
- * instance forever.
- */
-function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): boolean {
-  const value = instance.tags.get(keys.jobStarted);
-  if (value === undefined) return false;
-  const reported = Date.parse(value);
-  const started = Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
-  return now.getTime() - started < (pool.maxJobSeconds ?? FLEET_DEFAULTS.maxJobSeconds) * 1000;
 }
 
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
