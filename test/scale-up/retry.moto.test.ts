@@ -1,5 +1,5 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
+import { CreateTagsCommand, DescribeInstancesCommand } from '@aws-sdk/client-ec2';
 import type { SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
@@ -444,5 +444,25 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
         expect(await new DynamoJobRecords(aws(), dynamo(), TABLE).markServed({ ...j, deliveryId: 'other' }, 'i-2', at)).toEqual({ kind: 'not-held' });
       });
     }
+  });
+});
+
+describe("retrying when the provider reads busy:false mid-job, against moto", () => {
+  it("a runner that took another job and reads busy:false, but whose instance reported its job started, does not keep the job waiting", { timeout: scaled(90_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(30);
+    const at = t0();
+    await serve(f, j, at);
+    const [instanceId] = await serving(j);
+    // Its runner took another job of the pool (job 30 stays queued), and GitHub reads it
+    // online and busy:false mid-job; the boot script tagged its instance when the job started.
+    Object.assign(f.latestRunner(j), { status: 'online', busy: false });
+    await c.ec2.send(new CreateTagsCommand({ Resources: [instanceId!], Tags: [{ Key: KEYS.jobStarted, Value: later(at, 60).toISOString() }] }));
+    expect((await f.run([f.lastCheck()], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+    expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(0);
+    expect(f.lines.metric('JobsRetried', { Pool: 'linux' })).toBe(1);
+    expect(f.ci.created).toBe(2);
+    expect(await serving(j)).toHaveLength(2);
+    expect(f.deadLetters()).toEqual([]);
   });
 });
