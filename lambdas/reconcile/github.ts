@@ -2,6 +2,7 @@ import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
 import { Provider, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
+import { isoTime } from '../webhook/delivery';
 import { servesRepository } from '../webhook/github-delivery';
 import { buildJobMessage } from '../webhook/job-message';
 import { RateReserveReached, type RateBudget } from './rate-budget';
@@ -151,12 +152,15 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
 async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
   const all = await repositoriesOf(deps, spend);
   const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
+  const window = repositoryWindow(all, runNumber, deps.options.repositoriesPerRun);
   const reads = { runs: 0 };
   const seen = new Set<string>();
-  for (const full of repositoryWindow(all, runNumber, deps.options.repositoriesPerRun)) {
+  for (const [i, full] of window.entries()) {
+    const share = runReadShare(deps.options.runReadLimit - reads.runs, window.length - i);
+    if (share === 0) return; // the run's job-list reads are spent: its run lists would yield nothing
     const messages: JobMessage[] = [];
     try {
-      if (!(await readRepository(deps, spend, full, reads, messages))) return;
+      await readRepository(deps, spend, full, share, reads, messages);
     } catch (error) {
       if (isStop(error)) throw error;
       deps.log.error('listing queued jobs failed for a repository; going on with the next', { repository: full, error: (error as Error).message });
@@ -170,24 +174,33 @@ async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { 
   }
 }
 
-/** One repository's queued jobs matching a pool, into `out`; false once the run's job-list reads are spent. */
-async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: string, reads: { runs: number }, out: JobMessage[]): Promise<boolean> {
+/**
+ * The job-list reads one repository may spend: an equal part of what is left for the
+ * repositories left in the window (at least 1 while any is left), so a busy repository early in
+ * the window cannot spend the whole run's reads, and what a quiet one leaves is carried forward.
+ */
+export function runReadShare(readsLeft: number, repositoriesLeft: number): number {
+  if (readsLeft <= 0 || repositoriesLeft <= 0) return 0;
+  return Math.min(readsLeft, Math.max(1, Math.floor(readsLeft / repositoriesLeft)));
+}
+
+/** One repository's queued jobs matching a pool, into `out`, reading at most `share` of its runs' job lists. */
+async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: string, share: number, reads: { runs: number }, out: JobMessage[]): Promise<void> {
   const [owner, repo] = full.split('/') as [string, string];
   // A run can move from queued to in_progress between the two lists: read its jobs once.
+  // Queued runs come first: a run's first job waits in a queued run.
   const runIds = new Set<number>();
   for (const status of RUN_STATUSES_WITH_QUEUED_JOBS) {
     const runs = await spend('installation', (observe) => deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe));
     for (const id of idsOf((runs.data as { workflow_runs?: unknown })?.workflow_runs)) runIds.add(id);
   }
-  for (const runId of runIds) {
-    if (reads.runs >= deps.options.runReadLimit) return false;
+  for (const runId of [...runIds].slice(0, share)) {
     reads.runs++;
     const jobs = await spend('installation', (observe) =>
       deps.api.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner, repo, run_id: runId, filter: 'latest', per_page: 100 }, full, observe),
     );
     out.push(...queuedMessages(deps, owner, repo, (jobs.data as { jobs?: unknown })?.jobs));
   }
-  return true;
 }
 
 /** The installation's repositories (organisation runners) or the configured ones (repository runners). */
@@ -212,15 +225,16 @@ export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'pools' | 'option
   const out: JobMessage[] = [];
   for (const j of jobs as Record<string, unknown>[]) {
     if (j?.status !== 'queued' || !Number.isSafeInteger(j.id) || !Array.isArray(j.labels)) continue;
-    const created = typeof j.created_at === 'string' ? Date.parse(j.created_at) : NaN;
-    if (!Number.isNaN(created) && now.getTime() - created < deps.options.minQueuedSeconds * 1000) continue;
+    // Read as the webhook reads the delivery's created_at (one parser), and carried in the message.
+    const createdAt = isoTime(j.created_at);
+    if (createdAt !== undefined && now.getTime() - Date.parse(createdAt) < deps.options.minQueuedSeconds * 1000) continue;
     const labels = (j.labels as unknown[]).filter((l): l is string => typeof l === 'string' && l !== '');
     const match = matchPool(deps.pools, Provider.GITHUB, labels);
     if (!match.pool) continue;
     const providerJobId = String(j.id);
     out.push(
       buildJobMessage(
-        { provider: Provider.GITHUB, providerJobId, owner, project: repo, labels },
+        { provider: Provider.GITHUB, providerJobId, owner, project: repo, labels, ...(createdAt ? { createdAt } : {}) },
         { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledDeliveryId(providerJobId), receivedAt: now },
       ),
     );

@@ -3,6 +3,7 @@ import { GitLabRunnerType, GitLabWebhookOwner, Provider, type GitLabConnectionCo
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
+import { isoTime } from '../webhook/delivery';
 import { buildJobMessage } from '../webhook/job-message';
 import { repositoryWindow } from './github';
 import { chooseResends, parseHookEvents, type ListedHookEvent } from './hook-events';
@@ -207,9 +208,11 @@ export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'optio
     if (!match.pool) continue;
     const providerJobId = String(j.id);
     const { owner, project } = projectPath(deps.gitlab.url, j.web_url, projectId);
+    // The jobs API's created_at, read as the webhook reads build_created_at (one parser).
+    const createdAt = isoTime(j.created_at);
     out.push(
       buildJobMessage(
-        { provider: Provider.GITLAB, providerJobId, owner, project, projectId, labels },
+        { provider: Provider.GITLAB, providerJobId, owner, project, projectId, labels, ...(createdAt ? { createdAt } : {}) },
         { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledGitLabDeliveryId(providerJobId), receivedAt: now },
       ),
     );
@@ -220,7 +223,8 @@ export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'optio
 /** How long a job has waited for a runner: `queued_duration` (seconds) when given, else since `created_at`. */
 function pendingSeconds(job: Record<string, unknown>, now: Date): number {
   if (typeof job.queued_duration === 'number' && Number.isFinite(job.queued_duration)) return job.queued_duration;
-  const created = typeof job.created_at === 'string' ? Date.parse(job.created_at) : NaN;
+  const createdAt = isoTime(job.created_at);
+  const created = createdAt === undefined ? NaN : Date.parse(createdAt);
   // Unknown age: treat it as old enough, the per-job record absorbs a copy of a delivered job.
   return Number.isNaN(created) ? Number.POSITIVE_INFINITY : (now.getTime() - created) / 1000;
 }

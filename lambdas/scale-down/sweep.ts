@@ -9,12 +9,15 @@ import {
   type TagKeys,
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
+import { jobReported, maxJobSecondsOf } from '../shared/job-report';
 import type { ObservedParameter } from '../shared/parameters';
 
 /**
  * Why scale-down acts; each is logged and counted.
  * - job-finished: the instance's runner is gone at the provider (an ephemeral runner is
- *   removed after its one job) or the activated instance powered off.
+ *   removed after its one job; when the instance reported its job started within the max job
+ *   duration, gone at two readings a window apart, see `unlistedReading`) or the activated
+ *   instance powered off.
  * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation,
  *   read so by two sweeps at least the pool's idle confirmation apart, and its instance has not
  *   reported that its job started within the pool's max job duration (see `idleReading`).
@@ -87,26 +90,30 @@ export function idleReading(
 ): IdleReading {
   // Where the provider gives no busy flag, "not online" is the idle reading.
   const idle = runner.busy === false || (runner.busy === undefined && runner.status !== 'online');
-  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || jobReported(instance, keys, activatedAt, pool, now)) return 'working';
+  if (!idle || age <= pool.idleTimeoutSeconds * 1000 || jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'working';
+  return repeatedReading(instance, keys, activatedAt, pool, now);
+}
+
+/**
+ * What one sweep's reading says of a runner missing from a complete list: an ephemeral
+ * runner is removed after its one job, so its job finished ('confirmed' at once), unless
+ * its instance reported that its job started within the pool's max job duration. Then one
+ * list read could be wrong (a runner missing from one answer, as GitHub was seen to read
+ * `busy: false` mid-job), and the two readings a window apart decide, as for an idle runner:
+ * a runner that finished for good is still missing at the second reading.
+ */
+export function unlistedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
+  if (!jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'confirmed';
+  return repeatedReading(instance, keys, activatedAt, pool, now);
+}
+
+/** A reading that would end the instance: the first marks it, one a window later confirms. */
+function repeatedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
   const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
   // A mark from before this activation (or unreadable) is no reading of this runner.
   if (!Number.isFinite(since) || since < activatedAt) return 'first';
   const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
-}
-
-/**
- * Whether the instance's job-started report still holds: for the pool's max job duration from
- * the reported time. A time before the activation, after now or unreadable counts from the
- * activation: the job itself can write the tag, and a far-future time must not keep the
- * instance forever.
- */
-function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): boolean {
-  const value = instance.tags.get(keys.jobStarted);
-  if (value === undefined) return false;
-  const reported = Date.parse(value);
-  const started = Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
-  return now.getTime() - started < (pool.maxJobSeconds ?? FLEET_DEFAULTS.maxJobSeconds) * 1000;
 }
 
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
@@ -162,23 +169,10 @@ export function planSweep(
     if (!runners.has(pool.provider)) continue;
     // A list cut at the provider's page cap says nothing about the runners it lacks.
     if (!listed && partial.has(pool.provider)) continue;
-    if (!listed) {
-      terminate.push({ instance: i, reason: 'job-finished' });
-      continue;
-    }
-    switch (idleReading(i, keys, listed.runner, activatedAt, age, pool, now)) {
-      case 'working':
-        if (i.tags.has(keys.idleSince)) clearIdle.push(i);
-        break;
-      case 'first':
-        markIdle.push(i);
-        break;
-      case 'confirmed':
-        terminate.push({ instance: i, reason: 'idle', ...withRunner });
-        break;
-      case 'waiting':
-        break;
-    }
+    const reading = listed ? idleReading(i, keys, listed.runner, activatedAt, age, pool, now) : unlistedReading(i, keys, activatedAt, pool, now);
+    if (reading === 'working' && i.tags.has(keys.idleSince)) clearIdle.push(i);
+    else if (reading === 'first') markIdle.push(i);
+    else if (reading === 'confirmed') terminate.push({ instance: i, reason: listed ? 'idle' : 'job-finished', ...withRunner });
   }
 
   const deleteParameters: DeleteParameter[] = [];

@@ -272,6 +272,7 @@ function retryContext(b: Batch, records: JobRecords): RetryCheckContext<BatchIte
     retry: b.options.retry,
     maxWaitSeconds: b.options.maxWaitSeconds,
     keys: b.keys,
+    pools: b.config.pools,
     now: b.now,
     metrics: b.metrics,
     names: b.names,

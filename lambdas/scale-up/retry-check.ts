@@ -1,7 +1,8 @@
 import type { SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit } from '../shared/aws-call';
-import { MAX_WAIT_REASON, RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type RunnerSummary, type TagKeys } from '../shared/contract';
+import { MAX_WAIT_REASON, RETRIES_EXHAUSTED_REASON, type CiProvider, type JobMessage, type JobRetryOptions, type MetricNames, type PoolConfig, type RunnerSummary, type TagKeys } from '../shared/contract';
 import type { ObservedInstance } from '../shared/instances';
+import { maxJobSecondsOf } from '../shared/job-report';
 import type { Logger, Metrics } from '../shared/log';
 import { holderDeadline, type JobRecords, type ServedState } from './job-record';
 import { capableRunners, retryAction, retryDue } from './retry';
@@ -22,6 +23,8 @@ export interface RetryCheckContext<T> {
   readonly retry: JobRetryOptions;
   readonly maxWaitSeconds: number;
   readonly keys: TagKeys;
+  /** The fleet's pools: a pool's max job duration bounds its instances' job-started reports. */
+  readonly pools: readonly PoolConfig[];
   readonly now: () => Date;
   readonly metrics: Metrics;
   readonly names: MetricNames;
@@ -85,7 +88,8 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
     const provider = ctx.providerOf(item);
     const [instances, runners] = await Promise.all([ctx.observeFleet(), ctx.runnersOf(provider)]);
     const serves = (runnerId: string) => provider.runnerServes?.(runnerId, item.job) ?? true;
-    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds, serves);
+    const maxJobSeconds = maxJobSecondsOf(ctx.pools.find((p) => p.name === pool));
+    capable = capableRunners(instances, runners, pool, ctx.keys, ctx.now(), ctx.retry.retryAfterSeconds, maxJobSeconds, serves);
   } catch (error) {
     item.log.error("observing the pool's runners for a retry failed; the message will be retried", { error: errorName(error) });
     ctx.metrics.add(ctx.names.jobsFailed, { Pool: pool, Reason: 'retry-observe' });

@@ -1,5 +1,6 @@
 import type { RunnerSummary, TagKeys } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
+import { activationTime, jobReported } from '../shared/job-report';
 import type { ServedState } from './job-record';
 
 /**
@@ -58,7 +59,9 @@ export function retryAction(served: ServedState, capable: readonly string[], lim
  *   runner is not reported busy (not listed yet, offline, or online without a busy flag, as
  *   GitLab's list has none).
  * An instance activated longer ago whose runner is offline or gone died before taking a job;
- * one whose runner is busy took a job (its own or another's). Neither counts. Nor does a
+ * one whose runner is busy took a job (its own or another's). Neither counts, nor does one
+ * whose instance reported its job started within `maxJobSeconds` (the sweep's rule, in
+ * job-report.ts): its runner is running a job whatever the provider's `busy` reads. Nor does a
  * runner whose scope at the provider excludes the job (`serves`: a GitHub repository runner
  * of another repository); one whose runner id is not tagged yet counts, as it may.
  */
@@ -69,6 +72,7 @@ export function capableRunners(
   keys: TagKeys,
   now: Date,
   retryAfterSeconds: number,
+  maxJobSeconds: number,
   serves: (runnerId: string) => boolean = () => true,
 ): string[] {
   const byId = new Map(runners.map((r) => [r.runnerId, r]));
@@ -77,6 +81,8 @@ export function capableRunners(
     if (i.tags.get(keys.pool) !== pool || !isActivated(i, keys)) continue;
     const runnerId = i.tags.get(keys.runnerId);
     if (runnerId !== undefined && !serves(runnerId)) continue;
+    const since = activationTime(i, keys);
+    if (jobReported(i, keys, since, maxJobSeconds, now)) continue;
     if (i.state === 'pending') {
       capable.push(i.id);
       continue;
@@ -87,8 +93,6 @@ export function capableRunners(
       capable.push(i.id);
       continue;
     }
-    const activated = Date.parse(i.tags.get(keys.activatedAt) ?? '');
-    const since = Number.isNaN(activated) ? i.launchTime.getTime() : activated;
     if (runner?.busy !== true && now.getTime() - since < retryAfterSeconds * 1000) capable.push(i.id);
   }
   return capable;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, repositoryWindow } from '../../lambdas/reconcile/github';
+import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, repositoryWindow, runReadShare } from '../../lambdas/reconcile/github';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
 import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from '../../lambdas/reconcile/redeliveries';
 import { parseJobMessage } from '../../lambdas/shared/contract';
@@ -69,9 +69,48 @@ describe('queued jobs as messages', () => {
     expect(rest).toEqual([]);
     expect(parseJobMessage(JSON.stringify(m))).toEqual(m);
     expect(m).toMatchObject({ jobId: 'github:7', pool: 'linux', owner: 'acme', project: 'app', deliveryId: reconciledDeliveryId('7'), traceId: 'reconciler-github-7', labelsResolved: true });
+    // The job's creation time is carried, as the webhook carries the delivery's created_at.
+    expect(m!.createdAt).toBe(new Date(NOW - 600_000).toISOString());
+  });
+  it('carries no createdAt when the job gives none (it is then not held back by minQueuedSeconds)', () => {
+    const [m] = queuedMessages(deps, 'acme', 'app', [{ id: 7, status: 'queued', labels: ['linux'] }]);
+    expect(m).toBeDefined();
+    expect(m).not.toHaveProperty('createdAt');
   });
   it('leaves a job younger than minQueuedSeconds to its webhook delivery', () => {
     expect(queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['linux'], 30)])).toEqual([]);
+  });
+});
+
+describe('runReadShare', () => {
+  it('gives each repository left an equal part of the reads left, at least 1, never more than is left', () => {
+    expect(runReadShare(100, 20)).toBe(5);
+    expect(runReadShare(40, 20)).toBe(2);
+    expect(runReadShare(5, 20)).toBe(1);
+    expect(runReadShare(1, 1)).toBe(1);
+    expect(runReadShare(0, 3)).toBe(0);
+    expect(runReadShare(7, 0)).toBe(0);
+  });
+  it('carries what a quiet repository leaves to the ones after it, and never spends more than the limit', () => {
+    // Repository 0 has 150 runs, the others 1 each: every repository is read, within the limit.
+    const runs = [150, ...Array.from({ length: 19 }, () => 1)];
+    let left = 40;
+    const read = runs.map((r, i) => {
+      const n = Math.min(r, runReadShare(left, runs.length - i));
+      left -= n;
+      return n;
+    });
+    expect(read[0]).toBe(2);
+    expect(read.slice(1).every((n) => n === 1)).toBe(true);
+    expect(40 - left).toBe(21);
+    // A busy last repository gets what the quiet ones left.
+    left = 40;
+    const last = [...runs.slice(1), 150].map((r, i) => {
+      const n = Math.min(r, runReadShare(left, runs.length - i));
+      left -= n;
+      return n;
+    });
+    expect(last[19]).toBe(21);
   });
 });
 

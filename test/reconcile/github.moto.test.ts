@@ -155,6 +155,47 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(capped3.requests).toBeLessThanOrEqual(1 + 0 + 1 + 2 * 3 + Math.min(runs, 100));
   });
 
+  it('a busy repository first in the window spends only its share of the job-list reads; every other repository is read in the same run', { timeout: scaled(120_000) }, async () => {
+    await gh.close();
+    // repo-00 sorts first and the window of 20 starts at it: 150 queued runs of GitHub's own
+    // runners (listed, 100 of them, each a job list to read, none ours); repo-01..19 one job each.
+    const repositories = Array.from({ length: 20 }, (_, i) => `${ORG}/repo-${String(i).padStart(2, '0')}`);
+    await setUp({ organization: ORG, repositories });
+    for (let i = 0; i < 150; i++) gh.addJob(repositories[0]!, ['ubuntu-latest']);
+    const ours = repositories.slice(1).map((r) => gh.addJob(r, LABELS));
+    const limit = 40;
+    const from = gh.requests().length;
+    const report = await reconciler({ github: { repositoriesPerRun: 20, runReadLimit: limit } })();
+    const jobLists = reconcilerRequests(from).filter((r) => r.path.endsWith('/jobs'));
+    // repo-00's share is floor(40 / 20) = 2; the 19 others use 1 each of what is left.
+    expect(jobLists.filter((r) => r.path.includes('/repo-00/'))).toHaveLength(2);
+    expect(jobLists).toHaveLength(2 + 19);
+    expect(jobLists.length).toBeLessThanOrEqual(limit);
+    expect(report.queued).toBe(19);
+    await f.drain(scaleUp());
+    expect([...(await f.served()).keys()].sort()).toEqual(ours.map((j) => `github:${j.id}`).sort());
+  });
+
+  it('with 250 repositories the repository list is read in 3 pages and the run stays within the budget', { timeout: scaled(120_000) }, async () => {
+    await gh.close();
+    const repositories = Array.from({ length: 250 }, (_, i) => `${ORG}/repo-${String(i).padStart(3, '0')}`);
+    await setUp({ organization: ORG, repositories });
+    // One job in every fifth repository; the window (cap 50) reads 50 of them, 10 with a run.
+    for (const r of repositories.filter((_, i) => i % 5 === 0)) gh.addJob(r, LABELS);
+    const n = repositories.length;
+    const from = gh.requests().length;
+    const report = await reconciler()();
+    const made = reconcilerRequests(from);
+    expect(made.filter((r) => r.path === '/installation/repositories')).toHaveLength(Math.floor(n / 100) + 1);
+    const runs = made.filter((r) => r.path.endsWith('/jobs')).length;
+    expect(runs).toBe(10);
+    expect(report.queued).toBe(10);
+    // D = 1 page of deliveries, no failed delivery, 3 pages of repositories, 2 run lists per repository of the window.
+    const budget = 1 + 0 + Math.floor(n / 100) + 1 + 2 * Math.min(n, 50) + Math.min(runs, 100);
+    expect(made.length).toBe(report.requests);
+    expect(made.length).toBe(budget);
+  });
+
   it('reads x-ratelimit-* and stops before the reserve, publishing what is left', async () => {
     await gh.close();
     const repositories = Array.from({ length: 10 }, (_, i) => `${ORG}/repo-${i}`);

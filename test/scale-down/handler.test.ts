@@ -221,8 +221,12 @@ describe('scale-down handler', () => {
     }
     expect(ci.deleted).toEqual([]);
     expect(aws.count('CreateTags')).toBe(0);
-    // Its job ends: the ephemeral runner goes, and the instance with it.
+    // Its job ends: the ephemeral runner goes. Its report is still fresh (4 h of 6), so one
+    // reading without the runner only marks; a second a window later takes the instance.
     ci.runners.delete('1');
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(aws.count('CreateTags')).toBe(1);
+    clock += 3 * 60_000;
     expect(await handler()).toMatchObject({ terminated: 1 });
     expect(lines.logs('terminated').map((l) => l.reason)).toEqual(['job-finished']);
   });

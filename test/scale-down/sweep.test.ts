@@ -93,6 +93,26 @@ describe('planSweep: two idle readings a window apart', () => {
     expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: want.clear ? [i.id] : [] });
   });
 
+  // One list read without the runner is not enough while the instance's job-started report is fresh.
+  type UnlistedRow = [string, Record<string, string>, { terminate: string[]; mark: boolean }];
+  const unlisted: UnlistedRow[] = [
+    ['unlisted once, job started 5 min ago: kept, marked', { [KEYS.jobStarted]: ago(5).toISOString() }, { terminate: [], mark: true }],
+    ['unlisted again within the window: kept', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(1).toISOString() }, { terminate: [], mark: false }],
+    ['unlisted again a window later: reclaimed, job finished', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(2).toISOString() }, { terminate: ['job-finished'], mark: false }],
+    ['unlisted, a mark from before this activation: marked anew', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(40).toISOString() }, { terminate: [], mark: true }],
+    ['unlisted, no job-started report: job finished at once', {}, { terminate: ['job-finished'], mark: false }],
+  ];
+  it.each(unlisted)('%s', (_name, tags, want) => {
+    const i = activated('running', 31, '7', tags);
+    const got = marks(i, []);
+    expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: [] });
+  });
+
+  it('a runner unlisted once then listed busy: the mark is cleared, the job goes on', () => {
+    const i = activated('running', 31, '7', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(3).toISOString() });
+    expect(marks(i, [runner(i, '7', 'online', true)])).toEqual({ terminate: [], mark: [], clear: [i.id] });
+  });
+
   it('the job-started report holds for the max job duration (default 6 h), then the readings decide again', () => {
     // An instance that outlived its job (self-termination failed, rebooted mid-job, a GitLab
     // registration that stays listed offline) must not be kept forever.

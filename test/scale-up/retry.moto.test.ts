@@ -1,11 +1,13 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DescribeInstancesCommand } from '@aws-sdk/client-ec2';
+import { CreateTagsCommand, DescribeInstancesCommand, TerminateInstancesCommand } from '@aws-sdk/client-ec2';
+import { PutParameterCommand } from '@aws-sdk/client-ssm';
+import { encodeStreak, freshStreak, templateOf } from '../../lambdas/pool/backoff';
 import type { SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LEDGER_MESSAGE, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { LEDGER_MESSAGE, Provider, ssmPaths, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, KEYS, Lines, PREFIX, record } from '../support/fixtures';
 import { losingFirstAnswer } from '../support/lose-answer';
@@ -444,5 +446,53 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
         expect(await new DynamoJobRecords(aws(), dynamo(), TABLE).markServed({ ...j, deliveryId: 'other' }, 'i-2', at)).toEqual({ kind: 'not-held' });
       });
     }
+  });
+});
+
+describe("retrying when the provider reads busy:false mid-job, against moto", () => {
+  it("a runner that took another job and reads busy:false, but whose instance reported its job started, does not keep the job waiting", { timeout: scaled(90_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(30);
+    const at = t0();
+    await serve(f, j, at);
+    const [instanceId] = await serving(j);
+    // Its runner took another job of the pool (job 30 stays queued), and GitHub reads it
+    // online and busy:false mid-job; the boot script tagged its instance when the job started.
+    Object.assign(f.latestRunner(j), { status: 'online', busy: false });
+    await c.ec2.send(new CreateTagsCommand({ Resources: [instanceId!], Tags: [{ Key: KEYS.jobStarted, Value: later(at, 60).toISOString() }] }));
+    expect((await f.run([f.lastCheck()], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+    expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(0);
+    expect(f.lines.metric('JobsRetried', { Pool: 'linux' })).toBe(1);
+    expect(f.ci.created).toBe(2);
+    expect(await serving(j)).toHaveLength(2);
+    expect(f.deadLetters()).toEqual([]);
+  });
+});
+
+describe('retrying a job whose pool is in prime back-off, against moto', () => {
+  it('the retry becomes a wait copy and launches nothing', { timeout: scaled(90_000) }, async () => {
+    const f = new Fleet();
+    const j = fresh(31);
+    const at = t0();
+    await serve(f, j, at);
+    // No parked standby left (the retry would go cold), and the pool's cold launches failing:
+    // two failures in a row, the last one just now, so the next probe waits its delay.
+    const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'instance-state-name', Values: ['stopped'] }] }));
+    const parked = (out.Reservations ?? []).flatMap((r) => r.Instances ?? []).map((i) => i.InstanceId!);
+    if (parked.length > 0) await c.ec2.send(new TerminateInstancesCommand({ InstanceIds: parked }));
+    const pool = config.pools.find((p) => p.name === 'linux')!;
+    const streak = { ...freshStreak(templateOf(pool)), failures: 2, lastFailureAt: later(at, RETRY_AFTER).toISOString() };
+    await c.ssm.send(new PutParameterCommand({ Name: ssmPaths(config.prefix).primeState('linux'), Value: encodeStreak(streak), Type: 'String', Overwrite: true }));
+    // The job's runner died before taking it: the retry is due.
+    Object.assign(f.latestRunner(j), { status: 'offline', busy: false });
+    const sentBefore = f.sent.length;
+    expect((await f.run([f.lastCheck()], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+    expect(f.ci.created).toBe(1);
+    expect(await serving(j)).toHaveLength(1);
+    expect(f.lines.logs("the pool's prime back-off holds cold launches (backoff), job waits")).toHaveLength(1);
+    const copies = f.sent.slice(sentBefore).filter((s) => s.queue === 'q');
+    expect(copies).toHaveLength(1);
+    expect(JSON.parse(copies[0]!.body).jobId).toBe(j.jobId);
+    expect(f.deadLetters()).toEqual([]);
   });
 });

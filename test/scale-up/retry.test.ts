@@ -8,6 +8,7 @@ import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
 const NOW = new Date('2026-11-29T12:00:00.000Z');
 const RETRY_AFTER = 300;
+const MAX_JOB = 3600;
 const ago = (seconds: number) => new Date(NOW.getTime() - seconds * 1000).toISOString();
 let serial = 0;
 
@@ -17,6 +18,8 @@ function inst(state: string, tags: Record<string, string>): ObservedInstance {
 /** An activated instance of `pool` whose runner is `runnerId`, activated `activated` seconds ago. */
 const active = (state: string, runnerId: string, activated: number, pool = 'linux') =>
   inst(state, { [KEYS.pool]: pool, [KEYS.jobId]: 'github:9', [KEYS.runnerId]: runnerId, [KEYS.activatedAt]: ago(activated) });
+/** The instance with its own job-started report, `seconds` ago. */
+const reported = (i: ObservedInstance, seconds: number): ObservedInstance => ({ ...i, tags: new Map([...i.tags, [KEYS.jobStarted, ago(seconds)]]) });
 const runner = (runnerId: string, status: string, busy?: boolean): RunnerSummary => ({ runnerId, name: `r-${runnerId}`, status, ...(busy === undefined ? {} : { busy }) });
 const served = (overrides: Partial<ServedState> = {}): ServedState => ({ servedAt: NOW.getTime() / 1000 - RETRY_AFTER - 1, instanceId: 'i-first', attempt: 0, exhausted: false, ...overrides });
 
@@ -50,9 +53,13 @@ describe('retry: which runners could still take a queued job of the pool', () =>
     ['stopped (finished)', active('stopped', '1', 10), [runner('1', 'online', false)], false],
     ['another pool', active('running', '1', 10, 'gpu'), [runner('1', 'online', false)], false],
     ['a warm standby priming (not activated)', inst('running', standbyTags()), [], false],
+    // GitHub may read busy:false mid-job: the instance's own job-started report wins (the sweep's rule).
+    ['online, busy:false, its instance reported its job started 5 min ago', reported(active('running', '1', 1000), 300), [runner('1', 'online', false)], false],
+    ['activated recently, not listed, its instance reported its job started', reported(active('running', '1', 60), 30), [], false],
+    ['online, busy:false, its report older than maxJobSeconds (stale)', reported(active('running', '1', MAX_JOB + 1000), MAX_JOB + 1), [runner('1', 'online', false)], true],
   ];
   it.each(rows)('%s', (_name, instance, runners, capable) => {
-    expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER)).toEqual(capable ? [instance.id] : []);
+    expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER, MAX_JOB)).toEqual(capable ? [instance.id] : []);
   });
 
   // GitHub repository runners (`owner/repo/id`): one of another repository never takes the job.
@@ -66,7 +73,7 @@ describe('retry: which runners could still take a queued job of the pool', () =>
     ['pending instance without a runner id yet', inst('pending', { [KEYS.pool]: 'linux', [KEYS.activatedAt]: ago(5) }), [], true],
   ];
   it.each(scoped)('scope: %s', (_name, instance, runners, capable) => {
-    expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER, ofRepo)).toEqual(capable ? [instance.id] : []);
+    expect(capableRunners([instance], runners, 'linux', KEYS, NOW, RETRY_AFTER, MAX_JOB, ofRepo)).toEqual(capable ? [instance.id] : []);
   });
 });
 

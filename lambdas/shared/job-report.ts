@@ -1,0 +1,32 @@
+import { FLEET_DEFAULTS, type PoolConfig, type TagKeys } from './contract';
+import type { ObservedInstance } from './instances';
+
+/**
+ * The instance's own report that its runner's job started (the `jobStarted` tag the boot
+ * script writes on its own instance), read once for the sweep and the retry alike: where the
+ * provider's reading is stale or wrong (GitHub's `busy: false` mid-job), the instance knows.
+ */
+
+/** When the instance was activated: its `activatedAt` tag, else its launch time. */
+export function activationTime(instance: ObservedInstance, keys: TagKeys): number {
+  const tagged = Date.parse(instance.tags.get(keys.activatedAt) ?? '');
+  return Number.isNaN(tagged) ? instance.launchTime.getTime() : tagged;
+}
+
+/** The pool's max job duration in seconds (the default when the pool sets none or is unknown). */
+export function maxJobSecondsOf(pool: Pick<PoolConfig, 'maxJobSeconds'> | undefined): number {
+  return pool?.maxJobSeconds ?? FLEET_DEFAULTS.maxJobSeconds;
+}
+
+/**
+ * Whether the instance's job-started report still holds: for `maxJobSeconds` from the reported
+ * time. A time before the activation, after now or unreadable counts from the activation: the
+ * job itself can write the tag, and a far-future time must not keep the instance forever.
+ */
+export function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, maxJobSeconds: number, now: Date): boolean {
+  const value = instance.tags.get(keys.jobStarted);
+  if (value === undefined) return false;
+  const reported = Date.parse(value);
+  const started = Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
+  return now.getTime() - started < maxJobSeconds * 1000;
+}
