@@ -3,6 +3,7 @@ import { Provider, type GitHubConnectionConfig, type JobMessage, type PoolConfig
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesRepository } from '../webhook/github-delivery';
+import { createdAtOf } from '../webhook/delivery';
 import { buildJobMessage } from '../webhook/job-message';
 import { RateReserveReached, type RateBudget } from './rate-budget';
 import { DeadlineReached, isStop, runSteps } from './run-steps';
@@ -220,7 +221,7 @@ export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'pools' | 'option
     const providerJobId = String(j.id);
     out.push(
       buildJobMessage(
-        { provider: Provider.GITHUB, providerJobId, owner, project: repo, labels },
+        { provider: Provider.GITHUB, providerJobId, owner, project: repo, labels, ...createdAtOf(j.created_at) },
         { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledDeliveryId(providerJobId), receivedAt: now },
       ),
     );

@@ -3,6 +3,7 @@ import { GitLabRunnerType, GitLabWebhookOwner, Provider, type GitLabConnectionCo
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
+import { createdAtOf } from '../webhook/delivery';
 import { buildJobMessage } from '../webhook/job-message';
 import { repositoryWindow } from './github';
 import { chooseResends, parseHookEvents, type ListedHookEvent } from './hook-events';
@@ -209,7 +210,7 @@ export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'optio
     const { owner, project } = projectPath(deps.gitlab.url, j.web_url, projectId);
     out.push(
       buildJobMessage(
-        { provider: Provider.GITLAB, providerJobId, owner, project, projectId, labels },
+        { provider: Provider.GITLAB, providerJobId, owner, project, projectId, labels, ...createdAtOf(j.created_at) },
         { labels, labelsResolved: true, pool: match.pool.name, deliveryId: reconciledGitLabDeliveryId(providerJobId), receivedAt: now },
       ),
     );

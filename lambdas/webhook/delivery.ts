@@ -70,3 +70,9 @@ export function isoTime(...values: unknown[]): string | undefined {
   }
   return undefined;
 }
+
+/** `{ createdAt }` of a job's creation time when it is readable, else nothing (a draft's optional field). */
+export function createdAtOf(value: unknown): { createdAt?: string } {
+  const createdAt = isoTime(value);
+  return createdAt === undefined ? {} : { createdAt };
+}

@@ -68,7 +68,7 @@ describe('queued jobs as messages', () => {
     const [m, ...rest] = queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['self-hosted', 'linux']), ghJob(8, 'in_progress', ['linux']), ghJob(9, 'queued', ['ubuntu-latest'])]);
     expect(rest).toEqual([]);
     expect(parseJobMessage(JSON.stringify(m))).toEqual(m);
-    expect(m).toMatchObject({ jobId: 'github:7', pool: 'linux', owner: 'acme', project: 'app', deliveryId: reconciledDeliveryId('7'), traceId: 'reconciler-github-7', labelsResolved: true });
+    expect(m).toMatchObject({ jobId: 'github:7', pool: 'linux', owner: 'acme', project: 'app', deliveryId: reconciledDeliveryId('7'), traceId: 'reconciler-github-7', labelsResolved: true, createdAt: new Date(NOW - 600_000).toISOString() });
   });
   it('leaves a job younger than minQueuedSeconds to its webhook delivery', () => {
     expect(queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['linux'], 30)])).toEqual([]);

@@ -88,6 +88,8 @@ describe('chooseResends', () => {
       ['1', 'g', 'p', true],
       ['5', 'projects', 'project-9', true],
     ]);
+    // The job's creation time rides along (the ledger's `received` is measured from it); none when the job has none.
+    expect(pendingMessages(deps, 9, jobs).map((m) => m.createdAt)).toEqual([undefined, '2026-12-02T04:50:00.000Z']);
   });
 
   it('names the project from the job\'s web_url, else from its id', () => {
