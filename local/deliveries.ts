@@ -31,6 +31,13 @@ const queuedExample: QueuedExample = (() => {
   return queued;
 })();
 
+const inProgressExample: QueuedExample = (() => {
+  const workflowJob = examples.find((e) => e.name === 'workflow_job');
+  const started = (workflowJob?.examples as unknown as QueuedExample[] | undefined)?.find((e) => e.action === 'in_progress');
+  if (!started) throw new Error('@octokit/webhooks-examples has no in_progress workflow_job example');
+  return started;
+})();
+
 const jobHookExample: Record<string, unknown> = JSON.parse(
   readFileSync(join(__dirname, '..', 'test', 'webhook', 'fixtures', 'gitlab-job-hook.json'), 'utf8'),
 ) as Record<string, unknown>;
@@ -72,6 +79,11 @@ export function githubWorkflowJobQueued(job: GitHubJobFields, secret: string, de
     },
     repository: { ...repo, name, full_name: job.repository, owner: { ...(repo.owner as Record<string, unknown>), login: owner } },
   };
+  return signedWorkflowJob(payload, secret, deliveryId);
+}
+
+/** A `workflow_job` delivery of `payload`, signed with `secret` (X-Hub-Signature-256, HMAC-SHA256 of the raw body). */
+function signedWorkflowJob(payload: unknown, secret: string, deliveryId: string): Delivery {
   const body = JSON.stringify(payload);
   return {
     path: '/github',
@@ -86,6 +98,49 @@ export function githubWorkflowJobQueued(job: GitHubJobFields, secret: string, de
       'x-hub-signature-256': `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`,
     },
   };
+}
+
+/** A job as a runner took it: when the provider created and started it, and the runner's record. */
+export interface JobStartFields {
+  /** ISO 8601. */
+  readonly createdAt: string;
+  readonly startedAt: string;
+  readonly runnerId: number;
+  /** GitHub: the runner's name; GitLab: its description. Both carry the instance id. */
+  readonly runnerName: string;
+}
+
+/**
+ * A signed `workflow_job` delivery with `action: in_progress`: a runner took the job. Built
+ * on GitHub's published in_progress example; GitHub sends it for every job, the fleet's
+ * webhook stamps the ledger's job-started stage from it (started_at less created_at).
+ */
+export function githubWorkflowJobInProgress(job: GitHubJobFields & JobStartFields & { readonly runnerGroupId: number; readonly runnerGroupName: string }, secret: string, deliveryId: string = randomUUID()): Delivery {
+  const [owner, name] = job.repository.split('/') as [string, string];
+  const repo = queuedExample.repository;
+  const payload = {
+    ...queuedExample,
+    ...inProgressExample,
+    action: 'in_progress',
+    workflow_job: {
+      ...queuedExample.workflow_job,
+      ...inProgressExample.workflow_job,
+      id: job.jobId,
+      run_id: job.runId,
+      labels: [...job.labels],
+      status: 'in_progress',
+      created_at: job.createdAt,
+      started_at: job.startedAt,
+      runner_id: job.runnerId,
+      runner_name: job.runnerName,
+      runner_group_id: job.runnerGroupId,
+      runner_group_name: job.runnerGroupName,
+      run_url: `https://api.github.com/repos/${job.repository}/actions/runs/${job.runId}`,
+      url: `https://api.github.com/repos/${job.repository}/actions/jobs/${job.jobId}`,
+    },
+    repository: { ...repo, name, full_name: job.repository, owner: { ...(repo.owner as Record<string, unknown>), login: owner } },
+  };
+  return signedWorkflowJob(payload, secret, deliveryId);
 }
 
 export interface GitLabJobFields {
@@ -115,6 +170,11 @@ export function gitlabJobPending(job: GitLabJobFields, token: string, deliveryId
     project: { ...project, id: job.projectId, path_with_namespace: job.projectPath },
     runner: null,
   };
+  return jobHook(payload, token, deliveryId);
+}
+
+/** A Job Hook delivery of `payload`: the secret token in X-Gitlab-Token, the delivery's Idempotency-Key. */
+function jobHook(payload: unknown, token: string, deliveryId: string): Delivery {
   const body = JSON.stringify(payload);
   return {
     path: '/gitlab',
@@ -129,6 +189,40 @@ export function gitlabJobPending(job: GitLabJobFields, token: string, deliveryId
       'idempotency-key': deliveryId,
     },
   };
+}
+
+/**
+ * A Job Hook delivery with `build_status: running`: a runner took the job. The payload names
+ * the runner (its `runner` object: id, description, type, tags) and the job's times as the documented example writes them
+ * (`build_*_at` ISO 8601 with milliseconds, `build_*_at_iso` to the second).
+ */
+export function gitlabJobRunning(
+  job: GitLabJobFields & JobStartFields & { readonly runnerType: string; readonly runnerTags: readonly string[] },
+  token: string,
+  deliveryId: string = randomUUID(),
+): Delivery {
+  const project = (jobHookExample.project ?? {}) as Record<string, unknown>;
+  const ms = (t: string) => new Date(t).toISOString();
+  const iso = (t: string) => ms(t).replace(/\.\d{3}Z$/, 'Z');
+  const payload = {
+    ...jobHookExample,
+    build_id: job.buildId,
+    build_status: 'running',
+    build_created_at: ms(job.createdAt),
+    build_created_at_iso: iso(job.createdAt),
+    build_started_at: ms(job.startedAt),
+    build_started_at_iso: iso(job.startedAt),
+    build_finished_at: null,
+    build_finished_at_iso: null,
+    build_duration: null,
+    build_queued_duration: (Date.parse(job.startedAt) - Date.parse(job.createdAt)) / 1000,
+    build_failure_reason: 'unknown_failure',
+    project_id: job.projectId,
+    project_name: job.projectPath,
+    project: { ...project, id: job.projectId, path_with_namespace: job.projectPath },
+    runner: { active: true, runner_type: job.runnerType, is_shared: job.runnerType === 'instance_type', id: job.runnerId, description: job.runnerName, tags: [...job.runnerTags] },
+  };
+  return jobHook(payload, token, deliveryId);
 }
 
 /** The same delivery with its signature (GitHub) or token (GitLab) replaced by a wrong one. */

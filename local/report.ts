@@ -543,7 +543,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   );
   if (lat) lines.push(`activation to runner start (boot script's latency line): min ${lat.min}s, median ${lat.median}s, max ${lat.max}s`);
   if (report.ledger) {
-    lines.push('latency ledger (s; from receipt, the instance stages from activation, job-started from creation):');
+    lines.push('latency ledger (s; received and job-started from the job\'s creation, the instance stages from activation, the rest from receipt):');
     for (const [stage, v] of Object.entries(report.ledger)) lines.push(`  ${stage.padEnd(17)}p50 ${v.p50.toFixed(3).padStart(8)}  p95 ${v.p95.toFixed(3).padStart(8)}  (${v.jobs} jobs)`);
   }
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);

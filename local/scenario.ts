@@ -253,6 +253,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
     lambdas.start();
     cleanups.push(() => lambdas.stop());
+    const startDeliveries = connectJobStartHooks(github, gitlab, fleet.webhook, lambdas);
     const deadline = Date.now() + o.deadlineMs;
 
     const templateVersions: Record<string, { before: string; after: string }> = {};
@@ -441,6 +442,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       await sleep(500);
     }
     const endedAt = Date.now();
+    await Promise.all([github.hooksSettled(), gitlab.hooksSettled()]);
     await lambdas.stop();
     await player.stop();
 
@@ -454,6 +456,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (faults.stallPriming) notes.push(`fault: one ${gitlabPool} instance never finished priming; evictions ${JSON.stringify(evictions)}; prime back-off waits skipped: ${backoffSkips}`);
     if (o.drift) notes.push(`drift: template versions ${JSON.stringify(templateVersions)}; evictions ${JSON.stringify(evictions)}`);
     for (const d of deliveries) if (d.status !== 202) notes.push(`delivery "${d.what}" answered ${d.status}`);
+    for (const d of startDeliveries) if (d.status !== 200) notes.push(`delivery "${d.what}" answered ${d.status}`);
     const unshipped = bootsThatDidNotShip(sandboxRoot);
     if (unshipped.length) notes.push(`boot log not (fully) shipped by ${unshipped.join(', ')}`);
     const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
@@ -480,6 +483,24 @@ function bootsThatDidNotShip(sandboxRoot: string): string[] {
     if (existsSync(consoleLog) && readFileSync(consoleLog, 'utf8').includes('boot log not (fully) shipped')) ids.push(id);
   }
   return ids;
+}
+
+/**
+ * The fleet's webhook, set at both CI servers as its URL and secret are at GitHub and GitLab:
+ * each job a runner takes is announced (GitHub `in_progress`, GitLab `running`) through the
+ * same Function URL event as the queued deliveries, so the ledger's job-started stage is
+ * measured. Acknowledged, not queued: each answer should be 200. Returns the answers' log.
+ */
+function connectJobStartHooks(github: LoopbackGitHub, gitlab: LoopbackGitLab, secrets: { githubSecret: string; gitlabToken: string }, lambdas: LocalLambdas) {
+  const answered: { what: string; status: number }[] = [];
+  const send = async (d: Delivery) => {
+    const status = (await lambdas.webhook(d)).statusCode ?? 0;
+    answered.push({ what: `${d.path.slice(1)} job start ${d.deliveryId}`, status });
+    return status;
+  };
+  github.setWebhook({ secret: secrets.githubSecret, send });
+  gitlab.setWebhook({ secret: secrets.gitlabToken, send });
+  return answered;
 }
 
 function targets(config: FleetConfig): Record<string, number> {

@@ -359,10 +359,17 @@ since_activated() {
 
 # ledger STAGE [TIME]: the job's latency ledger line for an instance stage (contract ledger.ts):
 # pool, stage and seconds since activation, nothing else. Called off the runner's start path:
-# the pool tag is read (once per process) only here.
+# the pool tag is read only here, once: the value goes to $STATE/pool with this instance's id,
+# where the job watcher (another process, forked before the first read) takes it with a
+# builtin; it reads IMDS itself only if its job came first.
 ledger() {
+  local line=''
   since_activated "${2-}" || return 0
-  [[ -n $POOL ]] || ! imds "meta-data/tags/instance/$TAG_POOL" || POOL=${OUT//[^A-Za-z0-9_-]/_}
+  if [[ -z $POOL && -r $STATE/pool ]] && read -r line <"$STATE/pool" && [[ ${line%% *} == "$ID" ]]; then POOL=${line#* }; fi
+  if [[ -z $POOL ]] && imds "meta-data/tags/instance/$TAG_POOL"; then
+    POOL=${OUT//[^A-Za-z0-9_-]/_}
+    printf '%s %s\n' "$ID" "$POOL" >"$STATE/pool" 2>/dev/null || true
+  fi
   log "$L_POOL=${POOL:-unresolved} $L_STAGE=$1 $L_SECS=$SINCE"
 }
 

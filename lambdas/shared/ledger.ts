@@ -1,4 +1,4 @@
-import { LEDGER_MESSAGE, ledgerEntry, type FleetConfig, type LedgerEntry, type LedgerStage } from './contract';
+import { LEDGER_MESSAGE, ledgerEntry, type FleetConfig, type JobMessage, type LedgerEntry, type LedgerStage } from './contract';
 import type { Logger, Sink } from './log';
 
 /**
@@ -33,6 +33,16 @@ export class LedgerWriter {
     const entry = ledgerEntry(job, pool, stage, at, origin);
     this.log.info(LEDGER_MESSAGE, { ...entry });
     this.sink(ledgerMetricRecord(this.metrics, entry));
+  }
+
+  /**
+   * The intake of a job whose message the queue took at `queuedAt` (the webhook's or the
+   * reconciler's send answered): `received` from the job's creation, when known, and `queued`
+   * from its receipt. Called only after a successful send: a failed one queued nothing.
+   */
+  stampQueued(message: JobMessage, pool: string, queuedAt: Date): void {
+    if (message.createdAt !== undefined) this.stamp(message, pool, 'received', new Date(message.receivedAt), message.createdAt);
+    this.stamp(message, pool, 'queued', queuedAt, message.receivedAt);
   }
 
   /** Stamps several stages of one job in the order they happened. */

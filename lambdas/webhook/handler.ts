@@ -235,8 +235,7 @@ async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog
   jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
   const ledger = new LedgerWriter(config.metrics, jLog, ctx.deps.metricSink);
   const pool = message.pool ?? 'unresolved';
-  ledger.stamp(message, pool, 'received', new Date(message.receivedAt), message.receivedAt);
-  ledger.stamp(message, pool, 'queued', ctx.now(), message.receivedAt);
+  ledger.stampQueued(message, pool, ctx.now());
   emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', ctx.deps.metricSink);
   return reply(202, 'queued', message.labelsResolved ? 'queued' : 'queued-labels-unresolved');
 }

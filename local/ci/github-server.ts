@@ -1,7 +1,8 @@
 import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObject } from 'node:crypto';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { byId, checkedLabels, serverBasics, type LoopbackServerOptions } from './server-basics';
+import { githubWorkflowJobInProgress } from '../deliveries';
+import { byId, checkedLabels, serverBasics, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -58,6 +59,13 @@ export interface LoopbackGitHub {
   redeliveriesSettled(): Promise<void>;
   /** Requests served (after faults), in order: the reconciler's budget is counted from these. */
   requests(): GitHubRequest[];
+  /**
+   * The App's webhook: from now on each job a runner takes is announced to it by a signed
+   * `workflow_job` "in_progress" delivery, as GitHub sends one for every job.
+   */
+  setWebhook(webhook: LoopbackWebhook): void;
+  /** Resolves once every delivery sent to the webhook so far has been answered. */
+  hooksSettled(): Promise<void>;
   /** Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0). */
   setRateLimitRemaining(credential: 'app' | 'installation', remaining: number): void;
   jobs(): GitHubJob[];
@@ -567,6 +575,13 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
   }
 
+  /** GitHub's `workflow_job` "in_progress" delivery of a job the runner took. */
+  function announceStart(job: JobState, runner: RunnerState): void {
+    const fields = { jobId: job.id, runId: job.runId, repository: job.repository, labels: job.labels, createdAt: job.createdAt, startedAt: job.startedAt ?? iso() };
+    const group = { runnerId: runner.id, runnerName: runner.name, runnerGroupId: runner.runnerGroupId, runnerGroupName: RUNNER_GROUPS.get(runner.runnerGroupId) ?? 'Default' };
+    basics.sendHook((secret) => githubWorkflowJobInProgress({ ...fields, ...group }, secret));
+  }
+
   /** The fake runner's side, authenticated with the secret from its JIT config. */
   function runnerSide(req: HttpRequest): HttpAnswer {
     const m = routes.local.exec(req.path);
@@ -605,6 +620,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       job.startedAt = iso();
       runner.busy = true;
       runner.jobId = job.id;
+      announceStart(job, runner);
       return { status: 200, body: { jobId: job.id, seconds: jobSeconds } };
     }
     const job = jobs.get(Number(m.groups?.job));
@@ -653,6 +669,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       while (pendingRedeliveries.size > 0) await Promise.allSettled([...pendingRedeliveries]);
     },
     requests: basics.requests,
+    setWebhook: basics.setWebhook,
+    hooksSettled: basics.hooksSettled,
     setRateLimitRemaining(credential, n) {
       remaining[credential] = n;
     },

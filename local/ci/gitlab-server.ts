@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { gitlabJobPending } from '../deliveries';
 import { gitlabJobFor } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions } from './server-basics';
+import { gitlabJobRunning } from '../deliveries';
+import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -68,6 +69,13 @@ export interface LoopbackGitLab {
   setRateLimitRemaining(remaining: number): void;
   /** Authenticated REST requests served (after faults), in order: the reconciler's budget is counted from these. */
   requests(): LoggedRequest[];
+  /**
+   * The fleet's webhook (its URL and secret token): from now on each job a runner takes is
+   * announced to it by a Job Hook with `build_status: running`, as GitLab sends one per status.
+   */
+  setWebhook(webhook: LoopbackWebhook): void;
+  /** Resolves once every Job Hook sent to the webhook so far has been answered. */
+  hooksSettled(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -466,6 +474,13 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     };
   }
 
+  /** GitLab's Job Hook with `build_status: running` for a job the runner took. */
+  function announceStart(job: JobState, r: RunnerState): void {
+    const fields = { buildId: job.id, projectId: job.projectId, projectPath: projectPath(job.projectId), createdAt: job.createdAt, startedAt: job.startedAt ?? iso() };
+    const runner = { runnerId: r.id, runnerName: r.description, runnerType: r.runnerType, runnerTags: r.tagList };
+    basics.sendHook((token) => gitlabJobRunning({ ...fields, ...runner }, token));
+  }
+
   function runnerApi(req: HttpRequest, path: string): HttpAnswer {
     const b = jsonObject(req.body) ?? {};
     if (path === '/runners/verify' && req.method === 'POST') {
@@ -489,6 +504,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       job.status = 'running';
       job.runnerId = r.id;
       job.startedAt = iso();
+      announceStart(job, r);
       return { status: 201, body: jobRequestAnswer(job) };
     }
     const m = /^\/jobs\/(\d+)(\/trace)?$/.exec(path);
@@ -563,6 +579,8 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       rateRemaining = n;
     },
     requests: basics.requests,
+    setWebhook: basics.setWebhook,
+    hooksSettled: basics.hooksSettled,
     close: () => server.close(),
   };
 }

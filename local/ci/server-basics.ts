@@ -1,3 +1,4 @@
+import type { Delivery } from '../deliveries';
 import type { EventSink } from '../events';
 import { Faults, type FaultMatch } from './http';
 
@@ -41,6 +42,16 @@ export interface StrayRunners {
   readonly diesBeforeJob?: (runnerName: string) => boolean;
 }
 
+/**
+ * The fleet's webhook as a service's hook settings hold it: its secret (GitHub's webhook
+ * secret, GitLab's secret token) and where deliveries go. Set once the fleet exists.
+ */
+export interface LoopbackWebhook {
+  readonly secret: string;
+  /** Posts a delivery to the webhook; resolves to its HTTP status (0: no answer). */
+  readonly send: (delivery: Delivery) => Promise<number>;
+}
+
 /** A request as a server's log keeps it (after faults). */
 export interface LoggedRequest {
   readonly method: string;
@@ -59,12 +70,35 @@ export interface ServerBasics<R extends LoggedRequest> {
   /** Reports that a runner finished a job (the local report's `job-done`). */
   jobDone(provider: 'github' | 'gitlab', jobId: number, runnerName: string | undefined): void;
   readonly strays: StrayRunnerModes;
+  /** Where the server's own deliveries (a job's start) go from now on. */
+  setWebhook(webhook: LoopbackWebhook): void;
+  /**
+   * Sends the delivery `build` signs with the webhook's secret, after the current answer (as
+   * the services send theirs, asynchronously); nothing without a webhook. A failed send is
+   * not retried: the ledger stage it carries is best effort, as at GitHub and GitLab.
+   */
+  sendHook(build: (secret: string) => Delivery): void;
+  /** Resolves once every delivery sent so far has been answered. */
+  hooksSettled(): Promise<void>;
 }
 
 export function serverBasics<R extends LoggedRequest>(opts: LoopbackServerOptions): ServerBasics<R> {
   const faults = new Faults();
   const served: R[] = [];
+  let webhook: LoopbackWebhook | undefined;
+  const pending = new Set<Promise<unknown>>();
   return {
+    setWebhook: (w) => void (webhook = w),
+    sendHook(build) {
+      const target = webhook;
+      if (!target) return;
+      const sent = new Promise<void>((resolve) => setImmediate(resolve)).then(() => target.send(build(target.secret))).catch(() => 0);
+      pending.add(sent);
+      void sent.finally(() => pending.delete(sent));
+    },
+    hooksSettled: async () => {
+      while (pending.size > 0) await Promise.allSettled([...pending]);
+    },
     jobSeconds: opts.jobSeconds ?? 1,
     faults,
     log: (request) => void served.push(request),

@@ -8,7 +8,10 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitHubApiError, GitHubProvider } from '../../lambdas/ci';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import type { Delivery } from '../../local/deliveries';
 import type { LocalEvent } from '../../local/events';
+import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
+import { verifyGitHubSignature } from '../../lambdas/webhook/verify';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { runningInGroup, until } from './ci-processes';
 
@@ -191,6 +194,35 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     expect((await local(`jobs/${job.id}/complete`)).status).toBe(200);
     expect(gh.runners()).toEqual([]);
     expect(gh.jobs().find((j) => j.id === job.id)).toMatchObject({ status: 'completed', runnerName: reg.name });
+  });
+
+  it('announces a job its runner takes to the webhook: a workflow_job in_progress delivery, signed, that the webhook reads as this job started by this runner', async () => {
+    const sent: Delivery[] = [];
+    gh.setWebhook({ secret: 'hook-secret', send: async (d) => (sent.push(d), 200) });
+    const job = gh.addJob(`${ORG}/app`, ['self-hosted', 'gpu']);
+    const reg = await provider().createRunner(message(job.id, job.labels), nextInstance(), 'gpu');
+    const { runnerId, secret } = JSON.parse(Buffer.from(reg.secret, 'base64').toString()) as { runnerId: number; secret: string };
+    const local = (path: string) => fetch(`${gh.url}/_local/github/runners/${runnerId}/${path}`, { method: 'POST', headers: { authorization: `Bearer ${secret}` } });
+    expect((await local('session')).status).toBe(200);
+    expect(sent).toEqual([]); // online, no job yet: nothing to announce
+    expect((await local('acquire')).status).toBe(200);
+    await gh.hooksSettled();
+    expect(sent).toHaveLength(1);
+    const d = sent[0]!;
+    expect(d.headers).toMatchObject({ 'x-github-event': 'workflow_job', 'x-github-delivery': d.deliveryId });
+    expect(verifyGitHubSignature(Buffer.from(d.body), d.headers['x-hub-signature-256'], 'hook-secret')).toEqual({ ok: true });
+    expect(verifyGitHubSignature(Buffer.from(d.body), d.headers['x-hub-signature-256'], 'another-secret').ok).toBe(false);
+    const payload = JSON.parse(d.body) as { action: string; workflow_job: Record<string, unknown> };
+    expect(payload.action).toBe('in_progress');
+    expect(payload.workflow_job).toMatchObject({ id: job.id, status: 'in_progress', runner_id: runnerId, runner_name: reg.name, runner_group_id: 1, runner_group_name: 'Default' });
+    const classified = classifyGitHubDelivery('workflow_job', payload, config.github);
+    expect(classified).toMatchObject({ kind: 'ignore', reason: 'action-in_progress', started: { providerJobId: String(job.id), runnerName: reg.name, labels: job.labels } });
+    const { createdAt, startedAt } = (classified as { started: { createdAt: string; startedAt: string } }).started;
+    expect(Date.parse(startedAt)).toBeGreaterThanOrEqual(Date.parse(createdAt));
+    // The acquire again (the runner asking after its job) announces nothing new.
+    expect((await local('acquire')).status).toBe(200);
+    await gh.hooksSettled();
+    expect(sent).toHaveLength(1);
   });
 
   it('failNext: a 5xx once on a list is retried by the provider; on generate-jitconfig it is not (GitHub may have registered it)', async () => {

@@ -7,7 +7,10 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitLabApiError, GitLabProvider } from '../../lambdas/ci';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, GitLabRunnerType, Provider, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
+import type { Delivery } from '../../local/deliveries';
 import type { LocalEvent } from '../../local/events';
+import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
+import { verifyGitLabToken } from '../../lambdas/webhook/verify';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { runningInGroup, until } from './ci-processes';
 import { scaled } from '../support/slowdown';
@@ -239,6 +242,30 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     gl.failNext({ method: 'GET', path: /\/runners$/ }, 429);
     expect(await p.listRunners()).toEqual([]);
     expect(waits).toEqual([500, 500, 1000, 2000]);
+  });
+
+  it('announces a job its runner takes to the webhook: a Job Hook with build_status running, its runner object and times, that the webhook reads as this job started by this runner', async () => {
+    const sent: Delivery[] = [];
+    gl.setWebhook({ secret: 'hook-token', send: async (d) => (sent.push(d), 200) });
+    const post = (path: string, body: unknown) => fetch(`${gl.url}/api/v4${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const job = gl.addJob(PROJECT, ['docker']);
+    const reg = await provider().createRunner(message(job.id), nextInstance(), 'docker');
+    expect((await post('/jobs/request', { token: reg.secret })).status).toBe(201);
+    await gl.hooksSettled();
+    expect(sent).toHaveLength(1);
+    const d = sent[0]!;
+    expect(d.headers).toMatchObject({ 'x-gitlab-event': 'Job Hook', 'idempotency-key': d.deliveryId });
+    expect(verifyGitLabToken(d.headers['x-gitlab-token'], 'hook-token')).toEqual({ ok: true });
+    const payload = JSON.parse(d.body) as Record<string, unknown>;
+    expect(payload).toMatchObject({ object_kind: 'build', build_id: job.id, build_status: 'running', project_id: PROJECT, runner: { id: Number(reg.runnerId), description: reg.name, tags: ['docker', 'linux'] } });
+    expect(payload.build_started_at_iso).toEqual(expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/));
+    const classified = classifyGitLabDelivery(payload, config.gitlab);
+    expect(classified).toMatchObject({ kind: 'ignore', reason: 'status-running', started: { providerJobId: String(job.id), runnerName: reg.name, labels: ['docker', 'linux'] } });
+    // No job left: the next request announces nothing.
+    expect((await post('/jobs/request', { token: reg.secret })).status).toBe(204);
+    await gl.hooksSettled();
+    expect(sent).toHaveLength(1);
+    await provider().deleteRunner(reg.runnerId);
   });
 
   it('refuses bad credentials like GitLab: 401 for a wrong PRIVATE-TOKEN, 403 for a wrong runner or job token', async () => {

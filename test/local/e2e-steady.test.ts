@@ -83,7 +83,11 @@ describe('npm run local (steady: the default run)', () => {
       const how = job.timeline.find((e) => e.kind === 'started')!.detail;
       expect(how === 'warm' || fell.some((f) => f.jobId === job.job), `${job.job} started ${String(how)} with no fallback logged`).toBe(true);
       expect(typeof job.activationLatencySeconds).toBe('number');
+      // The ledger's last stage: both CI servers announce the start of a job a runner takes
+      // (GitHub in_progress, GitLab running), and the webhook stamps it from the provider's times.
+      expect(job.ledger?.['job-started'], `${job.job} has no job-started stage`).toBeGreaterThanOrEqual(0);
     }
+    expect(report.ledger?.['job-started']?.jobs).toBe(10);
     expect(report.activationLatencySeconds!.min).toBeGreaterThanOrEqual(0);
   });
 

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { GitHubAnswer, GitHubAnswerObserver } from '../../lambdas/ci/github';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, LAMBDA_ENV, LEDGER_MESSAGE, METRIC_NAMES, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
 import { fleetConfig, Lines } from '../support/fixtures';
 
 const old = new Date(Date.now() - 10 * 60_000).toISOString();
@@ -66,6 +66,26 @@ describe('reconcile handler', () => {
     expect(await run(fleetConfig(), { send: async () => Promise.reject(refused) } as never, failing)).toMatchObject({ queued: 0 });
     expect(failing.metric('JobsReconciled')).toBe(0);
     expect(failing.logs('queueing a reconciled job failed')[0]).toMatchObject({ error: 'AccessDenied', jobId: 'github:77' });
+  });
+
+  it("stamps a found job's ledger once the queue took it: received from its creation (the wait before the fleet knew), queued from its finding", async () => {
+    const now = new Date(Date.parse(old) + 600_000);
+    const reconcile = (send: () => Promise<unknown>, lines: Lines) =>
+      createReconcileHandler({ sqs: { send } as never, aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }), loadConfig: async () => fleetConfig(), providers: () => ({ github: fakeGitHub() }), queueUrl: 'https://sqs.local/jobs.fifo', sink: lines.sink, now: () => now })();
+    const lines = new Lines();
+    expect(await reconcile(async () => ({}), lines)).toMatchObject({ queued: 1 });
+    const ledger = lines.logs(LEDGER_MESSAGE).map(({ jobId, pool, stage, at, seconds }) => ({ jobId, pool, stage, at, seconds }));
+    expect(ledger).toEqual([
+      { jobId: 'github:77', pool: 'linux', stage: 'received', at: now.toISOString(), seconds: 600 },
+      { jobId: 'github:77', pool: 'linux', stage: 'queued', at: now.toISOString(), seconds: 0 },
+    ]);
+    expect(lines.metric(METRIC_NAMES.jobStageSeconds, { Pool: 'linux', Stage: 'received' })).toBe(600);
+
+    // A send the queue refused queued nothing: no ledger line.
+    const failing = new Lines();
+    const refused = Object.assign(new Error('denied'), { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } });
+    expect(await reconcile(async () => Promise.reject(refused), failing)).toMatchObject({ queued: 0 });
+    expect(failing.logs(LEDGER_MESSAGE)).toEqual([]);
   });
 
   it('stops starting requests at the deadline margin and keeps what it queued per repository', async () => {

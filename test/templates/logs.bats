@@ -116,6 +116,32 @@ activate() {
   log_messages | grep -qE "$LOG_LATENCY=$run$"
 }
 
+@test "RUN reads the pool tag from IMDS once: the job watcher takes the value the boot read, and the job-taken line carries it" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  activate jit-pool trace-pool
+  # The job is taken after the boot's own ledger lines read the pool (as a real job comes).
+  echo "$ROOT/var/lib/warm-runners/pool" >"$ROOT/calls/runner-say-after"
+  printf '2026-12-01 12:00:01Z: %sbuild\n' "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  boot_hook
+  [ "$status" -eq 0 ]
+  log_messages | grep -qE " $LEDGER_POOL=pool-a $LEDGER_STAGE=job-taken "
+  [ "$(imds_paths | grep -cxF "/latest/meta-data/tags/instance/$TAG_POOL")" -eq 1 ]
+}
+
+@test "a pool file left by another instance (image baked after a RUN) is not taken: the pool is read from IMDS" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  activate jit-stale trace-stale
+  echo "i-0aaaaaaaaaaaaaaaa pool-z" >"$ROOT/var/lib/warm-runners/pool"
+  boot_hook
+  [ "$status" -eq 0 ]
+  log_messages | grep -qE " $LEDGER_POOL=pool-a $LEDGER_STAGE=boot-began "
+  ! log_messages | grep -qF "pool-z"
+}
+
 @test "WAIT giving up ships its lines before the instance terminates itself" {
   new_instance "$(cold_tags)"
   # The rendering with a short WAIT bound (scaled with the machine's slowdown).

@@ -146,7 +146,7 @@ const ledgerLines = (lines: readonly string[]) =>
 describe('latency ledger', () => {
   const ours = runnerName(PREFIX, 'i-0123456789abcdef0', NOW);
 
-  it('stamps received then queued for a queued job: trace id, job id, pool, time, seconds since receipt, and an EMF sample each', async () => {
+  it('stamps received (from the job\'s creation) then queued (from receipt) for a queued job: trace id, job id, pool, time, seconds, and an EMF sample each', async () => {
     // The clock moves 250 ms per reading: receipt, then the queued stamp after the send.
     let tick = 0;
     const handler = newHandler({}, {}, () => new Date(NOW.getTime() + 250 * tick++));
@@ -157,7 +157,10 @@ describe('latency ledger', () => {
     expect(outcome(res).outcome).toBe('queued');
     const lines = ledgerLines(logLines.slice(start));
     expect(lines.map((l) => l.stage)).toEqual(['received', 'queued']);
-    expect(lines[0]).toEqual({ traceId: delivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'received', at: NOW.toISOString(), seconds: 0 });
+    // received: how long the job waited at GitHub before the fleet knew of it (the example's created_at to receipt).
+    const createdAt = Date.parse((JSON.parse(queuedSelfHosted) as { workflow_job: { created_at: string } }).workflow_job.created_at);
+    expect(lines[0]).toEqual({ traceId: delivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'received', at: NOW.toISOString(), seconds: (NOW.getTime() - createdAt) / 1000 });
+    expect(lines[0]!.seconds).toBeGreaterThan(0);
     expect(lines[1]).toMatchObject({ traceId: delivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'queued' });
     expect(lines[1]!.seconds).toBe((Date.parse(lines[1]!.at as string) - NOW.getTime()) / 1000);
     expect(lines[1]!.seconds).toBeGreaterThan(0);
@@ -179,6 +182,48 @@ describe('latency ledger', () => {
     // Only the job our runner took; nothing queued.
     expect(ledgerLines(logLines.slice(start))).toEqual([{ traceId: ourDelivery, jobId: 'github:12877621891', pool: 'gh-k8s', stage: 'job-started', at: '2026-11-29T18:59:07.000Z', seconds: 7 }]);
     expect(await queued()).toEqual([]);
+  });
+
+  it('stamps queued without received for a job whose creation time is unknown (no created_at)', async () => {
+    const handler = newHandler();
+    const example = JSON.parse(queuedSelfHosted) as { workflow_job: Record<string, unknown> };
+    const body = JSON.stringify({ ...example, workflow_job: { ...example.workflow_job, created_at: null } });
+    const start = logLines.length;
+    expect(outcome(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body))).outcome).toBe('queued');
+    expect(ledgerLines(logLines.slice(start)).map((l) => l.stage)).toEqual(['queued']);
+  });
+
+  it('stamps nothing when the queue send fails: queued means the message is in the queue (the sender redelivers)', async () => {
+    // A queue that does not exist: moto refuses the send, as SQS would.
+    const handler = newHandler({}, { [LAMBDA_ENV.jobsQueueUrl]: queueUrl.replace(/jobs\.fifo$/, 'gone.fifo') });
+    const start = logLines.length;
+    const metricStart = metricLines.length;
+    const res = await handler(functionUrlEvent('/github', githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', randomUUID()), queuedSelfHosted));
+    expect([result(res).statusCode, outcome(res).outcome]).toEqual([500, 'error']);
+    expect(ledgerLines(logLines.slice(start))).toEqual([]);
+    expect(metricLines.slice(metricStart).filter((l) => METRIC_NAMES.jobStageSeconds in (JSON.parse(l) as Record<string, unknown>))).toEqual([]);
+  });
+
+  it('writes no ledger line for a badly signed in_progress delivery (GitHub) or running Job Hook (GitLab) of our runner', async () => {
+    const handler = newHandler();
+    const job = JSON.parse(queuedSelfHosted) as { workflow_job: Record<string, unknown> };
+    const body = JSON.stringify({ ...job, action: 'in_progress', workflow_job: { ...job.workflow_job, status: 'in_progress', created_at: '2026-11-29T18:59:00Z', started_at: '2026-11-29T18:59:07Z', runner_name: ours } });
+    const runner = { ...(jobHook.runner as Record<string, unknown>), description: ours, tags: ['docker'] };
+    const times = { runner, build_created_at_iso: '2026-11-29T18:58:00Z', build_started_at_iso: '2026-11-29T18:58:12Z' };
+    const { event: gitlabRunning } = gitlabEvent('running', {}, times);
+    const start = logLines.length;
+    const forged = await handler(functionUrlEvent('/github', githubHeaders(body, 'not-the-secret', 'workflow_job', randomUUID()), body));
+    expect(result(forged).statusCode).toBe(401);
+    const wrongToken = await handler(gitlabEvent('running', { 'X-Gitlab-Token': 'not-the-token' }, times).event);
+    expect(result(wrongToken).statusCode).toBe(401);
+    expect(ledgerLines(logLines.slice(start))).toEqual([]);
+    // The same deliveries, signed: each stamps job-started (so the refusal above is the signature's).
+    expect(result(await handler(functionUrlEvent('/github', githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID()), body))).statusCode).toBe(200);
+    expect(result(await handler(gitlabRunning)).statusCode).toBe(200);
+    expect(ledgerLines(logLines.slice(start)).map((l) => [l.jobId, l.stage])).toEqual([
+      ['github:12877621891', 'job-started'],
+      ['gitlab:1977', 'job-started'],
+    ]);
   });
 
   it("stamps job-started from GitLab's running Job Hook, its pool found by the runner's tags", async () => {

@@ -11,9 +11,11 @@ export interface LedgerStageSpec {
   /** The webhook, scale-up, the instance's boot script, or the CI provider's own record. */
   readonly by: 'webhook' | 'scale-up' | 'instance' | 'provider';
   /**
-   * `received`: the webhook's receipt of the job's delivery (the job message's `receivedAt`).
+   * `received`: the fleet's receipt of the job (the job message's `receivedAt`: the webhook's
+   * receipt of its delivery, or the reconciler's finding of it).
    * `activated`: the instance's activation tag (the boot script has nothing earlier).
-   * `created`: the job's creation at the CI provider (its own queue-to-start).
+   * `created`: the job's creation at the CI provider (the job message's `createdAt`; for
+   * job-started, the provider's own creation time in the start delivery).
    */
   readonly since: 'received' | 'activated' | 'created';
 }
@@ -23,9 +25,14 @@ export interface LedgerStageSpec {
  * a warm job that lost a claim registers after claiming: each line carries its own time).
  */
 export const LEDGER_STAGES = {
-  /** The webhook verified the delivery (its receipt time). */
-  received: { by: 'webhook', since: 'received' },
-  /** The job message is in the jobs queue. */
+  /**
+   * The fleet learnt of the job (the webhook verified its delivery, or the reconciler found
+   * it), measured from the job's creation: the time it waited before the fleet knew of it
+   * (delivery latency, or a lost delivery's wait for the reconciler). Not stamped when the
+   * job's creation time is unknown (the message has no `createdAt`).
+   */
+  received: { by: 'webhook', since: 'created' },
+  /** The job message is in the jobs queue (sent by the webhook, or by the reconciler). */
   queued: { by: 'webhook', since: 'received' },
   /** Scale-up took the message from the queue (first receive only). */
   dequeued: { by: 'scale-up', since: 'received' },
