@@ -1,14 +1,14 @@
 import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type TagKeys } from '../shared/contract';
+import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type SsmPaths, type TagKeys } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
-import { listRunnerConfigs } from '../shared/parameters';
+import { listRunnerConfigs, type ObservedParameter } from '../shared/parameters';
 import { busyAtProvider } from './busy-check';
 import { recordIdleReadings, reportedSinceReading } from './idle-marks';
-import { planSweep, SWEEP_DEFAULTS, type SweepOptions, type Terminate } from './sweep';
+import { planSweep, SWEEP_DEFAULTS, type DeleteParameter, type DeleteRunner, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
   readonly ec2: EC2Client;
@@ -76,58 +76,10 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 
       const terminate = await deregisterFirst(deps, plan.terminate, providers, keys, ciTimeoutMs, log);
-      const terminated: string[] = [];
-      for (let i = 0; i < terminate.length; i += 100) {
-        const chunk = terminate.slice(i, i + 100);
-        try {
-          await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: chunk.map((t) => t.instance.id) }), WRITE_IDEMPOTENT);
-        } catch (error) {
-          // Their runners are gone already: the next sweep finds them unlisted and retries.
-          log.error('terminating instances failed', { instances: chunk.length, error: errorName(error) });
-          continue;
-        }
-        for (const t of chunk) {
-          terminated.push(t.instance.id);
-          const pool = t.instance.tags.get(keys.pool) ?? 'unknown';
-          log.info('terminated', { instanceId: t.instance.id, reason: t.reason, pool, traceId: t.instance.tags.get(keys.traceId), jobId: t.instance.tags.get(keys.jobId) });
-          count(pool, t.reason);
-          summary.terminated++;
-        }
-      }
-
-      // The config parameters to delete: the plan's (instance gone, stale claim) and, in the
-      // same run, those of the instances just terminated: a parameter holds a runner secret,
-      // and waiting for the next sweep's "instance-gone" leaves it a minute or more.
-      const doomed = new Map<string, { instanceId: string; reason: string }>();
-      for (const d of plan.deleteParameters) doomed.set(d.parameter.name, { instanceId: d.parameter.instanceId, reason: d.reason });
-      const observed = new Map(parameters.map((p) => [p.instanceId, p.name]));
-      for (const id of terminated) {
-        const name = observed.get(id);
-        if (name !== undefined && !doomed.has(name)) doomed.set(name, { instanceId: id, reason: 'instance-terminated' });
-      }
-      if (doomed.size > 0) {
-        const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, [...doomed.keys()], { delete: 'batch', readBack: 'list' });
-        if (outcome.kept.size > 0) log.error('deleting config parameters failed; the next sweep retries', { parameters: outcome.kept.size, errors: outcome.errors });
-        for (const [name, d] of doomed) {
-          if (!outcome.gone.has(name)) continue;
-          log.info('deleted config parameter', { instanceId: d.instanceId, reason: d.reason });
-          count(poolOf(d.instanceId), d.reason);
-          summary.parametersDeleted++;
-        }
-      }
-
-      for (const d of plan.deleteRunners) {
-        const ci = providers[d.provider];
-        if (!ci) continue;
-        try {
-          await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(d.runner.runnerId));
-          log.info('deregistered runner', { provider: d.provider, runnerId: d.runner.runnerId, name: d.runner.name, reason: d.reason });
-          count(poolOf(instanceIdOfRunnerName(config.prefix, d.runner.name) ?? ''), d.reason);
-          summary.runnersDeleted++;
-        } catch (error) {
-          log.warn('deregistering a runner failed; the next sweep retries', { runnerId: d.runner.runnerId, error: errorName(error) });
-        }
-      }
+      const terminated = await terminateInstances(deps, terminate, keys, log, count);
+      summary.terminated = terminated.length;
+      summary.parametersDeleted = await deleteConfigs(deps, paths, plan.deleteParameters, parameters, terminated, log, (id, reason) => count(poolOf(id), reason));
+      summary.runnersDeleted = await deregisterStrays(plan.deleteRunners, providers, ciTimeoutMs, log, (name, reason) => count(poolOf(instanceIdOfRunnerName(config.prefix, name) ?? ''), reason));
     } finally {
       metrics.flush();
     }
@@ -181,4 +133,84 @@ async function deregisterFirst(
     }
   }
   return terminate;
+}
+
+/** One TerminateInstances per 100 instances (their runners are deregistered already); the ids terminated. */
+async function terminateInstances(deps: ScaleDownDeps, terminate: readonly Terminate[], keys: TagKeys, log: Logger, count: (pool: string, reason: string) => void): Promise<string[]> {
+  const terminated: string[] = [];
+  for (let i = 0; i < terminate.length; i += 100) {
+    const chunk = terminate.slice(i, i + 100);
+    try {
+      await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: chunk.map((t) => t.instance.id) }), WRITE_IDEMPOTENT);
+    } catch (error) {
+      // Their runners are gone already: the next sweep finds them unlisted and retries.
+      log.error('terminating instances failed', { instances: chunk.length, error: errorName(error) });
+      continue;
+    }
+    for (const t of chunk) {
+      terminated.push(t.instance.id);
+      const pool = t.instance.tags.get(keys.pool) ?? 'unknown';
+      log.info('terminated', { instanceId: t.instance.id, reason: t.reason, pool, traceId: t.instance.tags.get(keys.traceId), jobId: t.instance.tags.get(keys.jobId) });
+      count(pool, t.reason);
+    }
+  }
+  return terminated;
+}
+
+/**
+ * Deletes the config parameters the plan names (instance gone, stale claim) and, in the same
+ * run, those of the instances just terminated: a parameter holds a runner secret, and waiting
+ * for the next sweep's "instance-gone" leaves it a minute or more. Returns how many are gone.
+ */
+async function deleteConfigs(
+  deps: ScaleDownDeps,
+  paths: SsmPaths,
+  planned: readonly DeleteParameter[],
+  parameters: readonly ObservedParameter[],
+  terminated: readonly string[],
+  log: Logger,
+  count: (instanceId: string, reason: string) => void,
+): Promise<number> {
+  const doomed = new Map<string, { instanceId: string; reason: string }>();
+  for (const d of planned) doomed.set(d.parameter.name, { instanceId: d.parameter.instanceId, reason: d.reason });
+  const observed = new Map(parameters.map((p) => [p.instanceId, p.name]));
+  for (const id of terminated) {
+    const name = observed.get(id);
+    if (name !== undefined && !doomed.has(name)) doomed.set(name, { instanceId: id, reason: 'instance-terminated' });
+  }
+  if (doomed.size === 0) return 0;
+  const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, [...doomed.keys()], { delete: 'batch', readBack: 'list' });
+  if (outcome.kept.size > 0) log.error('deleting config parameters failed; the next sweep retries', { parameters: outcome.kept.size, errors: outcome.errors });
+  let deleted = 0;
+  for (const [name, d] of doomed) {
+    if (!outcome.gone.has(name)) continue;
+    log.info('deleted config parameter', { instanceId: d.instanceId, reason: d.reason });
+    count(d.instanceId, d.reason);
+    deleted++;
+  }
+  return deleted;
+}
+
+/** Deregisters the runners no live instance carries; how many went. A failure is retried by the next sweep. */
+async function deregisterStrays(
+  planned: readonly DeleteRunner[],
+  providers: Partial<Record<Provider, CiProvider>>,
+  ciTimeoutMs: number,
+  log: Logger,
+  count: (runnerName: string, reason: string) => void,
+): Promise<number> {
+  let deleted = 0;
+  for (const d of planned) {
+    const ci = providers[d.provider];
+    if (!ci) continue;
+    try {
+      await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(d.runner.runnerId));
+      log.info('deregistered runner', { provider: d.provider, runnerId: d.runner.runnerId, name: d.runner.name, reason: d.reason });
+      count(d.runner.name, d.reason);
+      deleted++;
+    } catch (error) {
+      log.warn('deregistering a runner failed; the next sweep retries', { runnerId: d.runner.runnerId, error: errorName(error) });
+    }
+  }
+  return deleted;
 }

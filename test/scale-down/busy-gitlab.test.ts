@@ -168,3 +168,19 @@ describe('scale-down against a GitLab that lists a working runner offline and ac
     expect(instance.state).not.toBe('running');
   });
 });
+
+describe('the running-jobs signal does not keep an idle GitLab runner', () => {
+  it('a runner that never took a job (listed never_contacted, no running job) is deregistered and its instance terminated', async () => {
+    const provider = gitlabProvider();
+    const job = gl.addJob(PROJECT, ['linux']);
+    const instance = aws.addInstance({ state: 'running', tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.jobId]: `gitlab:${job.id}` } });
+    const reg = await provider.createRunner(message(job.id), instance.id, 'linux');
+    instance.tags.set(KEYS.runnerId, reg.runnerId);
+    expect(await provider.listRunners()).toEqual([expect.objectContaining({ runnerId: reg.runnerId, status: 'never_contacted' })]);
+    await sweeps(provider, 2);
+    expect(gl.requests().filter((r) => r.method === 'GET' && r.path === `/runners/${reg.runnerId}/jobs`)).toHaveLength(1);
+    expect(gl.runners()).toEqual([]);
+    expect(gl.jobsCutOff()).toEqual([]);
+    expect(instance.state).not.toBe('running');
+  });
+});
