@@ -43,7 +43,7 @@ export interface LocalArgs {
 
 /** The fault sets of --faults: alone, the standard set; with a name, that case. */
 export const FAULT_SETS = {
-  standard: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true },
+  standard: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true, lossy: true },
   'tampered-download': { tamperedDownload: true },
 } as const satisfies Record<string, ScenarioFaults>;
 

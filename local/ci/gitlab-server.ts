@@ -27,6 +27,9 @@ export interface GitLabJob {
   tags: string[];
   status: 'pending' | 'running' | 'success' | 'failed';
   runnerId?: number;
+  /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
+  createdAt?: string;
+  startedAt?: string;
 }
 
 export interface GitLabRunnerRecord {
@@ -533,5 +536,13 @@ function statusMatches(responseStatus: string, filter: string): boolean {
 }
 
 function publicJob(j: JobState): GitLabJob {
-  return { id: j.id, projectId: j.projectId, tags: [...j.tags], status: j.status, ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }) };
+  return {
+    id: j.id,
+    projectId: j.projectId,
+    tags: [...j.tags],
+    status: j.status,
+    ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }),
+    createdAt: j.createdAt,
+    ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
+  };
 }
