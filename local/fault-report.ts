@@ -57,7 +57,8 @@ export function buildFaultProof(input: {
       if (c?.done || doneEvents.length > 0) failures.push(`${id}: cancelled, yet served`);
       continue;
     }
-    const ranOn = c?.runnerName;
+    // GitLab's registration (which names the runner) is deleted after the job: then the job-done event names it.
+    const ranOn = c?.runnerName ?? doneEvents.find((e) => e.runnerName)?.runnerName;
     if (!c?.done) failures.push(`${id}: not served${c?.failed ? ' (cut off: its runner was lost or deleted mid-job)' : ''}`);
     else if (!ranOn || instanceIdOfRunnerName(input.prefix, ranOn) === undefined) failures.push(`${id}: finished by a runner not of this fleet (${ranOn ?? 'none'})`);
     if (doneEvents.length > 1) failures.push(`${id}: finished ${doneEvents.length} times`);

@@ -143,6 +143,12 @@ const RUNNER_WAIT_SECONDS = 30;
 const RETRY_AFTER_SECONDS = 8;
 const RECONCILE_EVERY_MS = 3_000;
 const RECONCILE_MIN_QUEUED_SECONDS = 4;
+/**
+ * With the lost-job faults a GitHub runner waits this long for a job (otherwise
+ * RUNNER_WAIT_SECONDS): the dead runner's machine and the cancelled job's runner end after it,
+ * and every job is queued before any runner starts, so a runner with work finds it at once.
+ */
+const LOSSY_RUNNER_WAIT_SECONDS = 10;
 
 const GITHUB_REPOSITORY = 'app';
 const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
@@ -198,7 +204,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       appId: example.github.appId,
       onEvent,
       jobSeconds: o.jobSeconds,
-      runnerWaitSeconds: runnerSeconds,
+      runnerWaitSeconds: plan ? Math.ceil(LOSSY_RUNNER_WAIT_SECONDS * factor) : runnerSeconds,
       runnerLostSeconds: runnerSeconds,
       ...(plan ? { busyFalseMidJob: true, strays: lossy.strays(), redeliver: (r) => lossy.redeliver(r) } : {}),
     });
