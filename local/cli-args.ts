@@ -18,7 +18,7 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
   --image I       the machines' image: stock (no runner: PRIME, or a cold boot, installs it from a loopback release server) or prebuilt (runner in place) (default ${SCENARIO_DEFAULTS.image})
   --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500,
                   and the lost-job faults: ${Math.round(FAULT_SHARES.dropped * 100)}% of the job deliveries dropped before the webhook, ${Math.round(FAULT_SHARES.failed * 100)}% answered 5xx,
-                  a GitHub runner that takes another job's job, one that dies before taking any, a cancelled job,
+                  a GitHub runner that takes another job's job, one that dies before taking any, a cancelled GitLab job,
                   and GitHub's busy: false mid-job (needs --jobs ${minimumJobs()} or more)
   --seed N        the lost-job faults' plan, 0 to ${ARG_LIMITS.seed} (default ${DEFAULT_FAULT_SEED}): the same seed, the same faults
   --faults tampered-download

@@ -1,7 +1,7 @@
 /**
  * The seeded fault plan of `npm run local -- --faults` (issue 11, "Prove it locally"): which
- * job deliveries are dropped before the webhook, which are answered 5xx, and which GitHub jobs
- * get a stray runner or are cancelled. Pure: the same seed and job counts give the same plan,
+ * job deliveries are dropped before the webhook, which are answered 5xx, which GitHub jobs get
+ * a stray runner, and which GitLab job is cancelled. Pure: the same seed and job counts give the same plan,
  * so a failing run is replayed with its `--seed`.
  */
 
@@ -12,16 +12,17 @@ export type DeliveryFate = 'delivered' | 'dropped' | 'failed';
 export const FAULT_SHARES = { dropped: 0.2, failed: 0.1 } as const;
 /** The seed of a run without `--seed`. */
 export const DEFAULT_FAULT_SEED = 1;
-/** GitHub jobs the plan needs delivered: one whose runner takes another's job, one whose runner dies, one cancelled. */
-const GITHUB_SPECIALS = 3;
+/** GitHub jobs the plan needs delivered: one whose runner takes another's job, one whose runner dies. */
+const GITHUB_SPECIALS = 2;
 
 export interface FaultPlan {
   readonly seed: number;
   /** Per provider, the fate of each job's delivery, in the order the jobs are created. */
   readonly fates: { readonly github: readonly DeliveryFate[]; readonly gitlab: readonly DeliveryFate[] };
-  /** Indexes of GitHub jobs (all delivered): their first runner takes another job's job / dies before taking one; the job cancelled after its delivery. */
+  /** Indexes of GitHub jobs (both delivered): their first runner takes another job's job / dies before taking one. */
   readonly takesAnother: number;
   readonly dies: number;
+  /** Index of the GitLab job (delivered) cancelled after its delivery. */
   readonly cancelled: number;
 }
 
@@ -51,17 +52,19 @@ export function planFaults(seed: number, jobs: number): FaultPlan {
   const total = 2 * jobs;
   const dropped = Math.ceil(total * FAULT_SHARES.dropped);
   const failed = Math.ceil(total * FAULT_SHARES.failed);
-  if (jobs < GITHUB_SPECIALS || total - GITHUB_SPECIALS < dropped + failed) {
+  if (jobs < GITHUB_SPECIALS || total - GITHUB_SPECIALS - 1 < dropped + failed) {
     throw new Error(`the fault plan needs at least ${minimumJobs()} jobs per provider, got ${jobs}`);
   }
   const random = seededRandom(seed);
   const github = shuffle([...Array(jobs).keys()], random);
-  const [takesAnother, dies, cancelled] = github as [number, number, number];
-  // The faults alternate between the providers (GitHub first) while both have jobs left, so
-  // that both reconcilers' paths are taken; which job of a provider gets one is the seed's.
-  const open = { github: github.slice(GITHUB_SPECIALS), gitlab: shuffle([...Array(jobs).keys()], random) };
+  const [takesAnother, dies] = github as [number, number];
+  const gitlab = shuffle([...Array(jobs).keys()], random);
+  const cancelled = gitlab[0]!;
+  // The faults alternate between the providers (GitHub first, a 5xx first) while both have
+  // jobs left, so that the redelivery and both listings are taken; which job is the seed's.
+  const open = { github: github.slice(GITHUB_SPECIALS), gitlab: gitlab.slice(1) };
   const fates = { github: Array<DeliveryFate>(jobs).fill('delivered'), gitlab: Array<DeliveryFate>(jobs).fill('delivered') };
-  const faults: DeliveryFate[] = [...Array<DeliveryFate>(dropped).fill('dropped'), ...Array<DeliveryFate>(failed).fill('failed')];
+  const faults: DeliveryFate[] = [...Array<DeliveryFate>(failed).fill('failed'), ...Array<DeliveryFate>(dropped).fill('dropped')];
   faults.forEach((fate, k) => {
     const preferred = k % 2 === 0 ? 'github' : 'gitlab';
     const p = open[preferred].length > 0 ? preferred : preferred === 'github' ? 'gitlab' : 'github';
@@ -72,5 +75,5 @@ export function planFaults(seed: number, jobs: number): FaultPlan {
 
 /** The fewest jobs per provider a plan holds every fault with. */
 export function minimumJobs(): number {
-  for (let n = GITHUB_SPECIALS; ; n++) if (2 * n - GITHUB_SPECIALS >= Math.ceil(2 * n * FAULT_SHARES.dropped) + Math.ceil(2 * n * FAULT_SHARES.failed)) return n;
+  for (let n = GITHUB_SPECIALS; ; n++) if (2 * n - GITHUB_SPECIALS - 1 >= Math.ceil(2 * n * FAULT_SHARES.dropped) + Math.ceil(2 * n * FAULT_SHARES.failed)) return n;
 }

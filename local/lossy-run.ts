@@ -46,15 +46,15 @@ export class LossyRun {
     return status;
   }
 
-  /** Cancels the plan's cancelled job after its delivery; true when it was cancelled. */
+  /** Cancels the plan's cancelled (GitLab) job after its delivery; true when it was cancelled. */
   cancelsAfterDelivery(jobId: number): boolean {
-    if (!this.plan || this.created.github[this.plan.cancelled] !== jobId) return false;
+    if (!this.plan || this.created.gitlab[this.plan.cancelled] !== jobId) return false;
     try {
-      this.link!.github.cancelJob(jobId);
+      this.link!.gitlab.cancelJob(jobId);
       return true;
     } catch {
       // A runner took it already (the oldest job goes first): it is then served like any other.
-      this.cancelRefused.push(`github:${jobId}`);
+      this.cancelRefused.push(`gitlab:${jobId}`);
       return false;
     }
   }

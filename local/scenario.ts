@@ -56,7 +56,7 @@ export interface ScenarioFaults {
   /**
    * Issue 11's lost-job faults, planned by `seed` (local/fault-plan.ts): deliveries dropped
    * before the webhook and answered 5xx, a GitHub runner that takes another job's job, one that
-   * dies before taking any, a job cancelled after its delivery, and GitHub's `busy: false`
+   * dies before taking any, a GitLab job cancelled after its delivery, and GitHub's `busy: false`
    * mid-job. The run then has the per-job record table, the retry and the reconciler.
    */
   readonly lossy?: boolean;
@@ -370,10 +370,6 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt, ...(fate === 'delivered' ? {} : { fate }) });
         const status = fate === 'delivered' ? await deliver(`github job ${job.id}`, d) : lossy.lose('github', job.id, fate);
         onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
-        if (lossy.cancelsAfterDelivery(job.id)) {
-          const at = jobs.findIndex((j) => j.provider === 'github' && j.ciJobId === String(job.id));
-          jobs[at] = { ...jobs[at]!, cancelled: true };
-        }
         return d;
       };
       const sendGitLab = async () => {
@@ -385,6 +381,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt, ...(fate === 'delivered' ? {} : { fate }) });
         const status = fate === 'delivered' ? await deliver(`gitlab job ${job.id}`, d) : lossy.lose('gitlab', job.id, fate);
         onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
+        if (lossy.cancelsAfterDelivery(job.id)) {
+          const at = jobs.findIndex((j) => j.provider === 'gitlab' && j.ciJobId === String(job.id));
+          jobs[at] = { ...jobs[at]!, cancelled: true };
+        }
         return d;
       };
       const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
@@ -559,7 +559,8 @@ function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
       ...gitlab.jobs().map((j) => {
         const runner = j.runnerId === undefined ? undefined : gitlab.runners().find((r) => r.id === j.runnerId);
         const times = { ...(j.createdAt ? { createdAt: j.createdAt } : {}), ...(j.startedAt ? { startedAt: j.startedAt } : {}) };
-        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...(j.status === 'failed' ? { failed: true } : {}), ...(runner ? { runnerName: runner.description } : {}), ...times };
+        const ended = { ...(j.status === 'failed' ? { failed: true } : {}), ...(j.status === 'canceled' ? { cancelled: true } : {}) };
+        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...ended, ...(runner ? { runnerName: runner.description } : {}), ...times };
       }),
     ],
   };
@@ -568,7 +569,7 @@ function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
 /** The CI server has finished the job: done, or failed (its runner was lost mid-job). */
 function doneAtCi(job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
   if (job.provider === 'github') return github.jobs().some((j) => String(j.id) === job.ciJobId && j.status === 'completed');
-  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed'));
+  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed' || j.status === 'canceled'));
 }
 
 function traceOf(events: readonly LocalEvent[], job: ScenarioJob): string | undefined {

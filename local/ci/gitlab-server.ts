@@ -25,7 +25,7 @@ export interface GitLabJob {
   id: number;
   projectId: number;
   tags: string[];
-  status: 'pending' | 'running' | 'success' | 'failed';
+  status: 'pending' | 'running' | 'success' | 'failed' | 'canceled';
   runnerId?: number;
   /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
   createdAt?: string;
@@ -50,6 +50,8 @@ export interface LoopbackGitLab {
   readonly accessToken: string;
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
+  /** Cancels a pending job (`POST /projects/:id/jobs/:job_id/cancel`'s effect): `canceled`, no runner takes it. Throws for a job a runner holds. */
+  cancelJob(jobId: number): void;
   runners(): GitLabRunnerRecord[];
   /**
    * The next `times` (default 1) requests matching answer `status` before any routing or auth;
@@ -496,6 +498,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       return publicJob(job);
     },
     jobs: () => byId(jobs.values(), publicJob),
+    cancelJob: (jobId) => cancelPending(jobs.get(jobId), jobId),
     runners: () =>
       byId(runners.values(), (r) => ({
         id: r.id,
@@ -545,4 +548,12 @@ function publicJob(j: JobState): GitLabJob {
     createdAt: j.createdAt,
     ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
   };
+}
+
+/** `cancelJob`: a pending job ends as canceled; a job a runner holds is refused (this server cannot stop a runner). */
+function cancelPending(job: JobState | undefined, jobId: number): void {
+  if (!job) throw new Error(`no job ${jobId}`);
+  if (job.status !== 'pending') throw new Error(`job ${jobId} is ${job.status}: only a pending job is cancelled here`);
+  job.status = 'canceled';
+  job.finishedAt = new Date().toISOString();
 }

@@ -7,7 +7,7 @@ import { scaled } from '../support/slowdown';
  * Per seed: 20% of the jobs' deliveries dropped before the webhook (only the reconciler's
  * listing can find them), 10% answered 5xx (GitHub logs a failed delivery, the reconciler
  * redelivers it), a GitHub runner that takes another job's job, one that dies before taking
- * any, a job cancelled after its delivery, and GitHub saying `busy: false` for a runner in the
+ * any, a GitLab job cancelled after its delivery, and GitHub saying `busy: false` for a runner in the
  * middle of its job (and accepting its DELETE). The verdict is the report's, computed from
  * the CI servers' records and moto (local/fault-report.ts); each run is checked here too.
  */
