@@ -1,5 +1,6 @@
-import { CreateTableCommand, UpdateTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
+import { UpdateTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
 import { JOB_RECORD_ATTRIBUTES } from '../lambdas/shared/contract';
+import { createJobRecordTable as createTable } from '../test/support/moto-fleet';
 import { localDynamo } from './lambdas';
 
 /** The per-job record table's name locally (deployed: CloudFormation names it). */
@@ -7,18 +8,11 @@ export function jobRecordTableName(prefix: string): string {
   return `${prefix}-job-records`;
 }
 
-/** The table as lib/job-records.ts declares it: the record key as hash key, on demand, the expiry as TTL. */
+/** The table as lib/job-records.ts declares it (the moto tests' helper), with its expiry as TTL. */
 export async function createJobRecordTable(endpoint: string, name: string): Promise<void> {
   const dynamo = localDynamo(endpoint);
   try {
-    await dynamo.send(
-      new CreateTableCommand({
-        TableName: name,
-        KeySchema: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, KeyType: 'HASH' }],
-        AttributeDefinitions: [{ AttributeName: JOB_RECORD_ATTRIBUTES.key, AttributeType: 'S' }],
-        BillingMode: 'PAY_PER_REQUEST',
-      }),
-    );
+    await createTable(dynamo, name);
     await dynamo.send(new UpdateTimeToLiveCommand({ TableName: name, TimeToLiveSpecification: { Enabled: true, AttributeName: JOB_RECORD_ATTRIBUTES.expiresAt } }));
   } finally {
     dynamo.destroy();
