@@ -26,8 +26,12 @@ export interface FaultProof {
 
 export interface FaultJob {
   readonly job: string;
-  /** webhook: its delivery; redelivery: the provider resent a failed one; reconciler: found by the reconciler's listing. */
-  readonly origin: 'webhook' | 'redelivery' | 'reconciler' | 'none';
+  /**
+   * webhook: its delivery; redelivery: the provider resent a failed one; reconciler: found by
+   * the reconciler's listing; elsewhere: no message of its own was queued (a runner started
+   * for another job, e.g. the cancelled one's, took it first).
+   */
+  readonly origin: 'webhook' | 'redelivery' | 'reconciler' | 'elsewhere';
   readonly fate?: 'dropped' | 'failed';
   /** Scale-up started another runner for it this many times. */
   readonly retries: number;
@@ -101,7 +105,7 @@ export function buildFaultProof(input: {
 
 /** Where the served copy of a job came from: its trace id says (the reconciler's names it). */
 function originOf(trace: string | undefined, job: ScenarioJob): FaultJob['origin'] {
-  if (trace === undefined) return 'none';
+  if (trace === undefined) return 'elsewhere';
   if (trace.startsWith('reconciler-')) return 'reconciler';
   return job.fate === 'failed' ? 'redelivery' : 'webhook';
 }

@@ -26,9 +26,11 @@ describe('lost-job faults', () => {
     // The plan's shares, of the jobs' first deliveries.
     expect(proof.deliveries.dropped / proof.deliveries.jobs).toBeGreaterThanOrEqual(0.2);
     expect(proof.deliveries.failed / proof.deliveries.jobs).toBeGreaterThanOrEqual(0.1);
-    // A dropped job can only have been found by the reconciler (its trace id names it).
-    for (const j of proof.jobs.filter((x) => x.fate === 'dropped')) expect(j.origin, j.job).toBe('reconciler');
-    for (const j of proof.jobs.filter((x) => x.fate === 'failed')) expect(['redelivery', 'reconciler'], j.job).toContain(j.origin);
+    // A dropped job was found by the reconciler (its trace id names it), or taken by a runner
+    // started for another job (the cancelled one's) before the reconciler looked; never by a webhook message.
+    for (const j of proof.jobs.filter((x) => x.fate === 'dropped')) expect(['reconciler', 'elsewhere'], j.job).toContain(j.origin);
+    for (const j of proof.jobs.filter((x) => x.fate === 'failed')) expect(['redelivery', 'reconciler', 'elsewhere'], j.job).toContain(j.origin);
+    expect(proof.jobs.filter((j) => j.origin === 'reconciler' || j.origin === 'redelivery').length).toBeGreaterThan(0);
 
     // Observed at the CI servers: each job not cancelled finished by one runner of this fleet; the cancelled one by none.
     const cancelled = new Set(proof.cancelled);
