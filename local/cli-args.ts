@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { DEFAULT_FAULT_SEED, FAULT_SHARES, minimumJobs } from './fault-plan';
 import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults } from './scenario';
 
 /**
@@ -8,14 +9,18 @@ import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults }
  */
 
 /** Bounds on the counts: each job and each parked instance is a boot script run on this machine. */
-export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600 } as const;
+export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600, seed: 2 ** 31 - 1 } as const;
 
 export const USAGE = `usage: npm run local -- [options]        (npm run -s local -- --json > report.json: -s keeps npm's banner off stdout)
   --jobs N        jobs per CI provider, 0 to ${ARG_LIMITS.jobs} (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
   --pool-size N   parked instances per pool, 0 to ${ARG_LIMITS.poolSize} (default ${SCENARIO_DEFAULTS.poolSize}; 0 needs --burst)
   --burst         all jobs at once (beyond the pool: the rest launch cold); default: waves the pools serve warm
   --image I       the machines' image: stock (no runner: PRIME, or a cold boot, installs it from a loopback release server) or prebuilt (runner in place) (default ${SCENARIO_DEFAULTS.image})
-  --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500
+  --faults        inject the faults: a refused StartInstances, a never-priming instance, forged and duplicate deliveries, a CI 500,
+                  and the lost-job faults: ${Math.round(FAULT_SHARES.dropped * 100)}% of the job deliveries dropped before the webhook, ${Math.round(FAULT_SHARES.failed * 100)}% answered 5xx,
+                  a GitHub runner that takes another job's job, one that dies before taking any, a cancelled GitLab job,
+                  and GitHub's busy: false mid-job (needs --jobs ${minimumJobs()} or more)
+  --seed N        the lost-job faults' plan, 0 to ${ARG_LIMITS.seed} (default ${DEFAULT_FAULT_SEED}): the same seed, the same faults
   --faults tampered-download
                   every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
                   fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)
@@ -39,15 +44,16 @@ export interface LocalArgs {
   readonly endpoint?: string;
   readonly faults?: ScenarioFaults;
   readonly image?: LocalImage;
+  readonly seed?: number;
 }
 
 /** The fault sets of --faults: alone, the standard set; with a name, that case. */
 export const FAULT_SETS = {
-  standard: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true },
+  standard: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true, lossy: true },
   'tampered-download': { tamperedDownload: true },
 } as const satisfies Record<string, ScenarioFaults>;
 
-const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint'];
+const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint', 'seed'];
 /** Names `--faults` takes as its value when one follows; without one it is the standard set. */
 const FAULT_NAMES = Object.keys(FAULT_SETS).filter((n) => n !== 'standard');
 
@@ -84,6 +90,7 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
         deadline: { type: 'string' },
+        seed: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -97,10 +104,15 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
   const jobs = count('jobs', values.jobs, 0, ARG_LIMITS.jobs);
   const poolSize = count('pool-size', values['pool-size'], 0, ARG_LIMITS.poolSize);
   const deadline = count('deadline', values.deadline, ARG_LIMITS.deadlineMin, ARG_LIMITS.deadlineMax);
+  const seed = count('seed', values.seed, 0, ARG_LIMITS.seed);
   const burst = values.burst ?? false;
   const faultSet = values.faults;
   if (faultSet !== undefined && !Object.hasOwn(FAULT_SETS, faultSet)) {
     throw new UsageError(`--faults takes no value or one of ${FAULT_NAMES.join(', ')}, got "${faultSet}"`);
+  }
+  if (seed !== undefined && faultSet !== 'standard') throw new UsageError('--seed plans the lost-job faults: add --faults');
+  if (faultSet === 'standard' && (jobs ?? SCENARIO_DEFAULTS.jobs) < minimumJobs()) {
+    throw new UsageError(`--faults needs --jobs ${minimumJobs()} or more (the lost-job faults need that many jobs per provider), got ${jobs}`);
   }
   const image = values.image;
   if (image !== undefined && !(LOCAL_IMAGES as readonly string[]).includes(image)) throw new UsageError(`--image must be one of ${LOCAL_IMAGES.join(', ')}, got "${image}"`);
@@ -127,6 +139,7 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
     ...(values.endpoint === undefined ? {} : { endpoint: values.endpoint }),
     ...(faultSet === undefined ? {} : { faults: FAULT_SETS[faultSet as keyof typeof FAULT_SETS] }),
     ...(image === undefined ? {} : { image: image as LocalImage }),
+    ...(seed === undefined ? {} : { seed }),
   };
 }
 

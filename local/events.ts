@@ -14,6 +14,8 @@ export type LocalEventKind =
   | 'started'
   /** Scale-up held the job back by its pool's prime back-off: a wait copy in the jobs queue, no launch (detail: why). */
   | 'held'
+  /** Scale-up started another runner for a job still queued after its runner went elsewhere (detail: the attempt). */
+  | 'retried'
   /** An instance booted (detail: the boot mode it chose). */
   | 'boot'
   /** The boot's install step put the runner on a stock image (detail: its version). */

@@ -1,4 +1,5 @@
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import {
   DeleteMessageBatchCommand,
@@ -12,10 +13,12 @@ import type { APIGatewayProxyStructuredResultV2, SQSEvent, SQSRecord } from 'aws
 import { createCiProviders } from '../lambdas/ci';
 import { createPoolHandler, type PoolRunSummary } from '../lambdas/pool/handler';
 import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down/handler';
+import { createReconcileHandler, type ReconcileDeps } from '../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
+import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
-import { LAMBDA_ENV, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type Provider } from '../lambdas/shared/contract';
+import { LAMBDA_ENV, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -64,6 +67,11 @@ export function localClients(endpoint: string, maxAttempts: { ec2?: number; ssm?
   };
 }
 
+/** DynamoDB on moto, as scale-up's index.ts builds its client (one attempt: AwsCaller retries). */
+export function localDynamo(endpoint: string): DynamoDBClient {
+  return new DynamoDBClient({ endpoint, region: LOCAL_REGION, credentials: { accessKeyId: 'local', secretAccessKey: 'local' }, maxAttempts: 1, requestHandler: { connectionTimeout: 2_000, requestTimeout: 8_000 } });
+}
+
 export const LOCAL_REGION = 'us-east-1';
 /** moto's account id. */
 export const LOCAL_ACCOUNT = '123456789012';
@@ -85,9 +93,17 @@ export interface LocalLambdasOptions {
   readonly scaleDownEveryMs?: number;
   /** The event source mapping's long poll (seconds). */
   readonly pollWaitSeconds?: number;
+  /**
+   * The per-job record table (DynamoDB on moto, created as lib/job-records.ts does) and the
+   * retry bound scale-up judges by: with them scale-up admits each job by its record and
+   * retries a job whose runner went elsewhere, as deployed. Without them, as before issue 11.
+   */
+  readonly jobRecords?: { readonly table: string; readonly retry: JobRetryOptions };
+  /** The reconciler on its schedule (deployed: every 5 minutes); absent: no reconciler runs. */
+  readonly reconcile?: { readonly everyMs: number; readonly options: NonNullable<ReconcileDeps['options']> };
 }
 
-export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down';
+export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile';
 
 /** Log messages that name a fact the timeline shows. */
 const LOG_FACTS = {
@@ -95,6 +111,8 @@ const LOG_FACTS = {
   warmStarted: 'warm activation started the instance',
   coldStarted: 'cold launch started an instance',
   deadLettered: 'job dead-lettered',
+  reconciled: 'queued job found by the reconciler',
+  retried: 'the job is still queued and no runner of its pool could take it: starting another',
 } as const;
 
 /**
@@ -111,13 +129,14 @@ export class LocalLambdas {
   private readonly scaleUp: (event: SQSEvent) => Promise<{ batchItemFailures: { itemIdentifier: string }[] }>;
   private readonly pool: () => Promise<PoolRunSummary[]>;
   private readonly scaleDown: () => Promise<SweepSummary>;
+  private readonly reconcile: (() => Promise<unknown>) | undefined;
   private readonly esmClient: SQSClient;
   private running = false;
   private loops: Promise<void>[] = [];
   private wake: (() => void) | undefined;
   private nextSkewMs = 0;
   private skewMs = 0;
-  readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0 };
+  readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0, reconcileRuns: 0 };
   /** Distinct queue messages received per qualified job id (a message that reappears keeps its id). */
   private readonly messagesOfJob = new Map<string, Set<string>>();
 
@@ -140,9 +159,12 @@ export class LocalLambdas {
     this.scaleUpClients = localClients(options.endpoint);
     this.observeClaims(this.scaleUpClients.ssm);
     const scaleUpSsm = this.scaleUpClients.ssm;
+    const scaleUpAws = new AwsCaller({ pacer: new Pacer() });
+    const records = options.jobRecords;
     this.scaleUp = createScaleUpHandler({
       ...this.scaleUpClients,
-      aws: new AwsCaller({ pacer: new Pacer() }),
+      aws: scaleUpAws,
+      ...(records ? { jobRecords: new DynamoJobRecords(scaleUpAws, localDynamo(options.endpoint), records.table), options: { retry: records.retry } } : {}),
       loadConfig: loadConfig(scaleUpSsm),
       providers: providersOnce((config) => createCiProviders(config, { ssm: scaleUpSsm, metricSink: this.sink('scale-up') })),
       queueUrl: options.queueUrl,
@@ -176,6 +198,28 @@ export class LocalLambdas {
       options: { graceSeconds: options.sweepGraceSeconds },
     });
     this.esmClient = localClients(options.endpoint).sqs;
+    this.reconcile = options.reconcile ? this.reconciler(options.reconcile.options) : undefined;
+  }
+
+  /** The reconciler as lambdas/reconcile/index.ts builds it, its clients on moto, its CI calls to the loopback servers. */
+  private reconciler(reconcileOptions: NonNullable<ReconcileDeps['options']>): () => Promise<unknown> {
+    const clients = localClients(this.options.endpoint);
+    const sink = this.sink('reconcile');
+    const run = createReconcileHandler({
+      sqs: clients.sqs,
+      aws: new AwsCaller({ pacer: new Pacer() }),
+      loadConfig: () => loadFleetConfig(clients.ssm, { [LAMBDA_ENV.fleetConfigParameter]: this.options.fleetConfigParameter }),
+      providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm, metricSink: sink })),
+      queueUrl: this.options.queueUrl,
+      sink,
+      options: reconcileOptions,
+    });
+    return () => run();
+  }
+
+  async tickReconcile(): Promise<unknown> {
+    this.counters.reconcileRuns++;
+    return this.reconcile?.();
   }
 
   /**
@@ -274,6 +318,7 @@ export class LocalLambdas {
       loop('scale-up', () => this.pollQueue(), 0),
       loop('pool', () => this.tickPool(), this.options.poolEveryMs ?? 1_000),
       loop('scale-down', () => this.tickScaleDown(), this.options.scaleDownEveryMs ?? 2_000),
+      ...(this.options.reconcile ? [loop('reconcile', () => this.tickReconcile(), this.options.reconcile.everyMs)] : []),
     ];
   }
 
@@ -357,7 +402,9 @@ export function eventOfLogLine(fn: LambdaName, line: string, t = Date.now()): Lo
     return [{ ...base, t: Date.parse(str('at') ?? '') || at, kind: 'stage', detail: str('stage')!, seconds: entry.seconds }];
   }
   if (fn === 'webhook' && message === LOG_FACTS.queued) return [{ ...base, kind: 'queued' }];
+  if (fn === 'reconcile' && message === LOG_FACTS.reconciled) return [{ ...base, kind: 'queued', detail: 'reconciler' }];
   if (fn !== 'scale-up') return [];
+  if (message === LOG_FACTS.retried) return [{ ...base, kind: 'retried', ...(typeof entry.attempt === 'number' ? { detail: entry.attempt } : {}) }];
   const instanceId = str('instanceId');
   const withInstance = { ...base, ...(instanceId ? { instanceId } : {}) };
   if (message === LOG_FACTS.warmStarted) return [{ ...withInstance, kind: 'started', detail: 'warm' }];

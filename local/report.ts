@@ -4,6 +4,7 @@ import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } from '@aws-sdk/client-ssm';
 import { BOOT_LOG_KEYS, bootLogGroupName, LEDGER_STAGE_NAMES, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
 import type { LocalEvent, LocalEventKind } from './events';
+import { formatFaultProof, type FaultProof } from './fault-report';
 import type { LocalAwsClients } from './lambdas';
 
 /**
@@ -20,6 +21,10 @@ export interface ScenarioJob {
   readonly pool: string;
   /** When its delivery was sent (epoch ms). */
   readonly deliveredAt: number;
+  /** The lossy faults: its delivery was dropped before the webhook, or answered 5xx (absent: delivered). */
+  readonly fate?: 'dropped' | 'failed';
+  /** Cancelled at its CI server after its delivery: it must not be served. */
+  readonly cancelled?: boolean;
 }
 
 export interface ObservedInstance {
@@ -40,7 +45,7 @@ export interface ObservedWorld {
   readonly registrations: readonly { provider: string; id: string; name: string }[];
   /** CI jobs and their state at the servers. */
   /** done: finished successfully; failed: finished without success (its runner was lost mid-job). */
-  readonly ciJobs: readonly { provider: string; id: string; done: boolean; failed?: boolean; runnerName?: string }[];
+  readonly ciJobs: readonly { provider: string; id: string; done: boolean; failed?: boolean; cancelled?: boolean; runnerName?: string; createdAt?: string; startedAt?: string }[];
   /** Job messages in the dead-letter queue. */
   readonly deadLetters: readonly { traceId: string; jobId: string; reason: string }[];
   /** Warm target per pool. */
@@ -118,6 +123,8 @@ export interface LocalReport {
   readonly image?: ImageReport;
   /** The tampered-download fault: whether the fleet failed safe (then the run passes). */
   readonly failSafe?: FailSafeReport;
+  /** The lossy faults (local/fault-report.ts): whether every job was served once, none cut off, nothing left. */
+  readonly faultProof?: FaultProof;
   readonly timeline: readonly JobReport[];
 }
 
@@ -251,8 +258,15 @@ export function buildReport(input: {
   const key = (provider: string | undefined, id: string | undefined) => `${provider}:${id}`;
   const ciJobs = new Map(world.ciJobs.map((j) => [key(j.provider, j.id), j]));
   // The trace id of a job: from its 'queued' event (the webhook's log line).
+  // A job found twice (a redelivery and the reconciler's listing) has two: the one that started an instance wins.
   const traceOf = new Map<string, string>();
-  for (const e of events) if (e.kind === 'queued' && e.traceId) traceOf.set(key(e.provider, e.ciJobId), e.traceId);
+  const startedTraces = new Set(events.filter((e) => e.kind === 'started' && e.traceId).map((e) => e.traceId!));
+  for (const e of events) {
+    if (e.kind !== 'queued' || !e.traceId) continue;
+    const k = key(e.provider, e.ciJobId);
+    const had = traceOf.get(k);
+    if (had === undefined || !startedTraces.has(had)) traceOf.set(k, e.traceId);
+  }
   const deadByTrace = new Map(world.deadLetters.map((d) => [d.traceId, d.reason]));
 
   const reports: JobReport[] = jobs.map((job) => {
@@ -561,6 +575,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
     lines.push(`image: ${i.kind}${i.kind === 'stock' ? ` (no runner installed): ${i.installs} boot(s) installed the runner, ${i.downloads} download(s) from the loopback release server` : ' (the runner in place)'}`);
   }
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
+  if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

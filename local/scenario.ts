@@ -5,8 +5,12 @@ import { join } from 'node:path';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { delaySeconds, encodeStreak, type PrimeStreak } from '../lambdas/pool/backoff';
+import { DEFAULT_FAULT_SEED, planFaults } from './fault-plan';
+import { createJobRecordTable, jobRecordTableName } from './job-record-table';
+import { buildFaultProof } from './fault-report';
+import { LossyRun } from './lossy-run';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
-import { DEFAULT_PREFIX, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { DEFAULT_PREFIX, JOB_RETRY_DEFAULTS, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
 import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
@@ -49,6 +53,13 @@ export interface ScenarioFaults {
    * failSafe) instead of serving the jobs.
    */
   readonly tamperedDownload?: boolean;
+  /**
+   * Issue 11's lost-job faults, planned by `seed` (local/fault-plan.ts): deliveries dropped
+   * before the webhook and answered 5xx, a GitHub runner that takes another job's job, one that
+   * dies before taking any, a GitLab job cancelled after its delivery, and GitHub's `busy: false`
+   * mid-job. The run then has the per-job record table, the retry and the reconciler.
+   */
+  readonly lossy?: boolean;
 }
 
 /** stock: no runner on the image, the boot installs it from the loopback release server; prebuilt: the runner in place. */
@@ -80,6 +91,8 @@ export interface ScenarioOptions {
   readonly keepSandbox?: boolean;
   /** Ends the run early (Ctrl-C): it stops where it is, still reports, and stops everything it started. */
   readonly signal?: AbortSignal;
+  /** The lossy faults' plan seed (default DEFAULT_FAULT_SEED). */
+  readonly seed?: number;
 }
 
 export interface ScenarioResult {
@@ -122,6 +135,20 @@ const SWEEP_GRACE_SECONDS = 30;
 const STUCK_PRIMING_MS = 10_000;
 /** The loopback GitHub's runner bounds: waiting for a job, and silence before a runner counts as lost. */
 const RUNNER_WAIT_SECONDS = 30;
+/**
+ * The lossy faults' compressed schedules (deployed: retry after 5 minutes; reconcile every 5
+ * minutes, jobs queued at least 2 minutes). A retry check before a runner could have taken
+ * its job only looks again later (a runner of the pool is starting), so short is safe.
+ */
+const RETRY_AFTER_SECONDS = 8;
+const RECONCILE_EVERY_MS = 3_000;
+const RECONCILE_MIN_QUEUED_SECONDS = 4;
+/**
+ * With the lost-job faults a GitHub runner waits this long for a job (otherwise
+ * RUNNER_WAIT_SECONDS): the dead runner's machine and the cancelled job's runner end after it,
+ * and every job is queued before any runner starts, so a runner with work finds it at once.
+ */
+const LOSSY_RUNNER_WAIT_SECONDS = 10;
 
 const GITHUB_REPOSITORY = 'app';
 const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
@@ -170,16 +197,19 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
 
     const example = localExample();
     const runnerSeconds = Math.ceil(RUNNER_WAIT_SECONDS * factor);
+    const plan = faults.lossy ? planFaults(o.seed ?? DEFAULT_FAULT_SEED, o.jobs) : undefined;
+    const lossy = new LossyRun(plan, DEFAULT_PREFIX, events);
     const github = await startLoopbackGitHub({
       organization: example.github.organization!,
       appId: example.github.appId,
       onEvent,
       jobSeconds: o.jobSeconds,
-      runnerWaitSeconds: runnerSeconds,
+      runnerWaitSeconds: plan ? Math.ceil(LOSSY_RUNNER_WAIT_SECONDS * factor) : runnerSeconds,
       runnerLostSeconds: runnerSeconds,
+      ...(plan ? { busyFalseMidJob: true, strays: lossy.strays(), redeliver: (r) => lossy.redeliver(r) } : {}),
     });
     cleanups.push(() => github.close());
-    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds });
+    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { resend: (r) => lossy.resend(r) } : {}) });
     cleanups.push(() => gitlab.close());
 
     // 2. What the CDK app would create. On a stock image the pools' runnerPackage is the
@@ -206,6 +236,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
+    if (plan) await createJobRecordTable(endpoint, jobRecordTableName(prefix));
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
@@ -230,6 +261,18 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       sweepGraceSeconds: Math.ceil(SWEEP_GRACE_SECONDS * factor),
       poolEveryMs: POOL_EVERY_MS,
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
+      ...(plan
+        ? {
+            jobRecords: { table: jobRecordTableName(prefix), retry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) } },
+            reconcile: {
+              everyMs: RECONCILE_EVERY_MS,
+              options: {
+                github: { minQueuedSeconds: Math.ceil(RECONCILE_MIN_QUEUED_SECONDS * factor), intervalSeconds: RECONCILE_EVERY_MS / 1000 },
+                gitlab: { minQueuedSeconds: Math.ceil(RECONCILE_MIN_QUEUED_SECONDS * factor), intervalSeconds: RECONCILE_EVERY_MS / 1000 },
+              },
+            },
+          }
+        : {}),
     });
     let refusal: StartRefusal | undefined;
     if (faults.refuseStart) refusal = refuseStartOfOneInstance(lambdas.scaleUpClients.ec2);
@@ -318,14 +361,16 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         deliveries.push({ what, status });
         return status;
       };
+      lossy.connect({ deliver: (what, d) => deliver(what, d), secrets: fleet.webhook, github, gitlab });
       const sendGitHub = async (labels: string[]) => {
         const job = github.addJob(`${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels);
         const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
         const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
         const deliveredAt = Date.now();
-        jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt });
-        const status = await deliver(`github job ${job.id}`, d);
-        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: status });
+        const fate = lossy.fateOfNext('github', job.id);
+        jobs.push({ provider: 'github', ciJobId: String(job.id), pool: pool.name, deliveredAt, ...(fate === 'delivered' ? {} : { fate }) });
+        const status = fate === 'delivered' ? await deliver(`github job ${job.id}`, d) : lossy.lose('github', job.id, fate);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
         return d;
       };
       const sendGitLab = async () => {
@@ -333,9 +378,14 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         const job = gitlab.addJob(GITLAB_PROJECT.id, [...pool.labels]);
         const d = gitlabJobPending({ buildId: job.id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken);
         const deliveredAt = Date.now();
-        jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt });
-        const status = await deliver(`gitlab job ${job.id}`, d);
-        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: status });
+        const fate = lossy.fateOfNext('gitlab', job.id);
+        jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt, ...(fate === 'delivered' ? {} : { fate }) });
+        const status = fate === 'delivered' ? await deliver(`gitlab job ${job.id}`, d) : lossy.lose('gitlab', job.id, fate);
+        onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'gitlab', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
+        if (lossy.cancelsAfterDelivery(job.id)) {
+          const at = jobs.findIndex((j) => j.provider === 'gitlab' && j.ciJobId === String(job.id));
+          jobs[at] = { ...jobs[at]!, cancelled: true };
+        }
         return d;
       };
       const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
@@ -343,7 +393,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
 
       let remaining = { github: o.jobs, gitlab: o.jobs };
       // With no standby parked (the tampered download), waves would never go: every job at once.
-      const burst = o.burst || faults.tamperedDownload === true;
+      // Lossy: at once too, so that jobs wait side by side (a stray runner finds another's job).
+      const burst = o.burst || faults.tamperedDownload === true || plan !== undefined;
       while (remaining.github > 0 || remaining.gitlab > 0) {
         let wave = { ...remaining };
         if (!burst) {
@@ -468,7 +519,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const failSafe = faults.tamperedDownload
       ? buildFailSafe({ config: fleet.config, world, events, jobs: base.timeline, primeBackoff: backoff.last, spanSeconds: (endedAt - startedAt + maxSkewMs) / 1000 })
       : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}) };
+    const faultProof = plan ? buildFaultProof({ plan, jobs, events, world, report: base, prefix }) : undefined;
+    if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
@@ -517,13 +570,18 @@ function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
       ...github.jobs().map((j) => ({
         provider: 'github',
         id: String(j.id),
-        done: j.status === 'completed' && j.conclusion !== 'failure',
+        done: j.status === 'completed' && j.conclusion === 'success',
         ...(j.status === 'completed' && j.conclusion === 'failure' ? { failed: true } : {}),
+        ...(j.conclusion === 'cancelled' ? { cancelled: true } : {}),
         ...(j.runnerName ? { runnerName: j.runnerName } : {}),
+        ...(j.createdAt ? { createdAt: j.createdAt } : {}),
+        ...(j.startedAt ? { startedAt: j.startedAt } : {}),
       })),
       ...gitlab.jobs().map((j) => {
         const runner = j.runnerId === undefined ? undefined : gitlab.runners().find((r) => r.id === j.runnerId);
-        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...(j.status === 'failed' ? { failed: true } : {}), ...(runner ? { runnerName: runner.description } : {}) };
+        const times = { ...(j.createdAt ? { createdAt: j.createdAt } : {}), ...(j.startedAt ? { startedAt: j.startedAt } : {}) };
+        const ended = { ...(j.status === 'failed' ? { failed: true } : {}), ...(j.status === 'canceled' ? { cancelled: true } : {}) };
+        return { provider: 'gitlab', id: String(j.id), done: j.status === 'success', ...ended, ...(runner ? { runnerName: runner.description } : {}), ...times };
       }),
     ],
   };
@@ -532,7 +590,7 @@ function ciListing(github: LoopbackGitHub, gitlab: LoopbackGitLab) {
 /** The CI server has finished the job: done, or failed (its runner was lost mid-job). */
 function doneAtCi(job: ScenarioJob, github: LoopbackGitHub, gitlab: LoopbackGitLab): boolean {
   if (job.provider === 'github') return github.jobs().some((j) => String(j.id) === job.ciJobId && j.status === 'completed');
-  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed'));
+  return gitlab.jobs().some((j) => String(j.id) === job.ciJobId && (j.status === 'success' || j.status === 'failed' || j.status === 'canceled'));
 }
 
 function traceOf(events: readonly LocalEvent[], job: ScenarioJob): string | undefined {

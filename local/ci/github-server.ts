@@ -25,9 +25,12 @@ export interface GitHubJob {
   repository: string /* owner/repo */;
   labels: string[];
   status: 'queued' | 'in_progress' | 'completed';
-  /** Set once completed: `failure` when its runner was lost mid-job. */
-  conclusion?: 'success' | 'failure';
+  /** Set once completed: `failure` when its runner was lost mid-job, `cancelled` when cancelled while queued. */
+  conclusion?: 'success' | 'failure' | 'cancelled';
   runnerName?: string;
+  /** GitHub's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
+  createdAt?: string;
+  startedAt?: string;
 }
 
 export interface GitHubRunnerRecord {
@@ -69,6 +72,11 @@ export interface LoopbackGitHub {
   /** Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0). */
   setRateLimitRemaining(credential: 'app' | 'installation', remaining: number): void;
   jobs(): GitHubJob[];
+  /**
+   * Cancels a queued job (the run's "Cancel workflow"): completed, conclusion `cancelled`, so no
+   * runner can take it and the queued-jobs listing no longer shows it. Throws for a job a runner holds.
+   */
+  cancelJob(jobId: number): void;
   /** Registrations as GitHub holds them now. */
   runners(): GitHubRunnerRecord[];
   /**
@@ -157,7 +165,6 @@ interface JobState extends GitHubJob {
   startedAt?: string;
   completedAt?: string;
   runnerId?: number;
-  conclusion?: 'success' | 'failure';
 }
 
 /** What `run.sh --jitconfig` decodes: base64 of this JSON (the real one holds the runner's credential files). */
@@ -658,6 +665,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       markLost();
       return byId(runners.values(), (r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
     },
+    cancelJob: (jobId) => cancelQueued(jobs.get(jobId), jobId),
     recordDelivery(jobId, statusCode) {
       if (!jobs.has(jobId)) throw new Error(`no job ${jobId}`);
       const guid = randomUUID();
@@ -680,5 +688,24 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 }
 
 function publicJob(j: JobState): GitHubJob {
-  return { id: j.id, runId: j.runId, repository: j.repository, labels: [...j.labels], status: j.status, ...(j.conclusion === undefined ? {} : { conclusion: j.conclusion }), ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }) };
+  return {
+    id: j.id,
+    runId: j.runId,
+    repository: j.repository,
+    labels: [...j.labels],
+    status: j.status,
+    ...(j.conclusion === undefined ? {} : { conclusion: j.conclusion }),
+    ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }),
+    createdAt: j.createdAt,
+    ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
+  };
+}
+
+/** `cancelJob`: a queued job ends as cancelled; a job a runner holds is refused (this server cannot stop a runner). */
+function cancelQueued(job: JobState | undefined, jobId: number): void {
+  if (!job) throw new Error(`no job ${jobId}`);
+  if (job.status !== 'queued') throw new Error(`job ${jobId} is ${job.status}: only a queued job is cancelled here`);
+  job.status = 'completed';
+  job.conclusion = 'cancelled';
+  job.completedAt = new Date().toISOString();
 }

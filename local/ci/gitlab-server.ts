@@ -26,8 +26,11 @@ export interface GitLabJob {
   id: number;
   projectId: number;
   tags: string[];
-  status: 'pending' | 'running' | 'success' | 'failed';
+  status: 'pending' | 'running' | 'success' | 'failed' | 'canceled';
   runnerId?: number;
+  /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
+  createdAt?: string;
+  startedAt?: string;
 }
 
 export interface GitLabRunnerRecord {
@@ -48,6 +51,8 @@ export interface LoopbackGitLab {
   readonly accessToken: string;
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
+  /** Cancels a pending job (`POST /projects/:id/jobs/:job_id/cancel`'s effect): `canceled`, no runner takes it. Throws for a job a runner holds. */
+  cancelJob(jobId: number): void;
   runners(): GitLabRunnerRecord[];
   /** Jobs whose runner was deleted (`DELETE /runners/:id`) while it ran them: cut off. */
   jobsCutOff(): number[];
@@ -552,6 +557,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       return publicJob(job);
     },
     jobs: () => byId(jobs.values(), publicJob),
+    cancelJob: (jobId) => cancelPending(jobs.get(jobId), jobId),
     runners: () =>
       byId(runners.values(), (r) => ({
         id: r.id,
@@ -595,5 +601,21 @@ function statusMatches(responseStatus: string, filter: string): boolean {
 }
 
 function publicJob(j: JobState): GitLabJob {
-  return { id: j.id, projectId: j.projectId, tags: [...j.tags], status: j.status, ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }) };
+  return {
+    id: j.id,
+    projectId: j.projectId,
+    tags: [...j.tags],
+    status: j.status,
+    ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }),
+    createdAt: j.createdAt,
+    ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
+  };
+}
+
+/** `cancelJob`: a pending job ends as canceled; a job a runner holds is refused (this server cannot stop a runner). */
+function cancelPending(job: JobState | undefined, jobId: number): void {
+  if (!job) throw new Error(`no job ${jobId}`);
+  if (job.status !== 'pending') throw new Error(`job ${jobId} is ${job.status}: only a pending job is cancelled here`);
+  job.status = 'canceled';
+  job.finishedAt = new Date().toISOString();
 }

@@ -16,6 +16,8 @@ describe('npm run local: the command line', () => {
     [['--faults=tampered-download'], { faults: { tamperedDownload: true } }],
     [['--faults', '--image', 'stock'], { faults: { refuseStart: true, stallPriming: true, badSignature: true, duplicate: true, ciError: true }, image: 'stock' }],
     [['--image', 'prebuilt', '--faults'], { image: 'prebuilt', faults: { ciError: true } }],
+    [['--faults', '--seed', '7', '--jobs', '3'], { faults: { lossy: true, duplicate: true }, seed: 7, jobs: 3 }],
+    [['--faults', '--seed=0'], { faults: { lossy: true }, seed: 0 }],
     [['-h'], { help: true }],
   ])('accepts %j', (argv, expected) => {
     expect(parseLocalArgs(argv)).toMatchObject(expected);
@@ -42,6 +44,10 @@ describe('npm run local: the command line', () => {
     [['--image', 'baked'], '--image must be one of stock, prebuilt, got "baked"'],
     [['--faults', 'tampered-download', '--image', 'prebuilt'], '--faults tampered-download needs the stock image'],
     [['--faults', 'tampered-download', '--pool-size', '0', '--burst'], '--faults tampered-download with --pool-size 0 launches no standby'],
+    [['--seed', '3'], '--seed plans the lost-job faults: add --faults'],
+    [['--faults', 'tampered-download', '--seed', '3'], '--seed plans the lost-job faults: add --faults'],
+    [['--faults', '--seed', '-1'], '--seed must be a whole number from 0 to 2147483647, got "-1"'],
+    [['--faults', '--jobs', '2'], '--faults needs --jobs 3 or more (the lost-job faults need that many jobs per provider), got 2'],
     [['--job', '3'], "Unknown option '--job'"],
     [['extra'], "Unexpected argument 'extra'"],
     [['--jobs'], "Option '--jobs <value>' argument missing"],

@@ -64,7 +64,10 @@ describe('timeline facts from the handlers\' log lines', () => {
     createLogger({ fn }, (l) => (out = l)).info(message, fields as never);
     return out;
   };
-  it.each<[string, 'webhook' | 'scale-up' | 'pool', string, Record<string, unknown>, string[]]>([
+  it.each<[string, 'webhook' | 'scale-up' | 'pool' | 'reconcile', string, Record<string, unknown>, string[]]>([
+    ['a job the reconciler found', 'reconcile', 'queued job found by the reconciler', { traceId: 't', jobId: 'gitlab:3', pool: 'p' }, ['queued']],
+    ['a retry of a job whose runner went elsewhere', 'scale-up', 'the job is still queued and no runner of its pool could take it: starting another', { traceId: 't', jobId: 'github:12', attempt: 2 }, ['retried']],
+    ['the reconciler\'s summary is no job fact', 'reconcile', 'reconciled', { traceId: 't' }, []],
     ['webhook queued', 'webhook', 'job queued', { traceId: 't', jobId: 'github:12', pool: 'p' }, ['queued']],
     ['warm start', 'scale-up', 'warm activation started the instance', { traceId: 't', jobId: 'github:12', instanceId: 'i-1' }, ['started']],
     ['cold launch', 'scale-up', 'cold launch started an instance', { traceId: 't', jobId: 'gitlab:3', instanceId: 'i-2' }, ['started']],
