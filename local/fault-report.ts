@@ -129,7 +129,7 @@ export function formatFaultProof(p: FaultProof): string[] {
   const pct = (n: number) => `${Math.round((100 * n) / Math.max(1, d.jobs))}%`;
   const lines = [
     `lost-job faults (seed ${p.seed}): ${p.passed ? 'PASSED' : 'FAILED'}: ${p.served} served, ${p.cancelled.length} cancelled (${p.cancelled.join(', ') || '-'})`,
-    `  of ${d.jobs} job deliveries: ${d.dropped} dropped before the webhook (${pct(d.dropped)}), ${d.failed} answered 5xx (${pct(d.failed)}); GitHub reports busy: false mid-job`,
+    `  of ${d.jobs} job deliveries: ${d.dropped} dropped before the webhook (${pct(d.dropped)}), ${d.failed} answered 5xx (${pct(d.failed)}); GitHub reports busy: false and GitLab lists the runner offline mid-job`,
     `  stray runners: ${p.strays.takesAnother}'s first runner took ${p.strays.took ?? 'nothing'}; ${p.strays.dies}'s first runner ${p.strays.died ? 'died before taking a job' : 'did NOT die'}`,
   ];
   const found = p.jobs.filter((j) => j.origin === 'reconciler' || j.origin === 'redelivery');

@@ -209,7 +209,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       ...(plan ? { busyFalseMidJob: true, strays: lossy.strays(), redeliver: (r) => lossy.redeliver(r) } : {}),
     });
     cleanups.push(() => github.close());
-    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { resend: (r) => lossy.resend(r) } : {}) });
+    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
     cleanups.push(() => gitlab.close());
 
     // 2. What the CDK app would create. On a stock image the pools' runnerPackage is the
