@@ -234,6 +234,35 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted).toEqual(['2']);
   });
 
+  it('a lane that throws while it carries a refused claim\'s registration deletes it before going cold', async () => {
+    park(2);
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
+    // Something no step expects throws in the lane between the refused claim and the next pick.
+    const sink = (line: string) => {
+      if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
+      lines.sink(line);
+    };
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink,
+    });
+    expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
+    // The carried registration is deleted in the same run; the cold launch registers its own.
+    expect(ci.created).toBe(2);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched().map((i) => i.tags.get(KEYS.runnerId))).toEqual(['2']);
+  });
+
   it.each([['past claimsPerJob', 2, 6]])('a job whose claims were all lost tries the parked instances a fresh observation still shows before going cold (%s)', async (_, claimsPerJob, n) => {
     const ids = park(n);
     // Other invocations win the first n - 1 claims and tag their instances at once.
