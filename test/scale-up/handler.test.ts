@@ -453,6 +453,28 @@ describe('scale-up: warm activation', () => {
     expect(ci.created).toBe(1);
   });
 
+  it('a resend refused for another reason (throttled past its retries) is read back too: the earlier lost write that landed is ours', async () => {
+    const [id] = park(1);
+    let late: Record<string, unknown> | undefined;
+    aws.fault('PutParameter', (input) => {
+      late = input;
+      throw awsError('InternalServerError', 500);
+    });
+    aws.fault('GetParameter', () => {
+      // Nothing yet at the first read; the first write lands right after it.
+      aws.parameters.set(late!.Name as string, { value: late!.Value as string, tags: {}, at: aws.now });
+      throw awsError('ParameterNotFound');
+    });
+    // The resend is throttled on every one of its attempts.
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => awsError('ThrottlingException')));
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(id!)]);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toEqual([]);
+  });
+
   it('treats an unknown claim whose value is not ours as lost', async () => {
     park(1);
     aws.fault('PutParameter', (input) => {
