@@ -1,7 +1,6 @@
 import {
   activationTimeOfRunnerName,
   FLEET_DEFAULTS,
-  instanceIdOfRunnerName,
   type FleetConfig,
   type PoolConfig,
   type Provider,
@@ -28,8 +27,9 @@ import type { ObservedParameter } from '../shared/parameters';
  *   grace period (a claim whose invocation died before tagging and starting).
  * - instance-terminated: the config parameter of an instance this run terminated, deleted
  *   in the same run (it holds a runner secret).
- * - no-instance: a registration at the provider whose instance no longer exists, or whose
- *   instance carries another runner id (a lost claim whose deregistration failed).
+ * - no-instance: a registration at the provider that no live instance carries (by its
+ *   runner-id tag) past the grace period from its name's time (a failed activation whose
+ *   deregistration failed, or a runner whose instance is gone).
  */
 export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'instance-terminated' | 'no-instance';
 
@@ -187,25 +187,43 @@ export function planSweep(
     }
   }
 
-  // A runner's instance is the live instance tagged with its id (of a pool of its provider).
-  // Its name names the instance it was registered for, which is not always the one that runs
-  // it: scale-up carries a registration past a refused claim to the job's next candidate or
-  // its cold launch (scale-up/activate.ts `Carried`).
+  const deleteRunners = orphanRunners(config, keys, live, runners, now, grace);
+  return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle };
+}
+
+/**
+ * Registrations no live instance carries, past the grace period from their name's time.
+ * A runner's instance is the live instance tagged with its id (of a pool of its provider).
+ * Its name names the instance it was registered for, which is not always the one that runs
+ * it: scale-up carries a registration past a refused claim to the job's next candidate or
+ * its cold launch (scale-up/activate.ts `Carried`). An instance whose pool the config no
+ * longer names (renamed or removed while it works) keeps its id for every provider: its
+ * provider is unknown, and its runner may be mid-job (the instance rules leave it alone too).
+ */
+function orphanRunners(
+  config: FleetConfig,
+  keys: TagKeys,
+  live: ReadonlyMap<string, ObservedInstance>,
+  runners: ReadonlyMap<Provider, readonly RunnerSummary[]>,
+  now: Date,
+  grace: number,
+): DeleteRunner[] {
   const carriers = new Set<string>();
   for (const i of live.values()) {
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
     const runnerId = i.tags.get(keys.runnerId);
-    if (pool && runnerId !== undefined) carriers.add(`${pool.provider}:${runnerId}`);
+    if (runnerId === undefined) continue;
+    for (const provider of pool ? [pool.provider] : runners.keys()) carriers.add(`${provider}:${runnerId}`);
   }
   const deleteRunners: DeleteRunner[] = [];
   for (const [provider, list] of runners) {
     for (const runner of list) {
-      const instanceId = instanceIdOfRunnerName(config.prefix, runner.name);
-      if (instanceId === undefined || runner.busy === true) continue;
+      if (runner.busy === true) continue;
+      // Undefined for a name this fleet did not make: not ours to delete.
       const at = activationTimeOfRunnerName(config.prefix, runner.name);
       if (at === undefined || now.getTime() - at.getTime() < grace) continue;
       if (!carriers.has(`${provider}:${runner.runnerId}`)) deleteRunners.push({ provider, runner, reason: 'no-instance' });
     }
   }
-  return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle };
+  return deleteRunners;
 }

@@ -66,11 +66,10 @@ export const WARM_DEFAULTS: WarmOptions = { claimsPerJob: 8, concurrency: 10, fr
  * The warm path for a batch of jobs: (register,) claim, (verify,) tag, start.
  *
  * 1. For each job: take the next candidate of its pool (candidates are shared, so jobs of
- *    one invocation never race each other) and claim it. A job's first attempt registers
- *    its runner and claims with the config itself (one SSM write); once it has lost a
- *    claim (its registration deleted), its later attempts claim with a marker, then
- *    register and write the config over it (see `lane`). A lost claim moves to the next
- *    candidate, re-observing first (`Candidates`).
+ *    one invocation never race each other) and claim it. The job registers its runner
+ *    once, before its first claim, and each claim writes the config itself (one SSM write);
+ *    a refused claim carries the registration to the next candidate (see `lane`,
+ *    `Carried`). A lost claim moves to the next candidate, re-observing first (`Candidates`).
  * 2. Tag the claimed instance at once (one CreateTags per instance: activation time, trace
  *    id, job id, runner id; the values differ per instance, so a shared call would only add
  *    a request). Tagging at once makes the claim visible to every other invocation's

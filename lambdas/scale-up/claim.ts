@@ -48,8 +48,10 @@ export async function claim(ctx: StepContext, a: Attempt, value: string, options
   for (let round = 1; ; round++) {
     const sent = await putClaim(ctx, a, value, round === 1 ? options : {});
     if (sent === 'claimed') return (a.claimed = true), 'claimed';
-    // A refusal of a resend may be our own earlier write: read it back as a lost answer.
-    if (sent === 'failed' || (sent === 'lost' && round === 1)) return sent;
+    // A refusal of the first send is the answer. A resend's says nothing of the earlier
+    // write still unknown (refused as existing: that may be it; refused otherwise, e.g.
+    // throttled past the retries: it may land yet): read it back as a lost answer.
+    if (round === 1 && sent !== 'unknown') return sent;
     const seen = await readClaim(ctx, a, value);
     if (seen !== 'absent') return seen === 'ours' ? ((a.claimed = true), 'claimed') : seen;
     // Not there (yet): the write may still land, after this read, and leave a claim nobody

@@ -182,3 +182,16 @@ describe('planSweep: a registration carried past a refused claim', () => {
     expect(planSweep(config, KEYS, [parked], [], runners, NOW).deleteRunners.map((d) => d.runner.runnerId)).toEqual(['8']);
   });
 });
+
+describe('planSweep: a runner whose instance belongs to a pool the config no longer names', () => {
+  it('keeps it while the instance lives (it may be mid-job; the provider says busy only sometimes), for either provider', () => {
+    // The pool was renamed or removed by a deploy while this instance ran its job.
+    const working = activated('running', 20, '9', { [KEYS.pool]: 'retired' });
+    const gitlab = runner(working, '9', 'online', undefined, 20);
+    const github = runner(working, '9', 'online', false, 20);
+    expect(planSweep(config, KEYS, [working], [], new Map([[Provider.GITLAB, [gitlab]]]), NOW).deleteRunners).toEqual([]);
+    expect(planSweep(config, KEYS, [working], [], new Map([[Provider.GITHUB, [github]]]), NOW).deleteRunners).toEqual([]);
+    // Once the instance is gone, the registration is an orphan.
+    expect(planSweep(config, KEYS, [], [], new Map([[Provider.GITLAB, [gitlab]]]), NOW).deleteRunners.map((d) => d.runner.runnerId)).toEqual(['9']);
+  });
+});

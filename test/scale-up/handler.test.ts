@@ -234,6 +234,35 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted).toEqual(['2']);
   });
 
+  it('a lane that throws while it carries a refused claim\'s registration deletes it before going cold', async () => {
+    park(2);
+    aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
+    // Something no step expects throws in the lane between the refused claim and the next pick.
+    const sink = (line: string) => {
+      if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
+      lines.sink(line);
+    };
+    const h = createScaleUpHandler({
+      ec2: new EC2Client({}),
+      ssm: new SSMClient({}),
+      sqs: new SQSClient({}),
+      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+      loadConfig: async () => fleetConfig(),
+      providers: () => ({ github: ci }),
+      queueUrl: QUEUE,
+      instanceArnPrefix: INSTANCE_ARN_PREFIX,
+      deadLetterQueueUrl: DLQ,
+      now: () => aws.now,
+      sink,
+    });
+    expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
+    // The carried registration is deleted in the same run; the cold launch registers its own.
+    expect(ci.created).toBe(2);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched().map((i) => i.tags.get(KEYS.runnerId))).toEqual(['2']);
+  });
+
   it.each([['past claimsPerJob', 2, 6]])('a job whose claims were all lost tries the parked instances a fresh observation still shows before going cold (%s)', async (_, claimsPerJob, n) => {
     const ids = park(n);
     // Other invocations win the first n - 1 claims and tag their instances at once.
@@ -422,6 +451,28 @@ describe('scale-up: warm activation', () => {
     expect(coldLaunched()).toHaveLength(0);
     expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(id!)]);
     expect(ci.created).toBe(1);
+  });
+
+  it('a resend refused for another reason (throttled past its retries) is read back too: the earlier lost write that landed is ours', async () => {
+    const [id] = park(1);
+    let late: Record<string, unknown> | undefined;
+    aws.fault('PutParameter', (input) => {
+      late = input;
+      throw awsError('InternalServerError', 500);
+    });
+    aws.fault('GetParameter', () => {
+      // Nothing yet at the first read; the first write lands right after it.
+      aws.parameters.set(late!.Name as string, { value: late!.Value as string, tags: {}, at: aws.now });
+      throw awsError('ParameterNotFound');
+    });
+    // The resend is throttled on every one of its attempts.
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => awsError('ThrottlingException')));
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(id!)]);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toEqual([]);
   });
 
   it('treats an unknown claim whose value is not ours as lost', async () => {
