@@ -9,7 +9,7 @@ import {
   type TagKeys,
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
-import { jobReported, maxJobSecondsOf } from '../shared/job-report';
+import { jobReported, maxJobSecondsOf, reportedStart } from '../shared/job-report';
 import type { ObservedParameter } from '../shared/parameters';
 
 /**
@@ -104,14 +104,16 @@ export function idleReading(
  */
 export function unlistedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
   if (!jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'confirmed';
-  return repeatedReading(instance, keys, activatedAt, pool, now);
+  // An idle mark from before the job started read the idle runner, not this one: a sweep that
+  // marked it idle, the job starting, then one unlisted reading must not end the job.
+  return repeatedReading(instance, keys, reportedStart(instance, keys, activatedAt, now) ?? activatedAt, pool, now);
 }
 
 /** A reading that would end the instance: the first marks it, one a window later confirms. */
-function repeatedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
+function repeatedReading(instance: ObservedInstance, keys: TagKeys, notBefore: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
   const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
-  // A mark from before this activation (or unreadable) is no reading of this runner.
-  if (!Number.isFinite(since) || since < activatedAt) return 'first';
+  // A mark from before this activation (or before the reported job start, or unreadable) is no reading of this runner.
+  if (!Number.isFinite(since) || since < notBefore) return 'first';
   const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
 }

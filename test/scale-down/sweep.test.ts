@@ -101,6 +101,9 @@ describe('planSweep: two idle readings a window apart', () => {
     ['unlisted again a window later: reclaimed, job finished', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(2).toISOString() }, { terminate: ['job-finished'], mark: false }],
     ['unlisted, a mark from before this activation: marked anew', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(40).toISOString() }, { terminate: [], mark: true }],
     ['unlisted, no job-started report: job finished at once', {}, { terminate: ['job-finished'], mark: false }],
+    // An idle mark from before the job started reads the idle runner, not the unlisted one:
+    // with it a single unlisted reading would end a job that started a minute ago.
+    ['unlisted once, idle mark from before the job started: kept, marked anew', { [KEYS.jobStarted]: ago(1).toISOString(), [KEYS.idleSince]: ago(3).toISOString() }, { terminate: [], mark: true }],
   ];
   it.each(unlisted)('%s', (_name, tags, want) => {
     const i = activated('running', 31, '7', tags);
