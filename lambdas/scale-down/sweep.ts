@@ -103,10 +103,14 @@ export function idleReading(
  * a runner that finished for good is still missing at the second reading.
  */
 export function unlistedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
-  if (!jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'confirmed';
+  const maxJob = maxJobSecondsOf(pool) * 1000;
+  if (!jobReported(instance, keys, activatedAt, maxJob / 1000, now)) return 'confirmed';
   // An idle mark from before the job started read the idle runner, not this one: a sweep that
-  // marked it idle, the job starting, then one unlisted reading must not end the job.
-  return repeatedReading(instance, keys, reportedStart(instance, keys, activatedAt, now) ?? activatedAt, pool, now);
+  // marked it idle, the job starting, then one unlisted reading must not end the job. Only
+  // within the max job duration from the activation: the job can rewrite its report, and a
+  // process that outlived it must not re-mark the instance forever.
+  const started = now.getTime() - activatedAt < maxJob ? reportedStart(instance, keys, activatedAt, now) : undefined;
+  return repeatedReading(instance, keys, started ?? activatedAt, pool, now);
 }
 
 /** A reading that would end the instance: the first marks it, one a window later confirms. */

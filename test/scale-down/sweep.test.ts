@@ -111,6 +111,13 @@ describe('planSweep: two idle readings a window apart', () => {
     expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: [] });
   });
 
+  it('a job-started report rewritten after the job (the job can write it) keeps an unlisted runner\'s instance for at most the max job duration from the activation', () => {
+    // Activated 7 h ago (past the 6 h default), the report rewritten a minute ago, a mark 3 min old:
+    // the mark counts again, so a process that outlived the job cannot re-mark the instance forever.
+    const i = activated('running', 7 * 60, '7', { [KEYS.jobStarted]: ago(1).toISOString(), [KEYS.idleSince]: ago(3).toISOString() });
+    expect(marks(i, [])).toEqual({ terminate: ['job-finished'], mark: [], clear: [] });
+  });
+
   it('a runner unlisted once then listed busy: the mark is cleared, the job goes on', () => {
     const i = activated('running', 31, '7', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(3).toISOString() });
     expect(marks(i, [runner(i, '7', 'online', true)])).toEqual({ terminate: [], mark: [], clear: [i.id] });
