@@ -9,7 +9,7 @@ import {
   type TagKeys,
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
-import { jobReported, maxJobSecondsOf, reportedStart } from '../shared/job-report';
+import { activationTime, jobReported, maxJobSecondsOf, reportedStart } from '../shared/job-report';
 import type { ObservedParameter } from '../shared/parameters';
 
 /**
@@ -154,7 +154,7 @@ export function planSweep(
     if (!isActivated(i, keys)) continue;
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
     if (!pool) continue;
-    const activatedAt = Date.parse(i.tags.get(keys.activatedAt) ?? '') || i.launchTime.getTime();
+    const activatedAt = activationTime(i, keys);
     const age = now.getTime() - activatedAt;
     if (age < grace) continue;
     const runnerId = i.tags.get(keys.runnerId);
