@@ -152,7 +152,9 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
 async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
   const all = await repositoriesOf(deps, spend);
   const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
-  const window = repositoryWindow(all, runNumber, deps.options.repositoriesPerRun);
+  // A window wider than the run's job-list reads would leave its last repositories unread at
+  // every turn (each gets at least 1 read): the window is as wide as the reads, so it rotates over all.
+  const window = repositoryWindow(all, runNumber, Math.min(deps.options.repositoriesPerRun, Math.max(1, deps.options.runReadLimit)));
   const reads = { runs: 0 };
   const seen = new Set<string>();
   for (const [i, full] of window.entries()) {

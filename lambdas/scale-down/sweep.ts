@@ -8,7 +8,7 @@ import {
   type TagKeys,
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
-import { jobReported, maxJobSecondsOf } from '../shared/job-report';
+import { activationTime, jobReported, maxJobSecondsOf, reportedStart } from '../shared/job-report';
 import type { ObservedParameter } from '../shared/parameters';
 
 /**
@@ -103,15 +103,21 @@ export function idleReading(
  * a runner that finished for good is still missing at the second reading.
  */
 export function unlistedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
-  if (!jobReported(instance, keys, activatedAt, maxJobSecondsOf(pool), now)) return 'confirmed';
-  return repeatedReading(instance, keys, activatedAt, pool, now);
+  const maxJob = maxJobSecondsOf(pool) * 1000;
+  if (!jobReported(instance, keys, activatedAt, maxJob / 1000, now)) return 'confirmed';
+  // An idle mark from before the job started read the idle runner, not this one: a sweep that
+  // marked it idle, the job starting, then one unlisted reading must not end the job. Only
+  // within the max job duration from the activation: the job can rewrite its report, and a
+  // process that outlived it must not re-mark the instance forever.
+  const started = now.getTime() - activatedAt < maxJob ? reportedStart(instance, keys, activatedAt, now) : undefined;
+  return repeatedReading(instance, keys, started ?? activatedAt, pool, now);
 }
 
 /** A reading that would end the instance: the first marks it, one a window later confirms. */
-function repeatedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
+function repeatedReading(instance: ObservedInstance, keys: TagKeys, notBefore: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
   const since = Date.parse(instance.tags.get(keys.idleSince) ?? '');
-  // A mark from before this activation (or unreadable) is no reading of this runner.
-  if (!Number.isFinite(since) || since < activatedAt) return 'first';
+  // A mark from before this activation (or before the reported job start, or unreadable) is no reading of this runner.
+  if (!Number.isFinite(since) || since < notBefore) return 'first';
   const window = (pool.idleConfirmSeconds ?? FLEET_DEFAULTS.idleConfirmSeconds) * 1000;
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
 }
@@ -148,7 +154,7 @@ export function planSweep(
     if (!isActivated(i, keys)) continue;
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
     if (!pool) continue;
-    const activatedAt = Date.parse(i.tags.get(keys.activatedAt) ?? '') || i.launchTime.getTime();
+    const activatedAt = activationTime(i, keys);
     const age = now.getTime() - activatedAt;
     if (age < grace) continue;
     const runnerId = i.tags.get(keys.runnerId);

@@ -19,14 +19,19 @@ export function maxJobSecondsOf(pool: Pick<PoolConfig, 'maxJobSeconds'> | undefi
 }
 
 /**
- * Whether the instance's job-started report still holds: for `maxJobSeconds` from the reported
- * time. A time before the activation, after now or unreadable counts from the activation: the
- * job itself can write the tag, and a far-future time must not keep the instance forever.
+ * When the instance's report says its job started, if it reported one: a time before the
+ * activation, after now or unreadable counts from the activation (the job itself can write
+ * the tag, and a far-future time must not keep the instance forever).
  */
-export function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, maxJobSeconds: number, now: Date): boolean {
+export function reportedStart(instance: ObservedInstance, keys: TagKeys, activatedAt: number, now: Date): number | undefined {
   const value = instance.tags.get(keys.jobStarted);
-  if (value === undefined) return false;
+  if (value === undefined) return undefined;
   const reported = Date.parse(value);
-  const started = Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
-  return now.getTime() - started < maxJobSeconds * 1000;
+  return Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
+}
+
+/** Whether the instance's job-started report still holds: for `maxJobSeconds` from the reported time. */
+export function jobReported(instance: ObservedInstance, keys: TagKeys, activatedAt: number, maxJobSeconds: number, now: Date): boolean {
+  const started = reportedStart(instance, keys, activatedAt, now);
+  return started !== undefined && now.getTime() - started < maxJobSeconds * 1000;
 }

@@ -176,6 +176,21 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect([...(await f.served()).keys()].sort()).toEqual(ours.map((j) => `github:${j.id}`).sort());
   });
 
+  it('a window wider than the run\'s job-list reads is narrowed to them: every repository is read within ceil(N / limit) runs', { timeout: scaled(120_000) }, async () => {
+    await gh.close();
+    // 4 repositories, cap 4, limit 2: a window of 4 would start at the same repository every
+    // run (4 % 4 = 0) and its last 2 repositories would get no read, ever.
+    const repositories = Array.from({ length: 4 }, (_, i) => `${ORG}/repo-${i}`);
+    await setUp({ organization: ORG, repositories });
+    for (const r of repositories) gh.addJob(r, LABELS);
+    const interval = 300_000;
+    const base = Math.floor(Date.now() / interval) * interval;
+    const from = gh.requests().length;
+    for (const at of [base, base - interval]) await reconciler({ github: { repositoriesPerRun: 4, runReadLimit: 2 } }, () => new Date(at + 1_000))();
+    const read = new Set(reconcilerRequests(from).filter((r) => r.path.endsWith('/jobs')).map((r) => r.path.split('/')[3]));
+    expect([...read].sort()).toEqual(['repo-0', 'repo-1', 'repo-2', 'repo-3']);
+  });
+
   it('with 250 repositories the repository list is read in 3 pages and the run stays within the budget', { timeout: scaled(120_000) }, async () => {
     await gh.close();
     const repositories = Array.from({ length: 250 }, (_, i) => `${ORG}/repo-${String(i).padStart(3, '0')}`);

@@ -101,11 +101,21 @@ describe('planSweep: two idle readings a window apart', () => {
     ['unlisted again a window later: reclaimed, job finished', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(2).toISOString() }, { terminate: ['job-finished'], mark: false }],
     ['unlisted, a mark from before this activation: marked anew', { [KEYS.jobStarted]: ago(5).toISOString(), [KEYS.idleSince]: ago(40).toISOString() }, { terminate: [], mark: true }],
     ['unlisted, no job-started report: job finished at once', {}, { terminate: ['job-finished'], mark: false }],
+    // An idle mark from before the job started reads the idle runner, not the unlisted one:
+    // with it a single unlisted reading would end a job that started a minute ago.
+    ['unlisted once, idle mark from before the job started: kept, marked anew', { [KEYS.jobStarted]: ago(1).toISOString(), [KEYS.idleSince]: ago(3).toISOString() }, { terminate: [], mark: true }],
   ];
   it.each(unlisted)('%s', (_name, tags, want) => {
     const i = activated('running', 31, '7', tags);
     const got = marks(i, []);
     expect(got).toEqual({ terminate: want.terminate, mark: want.mark ? [i.id] : [], clear: [] });
+  });
+
+  it('a job-started report rewritten after the job (the job can write it) keeps an unlisted runner\'s instance for at most the max job duration from the activation', () => {
+    // Activated 7 h ago (past the 6 h default), the report rewritten a minute ago, a mark 3 min old:
+    // the mark counts again, so a process that outlived the job cannot re-mark the instance forever.
+    const i = activated('running', 7 * 60, '7', { [KEYS.jobStarted]: ago(1).toISOString(), [KEYS.idleSince]: ago(3).toISOString() });
+    expect(marks(i, [])).toEqual({ terminate: ['job-finished'], mark: [], clear: [] });
   });
 
   it('a runner unlisted once then listed busy: the mark is cleared, the job goes on', () => {
