@@ -663,9 +663,10 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
 }
 
 /**
- * A pool's latency ledger (contract ledger.ts): p50 and p95 of every stage, one widget. Stages
- * stamped by scale-up and the webhook count from the delivery's receipt, the instance's from
- * its activation, the provider's job start from the job's creation (docs/operations.md).
+ * A pool's latency ledger (contract ledger.ts): p50 and p95 of every stage, one widget.
+ * `received` and the provider's job start count from the job's creation, the other webhook and
+ * scale-up stages from the fleet's receipt, the instance's from its activation
+ * (docs/operations.md).
  */
 function ledgerWidget(namespace: string, pool: string): cloudwatch.GraphWidget {
   const stage = (name: LedgerStage, statistic: 'p50' | 'p95') =>

@@ -16,7 +16,10 @@ export function ledgerMetricRecord(metrics: FleetConfig['metrics'], entry: Ledge
     },
     [pool]: entry.pool,
     [stage]: entry.stage,
-    [name]: entry.seconds,
+    // Not below 0: CloudWatch gives no percentile of a metric holding a negative value, and a
+    // stage measured across two clocks (`received`: the provider's creation, the Lambda's
+    // receipt) reads below 0 by their skew. The log line keeps the raw figure.
+    [name]: Math.max(0, entry.seconds),
   });
 }
 

@@ -44,6 +44,17 @@ describe('latency ledger contract', () => {
     });
   });
 
+  it("keeps a negative figure (a provider clock ahead of the Lambda's) in the log line but sends 0 to CloudWatch, whose percentiles fail on any negative value", () => {
+    const logs: string[] = [];
+    const metrics: string[] = [];
+    const writer = new LedgerWriter(config.metrics, createLogger({ fn: 'test' }, (l) => logs.push(l)), (l) => metrics.push(l));
+    // A job "created" 1.5 s after the fleet received it: the provider's clock runs ahead.
+    const message = { ...job, receivedAt: '2026-12-01T10:00:00.000Z', createdAt: '2026-12-01T10:00:01.500Z' } as Parameters<LedgerWriter['stampQueued']>[0];
+    writer.stampQueued(message, 'linux', new Date('2026-12-01T10:00:00.200Z'));
+    expect(logs.map((l) => (JSON.parse(l) as { stage: string; seconds: number })).map((l) => [l.stage, l.seconds])).toEqual([['received', -1.5], ['queued', 0.2]]);
+    expect(metrics.map((m) => (JSON.parse(m) as { Stage: string; JobStageSeconds: number })).map((m) => [m.Stage, m.JobStageSeconds])).toEqual([['received', 0], ['queued', 0.2]]);
+  });
+
   it('stamps a log line and an EMF record per stage, several in the order they happened', () => {
     const logs: string[] = [];
     const metrics: string[] = [];
