@@ -182,7 +182,7 @@ export interface RunnerPoolProps {
    * How far apart the two readings of the CI service must be that both find a runner idle
    * before the idle rule deregisters it: one stale or wrong reading (GitHub has reported
    * `busy: false` mid-job) cannot end a job. A runner whose instance reported that its job
-   * started is never reclaimed as idle, whatever the readings say.
+   * started is not reclaimed as idle for `maxJobDuration` from that report, whatever the readings say.
    * @default Duration.minutes(2)
    */
   readonly idleConfirmation?: Duration;
