@@ -90,4 +90,18 @@ describe('the fault proof (pure)', () => {
     const served = [...events, { t: 4, kind: 'job-done', provider: 'github', ciJobId: '9', runnerName: runner('b') } as LocalEvent];
     expect(buildFaultProof({ plan, jobs, events: served, world: world(), report, prefix }).failures).toContain('github:2: its first runner did not die before taking a job');
   });
+
+  it("fails when the planned stray runner did not take another job's job: it took its own, or none", () => {
+    // Its own: job 1's first runner (instance a) finished job 1, and job 2 ran on a retry's runner.
+    const own = { '1': { runnerName: runner('a') }, '2': { runnerName: runner('c') } };
+    const ownEvents = events.map((e) => (e.kind === 'job-done' && e.ciJobId === '1' ? { ...e, runnerName: runner('a') } : e.kind === 'job-done' && e.ciJobId === '2' ? { ...e, runnerName: runner('c') } : e));
+    const tookOwn = buildFaultProof({ plan, jobs, events: ownEvents, world: world(own), report, prefix });
+    expect(tookOwn.strays).toMatchObject({ takesAnother: 'github:1', took: 'github:1' });
+    expect(tookOwn.failures).toEqual(["github:1: its first runner took its own job, not another's"]);
+    // None: no job at the CI server names instance a (job 2 ran on another runner).
+    const none = buildFaultProof({ plan, jobs, events, world: world({ '2': { runnerName: runner('e') } }), report, prefix });
+    expect(none.strays.took).toBeUndefined();
+    expect(none.passed).toBe(false);
+    expect(none.failures).toContain("github:1: its first runner took no job (the plan has it take another job's)");
+  });
 });
