@@ -83,9 +83,16 @@ describe("the retry check judges a runner's job-started report by its pool's max
     expect(lines.logs(/^the job is still queued, but a runner of its pool is idle or starting/)[0]).toMatchObject({ instanceId: reportedTwoHoursAgo.id });
   });
 
-  it("another pool's 1 hour does not apply to this job's pool", async () => {
+  it("another pool's 1 hour does not apply to this job's pool (listed before it)", async () => {
     const pools = fleetConfig().pools;
-    const { retried } = await check([...pools, { ...pools[0]!, name: 'gpu', maxJobSeconds: 3600 }]);
+    const { retried } = await check([{ ...pools[0]!, name: 'gpu', maxJobSeconds: 3600 }, ...pools]);
     expect(retried).toHaveLength(1);
+  });
+
+  it("another pool's longer maximum (listed after it) does not keep this pool's stale report alive", async () => {
+    const pools = fleetConfig({ maxJobSeconds: 3600 }).pools;
+    const { retried, settled } = await check([...pools, { ...pools[0]!, name: 'gpu', maxJobSeconds: 24 * 3600 }]);
+    expect(retried).toEqual([]);
+    expect(settled).toEqual(['m-1']);
   });
 });
