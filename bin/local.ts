@@ -6,8 +6,9 @@
  *                    [--faults [tampered-download]] [--seed N] [--drift] [--image stock|prebuilt]
  *
  * Exit status: 0 when every job was sent and served and nothing was left behind (with
- * --faults tampered-download: when the fleet failed safe and nothing was left behind), 1
- * otherwise (also when the run gave up at its deadline), 2 on a usage error.
+ * --faults tampered-download: when the fleet failed safe; with the lost-job faults: when the
+ * fault proof passed, local/fault-report.ts; in both, nothing left behind), 1 otherwise (also
+ * when the run gave up at its deadline), 130 when interrupted, 2 on a usage error.
  */
 import type { LocalEvent } from '../local/events';
 import { parseLocalArgs, USAGE, UsageError, type LocalArgs } from '../local/cli-args';

@@ -49,10 +49,8 @@ function shuffle<T>(items: readonly T[], random: () => number): T[] {
 
 /** The plan for `jobs` jobs per provider; throws when they are too few to hold every fault. */
 export function planFaults(seed: number, jobs: number): FaultPlan {
-  const total = 2 * jobs;
-  const dropped = Math.ceil(total * FAULT_SHARES.dropped);
-  const failed = Math.ceil(total * FAULT_SHARES.failed);
-  if (jobs < GITHUB_SPECIALS || total - GITHUB_SPECIALS - 1 < dropped + failed) {
+  const { dropped, failed } = faultCounts(jobs);
+  if (!holdsEveryFault(jobs)) {
     throw new Error(`the fault plan needs at least ${minimumJobs()} jobs per provider, got ${jobs}`);
   }
   const random = seededRandom(seed);
@@ -75,5 +73,16 @@ export function planFaults(seed: number, jobs: number): FaultPlan {
 
 /** The fewest jobs per provider a plan holds every fault with. */
 export function minimumJobs(): number {
-  for (let n = GITHUB_SPECIALS; ; n++) if (2 * n - GITHUB_SPECIALS - 1 >= Math.ceil(2 * n * FAULT_SHARES.dropped) + Math.ceil(2 * n * FAULT_SHARES.failed)) return n;
+  for (let n = GITHUB_SPECIALS; ; n++) if (holdsEveryFault(n)) return n;
+}
+
+/** Whether `jobs` per provider leave, past the stray GitHub jobs and the cancelled one, a job for each dropped and 5xx delivery. */
+function holdsEveryFault(jobs: number): boolean {
+  const { dropped, failed } = faultCounts(jobs);
+  return jobs >= GITHUB_SPECIALS && 2 * jobs - GITHUB_SPECIALS - 1 >= dropped + failed;
+}
+
+/** The dropped and 5xx deliveries of `jobs` per provider: the shares of both providers' jobs, rounded up. */
+function faultCounts(jobs: number): { readonly dropped: number; readonly failed: number } {
+  return { dropped: Math.ceil(2 * jobs * FAULT_SHARES.dropped), failed: Math.ceil(2 * jobs * FAULT_SHARES.failed) };
 }

@@ -87,6 +87,8 @@ export function buildFaultProof(input: {
   if (report.leftovers > 0) failures.push(`${report.leftovers} thing(s) left behind`);
   if (!report.settled) failures.push('the run did not settle');
   const strays = straysOf(plan, jobs, events, world, input.prefix);
+  if (strays.took === undefined) failures.push(`${strays.takesAnother}: its first runner took no job (the plan has it take another job's)`);
+  else if (strays.took === strays.takesAnother) failures.push(`${strays.takesAnother}: its first runner took its own job, not another's`);
   if (!strays.died) failures.push(`${strays.dies}: its first runner did not die before taking a job`);
   const dropped = jobs.filter((j) => j.fate === 'dropped').length;
   const failed = jobs.filter((j) => j.fate === 'failed').length;

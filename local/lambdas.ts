@@ -16,6 +16,7 @@ import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down
 import { createReconcileHandler, type ReconcileDeps } from '../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
+import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
 import { LAMBDA_ENV, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider } from '../lambdas/shared/contract';
@@ -112,7 +113,7 @@ const LOG_FACTS = {
   coldStarted: 'cold launch started an instance',
   deadLettered: 'job dead-lettered',
   reconciled: 'queued job found by the reconciler',
-  retried: 'the job is still queued and no runner of its pool could take it: starting another',
+  retried: RETRY_STARTED_MESSAGE,
 } as const;
 
 /**

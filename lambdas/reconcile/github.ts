@@ -183,7 +183,7 @@ async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { 
  */
 export function runReadShare(readsLeft: number, repositoriesLeft: number): number {
   if (readsLeft <= 0 || repositoriesLeft <= 0) return 0;
-  return Math.min(readsLeft, Math.max(1, Math.floor(readsLeft / repositoriesLeft)));
+  return Math.max(1, Math.floor(readsLeft / repositoriesLeft));
 }
 
 /** One repository's queued jobs matching a pool, into `out`, reading at most `share` of its runs' job lists. */

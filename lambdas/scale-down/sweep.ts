@@ -103,13 +103,13 @@ export function idleReading(
  * a runner that finished for good is still missing at the second reading.
  */
 export function unlistedReading(instance: ObservedInstance, keys: TagKeys, activatedAt: number, pool: PoolConfig, now: Date): Exclude<IdleReading, 'working'> {
-  const maxJob = maxJobSecondsOf(pool) * 1000;
-  if (!jobReported(instance, keys, activatedAt, maxJob / 1000, now)) return 'confirmed';
+  const maxJobSeconds = maxJobSecondsOf(pool);
+  if (!jobReported(instance, keys, activatedAt, maxJobSeconds, now)) return 'confirmed';
   // An idle mark from before the job started read the idle runner, not this one: a sweep that
   // marked it idle, the job starting, then one unlisted reading must not end the job. Only
   // within the max job duration from the activation: the job can rewrite its report, and a
   // process that outlived it must not re-mark the instance forever.
-  const started = now.getTime() - activatedAt < maxJob ? reportedStart(instance, keys, activatedAt, now) : undefined;
+  const started = now.getTime() - activatedAt < maxJobSeconds * 1000 ? reportedStart(instance, keys, activatedAt, now) : undefined;
   return repeatedReading(instance, keys, started ?? activatedAt, pool, now);
 }
 

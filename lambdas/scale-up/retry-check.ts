@@ -7,6 +7,9 @@ import type { Logger, Metrics } from '../shared/log';
 import { holderDeadline, type JobRecords, type ServedState } from './job-record';
 import { capableRunners, retryAction, retryDue } from './retry';
 
+/** Logged when a retry check starts another runner for its job (local/lambdas.ts reads it as the job's `retried` fact). */
+export const RETRY_STARTED_MESSAGE = 'the job is still queued and no runner of its pool could take it: starting another';
+
 /** A message whose job's record says a runner was started for it (retry.ts explains the check). */
 export interface ServedCopy<T> {
   readonly item: T;
@@ -121,7 +124,7 @@ async function checkOne<T extends Checked>(ctx: RetryCheckContext<T>, c: ServedC
     await ctx.deadLetter(item, RETRIES_EXHAUSTED_REASON);
     return undefined;
   }
-  item.log.info('the job is still queued and no runner of its pool could take it: starting another', { attempt: served.attempt + 1, supersedes: served.instanceId });
+  item.log.info(RETRY_STARTED_MESSAGE, { attempt: served.attempt + 1, supersedes: served.instanceId });
   ctx.metrics.add(ctx.names.jobsRetried, { Pool: pool });
   return { item, superseded: [...c.superseded, served.instanceId] };
 }

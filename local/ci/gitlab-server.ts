@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { gitlabJobPending } from '../deliveries';
+import { gitlabJobPending, gitlabJobRunning } from '../deliveries';
 import { gitlabJobFor } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { gitlabJobRunning } from '../deliveries';
 import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**

@@ -341,36 +341,56 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
   });
 });
 
+/** A fake gitlab-runner at work on a 60 s job of a GitLab of its own (in `modes`): past every request of the job's start. */
+interface RunnerAtWork {
+  readonly gitlab: LoopbackGitLab;
+  readonly provider: GitLabProvider;
+  readonly job: { readonly id: number };
+  readonly reg: RunnerRegistration;
+  readonly child: ChildProcess;
+  readonly exited: Promise<unknown>;
+  readonly log: string;
+}
+
+/**
+ * Runs `body` with a runner at work, spawned as templates/start-runner.sh runs it, in a process
+ * group of its own (so that whatever it left running can be seen); then kills what is left
+ * (a failed expectation must not leave the runner running) and closes its GitLab.
+ */
+async function withRunnerAtWork(modes: { readonly offlineMidJob?: boolean }, logName: string, body: (w: RunnerAtWork) => Promise<void>): Promise<void> {
+  const gitlab = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60, ...modes });
+  let child: ChildProcess | undefined;
+  try {
+    const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: gitlab.url }, pools: config.pools, token: async () => gitlab.accessToken, sleep: async () => undefined });
+    const job = gitlab.addJob(PROJECT, ['docker']);
+    const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
+    const builds = join(tmp, 'builds');
+    mkdirSync(builds, { recursive: true });
+    const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
+    const log = join(tmp, logName);
+    child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
+    const spawned = child;
+    const exited = new Promise<unknown>((done) => spawned.on('exit', done));
+    await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+    await body({ gitlab, provider: p, job, reg, child, exited, log });
+  } finally {
+    if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+    await gitlab.close();
+  }
+}
+
 describe('a fake gitlab-runner killed mid-job', () => {
   it('leaves no process behind on SIGTERM; the runner stays registered until DELETE, as GitLab keeps it', async () => {
-    const slow = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60 });
-    let child: ChildProcess | undefined;
-    try {
-      const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: slow.url }, pools: config.pools, token: async () => slow.accessToken, sleep: async () => undefined });
-      const job = slow.addJob(PROJECT, ['docker']);
-      const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
-      const builds = join(tmp, 'builds');
-      mkdirSync(builds, { recursive: true });
-      const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
-      const log = join(tmp, 'killed.log');
-      // Its own process group, so that whatever the runner left running can be seen.
-      child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
-      const spawned = child;
-      const exited = new Promise<unknown>((done) => spawned.on('exit', done));
-      // At work: past every request of the job's start, so the signal meets the runner itself.
-      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+    await withRunnerAtWork({}, 'killed.log', async ({ gitlab, provider: p, job, reg, child, exited, log }) => {
+      // At work: the signal meets the runner itself.
       process.kill(child.pid!, 'SIGTERM');
       await exited;
       expect(runningInGroup(child.pid!)).toEqual([]);
       expect(readFileSync(log, 'utf8')).toMatch(new RegExp(`stopped by a signal during job ${job.id}`));
-      expect(slow.runners().map((r) => r.id)).toEqual([Number(reg.runnerId)]);
+      expect(gitlab.runners().map((r) => r.id)).toEqual([Number(reg.runnerId)]);
       await p.deleteRunner(reg.runnerId);
-      expect(slow.runners()).toEqual([]);
-    } finally {
-      // A failed expectation must not leave the runner running either.
-      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
-      await slow.close();
-    }
+      expect(gitlab.runners()).toEqual([]);
+    });
   });
 });
 
@@ -394,29 +414,15 @@ describe("a runner's jobs (GET /runners/:id/jobs) and the offlineMidJob mode", (
   });
 
   it('offlineMidJob: a runner at work lists offline, its running job is listed, and its DELETE is accepted, cutting the job off', async () => {
-    const slow = await startLoopbackGitLab({ groupId: GROUP, jobSeconds: 60, offlineMidJob: true });
-    let child: ChildProcess | undefined;
-    try {
-      const p = new GitLabProvider({ prefix: PREFIX, gitlab: { ...config.gitlab!, url: slow.url }, pools: config.pools, token: async () => slow.accessToken, sleep: async () => undefined });
-      const job = slow.addJob(PROJECT, ['docker']);
-      const reg = await p.createRunner(message(job.id), nextInstance(), 'docker');
-      const builds = join(tmp, 'builds');
-      mkdirSync(builds, { recursive: true });
-      const args = ['run-single', '--url', reg.url!, '--token', reg.secret, '--executor', 'shell', '--max-builds', '1', '--wait-timeout', '5', '--builds-dir', builds];
-      const log = join(tmp, 'offline.log');
-      child = spawn(GITLAB_RUNNER, args, { env: { ...BOOT_ENV, LOCAL_RUNNER_LOG: log, LOCAL_RUNNER_POLL_SECONDS: '0.1' }, stdio: 'ignore', detached: true });
-      await until(() => existsSync(log) && readFileSync(log, 'utf8').includes(`Running job ${job.id} for 60s`));
+    await withRunnerAtWork({ offlineMidJob: true }, 'offline.log', async ({ gitlab, provider: p, job, reg }) => {
       expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'offline' }]);
       expect(await p.runnerBusy(reg.runnerId)).toBe(true);
       await p.deleteRunner(reg.runnerId);
-      expect(slow.runners()).toEqual([]);
-      expect(slow.jobsCutOff()).toEqual([job.id]);
+      expect(gitlab.runners()).toEqual([]);
+      expect(gitlab.jobsCutOff()).toEqual([job.id]);
       // GitLab leaves the job running until its stuck-jobs worker drops it; this server does not run that worker.
-      expect(slow.jobs().find((j) => j.id === job.id)?.status).toBe('running');
-    } finally {
-      if (child?.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
-      await slow.close();
-    }
+      expect(gitlab.jobs().find((j) => j.id === job.id)?.status).toBe('running');
+    });
   });
 });
 

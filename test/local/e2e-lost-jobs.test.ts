@@ -42,7 +42,9 @@ describe('lost-job faults', () => {
       expect(c.failed, id).toBeUndefined();
     }
     expect(proof.served).toBe(2 * JOBS - 1);
-    // The stray runner that dies took nothing; every wait is known.
+    // The stray runner that takes another job's job took one not its own; the one that dies took nothing; every wait is known.
+    expect(proof.strays.took).toMatch(/^github:/);
+    expect(proof.strays.took).not.toBe(proof.strays.takesAnother);
     expect(proof.strays.died).toBe(true);
     for (const j of proof.jobs) expect(j.waitSeconds, j.job).toBeGreaterThanOrEqual(0);
   });

@@ -90,4 +90,34 @@ describe('the fault proof (pure)', () => {
     const served = [...events, { t: 4, kind: 'job-done', provider: 'github', ciJobId: '9', runnerName: runner('b') } as LocalEvent];
     expect(buildFaultProof({ plan, jobs, events: served, world: world(), report, prefix }).failures).toContain('github:2: its first runner did not die before taking a job');
   });
+
+  it('fails when a job dropped before the webhook was served from a webhook delivery (its trace is not the reconciler\'s)', () => {
+    const viaWebhook = { ...(report as object), timeline: [{ job: 'gitlab:7', traceId: 'delivery-7' }, { job: 'github:1', traceId: 'd1' }] } as never;
+    const p = buildFaultProof({ plan, jobs, events, world: world(), report: viaWebhook, prefix });
+    expect(p.jobs.find((j) => j.job === 'gitlab:7')).toMatchObject({ origin: 'webhook', fate: 'dropped' });
+    expect(p.passed).toBe(false);
+    expect(p.failures).toEqual(["gitlab:7: dropped before the webhook, yet its served trace is a webhook delivery's"]);
+  });
+
+  it('fails when one runner finished two jobs, each finished once', () => {
+    // Runner c finished job 1 (as before) and job 2 (instead of runner a).
+    const twoJobs = events.map((e) => (e.kind === 'job-done' && e.ciJobId === '2' ? { ...e, runnerName: runner('c') } : e));
+    const p = buildFaultProof({ plan, jobs, events: twoJobs, world: world(), report, prefix });
+    expect(p.passed).toBe(false);
+    expect(p.failures).toEqual([`runner ${runner('c')} finished 2 jobs`]);
+  });
+
+  it("fails when the planned stray runner did not take another job's job: it took its own, or none", () => {
+    // Its own: job 1's first runner (instance a) finished job 1, and job 2 ran on a retry's runner.
+    const own = { '1': { runnerName: runner('a') }, '2': { runnerName: runner('c') } };
+    const ownEvents = events.map((e) => (e.kind === 'job-done' && e.ciJobId === '1' ? { ...e, runnerName: runner('a') } : e.kind === 'job-done' && e.ciJobId === '2' ? { ...e, runnerName: runner('c') } : e));
+    const tookOwn = buildFaultProof({ plan, jobs, events: ownEvents, world: world(own), report, prefix });
+    expect(tookOwn.strays).toMatchObject({ takesAnother: 'github:1', took: 'github:1' });
+    expect(tookOwn.failures).toEqual(["github:1: its first runner took its own job, not another's"]);
+    // None: no job at the CI server names instance a (job 2 ran on another runner).
+    const none = buildFaultProof({ plan, jobs, events, world: world({ '2': { runnerName: runner('e') } }), report, prefix });
+    expect(none.strays.took).toBeUndefined();
+    expect(none.passed).toBe(false);
+    expect(none.failures).toContain("github:1: its first runner took no job (the plan has it take another job's)");
+  });
 });

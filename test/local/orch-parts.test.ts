@@ -5,6 +5,7 @@ import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 import type { Classified } from '../../lambdas/webhook/delivery';
 import { isLateDelivery } from '../../lambdas/scale-up/decide';
+import { RETRY_STARTED_MESSAGE } from '../../lambdas/scale-up/retry-check';
 import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/verify';
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
@@ -66,7 +67,7 @@ describe('timeline facts from the handlers\' log lines', () => {
   };
   it.each<[string, 'webhook' | 'scale-up' | 'pool' | 'reconcile', string, Record<string, unknown>, string[]]>([
     ['a job the reconciler found', 'reconcile', 'queued job found by the reconciler', { traceId: 't', jobId: 'gitlab:3', pool: 'p' }, ['queued']],
-    ['a retry of a job whose runner went elsewhere', 'scale-up', 'the job is still queued and no runner of its pool could take it: starting another', { traceId: 't', jobId: 'github:12', attempt: 2 }, ['retried']],
+    ['a retry of a job whose runner went elsewhere', 'scale-up', RETRY_STARTED_MESSAGE, { traceId: 't', jobId: 'github:12', attempt: 2 }, ['retried']],
     ['the reconciler\'s summary is no job fact', 'reconcile', 'reconciled', { traceId: 't' }, []],
     ['webhook queued', 'webhook', 'job queued', { traceId: 't', jobId: 'github:12', pool: 'p' }, ['queued']],
     ['warm start', 'scale-up', 'warm activation started the instance', { traceId: 't', jobId: 'github:12', instanceId: 'i-1' }, ['started']],

@@ -91,6 +91,15 @@ describe('runReadShare', () => {
     expect(runReadShare(0, 3)).toBe(0);
     expect(runReadShare(7, 0)).toBe(0);
   });
+  it('never gives more than the reads left, for every whole count (the limit is validated a whole number): no cap is needed', () => {
+    // floor(r / n) <= r for n >= 1, and max(1, that) <= r once r >= 1.
+    for (let readsLeft = 1; readsLeft <= 1000; readsLeft++) {
+      for (let repositoriesLeft = 1; repositoriesLeft <= 60; repositoriesLeft++) {
+        const share = runReadShare(readsLeft, repositoriesLeft);
+        if (share !== Math.max(1, Math.floor(readsLeft / repositoriesLeft)) || share > readsLeft) expect.unreachable(`runReadShare(${readsLeft}, ${repositoriesLeft}) = ${share}`);
+      }
+    }
+  });
   it('carries what a quiet repository leaves to the ones after it, and never spends more than the limit', () => {
     // Repository 0 has 150 runs, the others 1 each: every repository is read, within the limit.
     const runs = [150, ...Array.from({ length: 19 }, () => 1)];

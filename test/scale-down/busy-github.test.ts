@@ -1,13 +1,10 @@
-import { EC2Client } from '@aws-sdk/client-ec2';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { GitHubProvider } from '../../lambdas/ci';
-import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
-import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { FakeAws } from '../support/fake-aws';
 import { KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+import { BusySweeps } from './busy-sweeps';
 
 /**
  * The scale-down against the loopback GitHub in its `busyFalseMidJob` mode (GitHub as seen:
@@ -17,16 +14,15 @@ import { KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
  * what the mode is for.
  */
 const ORG = 'acme';
-const MINUTE = 60_000;
 let gh: LoopbackGitHub;
 let aws: FakeAws;
 let lines: Lines;
-let clock: number;
+let sweeper: BusySweeps;
 
 beforeEach(async () => {
   aws = new FakeAws();
   lines = new Lines();
-  clock = 0;
+  sweeper = new BusySweeps({ aws, lines, fleet });
   // The server's liveness clock stands still: no runner is lost for going quiet mid-job.
   gh = await startLoopbackGitHub({ organization: ORG, busyFalseMidJob: true, jobSeconds: 3600, now: () => 0 });
 });
@@ -75,22 +71,8 @@ async function runnerMidJob(provider: GitHubProvider, reportedStart: boolean) {
   return { job, instance, reg };
 }
 
-/** Sweeps every 5 minutes from 31 minutes after the activation (past grace and idle timeout). */
-async function sweeps(provider: GitHubProvider, count: number) {
-  const sweep = createScaleDownHandler({
-    ec2: new EC2Client({}),
-    ssm: new SSMClient({}),
-    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
-    loadConfig: async () => fleet(),
-    providers: () => ({ github: provider }),
-    now: () => new Date(aws.now.getTime() + 31 * MINUTE + clock),
-    sink: lines.sink,
-  });
-  for (let n = 0; n < count; n++) {
-    await sweep();
-    clock += 5 * MINUTE;
-  }
-}
+/** Sweeps every 5 minutes from 31 minutes after the activation (busy-sweeps.ts). */
+const sweeps = (provider: GitHubProvider, count: number) => sweeper.run(Provider.GITHUB, provider, count);
 
 describe('scale-down against a GitHub that reports busy: false mid-job and accepts the DELETE', () => {
   it('the provider reads the working runner as idle (the mode is on)', async () => {

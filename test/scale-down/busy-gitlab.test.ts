@@ -1,13 +1,10 @@
-import { EC2Client } from '@aws-sdk/client-ec2';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { GitLabProvider } from '../../lambdas/ci';
-import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
-import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, GitLabRunnerType, JOB_MESSAGE_SCHEMA_VERSION, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { FakeAws } from '../support/fake-aws';
 import { KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
+import { BusySweeps } from './busy-sweeps';
 
 /**
  * The scale-down against the loopback GitLab in its `offlineMidJob` mode (a runner in the middle
@@ -18,16 +15,15 @@ import { KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
  */
 const GROUP = 42;
 const PROJECT = 7;
-const MINUTE = 60_000;
 let gl: LoopbackGitLab;
 let aws: FakeAws;
 let lines: Lines;
-let clock: number;
+let sweeper: BusySweeps;
 
 beforeEach(async () => {
   aws = new FakeAws();
   lines = new Lines();
-  clock = 0;
+  sweeper = new BusySweeps({ aws, lines, fleet });
   gl = await startLoopbackGitLab({ groupId: GROUP, offlineMidJob: true, jobSeconds: 3600 });
 });
 afterEach(async () => {
@@ -90,22 +86,8 @@ async function runnerMidJob(provider: GitLabProvider, reportedStart: boolean) {
   return { job, instance, reg };
 }
 
-/** Sweeps every 5 minutes from 31 minutes after the activation (past grace and idle timeout). */
-async function sweeps(provider: CiProvider, count: number) {
-  const sweep = createScaleDownHandler({
-    ec2: new EC2Client({}),
-    ssm: new SSMClient({}),
-    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
-    loadConfig: async () => fleet(),
-    providers: () => ({ gitlab: provider }),
-    now: () => new Date(aws.now.getTime() + 31 * MINUTE + clock),
-    sink: lines.sink,
-  });
-  for (let n = 0; n < count; n++) {
-    await sweep();
-    clock += 5 * MINUTE;
-  }
-}
+/** Sweeps every 5 minutes from 31 minutes after the activation (busy-sweeps.ts). */
+const sweeps = (provider: CiProvider, count: number) => sweeper.run(Provider.GITLAB, provider, count);
 
 function expectJobRunsOn(job: { id: number }, reg: { runnerId: string }, instance: { state: string }) {
   expect(gl.runners().map((r) => String(r.id))).toEqual([reg.runnerId]);
