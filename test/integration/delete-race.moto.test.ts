@@ -1,13 +1,13 @@
 import { DeleteParameterCommand, GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { deleteRunnerConfigs, type DeleteCalls } from '../../lambdas/shared/delete-configs';
 import { PARAMETER_INSTANCE_TAG, ssmPaths } from '../../lambdas/shared/contract';
 import { EVICTION_MARKER_PREFIX } from '../../lambdas/shared/parameters';
 import { Lines, PREFIX } from '../support/fixtures';
-import { startMoto, type MotoServer } from '../support/moto';
-import { motoClients, motoFleet, type MotoClients } from '../support/moto-fleet';
+import { motoFleet } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 
 /**
  * Deletes by name racing a claim (docs/control-plane.md, "Windows still open"): the pool's
@@ -20,15 +20,7 @@ const paths = ssmPaths(PREFIX);
 const INSTANCE = 'i-0123456789abcdef0';
 const NAME = paths.runnerConfig(INSTANCE);
 const CLAIM = '{"fresh":"claim"}';
-let moto: MotoServer;
-let c: MotoClients;
-
-beforeAll(async () => {
-  moto = await startMoto();
-  c = motoClients(moto.endpoint);
-});
-afterAll(async () => moto?.stop());
-beforeEach(async () => moto.reset());
+const { moto, c } = motoForFile(async () => {});
 
 /** A scale-up claim: refuses to overwrite, as `claim.ts` writes it. */
 const claim = () => c.ssm.send(new PutParameterCommand({ Name: NAME, Value: CLAIM, Type: 'SecureString', Overwrite: false, Tags: [{ Key: PARAMETER_INSTANCE_TAG, Value: INSTANCE }] }));
