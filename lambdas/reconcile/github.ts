@@ -157,9 +157,7 @@ async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { 
   const window = repositoryWindow(all, runNumber, Math.min(deps.options.repositoriesPerRun, Math.max(1, deps.options.runReadLimit)));
   const reads = { runs: 0 };
   const seen = new Set<string>();
-  for (const [i, full] of window.entries()) {
-    const share = runReadShare(deps.options.runReadLimit - reads.runs, window.length - i);
-    if (share === 0) return; // the run's job-list reads are spent: its run lists would yield nothing
+  await inFairShares(window, deps.options.runReadLimit, reads, async (full, share) => {
     const messages: JobMessage[] = [];
     try {
       await readRepository(deps, spend, full, share, reads, messages);
@@ -173,6 +171,19 @@ async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { 
       found.count += fresh.length;
       if (fresh.length > 0) await deps.onFound(fresh);
     }
+  });
+}
+
+/**
+ * Visits the window's repositories in order, each with its share of the job-list reads left
+ * (`runReadShare`); `visit` counts the reads it spends in `reads.runs`, also when it throws.
+ * Stops once the reads are spent: a repository's run lists would then yield nothing.
+ */
+export async function inFairShares<T>(window: readonly T[], runReadLimit: number, reads: { runs: number }, visit: (item: T, share: number) => Promise<void>): Promise<void> {
+  for (const [i, item] of window.entries()) {
+    const share = runReadShare(runReadLimit - reads.runs, window.length - i);
+    if (share === 0) return;
+    await visit(item, share);
   }
 }
 

@@ -9,6 +9,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Provider, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { DynamoLaunchTickets } from '../../lambdas/shared/launch-tickets';
+import { seededRandom } from '../../local/fault-plan';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -49,18 +50,6 @@ beforeEach(async () => {
   await createJobRecordTable(dynamo, TABLE);
 });
 
-/** A fixed-seed PRNG (mulberry32): the same run every time. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** An EC2 client whose DescribeInstances answers leave out every instance not in `visible()`. */
 function staleEc2(visible: () => ReadonlySet<string>): EC2Client {
   const ec2 = new EC2Client({ endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
@@ -99,7 +88,7 @@ interface Run {
  * launches are counted from moto's own answer. At `switchAt` the pool gets a new template.
  */
 async function simulate(steps: number, switchAt: number, tickets: boolean, seed: number): Promise<Run> {
-  const random = prng(seed);
+  const random = seededRandom(seed);
   let clock = Date.now();
   const now = () => new Date(clock);
   let visible = new Set<string>();

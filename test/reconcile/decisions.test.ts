@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GITHUB_RECONCILE_DEFAULTS, nextCursor, queuedMessages, reconciledDeliveryId, repositoryWindow, runReadShare } from '../../lambdas/reconcile/github';
+import { GITHUB_RECONCILE_DEFAULTS, inFairShares, nextCursor, queuedMessages, reconciledDeliveryId, repositoryWindow, runReadShare } from '../../lambdas/reconcile/github';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
 import { chooseRedeliveries, parseDeliveries, type ListedDelivery } from '../../lambdas/reconcile/redeliveries';
 import { parseJobMessage } from '../../lambdas/shared/contract';
@@ -100,26 +100,30 @@ describe('runReadShare', () => {
       }
     }
   });
-  it('carries what a quiet repository leaves to the ones after it, and never spends more than the limit', () => {
+  it('carries what a quiet repository leaves to the ones after it, and never spends more than the limit', async () => {
+    // The reconciler's own loop over a window, each repository spending min(its runs, its share).
+    const spend = async (runs: number[], limit: number) => {
+      const reads = { runs: 0 };
+      const read = runs.map(() => 0);
+      await inFairShares(runs.map((_, i) => i), limit, reads, async (i, share) => {
+        read[i] = Math.min(runs[i]!, share);
+        reads.runs += read[i];
+      });
+      return { read, spent: reads.runs };
+    };
     // Repository 0 has 150 runs, the others 1 each: every repository is read, within the limit.
     const runs = [150, ...Array.from({ length: 19 }, () => 1)];
-    let left = 40;
-    const read = runs.map((r, i) => {
-      const n = Math.min(r, runReadShare(left, runs.length - i));
-      left -= n;
-      return n;
-    });
-    expect(read[0]).toBe(2);
-    expect(read.slice(1).every((n) => n === 1)).toBe(true);
-    expect(40 - left).toBe(21);
+    const first = await spend(runs, 40);
+    expect(first.read[0]).toBe(2);
+    expect(first.read.slice(1).every((n) => n === 1)).toBe(true);
+    expect(first.spent).toBe(21);
     // A busy last repository gets what the quiet ones left.
-    left = 40;
-    const last = [...runs.slice(1), 150].map((r, i) => {
-      const n = Math.min(r, runReadShare(left, runs.length - i));
-      left -= n;
-      return n;
-    });
-    expect(last[19]).toBe(21);
+    const last = await spend([...runs.slice(1), 150], 40);
+    expect(last.read[19]).toBe(21);
+    expect(last.spent).toBe(40);
+    // Busy everywhere: the limit is spent exactly and the loop stops, the repositories past it unread.
+    const busy = await spend(Array.from({ length: 5 }, () => 100), 3);
+    expect(busy).toEqual({ read: [1, 1, 1, 0, 0], spent: 3 });
   });
 });
 

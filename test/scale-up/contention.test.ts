@@ -5,6 +5,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { decodeRunnerConfig, Provider, ssmPaths } from '../../lambdas/shared/contract';
+import { seededRandom } from '../../local/fault-plan';
 import { FakeCi } from '../support/fake-ci';
 import { FakeAws } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -19,22 +20,9 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-/** A seeded generator (mulberry32), so a failing storm repeats. */
-function seeded(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 beforeEach(() => {
   aws?.restore();
   aws = new FakeAws();
-  const random = seeded(11);
-  aws.turns = () => Math.floor(random() * 20);
   ci = new FakeCi(Provider.GITHUB, PREFIX);
   lines = new Lines();
 });
@@ -60,7 +48,10 @@ function handler() {
 }
 
 /** `jobs` jobs in batches of `batch`, every batch its own invocation, all at once. */
-async function storm(parked: number, jobs: number, batch: number) {
+async function storm(seed: number, parked: number, jobs: number, batch: number) {
+  // The seed draws each fake answer's delay in event-loop turns: a failing storm repeats.
+  const random = seededRandom(seed);
+  aws.turns = () => Math.floor(random() * 20);
   for (let i = 0; i < parked; i++) aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags() });
   const all = Array.from({ length: jobs }, (_, i) => job(i + 1));
   const batches = Array.from({ length: Math.ceil(jobs / batch) }, (_, b) => all.slice(b * batch, (b + 1) * batch));
@@ -101,13 +92,26 @@ async function storm(parked: number, jobs: number, batch: number) {
     maxDeleted: Math.max(0, ...deleted.values()),
     registrations: [...registered.values()].reduce((s, n) => s + n, 0),
     deletions: [...deleted.values()].reduce((s, n) => s + n, 0),
-    claimWrites: aws.count('PutParameter'),
+    puts: aws.count('PutParameter'),
+    refusedPuts: aws.refused.filter((a) => a === 'PutParameter').length,
   };
 }
 
+/** Issue 11 §5 ran each storm 20 times: 20 fixed seeds each. */
+const SEEDS = Array.from({ length: 20 }, (_, i) => i + 1);
+
+/**
+ * SSM writes (PutParameter) per storm. Accepted writes are exactly one per served job (a warm
+ * claim carries the config, no marker); the rest are claims refused on an instance another job
+ * took, and vary with the interleaving. The counts are not repeatable for a seed (seed 11 gave
+ * 407 to 441 over eight runs: the seeded turns are not the only asynchrony in the SDK clients),
+ * so these are bounds: 6 runs of the 20 seeds (2026-12-02) gave 395 to 458 and 84 to 139.
+ */
+const PUT_BOUND = { big: 520, small: 170 } as const;
+
 describe('scale-up under claim contention', () => {
-  it('200 jobs against 20 parked in 40 concurrent invocations: one registration per served job, none deleted, nothing served twice', async () => {
-    const r = await storm(20, 200, 5);
+  it.each(SEEDS)('seed %i: 200 jobs against 20 parked in 40 concurrent invocations: one registration per served job, none deleted, nothing served twice', async (seed) => {
+    const r = await storm(seed, 20, 200, 5);
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(200);
     expect(Math.max(...r.served.values())).toBe(1);
@@ -121,10 +125,12 @@ describe('scale-up under claim contention', () => {
     expect(r.deletions).toBe(0);
     expect(ci.created - ci.deleted.length).toBe(200);
     expect(aws.parameters.size).toBe(200);
+    expect(r.puts - r.refusedPuts).toBe(200);
+    expect(r.puts).toBeLessThanOrEqual(PUT_BOUND.big);
   });
 
-  it('60 jobs against 60 parked in 20 concurrent invocations: every job goes warm, one registration each', async () => {
-    const r = await storm(60, 60, 3);
+  it.each(SEEDS)('seed %i: 60 jobs against 60 parked in 20 concurrent invocations: every job goes warm, one registration each', async (seed) => {
+    const r = await storm(seed, 60, 60, 3);
     expect(r.failures).toBe(0);
     expect(r.served.size).toBe(60);
     expect(Math.max(...r.served.values())).toBe(1);
@@ -133,7 +139,11 @@ describe('scale-up under claim contention', () => {
     expect(r.warm).toBe(60);
     expect(r.stillParked).toBe(0);
     expect(r.maxRegistered).toBe(1);
+    expect(r.registrations).toBe(60);
     expect(r.deletions).toBe(0);
     expect(ci.created - ci.deleted.length).toBe(60);
+    expect(aws.parameters.size).toBe(60);
+    expect(r.puts - r.refusedPuts).toBe(60);
+    expect(r.puts).toBeLessThanOrEqual(PUT_BOUND.small);
   });
 });

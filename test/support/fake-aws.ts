@@ -58,6 +58,8 @@ export class FakeAws {
   readonly sent: { queueUrl: string; body: string; groupId?: string; dedupId?: string; attributes: Record<string, string> }[] = [];
   readonly visibility: { receiptHandle: string; seconds: number }[] = [];
   readonly calls: string[] = [];
+  /** The actions of the calls answered with an error by the fake itself (not injected faults). */
+  readonly refused: string[] = [];
   private readonly faults = new Map<string, Fault[]>();
   private serial = 0;
   now = new Date('2026-11-29T12:00:00.000Z');
@@ -202,16 +204,16 @@ export class FakeAws {
     this.calls.push(action);
     const fault = this.faults.get(action)?.shift();
     if (fault === 'hang') return new Promise(() => {});
-    if (fault === 'pass') return this.answer(answer);
+    if (fault === 'pass') return this.answer(action, answer);
     if (fault instanceof Error) return Promise.reject(fault);
     if (typeof fault === 'object') {
-      return this.answer(answer).then(() => {
+      return this.answer(action, answer).then(() => {
         fault.then?.(input);
         throw fault.lost;
       });
     }
     if (typeof fault === 'function') return Promise.resolve().then(() => fault(input));
-    return this.answer(answer);
+    return this.answer(action, answer);
   }
 
   /**
@@ -220,9 +222,14 @@ export class FakeAws {
    */
   turns?: () => number;
 
-  private async answer(answer: () => unknown): Promise<unknown> {
+  private async answer(action: string, answer: () => unknown): Promise<unknown> {
     for (let n = this.turns?.() ?? 0; n > 0; n--) await new Promise((resolve) => setImmediate(resolve));
-    return answer();
+    try {
+      return answer();
+    } catch (error) {
+      this.refused.push(action);
+      throw error;
+    }
   }
 
   private describe(filters: Filter[]): { Reservations: { Instances: Instance[] }[] } {
