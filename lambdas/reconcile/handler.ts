@@ -98,7 +98,13 @@ interface RunInputs {
   readonly onFound: (found: JobMessage[]) => Promise<void>;
 }
 
-/** Runs each configured provider, GitHub first. */
+/**
+ * Runs each configured provider at the same time, each to the whole run's deadline: run one
+ * after the other, a slow GitHub (2 s a request) spent the run's time and GitLab made no
+ * request at all, every run. Their rate budgets are separate, so running together spends
+ * nothing of the other's. A provider run that throws does not lose the other's report: the
+ * error is rethrown once both are done.
+ */
 async function runProviders(run: RunInputs, providers: Partial<Record<Provider, CiProvider>>): Promise<ProviderRun[]> {
   const { config, options, budgets, log } = run;
   const common = {
@@ -107,20 +113,21 @@ async function runProviders(run: RunInputs, providers: Partial<Record<Provider, 
     outOfTime: () => run.context !== undefined && run.context.getRemainingTimeInMillis() < options.deadlineMarginMs,
     onFound: run.onFound,
   };
-  const runs: ProviderRun[] = [];
+  const started: Promise<ProviderRun>[] = [];
   const github = providers.github;
   if (config.github && isGitHubApi(github)) {
     const deps = { ...common, budget: budgets.github, api: github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) };
-    const r = await reconcileGitHub(deps);
-    runs.push({ provider: Provider.GITHUB, sent: r.redelivered, ...r });
+    started.push(reconcileGitHub(deps).then((r) => ({ provider: Provider.GITHUB, sent: r.redelivered, ...r })));
   }
   const gitlab = providers.gitlab;
   if (config.gitlab && isGitLabApi(gitlab)) {
     const deps = { ...common, budget: budgets.gitlab, api: gitlab, gitlab: config.gitlab, options: options.gitlab, log: log.child({ provider: Provider.GITLAB }) };
-    const r = await reconcileGitLab(deps);
-    runs.push({ provider: Provider.GITLAB, sent: r.resent, ...r });
+    started.push(reconcileGitLab(deps).then((r) => ({ provider: Provider.GITLAB, sent: r.resent, ...r })));
   }
-  return runs;
+  const settled = await Promise.allSettled(started);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
+  return settled.map((s) => (s as PromiseFulfilledResult<ProviderRun>).value);
 }
 
 function publish(metrics: Metrics, names: FleetConfig['metrics']['names'], runs: readonly ProviderRun[], queued: readonly JobMessage[], budgets: RunInputs['budgets']): void {
