@@ -58,11 +58,14 @@ export function planFaults(seed: number, jobs: number): FaultPlan {
   const [takesAnother, dies] = github as [number, number];
   const gitlab = shuffle([...Array(jobs).keys()], random);
   const cancelled = gitlab[0]!;
-  // The faults alternate between the providers (GitHub first, a 5xx first) while both have
-  // jobs left, so that the redelivery and both listings are taken; which job is the seed's.
+  // GitHub's first fault is a drop (only its queued-runs fallback finds the job) and GitLab's a
+  // 5xx (only a hook-event resend or its listing does); the rest alternate between the providers
+  // (GitHub first, a 5xx first) while both have jobs left. Which job is the seed's.
   const open = { github: github.slice(GITHUB_SPECIALS), gitlab: gitlab.slice(1) };
   const fates = { github: Array<DeliveryFate>(jobs).fill('delivered'), gitlab: Array<DeliveryFate>(jobs).fill('delivered') };
-  const faults: DeliveryFate[] = [...Array<DeliveryFate>(failed).fill('failed'), ...Array<DeliveryFate>(dropped).fill('dropped')];
+  fates.github[open.github.shift()!] = 'dropped';
+  fates.gitlab[open.gitlab.shift()!] = 'failed';
+  const faults: DeliveryFate[] = [...Array<DeliveryFate>(failed - 1).fill('failed'), ...Array<DeliveryFate>(dropped - 1).fill('dropped')];
   faults.forEach((fate, k) => {
     const preferred = k % 2 === 0 ? 'github' : 'gitlab';
     const p = open[preferred].length > 0 ? preferred : preferred === 'github' ? 'gitlab' : 'github';

@@ -22,6 +22,12 @@ import type { LocalAwsClients } from './lambdas';
 /** The example image is resolved from SSM at deploy time; moto needs an AMI id it knows. */
 export const LOCAL_AMI = 'ami-12c6146b';
 
+/**
+ * The fleet's GitLab webhook at the loopback GitLab: hook 1 of the example's group, the loopback
+ * server's default. With it the reconciler lists the hook's events and resends failed ones.
+ */
+export const LOCAL_GITLAB_WEBHOOK_ID = 1;
+
 /** What the local tool changes in the example fleet, all here. */
 export interface LocalSettings {
   /** Warm pool size of every pool (the example's schedule is dropped, see `localOverrides`). */
@@ -50,7 +56,8 @@ export const LOCAL_QUEUE = {
 
 /**
  * The local overrides of the example fleet, in one place:
- * - the CI connections point at the loopback servers (`apiUrl`, `url`); the App id,
+ * - the CI connections point at the loopback servers (`apiUrl`, `url`), and GitLab's names its
+ *   webhook (`LOCAL_GITLAB_WEBHOOK_ID`, so the reconciler's resend runs); the App id,
  *   organisation, runner type and group stay the example's (the servers are started with them);
  * - every pool keeps `poolSize` parked instances and the example's weekday schedule is
  *   dropped (it would raise the target to 6 during office hours and make runs depend on the
@@ -62,7 +69,7 @@ export const LOCAL_QUEUE = {
 export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
   return {
     github: { ...example.github, apiUrl: local.githubApiUrl },
-    gitlab: { ...example.gitlab, url: local.gitlabUrl },
+    gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];

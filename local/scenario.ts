@@ -22,7 +22,7 @@ import { localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
-import { localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
 import { startReleaseServer } from './release/server';
@@ -209,7 +209,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       ...(plan ? { busyFalseMidJob: true, strays: lossy.strays(), redeliver: (r) => lossy.redeliver(r) } : {}),
     });
     cleanups.push(() => github.close());
-    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
+    const hook = { owner: 'group', ownerId: example.gitlab.scopeId!, hookId: LOCAL_GITLAB_WEBHOOK_ID } as const;
+    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, hook, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
     cleanups.push(() => gitlab.close());
 
     // 2. What the CDK app would create. On a stock image the pools' runnerPackage is the

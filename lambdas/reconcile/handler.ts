@@ -57,75 +57,118 @@ export interface ReconcileReport {
  * way. The per-job record in scale-up makes a job found twice launch once.
  */
 export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, context?: ReconcileContext) => Promise<ReconcileReport> {
-  const options: ReconcileOptions = {
-    ...RECONCILE_DEFAULTS,
-    ...deps.options,
-    github: { ...RECONCILE_DEFAULTS.github, ...deps.options?.github },
-    gitlab: { ...RECONCILE_DEFAULTS.gitlab, ...deps.options?.gitlab },
-  };
+  const options = mergeOptions(deps.options);
   const now = deps.now ?? (() => new Date());
   return async (_event, context) => {
     const log = createLogger({ fn: 'reconcile', invocation: randomUUID() }, deps.sink);
     const config = await deps.loadConfig();
     const metrics = new Metrics(config.metrics.namespace, deps.sink);
-    const names = config.metrics.names;
     // One budget per provider: their rate limits are unrelated.
     const budgets = { github: new RateBudget(options.reserveFraction, options.minReserve), gitlab: new RateBudget(options.reserveFraction, options.minReserve) };
-    const providers = deps.providers(config);
     try {
       const queued: JobMessage[] = [];
-      const common = {
-        pools: config.pools,
-        now,
-        outOfTime: () => context !== undefined && context.getRemainingTimeInMillis() < options.deadlineMarginMs,
-        onFound: async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log, config.metrics))),
-      };
-      const runs: ProviderRun[] = [];
-      if (config.github && isGitHubApi(providers.github)) {
-        const r = await reconcileGitHub({ ...common, budget: budgets.github, api: providers.github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) });
-        runs.push({ provider: Provider.GITHUB, sent: r.redelivered, ...r });
-      }
-      if (config.gitlab && isGitLabApi(providers.gitlab)) {
-        const r = await reconcileGitLab({ ...common, budget: budgets.gitlab, api: providers.gitlab, gitlab: config.gitlab, options: options.gitlab, log: log.child({ provider: Provider.GITLAB }) });
-        runs.push({ provider: Provider.GITLAB, sent: r.resent, ...r });
-      }
-      const redelivered = runs.reduce((n, r) => n + r.sent, 0);
-      const requests = runs.reduce((n, r) => n + r.requests, 0);
-      const stoppedAt = runs.find((r) => r.stoppedAt)?.stoppedAt;
-      for (const r of runs) if (r.sent > 0) metrics.add(names.redeliveries, {}, r.sent);
-      for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
-      for (const [provider, budget] of Object.entries(budgets)) {
-        for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `${provider}-${credential}` }, remaining, 'None');
-      }
+      const run: RunInputs = { config, options, now, log, budgets, context, onFound: async (found) => void queued.push(...(await queueAll(deps, found, log, config.metrics, now))) };
+      const runs = await runProviders(run, deps.providers(config));
+      publish(metrics, config.metrics.names, runs, queued, budgets);
       for (const r of runs) log.info('reconciled', { provider: r.provider, redelivered: r.sent, found: r.found, requests: r.requests, errors: r.errors, stoppedAt: r.stoppedAt ?? null, queued: queued.filter((m) => m.provider === r.provider).length });
-      return { redelivered, queued: queued.length, requests, ...(stoppedAt ? { stoppedAt } : {}) };
+      return report(runs, queued);
     } finally {
       metrics.flush();
     }
   };
+}
 
-  /** Sends each found job as the webhook would (FIFO group: the job; deduplication: its delivery id). */
-  async function queueAll(messages: readonly JobMessage[], log: Logger, metrics: FleetConfig['metrics']): Promise<JobMessage[]> {
-    const sent = await mapLimit(messages, 5, async (m) => {
-      const l = log.child({ traceId: m.traceId, jobId: m.jobId, pool: m.pool ?? null });
-      try {
-        await deps.aws.send(
-          deps.sqs,
-          new SendMessageCommand({ QueueUrl: deps.queueUrl, MessageBody: JSON.stringify(m), MessageGroupId: m.jobId, MessageDeduplicationId: deduplicationId(m.provider, m.deliveryId) }),
-          WRITE_IDEMPOTENT,
-        );
-        l.info('queued job found by the reconciler', { labels: [...m.labels] });
-        // Its ledger: `received` shows how long it waited (from its creation) before the fleet found it.
-        new LedgerWriter(metrics, l, deps.sink).stampQueued(m, m.pool ?? 'unresolved', now());
-        return m;
-      } catch (error) {
-        // The next run finds the job again while it is still queued.
-        l.error('queueing a reconciled job failed', { error: errorName(error) });
-        return undefined;
-      }
-    });
-    return sent.filter((m): m is JobMessage => m !== undefined);
+function mergeOptions(overrides: ReconcileDeps['options']): ReconcileOptions {
+  return {
+    ...RECONCILE_DEFAULTS,
+    ...overrides,
+    github: { ...RECONCILE_DEFAULTS.github, ...overrides?.github },
+    gitlab: { ...RECONCILE_DEFAULTS.gitlab, ...overrides?.gitlab },
+  };
+}
+
+/** What one invocation's provider runs share: each spends its own budget and checks the deadline itself. */
+interface RunInputs {
+  readonly config: FleetConfig;
+  readonly options: ReconcileOptions;
+  readonly now: () => Date;
+  readonly log: Logger;
+  readonly budgets: Record<'github' | 'gitlab', RateBudget>;
+  readonly context: ReconcileContext | undefined;
+  readonly onFound: (found: JobMessage[]) => Promise<void>;
+}
+
+/**
+ * Runs each configured provider at the same time, each to the whole run's deadline: run one
+ * after the other, a slow GitHub (2 s a request) spent the run's time and GitLab made no
+ * request at all, every run. Their rate budgets are separate, so running together spends
+ * nothing of the other's. A provider run that throws does not lose the other's report: the
+ * error is rethrown once both are done.
+ */
+async function runProviders(run: RunInputs, providers: Partial<Record<Provider, CiProvider>>): Promise<ProviderRun[]> {
+  const { config, options, budgets, log } = run;
+  const common = {
+    pools: config.pools,
+    now: run.now,
+    outOfTime: () => run.context !== undefined && run.context.getRemainingTimeInMillis() < options.deadlineMarginMs,
+    onFound: run.onFound,
+  };
+  const started: Promise<ProviderRun>[] = [];
+  const github = providers.github;
+  if (config.github && isGitHubApi(github)) {
+    const deps = { ...common, budget: budgets.github, api: github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) };
+    started.push(reconcileGitHub(deps).then((r) => ({ provider: Provider.GITHUB, sent: r.redelivered, ...r })));
   }
+  const gitlab = providers.gitlab;
+  if (config.gitlab && isGitLabApi(gitlab)) {
+    const deps = { ...common, budget: budgets.gitlab, api: gitlab, gitlab: config.gitlab, options: options.gitlab, log: log.child({ provider: Provider.GITLAB }) };
+    started.push(reconcileGitLab(deps).then((r) => ({ provider: Provider.GITLAB, sent: r.resent, ...r })));
+  }
+  const settled = await Promise.allSettled(started);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
+  return settled.map((s) => (s as PromiseFulfilledResult<ProviderRun>).value);
+}
+
+function publish(metrics: Metrics, names: FleetConfig['metrics']['names'], runs: readonly ProviderRun[], queued: readonly JobMessage[], budgets: RunInputs['budgets']): void {
+  for (const r of runs) if (r.sent > 0) metrics.add(names.redeliveries, {}, r.sent);
+  for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
+  for (const [provider, budget] of Object.entries(budgets)) {
+    for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `${provider}-${credential}` }, remaining, 'None');
+  }
+}
+
+function report(runs: readonly ProviderRun[], queued: readonly JobMessage[]): ReconcileReport {
+  const stoppedAt = runs.find((r) => r.stoppedAt)?.stoppedAt;
+  return {
+    redelivered: runs.reduce((n, r) => n + r.sent, 0),
+    queued: queued.length,
+    requests: runs.reduce((n, r) => n + r.requests, 0),
+    ...(stoppedAt ? { stoppedAt } : {}),
+  };
+}
+
+/** Sends each found job as the webhook would (FIFO group: the job; deduplication: its delivery id). */
+async function queueAll(deps: ReconcileDeps, messages: readonly JobMessage[], log: Logger, metrics: FleetConfig['metrics'], now: () => Date): Promise<JobMessage[]> {
+  const sent = await mapLimit(messages, 5, async (m) => {
+    const l = log.child({ traceId: m.traceId, jobId: m.jobId, pool: m.pool ?? null });
+    try {
+      await deps.aws.send(
+        deps.sqs,
+        new SendMessageCommand({ QueueUrl: deps.queueUrl, MessageBody: JSON.stringify(m), MessageGroupId: m.jobId, MessageDeduplicationId: deduplicationId(m.provider, m.deliveryId) }),
+        WRITE_IDEMPOTENT,
+      );
+      l.info('queued job found by the reconciler', { labels: [...m.labels] });
+      // Its ledger: `received` shows how long it waited (from its creation) before the fleet found it.
+      new LedgerWriter(metrics, l, deps.sink).stampQueued(m, m.pool ?? 'unresolved', now());
+      return m;
+    } catch (error) {
+      // The next run finds the job again while it is still queued.
+      l.error('queueing a reconciled job failed', { error: errorName(error) });
+      return undefined;
+    }
+  });
+  return sent.filter((m): m is JobMessage => m !== undefined);
 }
 
 interface ProviderRun {

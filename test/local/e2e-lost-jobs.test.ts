@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { FaultJob } from '../../local/fault-report';
 import { runScenario } from '../../local/scenario';
 import { scaled } from '../support/slowdown';
 
@@ -15,7 +16,20 @@ const SEEDS = [1, 2, 3, 4, 5];
 /** The fewest jobs per provider the plan holds every fault with: each seed settles in about 2 minutes unloaded. */
 const JOBS = 3;
 
+/** Every seed's jobs, by seed: the paths a seed may leave to `elsewhere` are checked over all five. */
+const origins = new Map<number, readonly FaultJob[]>();
+
 describe('lost-job faults', () => {
+  // The plan drops a GitHub delivery and fails a GitLab one in every seed; each job is served by
+  // its own path unless a runner started for another job takes it first ('elsewhere'). Over the
+  // five seeds, GitHub's queued-runs fallback and GitLab's hook-event resend each served one.
+  afterAll(() => {
+    if (origins.size < SEEDS.length) return; // a seed run alone (-t) proves its own part only
+    const all = [...origins.values()].flat();
+    expect(all.some((j) => j.job.startsWith('github:') && j.fate === 'dropped' && j.origin === 'reconciler'), 'a dropped GitHub job found by the queued-runs fallback').toBe(true);
+    expect(all.some((j) => j.job.startsWith('gitlab:') && j.fate === 'failed' && j.origin === 'redelivery'), 'a failed GitLab delivery served through its resend').toBe(true);
+  });
+
   it.each(SEEDS)('seed %i: every job not cancelled is served once, none cut off, the cancelled one not served, nothing left behind', { timeout: scaled(420_000) }, async (seed) => {
     const { report, world } = await runScenario({ jobs: JOBS, poolSize: 2, faults: { lossy: true }, seed, deadlineMs: scaled(360_000) });
     const proof = report.faultProof!;
@@ -30,6 +44,9 @@ describe('lost-job faults', () => {
     // started for another job (the cancelled one's) before the reconciler looked; never by a webhook message.
     for (const j of proof.jobs.filter((x) => x.fate === 'dropped')) expect(['reconciler', 'elsewhere'], j.job).toContain(j.origin);
     for (const j of proof.jobs.filter((x) => x.fate === 'failed')) expect(['redelivery', 'reconciler', 'elsewhere'], j.job).toContain(j.origin);
+    expect(proof.jobs.some((j) => j.job.startsWith('github:') && j.fate === 'dropped'), 'the plan drops a GitHub delivery').toBe(true);
+    expect(proof.jobs.some((j) => j.job.startsWith('gitlab:') && j.fate === 'failed'), 'the plan fails a GitLab delivery').toBe(true);
+    origins.set(seed, proof.jobs);
     expect(proof.jobs.filter((j) => j.origin === 'reconciler' || j.origin === 'redelivery').length).toBeGreaterThan(0);
 
     // Observed at the CI servers: each job not cancelled finished by one runner of this fleet; the cancelled one by none.

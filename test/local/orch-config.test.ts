@@ -1,8 +1,8 @@
 import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
-import type { FleetConfig, PoolConfig } from '../../lambdas/shared/contract';
-import { localExample, localFleetConfig, localOverrides } from '../../local/provision';
+import { GitLabWebhookOwner, type FleetConfig, type PoolConfig } from '../../lambdas/shared/contract';
+import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides } from '../../local/provision';
 
 /**
  * The local fleet and the example app come from one props object: the FleetConfig the
@@ -23,12 +23,12 @@ describe('the local fleet config', () => {
   const deployed = new ExampleRunnersStack(new App(), 'Example').runners.config;
   const mine = localFleetConfig(localExample(), local, placement);
 
-  it('is the example stack\'s, but for the loopback URLs, the pool sizes and the dropped schedule', () => {
+  it('is the example stack\'s, but for the loopback URLs, GitLab\'s webhook, the pool sizes and the dropped schedule', () => {
     const expected = withoutPlacement(deployed);
     const patched = {
       ...expected,
       github: { ...expected.github!, apiUrl: local.githubApiUrl },
-      gitlab: { ...expected.gitlab!, url: local.gitlabUrl },
+      gitlab: { ...expected.gitlab!, url: local.gitlabUrl, webhook: { owner: GitLabWebhookOwner.GROUP, ownerId: expected.gitlab!.scopeId!, hookId: LOCAL_GITLAB_WEBHOOK_ID } },
       pools: expected.pools.map((p) => ({ ...p, warm: { ...p.warm, size: local.poolSize, schedule: [] } })),
     };
     expect(withoutPlacement(mine)).toEqual(patched);
@@ -42,7 +42,7 @@ describe('the local fleet config', () => {
     const example = localExample();
     const o = localOverrides(example, local);
     expect({ ...o.github, apiUrl: undefined }).toEqual({ ...example.github, apiUrl: undefined });
-    expect({ ...o.gitlab, url: undefined }).toEqual({ ...example.gitlab, url: undefined });
+    expect({ ...o.gitlab, url: undefined }).toEqual({ ...example.gitlab, url: undefined, webhookId: LOCAL_GITLAB_WEBHOOK_ID });
     o.pools.forEach((p, i) => {
       const { warm: w0, ...rest0 } = example.pools[i]!;
       const { warm: w1, ...rest1 } = p;

@@ -21,8 +21,15 @@ describe('the lost-job fault plan', () => {
   it('differs between seeds, and refuses too few jobs', () => {
     const plans = [1, 2, 3, 4, 5].map((s) => JSON.stringify(planFaults(s, 5)));
     expect(new Set(plans).size).toBeGreaterThan(1);
-    // At the fewest jobs, the 5xx lands on GitHub (its redelivery) and the drops on GitLab (its listing).
-    for (const s of [1, 2, 3, 4, 5]) expect(planFaults(s, minimumJobs()).fates.github.filter((f) => f === 'failed')).toHaveLength(1);
+    // Whatever the job count, GitHub loses at least one delivery (its queued-runs fallback) and
+    // GitLab answers at least one 5xx (its hook-event resend).
+    for (const s of [1, 2, 3, 4, 5]) {
+      for (const jobs of [minimumJobs(), 5, 12]) {
+        const plan = planFaults(s, jobs);
+        expect(plan.fates.github, `seed ${s}, ${jobs} jobs`).toContain('dropped');
+        expect(plan.fates.gitlab, `seed ${s}, ${jobs} jobs`).toContain('failed');
+      }
+    }
     expect(() => planFaults(1, minimumJobs() - 1)).toThrow(`at least ${minimumJobs()} jobs per provider`);
   });
 });
