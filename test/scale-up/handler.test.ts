@@ -2,7 +2,8 @@ import { EC2Client } from '@aws-sdk/client-ec2';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
+import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
+import { scaled } from '../support/slowdown';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -20,12 +21,17 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX, now = () => aws.now) {
+// The in-process fake answers at once; a call it leaves hanging ends here. Scaled: on a loaded
+// machine an answer can take longer than an unloaded one's bound.
+const CALL_TIMEOUT_MS = scaled(200);
+
+/** The handler under test; `wiring` replaces what a test needs of its own (a sink, a pacer, launch tickets). */
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX, now = () => aws.now, wiring: Partial<ScaleUpDeps> = {}) {
   return createScaleUpHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
     sqs: new SQSClient({}),
-    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: CALL_TIMEOUT_MS }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     queueUrl: QUEUE,
@@ -35,6 +41,7 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), 
     random: () => 0.5,
     sink: lines.sink,
     options,
+    ...wiring,
   });
 }
 
@@ -242,19 +249,7 @@ describe('scale-up: warm activation', () => {
       if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink });
     expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
     // The carried registration is deleted in the same run; the cold launch registers its own.
@@ -343,19 +338,7 @@ describe('scale-up: warm activation', () => {
     park(3);
     const sleep = async (ms: number) => void (aws.now = new Date(aws.now.getTime() + ms));
     const pacer = new Pacer({ PutParameter: { capacity: 1, refillPerSecond: 0.2 } }, () => aws.now.getTime(), sleep);
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink: lines.sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: CALL_TIMEOUT_MS }) });
     expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     // The observation, then one re-observation for the pick that waited 5 s; no verification
     // (which would describe by instance id).
@@ -675,19 +658,7 @@ describe('scale-up: fault injection on every activation step', () => {
       if (line.includes('tagging the claimed instance failed')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink });
     const res = await h(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted()).toHaveLength(2);
