@@ -1040,6 +1040,90 @@ describe('scale-up: the queue', () => {
   });
 });
 
+describe('scale-up: a registration carried to the cold gate that throws', () => {
+  // The one parked instance is taken by another invocation first: the job falls back cold
+  // carrying its registration ('1'). Parked two hours ago: it proves nothing about the template
+  // since the failure below.
+  const takenFirst = () => {
+    const only = aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags(), launchTime: new Date(aws.now.getTime() - 7200_000) });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      only.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      throw awsError('ParameterAlreadyExists');
+    });
+  };
+  // coldGates is written not to throw; something no step expects does, here the log sink.
+  const gateThrows = () => {
+    aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('AccessDeniedException')));
+    return (line: string) => {
+      if (line.includes('reading the prime back-off failed')) throw new Error('log sink broke');
+      lines.sink(line);
+    };
+  };
+  // Launch tickets are taken only for a template that is unproven or failing: one failure, a while ago.
+  const ticketsThrow = { take: async () => Promise.reject(new Error('ticket table broke')), release: async () => ({ released: true }) };
+  const failingOnce = () => {
+    const streak = { ...freshStreak(templateOf(fleetConfig().pools[0]!)), failures: 1, lastFailureAt: new Date(aws.now.getTime() - 3600_000).toISOString() };
+    aws.parameters.set(paths.primeState('linux'), { value: encodeStreak(streak), tags: {}, at: aws.now, type: 'String' });
+  };
+
+  it('coldGates throwing deletes the carried registration; the message is retried', async () => {
+    takenFirst();
+    const sink = gateThrows();
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(lines.logs('scale-up failed; every unsettled message will be retried')).toHaveLength(1);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
+  it('coldGates throwing with a carried registration that cannot be deleted counts it as rollback-incomplete', async () => {
+    takenFirst();
+    const sink = gateThrows();
+    ci.failDelete = 3;
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.logs('deleting the registration a refused claim carried failed; the sweep removes it')[0]).toMatchObject({ traceId: 'trace-1', runnerId: '1' });
+  });
+
+  it('ticketCold throwing deletes the carried registration; the message is retried', async () => {
+    takenFirst();
+    failingOnce();
+    let takes = 0;
+    const launchTickets = { ...ticketsThrow, take: async () => (takes++, ticketsThrow.take()) };
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(jobEvent(jobs(1)));
+    expect(takes).toBe(1);
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched()).toHaveLength(0);
+  });
+
+  it('ticketCold throwing with a carried registration that cannot be deleted counts it as rollback-incomplete', async () => {
+    takenFirst();
+    failingOnce();
+    ci.failDelete = 3;
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets: ticketsThrow })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+  });
+
+  it('a cold launch EC2 refuses counts a carried registration it cannot delete as rollback-incomplete', async () => {
+    takenFirst();
+    ci.failDelete = 3;
+    aws.fault('CreateFleet', awsError('InvalidParameterValue'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-launch' })).toBe(1);
+  });
+});
+
 describe('scale-up: the prime back-off holds cold launches', () => {
   const config = fleetConfig({ warmSize: 0, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 });
   const pool = config.pools[0]!;
