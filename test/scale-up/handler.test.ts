@@ -4,6 +4,7 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { scaled } from '../support/slowdown';
+import { launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -876,6 +877,54 @@ describe('scale-up: cold launch', () => {
     expect([...aws.instances.values()]).toHaveLength(1);
     expect(coldLaunched()).toHaveLength(1);
     expect(coldLaunched()[0]!.tags.get(KEYS.runnerId)).toBeDefined();
+  });
+
+  it("a launch whose answer and token look-up were both lost is taken over by the message's next receive, not launched again", async () => {
+    // Receive 1: the observation and the back-off's look at gone instances answer; CreateFleet
+    // runs and its answer is lost; the look-up by its token fails.
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    aws.fault('CreateFleet', lostAnswer());
+    const first = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 1 })));
+    expect(first.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('DescribeInstances')).toBe(3);
+    const [launched] = [...aws.instances.values()];
+    expect(launched!.tags.has(KEYS.runnerId)).toBe(false);
+    expect(ci.created).toBe(0);
+    // Receive 2 (SQS redelivers): its own token is new, the first receive's is looked up.
+    const second = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(second.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect([...aws.instances.values()].map((i) => i.id)).toEqual([launched!.id]);
+    expect(launched!.tags.get(KEYS.runnerId)).toBe('1');
+    expect(decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(launched!.id))!.value)).toMatchObject({ instanceId: launched!.id, jitConfig: 'jit-secret-1' });
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')[0]).toMatchObject({ instanceId: launched!.id, receiveCount: 2 });
+    expect(lines.metric('ColdLaunches')).toBe(1);
+  });
+
+  it("a redelivery whose look-up of the earlier receives' launches fails launches nothing; the message is retried", async () => {
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 3 })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
+    expect(aws.instances.size).toBe(0);
+    expect(ci.created).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-launch' })).toBe(1);
+    // One filter holding both earlier receives' tokens.
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const lookUp = aws.ec2.commandCalls(DescribeInstancesCommand).at(-1)!.args[0].input.Filters!.find((f) => f.Name === `tag:${KEYS.launchToken}`);
+    expect(lookUp!.Values).toEqual([1, 2].map((r) => launchToken({ messageId: 'msg-1', receiveCount: r }, 'on-demand')));
+  });
+
+  it('a redelivery does not take over an earlier instance that has a runner (another runner for the job was asked for)', async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    const earlier = aws.addInstance({ state: 'running', tags: { ...Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), aws.now, token).map((t) => [t.Key, t.Value])), [KEYS.runnerId]: '77' } });
+    // The plan would call the job served by it: here the instance is gone from the observation.
+    aws.fault('DescribeInstances', () => ({ Reservations: [] }));
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id)).toHaveLength(1);
+    expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {
