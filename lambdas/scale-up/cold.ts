@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import {
   CreateFleetCommand,
   CreateTagsCommand,
@@ -7,13 +6,14 @@ import {
   type DefaultTargetCapacityType,
   type _InstanceType,
 } from '@aws-sdk/client-ec2';
-import { errorName, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
+import { errorName, mapLimit, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { describeFleet } from '../shared/instances';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { coldLaunchTags, type PoolConfig } from '../shared/contract';
 import type { Carried } from './activate';
 import { claim, configValue, type Attempt } from './claim';
-import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
+import { createRunner, deleteRunner, ROLLBACK_INCOMPLETE, type JobInFlight, type StepContext } from './context';
+import { adoptable, earlierLaunchTokens, launchToken, type LaunchAttempt } from './cold-tokens';
 
 /** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
 const CAPACITY_ERRORS = new Set([
@@ -61,25 +61,27 @@ export interface ColdResult {
  * (`Carried`): the cold launch uses it instead of registering again.
  *
  * CreateFleet's ClientToken makes a retried call return the same fleet; the token names
- * the message and its receive count, so a redelivery of a failed attempt launches anew.
+ * the message and its receive count (cold-tokens.ts). A redelivery first looks for a live
+ * instance an earlier receive launched and never gave a runner (its answer, or the look-up
+ * by its token, was lost) and takes it over; otherwise it launches anew.
  * On any failure after the launch, the instance is terminated and the registration
  * deleted (nothing of it serves the job), and the error reaches the caller.
  */
-export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken: string, carried?: Carried): Promise<ColdResult> {
+export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt, carried?: Carried): Promise<ColdResult> {
   const launchedAt = ctx.now();
-  let fleet: Awaited<ReturnType<typeof createFleet>>;
+  let fleet: Fleet;
   try {
-    fleet = await createFleet(ctx, j, launchedAt, attemptToken);
+    fleet = (await earlierLaunch(ctx, j, attempt)) ?? (await createFleet(ctx, j, launchedAt, attempt));
   } catch (error) {
     // The registration carried from a refused warm claim serves nothing now.
-    if (carried) await deleteRunner(ctx, j, carried.registration.runnerId);
+    if (carried) await dropCarried(ctx, [j], new Map([[j.key, carried]]), 1);
     // An answer that refused (an EC2 error code) launched nothing: say so (`launchRefused`).
     // A lost answer may have launched, and stays what it is.
     if (error instanceof ColdLaunchError || error instanceof UnknownOutcomeError) throw error;
     throw new ColdLaunchError(`CreateFleet refused: ${errorName(error)}`, 'launch');
   }
   const { instanceId, capacityType, spotFallback } = fleet;
-  const launched = ctx.now();
+  const launched = fleet.launchedAt ?? ctx.now();
   const a: Attempt = { j, instanceId, claimed: false, ...(carried ? { registration: carried.registration, registeredAt: carried.registeredAt } : {}) };
   try {
     if (!a.registration) {
@@ -119,19 +121,57 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attemptToken:
   }
 }
 
-async function createFleet(
-  ctx: StepContext,
-  j: JobInFlight,
-  launchedAt: Date,
-  attemptToken: string,
-): Promise<{ instanceId: string; capacityType: DefaultTargetCapacityType; spotFallback: boolean }> {
+/**
+ * Deletes the registrations refused warm claims carried for jobs no launch uses them for. A
+ * delete that fails (after deleteRunner's retries) is counted as an undo left incomplete, as
+ * claim.ts `rollback` counts it; the scale-down's sweep deregisters the runner.
+ */
+export async function dropCarried(ctx: StepContext, jobs: readonly JobInFlight[], carried: ReadonlyMap<string, Carried>, concurrency: number): Promise<void> {
+  await mapLimit(jobs.filter((j) => carried.has(j.key)), concurrency, async (j) => {
+    const runnerId = carried.get(j.key)!.registration.runnerId;
+    if (await deleteRunner(ctx, j, runnerId)) return;
+    j.log.error('deleting the registration a refused claim carried failed; the sweep removes it', { runnerId });
+    ctx.metrics.add(ctx.config.metrics.names.jobsFailed, { Pool: j.pool.name, Reason: ROLLBACK_INCOMPLETE });
+  });
+}
+
+interface Fleet {
+  readonly instanceId: string;
+  readonly capacityType: DefaultTargetCapacityType;
+  readonly spotFallback: boolean;
+  /** An instance an earlier receive launched: when EC2 launched it. */
+  readonly launchedAt?: Date;
+}
+
+/**
+ * The instance an earlier receive of the message launched and never gave a runner (found by
+ * the earlier receives' tokens, in one filtered DescribeInstances), taken over instead of a
+ * second launch. The look-up failing fails this attempt as a refusal (this receive launched
+ * nothing; its ticket goes back): launching blind could make the second instance.
+ */
+async function earlierLaunch(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt): Promise<Fleet | undefined> {
+  const tokens = earlierLaunchTokens(attempt, j.pool.spot);
+  if (tokens.length === 0) return undefined;
+  let found;
+  try {
+    found = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { pool: j.pool.name, states: ['pending', 'running'], tag: { key: ctx.keys.launchToken, value: tokens } });
+  } catch (error) {
+    throw new ColdLaunchError(`looking up the launches of the message's earlier receives failed: ${errorName(error)}`, 'launch');
+  }
+  const earlier = adoptable(found, ctx.keys);
+  if (!earlier) return undefined;
+  j.log.warn("taking over the instance an earlier receive of the message launched, instead of launching", { instanceId: earlier.id, receiveCount: attempt.receiveCount });
+  return { instanceId: earlier.id, capacityType: earlier.spotRequestId ? 'spot' : 'on-demand', spotFallback: false, launchedAt: earlier.launchTime };
+}
+
+async function createFleet(ctx: StepContext, j: JobInFlight, launchedAt: Date, attempt: LaunchAttempt): Promise<Fleet> {
   const first: DefaultTargetCapacityType = j.pool.spot ? 'spot' : 'on-demand';
-  const out = await fleetOnce(ctx, j, j.pool, first, launchedAt, attemptToken);
+  const out = await fleetOnce(ctx, j, j.pool, first, launchedAt, attempt);
   if (out.instanceId) return { instanceId: out.instanceId, capacityType: first, spotFallback: false };
   if (first === 'spot' && out.errors.some((c) => CAPACITY_ERRORS.has(c))) {
     j.log.warn('no spot capacity, launching on-demand', { errors: out.errors });
     ctx.metrics.add(ctx.config.metrics.names.fallbacks, { Pool: j.pool.name, Reason: 'spot-capacity' });
-    const again = await fleetOnce(ctx, j, j.pool, 'on-demand', launchedAt, attemptToken);
+    const again = await fleetOnce(ctx, j, j.pool, 'on-demand', launchedAt, attempt);
     if (again.instanceId) return { instanceId: again.instanceId, capacityType: 'on-demand', spotFallback: true };
     throw new ColdLaunchError(`CreateFleet launched nothing on-demand either: ${again.errors.join(', ') || 'no error given'}`, 'launch');
   }
@@ -144,10 +184,10 @@ async function fleetOnce(
   pool: PoolConfig,
   capacityType: DefaultTargetCapacityType,
   launchedAt: Date,
-  attemptToken: string,
+  attempt: LaunchAttempt,
 ): Promise<{ instanceId?: string; errors: string[] }> {
   const k = ctx.keys;
-  const token = createHash('sha256').update(`${attemptToken}|${capacityType}`).digest('hex').slice(0, 64);
+  const token = launchToken(attempt, capacityType);
   const command = new CreateFleetCommand({
     Type: 'instant',
     ClientToken: token,

@@ -46,6 +46,9 @@ export function createRunner(ctx: StepContext, j: JobInFlight, instanceId: strin
   return withTimeout(`${j.provider.provider} createRunner`, ctx.ciTimeoutMs, () => j.provider.createRunner(j.job, instanceId, j.pool.name));
 }
 
+/** The JobsFailed reason of an undo that left something of ours behind for the sweep. */
+export const ROLLBACK_INCOMPLETE = 'rollback-incomplete';
+
 /** Deregisters a runner, retried: deleting is idempotent. Never throws; a leftover is swept. */
 export async function deleteRunner(ctx: StepContext, j: JobInFlight, runnerId: string): Promise<boolean> {
   for (let attempt = 1; attempt <= 3; attempt++) {

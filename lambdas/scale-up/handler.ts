@@ -23,15 +23,16 @@ import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { launchCold, launchRefused } from './cold';
+import { dropCarried, launchCold, launchRefused } from './cold';
+import { launchAttemptOf } from './cold-tokens';
 import { admitByRecord, type JobRecords } from './job-record';
-import { deleteRunner, type JobInFlight, type StepContext } from './context';
-import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type Plan, type QueuedJob } from './decide';
+import type { JobInFlight, StepContext } from './context';
+import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type ColdVerdict, type Plan, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
 import { coldGates, ticketCold } from './cold-gate';
-import { keptTicketFields, type LaunchTickets } from '../shared/launch-tickets';
+import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import type { ColdGate } from '../pool/backoff';
 
 export interface ScaleUpOptions {
@@ -407,6 +408,25 @@ async function activate(
   return { started, fallbacks, carried };
 }
 
+interface Gated {
+  readonly verdicts: Map<string, ColdVerdict>;
+  readonly launching: JobInFlight[];
+  readonly tickets?: { granted: Map<string, Ticket>; refused: JobInFlight[] };
+}
+
+/** 5a. The prime back-off's verdict per cold job, and the launch tickets of those it lets launch. */
+async function gate(b: Batch, step: StepContext, cold: readonly JobInFlight[], instances: readonly ObservedInstance[]): Promise<Gated> {
+  const gates = cold.length > 0 ? await coldGates(step, cold, instances) : new Map<string, ColdGate>();
+  const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, b.now(), b.options.maxWaitSeconds);
+  const launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
+  // A pool whose template is unproven or failing launches only with a ticket: the decision
+  // and the permission to launch in one conditional write (launch-tickets.ts).
+  const tickets = b.deps.launchTickets && launching.length > 0 ? await ticketCold(step, b.deps.launchTickets, gates, launching) : undefined;
+  if (!tickets) return { verdicts, launching };
+  for (const [key, v] of heldWithoutTicket(tickets.refused, gates, b.now(), b.options.maxWaitSeconds)) verdicts.set(key, v);
+  return { verdicts, launching: launching.filter((j) => !tickets.refused.includes(j)), tickets };
+}
+
 /**
  * 5. Cold launches, as far as the pool's prime back-off allows (lambdas/pool/backoff.ts): a
  *    pool whose launches keep failing before their runner starts launches one probe at a
@@ -420,18 +440,17 @@ async function launch(
   items: ReadonlyMap<string, BatchItem>,
   carried: ReadonlyMap<string, Carried>,
 ): Promise<Started[]> {
-  const gates = cold.length > 0 ? await coldGates(step, cold, instances) : new Map<string, ColdGate>();
-  const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, b.now(), b.options.maxWaitSeconds);
-  let launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
-  // A pool whose template is unproven or failing launches only with a ticket: the decision
-  // and the permission to launch in one conditional write (launch-tickets.ts).
-  const tickets = b.deps.launchTickets && launching.length > 0 ? await ticketCold(step, b.deps.launchTickets, gates, launching) : undefined;
-  if (tickets) {
-    for (const [key, v] of heldWithoutTicket(tickets.refused, gates, b.now(), b.options.maxWaitSeconds)) verdicts.set(key, v);
-    launching = launching.filter((j) => !tickets.refused.includes(j));
+  let launching: JobInFlight[] = [];
+  let gated: Gated;
+  try {
+    gated = await gate(b, step, cold, instances);
+    launching = gated.launching;
+  } finally {
+    // A carried registration goes with its job's launch; a job that does not launch now
+    // deletes it, also when the gate or the tickets threw (then no job launches).
+    await dropCarried(step, cold.filter((j) => !launching.includes(j)), carried, b.options.coldConcurrency);
   }
-  // A carried registration goes with its job's launch; a job that does not launch now deletes it.
-  await mapLimit(cold.filter((j) => carried.has(j.key) && !launching.includes(j)), b.options.coldConcurrency, (j) => deleteRunner(step, j, carried.get(j.key)!.registration.runnerId));
+  const { verdicts, tickets } = gated;
   for (const j of cold) {
     const v = verdicts.get(j.key)!;
     const item = items.get(j.key)!;
@@ -446,7 +465,7 @@ async function launch(
     const item = items.get(j.key)!;
     const record = item.record;
     try {
-      const r = await launchCold(step, j, `${record.messageId}|${record.attributes?.ApproximateReceiveCount ?? '1'}`, carried.get(j.key));
+      const r = await launchCold(step, j, launchAttemptOf(record.messageId, record.attributes?.ApproximateReceiveCount), carried.get(j.key));
       settle(b, record);
       started.push({ item, instanceId: r.instanceId });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });

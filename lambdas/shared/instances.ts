@@ -42,7 +42,8 @@ export async function describeFleet(
     states?: readonly string[];
     pool?: string;
     instanceIds?: readonly string[];
-    tag?: { readonly key: string; readonly value: string };
+    /** Instances whose tag `key` holds the value, or any of the values (one filter: EC2 joins its values with OR). */
+    tag?: { readonly key: string; readonly value: string | readonly string[] };
     /** Only instances carrying any of these tag keys (with a pool: the pool filter is then a tag-key filter of its own). */
     anyTagKey?: readonly string[];
   } = {},
@@ -50,7 +51,7 @@ export async function describeFleet(
   const filters: Filter[] = [
     options.pool === undefined ? { Name: 'tag-key', Values: [keys.pool] } : { Name: `tag:${keys.pool}`, Values: [options.pool] },
     { Name: 'instance-state-name', Values: [...(options.states ?? LIVE_STATES)] },
-    ...(options.tag ? [{ Name: `tag:${options.tag.key}`, Values: [options.tag.value] }] : []),
+    ...(options.tag ? [{ Name: `tag:${options.tag.key}`, Values: typeof options.tag.value === 'string' ? [options.tag.value] : [...options.tag.value] }] : []),
     ...(options.anyTagKey && options.pool !== undefined ? [{ Name: 'tag-key', Values: [...options.anyTagKey] }] : []),
   ];
   const found: ObservedInstance[] = [];

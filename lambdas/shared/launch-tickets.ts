@@ -67,6 +67,11 @@ export function readBack(item: Record<string, AttributeValue> | undefined, owner
   return expires < Math.floor(now.getTime() / 1000) ? 'absent' : 'lost';
 }
 
+/** When a ticket taken now frees by itself: whole seconds, as the table's TTL attribute holds it (ISO 8601). */
+export function ticketExpiry(now: Date, holdSeconds: number): string {
+  return new Date((Math.floor(now.getTime() / 1000) + holdSeconds) * 1000).toISOString();
+}
+
 export class DynamoLaunchTickets implements LaunchTickets {
   constructor(
     private readonly aws: AwsCaller,
@@ -80,9 +85,8 @@ export class DynamoLaunchTickets implements LaunchTickets {
     const errors: string[] = [];
     for (const slot of need.slots) {
       if (taken.length >= count) break;
-      const expiresAt = new Date((Math.floor(now.getTime() / 1000) + need.holdSeconds) * 1000).toISOString();
-      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token(), expiresAt };
-      const o = await this.takeOne(ticket, pool, need.holdSeconds, now);
+      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
+      const o = await this.takeOne(ticket, pool, now);
       if (o === 'won') taken.push(ticket);
       else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);
     }
@@ -90,10 +94,10 @@ export class DynamoLaunchTickets implements LaunchTickets {
   }
 
   /** One slot; a lost answer is read back, and a write that did not land is sent once more. */
-  private async takeOne(ticket: Ticket, pool: string, holdSeconds: number, now: Date): Promise<'won' | 'lost' | { error: string }> {
+  private async takeOne(ticket: Ticket, pool: string, now: Date): Promise<'won' | 'lost' | { error: string }> {
     for (let attempt = 1; attempt <= 2; attempt++) {
       try {
-        await this.aws.send(this.dynamodb, this.put(ticket, pool, holdSeconds, now), WRITE_ONCE);
+        await this.aws.send(this.dynamodb, this.put(ticket, pool, now), WRITE_ONCE);
         return 'won';
       } catch (error) {
         if (errorName(error) === 'ConditionalCheckFailedException') return 'lost';
@@ -138,9 +142,10 @@ export class DynamoLaunchTickets implements LaunchTickets {
 
   /**
    * An update rather than a put only so the grant stays the record's (UpdateItem, GetItem,
-   * DeleteItem). The condition treats an expired ticket as absent: TTL deletes lazily.
+   * DeleteItem). The condition treats an expired ticket as absent: TTL deletes lazily. The
+   * item's expiry is the ticket's, so what the table frees and what the logs say agree.
    */
-  private put(ticket: Ticket, pool: string, holdSeconds: number, now: Date): UpdateItemCommand {
+  private put(ticket: Ticket, pool: string, now: Date): UpdateItemCommand {
     const nowSeconds = Math.floor(now.getTime() / 1000);
     return new UpdateItemCommand({
       TableName: this.tableName,
@@ -158,7 +163,7 @@ export class DynamoLaunchTickets implements LaunchTickets {
         ':owner': { S: ticket.owner },
         ':pool': { S: pool },
         ':takenAt': { S: now.toISOString() },
-        ':expires': { N: String(nowSeconds + holdSeconds) },
+        ':expires': { N: String(Date.parse(ticket.expiresAt) / 1000) },
         ':now': { N: String(nowSeconds) },
       },
     });

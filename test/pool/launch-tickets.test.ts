@@ -1,13 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
-import { keptTicketFields, readBack, ticketKey } from '../../lambdas/shared/launch-tickets';
+import { keptTicketFields, readBack, ticketExpiry, ticketKey } from '../../lambdas/shared/launch-tickets';
 import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from '../../lambdas/shared/contract';
 
 const T0 = new Date('2026-11-29T12:00:00.000Z');
 const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
 const policy = { limit: 3, capSeconds: 1800 };
 const failing = (failures: number, proven: boolean): PrimeStreak => ({ ...freshStreak('lt-1:4'), proven, failures, lastFailureAt: at(0).toISOString() });
+
+describe('a ticket expiry (pure)', () => {
+  it('is whole seconds after now, as the TTL attribute holds it', () => {
+    expect(ticketExpiry(new Date(T0.getTime() + 999), 2700)).toBe(at(2700).toISOString());
+    expect(Date.parse(ticketExpiry(at(1), 60)) / 1000).toBe(Math.floor(at(61).getTime() / 1000));
+  });
+});
 
 describe('which launch tickets a launch needs (pure)', () => {
   it('none for a proven template that is not failing: the fast path stays a read', () => {

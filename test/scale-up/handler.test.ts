@@ -2,7 +2,9 @@ import { EC2Client } from '@aws-sdk/client-ec2';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createScaleUpHandler, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
+import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
+import { scaled } from '../support/slowdown';
+import { launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -20,12 +22,17 @@ let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
 
-function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX, now = () => aws.now) {
+// The in-process fake answers at once; a call it leaves hanging ends here. Scaled: on a loaded
+// machine an answer can take longer than an unloaded one's bound.
+const CALL_TIMEOUT_MS = scaled(200);
+
+/** The handler under test; `wiring` replaces what a test needs of its own (a sink, a pacer, launch tickets). */
+function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), instanceArnPrefix = INSTANCE_ARN_PREFIX, now = () => aws.now, wiring: Partial<ScaleUpDeps> = {}) {
   return createScaleUpHandler({
     ec2: new EC2Client({}),
     ssm: new SSMClient({}),
     sqs: new SQSClient({}),
-    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: CALL_TIMEOUT_MS }),
     loadConfig: async () => config,
     providers: () => ({ github: ci }),
     queueUrl: QUEUE,
@@ -35,6 +42,7 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), 
     random: () => 0.5,
     sink: lines.sink,
     options,
+    ...wiring,
   });
 }
 
@@ -242,19 +250,7 @@ describe('scale-up: warm activation', () => {
       if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink });
     expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
     // The carried registration is deleted in the same run; the cold launch registers its own.
@@ -343,19 +339,7 @@ describe('scale-up: warm activation', () => {
     park(3);
     const sleep = async (ms: number) => void (aws.now = new Date(aws.now.getTime() + ms));
     const pacer = new Pacer({ PutParameter: { capacity: 1, refillPerSecond: 0.2 } }, () => aws.now.getTime(), sleep);
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink: lines.sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: CALL_TIMEOUT_MS }) });
     expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     // The observation, then one re-observation for the pick that waited 5 s; no verification
     // (which would describe by instance id).
@@ -675,19 +659,7 @@ describe('scale-up: fault injection on every activation step', () => {
       if (line.includes('tagging the claimed instance failed')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
+    const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink });
     const res = await h(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted()).toHaveLength(2);
@@ -907,6 +879,54 @@ describe('scale-up: cold launch', () => {
     expect(coldLaunched()[0]!.tags.get(KEYS.runnerId)).toBeDefined();
   });
 
+  it("a launch whose answer and token look-up were both lost is taken over by the message's next receive, not launched again", async () => {
+    // Receive 1: the observation and the back-off's look at gone instances answer; CreateFleet
+    // runs and its answer is lost; the look-up by its token fails.
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    aws.fault('CreateFleet', lostAnswer());
+    const first = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 1 })));
+    expect(first.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('DescribeInstances')).toBe(3);
+    const [launched] = [...aws.instances.values()];
+    expect(launched!.tags.has(KEYS.runnerId)).toBe(false);
+    expect(ci.created).toBe(0);
+    // Receive 2 (SQS redelivers): its own token is new, the first receive's is looked up.
+    const second = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(second.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect([...aws.instances.values()].map((i) => i.id)).toEqual([launched!.id]);
+    expect(launched!.tags.get(KEYS.runnerId)).toBe('1');
+    expect(decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(launched!.id))!.value)).toMatchObject({ instanceId: launched!.id, jitConfig: 'jit-secret-1' });
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')[0]).toMatchObject({ instanceId: launched!.id, receiveCount: 2 });
+    expect(lines.metric('ColdLaunches')).toBe(1);
+  });
+
+  it("a redelivery whose look-up of the earlier receives' launches fails launches nothing; the message is retried", async () => {
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 3 })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
+    expect(aws.instances.size).toBe(0);
+    expect(ci.created).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-launch' })).toBe(1);
+    // One filter holding both earlier receives' tokens.
+    const { DescribeInstancesCommand } = await import('@aws-sdk/client-ec2');
+    const lookUp = aws.ec2.commandCalls(DescribeInstancesCommand).at(-1)!.args[0].input.Filters!.find((f) => f.Name === `tag:${KEYS.launchToken}`);
+    expect(lookUp!.Values).toEqual([1, 2].map((r) => launchToken({ messageId: 'msg-1', receiveCount: r }, 'on-demand')));
+  });
+
+  it('a redelivery does not take over an earlier instance that has a runner (another runner for the job was asked for)', async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    const earlier = aws.addInstance({ state: 'running', tags: { ...Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), aws.now, token).map((t) => [t.Key, t.Value])), [KEYS.runnerId]: '77' } });
+    // The plan would call the job served by it: here the instance is gone from the observation.
+    aws.fault('DescribeInstances', () => ({ Reservations: [] }));
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id)).toHaveLength(1);
+    expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
+  });
+
   it('falls back from spot to on-demand on a capacity error', async () => {
     aws.fault('CreateFleet', () => ({ Instances: [], Errors: [{ ErrorCode: 'InsufficientInstanceCapacity' }] }));
     const res = await handler({}, fleetConfig({ spot: true }))(jobEvent([job(1)]));
@@ -1066,6 +1086,90 @@ describe('scale-up: the queue', () => {
     expect((await handler({}, config)(jobEvent([unresolved(2)]))).batchItemFailures).toEqual([]);
     expect(aws.sent[0]!.attributes[WAIT_ATTRIBUTES.reason]).toBe('no-pool');
     expect(String(lines.logs('job dead-lettered')[0]?.detail)).toContain('not-self-hosted');
+  });
+});
+
+describe('scale-up: a registration carried to the cold gate that throws', () => {
+  // The one parked instance is taken by another invocation first: the job falls back cold
+  // carrying its registration ('1'). Parked two hours ago: it proves nothing about the template
+  // since the failure below.
+  const takenFirst = () => {
+    const only = aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags(), launchTime: new Date(aws.now.getTime() - 7200_000) });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'other', tags: {}, at: aws.now });
+      only.tags.set(KEYS.activatedAt, '2026-11-29T11:59:59.000Z');
+      throw awsError('ParameterAlreadyExists');
+    });
+  };
+  // coldGates is written not to throw; something no step expects does, here the log sink.
+  const gateThrows = () => {
+    aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('AccessDeniedException')));
+    return (line: string) => {
+      if (line.includes('reading the prime back-off failed')) throw new Error('log sink broke');
+      lines.sink(line);
+    };
+  };
+  // Launch tickets are taken only for a template that is unproven or failing: one failure, a while ago.
+  const ticketsThrow = { take: async () => Promise.reject(new Error('ticket table broke')), release: async () => ({ released: true }) };
+  const failingOnce = () => {
+    const streak = { ...freshStreak(templateOf(fleetConfig().pools[0]!)), failures: 1, lastFailureAt: new Date(aws.now.getTime() - 3600_000).toISOString() };
+    aws.parameters.set(paths.primeState('linux'), { value: encodeStreak(streak), tags: {}, at: aws.now, type: 'String' });
+  };
+
+  it('coldGates throwing deletes the carried registration; the message is retried', async () => {
+    takenFirst();
+    const sink = gateThrows();
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(lines.logs('scale-up failed; every unsettled message will be retried')).toHaveLength(1);
+    expect(ci.created).toBe(1);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
+  it('coldGates throwing with a carried registration that cannot be deleted counts it as rollback-incomplete', async () => {
+    takenFirst();
+    const sink = gateThrows();
+    ci.failDelete = 3;
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.logs('deleting the registration a refused claim carried failed; the sweep removes it')[0]).toMatchObject({ traceId: 'trace-1', runnerId: '1' });
+  });
+
+  it('ticketCold throwing deletes the carried registration; the message is retried', async () => {
+    takenFirst();
+    failingOnce();
+    let takes = 0;
+    const launchTickets = { ...ticketsThrow, take: async () => (takes++, ticketsThrow.take()) };
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(jobEvent(jobs(1)));
+    expect(takes).toBe(1);
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual(['1']);
+    expect(coldLaunched()).toHaveLength(0);
+  });
+
+  it('ticketCold throwing with a carried registration that cannot be deleted counts it as rollback-incomplete', async () => {
+    takenFirst();
+    failingOnce();
+    ci.failDelete = 3;
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets: ticketsThrow })(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+  });
+
+  it('a cold launch EC2 refuses counts a carried registration it cannot delete as rollback-incomplete', async () => {
+    takenFirst();
+    ci.failDelete = 3;
+    aws.fault('CreateFleet', awsError('InvalidParameterValue'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(ci.deleted).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-launch' })).toBe(1);
   });
 });
 

@@ -6,7 +6,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { decodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
-import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent } from '../support/fixtures';
 import { drainQueue, motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
@@ -108,6 +108,50 @@ describe('scale-up against moto', () => {
       expect(ci.runners.size).toBe(20);
       expect(ci.created).toBe(20);
     }
+  });
+
+  it("a cold launch whose answer and token look-up were both lost is taken over by the message's next receive: one instance", async () => {
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    // Receive 1's clients: CreateFleet runs in moto and the caller hears a reset; every
+    // DescribeInstances by launch token is reset before it reaches moto.
+    const faulty = motoClients(moto.endpoint);
+    const reset = () => Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+    let lost = 0;
+    let failedLookUps = 0;
+    faulty.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const filters = (args.input as { Filters?: { Name?: string }[] }).Filters ?? [];
+        if (context.commandName === 'CreateFleetCommand') {
+          await next(args);
+          lost++;
+          throw reset();
+        }
+        if (context.commandName === 'DescribeInstancesCommand' && filters.some((f) => f.Name === `tag:${KEYS.launchToken}`)) {
+          failedLookUps++;
+          throw reset();
+        }
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const body = JSON.stringify(job(1));
+    const first = await handler(ci, faulty)(sqsEvent(record(body, { id: 'msg-1', receiveCount: 1 })));
+    expect(first.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect([lost, failedLookUps > 0]).toEqual([1, true]);
+    const launched = await instances();
+    expect(launched).toHaveLength(1);
+    expect(tag(launched[0]!, KEYS.runnerId)).toBeUndefined();
+    // Receive 2, through clean clients: moto would launch a second instance for a new CreateFleet.
+    const lines = new Lines();
+    const second = await handler(ci, c, lines)(sqsEvent(record(body, { id: 'msg-1', receiveCount: 2 })));
+    expect(second.batchItemFailures).toEqual([]);
+    const after = await instances();
+    expect(after.map((i) => i.InstanceId)).toEqual([launched[0]!.InstanceId]);
+    expect(tag(after[0]!, KEYS.runnerId)).toBe('1');
+    expect(ci.created).toBe(1);
+    const params = new Map((await parameters()).map((p) => [p.Name!, p.Value!]));
+    expect(decodeRunnerConfig(params.get(paths.runnerConfig(after[0]!.InstanceId!))!)).toMatchObject({ instanceId: after[0]!.InstanceId, jitConfig: 'jit-secret-1' });
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(1);
   });
 
   it('a slow competitor does not claim an instance whose config was already consumed', async () => {

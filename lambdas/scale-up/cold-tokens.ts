@@ -1,0 +1,62 @@
+import { createHash } from 'node:crypto';
+import type { DefaultTargetCapacityType } from '@aws-sdk/client-ec2';
+import type { TagKeys } from '../shared/contract';
+import type { ObservedInstance } from '../shared/instances';
+
+/**
+ * The launch tokens of cold launches (CreateFleet's ClientToken, also the instance's
+ * launch-token tag), pure. A token names the message, its receive count and the capacity
+ * type asked for, so every receive of a message knows the tokens of the receives before it:
+ * a launch whose answer was lost can be found by a later receive, not only by its own.
+ */
+
+/** Which receive of which message a cold launch serves. */
+export interface LaunchAttempt {
+  readonly messageId: string;
+  /** SQS's ApproximateReceiveCount: 1 on the first receive. */
+  readonly receiveCount: number;
+}
+
+/**
+ * Earlier receives looked up before a launch, at most: two tokens each (spot, on-demand) keep
+ * the one tag filter at 100 values. The redrive default is 5 receives; a launch older than this
+ * many receives is left to the scale-down (`no-runner`), as every launch was before.
+ */
+export const EARLIER_RECEIVES_LOOKED_UP = 50;
+
+/** A receive count SQS did not give (or gave unreadable) counts as the first. */
+export function launchAttemptOf(messageId: string, receiveCount: string | undefined): LaunchAttempt {
+  const n = Number(receiveCount ?? '1');
+  return { messageId, receiveCount: Number.isInteger(n) && n >= 1 ? n : 1 };
+}
+
+export function launchToken(attempt: LaunchAttempt, capacityType: DefaultTargetCapacityType): string {
+  return createHash('sha256').update(`${attempt.messageId}|${attempt.receiveCount}|${capacityType}`).digest('hex').slice(0, 64);
+}
+
+/** The capacity types a launch asks for, in order: spot falls back to on-demand under the same receive. */
+export function capacityTypesOf(spot: boolean): DefaultTargetCapacityType[] {
+  return spot ? ['spot', 'on-demand'] : ['on-demand'];
+}
+
+/** The tokens the message's earlier receives launched with (none on the first receive). */
+export function earlierLaunchTokens(attempt: LaunchAttempt, spot: boolean): string[] {
+  const tokens: string[] = [];
+  for (let r = Math.max(1, attempt.receiveCount - EARLIER_RECEIVES_LOOKED_UP); r < attempt.receiveCount; r++) {
+    for (const type of capacityTypesOf(spot)) tokens.push(launchToken({ messageId: attempt.messageId, receiveCount: r }, type));
+  }
+  return tokens;
+}
+
+/**
+ * Of the instances an earlier receive launched, the one this receive takes over: live and
+ * never given a runner (no runner id tag: its receive failed before the end of the launch).
+ * One with a runner id finished its launch; the plan (decide.ts) settles a job such an instance
+ * serves, so finding one here means the job wants another runner. The oldest, so every
+ * receive picks the same one.
+ */
+export function adoptable(found: readonly ObservedInstance[], keys: TagKeys): ObservedInstance | undefined {
+  return found
+    .filter((i) => (i.state === 'pending' || i.state === 'running') && !i.tags.has(keys.runnerId))
+    .sort((a, b) => a.launchTime.getTime() - b.launchTime.getTime() || a.id.localeCompare(b.id))[0];
+}

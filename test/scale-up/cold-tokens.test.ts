@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { adoptable, earlierLaunchTokens, EARLIER_RECEIVES_LOOKED_UP, launchAttemptOf, launchToken } from '../../lambdas/scale-up/cold-tokens';
+import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { KEYS } from '../support/fixtures';
+
+const at = (s: number) => new Date(Date.UTC(2026, 10, 29, 12, 0, s));
+function inst(id: string, state: string, launched: number, tags: Record<string, string> = {}): ObservedInstance {
+  return { id, state, launchTime: at(launched), tags: new Map(Object.entries(tags)) };
+}
+
+describe('cold launch tokens', () => {
+  it('name the message, the receive and the capacity type, 64 hex characters', () => {
+    const a = launchToken({ messageId: 'm', receiveCount: 1 }, 'on-demand');
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+    expect(launchToken({ messageId: 'm', receiveCount: 1 }, 'on-demand')).toBe(a);
+    expect(new Set([a, launchToken({ messageId: 'm', receiveCount: 2 }, 'on-demand'), launchToken({ messageId: 'm', receiveCount: 1 }, 'spot'), launchToken({ messageId: 'n', receiveCount: 1 }, 'on-demand')]).size).toBe(4);
+  });
+
+  it("the first receive looks up nothing; a later one every earlier receive's tokens, spot's on-demand fallback included", () => {
+    expect(earlierLaunchTokens({ messageId: 'm', receiveCount: 1 }, true)).toEqual([]);
+    expect(earlierLaunchTokens({ messageId: 'm', receiveCount: 3 }, false)).toEqual([1, 2].map((r) => launchToken({ messageId: 'm', receiveCount: r }, 'on-demand')));
+    expect(earlierLaunchTokens({ messageId: 'm', receiveCount: 2 }, true)).toEqual([launchToken({ messageId: 'm', receiveCount: 1 }, 'spot'), launchToken({ messageId: 'm', receiveCount: 1 }, 'on-demand')]);
+  });
+
+  it('looks back a bounded number of receives, the latest ones', () => {
+    const tokens = earlierLaunchTokens({ messageId: 'm', receiveCount: 1000 }, true);
+    expect(tokens).toHaveLength(2 * EARLIER_RECEIVES_LOOKED_UP);
+    expect(tokens.at(-1)).toBe(launchToken({ messageId: 'm', receiveCount: 999 }, 'on-demand'));
+    expect(tokens[0]).toBe(launchToken({ messageId: 'm', receiveCount: 1000 - EARLIER_RECEIVES_LOOKED_UP }, 'spot'));
+  });
+
+  it('reads a missing or unreadable receive count as the first', () => {
+    expect(launchAttemptOf('m', '4')).toEqual({ messageId: 'm', receiveCount: 4 });
+    for (const bad of [undefined, '', 'x', '0', '1.5', '-2']) expect(launchAttemptOf('m', bad).receiveCount).toBe(1);
+  });
+});
+
+describe('adoptable: which earlier launch a receive takes over', () => {
+  it('the oldest live instance without a runner; never one with a runner, never a gone one', () => {
+    const gone = inst('i-a', 'terminated', 0);
+    const stopping = inst('i-b', 'shutting-down', 1);
+    const served = inst('i-c', 'running', 2, { [KEYS.runnerId]: '9' });
+    const later = inst('i-e', 'running', 5);
+    const older = inst('i-d', 'pending', 4);
+    expect(adoptable([gone, stopping, served, later, older], KEYS)?.id).toBe('i-d');
+    expect(adoptable([gone, stopping, served], KEYS)).toBeUndefined();
+    expect(adoptable([], KEYS)).toBeUndefined();
+  });
+
+  it('picks the same one whatever the order of the answer', () => {
+    const a = inst('i-1', 'running', 3);
+    const b = inst('i-2', 'running', 3);
+    expect(adoptable([b, a], KEYS)?.id).toBe('i-1');
+    expect(adoptable([a, b], KEYS)?.id).toBe('i-1');
+  });
+});
