@@ -127,7 +127,10 @@ export async function activateWarm(
       if (current) await rollback(ctx, current, 'activation-error');
       const held = carried.get(j.key);
       carried.delete(j.key);
-      if (held && held.registration !== current?.registration) await deleteRunner(ctx, j, held.registration.runnerId);
+      // A registration that cannot be deleted stays for the sweep's no-instance rule: counted as a rollback step that failed.
+      if (held && held.registration !== current?.registration && !(await deleteRunner(ctx, j, held.registration.runnerId))) {
+        ctx.metrics.add(names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
+      }
       fallback(j, 'activation-error');
     }
   });
