@@ -956,6 +956,19 @@ describe('scale-up: a rollback whose activation tags stay on the instance', () =
     expect([...ci.runners.values()].map((r) => r.instanceId)).toEqual([coldLaunched()[0]!.id]);
   });
 
+  it('a DeleteTags that landed with every answer lost is looked at: our tags are gone, so the instance parks again (not terminated)', async () => {
+    const [id] = park(1);
+    aws.fault('DeleteTags', ...Array.from({ length: 6 }, () => lostAnswer()));
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.state).toBe('stopped');
+    expect(ours(id!)).toEqual([]);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
   it('a TerminateInstances whose every answer is lost is resolved by the instance\'s state: terminated, the claim released', async () => {
     const [id] = park(1);
     refused();
