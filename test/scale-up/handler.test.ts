@@ -38,6 +38,23 @@ function handler(options: Partial<ScaleUpOptions> = {}, config = fleetConfig(), 
   });
 }
 
+/** A handler with the test's own log sink (one that throws makes a lane throw where it logs) or pacer. */
+function handlerWith(parts: { sink?: (line: string) => void; pacer?: Pacer }) {
+  return createScaleUpHandler({
+    ec2: new EC2Client({}),
+    ssm: new SSMClient({}),
+    sqs: new SQSClient({}),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200, ...(parts.pacer ? { pacer: parts.pacer } : {}) }),
+    loadConfig: async () => fleetConfig(),
+    providers: () => ({ github: ci }),
+    queueUrl: QUEUE,
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
+    deadLetterQueueUrl: DLQ,
+    now: () => aws.now,
+    sink: parts.sink ?? lines.sink,
+  });
+}
+
 function park(n: number): string[] {
   return Array.from({ length: n }, () => aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags() }).id);
 }
@@ -234,7 +251,10 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted).toEqual(['2']);
   });
 
-  it('a lane that throws while it carries a refused claim\'s registration deletes it before going cold', async () => {
+  it.each([
+    ['deletes it before going cold', 0],
+    ['whose delete fails leaves it for the sweep, counted as a rollback step that failed', 3],
+  ])('a lane that throws while it carries a refused claim\'s registration %s', async (_, deleteFailures) => {
     park(2);
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     // Something no step expects throws in the lane between the refused claim and the next pick.
@@ -242,24 +262,15 @@ describe('scale-up: warm activation', () => {
       if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
-    expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    // deleteRunner tries 3 times.
+    ci.failDelete = deleteFailures;
+    expect((await handlerWith({ sink })(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
-    // The carried registration is deleted in the same run; the cold launch registers its own.
+    // The carried registration is deleted in the same run (or counted); the cold launch registers its own.
     expect(ci.created).toBe(2);
-    expect(ci.deleted).toEqual(['1']);
+    expect(ci.deleted).toEqual(deleteFailures ? [] : ['1']);
+    expect(ci.runners.has('1')).toBe(deleteFailures > 0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(deleteFailures ? 1 : 0);
     expect(coldLaunched().map((i) => i.tags.get(KEYS.runnerId))).toEqual(['2']);
   });
 
@@ -343,19 +354,7 @@ describe('scale-up: warm activation', () => {
     park(3);
     const sleep = async (ms: number) => void (aws.now = new Date(aws.now.getTime() + ms));
     const pacer = new Pacer({ PutParameter: { capacity: 1, refillPerSecond: 0.2 } }, () => aws.now.getTime(), sleep);
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, pacer, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink: lines.sink,
-    });
+    const h = handlerWith({ pacer });
     expect((await h(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
     // The observation, then one re-observation for the pick that waited 5 s; no verification
     // (which would describe by instance id).
@@ -675,19 +674,7 @@ describe('scale-up: fault injection on every activation step', () => {
       if (line.includes('tagging the claimed instance failed')) throw new Error('log sink broke');
       lines.sink(line);
     };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
+    const h = handlerWith({ sink });
     const res = await h(jobEvent(jobs(3)));
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted()).toHaveLength(2);
@@ -712,36 +699,6 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
     expect(coldLaunched()).toHaveLength(1);
-  });
-
-  it('a lane that throws while it carries a registration that cannot be deleted counts the rollback incomplete', async () => {
-    park(2);
-    aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
-    const sink = (line: string) => {
-      if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
-      lines.sink(line);
-    };
-    const h = createScaleUpHandler({
-      ec2: new EC2Client({}),
-      ssm: new SSMClient({}),
-      sqs: new SQSClient({}),
-      aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-      loadConfig: async () => fleetConfig(),
-      providers: () => ({ github: ci }),
-      queueUrl: QUEUE,
-      instanceArnPrefix: INSTANCE_ARN_PREFIX,
-      deadLetterQueueUrl: DLQ,
-      now: () => aws.now,
-      sink,
-    });
-    // Every attempt of the carried registration's delete fails (deleteRunner tries 3 times).
-    ci.failDelete = 3;
-    expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
-    expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
-    // It stays for the sweep's no-instance rule, and the failed step is counted.
-    expect(ci.runners.has('1')).toBe(true);
-    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
-    expect(coldLaunched().map((i) => i.tags.get(KEYS.runnerId))).toEqual(['2']);
   });
 
   it('undoes newest first and releases the claim last: tags, registration, parameter', async () => {
