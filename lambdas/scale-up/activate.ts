@@ -97,158 +97,210 @@ export async function activateWarm(
   candidates: Candidates,
   options: WarmOptions = WARM_DEFAULTS,
 ): Promise<Map<string, WarmOutcome>> {
-  const names = ctx.config.metrics.names;
-  const outcomes = new Map<string, WarmOutcome>();
-  // Registrations kept from refused claims, per job: the next candidate's, or the cold launch's.
-  const carried = new Map<string, Carried>();
-  const fallback = (j: JobInFlight, reason: FallbackReason) => {
-    const held = carried.get(j.key);
-    outcomes.set(j.key, { kind: 'fallback', reason, ...(held ? { carried: held } : {}) });
+  const b: WarmBatch = {
+    ctx,
+    candidates,
+    options,
+    outcomes: new Map(),
+    carried: new Map(),
+    tagged: [],
+    check: new ClaimCheck((ids) => describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ALL_STATES })),
   };
-  const lost = (j: JobInFlight) => ctx.metrics.add(names.lostClaims, { Pool: j.pool.name });
-  // One activation time for the batch, taken at its first tag: the boot script measures
-  // the activation-to-runner latency from it.
-  let activatedAt: Date | undefined;
-  const tagged: Attempt[] = [];
-  const check = new ClaimCheck((ids) =>
-    describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: ids, states: ALL_STATES }),
-  );
+  await mapLimit(jobs, options.concurrency, (j) => runLane(b, j));
+  for (const j of jobs) if (!b.outcomes.has(j.key) && !b.tagged.some((a) => a.j === j)) fallback(b, j, 'lost-claims');
+  await startTagged(b);
+  return b.outcomes;
+}
 
-  await mapLimit(jobs, options.concurrency, async (j) => {
-    // What the lane is working on: a throw anywhere in it rolls back exactly that and
-    // sends this job cold, while the other lanes go on to their start or rollback. An
-    // escaping throw would end the batch with other lanes' instances tagged but never
-    // started nor rolled back.
-    let current: Attempt | undefined;
-    try {
-      await lane(j, (a) => (current = a));
-    } catch (error) {
-      j.log.error('activation failed unexpectedly, rolling back', { instanceId: current?.instanceId, error: describeError(error) });
-      if (current) await rollback(ctx, current, 'activation-error');
-      const held = carried.get(j.key);
-      carried.delete(j.key);
-      if (held && held.registration !== current?.registration) await deleteRunner(ctx, j, held.registration.runnerId);
-      fallback(j, 'activation-error');
+/** What the lanes of one batch share. */
+interface WarmBatch {
+  readonly ctx: StepContext;
+  readonly candidates: Candidates;
+  readonly options: WarmOptions;
+  readonly outcomes: Map<string, WarmOutcome>;
+  /** Registrations kept from refused claims, per job: the next candidate's, or the cold launch's. */
+  readonly carried: Map<string, Carried>;
+  /** Claimed and tagged, waiting for the batch's start. */
+  readonly tagged: Attempt[];
+  readonly check: ClaimCheck;
+  /** One activation time for the batch, taken at its first tag: the boot script measures the activation-to-runner latency from it. */
+  activatedAt?: Date;
+}
+
+function fallback(b: WarmBatch, j: JobInFlight, reason: FallbackReason): void {
+  const held = b.carried.get(j.key);
+  b.outcomes.set(j.key, { kind: 'fallback', reason, ...(held ? { carried: held } : {}) });
+}
+
+/** A claim lost to another owner: counted, and the next pick waits for a newer observation. */
+function lostClaim(b: WarmBatch, j: JobInFlight): void {
+  b.ctx.metrics.add(b.ctx.config.metrics.names.lostClaims, { Pool: j.pool.name });
+  b.candidates.lost();
+}
+
+/**
+ * One job's lane, guarded. What the lane is working on: a throw anywhere in it rolls back
+ * exactly that and sends this job cold, while the other lanes go on to their start or
+ * rollback. An escaping throw would end the batch with other lanes' instances tagged but
+ * never started nor rolled back.
+ */
+async function runLane(b: WarmBatch, j: JobInFlight): Promise<void> {
+  let current: Attempt | undefined;
+  try {
+    await lane(b, j, (a) => (current = a));
+  } catch (error) {
+    j.log.error('activation failed unexpectedly, rolling back', { instanceId: current?.instanceId, error: describeError(error) });
+    if (current) await rollback(b.ctx, current, 'activation-error');
+    const held = b.carried.get(j.key);
+    b.carried.delete(j.key);
+    // A registration that cannot be deleted stays for the sweep's no-instance rule: counted as a rollback step that failed.
+    if (held && held.registration !== current?.registration && !(await deleteRunner(b.ctx, j, held.registration.runnerId))) {
+      b.ctx.metrics.add(b.ctx.config.metrics.names.jobsFailed, { Pool: j.pool.name, Reason: 'rollback-incomplete' });
     }
-  });
-  for (const j of jobs) if (!outcomes.has(j.key) && !tagged.some((a) => a.j === j)) fallback(j, 'lost-claims');
+    fallback(b, j, 'activation-error');
+  }
+}
 
-  /**
-   * One job's claims. The job registers its runner once, before its first claim, and claims
-   * with the config itself: one SSM write per claim, the warm path's bottleneck (PutParameter
-   * is paced at about 3 a second). A claim refused (ParameterAlreadyExists: nothing of ours
-   * is on that instance) keeps the registration for the next candidate, and for the cold
-   * launch if the job goes cold: one registration per served job under any contention (the
-   * config names the instance it is for; the runner name keeps its first candidate's id,
-   * see `Carried`). `track` names the attempt in progress (undefined once it is undone or
-   * handed on to the start).
-   */
-  async function lane(j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
-    for (let tries = 0; ; tries++) {
-      // Wait for the SSM write token first, then pick: paced at 3 writes a second, a pick
-      // made before the wait would be seconds old (and likely taken) when it is written.
-      await ctx.aws.pace('PutParameter');
-      // Past `claimsPerJob` picks, or once the list at hand runs dry, a pick comes only from
-      // an observation taken now: the job goes cold only when one shows no parked instance
-      // left for it (each instance is handed out once per invocation, so this ends).
-      const fresh = tries >= options.claimsPerJob;
-      const next = (await candidates.next(j.pool.name, { fresh })) ?? (fresh ? undefined : await candidates.next(j.pool.name, { fresh: true }));
-      if (next === undefined) break;
-      const { instanceId, observedAt } = next;
-      const a: Attempt = { j, instanceId, claimed: false };
-      const held = carried.get(j.key);
-      carried.delete(j.key);
-      track(a);
-      if (held) {
-        a.registration = held.registration;
-        a.registeredAt = held.registeredAt;
-      } else {
-        try {
-          a.registration = await createRunner(ctx, j, instanceId);
-          a.registeredAt = ctx.now();
-        } catch (error) {
-          j.log.error('registering the runner failed', { instanceId, error: errorName(error) });
-          track(undefined);
-          fallback(j, 'ci-error');
-          return;
-        }
-      }
-      const result = await claim(ctx, a, configValue(ctx, a), { paced: true });
-      if (result === 'lost') {
-        // Refused: the parameter is someone else's and nothing of ours is on the instance.
-        carried.set(j.key, { registration: a.registration, registeredAt: a.registeredAt! });
-        track(undefined);
-        lost(j);
-        candidates.lost();
-        j.log.info('claim lost to another invocation', { instanceId });
-        continue;
-      }
-      if (result === 'failed') {
-        await rollback(ctx, a, 'claim-error');
-        track(undefined);
-        fallback(j, 'claim-error');
-        return;
-      }
-      a.claimedAt = ctx.now();
-      if (ctx.now().getTime() - observedAt.getTime() > options.freshSnapshotMs) {
-        const verdict = await verify(ctx, a, check);
-        if (verdict !== 'parked') {
-          // Our config sat on an instance that is not a parked standby: its registration
-          // goes with the rollback, never to another instance.
-          await rollback(ctx, a, verdict);
-          track(undefined);
-          if (verdict === 'verify-error') {
-            fallback(j, 'verify-error');
-            return;
-          }
-          lost(j);
-          candidates.lost();
-          continue;
-        }
-      }
-      const failure = await prepare(j, a);
-      if (failure === undefined) tagged.push(a);
-      else {
-        await rollback(ctx, a, failure);
-        fallback(j, failure);
-      }
+/**
+ * One job's claims. The job registers its runner once, before its first claim, and claims
+ * with the config itself: one SSM write per claim, the warm path's bottleneck (PutParameter
+ * is paced at about 3 a second). A claim refused (ParameterAlreadyExists: nothing of ours
+ * is on that instance) keeps the registration for the next candidate, and for the cold
+ * launch if the job goes cold: one registration per served job under any contention (the
+ * config names the instance it is for; the runner name keeps its first candidate's id,
+ * see `Carried`). `track` names the attempt in progress (undefined once it is undone or
+ * handed on to the start).
+ */
+async function lane(b: WarmBatch, j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
+  for (let tries = 0; ; tries++) {
+    const next = await pick(b, j.pool.name, tries);
+    if (next === undefined) return;
+    const a: Attempt = { j, instanceId: next.instanceId, claimed: false };
+    track(a);
+    if (!(await register(b, a))) {
       track(undefined);
+      fallback(b, j, 'ci-error');
       return;
     }
+    const step = await claimOne(b, a, next.observedAt, track);
+    if (step === 'tag') await tagClaimed(b, a);
+    track(undefined);
+    if (step !== 'next') return;
   }
+}
 
-  /** Tag a claimed instance; the failure, if any. */
-  async function prepare(j: JobInFlight, a: Attempt): Promise<'tag-error' | undefined> {
-    try {
-      await tag(ctx, a, (activatedAt ??= ctx.now()));
-    } catch (error) {
-      j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
-      return 'tag-error';
-    }
-    return undefined;
+/**
+ * The lane's next candidate. It waits for the SSM write token first, then picks: paced at 3
+ * writes a second, a pick made before the wait would be seconds old (and likely taken) when
+ * it is written. Past `claimsPerJob` picks, or once the list at hand runs dry, a pick comes
+ * only from an observation taken now: the job goes cold only when one shows no parked
+ * instance left for it (each instance is handed out once per invocation, so this ends).
+ */
+async function pick(b: WarmBatch, pool: string, tries: number): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+  await b.ctx.aws.pace('PutParameter');
+  const fresh = tries >= b.options.claimsPerJob;
+  return (await b.candidates.next(pool, { fresh })) ?? (fresh ? undefined : await b.candidates.next(pool, { fresh: true }));
+}
+
+/** The attempt's registration: the one its job carries from a refused claim, or a new one; false when registering failed. */
+async function register(b: WarmBatch, a: Attempt): Promise<boolean> {
+  const held = b.carried.get(a.j.key);
+  b.carried.delete(a.j.key);
+  if (held) {
+    a.registration = held.registration;
+    a.registeredAt = held.registeredAt;
+    return true;
   }
+  try {
+    a.registration = await createRunner(b.ctx, a.j, a.instanceId);
+    a.registeredAt = b.ctx.now();
+    return true;
+  } catch (error) {
+    a.j.log.error('registering the runner failed', { instanceId: a.instanceId, error: errorName(error) });
+    return false;
+  }
+}
 
+/** After a claim attempt: try the next candidate, stop (the job's outcome is set), or tag the claimed instance. */
+type ClaimStep = 'next' | 'stop' | 'tag';
+
+/** Claims the attempt's instance, and verifies a claim answered long after its observation (see `activateWarm`). */
+async function claimOne(b: WarmBatch, a: Attempt, observedAt: Date, track: (a: Attempt | undefined) => void): Promise<ClaimStep> {
+  const ctx = b.ctx;
+  const j = a.j;
+  const result = await claim(ctx, a, configValue(ctx, a), { paced: true });
+  if (result === 'lost') {
+    // Refused: the parameter is someone else's and nothing of ours is on the instance.
+    b.carried.set(j.key, { registration: a.registration!, registeredAt: a.registeredAt! });
+    track(undefined);
+    lostClaim(b, j);
+    j.log.info('claim lost to another invocation', { instanceId: a.instanceId });
+    return 'next';
+  }
+  if (result === 'failed') {
+    await rollback(ctx, a, 'claim-error');
+    fallback(b, j, 'claim-error');
+    return 'stop';
+  }
+  a.claimedAt = ctx.now();
+  if (!needsVerifying(a.claimedAt, observedAt, b.options.freshSnapshotMs)) return 'tag';
+  const verdict = await verify(ctx, a, b.check);
+  if (verdict === 'parked') return 'tag';
+  // Our config sat on an instance that is not a parked standby: its registration goes with
+  // the rollback, never to another instance.
+  await rollback(ctx, a, verdict);
+  if (verdict === 'verify-error') {
+    fallback(b, j, 'verify-error');
+    return 'stop';
+  }
+  lostClaim(b, j);
+  return 'next';
+}
+
+/**
+ * Whether a claim must be verified before its tag: one answered within `freshMs` of the
+ * observation it was chosen from cannot be on an instance whose earlier owner has since
+ * tagged, started and booted it (many seconds on EC2).
+ */
+export function needsVerifying(claimedAt: Date, observedAt: Date, freshMs: number): boolean {
+  return claimedAt.getTime() - observedAt.getTime() > freshMs;
+}
+
+/** Tags a claimed instance for the batch's start, or rolls the attempt back and sends its job cold. */
+async function tagClaimed(b: WarmBatch, a: Attempt): Promise<void> {
+  try {
+    await tag(b.ctx, a, (b.activatedAt ??= b.ctx.now()));
+  } catch (error) {
+    a.j.log.error('tagging the claimed instance failed', { instanceId: a.instanceId, error: errorName(error) });
+    await rollback(b.ctx, a, 'tag-error');
+    fallback(b, a.j, 'tag-error');
+    return;
+  }
+  b.tagged.push(a);
+}
+
+/** One StartInstances for the batch's tagged instances (one per instance without batching), then each job's outcome. */
+async function startTagged(b: WarmBatch): Promise<void> {
+  const { ctx } = b;
   const starts = new Map<string, StartOutcome>();
   const deps = { aws: ctx.aws, ec2: ctx.ec2, keys: ctx.keys, log: ctx.log };
-  if (ctx.batching) {
-    for (const [id, o] of await startInstances(deps, tagged.map((a) => a.instanceId))) starts.set(id, o);
-  } else {
-    for (const a of tagged) for (const [id, o] of await startInstances(deps, [a.instanceId])) starts.set(id, o);
-  }
+  const groups = ctx.batching ? [b.tagged.map((a) => a.instanceId)] : b.tagged.map((a) => [a.instanceId]);
+  for (const ids of groups) for (const [id, o] of await startInstances(deps, ids)) starts.set(id, o);
   const startedAt = ctx.now();
-  for (const a of tagged) {
-    const o = starts.get(a.instanceId) ?? 'failed';
-    if (o === 'started') {
-      const stages = { ...(a.registeredAt ? { registeredAt: a.registeredAt } : {}), ...(a.claimedAt ? { claimedAt: a.claimedAt } : {}), startedAt };
-      outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId, stages });
-      continue;
-    }
-    if (o === 'lost') lost(a.j);
-    a.j.log.warn(o === 'lost' ? 'instance was not stopped when started: claim lost' : 'starting the instance failed', { instanceId: a.instanceId });
-    await rollback(ctx, a, o === 'lost' ? 'start-lost' : 'start-failed');
-    fallback(a.j, o === 'lost' ? 'start-lost' : 'start-failed');
+  for (const a of b.tagged) await settleStart(b, a, starts.get(a.instanceId) ?? 'failed', startedAt);
+}
+
+/** A started instance is the job's; any other outcome rolls the attempt back and sends the job cold. */
+async function settleStart(b: WarmBatch, a: Attempt, o: StartOutcome, startedAt: Date): Promise<void> {
+  if (o === 'started') {
+    const stages = { ...(a.registeredAt ? { registeredAt: a.registeredAt } : {}), ...(a.claimedAt ? { claimedAt: a.claimedAt } : {}), startedAt };
+    b.outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId, stages });
+    return;
   }
-  return outcomes;
+  if (o === 'lost') b.ctx.metrics.add(b.ctx.config.metrics.names.lostClaims, { Pool: a.j.pool.name });
+  a.j.log.warn(o === 'lost' ? 'instance was not stopped when started: claim lost' : 'starting the instance failed', { instanceId: a.instanceId });
+  await rollback(b.ctx, a, o === 'lost' ? 'start-lost' : 'start-failed');
+  fallback(b, a.j, o === 'lost' ? 'start-lost' : 'start-failed');
 }
 
 interface Observation {

@@ -6,6 +6,7 @@ import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { Logger } from '../shared/log';
 import { deleteRunner, runnerConfigOf, type JobInFlight, type StepContext } from './context';
+import { planRelease, retireInstance } from './retire';
 
 /** Everything one activation attempt has done so far, so a rollback undoes exactly that. */
 export interface Attempt {
@@ -129,56 +130,85 @@ export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Prom
  * Undoes what `a` did, newest first: the activation tags (deleted only where they still
  * hold our values, so another owner's tags survive), the CI registration, and last the
  * parameter, which releases the claim only once nothing of ours is left on the instance.
+ * Tags that stay (the delete fails, or a late CreateTags keeps landing) would make a parked
+ * standby look activated to everyone: the instance is terminated instead (`planRelease`),
+ * and the claim released once it is on its way out; if it cannot be, the claim stays so no
+ * other job takes a half-activated instance, and the sweep removes both.
  * A started instance that loses its parameter and tags boots as an unactivated warm
  * standby (PRIME) and parks again. Never throws: each failure is logged and counted, and
  * the scale-down sweeps remove what is left.
  */
 export async function rollback(ctx: StepContext, a: Attempt, reason: string): Promise<void> {
   const log = a.j.log.child({ instanceId: a.instanceId, rollback: reason });
-  let complete = true;
-  if (a.tags && !(await removeTags(ctx, a, log))) complete = false;
+  const tagsLeft = a.tags !== undefined && !(await removeTags(ctx, a, log));
+  const plan = planRelease(tagsLeft, a.claimed, reason);
+  let complete = plan === 'release';
+  let release = true;
+  if (plan === 'retire') {
+    complete = await retireInstance(ctx, a.instanceId, log);
+    release = complete;
+    if (complete) log.warn('activation tags could not be removed: the instance is terminated instead, the pool refills');
+    else log.error('activation tags could not be removed nor the instance terminated: the claim stays for the sweep');
+  }
   if (a.registration) {
     if (!(await deleteRunner(ctx, a.j, a.registration.runnerId))) complete = false;
   }
-  if (a.claimed) {
-    // Sent once (a lost answer is read back, never resent): a delete that landed released
-    // the instance, and a resend would delete the next claim on it. Not found: the instance
-    // read and deleted it already (it booted into RUN).
-    const name = ctx.paths.runnerConfig(a.instanceId);
-    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [name], { delete: 'single', readBack: 'get' });
-    if (outcome.kept.has(name)) {
-      complete = false;
-      log.error('deleting the config parameter failed', { error: outcome.errors.join(', ') });
-    }
-  }
+  if (a.claimed && release && !(await releaseClaim(ctx, a, log))) complete = false;
   log.warn('activation rolled back', { complete });
   if (!complete) ctx.metrics.add(ctx.config.metrics.names.jobsFailed, { Pool: a.j.pool.name, Reason: 'rollback-incomplete' });
 }
 
-/** Rounds of delete-then-look before the tags are left to the sweep. */
+/**
+ * Deletes the claim parameter; false when it may still be there. Sent once (a lost answer
+ * is read back, never resent): a delete that landed released the instance, and a resend
+ * would delete the next claim on it. Not found: the instance read and deleted it already
+ * (it booted into RUN).
+ */
+async function releaseClaim(ctx: StepContext, a: Attempt, log: Logger): Promise<boolean> {
+  const name = ctx.paths.runnerConfig(a.instanceId);
+  const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [name], { delete: 'single', readBack: 'get' });
+  if (!outcome.kept.has(name)) return true;
+  log.error('deleting the config parameter failed', { error: outcome.errors.join(', ') });
+  return false;
+}
+
+/** Rounds of delete-then-look before the instance is retired instead (`rollback`). */
 const TAG_REMOVAL_ROUNDS = 3;
 
 /**
  * Removes our activation tags and looks that they are gone. A CreateTags whose answer was
  * lost (or an earlier attempt of one that was retried) can land after the DeleteTags: the
- * instance would then look activated to everyone, with no owner to start it, until the
- * sweep terminates it. So the rollback describes the instance after deleting, and deletes
- * again while any of our tags (key and our value) is still there, before the claim is
- * released, so the instance is claimable again at once.
+ * instance would then look activated to everyone, with no owner to start it. So the
+ * rollback describes the instance after deleting, and deletes again while any of our tags
+ * (key and our value) is still there, before the claim is released, so the instance is
+ * claimable again at once. A delete that failed or lost every answer is looked at too (it
+ * may have landed); false when our tags may still be there.
  */
 async function removeTags(ctx: StepContext, a: Attempt, log: Logger): Promise<boolean> {
   const ours = a.tags!;
   for (let round = 1; round <= TAG_REMOVAL_ROUNDS; round++) {
+    let deleted = true;
     try {
       await ctx.aws.send(ctx.ec2, new DeleteTagsCommand({ Resources: [a.instanceId], Tags: ours }), WRITE_IDEMPOTENT);
-      const [seen] = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: [a.instanceId], states: ALL_STATES });
-      const left = ours.filter((t) => seen !== undefined && seen.tags.get(t.Key!) === t.Value);
-      if (left.length === 0) return true;
-      log.warn('activation tags landed after their removal; removing them again', { round, tags: left.map((t) => t.Key!) });
     } catch (error) {
-      log.error('removing activation tags failed', { round, error: errorName(error) });
-      return false;
+      deleted = false;
+      log.error('removing activation tags failed; looking whether they are gone', { round, error: errorName(error) });
     }
+    const left = await tagsLeft(ctx, a.instanceId, ours, log);
+    if (left?.length === 0) return true;
+    if (left === undefined || !deleted) return false;
+    log.warn('activation tags landed after their removal; removing them again', { round, tags: left.map((t) => t.Key!) });
   }
   return false;
+}
+
+/** Our tags (key and our value) still on the instance; undefined when it cannot be observed. */
+async function tagsLeft(ctx: StepContext, instanceId: string, ours: readonly Tag[], log: Logger): Promise<Tag[] | undefined> {
+  try {
+    const [seen] = await describeFleet(ctx.aws, ctx.ec2, ctx.keys, { instanceIds: [instanceId], states: ALL_STATES });
+    return ours.filter((t) => seen !== undefined && seen.tags.get(t.Key!) === t.Value);
+  } catch (error) {
+    log.error('looking at the activation tags failed', { error: errorName(error) });
+    return undefined;
+  }
 }

@@ -242,7 +242,10 @@ describe('scale-up: warm activation', () => {
     expect(ci.deleted).toEqual(['2']);
   });
 
-  it('a lane that throws while it carries a refused claim\'s registration deletes it before going cold', async () => {
+  it.each([
+    ['deletes it before going cold', 0],
+    ['whose delete fails leaves it for the sweep, counted as a rollback step that failed', 3],
+  ])('a lane that throws while it carries a refused claim\'s registration %s', async (_, deleteFailures) => {
     park(2);
     aws.fault('PutParameter', awsError('ParameterAlreadyExists'));
     // Something no step expects throws in the lane between the refused claim and the next pick.
@@ -250,12 +253,16 @@ describe('scale-up: warm activation', () => {
       if (line.includes('claim lost to another invocation')) throw new Error('log sink broke');
       lines.sink(line);
     };
+    // deleteRunner tries 3 times.
+    ci.failDelete = deleteFailures;
     const h = handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { sink });
     expect((await h(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(lines.metric('Fallbacks', { Reason: 'activation-error' })).toBe(1);
-    // The carried registration is deleted in the same run; the cold launch registers its own.
+    // The carried registration is deleted in the same run (or counted); the cold launch registers its own.
     expect(ci.created).toBe(2);
-    expect(ci.deleted).toEqual(['1']);
+    expect(ci.deleted).toEqual(deleteFailures ? [] : ['1']);
+    expect(ci.runners.has('1')).toBe(deleteFailures > 0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(deleteFailures ? 1 : 0);
     expect(coldLaunched().map((i) => i.tags.get(KEYS.runnerId))).toEqual(['2']);
   });
 
@@ -847,6 +854,125 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(res.batchItemFailures).toEqual([]);
     expect(warmStarted()).toHaveLength(2);
     expect(aws.count('StartInstances')).toBe(3);
+  });
+});
+
+describe('scale-up: a rollback whose activation tags stay on the instance', () => {
+  const ACTIVATION = [KEYS.jobId, KEYS.traceId, KEYS.activatedAt, KEYS.runnerId];
+  const ours = (id: string) => ACTIVATION.filter((k) => aws.instances.get(id)!.tags.has(k));
+
+  /** Each of the 3 rounds' DeleteTags is answered, and a late CreateTags of ours lands after it. */
+  function tagsKeepLanding(id: string): void {
+    let late: { Key: string; Value: string }[] = [];
+    aws.fault('CreateTags', (i) => {
+      late = i.Tags as typeof late;
+      for (const t of late) aws.instances.get(id)!.tags.set(t.Key, t.Value);
+      return {};
+    });
+    for (let round = 0; round < 3; round++) {
+      aws.fault('DeleteTags', (i) => {
+        const inst = aws.instances.get(id)!;
+        for (const t of i.Tags as typeof late) if (inst.tags.get(t.Key) === t.Value) inst.tags.delete(t.Key);
+        for (const t of late) inst.tags.set(t.Key, t.Value);
+        return {};
+      });
+    }
+  }
+  const refused = () => aws.fault('DeleteTags', awsError('UnauthorizedOperation'));
+  // Six attempts (WRITE_IDEMPOTENT), none executed, every answer a 503.
+  const neverAnswered = (action: string) => () => aws.fault(action, ...Array.from({ length: 6 }, () => awsError('ServiceUnavailable', 503)));
+
+  it.each([
+    ['refused', refused],
+    ['answered, with a late CreateTags landing after each of its 3 rounds', null],
+    ['unanswered on every attempt', neverAnswered('DeleteTags')],
+  ])('DeleteTags %s: the instance is terminated, then the claim released; the job goes cold', async (_, inject) => {
+    const [id] = park(1);
+    if (inject) inject();
+    else tagsKeepLanding(id!);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    // Never a stopped standby that looks activated: it is gone, and its claim with it.
+    expect(aws.instances.get(id!)!.state).toBe('terminated');
+    expect(ours(id!).length).toBeGreaterThan(0);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(aws.count('TerminateInstances')).toBe(1);
+    expect(lines.logs(/the instance is terminated instead/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+    expect(lines.metric('Fallbacks', { Reason: 'start-failed' })).toBe(1);
+    expect(coldLaunched()).toHaveLength(1);
+    expect([...ci.runners.values()].map((r) => r.instanceId)).toEqual([coldLaunched()[0]!.id]);
+  });
+
+  it('a DeleteTags that landed with every answer lost is looked at: our tags are gone, so the instance parks again (not terminated)', async () => {
+    const [id] = park(1);
+    aws.fault('DeleteTags', ...Array.from({ length: 6 }, () => lostAnswer()));
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.state).toBe('stopped');
+    expect(ours(id!)).toEqual([]);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
+  it('a TerminateInstances whose every answer is lost is resolved by the instance\'s state: terminated, the claim released', async () => {
+    const [id] = park(1);
+    refused();
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    aws.fault('TerminateInstances', ...Array.from({ length: 6 }, () => lostAnswer()));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.state).toBe('terminated');
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(lines.logs(/terminating the instance gave no answer or failed/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+    expect(coldLaunched()).toHaveLength(1);
+  });
+
+  it.each([
+    ['refused', () => aws.fault('TerminateInstances', awsError('UnauthorizedOperation'))],
+    ['unanswered on every attempt, never landing', neverAnswered('TerminateInstances')],
+    [
+      'refused, its state unreadable',
+      () =>
+        aws.fault('TerminateInstances', () => {
+          aws.fault('DescribeInstances', awsError('UnauthorizedOperation'));
+          throw awsError('UnauthorizedOperation');
+        }),
+    ],
+  ])('TerminateInstances %s too: the claim stays (no other job takes the half-activated instance), counted incomplete', async (_, inject) => {
+    const [id] = park(1);
+    refused();
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    inject();
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.state).toBe('stopped');
+    expect(ours(id!).length).toBeGreaterThan(0);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(true);
+    expect(lines.logs(/the claim stays for the sweep/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    // The registration still goes; the job is served cold.
+    expect([...ci.runners.values()].map((r) => r.instanceId)).toEqual([coldLaunched()[0]!.id]);
+  });
+
+  it('never terminates an instance someone else started (start-lost): our claim is released, counted incomplete', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', (i) => {
+      aws.instances.get(id!)!.state = 'running';
+      return { StartingInstances: (i.InstanceIds as string[]).map((InstanceId) => ({ InstanceId, PreviousState: { Name: 'running' } })) };
+    });
+    refused();
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(id!)!.state).toBe('running');
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect(lines.metric('Fallbacks', { Reason: 'start-lost' })).toBe(1);
   });
 });
 

@@ -1,4 +1,4 @@
-import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { CreateTagsCommand, DescribeInstancesCommand, type Instance, type Tag } from '@aws-sdk/client-ec2';
 import { DeleteParameterCommand, GetParametersByPathCommand, ListTagsForResourceCommand, type Parameter } from '@aws-sdk/client-ssm';
 import { CreateQueueCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
@@ -201,6 +201,84 @@ describe('scale-up against moto', () => {
     expect(other.InstanceId).not.toBe(id);
     expect(lines.metric('LostClaims')).toBe(1);
     expect([...ci.runners.values()].map((r) => r.jobId).sort()).toEqual(['github:1', 'github:2']);
+  });
+
+  /**
+   * Clients whose StartInstances is refused (so the warm activation of `id` rolls back) and
+   * whose rollback sees its DeleteTags fail in the way `deleteTags` says, and its
+   * TerminateInstances in the way `terminate` says: executed with its answer lost (a reset),
+   * or refused without executing.
+   */
+  function rollbackFaults(id: string, deleteTags: 'late-create' | 'refused', terminate: 'lost' | 'refused'): MotoClients {
+    const faulty = motoClients(moto.endpoint);
+    const refused = (name: string) => Object.assign(new Error(`${name} (injected)`), { name, $metadata: { httpStatusCode: 403 } });
+    let late: Tag[] | undefined;
+    faulty.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { Resources?: string[]; InstanceIds?: string[]; Tags?: Tag[] };
+        const ours = (input.Resources ?? input.InstanceIds ?? []).includes(id);
+        if (!ours) return next(args);
+        switch (context.commandName) {
+          case 'CreateTagsCommand':
+            late = input.Tags;
+            return next(args);
+          case 'StartInstancesCommand':
+            throw refused('UnauthorizedOperation');
+          case 'DeleteTagsCommand': {
+            if (deleteTags === 'refused') throw refused('UnauthorizedOperation');
+            const out = await next(args);
+            // An earlier CreateTags of ours, its answer lost, lands after every delete.
+            await c.ec2.send(new CreateTagsCommand({ Resources: [id], Tags: late }));
+            return out;
+          }
+          case 'TerminateInstancesCommand':
+            if (terminate === 'refused') throw refused('UnauthorizedOperation');
+            await next(args);
+            throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+          default:
+            return next(args);
+        }
+      },
+      { step: 'initialize' },
+    );
+    return faulty;
+  }
+
+  it('a rollback whose tags keep coming back retires the instance (every TerminateInstances answer lost, resolved by its state) and releases its claim', async () => {
+    const [id] = await parkInMoto(c, config, 1);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    const res = await handler(ci, rollbackFaults(id!, 'late-create', 'lost'), lines)(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([]);
+    const all = await instances();
+    const parked = all.find((i) => i.InstanceId === id)!;
+    // Not a stopped standby that looks activated: terminated, with no claim left on it.
+    expect(parked.State?.Name).toBe('terminated');
+    expect(tag(parked, KEYS.jobId)).toBe('github:1');
+    expect((await parameters()).map((p) => p.Name)).not.toContain(paths.runnerConfig(id!));
+    expect(lines.logs(/terminating the instance gave no answer or failed/)).toHaveLength(1);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+    // The job is served cold, by the only registration left.
+    const serving = all.filter((i) => i.State?.Name === 'running' && tag(i, KEYS.jobId) === 'github:1');
+    expect(serving).toHaveLength(1);
+    expect([...ci.runners.values()].map((r) => r.runnerId)).toEqual([tag(serving[0]!, KEYS.runnerId)]);
+  });
+
+  it('a rollback that can neither remove its tags nor retire the instance keeps the claim: the next job does not take the instance', async () => {
+    const [id] = await parkInMoto(c, config, 1);
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    expect((await handler(ci, rollbackFaults(id!, 'refused', 'refused'), lines)(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+    expect((await parameters()).map((p) => p.Name)).toContain(paths.runnerConfig(id!));
+    // Another invocation, with working clients: the half-activated instance is not claimed.
+    expect((await handler(ci)(jobEvent([job(2)]))).batchItemFailures).toEqual([]);
+    const all = await instances();
+    const parked = all.find((i) => i.InstanceId === id)!;
+    expect(parked.State?.Name).toBe('stopped');
+    expect(tag(parked, KEYS.jobId)).toBe('github:1');
+    const served = all.filter((i) => i.State?.Name === 'running').map((i) => tag(i, KEYS.jobId)).sort();
+    expect(served).toEqual(['github:1', 'github:2']);
   });
 
   it('a job the provider answers 404 for is retried and reaches the dead-letter queue after the redrive budget', async () => {
