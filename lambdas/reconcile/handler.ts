@@ -2,7 +2,6 @@ import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
-import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deduplicationId } from '../webhook/job-message';
 import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
@@ -78,7 +77,7 @@ export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, c
         pools: config.pools,
         now,
         outOfTime: () => context !== undefined && context.getRemainingTimeInMillis() < options.deadlineMarginMs,
-        onFound: async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log, config.metrics))),
+        onFound: async (found: JobMessage[]) => void queued.push(...(await queueAll(found, log))),
       };
       const runs: ProviderRun[] = [];
       if (config.github && isGitHubApi(providers.github)) {
@@ -105,7 +104,7 @@ export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, c
   };
 
   /** Sends each found job as the webhook would (FIFO group: the job; deduplication: its delivery id). */
-  async function queueAll(messages: readonly JobMessage[], log: Logger, metrics: FleetConfig['metrics']): Promise<JobMessage[]> {
+  async function queueAll(messages: readonly JobMessage[], log: Logger): Promise<JobMessage[]> {
     const sent = await mapLimit(messages, 5, async (m) => {
       const l = log.child({ traceId: m.traceId, jobId: m.jobId, pool: m.pool ?? null });
       try {
@@ -114,9 +113,8 @@ export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, c
           new SendMessageCommand({ QueueUrl: deps.queueUrl, MessageBody: JSON.stringify(m), MessageGroupId: m.jobId, MessageDeduplicationId: deduplicationId(m.provider, m.deliveryId) }),
           WRITE_IDEMPOTENT,
         );
+        // Its intake (`received`, `queued`) is stamped by scale-up, once per job (scale-up/intake.ts).
         l.info('queued job found by the reconciler', { labels: [...m.labels] });
-        // Its ledger: `received` shows how long it waited (from its creation) before the fleet found it.
-        new LedgerWriter(metrics, l, deps.sink).stampQueued(m, m.pool ?? 'unresolved', now());
         return m;
       } catch (error) {
         // The next run finds the job again while it is still queued.

@@ -95,6 +95,29 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(gh.runners()).toHaveLength(3);
   });
 
+  it('a job the reconciler queues again on three runs has one received and one queued line; a delivered job keeps its webhook lines only', { timeout: scaled(120_000) }, async () => {
+    const lost = gh.addJob(`${ORG}/web`, LABELS);
+    const delivered = gh.addJob(`${ORG}/app`, LABELS);
+    const ok = githubWorkflowJobQueued({ jobId: delivered.id, runId: delivered.runId, repository: delivered.repository, labels: LABELS }, SECRET);
+    expect(((await f.webhook()(functionUrlEvent(ok))) as { statusCode: number }).statusCode).toBe(202);
+    gh.recordDelivery(delivered.id, 202);
+    await f.drain(scaleUp());
+    // moto's instances never boot: both jobs stay queued at GitHub, so every run queues both again.
+    for (let run = 0; run < 3; run++) {
+      expect((await reconciler()()).queued).toBe(2);
+      await f.drain(scaleUp());
+    }
+    const intake = (id: number) => f.lines.logs('ledger').filter((l) => l.jobId === `github:${id}` && (l.stage === 'received' || l.stage === 'queued')).map((l) => [l.stage, l.traceId, l.pool]);
+    expect(intake(lost.id)).toEqual([
+      ['received', `reconciler-github-${lost.id}`, 'linux'],
+      ['queued', `reconciler-github-${lost.id}`, 'linux'],
+    ]);
+    expect(intake(delivered.id)).toEqual([
+      ['received', ok.deliveryId, 'linux'],
+      ['queued', ok.deliveryId, 'linux'],
+    ]);
+  });
+
   it('reads repositoriesPerRun repositories a run; consecutive runs reach every repository within ceil(N/cap) runs', async () => {
     await gh.close();
     const repositories = Array.from({ length: 5 }, (_, i) => `${ORG}/repo-${i}`);
