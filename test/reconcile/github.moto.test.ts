@@ -102,11 +102,29 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(((await f.webhook()(functionUrlEvent(ok))) as { statusCode: number }).statusCode).toBe(202);
     gh.recordDelivery(delivered.id, 202);
     await f.drain(scaleUp());
-    // moto's instances never boot: both jobs stay queued at GitHub, so every run queues both again.
-    for (let run = 0; run < 3; run++) {
-      expect((await reconciler()()).queued).toBe(2);
-      await f.drain(scaleUp());
+    // moto's instances never boot: both jobs stay queued at GitHub, so every run queues both
+    // again. Runs are minutes apart, past SQS FIFO's 5-minute deduplication window, so each
+    // run's copies reach scale-up: played by giving each run's sends their own deduplication id.
+    let run = 0;
+    const name = 'reconcile-run-dedup';
+    f.c.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { MessageDeduplicationId?: string };
+        if (context.commandName === 'SendMessageCommand' && input.MessageDeduplicationId?.includes('reconciler-')) input.MessageDeduplicationId += `-run${run}`;
+        return next(args);
+      },
+      { step: 'initialize', name },
+    );
+    try {
+      for (run = 1; run <= 3; run++) {
+        expect((await reconciler()()).queued).toBe(2);
+        await f.drain(scaleUp());
+      }
+    } finally {
+      f.c.sqs.middlewareStack.remove(name);
     }
+    // Each run's copy of the lost job reached scale-up (a dequeued line each, at least), and only the first claimed a fresh record.
+    expect(f.lines.logs('ledger').filter((l) => l.jobId === `github:${lost.id}` && l.stage === 'dequeued').length).toBeGreaterThanOrEqual(3);
     const intake = (id: number) => f.lines.logs('ledger').filter((l) => l.jobId === `github:${id}` && (l.stage === 'received' || l.stage === 'queued')).map((l) => [l.stage, l.traceId, l.pool]);
     expect(intake(lost.id)).toEqual([
       ['received', `reconciler-github-${lost.id}`, 'linux'],

@@ -317,7 +317,7 @@ describe('per-job record against moto', () => {
     const pacer = new Pacer(DEFAULT_RATES, () => 0, async (ms) => void sleeps.push(ms));
     for (let i = 0; i < DEFAULT_RATES.PutParameter!.capacity; i++) await pacer.take('PutParameter');
     const caller = new AwsCaller({ sleep: async () => {}, pacer });
-    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(sleeps).toEqual([]);
   });
 });
