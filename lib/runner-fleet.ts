@@ -257,13 +257,16 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       cfn.node.addDependency(this.logTransformer);
       return filter;
     };
+    // Only samples at or above 0 reach the metric: CloudWatch gives no percentile of a metric
+    // holding a negative value, and the boot script's clock may read below its activation tag's.
+    const stageIs = (stage: LedgerStage) => logs.FilterPattern.all(logs.FilterPattern.stringValue(`$.${f.stage}`, '=', stage), logs.FilterPattern.numberValue(`$.${f.seconds}`, '>=', 0));
     // Runner started, measured from the activation tag, is the activation latency.
     this.activationLatencyFilter = onTransformed(
       new logs.MetricFilter(this, 'ActivationLatency', {
         logGroup: this.logGroup,
         metricNamespace: namespace,
         metricName: METRIC_NAMES.activationLatency,
-        filterPattern: logs.FilterPattern.stringValue(`$.${f.stage}`, '=', 'runner-started' satisfies LedgerStage),
+        filterPattern: stageIs('runner-started'),
         metricValue: `$.${f.seconds}`,
         unit: cloudwatch.Unit.SECONDS,
       }),
@@ -275,7 +278,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           logGroup: this.logGroup,
           metricNamespace: namespace,
           metricName: METRIC_NAMES.jobStageSeconds,
-          filterPattern: logs.FilterPattern.stringValue(`$.${f.stage}`, '=', stage),
+          filterPattern: stageIs(stage),
           metricValue: `$.${f.seconds}`,
           dimensions: { [METRIC_DIMENSIONS.pool]: `$.${f.pool}`, [METRIC_DIMENSIONS.stage]: `$.${f.stage}` },
           unit: cloudwatch.Unit.SECONDS,

@@ -13,7 +13,7 @@ import type { APIGatewayProxyStructuredResultV2, SQSEvent, SQSRecord } from 'aws
 import { createCiProviders } from '../lambdas/ci';
 import { createPoolHandler, type PoolRunSummary } from '../lambdas/pool/handler';
 import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down/handler';
-import { createReconcileHandler, type ReconcileDeps } from '../lambdas/reconcile/handler';
+import { createReconcileHandler, RECONCILED_MESSAGE, type ReconcileDeps } from '../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
 import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
@@ -112,7 +112,7 @@ const LOG_FACTS = {
   warmStarted: 'warm activation started the instance',
   coldStarted: 'cold launch started an instance',
   deadLettered: 'job dead-lettered',
-  reconciled: 'queued job found by the reconciler',
+  reconciled: RECONCILED_MESSAGE,
   retried: RETRY_STARTED_MESSAGE,
 } as const;
 

@@ -359,16 +359,22 @@ since_activated() {
 
 # ledger STAGE [TIME]: the job's latency ledger line for an instance stage (contract ledger.ts):
 # pool, stage and seconds since activation, nothing else. Called off the runner's start path:
-# the pool tag is read only here, once: the value goes to $STATE/pool with this instance's id,
-# where the job watcher (another process, forked before the first read) takes it with a
-# builtin; it reads IMDS itself only if its job came first.
+# the pool tag is read only here, once: the value goes to $STATE/pool with this instance's id
+# (through a temporary file and mv, so a reader never sees half a line), where the job watcher
+# (another process, forked before the first read) takes it with a builtin; it reads IMDS itself
+# only if its job came first. A missing (404) or empty tag is `unresolved`, kept as any value:
+# the line's pool field must not be empty. Unanswered IMDS leaves it for the next line.
 ledger() {
-  local line=''
+  local id='' pool='' rc=0
   since_activated "${2-}" || return 0
-  if [[ -z $POOL && -r $STATE/pool ]] && read -r line <"$STATE/pool" && [[ ${line%% *} == "$ID" ]]; then POOL=${line#* }; fi
-  if [[ -z $POOL ]] && imds "meta-data/tags/instance/$TAG_POOL"; then
-    POOL=${OUT//[^A-Za-z0-9_-]/_}
-    printf '%s %s\n' "$ID" "$POOL" >"$STATE/pool" 2>/dev/null || true
+  if [[ -z $POOL && -r $STATE/pool ]] && read -r id pool <"$STATE/pool" && [[ $id == "$ID" && -n $pool ]]; then POOL=$pool; fi
+  if [[ -z $POOL ]]; then
+    imds "meta-data/tags/instance/$TAG_POOL" || rc=$?
+    if ((rc < 2)); then
+      if ((rc == 0)); then POOL=${OUT//[^A-Za-z0-9_-]/_}; fi
+      POOL=${POOL:-unresolved}
+      { printf '%s %s\n' "$ID" "$POOL" >"$STATE/pool.$BASHPID" && mv -f "$STATE/pool.$BASHPID" "$STATE/pool"; } 2>/dev/null || rm -f "$STATE/pool.$BASHPID"
+    fi
   fi
   log "$L_POOL=${POOL:-unresolved} $L_STAGE=$1 $L_SECS=$SINCE"
 }

@@ -1,5 +1,5 @@
 import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
-import { Provider, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { isoTime } from '../webhook/delivery';
@@ -77,7 +77,7 @@ export interface GitHubReconcileResult {
 
 /** The delivery id (and so the trace id) of a job the reconciler found: it says where it came from. */
 export function reconciledDeliveryId(providerJobId: string): string {
-  return `reconciler-github-${providerJobId}`;
+  return contractDeliveryId(Provider.GITHUB, providerJobId);
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { GitLabAnswer, GitLabRequestOptions } from '../ci/gitlab';
-import { GitLabRunnerType, GitLabWebhookOwner, Provider, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { GitLabRunnerType, GitLabWebhookOwner, Provider, reconciledDeliveryId, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
@@ -74,7 +74,7 @@ export interface GitLabReconcileResult {
 
 /** The delivery id (and so the trace id) of a GitLab job the reconciler found. */
 export function reconciledGitLabDeliveryId(providerJobId: string): string {
-  return `reconciler-gitlab-${providerJobId}`;
+  return reconciledDeliveryId(Provider.GITLAB, providerJobId);
 }
 
 type Spend = (operation: string, method: string, path: string, opts?: Omit<GitLabRequestOptions, 'observe'>) => Promise<GitLabAnswer>;

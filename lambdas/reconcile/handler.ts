@@ -2,7 +2,6 @@ import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
-import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deduplicationId } from '../webhook/job-message';
 import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
@@ -23,6 +22,9 @@ export interface ReconcileOptions {
    */
   readonly deadlineMarginMs: number;
 }
+
+/** Logged for each job the reconciler queued (the local run's timeline reads it). */
+export const RECONCILED_MESSAGE = 'queued job found by the reconciler';
 
 export const RECONCILE_DEFAULTS: ReconcileOptions = { github: GITHUB_RECONCILE_DEFAULTS, gitlab: GITLAB_RECONCILE_DEFAULTS, reserveFraction: 0.2, minReserve: 100, deadlineMarginMs: 40_000 };
 
@@ -67,7 +69,7 @@ export function createReconcileHandler(deps: ReconcileDeps): (event?: unknown, c
     const budgets = { github: new RateBudget(options.reserveFraction, options.minReserve), gitlab: new RateBudget(options.reserveFraction, options.minReserve) };
     try {
       const queued: JobMessage[] = [];
-      const run: RunInputs = { config, options, now, log, budgets, context, onFound: async (found) => void queued.push(...(await queueAll(deps, found, log, config.metrics, now))) };
+      const run: RunInputs = { config, options, now, log, budgets, context, onFound: async (found) => void queued.push(...(await queueAll(deps, found, log))) };
       const runs = await runProviders(run, deps.providers(config));
       publish(metrics, config.metrics.names, runs, queued, budgets);
       for (const r of runs) log.info('reconciled', { provider: r.provider, redelivered: r.sent, found: r.found, requests: r.requests, errors: r.errors, stoppedAt: r.stoppedAt ?? null, queued: queued.filter((m) => m.provider === r.provider).length });
@@ -149,7 +151,7 @@ function report(runs: readonly ProviderRun[], queued: readonly JobMessage[]): Re
 }
 
 /** Sends each found job as the webhook would (FIFO group: the job; deduplication: its delivery id). */
-async function queueAll(deps: ReconcileDeps, messages: readonly JobMessage[], log: Logger, metrics: FleetConfig['metrics'], now: () => Date): Promise<JobMessage[]> {
+async function queueAll(deps: ReconcileDeps, messages: readonly JobMessage[], log: Logger): Promise<JobMessage[]> {
   const sent = await mapLimit(messages, 5, async (m) => {
     const l = log.child({ traceId: m.traceId, jobId: m.jobId, pool: m.pool ?? null });
     try {
@@ -158,9 +160,8 @@ async function queueAll(deps: ReconcileDeps, messages: readonly JobMessage[], lo
         new SendMessageCommand({ QueueUrl: deps.queueUrl, MessageBody: JSON.stringify(m), MessageGroupId: m.jobId, MessageDeduplicationId: deduplicationId(m.provider, m.deliveryId) }),
         WRITE_IDEMPOTENT,
       );
-      l.info('queued job found by the reconciler', { labels: [...m.labels] });
-      // Its ledger: `received` shows how long it waited (from its creation) before the fleet found it.
-      new LedgerWriter(metrics, l, deps.sink).stampQueued(m, m.pool ?? 'unresolved', now());
+      // Its intake (`received`, `queued`) is stamped by scale-up, once per job (scale-up/intake.ts).
+      l.info(RECONCILED_MESSAGE, { labels: [...m.labels] });
       return m;
     } catch (error) {
       // The next run finds the job again while it is still queued.

@@ -25,6 +25,7 @@ import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
 import { dropCarried, launchCold, launchRefused } from './cold';
 import { launchAttemptOf } from './cold-tokens';
+import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type ColdVerdict, type Plan, type QueuedJob } from './decide';
@@ -243,6 +244,7 @@ async function resolvePool(b: Batch, item: BatchItem, provider: CiProvider): Pro
 async function admit(b: Batch, records: JobRecords, live: readonly BatchItem[]): Promise<BatchItem[]> {
   const admission = await admitByRecord({ records, now: b.now, metrics: b.metrics, names: b.names, maxWaitSeconds: b.options.maxWaitSeconds }, live);
   for (const item of admission.unrecorded) item.unrecorded = true;
+  stampDeferredIntake(b.ledger, admission.fresh);
   const unchecked = admission.tookOver.filter((i) => !comesBack(i));
   const queuedNow = await mapLimit(unchecked, 10, (i) => stillQueued(b, i));
   const gone = unchecked.filter((_, n) => queuedNow[n] !== true);

@@ -37,9 +37,11 @@ export type RecordOutcome =
    * its deadline (or the write's answer was lost, so that cannot be ruled out): ask the
    * provider whether the job is still queued first. `served`: a runner was started for it
    * already (this is a retry check, or a late copy of the same delivery). `superseded`: the
-   * instances of earlier attempts, which do not serve the job any more.
+   * instances of earlier attempts, which do not serve the job any more. `fresh`: the claim found
+   * no record of the job at all (no copy of it was claimed before; the latency ledger's intake
+   * of a reconciled copy is stamped on it).
    */
-  | { readonly kind: 'mine'; readonly tookOver: boolean; readonly served?: ServedState; readonly superseded?: readonly string[] }
+  | { readonly kind: 'mine'; readonly tookOver: boolean; readonly fresh?: boolean; readonly served?: ServedState; readonly superseded?: readonly string[] }
   /** Another delivery holds it: its messages serve the job; this one launches nothing (unless it retries a served job). */
   | { readonly kind: 'taken'; readonly holder: string; readonly served?: ServedState; readonly superseded?: readonly string[] }
   /** The store failed or its answer stayed unknown: the caller serves the job without a record. */
@@ -113,7 +115,7 @@ export class DynamoJobRecords implements JobRecords {
     for (let attempt = 1; attempt <= 2; attempt++) {
       try {
         const out = await this.aws.send<UpdateItemCommandOutput>(this.dynamodb, this.put(job, now, holdUntil), WRITE_ONCE);
-        return mineOf(out.Attributes, tookOver(out.Attributes, job, now));
+        return mineOf(out.Attributes, tookOver(out.Attributes, job, now), out.Attributes?.[A.delivery] === undefined);
       } catch (error) {
         if (errorName(error) === 'ConditionalCheckFailedException') return takenOf((error as { Item?: Item }).Item);
         if (!(error instanceof UnknownOutcomeError)) return { kind: 'unavailable', error: errorName(error) };
@@ -318,7 +320,7 @@ export class DynamoJobRecords implements JobRecords {
     if (holder === undefined || expires < nowSeconds) return undefined;
     // Ours, but whether the lost put took it over from another holder cannot be told: ask.
     // (The claim leaves the served state as it was, so the item shows it as the put found it.)
-    if (holder === job.deliveryId) return mineOf(out.Item, true);
+    if (holder === job.deliveryId) return mineOf(out.Item, true, false);
     // Another holder past its deadline: the lost put (a take-over) did not land, as its
     // condition would have let it: the caller sends it once more (the put's own condition).
     const hold = out.Item?.[A.holdUntil]?.N;
@@ -350,8 +352,8 @@ function attemptsOf(item: Item | undefined): { served?: ServedState; superseded?
   return { ...(served ? { served } : {}), ...(superseded?.length ? { superseded } : {}) };
 }
 
-function mineOf(old: Item | undefined, tookOverIt: boolean): RecordOutcome {
-  return { kind: 'mine', tookOver: tookOverIt, ...attemptsOf(old) };
+function mineOf(old: Item | undefined, tookOverIt: boolean, fresh: boolean): RecordOutcome {
+  return { kind: 'mine', tookOver: tookOverIt, ...(fresh ? { fresh } : {}), ...attemptsOf(old) };
 }
 
 function takenOf(item: Item | undefined): RecordOutcome {
@@ -386,11 +388,12 @@ export interface AdmitContext {
  * delivery's: the caller asks the provider whether they are still queued before serving them.
  * `superseded`: per admitted job, the instances of its earlier attempts (a retry's later receive).
  * `unrecorded`: the admitted jobs served without a record (none to mark served).
+ * `fresh`: the admitted jobs whose claim found no record of the job (its first copy claimed).
  */
 export async function admitByRecord<T extends { readonly job: JobMessage; readonly pool?: string; readonly log: Logger }>(
   ctx: AdmitContext,
   jobs: readonly T[],
-): Promise<{ admitted: T[]; dropped: T[]; tookOver: T[]; served: ServedCopy<T>[]; superseded: Map<T, readonly string[]>; unrecorded: T[] }> {
+): Promise<{ admitted: T[]; dropped: T[]; tookOver: T[]; served: ServedCopy<T>[]; superseded: Map<T, readonly string[]>; unrecorded: T[]; fresh: T[] }> {
   const outcomes = await mapLimit(jobs, 10, (j) => {
     const now = ctx.now();
     return ctx.records.claim(j.job, now, holderDeadline(j.job, now, ctx.maxWaitSeconds));
@@ -401,6 +404,7 @@ export async function admitByRecord<T extends { readonly job: JobMessage; readon
   const served: ServedCopy<T>[] = [];
   const superseded = new Map<T, readonly string[]>();
   const unrecorded: T[] = [];
+  const fresh: T[] = [];
   jobs.forEach((j, i) => {
     const o = outcomes[i]!;
     if (o.kind !== 'unavailable' && o.served) {
@@ -423,7 +427,8 @@ export async function admitByRecord<T extends { readonly job: JobMessage; readon
       tookOver.push(j);
     }
     if (o.kind === 'mine' && o.superseded) superseded.set(j, o.superseded);
+    if (o.kind === 'mine' && o.fresh) fresh.push(j);
     admitted.push(j);
   });
-  return { admitted, dropped, tookOver, served, superseded, unrecorded };
+  return { admitted, dropped, tookOver, served, superseded, unrecorded, fresh };
 }

@@ -1,4 +1,4 @@
-import { LEDGER_MESSAGE, ledgerEntry, type FleetConfig, type JobMessage, type LedgerEntry, type LedgerStage } from './contract';
+import { isReconciled, LEDGER_MESSAGE, ledgerEntry, type FleetConfig, type JobMessage, type LedgerEntry, type LedgerStage } from './contract';
 import type { Logger, Sink } from './log';
 
 /**
@@ -23,6 +23,18 @@ export function ledgerMetricRecord(metrics: FleetConfig['metrics'], entry: Ledge
   });
 }
 
+/**
+ * Whether the sender of a job message stamps its intake (`received`, `queued`) itself: the
+ * webhook does for a job whose pool it resolved. Scale-up stamps the others on the claim that
+ * finds no record of the job (scale-up/intake.ts): a reconciled copy, which the reconciler
+ * sends again at every run while the job waits (its intake is the fleet's first knowledge of
+ * the job, not each finding), and a GitLab job queued with its tags unresolved, whose pool
+ * only scale-up learns (stamped by the webhook, it would land under `unresolved`).
+ */
+export function senderStampsIntake(message: Pick<JobMessage, 'deliveryId' | 'pool'>): boolean {
+  return !isReconciled(message) && message.pool !== undefined;
+}
+
 /** Writes a job's ledger stages: a structured log line and an EMF record each. */
 export class LedgerWriter {
   constructor(
@@ -39,9 +51,10 @@ export class LedgerWriter {
   }
 
   /**
-   * The intake of a job whose message the queue took at `queuedAt` (the webhook's or the
-   * reconciler's send answered): `received` from the job's creation, when known, and `queued`
-   * from its receipt. Called only after a successful send: a failed one queued nothing.
+   * The intake of a job whose message the queue took at `queuedAt` (the webhook's send
+   * answered, or SQS's `SentTimestamp` of a message scale-up stamps for its sender):
+   * `received` from the job's creation, when known, and `queued` from its receipt. Only for a
+   * message that is in the queue: a failed send queued nothing.
    */
   stampQueued(message: JobMessage, pool: string, queuedAt: Date): void {
     if (message.createdAt !== undefined) this.stamp(message, pool, 'received', new Date(message.receivedAt), message.createdAt);

@@ -4,7 +4,7 @@ import type { APIGatewayProxyResultV2, LambdaFunctionURLEvent } from 'aws-lambda
 import { createCiProviders } from '../ci';
 import { instanceIdOfRunnerName, LAMBDA_ENV, METRIC_NAMES, Provider, qualifiedJobId, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
-import { LedgerWriter } from '../shared/ledger';
+import { LedgerWriter, senderStampsIntake } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { createSecretCache, type SecretCache } from '../shared/secrets';
@@ -233,9 +233,8 @@ async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog
     return e instanceof DeadlineExceeded ? reply(503, 'error', 'queue too slow, redeliver later') : reply(500, 'error', 'queue unavailable, redeliver later');
   }
   jLog.info('job queued', { labels: logSafeList(message.labels), labelsResolved: message.labelsResolved });
-  const ledger = new LedgerWriter(config.metrics, jLog, ctx.deps.metricSink);
-  const pool = message.pool ?? 'unresolved';
-  ledger.stampQueued(message, pool, ctx.now());
+  // A job queued with its tags unresolved has no pool yet: scale-up stamps its intake.
+  if (senderStampsIntake(message)) new LedgerWriter(config.metrics, jLog, ctx.deps.metricSink).stampQueued(message, message.pool ?? 'unresolved', ctx.now());
   emitMetrics(config.metrics.namespace, { [config.metrics.dimensions.pool]: message.pool ?? 'unresolved' }, { [METRIC_NAMES.jobsReceived]: 1 }, 'Count', ctx.deps.metricSink);
   return reply(202, 'queued', message.labelsResolved ? 'queued' : 'queued-labels-unresolved');
 }

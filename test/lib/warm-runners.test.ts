@@ -209,14 +209,15 @@ describe('control plane', () => {
     expect(transformer!.Properties.TransformerConfig[1]).toEqual({ TypeConverter: { Entries: [{ Key: f.seconds, Type: 'double' }] } });
     template.hasResourceProperties('AWS::Logs::MetricFilter', {
       ApplyOnTransformedLogs: true,
-      FilterPattern: `{ $.${f.stage} = "runner-started" }`,
+      // A negative sample (an instance clock behind its activation tag) never reaches the metric.
+      FilterPattern: `{ ($.${f.stage} = "runner-started") && ($.${f.seconds} >= 0) }`,
       MetricTransformations: [Match.objectLike({ MetricName: METRIC_NAMES.activationLatency, MetricValue: `$.${f.seconds}`, Unit: 'Seconds' })],
     });
     // One filter per instance stage, with the pool and the stage as dimensions.
     for (const stage of INSTANCE_LEDGER_STAGES) {
       template.hasResourceProperties('AWS::Logs::MetricFilter', {
         ApplyOnTransformedLogs: true,
-        FilterPattern: `{ $.${f.stage} = "${stage}" }`,
+        FilterPattern: `{ ($.${f.stage} = "${stage}") && ($.${f.seconds} >= 0) }`,
         MetricTransformations: [
           Match.objectLike({
             MetricName: METRIC_NAMES.jobStageSeconds,

@@ -6,6 +6,7 @@ import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 import type { Classified } from '../../lambdas/webhook/delivery';
 import { isLateDelivery } from '../../lambdas/scale-up/decide';
 import { RETRY_STARTED_MESSAGE } from '../../lambdas/scale-up/retry-check';
+import { RECONCILED_MESSAGE } from '../../lambdas/reconcile/handler';
 import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/verify';
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
@@ -66,7 +67,7 @@ describe('timeline facts from the handlers\' log lines', () => {
     return out;
   };
   it.each<[string, 'webhook' | 'scale-up' | 'pool' | 'reconcile', string, Record<string, unknown>, string[]]>([
-    ['a job the reconciler found', 'reconcile', 'queued job found by the reconciler', { traceId: 't', jobId: 'gitlab:3', pool: 'p' }, ['queued']],
+    ['a job the reconciler found', 'reconcile', RECONCILED_MESSAGE, { traceId: 't', jobId: 'gitlab:3', pool: 'p' }, ['queued']],
     ['a retry of a job whose runner went elsewhere', 'scale-up', RETRY_STARTED_MESSAGE, { traceId: 't', jobId: 'github:12', attempt: 2 }, ['retried']],
     ['the reconciler\'s summary is no job fact', 'reconcile', 'reconciled', { traceId: 't' }, []],
     ['webhook queued', 'webhook', 'job queued', { traceId: 't', jobId: 'github:12', pool: 'p' }, ['queued']],

@@ -95,6 +95,47 @@ describe('reconciler against the loopback GitHub and moto', () => {
     expect(gh.runners()).toHaveLength(3);
   });
 
+  it('a job the reconciler queues again on three runs has one received and one queued line; a delivered job keeps its webhook lines only', { timeout: scaled(120_000) }, async () => {
+    const lost = gh.addJob(`${ORG}/web`, LABELS);
+    const delivered = gh.addJob(`${ORG}/app`, LABELS);
+    const ok = githubWorkflowJobQueued({ jobId: delivered.id, runId: delivered.runId, repository: delivered.repository, labels: LABELS }, SECRET);
+    expect(((await f.webhook()(functionUrlEvent(ok))) as { statusCode: number }).statusCode).toBe(202);
+    gh.recordDelivery(delivered.id, 202);
+    await f.drain(scaleUp());
+    // moto's instances never boot: both jobs stay queued at GitHub, so every run queues both
+    // again. Runs are minutes apart, past SQS FIFO's 5-minute deduplication window, so each
+    // run's copies reach scale-up: played by giving each run's sends their own deduplication id.
+    let run = 0;
+    const name = 'reconcile-run-dedup';
+    f.c.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { MessageDeduplicationId?: string };
+        if (context.commandName === 'SendMessageCommand' && input.MessageDeduplicationId?.includes('reconciler-')) input.MessageDeduplicationId += `-run${run}`;
+        return next(args);
+      },
+      { step: 'initialize', name },
+    );
+    try {
+      for (run = 1; run <= 3; run++) {
+        expect((await reconciler()()).queued).toBe(2);
+        await f.drain(scaleUp());
+      }
+    } finally {
+      f.c.sqs.middlewareStack.remove(name);
+    }
+    // Each run's copy of the lost job reached scale-up (a dequeued line each, at least), and only the first claimed a fresh record.
+    expect(f.lines.logs('ledger').filter((l) => l.jobId === `github:${lost.id}` && l.stage === 'dequeued').length).toBeGreaterThanOrEqual(3);
+    const intake = (id: number) => f.lines.logs('ledger').filter((l) => l.jobId === `github:${id}` && (l.stage === 'received' || l.stage === 'queued')).map((l) => [l.stage, l.traceId, l.pool]);
+    expect(intake(lost.id)).toEqual([
+      ['received', `reconciler-github-${lost.id}`, 'linux'],
+      ['queued', `reconciler-github-${lost.id}`, 'linux'],
+    ]);
+    expect(intake(delivered.id)).toEqual([
+      ['received', ok.deliveryId, 'linux'],
+      ['queued', ok.deliveryId, 'linux'],
+    ]);
+  });
+
   it('reads repositoriesPerRun repositories a run; consecutive runs reach every repository within ceil(N/cap) runs', async () => {
     await gh.close();
     const repositories = Array.from({ length: 5 }, (_, i) => `${ORG}/repo-${i}`);

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLoopbackGitLab, type GitLabJob, type LoopbackGitLab } from '../../local/ci/gitlab-server';
+import type { WebhookOptions } from '../../lambdas/webhook/handler';
 import { functionUrlEvent, gitlabJobPending } from '../../local/deliveries';
 import { scaled } from '../support/slowdown';
 import { motoForFile } from '../support/moto-per-file';
@@ -24,9 +25,9 @@ async function setUp(): Promise<void> {
 }
 
 /** A Job Hook "pending" of the job, with the delivery's Idempotency-Key, posted to the webhook. */
-async function deliver(job: GitLabJob, projectPath: string, idempotencyKey?: string): Promise<number> {
+async function deliver(job: GitLabJob, projectPath: string, idempotencyKey?: string, options?: WebhookOptions): Promise<number> {
   const delivery = gitlabJobPending({ buildId: job.id, projectId: job.projectId, projectPath }, WEBHOOK_TOKEN, idempotencyKey);
-  const answer = (await f.webhook()(functionUrlEvent(delivery))) as { statusCode: number };
+  const answer = (await f.webhook(options)(functionUrlEvent(delivery))) as { statusCode: number };
   return answer.statusCode;
 }
 
@@ -75,5 +76,27 @@ describe('GitLab reconciler against the loopback GitLab and moto', () => {
     await f.drain(scaleUp());
     expect([...(await f.served()).values()].map((t) => t.length)).toEqual([1, 1, 1]);
     expect(gl.runners()).toHaveLength(3);
+  });
+
+  it("a job's intake lands under its pool whether the webhook resolved its tags or queued it unresolved (scale-up stamps it then)", { timeout: scaled(120_000) }, async () => {
+    await setUp();
+    const path = `group-${GROUP}/project-11`;
+    const resolved = gl.addJob(11, ['linux']);
+    const unresolved = gl.addJob(11, ['linux']);
+    // Both deliveries are the documented Job Hook example (local/deliveries.ts); the second
+    // webhook gets no time for the tag lookup, so it queues the job with its tags unresolved.
+    expect(await deliver(resolved, path)).toBe(202);
+    expect(await deliver(unresolved, path, undefined, { tagLookupTimeoutMs: 0 })).toBe(202);
+    expect(f.lines.logs('GitLab tag lookup failed; queueing the job with its tags unresolved')).toHaveLength(1);
+    await f.drain(scaleUp());
+    const intake = (id: number) => f.lines.logs('ledger').filter((l) => l.jobId === `gitlab:${id}` && (l.stage === 'received' || l.stage === 'queued')).map((l) => [l.stage, l.pool]);
+    for (const job of [resolved, unresolved]) {
+      expect(intake(job.id)).toEqual([
+        ['received', 'linux'],
+        ['queued', 'linux'],
+      ]);
+    }
+    // (Scale-up's `dequeued` of the unresolved job is stamped before it resolves the pool: left as it is.)
+    expect(f.lines.logs('ledger').filter((l) => l.pool === 'unresolved' && (l.stage === 'received' || l.stage === 'queued'))).toEqual([]);
   });
 });

@@ -68,24 +68,14 @@ describe('reconcile handler', () => {
     expect(failing.logs('queueing a reconciled job failed')[0]).toMatchObject({ error: 'AccessDenied', jobId: 'github:77' });
   });
 
-  it("stamps a found job's ledger once the queue took it: received from its creation (the wait before the fleet knew), queued from its finding", async () => {
+  it("stamps no ledger line for a found job: it queues a waiting job again at every run, so scale-up stamps its intake, once per job", async () => {
     const now = new Date(Date.parse(old) + 600_000);
-    const reconcile = (send: () => Promise<unknown>, lines: Lines) =>
-      createReconcileHandler({ sqs: { send } as never, aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }), loadConfig: async () => fleetConfig(), providers: () => ({ github: fakeGitHub() }), queueUrl: 'https://sqs.local/jobs.fifo', sink: lines.sink, now: () => now })();
     const lines = new Lines();
-    expect(await reconcile(async () => ({}), lines)).toMatchObject({ queued: 1 });
-    const ledger = lines.logs(LEDGER_MESSAGE).map(({ jobId, pool, stage, at, seconds }) => ({ jobId, pool, stage, at, seconds }));
-    expect(ledger).toEqual([
-      { jobId: 'github:77', pool: 'linux', stage: 'received', at: now.toISOString(), seconds: 600 },
-      { jobId: 'github:77', pool: 'linux', stage: 'queued', at: now.toISOString(), seconds: 0 },
-    ]);
-    expect(lines.metric(METRIC_NAMES.jobStageSeconds, { Pool: 'linux', Stage: 'received' })).toBe(600);
-
-    // A send the queue refused queued nothing: no ledger line.
-    const failing = new Lines();
-    const refused = Object.assign(new Error('denied'), { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } });
-    expect(await reconcile(async () => Promise.reject(refused), failing)).toMatchObject({ queued: 0 });
-    expect(failing.logs(LEDGER_MESSAGE)).toEqual([]);
+    const reconcile = createReconcileHandler({ sqs: { send: async () => ({}) } as never, aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }), loadConfig: async () => fleetConfig(), providers: () => ({ github: fakeGitHub() }), queueUrl: 'https://sqs.local/jobs.fifo', sink: lines.sink, now: () => now });
+    expect(await reconcile()).toMatchObject({ queued: 1 });
+    expect(await reconcile()).toMatchObject({ queued: 1 });
+    expect(lines.logs(LEDGER_MESSAGE)).toEqual([]);
+    expect(lines.metric(METRIC_NAMES.jobStageSeconds)).toBe(0);
   });
 
   it('stops starting requests at the deadline margin and keeps what it queued per repository', async () => {

@@ -11,7 +11,7 @@ import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { decodeRunnerConfig, GitLabRunnerType, GitLabWebhookOwner, LAMBDA_ENV, Provider, type CiProvider, type FleetConfig, type RunnerConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
-import { createWebhookHandler } from '../../lambdas/webhook/handler';
+import { createWebhookHandler, type WebhookOptions } from '../../lambdas/webhook/handler';
 import type { LoopbackGitHub } from '../../local/ci/github-server';
 import type { LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
@@ -89,13 +89,14 @@ export class ReconcileFleet {
     return new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
   }
 
-  webhook() {
+  webhook(options?: WebhookOptions) {
     return createWebhookHandler({
       ssm: this.c.ssm,
       sqs: this.c.sqs,
       env: { [LAMBDA_ENV.fleetConfig]: JSON.stringify(this.config), [LAMBDA_ENV.jobsQueueUrl]: this.queueUrl },
       logger: createLogger({ fn: 'webhook' }, this.lines.sink),
       metricSink: this.lines.sink,
+      ...(options ? { options } : {}),
     });
   }
 

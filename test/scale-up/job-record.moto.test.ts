@@ -171,7 +171,7 @@ describe('per-job record against moto', () => {
 
     beforeEach(async () => {
       // What the original left: its record, claimed when it was received; no instance.
-      expect(await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(original, received, deadline)).toEqual({ kind: 'mine', tookOver: false });
+      expect(await new DynamoJobRecords(aws(), dynamo(), TABLE).claim(original, received, deadline)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     });
 
     it('is held until its deadline (maximum wait plus the redrive budget), then a copy takes it over and serves the job', { timeout: scaled(60_000) }, async () => {
@@ -222,7 +222,7 @@ describe('per-job record against moto', () => {
 
   it('a release deletes only the holder\'s record; a lost delete answer is resolved by reading the record', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
-    expect(await records.claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    expect(await records.claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(await records.release(job(5, { deliveryId: 'other' }))).toEqual({ kind: 'not-held' });
     expect((await recordOf(5))?.deliveryId?.S).toBe('delivery-5');
     const client = losingFirstAnswer('DeleteItemCommand');
@@ -241,7 +241,7 @@ describe('per-job record against moto', () => {
 
   it('a delete that did not land before its answer was lost is sent again', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
-    expect(await records.claim(job(6), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    expect(await records.claim(job(6), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     const client = losingFirstAnswer('DeleteItemCommand', { lands: false });
     expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(6))).toEqual({ kind: 'released' });
     expect(client.calls()).toBe(2);
@@ -251,7 +251,8 @@ describe('per-job record against moto', () => {
   it('the same delivery (a retry, a capacity wait copy) keeps its record; another finds it held until it expires', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
     const now = new Date();
-    expect(await records.claim(job(7), now, HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    // Only the first claim finds no record (`fresh`: scale-up stamps a reconciled job's intake on it).
+    expect(await records.claim(job(7), now, HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(await records.claim(job(7), now, HOLD)).toEqual({ kind: 'mine', tookOver: false });
     expect(await records.claim(job(7, { deliveryId: 'other' }), now, HOLD)).toEqual({ kind: 'taken', holder: 'delivery-7' });
     const later = new Date(now.getTime() + (JOB_RECORD_TTL_SECONDS + 1) * 1000);
@@ -288,8 +289,15 @@ describe('per-job record against moto', () => {
 
   it('a claim that did not land before its answer was lost is sent again', async () => {
     const client = losingFirstAnswer('UpdateItemCommand', { lands: false });
-    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    // The second put found no record: fresh.
+    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(client.calls()).toBe(2);
+  });
+
+  it('a first claim whose answer was lost after it landed is not fresh: the read-back cannot tell it from a later one', async () => {
+    const client = losingFirstAnswer('UpdateItemCommand');
+    expect(await new DynamoJobRecords(aws(), client, TABLE).claim(job(31), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: true });
+    expect(client.calls()).toBe(1);
   });
 
   it('when the record store fails, the job is served without a record, counted and logged', async () => {
@@ -309,7 +317,7 @@ describe('per-job record against moto', () => {
     const pacer = new Pacer(DEFAULT_RATES, () => 0, async (ms) => void sleeps.push(ms));
     for (let i = 0; i < DEFAULT_RATES.PutParameter!.capacity; i++) await pacer.take('PutParameter');
     const caller = new AwsCaller({ sleep: async () => {}, pacer });
-    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
+    for (let n = 0; n < 5; n++) expect(await new DynamoJobRecords(caller, dynamo(), TABLE).claim(job(60 + n), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(sleeps).toEqual([]);
   });
 });

@@ -130,6 +130,27 @@ activate() {
   [ "$(imds_paths | grep -cxF "/latest/meta-data/tags/instance/$TAG_POOL")" -eq 1 ]
 }
 
+@test "an empty pool tag is read once as unresolved: no line carries the instance id or an empty pool; the pool file is written whole" {
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  github_config jit-empty
+  # IMDS answers 200 with an empty body for a tag whose value is empty.
+  set_tags "$(printf '{"%s":"","%s":"%s","%s":"%s","%s":"trace-empty"}' "$TAG_POOL" "$TAG_WARM" "$WARM_VALUE" "$TAG_ACTIVATED" "$(iso_ago 4)" "$TAG_TRACE")"
+  echo "$ROOT/var/lib/warm-runners/pool" >"$ROOT/calls/runner-say-after"
+  printf '2026-12-01 12:00:01Z: %sbuild\n' "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  boot_hook
+  [ "$status" -eq 0 ]
+  for stage in boot-began runner-started job-taken; do
+    log_messages | grep -qE " $LEDGER_POOL=unresolved $LEDGER_STAGE=$stage "
+  done
+  ! log_messages | grep -qE " $LEDGER_POOL=(i-[0-9a-f]+)? "
+  [ "$(imds_paths | grep -cxF "/latest/meta-data/tags/instance/$TAG_POOL")" -eq 1 ]
+  # Written through a temporary file and mv: the file whole, no temporary left behind.
+  [ "$(cat "$ROOT/var/lib/warm-runners/pool")" = "$INSTANCE_ID unresolved" ]
+  [ -z "$(find "$ROOT/var/lib/warm-runners" -name 'pool.*')" ]
+}
+
 @test "a pool file left by another instance (image baked after a RUN) is not taken: the pool is read from IMDS" {
   new_instance "$(warm_tags)"
   boot_first github

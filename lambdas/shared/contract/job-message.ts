@@ -46,6 +46,22 @@ export interface JobMessage {
  */
 export const LATE_DELIVERY_SECONDS = 300;
 
+/**
+ * The delivery id (and so the trace id) of a job the reconciler found, the same on every run:
+ * `reconciler-<provider>-<job id>`. No provider's delivery id starts so (GitHub's and
+ * GitLab's are UUIDs), so the prefix tells a reconciled copy from a delivered one.
+ */
+export function reconciledDeliveryId(provider: Provider, providerJobId: string): string {
+  return `${RECONCILED_DELIVERY_PREFIX}${provider}-${providerJobId}`;
+}
+
+const RECONCILED_DELIVERY_PREFIX = 'reconciler-';
+
+/** Whether a job message is the reconciler's copy (its delivery id is `reconciledDeliveryId`'s). */
+export function isReconciled(message: Pick<JobMessage, 'deliveryId'>): boolean {
+  return message.deliveryId.startsWith(RECONCILED_DELIVERY_PREFIX);
+}
+
 export function qualifiedJobId(provider: Provider, providerJobId: string | number): string {
   return `${provider}:${providerJobId}`;
 }

@@ -8,8 +8,13 @@
 
 /** Who stamps a stage, and the moment its seconds are counted from. */
 export interface LedgerStageSpec {
-  /** The webhook, scale-up, the instance's boot script, or the CI provider's own record. */
-  readonly by: 'webhook' | 'scale-up' | 'instance' | 'provider';
+  /**
+   * The webhook, scale-up, the instance's boot script, or the CI provider's own record.
+   * `intake` (`received`, `queued`): the webhook for a job whose pool it resolved, else
+   * scale-up, once per job (a reconciled copy, a GitLab job queued with its tags unresolved:
+   * shared/ledger.ts `senderStampsIntake`).
+   */
+  readonly by: 'intake' | 'scale-up' | 'instance' | 'provider';
   /**
    * `received`: the fleet's receipt of the job (the job message's `receivedAt`: the webhook's
    * receipt of its delivery, or the reconciler's finding of it).
@@ -21,19 +26,24 @@ export interface LedgerStageSpec {
 }
 
 /**
- * The stages, in the order a warm job passes them (a cold job launches before it registers;
- * a warm job that lost a claim registers after claiming: each line carries its own time).
+ * The stages, in the order a warm job passes them (a cold job launches before it registers:
+ * each line carries its own time, so the order of the lines is not the order of the stages).
  */
 export const LEDGER_STAGES = {
   /**
    * The fleet learnt of the job (the webhook verified its delivery, or the reconciler found
    * it), measured from the job's creation: the time it waited before the fleet knew of it
-   * (delivery latency, or a lost delivery's wait for the reconciler). Not stamped when the
-   * job's creation time is unknown (the message has no `createdAt`).
+   * (delivery latency, or a lost delivery's wait for the reconciler). Stamped by the webhook,
+   * or by scale-up once per job for a reconciled copy (the reconciler queues a waiting job
+   * again at every run: only its first finding is the fleet's first knowledge). Not stamped
+   * when the job's creation time is unknown (the message has no `createdAt`).
    */
-  received: { by: 'webhook', since: 'created' },
-  /** The job message is in the jobs queue (sent by the webhook, or by the reconciler). */
-  queued: { by: 'webhook', since: 'received' },
+  received: { by: 'intake', since: 'created' },
+  /**
+   * The job message is in the jobs queue: the webhook's send answered, or, stamped by
+   * scale-up with `received`, the message's SQS `SentTimestamp`.
+   */
+  queued: { by: 'intake', since: 'received' },
   /** Scale-up took the message from the queue (first receive only). */
   dequeued: { by: 'scale-up', since: 'received' },
   /** The CI provider answered the runner registration used for the job. */
