@@ -104,8 +104,9 @@ interface RunInputs {
  * Runs each configured provider at the same time, each to the whole run's deadline: run one
  * after the other, a slow GitHub (2 s a request) spent the run's time and GitLab made no
  * request at all, every run. Their rate budgets are separate, so running together spends
- * nothing of the other's. A provider run that throws does not lose the other's report: the
- * error is rethrown once both are done.
+ * nothing of the other's. A provider run that throws (runSteps catches each step's errors, so
+ * only a bug) does not stop the other: the jobs both queued stay queued, and the error is
+ * rethrown once both are done (that run's metrics and 'reconciled' lines are then not written).
  */
 async function runProviders(run: RunInputs, providers: Partial<Record<Provider, CiProvider>>): Promise<ProviderRun[]> {
   const { config, options, budgets, log } = run;

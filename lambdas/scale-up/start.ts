@@ -32,13 +32,13 @@ export async function startInstances(deps: StartDeps, ids: readonly string[]): P
   return outcomes;
 }
 
-/** `retryUnknown`: an unknown outcome may be retried once; the retry itself is not retried again. */
+/** `retryUnknown`: an unknown outcome may be retried once; the retry itself (false) is not retried again. */
 async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes: Map<string, StartOutcome>, retryUnknown = true): Promise<void> {
   if (ids.length === 0) return;
   try {
     const out = await deps.aws.send<StartInstancesCommandOutput>(deps.ec2, new StartInstancesCommand({ InstanceIds: [...ids] }), WRITE_ONCE);
     for (const s of out.StartingInstances ?? []) {
-      if (s.InstanceId && ids.includes(s.InstanceId)) outcomes.set(s.InstanceId, s.PreviousState?.Name === 'stopped' ? 'started' : 'lost');
+      if (s.InstanceId && ids.includes(s.InstanceId)) outcomes.set(s.InstanceId, startedBy(s.PreviousState?.Name, !retryUnknown) ? 'started' : 'lost');
     }
     for (const id of ids) if (!outcomes.has(id)) outcomes.set(id, 'failed');
   } catch (error) {
@@ -56,6 +56,15 @@ async function startSplitting(deps: StartDeps, ids: readonly string[], outcomes:
     await startSplitting(deps, ids.slice(0, half), outcomes, retryUnknown);
     await startSplitting(deps, ids.slice(half), outcomes, retryUnknown);
   }
+}
+
+/**
+ * Ours when the instance was stopped; on the retry after an unknown outcome also when it was
+ * already pending or running: our first start landed after the describe saw it stopped (the
+ * claim keeps everyone else from starting it), so it is not someone else's.
+ */
+function startedBy(previous: string | undefined, retryAfterUnknown: boolean): boolean {
+  return previous === 'stopped' || (retryAfterUnknown && (previous === 'pending' || previous === 'running'));
 }
 
 /**

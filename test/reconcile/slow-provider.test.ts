@@ -10,9 +10,9 @@ import { startLoopback, type Loopback } from '../support/loopback';
 import { scaled } from '../support/slowdown';
 
 /**
- * One provider's slowness must not starve the other: the reconciler against a loopback GitHub
- * behind a proxy that delays every answer, and a loopback GitLab at full speed, in one run
- * whose Lambda time runs out long before GitHub's scan could finish.
+ * One provider's slowness must not starve the other: the reconciler against one loopback server
+ * behind a proxy that delays every answer and the other at full speed (each way round), in one
+ * run whose Lambda time runs out long before the slow provider's scan could finish.
  */
 const ORG = 'acme';
 const GROUP = 42;
@@ -48,7 +48,7 @@ function bothProviders(githubUrl: string, gh: LoopbackGitHub, gl: LoopbackGitLab
   } as FleetConfig;
 }
 
-describe('reconciler with a slow GitHub', () => {
+describe('reconciler with one slow provider', () => {
   it('GitLab reads its projects and queues their jobs in the same run while a slow GitHub runs into the deadline', { timeout: scaled(120_000) }, async () => {
     // 20 repositories with a queued job each: at `delayMs` a request, GitHub's scan needs more
     // than 40 requests: far more time than the run's `sliceMs` of time.
@@ -90,5 +90,44 @@ describe('reconciler with a slow GitHub', () => {
     expect(new Set(jobLists.map((r) => /\/projects\/(\d+)\/jobs/.exec(r.path)?.[1]))).toEqual(new Set(['11', '12']));
     expect(byProvider.get(Provider.GITLAB)).toMatchObject({ stoppedAt: null, queued: 2 });
     expect(sent.filter((m) => m.provider === Provider.GITLAB).map((m) => m.providerJobId).sort()).toEqual(pending.map((j) => String(j.id)).sort());
+  });
+
+  // The other way round: run one after the other with GitLab first, the test above passes; this one does not.
+  it('GitHub reads its repositories and queues their jobs in the same run while a slow GitLab runs into the deadline', { timeout: scaled(120_000) }, async () => {
+    // 40 projects with a pending job each: at `delayMs` a request, GitLab's scan needs more than 40 requests.
+    const delayMs = scaled(200);
+    const sliceMs = scaled(2_000);
+    const repositories = [`${ORG}/repo-a`, `${ORG}/repo-b`];
+    const gh = await startLoopbackGitHub({ organization: ORG, repositories });
+    open.push(gh);
+    const queuedJobs = repositories.map((r) => gh.addJob(r, ['self-hosted', 'linux']));
+    const gl = await startLoopbackGitLab({ groupId: GROUP });
+    open.push(gl);
+    for (let p = 100; p < 140; p++) gl.addJob(p, ['gl-linux']);
+    const proxy = await delayingProxy(gl.url, delayMs);
+    open.push(proxy);
+    const config = bothProviders(gh.url, gh, gl);
+    const slowConfig = { ...config, gitlab: { ...config.gitlab!, url: proxy.url } } as FleetConfig;
+
+    const sent: JobMessage[] = [];
+    const lines = new Lines();
+    const github = new GitHubProvider({ prefix: PREFIX, github: slowConfig.github!, pools: slowConfig.pools, privateKey: async () => gh.privateKeyPem, sleep: async () => {} });
+    const gitlab = new GitLabProvider({ prefix: PREFIX, gitlab: slowConfig.gitlab!, pools: slowConfig.pools, token: async () => gl.accessToken, sleep: async () => {} });
+    const margin = 40_000;
+    const deadline = Date.now() + margin + sliceMs;
+    await createReconcileHandler({
+      sqs: { send: async (c: { input: { MessageBody: string } }) => void sent.push(JSON.parse(c.input.MessageBody) as JobMessage) } as never,
+      aws: new AwsCaller({ sleep: async () => {}, baseDelayMs: 1 }),
+      loadConfig: async () => slowConfig,
+      providers: () => ({ github, gitlab }),
+      queueUrl: 'https://sqs.local/jobs.fifo',
+      sink: lines.sink,
+      options: { deadlineMarginMs: margin, github: { minQueuedSeconds: 0 }, gitlab: { minQueuedSeconds: 0 } },
+    })({}, { getRemainingTimeInMillis: () => deadline - Date.now() });
+
+    const byProvider = new Map(lines.logs('reconciled').map((l) => [l.provider, l]));
+    expect(byProvider.get(Provider.GITLAB)).toMatchObject({ stoppedAt: 'deadline' });
+    expect(byProvider.get(Provider.GITHUB)).toMatchObject({ stoppedAt: null, queued: 2 });
+    expect(sent.filter((m) => m.provider === Provider.GITHUB).map((m) => m.providerJobId).sort()).toEqual(queuedJobs.map((j) => String(j.id)).sort());
   });
 });

@@ -845,6 +845,21 @@ describe('scale-up: fault injection on every activation step', () => {
     expect(warmStarted()).toHaveLength(1);
   });
 
+  it('a retried start that finds the instance pending or running means our first start landed late: started, not lost', async () => {
+    const [id] = park(1);
+    aws.fault('StartInstances', 'hang', (i) => {
+      // The first StartInstances executes only now, after the describe saw the instance stopped.
+      aws.instances.get(id!)!.state = 'running';
+      return { StartingInstances: (i.InstanceIds as string[]).map((x) => ({ InstanceId: x, PreviousState: { Name: 'pending' }, CurrentState: { Name: 'running' } })) };
+    });
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('StartInstances')).toBe(2);
+    expect(warmStarted().map((i) => i.id)).toEqual([id]);
+    expect(coldLaunched()).toHaveLength(0);
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(true);
+  });
+
   it('retries throttling instead of failing the job', async () => {
     park(2);
     aws.fault('StartInstances', awsError('RequestLimitExceeded', 503), awsError('RequestLimitExceeded', 503));
@@ -915,6 +930,23 @@ describe('scale-up: a rollback whose activation tags stay on the instance', () =
     expect(ours(id!)).toEqual([]);
     expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
     expect(aws.count('TerminateInstances')).toBe(0);
+    expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
+  });
+
+  it('a DescribeInstances that fails after the DeleteTags is no sign the tags are gone: the instance is retired, not released with our tags on it', async () => {
+    const [id] = park(1);
+    // The delete is answered, but a late CreateTags of ours lands after it, and the look that would see it fails.
+    aws.fault('DeleteTags', () => {
+      aws.fault('DescribeInstances', awsError('UnauthorizedOperation'));
+      return {};
+    });
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    const res = await handler()(jobEvent(jobs(1)));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(ours(id!).length).toBeGreaterThan(0);
+    expect(lines.logs(/looking at the activation tags failed/)).toHaveLength(1);
+    expect(aws.instances.get(id!)!.state).toBe('terminated');
+    expect(aws.parameters.has(paths.runnerConfig(id!))).toBe(false);
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(0);
   });
 
