@@ -105,11 +105,13 @@ describe('runReadShare', () => {
     const spend = async (runs: number[], limit: number) => {
       const reads = { runs: 0 };
       const read = runs.map(() => 0);
+      const visited: number[] = [];
       await inFairShares(runs.map((_, i) => i), limit, reads, async (i, share) => {
+        visited.push(i);
         read[i] = Math.min(runs[i]!, share);
         reads.runs += read[i];
       });
-      return { read, spent: reads.runs };
+      return { read, spent: reads.runs, visited };
     };
     // Repository 0 has 150 runs, the others 1 each: every repository is read, within the limit.
     const runs = [150, ...Array.from({ length: 19 }, () => 1)];
@@ -121,9 +123,10 @@ describe('runReadShare', () => {
     const last = await spend([...runs.slice(1), 150], 40);
     expect(last.read[19]).toBe(21);
     expect(last.spent).toBe(40);
-    // Busy everywhere: the limit is spent exactly and the loop stops, the repositories past it unread.
+    // Busy everywhere: the limit is spent exactly and the loop stops, the repositories past it
+    // not visited (a visit lists the repository's runs: two requests for nothing).
     const busy = await spend(Array.from({ length: 5 }, () => 100), 3);
-    expect(busy).toEqual({ read: [1, 1, 1, 0, 0], spent: 3 });
+    expect(busy).toEqual({ read: [1, 1, 1, 0, 0], spent: 3, visited: [0, 1, 2] });
   });
 });
 

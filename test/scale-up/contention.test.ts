@@ -1,7 +1,7 @@
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
-import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { decodeRunnerConfig, Provider, ssmPaths } from '../../lambdas/shared/contract';
@@ -19,6 +19,14 @@ import { scaled } from '../support/slowdown';
 let aws: FakeAws;
 let ci: FakeCi;
 let lines: Lines;
+
+// Each invocation's id (a random UUID) salts its candidate order (decide.ts `orderCandidates`):
+// drawn from the storm's seed instead, so a seed gives one interleaving and a failing storm repeats.
+const ids = vi.hoisted(() => ({ next: undefined as (() => string) | undefined }));
+vi.mock('node:crypto', async (importOriginal) => {
+  const actual = await importOriginal<typeof import('node:crypto')>();
+  return { ...actual, randomUUID: () => ids.next?.() ?? actual.randomUUID() };
+});
 
 beforeEach(() => {
   aws?.restore();
@@ -49,9 +57,12 @@ function handler() {
 
 /** `jobs` jobs in batches of `batch`, every batch its own invocation, all at once. */
 async function storm(seed: number, parked: number, jobs: number, batch: number) {
-  // The seed draws each fake answer's delay in event-loop turns: a failing storm repeats.
+  // The seed draws each fake answer's delay in event-loop turns and names the invocations
+  // (their candidate orders): the same counts on every run, a failing storm repeats.
   const random = seededRandom(seed);
   aws.turns = () => Math.floor(random() * 20);
+  let n = 0;
+  ids.next = () => `00000000-0000-4000-8000-${(seed * 0x10000 + n++).toString(16).padStart(12, '0')}`;
   for (let i = 0; i < parked; i++) aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags() });
   const all = Array.from({ length: jobs }, (_, i) => job(i + 1));
   const batches = Array.from({ length: Math.ceil(jobs / batch) }, (_, b) => all.slice(b * batch, (b + 1) * batch));
@@ -103,9 +114,9 @@ const SEEDS = Array.from({ length: 20 }, (_, i) => i + 1);
 /**
  * SSM writes (PutParameter) per storm. Accepted writes are exactly one per served job (a warm
  * claim carries the config, no marker); the rest are claims refused on an instance another job
- * took, and vary with the interleaving. The counts are not repeatable for a seed (seed 11 gave
- * 407 to 441 over eight runs: the seeded turns are not the only asynchrony in the SDK clients),
- * so these are bounds: 6 runs of the 20 seeds (2026-12-02) gave 395 to 458 and 84 to 139.
+ * took, and vary with the interleaving: the 20 seeds give 380 to 444 and 86 to 126, the same on
+ * every run (2026-12-02; with random invocation ids, 6 runs gave 395 to 458 and 84 to 139).
+ * Bounds, so that a change of interleaving alone does not fail them.
  */
 const PUT_BOUND = { big: 520, small: 170 } as const;
 
