@@ -9,7 +9,7 @@ import {
   type Tag,
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
@@ -302,17 +302,8 @@ async function evict(
       log.warn('tagging failed primes failed', { instances: failedPrimes.length, error: errorName(error) });
     }
   }
-  let terminated: Eviction[] = [];
-  if (terminate.length) {
-    try {
-      await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: terminate.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
-      terminated = terminate;
-      for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
-    } catch (error) {
-      log.error('terminating evicted instances failed', { instances: terminate.length, error: errorName(error) });
-      for (const e of terminate) release.push(e.instance.id);
-    }
-  }
+  const { terminated, kept } = await terminateEvictions(deps, keys, terminate, log);
+  for (const e of kept) release.push(e.instance.id);
   // 4. Drop the parameters in this run: of what is gone (a parameter of a terminated instance
   //    may hold a runner secret if a claim slipped in) and of what stays (so it can be claimed).
   //    Not found is done; a lost answer is read back.
@@ -324,6 +315,45 @@ async function evict(
     }
   }
   return terminated;
+}
+
+/**
+ * Terminates in one call. A definite refusal (or throttling past the retries) terminated
+ * nothing: all stay. When every answer was lost the terminate may have run: the instances are
+ * described again, and what is shutting-down, terminated or no longer listed went; what is
+ * still live stays (its marker is released with the others, so a parked one can be claimed
+ * and the next run evicts it again). Unobservable: all count as staying, failing safe (they
+ * hold their places, so this run launches fewer; the next run counts what exists).
+ */
+async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], log: Logger): Promise<{ terminated: Eviction[]; kept: Eviction[] }> {
+  if (list.length === 0) return { terminated: [], kept: [] };
+  let terminated: Eviction[] = [...list];
+  try {
+    await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: list.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
+  } catch (error) {
+    if (!isUnknownOutcome(error)) {
+      log.error('terminating evicted instances failed', { instances: list.length, error: errorName(error) });
+      return { terminated: [], kept: [...list] };
+    }
+    terminated = await observeTerminated(deps, keys, list, error, log);
+  }
+  for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
+  return { terminated, kept: list.filter((e) => !terminated.includes(e)) };
+}
+
+const TERMINATING = new Set(['shutting-down', 'terminated']);
+
+async function observeTerminated(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], error: unknown, log: Logger): Promise<Eviction[]> {
+  try {
+    const seen = await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: list.map((e) => e.instance.id), states: ALL_STATES });
+    const state = new Map(seen.map((i) => [i.id, i.state]));
+    const went = list.filter((e) => !state.has(e.instance.id) || TERMINATING.has(state.get(e.instance.id)!));
+    log.warn('terminate outcome unknown, resolved by describing the instances', { instances: list.length, terminating: went.length, error: errorName(error) });
+    return went;
+  } catch (readError) {
+    log.error('terminate outcome unknown and describing failed; the instances count as not evicted', { instances: list.length, error: errorName(error), readError: errorName(readError) });
+    return [];
+  }
 }
 
 /**
