@@ -378,12 +378,13 @@ async function removeMarkers(deps: PoolDeps, paths: SsmPaths, ids: readonly stri
 }
 
 /**
- * Terminates in one call. A definite refusal (or throttling past the retries) terminated
- * nothing: all stay. When every answer was lost the terminate may have run: the instances are
- * described again, and what is shutting-down, terminated or no longer listed went; what is
- * still live stays (its marker is released with the others, so a parked one can be claimed
- * and the next run evicts it again). Unobservable: all count as staying, failing safe (they
- * hold their places, so this run launches fewer; the next run counts what exists).
+ * Terminates in one call. Any failure may follow an attempt that ran: the call is retried,
+ * and only the last attempt's error is seen (a lost answer, then throttling or a refusal).
+ * So every failure is resolved by describing the instances again: what is shutting-down,
+ * terminated or no longer listed went; what is still live stays (its marker is released with
+ * the others, so a parked one can be claimed and the next run evicts it again). Unobservable:
+ * all count as staying, failing safe (they hold their places, so this run launches fewer; the
+ * next run counts what exists).
  */
 async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], log: Logger): Promise<{ terminated: Eviction[]; kept: Eviction[] }> {
   if (list.length === 0) return { terminated: [], kept: [] };
@@ -391,10 +392,7 @@ async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly 
   try {
     await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: list.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
   } catch (error) {
-    if (!isUnknownOutcome(error)) {
-      log.error('terminating evicted instances failed', { instances: list.length, error: errorName(error) });
-      return { terminated: [], kept: [...list] };
-    }
+    if (!isUnknownOutcome(error)) log.error('terminating evicted instances failed', { instances: list.length, error: errorName(error) });
     terminated = await observeTerminated(deps, keys, list, error, log);
   }
   for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });

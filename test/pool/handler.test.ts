@@ -230,15 +230,26 @@ describe('pool handler', () => {
     expect(aws.parameters.size).toBe(0);
   });
 
-  it('a terminate refused outright is not observed again: the instance stays and its marker is released', async () => {
+  it('a terminate refused outright is observed as still stopped: the instance stays and its marker is released', async () => {
     const old = maxAged();
     aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
-    await handler(fleetConfig({ warmSize: 1 }))();
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
     expect(aws.count('TerminateInstances')).toBe(1);
-    // The pool's look and the look under the lock; none after the refusal.
-    expect(aws.count('DescribeInstances')).toBe(2);
     expect(aws.instances.get(old.id)!.state).toBe('stopped');
+    expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
     expect(lines.logs('terminating evicted instances failed')).toHaveLength(1);
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  // Only the last attempt's error reaches the pool: a first attempt that ran and lost its
+  // answer, then throttling on every retry, must not read as "terminated nothing".
+  it('a terminate that ran, lost its answer, then was throttled past its retries is observed as terminating', async () => {
+    const old = maxAged();
+    aws.fault('TerminateInstances', lostAnswer(), ...Array.from({ length: 5 }, () => awsError('RequestLimitExceeded', 503)));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(aws.count('TerminateInstances')).toBe(6);
+    expect(aws.instances.get(old.id)!.state).toBe('terminated');
+    expect(summary).toMatchObject({ target: 1, launched: 1, evicted: { 'max-age': 1 } });
     expect(aws.parameters.size).toBe(0);
   });
 
