@@ -300,8 +300,16 @@ async function evict(
   // 1. Take the lock: the claim write scale-up uses.
   const locked: Eviction[] = [];
   for (const e of evictions) if (await lock(deps, paths, e, log)) locked.push(e);
-  // 2. Observe again under the lock: only what is still an unactivated standby goes.
-  const { go, release } = await reobserveLocked(deps, keys, locked, claimed, log);
+  // 2. Observe again under the lock: only what is still an unactivated standby goes. A look
+  //    that fails terminated nothing: the locks are released before the run fails.
+  let observed: Awaited<ReturnType<typeof reobserveLocked>>;
+  try {
+    observed = await reobserveLocked(deps, keys, locked, claimed, log);
+  } catch (error) {
+    await removeMarkers(deps, paths, locked.map((e) => e.instance.id), log);
+    throw error;
+  }
+  const { go, release } = observed;
   // 3. A persistent spot request respawns its instance when the instance is terminated
   //    first: cancel the requests, and keep any instance whose request could not be cancelled.
   const cancelFailed = await cancelSpotRequests(deps, go, log);

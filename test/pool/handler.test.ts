@@ -253,6 +253,17 @@ describe('pool handler', () => {
     expect(aws.parameters.size).toBe(0);
   });
 
+  it('a look under the lock that fails evicts nothing and still releases the marker before the run fails', async () => {
+    const old = maxAged();
+    aws.fault('DescribeInstances', 'pass', ...everyAttempt(() => awsError('InternalError', 500)));
+    const summaries = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(summaries).toEqual([]);
+    expect(lines.logs('pool run failed')).toHaveLength(1);
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.instances.get(old.id)!.state).toBe('stopped');
+    expect(aws.parameters.size).toBe(0);
+  });
+
   it('a terminate whose outcome stays unknown because describing fails counts as not evicted and still releases the marker', async () => {
     maxAged();
     aws.fault('TerminateInstances', ...everyAttempt(() => lostAnswer()));
