@@ -9,16 +9,16 @@ import {
   type Tag,
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
-import { ALL_STATES, describeFleet } from '../shared/instances';
+import { ALL_STATES, describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { readPrimeStreak } from '../shared/prime-state';
-import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak } from './backoff';
+import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
 import { keptTicketFields, type LaunchTickets } from '../shared/launch-tickets';
-import { classify, planPool, type CurrentImage, type Eviction } from './classify';
+import { classify, planPool, type CurrentImage, type Eviction, type PoolPlan } from './classify';
 
 export interface PoolDeps {
   readonly ec2: EC2Client;
@@ -108,7 +108,6 @@ async function runPool(
   metrics: Metrics,
 ): Promise<PoolRunSummary> {
   const keys = tagKeys(config.prefix);
-  const names = config.metrics.names;
   // Every state: a cold launch that failed tagged itself and terminated, and stays in view
   // (about an hour) for the streak to count; the plan counts gone instances for nothing.
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, states: ALL_STATES });
@@ -117,11 +116,56 @@ async function runPool(
   const plan = planPool(instances, claimed, pool, keys, target, now, image);
   const stored = await readStreak(deps, config, pool, log);
   const evicted = await evict(deps, config, plan.evictions, claimed, log, primeFailureReason(pool));
+  const counts = countEvictions(evicted, config, pool, metrics);
+  const prime = decidePrime({ instances, keys, pool, claimed, plan, evicted, stored, now, imageId: image?.imageId });
+  logPrime(prime, pool, log);
+  const launchedIds = prime.decision.launch > 0 ? await launchWithTickets(deps, config, pool, prime.decision, now, log) : [];
+  const launched = launchedIds.length;
+  if (prime.streak && stored !== 'unreadable') await settleStreak(deps, config, pool, stored, watchLaunched(prime.streak, launchedIds, prime.stillPriming), log);
+  const names = config.metrics.names;
+  metrics.add(names.primeBackoff, { Pool: pool.name }, prime.decision.backingOff ? 1 : 0);
+  metrics.add(names.parked, { Pool: pool.name }, plan.parked);
+  metrics.add(names.active, { Pool: pool.name }, plan.active);
+  metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
+  metrics.add(names.target, { Pool: pool.name }, target);
+  log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
+  return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+}
+
+/** Evictions per reason, each counted as the `Evictions{Reason}` metric. */
+function countEvictions(evicted: readonly Eviction[], config: FleetConfig, pool: PoolConfig, metrics: Metrics): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const e of evicted) {
     counts[e.reason] = (counts[e.reason] ?? 0) + 1;
-    metrics.add(names.evictions, { Pool: pool.name, Reason: e.reason });
+    metrics.add(config.metrics.names.evictions, { Pool: pool.name, Reason: e.reason });
   }
+  return counts;
+}
+
+interface PrimeInputs {
+  readonly instances: readonly ObservedInstance[];
+  readonly keys: TagKeys;
+  readonly pool: PoolConfig;
+  readonly claimed: ReadonlySet<string>;
+  readonly plan: PoolPlan;
+  readonly evicted: readonly Eviction[];
+  readonly stored: PrimeStreak | undefined | 'unreadable';
+  readonly now: Date;
+  readonly imageId: string | undefined;
+}
+
+interface PrimeOutcome {
+  readonly wanted: number;
+  readonly failed: readonly PrimeFailure[];
+  readonly starts: StartObservation | undefined;
+  readonly streak: PrimeStreak | undefined;
+  readonly decision: LaunchDecision;
+  readonly stillPriming: ReadonlySet<string>;
+}
+
+/** How many standbys to launch this run, after the evictions and the prime back-off (no AWS call). */
+function decidePrime(p: PrimeInputs): PrimeOutcome {
+  const { instances, keys, pool, claimed, plan, evicted, stored } = p;
   // An eviction that did not happen still holds its place: launch only for those that did.
   // Garbage never held a place (the plan launches as if it were absent), so a garbage
   // instance that stays must not hold back a launch.
@@ -136,10 +180,14 @@ async function runPool(
   const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
   const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
   const starts = stored === 'unreadable' ? undefined : observeStarts(instances, keys, pool, stored);
-  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds, ...(starts ? { starts } : {}) }, failed, wanted, now, image?.imageId);
-  let streak = step?.streak;
-  const decision = step?.decision ?? { launch: 0, backingOff: false };
-  for (const f of [...failed, ...(starts?.failed ?? [])]) {
+  const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds, ...(starts ? { starts } : {}) }, failed, wanted, p.now, p.imageId);
+  return { wanted, failed, starts, streak: step?.streak, decision: step?.decision ?? { launch: 0, backingOff: false }, stillPriming };
+}
+
+/** The failed primes and a held-back launch, as the lines the alarms and the operator read. */
+function logPrime(prime: PrimeOutcome, pool: PoolConfig, log: Logger): void {
+  const { streak, decision, wanted } = prime;
+  for (const f of [...prime.failed, ...(prime.starts?.failed ?? [])]) {
     // The structured line the PrimeBackoff alarm's Logs Insights query finds.
     log.error('prime failed', { instanceId: f.instanceId, reason: f.reason, failuresInARow: streak?.failures, limit: pool.warm.primeFailureLimit });
   }
@@ -153,21 +201,12 @@ async function runPool(
       lastInstanceId: streak?.lastInstanceId,
     });
   }
-  const launchedIds = decision.launch > 0 ? await launchWithTickets(deps, config, pool, decision, now, log) : [];
-  const launched = launchedIds.length;
-  if (streak) streak = watchLaunched(streak, launchedIds, stillPriming);
-  // Written only when it changed (nothing stored and nothing to remember is no change).
-  if (streak && stored !== 'unreadable') {
-    const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
-    if (!unchanged) await writeStreak(deps, config, pool, streak, log);
-  }
-  metrics.add(names.primeBackoff, { Pool: pool.name }, decision.backingOff ? 1 : 0);
-  metrics.add(names.parked, { Pool: pool.name }, plan.parked);
-  metrics.add(names.active, { Pool: pool.name }, plan.active);
-  metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
-  metrics.add(names.target, { Pool: pool.name }, target);
-  log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
-  return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+}
+
+/** Writes the streak only when it changed (nothing stored and nothing to remember is no change). */
+async function settleStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, stored: PrimeStreak | undefined, streak: PrimeStreak, log: Logger): Promise<void> {
+  const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
+  if (!unchanged) await writeStreak(deps, config, pool, streak, log);
 }
 
 /**
@@ -261,7 +300,38 @@ async function evict(
   // 1. Take the lock: the claim write scale-up uses.
   const locked: Eviction[] = [];
   for (const e of evictions) if (await lock(deps, paths, e, log)) locked.push(e);
-  // 2. Observe again under the lock: only what is still an unactivated standby goes.
+  // 2. Observe again under the lock: only what is still an unactivated standby goes. A look
+  //    that fails terminated nothing: the locks are released before the run fails.
+  let observed: Awaited<ReturnType<typeof reobserveLocked>>;
+  try {
+    observed = await reobserveLocked(deps, keys, locked, claimed, log);
+  } catch (error) {
+    await removeMarkers(deps, paths, locked.map((e) => e.instance.id), log);
+    throw error;
+  }
+  const { go, release } = observed;
+  // 3. A persistent spot request respawns its instance when the instance is terminated
+  //    first: cancel the requests, and keep any instance whose request could not be cancelled.
+  const cancelFailed = await cancelSpotRequests(deps, go, log);
+  const terminate = go.filter((e) => !cancelFailed.has(e.instance.id));
+  for (const id of cancelFailed) release.push(id);
+  await tagFailedPrimes(deps, keys, terminate, primeFailure, log);
+  const { terminated, kept } = await terminateEvictions(deps, keys, terminate, log);
+  for (const e of kept) release.push(e.instance.id);
+  // 4. Drop the parameters in this run: of what is gone (a parameter of a terminated instance
+  //    may hold a runner secret if a claim slipped in) and of what stays (so it can be claimed).
+  await removeMarkers(deps, paths, [...terminated.map((e) => e.instance.id), ...release], log);
+  return terminated;
+}
+
+/** The locked evictions still an unactivated standby (`go`), and the ids of the others, whose locks are released. */
+async function reobserveLocked(
+  deps: PoolDeps,
+  keys: TagKeys,
+  locked: readonly Eviction[],
+  claimed: ReadonlySet<string>,
+  log: Logger,
+): Promise<{ go: Eviction[]; release: string[] }> {
   const now = locked.length ? await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: locked.map((e) => e.instance.id) }) : [];
   const current = new Map(now.map((i) => [i.id, i]));
   const go: Eviction[] = [];
@@ -275,55 +345,81 @@ async function evict(
       release.push(e.instance.id);
     }
   }
-  // 3. A persistent spot request respawns its instance when the instance is terminated
-  //    first: cancel the requests, and keep any instance whose request could not be cancelled.
+  return { go, release };
+}
+
+/** Cancels the spot requests of `go` in one call; the ids whose request may still stand (the call failed). */
+async function cancelSpotRequests(deps: PoolDeps, go: readonly Eviction[], log: Logger): Promise<Set<string>> {
   const spot = go.filter((e) => e.instance.spotRequestId);
-  const cancelFailed = new Set<string>();
-  if (spot.length) {
-    try {
-      await deps.aws.send(
-        deps.ec2,
-        new CancelSpotInstanceRequestsCommand({ SpotInstanceRequestIds: spot.map((e) => e.instance.spotRequestId!) }),
-        WRITE_IDEMPOTENT,
-      );
-    } catch (error) {
-      log.error('cancelling spot requests failed; their instances stay', { error: errorName(error) });
-      for (const e of spot) cancelFailed.add(e.instance.id);
-    }
+  if (spot.length === 0) return new Set();
+  try {
+    await deps.aws.send(
+      deps.ec2,
+      new CancelSpotInstanceRequestsCommand({ SpotInstanceRequestIds: spot.map((e) => e.instance.spotRequestId!) }),
+      WRITE_IDEMPOTENT,
+    );
+    return new Set();
+  } catch (error) {
+    log.error('cancelling spot requests failed; their instances stay', { error: errorName(error) });
+    return new Set(spot.map((e) => e.instance.id));
   }
-  const terminate = go.filter((e) => !cancelFailed.has(e.instance.id));
-  for (const id of cancelFailed) release.push(id);
-  // A failed prime keeps its reason on the instance (visible while EC2 lists it). Best effort.
+}
+
+/** A failed prime keeps its reason on the instance (visible while EC2 lists it). Best effort. */
+async function tagFailedPrimes(deps: PoolDeps, keys: TagKeys, terminate: readonly Eviction[], primeFailure: string, log: Logger): Promise<void> {
   const failedPrimes = terminate.filter((e) => e.reason === 'priming-timeout').map((e) => e.instance.id);
-  if (failedPrimes.length) {
-    try {
-      await deps.aws.send(deps.ec2, new CreateTagsCommand({ Resources: failedPrimes, Tags: [{ Key: keys.primeFailure, Value: primeFailure }] }), WRITE_IDEMPOTENT);
-    } catch (error) {
-      log.warn('tagging failed primes failed', { instances: failedPrimes.length, error: errorName(error) });
-    }
+  if (failedPrimes.length === 0) return;
+  try {
+    await deps.aws.send(deps.ec2, new CreateTagsCommand({ Resources: failedPrimes, Tags: [{ Key: keys.primeFailure, Value: primeFailure }] }), WRITE_IDEMPOTENT);
+  } catch (error) {
+    log.warn('tagging failed primes failed', { instances: failedPrimes.length, error: errorName(error) });
   }
-  let terminated: Eviction[] = [];
-  if (terminate.length) {
-    try {
-      await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: terminate.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
-      terminated = terminate;
-      for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
-    } catch (error) {
-      log.error('terminating evicted instances failed', { instances: terminate.length, error: errorName(error) });
-      for (const e of terminate) release.push(e.instance.id);
-    }
+}
+
+/** Deletes the markers (or configs) of `ids`: not found is done; a lost answer is read back. */
+async function removeMarkers(deps: PoolDeps, paths: SsmPaths, ids: readonly string[], log: Logger): Promise<void> {
+  if (ids.length === 0) return;
+  const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, ids.map((id) => paths.runnerConfig(id)), { delete: 'single', readBack: 'list' });
+  for (const id of ids) {
+    if (!outcome.gone.has(paths.runnerConfig(id))) log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, errors: outcome.errors });
   }
-  // 4. Drop the parameters in this run: of what is gone (a parameter of a terminated instance
-  //    may hold a runner secret if a claim slipped in) and of what stays (so it can be claimed).
-  //    Not found is done; a lost answer is read back.
-  const ids = [...terminated.map((e) => e.instance.id), ...release];
-  if (ids.length > 0) {
-    const outcome = await deleteRunnerConfigs(deps.aws, deps.ssm, paths, ids.map((id) => paths.runnerConfig(id)), { delete: 'single', readBack: 'list' });
-    for (const id of ids) {
-      if (!outcome.gone.has(paths.runnerConfig(id))) log.warn('removing an eviction marker failed; the sweep removes it', { instanceId: id, errors: outcome.errors });
-    }
+}
+
+/**
+ * Terminates in one call. Any failure may follow an attempt that ran: the call is retried,
+ * and only the last attempt's error is seen (a lost answer, then throttling or a refusal).
+ * So every failure is resolved by describing the instances again: what is shutting-down,
+ * terminated or no longer listed went; what is still live stays (its marker is released with
+ * the others, so a parked one can be claimed and the next run evicts it again). Unobservable:
+ * all count as staying, failing safe (they hold their places, so this run launches fewer; the
+ * next run counts what exists).
+ */
+async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], log: Logger): Promise<{ terminated: Eviction[]; kept: Eviction[] }> {
+  if (list.length === 0) return { terminated: [], kept: [] };
+  let terminated: Eviction[] = [...list];
+  try {
+    await deps.aws.send(deps.ec2, new TerminateInstancesCommand({ InstanceIds: list.map((e) => e.instance.id) }), WRITE_IDEMPOTENT);
+  } catch (error) {
+    if (!isUnknownOutcome(error)) log.error('terminating evicted instances failed', { instances: list.length, error: errorName(error) });
+    terminated = await observeTerminated(deps, keys, list, error, log);
   }
-  return terminated;
+  for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
+  return { terminated, kept: list.filter((e) => !terminated.includes(e)) };
+}
+
+const TERMINATING = new Set(['shutting-down', 'terminated']);
+
+async function observeTerminated(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], error: unknown, log: Logger): Promise<Eviction[]> {
+  try {
+    const seen = await describeFleet(deps.aws, deps.ec2, keys, { instanceIds: list.map((e) => e.instance.id), states: ALL_STATES });
+    const state = new Map(seen.map((i) => [i.id, i.state]));
+    const went = list.filter((e) => !state.has(e.instance.id) || TERMINATING.has(state.get(e.instance.id)!));
+    log.warn('terminate outcome unknown, resolved by describing the instances', { instances: list.length, terminating: went.length, error: errorName(error) });
+    return went;
+  } catch (readError) {
+    log.error('terminate outcome unknown and describing failed; the instances count as not evicted', { instances: list.length, error: errorName(error), readError: errorName(readError) });
+    return [];
+  }
 }
 
 /**

@@ -204,6 +204,76 @@ describe('pool handler', () => {
     expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
   });
 
+  // TerminateInstances is sent as idempotent: six attempts, each answer lost.
+  const everyAttempt = <T>(fault: () => T): T[] => Array.from({ length: 6 }, fault);
+  const maxAged = () => aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: standbyTags(), launchTime: new Date(0) });
+
+  it('a terminate that ran but whose every answer was lost is observed as terminating: counted as evicted, marker removed, its place launched', async () => {
+    const old = maxAged();
+    aws.fault('TerminateInstances', ...everyAttempt(() => lostAnswer()));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(aws.count('TerminateInstances')).toBe(6);
+    expect(aws.instances.get(old.id)!.state).toBe('terminated');
+    expect(summary).toMatchObject({ target: 1, launched: 1, evicted: { 'max-age': 1 } });
+    expect(lines.logs(/^terminate outcome unknown, resolved/)[0]).toMatchObject({ instances: 1, terminating: 1 });
+    expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: old.id, reason: 'max-age' });
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a terminate whose every answer was lost and that did not run is observed as still stopped: it holds its place and its marker is released', async () => {
+    const old = maxAged();
+    aws.fault('TerminateInstances', ...everyAttempt(() => awsError('ServiceUnavailable', 503)));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(aws.instances.get(old.id)!.state).toBe('stopped');
+    expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
+    expect(lines.logs(/^terminate outcome unknown, resolved/)[0]).toMatchObject({ instances: 1, terminating: 0 });
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a terminate refused outright is observed as still stopped: the instance stays and its marker is released', async () => {
+    const old = maxAged();
+    aws.fault('TerminateInstances', awsError('UnauthorizedOperation'));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(aws.count('TerminateInstances')).toBe(1);
+    expect(aws.instances.get(old.id)!.state).toBe('stopped');
+    expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
+    expect(lines.logs('terminating evicted instances failed')).toHaveLength(1);
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  // Only the last attempt's error reaches the pool: a first attempt that ran and lost its
+  // answer, then throttling on every retry, must not read as "terminated nothing".
+  it('a terminate that ran, lost its answer, then was throttled past its retries is observed as terminating', async () => {
+    const old = maxAged();
+    aws.fault('TerminateInstances', lostAnswer(), ...Array.from({ length: 5 }, () => awsError('RequestLimitExceeded', 503)));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(aws.count('TerminateInstances')).toBe(6);
+    expect(aws.instances.get(old.id)!.state).toBe('terminated');
+    expect(summary).toMatchObject({ target: 1, launched: 1, evicted: { 'max-age': 1 } });
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a look under the lock that fails evicts nothing and still releases the marker before the run fails', async () => {
+    const old = maxAged();
+    aws.fault('DescribeInstances', 'pass', ...everyAttempt(() => awsError('InternalError', 500)));
+    const summaries = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(summaries).toEqual([]);
+    expect(lines.logs('pool run failed')).toHaveLength(1);
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.instances.get(old.id)!.state).toBe('stopped');
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it('a terminate whose outcome stays unknown because describing fails counts as not evicted and still releases the marker', async () => {
+    maxAged();
+    aws.fault('TerminateInstances', ...everyAttempt(() => lostAnswer()));
+    aws.fault('DescribeInstances', 'pass', 'pass', ...everyAttempt(() => awsError('InternalError', 500)));
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(summary).toMatchObject({ target: 1, launched: 0, evicted: {} });
+    expect(lines.logs(/^terminate outcome unknown and describing failed/)).toHaveLength(1);
+    expect(aws.parameters.size).toBe(0);
+  });
+
   it('does not evict an instance scale-up claimed after the pool observed it', async () => {
     const i = parked();
     aws.fault('PutParameter', (input) => {
