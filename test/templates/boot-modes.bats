@@ -545,7 +545,8 @@ latency_boot() {
   watcher=$(grep -oE "watching the runner's output \(watcher [0-9]+\)" "$ROOT/out" | head -n 1 | tr -dc 0-9)
   [ -n "$watcher" ]
   kill -KILL "$watcher"
-  while kill -0 "$watcher" 2>/dev/null; do sleep 0.1; done
+  # Gone or a zombie (its parent reaps it later): either way it reads nothing more.
+  while [[ $(ps -o stat= -p "$watcher" 2>/dev/null) == [^Z]* ]]; do sleep 0.1; done
   rm -f "$ROOT/calls/runner-hold"
   boot_wait
   [ "$status" -eq 0 ]
