@@ -434,12 +434,14 @@ start_runner() {
 # job (the contract's JOB_START_LINES), tags this instance with the time, once and in the
 # background: the scale-down never reclaims as idle a runner whose instance says it works,
 # whatever the CI service reports. The line comes from the runner's own dispatch (no polling,
-# both providers alike); a missed line only leaves the two-readings rule. Never fails: the
-# runner writes into this pipe, and a reader that ended would break its output.
+# both providers alike); a missed line only leaves the two-readings rule. It reads the
+# runner's output file (watch_output), never a pipe from the runner: were it to die, the runner
+# would not (a writer to a pipe without a reader gets SIGPIPE or EPIPE).
 watch_job() {
   local line seen=0 at t
   # Forked after the config was parsed: this process must not keep the runner's secret.
   CONFIG='' JIT='' URL='' RTOKEN=''
+  log "watching the runner's output (watcher $BASHPID)"
   while IFS= read -r line || [[ -n $line ]]; do
     printf '%s\n' "$line" 2>/dev/null || true
     ((!seen)) || continue
@@ -452,6 +454,13 @@ watch_job() {
     } &
   done
   wait || true
+}
+
+# watch_output PID: follows $RUNNER_OUT from its start until the runner (PID) has exited and its
+# last lines are read (tail --pid), through watch_job. If the watcher ends early the runner
+# keeps writing to its file, and the file keeps the lines nobody relayed.
+watch_output() {
+  tail -n +1 -F --pid="$1" "$RUNNER_OUT" 2>/dev/null | watch_job
 }
 
 readonly JOB_TAG_ROUNDS=6
@@ -506,7 +515,7 @@ terminate() {
 }
 
 run_mode() {
-  local runner deleter status=0
+  local runner watcher deleter status=0
   MODE=$MODE_RUN
   log "$L_MODE=$MODE instance=$ID"
   disable_hook
@@ -520,8 +529,13 @@ run_mode() {
   T1=$EPOCHREALTIME
   ! since_activated "$T1" || log "$L_LATENCY=$SINCE"
   log "starting the $PROVIDER runner"
-  start_runner > >(watch_job 9>&-) 2>&1 &
+  # The runner writes to a file of its own (0600: it is the runner's console), not to a pipe.
+  RUNNER_OUT=$STATE/runner.out
+  (umask 077 && : >"$RUNNER_OUT")
+  start_runner >>"$RUNNER_OUT" 2>&1 &
   runner=$! RAN=1
+  watch_output "$runner" 9>&- &
+  watcher=$!
   JIT='' URL='' RTOKEN=''
   # Off the critical path: the runner is already starting. So is shipping the log (its
   # ledger lines feed the fleet's metrics), after the deletion: one aws CLI at a time beside
@@ -533,6 +547,8 @@ run_mode() {
   ledger "$S_RUNNER" "$T1"
   ship_logs
   wait $runner || status=$?
+  # tail stops within a second of the runner's end, after its last lines.
+  wait "$watcher" || true
   log "runner exited with status $status"
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
   terminate

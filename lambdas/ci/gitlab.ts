@@ -25,6 +25,11 @@ export interface GitLabProviderOptions extends ProviderTransportOptions {
  * `scheduled` is a delayed job (`when: delayed`) whose timer has not fired; it becomes pending.
  */
 const WAITING_STATUSES = new Set(['created', 'waiting_for_resource', 'preparing', 'scheduled', 'pending']);
+/**
+ * Job states in which a runner still works on the job: `canceling` (GitLab 17.0+) is a cancelled
+ * job whose runner still runs its `after_script`; deleting the runner then cuts that off.
+ */
+export const RUNNER_WORKING_STATUSES = ['running', 'canceling'] as const;
 
 export class GitLabApiError extends Error {
   constructor(
@@ -132,17 +137,45 @@ export class GitLabProvider implements CiProvider {
   }
 
   /**
-   * Whether GitLab lists a running job of the runner (`GET /runners/:id/jobs?status=running`,
-   * api/runners.md#list-jobs-processed-by-a-runner): the runner's `status` says only when it last
-   * contacted GitLab, not whether it works. Only 200 with a list is an answer; a 404 (runner gone,
-   * or not visible to the token) or any failure throws, so the caller keeps the runner. GitLab
+   * Whether GitLab lists a job the runner still works on (`GET /runners/:id/jobs`,
+   * api/runners.md#list-jobs-processed-by-a-runner): `running`, or `canceling` (GitLab 17.0+,
+   * a cancelled job whose `after_script` still runs on the runner). The runner's `status` says
+   * only when it last contacted GitLab, not whether it works. One status per request: `running`
+   * first, then `canceling`; a GitLab older than `canceling` answers that request 400 (not a
+   * status it knows), read as none. Only 200 with a list is an answer; a 404 (runner gone, or not
+   * visible to the token) or any other failure throws, so the caller keeps the runner. GitLab
    * lists only jobs of projects where the token's user has at least the Reporter role.
    */
   async runnerBusy(runnerId: string): Promise<boolean> {
     if (!/^\d+$/.test(runnerId)) throw new Error(`"${runnerId}" is not a GitLab runner id`);
-    const res = await this.call('list running jobs', 'GET', `/runners/${runnerId}/jobs?status=running&per_page=1`, { expect: [200] });
-    if (!Array.isArray(res.data)) throw new GitLabApiError('list running jobs', res.status, 'answer is not a list');
-    return res.data.length > 0;
+    for (const status of RUNNER_WORKING_STATUSES) {
+      const res = await this.call(`list ${status} jobs`, 'GET', `/runners/${runnerId}/jobs?status=${status}&per_page=1`, { expect: status === 'running' ? [200] : [200, 400] });
+      if (res.status === 400) continue;
+      if (!Array.isArray(res.data)) throw new GitLabApiError(`list ${status} jobs`, res.status, 'answer is not a list');
+      if (res.data.length > 0) return true;
+    }
+    return false;
+  }
+
+  /**
+   * `PUT /runners/:id` with `paused` (api/runners.md, "Update runner's details"; `paused` since
+   * GitLab 14.8, which replaced `active`): a paused runner is handed no new job and keeps the one
+   * it runs. Safe to repeat, so 5xx answers are retried; any answer but 200 throws.
+   */
+  async setRunnerPaused(runnerId: string, paused: boolean): Promise<void> {
+    if (!/^\d+$/.test(runnerId)) throw new Error(`"${runnerId}" is not a GitLab runner id`);
+    await this.call(paused ? 'pause runner' : 'unpause runner', 'PUT', `/runners/${runnerId}`, { body: { paused }, expect: [200], retryServerErrors: true });
+  }
+
+  /** `GET /runners/:id`: its `paused` (or, before 14.8, `!active`); undefined on 404 (gone). */
+  async runnerPaused(runnerId: string): Promise<boolean | undefined> {
+    if (!/^\d+$/.test(runnerId)) throw new Error(`"${runnerId}" is not a GitLab runner id`);
+    const res = await this.call('read runner', 'GET', `/runners/${runnerId}`, { expect: [200, 404] });
+    if (res.status === 404) return undefined;
+    const data = res.data as { paused?: unknown; active?: unknown } | undefined;
+    if (typeof data?.paused === 'boolean') return data.paused;
+    if (typeof data?.active === 'boolean') return !data.active;
+    throw new GitLabApiError('read runner', res.status, 'answer lacks paused');
   }
 
   async isJobQueued(job: JobMessage): Promise<boolean> {

@@ -6,7 +6,7 @@ import { describeFleet } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs, type ObservedParameter } from '../shared/parameters';
-import { busyAtProvider } from './busy-check';
+import { deregisterIdleRunner, type IdleDeregistration } from './pause-first';
 import { recordIdleReadings, reportedSinceReading } from './idle-marks';
 import { planSweep, SWEEP_DEFAULTS, type DeleteParameter, type DeleteRunner, type SweepOptions, type Terminate } from './sweep';
 
@@ -92,8 +92,8 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
  * listed is deregistered first, and its instance terminated only when that succeeded: the
  * deregistration is the lock. Between the list and now the idle runner may have taken a job;
  * GitHub then refuses the deletion (422, runner busy), and once deleted a runner can take no
- * new job. GitLab refuses nothing, so an idle GitLab runner is deleted only when GitLab lists
- * no running job of it (`busyAtProvider`). A job-started report that arrived after the first
+ * new job. GitLab refuses nothing, so an idle GitLab runner is paused first, then deleted only
+ * when GitLab lists no running job of it (`deregisterIdleRunner`). A job-started report that arrived after the first
  * reading still saves its runner.
  */
 async function deregisterFirst(
@@ -119,20 +119,36 @@ async function deregisterFirst(
       continue;
     }
     const runnerId = t.runner.runnerId;
-    const atProvider = t.reason === 'idle' ? await busyAtProvider(ci, runnerId, ciTimeoutMs) : { busy: false as const };
-    if (atProvider.busy) {
-      const fields = { instanceId: t.instance.id, runnerId, why: atProvider.why, traceId, ...(atProvider.error ? { error: atProvider.error } : {}) };
-      log[atProvider.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', fields);
+    const fields = { instanceId: t.instance.id, runnerId, reason: t.reason, traceId };
+    if (t.reason !== 'idle') {
+      try {
+        await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(runnerId));
+        terminate.push(t);
+      } catch (error) {
+        log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', { ...fields, error: errorName(error) });
+      }
       continue;
     }
-    try {
-      await withTimeout('deleteRunner', ciTimeoutMs, () => ci.deleteRunner(runnerId));
-      terminate.push(t);
-    } catch (error) {
-      log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', { instanceId: t.instance.id, runnerId, reason: t.reason, traceId, error: errorName(error) });
-    }
+    const outcome = await deregisterIdleRunner(ci, runnerId, ciTimeoutMs);
+    if (outcome.deleted) terminate.push(t);
+    else logKept(log, outcome, fields);
   }
   return terminate;
+}
+
+/** Why an idle runner was kept, and whether a pause the sweep set was undone (an error if it may not be). */
+function logKept(log: Logger, outcome: IdleDeregistration & { deleted: false }, fields: Record<string, string | undefined>): void {
+  const detail = { ...fields, why: outcome.why, ...(outcome.error ? { error: outcome.error } : {}), ...(outcome.unpause ? { unpause: outcome.unpause } : {}) };
+  if (outcome.why === 'running-job' || outcome.why === 'unknown') {
+    log[outcome.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', detail);
+  } else if (outcome.why === 'pause-failed') {
+    log.warn('keeping the instance: its runner could not be paused before the last reading', detail);
+  } else {
+    log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', detail);
+  }
+  if (outcome.unpause === 'not-applied' || outcome.unpause === 'unknown') {
+    log.error('the runner may be left paused (it takes no new job): unpause it, or let a later idle reading remove it', detail);
+  }
 }
 
 /** One TerminateInstances per 100 instances (their runners are deregistered already); the ids terminated. */

@@ -25,7 +25,8 @@ export interface GitLabJob {
   id: number;
   projectId: number;
   tags: string[];
-  status: 'pending' | 'running' | 'success' | 'failed' | 'canceled';
+  /** `canceling`: cancelled while a runner ran it (GitLab 17.0+); the runner still works on it until it reports. */
+  status: 'pending' | 'running' | 'canceling' | 'success' | 'failed' | 'canceled';
   runnerId?: number;
   /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
   createdAt?: string;
@@ -41,6 +42,8 @@ export interface GitLabRunnerRecord {
   groupId?: number;
   token: string;
   contactedAt?: string;
+  /** `PUT /runners/:id` with `paused`: a paused runner is handed no new job. */
+  paused: boolean;
 }
 
 export interface LoopbackGitLab {
@@ -50,7 +53,11 @@ export interface LoopbackGitLab {
   readonly accessToken: string;
   addJob(projectId: number, tags: string[]): GitLabJob;
   jobs(): GitLabJob[];
-  /** Cancels a pending job (`POST /projects/:id/jobs/:job_id/cancel`'s effect): `canceled`, no runner takes it. Throws for a job a runner holds. */
+  /**
+   * Cancels a job (`POST /projects/:id/jobs/:job_id/cancel`'s effect): a pending job ends
+   * `canceled`, no runner takes it; a running one goes `canceling` (GitLab 17.0+), its runner
+   * still working on it until it reports its end (`PUT /jobs/:id`), which makes it `canceled`.
+   */
   cancelJob(jobId: number): void;
   runners(): GitLabRunnerRecord[];
   /** Jobs whose runner was deleted (`DELETE /runners/:id`) while it ran them: cut off. */
@@ -191,8 +198,8 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       id: r.id,
       description: r.description,
       ip_address: null,
-      active: true,
-      paused: false,
+      active: !r.paused,
+      paused: r.paused,
       is_shared: r.runnerType === 'instance_type',
       runner_type: r.runnerType,
       name: r.contactedAt === undefined ? null : 'gitlab-runner',
@@ -265,6 +272,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     let m: RegExpExecArray | null;
     if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'DELETE') return deleteRunner(Number(m[1]));
     if ((m = /^\/runners\/(\d+)\/jobs$/.exec(path)) && req.method === 'GET') return runnerJobs(req, Number(m[1]));
+    if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'PUT') return updateRunner(req.body, Number(m[1]));
     if ((m = /^\/runners\/(\d+)$/.exec(path)) && req.method === 'GET') {
       const r = runners.get(Number(m[1]));
       return r ? { status: 200, body: { ...runnerJson(r), tag_list: [...r.tagList], run_untagged: r.runUntagged, locked: r.runnerType === 'project_type', contacted_at: r.contactedAt ?? null } } : notFound('Runner');
@@ -302,8 +310,24 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     return notFound();
   }
 
+  /** Jobs the runner works on: `running`, and `canceling` (its `after_script` still runs). */
   function runningJobsOf(runnerId: number): JobState[] {
-    return [...jobs.values()].filter((j) => j.runnerId === runnerId && j.status === 'running');
+    return [...jobs.values()].filter((j) => j.runnerId === runnerId && (j.status === 'running' || j.status === 'canceling'));
+  }
+
+  /**
+   * `PUT /runners/:id` (api/runners.md, "Update runner's details"): here only `paused` (and the
+   * `active` it replaced in 14.8, its negation), as JSON or form values; answers the runner.
+   */
+  function updateRunner(body: string, id: number): HttpAnswer {
+    const r = runners.get(id);
+    if (!r) return notFound('Runner');
+    const b = jsonObject(body) ?? Object.fromEntries(new URLSearchParams(body));
+    const flag = (v: unknown) => (typeof v === 'boolean' ? v : v === 'true' ? true : v === 'false' ? false : undefined);
+    const paused = b.paused !== undefined ? flag(b.paused) : b.active !== undefined ? (flag(b.active) === undefined ? undefined : !flag(b.active)) : undefined;
+    if (paused === undefined) return badRequest('paused is missing or invalid');
+    r.paused = paused;
+    return { status: 200, body: runnerJson(r) };
   }
 
   /**
@@ -444,6 +468,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       ...(projectId === undefined ? {} : { projectId }),
       token: randomToken('glrt-', 15),
       createdAt: iso(),
+      paused: false,
     };
     runners.set(runner.id, runner);
     return { status: 201, body: { id: runner.id, token: runner.token, token_expires_at: null } };
@@ -503,6 +528,8 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       // A runner that died before this request: it never arrived, so it is no contact either.
       if (basics.strays.dies(r.description)) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       r.contactedAt = iso();
+      // A paused runner still polls (and counts as a contact) but is handed no job.
+      if (r.paused) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       const job = basics.strays.jobFor(r.description, [...jobs.values()], (waiting) => gitlabJobFor(r, waiting));
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
@@ -516,7 +543,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (m?.[2] !== undefined && req.method === 'PATCH') {
       if (!job) return notFound();
       if (req.headers['job-token'] !== job.token) return forbidden;
-      if (job.status !== 'running') return { ...forbidden, headers: { 'job-status': job.status } };
+      if (job.status !== 'running' && job.status !== 'canceling') return { ...forbidden, headers: { 'job-status': job.status } };
       // GitLab appends a chunk only at the trace's current end: `Content-Range: <start>-<end>`
       // (the end is not checked, runners send it one past the last byte); else 416 names the size.
       const range = req.headers['content-range'];
@@ -529,14 +556,15 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (m && m[2] === undefined && req.method === 'PUT') {
       if (!job) return notFound();
       if (b.token !== job.token) return forbidden;
-      // GitLab accepts updates only while the job is running on a runner.
-      if (job.status !== 'running') return { status: 403, body: { message: '403 Forbidden - Job is not running' }, headers: { 'job-status': job.status } };
-      if (b.state === 'running') return { status: 200, headers: { 'job-status': 'running' } };
+      // GitLab accepts updates only while the job is running (or canceling) on a runner.
+      if (job.status !== 'running' && job.status !== 'canceling') return { status: 403, body: { message: '403 Forbidden - Job is not running' }, headers: { 'job-status': job.status } };
+      if (b.state === 'running') return { status: 200, headers: { 'job-status': job.status } };
       // Ci::UpdateBuildStateService knows these three; anything else is 400.
       if (b.state !== 'success' && b.state !== 'failed') return badRequest(`state "${String(b.state)}" is not running, success or failed`);
-      job.status = b.state;
+      // A canceling job ends canceled, whatever its after_script did.
+      job.status = job.status === 'canceling' ? 'canceled' : b.state;
       job.finishedAt = iso();
-      if (b.state === 'failed') return { status: 200, headers: { 'job-status': 'failed' } };
+      if (job.status !== 'success') return { status: 200, headers: { 'job-status': job.status } };
       const runner = job.runnerId === undefined ? undefined : runners.get(job.runnerId);
       basics.jobDone('gitlab', job.id, runner?.description);
       return { status: 200, headers: { 'job-status': 'success' } };
@@ -567,6 +595,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
         token: r.token,
         ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
+        paused: r.paused,
       })),
     jobsCutOff: () => [...cutOff].sort((a, b) => a - b),
     failNext: basics.failNext,
@@ -611,10 +640,14 @@ function publicJob(j: JobState): GitLabJob {
   };
 }
 
-/** `cancelJob`: a pending job ends as canceled; a job a runner holds is refused (this server cannot stop a runner). */
+/** `cancelJob`: a pending job ends as canceled; a running one goes canceling until its runner reports. */
 function cancelPending(job: JobState | undefined, jobId: number): void {
   if (!job) throw new Error(`no job ${jobId}`);
-  if (job.status !== 'pending') throw new Error(`job ${jobId} is ${job.status}: only a pending job is cancelled here`);
+  if (job.status === 'running') {
+    job.status = 'canceling';
+    return;
+  }
+  if (job.status !== 'pending') throw new Error(`job ${jobId} is ${job.status}: only a pending or running job is cancelled`);
   job.status = 'canceled';
   job.finishedAt = new Date().toISOString();
 }

@@ -14,7 +14,7 @@ const T0 = Date.parse('2026-11-29T19:00:00Z');
 const INSTANCE = 'i-0123456789abcdef0';
 const apiToken = `glpat-${plantSecret('gl-api')}`;
 
-let runners: { id: number; description: string; status: string; runner_type: string }[] = [];
+let runners: { id: number; description: string; status: string; runner_type: string; paused?: boolean }[] = [];
 const runnerTokens: string[] = [];
 
 /** GitLab's documented REST shapes (api/users.md#create-a-runner, api/runners.md, api/jobs.md), under a path prefix like a self-managed install. */
@@ -48,10 +48,22 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
   }
   const runnerJobs = /^\/runners\/(\d+)\/jobs$/.exec(path);
   if (runnerJobs && req.method === 'GET') {
-    // api/runners.md#list-jobs-processed-by-a-runner: runner 9401 runs job 1978; 9402 ran 1979; 9403 answers garbage.
-    if (url.searchParams.get('status') !== 'running') return { status: 400, body: { error: 'status does not have a valid value' } };
-    const listed = { '9401': [{ id: 1978, status: 'running', stage: 'test', name: 'test', pipeline: { id: 5, status: 'running' } }], '9402': [], '9403': { jobs: [] } }[runnerJobs[1]!];
+    // api/runners.md#list-jobs-processed-by-a-runner: runner 9401 runs job 1978; 9402 ran 1979; 9403 answers garbage;
+    // 9405's job 1985 is canceling (its after_script runs); 9406 is on a GitLab before 17.0, which knows no canceling.
+    const status = url.searchParams.get('status');
+    if (status !== 'running' && (status !== 'canceling' || runnerJobs[1] === '9406')) return { status: 400, body: { error: 'status does not have a valid value' } };
+    const jobs: Record<string, { id: number; status: string }[] | object> = { '9401': [{ id: 1978, status: 'running' }], '9402': [], '9403': { jobs: [] }, '9405': [{ id: 1985, status: 'canceling' }], '9406': [] };
+    const all = jobs[runnerJobs[1]!];
+    const listed = Array.isArray(all) ? all.filter((j) => j.status === status).map((j) => ({ ...j, stage: 'test', name: 'test', pipeline: { id: 5, status: j.status } })) : all;
     return listed === undefined ? { status: 404, body: { message: '404 Runner Not Found' } } : { status: 200, body: listed };
+  }
+  const one = /^\/runners\/(\d+)$/.exec(path);
+  const known = one ? runners.find((r) => r.id === Number(one[1])) : undefined;
+  // api/runners.md, "Update runner's details" (`paused`) and "Get runner's details".
+  if (one && (req.method === 'PUT' || req.method === 'GET')) {
+    if (!known) return { status: 404, body: { message: '404 Runner Not Found' } };
+    if (req.method === 'PUT') known.paused = (JSON.parse(req.body) as { paused: boolean }).paused;
+    return { status: 200, body: { id: known.id, description: known.description, paused: known.paused ?? false, active: !(known.paused ?? false), status: known.status } };
   }
   const job = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path);
   if (job && req.method === 'GET') {
@@ -144,10 +156,31 @@ describe('GitLabProvider against a loopback self-managed GitLab', () => {
     const p = provider();
     expect(await p.runnerBusy('9401')).toBe(true);
     expect(await p.runnerBusy('9402')).toBe(false);
-    expect(h.server.requests.map((r) => r.path)).toEqual(['/gitlab/api/v4/runners/9401/jobs?status=running&per_page=1', '/gitlab/api/v4/runners/9402/jobs?status=running&per_page=1']);
+    // running first; only when none, canceling (a cancelled job whose after_script still runs).
+    expect(h.server.requests.map((r) => r.path)).toEqual([
+      '/gitlab/api/v4/runners/9401/jobs?status=running&per_page=1',
+      '/gitlab/api/v4/runners/9402/jobs?status=running&per_page=1',
+      '/gitlab/api/v4/runners/9402/jobs?status=canceling&per_page=1',
+    ]);
+    expect(await p.runnerBusy('9405')).toBe(true);
+    // A GitLab before 17.0 answers the canceling query 400: it has no such state, so none.
+    expect(await p.runnerBusy('9406')).toBe(false);
     expect(await failure(p.runnerBusy('9404'))).toMatchObject({ status: 404 });
     expect(await failure(p.runnerBusy('9403'))).toMatchObject({ message: expect.stringContaining('answer is not a list') });
     await expect(p.runnerBusy('../9401')).rejects.toThrow(/not a GitLab runner id/);
+  });
+
+  it('pauses and unpauses a runner (PUT paused), reads it back, and a runner gone reads undefined', async () => {
+    const p = provider();
+    const reg = await p.createRunner(job(), INSTANCE, 'docker');
+    await p.setRunnerPaused(reg.runnerId, true);
+    expect(await p.runnerPaused(reg.runnerId)).toBe(true);
+    await p.setRunnerPaused(reg.runnerId, false);
+    expect(await p.runnerPaused(reg.runnerId)).toBe(false);
+    expect(h.server.requests.filter((r) => r.method === 'PUT').map((r) => JSON.parse(r.body) as unknown)).toEqual([{ paused: true }, { paused: false }]);
+    await p.deleteRunner(reg.runnerId);
+    expect(await p.runnerPaused(reg.runnerId)).toBeUndefined();
+    expect(await failure(p.setRunnerPaused(reg.runnerId, false))).toMatchObject({ status: 404 });
   });
 
   it('tells whether a job still waits, and resolves its tags', async () => {

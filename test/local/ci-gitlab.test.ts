@@ -121,7 +121,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(reg.url).toBe(gl.url);
     expect(reg.secret).toMatch(/^glrt-/);
     expect(gl.runners()).toEqual([
-      { id: Number(reg.runnerId), description: reg.name, tagList: ['docker', 'linux'], runUntagged: false, runnerType: GitLabRunnerType.GROUP, groupId: GROUP, token: reg.secret },
+      { id: Number(reg.runnerId), description: reg.name, tagList: ['docker', 'linux'], runUntagged: false, runnerType: GitLabRunnerType.GROUP, groupId: GROUP, token: reg.secret, paused: false },
     ]);
     expect(await p.listRunners()).toEqual([{ runnerId: reg.runnerId, name: reg.name, status: 'never_contacted' }]);
 

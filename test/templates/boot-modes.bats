@@ -533,6 +533,29 @@ latency_boot() {
   [ "$(aws_actions | grep -cx EC2.CreateTags)" -eq 1 ]
 }
 
+@test "the runner outlives its output watcher: the watcher killed mid-job, the runner writes on, completes its job and exits 0" {
+  new_instance "$(cold_tags)"
+  github_config jit-watcher-dies
+  printf '2026-12-01 12:00:01Z: %sbuild\n' "$JOB_LINE_GITHUB" >"$ROOT/calls/runner-say"
+  printf '2026-12-01 12:00:09Z: Job build completed with result: Succeeded\n' >"$ROOT/calls/runner-say-end"
+  scaled_seconds 60 >"$ROOT/calls/runner-hold"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "job started: tagged $TAG_JOB_STARTED="
+  local watcher
+  watcher=$(grep -oE "watching the runner's output \(watcher [0-9]+\)" "$ROOT/out" | head -n 1 | tr -dc 0-9)
+  [ -n "$watcher" ]
+  kill -KILL "$watcher"
+  # Gone or a zombie (its parent reaps it later): either way it reads nothing more.
+  while [[ $(ps -o stat= -p "$watcher" 2>/dev/null) == [^Z]* ]]; do sleep 0.1; done
+  rm -f "$ROOT/calls/runner-hold"
+  boot_wait
+  [ "$status" -eq 0 ]
+  [ -e "$ROOT/calls/runner.done" ]
+  grep -qF 'runner exited with status 0' "$ROOT/out"
+  # Nobody relayed the last line, but the runner's output file kept it.
+  grep -qF "Job build completed with result: Succeeded" "$ROOT/var/lib/warm-runners/runner.out"
+}
+
 @test "GitLab: run-single's job received line tags the instance job-started" {
   new_instance "$(cold_tags)"
   gitlab_config https://gitlab.example.com glrt-job-line

@@ -63,6 +63,15 @@ export interface CiProvider {
    * deregistered. Throws when the service gives no clear answer: unknown is not idle.
    */
   runnerBusy?(runnerId: string): Promise<boolean>;
+  /**
+   * Pauses (`true`) or unpauses a runner: a paused runner is handed no new job and keeps the one
+   * it runs (GitLab's `paused`). Where the service has it, the scale-down pauses an idle runner
+   * before its last `runnerBusy` reading, so no job can reach it between that reading and the
+   * DELETE. Throws when the service gives no clear answer: read back with `runnerPaused`.
+   */
+  setRunnerPaused?(runnerId: string, paused: boolean): Promise<void>;
+  /** Whether the runner is paused, read back; `undefined` when the service no longer has it. */
+  runnerPaused?(runnerId: string): Promise<boolean | undefined>;
 }
 
 /** Why a job lookup found nothing; `not-found` is an HTTP 404: gone, or not visible to the credential. */
