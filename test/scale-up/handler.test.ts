@@ -4,7 +4,7 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { scaled } from '../support/slowdown';
-import { launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { adoptWindowSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -925,6 +925,20 @@ describe('scale-up: cold launch', () => {
     expect(aws.count('CreateFleet')).toBe(1);
     expect(coldLaunched().filter((i) => i.id !== earlier.id)).toHaveLength(1);
     expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
+  });
+
+  it("a redelivery does not take over an earlier instance launched near the end of its config wait: it launches its own", async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    // Launched exactly the take-over window ago: its boot may be in its last poll or ending.
+    const launchTime = new Date(aws.now.getTime() - adoptWindowSeconds({}) * 1000);
+    const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(earlier.tags.has(KEYS.runnerId)).toBe(false);
+    expect(aws.parameters.has(paths.runnerConfig(earlier.id))).toBe(false);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(0);
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {
