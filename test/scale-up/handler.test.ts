@@ -1175,6 +1175,21 @@ describe('scale-up: a registration carried to the cold gate that throws', () => 
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
   });
 
+  it("a redelivery whose look-up of the earlier receives' launches fails gives its launch ticket back, once", async () => {
+    failingOnce();
+    const ticket = { key: 'ticket-1', owner: 'owner-1', expiresAt: new Date(aws.now.getTime() + 600_000).toISOString() };
+    const released: unknown[] = [];
+    const launchTickets = { take: async () => ({ taken: [ticket], errors: [] }), release: async (t: unknown) => (released.push(t), { released: true }) };
+    // The observation and the back-off's look at gone instances answer; the token look-up fails.
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
+    expect(lines.logs('cold launch failed; the message will be retried')[0]!.error).toMatch(/looking up the launches of the message's earlier receives failed/);
+    expect(released).toEqual([ticket]);
+    expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toHaveLength(0);
+  });
+
   it('a cold launch EC2 refuses counts a carried registration it cannot delete as rollback-incomplete', async () => {
     takenFirst();
     ci.failDelete = 3;
