@@ -890,7 +890,8 @@ describe('scale-up: cold launch', () => {
     const [launched] = [...aws.instances.values()];
     expect(launched!.tags.has(KEYS.runnerId)).toBe(false);
     expect(ci.created).toBe(0);
-    // Receive 2 (SQS redelivers): its own token is new, the first receive's is looked up.
+    // Receive 2 (SQS redelivers) a while later: its own token is new, the first receive's is looked up.
+    aws.now = new Date(aws.now.getTime() + 100_000);
     const second = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
     expect(second.batchItemFailures).toEqual([]);
     expect(aws.count('CreateFleet')).toBe(1);
@@ -899,6 +900,10 @@ describe('scale-up: cold launch', () => {
     expect(decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(launched!.id))!.value)).toMatchObject({ instanceId: launched!.id, jitConfig: 'jit-secret-1' });
     expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')[0]).toMatchObject({ instanceId: launched!.id, receiveCount: 2 });
     expect(lines.metric('ColdLaunches')).toBe(1);
+    // The ledger's launched stamp is when EC2 launched the instance, not when it was taken over.
+    const stamps = lines.logs(LEDGER_MESSAGE).filter((l) => l.stage === 'launched');
+    expect(stamps.map((l) => Date.parse(l.at as string))).toEqual([launched!.launchTime.getTime()]);
+    expect(launched!.launchTime.getTime()).toBeLessThan(aws.now.getTime());
   });
 
   it("a redelivery whose look-up of the earlier receives' launches fails launches nothing; the message is retried", async () => {
