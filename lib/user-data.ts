@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import {
   BOOT_LOG_KEYS,
+  FLEET_DEFAULTS,
   DEFAULT_PREFIX,
   LEDGER_LOG_KEYS,
   INSTANCE_ID_PATTERN,
@@ -163,7 +164,8 @@ export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths'
 const DEFAULTS = {
   runnerUser: 'runner',
   gitlabRunnerBinary: '/usr/bin/gitlab-runner',
-  waitSeconds: 300,
+  // The scale-up reads the same default (a redelivery's take-over bound, cold-tokens.ts).
+  waitSeconds: FLEET_DEFAULTS.bootWaitSeconds,
   pollSeconds: 2,
   retryDelaySeconds: 1,
   imdsAttempts: 10,

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DefaultTargetCapacityType } from '@aws-sdk/client-ec2';
-import type { TagKeys } from '../shared/contract';
+import { FLEET_DEFAULTS, type PoolConfig, type TagKeys } from '../shared/contract';
 import type { ObservedInstance } from '../shared/instances';
 
 /**
@@ -49,14 +49,29 @@ export function earlierLaunchTokens(attempt: LaunchAttempt, spot: boolean): stri
 }
 
 /**
- * Of the instances an earlier receive launched, the one this receive takes over: live and
- * never given a runner (no runner id tag: its receive failed before the end of the launch).
- * One with a runner id finished its launch; the plan (decide.ts) settles a job such an instance
- * serves, so finding one here means the job wants another runner. The oldest, so every
- * receive picks the same one.
+ * Seconds before the end of a booting instance's config wait past which it is not taken over:
+ * the config written then may come after its last poll, and the instance would end with its
+ * start failure while the job waits for the retry check. Covers the take-over's own steps
+ * (registration, config write) and a poll interval.
  */
-export function adoptable(found: readonly ObservedInstance[], keys: TagKeys): ObservedInstance | undefined {
+export const ADOPT_SAFETY_SECONDS = 60;
+
+/** Seconds after its launch an earlier instance may still be taken over (at least 0). */
+export function adoptWindowSeconds(pool: Pick<PoolConfig, 'bootWaitSeconds'>): number {
+  return Math.max(0, (pool.bootWaitSeconds ?? FLEET_DEFAULTS.bootWaitSeconds) - ADOPT_SAFETY_SECONDS);
+}
+
+/**
+ * Of the instances an earlier receive launched, the one this receive takes over: live, never
+ * given a runner (no runner id tag: its receive failed before the end of the launch), and
+ * launched less than `windowSeconds` ago (an older one may be in its last config poll or
+ * terminating itself; it is left to the scale-down's no-runner rule). One with a runner id
+ * finished its launch; the plan (decide.ts) settles a job such an instance serves, so finding
+ * one here means the job wants another runner. The oldest, so every receive picks the same one.
+ */
+export function adoptable(found: readonly ObservedInstance[], keys: TagKeys, now: Date, windowSeconds: number): ObservedInstance | undefined {
   return found
     .filter((i) => (i.state === 'pending' || i.state === 'running') && !i.tags.has(keys.runnerId))
+    .filter((i) => now.getTime() - i.launchTime.getTime() < windowSeconds * 1000)
     .sort((a, b) => a.launchTime.getTime() - b.launchTime.getTime() || a.id.localeCompare(b.id))[0];
 }

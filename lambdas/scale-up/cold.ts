@@ -13,7 +13,7 @@ import { coldLaunchTags, type PoolConfig } from '../shared/contract';
 import type { Carried } from './activate';
 import { claim, configValue, type Attempt } from './claim';
 import { createRunner, deleteRunner, ROLLBACK_INCOMPLETE, type JobInFlight, type StepContext } from './context';
-import { adoptable, earlierLaunchTokens, launchToken, type LaunchAttempt } from './cold-tokens';
+import { adoptable, adoptWindowSeconds, earlierLaunchTokens, launchToken, type LaunchAttempt } from './cold-tokens';
 
 /** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
 const CAPACITY_ERRORS = new Set([
@@ -158,7 +158,7 @@ async function earlierLaunch(ctx: StepContext, j: JobInFlight, attempt: LaunchAt
   } catch (error) {
     throw new ColdLaunchError(`looking up the launches of the message's earlier receives failed: ${errorName(error)}`, 'launch');
   }
-  const earlier = adoptable(found, ctx.keys);
+  const earlier = adoptable(found, ctx.keys, ctx.now(), adoptWindowSeconds(j.pool));
   if (!earlier) return undefined;
   j.log.warn("taking over the instance an earlier receive of the message launched, instead of launching", { instanceId: earlier.id, receiveCount: attempt.receiveCount });
   return { instanceId: earlier.id, capacityType: earlier.spotRequestId ? 'spot' : 'on-demand', spotFallback: false, launchedAt: earlier.launchTime };

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { adoptable, earlierLaunchTokens, EARLIER_RECEIVES_LOOKED_UP, launchAttemptOf, launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { ADOPT_SAFETY_SECONDS, adoptable, adoptWindowSeconds, earlierLaunchTokens, EARLIER_RECEIVES_LOOKED_UP, launchAttemptOf, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { KEYS } from '../support/fixtures';
+import { FLEET_DEFAULTS } from '../../lambdas/shared/contract';
 
 const at = (s: number) => new Date(Date.UTC(2026, 10, 29, 12, 0, s));
 function inst(id: string, state: string, launched: number, tags: Record<string, string> = {}): ObservedInstance {
@@ -36,21 +37,40 @@ describe('cold launch tokens', () => {
 });
 
 describe('adoptable: which earlier launch a receive takes over', () => {
+  const now = at(10);
+  const w = 240;
   it('the oldest live instance without a runner; never one with a runner, never a gone one', () => {
     const gone = inst('i-a', 'terminated', 0);
     const stopping = inst('i-b', 'shutting-down', 1);
     const served = inst('i-c', 'running', 2, { [KEYS.runnerId]: '9' });
     const later = inst('i-e', 'running', 5);
     const older = inst('i-d', 'pending', 4);
-    expect(adoptable([gone, stopping, served, later, older], KEYS)?.id).toBe('i-d');
-    expect(adoptable([gone, stopping, served], KEYS)).toBeUndefined();
-    expect(adoptable([], KEYS)).toBeUndefined();
+    expect(adoptable([gone, stopping, served, later, older], KEYS, now, w)?.id).toBe('i-d');
+    expect(adoptable([gone, stopping, served], KEYS, now, w)).toBeUndefined();
+    expect(adoptable([], KEYS, now, w)).toBeUndefined();
   });
 
   it('picks the same one whatever the order of the answer', () => {
     const a = inst('i-1', 'running', 3);
     const b = inst('i-2', 'running', 3);
-    expect(adoptable([b, a], KEYS)?.id).toBe('i-1');
-    expect(adoptable([a, b], KEYS)?.id).toBe('i-1');
+    expect(adoptable([b, a], KEYS, now, w)?.id).toBe('i-1');
+    expect(adoptable([a, b], KEYS, now, w)?.id).toBe('i-1');
+  });
+
+  it("never one launched the boot wait minus the safety margin ago or earlier: it may be in its last poll or on its way out", () => {
+    const pool = { bootWaitSeconds: 300 };
+    const window = adoptWindowSeconds(pool);
+    expect(window).toBe(300 - ADOPT_SAFETY_SECONDS);
+    const t0 = at(0);
+    const old = inst('i-old', 'running', 0);
+    const young = inst('i-young', 'running', 1);
+    // The older one still inside the window wins; at the window's end it is left alone.
+    expect(adoptable([old, young], KEYS, new Date(t0.getTime() + (window - 1) * 1000), window)?.id).toBe('i-old');
+    expect(adoptable([old, young], KEYS, new Date(t0.getTime() + window * 1000), window)?.id).toBe('i-young');
+    expect(adoptable([old, young], KEYS, new Date(t0.getTime() + (window + 1) * 1000), window)).toBeUndefined();
+    // The default wait is the boot script's; a wait shorter than the margin takes over nothing.
+    expect(adoptWindowSeconds({})).toBe(FLEET_DEFAULTS.bootWaitSeconds - ADOPT_SAFETY_SECONDS);
+    expect(adoptWindowSeconds({ bootWaitSeconds: 30 })).toBe(0);
+    expect(adoptable([young], KEYS, at(1), 0)).toBeUndefined();
   });
 });

@@ -4,7 +4,7 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { scaled } from '../support/slowdown';
-import { launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { adoptWindowSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -1048,7 +1048,8 @@ describe('scale-up: cold launch', () => {
     const [launched] = [...aws.instances.values()];
     expect(launched!.tags.has(KEYS.runnerId)).toBe(false);
     expect(ci.created).toBe(0);
-    // Receive 2 (SQS redelivers): its own token is new, the first receive's is looked up.
+    // Receive 2 (SQS redelivers) a while later: its own token is new, the first receive's is looked up.
+    aws.now = new Date(aws.now.getTime() + 100_000);
     const second = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
     expect(second.batchItemFailures).toEqual([]);
     expect(aws.count('CreateFleet')).toBe(1);
@@ -1057,6 +1058,10 @@ describe('scale-up: cold launch', () => {
     expect(decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(launched!.id))!.value)).toMatchObject({ instanceId: launched!.id, jitConfig: 'jit-secret-1' });
     expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')[0]).toMatchObject({ instanceId: launched!.id, receiveCount: 2 });
     expect(lines.metric('ColdLaunches')).toBe(1);
+    // The ledger's launched stamp is when EC2 launched the instance, not when it was taken over.
+    const stamps = lines.logs(LEDGER_MESSAGE).filter((l) => l.stage === 'launched');
+    expect(stamps.map((l) => Date.parse(l.at as string))).toEqual([launched!.launchTime.getTime()]);
+    expect(launched!.launchTime.getTime()).toBeLessThan(aws.now.getTime());
   });
 
   it("a redelivery whose look-up of the earlier receives' launches fails launches nothing; the message is retried", async () => {
@@ -1083,6 +1088,20 @@ describe('scale-up: cold launch', () => {
     expect(aws.count('CreateFleet')).toBe(1);
     expect(coldLaunched().filter((i) => i.id !== earlier.id)).toHaveLength(1);
     expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
+  });
+
+  it("a redelivery does not take over an earlier instance launched near the end of its config wait: it launches its own", async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    // Launched exactly the take-over window ago: its boot may be in its last poll or ending.
+    const launchTime = new Date(aws.now.getTime() - adoptWindowSeconds({}) * 1000);
+    const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(earlier.tags.has(KEYS.runnerId)).toBe(false);
+    expect(aws.parameters.has(paths.runnerConfig(earlier.id))).toBe(false);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(0);
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {
@@ -1317,6 +1336,21 @@ describe('scale-up: a registration carried to the cold gate that throws', () => 
     expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
     expect(ci.deleted).toEqual([]);
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
+  });
+
+  it("a redelivery whose look-up of the earlier receives' launches fails gives its launch ticket back, once", async () => {
+    failingOnce();
+    const ticket = { key: 'ticket-1', owner: 'owner-1', expiresAt: new Date(aws.now.getTime() + 600_000).toISOString() };
+    const released: unknown[] = [];
+    const launchTickets = { take: async () => ({ taken: [ticket], errors: [] }), release: async (t: unknown) => (released.push(t), { released: true }) };
+    // The observation and the back-off's look at gone instances answer; the token look-up fails.
+    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
+    expect(lines.logs('cold launch failed; the message will be retried')[0]!.error).toMatch(/looking up the launches of the message's earlier receives failed/);
+    expect(released).toEqual([ticket]);
+    expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toHaveLength(0);
   });
 
   it('a cold launch EC2 refuses counts a carried registration it cannot delete as rollback-incomplete', async () => {

@@ -128,6 +128,22 @@ describe('per-job record against moto', () => {
     expect(lines.metric('JobsDeduplicated', { Reason: 'job-record' })).toBe(1);
   });
 
+  it("a reconciled job waiting for capacity has its intake stamped on the first copy's claim only, not on each run's copy", async () => {
+    config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const lines = new Lines();
+    const { run } = recordingSends(ci, lines);
+    const now = new Date().toISOString();
+    expect((await run(job(1, { receivedAt: now }), 'msg-first')).batchItemFailures).toEqual([]);
+    // Each run's copy of job 2 claims the record as its own (same delivery id) and waits: admitted, not served.
+    const copy = job(2, { receivedAt: now, createdAt: now, deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' });
+    for (const id of ['msg-run1', 'msg-run2', 'msg-run3']) expect((await run(copy, id)).batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(1);
+    const ledger = lines.logs('ledger').filter((l) => l.jobId === 'github:2');
+    expect(ledger.filter((l) => l.stage === 'dequeued')).toHaveLength(3);
+    expect(ledger.filter((l) => l.stage === 'received' || l.stage === 'queued').map((l) => l.stage)).toEqual(['received', 'queued']);
+  });
+
   it('a job whose original scale-up dead-lettered is served by a reconciled copy', async () => {
     config = await motoFleet(c, { maxRunners: 1, warmSize: 0 });
     const ci = new FakeCi(Provider.GITHUB, PREFIX);

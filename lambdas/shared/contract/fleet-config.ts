@@ -126,6 +126,13 @@ export interface PoolConfig {
    * reboot mid-job, a GitLab registration that stays listed) is still reclaimed.
    */
   readonly maxJobSeconds?: number;
+  /**
+   * Seconds a booting instance waits for its runner config before it reports a start failure
+   * and terminates (the boot script's `WAIT_SECONDS`; absent: `FLEET_DEFAULTS.bootWaitSeconds`,
+   * which the construct's user data renders). A redelivery takes over an earlier receive's
+   * instance only well inside it.
+   */
+  readonly bootWaitSeconds?: number;
   /** The pool's warm pool. */
   readonly warm: PoolWarmConfig;
   /**
@@ -198,6 +205,7 @@ export interface PoolInput {
   readonly idleTimeoutSeconds?: number;
   readonly idleConfirmSeconds?: number;
   readonly maxJobSeconds?: number;
+  readonly bootWaitSeconds?: number;
   readonly warmSize?: number;
   readonly warmSchedule?: readonly WarmScheduleEntry[];
   readonly warmMaxAgeSeconds?: number;
@@ -237,6 +245,8 @@ export const FLEET_DEFAULTS = {
   idleConfirmSeconds: 2 * 60,
   // GitHub's default job timeout (timeout-minutes: 360).
   maxJobSeconds: 6 * 60 * 60,
+  // The boot script's wait for its runner config (lib/user-data.ts renders it as WAIT_SECONDS).
+  bootWaitSeconds: 300,
   warmSize: 0,
   warmMaxAgeSeconds: 24 * 60 * 60,
   primingTimeoutSeconds: 15 * 60,
@@ -337,6 +347,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       // Written only when set: the FleetConfig parameter's size grows with every pool.
       ...(p.idleConfirmSeconds === undefined ? {} : { idleConfirmSeconds: p.idleConfirmSeconds }),
       ...(p.maxJobSeconds === undefined ? {} : { maxJobSeconds: p.maxJobSeconds }),
+      ...(p.bootWaitSeconds === undefined ? {} : { bootWaitSeconds: p.bootWaitSeconds }),
       warm: {
         size: p.warmSize ?? FLEET_DEFAULTS.warmSize,
         schedule: (p.warmSchedule ?? []).map((e) => ({ window: e.window, size: e.size })),
@@ -494,6 +505,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.integer(`${p}.idleTimeoutSeconds`, 60);
     if (c.at(`${p}.idleConfirmSeconds`) !== undefined) c.integer(`${p}.idleConfirmSeconds`, 0, 24 * 60 * 60);
     if (c.at(`${p}.maxJobSeconds`) !== undefined) c.integer(`${p}.maxJobSeconds`, 60, 30 * 24 * 60 * 60);
+    if (c.at(`${p}.bootWaitSeconds`) !== undefined) c.integer(`${p}.bootWaitSeconds`, 1, 86_400);
     const size = c.integer(`${p}.warm.size`, 0, 10_000);
     if (size !== undefined && max !== undefined && size > max) {
       c.fail(`${p}.warm.size`, `is ${size}, above the pool's maxRunners ${max}; lower it or raise maxRunners`);
