@@ -548,7 +548,7 @@ run_mode() {
   ship_logs
   wait $runner || status=$?
   # tail stops within a second of the runner's end, after its last lines; the watcher then waits
-  # for its job-started report, which retries for about 2 minutes when CreateTags keeps failing.
+  # for its report that the job started, which retries for about 2 minutes when CreateTags keeps failing.
   wait "$watcher" || true
   log "runner exited with status $status"
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
