@@ -55,6 +55,16 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.warm?.primeBackoffCap ? { primeBackoffCapSeconds: pool.warm.primeBackoffCap.toSeconds() } : {}),
       // An image resolved at launch: the pool compares its parked instances with the parameter.
       ...(pool.machineImage instanceof ParameterMachineImage ? { imageParameter: pool.machineImage.parameterName } : {}),
+      ...(pool.reuse
+        ? {
+            reuse: {
+              ...(pool.reuse.scope ? { scope: pool.reuse.scope } : {}),
+              ...(pool.reuse.maxJobs === undefined ? {} : { maxJobs: pool.reuse.maxJobs }),
+              ...(pool.reuse.maxAge ? { maxAgeSeconds: pool.reuse.maxAge.toSeconds() } : {}),
+              ...(pool.reuse.cacheDirectories ? { cacheDirectories: pool.reuse.cacheDirectories } : {}),
+            },
+          }
+        : {}),
     })),
   };
 }

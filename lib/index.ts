@@ -9,7 +9,7 @@ export * from './fleet-drain';
 export * from './user-data';
 export * from './runner-user-data';
 // The contract's types that the constructs' props and properties use: jsii needs them exported.
-export { GitLabRunnerType, GitLabWebhookOwner, LabelMatch, Provider } from '../lambdas/shared/contract';
+export { GitLabRunnerType, GitLabWebhookOwner, LabelMatch, Provider, ReuseScope } from '../lambdas/shared/contract';
 export type {
   FleetConfig,
   FleetMetricsConfig,

@@ -1,6 +1,6 @@
 import type { Duration, Size } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
-import type { GitLabRunnerType, LabelMatch, Provider, RunnerPackage, WarmScheduleEntry } from '../lambdas/shared/contract';
+import type { GitLabRunnerType, LabelMatch, Provider, ReuseScope, RunnerPackage, WarmScheduleEntry } from '../lambdas/shared/contract';
 
 /** A GitHub App the fleet registers its runners through. */
 export interface GitHubConnectionProps {
@@ -118,6 +118,38 @@ export interface WarmPoolProps {
   readonly prepareCommands?: string[];
 }
 
+/**
+ * Opt-in reuse of a finished instance for the next job of the same repository (GitHub) or
+ * project (GitLab), with its cache directories (docs/boot-modes.md, "Reuse"; what a later job
+ * can observe of an earlier one: docs/security.md).
+ */
+export interface PoolReuseProps {
+  /**
+   * Who shares an instance's caches. Only the narrowest scope of each provider is offered.
+   * @default ReuseScope.REPOSITORY for GitHub pools, ReuseScope.PROJECT for GitLab pools
+   */
+  readonly scope?: ReuseScope;
+  /**
+   * Jobs one instance serves at most; after the last it terminates instead of parking.
+   * @default 10
+   */
+  readonly maxJobs?: number;
+  /**
+   * Age (from launch) after which an instance terminates instead of parking again, and the
+   * pool evicts it if parked.
+   * @default Duration.hours(24)
+   */
+  readonly maxAge?: Duration;
+  /**
+   * Absolute directories that survive from one job to the next (a Docker image store, a tool
+   * cache, a dependency cache). Everything else the job touched is removed before the
+   * instance parks: workspace, the runner's registration, the job's processes, temp files, the
+   * runner user's home outside these directories.
+   * @default - none: only the runner installation and the prepared image survive
+   */
+  readonly cacheDirectories?: string[];
+}
+
 /** One pool of runners: a label set, an instance shape, and an optional warm pool. */
 export interface RunnerPoolProps {
   /** Pool name: letters, digits, "_" and "-"; used in tags, runner names and metric dimensions. */
@@ -200,6 +232,12 @@ export interface RunnerPoolProps {
    * @default - no warm pool
    */
   readonly warm?: WarmPoolProps;
+  /**
+   * Reuse of finished instances, with their caches, for later jobs of the same repository
+   * or project (off by default).
+   * @default - no reuse: every instance serves one job and terminates
+   */
+  readonly reuse?: PoolReuseProps;
   /**
    * User the runner runs as on the instance.
    * @default 'runner'

@@ -3,7 +3,7 @@
  * the modes, the runner config parameter's value, runner names and the log lines
  * that other components parse.
  */
-import { assertPrefix, INSTANCE_ID_PATTERN } from './names';
+import { AFFINITY_PATTERN, assertPrefix, INSTANCE_ID_PATTERN } from './names';
 
 export const BOOT_MODES = ['RUN', 'PRIME', 'WAIT'] as const;
 /**
@@ -64,11 +64,25 @@ export const RUNNER_CONFIG_KEYS = {
   url: 'url',
   /** GitLab: the runner authentication token (glrt-...) for `--token`. */
   token: 'token',
+  /**
+   * Reuse (contract reuse.ts): the job's affinity. Present only for a reusable pool: the boot
+   * script refuses it when it differs from the affinity the instance parked with (R1).
+   */
+  affinity: 'affinity',
+  /** Reuse: the use count scale-up saw on the instance (0 for a fresh one); a mismatch is refused (R4). */
+  uses: 'uses',
 } as const;
 
-export type RunnerConfig =
+/** What a config for a reusable pool's instance adds (absent for every other pool). */
+export interface RunnerConfigReuse {
+  readonly affinity: string;
+  readonly uses: number;
+}
+
+export type RunnerConfig = (
   | { readonly provider: 'github'; readonly instanceId: string; readonly jitConfig: string }
-  | { readonly provider: 'gitlab'; readonly instanceId: string; readonly url: string; readonly token: string };
+  | { readonly provider: 'gitlab'; readonly instanceId: string; readonly url: string; readonly token: string }
+) & { readonly reuse?: RunnerConfigReuse };
 
 const SAFE_VALUE = /^[^\s]+$/;
 
@@ -85,6 +99,11 @@ export function encodeRunnerConfig(config: RunnerConfig): string {
   } else {
     if (!/^https?:\/\//.test(config.url)) throw new Error('runner config url must be an http(s) URL');
     fields.push([k.url, config.url], [k.token, config.token]);
+  }
+  if (config.reuse) {
+    if (!new RegExp(AFFINITY_PATTERN).test(config.reuse.affinity)) throw new Error(`runner config affinity "${config.reuse.affinity}" does not match ${AFFINITY_PATTERN}`);
+    if (!Number.isSafeInteger(config.reuse.uses) || config.reuse.uses < 0) throw new Error('runner config uses must be a non-negative integer');
+    fields.push([k.affinity, config.reuse.affinity], [k.uses, String(config.reuse.uses)]);
   }
   for (const [key, value] of fields) {
     // The value itself is a secret: name the field, never the value.
@@ -113,8 +132,17 @@ export function decodeRunnerConfig(text: string): RunnerConfig {
   };
   const instanceId = need(k.instance);
   if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`runner config instance "${instanceId}" is not an EC2 instance id`);
-  if (provider === 'github') return { provider, instanceId, jitConfig: need(k.jitConfig) };
-  if (provider === 'gitlab') return { provider, instanceId, url: need(k.url), token: need(k.token) };
+  let reuse: RunnerConfigReuse | undefined;
+  if (fields.has(k.affinity) || fields.has(k.uses)) {
+    const affinity = need(k.affinity);
+    const uses = need(k.uses);
+    if (!new RegExp(AFFINITY_PATTERN).test(affinity)) throw new Error(`runner config "${k.affinity}" does not match ${AFFINITY_PATTERN}`);
+    if (!/^\d{1,6}$/.test(uses)) throw new Error(`runner config "${k.uses}" must be a non-negative integer`);
+    reuse = { affinity, uses: Number(uses) };
+  }
+  const extra = reuse ? { reuse } : {};
+  if (provider === 'github') return { provider, instanceId, jitConfig: need(k.jitConfig), ...extra };
+  if (provider === 'gitlab') return { provider, instanceId, url: need(k.url), token: need(k.token), ...extra };
   throw new Error(`runner config provider must be one of ${PROVIDERS.join(', ')}`);
 }
 

@@ -3,6 +3,7 @@ import { fleetMetricNamespace, metricNamespaceProblem, METRIC_DIMENSIONS, METRIC
 import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
 import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
+import { cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
 
@@ -141,6 +142,11 @@ export interface PoolConfig {
    * @default - none: the image is fixed in the launch template
    */
   readonly imageParameter?: string;
+  /**
+   * Reuse of finished instances for the next job of the same scope (contract reuse.ts).
+   * @default - none: every instance serves one job and terminates
+   */
+  readonly reuse?: PoolReuseConfig;
 }
 
 /** Names of the SSM parameters a fleet reads. */
@@ -213,6 +219,12 @@ export interface PoolInput {
   readonly primeFailureLimit?: number;
   readonly primeBackoffCapSeconds?: number;
   readonly imageParameter?: string;
+  readonly reuse?: {
+    readonly scope?: ReuseScope;
+    readonly maxJobs?: number;
+    readonly maxAgeSeconds?: number;
+    readonly cacheDirectories?: readonly string[];
+  };
 }
 
 export interface FleetConfigInput {
@@ -357,6 +369,16 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
         primeBackoffCapSeconds: p.primeBackoffCapSeconds ?? FLEET_DEFAULTS.primeBackoffCapSeconds,
       },
       ...(p.imageParameter === undefined ? {} : { imageParameter: p.imageParameter }),
+      ...(p.reuse === undefined
+        ? {}
+        : {
+            reuse: {
+              scope: p.reuse.scope ?? REUSE_SCOPE_OF[p.provider],
+              maxJobs: p.reuse.maxJobs ?? REUSE_DEFAULTS.maxJobs,
+              maxAgeSeconds: p.reuse.maxAgeSeconds ?? REUSE_DEFAULTS.maxAgeSeconds,
+              cacheDirectories: [...(p.reuse.cacheDirectories ?? [])],
+            },
+          }),
     })),
     metrics: {
       namespace: input.metricNamespace ?? fleetMetricNamespace(prefix),
@@ -382,6 +404,24 @@ export function parseFleetConfig(text: string): FleetConfig {
 
 export function poolByName(config: FleetConfig, name: string): PoolConfig | undefined {
   return config.pools.find((p) => p.name === name);
+}
+
+/** A pool's `reuse`: the scope its provider supports, the limits, the cache directories. */
+function validateReuse(c: Checker, p: string, provider: unknown): void {
+  const scope = c.at(`${p}.reuse.scope`);
+  if (isProvider(provider) && scope !== REUSE_SCOPE_OF[provider]) {
+    c.fail(`${p}.reuse.scope`, `is "${String(scope)}", but a ${provider} pool shares caches only within one ${REUSE_SCOPE_OF[provider]} ("${REUSE_SCOPE_OF[provider]}")`);
+  }
+  c.integer(`${p}.reuse.maxJobs`, 1, REUSE_LIMITS.maxJobs);
+  c.integer(`${p}.reuse.maxAgeSeconds`, REUSE_LIMITS.minAgeSeconds, REUSE_LIMITS.maxAgeSeconds);
+  const dirs = c.strings(`${p}.reuse.cacheDirectories`, 0);
+  if (dirs.length > REUSE_LIMITS.cacheDirectories) c.fail(`${p}.reuse.cacheDirectories`, `lists ${dirs.length} directories, at most ${REUSE_LIMITS.cacheDirectories}`);
+  for (const dir of dirs) {
+    const problem = cacheDirectoryProblem(dir);
+    if (problem) c.fail(`${p}.reuse.cacheDirectories`, problem);
+  }
+  const nested = dirs.find((a) => dirs.some((b) => a !== b && a.startsWith(`${b}/`)));
+  if (nested) c.fail(`${p}.reuse.cacheDirectories`, `"${nested}" lies inside another listed directory; list the outer one only`);
 }
 
 class Checker {
@@ -532,6 +572,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
     c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
     if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);
+    if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
   });
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);

@@ -17,3 +17,4 @@ export * from './warm-schedule';
 export * from './fleet-config';
 export * from './lambda-env';
 export * from './runner-packages';
+export * from './reuse';

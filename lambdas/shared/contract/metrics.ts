@@ -89,6 +89,12 @@ export interface MetricNames {
   readonly ciRateLimitRemaining: string;
   /** Seconds from a job's origin to one stage of its latency ledger (contract ledger.ts), per pool and stage. */
   readonly jobStageSeconds: string;
+  /** Reuse: jobs of a reusable pool served by a parked instance of their own affinity, per pool. */
+  readonly reuseHits: string;
+  /** Reuse: jobs of a reusable pool that found no parked instance of their affinity (served fresh or cold), per pool. */
+  readonly reuseMisses: string;
+  /** Reuse: activated instances the sweep's idle rule sent back to park instead of terminating, per pool. */
+  readonly idleStops: string;
 }
 
 export const METRIC_NAMES = {
@@ -119,6 +125,9 @@ export const METRIC_NAMES = {
   jobsReconciled: 'JobsReconciled',
   ciRateLimitRemaining: 'CiRateLimitRemaining',
   jobStageSeconds: 'JobStageSeconds',
+  reuseHits: 'ReuseHits',
+  reuseMisses: 'ReuseMisses',
+  idleStops: 'IdleStops',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 

@@ -40,3 +40,9 @@ export function poolNameProblem(name: string): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * What reuse's `affinityOf` (contract reuse.ts) produces, as an ERE: the boot script checks
+ * the same pattern (rendered), and the runner config codec here.
+ */
+export const AFFINITY_PATTERN = '^(github:[a-z0-9_.-]+/[a-z0-9_.-]+|gitlab:[0-9]+)$';

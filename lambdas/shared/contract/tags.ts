@@ -44,6 +44,19 @@ export interface TagKeys {
    * was lost is found by it (moto does not filter on `client-token`; EC2 and moto both filter on tags).
    */
   readonly launchToken: string;
+  /**
+   * Reuse (contract reuse.ts): the trust key (`affinityOf`) of the caches a parked instance
+   * carries, written by the instance itself when it parks after a job; never removed while
+   * the caches exist. An instance with it is offered only jobs of the same affinity.
+   */
+  readonly affinity: string;
+  /** Reuse: jobs the instance has served, written by the instance with `affinity` when it parks. */
+  readonly uses: string;
+  /**
+   * Reuse: `encodeParking(activatedAt, since)`, written by the instance when its runner ended
+   * and it cleans to park; the sweep leaves it alone for `REUSE_DEFAULTS.parkSeconds`.
+   */
+  readonly parking: string;
 }
 
 export const TAG_NAMES = {
@@ -59,6 +72,9 @@ export const TAG_NAMES = {
   primeFailure: 'prime-failure',
   startFailure: 'start-failure',
   launchToken: 'launch-token',
+  affinity: 'affinity',
+  uses: 'uses',
+  parking: 'parking',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */
