@@ -2,7 +2,7 @@ import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObjec
 import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 import { githubWorkflowJobInProgress } from '../deliveries';
-import { byId, checkedLabels, serverBasics, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -49,8 +49,12 @@ export interface LoopbackGitHub {
   readonly organization: string;
   /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
   readonly privateKeyPem: string;
-  /** A queued workflow job, in a run of its own unless `runId` names one of an earlier job. */
-  addJob(repository: string, labels: string[], runId?: number): GitHubJob;
+  /**
+   * A queued workflow job, in a run of its own unless `runId` names one of an earlier job.
+   * With `options.script` the fake runner that takes it runs that bash script as the job
+   * (local/runner/run.sh) instead of only waiting the job's seconds.
+   */
+  addJob(repository: string, labels: string[], runId?: number, options?: LocalJobOptions): GitHubJob;
   /**
    * The App's delivery log gains a `workflow_job` "queued" delivery of the job, answered with
    * `statusCode` (GitHub's outcome of its attempt); returns the delivery's GUID.
@@ -162,6 +166,7 @@ interface RunnerState extends GitHubRunnerRecord {
 
 interface JobState extends GitHubJob {
   readonly createdAt: string;
+  readonly script?: string;
   startedAt?: string;
   completedAt?: string;
   runnerId?: number;
@@ -589,6 +594,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     basics.sendHook((secret) => githubWorkflowJobInProgress({ ...fields, ...group }, secret));
   }
 
+  /** A job as the fake runner takes it: what the real job message carries that the fake uses. */
+  function jobAnswer(job: JobState): Record<string, unknown> {
+    return { jobId: job.id, seconds: jobSeconds, repository: job.repository, ...(job.script === undefined ? {} : { script: job.script }) };
+  }
+
   /** The fake runner's side, authenticated with the secret from its JIT config. */
   function runnerSide(req: HttpRequest): HttpAnswer {
     const m = routes.local.exec(req.path);
@@ -612,7 +622,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if (!runner.connected || runner.status !== 'online') return { status: 409, body: { message: 'runner has no session' } };
     if (action === 'acquire') {
-      if (runner.jobId !== undefined) return { status: 200, body: { jobId: runner.jobId, seconds: jobSeconds } };
+      if (runner.jobId !== undefined) return { status: 200, body: jobAnswer(jobs.get(runner.jobId)!) };
       if (basics.strays.dies(runner.name)) {
         // Gone before this request arrived: GitHub sees a runner that went silent (offline).
         runner.status = 'offline';
@@ -628,7 +638,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       runner.busy = true;
       runner.jobId = job.id;
       announceStart(job, runner);
-      return { status: 200, body: { jobId: job.id, seconds: jobSeconds } };
+      return { status: 200, body: jobAnswer(job) };
     }
     const job = jobs.get(Number(m.groups?.job));
     if (!job || job.runnerId !== runner.id) return { status: 404, body: { message: 'job not assigned to this runner' } };
@@ -650,10 +660,10 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     appId,
     organization,
     privateKeyPem: privateKey,
-    addJob(repository, labels, runId) {
+    addJob(repository, labels, runId, options) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
       if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
-      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso() };
+      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso(), ...(options?.script === undefined ? {} : { script: options.script }) };
       jobs.set(job.id, job);
       return publicJob(job);
     },

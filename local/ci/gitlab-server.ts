@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { gitlabJobPending, gitlabJobRunning } from '../deliveries';
 import { gitlabJobFor } from './assign';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { byId, checkedLabels, serverBasics, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -51,7 +51,11 @@ export interface LoopbackGitLab {
   readonly url: string;
   /** The personal/group access token to put in SSM. */
   readonly accessToken: string;
-  addJob(projectId: number, tags: string[]): GitLabJob;
+  /**
+   * A pending job. With `options.script` its script step is that bash script, which the fake
+   * runner runs as the job (local/runner/gitlab-runner) instead of only waiting its seconds.
+   */
+  addJob(projectId: number, tags: string[], options?: LocalJobOptions): GitLabJob;
   jobs(): GitLabJob[];
   /**
    * Cancels a job (`POST /projects/:id/jobs/:job_id/cancel`'s effect): a pending job ends
@@ -153,6 +157,7 @@ interface RunnerState extends GitLabRunnerRecord {
 
 interface JobState extends GitLabJob {
   readonly pipelineId: number;
+  readonly script?: string;
   readonly token: string;
   readonly createdAt: string;
   startedAt?: string;
@@ -489,10 +494,11 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       variables: [
         { key: 'CI_JOB_ID', value: String(j.id), public: true, masked: false },
         { key: 'CI_PROJECT_ID', value: String(j.projectId), public: true, masked: false },
-        // The fake runner works this long instead of running the script.
+        // The fake runner works this long instead of running the script, unless told to run it.
         { key: 'LOCAL_JOB_SECONDS', value: String(jobSeconds), public: true, masked: false },
+        ...(j.script === undefined ? [] : [{ key: 'LOCAL_RUN_SCRIPT', value: 'true', public: true, masked: false }]),
       ],
-      steps: [{ name: 'script', script: [`sleep ${jobSeconds}`], timeout: JOB_TIMEOUT_S, when: 'on_success', allow_failure: false }],
+      steps: [{ name: 'script', script: [j.script ?? `sleep ${jobSeconds}`], timeout: JOB_TIMEOUT_S, when: 'on_success', allow_failure: false }],
       image: null,
       services: [],
       artifacts: [],
@@ -577,9 +583,9 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   return {
     url: server.url,
     accessToken,
-    addJob(projectId, tags) {
+    addJob(projectId, tags, options) {
       if (!Number.isSafeInteger(projectId) || projectId < 1) throw new Error(`projectId ${projectId} is not a GitLab project id`);
-      const job: JobState = { id: nextJobId++, projectId, tags: checkedLabels(tags, 'tags'), status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '' };
+      const job: JobState = { id: nextJobId++, projectId, tags: checkedLabels(tags, 'tags'), status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '', ...(options?.script === undefined ? {} : { script: options.script }) };
       jobs.set(job.id, job);
       return publicJob(job);
     },

@@ -144,3 +144,13 @@ export class StrayRunnerModes {
 export function byId<T extends { readonly id: number }, P>(records: Iterable<T>, toPublic: (record: T) => P): P[] {
   return [...records].sort((a, b) => a.id - b.id).map(toPublic);
 }
+
+/** What a job runs on the fake runner that takes it (both loopback servers' `addJob`). */
+export interface LocalJobOptions {
+  /**
+   * A bash script the fake runner runs as the job, in the job's workspace, as the runner user
+   * (local/runner/run.sh and gitlab-runner say which variables it gets). @default - none: the
+   * fake runner only waits the job's seconds
+   */
+  readonly script?: string;
+}

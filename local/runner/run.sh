@@ -62,7 +62,7 @@ for key in sys.argv[1:]:
     print("" if value is None else value)' "$@"
 }
 
-STATUS='' BODY='' JOB='' WORK=''
+STATUS='' BODY='' JOB='' WORK='' REPO='' SCRIPT=''
 # api METHOD PATH: sets STATUS (000 when the server did not answer) and BODY.
 api() {
   local out
@@ -91,7 +91,8 @@ while :; do
   api POST "/_local/github/runners/$ID/acquire"
   case $STATUS in
     200)
-      { read -r JOB && read -r WORK; } < <(json jobId seconds <<<"$BODY") || fail "job answer not understood"
+      { read -r JOB && read -r WORK && read -r REPO; } < <(json jobId seconds repository <<<"$BODY") || fail "job answer not understood"
+      SCRIPT=$(python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin).get("script") or "")' <<<"$BODY") || fail "job answer not understood"
       break
       ;;
     204) ;;
@@ -105,8 +106,32 @@ while :; do
   pause "$POLL"
 done
 
-log "running job $JOB for ${WORK}s"
-pause "$WORK"
+# run_script: the job's script, when the server sent one, as the job: in its workspace
+# (_work/<repo>/<repo>, the real runner's layout), with the variables a job of the local sandbox
+# gets: CWR_MACHINE_ROOT (the played machine's directory, its "/"), CWR_JOB_ID
+# (github-<id>), CWR_JOB_SCOPE (owner/repo), GITHUB_REPOSITORY, GITHUB_WORKSPACE, and TMPDIR
+# (the machine's /tmp). A background child, as every wait here, so a power-off ends it.
+run_script() {
+  local machine name workspace status=0
+  machine=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  name=${REPO#*/}
+  workspace=$PWD/_work/$name/$name
+  mkdir -p "$workspace" || fail "cannot create the workspace $workspace"
+  (cd "$workspace" && exec env CWR_MACHINE_ROOT="$machine" CWR_JOB_ID="github-$JOB" CWR_JOB_SCOPE="$REPO" GITHUB_REPOSITORY="$REPO" \
+    GITHUB_WORKSPACE="$workspace" TMPDIR="$machine/tmp" bash -c "$SCRIPT") &
+  CHILD=$!
+  wait "$CHILD" || status=$?
+  CHILD=''
+  log "job $JOB script ended with status $status"
+}
+
+if [[ -n $SCRIPT ]]; then
+  log "running job $JOB of $REPO: its script"
+  run_script
+else
+  log "running job $JOB for ${WORK}s"
+  pause "$WORK"
+fi
 for attempt in 1 2 3 4 5; do
   api POST "/_local/github/runners/$ID/jobs/$JOB/complete"
   [[ $STATUS != 200 ]] || break
