@@ -22,6 +22,7 @@ export type {
   MetricDimensions,
   MetricNames,
   PoolConfig,
+  PoolReuseConfig,
   PoolWarmConfig,
   RunnerPackage,
   RunnerPackageDownload,
