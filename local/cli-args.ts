@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { DEFAULT_FAULT_SEED, FAULT_SHARES, minimumJobs } from './fault-plan';
+import { REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS } from './reuse-run';
 import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults } from './scenario';
 
 /**
@@ -25,6 +26,9 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
                   fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)
   --drift         publish a new launch template version after the pools filled
+  --reuse         reusable pools (issue 12): two waves of one job per repository (${REUSE_GITHUB_REPOSITORIES.length} GitHub) and project (${REUSE_GITLAB_PROJECTS.length} GitLab),
+                  the second after the first parked; the report gives the reuse hit rate and proves each second-wave job
+                  found its repository's cache file and nothing else of the earlier job (not with --jobs, --burst, --faults, --drift)
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
@@ -38,6 +42,8 @@ export interface LocalArgs {
   readonly verbose: boolean;
   readonly burst: boolean;
   readonly drift: boolean;
+  /** Reusable pools and two waves of jobs (absent: off). */
+  readonly reuse?: true;
   readonly jobs?: number;
   readonly poolSize?: number;
   readonly deadlineMs?: number;
@@ -86,6 +92,7 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
         faults: { type: 'string' },
         image: { type: 'string' },
         drift: { type: 'boolean' },
+        reuse: { type: 'boolean' },
         endpoint: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
@@ -122,6 +129,12 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
   if (faultSet === 'tampered-download' && image === 'prebuilt') {
     throw new UsageError('--faults tampered-download needs the stock image (a prebuilt image downloads nothing): leave out --image prebuilt');
   }
+  if (values.reuse) {
+    // The reuse run has its own shape: one job per repository and project in each wave.
+    const clash = [['--jobs', jobs !== undefined], ['--burst', burst], ['--faults', faultSet !== undefined], ['--drift', values.drift === true]].find(([, on]) => on);
+    if (clash) throw new UsageError(`--reuse sends its own two waves of one job per repository and project: leave out ${String(clash[0])}`);
+    if ((poolSize ?? SCENARIO_DEFAULTS.poolSize) === 0) throw new UsageError('--reuse needs parked instances to reuse: leave out --pool-size 0');
+  }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
   if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
@@ -133,6 +146,7 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
     verbose: values.verbose ?? false,
     burst,
     drift: values.drift ?? false,
+    ...(values.reuse ? { reuse: true as const } : {}),
     ...(jobs === undefined ? {} : { jobs }),
     ...(poolSize === undefined ? {} : { poolSize }),
     ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),

@@ -7,7 +7,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
-import type { RunnerPoolProps } from '../lib/props';
+import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
 import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
@@ -41,6 +41,8 @@ export interface LocalSettings {
    * server's packages). @default - the example's: the contract's pinned releases
    */
   readonly runnerPackages?: Partial<Readonly<Record<Provider, RunnerPackage>>>;
+  /** Every pool reusable with these settings (`npm run local -- --reuse`). @default - no reuse */
+  readonly reuse?: PoolReuseProps;
 }
 
 /** Settings of the local AWS resources that are not part of the FleetConfig. */
@@ -73,7 +75,7 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
-      return { ...pool, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}) };
+      return { ...pool, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
 }
@@ -132,13 +134,18 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   if (!subnetId) throw new Error('moto has no default subnet');
 
   const templates: PoolTemplate[] = [];
+  // A reusable pool's boot script renders the pool's reuse as the FleetConfig carries it (its
+  // defaults resolved): the same config, built before the templates exist.
+  const draft = configFor(example, options.local, [], subnetId, prefix);
   // The pools as the local fleet has them (its runnerPackage among the overrides).
   for (const pool of localOverrides(example, options.local).pools) {
+    const reuse = draft.pools.find((p) => p.name === pool.name)?.reuse;
     const template: LocalPoolTemplate = {
       name: pool.name,
       provider: pool.provider,
       ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+      ...(reuse ? { reuse } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });
@@ -181,7 +188,8 @@ function configFor(example: ExampleFleetProps, local: LocalSettings, templates: 
     example,
     local,
     (pool) => {
-      const t = templates.find((x) => x.pool === pool.name)!;
+      // No templates yet (the draft): a placeholder id the draft never uses.
+      const t = templates.find((x) => x.pool === pool.name) ?? { launchTemplateId: 'lt-00000000000000000', version: '1' };
       return { launchTemplateId: t.launchTemplateId, launchTemplateVersion: t.version, subnetIds: [subnetId] };
     },
     prefix,

@@ -5,6 +5,7 @@ import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } fro
 import { BOOT_LOG_KEYS, bootLogGroupName, LEDGER_STAGE_NAMES, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
 import type { LocalEvent, LocalEventKind } from './events';
 import { formatFaultProof, type FaultProof } from './fault-report';
+import { formatReuseProof, type ReuseProof } from './reuse-run';
 import type { LocalAwsClients } from './lambdas';
 
 /**
@@ -125,6 +126,8 @@ export interface LocalReport {
   readonly failSafe?: FailSafeReport;
   /** The lossy faults (local/fault-report.ts): whether every job was served once, none cut off, nothing left. */
   readonly faultProof?: FaultProof;
+  /** `--reuse` (local/reuse-run.ts): the hit rate, and what each second-wave job found of the first. */
+  readonly reuse?: ReuseProof;
   readonly timeline: readonly JobReport[];
 }
 
@@ -576,6 +579,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   }
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));
+  if (report.reuse) lines.push(...formatReuseProof(report.reuse));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

@@ -8,7 +8,6 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Provider } from '../lambdas/shared/contract';
 import type { PoolReuseProps } from '../lib/props';
 import { TEMPLATE_ROOT } from './instances/launch-templates';
 
@@ -80,7 +79,7 @@ export function cacheFileOf(scope: string): string {
 
 /** A job of the reuse run as the scenario sent it. */
 export interface ReuseWaveJob {
-  readonly provider: Provider;
+  readonly provider: 'github' | 'gitlab';
   readonly ciJobId: string;
   /** owner/repo, or the GitLab project id as text. */
   readonly scope: string;

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
@@ -25,6 +25,8 @@ import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaNam
 import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
+import type { LocalJobOptions } from './ci/server-basics';
+import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
 import { buildFailSafe, buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
 
@@ -93,6 +95,11 @@ export interface ScenarioOptions {
   readonly signal?: AbortSignal;
   /** The lossy faults' plan seed (default DEFAULT_FAULT_SEED). */
   readonly seed?: number;
+  /**
+   * Reusable pools (local/reuse-run.ts): two waves of one job per repository and project,
+   * the second once the first parked; `jobs` and `burst` are then unused.
+   */
+  readonly reuse?: boolean;
 }
 
 export interface ScenarioResult {
@@ -233,7 +240,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -286,7 +293,15 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       awsCli: awsCliPath(),
       onEvent,
       ...(image === 'stock' ? { stockRunnerUser: localRunnerUser() } : {}),
+      ...(o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
     });
+    // The reuse run's jobs report here, outside every machine: the runner user writes, no cleaning reaches it.
+    const reuseReports = join(sandboxRoot, 'reuse-reports');
+    if (o.reuse) {
+      mkdirSync(reuseReports);
+      chmodSync(reuseReports, 0o1777);
+    }
+    const reuseJobs: ReuseWaveJob[] = [];
     if (faults.stallPriming) player.stallNextPriming(fleet.templates.find((t) => t.provider === 'gitlab')!.pool);
     player.start();
     cleanups.push(() => player.stop());
@@ -363,8 +378,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         return status;
       };
       lossy.connect({ deliver: (what, d) => deliver(what, d), secrets: fleet.webhook, github, gitlab });
-      const sendGitHub = async (labels: string[]) => {
-        const job = github.addJob(`${fleet.config.github!.organization}/${GITHUB_REPOSITORY}`, labels);
+      const sendGitHub = async (labels: string[], repository = GITHUB_REPOSITORY, options?: LocalJobOptions) => {
+        const job = github.addJob(`${fleet.config.github!.organization}/${repository}`, labels, undefined, options);
         const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
         const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
         const deliveredAt = Date.now();
@@ -374,10 +389,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
         return d;
       };
-      const sendGitLab = async () => {
+      const sendGitLab = async (project: { readonly id: number; readonly path: string } = GITLAB_PROJECT, options?: LocalJobOptions) => {
         const pool = fleet.config.pools.find((p) => p.provider === 'gitlab')!;
-        const job = gitlab.addJob(GITLAB_PROJECT.id, [...pool.labels]);
-        const d = gitlabJobPending({ buildId: job.id, projectId: GITLAB_PROJECT.id, projectPath: GITLAB_PROJECT.path }, fleet.webhook.gitlabToken);
+        const job = gitlab.addJob(project.id, [...pool.labels], options);
+        const d = gitlabJobPending({ buildId: job.id, projectId: project.id, projectPath: project.path }, fleet.webhook.gitlabToken);
         const deliveredAt = Date.now();
         const fate = lossy.fateOfNext('gitlab', job.id);
         jobs.push({ provider: 'gitlab', ciJobId: String(job.id), pool: pool.name, deliveredAt, ...(fate === 'delivered' ? {} : { fate }) });
@@ -392,7 +407,33 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       const githubPool = fleet.config.pools.find((p) => p.provider === 'github')!;
       const githubLabels = ['self-hosted', ...githubPool.labels];
 
-      let remaining = { github: o.jobs, gitlab: o.jobs };
+      if (o.reuse) {
+        // Two waves of one job per repository and project; the second once the first parked.
+        const script = reuseJobScript(reuseReports);
+        for (let wave = 1; wave <= REUSE_WAVES; wave++) {
+          const before = jobs.length;
+          const scopes: string[] = [];
+          const sends: Promise<unknown>[] = [];
+          // Each send records its job before its first await: jobs[before + i] is the i-th send's.
+          for (const repository of REUSE_GITHUB_REPOSITORIES) {
+            sends.push(sendGitHub(githubLabels, repository, { script }));
+            scopes.push(`${fleet.config.github!.organization}/${repository}`);
+          }
+          for (const project of REUSE_GITLAB_PROJECTS) {
+            sends.push(sendGitLab(project, { script }));
+            scopes.push(String(project.id));
+          }
+          const sent = jobs.slice(before);
+          sent.forEach((j, i) => reuseJobs.push({ provider: j.provider, ciJobId: j.ciJobId, scope: scopes[i]!, wave }));
+          await Promise.all(sends);
+          if (wave < REUSE_WAVES) {
+            await waitFor(`wave ${wave} to finish and its instances to park`, deadline, o.signal, async () =>
+              waveParked(sent, readReuseReports(reuseReports), await listInstances(clients), tagKeys(fleet.config.prefix), (j) => doneAtCi(j, github, gitlab)),
+            );
+          }
+        }
+      }
+      let remaining = o.reuse ? { github: 0, gitlab: 0 } : { github: o.jobs, gitlab: o.jobs };
       // With no standby parked (the tampered download), waves would never go: every job at once.
       // Lossy: at once too, so that jobs wait side by side (a stray runner finds another's job).
       const burst = o.burst || faults.tamperedDownload === true || plan !== undefined;
@@ -511,7 +552,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     for (const d of startDeliveries) if (d.status !== 200) notes.push(`delivery "${d.what}" answered ${d.status}`);
     const unshipped = bootsThatDidNotShip(sandboxRoot);
     if (unshipped.length) notes.push(`boot log not (fully) shipped by ${unshipped.join(', ')}`);
-    const requested = 2 * o.jobs + (faults.duplicate ? 2 : 0);
+    const requested = o.reuse ? REUSE_WAVES * (REUSE_GITHUB_REPOSITORIES.length + REUSE_GITLAB_PROJECTS.length) : 2 * o.jobs + (faults.duplicate ? 2 : 0);
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
     const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
     const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
@@ -522,7 +563,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       : undefined;
     const faultProof = plan ? buildFaultProof({ plan, jobs, events, world, report: base, prefix }) : undefined;
     if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}) };
+    const reuse = o.reuse ? buildReuseProof(reuseJobs, readReuseReports(reuseReports)) : undefined;
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
@@ -610,6 +652,26 @@ function heldByBackoff(events: readonly LocalEvent[], job: ScenarioJob): boolean
   return last?.kind === 'held';
 }
 
+
+/**
+ * The reuse run's first wave is over: every job done at its CI server and reported, and the
+ * machine it ran on parked again (stopped, no activation left) or gone (it terminated instead:
+ * its scope's second job then misses, which the proof reports).
+ */
+function waveParked(
+  wave: readonly ScenarioJob[],
+  reports: Readonly<Record<string, { readonly instance: string }>>,
+  world: readonly ObservedInstance[],
+  keys: ReturnType<typeof tagKeys>,
+  done: (j: ScenarioJob) => boolean,
+): boolean {
+  return wave.every((j) => {
+    const instance = reports[`${j.provider}-${j.ciJobId}`]?.instance;
+    const i = world.find((w) => w.id === instance);
+    if (!done(j) || !i) return false;
+    return i.state === 'terminated' || (i.state === 'stopped' && !i.tags[keys.activatedAt]);
+  });
+}
 
 function parkedOf(world: readonly ObservedInstance[], config: FleetConfig, pool: string): ObservedInstance[] {
   const keys = tagKeys(config.prefix);

@@ -12,7 +12,7 @@ import {
   type EC2Client,
   type RequestLaunchTemplateData,
 } from '@aws-sdk/client-ec2';
-import type { Provider, RunnerPackage } from '../../lambdas/shared/contract';
+import type { PoolReuseConfig, Provider, RunnerPackage } from '../../lambdas/shared/contract';
 import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
 
 export interface LocalPoolTemplate {
@@ -26,6 +26,12 @@ export interface LocalPoolTemplate {
    * loopback release server's packages. @default - the contract's pinned release
    */
   runnerPackage?: RunnerPackage;
+  /**
+   * The pool's reuse (the FleetConfig's): its machines clean and park after a job, keeping the
+   * cache directories (paths under TEMPLATE_ROOT, relocated like every host path).
+   * @default - none: every machine serves one job and terminates
+   */
+  reuse?: PoolReuseConfig;
 }
 
 export interface LocalMachineSettings {
@@ -58,6 +64,12 @@ export const MACHINE_PATHS = {
   preReadDevice: 'dev/root-volume',
   dmiAssetTagFile: 'sys/board_asset_tag',
   runnerDir: 'runner',
+  /** The runner user's home on a machine of a reusable pool (hostPaths.runnerHome): the job plants a secret there. */
+  runnerHome: 'home/runner',
+  /** The temp directories a reusable pool's cleaning empties. */
+  tmpDir: 'tmp',
+  varTmpDir: 'var/tmp',
+  shmDir: 'dev/shm',
   /** While this file exists, the first prepare command blocks: a PRIME that never finishes. */
   stallMarker: 'stall-priming',
 } as const;
@@ -131,6 +143,14 @@ function localPrepareCommands(pool: LocalPoolTemplate): string[] {
  */
 export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachineSettings): string {
   const at = (relative: string): string => `${TEMPLATE_ROOT}/${relative}`;
+  // A reusable pool's cleaning reaches the runner's home and the temp directories: on a
+  // played machine those are its own, never this host's.
+  const reuse = pool.reuse
+    ? {
+        reuse: pool.reuse,
+        hostPaths: { runnerHome: at(MACHINE_PATHS.runnerHome), tmpDir: at(MACHINE_PATHS.tmpDir), varTmpDir: at(MACHINE_PATHS.varTmpDir), shmDir: at(MACHINE_PATHS.shmDir) },
+      }
+    : { hostPaths: {} };
   try {
     return renderUserData({
       provider: pool.provider,
@@ -149,7 +169,9 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
         machineIdFile: at(MACHINE_PATHS.machineIdFile),
         preReadDevice: at(MACHINE_PATHS.preReadDevice),
         dmiAssetTagFile: at(MACHINE_PATHS.dmiAssetTagFile),
+        ...reuse.hostPaths,
       },
+      ...(reuse.reuse ? { reuse: reuse.reuse } : {}),
       imdsEndpoint: TEMPLATE_IMDS,
       awsCli: 'aws',
       awsEndpointUrl: machine.awsEndpoint,

@@ -34,6 +34,11 @@ export interface MachineOptions {
   readonly stockRunnerUser?: string;
   /** Extra environment for the runners (they start with `env -i`, so wrappers set it). */
   readonly runnerEnv?: Readonly<Record<string, string>>;
+  /**
+   * The user who owns the runner user's home (`MACHINE_PATHS.runnerHome`), created for a
+   * reusable pool's machine (the cleaning keeps or empties it). @default - no home is created
+   */
+  readonly homeOwner?: string;
 }
 
 export interface Machine {
@@ -108,6 +113,16 @@ export function createMachine(o: MachineOptions): Machine {
     mkdirSync(join(o.dir, sub), { recursive: true, mode: 0o755 });
   }
   chmodSync(o.dir, 0o755);
+  // The temp directories as on a real host: every user may write, only the owner delete.
+  for (const tmp of [MACHINE_PATHS.tmpDir, MACHINE_PATHS.varTmpDir, MACHINE_PATHS.shmDir]) {
+    mkdirSync(join(o.dir, tmp), { recursive: true });
+    chmodSync(join(o.dir, tmp), 0o1777);
+  }
+  if (o.homeOwner !== undefined) {
+    const home = join(o.dir, MACHINE_PATHS.runnerHome);
+    mkdirSync(home, { recursive: true, mode: 0o755 });
+    execFileSync('chown', [o.homeOwner, home]);
+  }
   const shims: [string, readonly string[]][] = [[SHIMS_DIR, readdirSync(SHIMS_DIR)], [INSTALL_SHIMS_DIR, INSTALL_SHIMS]];
   for (const [from, names] of shims) {
     for (const shim of names) {

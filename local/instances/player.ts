@@ -59,6 +59,8 @@ export interface InstancePlayerOptions {
    * @default - a prebuilt image with the runner binaries of `runnerDir`
    */
   stockRunnerUser?: string;
+  /** A reusable pool's machines: the runner user's home is created, owned by this user (MachineOptions.homeOwner). */
+  runnerHomeOwner?: string;
 }
 
 interface Boot {
@@ -492,6 +494,7 @@ export class InstancePlayer {
         dir: p.machine.dir,
         instanceId: id,
         awsCli: this.opts.awsCli,
+        ...(this.opts.runnerHomeOwner === undefined ? {} : { homeOwner: this.opts.runnerHomeOwner }),
         ...(this.opts.stockRunnerUser !== undefined
           ? { stockRunnerUser: this.opts.stockRunnerUser }
           : { runnerSource: this.opts.runnerDir ?? DEFAULT_RUNNER_DIR, ...(this.opts.runnerEnv ? { runnerEnv: this.opts.runnerEnv } : {}) }),

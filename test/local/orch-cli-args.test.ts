@@ -19,12 +19,19 @@ describe('npm run local: the command line', () => {
     [['--faults', '--seed', '7', '--jobs', '3'], { faults: { lossy: true, duplicate: true }, seed: 7, jobs: 3 }],
     [['--faults', '--seed=0'], { faults: { lossy: true }, seed: 0 }],
     [['-h'], { help: true }],
+    [['--reuse'], { reuse: true, burst: false }],
+    [['--reuse', '--pool-size', '4', '--image', 'prebuilt'], { reuse: true, poolSize: 4, image: 'prebuilt' }],
   ])('accepts %j', (argv, expected) => {
     expect(parseLocalArgs(argv)).toMatchObject(expected);
   });
 
   it.each<[string[], string]>([
     [['--jobs', 'many'], '--jobs must be a whole number from 0 to 50, got "many"'],
+    [['--reuse', '--jobs', '2'], '--reuse sends its own two waves of one job per repository and project: leave out --jobs'],
+    [['--reuse', '--burst'], '--reuse sends its own two waves of one job per repository and project: leave out --burst'],
+    [['--reuse', '--faults'], '--reuse sends its own two waves of one job per repository and project: leave out --faults'],
+    [['--reuse', '--drift'], '--reuse sends its own two waves of one job per repository and project: leave out --drift'],
+    [['--reuse', '--pool-size', '0'], '--reuse needs parked instances to reuse: leave out --pool-size 0'],
     [['--jobs', '1e3'], '--jobs must be a whole number from 0 to 50, got "1e3"'],
     [['--jobs', '0x10'], '--jobs must be a whole number from 0 to 50, got "0x10"'],
     [['--jobs', '2.5'], '--jobs must be a whole number from 0 to 50, got "2.5"'],
