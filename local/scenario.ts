@@ -654,8 +654,8 @@ function heldByBackoff(events: readonly LocalEvent[], job: ScenarioJob): boolean
 
 
 /**
- * The reuse run's first wave is over: every job done at its CI server and reported, and the
- * machine it ran on parked again (stopped, no activation left) or gone (it terminated instead:
+ * The reuse run's first wave is over: every job done at its CI server, and the machine it
+ * reported running on parked again (stopped, no activation left) or gone (it terminated instead:
  * its scope's second job then misses, which the proof reports).
  */
 function waveParked(
@@ -666,9 +666,12 @@ function waveParked(
   done: (j: ScenarioJob) => boolean,
 ): boolean {
   return wave.every((j) => {
+    if (!done(j)) return false;
+    // A job without a report names no machine to wait for: the proof reports it.
     const instance = reports[`${j.provider}-${j.ciJobId}`]?.instance;
+    if (instance === undefined) return true;
     const i = world.find((w) => w.id === instance);
-    if (!done(j) || !i) return false;
+    if (!i) return false;
     return i.state === 'terminated' || (i.state === 'stopped' && !i.tags[keys.activatedAt]);
   });
 }
