@@ -30,7 +30,7 @@ done < <(grep -rIoa --no-messages "$mark:[a-z]*-[0-9]*" "$root" | sed "s|^$root/
 
 mkdir -p "$cache" 2>/dev/null
 wrote_cache=false
-printf '%s\n' "$key" >"$cache/$file" 2>/dev/null && wrote_cache=true
+{ printf '%s\n' "$key" >"$cache/$file"; } 2>/dev/null && wrote_cache=true
 for d in "$PWD" "${HOME:-}" "${TMPDIR:-}" "$root/var/tmp" "$root/dev/shm"; do
   [[ $d == "$root"/* && -d $d && -w $d ]] || continue
   printf '%s:%s\n' "$mark" "$key" >"$d/.cwr-secret-$key" && planted+=("${d#"$root"/}")

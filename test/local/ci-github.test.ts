@@ -187,7 +187,7 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     // Act as the runner step by step, so the busy window has no timing in it.
     const local = (path: string) => fetch(`${gh.url}/_local/github/runners/${runnerId}/${path}`, { method: 'POST', headers: { authorization: `Bearer ${secret}` } });
     expect((await local('session')).status).toBe(200);
-    expect(await (await local('acquire')).json()).toEqual({ jobId: job.id, seconds: 0.2 });
+    expect(await (await local('acquire')).json()).toEqual({ jobId: job.id, seconds: 0.2, repository: job.repository });
     expect(gh.runners()).toEqual([expect.objectContaining({ status: 'online', busy: true })]);
     expect(await p.listRunners()).toEqual([expect.objectContaining({ name: reg.name, status: 'online', busy: true })]);
     expect((await rejection(p.deleteRunner(reg.runnerId))).status).toBe(422);
