@@ -1,8 +1,11 @@
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { Provider, ReuseScope } from '../../lambdas/shared/contract';
+import { renderLocalUserData, TEMPLATE_ROOT } from '../../local/instances/launch-templates';
 import type { LocalReport } from '../../local/report';
-import { REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS } from '../../local/reuse-run';
+import { REUSE_CACHE_DIR, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS } from '../../local/reuse-run';
 import { scaled } from '../support/slowdown';
 
 /**
@@ -29,11 +32,22 @@ function runLocal(args: string[]): Promise<{ code: number | null; stdout: string
 }
 
 /**
- * The reuse run needs the boot side (clean and park, resume check: branch reuse-boot) and
- * scale-up's affinity (reuse-up) merged; until then every instance terminates after its job
- * and the second wave can only miss. Set to undefined once both are in main.
+ * The reuse run needs the boot side (clean and park: branch reuse-boot) and scale-up's
+ * affinity (reuse-up) in this tree; without them every instance terminates after its job and
+ * the second wave can only miss. Until both are there the test is SKIPPED, and says why in its
+ * name (never a silent pass). Seen: the boot script renders the pool's cache directory, and
+ * scale-up computes the job's affinity.
  */
-const PENDING: string | undefined = 'waits for the boot side (clean and park) and scale-up affinity to be merged: without them no instance parks with its cache';
+function pendingReason(): string | undefined {
+  const missing: string[] = [];
+  const machine = { prefix: 'warm-runners', awsEndpoint: 'http://127.0.0.1:9', sandboxRoot: '/tmp/unused' };
+  const reuse = { scope: ReuseScope.REPOSITORY, maxJobs: 2, maxAgeSeconds: 3_600, cacheDirectories: [`${TEMPLATE_ROOT}/${REUSE_CACHE_DIR}`] };
+  if (!renderLocalUserData({ name: 'p', provider: Provider.GITHUB, reuse }, machine).includes(REUSE_CACHE_DIR)) missing.push('the boot side (clean and park, branch reuse-boot)');
+  const scaleUp = join(root, 'lambdas', 'scale-up');
+  if (!readdirSync(scaleUp).some((f) => f.endsWith('.ts') && readFileSync(join(scaleUp, f), 'utf8').includes('affinityOf('))) missing.push("scale-up's affinity (branch reuse-up)");
+  return missing.length ? `waits for ${missing.join(' and ')} to be merged: without them no instance parks with its cache` : undefined;
+}
+const PENDING = pendingReason();
 
 describe('npm run local -- --reuse', () => {
   const deadlineSeconds = Math.min(3_600, scaled(600_000) / 1000);
