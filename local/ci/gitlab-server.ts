@@ -40,6 +40,8 @@ export interface GitLabRunnerRecord {
   runUntagged: boolean;
   runnerType: string;
   groupId?: number;
+  /** A `project_type` runner's project: it takes only that project's jobs. */
+  projectId?: number;
   token: string;
   contactedAt?: string;
   /** `PUT /runners/:id` with `paused`: a paused runner is handed no new job. */
@@ -596,6 +598,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         runUntagged: r.runUntagged,
         runnerType: r.runnerType,
         ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
+        ...(r.projectId === undefined ? {} : { projectId: r.projectId }),
         token: r.token,
         ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
         paused: r.paused,
