@@ -15,7 +15,7 @@ import {
   type FleetConfig,
   type JobMessage,
   type JobRetryOptions,
-  type Provider,
+  Provider,
   type RunnerSummary,
 } from '../shared/contract';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
@@ -261,13 +261,23 @@ async function admit(b: Batch, records: JobRecords, live: readonly BatchItem[]):
   // The stray's claim wrote a fresh record for its delivery: give it up, or a reconciled
   // copy of the job would be refused until the holder deadline.
   await mapLimit(strays, 10, (item) => releaseRecord(b, records, item.job, item.log, item.pool ?? 'unresolved'));
-  const retried = await checkServed(retryContext(b, records), admission.served);
+  const retried = await checkServed(retryContext(b, records, scopedRepositories(b, admission.served.map((s) => s.item))), admission.served);
   for (const r of retried) r.item.superseded = r.superseded;
   return [...proceed, ...retried.map((r) => r.item)];
 }
 
+/**
+ * The repositories whose repository-level runners the retry check lists besides the fleet's
+ * own scope: those of the reusable pools' GitHub jobs (their runners are registered there
+ * alone, and GitHub lists them per repository only).
+ */
+function scopedRepositories(b: Batch, items: readonly BatchItem[]): string[] {
+  const reusable = (i: BatchItem) => b.config.pools.some((p) => p.name === i.pool && p.reuse !== undefined);
+  return [...new Set(items.filter((i) => i.job.provider === Provider.GITHUB && reusable(i)).map((i) => `${i.job.owner}/${i.job.project}`.toLowerCase()))];
+}
+
 /** What the retry check (retry-check.ts) needs of the batch. */
-function retryContext(b: Batch, records: JobRecords): RetryCheckContext<BatchItem> {
+function retryContext(b: Batch, records: JobRecords, repositories: readonly string[]): RetryCheckContext<BatchItem> {
   let fleet: Promise<readonly ObservedInstance[]> | undefined;
   const runners = new Map<CiProvider, Promise<readonly RunnerSummary[]>>();
   return {
@@ -281,7 +291,7 @@ function retryContext(b: Batch, records: JobRecords): RetryCheckContext<BatchIte
     names: b.names,
     // Observed once per invocation, on the first check that needs it.
     observeFleet: () => (fleet ??= describeFleet(b.deps.aws, b.deps.ec2, b.keys)),
-    runnersOf: (p) => runners.get(p) ?? runners.set(p, withTimeout('listRunners', b.options.ciTimeoutMs, () => p.listRunners())).get(p)!,
+    runnersOf: (p) => runners.get(p) ?? runners.set(p, withTimeout('listRunners', b.options.ciTimeoutMs, () => p.listRunners({ repositories }))).get(p)!,
     providerOf: (item) => b.providers[item.job.provider]!,
     stillQueued: (item) => stillQueued(b, item),
     settle: (record) => settle(b, record),

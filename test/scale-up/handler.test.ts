@@ -1481,7 +1481,7 @@ describe('scale-up: reuse (contract reuse.ts)', () => {
     expect(warmStarted().map((i) => i.id)).toEqual([mine]);
     const runnerId = aws.instances.get(mine)!.tags.get(KEYS.runnerId)!;
     expect(configOf(mine)).toEqual({ provider: Provider.GITHUB, instanceId: mine, jitConfig: `jit-secret-${runnerId}`, reuse: { affinity: A, uses: 3 } });
-    expect([...ci.scoped]).toEqual([runnerId]);
+    expect([...ci.scoped.keys()]).toEqual([runnerId]);
     expect(aws.instances.get(fresh!)!.state).toBe('stopped');
     expect(aws.instances.get(foreign)!.state).toBe('stopped');
     expect(lines.metric('ReuseHits', { Pool: 'linux' })).toBe(1);
