@@ -121,7 +121,9 @@ export class GitHubProvider implements CiProvider {
     const config = this.options.pools.find((p) => p.name === pool);
     if (!config || config.provider !== 'github') throw new Error(`pool "${pool}" is not a GitHub pool of this fleet`);
     const fleetScope = this.scopeOfJob(job);
-    const scope: Scope = options.scoped ? { kind: 'repo', owner: job.owner, repo: job.project } : fleetScope;
+    // Lower case, as the affinity and `listRunners({ repositories })`: the runner id (tagged on
+    // the instance, matched against the list by the sweep) is then spelled one way.
+    const scope: Scope = options.scoped ? { kind: 'repo', owner: job.owner.toLowerCase(), repo: job.project.toLowerCase() } : fleetScope;
     const groupId = options.scoped && fleetScope.kind === 'org' ? REPOSITORY_RUNNER_GROUP_ID : this.options.github.runnerGroupId;
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
     const labels = [GITHUB_SELF_HOSTED_LABEL, ...config.labels.filter((l) => l.toLowerCase() !== GITHUB_SELF_HOSTED_LABEL)];
@@ -160,7 +162,7 @@ export class GitHubProvider implements CiProvider {
     const { github } = this.options;
     const own: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
     const keys = new Set(own.map(installationKey));
-    const extra = (options.repositories ?? []).filter((r) => /^[\w.-]+\/[\w.-]+$/.test(r)).map(repoScope).filter((s) => !keys.has(installationKey(s)) && keys.add(installationKey(s)));
+    const extra = (options.repositories ?? []).filter((r) => /^[\w.-]+\/[\w.-]+$/.test(r)).map((r) => repoScope(r.toLowerCase())).filter((s) => !keys.has(installationKey(s)) && keys.add(installationKey(s)));
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
     for (const scope of [...own, ...extra]) {

@@ -322,10 +322,12 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     expect(gh.jobs().find((j) => j.id === foreign.id)).toMatchObject({ status: 'completed', runnerName: orgReg.name });
   });
 
-  it('reuse: a scoped runner is deleted at its repository', async () => {
+  it('reuse: a scoped runner\'s id is spelled in lower case, as its affinity; it is listed by that name and deleted at its repository', async () => {
     const p = provider();
     const own = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
-    const reg = await p.createRunner(message(own.id, own.labels), nextInstance(), 'linux', { scoped: true });
+    const reg = await p.createRunner(message(own.id, own.labels, `${ORG.toUpperCase()}/App`), nextInstance(), 'linux', { scoped: true });
+    expect(reg.runnerId).toMatch(new RegExp(`^${ORG}/app/\\d+$`));
+    expect(await p.listRunners({ repositories: [`${ORG.toUpperCase()}/APP`] })).toEqual([expect.objectContaining({ runnerId: reg.runnerId })]);
     await p.deleteRunner(reg.runnerId);
     expect(gh.runners()).toEqual([]);
     expect(gh.requests().some((r) => r.method === 'DELETE' && r.path === `/repos/${reg.runnerId.replace(/\/(\d+)$/, '/actions/runners/$1')}`)).toBe(true);
