@@ -9,7 +9,7 @@ import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/sca
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, decodeRunnerConfig, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -1511,6 +1511,24 @@ describe('scale-up: reuse (contract reuse.ts)', () => {
     expect(ci.scoped.size).toBe(0);
     expect(aws.instances.get(leftover)!.state).toBe('stopped');
     expect(lines.metric('ReuseHits') + lines.metric('ReuseMisses')).toBe(0);
+  });
+
+  it('GitLab: a job with a project id gets a scoped runner and reuse keys; one without is served without reuse (no scoped runner, no reuse keys: its instance terminates after it)', async () => {
+    const gitlab = new FakeCi(Provider.GITLAB, PREFIX);
+    const config = buildFleetConfig({
+      prefix: PREFIX,
+      gitlab: { url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+      pools: [{ name: 'linux', provider: Provider.GITLAB, labels: ['linux'], launchTemplateId: 'lt-0123456789abcdef0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'], reuse: {} }],
+    });
+    park(2);
+    const gl = (n: number, projectId?: number) => job(n, { provider: Provider.GITLAB, jobId: `gitlab:${n}`, ...(projectId === undefined ? {} : { projectId }) });
+    const res = await handler({}, config, INSTANCE_ARN_PREFIX, () => aws.now, { providers: () => ({ gitlab }) })(jobEvent([gl(1, 42), gl(2)]));
+    expect(res.batchItemFailures).toEqual([]);
+    const byJob = new Map(warmStarted().map((i) => [i.tags.get(KEYS.jobId), i.id]));
+    expect(configOf(byJob.get('gitlab:1')!)).toMatchObject({ provider: Provider.GITLAB, reuse: { affinity: 'gitlab:42', uses: 0 } });
+    expect(configOf(byJob.get('gitlab:2')!)).not.toHaveProperty('reuse');
+    expect([...gitlab.runners.values()].filter((r) => gitlab.scoped.has(r.runnerId)).map((r) => r.jobId)).toEqual(['gitlab:1']);
+    expect(lines.logs(/has no affinity/)).toHaveLength(1);
   });
 
   it('a claim verified late finds the instance parked meanwhile with another affinity: lost, rolled back, never started', async () => {
