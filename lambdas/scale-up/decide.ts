@@ -48,7 +48,7 @@ export function fnv1a(text: string): number {
   return h;
 }
 
-/** Parked instances per pool, ordered by a hash of (salt, id). */
+/** Parked instances per candidate list (`bucketOf`), ordered by a hash of (salt, id). */
 export function orderCandidates(parked: ReadonlyMap<string, readonly string[]>, salt: string): Map<string, string[]> {
   const candidates = new Map<string, string[]>();
   for (const [pool, ids] of parked) {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { bucketOf, bucketsFor, decide, gateCold, isLateDelivery, orderCandidates, parkedByBucket, poolColdGate, reuseAffinityOf, usesOf, type QueuedJob } from '../../lambdas/scale-up/decide';
 import { freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { coldLaunchTags, LATE_DELIVERY_SECONDS, Provider } from '../../lambdas/shared/contract';
-import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { repositoriesOf, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
 const NOW = new Date('2026-11-29T12:00:00.000Z');
@@ -187,5 +187,16 @@ describe('reuse: which parked instances a job may take (R1)', () => {
     expect(usesOf(withAffinity(A, '7'), KEYS)).toBe(7);
     expect(usesOf(parked(), KEYS)).toBe(0);
     expect(usesOf(withAffinity(A, 'x'), KEYS)).toBe(0);
+  });
+});
+
+describe('repositoriesOf: the repositories whose runners the sweeps list', () => {
+  it('reads repository runner ids and GitHub affinities, lower case, once each; nothing else', () => {
+    const i = (tags: Record<string, string>) => inst('running', { ...standbyTags(), ...tags });
+    const found = repositoriesOf(
+      [i({ [KEYS.runnerId]: 'Acme/App/12' }), i({ [KEYS.affinity]: 'github:acme/app' }), i({ [KEYS.affinity]: 'github:acme/svc' }), i({ [KEYS.runnerId]: '77' }), i({ [KEYS.affinity]: 'gitlab:42' })],
+      KEYS,
+    );
+    expect(found).toEqual(['acme/app', 'acme/svc']);
   });
 });
