@@ -7,7 +7,9 @@ import {
   runnerName,
   Provider,
   type CiProvider,
+  type CreateRunnerOptions,
   type GitHubConnectionConfig,
+  type ListRunnersOptions,
   type JobMessage,
   type RunnerRegistration,
   type RunnerSummary,
@@ -59,6 +61,13 @@ export class GitHubApiError extends Error {
 /** Where runners register: the organisation, or one repository. */
 type Scope = { readonly kind: 'org'; readonly org: string } | { readonly kind: 'repo'; readonly owner: string; readonly repo: string };
 
+/**
+ * The runner group of a repository-level runner: repositories have only the default group
+ * (id 1); groups are an organisation's (docs: "Create configuration for a just-in-time runner
+ * for a repository", `runner_group_id` required).
+ */
+const REPOSITORY_RUNNER_GROUP_ID = 1;
+
 interface CachedToken {
   readonly token: string;
   readonly expiresAt: number;
@@ -101,15 +110,27 @@ export class GitHubProvider implements CiProvider {
     this.now = options.now ?? Date.now;
   }
 
-  async createRunner(job: JobMessage, instanceId: string, pool: string): Promise<RunnerRegistration> {
+  /**
+   * `scoped` (reuse): a repository-level runner of the job's repository, also in an
+   * organisation fleet (`POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`, with
+   * the organisation's installation token; the App needs repository "Administration: write").
+   * Repository runners have no runner groups of the organisation: their group is the default
+   * one, id 1.
+   */
+  async createRunner(job: JobMessage, instanceId: string, pool: string, options: CreateRunnerOptions = {}): Promise<RunnerRegistration> {
     const config = this.options.pools.find((p) => p.name === pool);
     if (!config || config.provider !== 'github') throw new Error(`pool "${pool}" is not a GitHub pool of this fleet`);
-    const scope = this.scopeOfJob(job);
+    const fleetScope = this.scopeOfJob(job);
+    // Lower case, as the affinity and `listRunners({ repositories })`: the runner id (tagged on
+    // the instance, matched against the list by the sweep) is then spelled one way.
+    const scope: Scope = options.scoped ? { kind: 'repo', owner: job.owner.toLowerCase(), repo: job.project.toLowerCase() } : fleetScope;
+    const groupId = options.scoped && fleetScope.kind === 'org' ? REPOSITORY_RUNNER_GROUP_ID : this.options.github.runnerGroupId;
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
     const labels = [GITHUB_SELF_HOSTED_LABEL, ...config.labels.filter((l) => l.toLowerCase() !== GITHUB_SELF_HOSTED_LABEL)];
     const route = scope.kind === 'org' ? 'POST /orgs/{org}/actions/runners/generate-jitconfig' : 'POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig';
     // Not retried on 5xx: GitHub may have registered the runner; the sweep removes one that leaked.
-    const data = (await this.call('generate-jitconfig', scope, route, { ...scopeParams(scope), name, runner_group_id: this.options.github.runnerGroupId, labels, work_folder: '_work' }, false)) as {
+    const params = { ...scopeParams(scope), name, runner_group_id: groupId, labels, work_folder: '_work' };
+    const data = (await this.call('generate-jitconfig', this.tokenScope(scope), route, params, false)) as {
       runner?: { id?: unknown };
       encoded_jit_config?: unknown;
     };
@@ -124,23 +145,31 @@ export class GitHubProvider implements CiProvider {
     const { scope, id } = this.parseRunnerId(runnerId);
     const route = scope.kind === 'org' ? 'DELETE /orgs/{org}/actions/runners/{runner_id}' : 'DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}';
     try {
-      await this.call('delete runner', scope, route, { ...scopeParams(scope), runner_id: id }, true);
+      await this.call('delete runner', this.tokenScope(scope), route, { ...scopeParams(scope), runner_id: id }, true);
     } catch (e) {
       if (e instanceof GitHubApiError && e.status === 404) return; // already gone
       throw e;
     }
   }
 
-  async listRunners(): Promise<RunnerSummary[]> {
+  /**
+   * The fleet's runners: the organisation's, or each configured repository's; and the
+   * repository-level runners of `options.repositories` (scoped runners of an organisation
+   * fleet, which GitHub lists per repository only). A runner id names its scope, so a runner
+   * seen in two listings is reported once.
+   */
+  async listRunners(options: ListRunnersOptions = {}): Promise<RunnerSummary[]> {
     const { github } = this.options;
-    const scopes: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
+    const own: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
+    const keys = new Set(own.map(installationKey));
+    const extra = (options.repositories ?? []).filter((r) => /^[\w.-]+\/[\w.-]+$/.test(r)).map((r) => repoScope(r.toLowerCase())).filter((s) => !keys.has(installationKey(s)) && keys.add(installationKey(s)));
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
-    for (const scope of scopes) {
+    for (const scope of [...own, ...extra]) {
       const route = scope.kind === 'org' ? 'GET /orgs/{org}/actions/runners' : 'GET /repos/{owner}/{repo}/actions/runners';
       let complete = false;
       for (let page = 1; page <= maxPages; page++) {
-        const data = (await this.call('list runners', scope, route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
+        const data = (await this.call('list runners', this.tokenScope(scope), route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
         if (!Array.isArray(data?.runners)) throw new GitHubApiError('list runners', 200, 'answer lacks runners');
         for (const r of data.runners as Record<string, unknown>[]) {
           if (typeof r.name !== 'string' || instanceIdOfRunnerName(this.options.prefix, r.name) === undefined || !Number.isSafeInteger(r.id)) continue;
@@ -211,6 +240,17 @@ export class GitHubProvider implements CiProvider {
     if (scope.kind === 'org') return true;
     // GitHub's owner and repository names are case-insensitive.
     return scope.owner.toLowerCase() === job.owner.toLowerCase() && scope.repo.toLowerCase() === job.project.toLowerCase();
+  }
+
+  /**
+   * The scope whose installation token a call uses: an organisation fleet's repository
+   * (a scoped runner's) is covered by the organisation's installation, so no second
+   * installation look-up or token is needed.
+   */
+  private tokenScope(scope: Scope): Scope {
+    const org = this.options.github.organization;
+    if (scope.kind === 'repo' && org !== undefined && scope.owner.toLowerCase() === org.toLowerCase()) return { kind: 'org', org };
+    return scope;
   }
 
   private parseRunnerId(runnerId: string): { scope: Scope; id: number } {

@@ -4,7 +4,9 @@ import {
   runnerName,
   Provider,
   type CiProvider,
+  type CreateRunnerOptions,
   type GitLabConnectionConfig,
+  type ListRunnersOptions,
   type JobMessage,
   type RunnerRegistration,
   type RunnerSummary,
@@ -85,11 +87,19 @@ export class GitLabProvider implements CiProvider {
     this.now = options.now ?? Date.now;
   }
 
-  async createRunner(job: JobMessage, instanceId: string, pool: string): Promise<RunnerRegistration> {
+  /**
+   * `scoped` (reuse): a `project_type` runner of the job's project (`project_id`), whatever
+   * the fleet's runner type; the token's user needs `create_runner` on that project
+   * (Maintainer). A job without a project id cannot have one: refused, nothing registered.
+   */
+  async createRunner(job: JobMessage, instanceId: string, pool: string, options: CreateRunnerOptions = {}): Promise<RunnerRegistration> {
     const config = this.options.pools.find((p) => p.name === pool);
     if (!config || config.provider !== 'gitlab') throw new Error(`pool "${pool}" is not a GitLab pool of this fleet`);
+    if (options.scoped && (job.projectId === undefined || !Number.isSafeInteger(job.projectId) || job.projectId <= 0)) {
+      throw new Error(`job ${job.jobId} has no project id: no project runner can be registered for it`);
+    }
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
-    const { runnerType, scopeId } = this.options.gitlab;
+    const { runnerType, scopeId } = options.scoped ? { runnerType: 'project_type' as const, scopeId: job.projectId } : this.options.gitlab;
     const body = {
       runner_type: runnerType,
       ...(runnerType === 'group_type' ? { group_id: scopeId } : {}),
@@ -114,14 +124,29 @@ export class GitLabProvider implements CiProvider {
     await this.call('delete runner', 'DELETE', `/runners/${runnerId}`, { expect: [204, 200, 404] });
   }
 
-  async listRunners(): Promise<RunnerSummary[]> {
+  /**
+   * The fleet's runners in its scope; with a reusable pool in a fleet of another runner type,
+   * also the project runners its scoped registrations made, from the token user's own runners
+   * (`GET /runners?type=project_type`, api/runners.md "List owned runners": the projects the
+   * user maintains, where it could create them). A runner listed twice is reported once.
+   */
+  async listRunners(_options: ListRunnersOptions = {}): Promise<RunnerSummary[]> {
     const { runnerType, scopeId } = this.options.gitlab;
     const base =
       runnerType === 'instance_type' ? '/runners/all' : runnerType === 'group_type' ? `/groups/${scopeId}/runners` : `/projects/${scopeId}/runners`;
+    const out = await this.listPages(base, runnerType, `${runnerType}:${scopeId ?? 'instance'}`);
+    const reusable = this.options.pools.some((p) => p.provider === 'gitlab' && p.reuse !== undefined);
+    if (!reusable || runnerType === 'project_type') return out;
+    const seen = new Set(out.map((r) => r.runnerId));
+    return [...out, ...(await this.listPages('/runners', 'project_type', 'project_type:owned')).filter((r) => !seen.has(r.runnerId))];
+  }
+
+  /** One runner list, page by page up to the cap (told to `onListTruncated` when reached). */
+  private async listPages(base: string, type: string, scope: string): Promise<RunnerSummary[]> {
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
     for (let page = 1; page <= maxPages; page++) {
-      const res = await this.call('list runners', 'GET', `${base}?type=${runnerType}&per_page=100&page=${page}`, { expect: [200] });
+      const res = await this.call('list runners', 'GET', `${base}?type=${type}&per_page=100&page=${page}`, { expect: [200] });
       if (!Array.isArray(res.data)) throw new GitLabApiError('list runners', res.status, 'answer is not a list');
       for (const r of res.data as Record<string, unknown>[]) {
         const name = typeof r.description === 'string' && r.description !== '' ? r.description : typeof r.name === 'string' ? r.name : '';
@@ -132,7 +157,7 @@ export class GitLabProvider implements CiProvider {
       if (!next || res.data.length === 0) return out;
     }
     // GitLab still named a next page: the sweep sees only part of the runners.
-    this.options.onListTruncated?.({ scope: `${runnerType}:${scopeId ?? 'instance'}`, pages: maxPages });
+    this.options.onListTruncated?.({ scope, pages: maxPages });
     return out;
   }
 

@@ -8,7 +8,7 @@ import { actionOf, errorName, READ, withTimeout, WRITE_IDEMPOTENT, type AwsCalle
 import { Provider, ssmPaths, tagKeys, type CiProvider, type FleetConfig } from '../shared/contract';
 import { GitHubApiError, GitLabApiError } from '../ci';
 import { chunks } from '../shared/delete-configs';
-import { describeFleet, LIVE_STATES } from '../shared/instances';
+import { describeFleet, LIVE_STATES, repositoriesOf } from '../shared/instances';
 import { createLogger, type Logger, type Sink } from '../shared/log';
 import { decideDrain, type DrainObservation, type DrainSettings, type RunnerList } from './decide';
 import { deleteVerdict, type DeleteVerdict } from './delete-cause';
@@ -248,7 +248,7 @@ async function observe(deps: DrainDeps, config: FleetConfig, elapsedMs: number, 
     }
     try {
       deps.truncatedLists?.delete(provider);
-      const listed = await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners());
+      const listed = await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners({ repositories: repositoriesOf(instances, keys) }));
       // Runners beyond the page cap may remain: deregister those listed, but never read it as empty.
       runners.set(provider, deps.truncatedLists?.has(provider) ? { runners: listed, truncated: true } : { runners: listed });
     } catch (error) {

@@ -2,7 +2,7 @@ import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type SsmPaths, type TagKeys } from '../shared/contract';
-import { describeFleet } from '../shared/instances';
+import { describeFleet, repositoriesOf } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs, type ObservedParameter } from '../shared/parameters';
@@ -62,7 +62,8 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
         if (!ci) continue;
         try {
           deps.truncatedLists?.delete(provider);
-          runners.set(provider, await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners()));
+          // A reusable pool's repository runners are listed only where the instances name their repositories.
+          runners.set(provider, await withTimeout(`${provider} listRunners`, ciTimeoutMs, () => ci.listRunners({ repositories: repositoriesOf(instances, keys) })));
           if (deps.truncatedLists?.has(provider)) partial.add(provider);
         } catch (error) {
           // Unknown is not empty: decide nothing from this provider's runners this time.

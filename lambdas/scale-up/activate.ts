@@ -2,6 +2,7 @@ import { describeError, errorName, mapLimit } from '../shared/aws-call';
 import { WARM_STANDBY_VALUE, type RunnerRegistration } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { claim, configValue, rollback, tag, type Attempt } from './claim';
+import { bucketOf, bucketsFor, usesOf } from './decide';
 import { createRunner, deleteRunner, type JobInFlight, type StepContext } from './context';
 import { startInstances, type StartOutcome } from './start';
 
@@ -19,7 +20,8 @@ export type FallbackReason =
   | 'activation-error';
 
 export type WarmOutcome =
-  | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string; readonly stages: ActivationStages }
+  /** `hit`: the instance parked with the job's affinity (a reuse hit); false for a fresh one. */
+  | { readonly kind: 'started'; readonly instanceId: string; readonly runnerId: string; readonly stages: ActivationStages; readonly hit: boolean }
   | { readonly kind: 'fallback'; readonly reason: FallbackReason; readonly carried?: Carried };
 
 /**
@@ -96,11 +98,14 @@ export async function activateWarm(
   jobs: readonly JobInFlight[],
   candidates: Candidates,
   options: WarmOptions = WARM_DEFAULTS,
+  /** The `uses` tag of a parked instance as last observed (decide.ts `usesOf`): the config of a reusable pool's job carries it. */
+  usesOf: (instanceId: string) => number = () => 0,
 ): Promise<Map<string, WarmOutcome>> {
   const b: WarmBatch = {
     ctx,
     candidates,
     options,
+    usesOf,
     outcomes: new Map(),
     carried: new Map(),
     tagged: [],
@@ -117,6 +122,7 @@ interface WarmBatch {
   readonly ctx: StepContext;
   readonly candidates: Candidates;
   readonly options: WarmOptions;
+  readonly usesOf: (instanceId: string) => number;
   readonly outcomes: Map<string, WarmOutcome>;
   /** Registrations kept from refused claims, per job: the next candidate's, or the cold launch's. */
   readonly carried: Map<string, Carried>;
@@ -173,9 +179,9 @@ async function runLane(b: WarmBatch, j: JobInFlight): Promise<void> {
  */
 async function lane(b: WarmBatch, j: JobInFlight, track: (a: Attempt | undefined) => void): Promise<void> {
   for (let tries = 0; ; tries++) {
-    const next = await pick(b, j.pool.name, tries);
+    const next = await pick(b, bucketsFor(j.pool.name, j.affinity), tries);
     if (next === undefined) return;
-    const a: Attempt = { j, instanceId: next.instanceId, claimed: false };
+    const a: Attempt = { j, instanceId: next.instanceId, claimed: false, ...reuseOf(b, j, next) };
     track(a);
     if (!(await register(b, a))) {
       track(undefined);
@@ -196,10 +202,23 @@ async function lane(b: WarmBatch, j: JobInFlight, track: (a: Attempt | undefined
  * only from an observation taken now: the job goes cold only when one shows no parked
  * instance left for it (each instance is handed out once per invocation, so this ends).
  */
-async function pick(b: WarmBatch, pool: string, tries: number): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+async function pick(b: WarmBatch, buckets: readonly string[], tries: number): Promise<Pick_ | undefined> {
   await b.ctx.aws.pace('PutParameter');
   const fresh = tries >= b.options.claimsPerJob;
-  return (await b.candidates.next(pool, { fresh })) ?? (fresh ? undefined : await b.candidates.next(pool, { fresh: true }));
+  return (await b.candidates.next(buckets, { fresh })) ?? (fresh ? undefined : await b.candidates.next(buckets, { fresh: true }));
+}
+
+type Pick_ = { instanceId: string; observedAt: Date; bucket: string };
+
+/**
+ * What a pick makes of a reusable pool's attempt: the config's `reuse` keys (the job's
+ * affinity, the instance's use count: 0 for a fresh one) and whether it is a reuse hit (the
+ * pick came from the affinity's list). Nothing for any other job.
+ */
+function reuseOf(b: WarmBatch, j: JobInFlight, p: Pick_): Pick<Attempt, 'reuse' | 'hit'> {
+  if (j.affinity === undefined) return {};
+  const hit = p.bucket === bucketOf(j.pool.name, j.affinity);
+  return { reuse: { affinity: j.affinity, uses: hit ? b.usesOf(p.instanceId) : 0 }, hit };
 }
 
 /** The attempt's registration: the one its job carries from a refused claim, or a new one; false when registering failed. */
@@ -294,7 +313,7 @@ async function startTagged(b: WarmBatch): Promise<void> {
 async function settleStart(b: WarmBatch, a: Attempt, o: StartOutcome, startedAt: Date): Promise<void> {
   if (o === 'started') {
     const stages = { ...(a.registeredAt ? { registeredAt: a.registeredAt } : {}), ...(a.claimedAt ? { claimedAt: a.claimedAt } : {}), startedAt };
-    b.outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId, stages });
+    b.outcomes.set(a.j.key, { kind: 'started', instanceId: a.instanceId, runnerId: a.registration!.runnerId, stages, hit: a.hit === true });
     return;
   }
   if (o === 'lost') b.ctx.metrics.add(b.ctx.config.metrics.names.lostClaims, { Pool: a.j.pool.name });
@@ -349,10 +368,11 @@ export class Candidates {
   }
 
   /**
-   * The next candidate of `pool`. `fresh`: only from an observation started after this call,
-   * past `maxRefreshes` too (a lane that would otherwise give up on the warm path).
+   * The next candidate of the first of `buckets` (decide.ts `bucketsFor`; a pool's name for
+   * its fresh instances) that has one. `fresh`: only from an observation started after this
+   * call, past `maxRefreshes` too (a lane that would otherwise give up on the warm path).
    */
-  async next(pool: string, options: { fresh?: boolean } = {}): Promise<{ instanceId: string; observedAt: Date } | undefined> {
+  async next(buckets: string | readonly string[], options: { fresh?: boolean } = {}): Promise<{ instanceId: string; observedAt: Date; bucket: string } | undefined> {
     if (this.observe) {
       // A pick wants a list no older than `freshMs`, or, while an observation takes longer
       // than half of that, than two observations: re-observing more often cannot make the
@@ -367,11 +387,13 @@ export class Candidates {
         // Keep the old list: it is still a list of candidates, and each claim is still atomic.
       }
     }
-    const list = this.lists.get(pool) ?? [];
-    for (let id = list.shift(); id !== undefined; id = list.shift()) {
-      if (!this.handedOut.has(id)) {
-        this.handedOut.add(id);
-        return { instanceId: id, observedAt: this.latest.at };
+    for (const bucket of typeof buckets === 'string' ? [buckets] : buckets) {
+      const list = this.lists.get(bucket) ?? [];
+      for (let id = list.shift(); id !== undefined; id = list.shift()) {
+        if (!this.handedOut.has(id)) {
+          this.handedOut.add(id);
+          return { instanceId: id, observedAt: this.latest.at, bucket };
+        }
       }
     }
     return undefined;
@@ -453,6 +475,18 @@ export class ClaimCheck {
   }
 }
 
+/**
+ * A claimed instance still carries the affinity and use count the attempt's config names
+ * (none for a fresh pick): between our observation and our claim it may have served a job
+ * and parked again, with an affinity of its own. Its boot would refuse our config (R1, R4);
+ * the verification finds it first, as a lost claim.
+ */
+function sameReuseState(ctx: StepContext, a: Attempt, i: ObservedInstance): boolean {
+  const affinity = i.tags.get(ctx.keys.affinity);
+  if (a.reuse === undefined || a.hit !== true) return affinity === undefined;
+  return affinity === a.reuse.affinity && usesOf(i, ctx.keys) === a.reuse.uses;
+}
+
 /** A claimed instance must still be a stopped, unactivated warm standby, as a check after the claim's answer sees it; never throws. */
 async function verify(ctx: StepContext, a: Attempt, check: ClaimCheck): Promise<'parked' | 'stale-observation' | 'verify-error'> {
   let i: ObservedInstance | undefined;
@@ -462,7 +496,7 @@ async function verify(ctx: StepContext, a: Attempt, check: ClaimCheck): Promise<
     a.j.log.error('verifying the claim failed', { instanceId: a.instanceId, error: errorName(error) });
     return 'verify-error';
   }
-  if (i !== undefined && i.state === 'stopped' && i.tags.get(ctx.keys.warmStandby) === WARM_STANDBY_VALUE && !isActivated(i, ctx.keys)) return 'parked';
+  if (i !== undefined && i.state === 'stopped' && i.tags.get(ctx.keys.warmStandby) === WARM_STANDBY_VALUE && !isActivated(i, ctx.keys) && sameReuseState(ctx, a, i)) return 'parked';
   a.j.log.warn('claimed instance is no longer a parked standby: claim lost', { instanceId: a.instanceId, state: i?.state ?? 'gone' });
   return 'stale-observation';
 }

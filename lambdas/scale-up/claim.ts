@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
-import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerRegistration } from '../shared/contract';
+import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerConfigReuse, type RunnerRegistration } from '../shared/contract';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { Logger } from '../shared/log';
@@ -17,6 +17,10 @@ export interface Attempt {
   claimed: boolean;
   /** The activation tags we wrote (sent, whatever the answer), with their values. */
   tags?: Tag[];
+  /** A reusable pool's job: the config's `reuse` keys (decide.ts `reuseAffinityOf`; uses of the instance, 0 when fresh or cold). */
+  reuse?: RunnerConfigReuse;
+  /** The instance was picked from the job's affinity list (a reuse hit). */
+  hit?: boolean;
   /** When the registration and the claim answered (the job's latency ledger). */
   registeredAt?: Date;
   claimedAt?: Date;
@@ -113,7 +117,7 @@ async function readClaim(ctx: StepContext, a: Attempt, value: string): Promise<'
 
 /** The encoded runner config of the attempt's registration (the cold path claims with it directly: no contention on its own new instance). */
 export function configValue(ctx: StepContext, a: Attempt): string {
-  return encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId));
+  return encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId, a.reuse));
 }
 
 /** The activation tags (the contract's): per-instance values, so one CreateTags per instance carries them all. */

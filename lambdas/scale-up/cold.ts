@@ -82,7 +82,14 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: Laun
   }
   const { instanceId, capacityType, spotFallback } = fleet;
   const launched = fleet.launchedAt ?? ctx.now();
-  const a: Attempt = { j, instanceId, claimed: false, ...(carried ? { registration: carried.registration, registeredAt: carried.registeredAt } : {}) };
+  const a: Attempt = {
+    j,
+    instanceId,
+    claimed: false,
+    // A reusable pool's cold instance serves its job as a fresh one would, and may park after it.
+    ...(j.affinity !== undefined ? { reuse: { affinity: j.affinity, uses: 0 }, hit: false } : {}),
+    ...(carried ? { registration: carried.registration, registeredAt: carried.registeredAt } : {}),
+  };
   try {
     if (!a.registration) {
       try {

@@ -1,7 +1,7 @@
 import type { EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { withTimeout, type AwsCaller } from '../shared/aws-call';
-import type { CiProvider, FleetConfig, JobMessage, PoolConfig, RunnerConfig, RunnerRegistration, SsmPaths, TagKeys } from '../shared/contract';
+import type { CiProvider, FleetConfig, JobMessage, PoolConfig, RunnerConfig, RunnerConfigReuse, RunnerRegistration, SsmPaths, TagKeys } from '../shared/contract';
 import type { Logger, Metrics } from '../shared/log';
 
 /** What the activation and cold-launch steps share within one invocation. */
@@ -31,19 +31,32 @@ export interface JobInFlight {
   readonly pool: PoolConfig;
   readonly provider: CiProvider;
   readonly log: Logger;
+  /**
+   * A reusable pool's job: its affinity (decide.ts `reuseAffinityOf`). Its runner is
+   * registered for that repository or project alone, and its config carries `reuse`.
+   * Undefined for every other job.
+   */
+  readonly affinity?: string;
 }
 
 /** The config for exactly one instance: it names the instance, which refuses any other's. */
-export function runnerConfigOf(config: FleetConfig, job: JobMessage, reg: RunnerRegistration, instanceId: string): RunnerConfig {
-  if (job.provider === 'github') return { provider: 'github', instanceId, jitConfig: reg.secret };
+export function runnerConfigOf(config: FleetConfig, job: JobMessage, reg: RunnerRegistration, instanceId: string, reuse?: RunnerConfigReuse): RunnerConfig {
+  const extra = reuse ? { reuse } : {};
+  if (job.provider === 'github') return { provider: 'github', instanceId, jitConfig: reg.secret, ...extra };
   const url = reg.url ?? config.gitlab?.url;
   if (!url) throw new Error('gitlab registration has no url and the fleet config names no gitlab url');
-  return { provider: 'gitlab', instanceId, url, token: reg.secret };
+  return { provider: 'gitlab', instanceId, url, token: reg.secret, ...extra };
 }
 
-/** Registers a runner; not retried, since a second call could register a second runner. */
+/**
+ * Registers a runner; not retried, since a second call could register a second runner. A
+ * reusable pool's job gets a runner scoped to its repository or project (R1): even a runner
+ * that takes another job than its own (GitHub hands jobs out by label) takes only one of
+ * the scope whose caches the instance carries.
+ */
 export function createRunner(ctx: StepContext, j: JobInFlight, instanceId: string): Promise<RunnerRegistration> {
-  return withTimeout(`${j.provider.provider} createRunner`, ctx.ciTimeoutMs, () => j.provider.createRunner(j.job, instanceId, j.pool.name));
+  const options = j.affinity === undefined ? undefined : { scoped: true };
+  return withTimeout(`${j.provider.provider} createRunner`, ctx.ciTimeoutMs, () => j.provider.createRunner(j.job, instanceId, j.pool.name, options));
 }
 
 /** The JobsFailed reason of an undo that left something of ours behind for the sweep. */

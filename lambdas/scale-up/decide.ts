@@ -1,4 +1,4 @@
-import { LATE_DELIVERY_SECONDS, type FleetConfig, type JobMessage, type PoolConfig, type TagKeys } from '../shared/contract';
+import { affinityOf, LATE_DELIVERY_SECONDS, type FleetConfig, type JobMessage, type PoolConfig, type TagKeys } from '../shared/contract';
 import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 import { classify } from '../pool/classify';
 import { coldGate, observeStarts, type ColdGate, type PrimeStreak } from '../pool/backoff';
@@ -31,7 +31,7 @@ export type Decision =
 export interface Plan {
   /** One decision per job, in the order given. */
   readonly decisions: ReadonlyMap<string, Decision>;
-  /** Per pool, the parked instances in the order this invocation tries them. */
+  /** Per candidate list (`bucketOf`), the parked instances in the order this invocation tries them. */
   readonly candidates: ReadonlyMap<string, readonly string[]>;
 }
 
@@ -48,7 +48,7 @@ export function fnv1a(text: string): number {
   return h;
 }
 
-/** Parked instances per pool, ordered by a hash of (salt, id). */
+/** Parked instances per candidate list (`bucketOf`), ordered by a hash of (salt, id). */
 export function orderCandidates(parked: ReadonlyMap<string, readonly string[]>, salt: string): Map<string, string[]> {
   const candidates = new Map<string, string[]>();
   for (const [pool, ids] of parked) {
@@ -60,14 +60,56 @@ export function orderCandidates(parked: ReadonlyMap<string, readonly string[]>, 
   return candidates;
 }
 
-/** The parked instances per pool, as scale-up may claim them. */
-export function parkedByPool(instances: readonly ObservedInstance[], keys: TagKeys): Map<string, string[]> {
+/**
+ * The candidate list a parked instance belongs to: the pool's name for a fresh one (no
+ * affinity), the pool and affinity for one that parked with a reusable pool's caches. Pool
+ * names have no "#" (contract names.ts), so the keys never collide.
+ */
+export function bucketOf(pool: string, affinity?: string): string {
+  return affinity === undefined ? pool : `${pool}#${affinity}`;
+}
+
+/**
+ * The affinity a job of `pool` is served under (contract reuse.ts `affinityOf`), undefined
+ * when the pool is not reusable or the job has none (a GitLab job without a project id):
+ * such a job is served as in a pool without reuse, by a fresh or cold instance whose config
+ * carries no `reuse` (so it terminates after the job) and whose runner is registered as
+ * the pool's runners are.
+ */
+export function reuseAffinityOf(pool: Pick<PoolConfig, 'reuse'>, job: Pick<JobMessage, 'provider' | 'owner' | 'project' | 'projectId'>): string | undefined {
+  if (pool.reuse === undefined) return undefined;
+  try {
+    return affinityOf(job);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The candidate lists a job takes from, in order (R1): its affinity's parked instances (a
+ * reuse hit), then fresh ones. Never an instance with another affinity, in any pool: a
+ * pool whose reuse was switched off offers only fresh ones (the pool evicts the others).
+ */
+export function bucketsFor(pool: string, affinity: string | undefined): string[] {
+  return affinity === undefined ? [bucketOf(pool)] : [bucketOf(pool, affinity), bucketOf(pool)];
+}
+
+/** The parked instances per candidate list (`bucketOf`), as scale-up may claim them. */
+export function parkedByBucket(instances: readonly ObservedInstance[], keys: TagKeys): Map<string, string[]> {
   const parked = new Map<string, string[]>();
   for (const i of instances) {
     const pool = i.tags.get(keys.pool);
-    if (pool !== undefined && classify(i, keys, false) === 'parked') (parked.get(pool) ?? parked.set(pool, []).get(pool)!).push(i.id);
+    if (pool === undefined || classify(i, keys, false) !== 'parked') continue;
+    const bucket = bucketOf(pool, i.tags.get(keys.affinity));
+    (parked.get(bucket) ?? parked.set(bucket, []).get(bucket)!).push(i.id);
   }
   return parked;
+}
+
+/** The `uses` tag of parked instances (0 when absent or unreadable: a fresh instance). */
+export function usesOf(instance: ObservedInstance, keys: TagKeys): number {
+  const v = instance.tags.get(keys.uses);
+  return v !== undefined && /^\d{1,6}$/.test(v) ? Number(v) : 0;
 }
 
 export type Arrival =
@@ -156,7 +198,9 @@ export function triageByRecord<T extends { readonly retryCheck: boolean }>(live:
  *   batch's new ones stay within maxRunners; the oldest jobs get the free slots first. The
  *   snapshot is per invocation, so concurrent invocations can overshoot by what they start
  *   between their snapshots (docs/control-plane.md).
- * - warm for as many jobs as the pool has parked instances, cold for the rest.
+ * - warm for as many jobs as the pool has parked instances each may take (`bucketsFor`: a
+ *   job of a reusable pool its affinity's, then fresh ones; every other job fresh ones
+ *   only), cold for the rest.
  *
  * Candidate order is a hash of (salt, instance id): concurrent invocations pass different
  * salts, so they start their claims on different instances instead of all racing for the
@@ -173,7 +217,7 @@ export function decide(
   const decisions = new Map<string, Decision>();
   const servedBy = new Map<string, string[]>();
   const runners = new Map<string, number>();
-  const parked = parkedByPool(instances, keys);
+  const parked = parkedByBucket(instances, keys);
   for (const i of instances) {
     const pool = i.tags.get(keys.pool);
     if (pool === undefined) continue;
@@ -210,9 +254,9 @@ export function decide(
       continue;
     }
     runners.set(pool.name, used + 1);
-    const left = warmLeft.get(pool.name) ?? candidates.get(pool.name)?.length ?? 0;
-    warmLeft.set(pool.name, left - 1);
-    decisions.set(q.key, { kind: left > 0 ? 'warm' : 'cold' });
+    const bucket = bucketsFor(pool.name, reuseAffinityOf(pool, q.job)).find((k) => (warmLeft.get(k) ?? candidates.get(k)?.length ?? 0) > 0);
+    if (bucket !== undefined) warmLeft.set(bucket, (warmLeft.get(bucket) ?? candidates.get(bucket)!.length) - 1);
+    decisions.set(q.key, { kind: bucket !== undefined ? 'warm' : 'cold' });
   }
   return { decisions, candidates };
 }

@@ -15,7 +15,7 @@ import {
   type FleetConfig,
   type JobMessage,
   type JobRetryOptions,
-  type Provider,
+  Provider,
   type RunnerSummary,
 } from '../shared/contract';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
@@ -28,7 +28,7 @@ import { launchAttemptOf } from './cold-tokens';
 import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
-import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByPool, triageByRecord, type ColdVerdict, type Plan, type QueuedJob } from './decide';
+import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByBucket, reuseAffinityOf, triageByRecord, usesOf, type ColdVerdict, type Plan, type QueuedJob } from './decide';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
@@ -261,13 +261,23 @@ async function admit(b: Batch, records: JobRecords, live: readonly BatchItem[]):
   // The stray's claim wrote a fresh record for its delivery: give it up, or a reconciled
   // copy of the job would be refused until the holder deadline.
   await mapLimit(strays, 10, (item) => releaseRecord(b, records, item.job, item.log, item.pool ?? 'unresolved'));
-  const retried = await checkServed(retryContext(b, records), admission.served);
+  const retried = await checkServed(retryContext(b, records, scopedRepositories(b, admission.served.map((s) => s.item))), admission.served);
   for (const r of retried) r.item.superseded = r.superseded;
   return [...proceed, ...retried.map((r) => r.item)];
 }
 
+/**
+ * The repositories whose repository-level runners the retry check lists besides the fleet's
+ * own scope: those of the reusable pools' GitHub jobs (their runners are registered there
+ * alone, and GitHub lists them per repository only).
+ */
+function scopedRepositories(b: Batch, items: readonly BatchItem[]): string[] {
+  const reusable = (i: BatchItem) => b.config.pools.some((p) => p.name === i.pool && p.reuse !== undefined);
+  return [...new Set(items.filter((i) => i.job.provider === Provider.GITHUB && reusable(i)).map((i) => `${i.job.owner}/${i.job.project}`.toLowerCase()))];
+}
+
 /** What the retry check (retry-check.ts) needs of the batch. */
-function retryContext(b: Batch, records: JobRecords): RetryCheckContext<BatchItem> {
+function retryContext(b: Batch, records: JobRecords, repositories: readonly string[]): RetryCheckContext<BatchItem> {
   let fleet: Promise<readonly ObservedInstance[]> | undefined;
   const runners = new Map<CiProvider, Promise<readonly RunnerSummary[]>>();
   return {
@@ -281,7 +291,7 @@ function retryContext(b: Batch, records: JobRecords): RetryCheckContext<BatchIte
     names: b.names,
     // Observed once per invocation, on the first check that needs it.
     observeFleet: () => (fleet ??= describeFleet(b.deps.aws, b.deps.ec2, b.keys)),
-    runnersOf: (p) => runners.get(p) ?? runners.set(p, withTimeout('listRunners', b.options.ciTimeoutMs, () => p.listRunners())).get(p)!,
+    runnersOf: (p) => runners.get(p) ?? runners.set(p, withTimeout('listRunners', b.options.ciTimeoutMs, () => p.listRunners({ repositories }))).get(p)!,
     providerOf: (item) => b.providers[item.job.provider]!,
     stillQueued: (item) => stillQueued(b, item),
     settle: (record) => settle(b, record),
@@ -345,7 +355,19 @@ async function dispatch(b: Batch, live: readonly BatchItem[], plan: Plan): Promi
 
 function inFlight(b: Batch, i: BatchItem): JobInFlight {
   const pool = b.config.pools.find((p) => p.name === i.pool)!;
-  return { key: i.record.messageId, job: i.job, pool, provider: b.providers[i.job.provider]!, log: i.log.child({ pool: pool.name }) };
+  const affinity = reuseAffinityOf(pool, i.job);
+  if (pool.reuse && affinity === undefined) i.log.warn('job of a reusable pool has no affinity (no project id): served without reuse, its instance terminates after it');
+  const log = i.log.child({ pool: pool.name, ...(affinity === undefined ? {} : { affinity }) });
+  return { key: i.record.messageId, job: i.job, pool, provider: b.providers[i.job.provider]!, log, ...(affinity === undefined ? {} : { affinity }) };
+}
+
+/**
+ * Reuse hits and misses (contract metrics.ts), counted where a reusable pool's job is served:
+ * a hit when its instance parked with the job's affinity, a miss when it got a fresh or cold one.
+ */
+function countReuse(b: Batch, j: JobInFlight, hit: boolean): void {
+  if (j.pool.reuse === undefined) return;
+  b.metrics.add(hit ? b.names.reuseHits : b.names.reuseMisses, { Pool: j.pool.name });
 }
 
 function stepContextOf(b: Batch): StepContext {
@@ -387,9 +409,15 @@ async function activate(
   // Re-observations need only stopped instances (the parked candidates): a burst empties
   // that answer as it goes, and parsing it is most of what an observation costs a
   // Lambda of a small CPU share.
-  const observe = async () => orderCandidates(parkedByPool(await describeFleet(b.deps.aws, b.deps.ec2, b.keys, { states: ['stopped'] }), b.keys), b.id);
+  // The `uses` tags of the parked instances, from the latest observation that saw each.
+  const uses = new Map(observed.instances.map((i) => [i.id, usesOf(i, b.keys)]));
+  const observe = async () => {
+    const stopped = await describeFleet(b.deps.aws, b.deps.ec2, b.keys, { states: ['stopped'] });
+    for (const i of stopped) uses.set(i.id, usesOf(i, b.keys));
+    return orderCandidates(parkedByBucket(stopped, b.keys), b.id);
+  };
   const candidates = new Candidates(observed.plan.candidates, observed.observedAt, observe, b.now, b.options.warm.freshSnapshotMs);
-  const outcomes = await activateWarm(step, warm, candidates, b.options.warm);
+  const outcomes = await activateWarm(step, warm, candidates, b.options.warm, (id) => uses.get(id) ?? 0);
   for (const j of warm) {
     const o = outcomes.get(j.key)!;
     if (o.kind === 'started') {
@@ -397,6 +425,7 @@ async function activate(
       started.push({ item: items.get(j.key)!, instanceId: o.instanceId });
       j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
       b.metrics.add(b.names.activations, { Pool: j.pool.name });
+      countReuse(b, j, o.hit);
       b.metrics.add(b.names.activationDuration, { Pool: j.pool.name }, b.now().getTime() - b.started.getTime(), 'Milliseconds');
       const { registeredAt, claimedAt, startedAt } = o.stages;
       b.ledger.stampAll(j.job, j.pool.name, [['registered', registeredAt], ['claimed', claimedAt], ['instance-started', startedAt]], j.job.receivedAt);
@@ -472,6 +501,7 @@ async function launch(
       started.push({ item, instanceId: r.instanceId });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
       b.metrics.add(b.names.coldLaunches, { Pool: j.pool.name });
+      countReuse(b, j, false);
       b.ledger.stampAll(j.job, j.pool.name, [['launched', r.stages.launchedAt], ['registered', r.stages.registeredAt], ['instance-started', r.stages.startedAt]], j.job.receivedAt);
     } catch (error) {
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });

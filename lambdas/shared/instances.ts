@@ -81,3 +81,22 @@ export function templateVersionOf(instance: ObservedInstance): string | undefine
 export function isActivated(instance: ObservedInstance, keys: TagKeys): boolean {
   return instance.tags.has(keys.activatedAt) || instance.tags.has(keys.jobId);
 }
+
+/**
+ * The GitHub repositories ("owner/repo", lower case) named by the fleet's instances: in a
+ * repository runner's id (`owner/repo/<id>`, the runner-id tag) and in a reusable instance's
+ * `affinity` (`github:owner/repo`). GitHub lists repository-level runners per repository
+ * only, so the sweeps name these to `CiProvider.listRunners`: a reusable pool's runners are
+ * registered at the job's repository also in an organisation fleet, and a runner missing from
+ * the list reads as a finished job.
+ */
+export function repositoriesOf(instances: readonly ObservedInstance[], keys: TagKeys): string[] {
+  const found = new Set<string>();
+  for (const i of instances) {
+    const runner = /^([\w.-]+\/[\w.-]+)\/\d+$/.exec(i.tags.get(keys.runnerId) ?? '');
+    if (runner) found.add(runner[1]!.toLowerCase());
+    const affinity = /^github:([\w.-]+\/[\w.-]+)$/.exec(i.tags.get(keys.affinity) ?? '');
+    if (affinity) found.add(affinity[1]!.toLowerCase());
+  }
+  return [...found].sort();
+}

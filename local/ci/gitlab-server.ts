@@ -40,6 +40,8 @@ export interface GitLabRunnerRecord {
   runUntagged: boolean;
   runnerType: string;
   groupId?: number;
+  /** A `project_type` runner's project: it takes only that project's jobs. */
+  projectId?: number;
   token: string;
   contactedAt?: string;
   /** `PUT /runners/:id` with `paused`: a paused runner is handed no new job. */
@@ -282,15 +284,18 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       const r = runners.get(Number(m[1]));
       return r ? { status: 200, body: { ...runnerJson(r), tag_list: [...r.tagList], run_untagged: r.runUntagged, locked: r.runnerType === 'project_type', contacted_at: r.contactedAt ?? null } } : notFound('Runner');
     }
-    if ((m = /^\/(?:runners\/all|groups\/(\d+)\/runners|projects\/(\d+)\/runners)$/.exec(path)) && req.method === 'GET') {
-      if (m[1] !== undefined && Number(m[1]) !== opts.groupId) return notFound('Group');
+    if ((m = /^\/(?:runners(\/all)?|groups\/(\d+)\/runners|projects\/(\d+)\/runners)$/.exec(path)) && req.method === 'GET') {
+      const owned = path === '/runners';
+      if (m[2] !== undefined && Number(m[2]) !== opts.groupId) return notFound('Group');
       const type = req.query.get('type');
       if (type !== null && !RUNNER_TYPES.has(type)) return { status: 400, body: { error: 'type does not have a valid value' } };
-      // What each list shows (api/runners.md): every runner; the group's and instance runners; the
-      // project's, its group's and instance runners.
+      // What each list shows (api/runners.md): the user's own (group and project runners of the
+      // groups and projects it maintains: the token's user maintains all of them here); every
+      // runner; the group's and instance runners; the project's, its group's and instance runners.
       const visible = [...runners.values()].filter((r) => {
-        if (m![1] !== undefined) return r.runnerType === 'instance_type' || r.groupId === opts.groupId;
-        if (m![2] !== undefined) return r.runnerType !== 'project_type' || r.projectId === Number(m![2]);
+        if (owned) return r.runnerType !== 'instance_type';
+        if (m![2] !== undefined) return r.runnerType === 'instance_type' || r.groupId === opts.groupId;
+        if (m![3] !== undefined) return r.runnerType !== 'project_type' || r.projectId === Number(m![3]);
         return true;
       });
       const all = visible.filter((r) => type === null || r.runnerType === type).sort((a, b) => a.id - b.id);
@@ -599,6 +604,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         runUntagged: r.runUntagged,
         runnerType: r.runnerType,
         ...(r.groupId === undefined ? {} : { groupId: r.groupId }),
+        ...(r.projectId === undefined ? {} : { projectId: r.projectId }),
         token: r.token,
         ...(r.contactedAt === undefined ? {} : { contactedAt: r.contactedAt }),
         paused: r.paused,

@@ -299,6 +299,40 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     expect(await p.listRunners()).toEqual([]);
   });
 
+  it('reuse: a scoped runner of an organisation fleet is a repository runner (repository route, group 1) that never takes another repository\'s job of the same labels', async () => {
+    const p = provider();
+    // Older, same labels, another repository: GitHub hands out by label, the oldest first.
+    const foreign = gh.addJob(`${ORG}/other`, ['self-hosted', 'linux', 'x64']);
+    const own = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux', 'x64']);
+    const reg = await p.createRunner(message(own.id, own.labels), nextInstance(), 'linux', { scoped: true });
+    expect(reg.runnerId).toMatch(new RegExp(`^${ORG}/app/\\d+$`));
+    expect(gh.requests().filter((r) => r.path.endsWith('/generate-jitconfig')).map((r) => r.path)).toEqual([`/repos/${ORG}/app/actions/runners/generate-jitconfig`]);
+    expect(gh.runners()).toEqual([expect.objectContaining({ name: reg.name, runnerGroupId: 1, labels: ['self-hosted', 'linux', 'x64'] })]);
+    expect(p.runnerServes?.(reg.runnerId, message(foreign.id, foreign.labels, `${ORG}/other`))).toBe(false);
+    // Listed per repository only: the sweep names the repositories.
+    expect(await p.listRunners()).toEqual([]);
+    expect(await p.listRunners({ repositories: [`${ORG}/app`, `${ORG}/app`] })).toEqual([expect.objectContaining({ runnerId: reg.runnerId })]);
+    expect(await runFake(reg.secret, join(tmp, 'scoped.log'))).toBe(0);
+    expect(gh.jobs().find((j) => j.id === own.id)).toMatchObject({ status: 'completed', runnerName: reg.name });
+    expect(gh.jobs().find((j) => j.id === foreign.id)?.status).toBe('queued');
+    // An unscoped (organisation) runner of the same labels does take the foreign job: by label only.
+    const orgReg = await p.createRunner(message(foreign.id, foreign.labels, `${ORG}/other`), nextInstance(), 'linux');
+    expect(orgReg.runnerId).toMatch(/^\d+$/);
+    expect(await runFake(orgReg.secret, join(tmp, 'org.log'))).toBe(0);
+    expect(gh.jobs().find((j) => j.id === foreign.id)).toMatchObject({ status: 'completed', runnerName: orgReg.name });
+  });
+
+  it('reuse: a scoped runner\'s id is spelled in lower case, as its affinity; it is listed by that name and deleted at its repository', async () => {
+    const p = provider();
+    const own = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    const reg = await p.createRunner(message(own.id, own.labels, `${ORG.toUpperCase()}/App`), nextInstance(), 'linux', { scoped: true });
+    expect(reg.runnerId).toMatch(new RegExp(`^${ORG}/app/\\d+$`));
+    expect(await p.listRunners({ repositories: [`${ORG.toUpperCase()}/APP`] })).toEqual([expect.objectContaining({ runnerId: reg.runnerId })]);
+    await p.deleteRunner(reg.runnerId);
+    expect(gh.runners()).toEqual([]);
+    expect(gh.requests().some((r) => r.method === 'DELETE' && r.path === `/repos/${reg.runnerId.replace(/\/(\d+)$/, '/actions/runners/$1')}`)).toBe(true);
+  });
+
   it('logs to the file named in local-runner-log beside the binary when env -i dropped LOCAL_RUNNER_LOG', async () => {
     const dir = join(tmp, 'runner-dir');
     mkdirSync(dir, { recursive: true });

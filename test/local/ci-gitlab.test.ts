@@ -6,7 +6,7 @@ import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders, GitLabApiError, GitLabProvider } from '../../lambdas/ci';
-import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, GitLabRunnerType, Provider, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, GitLabRunnerType, Provider, ReuseScope, type CiProvider, type FleetConfig, type JobMessage, type RunnerRegistration } from '../../lambdas/shared/contract';
 import type { Delivery } from '../../local/deliveries';
 import type { LocalEvent } from '../../local/events';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
@@ -183,6 +183,35 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(await runFake(reg, log, 1)).toBe(0);
     expect(readFileSync(log, 'utf8')).toMatch(/forbidden \(runner token refused\)/);
     expect(jobStatus(job.id)?.status).toBe('pending');
+  });
+
+  it('reuse: a scoped runner of a group fleet is a project_type runner of the job\'s project that never takes another project\'s job of the same tags', async () => {
+    const reusable = { ...config, pools: config.pools.map((p) => ({ ...p, reuse: { scope: ReuseScope.PROJECT, maxJobs: 5, maxAgeSeconds: 3600, cacheDirectories: [] } })) };
+    const p = createCiProviders(reusable, { ssm: new SSMClient({ region: 'eu-west-1' }) }).gitlab!;
+    // Older, same tags, another project: GitLab hands out by tags, the oldest first.
+    const foreign = gl.addJob(PROJECT, ['docker', 'linux']);
+    const own = gl.addJob(999, ['docker', 'linux']);
+    const reg = await p.createRunner(message(own.id, 'docker', 999), nextInstance(), 'docker', { scoped: true });
+    expect(gl.runners()).toEqual([expect.objectContaining({ id: Number(reg.runnerId), runnerType: 'project_type', projectId: 999 })]);
+    // The group's list does not show a project runner; the reusable fleet lists the user's own too.
+    expect(await provider().listRunners()).toEqual([]);
+    expect((await p.listRunners()).map((r) => r.runnerId)).toEqual([reg.runnerId]);
+    expect(await runFake(reg, join(tmp, 'scoped.log'))).toBe(0);
+    expect(jobStatus(own.id)).toMatchObject({ status: 'success', runnerId: Number(reg.runnerId) });
+    expect(jobStatus(foreign.id)?.status).toBe('pending');
+    await p.deleteRunner(reg.runnerId);
+    // A group runner of the same tags does take it: by tags only.
+    const groupReg = await p.createRunner(message(foreign.id, 'docker'), nextInstance(), 'docker');
+    expect(await runFake(groupReg, join(tmp, 'group.log'))).toBe(0);
+    expect(jobStatus(foreign.id)).toMatchObject({ status: 'success', runnerId: Number(groupReg.runnerId) });
+    await p.deleteRunner(groupReg.runnerId);
+  });
+
+  it('reuse: a job without a project id gets no scoped runner (refused before GitLab is asked)', async () => {
+    const p = provider();
+    const { projectId: _, ...job } = message(1, 'docker');
+    await expect(p.createRunner(job, nextInstance(), 'docker', { scoped: true })).rejects.toThrow(/no project id/);
+    expect(gl.runners()).toEqual([]);
   });
 
   it('a project runner takes only jobs of its project', async () => {

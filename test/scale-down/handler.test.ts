@@ -80,6 +80,16 @@ describe('scale-down handler', () => {
     expect(lines.metric('Sweeps', { Pool: 'linux', Reason: 'idle' })).toBe(2);
   });
 
+  it('reuse: a repository runner of an organisation fleet (listed at its repository only) is seen, not read as a finished job', async () => {
+    const i = activated('acme/app/5');
+    // As GitHub lists it: only when the sweep names the repository (FakeCi `scoped`).
+    ci.runners.set('acme/app/5', { runnerId: 'acme/app/5', name: runnerName(PREFIX, i.id, aws.now), status: 'online', busy: true, instanceId: i.id, jobId: 'github:1' });
+    ci.scoped.set('acme/app/5', 'acme/app');
+    await twoSweeps();
+    expect(i.state).toBe('running');
+    expect(ci.deleted).toEqual([]);
+  });
+
   it('a failed termination is retried by the next sweep, which finds the runner gone', async () => {
     const a = activated('1', readIdleBefore());
     ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, a.id, aws.now), status: 'online', busy: false, instanceId: a.id, jobId: 'x' });

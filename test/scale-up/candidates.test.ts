@@ -116,6 +116,27 @@ describe('Candidates: one stream of observations per invocation', () => {
   });
 });
 
+describe('Candidates: a reusable pool\'s lists (decide.ts bucketsFor)', () => {
+  it('hands out the affinity\'s instances first, then fresh ones, never another affinity\'s', async () => {
+    const initial = new Map([
+      ['linux', ['i-f1', 'i-f2']],
+      ['linux#github:acme/app', ['i-a1']],
+      ['linux#github:acme/other', ['i-b1']],
+    ]);
+    const c = new Candidates(initial, new Date(0), undefined, now, FRESH_MS);
+    const buckets = ['linux#github:acme/app', 'linux'];
+    const picks = [await c.next(buckets), await c.next(buckets), await c.next(buckets), await c.next(buckets)];
+    expect(picks.map((p) => p && [p.instanceId, p.bucket])).toEqual([
+      ['i-a1', 'linux#github:acme/app'],
+      ['i-f1', 'linux'],
+      ['i-f2', 'linux'],
+      undefined,
+    ]);
+    // The other affinity's instance is still there for its own jobs.
+    expect((await c.next(['linux#github:acme/other', 'linux']))?.instanceId).toBe('i-b1');
+  });
+});
+
 describe('ClaimCheck: claimed instances looked at by id', () => {
   let calls: Pending<ObservedInstance[]>[];
   const check = () => new ClaimCheck((ids) => new Promise<ObservedInstance[]>((resolve, reject) => calls.push({ input: ids, resolve, reject })));

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { decide, gateCold, isLateDelivery, orderCandidates, poolColdGate, type QueuedJob } from '../../lambdas/scale-up/decide';
+import { bucketOf, bucketsFor, decide, gateCold, isLateDelivery, orderCandidates, parkedByBucket, poolColdGate, reuseAffinityOf, usesOf, type QueuedJob } from '../../lambdas/scale-up/decide';
 import { freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, LATE_DELIVERY_SECONDS } from '../../lambdas/shared/contract';
-import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { coldLaunchTags, LATE_DELIVERY_SECONDS, Provider } from '../../lambdas/shared/contract';
+import { repositoriesOf, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
 const NOW = new Date('2026-11-29T12:00:00.000Z');
@@ -138,5 +138,65 @@ describe('isLateDelivery', () => {
     ['a hook event resent a week later', ago(7 * 86_400), true],
   ])('%s: %s', (_name, createdAt, late) => {
     expect(isLateDelivery(createdAt === undefined ? {} : { createdAt }, now)).toBe(late);
+  });
+});
+
+describe('reuse: which parked instances a job may take (R1)', () => {
+  const reusable = () => fleetConfig({ maxRunners: 10, warmSize: 0, reuse: {} });
+  const withAffinity = (affinity: string, uses = '1') => inst('stopped', { ...standbyTags(), [KEYS.affinity]: affinity, [KEYS.uses]: uses }, 'Client.InstanceInitiatedShutdown');
+  const A = 'github:acme/app';
+  const B = 'github:acme/other';
+
+  it('lists parked instances per pool and affinity; fresh ones under the pool name', () => {
+    const fresh = parked();
+    const a = withAffinity(A);
+    const b = withAffinity(B);
+    const lists = parkedByBucket([fresh, a, b], KEYS);
+    expect(lists).toEqual(new Map([['linux', [fresh.id]], [bucketOf('linux', A), [a.id]], [bucketOf('linux', B), [b.id]]]));
+  });
+
+  it('a job takes its affinity first, then fresh ones; never another affinity', () => {
+    expect(bucketsFor('linux', A)).toEqual([bucketOf('linux', A), 'linux']);
+    expect(bucketsFor('linux', undefined)).toEqual(['linux']);
+    expect(bucketsFor('linux', A)).not.toContain(bucketOf('linux', B));
+  });
+
+  type Row = [string, ReturnType<typeof fleetConfig>, QueuedJob[], ObservedInstance[], string[]];
+  const rows: () => Row[] = () => [
+    ['an instance of the job\'s affinity serves it', reusable(), [q(1)], [withAffinity(A)], ['warm']],
+    ['a fresh instance serves a job without a hit', reusable(), [q(1)], [parked()], ['warm']],
+    ['an instance of another affinity never serves it: cold', reusable(), [q(1)], [withAffinity(B), withAffinity(B)], ['cold']],
+    ['two jobs of A: one hit, one fresh, the third cold', reusable(), [q(1), q(2), q(3)], [withAffinity(A), parked(), withAffinity(B)], ['warm', 'warm', 'cold']],
+    ['a job of B takes B\'s instance and leaves the fresh one to A', reusable(), [q(1, { project: 'other' }), q(2)], [withAffinity(B), parked()], ['warm', 'warm']],
+    ['a pool without reuse offers no instance with an affinity', fleetConfig({ maxRunners: 10, warmSize: 0 }), [q(1)], [withAffinity(A)], ['cold']],
+  ];
+  it.each(rows())('%s', (_name, config, jobs, instances, kinds) => {
+    const plan = decide(jobs, instances, config, KEYS, NOW, opts);
+    expect(jobs.map((j) => plan.decisions.get(j.key)!.kind)).toEqual(kinds);
+  });
+
+  it('a job\'s affinity only in a reusable pool; none for a GitLab job without a project id', () => {
+    const pool = reusable().pools[0]!;
+    expect(reuseAffinityOf(pool, job(1))).toBe(A);
+    expect(reuseAffinityOf(fleetConfig().pools[0]!, job(1))).toBeUndefined();
+    expect(reuseAffinityOf(pool, { ...job(1), provider: Provider.GITLAB })).toBeUndefined();
+    expect(reuseAffinityOf(pool, { ...job(1), provider: Provider.GITLAB, projectId: 42 })).toBe('gitlab:42');
+  });
+
+  it('reads the uses tag, 0 when absent or malformed', () => {
+    expect(usesOf(withAffinity(A, '7'), KEYS)).toBe(7);
+    expect(usesOf(parked(), KEYS)).toBe(0);
+    expect(usesOf(withAffinity(A, 'x'), KEYS)).toBe(0);
+  });
+});
+
+describe('repositoriesOf: the repositories whose runners the sweeps list', () => {
+  it('reads repository runner ids and GitHub affinities, lower case, once each; nothing else', () => {
+    const i = (tags: Record<string, string>) => inst('running', { ...standbyTags(), ...tags });
+    const found = repositoriesOf(
+      [i({ [KEYS.runnerId]: 'Acme/App/12' }), i({ [KEYS.affinity]: 'github:acme/app' }), i({ [KEYS.affinity]: 'github:acme/svc' }), i({ [KEYS.runnerId]: '77' }), i({ [KEYS.affinity]: 'gitlab:42' })],
+      KEYS,
+    );
+    expect(found).toEqual(['acme/app', 'acme/svc']);
   });
 });

@@ -9,7 +9,7 @@ import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/sca
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, decodeRunnerConfig, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -1463,5 +1463,90 @@ describe('scale-up: the prime back-off holds cold launches', () => {
     await handler({}, config)(jobEvent(jobs(5)));
     expect(coldLaunched()).toHaveLength(5);
     expect(aws.sent).toHaveLength(0);
+  });
+});
+
+describe('scale-up: reuse (contract reuse.ts)', () => {
+  const reusable = () => fleetConfig({ reuse: { maxJobs: 5 } });
+  const A = 'github:acme/app';
+  const parkWith = (affinity: string, uses: string) =>
+    aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: { ...standbyTags(), [KEYS.affinity]: affinity, [KEYS.uses]: uses } }).id;
+  const configOf = (id: string) => decodeRunnerConfig(aws.parameters.get(paths.runnerConfig(id))!.value);
+
+  it('claims the instance of the job\'s affinity over a fresh one and another affinity\'s; the config carries affinity and uses; the runner is scoped; a hit is counted', async () => {
+    const [fresh] = park(1);
+    const foreign = parkWith('github:acme/other', '1');
+    const mine = parkWith(A, '3');
+    expect((await handler({}, reusable())(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([mine]);
+    const runnerId = aws.instances.get(mine)!.tags.get(KEYS.runnerId)!;
+    expect(configOf(mine)).toEqual({ provider: Provider.GITHUB, instanceId: mine, jitConfig: `jit-secret-${runnerId}`, reuse: { affinity: A, uses: 3 } });
+    expect([...ci.scoped.keys()]).toEqual([runnerId]);
+    expect(aws.instances.get(fresh!)!.state).toBe('stopped');
+    expect(aws.instances.get(foreign)!.state).toBe('stopped');
+    expect(lines.metric('ReuseHits', { Pool: 'linux' })).toBe(1);
+    expect(lines.metric('ReuseMisses', { Pool: 'linux' })).toBe(0);
+  });
+
+  it('without a hit: a fresh instance (uses 0), then a cold launch (uses 0); another affinity\'s instance is never claimed; misses are counted', async () => {
+    const [fresh] = park(1);
+    const foreign = parkWith('github:acme/other', '2');
+    expect((await handler({}, reusable())(jobEvent(jobs(2)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([fresh]);
+    expect(coldLaunched()).toHaveLength(1);
+    for (const i of running()) expect(configOf(i.id)).toMatchObject({ reuse: { affinity: A, uses: 0 } });
+    expect(ci.scoped.size).toBe(2);
+    expect(aws.instances.get(foreign)!.state).toBe('stopped');
+    expect(aws.parameters.has(paths.runnerConfig(foreign))).toBe(false);
+    expect(lines.metric('ReuseHits', { Pool: 'linux' })).toBe(0);
+    expect(lines.metric('ReuseMisses', { Pool: 'linux' })).toBe(2);
+  });
+
+  it('a pool without reuse: no reuse keys, no scoped runner, no reuse metrics, and no instance with an affinity is claimed', async () => {
+    const leftover = parkWith(A, '1');
+    const [fresh] = park(1);
+    expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id)).toEqual([fresh]);
+    expect(configOf(fresh!)).not.toHaveProperty('reuse');
+    expect(ci.scoped.size).toBe(0);
+    expect(aws.instances.get(leftover)!.state).toBe('stopped');
+    expect(lines.metric('ReuseHits') + lines.metric('ReuseMisses')).toBe(0);
+  });
+
+  it('GitLab: a job with a project id gets a scoped runner and reuse keys; one without is served without reuse (no scoped runner, no reuse keys: its instance terminates after it)', async () => {
+    const gitlab = new FakeCi(Provider.GITLAB, PREFIX);
+    const config = buildFleetConfig({
+      prefix: PREFIX,
+      gitlab: { url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP, scopeId: 12 },
+      pools: [{ name: 'linux', provider: Provider.GITLAB, labels: ['linux'], launchTemplateId: 'lt-0123456789abcdef0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'], reuse: {} }],
+    });
+    park(2);
+    const gl = (n: number, projectId?: number) => job(n, { provider: Provider.GITLAB, jobId: `gitlab:${n}`, ...(projectId === undefined ? {} : { projectId }) });
+    const res = await handler({}, config, INSTANCE_ARN_PREFIX, () => aws.now, { providers: () => ({ gitlab }) })(jobEvent([gl(1, 42), gl(2)]));
+    expect(res.batchItemFailures).toEqual([]);
+    const byJob = new Map(warmStarted().map((i) => [i.tags.get(KEYS.jobId), i.id]));
+    expect(configOf(byJob.get('gitlab:1')!)).toMatchObject({ provider: Provider.GITLAB, reuse: { affinity: 'gitlab:42', uses: 0 } });
+    expect(configOf(byJob.get('gitlab:2')!)).not.toHaveProperty('reuse');
+    expect([...gitlab.runners.values()].filter((r) => gitlab.scoped.has(r.runnerId)).map((r) => r.jobId)).toEqual(['gitlab:1']);
+    expect(lines.logs(/has no affinity/)).toHaveLength(1);
+  });
+
+  it('a claim verified late finds the instance parked meanwhile with another affinity: lost, rolled back, never started', async () => {
+    const mine = parkWith(A, '3');
+    // Every claim is verified (freshSnapshotMs -1): between the observation and the claim the
+    // instance served another job and parked with another affinity.
+    aws.fault('DescribeInstances', (input) => {
+      const seen = aws['describe']((input.Filters ?? []) as never);
+      const i = aws.instances.get(mine)!;
+      i.tags.set(KEYS.affinity, 'github:acme/other');
+      i.tags.set(KEYS.uses, '4');
+      return seen;
+    });
+    const res = await handler({ warm: { claimsPerJob: 1, concurrency: 1, freshSnapshotMs: -1 } }, reusable())(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.instances.get(mine)!.state).toBe('stopped');
+    expect(aws.parameters.has(paths.runnerConfig(mine))).toBe(false);
+    expect(coldLaunched()).toHaveLength(1);
+    expect(lines.metric('ReuseMisses', { Pool: 'linux' })).toBe(1);
   });
 });

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../../lambdas/scale-up/job-record';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LEDGER_MESSAGE, Provider, ssmPaths, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { LEDGER_MESSAGE, Provider, ReuseScope, ssmPaths, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, KEYS, Lines, PREFIX, record } from '../support/fixtures';
 import { losingFirstAnswer } from '../support/lose-answer';
@@ -189,6 +189,25 @@ describe('retrying a job whose runner went elsewhere, against moto', () => {
     expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(1);
     expect(f.checks()).toHaveLength(2);
     expect(f.lastCheck().messageAttributes['not-before']?.stringValue).toBe(later(at, 2 * RETRY_AFTER + 1).toISOString());
+  });
+
+  it('reuse: an idle scoped runner of the job\'s repository keeps the job waiting: the check lists the repository\'s runners', { timeout: scaled(60_000) }, async () => {
+    const saved = config;
+    config = { ...config, pools: config.pools.map((p) => ({ ...p, reuse: { scope: ReuseScope.REPOSITORY, maxJobs: 5, maxAgeSeconds: 3600, cacheDirectories: [] } })) };
+    try {
+      const f = new Fleet();
+      const j = fresh(31);
+      const at = t0();
+      await serve(f, j, at);
+      expect(f.ci.scoped.has(f.latestRunner(j).runnerId)).toBe(true);
+      Object.assign(f.latestRunner(j), { status: 'online', busy: false });
+      expect((await f.run([f.lastCheck()], later(at, RETRY_AFTER + 1))).batchItemFailures).toEqual([]);
+      // Seen (listed at its repository) as idle: no second runner.
+      expect(f.ci.created).toBe(1);
+      expect(f.lines.logs('the job is still queued, but a runner of its pool is idle or starting; looking again later')).toHaveLength(1);
+    } finally {
+      config = saved;
+    }
   });
 
   it('a check still waiting for an idle runner at the maximum wait dead-letters the job, counted', { timeout: scaled(60_000) }, async () => {

@@ -22,6 +22,26 @@ export interface RunnerSummary {
   readonly busy?: boolean;
 }
 
+export interface CreateRunnerOptions {
+  /**
+   * Register the runner for the job's own scope alone (reuse, contract reuse.ts R1): GitHub a
+   * repository-level runner of the job's repository (`POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`),
+   * GitLab a `project_type` runner of the job's project. Such a runner can be handed no job of
+   * another repository or project, whatever its labels.
+   */
+  readonly scoped?: boolean;
+}
+
+export interface ListRunnersOptions {
+  /**
+   * GitHub: repositories ("owner/repo") whose repository-level runners are listed besides the
+   * fleet's own scope: an organisation fleet's scoped runners (`CreateRunnerOptions.scoped`)
+   * are listed per repository only. The caller names them (the repositories in the runner-id
+   * and affinity tags of the fleet's instances). GitLab lists its project runners without it.
+   */
+  readonly repositories?: readonly string[];
+}
+
 /**
  * What scale-up and scale-down need from a CI service. GitHub and GitLab implement it
  * (`lambdas/ci/`); tests use doubles.
@@ -29,11 +49,11 @@ export interface RunnerSummary {
 export interface CiProvider {
   readonly provider: Provider;
   /** Registers a single-use runner for `job` on `instanceId`, named uniquely for this activation. */
-  createRunner(job: JobMessage, instanceId: string, pool: string): Promise<RunnerRegistration>;
+  createRunner(job: JobMessage, instanceId: string, pool: string, options?: CreateRunnerOptions): Promise<RunnerRegistration>;
   /** Deregisters a runner; resolves also when it is already gone. */
   deleteRunner(runnerId: string): Promise<void>;
   /** The fleet's runners (those named with the fleet prefix), for the sweep. */
-  listRunners(): Promise<RunnerSummary[]>;
+  listRunners(options?: ListRunnersOptions): Promise<RunnerSummary[]>;
   /**
    * Whether the job still waits for a runner: false when the service answers with the job in
    * a state that needs none (picked up, finished, cancelled).
