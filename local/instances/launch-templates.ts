@@ -64,14 +64,19 @@ export const MACHINE_PATHS = {
   preReadDevice: 'dev/root-volume',
   dmiAssetTagFile: 'sys/board_asset_tag',
   runnerDir: 'runner',
-  /** The runner user's home on a machine of a reusable pool (hostPaths.runnerHome): the job plants a secret there. */
+  /** While this file exists, the first prepare command blocks: a PRIME that never finishes. */
+  stallMarker: 'stall-priming',
+} as const;
+
+/**
+ * The paths a reusable pool's cleaning reaches, rendered for reusable pools only (hostPaths):
+ * the runner user's home (the reuse run's job plants a secret there) and the temp directories.
+ */
+export const REUSE_MACHINE_PATHS = {
   runnerHome: 'home/runner',
-  /** The temp directories a reusable pool's cleaning empties. */
   tmpDir: 'tmp',
   varTmpDir: 'var/tmp',
   shmDir: 'dev/shm',
-  /** While this file exists, the first prepare command blocks: a PRIME that never finishes. */
-  stallMarker: 'stall-priming',
 } as const;
 
 /**
@@ -148,7 +153,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
   const reuse = pool.reuse
     ? {
         reuse: pool.reuse,
-        hostPaths: { runnerHome: at(MACHINE_PATHS.runnerHome), tmpDir: at(MACHINE_PATHS.tmpDir), varTmpDir: at(MACHINE_PATHS.varTmpDir), shmDir: at(MACHINE_PATHS.shmDir) },
+        hostPaths: Object.fromEntries(Object.entries(REUSE_MACHINE_PATHS).map(([k, v]) => [k, at(v)])),
       }
     : { hostPaths: {} };
   try {

@@ -8,7 +8,7 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSy
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { shellQuote } from '../../lib/user-data';
-import { MACHINE_PATHS } from './launch-templates';
+import { MACHINE_PATHS, REUSE_MACHINE_PATHS } from './launch-templates';
 
 export const SHIMS_DIR = join(__dirname, 'shims');
 /**
@@ -35,7 +35,7 @@ export interface MachineOptions {
   /** Extra environment for the runners (they start with `env -i`, so wrappers set it). */
   readonly runnerEnv?: Readonly<Record<string, string>>;
   /**
-   * The user who owns the runner user's home (`MACHINE_PATHS.runnerHome`), created for a
+   * The user who owns the runner user's home (`REUSE_MACHINE_PATHS.runnerHome`), created for a
    * reusable pool's machine (the cleaning keeps or empties it). @default - no home is created
    */
   readonly homeOwner?: string;
@@ -114,12 +114,12 @@ export function createMachine(o: MachineOptions): Machine {
   }
   chmodSync(o.dir, 0o755);
   // The temp directories as on a real host: every user may write, only the owner delete.
-  for (const tmp of [MACHINE_PATHS.tmpDir, MACHINE_PATHS.varTmpDir, MACHINE_PATHS.shmDir]) {
+  for (const tmp of [REUSE_MACHINE_PATHS.tmpDir, REUSE_MACHINE_PATHS.varTmpDir, REUSE_MACHINE_PATHS.shmDir]) {
     mkdirSync(join(o.dir, tmp), { recursive: true });
     chmodSync(join(o.dir, tmp), 0o1777);
   }
   if (o.homeOwner !== undefined) {
-    const home = join(o.dir, MACHINE_PATHS.runnerHome);
+    const home = join(o.dir, REUSE_MACHINE_PATHS.runnerHome);
     mkdirSync(home, { recursive: true, mode: 0o755 });
     execFileSync('chown', [o.homeOwner, home]);
   }
