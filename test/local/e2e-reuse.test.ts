@@ -54,8 +54,16 @@ describe('npm run local -- --reuse', () => {
   const scopes = REUSE_GITHUB_REPOSITORIES.length + REUSE_GITLAB_PROJECTS.length;
   it.skipIf(PENDING !== undefined)(`reuses each scope's parked instance with its cache and nothing else, leaves nothing behind, and exits 0${PENDING ? ` (SKIPPED: ${PENDING})` : ''}`, { timeout: deadlineSeconds * 1000 + scaled(100_000) }, async () => {
     const { code, stdout, stderr } = await runLocal(['--reuse', '--json', '--verbose', '--deadline', String(Math.ceil(deadlineSeconds))]);
-    expect(code, `${stdout.slice(0, 6000)}\n${stderr.slice(-3000)}`).toBe(0);
-    const report = JSON.parse(stdout) as LocalReport;
+    // On a failure: the reuse proof's failures and the notes first (the report is long), then the log's end.
+    let report: LocalReport | undefined;
+    try {
+      report = JSON.parse(stdout) as LocalReport;
+    } catch {
+      // not a report: the message shows what came instead
+    }
+    const why = report ? JSON.stringify({ reuse: report.reuse?.failures, notes: report.notes, leftovers: report.leftoverDetail }, null, 1) : stdout.slice(0, 4000);
+    expect(code, `${why}\n${stderr.slice(-3000)}`).toBe(0);
+    if (!report) throw new Error('no JSON report');
     expect(report).toMatchObject({ jobs: 2 * scopes, served: 2 * scopes, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
     const reuse = report.reuse!;
