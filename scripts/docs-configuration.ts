@@ -8,12 +8,13 @@ import ts from 'typescript';
 
 const root = join(__dirname, '..');
 const SOURCES = ['lib/warm-runners.ts', 'lib/props.ts', 'lambdas/shared/contract/runner-packages.ts', 'lib/runner-image.ts'];
-const INTERFACES = ['WarmRunnersProps', 'GitHubConnectionProps', 'GitLabConnectionProps', 'RunnerPoolProps', 'WarmPoolProps', 'RunnerPackage', 'RunnerPackageDownload', 'RunnerImageProps'];
+const INTERFACES = ['WarmRunnersProps', 'GitHubConnectionProps', 'GitLabConnectionProps', 'RunnerPoolProps', 'WarmPoolProps', 'PoolReuseProps', 'RunnerPackage', 'RunnerPackageDownload', 'RunnerImageProps'];
 /** The enums the props take, with the file that declares each. */
 const ENUMS: readonly (readonly [string, string])[] = [
   ['Provider', 'lambdas/shared/contract/boot.ts'],
   ['LabelMatch', 'lambdas/shared/contract/fleet-config.ts'],
   ['GitLabRunnerType', 'lambdas/shared/contract/fleet-config.ts'],
+  ['ReuseScope', 'lambdas/shared/contract/reuse.ts'],
 ];
 
 interface Member {
