@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { classify, planPool, staleImage, type InstanceClass } from '../../lambdas/pool/classify';
 import { LAUNCH_TEMPLATE_VERSION_TAG } from '../../lambdas/shared/contract';
-import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { observe, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
 
 const NOW = new Date('2026-11-29T12:00:00.000Z');
@@ -249,5 +249,33 @@ describe('reuse (contract reuse.ts): reused instances in the pool', () => {
   it('hands the prime streak the build time of parked reused instances, not their last start', () => {
     const r = reused({ lastStart: minutesAgo(1), built: hoursAgo(3) });
     expect(planPool([r], new Set(), reusable, KEYS, 3, NOW).parkedLaunchTimes).toEqual([hoursAgo(3)]);
+  });
+});
+
+describe('observe: the first launch of an instance EC2 has started again', () => {
+  const at = (iso: string) => new Date(iso);
+  it.each<[string, Parameters<typeof observe>[0], Date | undefined]>([
+    [
+      'the root volume and primary interface attach times, earlier than LaunchTime',
+      {
+        InstanceId: 'i-1',
+        LaunchTime: at('2026-11-29T11:00:00Z'),
+        RootDeviceName: '/dev/xvda',
+        BlockDeviceMappings: [
+          { DeviceName: '/dev/sdf', Ebs: { AttachTime: at('2026-11-29T10:30:00Z') } },
+          { DeviceName: '/dev/xvda', Ebs: { AttachTime: at('2026-11-29T08:00:05Z') } },
+        ],
+        NetworkInterfaces: [
+          { Attachment: { DeviceIndex: 1, AttachTime: at('2026-11-29T07:00:00Z') } },
+          { Attachment: { DeviceIndex: 0, AttachTime: at('2026-11-29T08:00:01Z') } },
+        ],
+      },
+      at('2026-11-29T08:00:01Z'),
+    ],
+    ['only the root volume', { InstanceId: 'i-2', LaunchTime: at('2026-11-29T11:00:00Z'), RootDeviceName: '/dev/xvda', BlockDeviceMappings: [{ DeviceName: '/dev/xvda', Ebs: { AttachTime: at('2026-11-29T09:00:00Z') } }] }, at('2026-11-29T09:00:00Z')],
+    ['never later than LaunchTime', { InstanceId: 'i-3', LaunchTime: at('2026-11-29T11:00:00Z'), NetworkInterfaces: [{ Attachment: { DeviceIndex: 0, AttachTime: at('2026-11-29T11:00:01Z') } }] }, at('2026-11-29T11:00:00Z')],
+    ['no attachment: none (LaunchTime is all there is)', { InstanceId: 'i-4', LaunchTime: at('2026-11-29T11:00:00Z') }, undefined],
+  ])('%s', (_name, instance, expected) => {
+    expect(observe(instance).firstLaunchTime).toEqual(expected);
   });
 });
