@@ -119,6 +119,21 @@ function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | unde
   return undefined;
 }
 
+/**
+ * Pools with `reuse` but no warm pool: parked reused instances count against the warm target,
+ * so with a target of 0 at every hour the pool evicts each one on its next run (over-target)
+ * and no job ever finds a cache. A warning, not an error: the pool still works, without reuse.
+ */
+export function reuseWithoutWarmPoolWarnings(props: WarmRunnersProps): string[] {
+  return props.pools
+    .filter((pool) => pool.reuse && (pool.warm?.size ?? 0) === 0 && !(pool.warm?.schedule ?? []).some((e) => e.size > 0))
+    .map(
+      (pool) =>
+        `pool "${pool.name}": reuse is set but the pool has no warm pool (warm.size 0 and no schedule window above 0): parked reused instances count against the warm target, ` +
+        'so the pool evicts each one on its next run and no job finds a cache. Give the pool a warm.size (or a schedule), or remove reuse.',
+    );
+}
+
 /** Labels GitHub gives its hosted runners (ubuntu-24.04, windows-latest, macos-15, ...). */
 const GITHUB_HOSTED_LABEL = /^(ubuntu|windows|macos)(-|$)|-latest$/i;
 

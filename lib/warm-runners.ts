@@ -39,7 +39,7 @@ import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { hostedLabelWarnings, validateWarmRunnersProps } from './validate';
+import { hostedLabelWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
  * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
@@ -219,6 +219,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     super(scope, id);
     validateWarmRunnersProps(props);
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
+    for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);

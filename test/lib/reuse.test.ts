@@ -1,5 +1,5 @@
 import { App, Duration, Stack, Validations } from 'aws-cdk-lib';
-import { Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { mkdtempSync, readFileSync } from 'node:fs';
@@ -110,6 +110,18 @@ describe('validation at synth names the pool', () => {
     const pool = parseFleetConfig(JSON.stringify(runners.config)).pools[0]!;
     expect(pool.reuse).toEqual({ scope: ReuseScope.REPOSITORY, maxJobs: 5, maxAgeSeconds: 12 * 3600, cacheDirectories: ['/var/cache/ci', '/home/runner/.cache'] });
     expect(pool.spot).toBe(true);
+  });
+});
+
+describe('a reusable pool without a warm pool', () => {
+  const warnings = (pool: RunnerPoolProps) => Annotations.fromStack(synth([pool]).stack).findWarning('*', Match.stringLikeRegexp('reuse is set but the pool has no warm pool'));
+  it('is warned about at synth, naming the pool: no job would find a cache', () => {
+    expect(warnings({ ...cached, warm: { size: 0 } })).toHaveLength(1);
+    expect(JSON.stringify(warnings({ ...cached, warm: undefined }))).toContain('pool \\"cached\\"');
+  });
+  it('is not warned about with a warm size or a schedule window above 0', () => {
+    expect(warnings(cached)).toHaveLength(0);
+    expect(warnings({ ...cached, warm: { size: 0, schedule: [{ window: 'MON-FRI 07:00-19:00', size: 2 }] } })).toHaveLength(0);
   });
 });
 
