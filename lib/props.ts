@@ -121,7 +121,10 @@ export interface WarmPoolProps {
 /**
  * Opt-in reuse of a finished instance for the next job of the same repository (GitHub) or
  * project (GitLab), with its cache directories (docs/boot-modes.md, "Reuse"; what a later job
- * can observe of an earlier one: docs/security.md).
+ * can observe of an earlier one: docs/security.md). Parked reused instances count against the
+ * pool's `warm.size`: without a warm pool the pool evicts each one on its next run. The caches
+ * live on the root volume, whose size `diskSize` fixes (docs/operations.md, "Reuse: cached
+ * volumes").
  */
 export interface PoolReuseProps {
   /**
@@ -136,7 +139,8 @@ export interface PoolReuseProps {
   readonly maxJobs?: number;
   /**
    * Age (from launch) after which an instance terminates instead of parking again, and the
-   * pool evicts it if parked.
+   * pool evicts it if parked. For an instance that served a job this bound replaces
+   * `warm.maxAge`, which bounds the fresh standbys.
    * @default Duration.hours(24)
    */
   readonly maxAge?: Duration;

@@ -188,6 +188,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       }),
     );
 
+    this.grantParking(ownInstances, props.pools.filter((p) => p.reuse !== undefined).map((p) => p.name), tags);
+
     acknowledgeWildcard(
       this.role,
       nagArn('ssm', `parameter${paths.runnerConfigRoot}*`),
@@ -196,7 +198,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     acknowledgeWildcard(
       this.role,
       nagArn('ec2', 'instance/*'),
-      'An instance may terminate only itself and tag only itself with its job-start key (condition aws:ARN = ${ec2:SourceInstanceARN}), only within this fleet (pool tag present).',
+      'An instance may terminate only itself and tag only itself with its job-start key, and an instance of a reusable pool untag and tag itself with its parking keys (condition aws:ARN = ${ec2:SourceInstanceARN}), only within this fleet (pool tag present).',
     );
 
     const logGroupName = bootLogGroupName(props.prefix);
@@ -332,6 +334,40 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       if (pool.machineImage instanceof ParameterMachineImage && pool.machineImage.creator) launchTemplate.node.addDependency(pool.machineImage.creator);
       return { pool, launchTemplate, userData };
     });
+  }
+  /**
+   * Parking after a job (contract reuse.ts, step 4), for the instances of reusable pools only:
+   * the role is shared by every pool, so the pool tag's value narrows the grant to them. Each
+   * instance on itself only (aws:ARN), only the keys parking writes (`parking` when its runner
+   * ended; `affinity`, `uses`, `warm-standby` when it parks) and the keys it removes then (its
+   * activation's). The job runs with this role too: it can retag only its own instance, which
+   * parks only after every process of the runner user was killed and rewrites `affinity` and
+   * `uses` itself (docs/security.md).
+   */
+  private grantParking(ownInstances: string[], reusablePools: string[], tags: ReturnType<typeof tagKeys>): void {
+    if (reusablePools.length === 0) return;
+    const onItself = (keys: string[]) => ({
+      StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}', [`aws:ResourceTag/${tags.pool}`]: reusablePools },
+      'ForAllValues:StringEquals': { 'aws:TagKeys': keys },
+      Null: { 'aws:TagKeys': 'false' },
+    });
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TagOwnParking',
+        actions: ['ec2:CreateTags'],
+        resources: ownInstances,
+        conditions: onItself([tags.parking, tags.affinity, tags.uses, tags.warmStandby]),
+      }),
+    );
+    // Null on aws:TagKeys matters most here: a DeleteTags without keys removes every tag.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'UntagOwnActivation',
+        actions: ['ec2:DeleteTags'],
+        resources: ownInstances,
+        conditions: onItself([tags.activatedAt, tags.traceId, tags.jobId, tags.runnerId, tags.jobStarted, tags.idleSince, tags.parking]),
+      }),
+    );
   }
 }
 

@@ -1,5 +1,7 @@
 import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput } from './fleet-config-input';
+import type { RunnerPoolProps } from './props';
+import { resolveUserDataOptions } from './user-data';
 import type { WarmRunnersProps } from './warm-runners';
 
 /**
@@ -23,6 +25,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     for (const command of pool.warm?.prepareCommands ?? []) {
       if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
     }
+    const cacheProblem = reuseCacheProblem(prefix, pool);
+    if (cacheProblem) throw new Error(`pool "${pool.name}": ${cacheProblem}`);
   }
   const batch = props.scaleUpBatchSize ?? 10;
   if (!Number.isInteger(batch) || batch < 1 || batch > 10) {
@@ -85,6 +89,49 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       (e as Error).message.replace(/pools\.(\d+)\./g, (_m, i: string) => `pool "${props.pools[Number(i)]?.name ?? i}": `),
     );
   }
+}
+
+/**
+ * A cache directory survives every job, so it must not overlap what the boot script removes
+ * or trusts after a job: the runner directory (registration, workspace), the runner user's
+ * home itself (cleaned except the cache directories inside it), the boot script's state (the
+ * resume check reads it) and its hook and log. The contract (`cacheDirectoryProblem`) checks
+ * the fixed system directories; these depend on the pool's settings.
+ */
+function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | undefined {
+  const dirs = pool.reuse?.cacheDirectories ?? [];
+  if (dirs.length === 0) return undefined;
+  let resolved: ReturnType<typeof resolveUserDataOptions>;
+  try {
+    resolved = resolveUserDataOptions({ prefix, provider: pool.provider, ...(pool.runnerUser ? { runnerUser: pool.runnerUser } : {}), ...(pool.runnerDirectory ? { runnerDir: pool.runnerDirectory } : {}) });
+  } catch {
+    return undefined; // the launch template's rendering names that problem
+  }
+  const overlaps = (a: string, b: string) => a === b || a.startsWith(`${b}/`) || b.startsWith(`${a}/`);
+  const inside = (a: string, b: string) => a === b || b.startsWith(`${a}/`);
+  const home = `/home/${resolved.runnerUser}`;
+  for (const dir of dirs) {
+    if (overlaps(dir, resolved.runnerDir)) return `reuse cache directory "${dir}" overlaps the runner directory ${resolved.runnerDir}, whose registration and workspace are removed after every job; use a directory of its own`;
+    if (inside(dir, home)) return `reuse cache directory "${dir}" is or holds the runner user's home ${home}, which is cleaned after every job except the cache directories inside it; list directories inside it instead`;
+    const own = [resolved.hostPaths.stateDir, resolved.hostPaths.hookPath, resolved.hostPaths.logFile].find((p) => overlaps(dir, p));
+    if (own) return `reuse cache directory "${dir}" overlaps ${own}, which the boot script owns (jobs must not write it); use a directory of its own`;
+  }
+  return undefined;
+}
+
+/**
+ * Pools with `reuse` but no warm pool: parked reused instances count against the warm target,
+ * so with a target of 0 at every hour the pool evicts each one on its next run (over-target)
+ * and no job ever finds a cache. A warning, not an error: the pool still works, without reuse.
+ */
+export function reuseWithoutWarmPoolWarnings(props: WarmRunnersProps): string[] {
+  return props.pools
+    .filter((pool) => pool.reuse && (pool.warm?.size ?? 0) === 0 && !(pool.warm?.schedule ?? []).some((e) => e.size > 0))
+    .map(
+      (pool) =>
+        `pool "${pool.name}": reuse is set but the pool has no warm pool (warm.size 0 and no schedule window above 0): parked reused instances count against the warm target, ` +
+        'so the pool evicts each one on its next run and no job finds a cache. Give the pool a warm.size (or a schedule), or remove reuse.',
+    );
 }
 
 /** Labels GitHub gives its hosted runners (ubuntu-24.04, windows-latest, macos-15, ...). */

@@ -39,7 +39,7 @@ import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { hostedLabelWarnings, validateWarmRunnersProps } from './validate';
+import { hostedLabelWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
  * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
@@ -219,6 +219,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     super(scope, id);
     validateWarmRunnersProps(props);
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
+    for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);
@@ -608,6 +609,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         );
       }
       poolWidgets.push(ledgerWidget(namespace, pool.name));
+      if (pool.reuse) poolWidgets.push(reuseWidget(metric, pool.name));
       poolWidgets.push(
         new cloudwatch.GraphWidget({
           title: `Pool ${pool.name}`,
@@ -681,6 +683,25 @@ function ledgerWidget(namespace: string, pool: string): cloudwatch.GraphWidget {
   return new cloudwatch.GraphWidget({
     title: `Job ledger ${pool} (p50, p95 s)`,
     left: LEDGER_STAGE_NAMES.flatMap((name) => [stage(name, 'p50'), stage(name, 'p95')]),
+    width: 12,
+  });
+}
+
+/**
+ * A reusable pool's reuse (contract reuse.ts): jobs served by a parked instance of their own
+ * scope (hits) and the others (misses, served fresh or cold), the hit rate, the idle-stops and
+ * the parked instances that carry caches.
+ */
+function reuseWidget(metric: (name: string, pool: string, statistic: string) => cloudwatch.Metric, pool: string): cloudwatch.GraphWidget {
+  const hits = metric(METRIC_NAMES.reuseHits, pool, 'Sum');
+  const misses = metric(METRIC_NAMES.reuseMisses, pool, 'Sum');
+  return new cloudwatch.GraphWidget({
+    title: `Reuse ${pool}`,
+    left: [hits, misses, metric(METRIC_NAMES.idleStops, pool, 'Sum')],
+    right: [
+      new cloudwatch.MathExpression({ expression: '100 * hits / (hits + misses)', usingMetrics: { hits, misses }, label: 'hit rate %', period: Duration.minutes(5) }),
+      metric(METRIC_NAMES.parkedReused, pool, 'Maximum'),
+    ],
     width: 12,
   });
 }

@@ -14,6 +14,7 @@ const ENUMS: readonly (readonly [string, string])[] = [
   ['Provider', 'lambdas/shared/contract/boot.ts'],
   ['LabelMatch', 'lambdas/shared/contract/fleet-config.ts'],
   ['GitLabRunnerType', 'lambdas/shared/contract/fleet-config.ts'],
+  ['ReuseScope', 'lambdas/shared/contract/reuse.ts'],
 ];
 
 interface Member {

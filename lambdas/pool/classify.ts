@@ -1,4 +1,4 @@
-import { WARM_STANDBY_VALUE, type PoolConfig, type TagKeys } from '../shared/contract';
+import { AFFINITY_PATTERN, WARM_STANDBY_VALUE, type PoolConfig, type TagKeys } from '../shared/contract';
 import { isActivated, templateVersionOf, type ObservedInstance } from '../shared/instances';
 
 /**
@@ -6,20 +6,29 @@ import { isActivated, templateVersionOf, type ObservedInstance } from '../shared
  *
  * - active: activated by scale-up or launched cold for a job; the pool never touches it.
  * - claimed: a warm standby whose config parameter exists (a scale-up invocation owns it
- *   between its claim and its tags); the pool never touches it either.
+ *   between its claim and its tags, or an eviction or idle-stop marker holds it); the pool
+ *   never touches it either.
  * - priming: a warm standby, not activated, pending/running/stopping (first boot, preparing).
- * - parked: a warm standby, not activated, stopped by a client-initiated shutdown.
+ * - parking: a reusable instance that served a job and is on its way back to the pool: not
+ *   activated any more (it removed its activation tags itself), carrying its `affinity`, not
+ *   stopped yet (contract reuse.ts, step 4). It holds a place like a priming standby.
+ * - parked: a warm standby, not activated, stopped by a client-initiated shutdown; with an
+ *   `affinity` tag it is a reused one, carrying its caches.
  * - garbage: any other warm standby, e.g. stopped with a `Server.*` reason (a spot
- *   interruption, an internal error) or with no reason at all.
+ *   interruption, an internal error) or with no reason at all, or one whose reuse tags do not
+ *   parse (an affinity no job of the pool can have, a use count that is not a number), or a
+ *   `parking` tag on an instance that is not activated (the instance removes it together with
+ *   its activation tags, in one call).
  * - gone: shutting-down or terminated; counts for nothing.
  *
  * Parked accepts both client-initiated codes through one branch: EC2 reports the priming
  * boot's own power-off as `Client.InstanceInitiatedShutdown`, moto reports every stop as
  * `Client.UserInitiatedShutdown` (so do EC2 console/API stops). The code path the moto tests
  * run is the one that runs on EC2; the EC2 signal the design relies on is
- * `Client.InstanceInitiatedShutdown` (see docs/control-plane.md).
+ * `Client.InstanceInitiatedShutdown` (see docs/control-plane.md). A reused instance parks by
+ * the same power-off, so the same signal.
  */
-export type InstanceClass = 'active' | 'claimed' | 'priming' | 'parked' | 'garbage' | 'gone' | 'foreign';
+export type InstanceClass = 'active' | 'claimed' | 'priming' | 'parking' | 'parked' | 'garbage' | 'gone' | 'foreign';
 
 export const PARKED_STATE_REASONS: ReadonlySet<string> = new Set(['Client.InstanceInitiatedShutdown', 'Client.UserInitiatedShutdown']);
 
@@ -28,13 +37,40 @@ export function classify(instance: ObservedInstance, keys: TagKeys, claimed: boo
   if (isActivated(instance, keys)) return 'active';
   if (instance.tags.get(keys.warmStandby) !== WARM_STANDBY_VALUE) return 'foreign';
   if (claimed) return 'claimed';
-  if (instance.state === 'pending' || instance.state === 'running' || instance.state === 'stopping') return 'priming';
+  const reuse = reuseTagsOf(instance, keys);
+  if (reuse === 'malformed' || instance.tags.has(keys.parking)) return 'garbage';
+  if (instance.state === 'pending' || instance.state === 'running' || instance.state === 'stopping') return reuse ? 'parking' : 'priming';
   if (instance.state === 'stopped' && instance.stateReason !== undefined && PARKED_STATE_REASONS.has(instance.stateReason)) return 'parked';
   return 'garbage';
 }
 
-export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'stale-image' | 'priming-timeout' | 'over-target';
-export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'stale-image', 'priming-timeout', 'over-target'];
+/** A reused instance's tags: undefined for a fresh one (no affinity), 'malformed' when they do not parse. */
+export function reuseTagsOf(instance: ObservedInstance, keys: TagKeys): { readonly affinity: string; readonly uses: number } | 'malformed' | undefined {
+  const affinity = instance.tags.get(keys.affinity);
+  if (affinity === undefined) return undefined;
+  const uses = instance.tags.get(keys.uses);
+  if (!new RegExp(AFFINITY_PATTERN).test(affinity) || uses === undefined || !/^\d{1,6}$/.test(uses)) return 'malformed';
+  return { affinity, uses: Number(uses) };
+}
+
+/**
+ * When the instance was built. EC2 moves LaunchTime on every start: a fresh standby is started
+ * once (its priming boot), but a reused one is started again for every job it serves, so its
+ * age is read from its first launch (root volume and primary interface attach times).
+ */
+export function builtAt(instance: ObservedInstance, keys: TagKeys): Date {
+  return instance.tags.has(keys.affinity) ? (instance.firstLaunchTime ?? instance.launchTime) : instance.launchTime;
+}
+
+/**
+ * Why an instance is evicted (logged and counted as `Evictions{Reason}`):
+ * - `reuse-limit`: a reused instance that served `reuse.maxJobs` jobs or is older (from its
+ *   first launch) than `reuse.maxAgeSeconds` (the limits were lowered since it parked);
+ * - `reuse-off`: a reused instance in a pool whose reuse was switched off: its caches belong
+ *   to a scope no job of the pool is served by any more.
+ */
+export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'stale-image' | 'priming-timeout' | 'over-target' | 'reuse-limit' | 'reuse-off';
+export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'stale-image', 'priming-timeout', 'over-target', 'reuse-limit', 'reuse-off'];
 
 /** The image a pool's launch template resolves now: its image parameter's value and when that was written. */
 export interface CurrentImage {
@@ -49,11 +85,15 @@ export interface Eviction {
 
 export interface PoolPlan {
   readonly evictions: readonly Eviction[];
-  /** Warm standbys to launch so priming + parked reaches the target. */
+  /** Warm standbys to launch so priming + parking + parked reaches the target. */
   readonly launch: number;
+  /** Parked instances that stay, fresh and reused. */
   readonly parked: number;
-  /** LaunchTime of each parked standby that stays (its priming boot): the prime-failure streak reads them. */
+  /** Of `parked`, the reused ones (with an affinity): each serves only jobs of its own scope. */
+  readonly parkedReused: number;
+  /** Build time (`builtAt`) of each parked standby that stays (its priming boot): the prime-failure streak reads them. */
   readonly parkedLaunchTimes: Date[];
+  /** Priming standbys and reused instances on their way to park: both about to be parked. */
   readonly priming: number;
   readonly target: number;
   /** Instances serving a job (activated warm or launched cold), for the dashboard. */
@@ -68,27 +108,34 @@ function staleTemplate(instance: ObservedInstance, pool: PoolConfig): boolean {
 }
 
 /**
- * True when the instance was built from an image older than the current one. Only an instance
+ * True when the instance was built from an image older than the current one (`built`: when it
+ * was built, `builtAt`; a reused instance's LaunchTime is its last job's start). Only an instance
  * launched before the current image was published can be stale: one launched after it that
  * still shows another ImageId resolved the parameter differently (a version label, a lagging
  * read), and evicting it would relaunch the same image in a loop.
  */
-export function staleImage(instance: ObservedInstance, image: CurrentImage | undefined): boolean {
+export function staleImage(instance: ObservedInstance, image: CurrentImage | undefined, built: Date = instance.launchTime): boolean {
   if (image === undefined || instance.imageId === undefined) return false;
   // EC2 gives LaunchTime in whole seconds: an instance of the publication's second counts as after it.
   const publishedSecond = Math.floor(image.publishedAt.getTime() / 1000) * 1000;
-  return instance.imageId !== image.imageId && instance.launchTime.getTime() < publishedSecond;
+  return instance.imageId !== image.imageId && built.getTime() < publishedSecond;
 }
+
+type Kept = { readonly instance: ObservedInstance; readonly cls: 'parked' | 'priming' | 'parking' };
 
 /**
  * The pool's plan for one run: which warm standbys to evict (each with its reason) and how
  * many to launch. `claimedIds` are standbys with a config parameter; `image` is the current
  * value of the pool's image parameter, absent when it has none or it could not be read (then
- * no instance is evicted for its image). Only priming, parked
- * and garbage instances are ever evicted: never a claimed or an active one.
+ * no instance is evicted for its image). Only priming, parking, parked and garbage instances
+ * are ever evicted: never a claimed or an active one.
  *
- * Age is measured from LaunchTime, which EC2 moves on every start; a warm standby is
- * started once (its priming boot), so that is its age since it was built.
+ * Age is measured from `builtAt`: LaunchTime for a fresh standby (started once, by its
+ * priming boot), the first launch for a reused one. A reused instance (with an affinity) is
+ * bound by its pool's reuse limits, not by `warm.maxAgeSeconds`: the boot script applies the
+ * same limits when it decides to park or terminate, so the two sides agree on one bound, and
+ * the warm bound (a fresh standby's freshness) would otherwise cap `reuse.maxAgeSeconds`
+ * silently. Template and image rules apply to both.
  */
 export function planPool(
   instances: readonly ObservedInstance[],
@@ -100,22 +147,18 @@ export function planPool(
   image?: CurrentImage,
 ): PoolPlan {
   const evictions: Eviction[] = [];
-  const kept: { instance: ObservedInstance; cls: 'parked' | 'priming' }[] = [];
+  const kept: Kept[] = [];
   const staleParked: ObservedInstance[] = [];
   let active = 0;
-  const ageSeconds = (i: ObservedInstance) => (now.getTime() - i.launchTime.getTime()) / 1000;
+  const ageSeconds = (i: ObservedInstance) => (now.getTime() - builtAt(i, keys).getTime()) / 1000;
   for (const instance of instances) {
     const cls = classify(instance, keys, claimedIds.has(instance.id));
     if (cls === 'active') active++;
     if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
-    else if (cls === 'parked' || cls === 'priming') {
-      if (staleTemplate(instance, pool)) evictions.push({ instance, reason: 'stale-template' });
-      else if (staleImage(instance, image)) {
-        if (cls === 'parked') staleParked.push(instance);
-        else evictions.push({ instance, reason: 'stale-image' });
-      }
-      else if (cls === 'parked' && ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
-      else if (cls === 'priming' && ageSeconds(instance) > pool.warm.primingTimeoutSeconds) evictions.push({ instance, reason: 'priming-timeout' });
+    else if (cls === 'parked' || cls === 'priming' || cls === 'parking') {
+      const reason = evictionReason(instance, cls, pool, keys, ageSeconds(instance), image);
+      if (reason === 'stale-image' && cls === 'parked') staleParked.push(instance);
+      else if (reason) evictions.push({ instance, reason });
       else kept.push({ instance, cls });
     }
   }
@@ -125,27 +168,55 @@ export function planPool(
   if (staleParked.length > 0) {
     if (kept.some((k) => k.cls === 'parked')) for (const instance of staleParked) evictions.push({ instance, reason: 'stale-image' });
     else for (const instance of staleParked) {
-      if (ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
+      if (!instance.tags.has(keys.affinity) && ageSeconds(instance) > pool.warm.maxAgeSeconds) evictions.push({ instance, reason: 'max-age' });
       else kept.push({ instance, cls: 'parked' });
     }
   }
   const over = kept.length - target;
-  if (over > 0) {
-    // Oldest parked first, then oldest priming: a priming instance is about to become useful.
-    const order = [...kept].sort(
-      (a, b) => (a.cls === b.cls ? a.instance.launchTime.getTime() - b.instance.launchTime.getTime() : a.cls === 'parked' ? -1 : 1),
-    );
-    for (const k of order.slice(0, over)) evictions.push({ instance: k.instance, reason: 'over-target' });
-  }
+  if (over > 0) for (const k of overTargetOrder(kept, keys).slice(0, over)) evictions.push({ instance: k.instance, reason: 'over-target' });
   const evicted = new Set(evictions.map((e) => e.instance.id));
   const remaining = kept.filter((k) => !evicted.has(k.instance.id));
+  const parked = remaining.filter((k) => k.cls === 'parked');
   return {
     evictions,
     launch: Math.max(0, target - remaining.length),
-    parked: remaining.filter((k) => k.cls === 'parked').length,
-    parkedLaunchTimes: remaining.filter((k) => k.cls === 'parked').map((k) => k.instance.launchTime),
-    priming: remaining.filter((k) => k.cls === 'priming').length,
+    parked: parked.length,
+    parkedReused: parked.filter((k) => k.instance.tags.has(keys.affinity)).length,
+    parkedLaunchTimes: parked.map((k) => builtAt(k.instance, keys)),
+    priming: remaining.length - parked.length,
     target,
     active,
   };
+}
+
+/**
+ * Why one priming, parking or parked instance goes, or undefined when it stays. A reused
+ * instance's reuse rules come first; an affinity of another provider is one no job of this
+ * pool can have (garbage).
+ */
+function evictionReason(instance: ObservedInstance, cls: Kept['cls'], pool: PoolConfig, keys: TagKeys, age: number, image: CurrentImage | undefined): EvictionReason | undefined {
+  const reuse = reuseTagsOf(instance, keys);
+  if (reuse !== undefined && reuse !== 'malformed') {
+    if (!reuse.affinity.startsWith(`${pool.provider}:`)) return 'garbage';
+    if (pool.reuse === undefined) return 'reuse-off';
+    if (reuse.uses >= pool.reuse.maxJobs || age >= pool.reuse.maxAgeSeconds) return 'reuse-limit';
+  }
+  if (staleTemplate(instance, pool)) return 'stale-template';
+  if (staleImage(instance, image, builtAt(instance, keys))) return 'stale-image';
+  if (cls === 'parked' && reuse === undefined && age > pool.warm.maxAgeSeconds) return 'max-age';
+  // LaunchTime: the priming boot's start (a parking instance's is its job's, so no bound here:
+  // it powers off within seconds of its last tag call, or terminates itself; its reuse age bounds it).
+  if (cls === 'priming' && age > pool.warm.primingTimeoutSeconds) return 'priming-timeout';
+  return undefined;
+}
+
+/**
+ * Over the target, what goes first: parked fresh standbys (oldest first), then parked reused
+ * ones, least recently used first (LaunchTime is their last job's start; the longer a scope
+ * has not come back, the smaller the chance of a cache hit), then priming and parking ones,
+ * which are about to become useful.
+ */
+function overTargetOrder(kept: readonly Kept[], keys: TagKeys): Kept[] {
+  const rank = (k: Kept) => (k.cls !== 'parked' ? 2 : k.instance.tags.has(keys.affinity) ? 1 : 0);
+  return [...kept].sort((a, b) => rank(a) - rank(b) || a.instance.launchTime.getTime() - b.instance.launchTime.getTime());
 }

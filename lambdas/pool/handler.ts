@@ -35,6 +35,8 @@ export interface PoolRunSummary {
   readonly pool: string;
   readonly target: number;
   readonly parked: number;
+  /** Of `parked`, the reused ones (with an affinity). */
+  readonly parkedReused: number;
   readonly priming: number;
   readonly launched: number;
   readonly evicted: Record<string, number>;
@@ -125,11 +127,12 @@ async function runPool(
   const names = config.metrics.names;
   metrics.add(names.primeBackoff, { Pool: pool.name }, prime.decision.backingOff ? 1 : 0);
   metrics.add(names.parked, { Pool: pool.name }, plan.parked);
+  if (pool.reuse || plan.parkedReused > 0) metrics.add(names.parkedReused, { Pool: pool.name }, plan.parkedReused);
   metrics.add(names.active, { Pool: pool.name }, plan.active);
   metrics.add(names.priming, { Pool: pool.name }, plan.priming + launched);
   metrics.add(names.target, { Pool: pool.name }, target);
-  log.info('pool run', { target, parked: plan.parked, priming: plan.priming, launched, evicted: evicted.length });
-  return { pool: pool.name, target, parked: plan.parked, priming: plan.priming, launched, evicted: counts };
+  log.info('pool run', { target, parked: plan.parked, parkedReused: plan.parkedReused, priming: plan.priming, launched, evicted: evicted.length });
+  return { pool: pool.name, target, parked: plan.parked, parkedReused: plan.parkedReused, priming: plan.priming, launched, evicted: counts };
 }
 
 /** Evictions per reason, each counted as the `Evictions{Reason}` metric. */
@@ -339,7 +342,7 @@ async function reobserveLocked(
   for (const e of locked) {
     const i = current.get(e.instance.id);
     const cls = i ? classify(i, keys, claimed.has(i.id)) : 'gone';
-    if (i && (cls === 'parked' || cls === 'priming' || cls === 'garbage')) go.push({ instance: i, reason: e.reason });
+    if (i && (cls === 'parked' || cls === 'priming' || cls === 'parking' || cls === 'garbage')) go.push({ instance: i, reason: e.reason });
     else {
       log.info('not evicting: the instance changed since it was observed', { instanceId: e.instance.id, now: cls });
       release.push(e.instance.id);

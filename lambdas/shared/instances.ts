@@ -15,6 +15,12 @@ export interface ObservedInstance {
   readonly spotRequestId?: string;
   /** The AMI the instance was launched from. */
   readonly imageId?: string;
+  /**
+   * When the instance was first launched: the earliest of LaunchTime and the attach times of
+   * its root volume and primary network interface, which EC2 keeps across stop and start
+   * (LaunchTime it moves). Undefined when EC2 gave no attachment (then LaunchTime is all there is).
+   */
+  readonly firstLaunchTime?: Date;
 }
 
 export function observe(instance: Instance): ObservedInstance {
@@ -26,7 +32,16 @@ export function observe(instance: Instance): ObservedInstance {
     tags: new Map((instance.Tags ?? []).filter((t) => t.Key !== undefined).map((t) => [t.Key!, t.Value ?? ''])),
     ...(instance.SpotInstanceRequestId ? { spotRequestId: instance.SpotInstanceRequestId } : {}),
     ...(instance.ImageId ? { imageId: instance.ImageId } : {}),
+    ...firstLaunchOf(instance),
   };
+}
+
+function firstLaunchOf(instance: Instance): { firstLaunchTime?: Date } {
+  const root = instance.BlockDeviceMappings?.find((b) => b.DeviceName !== undefined && b.DeviceName === instance.RootDeviceName)?.Ebs?.AttachTime;
+  const eni = instance.NetworkInterfaces?.find((n) => n.Attachment?.DeviceIndex === 0)?.Attachment?.AttachTime;
+  const times = [instance.LaunchTime, root, eni].filter((t): t is Date => t instanceof Date && !Number.isNaN(t.getTime()));
+  if (root === undefined && eni === undefined) return {};
+  return { firstLaunchTime: new Date(Math.min(...times.map((t) => t.getTime()))) };
 }
 
 export const LIVE_STATES = ['pending', 'running', 'stopping', 'stopped'];

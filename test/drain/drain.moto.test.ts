@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CloudFormationClient, CreateStackCommand, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
-import { CreateLaunchTemplateCommand, DescribeInstancesCommand, DescribeSubnetsCommand, RunInstancesCommand, StopInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { CreateLaunchTemplateCommand, CreateTagsCommand, DescribeInstancesCommand, DescribeSubnetsCommand, DescribeVolumesCommand, RunInstancesCommand, StopInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { DescribeRuleCommand, EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { GetEventSourceMappingCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { CreateQueueCommand, DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
@@ -70,7 +70,14 @@ async function deployTriggers(): Promise<{ queueUrl: string; mapping: string; sc
 /** Two pools (GitHub and GitLab) on moto's launch template and default subnet, the CI services on loopback. */
 async function deployFleet(): Promise<FleetConfig> {
   const subnets = await c.ec2.send(new DescribeSubnetsCommand({}));
-  const lt = await c.ec2.send(new CreateLaunchTemplateCommand({ LaunchTemplateName: 'runners', LaunchTemplateData: { ImageId: 'ami-12c6146b', InstanceType: 't3.micro' } }));
+  // The root volume as lib/runner-fleet.ts renders it: deleted with its instance, so a parked
+  // instance's cache (reuse) goes with it.
+  const LaunchTemplateData = {
+    ImageId: 'ami-12c6146b',
+    InstanceType: 't3.micro' as const,
+    BlockDeviceMappings: [{ DeviceName: '/dev/xvda', Ebs: { VolumeSize: 30, VolumeType: 'gp3' as const, Encrypted: true, DeleteOnTermination: true } }],
+  };
+  const lt = await c.ec2.send(new CreateLaunchTemplateCommand({ LaunchTemplateName: 'runners', LaunchTemplateData }));
   const pool = { launchTemplateId: lt.LaunchTemplate!.LaunchTemplateId!, launchTemplateVersion: '1', subnetIds: [subnets.Subnets![0]!.SubnetId!], instanceTypes: ['t3.micro'], maxRunners: 10, warmSize: 2 };
   const config = buildFleetConfig({
     prefix: PREFIX,
@@ -144,6 +151,11 @@ async function fleetInstances(): Promise<Instance[]> {
   const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.pool] }] }));
   return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
 }
+/** The volumes attached to the instances (the root volume and moto's own), by id. */
+async function volumesOf(instanceIds: string[]): Promise<string[]> {
+  const out = await c.ec2.send(new DescribeVolumesCommand({ Filters: [{ Name: 'attachment.instance-id', Values: instanceIds }] }));
+  return (out.Volumes ?? []).map((v) => v.VolumeId!);
+}
 async function parametersUnder(path: string): Promise<string[]> {
   const out = await c.ssm.send(new GetParametersByPathCommand({ Path: path, Recursive: true }));
   return (out.Parameters ?? []).map((p) => p.Name!);
@@ -207,6 +219,13 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
     expect(gh.runners()).toHaveLength(2);
     expect(await parametersUnder(paths.runnerConfigRoot)).toHaveLength(2);
     expect(await parametersUnder(paths.poolStateRoot)).toEqual([paths.primeState('linux')]);
+    // Reuse (contract reuse.ts): instances parked after a job with their caches (stopped, with
+    // affinity and use count), one under an idle-stop marker (a String at its config name).
+    const reused = await park(config, 'linux', 2);
+    await c.ec2.send(new CreateTagsCommand({ Resources: reused, Tags: [{ Key: KEYS.affinity, Value: `github:${ORG}/app` }, { Key: KEYS.uses, Value: '2' }] }));
+    await c.ssm.send(new PutParameterCommand({ Name: paths.runnerConfig(reused[0]!), Value: 'idle-stop=1 activation=x job=y', Type: 'String' }));
+    const volumes = await volumesOf((await fleetInstances()).map((i) => i.InstanceId!));
+    expect(volumes.length).toBeGreaterThanOrEqual(6);
 
     const drain = createDrainHandlers({
       ...c,
@@ -228,7 +247,7 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
     const deleteEvent = deleteEventOf(created.StackId!);
     await expect(drain.onEvent(deleteEvent)).rejects.toThrow(/the drain did not run: the stack is CREATE_COMPLETE/);
     expect((await lambda.send(new GetEventSourceMappingCommand({ UUID: triggers.mapping }))).State).toBe('Enabled');
-    expect((await fleetInstances()).filter((i) => i.State?.Name !== 'terminated')).toHaveLength(4);
+    expect((await fleetInstances()).filter((i) => i.State?.Name !== 'terminated')).toHaveLength(6);
     // moto never reports DELETE_IN_PROGRESS (its DeleteStack completes at once): from here this
     // client answers the stack as CloudFormation does while it deletes it.
     const stack = (await cloudformation.send(new DescribeStacksCommand({ StackName: created.StackId! }))).Stacks![0]!;
@@ -259,6 +278,10 @@ describe('the drain against moto and the loopback GitHub and GitLab', () => {
     // Zero fleet resources left, as moto and the CI services list them.
     const left = (await fleetInstances()).filter((i) => i.State?.Name !== 'terminated');
     expect(left).toEqual([]);
+    // Nothing of the parked caches either: every volume went with its instance.
+    expect(await volumesOf((await fleetInstances()).map((i) => i.InstanceId!))).toEqual([]);
+    // By filter: VolumeIds of deleted volumes is an error (InvalidVolume.NotFound), on EC2 as in moto.
+    expect((await c.ec2.send(new DescribeVolumesCommand({ Filters: [{ Name: 'volume-id', Values: volumes }] }))).Volumes ?? []).toEqual([]);
     expect(await parametersUnder(paths.runnerConfigRoot)).toEqual([]);
     expect(await parametersUnder(paths.poolStateRoot)).toEqual([]);
     expect(gh.runners()).toEqual([]);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { classify, planPool, staleImage, type InstanceClass } from '../../lambdas/pool/classify';
 import { LAUNCH_TEMPLATE_VERSION_TAG } from '../../lambdas/shared/contract';
-import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { observe, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
 
 const NOW = new Date('2026-11-29T12:00:00.000Z');
@@ -155,5 +155,127 @@ describe('image evictions (an image parameter resolved at launch)', () => {
     const proven = planPool([...olds, parkedNew], new Set(), pool, KEYS, 3, NOW, published);
     expect(proven.evictions.map((e) => [e.instance.id, e.reason])).toEqual(olds.map((o) => [o.id, 'stale-image']));
     expect(proven).toMatchObject({ parked: 1, launch: 2 });
+  });
+});
+
+describe('reuse (contract reuse.ts): reused instances in the pool', () => {
+  const reusable = fleetConfig({ warmSize: 3, warmMaxAgeSeconds: 3600, primingTimeoutSeconds: 600, reuse: { maxJobs: 5, maxAgeSeconds: 6 * 3600 } }).pools[0]!;
+  const reuseOff = fleetConfig({ warmSize: 3, warmMaxAgeSeconds: 3600, primingTimeoutSeconds: 600 }).pools[0]!;
+  const hoursAgo = (h: number) => minutesAgo(h * 60);
+  /** A reused parked instance: LaunchTime is its last job's start, firstLaunchTime its build. */
+  const reused = (o: { affinity?: string; uses?: string; lastStart?: Date; built?: Date; state?: string; tags?: Record<string, string> } = {}): ObservedInstance => {
+    const i = inst(o.state ?? 'stopped', {
+      reason: o.state === undefined || o.state === 'stopped' ? 'Client.InstanceInitiatedShutdown' : undefined,
+      launched: o.lastStart ?? minutesAgo(30),
+      tags: { [KEYS.affinity]: o.affinity ?? 'github:acme/app', [KEYS.uses]: o.uses ?? '1', ...o.tags },
+    });
+    return { ...i, firstLaunchTime: o.built ?? hoursAgo(2) };
+  };
+  const fresh = (launched = minutesAgo(10)) => inst('stopped', { reason: 'Client.InstanceInitiatedShutdown', launched });
+
+  it.each<[string, ObservedInstance, InstanceClass]>([
+    ['stopped by its own power-off, with affinity and uses', reused(), 'parked'],
+    ['running, not activated, with affinity: cleaning done, powering off', reused({ state: 'running' }), 'parking'],
+    ['stopping, with affinity', reused({ state: 'stopping' }), 'parking'],
+    ['an affinity that is no affinity', reused({ affinity: 'github:Acme App' }), 'garbage'],
+    ['a use count that is no number', reused({ uses: 'many' }), 'garbage'],
+    ['an affinity without a use count', { ...reused(), tags: new Map([...reused().tags].filter(([k]) => k !== KEYS.uses)) }, 'garbage'],
+    ['a parking tag while not activated', reused({ tags: { [KEYS.parking]: '2026-11-29T11:00:00.000Z 2026-11-29T11:30:00.000Z' } }), 'garbage'],
+    ['activated again (claimed for a job of its affinity)', reused({ state: 'pending', tags: { [KEYS.activatedAt]: '2026-11-29T11:59:00.000Z' } }), 'active'],
+  ])('classifies %s', (_name, i, expected) => {
+    expect(classify(i, KEYS, false)).toBe(expected);
+  });
+
+  it('counts parked reused instances against the target like fresh ones', () => {
+    const plan = planPool([reused(), reused({ affinity: 'github:acme/web' }), fresh()], new Set(), reusable, KEYS, 3, NOW);
+    expect(plan).toMatchObject({ evictions: [], parked: 3, parkedReused: 2, launch: 0 });
+    // One parking on its way back holds its place too: no launch for it.
+    expect(planPool([reused(), reused({ state: 'running' })], new Set(), reusable, KEYS, 2, NOW)).toMatchObject({ evictions: [], parked: 1, priming: 1, launch: 0 });
+  });
+
+  type Row = [string, ObservedInstance, PoolConfigLike, string[]];
+  type PoolConfigLike = typeof reusable;
+  const rows: Row[] = [
+    ['uses at maxJobs (the limit was lowered since it parked)', reused({ uses: '5' }), reusable, ['reuse-limit']],
+    ['uses below maxJobs', reused({ uses: '4' }), reusable, []],
+    ['built longer ago than reuse.maxAgeSeconds', reused({ built: hoursAgo(7) }), reusable, ['reuse-limit']],
+    ['its last start recent but its build old: the build counts (EC2 moves LaunchTime on every start)', reused({ built: hoursAgo(7), lastStart: minutesAgo(5) }), reusable, ['reuse-limit']],
+    ['older than warm.maxAgeSeconds but within reuse.maxAgeSeconds: the reuse bound applies, not the warm one', reused({ built: hoursAgo(5), lastStart: hoursAgo(2) }), reusable, []],
+    ['in a pool whose reuse was switched off', reused(), reuseOff, ['reuse-off']],
+    ['parking in a pool whose reuse was switched off', reused({ state: 'running' }), reuseOff, ['reuse-off']],
+    ['an affinity of the other provider (no job of this pool has it)', reused({ affinity: 'gitlab:42' }), reusable, ['garbage']],
+    ['parking long after its job started: no priming timeout for it', reused({ state: 'running', lastStart: hoursAgo(3) }), reusable, []],
+    ['parking past its reuse age', reused({ state: 'running', built: hoursAgo(7) }), reusable, ['reuse-limit']],
+    ['of an older template version', reused({ tags: { [LAUNCH_TEMPLATE_VERSION_TAG]: '0' } }), reusable, ['stale-template']],
+  ];
+  it.each(rows)('evicts a reused instance %s', (_name, instance, pool, reasons) => {
+    expect(planPool([instance], new Set(), pool, KEYS, 3, NOW).evictions.map((e) => e.reason)).toEqual(reasons);
+  });
+
+  it('keeps the warm max age for fresh standbys of a reusable pool', () => {
+    expect(planPool([fresh(minutesAgo(61))], new Set(), reusable, KEYS, 3, NOW).evictions.map((e) => e.reason)).toEqual(['max-age']);
+  });
+
+  it('over the target: fresh standbys first (oldest first), then reused ones least recently used first, priming and parking last', () => {
+    const f1 = fresh(minutesAgo(5));
+    const f2 = fresh(minutesAgo(50));
+    const lru = reused({ lastStart: hoursAgo(3), built: hoursAgo(4) });
+    const mru = reused({ lastStart: minutesAgo(20), built: hoursAgo(5) });
+    const parking = reused({ state: 'running', lastStart: hoursAgo(5) });
+    const priming = inst('running', { launched: minutesAgo(2) });
+    const all = [mru, parking, f1, lru, priming, f2];
+    const order = (target: number) => planPool(all, new Set(), reusable, KEYS, target, NOW).evictions.map((e) => e.instance.id);
+    expect(order(5)).toEqual([f2.id]);
+    expect(order(4)).toEqual([f2.id, f1.id]);
+    expect(order(2)).toEqual([f2.id, f1.id, lru.id, mru.id]);
+    expect(order(0)).toEqual([f2.id, f1.id, lru.id, mru.id, parking.id, priming.id]);
+  });
+
+  it('never evicts a claimed reused instance (a job claim, an eviction or an idle-stop marker), whatever its limits', () => {
+    const spent = reused({ uses: '99', built: hoursAgo(99) });
+    const plan = planPool([spent, reused({ state: 'running' })], new Set([spent.id]), reuseOff, KEYS, 0, NOW);
+    expect(plan.evictions.map((e) => e.instance.id)).not.toContain(spent.id);
+    expect(plan.evictions.map((e) => e.reason)).toEqual(['reuse-off']);
+  });
+
+  it('reads a reused instance against a new image by its build, not its last start', () => {
+    const published = { imageId: 'ami-0new', publishedAt: hoursAgo(1) };
+    const oldImage = { ...reused({ lastStart: minutesAgo(10), built: hoursAgo(3) }), imageId: 'ami-0old' };
+    const current = { ...fresh(minutesAgo(5)), imageId: 'ami-0new' };
+    const plan = planPool([oldImage, current], new Set(), reusable, KEYS, 3, NOW, published);
+    expect(plan.evictions.map((e) => [e.instance.id, e.reason])).toEqual([[oldImage.id, 'stale-image']]);
+  });
+
+  it('hands the prime streak the build time of parked reused instances, not their last start', () => {
+    const r = reused({ lastStart: minutesAgo(1), built: hoursAgo(3) });
+    expect(planPool([r], new Set(), reusable, KEYS, 3, NOW).parkedLaunchTimes).toEqual([hoursAgo(3)]);
+  });
+});
+
+describe('observe: the first launch of an instance EC2 has started again', () => {
+  const at = (iso: string) => new Date(iso);
+  it.each<[string, Parameters<typeof observe>[0], Date | undefined]>([
+    [
+      'the root volume and primary interface attach times, earlier than LaunchTime',
+      {
+        InstanceId: 'i-1',
+        LaunchTime: at('2026-11-29T11:00:00Z'),
+        RootDeviceName: '/dev/xvda',
+        BlockDeviceMappings: [
+          { DeviceName: '/dev/sdf', Ebs: { AttachTime: at('2026-11-29T10:30:00Z') } },
+          { DeviceName: '/dev/xvda', Ebs: { AttachTime: at('2026-11-29T08:00:05Z') } },
+        ],
+        NetworkInterfaces: [
+          { Attachment: { DeviceIndex: 1, AttachTime: at('2026-11-29T07:00:00Z') } },
+          { Attachment: { DeviceIndex: 0, AttachTime: at('2026-11-29T08:00:01Z') } },
+        ],
+      },
+      at('2026-11-29T08:00:01Z'),
+    ],
+    ['only the root volume', { InstanceId: 'i-2', LaunchTime: at('2026-11-29T11:00:00Z'), RootDeviceName: '/dev/xvda', BlockDeviceMappings: [{ DeviceName: '/dev/xvda', Ebs: { AttachTime: at('2026-11-29T09:00:00Z') } }] }, at('2026-11-29T09:00:00Z')],
+    ['never later than LaunchTime', { InstanceId: 'i-3', LaunchTime: at('2026-11-29T11:00:00Z'), NetworkInterfaces: [{ Attachment: { DeviceIndex: 0, AttachTime: at('2026-11-29T11:00:01Z') } }] }, at('2026-11-29T11:00:00Z')],
+    ['no attachment: none (LaunchTime is all there is)', { InstanceId: 'i-4', LaunchTime: at('2026-11-29T11:00:00Z') }, undefined],
+  ])('%s', (_name, instance, expected) => {
+    expect(observe(instance).firstLaunchTime).toEqual(expected);
   });
 });

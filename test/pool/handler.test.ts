@@ -400,3 +400,87 @@ describe('pool handler: launch tickets kept after an exception', () => {
     );
   });
 });
+
+describe('pool handler: reused instances (contract reuse.ts)', () => {
+  const reuse = { maxJobs: 3, maxAgeSeconds: 6 * 3600 };
+  const hoursAgo = (h: number) => new Date(aws.now.getTime() - h * 3600_000);
+  /** Parked after a job: LaunchTime is that job's start; the interface attach time its first launch. */
+  const parkedReused = (tags: Record<string, string> = {}, builtHoursAgo = 1) =>
+    aws.addInstance({
+      state: 'stopped',
+      reason: 'Client.InstanceInitiatedShutdown',
+      launchTime: new Date(aws.now.getTime() - 60_000),
+      firstLaunchTime: hoursAgo(builtHoursAgo),
+      tags: { ...standbyTags(), [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1', ...tags },
+    });
+
+  it('counts parked reused instances against the target and reports them apart', async () => {
+    parkedReused();
+    parkedReused({ [KEYS.affinity]: 'github:acme/web' });
+    const [summary] = await handler(fleetConfig({ warmSize: 3, reuse }))();
+    expect(summary).toMatchObject({ target: 3, parked: 2, parkedReused: 2, launched: 1, evicted: {} });
+    expect(lines.metric('ParkedInstances', { Pool: 'linux' })).toBe(2);
+    expect(lines.metric('ParkedReused', { Pool: 'linux' })).toBe(2);
+  });
+
+  it('evicts reused instances when reuse is switched off, under the eviction lock, and leaves no marker', async () => {
+    const r = parkedReused();
+    const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
+    expect(summary).toMatchObject({ evicted: { 'reuse-off': 1 } });
+    expect(aws.calls.filter((c) => c === 'PutParameter' || c === 'TerminateInstances')).toEqual(['PutParameter', 'TerminateInstances']);
+    expect(aws.instances.get(r.id)!.state).toBe('terminated');
+    expect(lines.metric('Evictions', { Pool: 'linux', Reason: 'reuse-off' })).toBe(1);
+    expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: r.id, reason: 'reuse-off' });
+    expect(aws.parameters.size).toBe(0);
+  });
+
+  it.each([
+    ['its use count reached maxJobs', { [KEYS.uses]: '3' }, 1],
+    ['its first launch (the interface attach time) is older than maxAge, its LaunchTime a minute ago', {}, 7],
+  ])('evicts a reused instance as reuse-limit when %s', async (_name, tags, built) => {
+    const r = parkedReused(tags, built);
+    const keep = parkedReused({ [KEYS.affinity]: 'github:acme/web' });
+    const [summary] = await handler(fleetConfig({ warmSize: 2, reuse }))();
+    expect(summary).toMatchObject({ evicted: { 'reuse-limit': 1 }, parked: 1 });
+    expect(aws.instances.get(r.id)!.state).toBe('terminated');
+    expect(aws.instances.get(keep.id)!.state).toBe('stopped');
+    expect([...aws.parameters.keys()].filter((n) => n.startsWith(paths.runnerConfigRoot))).toEqual([]);
+  });
+
+  it('never evicts a reused instance under an idle-stop marker or a claim, whatever its limits', async () => {
+    const marked = parkedReused({ [KEYS.uses]: '99' }, 99);
+    const claimed = parkedReused({ [KEYS.uses]: '99' }, 99);
+    aws.parameters.set(paths.runnerConfig(marked.id), { value: 'idle-stop=x activation=y job=z', tags: {}, at: aws.now, type: 'String' });
+    aws.parameters.set(paths.runnerConfig(claimed.id), { value: 'config', tags: {}, at: aws.now, type: 'SecureString' });
+    await handler(fleetConfig({ warmSize: 0 }))();
+    expect(aws.count('PutParameter')).toBe(0);
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect([marked, claimed].map((i) => aws.instances.get(i.id)!.state)).toEqual(['stopped', 'stopped']);
+    expect(aws.parameters.size).toBe(2);
+  });
+
+  it('does not evict a reused instance claimed for a job of its affinity after the pool observed it', async () => {
+    const r = parkedReused({ [KEYS.uses]: '3' });
+    aws.fault('PutParameter', (input) => {
+      aws.parameters.set(input.Name as string, { value: 'scale-up', tags: {}, at: aws.now });
+      throw awsError('ParameterAlreadyExists');
+    });
+    await handler(fleetConfig({ warmSize: 0, reuse }))();
+    expect(aws.instances.get(r.id)!.state).toBe('stopped');
+    expect(aws.count('TerminateInstances')).toBe(0);
+    expect(aws.parameters.get(paths.runnerConfig(r.id))!.value).toBe('scale-up');
+  });
+
+  it('leaves a reused instance on its way to park alone, even long after its job started (no priming timeout)', async () => {
+    const parking = aws.addInstance({
+      state: 'running',
+      launchTime: hoursAgo(3),
+      firstLaunchTime: hoursAgo(4),
+      tags: { ...standbyTags(), [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1' },
+    });
+    const [summary] = await handler(fleetConfig({ warmSize: 1, reuse, primingTimeoutSeconds: 900 }))();
+    expect(summary).toMatchObject({ evicted: {}, priming: 1, launched: 0 });
+    expect(parking.state).toBe('running');
+    expect(lines.logs('prime failed')).toEqual([]);
+  });
+});

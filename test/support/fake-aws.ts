@@ -26,6 +26,8 @@ export interface FakeInstance {
   launchTime: Date;
   tags: Map<string, string>;
   spotRequestId?: string;
+  /** When set, the primary network interface's attach time, which EC2 keeps across stop and start (LaunchTime it moves). */
+  firstLaunchTime?: Date;
 }
 
 /**
@@ -180,7 +182,7 @@ export class FakeAws {
     return this.calls.filter((c) => c === action).length;
   }
 
-  addInstance(spec: { state: string; reason?: string; tags: Record<string, string>; launchTime?: Date; spotRequestId?: string }): FakeInstance {
+  addInstance(spec: { state: string; reason?: string; tags: Record<string, string>; launchTime?: Date; spotRequestId?: string; firstLaunchTime?: Date }): FakeInstance {
     const id = `i-${(0x10000000 + ++this.serial).toString(16).padStart(17, '0')}`;
     const inst: FakeInstance = {
       id,
@@ -189,6 +191,7 @@ export class FakeAws {
       launchTime: spec.launchTime ?? this.now,
       tags: new Map(Object.entries(spec.tags)),
       ...(spec.spotRequestId ? { spotRequestId: spec.spotRequestId } : {}),
+      ...(spec.firstLaunchTime ? { firstLaunchTime: spec.firstLaunchTime } : {}),
     };
     this.instances.set(id, inst);
     return inst;
@@ -250,6 +253,7 @@ export class FakeAws {
         LaunchTime: inst.launchTime,
         Tags: [...inst.tags].map(([Key, Value]) => ({ Key, Value })),
         ...(inst.spotRequestId ? { SpotInstanceRequestId: inst.spotRequestId } : {}),
+        ...(inst.firstLaunchTime ? { NetworkInterfaces: [{ Attachment: { DeviceIndex: 0, AttachTime: inst.firstLaunchTime } }] } : {}),
       }),
     );
     return { Reservations: found.length ? [{ Instances: found }] : [] };

@@ -95,6 +95,8 @@ export interface MetricNames {
   readonly reuseMisses: string;
   /** Reuse: activated instances the sweep's idle rule sent back to park instead of terminating, per pool. */
   readonly idleStops: string;
+  /** Reuse: parked instances with an affinity (reused, carrying caches), per pool; a part of `parked`. */
+  readonly parkedReused: string;
 }
 
 export const METRIC_NAMES = {
@@ -128,6 +130,7 @@ export const METRIC_NAMES = {
   reuseHits: 'ReuseHits',
   reuseMisses: 'ReuseMisses',
   idleStops: 'IdleStops',
+  parkedReused: 'ParkedReused',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 
