@@ -97,6 +97,7 @@ describe('idle-stop through the scale-down handler', () => {
     aws.fault('PutParameter', lostAnswer());
     expect(await handler()).toMatchObject({ idleStopped: 1 });
     expect(ci.deleted).toEqual(['1']);
+    expect(i.tags.has(KEYS.parking)).toBe(true);
     expect(aws.parameters.size).toBe(0);
     expect(lines.logs('idle-stop claim outcome unknown, resolved by listing').map((l) => l.held)).toEqual([true]);
   });
