@@ -2,13 +2,14 @@ import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type SsmPaths, type TagKeys } from '../shared/contract';
-import { describeFleet } from '../shared/instances';
+import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs, type ObservedParameter } from '../shared/parameters';
 import { deregisterIdleRunner, logKept } from './pause-first';
 import { recordIdleReadings, reportedSinceReading } from './idle-marks';
 import { idleStopAll } from './idle-stop';
+import { stillSameActivation } from './same-activation';
 import { planSweep, SWEEP_DEFAULTS, type DeleteParameter, type DeleteRunner, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
@@ -79,7 +80,10 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 
-      const terminate = await deregisterFirst(deps, plan.terminate, providers, keys, ciTimeoutMs, log);
+      // A reusable instance may have parked and been claimed again since the reading (R3).
+      const reusable = (i: ObservedInstance) => Boolean(config.pools.find((p) => p.name === i.tags.get(keys.pool))?.reuse) || i.tags.has(keys.parking) || i.tags.has(keys.affinity);
+      const planned = await stillSameActivation(deps.aws, deps.ec2, keys, plan.terminate, reusable, now(), log);
+      const terminate = await deregisterFirst(deps, planned, providers, keys, ciTimeoutMs, log);
       const terminated = await terminateInstances(deps, terminate, keys, log, count);
       summary.terminated = terminated.length;
       summary.parametersDeleted = await deleteConfigs(deps, paths, plan.deleteParameters, parameters, terminated, log, (id, reason) => count(poolOf(id), reason));

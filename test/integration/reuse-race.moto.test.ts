@@ -5,6 +5,7 @@ import {
   EC2Client,
   RunInstancesCommand,
   StopInstancesCommand,
+  TerminateInstancesCommand,
   type Instance,
   type StartInstancesCommandOutput,
   type Tag,
@@ -96,8 +97,12 @@ const turns = async (it: Iteration, max = 6) => {
  */
 const pause = (it: Iteration, maxMs: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.floor(it.random() * maxMs)));
 
-/** Clients for one actor: every call waits a drawn number of turns before and after, and its answer is shown to `seen`. */
-function actorClients(it: Iteration, actor: Actor): { ec2: EC2Client; ssm: SSMClient } {
+/**
+ * Clients for one actor: every call waits a drawn number of turns before and after (and, for a
+ * slow actor, a drawn pause of up to `slowMs`: a throttled or loaded Lambda), and its answer is
+ * shown to `seen`.
+ */
+function actorClients(it: Iteration, actor: Actor, slowMs = 0): { ec2: EC2Client; ssm: SSMClient } {
   const common = { endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 };
   const ec2 = new EC2Client(common);
   const ssm = new SSMClient(common);
@@ -105,6 +110,7 @@ function actorClients(it: Iteration, actor: Actor): { ec2: EC2Client; ssm: SSMCl
     (client.middlewareStack as EC2Client['middlewareStack']).add(
       (next, context) => async (args) => {
         await turns(it);
+        if (slowMs > 0) await pause(it, slowMs);
         const out = await next(args);
         seen(it, actor, context.commandName as string, args.input as Record<string, unknown>, out.output as unknown as Record<string, unknown>);
         await turns(it);
@@ -177,10 +183,10 @@ async function boot(it: Iteration, id: string, jobId: string): Promise<void> {
   let value: string | undefined;
   try {
     value = (await ssm.send(new GetParameterCommand({ Name: paths.runnerConfig(id), WithDecryption: true }))).Parameter?.Value;
-  } catch {
-    value = undefined;
+  } catch (error) {
+    if ((error as Error).name !== 'ParameterNotFound') throw error;
   }
-  const tags = await instanceTags(ec2, id);
+  const tags = await tries(() => instanceTags(ec2, id));
   if (value === undefined || value.startsWith(EVICTION_MARKER_PREFIX) || value.startsWith(IDLE_STOP_MARKER_PREFIX)) {
     it.violations.push(`${id} booted for ${jobId} and found ${value === undefined ? 'no config' : 'a marker'}`);
     return;
@@ -190,30 +196,44 @@ async function boot(it: Iteration, id: string, jobId: string): Promise<void> {
     it.violations.push(`${id} booted for ${jobId} with another job's config or tags (${tags.get(KEYS.jobId)})`);
     return;
   }
-  await ssm.send(new DeleteParameterCommand({ Name: paths.runnerConfig(id) }));
-  await ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.jobStarted, Value: new Date(it.clock).toISOString() }] }));
+  await tries(() => ssm.send(new DeleteParameterCommand({ Name: paths.runnerConfig(id) })));
+  await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.jobStarted, Value: new Date(it.clock).toISOString() }] })));
   await pause(it, 30);
   it.ci.runners.delete(tags.get(KEYS.runnerId)!);
   await park(it, id, ec2);
+}
+
+/** A call retried a few times, as the boot script's `aws_try` does (moto under load answers a 500 now and then). */
+async function tries<T>(call: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call();
+    } catch (error) {
+      if (attempt >= 3) throw error;
+    }
+  }
 }
 
 /** The boot script's park after its runner ended, in its order (design item 4); the cleaning itself is not modelled. */
 async function park(it: Iteration, id: string, ec2: EC2Client): Promise<void> {
   if (it.phase.get(id)!.is === 'gone') return;
   it.phase.set(id, { is: 'parking' });
-  const tags = await instanceTags(ec2, id);
-  const uses = Number(tags.get(KEYS.uses) ?? '0') + 1;
   const affinity = 'github:acme/app';
   try {
-    await ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.parking, Value: encodeParking(tags.get(KEYS.activatedAt) ?? '', new Date(it.clock)) }] }));
+    const tags = await tries(() => instanceTags(ec2, id));
+    const uses = Number(tags.get(KEYS.uses) ?? '0') + 1;
+    await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.parking, Value: encodeParking(tags.get(KEYS.activatedAt) ?? '', new Date(it.clock)) }] })));
     await pause(it, 20);
-    await ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.affinity, Value: affinity }, { Key: KEYS.uses, Value: String(uses) }, { Key: KEYS.warmStandby, Value: standbyTags()[KEYS.warmStandby]! }] }));
+    const parked = [{ Key: KEYS.affinity, Value: affinity }, { Key: KEYS.uses, Value: String(uses) }, { Key: KEYS.warmStandby, Value: standbyTags()[KEYS.warmStandby]! }];
+    await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: parked })));
     const activation = [KEYS.activatedAt, KEYS.traceId, KEYS.jobId, KEYS.runnerId, KEYS.jobStarted, KEYS.idleSince, KEYS.parking];
-    await ec2.send(new DeleteTagsCommand({ Resources: [id], Tags: activation.map((Key) => ({ Key })) }));
+    await tries(() => ec2.send(new DeleteTagsCommand({ Resources: [id], Tags: activation.map((Key) => ({ Key })) })));
     await pause(it, 20);
-    await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+    await tries(() => ec2.send(new StopInstancesCommand({ InstanceIds: [id] })));
   } catch {
-    // Terminated meanwhile (an eviction of the priming-looking instance): gone, nothing to park.
+    // Evicted meanwhile (a parking instance looks like a priming standby), or a step failed:
+    // the boot script terminates the instance instead of parking it (R5).
+    await c.ec2.send(new TerminateInstancesCommand({ InstanceIds: [id] })).catch(() => undefined);
     it.phase.set(id, { is: 'gone' });
     return;
   }
@@ -323,14 +343,15 @@ async function iteration(seed: number, counts: Record<string, number>): Promise<
       sink: quiet,
     })(jobEvent(Array.from({ length: 1 + Math.floor(it.random() * 2) }, (_, k) => job(seed * 10 + n * 3 + k, { receivedAt: now().toISOString() }))));
   const pool = () => createPoolHandler({ ...actorClients(it, 'pool'), aws: aws(), loadConfig: async () => config, now, sink: quiet })();
-  const sweep = () => createScaleDownHandler({ ...actorClients(it, 'sweep'), aws: aws(), loadConfig: async () => config, providers: () => ({ github: it.ci }), now, sink: quiet })();
+  // One of the two sweeps is slow: it acts on its reading long after the other has acted on its own.
+  const sweep = (slowMs: number) => () => createScaleDownHandler({ ...actorClients(it, 'sweep', slowMs), aws: aws(), loadConfig: async () => config, providers: () => ({ github: it.ci }), now, sink: quiet })();
   const later = <T>(run: () => Promise<T>, maxMs = 60) => pause(it, maxMs).then(run);
   const results = await Promise.all([
     later(() => scaleUp(0)),
     later(() => scaleUp(1)),
     later(pool),
-    later(sweep),
-    later(sweep),
+    later(sweep(0)),
+    later(sweep(80)),
     // A later wave: claims on instances that parked again meanwhile.
     later(() => scaleUp(2), 400),
     ...finishing.map((id) => later(() => park(it, id, actorClients(it, 'instance').ec2))),

@@ -241,3 +241,56 @@ describe('idleStopVerdict', () => {
     expect(idleStopVerdict(planned, observed, KEYS, now)).toEqual(verdict);
   });
 });
+
+describe('a termination the sweep planned for a reusable instance is checked against the activation it read (R3)', () => {
+  /** A reusable instance whose job ended (runner gone, no report): planned as job-finished. */
+  function finished(): FakeInstance {
+    return aws.addInstance({
+      state: 'running',
+      tags: { ...standbyTags(), [KEYS.activatedAt]: aws.now.toISOString(), [KEYS.jobId]: 'github:1', [KEYS.runnerId]: '9', [KEYS.traceId]: 't-9' },
+    });
+  }
+  /** Between the sweep's reading of the instances and its action, `change` happens. */
+  function meanwhile(change: () => void) {
+    const list = ci.listRunners.bind(ci);
+    ci.listRunners = async () => {
+      const seen = await list();
+      change();
+      return seen;
+    };
+  }
+
+  it('terminates it when it still holds that activation', async () => {
+    const i = finished();
+    expect(await handler()).toMatchObject({ terminated: 1 });
+    expect(i.state).toBe('terminated');
+  });
+
+  it('keeps it when it parked and was activated again meanwhile', async () => {
+    const i = finished();
+    meanwhile(() => i.tags.set(KEYS.activatedAt, sweepNow().toISOString()));
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(i.state).toBe('running');
+    expect(lines.logs(/^keeping the instance: it is no longer the activation/)).toHaveLength(1);
+  });
+
+  it('keeps it when it began to park meanwhile, or parked', async () => {
+    const parking = finished();
+    const parked = finished();
+    meanwhile(() => {
+      parking.tags.set(KEYS.parking, encodeParking(parking.tags.get(KEYS.activatedAt)!, sweepNow()));
+      for (const k of [KEYS.activatedAt, KEYS.jobId, KEYS.runnerId, KEYS.traceId]) parked.tags.delete(k);
+      parked.state = 'stopped';
+    });
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect([parking.state, parked.state]).toEqual(['running', 'stopped']);
+  });
+
+  it('keeps it for the next sweep when the second reading fails', async () => {
+    const i = finished();
+    aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
+    expect(await handler()).toMatchObject({ terminated: 0 });
+    expect(i.state).toBe('running');
+    expect(await handler()).toMatchObject({ terminated: 1 });
+  });
+});
