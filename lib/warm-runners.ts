@@ -505,6 +505,22 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         },
       }),
     );
+    if (this.config.pools.some((p) => p.reuse)) {
+      // Idle-stop (lambdas/scale-down/idle-stop.ts): its claim is a marker written where the
+      // instance's config would go, never over one (the Deny keeps it a claim), and the
+      // `parking` tag that keeps the sweeps away while the instance parks.
+      this.scaleDownFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:PutParameter', 'ssm:AddTagsToResource'], resources: [runnerConfigArn] }));
+      this.scaleDownFunction.addToRolePolicy(
+        new iam.PolicyStatement({ effect: iam.Effect.DENY, actions: ['ssm:PutParameter'], resources: [runnerConfigArn], conditions: { StringEquals: { 'ssm:Overwrite': 'true' } } }),
+      );
+      this.scaleDownFunction.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['ec2:CreateTags'],
+          resources: [fleetInstances],
+          conditions: { Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' }, 'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.parking] } },
+        }),
+      );
+    }
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ssm:GetParametersByPath', 'ssm:DeleteParameters'],

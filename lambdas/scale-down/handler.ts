@@ -2,12 +2,14 @@ import { TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import type { SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, withTimeout, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import { instanceIdOfRunnerName, ssmPaths, tagKeys, type CiProvider, type FleetConfig, type Provider, type RunnerSummary, type SsmPaths, type TagKeys } from '../shared/contract';
-import { describeFleet, repositoriesOf } from '../shared/instances';
+import { describeFleet, repositoriesOf, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { listRunnerConfigs, type ObservedParameter } from '../shared/parameters';
-import { deregisterIdleRunner, type IdleDeregistration } from './pause-first';
+import { deregisterIdleRunner, logKept } from './pause-first';
 import { recordIdleReadings, reportedSinceReading } from './idle-marks';
+import { idleStopAll } from './idle-stop';
+import { stillSameActivation } from './same-activation';
 import { planSweep, SWEEP_DEFAULTS, type DeleteParameter, type DeleteRunner, type SweepOptions, type Terminate } from './sweep';
 
 export interface ScaleDownDeps {
@@ -30,6 +32,8 @@ export interface SweepSummary {
   readonly terminated: number;
   readonly parametersDeleted: number;
   readonly runnersDeleted: number;
+  /** Idle runners of reusable pools deregistered so that their instances park (idle-stop). */
+  readonly idleStopped: number;
 }
 
 /**
@@ -38,7 +42,8 @@ export interface SweepSummary {
  * instances (the idle rule needs two, a window apart), then act in batches: one
  * deregistration per runner (before its instance goes), one TerminateInstances per 100
  * instances, one DeleteParameters per 10 parameters (those the plan names and those of the
- * instances just terminated). Every action is logged with its reason and counted.
+ * instances just terminated), and idle-stops (reusable pools: idle-stop.ts) one by one, each
+ * under its own claim. Every action is logged with its reason and counted.
  */
 export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<SweepSummary> {
   const now = deps.now ?? (() => new Date());
@@ -51,7 +56,7 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
     const keys = tagKeys(config.prefix);
     const paths = ssmPaths(config.prefix);
     const providers = deps.providers(config);
-    const summary = { terminated: 0, parametersDeleted: 0, runnersDeleted: 0 };
+    const summary = { terminated: 0, parametersDeleted: 0, runnersDeleted: 0, idleStopped: 0 };
     try {
       const instances = await describeFleet(deps.aws, deps.ec2, keys);
       const parameters = await listRunnerConfigs(deps.aws, deps.ssm, paths);
@@ -76,10 +81,15 @@ export function createScaleDownHandler(deps: ScaleDownDeps): () => Promise<Sweep
       const poolOf = (instanceId: string) => instances.find((i) => i.id === instanceId)?.tags.get(keys.pool) ?? 'unknown';
       const count = (pool: string, reason: string) => metrics.add(config.metrics.names.sweeps, { Pool: pool, Reason: reason });
 
-      const terminate = await deregisterFirst(deps, plan.terminate, providers, keys, ciTimeoutMs, log);
+      // A reusable instance may have parked and been claimed again since the reading (R3).
+      const reusable = (i: ObservedInstance) => Boolean(config.pools.find((p) => p.name === i.tags.get(keys.pool))?.reuse) || i.tags.has(keys.parking) || i.tags.has(keys.affinity);
+      const planned = await stillSameActivation(deps.aws, deps.ec2, keys, plan.terminate, reusable, now(), log);
+      const terminate = await deregisterFirst(deps, planned, providers, keys, ciTimeoutMs, log);
       const terminated = await terminateInstances(deps, terminate, keys, log, count);
       summary.terminated = terminated.length;
       summary.parametersDeleted = await deleteConfigs(deps, paths, plan.deleteParameters, parameters, terminated, log, (id, reason) => count(poolOf(id), reason));
+      const idleStopContext = { paths, keys, providers, ciTimeoutMs, now, log };
+      summary.idleStopped = await idleStopAll(deps, idleStopContext, plan.idleStop, (pool) => metrics.add(config.metrics.names.idleStops, { Pool: pool }));
       summary.runnersDeleted = await deregisterStrays(plan.deleteRunners, providers, ciTimeoutMs, log, (name, reason) => count(poolOf(instanceIdOfRunnerName(config.prefix, name) ?? ''), reason));
     } finally {
       metrics.flush();
@@ -135,21 +145,6 @@ async function deregisterFirst(
     else logKept(log, outcome, fields);
   }
   return terminate;
-}
-
-/** Why an idle runner was kept, and whether a pause the sweep set was undone (an error if it may not be). */
-function logKept(log: Logger, outcome: IdleDeregistration & { deleted: false }, fields: Record<string, string | undefined>): void {
-  const detail = { ...fields, why: outcome.why, ...(outcome.error ? { error: outcome.error } : {}), ...(outcome.unpause ? { unpause: outcome.unpause } : {}) };
-  if (outcome.why === 'running-job' || outcome.why === 'unknown') {
-    log[outcome.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', detail);
-  } else if (outcome.why === 'pause-failed') {
-    log.warn('keeping the instance: its runner could not be paused before the last reading', detail);
-  } else {
-    log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', detail);
-  }
-  if (outcome.unpause === 'not-applied' || outcome.unpause === 'unknown') {
-    log.error('the runner may be left paused (it takes no new job): unpause it, or let a later idle reading remove it', detail);
-  }
 }
 
 /** One TerminateInstances per 100 instances (their runners are deregistered already); the ids terminated. */

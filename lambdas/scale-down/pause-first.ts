@@ -1,5 +1,6 @@
 import { errorName, withTimeout } from '../shared/aws-call';
 import type { CiProvider } from '../shared/contract';
+import type { Logger } from '../shared/log';
 import { busyAtProvider } from './busy-check';
 
 /** What a pause or unpause came to, the answer read back when the call's own was lost. */
@@ -81,5 +82,20 @@ export async function deregisterIdleRunner(ci: CiProvider, runnerId: string, tim
     // The DELETE may have happened with its answer lost: the unpause's read-back says `gone` then.
     const kept = await keep('delete-failed', errorName(error));
     return !kept.deleted && kept.unpause === 'gone' ? { deleted: true } : kept;
+  }
+}
+
+/** Why an idle runner was kept, and whether a pause the sweep set was undone (an error if it may not be). */
+export function logKept(log: Logger, outcome: IdleDeregistration & { deleted: false }, fields: Record<string, string | undefined>): void {
+  const detail = { ...fields, why: outcome.why, ...(outcome.error ? { error: outcome.error } : {}), ...(outcome.unpause ? { unpause: outcome.unpause } : {}) };
+  if (outcome.why === 'running-job' || outcome.why === 'unknown') {
+    log[outcome.why === 'unknown' ? 'warn' : 'info']('keeping the instance: the provider lists a running job of its runner, or could not say', detail);
+  } else if (outcome.why === 'pause-failed') {
+    log.warn('keeping the instance: its runner could not be paused before the last reading', detail);
+  } else {
+    log.warn('keeping the instance: its runner could not be deregistered (busy now, or the provider failed)', detail);
+  }
+  if (outcome.unpause === 'not-applied' || outcome.unpause === 'unknown') {
+    log.error('the runner may be left paused (it takes no new job): unpause it, or let a later idle reading remove it', detail);
   }
 }

@@ -2,6 +2,8 @@ import {
   activationTimeOfRunnerName,
   FLEET_DEFAULTS,
   type FleetConfig,
+  parseParking,
+  REUSE_DEFAULTS,
   type PoolConfig,
   type Provider,
   type RunnerSummary,
@@ -9,7 +11,7 @@ import {
 } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
 import { activationTime, jobReported, maxJobSecondsOf, reportedStart } from '../shared/job-report';
-import type { ObservedParameter } from '../shared/parameters';
+import { IDLE_STOP_LEFTOVER_MS, type ObservedParameter } from '../shared/parameters';
 
 /**
  * Why scale-down acts; each is logged and counted.
@@ -20,18 +22,22 @@ import type { ObservedParameter } from '../shared/parameters';
  * - idle: the runner has sat idle (not busy) past the pool's idle timeout since activation,
  *   read so by two sweeps at least the pool's idle confirmation apart, and its instance has not
  *   reported that its job started within the pool's max job duration (see `idleReading`).
+ *   In a reusable pool an idle runner whose activation reported no job is not terminated but
+ *   idle-stopped (`idleStop`, lambdas/scale-down/idle-stop.ts): deregistered, so that its
+ *   instance cleans itself and parks with its caches.
  * - no-runner: activated without a runner id after the grace period (an activation that
  *   died half-way).
  * - instance-gone: a config parameter whose instance no longer exists.
  * - stale-claim: a config parameter on an unactivated, stopped instance, older than the
  *   grace period (a claim whose invocation died before tagging and starting).
+ * - leftover-marker: an idle-stop marker older than IDLE_STOP_LEFTOVER_MS (its sweep died).
  * - instance-terminated: the config parameter of an instance this run terminated, deleted
  *   in the same run (it holds a runner secret).
  * - no-instance: a registration at the provider that no live instance carries (by its
  *   runner-id tag) past the grace period from its name's time (a failed activation whose
  *   deregistration failed, or a runner whose instance is gone).
  */
-export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'instance-terminated' | 'no-instance';
+export type SweepReason = 'job-finished' | 'idle' | 'no-runner' | 'instance-gone' | 'stale-claim' | 'leftover-marker' | 'instance-terminated' | 'no-instance';
 
 export interface Terminate {
   readonly instance: ObservedInstance;
@@ -41,7 +47,12 @@ export interface Terminate {
 }
 export interface DeleteParameter {
   readonly parameter: ObservedParameter;
-  readonly reason: 'instance-gone' | 'stale-claim';
+  readonly reason: 'instance-gone' | 'stale-claim' | 'leftover-marker';
+}
+/** An idle runner of a reusable pool: deregister it under an idle-stop claim, and let its instance park. */
+export interface IdleStop {
+  readonly instance: ObservedInstance;
+  readonly runner: { readonly provider: Provider; readonly runnerId: string };
 }
 export interface DeleteRunner {
   readonly provider: Provider;
@@ -57,6 +68,8 @@ export interface SweepPlan {
   readonly markIdle: readonly ObservedInstance[];
   /** Runners read working again (or whose instance reported its job): remove `idleSince`. */
   readonly clearIdle: readonly ObservedInstance[];
+  /** Idle runners of reusable pools whose activation reported no job: idle-stop, not terminate. */
+  readonly idleStop: readonly IdleStop[];
 }
 
 export interface SweepOptions {
@@ -122,6 +135,20 @@ function repeatedReading(instance: ObservedInstance, keys: TagKeys, notBefore: n
   return now.getTime() - since >= window ? 'confirmed' : 'waiting';
 }
 
+/**
+ * Whether the instance is cleaning itself to park after this activation's runner ended: its
+ * `parking` tag names this activation (one of another is stale, R3) and its since is within
+ * REUSE_DEFAULTS.parkSeconds of now (either side: a clock ahead must not keep it for ever).
+ * After that the sweep's rules apply again: an instance that did not park in time is reclaimed.
+ */
+export function parkingNow(instance: ObservedInstance, keys: TagKeys, now: Date): boolean {
+  const parking = parseParking(instance.tags.get(keys.parking));
+  if (!parking || parking.activatedAt !== instance.tags.get(keys.activatedAt)) return false;
+  const window = REUSE_DEFAULTS.parkSeconds * 1000;
+  const since = parking.since.getTime();
+  return now.getTime() - since < window && since - now.getTime() < window;
+}
+
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
 
 /**
@@ -150,13 +177,14 @@ export function planSweep(
   const terminate: Terminate[] = [];
   const markIdle: ObservedInstance[] = [];
   const clearIdle: ObservedInstance[] = [];
+  const idleStop: IdleStop[] = [];
   for (const i of live.values()) {
     if (!isActivated(i, keys)) continue;
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
     if (!pool) continue;
     const activatedAt = activationTime(i, keys);
     const age = now.getTime() - activatedAt;
-    if (age < grace) continue;
+    if (age < grace || parkingNow(i, keys, now)) continue;
     const runnerId = i.tags.get(keys.runnerId);
     if (runnerId === undefined) {
       terminate.push({ instance: i, reason: 'no-runner' });
@@ -178,7 +206,9 @@ export function planSweep(
     const reading = listed ? idleReading(i, keys, listed.runner, activatedAt, age, pool, now) : unlistedReading(i, keys, activatedAt, pool, now);
     if (reading === 'working' && i.tags.has(keys.idleSince)) clearIdle.push(i);
     else if (reading === 'first') markIdle.push(i);
-    else if (reading === 'confirmed') terminate.push({ instance: i, reason: listed ? 'idle' : 'job-finished', ...withRunner });
+    else if (reading === 'confirmed' && listed && pool.reuse && i.tags.has(keys.activatedAt) && reportedStart(i, keys, activatedAt, now) === undefined) {
+      idleStop.push({ instance: i, runner: { provider: pool.provider, runnerId } });
+    } else if (reading === 'confirmed') terminate.push({ instance: i, reason: listed ? 'idle' : 'job-finished', ...withRunner });
   }
 
   const deleteParameters: DeleteParameter[] = [];
@@ -186,7 +216,9 @@ export function planSweep(
     const age = now.getTime() - p.lastModified.getTime();
     const i = live.get(p.instanceId);
     // A cold launch writes the parameter right after CreateFleet: give describe a minute.
-    if (!i) {
+    if (p.idleStopMarker) {
+      if (age > IDLE_STOP_LEFTOVER_MS) deleteParameters.push({ parameter: p, reason: 'leftover-marker' });
+    } else if (!i) {
       if (age > 60_000) deleteParameters.push({ parameter: p, reason: 'instance-gone' });
     } else if (!isActivated(i, keys) && i.state === 'stopped' && age > grace) {
       deleteParameters.push({ parameter: p, reason: 'stale-claim' });
@@ -194,7 +226,7 @@ export function planSweep(
   }
 
   const deleteRunners = orphanRunners(config, keys, live, runners, now, grace);
-  return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle };
+  return { terminate, deleteParameters, deleteRunners, markIdle, clearIdle, idleStop };
 }
 
 /**

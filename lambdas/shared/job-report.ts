@@ -19,15 +19,19 @@ export function maxJobSecondsOf(pool: Pick<PoolConfig, 'maxJobSeconds'> | undefi
 }
 
 /**
- * When the instance's report says its job started, if it reported one: a time before the
- * activation, after now or unreadable counts from the activation (the job itself can write
- * the tag, and a far-future time must not keep the instance forever).
+ * When the instance's report says its job started, if it reported one for this activation: a
+ * time before the activation is the report of an earlier one (a reused instance, contract
+ * reuse.ts R3) and is ignored; a time after now or unreadable counts from the activation (the
+ * job itself can write the tag, and a far-future time must not keep the instance forever).
+ * Both clocks are NTP-synchronised, and a job starts seconds after its activation at the
+ * earliest, so no skew allowance is needed.
  */
 export function reportedStart(instance: ObservedInstance, keys: TagKeys, activatedAt: number, now: Date): number | undefined {
   const value = instance.tags.get(keys.jobStarted);
   if (value === undefined) return undefined;
   const reported = Date.parse(value);
-  return Number.isFinite(reported) && reported >= activatedAt && reported <= now.getTime() ? reported : activatedAt;
+  if (Number.isFinite(reported) && reported < activatedAt) return undefined;
+  return Number.isFinite(reported) && reported <= now.getTime() ? reported : activatedAt;
 }
 
 /** Whether the instance's job-started report still holds: for `maxJobSeconds` from the reported time. */

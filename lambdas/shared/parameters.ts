@@ -9,7 +9,9 @@ export interface ObservedParameter {
   readonly lastModified: Date;
   /** The pool's eviction lock, not a runner config (see `evictionMarker`). */
   readonly evictionMarker?: boolean;
-  /** An eviction marker's value (a String: readable in a listing); undefined for a config. */
+  /** The sweep's idle-stop lock, not a runner config (see `idleStopMarker`). */
+  readonly idleStopMarker?: boolean;
+  /** A marker's value (a String: readable in a listing); undefined for a config. */
   readonly markerValue?: string;
 }
 
@@ -29,6 +31,28 @@ export function evictionMarker(): string {
   return `${EVICTION_MARKER_PREFIX}${randomUUID()}\n`;
 }
 
+/**
+ * The sweep's idle-stop lock (contract reuse.ts R2), written at the instance's config name like
+ * the eviction marker and for the same reasons: a String (no secret; a listing reads it), with
+ * Overwrite=false, so a job claim, an eviction and an idle-stop exclude one another. It names
+ * its own run (a uuid: a run resolving a lost write never takes another's marker for its own)
+ * and the activation and job it is for (R3). The config name is free while the instance runs:
+ * the boot script deleted its config when it read it.
+ */
+export const IDLE_STOP_MARKER_PREFIX = 'idle-stop=';
+
+/**
+ * An idle-stop marker this much older than now belongs to no live sweep (the function's
+ * timeout is 2 minutes, as the pool's, whose LEFTOVER_MARKER_MS it matches): its run died or
+ * lost the delete's answer, and the next sweep removes it, so the instance does not stay
+ * unclaimable once it parks.
+ */
+export const IDLE_STOP_LEFTOVER_MS = 5 * 60_000;
+
+export function idleStopMarker(activatedAt: string, jobId: string): string {
+  return `${IDLE_STOP_MARKER_PREFIX}${randomUUID()} activation=${activatedAt} job=${jobId}`;
+}
+
 /** Every runner config parameter (names and times only, never the values), paginated. */
 export async function listRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: SsmPaths): Promise<ObservedParameter[]> {
   const found: ObservedParameter[] = [];
@@ -44,7 +68,15 @@ export async function listRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths: S
       const instanceId = p.Name ? paths.instanceIdOf(p.Name) : undefined;
       if (p.Name && instanceId) {
         const evictionMarker = p.Type === 'String' && p.Value?.startsWith(EVICTION_MARKER_PREFIX) === true;
-        found.push({ name: p.Name, instanceId, lastModified: p.LastModifiedDate ?? new Date(0), evictionMarker, ...(evictionMarker ? { markerValue: p.Value } : {}) });
+        const idleStopMarker = p.Type === 'String' && p.Value?.startsWith(IDLE_STOP_MARKER_PREFIX) === true;
+        found.push({
+          name: p.Name,
+          instanceId,
+          lastModified: p.LastModifiedDate ?? new Date(0),
+          evictionMarker,
+          ...(idleStopMarker ? { idleStopMarker } : {}),
+          ...(evictionMarker || idleStopMarker ? { markerValue: p.Value } : {}),
+        });
       }
     }
     token = out.NextToken;

@@ -294,6 +294,39 @@ describe('encryption key', () => {
   });
 });
 
+describe('scale-down permissions for idle-stop (pools with reuse)', () => {
+  it('may write the idle-stop marker (never over a parameter) and the parking tag, only when a pool reuses instances', () => {
+    const synth = (reuse: boolean) => {
+      const s = new Stack(new App(), reuse ? 'Reuse' : 'NoReuse');
+      new WarmRunners(s, 'Runners', {
+        vpc: new ec2.Vpc(s, 'Vpc'),
+        github: { appId: '1', organization: 'org' },
+        pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023(), ...(reuse ? { reuse: {} } : {}) }],
+      });
+      return statementsOf(Template.fromStack(s), 'RunnersScaleDownRole', PSEUDO);
+    };
+    const keys = tagKeys('warm-runners');
+    const acct = 'arn:aws:ec2:eu-west-1:111122223333';
+    const instance = `${acct}:instance/i-0aaaaaaaaaaaaaaaa`;
+    const config = 'arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/i-0aaaaaaaaaaaaaaaa';
+    const poolTag = { [`aws:ResourceTag/${keys.pool}`]: 'linux' };
+    const rows: [string, string, Record<string, string | string[]>, boolean, boolean][] = [
+      // action, resource, context, allowed with reuse, allowed without
+      ['ssm:PutParameter', config, { 'ssm:Overwrite': 'false' }, true, false],
+      ['ssm:PutParameter', config, { 'ssm:Overwrite': 'true' }, false, false],
+      ['ssm:AddTagsToResource', config, {}, true, false],
+      ['ec2:CreateTags', instance, { ...poolTag, 'aws:TagKeys': [keys.parking] }, true, false],
+      ['ec2:CreateTags', instance, { 'aws:TagKeys': [keys.parking] }, false, false],
+      ['ec2:CreateTags', instance, { ...poolTag, 'aws:TagKeys': [keys.parking, keys.activatedAt] }, false, false],
+      ['ec2:DeleteTags', instance, { ...poolTag, 'aws:TagKeys': [keys.parking] }, false, false],
+    ];
+    for (const [reuse, column] of [[true, 3], [false, 4]] as const) {
+      const statements = synth(reuse);
+      for (const row of rows) expect(isAllowed(statements, { action: row[0], resource: row[1], context: row[2] }), `reuse=${reuse} ${row[0]} ${JSON.stringify(row[2])}`).toBe(row[column]);
+    }
+  });
+});
+
 describe('fleet config', () => {
   it('refuses a configuration that no SSM parameter holds, naming its size', () => {
     const s = new Stack(new App(), 'Big');

@@ -60,7 +60,7 @@ describe('scale-down handler', () => {
     ci.listRunners = async () => {
       throw new Error('502');
     };
-    expect(await handler()).toEqual({ terminated: 0, parametersDeleted: 0, runnersDeleted: 0 });
+    expect(await handler()).toEqual({ terminated: 0, parametersDeleted: 0, runnersDeleted: 0, idleStopped: 0 });
     expect(i.state).toBe('running');
     expect(lines.logs('listing runners failed; skipping the decisions that need them')).toHaveLength(1);
   });
@@ -143,7 +143,7 @@ describe('scale-down handler', () => {
     }
     const orphan = paths.runnerConfig('i-0000000000000abcd');
     aws.parameters.set(orphan, { value: 'x', tags: {}, at: aws.now });
-    expect(await handler()).toEqual({ terminated: 1, parametersDeleted: 2, runnersDeleted: 0 });
+    expect(await handler()).toEqual({ terminated: 1, parametersDeleted: 2, runnersDeleted: 0, idleStopped: 0 });
     expect(idle.state).not.toBe('running');
     expect([...aws.parameters.keys()]).toEqual([paths.runnerConfig(busy.id)]);
     expect(aws.ssm.commandCalls(DeleteParametersCommand).map((c) => c.args[0].input.Names!.sort())).toEqual([[orphan, paths.runnerConfig(idle.id)].sort()]);

@@ -54,7 +54,10 @@ export interface TagKeys {
   readonly uses: string;
   /**
    * Reuse: `encodeParking(activatedAt, since)`, written by the instance when its runner ended
-   * and it cleans to park; the sweep leaves it alone for `REUSE_DEFAULTS.parkSeconds`.
+   * and it cleans to park, and by the scale-down's idle-stop just before it deregisters the
+   * runner (so no sweep reads the deregistered runner as a finished job and terminates the
+   * instance in between). The sweep leaves the activation it names alone for
+   * `REUSE_DEFAULTS.parkSeconds`; one naming another activation is ignored.
    */
   readonly parking: string;
 }
