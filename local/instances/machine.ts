@@ -155,6 +155,8 @@ export function createMachine(o: MachineOptions): Machine {
     writeFileSync(wrapper, `#!/bin/bash\n# The local sandbox's runner settings, then the runner binary.\n${exports}exec ${shellQuote(binary)} "$@"\n`);
     chmodSync(wrapper, 0o755);
   }
+  // The runner user creates its workspace there (_work), as in an image that installed the runner for it.
+  if (o.homeOwner !== undefined) execFileSync('chown', [o.homeOwner, join(o.dir, MACHINE_PATHS.runnerDir)]);
   return m;
 }
 
