@@ -23,6 +23,7 @@ import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
+import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
 
 export interface RunnerFleetProps {
@@ -187,6 +188,37 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         },
       }),
     );
+    // Parking after a job (templates/start-runner.sh, park): only pools with reuse need it, and
+    // only these keys on itself. Job code runs with this role too: what it can do with these
+    // grants (docs/security.md, "Reuse") is bounded by the resume check on the instance's own state.
+    if (props.pools.some((pool) => pool.reuse)) {
+      this.role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'TagOwnParking',
+          actions: ['ec2:CreateTags'],
+          resources: ownInstances,
+          conditions: {
+            StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+            'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.parking, tags.affinity, tags.uses, tags.warmStandby] },
+            Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
+          },
+        }),
+      );
+      this.role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'UntagOwnActivation',
+          actions: ['ec2:DeleteTags'],
+          resources: ownInstances,
+          conditions: {
+            StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+            'ForAllValues:StringEquals': {
+              'aws:TagKeys': [tags.activatedAt, tags.traceId, tags.jobId, tags.runnerId, tags.jobStarted, tags.idleSince, tags.parking],
+            },
+            Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
+          },
+        }),
+      );
+    }
 
     acknowledgeWildcard(
       this.role,
@@ -296,6 +328,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
           prepareCommands: pool.warm?.prepareCommands ?? [],
+          ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
         });
       } catch (e) {
         throw new Error(`pool "${pool.name}": ${(e as Error).message}`);
