@@ -555,6 +555,9 @@ resume_check() {
     for d in ${CACHES[@]+"${CACHES[@]}"}; do
       [[ -d $d && ! -L $d ]] || fail "cache directory $d is missing after $CUSES uses: refused"
     done
+  else
+    # A fresh instance's first job fills them.
+    make_caches || fail "cannot create the cache directories"
   fi
   PARK=1
   log "reuse: $CAFF, use $((10#$CUSES + 1)) of at most $MAX_JOBS"
@@ -581,6 +584,15 @@ prune() {
   done
 }
 
+# live UID: a process of UID runs. A zombie holds nothing of the job (no memory, no
+# environment), and only PID 1 can reap an orphan: only live ones count.
+live() {
+  local s=''
+  s=$(ps -U "$1" -o stat= 2>/dev/null) || true
+  s=${s// /}
+  [[ $'\n'$s =~ $'\n'[^Z] ]]
+}
+
 # Everything a job may leave for the next one but the cache directories (docs/security.md):
 # the runner user's processes, Docker's containers, networks and volumes (its images stay),
 # the workspace, the registration and the runner's output, temp files and the home.
@@ -589,11 +601,12 @@ clean() {
   uid=$(id -u "$RUNNER_USER") || return 1
   for ((i = 0; i < 20; i++)); do
     pkill -KILL -U "$uid" || true
-    pgrep -U "$uid" >/dev/null || break
+    live "$uid" || break
     sleep "$DELAY"
   done
-  ! pgrep -U "$uid" >/dev/null || { log "processes of $RUNNER_USER survive KILL" && return 1; }
-  if command -v docker >/dev/null; then
+  ! live "$uid" || { log "processes of $RUNNER_USER survive KILL" && return 1; }
+  # A daemon that does not answer runs no container of the job.
+  if command -v docker >/dev/null && docker version --format '{{.Server.Version}}' &>/dev/null; then
     { docker ps -aq | xargs -r docker rm -f -v && docker network prune -f && docker volume prune -af; } >/dev/null || return 1
   fi
   for d in _work _diag builds cache; do prune "$RUNNER_DIR/$d" || return 1; done
@@ -606,10 +619,17 @@ clean() {
   elif [[ -n $home ]]; then
     log "the home $home of $RUNNER_USER holds the runner or the state: not cleaned" && return 1
   fi
+  make_caches
+}
+
+# The cache directories that are missing, empty and the runner user's.
+make_caches() {
+  local d
   for d in ${CACHES[@]+"${CACHES[@]}"}; do
-    [[ -d $d && ! -L $d ]] || { mkdir -p "$d" && chown "$RUNNER_USER:" "$d"; } || return 1
-    # A planted link on the way would hand the runner user another directory.
-    [[ $(realpath -e "$d") == "$d" ]] || { log "cache directory $d resolves elsewhere" && return 1; }
+    [[ ! -L $d ]] || rm -f -- "$d" || return 1
+    # A link planted on the way would have root create and hand over another directory.
+    [[ $(realpath -m -- "$d") == "$d" ]] || { log "cache directory $d resolves elsewhere" && return 1; }
+    [[ -d $d ]] || { mkdir -p -- "$d" && chown "$RUNNER_USER:" "$d"; } || return 1
   done
 }
 
