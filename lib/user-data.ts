@@ -288,7 +288,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   for (const [name, value] of Object.entries(resolved.hostPaths)) {
     checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
   }
-  if (resolved.reuse) problems.push(...reuseProblems(resolved, checkPath));
+  if (resolved.reuse) problems.push(...reuseProblems(resolved));
   if (!UNIT_NAME_PATTERN.test(resolved.unitName)) {
     problems.push(`unitName "${resolved.unitName}" must be a systemd service name such as "runner-boot.service"`);
   }
@@ -338,7 +338,7 @@ const TEMP_DEFAULTS = { tmpDir: '/tmp', varTmpDir: '/var/tmp', shmDir: '/dev/shm
  * rules for real hosts (no system or temp directory) hold when the temp directories are the
  * real ones; a relocated sandbox is checked against its own mapping.
  */
-function reuseProblems(o: ResolvedUserDataOptions, checkPath: (name: string, value: string) => void): string[] {
+function reuseProblems(o: ResolvedUserDataOptions): string[] {
   const problems: string[] = [];
   const r = o.reuse!;
   const int = (v: number, min: number, max: number): boolean => Number.isInteger(v) && v >= min && v <= max;
@@ -352,7 +352,10 @@ function reuseProblems(o: ResolvedUserDataOptions, checkPath: (name: string, val
   const real = temps.every((t, i) => t === Object.values(TEMP_DEFAULTS)[i]);
   const inside = (dir: string, outer: string): boolean => dir === outer || dir.startsWith(`${outer}/`);
   for (const dir of r.cacheDirectories) {
-    checkPath('reuse.cacheDirectories', dir);
+    // The contract's bound (cacheDirectoryProblem), not the host paths' shorter one.
+    if (!PATH_PATTERN.test(dir) || dir.length > 200 || dir.includes('//') || dir.endsWith('/')) {
+      problems.push(`cache directory "${dir}" must be an absolute path of letters, digits, ".", "_", "+", "-" and single "/", without a trailing "/", at most 200 characters`);
+    }
     const problem = real ? cacheDirectoryProblem(dir) : undefined;
     if (problem) problems.push(problem);
     const clash = [...temps, h.stateDir].find((t) => inside(dir, t)) ?? (inside(o.runnerDir, dir) ? o.runnerDir : undefined);

@@ -535,10 +535,10 @@ runner_home() {
 # ($STATE/reuse: instance, activation it parked at, affinity, uses). Any doubt refuses the
 # config: fail deletes it and terminates (on_exit); scale-up's retry serves the job elsewhere.
 resume_check() {
-  local id='' aff='' uses='' d
-  [[ ! -r $STATE/reuse ]] || read -r id _ aff uses <"$STATE/reuse" || true
+  local id='' aff='' n='' d
+  [[ ! -r $STATE/reuse ]] || read -r id _ aff n <"$STATE/reuse" || true
   # Another instance's (an image baked from a parked one) is not this one's state.
-  [[ $id == "$ID" ]] || aff='' uses=''
+  [[ $id == "$ID" ]] || aff='' n=''
   [[ -z $STALE ]] || fail "the run-began marker of activation $STALE: a job may be in progress; refused"
   if ((!REUSE)) || [[ -z $CAFF$CUSES ]]; then
     [[ -z $aff ]] || fail "this instance parked with caches of $aff, but $PARAM or the pool has no reuse: refused"
@@ -549,7 +549,7 @@ resume_check() {
     ((10#$CUSES == 0)) || fail "$PARAM says $CUSES uses, but this instance has no reuse state: refused"
   else
     [[ $CAFF == "$aff" ]] || fail "$PARAM is for $CAFF, but this instance's caches are of $aff: refused"
-    [[ $CUSES == "$uses" ]] || fail "$PARAM says $CUSES uses, but this instance parked after $uses: refused"
+    [[ $n =~ ^[0-9]{1,6}$ && $((10#$n)) == $((10#$CUSES)) ]] || fail "$PARAM says $CUSES uses, but this instance parked after $n: refused"
   fi
   if ((10#$CUSES > 0)); then
     for d in ${CACHES[@]+"${CACHES[@]}"}; do
