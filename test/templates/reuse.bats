@@ -135,7 +135,7 @@ $PLANT"
   [ "$(cat "$REUSE_HOME_CACHE/hit")" = cache-two ]
   [ -z "$(ls -A "$ROOT/runner/github/_work" 2>/dev/null)" ]
   [ ! -e "$STATE_DIR/runner.out" ]
-  [ -z "$(ls -A "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm" | grep -v ':$' | grep .)" ]
+  [ -z "$(find "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm" -mindepth 1)" ]
   # The planted process is gone (a zombie at most: this sandbox's PID 1 does not reap).
   refute bash -c "ps -U $REUSE_USER -o stat= | grep -q '^[^Z]'"
 }
