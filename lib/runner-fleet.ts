@@ -23,6 +23,7 @@ import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
+import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
 
 export interface RunnerFleetProps {
@@ -187,7 +188,6 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         },
       }),
     );
-
     this.grantParking(ownInstances, props.pools.filter((p) => p.reuse !== undefined).map((p) => p.name), tags);
 
     acknowledgeWildcard(
@@ -298,6 +298,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
           prepareCommands: pool.warm?.prepareCommands ?? [],
+          ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
         });
       } catch (e) {
         throw new Error(`pool "${pool.name}": ${(e as Error).message}`);

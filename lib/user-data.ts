@@ -20,6 +20,10 @@ import {
   ssmPaths,
   tagKeys,
   Provider,
+  AFFINITY_PATTERN,
+  cacheDirectoryProblem,
+  REUSE_LIMITS,
+  type PoolReuseConfig,
   type BootMode,
   type RunnerPackage,
   type LedgerStage,
@@ -75,6 +79,14 @@ export interface HostPaths {
   readonly dmiAssetTagFile?: string;
   /** Source of the new machine id. @default '/proc/sys/kernel/random/uuid' */
   readonly randomUuidFile?: string;
+  /** The runner user's home, cleaned after a job of a reusable pool; empty means the user database's. @default '' */
+  readonly runnerHome?: string;
+  /** Temp directory emptied after a job of a reusable pool. @default '/tmp' */
+  readonly tmpDir?: string;
+  /** Temp directory emptied after a job of a reusable pool. @default '/var/tmp' */
+  readonly varTmpDir?: string;
+  /** Shared-memory directory emptied after a job of a reusable pool. @default '/dev/shm' */
+  readonly shmDir?: string;
 }
 
 /**
@@ -154,11 +166,18 @@ export interface UserDataOptions {
    * @default - none: the aws CLI's own endpoints
    */
   readonly awsEndpointUrl?: string;
+  /**
+   * The pool's reuse (contract reuse.ts): after its job the instance cleans itself and parks
+   * with its cache directories instead of terminating (docs/boot-modes.md, "Reuse").
+   * @default - none: every instance serves one job and terminates
+   */
+  readonly reuse?: PoolReuseConfig;
 }
 
-export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands'>> & {
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse'>> & {
   readonly hostPaths: Required<HostPaths>;
   readonly prepareCommands: string[];
+  readonly reuse?: PoolReuseConfig;
 };
 
 const DEFAULTS = {
@@ -239,7 +258,12 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
       preReadDevice: p.preReadDevice ?? '',
       dmiAssetTagFile: p.dmiAssetTagFile ?? '/sys/devices/virtual/dmi/id/board_asset_tag',
       randomUuidFile: p.randomUuidFile ?? '/proc/sys/kernel/random/uuid',
+      runnerHome: p.runnerHome ?? '',
+      tmpDir: p.tmpDir ?? TEMP_DEFAULTS.tmpDir,
+      varTmpDir: p.varTmpDir ?? TEMP_DEFAULTS.varTmpDir,
+      shmDir: p.shmDir ?? TEMP_DEFAULTS.shmDir,
     },
+    ...(options.reuse ? { reuse: options.reuse } : {}),
     imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
     awsCli: options.awsCli ?? DEFAULTS.awsCli,
     awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
@@ -262,8 +286,9 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkPath('runnerDir', resolved.runnerDir);
   checkPath('gitlabRunnerBinary', resolved.gitlabRunnerBinary);
   for (const [name, value] of Object.entries(resolved.hostPaths)) {
-    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice');
+    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
   }
+  if (resolved.reuse) problems.push(...reuseProblems(resolved));
   if (!UNIT_NAME_PATTERN.test(resolved.unitName)) {
     problems.push(`unitName "${resolved.unitName}" must be a systemd service name such as "runner-boot.service"`);
   }
@@ -303,6 +328,41 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     throw new Error(`cannot render the boot script:\n- ${problems.join('\n- ')}`);
   }
   return resolved;
+}
+
+const TEMP_DEFAULTS = { tmpDir: '/tmp', varTmpDir: '/var/tmp', shmDir: '/dev/shm' } as const;
+
+/**
+ * The limits of the contract, and cache directories that cleaning cannot remove or would:
+ * inside a temp directory, the state, or the runner's own directory itself. The contract's
+ * rules for real hosts (no system or temp directory) hold when the temp directories are the
+ * real ones; a relocated sandbox is checked against its own mapping.
+ */
+function reuseProblems(o: ResolvedUserDataOptions): string[] {
+  const problems: string[] = [];
+  const r = o.reuse!;
+  const int = (v: number, min: number, max: number): boolean => Number.isInteger(v) && v >= min && v <= max;
+  if (!int(r.maxJobs, 1, REUSE_LIMITS.maxJobs)) problems.push(`reuse.maxJobs ${r.maxJobs} must be an integer from 1 to ${REUSE_LIMITS.maxJobs}`);
+  if (!int(r.maxAgeSeconds, REUSE_LIMITS.minAgeSeconds, REUSE_LIMITS.maxAgeSeconds)) {
+    problems.push(`reuse.maxAgeSeconds ${r.maxAgeSeconds} must be an integer from ${REUSE_LIMITS.minAgeSeconds} to ${REUSE_LIMITS.maxAgeSeconds}`);
+  }
+  if (r.cacheDirectories.length > REUSE_LIMITS.cacheDirectories) problems.push(`reuse.cacheDirectories lists more than ${REUSE_LIMITS.cacheDirectories}`);
+  const h = o.hostPaths;
+  const temps = [h.tmpDir, h.varTmpDir, h.shmDir];
+  const real = temps.every((t, i) => t === Object.values(TEMP_DEFAULTS)[i]);
+  const inside = (dir: string, outer: string): boolean => dir === outer || dir.startsWith(`${outer}/`);
+  for (const dir of r.cacheDirectories) {
+    // The contract's bound (cacheDirectoryProblem), not the host paths' shorter one.
+    if (!PATH_PATTERN.test(dir) || dir.length > 200 || dir.includes('//') || dir.endsWith('/')) {
+      problems.push(`cache directory "${dir}" must be an absolute path of letters, digits, ".", "_", "+", "-" and single "/", without a trailing "/", at most 200 characters`);
+    }
+    const problem = real ? cacheDirectoryProblem(dir) : undefined;
+    if (problem) problems.push(problem);
+    const clash = [...temps, h.stateDir].find((t) => inside(dir, t)) ?? (inside(o.runnerDir, dir) ? o.runnerDir : undefined);
+    if (clash) problems.push(`cache directory "${dir}" overlaps ${clash}, which cleaning empties or needs: use a directory of its own`);
+    if (dir.split('/').some((s) => s === '.' || s === '..')) problems.push(`cache directory "${dir}" must not contain "." or ".." segments`);
+  }
+  return problems;
 }
 
 function prepareCommandProblems(commands: readonly string[]): string[] {
@@ -499,6 +559,21 @@ export function renderStartLogic(options: UserDataOptions): string {
     TAG_TRACE_ID: q(tags.traceId),
     TAG_JOB_STARTED: q(tags.jobStarted),
     TAG_START_FAILURE: q(tags.startFailure),
+    TAG_AFFINITY: q(tags.affinity),
+    TAG_USES: q(tags.uses),
+    TAG_PARKING: q(tags.parking),
+    TAG_JOB_ID: q(tags.jobId),
+    TAG_RUNNER_ID: q(tags.runnerId),
+    TAG_IDLE_SINCE: q(tags.idleSince),
+    KEY_AFFINITY: q(RUNNER_CONFIG_KEYS.affinity),
+    KEY_USES: q(RUNNER_CONFIG_KEYS.uses),
+    AFFINITY_RE: q(AFFINITY_PATTERN),
+    REUSE: o.reuse ? '1' : '0',
+    REUSE_MAX_JOBS: q(String(o.reuse?.maxJobs ?? 0)),
+    REUSE_MAX_AGE_SECONDS: q(String(o.reuse?.maxAgeSeconds ?? 0)),
+    CACHE_DIRECTORIES: (o.reuse?.cacheDirectories ?? []).map(q).join(' '),
+    TEMP_DIRECTORIES: [o.hostPaths.tmpDir, o.hostPaths.varTmpDir, o.hostPaths.shmDir].map(q).join(' '),
+    RUNNER_HOME: q(o.hostPaths.runnerHome),
     JOB_START_LINE: q(JOB_START_LINES[o.provider]),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),

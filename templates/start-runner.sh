@@ -41,13 +41,20 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   MACHINE_ID=@@MACHINE_ID_FILE@@ PRE_READ=@@PRE_READ_DEVICE@@ DMI_ID=@@DMI_ASSET_TAG_FILE@@ UUID_SRC=@@RANDOM_UUID_FILE@@ \
   IMDS=@@IMDS_ENDPOINT@@ AWS=@@AWS_CLI@@ AWS_URL=@@AWS_ENDPOINT_URL@@ \
   BEGIN=@@BEGIN_MARKER@@ END=@@END_MARKER@@ \
-  UNIT_TEXT=@@UNIT_TEXT@@
+  UNIT_TEXT=@@UNIT_TEXT@@ \
+  REUSE=@@REUSE@@ MAX_JOBS=@@REUSE_MAX_JOBS@@ MAX_AGE=@@REUSE_MAX_AGE_SECONDS@@ AFFINITY_RE=@@AFFINITY_RE@@ \
+  TAG_AFFINITY=@@TAG_AFFINITY@@ TAG_USES=@@TAG_USES@@ TAG_PARKING=@@TAG_PARKING@@ TAG_JOB=@@TAG_JOB_ID@@ \
+  TAG_RUNNER=@@TAG_RUNNER_ID@@ TAG_IDLE=@@TAG_IDLE_SINCE@@ K_AFFINITY=@@KEY_AFFINITY@@ K_USES=@@KEY_USES@@ \
+  RUNNER_HOME=@@RUNNER_HOME@@
 # shellcheck disable=SC2016 # literals for bash -c, expanded when they run
 PREPARE=(@@PREPARE_COMMANDS@@)
+# Reuse (docs/boot-modes.md, "Reuse"): what survives a job, and the temp directories emptied after it.
+CACHES=(@@CACHE_DIRECTORIES@@) TEMPS=(@@TEMP_DIRECTORIES@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
 CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 RAN=0 LOG_START=0
 POOL='' ACT_MS='' SINCE='' T0=${EPOCHREALTIME-} T1=''
+CAFF='' CUSES='' PARK=0 STALE='' FIRST=0 RUNNER_OUT=''
 FINAL='\(ParameterNotFound\)'
 # The CLI fetches its credentials from IMDS with its own bounds (1 s, one attempt): it gets
 # this script's timeout instead, in the whole seconds it takes, and at most 3 attempts (each
@@ -314,6 +321,8 @@ parse_config() {
       "$K_JIT") JIT=${line#*=} ;;
       "$K_URL") URL=${line#*=} ;;
       "$K_TOKEN") RTOKEN=${line#*=} ;;
+      "$K_AFFINITY") CAFF=${line#*=} ;;
+      "$K_USES") CUSES=${line#*=} ;;
     esac
   done
   # Defence in depth beside IAM: a config written under this name for another instance holds
@@ -383,7 +392,8 @@ ledger() {
 # written before the runner starts (main stops at it), and the unit is disabled off the
 # critical path (--no-reload: only the next boot needs to see it).
 disable_hook() {
-  printf '%s\n' "$ID" >"$STATE/run-began"
+  # With the activation: on a reusable instance a marker of another one is a job in progress.
+  printf '%s %s\n' "$ID" "$ACTIVATED" >"$STATE/run-began"
   [[ -e $UNIT_DIR/$UNIT ]] || return 0
   { systemctl disable --no-reload "$UNIT" &>/dev/null || log "warning: could not disable $UNIT"; } &
   DISABLER=$!
@@ -411,9 +421,9 @@ check_runner() {
 # inherits that environment, so the secret goes in as an argument and nothing of this
 # script goes along.
 start_runner() {
-  local home=''
+  local home
   local -a cmd env
-  IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || exit 1
+  home=$(runner_home) || exit 1
   env=(HOME="${home:-$RUNNER_DIR}" USER="$RUNNER_USER" LOGNAME="$RUNNER_USER" LANG="${LANG:-C.UTF-8}"
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   cmd=("$RUNNER_DIR/run.sh" --jitconfig "$JIT")
@@ -514,12 +524,149 @@ terminate() {
   return 1
 }
 
+# The runner user's home: rendered (a sandbox maps it), else the user database's.
+runner_home() {
+  local home=$RUNNER_HOME
+  [[ -n $home ]] || IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || return 1
+  printf '%s' "$home"
+}
+
+# R4, before anything of the job runs: resume only onto the state this instance parked with
+# ($STATE/reuse: instance, activation it parked at, affinity, uses). Any doubt refuses the
+# config: fail deletes it and terminates (on_exit); scale-up's retry serves the job elsewhere.
+resume_check() {
+  local id='' aff='' n='' d
+  [[ ! -r $STATE/reuse ]] || read -r id _ aff n <"$STATE/reuse" || true
+  # Another instance's (an image baked from a parked one) is not this one's state.
+  [[ $id == "$ID" ]] || aff='' n=''
+  [[ -z $STALE ]] || fail "the run-began marker of activation $STALE: a job may be in progress; refused"
+  if ((!REUSE)) || [[ -z $CAFF$CUSES ]]; then
+    [[ -z $aff ]] || fail "this instance parked with caches of $aff, but $PARAM or the pool has no reuse: refused"
+    return 0
+  fi
+  [[ $CAFF =~ $AFFINITY_RE && $CUSES =~ ^[0-9]{1,6}$ ]] || fail "$PARAM has no valid $K_AFFINITY or $K_USES"
+  if [[ -z $aff ]]; then
+    ((10#$CUSES == 0)) || fail "$PARAM says $CUSES uses, but this instance has no reuse state: refused"
+  else
+    [[ $CAFF == "$aff" ]] || fail "$PARAM is for $CAFF, but this instance's caches are of $aff: refused"
+    [[ $n =~ ^[0-9]{1,6}$ && $((10#$n)) == $((10#$CUSES)) ]] || fail "$PARAM says $CUSES uses, but this instance parked after $n: refused"
+  fi
+  if ((10#$CUSES > 0)); then
+    for d in ${CACHES[@]+"${CACHES[@]}"}; do
+      [[ -d $d && ! -L $d ]] || fail "cache directory $d is missing after $CUSES uses: refused"
+    done
+  else
+    # A fresh instance's first job fills them.
+    make_caches || fail "cannot create the cache directories"
+  fi
+  PARK=1
+  log "reuse: $CAFF, use $((10#$CUSES + 1)) of at most $MAX_JOBS"
+}
+
+# prune DIR: removes everything inside DIR but the cache directories and the way to them,
+# never following a symbolic link (the job may have planted one).
+prune() {
+  local e c keep
+  [[ ! -L $1 ]] || { rm -f -- "$1" && return 0; }
+  [[ -d $1 ]] || return 0
+  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    [[ -e $e || -L $e ]] || continue
+    keep=0
+    for c in ${CACHES[@]+"${CACHES[@]}"}; do
+      [[ $e != "$c" ]] || { keep=1 && break; }
+      [[ $c != "$e"/* ]] || keep=2
+    done
+    if ((keep)) && [[ -d $e && ! -L $e ]]; then
+      ((keep == 1)) || prune "$e" || return 1
+    else
+      rm -rf -- "$e" || return 1
+    fi
+  done
+}
+
+# live UID: a process of UID runs. A zombie holds nothing of the job (no memory, no
+# environment), and only PID 1 can reap an orphan: only live ones count.
+live() {
+  local s=''
+  s=$(ps -U "$1" -o stat= 2>/dev/null) || true
+  s=${s// /}
+  [[ $'\n'$s =~ $'\n'[^Z] ]]
+}
+
+# Everything a job may leave for the next one but the cache directories (docs/security.md):
+# the runner user's processes, Docker's containers, networks and volumes (its images stay),
+# the workspace, the registration and the runner's output, temp files and the home.
+clean() {
+  local uid home d i
+  uid=$(id -u "$RUNNER_USER") || return 1
+  for ((i = 0; i < 20; i++)); do
+    pkill -KILL -U "$uid" || true
+    live "$uid" || break
+    sleep "$DELAY"
+  done
+  ! live "$uid" || { log "processes of $RUNNER_USER survive KILL" && return 1; }
+  # A daemon that does not answer runs no container of the job.
+  if command -v docker >/dev/null && docker version --format '{{.Server.Version}}' &>/dev/null; then
+    { docker ps -aq | xargs -r docker rm -f -v && docker network prune -f && docker volume prune -af; } >/dev/null || return 1
+  fi
+  for d in _work _diag builds cache; do prune "$RUNNER_DIR/$d" || return 1; done
+  rm -rf -- "$RUNNER_DIR"/.runner "$RUNNER_DIR"/.credentials* "$RUNNER_OUT" || return 1
+  for d in ${TEMPS[@]+"${TEMPS[@]}"}; do prune "$d" || return 1; done
+  home=$(runner_home) || return 1
+  # Never a home that holds the runner or this script's state.
+  if [[ -n $home && $home != / && $RUNNER_DIR/ != "$home"/* && $STATE/ != "$home"/* ]]; then
+    prune "$home" || return 1
+  elif [[ -n $home ]]; then
+    log "the home $home of $RUNNER_USER holds the runner or the state: not cleaned" && return 1
+  fi
+  make_caches
+}
+
+# The cache directories that are missing, empty and the runner user's.
+make_caches() {
+  local d
+  for d in ${CACHES[@]+"${CACHES[@]}"}; do
+    [[ ! -L $d ]] || rm -f -- "$d" || return 1
+    # A link planted on the way would have root create and hand over another directory.
+    [[ $(realpath -m -- "$d") == "$d" ]] || { log "cache directory $d resolves elsewhere" && return 1; }
+    [[ -d $d ]] || { mkdir -p -- "$d" && chown "$RUNNER_USER:" "$d"; } || return 1
+  done
+}
+
+# After the job, on a reusable instance: limits, clean, tag, state, hook, power off (R5). 1 when
+# the instance must terminate instead: a limit, a failed step, a tag not written.
+park() {
+  local n=$((10#$CUSES + 1)) now tmp t=$EPOCHREALTIME
+  ((n < MAX_JOBS)) || { log "served $n of $MAX_JOBS jobs: not parking" && return 1; }
+  ((EPOCHSECONDS - FIRST < MAX_AGE)) || { log "older than ${MAX_AGE}s: not parking" && return 1; }
+  [[ $ACTIVATED =~ ^[0-9TZ:.-]+$ ]] || { log "no activation to name: not parking" && return 1; }
+  printf -v now '%(%Y-%m-%dT%H:%M:%S)T.%sZ' "${t%[.,]*}" "${t: -6:3}"
+  aws_try "tagging $ID $TAG_PARKING" ec2 create-tags --resources "$ID" \
+    --tags "[{\"Key\":\"$TAG_PARKING\",\"Value\":\"$ACTIVATED $now\"}]" >/dev/null ||
+    log "warning: $TAG_PARKING not tagged (${ERR:0:300})"
+  clean || { log "error: cleaning after the job failed" && return 1; }
+  tmp=$(mktemp "$STATE/reuse.XXXXXX") && printf '%s %s %s %s\n' "$ID" "$ACTIVATED" "$CAFF" "$n" >"$tmp" &&
+    mv -f "$tmp" "$STATE/reuse" || return 1
+  # A cold launch has no hook yet; a hook boot enables its own again.
+  if [[ ${BASH_SOURCE[0]} != "$HOOK" ]]; then install_hook; else systemctl enable "$UNIT" || return 1; fi
+  aws_try "tagging $ID for reuse" ec2 create-tags --resources "$ID" --tags "Key=$TAG_AFFINITY,Value=$CAFF" \
+    "Key=$TAG_USES,Value=$n" "Key=$TAG_WARM,Value=$WARM_VALUE" >/dev/null || return 1
+  aws_try "untagging $ID" ec2 delete-tags --resources "$ID" --tags "Key=$TAG_ACTIVATED" "Key=$TAG_TRACE" \
+    "Key=$TAG_JOB" "Key=$TAG_RUNNER" "Key=$TAG_STARTED" "Key=$TAG_IDLE" "Key=$TAG_PARKING" >/dev/null || return 1
+  rm -f "$STATE/run-began"
+  log "cleaned and parked with $CAFF after $n jobs; powering off"
+  ship_logs
+  ENDING=1
+  shutdown -h now || { ENDING=0 && log "error: shutdown failed" && return 1; }
+}
+
 run_mode() {
   local runner watcher deleter status=0
   MODE=$MODE_RUN
   log "$L_MODE=$MODE instance=$ID"
   disable_hook
   parse_config
+  resume_check
   # A cold launch of a stock image pays the install here, before its runner starts.
   install_runner
   check_runner
@@ -552,7 +699,8 @@ run_mode() {
   wait "$watcher" || true
   log "runner exited with status $status"
   [[ -z $DISABLER ]] || wait "$DISABLER" || true
-  terminate
+  # Every final state of the job alike (success, failure, cancel, deregistered, wait-timeout).
+  if ((PARK)); then park || terminate; else terminate; fi
 }
 
 # The bound holds even when SSM hangs: aws_try stops at DEADLINE.
@@ -727,22 +875,35 @@ main() {
   local sid=''
   [[ ! -r $STATE/log-sent ]] || read -r sid _ <"$STATE/log-sent" || true
   [[ $sid == "$ID" ]] || printf '%s %s\n' "$ID" "$LOG_START" >"$STATE/log-sent"
+  # The age limit of reuse counts from this instance's first boot.
+  local first=''
+  [[ ! -r $STATE/first-boot ]] || read -r sid first <"$STATE/first-boot" || true
+  [[ $sid == "$ID" && $first =~ ^[0-9]+$ ]] || { first=$EPOCHSECONDS && printf '%s %s\n' "$ID" "$first" >"$STATE/first-boot"; }
+  FIRST=$first
   # The marker counts for this instance only: an image baked after a RUN carries another's.
+  local began='' bact=''
   if [[ -e $STATE/run-began ]]; then
-    local began=''
-    read -r began <"$STATE/run-began" || true
-    if [[ $began == "$ID" ]]; then
+    read -r began bact <"$STATE/run-began" || true
+    if [[ $began != "$ID" ]]; then
+      log "ignoring the run-began marker of ${began:-another instance}"
+      rm -f "$STATE/run-began"
+      began=''
+    fi
+  fi
+  PARAM=$CONFIG_ROOT$ID
+  read_tags
+  if [[ -n $began ]]; then
+    # Of this activation (or any, without reuse): a reboot mid-job. Of another on a reusable
+    # instance: a job that never parked; the config it brings is refused (resume_check).
+    if [[ $bact == "$ACTIVATED" ]] || ((!REUSE)); then
       log "a RUN began on an earlier boot: not starting again"
       [[ ! -e $UNIT_DIR/$UNIT ]] || systemctl disable --no-reload "$UNIT" &>/dev/null || true
       # Why this instance sits idle (a reboot mid-job, or a self-termination that failed).
       ship_logs
       return 0
     fi
-    log "ignoring the run-began marker of ${began:-another instance}"
-    rm -f "$STATE/run-began"
+    STALE=${bact:-unknown}
   fi
-  PARAM=$CONFIG_ROOT$ID
-  read_tags
   # A warm standby's first boot primes without touching SSM (the pool launched it: no config
   # can exist). On a later boot it was started by scale-up (activated: the tags say so, or
   # its activation tags are not visible yet, and the config decides) or rolled back.

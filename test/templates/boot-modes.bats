@@ -292,7 +292,7 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$status" -eq 0 ]
   grep -qF "ignoring the run-began marker of i-0aaaaaaaaaaaaaaaa" "$ROOT/out"
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-baked ]
-  [ "$(cat "$ROOT/var/lib/warm-runners/run-began")" = "$INSTANCE_ID" ]
+  [ "$(cut -d" " -f1 "$ROOT/var/lib/warm-runners/run-began")" = "$INSTANCE_ID" ]
 }
 
 @test "user data and hook starting together on one boot start exactly one runner" {

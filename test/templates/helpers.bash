@@ -49,7 +49,7 @@ sandbox_start() {
   release_start || return 1
   node --import tsx "$REPO/test/templates/render-sandbox.ts" --root "$ROOT" --imds "$IMDS_URL" \
     --aws "$AWS_URL" --aws-cli "$AWS_CLI_BIN" --runner-user "$RUNNER_USER" --release "$RELEASE_URL" \
-    --release-dir "$ROOT/release"
+    --release-dir "$ROOT/release" ${REUSE_USER:+--reuse-user "$REUSE_USER"}
   local shims=$REPO/test/templates/shims
   mkdir -p "$ROOT/bin" "$ROOT/bsd" "$ROOT/runner/github" "$ROOT/runner/gitlab"
   cp "$shims/bin/"* "$ROOT/bin/"

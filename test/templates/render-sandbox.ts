@@ -32,6 +32,9 @@ import {
   JOB_START_LINES,
   PROVIDERS,
   Provider,
+  RUNNER_CONFIG_KEYS,
+  ReuseScope,
+  REUSE_SCOPE_OF,
   WARM_STANDBY_VALUE,
   bootLogGroupName,
   ssmPaths,
@@ -57,6 +60,7 @@ const { values } = parseArgs({
     'runner-user': { type: 'string' },
     release: { type: 'string' },
     'release-dir': { type: 'string' },
+    'reuse-user': { type: 'string' },
   },
   strict: true,
 });
@@ -92,6 +96,23 @@ const BOUNDS = {
 
 const prefix = 'sandbox';
 const tags = tagKeys(prefix);
+/**
+ * The reuse renderings' mapping: the runner user's home, the temp directories and two cache
+ * directories (one in the home, one outside it) under the sandbox root, so cleaning never
+ * reaches this machine's own. Their runner user is a user of its own (--reuse-user): cleaning
+ * kills every process of that user.
+ */
+const reuseUser = values['reuse-user'] ?? runnerUser;
+const reusePaths = {
+  runnerHome: join(root, 'home/runner'),
+  tmpDir: join(root, 'tmp'),
+  varTmpDir: join(root, 'var/tmp'),
+  shmDir: join(root, 'dev/shm'),
+};
+const reuseCache = join(root, 'var/cache/tool');
+const reuseHomeCache = join(root, 'home/runner/.cache/deps');
+const reuseCaches = [reuseCache, reuseHomeCache];
+const REUSE_MAX_JOBS = 3;
 // The contract's values for the bats files, so they spell no tag key or log key either.
 const contract: Record<string, string> = {
   PREFIX: prefix,
@@ -103,6 +124,18 @@ const contract: Record<string, string> = {
   TAG_JOB: tags.jobId,
   TAG_JOB_STARTED: tags.jobStarted,
   TAG_START_FAILURE: tags.startFailure,
+  TAG_AFFINITY: tags.affinity,
+  TAG_USES: tags.uses,
+  TAG_PARKING: tags.parking,
+  TAG_RUNNER_ID: tags.runnerId,
+  TAG_IDLE_SINCE: tags.idleSince,
+  KEY_AFFINITY: RUNNER_CONFIG_KEYS.affinity,
+  KEY_USES: RUNNER_CONFIG_KEYS.uses,
+  REUSE_USER: reuseUser,
+  REUSE_HOME: reusePaths.runnerHome,
+  REUSE_CACHE: reuseCache,
+  REUSE_HOME_CACHE: reuseHomeCache,
+  REUSE_MAX_JOBS: String(REUSE_MAX_JOBS),
   JOB_LINE_GITHUB: JOB_START_LINES[Provider.GITHUB],
   JOB_LINE_GITLAB: JOB_START_LINES[Provider.GITLAB],
   CONFIG_ROOT: ssmPaths(prefix).runnerConfigRoot,
@@ -173,6 +206,18 @@ for (const provider of PROVIDERS) {
   const install = join(root, `install-runner-${provider}.sh`);
   writeFileSync(install, renderInstallScript(options));
   chmodSync(install, 0o755);
+  // A reusable pool's rendering (its own user and mapping; the same hook path, so PRIME installs it).
+  const reuse = join(root, `user-data-${provider}-reuse.sh`);
+  writeFileSync(
+    reuse,
+    renderUserData({
+      ...options,
+      runnerUser: reuseUser,
+      hostPaths: { ...options.hostPaths, ...reusePaths },
+      reuse: { scope: REUSE_SCOPE_OF[provider] ?? ReuseScope.REPOSITORY, maxJobs: REUSE_MAX_JOBS, maxAgeSeconds: 3600, cacheDirectories: reuseCaches },
+    }),
+  );
+  chmodSync(reuse, 0o755);
   if (provider === 'github') {
     // One short bound each, with a read timeout longer than it: only the bound can stop a hung call.
     const short = {

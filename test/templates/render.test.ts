@@ -12,6 +12,8 @@ import {
   tagKeys,
   Provider,
   RUNNER_PACKAGE_URL_MAX_LENGTH,
+  REUSE_LIMITS,
+  ReuseScope,
 } from '../../lambdas/shared/contract';
 import {
   HOST_PATH_MAX_LENGTH,
@@ -91,6 +93,16 @@ function largestOptions(provider: Provider): UserDataOptions {
       preReadDevice: longPath(max, 'nvme0n1'),
       dmiAssetTagFile: longPath(max, 'board_asset_tag'),
       randomUuidFile: longPath(max, 'uuid'),
+      runnerHome: longPath(max, 'home'),
+      tmpDir: longPath(max, 'tmp'),
+      varTmpDir: longPath(max, 'var-tmp'),
+      shmDir: longPath(max, 'shm'),
+    },
+    reuse: {
+      scope: ReuseScope.REPOSITORY,
+      maxJobs: REUSE_LIMITS.maxJobs,
+      maxAgeSeconds: REUSE_LIMITS.maxAgeSeconds,
+      cacheDirectories: Array.from({ length: REUSE_LIMITS.cacheDirectories }, (_, i) => longPath(200, `cache-${i}`)),
     },
     imdsEndpoint: `http://${'i'.repeat(84)}.example`,
     awsCli: longPath(max, 'aws'),
@@ -320,5 +332,33 @@ describe('render-user-data CLI', () => {
     expect(provider.status).toBe(2);
     expect(provider.stderr).toContain('--provider "jenkins" must be one of github, gitlab');
     expect(cli().stderr).toContain('--provider is required');
+  });
+});
+
+describe('reuse rendering', () => {
+  const reuse = { scope: ReuseScope.REPOSITORY, maxJobs: 7, maxAgeSeconds: 7200, cacheDirectories: ['/var/cache/tool', '/home/runner/.cache/pip'] };
+
+  it("renders the pool's reuse settings, and none without reuse", () => {
+    const logic = renderStartLogic({ provider: Provider.GITHUB, reuse });
+    expect(logic).toContain(' REUSE=1 MAX_JOBS=7 MAX_AGE=7200 ');
+    expect(logic).toContain('CACHES=(/var/cache/tool /home/runner/.cache/pip) TEMPS=(/tmp /var/tmp /dev/shm)');
+    const tags = tagKeys('warm-runners');
+    for (const key of [tags.affinity, tags.uses, tags.parking, tags.jobId, tags.runnerId, tags.idleSince]) expect(logic).toContain(`=${key} `);
+    const plain = renderStartLogic({ provider: Provider.GITHUB });
+    expect(plain).toContain(' REUSE=0 MAX_JOBS=0 MAX_AGE=0 ');
+    expect(plain).toContain('CACHES=() ');
+  });
+
+  it('refuses cache directories cleaning would remove or that are system directories, and limits out of range', () => {
+    const bad = (cacheDirectories: string[], extra: Partial<typeof reuse> = {}): (() => string) => () =>
+      renderStartLogic({ provider: Provider.GITHUB, reuse: { ...reuse, ...extra, cacheDirectories } });
+    expect(bad(['/tmp/cache'])).toThrow(/under a temp directory/);
+    expect(bad(['/etc/cache'])).toThrow(/overlaps the system directory \/etc/);
+    expect(bad(['/var/lib/warm-runners/cache'])).toThrow(/overlaps \/var\/lib\/warm-runners/);
+    expect(bad(['/opt'])).toThrow(/overlaps \/opt\/actions-runner/);
+    expect(bad(['relative/dir'])).toThrow(/absolute path/);
+    expect(bad(['/var/cache/../etc'])).toThrow(/"\." or "\.\." segments/);
+    expect(bad([], { maxJobs: 0 })).toThrow(/reuse.maxJobs 0/);
+    expect(bad([], { maxAgeSeconds: 10 })).toThrow(/reuse.maxAgeSeconds 10/);
   });
 });
