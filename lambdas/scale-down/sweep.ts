@@ -149,6 +149,12 @@ export function parkingNow(instance: ObservedInstance, keys: TagKeys, now: Date)
   return now.getTime() - since < window && since - now.getTime() < window;
 }
 
+/** Whether the instance carries a parking tag naming its current activation, in its window or past it. */
+export function parkingOfThisActivation(instance: ObservedInstance, keys: TagKeys): boolean {
+  const parking = parseParking(instance.tags.get(keys.parking));
+  return parking !== undefined && parking.activatedAt === instance.tags.get(keys.activatedAt);
+}
+
 const LIVE = new Set(['pending', 'running', 'stopping', 'stopped']);
 
 /**
@@ -206,7 +212,9 @@ export function planSweep(
     const reading = listed ? idleReading(i, keys, listed.runner, activatedAt, age, pool, now) : unlistedReading(i, keys, activatedAt, pool, now);
     if (reading === 'working' && i.tags.has(keys.idleSince)) clearIdle.push(i);
     else if (reading === 'first') markIdle.push(i);
-    else if (reading === 'confirmed' && listed && pool.reuse && i.tags.has(keys.activatedAt) && reportedStart(i, keys, activatedAt, now) === undefined) {
+    // One idle-stop per activation: a parking tag of this activation whose window passed means an
+    // earlier idle-stop's deregistration failed or the instance never parked: terminate as today.
+    else if (reading === 'confirmed' && listed && pool.reuse && i.tags.has(keys.activatedAt) && reportedStart(i, keys, activatedAt, now) === undefined && !parkingOfThisActivation(i, keys)) {
       idleStop.push({ instance: i, runner: { provider: pool.provider, runnerId } });
     } else if (reading === 'confirmed') terminate.push({ instance: i, reason: listed ? 'idle' : 'job-finished', ...withRunner });
   }

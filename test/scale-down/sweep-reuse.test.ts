@@ -97,6 +97,9 @@ describe('planSweep: the parking window', () => {
     ['parking since 1 min, listed idle: left alone (no idle-stop of a parking instance)', 'running', 1, 'listed', []],
     [`parking past ${parkSeconds / 60} min: reclaimed as today`, 'running', parkSeconds / 60 + 1, 'unlisted', ['job-finished']],
     ['parking since a time far ahead of now: not honoured', 'running', -(parkSeconds / 60 + 1), 'unlisted', ['job-finished']],
+    // An earlier idle-stop's deregistration failed (its parking tag stays): one idle-stop per
+    // activation, then the idle rule terminates as it does without reuse, so nothing idles forever.
+    [`parking past ${parkSeconds / 60} min, listed idle: terminated as idle, no second idle-stop`, 'running', parkSeconds / 60 + 1, 'listed', ['idle']],
   ];
   it.each(rows)('%s', (_name, state, sinceMin, list, expected) => {
     const base = activated(state, 40, confirmed());
