@@ -1,4 +1,4 @@
-import { AFFINITY_PATTERN, WARM_STANDBY_VALUE, type PoolConfig, type TagKeys } from '../shared/contract';
+import { AFFINITY_PATTERN, parseParking, REUSE_DEFAULTS, WARM_STANDBY_VALUE, type PoolConfig, type TagKeys } from '../shared/contract';
 import { isActivated, templateVersionOf, type ObservedInstance } from '../shared/instances';
 
 /**
@@ -16,9 +16,9 @@ import { isActivated, templateVersionOf, type ObservedInstance } from '../shared
  *   `affinity` tag it is a reused one, carrying its caches.
  * - garbage: any other warm standby, e.g. stopped with a `Server.*` reason (a spot
  *   interruption, an internal error) or with no reason at all, or one whose reuse tags do not
- *   parse (an affinity no job of the pool can have, a use count that is not a number), or a
- *   `parking` tag on an instance that is not activated (the instance removes it together with
- *   its activation tags, in one call).
+ *   parse (an affinity no job of the pool can have, a use count that is not a number). A
+ *   `parking` tag on an instance that is not activated names an activation that is over: it
+ *   is ignored (R3), only its time bounds a parking instance (`evictionReason`).
  * - gone: shutting-down or terminated; counts for nothing.
  *
  * Parked accepts both client-initiated codes through one branch: EC2 reports the priming
@@ -38,7 +38,7 @@ export function classify(instance: ObservedInstance, keys: TagKeys, claimed: boo
   if (instance.tags.get(keys.warmStandby) !== WARM_STANDBY_VALUE) return 'foreign';
   if (claimed) return 'claimed';
   const reuse = reuseTagsOf(instance, keys);
-  if (reuse === 'malformed' || instance.tags.has(keys.parking)) return 'garbage';
+  if (reuse === 'malformed') return 'garbage';
   if (instance.state === 'pending' || instance.state === 'running' || instance.state === 'stopping') return reuse ? 'parking' : 'priming';
   if (instance.state === 'stopped' && instance.stateReason !== undefined && PARKED_STATE_REASONS.has(instance.stateReason)) return 'parked';
   return 'garbage';
@@ -48,8 +48,9 @@ export function classify(instance: ObservedInstance, keys: TagKeys, claimed: boo
 export function reuseTagsOf(instance: ObservedInstance, keys: TagKeys): { readonly affinity: string; readonly uses: number } | 'malformed' | undefined {
   const affinity = instance.tags.get(keys.affinity);
   if (affinity === undefined) return undefined;
-  const uses = instance.tags.get(keys.uses);
-  if (!new RegExp(AFFINITY_PATTERN).test(affinity) || uses === undefined || !/^\d{1,6}$/.test(uses)) return 'malformed';
+  // No use count yet: scale-up writes the affinity when it activates; the instance writes `uses` when it parks.
+  const uses = instance.tags.get(keys.uses) ?? '0';
+  if (!new RegExp(AFFINITY_PATTERN).test(affinity) || !/^\d{1,6}$/.test(uses)) return 'malformed';
   return { affinity, uses: Number(uses) };
 }
 
@@ -156,7 +157,7 @@ export function planPool(
     if (cls === 'active') active++;
     if (cls === 'garbage') evictions.push({ instance, reason: 'garbage' });
     else if (cls === 'parked' || cls === 'priming' || cls === 'parking') {
-      const reason = evictionReason(instance, cls, pool, keys, ageSeconds(instance), image);
+      const reason = evictionReason(instance, cls, pool, keys, ageSeconds(instance), image, now);
       if (reason === 'stale-image' && cls === 'parked') staleParked.push(instance);
       else if (reason) evictions.push({ instance, reason });
       else kept.push({ instance, cls });
@@ -194,7 +195,15 @@ export function planPool(
  * instance's reuse rules come first; an affinity of another provider is one no job of this
  * pool can have (garbage).
  */
-function evictionReason(instance: ObservedInstance, cls: Kept['cls'], pool: PoolConfig, keys: TagKeys, age: number, image: CurrentImage | undefined): EvictionReason | undefined {
+function evictionReason(
+  instance: ObservedInstance,
+  cls: Kept['cls'],
+  pool: PoolConfig,
+  keys: TagKeys,
+  age: number,
+  image: CurrentImage | undefined,
+  now: Date,
+): EvictionReason | undefined {
   const reuse = reuseTagsOf(instance, keys);
   if (reuse !== undefined && reuse !== 'malformed') {
     if (!reuse.affinity.startsWith(`${pool.provider}:`)) return 'garbage';
@@ -204,10 +213,22 @@ function evictionReason(instance: ObservedInstance, cls: Kept['cls'], pool: Pool
   if (staleTemplate(instance, pool)) return 'stale-template';
   if (staleImage(instance, image, builtAt(instance, keys))) return 'stale-image';
   if (cls === 'parked' && reuse === undefined && age > pool.warm.maxAgeSeconds) return 'max-age';
-  // LaunchTime: the priming boot's start (a parking instance's is its job's, so no bound here:
-  // it powers off within seconds of its last tag call, or terminates itself; its reuse age bounds it).
+  // LaunchTime: the priming boot's start.
   if (cls === 'priming' && age > pool.warm.primingTimeoutSeconds) return 'priming-timeout';
+  if (cls === 'parking' && now.getTime() > parkingDeadline(instance, pool, keys)) return 'priming-timeout';
   return undefined;
+}
+
+/**
+ * How long a running reused instance that is not activated may take to power off. Its LaunchTime
+ * is its last start (a job's, or a re-prime's after a rolled-back activation): the later of the
+ * parking tag's since plus the park window and that start plus the priming bound. Without the
+ * bound, one that never powers off (a failed shutdown and a failed self-termination, or a job
+ * that removed its own activation tags) would hold a place in the pool until its reuse age.
+ */
+export function parkingDeadline(instance: ObservedInstance, pool: PoolConfig, keys: TagKeys): number {
+  const since = parseParking(instance.tags.get(keys.parking))?.since.getTime() ?? 0;
+  return Math.max(since + REUSE_DEFAULTS.parkSeconds * 1000, instance.launchTime.getTime() + pool.warm.primingTimeoutSeconds * 1000);
 }
 
 /**

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { classify, planPool, staleImage, type InstanceClass } from '../../lambdas/pool/classify';
-import { LAUNCH_TEMPLATE_VERSION_TAG } from '../../lambdas/shared/contract';
+import { encodeParking, LAUNCH_TEMPLATE_VERSION_TAG, REUSE_DEFAULTS } from '../../lambdas/shared/contract';
 import { observe, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
 
@@ -167,7 +167,13 @@ describe('reuse (contract reuse.ts): reused instances in the pool', () => {
     const i = inst(o.state ?? 'stopped', {
       reason: o.state === undefined || o.state === 'stopped' ? 'Client.InstanceInitiatedShutdown' : undefined,
       launched: o.lastStart ?? minutesAgo(30),
-      tags: { [KEYS.affinity]: o.affinity ?? 'github:acme/app', [KEYS.uses]: o.uses ?? '1', ...o.tags },
+      tags: {
+        [KEYS.affinity]: o.affinity ?? 'github:acme/app',
+        [KEYS.uses]: o.uses ?? '1',
+        // On its way to park: the parking tag it wrote when its job ended, a minute ago.
+        ...(o.state === 'running' || o.state === 'stopping' ? { [KEYS.parking]: encodeParking('2026-11-29T09:00:00.000Z', minutesAgo(1)) } : {}),
+        ...o.tags,
+      },
     });
     return { ...i, firstLaunchTime: o.built ?? hoursAgo(2) };
   };
@@ -179,8 +185,9 @@ describe('reuse (contract reuse.ts): reused instances in the pool', () => {
     ['stopping, with affinity', reused({ state: 'stopping' }), 'parking'],
     ['an affinity that is no affinity', reused({ affinity: 'github:Acme App' }), 'garbage'],
     ['a use count that is no number', reused({ uses: 'many' }), 'garbage'],
-    ['an affinity without a use count', { ...reused(), tags: new Map([...reused().tags].filter(([k]) => k !== KEYS.uses)) }, 'garbage'],
-    ['a parking tag while not activated', reused({ tags: { [KEYS.parking]: '2026-11-29T11:00:00.000Z 2026-11-29T11:30:00.000Z' } }), 'garbage'],
+    // Scale-up writes the affinity when it activates; `uses` comes when the instance parks.
+    ['an affinity without a use count (activation rolled back before its first job)', { ...reused(), tags: new Map([...reused().tags].filter(([k]) => k !== KEYS.uses)) }, 'parked'],
+    ['a parking tag of an activation that is over (R3: ignored)', reused({ tags: { [KEYS.parking]: '2026-11-29T11:00:00.000Z 2026-11-29T11:30:00.000Z' } }), 'parked'],
     ['activated again (claimed for a job of its affinity)', reused({ state: 'pending', tags: { [KEYS.activatedAt]: '2026-11-29T11:59:00.000Z' } }), 'active'],
   ])('classifies %s', (_name, i, expected) => {
     expect(classify(i, KEYS, false)).toBe(expected);
@@ -204,7 +211,20 @@ describe('reuse (contract reuse.ts): reused instances in the pool', () => {
     ['in a pool whose reuse was switched off', reused(), reuseOff, ['reuse-off']],
     ['parking in a pool whose reuse was switched off', reused({ state: 'running' }), reuseOff, ['reuse-off']],
     ['an affinity of the other provider (no job of this pool has it)', reused({ affinity: 'gitlab:42' }), reusable, ['garbage']],
-    ['parking long after its job started: no priming timeout for it', reused({ state: 'running', lastStart: hoursAgo(3) }), reusable, []],
+    ['parking long after its job started, its job ended a minute ago: kept', reused({ state: 'running', lastStart: hoursAgo(3) }), reusable, []],
+    [
+      'parking longer than the park window after its job ended',
+      reused({ state: 'running', lastStart: hoursAgo(3), tags: { [KEYS.parking]: encodeParking('2026-11-29T09:00:00.000Z', minutesAgo(REUSE_DEFAULTS.parkSeconds / 60 + 1)) } }),
+      reusable,
+      ['priming-timeout'],
+    ],
+    ['running without activation nor parking tag, started long ago (never powers off)', { ...reused({ state: 'running', lastStart: hoursAgo(3) }), tags: new Map([...reused({ state: 'running' }).tags].filter(([k]) => k !== KEYS.parking)) }, reusable, ['priming-timeout']],
+    [
+      're-priming after a recent start (a rolled-back activation), its parking tag old: the priming bound from its start',
+      reused({ state: 'running', lastStart: minutesAgo(5), tags: { [KEYS.parking]: encodeParking('2026-11-29T09:00:00.000Z', hoursAgo(2)) } }),
+      reusable,
+      [],
+    ],
     ['parking past its reuse age', reused({ state: 'running', built: hoursAgo(7) }), reusable, ['reuse-limit']],
     ['of an older template version', reused({ tags: { [LAUNCH_TEMPLATE_VERSION_TAG]: '0' } }), reusable, ['stale-template']],
   ];

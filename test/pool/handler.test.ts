@@ -3,7 +3,7 @@ import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler, EVICTION_MARKER, LEFTOVER_MARKER_MS } from '../../lambdas/pool/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { encodeParking, LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { ticketKey, type LaunchTickets, type Ticket } from '../../lambdas/shared/launch-tickets';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -471,16 +471,28 @@ describe('pool handler: reused instances (contract reuse.ts)', () => {
     expect(aws.parameters.get(paths.runnerConfig(r.id))!.value).toBe('scale-up');
   });
 
-  it('leaves a reused instance on its way to park alone, even long after its job started (no priming timeout)', async () => {
+  it('leaves a reused instance on its way to park alone, even long after its job started, within the park window of its parking tag', async () => {
     const parking = aws.addInstance({
       state: 'running',
       launchTime: hoursAgo(3),
       firstLaunchTime: hoursAgo(4),
-      tags: { ...standbyTags(), [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1' },
+      tags: { ...standbyTags(), [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1', [KEYS.parking]: encodeParking('2026-01-01T00:00:00.000Z', new Date(Date.now() - 60_000)) },
     });
     const [summary] = await handler(fleetConfig({ warmSize: 1, reuse, primingTimeoutSeconds: 900 }))();
     expect(summary).toMatchObject({ evicted: {}, priming: 1, launched: 0 });
     expect(parking.state).toBe('running');
     expect(lines.logs('prime failed')).toEqual([]);
+  });
+
+  it('evicts a reused instance that never powers off: past its parking window and the priming bound from its last start', async () => {
+    const stuck = aws.addInstance({
+      state: 'running',
+      launchTime: hoursAgo(3),
+      firstLaunchTime: hoursAgo(4),
+      tags: { ...standbyTags(), [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1', [KEYS.parking]: encodeParking('2026-01-01T00:00:00.000Z', hoursAgo(1)) },
+    });
+    const [summary] = await handler(fleetConfig({ warmSize: 1, reuse, primingTimeoutSeconds: 900 }))();
+    expect(summary).toMatchObject({ evicted: { 'priming-timeout': 1 } });
+    expect(stuck.state).not.toBe('running');
   });
 });
