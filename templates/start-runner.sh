@@ -634,7 +634,8 @@ make_caches() {
 }
 
 # After the job, on a reusable instance: limits, clean, tag, state, hook, power off (R5). 1 when
-# the instance must terminate instead: a limit, a failed step, a tag not written.
+# the instance must terminate instead: a limit, a failed step, a tag not written. The parking
+# tag stays: its time bounds the pool's wait for the power-off; it names a finished activation.
 park() {
   local n=$((10#$CUSES + 1)) now tmp t=$EPOCHREALTIME
   ((n < MAX_JOBS)) || { log "served $n of $MAX_JOBS jobs: not parking" && return 1; }
@@ -652,7 +653,7 @@ park() {
   aws_try "tagging $ID for reuse" ec2 create-tags --resources "$ID" --tags "Key=$TAG_AFFINITY,Value=$CAFF" \
     "Key=$TAG_USES,Value=$n" "Key=$TAG_WARM,Value=$WARM_VALUE" >/dev/null || return 1
   aws_try "untagging $ID" ec2 delete-tags --resources "$ID" --tags "Key=$TAG_ACTIVATED" "Key=$TAG_TRACE" \
-    "Key=$TAG_JOB" "Key=$TAG_RUNNER" "Key=$TAG_STARTED" "Key=$TAG_IDLE" "Key=$TAG_PARKING" >/dev/null || return 1
+    "Key=$TAG_JOB" "Key=$TAG_RUNNER" "Key=$TAG_STARTED" "Key=$TAG_IDLE" >/dev/null || return 1
   rm -f "$STATE/run-began"
   log "cleaned and parked with $CAFF after $n jobs; powering off"
   ship_logs

@@ -67,11 +67,13 @@ export function adoptWindowSeconds(pool: Pick<PoolConfig, 'bootWaitSeconds'>): n
  * launched less than `windowSeconds` ago (an older one may be in its last config poll or
  * terminating itself; it is left to the scale-down's no-runner rule). One with a runner id
  * finished its launch; the plan (decide.ts) settles a job such an instance serves, so finding
- * one here means the job wants another runner. The oldest, so every receive picks the same one.
+ * one here means the job wants another runner. Never a warm standby: a cold instance of a
+ * reusable pool that parked after its job carries the tag and keeps its launch token, and may be
+ * parking or serving a later job. The oldest, so every receive picks the same one.
  */
 export function adoptable(found: readonly ObservedInstance[], keys: TagKeys, now: Date, windowSeconds: number): ObservedInstance | undefined {
   return found
-    .filter((i) => (i.state === 'pending' || i.state === 'running') && !i.tags.has(keys.runnerId))
+    .filter((i) => (i.state === 'pending' || i.state === 'running') && !i.tags.has(keys.runnerId) && !i.tags.has(keys.warmStandby))
     .filter((i) => now.getTime() - i.launchTime.getTime() < windowSeconds * 1000)
     .sort((a, b) => a.launchTime.getTime() - b.launchTime.getTime() || a.id.localeCompare(b.id))[0];
 }

@@ -23,14 +23,18 @@ export function maxJobSecondsOf(pool: Pick<PoolConfig, 'maxJobSeconds'> | undefi
  * time before the activation is the report of an earlier one (a reused instance, contract
  * reuse.ts R3) and is ignored; a time after now or unreadable counts from the activation (the
  * job itself can write the tag, and a far-future time must not keep the instance forever).
- * Both clocks are NTP-synchronised, and a job starts seconds after its activation at the
- * earliest, so no skew allowance is needed.
+ * The instance's clock writes the report, the Lambda's the activation: a report up to
+ * `REPORT_SKEW_MS` before the activation still counts (an instance clock slightly behind must
+ * not lose its report, which guards against a wrong idle reading); an earlier job's report is
+ * older than that, since parking and the next activation take longer.
  */
+export const REPORT_SKEW_MS = 60_000;
+
 export function reportedStart(instance: ObservedInstance, keys: TagKeys, activatedAt: number, now: Date): number | undefined {
   const value = instance.tags.get(keys.jobStarted);
   if (value === undefined) return undefined;
   const reported = Date.parse(value);
-  if (Number.isFinite(reported) && reported < activatedAt) return undefined;
+  if (Number.isFinite(reported) && reported < activatedAt - REPORT_SKEW_MS) return undefined;
   return Number.isFinite(reported) && reported <= now.getTime() ? reported : activatedAt;
 }
 

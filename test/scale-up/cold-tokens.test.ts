@@ -50,6 +50,11 @@ describe('adoptable: which earlier launch a receive takes over', () => {
     expect(adoptable([], KEYS, now, w)).toBeUndefined();
   });
 
+  it('never a cold instance that parked after its job (reuse): it may be parking or serving a later job', () => {
+    const parking = inst('i-p', 'running', 1, { [KEYS.warmStandby]: 'true', [KEYS.affinity]: 'github:acme/app', [KEYS.uses]: '1' });
+    expect(adoptable([parking], KEYS, now, w)).toBeUndefined();
+  });
+
   it('picks the same one whatever the order of the answer', () => {
     const a = inst('i-1', 'running', 3);
     const b = inst('i-2', 'running', 3);

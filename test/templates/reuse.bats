@@ -75,9 +75,11 @@ assert_parked() {
   grep -qx "$TAG_AFFINITY=$AFF" <<<"$tags"
   grep -qx "$TAG_USES=$uses" <<<"$tags"
   grep -qx "$TAG_WARM=$WARM_VALUE" <<<"$tags"
-  for key in "$TAG_ACTIVATED" "$TAG_TRACE" "$TAG_JOB" "$TAG_RUNNER_ID" "$TAG_JOB_STARTED" "$TAG_IDLE_SINCE" "$TAG_PARKING"; do
+  for key in "$TAG_ACTIVATED" "$TAG_TRACE" "$TAG_JOB" "$TAG_RUNNER_ID" "$TAG_JOB_STARTED" "$TAG_IDLE_SINCE"; do
     refute grep -q "^$key=" <<<"$tags"
   done
+  # The parking tag stays, naming the finished activation: the pool bounds the power-off by it.
+  grep -qE "^$TAG_PARKING=$ACT [0-9T:.-]+Z\$" <<<"$tags"
   [ "$(cat "$STATE_DIR/reuse")" = "$INSTANCE_ID $ACT $AFF $uses" ]
   [ ! -e "$STATE_DIR/run-began" ]
   [ -L "$ROOT/etc/systemd/system/multi-user.target.wants/$UNIT_NAME" ]
