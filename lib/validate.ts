@@ -99,8 +99,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
  * the fixed system directories; these depend on the pool's settings.
  */
 function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | undefined {
-  const dirs = pool.reuse?.cacheDirectories ?? [];
-  if (dirs.length === 0) return undefined;
+  if (!pool.reuse) return undefined;
+  const dirs = pool.reuse.cacheDirectories ?? [];
   let resolved: ReturnType<typeof resolveUserDataOptions>;
   try {
     resolved = resolveUserDataOptions({ prefix, provider: pool.provider, ...(pool.runnerUser ? { runnerUser: pool.runnerUser } : {}), ...(pool.runnerDirectory ? { runnerDir: pool.runnerDirectory } : {}) });
@@ -110,6 +110,8 @@ function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | unde
   const overlaps = (a: string, b: string) => a === b || a.startsWith(`${b}/`) || b.startsWith(`${a}/`);
   const inside = (a: string, b: string) => a === b || b.startsWith(`${a}/`);
   const home = `/home/${resolved.runnerUser}`;
+  // The boot script empties the home after every job; it refuses to when the runner is in it, so every job would terminate.
+  if (inside(home, resolved.runnerDir)) return `runnerDirectory ${resolved.runnerDir} lies in the runner user's home ${home}, which reuse empties after every job; put the runner outside it (e.g. /opt/actions-runner)`;
   for (const dir of dirs) {
     if (overlaps(dir, resolved.runnerDir)) return `reuse cache directory "${dir}" overlaps the runner directory ${resolved.runnerDir}, whose registration and workspace are removed after every job; use a directory of its own`;
     if (inside(dir, home)) return `reuse cache directory "${dir}" is or holds the runner user's home ${home}, which is cleaned after every job except the cache directories inside it; list directories inside it instead`;

@@ -100,6 +100,7 @@ describe('validation at synth names the pool', () => {
     ['a directory holding the runner directory', reuseOf({ cacheDirectories: ['/opt'] }), /pool "cached": reuse cache directory "\/opt" overlaps the runner directory/],
     ["the runner user's home itself", reuseOf({ cacheDirectories: ['/home/runner'] }), /pool "cached": reuse cache directory "\/home\/runner" is or holds the runner user's home/],
     ["the home of a renamed runner user", reuseOf({ cacheDirectories: ['/home/ci'] }, { runnerUser: 'ci' }), /is or holds the runner user's home \/home\/ci/],
+    ['a runner directory in the runner user\'s home (every job would terminate)', reuseOf({}, { runnerDirectory: '/home/runner/actions-runner' }), /pool "cached": runnerDirectory \/home\/runner\/actions-runner lies in the runner user's home/],
     ["the boot script's state", reuseOf({ cacheDirectories: ['/var/lib/warm-runners'] }), /pool "cached": reuse cache directory "\/var\/lib\/warm-runners" overlaps \/var\/lib\/warm-runners, which the boot script owns/],
   ])('refuses %s', (_name, build, message) => {
     expect(build).toThrow(message);
