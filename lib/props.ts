@@ -133,7 +133,8 @@ export interface PoolReuseProps {
    */
   readonly scope?: ReuseScope;
   /**
-   * Jobs one instance serves at most; after the last it terminates instead of parking.
+   * Activations one instance serves at most (each job, and each activation whose idle runner
+   * was idle-stopped, counts one); after the last it terminates instead of parking.
    * @default 10
    */
   readonly maxJobs?: number;
