@@ -150,6 +150,12 @@ function seen(it: Iteration, actor: Actor, command: string, input: Record<string
   if (actor === 'scale-up' && command === 'CreateTagsCommand' && tagged(input, KEYS.activatedAt)) {
     const affinity = ((input.Tags ?? []) as Tag[]).find((t) => t.Key === KEYS.affinity)?.Value;
     for (const id of ids) {
+      if (it.phase.get(id)!.is === 'gone') {
+        // A claim from an observation older than a termination (the pool's eviction released
+        // its lock): its start fails and it is rolled back; a terminated instance serves nothing.
+        count(it, 'tagged for a job after its termination');
+        continue;
+      }
       if (it.phase.get(id)!.is !== 'parked') flag(id, `tagged for ${jobOf(input)} while not parked`);
       // R1: scale-up writes the job's affinity, and never onto caches of another.
       if (affinity === undefined || affinity !== it.jobAffinity.get(jobOf(input))) flag(id, `tagged for ${jobOf(input)} with affinity ${affinity}`);
