@@ -340,10 +340,11 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
    * Parking after a job (contract reuse.ts, step 4), for the instances of reusable pools only:
    * the role is shared by every pool, so the pool tag's value narrows the grant to them. Each
    * instance on itself only (aws:ARN), only the keys parking writes (`parking` when its runner
-   * ended; `affinity`, `uses`, `warm-standby` when it parks) and the keys it removes then (its
-   * activation's). The job runs with this role too: it can retag only its own instance, which
-   * parks only after every process of the runner user was killed and rewrites `affinity` and
-   * `uses` itself (docs/security.md).
+   * ended; `uses`, `warm-standby` when it parks) and the keys it removes then (its
+   * activation's). Never `affinity`: scale-up writes it, and candidates are ordered by it, so a
+   * job (it runs with this role) that could write it could have its instance offered to another
+   * repository's jobs (R1). What the job can still write costs at most a refused claim or a
+   * longer life, bounded by maxAge and the pool's eviction (docs/security.md).
    */
   private grantParking(ownInstances: string[], reusablePools: string[], tags: ReturnType<typeof tagKeys>): void {
     if (reusablePools.length === 0) return;
@@ -357,7 +358,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         sid: 'TagOwnParking',
         actions: ['ec2:CreateTags'],
         resources: ownInstances,
-        conditions: onItself([tags.parking, tags.affinity, tags.uses, tags.warmStandby]),
+        conditions: onItself([tags.parking, tags.uses, tags.warmStandby]),
       }),
     );
     // Null on aws:TagKeys matters most here: a DeleteTags without keys removes every tag.

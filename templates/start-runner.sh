@@ -633,14 +633,27 @@ make_caches() {
   done
 }
 
+# Only scale-up writes the affinity tag (with the launch or the activation; the instance role
+# cannot): the instance parks only under the affinity the tag names, the one its config and
+# caches are of. A token fresh for the read: the job may have outlived the boot's.
+own_affinity() {
+  local rc=0
+  imds api/token PUT && TOKEN=$OUT && imds "meta-data/tags/instance/$TAG_AFFINITY" || rc=$?
+  ((rc != 2)) || { log "error: IMDS did not answer for tag $TAG_AFFINITY: not parking" && return 1; }
+  ((rc == 0)) || { log "error: this instance has no $TAG_AFFINITY tag: not parking" && return 1; }
+  [[ $OUT == "$CAFF" ]] || { log "error: this instance's $TAG_AFFINITY tag is ${OUT//[^A-Za-z0-9._:\/-]/_}, not $CAFF: not parking" && return 1; }
+}
+
 # After the job, on a reusable instance: limits, clean, tag, state, hook, power off (R5). 1 when
-# the instance must terminate instead: a limit, a failed step, a tag not written. The parking
-# tag stays: its time bounds the pool's wait for the power-off; it names a finished activation.
+# the instance must terminate instead: a limit, a failed step, a tag not written, an affinity
+# tag that is not the config's. The parking tag stays: its time bounds the pool's wait for the
+# power-off; it names a finished activation.
 park() {
   local n=$((10#$CUSES + 1)) now tmp t=$EPOCHREALTIME
   ((n < MAX_JOBS)) || { log "served $n of $MAX_JOBS jobs: not parking" && return 1; }
   ((EPOCHSECONDS - FIRST < MAX_AGE)) || { log "older than ${MAX_AGE}s: not parking" && return 1; }
   [[ $ACTIVATED =~ ^[0-9TZ:.-]+$ ]] || { log "no activation to name: not parking" && return 1; }
+  own_affinity || return 1
   printf -v now '%(%Y-%m-%dT%H:%M:%S)T.%sZ' "${t%[.,]*}" "${t: -6:3}"
   aws_try "tagging $ID $TAG_PARKING" ec2 create-tags --resources "$ID" \
     --tags "[{\"Key\":\"$TAG_PARKING\",\"Value\":\"$ACTIVATED $now\"}]" >/dev/null ||
@@ -650,7 +663,7 @@ park() {
     mv -f "$tmp" "$STATE/reuse" || return 1
   # A cold launch has no hook yet; a hook boot enables its own again.
   if [[ ${BASH_SOURCE[0]} != "$HOOK" ]]; then install_hook; else systemctl enable "$UNIT" || return 1; fi
-  aws_try "tagging $ID for reuse" ec2 create-tags --resources "$ID" --tags "Key=$TAG_AFFINITY,Value=$CAFF" \
+  aws_try "tagging $ID for reuse" ec2 create-tags --resources "$ID" --tags \
     "Key=$TAG_USES,Value=$n" "Key=$TAG_WARM,Value=$WARM_VALUE" >/dev/null || return 1
   aws_try "untagging $ID" ec2 delete-tags --resources "$ID" --tags "Key=$TAG_ACTIVATED" "Key=$TAG_TRACE" \
     "Key=$TAG_JOB" "Key=$TAG_RUNNER" "Key=$TAG_STARTED" "Key=$TAG_IDLE" >/dev/null || return 1

@@ -1,7 +1,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, type Tag } from '@aws-sdk/client-ec2';
 import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput } from '@aws-sdk/client-ssm';
 import { errorName, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
-import { activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerConfigReuse, type RunnerRegistration } from '../shared/contract';
+import { activationKeys, activationTags as activationTagsOf, encodeRunnerConfig, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, type RunnerConfigReuse, type RunnerRegistration } from '../shared/contract';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { ALL_STATES, describeFleet } from '../shared/instances';
 import type { Logger } from '../shared/log';
@@ -120,9 +120,12 @@ export function configValue(ctx: StepContext, a: Attempt): string {
   return encodeRunnerConfig(runnerConfigOf(ctx.config, a.j.job, a.registration!, a.instanceId, a.reuse));
 }
 
-/** The activation tags (the contract's): per-instance values, so one CreateTags per instance carries them all. */
+/**
+ * The activation tags (the contract's): per-instance values, so one CreateTags per instance
+ * carries them all, with the job's affinity for a reusable pool's job: only scale-up writes it.
+ */
 export function activationTags(ctx: StepContext, a: Attempt, activatedAt: Date): Tag[] {
-  return activationTagsOf(ctx.keys, a.j.job, a.registration!.runnerId, activatedAt);
+  return activationTagsOf(ctx.keys, a.j.job, a.registration!.runnerId, activatedAt, a.reuse?.affinity);
 }
 
 export async function tag(ctx: StepContext, a: Attempt, activatedAt: Date): Promise<void> {
@@ -189,7 +192,10 @@ const TAG_REMOVAL_ROUNDS = 3;
  * may have landed); false when our tags may still be there.
  */
 async function removeTags(ctx: StepContext, a: Attempt, log: Logger): Promise<boolean> {
-  const ours = a.tags!;
+  // Never the affinity: an instance that may have run our job keeps the affinity it ran it
+  // under (a fresh one can then serve that affinity alone; its boot accepts it with uses 0).
+  const removable = new Set(activationKeys(ctx.keys));
+  const ours = a.tags!.filter((t) => removable.has(t.Key!));
   for (let round = 1; round <= TAG_REMOVAL_ROUNDS; round++) {
     let deleted = true;
     try {

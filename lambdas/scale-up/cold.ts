@@ -208,7 +208,7 @@ async function fleetOnce(
     ...(capacityType === 'spot'
       ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
       : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
-    TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt, token) }],
+    TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt, token, j.affinity) }],
   });
   let out: CreateFleetCommandOutput;
   try {

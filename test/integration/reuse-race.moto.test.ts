@@ -17,7 +17,7 @@ import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleDownHandler } from '../../lambdas/scale-down/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { decodeRunnerConfig, encodeParking, Provider, runnerName, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { affinityOf, decodeRunnerConfig, encodeParking, Provider, runnerName, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { EVICTION_MARKER_PREFIX, IDLE_STOP_MARKER_PREFIX } from '../../lambdas/shared/parameters';
 import { seededRandom } from '../../local/fault-plan';
 import { FakeCi } from '../support/fake-ci';
@@ -31,8 +31,11 @@ import { scaled } from '../support/slowdown';
  * once, two scale-up invocations claim (the real handler and claim path), the pool evicts over
  * its target (the real handler and eviction lock), two overlapping sweeps idle-stop (the real
  * scale-down handler), and instances park themselves after their job or their deregistration
- * (the boot script's calls, in its order: CreateTags parking; CreateTags affinity, uses,
- * warm-standby; DeleteTags of the activation tags and parking; StopInstances). A seed per
+ * (the boot script's calls, in its order: CreateTags parking; CreateTags uses, warm-standby;
+ * DeleteTags of the activation tags and parking; StopInstances). The affinity is scale-up's
+ * alone (it writes it with the activation): the simulated boot parks only when the instance's
+ * affinity tag is its config's, as the boot script does. Jobs come from a few repositories
+ * (affinities). A seed per
  * iteration draws the instances' starting states, each actor's start and every call's delay in
  * event-loop turns and short pauses (they shift who goes first; nothing is asserted about time).
  * A simulated clock moves on by a boot's duration when an instance boots, as EC2 would between
@@ -41,13 +44,22 @@ import { scaled } from '../support/slowdown';
  * The test keeps the truth of each instance from the calls it sees answered (`Phase`) and
  * checks, as they happen: an instance is tagged for a job only while parked (no double claim,
  * no job given a cleaning, stopping or working instance), started only once tagged for one job,
- * its boot finds exactly its job's config (no claim overwritten by a marker or another claim),
- * and neither the pool nor a sweep terminates it while a job holds it. At the end of every
+ * its boot finds exactly its job's config (no claim overwritten by a marker or another claim)
+ * with the job's affinity, equal to the instance's affinity tag and to the affinity of the caches
+ * it parked with (R1: never another repository's), and neither the pool nor a sweep terminates
+ * it while a job holds it. At the end of every
  * iteration no marker (eviction or idle-stop) is left.
  */
 const ITERATIONS = Number(process.env.RACE_ITERATIONS ?? 200);
 const INSTANCES = 4;
 const BOOT_MS = 30_000;
+/** The repositories jobs come from: each its own affinity. */
+const REPOSITORIES = [
+  { owner: 'acme', project: 'app' },
+  { owner: 'acme', project: 'lib' },
+  { owner: 'other', project: 'app' },
+];
+const AFFINITIES = REPOSITORIES.map((r) => affinityOf({ provider: Provider.GITHUB, ...r }));
 const paths = ssmPaths(PREFIX);
 
 type Phase = { readonly is: 'parked' } | { readonly is: 'claimed' | 'active'; readonly job: string } | { readonly is: 'working-idle' | 'parking' | 'gone' };
@@ -83,6 +95,12 @@ interface Iteration {
   readonly counts: Record<string, number>;
   /** Instances that parked themselves in this iteration. */
   readonly reparked: Set<string>;
+  /** The affinity of each job the scale-up invocations were sent. */
+  readonly jobAffinity: Map<string, string>;
+  /** What each instance recorded when it parked (its `$STATE/reuse`): the affinity of its caches and its uses. */
+  readonly state: Map<string, { readonly affinity: string; readonly uses: number }>;
+  /** The affinity of the config each working instance runs its job under (its boot parks only under it). */
+  readonly configAffinity: Map<string, string>;
   clock: number;
 }
 const count = (it: Iteration, what: string, n = 1) => void (it.counts[what] = (it.counts[what] ?? 0) + n);
@@ -130,8 +148,19 @@ function seen(it: Iteration, actor: Actor, command: string, input: Record<string
   const ids = ((input.Resources ?? input.InstanceIds ?? []) as string[]).filter((id) => it.phase.has(id));
   const flag = (id: string, what: string) => it.violations.push(`${what}: ${id} was ${JSON.stringify(it.phase.get(id))} (${actor} ${command})`);
   if (actor === 'scale-up' && command === 'CreateTagsCommand' && tagged(input, KEYS.activatedAt)) {
+    const affinity = ((input.Tags ?? []) as Tag[]).find((t) => t.Key === KEYS.affinity)?.Value;
     for (const id of ids) {
+      if (it.phase.get(id)!.is === 'gone') {
+        // A claim from an observation older than a termination (the pool's eviction released
+        // its lock): its start fails and it is rolled back; a terminated instance serves nothing.
+        count(it, 'tagged for a job after its termination');
+        continue;
+      }
       if (it.phase.get(id)!.is !== 'parked') flag(id, `tagged for ${jobOf(input)} while not parked`);
+      // R1: scale-up writes the job's affinity, and never onto caches of another.
+      if (affinity === undefined || affinity !== it.jobAffinity.get(jobOf(input))) flag(id, `tagged for ${jobOf(input)} with affinity ${affinity}`);
+      const cached = it.state.get(id)?.affinity;
+      if (cached !== undefined && cached !== affinity) flag(id, `tagged for ${jobOf(input)} of ${affinity} onto caches of ${cached}`);
       count(it, 'tagged for a job');
       if (it.reparked.has(id)) count(it, 'tagged for a job after parking itself');
       it.phase.set(id, { is: 'claimed', job: jobOf(input) });
@@ -196,6 +225,20 @@ async function boot(it: Iteration, id: string, jobId: string): Promise<void> {
     it.violations.push(`${id} booted for ${jobId} with another job's config or tags (${tags.get(KEYS.jobId)})`);
     return;
   }
+  // The boot's resume check (R1, R4): the config's affinity is the job's, the instance's tag
+  // (scale-up's) and that of the caches it parked with; its uses are the ones it parked after.
+  const affinity = config.reuse?.affinity;
+  const state = it.state.get(id);
+  if (affinity === undefined || affinity !== it.jobAffinity.get(jobId) || affinity !== tags.get(KEYS.affinity) || (state !== undefined && state.affinity !== affinity)) {
+    it.violations.push(`${id} booted for ${jobId} with affinity ${affinity}: job's ${it.jobAffinity.get(jobId)}, tag ${tags.get(KEYS.affinity)}, caches ${state?.affinity}`);
+    return;
+  }
+  if (config.reuse!.uses !== (state?.uses ?? 0)) {
+    it.violations.push(`${id} booted for ${jobId} with ${config.reuse!.uses} uses, parked after ${state?.uses ?? 0}`);
+    return;
+  }
+  if (state !== undefined) count(it, 'booted onto caches of its affinity');
+  it.configAffinity.set(id, affinity);
   await tries(() => ssm.send(new DeleteParameterCommand({ Name: paths.runnerConfig(id) })));
   await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.jobStarted, Value: new Date(it.clock).toISOString() }] })));
   await pause(it, 30);
@@ -214,17 +257,28 @@ async function tries<T>(call: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The boot script's park after its runner ended, in its order (design item 4); the cleaning itself is not modelled. */
+/**
+ * The boot script's park after its runner ended, in its order (design item 4); the cleaning
+ * itself is not modelled. It never writes the affinity: it parks only when the instance's tag
+ * (scale-up's) is its config's, and terminates otherwise.
+ */
 async function park(it: Iteration, id: string, ec2: EC2Client): Promise<void> {
   if (it.phase.get(id)!.is === 'gone') return;
   it.phase.set(id, { is: 'parking' });
-  const affinity = 'github:acme/app';
+  const affinity = it.configAffinity.get(id);
+  let uses = 0;
   try {
     const tags = await tries(() => instanceTags(ec2, id));
-    const uses = Number(tags.get(KEYS.uses) ?? '0') + 1;
+    if (affinity === undefined || tags.get(KEYS.affinity) !== affinity) {
+      count(it, 'not parked: affinity tag not the config\'s');
+      throw new Error('affinity tag not the config\'s');
+    }
+    uses = Number(tags.get(KEYS.uses) ?? '0') + 1;
     await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.parking, Value: encodeParking(tags.get(KEYS.activatedAt) ?? '', new Date(it.clock)) }] })));
     await pause(it, 20);
-    const parked = [{ Key: KEYS.affinity, Value: affinity }, { Key: KEYS.uses, Value: String(uses) }, { Key: KEYS.warmStandby, Value: standbyTags()[KEYS.warmStandby]! }];
+    // Its $STATE/reuse, written before the tags (a step that fails terminates the instance).
+    it.state.set(id, { affinity, uses });
+    const parked = [{ Key: KEYS.uses, Value: String(uses) }, { Key: KEYS.warmStandby, Value: standbyTags()[KEYS.warmStandby]! }];
     await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: parked })));
     const activation = [KEYS.activatedAt, KEYS.traceId, KEYS.jobId, KEYS.runnerId, KEYS.jobStarted, KEYS.idleSince, KEYS.parking];
     await tries(() => ec2.send(new DeleteTagsCommand({ Resources: [id], Tags: activation.map((Key) => ({ Key })) })));
@@ -270,19 +324,27 @@ async function setUp(it: Iteration, config: FleetConfig): Promise<{ finishing: s
   const at = (ms: number) => new Date(it.clock - ms).toISOString();
   for (const [n, id] of ids.entries()) {
     const kind = Math.floor(it.random() * 4);
+    const affinity = AFFINITIES[Math.floor(it.random() * AFFINITIES.length)]!;
     if (kind <= 1) {
       toStop.push(id);
       it.phase.set(id, { is: 'parked' });
-      if (kind === 1) await c.ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.affinity, Value: 'github:acme/app' }, { Key: KEYS.uses, Value: '1' }] }));
+      if (kind === 1) {
+        // Parked after a job: the affinity its activation wrote, the uses and the state it parked with.
+        await c.ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: KEYS.affinity, Value: affinity }, { Key: KEYS.uses, Value: '1' }] }));
+        it.state.set(id, { affinity, uses: 1 });
+      }
       continue;
     }
     const runnerId = `r-${n}`;
+    // Activated by scale-up for a job of `affinity` (its first: no reuse state yet).
     const activation: Tag[] = [
       { Key: KEYS.activatedAt, Value: at(3_600_000) },
       { Key: KEYS.jobId, Value: `github:old-${n}` },
       { Key: KEYS.runnerId, Value: runnerId },
       { Key: KEYS.traceId, Value: `t-${n}` },
+      { Key: KEYS.affinity, Value: affinity },
     ];
+    it.configAffinity.set(id, affinity);
     if (kind === 2) {
       // Idle since its activation, read idle by an earlier sweep past the confirmation window.
       await c.ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [...activation, { Key: KEYS.idleSince, Value: at(3 * 60_000) }] }));
@@ -315,7 +377,7 @@ async function markersLeft(): Promise<Parameter[]> {
 async function iteration(seed: number, counts: Record<string, number>): Promise<string[]> {
   await moto.reset();
   const base = await motoFleet(c, { idleTimeoutSeconds: 1800, reuse: { maxJobs: 5, cacheDirectories: ['/var/cache/ci'] } });
-  const it: Iteration = { random: seededRandom(seed), phase: new Map(), violations: [], pending: new Set(), ci: new RaceCi(Provider.GITHUB, PREFIX), runnerOf: new Map(), counts, reparked: new Set(), clock: Date.now() };
+  const it: Iteration = { random: seededRandom(seed), phase: new Map(), violations: [], pending: new Set(), ci: new RaceCi(Provider.GITHUB, PREFIX), runnerOf: new Map(), counts, reparked: new Set(), jobAffinity: new Map(), state: new Map(), configAffinity: new Map(), clock: Date.now() };
   const warmSize = Math.floor(it.random() * 3);
   const config: FleetConfig = { ...base, pools: [{ ...base.pools[0]!, warm: { ...base.pools[0]!.warm, size: warmSize } }] };
   const { finishing } = await setUp(it, config);
@@ -328,6 +390,13 @@ async function iteration(seed: number, counts: Record<string, number>): Promise<
   const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(10_000) });
   const sqs = { send: async () => ({}) } as unknown as SQSClient;
   const quiet = () => {};
+  const jobsOf = (n: number) =>
+    Array.from({ length: 1 + Math.floor(it.random() * 2) }, (_, k) => {
+      const r = REPOSITORIES[Math.floor(it.random() * REPOSITORIES.length)]!;
+      const j = job(seed * 10 + n * 3 + k, { receivedAt: now().toISOString(), ...r });
+      it.jobAffinity.set(j.jobId, affinityOf(j));
+      return j;
+    });
   const scaleUp = (n: number) =>
     createScaleUpHandler({
       ...actorClients(it, 'scale-up'),
@@ -341,7 +410,7 @@ async function iteration(seed: number, counts: Record<string, number>): Promise<
       random: it.random,
       now,
       sink: quiet,
-    })(jobEvent(Array.from({ length: 1 + Math.floor(it.random() * 2) }, (_, k) => job(seed * 10 + n * 3 + k, { receivedAt: now().toISOString() }))));
+    })(jobEvent(jobsOf(n)));
   const pool = () => createPoolHandler({ ...actorClients(it, 'pool'), aws: aws(), loadConfig: async () => config, now, sink: quiet })();
   // One of the two sweeps is slow: it acts on its reading long after the other has acted on its own.
   const sweep = (slowMs: number) => () => createScaleDownHandler({ ...actorClients(it, 'sweep', slowMs), aws: aws(), loadConfig: async () => config, providers: () => ({ github: it.ci }), now, sink: quiet })();
@@ -372,6 +441,6 @@ describe('reuse races against moto: claims, evictions, idle-stops and parks on t
     console.log('reuse race: what happened over all iterations', counts);
     expect(violations).toEqual([]);
     // The races took place: instances were idle-stopped, parked themselves, were claimed, started and evicted.
-    for (const what of ['idle-stopped', 'parked itself', 'tagged for a job', 'started for a job', 'tagged for a job after parking itself', 'terminated by the pool']) expect(counts[what] ?? 0, what).toBeGreaterThan(0);
+    for (const what of ['idle-stopped', 'parked itself', 'tagged for a job', 'started for a job', 'tagged for a job after parking itself', 'booted onto caches of its affinity', 'terminated by the pool']) expect(counts[what] ?? 0, what).toBeGreaterThan(0);
   }, scaled(1_800_000));
 });

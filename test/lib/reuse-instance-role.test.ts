@@ -22,10 +22,11 @@ function synth(reuse: RunnerPoolProps['reuse']): Template {
   return Template.fromStack(s);
 }
 
-// The boot script's park (templates/start-runner.sh): these tags, on itself alone, only for pools with reuse.
+// The boot script's park (templates/start-runner.sh): these tags, on itself alone, only for pools
+// with reuse. Never the affinity: only scale-up writes it (R1).
 describe('instance role with reuse', () => {
   const ctx = (target: string, tagKeys: string[]) => ({ 'ec2:SourceInstanceARN': own, 'aws:ARN': target, 'aws:TagKeys': tagKeys, [poolTag]: 'linux' });
-  const park = [keys.parking, keys.affinity, keys.uses, keys.warmStandby];
+  const park = [keys.parking, keys.uses, keys.warmStandby];
   const unpark = [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId, keys.jobStarted, keys.idleSince, keys.parking];
 
   it('may tag and untag itself to park, nothing more, and only when a pool has reuse', () => {
@@ -38,6 +39,8 @@ describe('instance role with reuse', () => {
       ['its activation written', 'ec2:CreateTags', own, ctx(own, [keys.activatedAt]), false],
       ['its pool tag removed', 'ec2:DeleteTags', own, ctx(own, [keys.pool]), false],
       ['its affinity removed', 'ec2:DeleteTags', own, ctx(own, [keys.affinity]), false],
+      ['its affinity written', 'ec2:CreateTags', own, ctx(own, [keys.affinity]), false],
+      ['its affinity written with its parking tags', 'ec2:CreateTags', own, ctx(own, [...park, keys.affinity]), false],
     ];
     for (const [name, action, resource, context, allowed] of rows) expect(isAllowed(statements, { action, resource, context }), name).toBe(allowed);
     const withoutReuse = rolePolicyStatements(synth(undefined), 'RunnersFleetRole', PSEUDO);

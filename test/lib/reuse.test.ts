@@ -45,7 +45,9 @@ describe('instance role: parking after a job (contract reuse.ts, step 4)', () =>
 
   it.each<[string, string, string, Record<string, string | string[]>, boolean]>([
     ['its parking mark', 'ec2:CreateTags', own, ctx(own, [keys.parking]), true],
-    ['its affinity, use count and standby mark, in one request', 'ec2:CreateTags', own, ctx(own, [keys.affinity, keys.uses, keys.warmStandby]), true],
+    ['its use count and standby mark, in one request', 'ec2:CreateTags', own, ctx(own, [keys.uses, keys.warmStandby]), true],
+    ['its own affinity (only scale-up writes it: R1)', 'ec2:CreateTags', own, ctx(own, [keys.affinity]), false],
+    ['its affinity beside its use count and standby mark', 'ec2:CreateTags', own, ctx(own, [keys.affinity, keys.uses, keys.warmStandby]), false],
     ['removing its activation tags and its parking mark, in one request', 'ec2:DeleteTags', own, ctx(own, activation()), true],
     ["another instance's affinity", 'ec2:CreateTags', other, ctx(other, [keys.affinity]), false],
     ["removing another instance's activation", 'ec2:DeleteTags', other, ctx(other, [keys.activatedAt]), false],
@@ -65,7 +67,7 @@ describe('instance role: parking after a job (contract reuse.ts, step 4)', () =>
   it('is not granted at all in a fleet without a reusable pool', () => {
     const { stack } = synth([plain]);
     const s = rolePolicyStatements(Template.fromStack(stack), 'RunnersFleetRole', PSEUDO);
-    expect(isAllowed(s, { action: 'ec2:CreateTags', resource: own, context: ctx(own, [keys.affinity], 'plain') })).toBe(false);
+    expect(isAllowed(s, { action: 'ec2:CreateTags', resource: own, context: ctx(own, [keys.uses], 'plain') })).toBe(false);
     expect(s.some((st) => [st.Action].flat().includes('ec2:DeleteTags'))).toBe(false);
   });
 });

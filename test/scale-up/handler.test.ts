@@ -1,4 +1,4 @@
-import { EC2Client } from '@aws-sdk/client-ec2';
+import { CreateTagsCommand, DeleteTagsCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
@@ -1508,6 +1508,7 @@ describe('scale-up: reuse (contract reuse.ts)', () => {
     expect((await handler()(jobEvent(jobs(1)))).batchItemFailures).toEqual([]);
     expect(warmStarted().map((i) => i.id)).toEqual([fresh]);
     expect(configOf(fresh!)).not.toHaveProperty('reuse');
+    expect(aws.instances.get(fresh!)!.tags.has(KEYS.affinity)).toBe(false);
     expect(ci.scoped.size).toBe(0);
     expect(aws.instances.get(leftover)!.state).toBe('stopped');
     expect(lines.metric('ReuseHits') + lines.metric('ReuseMisses')).toBe(0);
@@ -1529,6 +1530,39 @@ describe('scale-up: reuse (contract reuse.ts)', () => {
     expect(configOf(byJob.get('gitlab:2')!)).not.toHaveProperty('reuse');
     expect([...gitlab.runners.values()].filter((r) => gitlab.scoped.has(r.runnerId)).map((r) => r.jobId)).toEqual(['gitlab:1']);
     expect(lines.logs(/has no affinity/)).toHaveLength(1);
+  });
+
+  // Only scale-up writes the affinity (the instance role cannot: R1): with the activation
+  // tags, in their one CreateTags, and with a cold launch's tags.
+  it('writes the job\'s affinity with the activation tags of a fresh instance and a hit, and with a cold launch\'s tags', async () => {
+    const [fresh] = park(1);
+    const mine = parkWith(A, '2');
+    expect((await handler({}, reusable())(jobEvent(jobs(3)))).batchItemFailures).toEqual([]);
+    expect(warmStarted().map((i) => i.id).sort()).toEqual([fresh!, mine].sort());
+    expect(coldLaunched()).toHaveLength(1);
+    for (const i of running()) expect(i.tags.get(KEYS.affinity)).toBe(A);
+    const activations = aws.ec2.commandCalls(CreateTagsCommand).map((c) => c.args[0].input.Tags!).filter((t) => t.some((x) => x.Key === KEYS.activatedAt));
+    expect(activations).toHaveLength(2);
+    for (const tags of activations) expect(tags).toContainEqual({ Key: KEYS.affinity, Value: A });
+  });
+
+  it.each([
+    ['a fresh instance keeps the affinity its activation wrote: it can serve that affinity alone', undefined],
+    ['a hit keeps its affinity and use count', '3'],
+  ])('a rolled-back activation never removes the affinity: %s', async (_, uses) => {
+    const id = uses === undefined ? park(1)[0]! : parkWith(A, uses);
+    aws.fault('StartInstances', awsError('InsufficientInstanceCapacity'));
+    expect((await handler({}, reusable())(jobEvent([job(1)]))).batchItemFailures).toEqual([]);
+    expect(lines.metric('Fallbacks', { Reason: 'start-failed' })).toBe(1);
+    const inst = aws.instances.get(id)!;
+    expect(inst.state).toBe('stopped');
+    for (const k of [KEYS.activatedAt, KEYS.traceId, KEYS.jobId, KEYS.runnerId]) expect(inst.tags.has(k), k).toBe(false);
+    expect(inst.tags.get(KEYS.affinity)).toBe(A);
+    expect(inst.tags.get(KEYS.uses)).toBe(uses);
+    expect(aws.parameters.has(paths.runnerConfig(id))).toBe(false);
+    const deleted = aws.ec2.commandCalls(DeleteTagsCommand).flatMap((c) => c.args[0].input.Tags!.map((t) => t.Key));
+    expect(deleted.length).toBeGreaterThan(0);
+    expect(deleted).not.toContain(KEYS.affinity);
   });
 
   it('a claim verified late finds the instance parked meanwhile with another affinity: lost, rolled back, never started', async () => {

@@ -12,8 +12,9 @@ import { scaled } from '../support/slowdown';
 
 /**
  * Scale-up's side of reuse against moto: a reusable pool's job claims the parked instance
- * that carries its affinity (as the instance tags itself when it parks: affinity and uses)
- * over a fresh standby, and never one of another affinity.
+ * that carries its affinity (written by scale-up's activation or cold launch: the instance role
+ * cannot; the instance writes its use count when it parks) over a fresh standby, and never one
+ * of another affinity.
  */
 const paths = ssmPaths(PREFIX);
 let config: FleetConfig;
@@ -43,7 +44,7 @@ describe('scale-up reuse against moto', () => {
   it('claims the parked instance of the job\'s affinity over a fresh one, with its use count in the config; another affinity\'s stays parked', async () => {
     const [fresh, mine, foreign] = await parkInMoto(c, config, 3);
     const a = affinityOf(job(1));
-    // The tags the instance writes itself when it parks after a job (boot side, step 4).
+    // The tags a served instance parks with: the affinity its activation wrote, the uses it wrote at park.
     await c.ec2.send(new CreateTagsCommand({ Resources: [mine!], Tags: [{ Key: KEYS.affinity, Value: a }, { Key: KEYS.uses, Value: '2' }] }));
     await c.ec2.send(new CreateTagsCommand({ Resources: [foreign!], Tags: [{ Key: KEYS.affinity, Value: 'github:acme/other' }, { Key: KEYS.uses, Value: '1' }] }));
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
@@ -66,6 +67,8 @@ describe('scale-up reuse against moto', () => {
     expect(after.get(foreign!)!.State?.Name).toBe('stopped');
     const second = await c.ssm.send(new GetParameterCommand({ Name: paths.runnerConfig(fresh!), WithDecryption: true }));
     expect(decodeRunnerConfig(second.Parameter!.Value!)).toMatchObject({ reuse: { affinity: a, uses: 0 } });
+    // Its activation wrote the affinity it now serves under (the instance parks only under it).
+    expect(after.get(fresh!)!.Tags).toContainEqual({ Key: KEYS.affinity, Value: a });
     expect(lines.metric('ReuseMisses', { Pool: 'linux' })).toBe(1);
   });
 });

@@ -5,7 +5,10 @@
  * boots exactly what the pool and scale-up create, never a hand-written fixture.
  *
  *   node --import tsx test/templates/launch-tags.ts --prefix P --path cold|standby|activated \
- *     [--pool NAME] [--job-id ID] [--trace-id ID] [--runner-id ID] [--seconds-ago S]
+ *     [--pool NAME] [--job-id ID] [--trace-id ID] [--runner-id ID] [--seconds-ago S] [--affinity A]
+ *
+ * `--affinity`: a reusable pool's job, whose affinity scale-up writes with the launch or the
+ * activation (the instance role cannot write it).
  */
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
@@ -20,6 +23,7 @@ const { values } = parseArgs({
     'trace-id': { type: 'string', default: 'trace-launch-tags' },
     'runner-id': { type: 'string', default: '77' },
     'seconds-ago': { type: 'string', default: '5' },
+    affinity: { type: 'string' },
   },
   strict: true,
 });
@@ -34,11 +38,11 @@ const token = randomUUID();
 const at = new Date(Date.now() - Number(values['seconds-ago']) * 1000);
 const tags: Record<string, () => InstanceTag[]> = {
   /** scale-up's CreateFleet (lambdas/scale-up/cold.ts). */
-  cold: () => coldLaunchTags(keys, values.pool, job, at, token),
+  cold: () => coldLaunchTags(keys, values.pool, job, at, token, values.affinity),
   /** The pool's RunInstances (lambdas/pool/handler.ts). */
   standby: () => standbyLaunchTags(keys, values.pool, token),
   /** A standby after scale-up's activation CreateTags (lambdas/scale-up/claim.ts). */
-  activated: () => [...standbyLaunchTags(keys, values.pool, token), ...activationTags(keys, job, values['runner-id'], at)],
+  activated: () => [...standbyLaunchTags(keys, values.pool, token), ...activationTags(keys, job, values['runner-id'], at, values.affinity)],
 };
 const make = tags[values.path];
 if (!make) {

@@ -45,11 +45,12 @@ primed_standby() {
   rm -f "$ROOT/calls/shutdown"
 }
 
-# activate N: what scale-up's claim does: the activation tags of job N (the exact tags of
+# activate N [AFFINITY]: what scale-up's claim does: the activation tags of job N with the
+# affinity it writes with them (AFF by default, none when empty; the exact tags of
 # launch-tags.ts) in moto and so in IMDS; ACT is their activated-at.
 activate() {
-  local json
-  json=$(launch_tags activated --seconds-ago 1 --job-id "github:1:$1" --trace-id "trace-reuse-$1")
+  local json aff=${2-$AFF}
+  json=$(launch_tags activated --seconds-ago 1 --job-id "github:1:$1" --trace-id "trace-reuse-$1" ${aff:+--affinity "$aff"})
   moto_aws ec2 create-tags --resources "$INSTANCE_ID" --tags "$(node -e 'console.log(JSON.stringify(Object.entries(JSON.parse(process.argv[1])).map(([Key,Value])=>({Key,Value}))))' "$json")"
   sync_imds_tags
   ACT=$(node -e "console.log(JSON.parse(process.argv[1])['$TAG_ACTIVATED'])" "$json")
@@ -224,7 +225,7 @@ echo searched"
 @test "reuse: refused for a config of another affinity" {
   primed_standby
   parked_state 1
-  activate 2
+  activate 2 github:other/app
   mkdir -p "$REUSE_CACHE" "$REUSE_HOME_CACHE"
   reuse_config github:other/app 1
   boot_hook
@@ -330,8 +331,30 @@ echo searched"
   [ ! -e "$ROOT/calls/shutdown" ]
 }
 
+# The affinity tag is scale-up's alone: a job that could not retag its instance (the role
+# denies it) still must not get it parked under an affinity other than its config's.
+@test "reuse: an affinity tag absent or not the config's at park terminates instead of parking" {
+  local aff
+  for aff in '' github:other/app; do
+    primed_standby
+    activate 1 "$aff"
+    reuse_config "$AFF" 0
+    boot_hook
+    [ "$status" -eq 0 ]
+    if [[ -z $aff ]]; then
+      grep -qF "error: this instance has no $TAG_AFFINITY tag: not parking" "$ROOT/out"
+    else
+      grep -qF "error: this instance's $TAG_AFFINITY tag is $aff, not $AFF: not parking" "$ROOT/out"
+    fi
+    [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+    [ ! -e "$ROOT/calls/shutdown" ]
+    [ ! -e "$STATE_DIR/reuse" ]
+    moto_tags | refute grep -q "^$TAG_USES="
+  done
+}
+
 @test "reuse: a cold launch of a reusable pool installs the hook when it parks" {
-  new_instance "$(launch_tags cold)"
+  new_instance "$(launch_tags cold --affinity "$AFF")"
   sync_imds_tags
   ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
   reuse_config "$AFF" 0

@@ -34,9 +34,11 @@ export function standbyLaunchTags(keys: TagKeys, pool: string, launchToken: stri
 /**
  * A cold launch, as scale-up launches it (CreateFleet). It carries the activation time too,
  * which makes it "activated" for the sweeps and the latency line, but never the warm-standby
- * tag: the boot script must not take it for a standby.
+ * tag: the boot script must not take it for a standby. A reusable pool's launch carries the
+ * job's affinity: only the control plane writes it (the instance role cannot), and the
+ * instance parks only under the affinity its tag names.
  */
-export function coldLaunchTags(keys: TagKeys, pool: string, job: JobTagValues, launchedAt: Date, launchToken: string): InstanceTag[] {
+export function coldLaunchTags(keys: TagKeys, pool: string, job: JobTagValues, launchedAt: Date, launchToken: string, affinity?: string): InstanceTag[] {
   return [
     { Key: keys.pool, Value: pool },
     { Key: keys.createdBy, Value: CREATED_BY.scaleUp },
@@ -44,15 +46,31 @@ export function coldLaunchTags(keys: TagKeys, pool: string, job: JobTagValues, l
     { Key: keys.traceId, Value: job.traceId },
     { Key: keys.activatedAt, Value: launchedAt.toISOString() },
     { Key: keys.launchToken, Value: launchToken },
+    ...affinityTag(keys, affinity),
   ];
 }
 
-/** What scale-up adds to a parked standby it activates (one CreateTags per instance). */
-export function activationTags(keys: TagKeys, job: JobTagValues, runnerId: string, activatedAt: Date): InstanceTag[] {
+/**
+ * What scale-up adds to a parked standby it activates (one CreateTags per instance), with
+ * the job's affinity for a reusable pool (see `coldLaunchTags`). A rollback removes only
+ * `activationKeys`: the affinity stays, so a fresh standby whose activation is rolled back
+ * can serve that affinity alone (never another's jobs with its data).
+ */
+export function activationTags(keys: TagKeys, job: JobTagValues, runnerId: string, activatedAt: Date, affinity?: string): InstanceTag[] {
   return [
     { Key: keys.activatedAt, Value: activatedAt.toISOString() },
     { Key: keys.traceId, Value: job.traceId },
     { Key: keys.jobId, Value: job.jobId },
     { Key: keys.runnerId, Value: runnerId },
+    ...affinityTag(keys, affinity),
   ];
+}
+
+/** The activation's own keys: what a rollback of an activation may remove (never the affinity). */
+export function activationKeys(keys: TagKeys): string[] {
+  return [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId];
+}
+
+function affinityTag(keys: TagKeys, affinity: string | undefined): InstanceTag[] {
+  return affinity === undefined ? [] : [{ Key: keys.affinity, Value: affinity }];
 }
