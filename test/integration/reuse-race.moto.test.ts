@@ -32,7 +32,7 @@ import { scaled } from '../support/slowdown';
  * its target (the real handler and eviction lock), two overlapping sweeps idle-stop (the real
  * scale-down handler), and instances park themselves after their job or their deregistration
  * (the boot script's calls, in its order: CreateTags parking; CreateTags uses, warm-standby;
- * DeleteTags of the activation tags and parking; StopInstances). The affinity is scale-up's
+ * DeleteTags of the activation tags, the parking tag staying; StopInstances). The affinity is scale-up's
  * alone (it writes it with the activation): the simulated boot parks only when the instance's
  * affinity tag is its config's, as the boot script does. Jobs come from a few repositories
  * (affinities). A seed per
@@ -280,7 +280,7 @@ async function park(it: Iteration, id: string, ec2: EC2Client): Promise<void> {
     it.state.set(id, { affinity, uses });
     const parked = [{ Key: KEYS.uses, Value: String(uses) }, { Key: KEYS.warmStandby, Value: standbyTags()[KEYS.warmStandby]! }];
     await tries(() => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: parked })));
-    const activation = [KEYS.activatedAt, KEYS.traceId, KEYS.jobId, KEYS.runnerId, KEYS.jobStarted, KEYS.idleSince, KEYS.parking];
+    const activation = [KEYS.activatedAt, KEYS.traceId, KEYS.jobId, KEYS.runnerId, KEYS.jobStarted, KEYS.idleSince];
     await tries(() => ec2.send(new DeleteTagsCommand({ Resources: [id], Tags: activation.map((Key) => ({ Key })) })));
     await pause(it, 20);
     await tries(() => ec2.send(new StopInstancesCommand({ InstanceIds: [id] })));
