@@ -23,7 +23,7 @@ export interface GitLabReconcileOptions {
   readonly resendLimit: number;
   /** Attempts of one delivery (the first included) after which it is left to the pending-jobs scan. */
   readonly maxDeliveryAttempts: number;
-  /** Pages of 100 hook events read per run at most (newest first). */
+  /** Pages of `GITLAB_HOOK_EVENTS_PER_PAGE` hook events read per run at most (newest first). */
   readonly hookEventPages: number;
   /** Projects whose pending jobs are listed per run at most; consecutive runs take consecutive windows. */
   readonly projectsPerRun: number;
@@ -38,10 +38,18 @@ export interface GitLabReconcileOptions {
 /** GitLab's own cap on hook event resends: 5 a minute per hook and user; a run is at least a minute apart. */
 export const GITLAB_RESENDS_PER_MINUTE = 5;
 
+/**
+ * The hook event list's page size: GitLab allows `per_page` 1..20 there (lib/api/hooks/events.rb,
+ * `values: 1..20`, for project and group hooks) and answers a larger one 400, where its other
+ * lists allow 100.
+ */
+export const GITLAB_HOOK_EVENTS_PER_PAGE = 20;
+
 export const GITLAB_RECONCILE_DEFAULTS: GitLabReconcileOptions = {
   resendLimit: GITLAB_RESENDS_PER_MINUTE,
   maxDeliveryAttempts: 3,
-  hookEventPages: 3,
+  // The 300 newest events, as GitHub's 3 pages of 100 deliveries.
+  hookEventPages: 15,
   projectsPerRun: 50,
   jobPagesPerProject: 2,
   minQueuedSeconds: 120,
@@ -112,7 +120,7 @@ async function resendFailed(deps: GitLabReconcileDeps, spend: Spend, state: { er
   await reportHookState(deps, spend, hook);
   const listed: ListedHookEvent[] = [];
   for (let page = 1; page <= deps.options.hookEventPages; page++) {
-    const answer = await spend('list hook events', 'GET', `${hook}/events?per_page=100&page=${page}`);
+    const answer = await spend('list hook events', 'GET', `${hook}/events?per_page=${GITLAB_HOOK_EVENTS_PER_PAGE}&page=${page}`);
     listed.push(...parseHookEvents(answer.data));
     if (!answer.header('x-next-page')) break;
   }

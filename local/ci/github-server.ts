@@ -1,6 +1,7 @@
 import { createPublicKey, generateKeyPairSync, randomUUID, verify, type KeyObject } from 'node:crypto';
 import { githubJobFor, type GitHubRunnerScope } from './assign';
-import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { checkGitHubQuery } from './github-bounds';
+import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 import { githubWorkflowJobInProgress } from '../deliveries';
 import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
@@ -380,6 +381,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   function appRoute(req: HttpRequest): HttpAnswer {
     const refused = appJwtError(req);
     if (refused) return { status: 401, body: { message: refused, documentation_url: 'https://docs.github.com/rest' } };
+    const checked = checkGitHubQuery(req.method, req.path, req.query);
+    if ('refusal' in checked) return checked.refusal;
     const inst = routes.installation.exec(req.path);
     if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation() };
     if (routes.deliveries.test(req.path) && req.method === 'GET') return listDeliveries(req);
@@ -397,6 +400,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   }
 
   function apiRoute(req: HttpRequest): HttpAnswer {
+    const checked = checkGitHubQuery(req.method, req.path, req.query);
+    if ('refusal' in checked) return checked.refusal;
     let m: RegExpExecArray | null;
     if ((m = routes.jitconfig.exec(req.path)) && req.method === 'POST') {
       const scope = scopeOf(m);
@@ -406,7 +411,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       const scope = scopeOf(m);
       if (scope === undefined) return notFound;
       const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
-      const { page, perPage } = pageParams(req.query, 30);
+      const { page, perPage } = pageOf(req);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
       const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
       return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
@@ -426,7 +431,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if (routes.repositories.test(req.path) && req.method === 'GET') {
       const all = installationRepositories();
-      const { page, perPage } = pageParams(req.query, 30);
+      const { page, perPage } = pageOf(req);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
       const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
       return { status: 200, headers, body: { total_count: all.length, repository_selection: 'all', repositories: all.slice((page - 1) * perPage, page * perPage).map(repositoryJson) } };
@@ -439,14 +444,14 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
         .map((id) => ({ id, status: runStatus(id) }))
         .filter((r) => status === null || r.status === status)
         .sort((a, b) => b.id - a.id);
-      const { page, perPage } = pageParams(req.query, 30);
+      const { page, perPage } = pageOf(req);
       return { status: 200, body: { total_count: runs.length, workflow_runs: runs.slice((page - 1) * perPage, page * perPage).map((r) => runJson(full, r.id, r.status)) } };
     }
     if ((m = routes.runJobs.exec(req.path)) && req.method === 'GET') {
       const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
       const inRun = [...jobs.values()].filter((j) => j.runId === Number(m!.groups?.id) && j.repository.toLowerCase() === full).sort((a, b) => a.id - b.id);
       if (inRun.length === 0) return notFound;
-      const { page, perPage } = pageParams(req.query, 30);
+      const { page, perPage } = pageOf(req);
       return { status: 200, body: { total_count: inRun.length, jobs: inRun.slice((page - 1) * perPage, page * perPage).map(jobJson) } };
     }
     if ((m = routes.job.exec(req.path)) && req.method === 'GET') {
@@ -455,6 +460,12 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       return { status: 200, body: jobJson(job) };
     }
     return notFound;
+  }
+
+  /** The page and its size as GitHub reads the request (github-bounds.ts: above 100 is 100). */
+  function pageOf(req: HttpRequest): { page: number; perPage: number } {
+    const window = checkGitHubQuery(req.method, req.path, req.query);
+    return 'refusal' in window ? { page: 1, perPage: 30 } : window;
   }
 
   /** The installation's repositories (all of the organisation's: repository_selection "all"), lower case. */
@@ -498,7 +509,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   /** GitHub's delivery list: newest first, cursor paging (`cursor`, a `link` rel="next"). */
   function listDeliveries(req: HttpRequest): HttpAnswer {
-    const { perPage } = pageParams(req.query, 30);
+    const { perPage } = pageOf(req);
     const cursor = req.query.get('cursor');
     const after = cursor === null ? Infinity : Number(/^v1_(\d+)$/.exec(cursor)?.[1] ?? NaN);
     if (Number.isNaN(after)) return { status: 422, body: { message: 'Invalid cursor' } };

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { gitlabJobPending, gitlabJobRunning } from '../deliveries';
 import { gitlabJobFor } from './assign';
-import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, pageParams, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
+import { checkGitLabQuery, GITLAB_RUNNER_TYPES } from './gitlab-bounds';
+import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
@@ -145,9 +146,7 @@ export interface LoopbackGitLabOptions extends LoopbackServerOptions {
 /** GitLab allows 5 resends a minute per hook and user (doc/api/project_webhooks.md). */
 const RESENDS_PER_MINUTE = 5;
 
-const RUNNER_TYPES = new Set(['instance_type', 'group_type', 'project_type']);
-/** `Ci::HasStatus::AVAILABLE_STATUSES`: what `status` may name in a jobs list. */
-const JOB_STATUSES = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'success', 'failed', 'canceling', 'canceled', 'skipped', 'manual', 'scheduled']);
+const RUNNER_TYPES = new Set<string>(GITLAB_RUNNER_TYPES);
 /** GitLab shows a runner online while it contacted the server within the last 2 hours. */
 const ONLINE_WINDOW_MS = 2 * 60 * 60_000;
 const JOB_TIMEOUT_S = 3600;
@@ -252,6 +251,9 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     if (!apiAuthorized(req)) return unauthorized;
     basics.log({ method: req.method, path });
     rateRemaining = Math.max(0, rateRemaining - 1);
+    // Grape validates the parameters after authentication, before the endpoint runs.
+    const checked = checkGitLabQuery(req.method, path, req.query);
+    if ('refusal' in checked) return withRateLimit(checked.refusal);
     const answer = restApi(req, path);
     return answer instanceof Promise ? answer.then(withRateLimit) : withRateLimit(answer);
   }
@@ -288,7 +290,6 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       const owned = path === '/runners';
       if (m[2] !== undefined && Number(m[2]) !== opts.groupId) return notFound('Group');
       const type = req.query.get('type');
-      if (type !== null && !RUNNER_TYPES.has(type)) return { status: 400, body: { error: 'type does not have a valid value' } };
       // What each list shows (api/runners.md): the user's own (group and project runners of the
       // groups and projects it maintains: the token's user maintains all of them here); every
       // runner; the group's and instance runners; the project's, its group's and instance runners.
@@ -356,12 +357,12 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   /**
    * `GET /runners/:id/jobs` (api/runners.md#list-jobs-processed-by-a-runner): the jobs the runner
    * is processing or processed, newest first. The page names `status` running, success, failed or
-   * canceled; lib/api/ci/runners.rb accepts any job status (`Ci::Build::AVAILABLE_STATUSES`), 400 else.
+   * canceled; lib/api/ci/runners.rb accepts any job status (`Ci::Build::AVAILABLE_STATUSES`), 400 else
+   * (gitlab-bounds.ts, checked before routing).
    */
   function runnerJobs(req: HttpRequest, id: number): HttpAnswer {
     if (!runners.has(id)) return notFound('Runner');
     const wanted = req.query.get('status');
-    if (wanted !== null && !JOB_STATUSES.has(wanted)) return { status: 400, body: { error: 'status does not have a valid value' } };
     const all = [...jobs.values()].filter((j) => j.runnerId === id && (wanted === null || j.status === wanted)).sort((a, b) => b.id - a.id);
     return paged(req, all.map(jobJson));
   }
@@ -370,9 +371,13 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     return `group-${opts.groupId}/project-${projectId}`;
   }
 
-  /** A page of a list with GitLab's offset paging headers (doc/api/rest/_index.md, "Pagination"). */
+  /**
+   * A page of a list with GitLab's offset paging headers (doc/api/rest/_index.md, "Pagination"),
+   * the page and its size as GitLab reads the request (gitlab-bounds.ts: above 100 is 100).
+   */
   function paged(req: HttpRequest, all: readonly unknown[]): HttpAnswer {
-    const { page, perPage } = pageParams(req.query, 20);
+    const window = checkGitLabQuery(req.method, req.path.slice('/api/v4'.length), req.query);
+    const { page, perPage } = 'refusal' in window ? { page: 1, perPage: 20 } : window;
     const totalPages = Math.max(1, Math.ceil(all.length / perPage));
     return {
       status: 200,

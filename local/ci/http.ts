@@ -131,13 +131,6 @@ export function randomToken(prefix: string, bytes = 24): string {
   return prefix + randomBytes(bytes).toString('base64url');
 }
 
-/** `page` and `per_page` as both services read them: defaults, and per_page capped at 100. */
-export function pageParams(query: URLSearchParams, defaultPerPage: number): { page: number; perPage: number } {
-  const page = Math.max(1, Number.parseInt(query.get('page') ?? '1', 10) || 1);
-  const perPage = Math.min(100, Math.max(1, Number.parseInt(query.get('per_page') ?? String(defaultPerPage), 10) || defaultPerPage));
-  return { page, perPage };
-}
-
 /**
  * An RFC 8288 `link` header for a paged list, as each service writes it: GitHub names only the
  * pages there are to go to (`prev`, `next`, `last`, `first`: no `first`/`prev` on the first page,

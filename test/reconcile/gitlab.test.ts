@@ -131,6 +131,22 @@ describe('reconcileGitLab against the loopback GitLab', () => {
     expect((await run(gl, c)).result).toMatchObject({ resent: 0, found: 3 });
   });
 
+  it('lists the hook events 20 a page, as GitLab allows (it refuses per_page 21 with a 400), and resends a failed event on the third page', async () => {
+    const resent: string[] = [];
+    gl = await startLoopbackGitLab({ groupId: GROUP, resend: async ({ idempotencyKey }) => (resent.push(idempotencyKey), 200) });
+    // The oldest event failed; 44 delivered ones after it push it to the third page of 20.
+    const failedKey = gl.recordHookEvent(gl.addJob(11, ['linux']).id, 500);
+    for (let i = 0; i < 44; i++) gl.recordHookEvent(gl.addJob(11, ['linux']).id, 200);
+    const c = config(gl);
+    const refused = await fetch(`${gl.url}/api/v4/groups/${GROUP}/hooks/1/events?per_page=21`, { headers: { 'private-token': gl.accessToken } });
+    expect([refused.status, await refused.json()]).toEqual([400, { error: 'per_page does not have a valid value' }]);
+    const probes = gl.requests().length;
+    const { result } = await run(gl, c, { projectsPerRun: 0 });
+    expect(result).toMatchObject({ resent: 1, errors: 0 });
+    expect(resent).toEqual([failedKey]);
+    expect(gl.requests().slice(probes).filter((r) => r.path.endsWith('/hooks/1/events'))).toHaveLength(3);
+  });
+
   it('leaves a job younger than minQueuedSeconds to its Job Hook', async () => {
     gl = await startLoopbackGitLab({ groupId: GROUP });
     gl.addJob(11, ['linux']);
