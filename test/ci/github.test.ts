@@ -6,6 +6,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { createCiProviders } from '../../lambdas/ci';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, runnerName, ssmPaths, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import type { Answer, SeenRequest } from '../support/loopback';
+import { checkGitHubQuery } from '../../local/ci/github-bounds';
 import { providerLoopback } from './provider-loopback';
 import { plantSecret, secretForms } from '../webhook/support';
 
@@ -49,6 +50,9 @@ function github(req: SeenRequest): Answer | 'hang' {
     return { status: 404, body: { message: 'Not Found' } };
   }
   if (!issuedTokens.includes(auth.replace(/^token /, ''))) return { status: 401, body: { message: 'Bad credentials' } };
+  // GitHub's documented query bounds, as the sandbox's loopback GitHub checks them.
+  const window = checkGitHubQuery(req.method, url.pathname, url.searchParams);
+  if ('refusal' in window) return window.refusal;
   const jit = /^\/(?:orgs\/([^/]+)|repos\/([^/]+)\/([^/]+))\/actions\/runners\/generate-jitconfig$/.exec(url.pathname);
   if (jit && req.method === 'POST') {
     const body = JSON.parse(req.body) as { name?: string; runner_group_id?: number; labels?: string[] };
@@ -61,8 +65,7 @@ function github(req: SeenRequest): Answer | 'hang' {
     return { status: 201, body: { runner: { ...runner, os: 'unknown', labels: body.labels.map((name, id) => ({ id, name, type: 'custom' })) }, encoded_jit_config: encoded } };
   }
   if (/^\/(?:orgs\/[^/]+|repos\/[^/]+\/[^/]+)\/actions\/runners$/.test(url.pathname) && req.method === 'GET') {
-    const per = Number(url.searchParams.get('per_page') ?? 30);
-    const page = Number(url.searchParams.get('page') ?? 1);
+    const { perPage: per, page } = window;
     return { status: 200, body: { total_count: runners.length, runners: runners.slice((page - 1) * per, page * per).map((r) => ({ ...r, os: 'linux', labels: [] })) } };
   }
   const del = /\/actions\/runners\/(\d+)$/.exec(url.pathname);

@@ -6,6 +6,7 @@ import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../.
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, GitLabRunnerType, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import type { Answer, SeenRequest } from '../support/loopback';
+import { checkGitLabQuery } from '../../local/ci/gitlab-bounds';
 import { providerLoopback } from './provider-loopback';
 import { plantSecret, secretForms } from '../webhook/support';
 
@@ -22,6 +23,9 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
   if (req.headers['private-token'] !== apiToken) return { status: 401, body: { message: '401 Unauthorized' } };
   const url = new URL(req.path, 'http://x');
   const path = url.pathname.replace(/^\/gitlab\/api\/v4/, '');
+  // GitLab's documented query bounds, as the sandbox's loopback GitLab checks them.
+  const window = checkGitLabQuery(req.method, path, url.searchParams);
+  if ('refusal' in window) return window.refusal;
   if (path === '/user/runners' && req.method === 'POST') {
     const body = JSON.parse(req.body) as Record<string, unknown>;
     if (!['instance_type', 'group_type', 'project_type'].includes(body.runner_type as string)) return { status: 400, body: { error: 'runner_type does not have a valid value' } };
@@ -40,8 +44,7 @@ function gitlab(req: SeenRequest): Answer | 'hang' {
     return { status: 204 };
   }
   if (/^\/(runners\/all|groups\/\d+\/runners|projects\/\d+\/runners)$/.test(path) && req.method === 'GET') {
-    const per = Number(url.searchParams.get('per_page') ?? 20);
-    const page = Number(url.searchParams.get('page') ?? 1);
+    const { perPage: per, page } = window;
     const slice = runners.slice((page - 1) * per, page * per);
     const next = page * per < runners.length ? String(page + 1) : '';
     return { status: 200, headers: { 'x-next-page': next, 'x-page': String(page) }, body: slice.map((r) => ({ ...r, name: null, active: true, paused: false, is_shared: r.runner_type === 'instance_type', online: r.status === 'online', ip_address: null })) };

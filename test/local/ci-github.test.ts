@@ -387,6 +387,30 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
   });
 });
 
+describe("GitHub's documented query bounds (local/ci/github-bounds.ts)", () => {
+  it('per_page above 100 is served as 100, not refused (as GitHub documents); a value outside an enum is a 422', async () => {
+    const repositories = Array.from({ length: 101 }, (_, i) => `${ORG}/repo-${i}`);
+    const big = await startLoopbackGitHub({ organization: ORG, repositories });
+    try {
+      const p = new GitHubProvider({ prefix: PREFIX, pools: config.pools, github: { ...config.github!, apiUrl: big.url }, privateKey: async () => big.privateKeyPem, sleep: async () => undefined });
+      const repos = await p.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 101 });
+      expect((repos.data as { repositories: unknown[] }).repositories).toHaveLength(100);
+      for (let i = 0; i < 101; i++) big.recordDelivery(big.addJob(`${ORG}/app`, ['self-hosted', 'linux']).id, 500);
+      const deliveries = await p.appRequest('list deliveries', 'GET /app/hook/deliveries', { per_page: 101 }, true);
+      expect(deliveries.data).toHaveLength(100);
+      expect(deliveries.headers.link).toContain('rel="next"');
+      const refused = [
+        () => p.appRequest('list deliveries', 'GET /app/hook/deliveries', { status: 'failed' }, true),
+        () => p.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner: ORG, repo: 'app', status: 'running' }, `${ORG}/app`),
+        () => p.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner: ORG, repo: 'app', run_id: 1, filter: 'newest' }, `${ORG}/app`),
+      ];
+      for (const r of refused) expect((await rejection(r())).status).toBe(422);
+    } finally {
+      await big.close();
+    }
+  });
+});
+
 describe('a fake runner killed mid-job', () => {
   it('leaves no process behind on SIGTERM; GitHub then counts the runner lost: its job fails, it goes offline, not busy, and can be deleted', async () => {
     let clock = Date.now();

@@ -370,6 +370,38 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
   });
 });
 
+describe("GitLab's documented query bounds (local/ci/gitlab-bounds.ts)", () => {
+  const get = async (path: string, token = gl.accessToken) => {
+    const res = await fetch(`${gl.url}/api/v4${path}`, { headers: { 'private-token': token } });
+    return { status: res.status, body: (await res.json()) as unknown, perPage: res.headers.get('x-per-page') };
+  };
+  const refusal = (error: string) => ({ status: 400, body: { error }, perPage: null });
+
+  it('hook events: per_page 1..20 on project and group hooks (lib/api/hooks/events.rb); 21, 100 and 0 are a 400', async () => {
+    for (const hooks of [`/groups/${GROUP}/hooks/1`, `/projects/${PROJECT}/hooks/1`]) {
+      for (const perPage of [21, 100, 0, -1]) expect(await get(`${hooks}/events?per_page=${perPage}`)).toEqual(refusal('per_page does not have a valid value'));
+      expect(await get(`${hooks}/events?status=999`)).toEqual(refusal('status does not have a valid value'));
+    }
+    // Within the bounds: served (the project hook is not the fleet's: 404 after validation, as Grape checks first).
+    expect(await get(`/groups/${GROUP}/hooks/1/events?per_page=20&page=2&status=server_failure,200`)).toMatchObject({ status: 200, perPage: '20' });
+    expect((await get(`/projects/${PROJECT}/hooks/1/events?per_page=20`)).status).toBe(404);
+    // Authentication comes first.
+    expect((await get(`/groups/${GROUP}/hooks/1/events?per_page=21`, 'glpat-wrong')).status).toBe(401);
+  });
+
+  it('other lists: per_page above 100 is served as 100, not refused (Kaminari max_per_page); 0, a non-integer page and values outside an enum are a 400', async () => {
+    for (let i = 0; i < 101; i++) gl.addJob(PROJECT, ['docker']);
+    const clamped = await get(`/projects/${PROJECT}/jobs?scope[]=pending&per_page=101`);
+    expect([clamped.status, clamped.perPage, (clamped.body as unknown[]).length]).toEqual([200, '100', 100]);
+    expect(await get(`/projects/${PROJECT}/jobs?scope[]=pending&per_page=0`)).toEqual(refusal('per_page has a value not allowed'));
+    expect(await get(`/projects/${PROJECT}/jobs?page=first`)).toEqual(refusal('page is invalid'));
+    expect(await get(`/projects/${PROJECT}/jobs?scope[]=pending&scope[]=queued`)).toEqual(refusal('scope does not have a valid value'));
+    expect(await get(`/groups/${GROUP}/runners?type=group`)).toEqual(refusal('type does not have a valid value'));
+    expect(await get(`/runners/1/jobs?status=busy`)).toEqual(refusal('status does not have a valid value'));
+    expect(await get(`/groups/${GROUP}/projects?include_subgroups=maybe`)).toEqual(refusal('include_subgroups is invalid'));
+  });
+});
+
 /** A fake gitlab-runner at work on a 60 s job of a GitLab of its own (in `modes`): past every request of the job's start. */
 interface RunnerAtWork {
   readonly gitlab: LoopbackGitLab;
