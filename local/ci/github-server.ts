@@ -10,7 +10,9 @@ import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoopbackS
  * (lambdas/ci/github.ts through @octokit), with GitHub's authentication (an App JWT signed
  * RS256 with the App's key for the App routes, installation tokens for the rest), and a
  * runner side under `/_local/github/` that the fake `local/runner/run.sh` speaks in place of
- * the Actions service protocol.
+ * the Actions service protocol. Every authenticated list request's query is checked against
+ * GitHub's published bounds (github-bounds.ts): an enum value outside its list is a 422, a
+ * `per_page` above 100 is served as 100, as GitHub does.
  *
  * Behaviour as GitHub's: a just-in-time runner is registered (offline) when its config is
  * generated; once connected it takes the OLDEST queued job whose labels it all has (so a job

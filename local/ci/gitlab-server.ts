@@ -21,6 +21,11 @@ import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoggedReq
  * group_webhooks.md; 5 resends a minute per hook and user, then 429), pending jobs per project
  * (`GET /projects/:id/jobs?scope[]=pending`, newest first), a group's projects, `x-next-page`
  * and `Link` paging, and gitlab.com's `RateLimit-*` headers on every authenticated answer.
+ *
+ * Every authenticated request's query is checked against GitLab's documented bounds
+ * (gitlab-bounds.ts) before it is routed, as Grape validates after authentication: what GitLab
+ * refuses (a hook event page of more than 20) is refused with its 400, what it corrects (a
+ * `per_page` above 100 elsewhere) is served corrected.
  */
 export interface GitLabJob {
   id: number;

@@ -47,8 +47,9 @@ export interface PageWindow {
 
 /**
  * The request checked against `table`: the refusal the service would answer, or the page it
- * would serve (`page`, `per_page` after the service's corrections; `fallback` when the endpoint
- * has no `per_page` bound or the request names none). An endpoint outside the table is served.
+ * would serve (`page`, `per_page` after the service's corrections: the bound's `fallback` when
+ * the request names none, `defaultPerPage` on an endpoint without a `per_page` bound). An
+ * endpoint outside the table is served.
  */
 export function checkQuery(table: readonly EndpointBounds[], refuse: Refuse, method: string, path: string, query: URLSearchParams, defaultPerPage: number): { refusal: HttpAnswer } | PageWindow {
   const endpoint = table.find((e) => e.method === method.toUpperCase() && matches(e.path, path));
