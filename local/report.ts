@@ -95,6 +95,20 @@ export interface Leftovers {
   readonly registrations: readonly { provider: string; id: string; name: string }[];
 }
 
+/**
+ * Launch tickets (lambdas/shared/launch-tickets.ts): every launch of an unproven or failing
+ * template takes one. A launch that happened keeps its ticket until its expiry (that is the
+ * bound), so live tickets at the end are spent slots, not leftovers.
+ */
+export interface LaunchTicketReport {
+  /** Tickets won (a write DynamoDB answered), per function. */
+  readonly taken: Readonly<Record<'pool' | 'scale-up', number>>;
+  /** Tickets given back (a delete DynamoDB answered: the launch was refused), per function. */
+  readonly released: Readonly<Record<'pool' | 'scale-up', number>>;
+  /** Unexpired tickets in the table at the end. */
+  readonly live: number;
+}
+
 export interface LocalReport {
   readonly jobs: number;
   readonly served: number;
@@ -128,6 +142,8 @@ export interface LocalReport {
   readonly faultProof?: FaultProof;
   /** `--reuse` (local/reuse-run.ts): the hit rate, and what each second-wave job found of the first. */
   readonly reuse?: ReuseProof;
+  /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
+  readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
 }
 
@@ -576,6 +592,12 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.image) {
     const i = report.image;
     lines.push(`image: ${i.kind}${i.kind === 'stock' ? ` (no runner installed): ${i.installs} boot(s) installed the runner, ${i.downloads} download(s) from the loopback release server` : ' (the runner in place)'}`);
+  }
+  if (report.launchTickets) {
+    const t = report.launchTickets;
+    lines.push(
+      `launch tickets: taken pool ${t.taken.pool}, scale-up ${t.taken['scale-up']}; released pool ${t.released.pool}, scale-up ${t.released['scale-up']}; ${t.live} live at the end (spent slots of launches that happened, free at their expiry; not leftovers)`,
+    );
   }
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));

@@ -6,7 +6,7 @@ import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { delaySeconds, encodeStreak, type PrimeStreak } from '../lambdas/pool/backoff';
 import { DEFAULT_FAULT_SEED, planFaults } from './fault-plan';
-import { createJobRecordTable, jobRecordTableName } from './job-record-table';
+import { createJobRecordTable, jobRecordTableName, liveLaunchTickets } from './job-record-table';
 import { buildFaultProof } from './fault-report';
 import { LossyRun } from './lossy-run';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
@@ -244,7 +244,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
-    if (plan) await createJobRecordTable(endpoint, jobRecordTableName(prefix));
+    // Always, as deployed: the pool's and scale-up's launch tickets live there (the records too with the lossy faults).
+    await createJobRecordTable(endpoint, jobRecordTableName(prefix));
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
@@ -269,9 +270,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       sweepGraceSeconds: Math.ceil(SWEEP_GRACE_SECONDS * factor),
       poolEveryMs: POOL_EVERY_MS,
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
+      jobRecordTable: jobRecordTableName(prefix),
       ...(plan
         ? {
-            jobRecords: { table: jobRecordTableName(prefix), retry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) } },
+            jobRetry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) },
             reconcile: {
               everyMs: RECONCILE_EVERY_MS,
               options: {
@@ -564,7 +566,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const faultProof = plan ? buildFaultProof({ plan, jobs, events, world, report: base, prefix }) : undefined;
     if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
     const reuse = o.reuse ? buildReuseProof(reuseJobs, readReuseReports(reuseReports)) : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
+    const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
