@@ -51,6 +51,8 @@ export interface ObservedWorld {
   readonly deadLetters: readonly { traceId: string; jobId: string; reason: string }[];
   /** Warm target per pool. */
   readonly targets: Readonly<Record<string, number>>;
+  /** This run's played runner users still on this host (local/instances/runner-users.ts), listed after the player stopped. */
+  readonly users?: readonly string[];
 }
 
 export interface TimelineEntry {
@@ -93,6 +95,8 @@ export interface Leftovers {
   readonly parameters: readonly string[];
   /** Registrations whose instance is not an activated, unterminated one (or whose name carries no instance). */
   readonly registrations: readonly { provider: string; id: string; name: string }[];
+  /** Runner users the played machines' images or install steps made on this host, not removed. */
+  readonly users: readonly string[];
 }
 
 /**
@@ -116,7 +120,7 @@ export interface LocalReport {
   readonly cold: number;
   readonly unserved: number;
   readonly deadLettered: number;
-  /** The count: instances + parameters + registrations left behind. Zero is the only good number. */
+  /** The count: instances + parameters + registrations + host users left behind. Zero is the only good number. */
   readonly leftovers: number;
   readonly leftoverDetail: Leftovers;
   readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
@@ -364,7 +368,7 @@ export function buildReport(input: {
     cold: reports.filter((r) => r.served === 'cold').length,
     unserved: jobs.length - served,
     deadLettered: reports.filter((r) => r.deadLettered).length,
-    leftovers: leftoverDetail.instances.length + leftoverDetail.parameters.length + leftoverDetail.registrations.length,
+    leftovers: leftoverDetail.instances.length + leftoverDetail.parameters.length + leftoverDetail.registrations.length + leftoverDetail.users.length,
     leftoverDetail,
     ...(latencies.length
       ? { activationLatencySeconds: { min: latencies[0]!, median: latencies[Math.floor((latencies.length - 1) / 2)]!, max: latencies.at(-1)! } }
@@ -427,7 +431,7 @@ export function findLeftovers(config: FleetConfig, keys: TagKeys, world: Observe
     const id = instanceIdOfRunnerName(config.prefix, r.name);
     return id === undefined || !activatedIds.has(id);
   });
-  return { instances, parameters: [...world.parameters], registrations };
+  return { instances, parameters: [...world.parameters], registrations, users: [...(world.users ?? [])] };
 }
 
 /**
@@ -581,10 +585,13 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   }
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
   const d = report.leftoverDetail;
-  lines.push(`leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length})`);
+  lines.push(
+    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length})`,
+  );
   for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
   for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
+  for (const u of d.users) lines.push(`  runner user ${u}`);
   if (report.bootLogs) {
     const b = report.bootLogs;
     lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);

@@ -20,6 +20,7 @@ import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Deliv
 import type { EventSink, LocalEvent } from './events';
 import { localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
+import { canCreateUsers, hostUsers, playedUserPrefix, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
@@ -235,7 +236,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
     }
     const prefix = DEFAULT_PREFIX;
-    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor };
+    // Each played machine's runner user its own (needs root): one machine's cleaning cannot reach another's runner.
+    const ownUsers = canCreateUsers() ? playedUserPrefix() : undefined;
+    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor, ...(ownUsers ? { runnerUser: RUNNER_USER_PLACEHOLDER } : {}) };
     let fleet = await provision(clients, {
       prefix,
       example,
@@ -294,8 +297,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       machine,
       awsCli: awsCliPath(),
       onEvent,
-      ...(image === 'stock' ? { stockRunnerUser: localRunnerUser() } : {}),
-      ...(o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
+      ...(image === 'stock' ? { stockRunnerUser: ownUsers ? RUNNER_USER_PLACEHOLDER : localRunnerUser() } : {}),
+      ...(ownUsers ? { ownRunnerUsers: ownUsers } : o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
     });
     // The reuse run's jobs report here, outside every machine: the runner user writes, no cleaning reaches it.
     const reuseReports = join(sandboxRoot, 'reuse-reports');
@@ -541,8 +544,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     await lambdas.stop();
     await player.stop();
 
-    // 7. The report, from listing moto and the CI servers.
-    const world = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
+    // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
+    const world = {
+      ...(await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config))),
+      ...(ownUsers ? { users: hostUsers(ownUsers) } : {}),
+    };
     const notes: string[] = [];
     if (gaveUp) notes.push(gaveUp);
     else if (o.signal?.aborted) notes.push('interrupted');
