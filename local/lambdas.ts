@@ -18,8 +18,9 @@ import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
 import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
 import { AwsCaller } from '../lambdas/shared/aws-call';
+import { DynamoLaunchTickets } from '../lambdas/shared/launch-tickets';
 import { providersOnce } from '../lambdas/shared/clients';
-import { LAMBDA_ENV, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -95,16 +96,28 @@ export interface LocalLambdasOptions {
   /** The event source mapping's long poll (seconds). */
   readonly pollWaitSeconds?: number;
   /**
-   * The per-job record table (DynamoDB on moto, created as lib/job-records.ts does) and the
-   * retry bound scale-up judges by: with them scale-up admits each job by its record and
-   * retries a job whose runner went elsewhere, as deployed. Without them, as before issue 11.
+   * The per-job record table (DynamoDB on moto, created as lib/job-records.ts does). The pool
+   * and scale-up always take their launch tickets there, as deployed (lambdas/pool/index.ts,
+   * lambdas/scale-up/index.ts): every launch of an unproven or failing template takes one.
    */
-  readonly jobRecords?: { readonly table: string; readonly retry: JobRetryOptions };
+  readonly jobRecordTable: string;
+  /**
+   * The retry bound scale-up judges by: with it scale-up also admits each job by its record
+   * and retries a job whose runner went elsewhere, as deployed. Without it, as before issue 11
+   * (a retry check would keep its message in the queue for the deployed 5 minutes).
+   */
+  readonly jobRetry?: JobRetryOptions;
   /** The reconciler on its schedule (deployed: every 5 minutes); absent: no reconciler runs. */
   readonly reconcile?: { readonly everyMs: number; readonly options: NonNullable<ReconcileDeps['options']> };
 }
 
 export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile';
+/** The functions that take launch tickets. */
+export type TicketFunction = 'pool' | 'scale-up';
+export interface TicketCounts {
+  readonly taken: Record<TicketFunction, number>;
+  readonly released: Record<TicketFunction, number>;
+}
 
 /** Log messages that name a fact the timeline shows. */
 const LOG_FACTS = {
@@ -138,6 +151,8 @@ export class LocalLambdas {
   private nextSkewMs = 0;
   private skewMs = 0;
   readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0, reconcileRuns: 0 };
+  /** Launch tickets whose write or delete DynamoDB answered, per function (an unanswered one is not counted). */
+  readonly tickets: TicketCounts = { taken: { pool: 0, 'scale-up': 0 }, released: { pool: 0, 'scale-up': 0 } };
   /** Distinct queue messages received per qualified job id (a message that reappears keeps its id). */
   private readonly messagesOfJob = new Map<string, Set<string>>();
 
@@ -161,11 +176,14 @@ export class LocalLambdas {
     this.observeClaims(this.scaleUpClients.ssm);
     const scaleUpSsm = this.scaleUpClients.ssm;
     const scaleUpAws = new AwsCaller({ pacer: new Pacer() });
-    const records = options.jobRecords;
+    // One DynamoDB client for the records and the tickets, as scale-up's index.ts builds them.
+    const scaleUpDynamo = this.observeTickets('scale-up', localDynamo(options.endpoint));
+    const retry = options.jobRetry;
     this.scaleUp = createScaleUpHandler({
       ...this.scaleUpClients,
       aws: scaleUpAws,
-      ...(records ? { jobRecords: new DynamoJobRecords(scaleUpAws, localDynamo(options.endpoint), records.table), options: { retry: records.retry } } : {}),
+      ...(retry ? { jobRecords: new DynamoJobRecords(scaleUpAws, scaleUpDynamo, options.jobRecordTable), options: { retry } } : {}),
+      launchTickets: new DynamoLaunchTickets(scaleUpAws, scaleUpDynamo, options.jobRecordTable),
       loadConfig: loadConfig(scaleUpSsm),
       providers: providersOnce((config) => createCiProviders(config, { ssm: scaleUpSsm, metricSink: this.sink('scale-up') })),
       queueUrl: options.queueUrl,
@@ -175,11 +193,13 @@ export class LocalLambdas {
     });
 
     const poolClients = localClients(options.endpoint);
+    const poolAws = new AwsCaller({ pacer: new Pacer() });
     this.pool = createPoolHandler({
       ec2: poolClients.ec2,
       ssm: poolClients.ssm,
-      aws: new AwsCaller({ pacer: new Pacer() }),
+      aws: poolAws,
       loadConfig: loadConfig(poolClients.ssm),
+      launchTickets: new DynamoLaunchTickets(poolAws, this.observeTickets('pool', localDynamo(options.endpoint)), options.jobRecordTable),
       now: () => new Date(Date.now() + this.skewMs),
       sink: this.sink('pool'),
     });
@@ -371,6 +391,27 @@ export class LocalLambdas {
       },
       { step: 'initialize', name: 'local-observe-claims' },
     );
+  }
+
+  /**
+   * Counts the launch tickets a function's DynamoDB client took (UpdateItem) and gave back
+   * (DeleteItem) with an answer: the tickets log nothing when they succeed, so the report reads
+   * their use off the client, as the claims are read off scale-up's SSM client.
+   */
+  private observeTickets(fn: TicketFunction, dynamo: DynamoDBClient): DynamoDBClient {
+    dynamo.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        const key = (args.input as { Key?: Record<string, { S?: string }> }).Key?.[JOB_RECORD_ATTRIBUTES.key]?.S;
+        if (key?.startsWith(LAUNCH_TICKET_KEY_PREFIX)) {
+          if (context.commandName === 'UpdateItemCommand') this.tickets.taken[fn]++;
+          if (context.commandName === 'DeleteItemCommand') this.tickets.released[fn]++;
+        }
+        return out;
+      },
+      { step: 'initialize', name: 'local-observe-tickets' },
+    );
+    return dynamo;
   }
 
   private root: string | undefined;

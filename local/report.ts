@@ -51,6 +51,8 @@ export interface ObservedWorld {
   readonly deadLetters: readonly { traceId: string; jobId: string; reason: string }[];
   /** Warm target per pool. */
   readonly targets: Readonly<Record<string, number>>;
+  /** This run's played runner users still on this host (local/instances/runner-users.ts), listed after the player stopped. */
+  readonly users?: readonly string[];
 }
 
 export interface TimelineEntry {
@@ -93,6 +95,22 @@ export interface Leftovers {
   readonly parameters: readonly string[];
   /** Registrations whose instance is not an activated, unterminated one (or whose name carries no instance). */
   readonly registrations: readonly { provider: string; id: string; name: string }[];
+  /** Runner users the played machines' images or install steps made on this host, not removed. */
+  readonly users: readonly string[];
+}
+
+/**
+ * Launch tickets (lambdas/shared/launch-tickets.ts): every launch of an unproven or failing
+ * template takes one. A launch that happened keeps its ticket until its expiry (that is the
+ * bound), so live tickets at the end are spent slots, not leftovers.
+ */
+export interface LaunchTicketReport {
+  /** Tickets won (a write DynamoDB answered), per function. */
+  readonly taken: Readonly<Record<'pool' | 'scale-up', number>>;
+  /** Tickets given back (a delete DynamoDB answered: the launch was refused), per function. */
+  readonly released: Readonly<Record<'pool' | 'scale-up', number>>;
+  /** Unexpired tickets in the table at the end. */
+  readonly live: number;
 }
 
 export interface LocalReport {
@@ -102,7 +120,7 @@ export interface LocalReport {
   readonly cold: number;
   readonly unserved: number;
   readonly deadLettered: number;
-  /** The count: instances + parameters + registrations left behind. Zero is the only good number. */
+  /** The count: instances + parameters + registrations + host users left behind. Zero is the only good number. */
   readonly leftovers: number;
   readonly leftoverDetail: Leftovers;
   readonly activationLatencySeconds?: { readonly min: number; readonly median: number; readonly max: number };
@@ -128,6 +146,8 @@ export interface LocalReport {
   readonly faultProof?: FaultProof;
   /** `--reuse` (local/reuse-run.ts): the hit rate, and what each second-wave job found of the first. */
   readonly reuse?: ReuseProof;
+  /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
+  readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
 }
 
@@ -348,7 +368,7 @@ export function buildReport(input: {
     cold: reports.filter((r) => r.served === 'cold').length,
     unserved: jobs.length - served,
     deadLettered: reports.filter((r) => r.deadLettered).length,
-    leftovers: leftoverDetail.instances.length + leftoverDetail.parameters.length + leftoverDetail.registrations.length,
+    leftovers: leftoverDetail.instances.length + leftoverDetail.parameters.length + leftoverDetail.registrations.length + leftoverDetail.users.length,
     leftoverDetail,
     ...(latencies.length
       ? { activationLatencySeconds: { min: latencies[0]!, median: latencies[Math.floor((latencies.length - 1) / 2)]!, max: latencies.at(-1)! } }
@@ -411,7 +431,7 @@ export function findLeftovers(config: FleetConfig, keys: TagKeys, world: Observe
     const id = instanceIdOfRunnerName(config.prefix, r.name);
     return id === undefined || !activatedIds.has(id);
   });
-  return { instances, parameters: [...world.parameters], registrations };
+  return { instances, parameters: [...world.parameters], registrations, users: [...(world.users ?? [])] };
 }
 
 /**
@@ -565,10 +585,13 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   }
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
   const d = report.leftoverDetail;
-  lines.push(`leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length})`);
+  lines.push(
+    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length})`,
+  );
   for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
   for (const r of d.registrations) lines.push(`  ${r.provider} runner ${r.id} ${r.name}`);
+  for (const u of d.users) lines.push(`  runner user ${u}`);
   if (report.bootLogs) {
     const b = report.bootLogs;
     lines.push(`boot logs in CloudWatch Logs: ${b.checked - b.missing.length} of ${b.checked} served instances' streams hold their latency line${b.missing.length ? ` (missing: ${b.missing.join(', ')})` : ''}`);
@@ -576,6 +599,12 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.image) {
     const i = report.image;
     lines.push(`image: ${i.kind}${i.kind === 'stock' ? ` (no runner installed): ${i.installs} boot(s) installed the runner, ${i.downloads} download(s) from the loopback release server` : ' (the runner in place)'}`);
+  }
+  if (report.launchTickets) {
+    const t = report.launchTickets;
+    lines.push(
+      `launch tickets: taken pool ${t.taken.pool}, scale-up ${t.taken['scale-up']}; released pool ${t.released.pool}, scale-up ${t.released['scale-up']}; ${t.live} live at the end (spent slots of launches that happened, free at their expiry; not leftovers)`,
+    );
   }
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));

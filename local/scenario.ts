@@ -6,7 +6,7 @@ import { PutParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { delaySeconds, encodeStreak, type PrimeStreak } from '../lambdas/pool/backoff';
 import { DEFAULT_FAULT_SEED, planFaults } from './fault-plan';
-import { createJobRecordTable, jobRecordTableName } from './job-record-table';
+import { createJobRecordTable, jobRecordTableName, liveLaunchTickets } from './job-record-table';
 import { buildFaultProof } from './fault-report';
 import { LossyRun } from './lossy-run';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
@@ -20,6 +20,7 @@ import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Deliv
 import type { EventSink, LocalEvent } from './events';
 import { localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
+import { canCreateUsers, hostUsers, playedUserPrefix, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
@@ -235,7 +236,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
     }
     const prefix = DEFAULT_PREFIX;
-    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor };
+    // Each played machine's runner user its own (needs root): one machine's cleaning cannot reach another's runner.
+    const ownUsers = canCreateUsers() ? playedUserPrefix() : undefined;
+    const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor, ...(ownUsers ? { runnerUser: RUNNER_USER_PLACEHOLDER } : {}) };
     let fleet = await provision(clients, {
       prefix,
       example,
@@ -244,7 +247,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
-    if (plan) await createJobRecordTable(endpoint, jobRecordTableName(prefix));
+    // Always, as deployed: the pool's and scale-up's launch tickets live there (the records too with the lossy faults).
+    await createJobRecordTable(endpoint, jobRecordTableName(prefix));
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
@@ -269,9 +273,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       sweepGraceSeconds: Math.ceil(SWEEP_GRACE_SECONDS * factor),
       poolEveryMs: POOL_EVERY_MS,
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
+      jobRecordTable: jobRecordTableName(prefix),
       ...(plan
         ? {
-            jobRecords: { table: jobRecordTableName(prefix), retry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) } },
+            jobRetry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) },
             reconcile: {
               everyMs: RECONCILE_EVERY_MS,
               options: {
@@ -292,8 +297,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       machine,
       awsCli: awsCliPath(),
       onEvent,
-      ...(image === 'stock' ? { stockRunnerUser: localRunnerUser() } : {}),
-      ...(o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
+      ...(image === 'stock' ? { stockRunnerUser: ownUsers ? RUNNER_USER_PLACEHOLDER : localRunnerUser() } : {}),
+      ...(ownUsers ? { ownRunnerUsers: ownUsers } : o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
     });
     // The reuse run's jobs report here, outside every machine: the runner user writes, no cleaning reaches it.
     const reuseReports = join(sandboxRoot, 'reuse-reports');
@@ -539,8 +544,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     await lambdas.stop();
     await player.stop();
 
-    // 7. The report, from listing moto and the CI servers.
-    const world = await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config));
+    // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
+    const world = {
+      ...(await observeWorld(clients, fleet.config, ciListing(github, gitlab), fleet.deadLetterQueueUrl, targets(fleet.config))),
+      ...(ownUsers ? { users: hostUsers(ownUsers) } : {}),
+    };
     const notes: string[] = [];
     if (gaveUp) notes.push(gaveUp);
     else if (o.signal?.aborted) notes.push('interrupted');
@@ -564,7 +572,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const faultProof = plan ? buildFaultProof({ plan, jobs, events, world, report: base, prefix }) : undefined;
     if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
     const reuse = o.reuse ? buildReuseProof(reuseJobs, readReuseReports(reuseReports)) : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
+    const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();

@@ -14,6 +14,7 @@ import {
 } from '@aws-sdk/client-ec2';
 import type { PoolReuseConfig, Provider, RunnerPackage } from '../../lambdas/shared/contract';
 import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
+import { RUNNER_USER_PLACEHOLDER } from './runner-users';
 
 export interface LocalPoolTemplate {
   name: string;
@@ -46,6 +47,12 @@ export interface LocalMachineSettings {
    * @default 1
    */
   slowdown?: number;
+  /**
+   * The runner user every template names, when a pool names none: `RUNNER_USER_PLACEHOLDER`
+   * (runner-users.ts) when each played machine gets a user of its own, which its relocation
+   * names. @default localRunnerUser()
+   */
+  runnerUser?: string;
 }
 
 /** Where the rendered user data puts every host path; relocated per instance. */
@@ -160,7 +167,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
     return renderUserData({
       provider: pool.provider,
       prefix: machine.prefix,
-      runnerUser: pool.runnerUser ?? localRunnerUser(),
+      runnerUser: pool.runnerUser ?? machine.runnerUser ?? localRunnerUser(),
       runnerDir: at(MACHINE_PATHS.runnerDir),
       gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
       prepareCommands: localPrepareCommands(pool),
@@ -191,10 +198,11 @@ const SANDBOX_PATH = /^\/[A-Za-z0-9._/+-]*[A-Za-z0-9._+-]$/;
 
 /**
  * The user data as this instance runs it: the template root becomes its machine directory,
- * the placeholder IMDS its own IMDS server. On EC2 the same text runs unchanged; here many
- * machines share one host, so each needs its own paths and its own metadata service.
+ * the placeholder IMDS its own IMDS server, and with `runnerUser` the placeholder runner user
+ * (`RUNNER_USER_PLACEHOLDER`) its own user. On EC2 the same text runs unchanged; here many
+ * machines share one host, so each needs its own paths, metadata service and runner user.
  */
-export function relocateUserData(userData: string, machineDir: string, imdsUrl: string): string {
+export function relocateUserData(userData: string, machineDir: string, imdsUrl: string, runnerUser?: string): string {
   if (!SANDBOX_PATH.test(machineDir) || machineDir.includes('//')) {
     throw new Error(`machine directory "${machineDir}" must be an absolute path of letters, digits, ".", "_", "+", "-" and single "/"`);
   }
@@ -202,7 +210,15 @@ export function relocateUserData(userData: string, machineDir: string, imdsUrl: 
   if (!userData.includes(`${TEMPLATE_ROOT}/`)) {
     throw new Error(`the user data holds no path under ${TEMPLATE_ROOT}: it was not rendered by renderLocalUserData`);
   }
-  return userData
+  let text = userData;
+  if (runnerUser !== undefined) {
+    if (!/^[a-z][a-z0-9-]{0,31}$/.test(runnerUser)) throw new Error(`runner user "${runnerUser}" must be a Linux user name of at most 32 characters`);
+    // Whole words only: as the renderer quotes it, the name stands alone.
+    const placeholder = new RegExp(`(?<![A-Za-z0-9_-])${RUNNER_USER_PLACEHOLDER}(?![A-Za-z0-9_-])`, 'g');
+    if (!placeholder.test(text)) throw new Error(`the user data names no ${RUNNER_USER_PLACEHOLDER}: it was rendered for a shared runner user`);
+    text = text.replace(placeholder, runnerUser);
+  }
+  return text
     .split(`${TEMPLATE_ROOT}/`)
     .join(`${machineDir}/`)
     .replace(new RegExp(`${TEMPLATE_IMDS.replace(/\./g, '\\.')}(?![0-9])`, 'g'), imdsUrl);

@@ -9,6 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { shellQuote } from '../../lib/user-data';
 import { MACHINE_PATHS, REUSE_MACHINE_PATHS } from './launch-templates';
+import { createHostUser, USERS_LOCK } from './runner-users';
 
 export const SHIMS_DIR = join(__dirname, 'shims');
 /**
@@ -17,6 +18,10 @@ export const SHIMS_DIR = join(__dirname, 'shims');
  */
 export const INSTALL_SHIMS_DIR = join(__dirname, '..', '..', 'test', 'templates', 'shims', 'bin');
 const INSTALL_SHIMS = ['dnf', 'getent', 'useradd'] as const;
+/** A machine with a user of its own: its install step's useradd makes that real user (runner-users.ts). */
+export const USER_SHIMS_DIR = join(__dirname, 'user-shims');
+/** The shims that keep machines sharing one runner user apart (shims/): with a user of its own, the real commands. */
+const SHARED_USER_SHIMS = new Set(['pkill', 'pgrep']);
 /** The fake runner binaries (H-CI's local/runner/: run.sh, gitlab-runner). */
 export const DEFAULT_RUNNER_DIR = join(__dirname, '..', 'runner');
 
@@ -39,6 +44,15 @@ export interface MachineOptions {
    * reusable pool's machine (the cleaning keeps or empties it). @default - no home is created
    */
   readonly homeOwner?: string;
+  /**
+   * The machine's own runner user, a real user of this host (runner-users.ts), its home
+   * `REUSE_MACHINE_PATHS.runnerHome` inside the machine: on a prebuilt image created here (the
+   * image has it) and the runner directory is its; on a stock one (`stockRunnerUser` is then
+   * this name) created by the install step's useradd (the user-shims/ shim runs the real one).
+   * The real pkill and pgrep then end and see this machine's runner alone. `homeOwner` is unused.
+   * @default - the machines share the host's runner user (stockRunnerUser, or the rendered one)
+   */
+  readonly playedUser?: string;
 }
 
 export interface Machine {
@@ -104,6 +118,9 @@ export function createMachine(o: MachineOptions): Machine {
   if (o.runnerSource !== undefined && (!existsSync(o.runnerSource) || !statSync(o.runnerSource).isDirectory())) {
     throw new Error(`no runner binaries at ${o.runnerSource}: give InstancePlayerOptions.runnerDir a directory holding run.sh and gitlab-runner`);
   }
+  if (o.playedUser !== undefined && stock && o.stockRunnerUser !== o.playedUser) {
+    throw new Error(`a stock machine with a user of its own installs that user: stockRunnerUser "${o.stockRunnerUser}" is not "${o.playedUser}"`);
+  }
   for (const name of Object.keys(o.runnerEnv ?? {})) {
     if (!ENV_NAME.test(name)) throw new Error(`runnerEnv name "${name}" is not a shell variable name`);
   }
@@ -118,19 +135,29 @@ export function createMachine(o: MachineOptions): Machine {
     mkdirSync(join(o.dir, tmp), { recursive: true });
     chmodSync(join(o.dir, tmp), 0o1777);
   }
-  if (o.homeOwner !== undefined) {
-    const home = join(o.dir, REUSE_MACHINE_PATHS.runnerHome);
+  const home = join(o.dir, REUSE_MACHINE_PATHS.runnerHome);
+  if (o.playedUser !== undefined) {
+    // useradd creates the home itself, below a parent as on a real host.
+    mkdirSync(join(home, '..'), { recursive: true, mode: 0o755 });
+  } else if (o.homeOwner !== undefined) {
     mkdirSync(home, { recursive: true, mode: 0o755 });
     execFileSync('chown', [o.homeOwner, home]);
   }
-  const shims: [string, readonly string[]][] = [[SHIMS_DIR, readdirSync(SHIMS_DIR)], [INSTALL_SHIMS_DIR, INSTALL_SHIMS]];
+  const own = o.playedUser !== undefined;
+  const shims: [string, readonly string[]][] = [
+    [SHIMS_DIR, readdirSync(SHIMS_DIR).filter((n) => !own || !SHARED_USER_SHIMS.has(n))],
+    [INSTALL_SHIMS_DIR, INSTALL_SHIMS.filter((n) => !own || n !== 'useradd')],
+    ...(own ? [[USER_SHIMS_DIR, ['useradd']] as [string, readonly string[]]] : []),
+  ];
   for (const [from, names] of shims) {
     for (const shim of names) {
       copyFileSync(join(from, shim), join(m.binDir, shim));
       chmodSync(join(m.binDir, shim), 0o755);
     }
   }
-  if (stock) writeFileSync(join(m.callsDir, 'stock-user'), `${o.stockRunnerUser}\n`);
+  // Its own user does not exist until created: the getent shim needs no hiding then.
+  if (stock && !own) writeFileSync(join(m.callsDir, 'stock-user'), `${o.stockRunnerUser}\n`);
+  if (own) writeFileSync(join(m.callsDir, 'played-user'), `${o.playedUser}\n${home}\n${USERS_LOCK}\n`);
   symlinkSync(o.awsCli, join(m.binDir, 'aws'));
   // No credentials or config of the host's: the CLI must take its credentials from IMDS.
   writeFileSync(join(o.dir, 'aws/config'), '');
@@ -155,8 +182,10 @@ export function createMachine(o: MachineOptions): Machine {
     writeFileSync(wrapper, `#!/bin/bash\n# The local sandbox's runner settings, then the runner binary.\n${exports}exec ${shellQuote(binary)} "$@"\n`);
     chmodSync(wrapper, 0o755);
   }
+  if (o.playedUser !== undefined) createHostUser(o.playedUser, home);
   // The runner user creates its workspace there (_work), as in an image that installed the runner for it.
-  if (o.homeOwner !== undefined) execFileSync('chown', [o.homeOwner, join(o.dir, MACHINE_PATHS.runnerDir)]);
+  const runnerOwner = o.playedUser ?? o.homeOwner;
+  if (runnerOwner !== undefined) execFileSync('chown', [runnerOwner, join(o.dir, MACHINE_PATHS.runnerDir)]);
   return m;
 }
 

@@ -38,6 +38,7 @@ import type { EventSink, LocalEvent } from '../events';
 import { ImdsServer, listenOnLoopback } from './imds';
 import { decodeUserData } from '../../lib/user-data';
 import { relocateUserData, type LocalMachineSettings } from './launch-templates';
+import { playedUserName, removeHostUser } from './runner-users';
 import { createMachine, DEFAULT_RUNNER_DIR, enabledUnits, killSession, machineAt, sessionPids, type Machine } from './machine';
 
 export interface InstancePlayerOptions {
@@ -61,6 +62,14 @@ export interface InstancePlayerOptions {
   stockRunnerUser?: string;
   /** A reusable pool's machines: the runner user's home is created, owned by this user (MachineOptions.homeOwner). */
   runnerHomeOwner?: string;
+  /**
+   * Each machine gets a runner user of its own (runner-users.ts), named with this prefix and its
+   * instance id: the templates name `RUNNER_USER_PLACEHOLDER` (LocalMachineSettings.runnerUser),
+   * which each machine's relocation replaces; a stock image's install step creates the user, a
+   * prebuilt image has it; `stop()` removes them all. Needs root. `runnerHomeOwner` is then unused.
+   * @default - the machines share the rendered runner user
+   */
+  ownRunnerUsers?: string;
 }
 
 interface Boot {
@@ -252,9 +261,33 @@ export class InstancePlayer {
         }
       }
     }
+    try {
+      this.removeRunnerUsers();
+    } catch {
+      // on the way out: the next run's leftovers check names them
+    }
   };
 
-  /** Kills every process it started and waits for them; closes its servers. */
+  /** The runner users made for its machines (`ownRunnerUsers`), whether or not their install step ran. */
+  runnerUsers(): string[] {
+    const prefix = this.opts.ownRunnerUsers;
+    return prefix === undefined ? [] : [...this.played.keys()].map((id) => playedUserName(prefix, id));
+  }
+
+  /** Removes every machine's own runner user from this host (its processes are gone by then). */
+  private removeRunnerUsers(): void {
+    let first: unknown;
+    for (const user of this.runnerUsers()) {
+      try {
+        removeHostUser(user);
+      } catch (error) {
+        first ??= error;
+      }
+    }
+    if (first) throw first instanceof Error ? first : new Error(String(first));
+  }
+
+  /** Kills every process it started and waits for them; closes its servers; removes the machines' users. */
   async stop(): Promise<void> {
     this.running = false;
     await this.loop;
@@ -267,6 +300,7 @@ export class InstancePlayer {
     if (this.listening) await new Promise<void>((r) => this.control.close(() => r()));
     process.off('exit', this.killAllNow);
     const failed = killed.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    this.removeRunnerUsers();
     if (failed) throw failed.reason;
   }
 
@@ -489,14 +523,15 @@ export class InstancePlayer {
       p.up = true;
       const base64 = attr.UserData?.Value;
       if (!base64) throw new Error(`${id} has no user data: nothing to boot`);
-      const userData = relocateUserData(decodeUserData(base64), p.machine.dir, p.imdsUrl);
+      const user = this.opts.ownRunnerUsers === undefined ? undefined : playedUserName(this.opts.ownRunnerUsers, id);
+      const userData = relocateUserData(decodeUserData(base64), p.machine.dir, p.imdsUrl, user);
       createMachine({
         dir: p.machine.dir,
         instanceId: id,
         awsCli: this.opts.awsCli,
-        ...(this.opts.runnerHomeOwner === undefined ? {} : { homeOwner: this.opts.runnerHomeOwner }),
+        ...(user !== undefined ? { playedUser: user } : this.opts.runnerHomeOwner === undefined ? {} : { homeOwner: this.opts.runnerHomeOwner }),
         ...(this.opts.stockRunnerUser !== undefined
-          ? { stockRunnerUser: this.opts.stockRunnerUser }
+          ? { stockRunnerUser: user ?? this.opts.stockRunnerUser }
           : { runnerSource: this.opts.runnerDir ?? DEFAULT_RUNNER_DIR, ...(this.opts.runnerEnv ? { runnerEnv: this.opts.runnerEnv } : {}) }),
       });
       writeFileSync(p.machine.userDataFile, userData, { mode: 0o700 });

@@ -7,6 +7,7 @@ import { clearFleetConfigCache } from '../../lambdas/shared/fleet-config-source'
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { githubWorkflowJobQueued } from '../../local/deliveries';
 import type { LocalEvent } from '../../local/events';
+import { createJobRecordTable } from '../../local/job-record-table';
 import { LocalLambdas, localClients, type LocalAwsClients } from '../../local/lambdas';
 import { findLeftovers, observeWorld } from '../../local/report';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -54,6 +55,7 @@ beforeAll(async () => {
   );
   queueUrl = q.QueueUrl!;
   dlqUrl = dlq.QueueUrl!;
+  await createJobRecordTable(moto.endpoint, 'esm-job-records');
   clearFleetConfigCache();
   lambdas = new LocalLambdas({
     endpoint: moto.endpoint,
@@ -63,6 +65,7 @@ beforeAll(async () => {
     instanceArnPrefix: 'arn:aws:ec2:us-east-1:123456789012:instance/',
     onEvent: (e) => events.push(e),
     sweepGraceSeconds: 5,
+    jobRecordTable: 'esm-job-records',
   });
 });
 afterAll(async () => {
@@ -84,6 +87,8 @@ describe('the event source mapping against moto', () => {
     expect(await lambdas.pollQueue(1)).toBe(1);
     expect(await queueDepth()).toBe(0);
     expect(events.filter((e) => e.kind === 'started').map((e) => e.detail)).toEqual(['cold']);
+    // The template is unproven: the cold launch took a launch ticket in the record table first.
+    expect(lambdas.tickets.taken['scale-up']).toBe(1);
 
     // Every JIT config request fails from now on: each receive of the doomed job fails.
     github.failNext({ method: 'POST', path: /generate-jitconfig/ }, 500, 1_000);

@@ -1,0 +1,83 @@
+/**
+ * Each played instance's own runner user. On EC2 every instance is a machine of its own, so
+ * its runner user's processes are its alone: the reusable pool's cleaning ends them all
+ * (`pkill -KILL -U <uid>`, then `ps -U <uid>` to see none is left). Played instances share
+ * this host, so one shared runner user would let one machine's cleaning see, and kill, another
+ * machine's runner. So the templates name a placeholder user and each machine's relocation
+ * (launch-templates.ts `relocateUserData`) names a real user of this host made for it: created
+ * by the image on a prebuilt one, by the install step's `useradd` on a stock one (the
+ * `user-shims/useradd` shim runs the real useradd, with the machine's home), and removed when
+ * the player stops. Creating users needs root; otherwise the machines share the current user
+ * and the session-scoped pkill/pgrep shims (shims/) keep them apart as far as they can.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** The runner user the templates render (a valid name the renderer accepts); each machine's relocation replaces it. */
+export const RUNNER_USER_PLACEHOLDER = 'cwr-played-runner';
+
+/** Where useradd and userdel of the played users take turns (each refuses a locked /etc/passwd instead of waiting). */
+export const USERS_LOCK = join(existsSync('/run/lock') ? '/run/lock' : tmpdir(), 'cwr-local-users.lock');
+
+/** Linux user names: at most 32 characters (useradd's default NAME_REGEX). */
+const USER_NAME = /^[a-z][a-z0-9-]{0,31}$/;
+
+/**
+ * A run's user name prefix: `cwr<6 hex>-`, random, so that runs at the same time (another
+ * worktree's, a test's) never share a user, and the leftovers check lists this run's alone.
+ */
+export function playedUserPrefix(tag = randomBytes(3).toString('hex')): string {
+  return `cwr${tag}-`;
+}
+
+/** The user of instance `i-<hex>` in the run of `prefix` (27 characters with moto's 17-hex ids). */
+export function playedUserName(prefix: string, instanceId: string): string {
+  const name = `${prefix}${instanceId.replace(/^i-/, '')}`;
+  if (!USER_NAME.test(name)) throw new Error(`"${name}" (instance ${instanceId}) is no Linux user name of at most 32 characters`);
+  return name;
+}
+
+/** Whether this process may make the machines' users (root); otherwise they share one. */
+export function canCreateUsers(): boolean {
+  return process.getuid?.() === 0;
+}
+
+/**
+ * The user as an image that has it: its own group, bash, its home inside the machine (created,
+ * from /etc/skel). The same call the useradd shim makes for a stock image's install step.
+ */
+export function createHostUser(name: string, home: string): void {
+  execFileSync('flock', ['-w', '60', USERS_LOCK, 'useradd', '--create-home', '--home-dir', home, '--user-group', '--shell', '/bin/bash', name], { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/** Whether the user exists on this host. */
+export function hostUserExists(name: string): boolean {
+  return hostUsers(name).includes(name);
+}
+
+/**
+ * Removes the user (and its group) from this host, first ending any process of it that
+ * outlived its machine's sessions. Its home is in the machine's directory, which the sandbox
+ * removal takes. A user that does not exist (a stock machine that never installed) is no error.
+ */
+export function removeHostUser(name: string): void {
+  if (!hostUserExists(name)) return;
+  try {
+    execFileSync('pkill', ['-KILL', '-U', name], { stdio: 'ignore' });
+  } catch {
+    // status 1: no process
+  }
+  execFileSync('flock', ['-w', '60', USERS_LOCK, 'userdel', name], { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/** This host's users whose names start with `prefix`, from the user database. */
+export function hostUsers(prefix: string): string[] {
+  const passwd = execFileSync('getent', ['passwd'], { encoding: 'utf8' });
+  return passwd
+    .split('\n')
+    .map((line) => line.split(':')[0] ?? '')
+    .filter((name) => name !== '' && name.startsWith(prefix));
+}
