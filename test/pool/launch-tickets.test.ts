@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
 import { keptTicketFields, readBack, ticketExpiry, ticketKey } from '../../lambdas/shared/launch-tickets';
-import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_SETTLE_SECONDS } from '../../lambdas/shared/contract';
 
 const T0 = new Date('2026-11-29T12:00:00.000Z');
 const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
@@ -22,12 +22,12 @@ describe('which launch tickets a launch needs (pure)', () => {
   });
   it('one of the limit start tickets while the template is unproven and below the limit', () => {
     for (const s of [freshStreak('lt-1:4'), failing(1, false), failing(2, false)]) {
-      expect(ticketNeed(s, policy, 900)).toEqual({ template: 'lt-1:4', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 1800 + 900 });
+      expect(ticketNeed(s, policy, 900)).toEqual({ template: 'lt-1:4', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 900 + LAUNCH_TICKET_SETTLE_SECONDS });
     }
   });
   it('the one probe ticket of the window once backing off, or while a proven template fails', () => {
     const window = (failures: number) => `probe#${at(delaySeconds(failures, policy)).toISOString()}`;
-    expect(ticketNeed(failing(3, false), policy, 900)).toEqual({ template: 'lt-1:4', slots: [window(3)], holdSeconds: 2700 });
+    expect(ticketNeed(failing(3, false), policy, 900)).toEqual({ template: 'lt-1:4', slots: [window(3)], holdSeconds: 900 + LAUNCH_TICKET_SETTLE_SECONDS });
     expect(ticketNeed(failing(1, true), policy, 900)?.slots).toEqual([window(1)]);
     // A later failure opens a later window: its own ticket.
     const later = { ...failing(4, false), lastFailureAt: at(2000).toISOString() };
