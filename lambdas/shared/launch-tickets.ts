@@ -45,8 +45,12 @@ export interface TakeOutcome {
 }
 
 export interface LaunchTickets {
-  /** Takes up to `count` of the need's slots for `pool`, in slot order. */
-  take(pool: string, need: TicketNeed, count: number, now: Date): Promise<TakeOutcome>;
+  /**
+   * Takes up to `count` of the need's slots for `pool`, in slot order. `owners` names the
+   * takers (one each, in order; fresh tokens without it): a live ticket already held under
+   * the same owner is taken again (its redelivered job, whose first launch never answered).
+   */
+  take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome>;
   /**
    * Gives a ticket back; only for a launch known not to have happened (refused, or settled as
    * not launched: lambdas/shared/launch-outcome.ts). Resent on a lost answer (`releaseStep`),
@@ -76,6 +80,17 @@ export function releaseStep(error: unknown, afterLostAnswer: boolean): 'released
  */
 export function unspentTickets(taken: readonly Ticket[], launched: number, unknown: boolean): Ticket[] {
   return unknown ? [] : taken.slice(Math.min(taken.length, launched));
+}
+
+/**
+ * The owner token of a cold launch's ticket: the SQS message's id, so the message's redelivery
+ * holds the ticket its earlier receive took. A receive whose launch never answered (every send
+ * lost, nothing found by its token) keeps its ticket; the redelivery either takes that launch's
+ * instance over (no ticket needed) or, finding none, launches on the same ticket, instead of
+ * waiting for the ticket's expiry.
+ */
+export function messageTicketOwner(messageId: string): string {
+  return `message:${messageId}`;
 }
 
 /** The item key of a slot: prefixed so it can never be a job id (`github:…`, `gitlab:…`). */
@@ -109,12 +124,12 @@ export class DynamoLaunchTickets implements LaunchTickets {
     private readonly sleep: Sleep = realSleep,
   ) {}
 
-  async take(pool: string, need: TicketNeed, count: number, now: Date): Promise<TakeOutcome> {
+  async take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome> {
     const taken: Ticket[] = [];
     const errors: string[] = [];
     for (const slot of need.slots) {
       if (taken.length >= count) break;
-      const ticket = { key: ticketKey(pool, need.template, slot), owner: this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
+      const ticket = { key: ticketKey(pool, need.template, slot), owner: owners?.[taken.length] ?? this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
       const o = await this.takeOne(ticket, pool, now);
       if (o === 'won') taken.push(ticket);
       else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);
@@ -183,7 +198,8 @@ export class DynamoLaunchTickets implements LaunchTickets {
   /**
    * An update rather than a put only so the grant stays the record's (UpdateItem, GetItem,
    * DeleteItem). The condition treats an expired ticket as absent: TTL deletes lazily. The
-   * item's expiry is the ticket's, so what the table frees and what the logs say agree.
+   * item's expiry is the ticket's, so what the table frees and what the logs say agree. A
+   * ticket held under the same owner is taken again (a redelivered job's: its own launch).
    */
   private put(ticket: Ticket, pool: string, now: Date): UpdateItemCommand {
     const nowSeconds = Math.floor(now.getTime() / 1000);
@@ -191,7 +207,7 @@ export class DynamoLaunchTickets implements LaunchTickets {
       TableName: this.tableName,
       Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: ticket.key } },
       UpdateExpression: 'SET #owner = :owner, #pool = :pool, #takenAt = :takenAt, #expires = :expires',
-      ConditionExpression: 'attribute_not_exists(#key) OR #expires < :now',
+      ConditionExpression: 'attribute_not_exists(#key) OR #expires < :now OR #owner = :owner',
       ExpressionAttributeNames: {
         '#key': JOB_RECORD_ATTRIBUTES.key,
         '#owner': LAUNCH_TICKET_ATTRIBUTES.owner,
