@@ -116,15 +116,18 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: Laun
     return { instanceId, runnerId: a.registration.runnerId, capacityType, spotFallback, stages };
   } catch (error) {
     j.log.error('cold launch failed after the launch, terminating the instance', { instanceId, error: (error as Error).message });
+    let terminated = false;
     try {
       await ctx.aws.send(ctx.ec2, new TerminateInstancesCommand({ InstanceIds: [instanceId] }), WRITE_IDEMPOTENT);
+      terminated = true;
     } catch (terminateError) {
       j.log.error('terminating the failed cold instance failed', { instanceId, error: errorName(terminateError) });
     }
     if (a.registration) await deleteRunner(ctx, j, a.registration.runnerId);
     // The parameter holds the runner's secret: it goes with its instance, not a sweep later.
-    // It may exist even when the claim did not answer; not found is done.
-    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [ctx.paths.runnerConfig(instanceId)], { delete: 'single', readBack: 'get' });
+    // It may exist even when the claim did not answer; not found is done. Once the instance is
+    // terminated nobody can claim its name again, so a lost answer is simply resent.
+    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [ctx.paths.runnerConfig(instanceId)], { delete: 'single', readBack: 'get', resend: terminated });
     if (outcome.kept.size > 0) j.log.warn('deleting the failed cold instance\'s config parameter failed; the sweep removes it', { instanceId, errors: outcome.errors });
     throw error;
   }

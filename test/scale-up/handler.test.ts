@@ -192,6 +192,15 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
+  it('that config delete, one answer lost, is resent (the instance is terminated: nobody can claim its name again) and the parameter is gone', async () => {
+    aws.fault('CreateTags', awsError('InvalidParameterValue'));
+    aws.fault('DeleteParameter', awsError('ServiceUnavailable', 503));
+    await handler()(jobEvent(jobs(1)));
+    expect(aws.count('DeleteParameter')).toBe(2);
+    expect(aws.parameters.size).toBe(0);
+    expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(0);
+  });
+
   it('moves to the next candidate when a claim is lost, carrying its runner registration there: one registration, one SSM write per claim', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
