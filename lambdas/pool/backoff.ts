@@ -1,4 +1,4 @@
-import { CREATED_BY, type PoolConfig, type TagKeys } from '../shared/contract';
+import { CREATED_BY, launchTicketHoldSeconds, type PoolConfig, type TagKeys } from '../shared/contract';
 import { templateVersionOf, type ObservedInstance } from '../shared/instances';
 
 /**
@@ -177,9 +177,11 @@ export interface TicketNeed {
   /** The slots, one launch each, tried in order. */
   readonly slots: readonly string[];
   /**
-   * How long a taken ticket holds its slot: a cap plus the priming timeout, so by the time it
-   * frees, its launch has primed or been counted as failed (then a new window has its own
-   * ticket), and a ticket spent by a launcher that died before launching frees after a cap.
+   * How long a ticket spent on a launch holds its slot (contract `launchTicketHoldSeconds`): the
+   * priming timeout plus the pool run that counts it, so by the time it frees, its launch has
+   * primed or been counted as failed (then a new window has its own ticket). Shorter than a
+   * job's maximum wait. A ticket whose launch is known not to have happened is given back at
+   * once (lambdas/shared/launch-outcome.ts settles a lost answer).
    */
   readonly holdSeconds: number;
 }
@@ -193,7 +195,7 @@ export interface TicketNeed {
  */
 export function ticketNeed(streak: PrimeStreak, policy: BackoffPolicy, primingTimeoutSeconds: number): TicketNeed | undefined {
   if (streak.proven && streak.failures === 0) return undefined;
-  const holdSeconds = policy.capSeconds + primingTimeoutSeconds;
+  const holdSeconds = launchTicketHoldSeconds(primingTimeoutSeconds);
   if (!streak.proven && streak.failures < policy.limit) {
     return { template: streak.template, slots: Array.from({ length: policy.limit }, (_, k) => `start#${k + 1}`), holdSeconds };
   }

@@ -17,7 +17,8 @@ import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { readPrimeStreak } from '../shared/prime-state';
 import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
-import { keptTicketFields, type LaunchTickets } from '../shared/launch-tickets';
+import { keptTicketFields, unspentTickets, type LaunchTickets } from '../shared/launch-tickets';
+import { settleLaunch } from '../shared/launch-outcome';
 import { classify, planPool, type CurrentImage, type Eviction, type PoolPlan } from './classify';
 
 export interface PoolDeps {
@@ -216,8 +217,9 @@ async function settleStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfi
  * The decision's launches, each with a launch ticket when the template is unproven or failing
  * (lambdas/shared/launch-tickets.ts): scale-up takes the same tickets for its cold launches,
  * so the pool's standbys and any number of scale-up invocations share one bound. Only the
- * tickets won launch. A launch EC2 refused gives its tickets back; any other outcome keeps
- * them (a lost answer may have launched): the window's probe is spent, failing safe.
+ * tickets won launch. What did not launch gives its tickets back (`unspentTickets`): a refusal,
+ * and a lost answer settled as "nothing launched" by its token (launch-outcome.ts). Only an
+ * outcome that stays unknown keeps them until their expiry (it may have launched).
  */
 async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, decision: LaunchDecision, now: Date, log: Logger): Promise<string[]> {
   if (!decision.ticket || !deps.launchTickets) return (await launchStandbys(deps, config, pool, decision.launch, log)).ids;
@@ -233,11 +235,10 @@ async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: Pool
     for (const t of taken) log.error('the launch after a launch ticket threw; the ticket is kept until its expiry', { ...keptTicketFields(pool.name, t), error: errorName(error) });
     throw error;
   }
-  if (out.refused) {
-    for (const t of taken) {
-      const r = await deps.launchTickets.release(t);
-      if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { ...keptTicketFields(pool.name, t), error: r.error });
-    }
+  if (out.unknown) for (const t of taken) log.warn('the launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(pool.name, t));
+  for (const t of unspentTickets(taken, out.ids.length, out.unknown)) {
+    const r = await deps.launchTickets.release(t);
+    if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { ...keptTicketFields(pool.name, t), error: r.error });
   }
   return out.ids;
 }
@@ -467,30 +468,40 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
  * A launch whose answer was lost (a reset, a 503 after the fact, a reply past the timeout)
  * may have launched: it is never read as a refusal that moves on to the next type, which
  * would launch the standbys twice. Each launch carries a fresh ClientToken, also as a tag,
- * and a lost one is resolved by describing the pool's instances with that tag: what is
- * found is what was launched. One that lands after that look is counted by the next run.
+ * and a lost one is settled (`settleLaunch`): looked up by that tag (what is found is what
+ * was launched), else sent again with the same token, which EC2 answers with what the first
+ * launched or launches once. `unknown`: every send lost its answer; the next run counts what
+ * exists.
  */
-async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<{ ids: string[]; refused: boolean }> {
+async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<{ ids: string[]; refused: boolean; unknown: boolean }> {
   const keys = tagKeys(config.prefix);
   let lastError = '';
   for (const subnet of pool.subnetIds) {
     for (const type of pool.instanceTypes) {
       const token = randomUUID();
-      try {
-        const out = await deps.aws.send<RunInstancesCommandOutput>(deps.ec2, runStandbys(pool, keys, count, type, subnet, token), WRITE_ONCE);
-        const ids = (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== '');
-        log.info('launched warm standbys', { count: out.Instances?.length ?? 0, instanceType: type, subnet });
-        return { ids, refused: false };
-      } catch (error) {
-        if (error instanceof UnknownOutcomeError) return { ids: await launchedBy(deps, keys, pool, token, log), refused: false };
-        lastError = errorName(error);
-        log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
+      const command = runStandbys(pool, keys, count, type, subnet, token);
+      const r = await settleLaunch(
+        () => deps.aws.send<RunInstancesCommandOutput>(deps.ec2, command, WRITE_ONCE),
+        async () => (await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } })).map((i) => i.id),
+      );
+      if (r.lost > 0) log.warn('launch outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost, instanceType: type, subnet });
+      if (r.kind === 'answered') {
+        const ids = (r.out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== '');
+        log.info('launched warm standbys', { count: ids.length, instanceType: type, subnet });
+        return { ids, refused: false, unknown: false };
       }
+      if (r.kind === 'found') return { ids: [...r.ids], refused: false, unknown: false };
+      if (r.kind === 'unknown') {
+        log.error('launch outcome unknown after every resend; the next run counts what exists', { error: r.error });
+        return { ids: [], refused: false, unknown: true };
+      }
+      lastError = errorName(r.error);
+      log.warn('launching warm standbys failed, trying the next type or subnet', { instanceType: type, subnet, error: lastError });
     }
   }
   log.error('no warm standby could be launched', { error: lastError });
   // Every attempt was answered with a refusal: nothing launched.
-  return { ids: [], refused: true };
+  return { ids: [], refused: true, unknown: false };
 }
 
 function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
@@ -511,16 +522,4 @@ function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: strin
       { ResourceType: 'volume', Tags: tags.slice(0, 1) },
     ],
   });
-}
-
-/** The instances a launch with a lost answer made, found by its token tag; 0 when they cannot be observed (the next run counts them). */
-async function launchedBy(deps: PoolDeps, keys: TagKeys, pool: PoolConfig, token: string, log: Logger): Promise<string[]> {
-  try {
-    const found = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } });
-    log.warn('launch outcome unknown, resolved by describing its token', { launched: found.length });
-    return found.map((i) => i.id);
-  } catch (error) {
-    log.error('launch outcome unknown and describing it failed; the next run counts what exists', { error: errorName(error) });
-    return [];
-  }
 }

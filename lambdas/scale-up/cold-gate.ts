@@ -2,7 +2,7 @@ import { errorName } from '../shared/aws-call';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { readPrimeStreak } from '../shared/prime-state';
 import type { ColdGate } from '../pool/backoff';
-import type { LaunchTickets, Ticket } from '../shared/launch-tickets';
+import { messageTicketOwner, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import type { JobInFlight, StepContext } from './context';
 import { poolColdGate } from './decide';
 
@@ -61,7 +61,8 @@ export async function ticketCold(ctx: StepContext, tickets: LaunchTickets, gates
     [...byPool].map(async ([name, jobs]) => {
       const need = gates.get(name)?.ticket;
       if (!need) return;
-      const out = await tickets.take(name, need, jobs.length, ctx.now());
+      // Owned by the message: its redelivery holds the ticket its earlier receive took.
+      const out = await tickets.take(name, need, jobs.length, ctx.now(), jobs.map((j) => messageTicketOwner(j.key)));
       if (out.errors.length) ctx.log.error('taking launch tickets failed: those cold launches wait', { pool: name, errors: out.errors });
       jobs.forEach((j, n) => (out.taken[n] ? granted.set(j.key, out.taken[n]) : refused.push(j)));
       if (out.taken.length < jobs.length) ctx.log.warn('prime back-off: launch tickets taken elsewhere, holding cold launches back', { pool: name, wanted: jobs.length, launching: out.taken.length, template: need.template });

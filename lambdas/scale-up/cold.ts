@@ -7,6 +7,7 @@ import {
   type _InstanceType,
 } from '@aws-sdk/client-ec2';
 import { errorName, mapLimit, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
+import { settleLaunch } from '../shared/launch-outcome';
 import { describeFleet } from '../shared/instances';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { coldLaunchTags, type PoolConfig } from '../shared/contract';
@@ -63,15 +64,16 @@ export interface ColdResult {
  * CreateFleet's ClientToken makes a retried call return the same fleet; the token names
  * the message and its receive count (cold-tokens.ts). A redelivery first looks for a live
  * instance an earlier receive launched and never gave a runner (its answer, or the look-up
- * by its token, was lost) and takes it over; otherwise it launches anew.
+ * by its token, was lost: `lookUpEarlier`, before the cold gate) and takes it over (`earlier`);
+ * otherwise it launches anew.
  * On any failure after the launch, the instance is terminated and the registration
  * deleted (nothing of it serves the job), and the error reaches the caller.
  */
-export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt, carried?: Carried): Promise<ColdResult> {
+export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt, carried?: Carried, earlier?: ColdFleet): Promise<ColdResult> {
   const launchedAt = ctx.now();
-  let fleet: Fleet;
+  let fleet: ColdFleet;
   try {
-    fleet = (await earlierLaunch(ctx, j, attempt)) ?? (await createFleet(ctx, j, launchedAt, attempt));
+    fleet = earlier ?? (await createFleet(ctx, j, launchedAt, attempt));
   } catch (error) {
     // The registration carried from a refused warm claim serves nothing now.
     if (carried) await dropCarried(ctx, [j], new Map([[j.key, carried]]), 1);
@@ -114,15 +116,18 @@ export async function launchCold(ctx: StepContext, j: JobInFlight, attempt: Laun
     return { instanceId, runnerId: a.registration.runnerId, capacityType, spotFallback, stages };
   } catch (error) {
     j.log.error('cold launch failed after the launch, terminating the instance', { instanceId, error: (error as Error).message });
+    let terminated = false;
     try {
       await ctx.aws.send(ctx.ec2, new TerminateInstancesCommand({ InstanceIds: [instanceId] }), WRITE_IDEMPOTENT);
+      terminated = true;
     } catch (terminateError) {
       j.log.error('terminating the failed cold instance failed', { instanceId, error: errorName(terminateError) });
     }
     if (a.registration) await deleteRunner(ctx, j, a.registration.runnerId);
     // The parameter holds the runner's secret: it goes with its instance, not a sweep later.
-    // It may exist even when the claim did not answer; not found is done.
-    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [ctx.paths.runnerConfig(instanceId)], { delete: 'single', readBack: 'get' });
+    // It may exist even when the claim did not answer; not found is done. Once the instance is
+    // terminated nobody can claim its name again, so a lost answer is simply resent.
+    const outcome = await deleteRunnerConfigs(ctx.aws, ctx.ssm, ctx.paths, [ctx.paths.runnerConfig(instanceId)], { delete: 'single', readBack: 'get', resend: terminated });
     if (outcome.kept.size > 0) j.log.warn('deleting the failed cold instance\'s config parameter failed; the sweep removes it', { instanceId, errors: outcome.errors });
     throw error;
   }
@@ -142,7 +147,8 @@ export async function dropCarried(ctx: StepContext, jobs: readonly JobInFlight[]
   });
 }
 
-interface Fleet {
+/** The instance a cold launch serves its job on: launched now, or an earlier receive's, taken over. */
+export interface ColdFleet {
   readonly instanceId: string;
   readonly capacityType: DefaultTargetCapacityType;
   readonly spotFallback: boolean;
@@ -153,10 +159,13 @@ interface Fleet {
 /**
  * The instance an earlier receive of the message launched and never gave a runner (found by
  * the earlier receives' tokens, in one filtered DescribeInstances), taken over instead of a
- * second launch. The look-up failing fails this attempt as a refusal (this receive launched
- * nothing; its ticket goes back): launching blind could make the second instance.
+ * second launch. Taking it over launches nothing, so it needs neither the cold gate nor a
+ * launch ticket: the handler looks it up before the gate (which counts that instance as a
+ * launch in flight and would hold the job that can use it). The look-up failing fails this
+ * attempt as a refusal (nothing launched, no ticket taken): launching blind could make the
+ * second instance.
  */
-async function earlierLaunch(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt): Promise<Fleet | undefined> {
+export async function lookUpEarlier(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt): Promise<ColdFleet | undefined> {
   const tokens = earlierLaunchTokens(attempt, j.pool.spot);
   if (tokens.length === 0) return undefined;
   let found;
@@ -171,7 +180,7 @@ async function earlierLaunch(ctx: StepContext, j: JobInFlight, attempt: LaunchAt
   return { instanceId: earlier.id, capacityType: earlier.spotRequestId ? 'spot' : 'on-demand', spotFallback: false, launchedAt: earlier.launchTime };
 }
 
-async function createFleet(ctx: StepContext, j: JobInFlight, launchedAt: Date, attempt: LaunchAttempt): Promise<Fleet> {
+async function createFleet(ctx: StepContext, j: JobInFlight, launchedAt: Date, attempt: LaunchAttempt): Promise<ColdFleet> {
   const first: DefaultTargetCapacityType = j.pool.spot ? 'spot' : 'on-demand';
   const out = await fleetOnce(ctx, j, j.pool, first, launchedAt, attempt);
   if (out.instanceId) return { instanceId: out.instanceId, capacityType: first, spotFallback: false };
@@ -210,31 +219,19 @@ async function fleetOnce(
       : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
     TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt, token, j.affinity) }],
   });
-  let out: CreateFleetCommandOutput;
-  try {
-    out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
-  } catch (error) {
-    if (!(error instanceof UnknownOutcomeError)) throw error;
-    // The launch may have happened: look for it by its token tag before sending it again
-    // (EC2 would answer a resend with the same ClientToken with the first fleet; moto
-    // ignores the token and launches a second instance).
-    let found;
-    try {
-      found = await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } });
-    } catch (describeError) {
-      // Still unknown: the launch may have happened.
-      throw new UnknownOutcomeError('CreateFleet', describeError);
-    }
-    j.log.warn('CreateFleet outcome unknown, resolved by describing its token', { found: found.length });
-    if (found[0]) return { instanceId: found[0].id, errors: [] };
-    try {
-      out = await ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE);
-    } catch (resendError) {
-      // The look-up may lag the launch: after an unknown outcome, a refused resend does not
-      // prove nothing launched (its ticket must not be given back as for a refusal).
-      throw resendError instanceof UnknownOutcomeError ? resendError : new UnknownOutcomeError('CreateFleet', resendError);
-    }
-  }
-  const instanceId = out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
-  return { ...(instanceId ? { instanceId } : {}), errors: (out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
+  // A lost answer is settled by its token (launch-outcome.ts): looked up before each resend
+  // (moto ignores the token and would launch again), resent with the same token (EC2 answers
+  // with the first fleet, or launches once), at most LAUNCH_SENDS sends.
+  const r = await settleLaunch(
+    () => ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE),
+    async () => (await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } })).map((i) => i.id),
+  );
+  if (r.lost > 0) j.log.warn('CreateFleet outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost });
+  if (r.kind === 'found') return { instanceId: r.ids[0]!, errors: [] };
+  // Still unknown: the launch may have happened (its ticket is kept, `launchRefused`).
+  if (r.kind === 'unknown') throw new UnknownOutcomeError('CreateFleet', new Error(r.error));
+  // A refusal, also of a resend with the same token: nothing launched for it.
+  if (r.kind === 'refused') throw r.error;
+  const instanceId = r.out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
+  return { ...(instanceId ? { instanceId } : {}), errors: (r.out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
 }

@@ -6,6 +6,7 @@ import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { errorName, mapLimit, withTimeout, type AwsCaller } from '../shared/aws-call';
 import {
   instanceArnOf,
+  JOB_MAX_WAIT_SECONDS,
   JOB_RETRY_DEFAULTS,
   MAX_WAIT_REASON,
   parseJobMessage,
@@ -23,8 +24,8 @@ import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { dropCarried, launchCold, launchRefused } from './cold';
-import { launchAttemptOf } from './cold-tokens';
+import { dropCarried, launchCold, launchRefused, lookUpEarlier, type ColdFleet } from './cold';
+import { launchAttemptOf, type LaunchAttempt } from './cold-tokens';
 import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
@@ -50,7 +51,7 @@ export interface ScaleUpOptions {
 }
 
 export const SCALE_UP_DEFAULTS: ScaleUpOptions = {
-  maxWaitSeconds: 60 * 60,
+  maxWaitSeconds: JOB_MAX_WAIT_SECONDS,
   ciTimeoutMs: 10_000,
   batching: true,
   warm: WARM_DEFAULTS,
@@ -461,7 +462,9 @@ async function gate(b: Batch, step: StepContext, cold: readonly JobInFlight[], i
 /**
  * 5. Cold launches, as far as the pool's prime back-off allows (lambdas/pool/backoff.ts): a
  *    pool whose launches keep failing before their runner starts launches one probe at a
- *    time; the other jobs wait for it, without a launch.
+ *    time; the other jobs wait for it, without a launch. A redelivery that finds the instance
+ *    an earlier receive launched takes it over first: that launches nothing, so it passes
+ *    neither the gate nor a ticket.
  */
 async function launch(
   b: Batch,
@@ -471,32 +474,45 @@ async function launch(
   items: ReadonlyMap<string, BatchItem>,
   carried: ReadonlyMap<string, Carried>,
 ): Promise<Started[]> {
+  const attemptOf = (j: JobInFlight) => launchAttemptOf(items.get(j.key)!.record.messageId, items.get(j.key)!.record.attributes?.ApproximateReceiveCount);
+  let earlier: Map<string, TakeOver> = new Map();
   let launching: JobInFlight[] = [];
-  let gated: Gated;
+  let gated: Gated | undefined;
   try {
-    gated = await gate(b, step, cold, instances);
+    earlier = await lookUpTakeOvers(step, cold, attemptOf);
+    gated = await gate(b, step, cold.filter((j) => !earlier.has(j.key)), instances);
     launching = gated.launching;
   } finally {
-    // A carried registration goes with its job's launch; a job that does not launch now
-    // deletes it, also when the gate or the tickets threw (then no job launches).
-    await dropCarried(step, cold.filter((j) => !launching.includes(j)), carried, b.options.coldConcurrency);
+    // A carried registration goes with its job's launch or take-over; a job that does neither
+    // now deletes it, also when a step threw (then no job launches).
+    const going = (j: JobInFlight) => launching.includes(j) || earlier.get(j.key)?.kind === 'found';
+    await dropCarried(step, cold.filter((j) => !going(j)), carried, b.options.coldConcurrency);
   }
   const { verdicts, tickets } = gated;
   for (const j of cold) {
-    const v = verdicts.get(j.key)!;
     const item = items.get(j.key)!;
-    if (v.kind === 'hold-expired') await deadLetter(b, item.record, 'backoff-max-wait', j.log, j.pool.name, `held by the prime back-off (${v.held}) past the maximum wait`, j.job);
-    else if (v.kind === 'hold') {
+    const e = earlier.get(j.key);
+    if (e?.kind === 'unreadable') {
+      j.log.error('cold launch failed; the message will be retried', { error: e.error });
+      b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: 'cold-launch' });
+      fail(b, item.record);
+      continue;
+    }
+    const v = verdicts.get(j.key);
+    if (v?.kind === 'hold-expired') await deadLetter(b, item.record, 'backoff-max-wait', j.log, j.pool.name, `held by the prime back-off (${v.held}) past the maximum wait`, j.job);
+    else if (v?.kind === 'hold') {
       const notBefore = holdNotBefore(b.now(), new Date(j.job.receivedAt), b.options.maxWaitSeconds, item.waits, b.random, v.resumeAt);
       await waitCopy(b, item, notBefore, `the pool's prime back-off holds cold launches (${v.held}), job waits`);
     }
   }
   const started: Started[] = [];
-  await mapLimit(launching, b.options.coldConcurrency, async (j) => {
+  const takingOver = cold.filter((j) => earlier.get(j.key)?.kind === 'found');
+  await mapLimit([...takingOver, ...launching], b.options.coldConcurrency, async (j) => {
     const item = items.get(j.key)!;
     const record = item.record;
+    const e = earlier.get(j.key);
     try {
-      const r = await launchCold(step, j, launchAttemptOf(record.messageId, record.attributes?.ApproximateReceiveCount), carried.get(j.key));
+      const r = await launchCold(step, j, attemptOf(j), carried.get(j.key), e?.kind === 'found' ? e.fleet : undefined);
       settle(b, record);
       started.push({ item, instanceId: r.instanceId });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
@@ -505,18 +521,45 @@ async function launch(
       b.ledger.stampAll(j.job, j.pool.name, [['launched', r.stages.launchedAt], ['registered', r.stages.registeredAt], ['instance-started', r.stages.startedAt]], j.job.receivedAt);
     } catch (error) {
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
-      // Only a launch EC2 refused gives its ticket back; any other failure may have
-      // launched (or did, and was terminated): the window's probe is spent, failing safe.
       const ticket = tickets?.granted.get(j.key);
-      if (ticket && launchRefused(error)) {
-        const r = await b.deps.launchTickets!.release(ticket);
-        if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
-      } else if (ticket) j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
+      if (ticket) await settleTicket(b, j, ticket, error);
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }
   });
   return started;
+}
+
+/** What a redelivery's look-up for its earlier receives' launches found (none on a first receive). */
+type TakeOver = { readonly kind: 'found'; readonly fleet: ColdFleet } | { readonly kind: 'unreadable'; readonly error: string };
+
+/** 5a'. The earlier receives' instances the batch's redeliveries take over (`lookUpEarlier`, cold.ts). */
+async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], attemptOf: (j: JobInFlight) => LaunchAttempt): Promise<Map<string, TakeOver>> {
+  const found = new Map<string, TakeOver>();
+  await mapLimit(cold, 10, async (j) => {
+    try {
+      const fleet = await lookUpEarlier(step, j, attemptOf(j));
+      if (fleet) found.set(j.key, { kind: 'found', fleet });
+    } catch (error) {
+      found.set(j.key, { kind: 'unreadable', error: (error as Error).message });
+    }
+  });
+  return found;
+}
+
+/**
+ * A failed cold launch's ticket: given back when nothing launched (`launchRefused`: EC2
+ * refused it, also a resend with the same token after a lost answer); kept until its expiry
+ * when the launch may have happened (every send lost its answer) or did (a failure after it:
+ * its instance was terminated, and the window's launch is spent).
+ */
+async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
+  if (!launchRefused(error)) {
+    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
+    return;
+  }
+  const r = await b.deps.launchTickets!.release(ticket);
+  if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
 }
 
 /**

@@ -1,5 +1,5 @@
 import { DeleteParameterCommand, DeleteParametersCommand, GetParameterCommand, type DeleteParametersCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from './aws-call';
 import type { SsmPaths } from './contract';
 import { listRunnerConfigs } from './parameters';
 
@@ -19,6 +19,12 @@ export interface DeleteOutcome {
 export interface DeleteCalls {
   readonly delete: 'batch' | 'single';
   readonly readBack: 'list' | 'get';
+  /**
+   * The names belong to terminated instances, which nobody can claim again: a delete whose
+   * answer was lost is resent (WRITE_IDEMPOTENT; not found afterwards is gone) before any
+   * read-back. Only for names no writer can reuse.
+   */
+  readonly resend?: boolean;
 }
 
 const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnknownOutcome(error);
@@ -43,12 +49,12 @@ export async function deleteRunnerConfigs(aws: AwsCaller, ssm: SSMClient, paths:
   for (const batch of batches) {
     try {
       if (calls.delete === 'batch') {
-        const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), WRITE_ONCE);
+        const out = await aws.send<DeleteParametersCommandOutput>(ssm, new DeleteParametersCommand({ Names: batch }), calls.resend ? WRITE_IDEMPOTENT : WRITE_ONCE);
         // InvalidParameters lists the names SSM did not find: gone as well.
         for (const n of [...(out.DeletedParameters ?? []), ...(out.InvalidParameters ?? [])]) gone.add(n);
         for (const n of batch) if (!gone.has(n)) unknown.add(n);
       } else {
-        await aws.send(ssm, new DeleteParameterCommand({ Name: batch[0]! }), WRITE_ONCE);
+        await aws.send(ssm, new DeleteParameterCommand({ Name: batch[0]! }), calls.resend ? WRITE_IDEMPOTENT : WRITE_ONCE);
         gone.add(batch[0]!);
       }
     } catch (error) {

@@ -14,7 +14,7 @@ import {
 } from '../../lambdas/pool/backoff';
 import { planPool } from '../../lambdas/pool/classify';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
-import { coldLaunchTags, CREATED_BY, WARM_STANDBY_VALUE, type PoolConfig } from '../../lambdas/shared/contract';
+import { coldLaunchTags, CREATED_BY, launchTicketHoldSeconds, WARM_STANDBY_VALUE, type PoolConfig } from '../../lambdas/shared/contract';
 import { gateCold, poolColdGate } from '../../lambdas/scale-up/decide';
 import { fleetConfig, KEYS } from '../support/fixtures';
 
@@ -146,7 +146,7 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     expect(primed.decision).toEqual({ launch: 1, backingOff: false });
     const next = { ...pool, launchTemplateVersion: String(Number(pool.launchTemplateVersion) + 1) };
     // Unproven again: each launch takes one of the limit's start tickets of the new template.
-    const start = { slots: ['start#1', 'start#2'], holdSeconds: 3600 + pool.warm.primingTimeoutSeconds };
+    const start = { slots: ['start#1', 'start#2'], holdSeconds: launchTicketHoldSeconds(pool.warm.primingTimeoutSeconds) };
     expect(primeStep(failing, next, seen, [], 2, at(60)).decision).toEqual({ launch: 2, backingOff: false, ticket: { template: templateOf(next), ...start } });
   });
 
@@ -161,7 +161,7 @@ describe('a pool whose every prime fails, on a simulated clock', () => {
     expect(primeStep(failing, pool, seen, [], 2, at(60), 'ami-0new').decision).toEqual({
       launch: 2,
       backingOff: false,
-      ticket: { template: templateOf(pool, 'ami-0new'), slots: ['start#1', 'start#2'], holdSeconds: 3600 + pool.warm.primingTimeoutSeconds },
+      ticket: { template: templateOf(pool, 'ami-0new'), slots: ['start#1', 'start#2'], holdSeconds: launchTicketHoldSeconds(pool.warm.primingTimeoutSeconds) },
     });
   });
 });

@@ -5,6 +5,7 @@ import { createPoolHandler, EVICTION_MARKER, LEFTOVER_MARKER_MS } from '../../la
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { encodeParking, LAUNCH_TEMPLATE_VERSION_TAG, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { ticketKey, type LaunchTickets, type Ticket } from '../../lambdas/shared/launch-tickets';
+import { LAUNCH_SENDS } from '../../lambdas/shared/launch-outcome';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
 
@@ -53,21 +54,32 @@ describe('pool handler', () => {
   });
 
   it.each([
-    ['launched, answer lost', true, 3],
-    ['not launched, answer lost', false, 0],
-  ])('a launch whose answer was lost is resolved by its token, never retried on the next type (%s)', async (_, executed, launched) => {
+    ['launched, answer lost: found by its token', true, 1],
+    ['not launched, answer lost: resent with the same token', false, 2],
+  ])('a launch whose answer was lost is settled by its token, never retried on the next type (%s)', async (_, executed, sends) => {
     aws.fault('RunInstances', executed ? lostAnswer() : awsError('ServiceUnavailable', 503));
     const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
-    expect(aws.count('RunInstances')).toBe(1);
-    expect(summary).toMatchObject({ target: 3, launched });
+    expect(aws.count('RunInstances')).toBe(sends);
+    expect(summary).toMatchObject({ target: 3, launched: 3 });
     const standbys = [...aws.instances.values()];
-    expect(standbys).toHaveLength(launched);
-    const token = aws.ec2.commandCalls(RunInstancesCommand)[0]!.args[0].input.ClientToken;
+    expect(standbys).toHaveLength(3);
+    const calls = aws.ec2.commandCalls(RunInstancesCommand).map((c) => c.args[0].input);
+    const token = calls[0]!.ClientToken;
     expect(token).toMatch(/^[0-9a-f-]{36}$/);
+    // A resend is the same request: the same token, type and subnet.
+    for (const c of calls) expect(c).toEqual(calls[0]);
     for (const i of standbys) expect(i.tags.get(KEYS.launchToken)).toBe(token);
-    // The next run counts what exists: it launches only what is missing.
+    // The next run counts what exists: it launches nothing more.
     const [next] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
-    expect(next!.launched + next!.priming).toBe(3);
+    expect(next).toMatchObject({ launched: 0, priming: 3 });
+  });
+
+  it('a launch whose every send lost its answer, with nothing found by its token, launches nothing more this run', async () => {
+    aws.fault('RunInstances', awsError('ServiceUnavailable', 503), awsError('ServiceUnavailable', 503), awsError('ServiceUnavailable', 503));
+    const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    expect(aws.count('RunInstances')).toBe(LAUNCH_SENDS);
+    expect(summary).toMatchObject({ launched: 0 });
+    expect(lines.logs('launch outcome unknown after every resend; the next run counts what exists')).toHaveLength(1);
   });
 
   it('follows the warm schedule: the window in force sets the target', async () => {

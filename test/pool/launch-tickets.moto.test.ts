@@ -6,6 +6,7 @@ import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tickets';
+import { LAUNCH_SENDS } from '../../lambdas/shared/launch-outcome';
 import type { TicketNeed } from '../../lambdas/pool/backoff';
 import { FakeCi } from '../support/fake-ci';
 import { INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX } from '../support/fixtures';
@@ -139,11 +140,13 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
     expect(await coldInstances()).toHaveLength(1);
   });
 
-  it('keeps the ticket when CreateFleet launched but its answer was lost and the resend was refused: no second launch on it', async () => {
-    // The first CreateFleet lands and answers 500; the look-up by its token sees nothing yet
-    // (DescribeInstances lags); the resend is throttled. The launch happened: not a refusal.
+  it('keeps the ticket when CreateFleet launched but its answer was lost and every resend was throttled: no second launch on it', async () => {
+    // The first CreateFleet lands and answers 500; the look-ups by its token see nothing yet
+    // (DescribeInstances lags); each resend is throttled (not executed: no answer about the
+    // token). The launch happened: not a refusal.
     const lagging = motoClients(moto.endpoint).ec2;
     let fleets = 0;
+    let lag = true;
     lagging.middlewareStack.add(
       (next, context) => async (args) => {
         if (context.commandName === 'CreateFleetCommand' && ++fleets === 1) {
@@ -152,13 +155,15 @@ describe("scale-up's cold launch with a lost ticket answer, against moto", () =>
         }
         if (context.commandName === 'CreateFleetCommand') throw Object.assign(new Error('slow down'), { name: 'RequestLimitExceeded', $metadata: { httpStatusCode: 400 } });
         const out = await next(args);
-        if (context.commandName === 'DescribeInstancesCommand' && fleets === 1) (out.output as { Reservations?: unknown[] }).Reservations = [];
+        if (context.commandName === 'DescribeInstancesCommand' && fleets >= 1 && lag) (out.output as { Reservations?: unknown[] }).Reservations = [];
         return out;
       },
       { step: 'initialize' },
     );
     const lines = new Lines();
     expect((await handler(dynamo(), lines, lagging)(jobEvent([job(1)]))).batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    lag = false;
+    expect(lines.logs('CreateFleet outcome unknown, settled by its token')).toEqual([expect.objectContaining({ outcome: 'unknown', lostAnswers: LAUNCH_SENDS })]);
     expect(await coldInstances()).toHaveLength(1);
     const slot = await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', `${config.pools[0]!.launchTemplateId}:${config.pools[0]!.launchTemplateVersion}`, 'start#1') } }, ConsistentRead: true }));
     expect(slot.Item).toBeDefined();

@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
-import { keptTicketFields, readBack, ticketExpiry, ticketKey } from '../../lambdas/shared/launch-tickets';
-import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES } from '../../lambdas/shared/contract';
+import { keptTicketFields, readBack, releaseStep, ticketExpiry, ticketKey, unspentTickets } from '../../lambdas/shared/launch-tickets';
+import { afterLostAnswer, LAUNCH_SENDS, sendErrorKind, settleLaunch } from '../../lambdas/shared/launch-outcome';
+import { UnknownOutcomeError } from '../../lambdas/shared/aws-call';
+import { fleetConfig } from '../support/fixtures';
+import { FLEET_DEFAULTS, JOB_MAX_WAIT_SECONDS, JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from '../../lambdas/shared/contract';
 
 const T0 = new Date('2026-11-29T12:00:00.000Z');
 const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
@@ -22,12 +25,12 @@ describe('which launch tickets a launch needs (pure)', () => {
   });
   it('one of the limit start tickets while the template is unproven and below the limit', () => {
     for (const s of [freshStreak('lt-1:4'), failing(1, false), failing(2, false)]) {
-      expect(ticketNeed(s, policy, 900)).toEqual({ template: 'lt-1:4', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 1800 + 900 });
+      expect(ticketNeed(s, policy, 900)).toEqual({ template: 'lt-1:4', slots: ['start#1', 'start#2', 'start#3'], holdSeconds: 900 + LAUNCH_TICKET_SETTLE_SECONDS });
     }
   });
   it('the one probe ticket of the window once backing off, or while a proven template fails', () => {
     const window = (failures: number) => `probe#${at(delaySeconds(failures, policy)).toISOString()}`;
-    expect(ticketNeed(failing(3, false), policy, 900)).toEqual({ template: 'lt-1:4', slots: [window(3)], holdSeconds: 2700 });
+    expect(ticketNeed(failing(3, false), policy, 900)).toEqual({ template: 'lt-1:4', slots: [window(3)], holdSeconds: 900 + LAUNCH_TICKET_SETTLE_SECONDS });
     expect(ticketNeed(failing(1, true), policy, 900)?.slots).toEqual([window(1)]);
     // A later failure opens a later window: its own ticket.
     const later = { ...failing(4, false), lastFailureAt: at(2000).toISOString() };
@@ -70,5 +73,75 @@ describe('the log fields of a kept launch ticket (pure)', () => {
   it('name the pool, the item key, the owner token a conditional delete needs, and the expiry', () => {
     const ticket = { key: ticketKey('linux', 'lt-1:4', 'start#1'), owner: 'token-1', expiresAt: at(2700).toISOString() };
     expect(keptTicketFields('linux', ticket)).toEqual({ pool: 'linux', ticketKey: 'launch-ticket|linux|lt-1:4|start#1', ticketOwner: 'token-1', ticketExpiresAt: '2026-11-29T12:45:00.000Z' });
+  });
+});
+
+describe('settling a launch whose answer was lost (pure)', () => {
+  const lost = new UnknownOutcomeError('RunInstances', new Error('reset'));
+  const throttled = Object.assign(new Error('slow down'), { name: 'RequestLimitExceeded', $metadata: { httpStatusCode: 503 } });
+  const refused = Object.assign(new Error('bad'), { name: 'InvalidParameterValue', $metadata: { httpStatusCode: 400 } });
+  it('a lost answer is no refusal; throttling refuses a first send, but says nothing about the token on a resend', () => {
+    expect(sendErrorKind(lost, false)).toBe('lost');
+    expect(sendErrorKind(refused, false)).toBe('refused');
+    expect(sendErrorKind(refused, true)).toBe('refused');
+    expect(sendErrorKind(throttled, false)).toBe('refused');
+    expect(sendErrorKind(throttled, true)).toBe('lost');
+  });
+  it('after the look-up: found is launched; nothing found is resent with the same token, up to the bound; a failed look-up stays unknown', () => {
+    expect(afterLostAnswer({ kind: 'found', ids: ['i-1'] }, 1)).toBe('launched');
+    expect(afterLostAnswer({ kind: 'none' }, 1)).toBe('resend');
+    expect(afterLostAnswer({ kind: 'none' }, LAUNCH_SENDS - 1)).toBe('resend');
+    expect(afterLostAnswer({ kind: 'none' }, LAUNCH_SENDS)).toBe('unknown');
+    expect(afterLostAnswer({ kind: 'unreadable', error: 'x' }, 1)).toBe('unknown');
+  });
+  it('settles by sending the same request: answered, found, refused or unknown', async () => {
+    const sends: string[] = [];
+    const send = (answers: (() => string)[]) => async () => {
+      sends.push('send');
+      return answers[sends.length - 1]!();
+    };
+    const fail = (e: unknown) => () => {
+      throw e;
+    };
+    expect(await settleLaunch(send([fail(lost), () => 'ok']), async () => [])).toEqual({ kind: 'answered', out: 'ok', lost: 1 });
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost)]), async () => ['i-1'])).toEqual({ kind: 'found', ids: ['i-1'], lost: 1 });
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost), fail(refused)]), async () => [])).toMatchObject({ kind: 'refused', error: refused, lost: 1 });
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost), fail(throttled), fail(lost)]), async () => [])).toMatchObject({ kind: 'unknown', lost: LAUNCH_SENDS });
+    expect(sends).toHaveLength(LAUNCH_SENDS);
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost)]), async () => Promise.reject(new Error('denied')))).toMatchObject({ kind: 'unknown', lost: 1 });
+    expect(sends).toHaveLength(1);
+  });
+});
+
+describe('releasing a ticket (pure)', () => {
+  const conditionFailed = Object.assign(new Error('no'), { name: 'ConditionalCheckFailedException' });
+  it('a refused condition after a lost answer is released (the first delete landed, or the ticket is another\'s); on the first send, not ours', () => {
+    expect(releaseStep(conditionFailed, true)).toBe('released');
+    expect(releaseStep(conditionFailed, false)).toBe('not-ours');
+    expect(releaseStep(new UnknownOutcomeError('DeleteItem', new Error('reset')), false)).toBe('resend');
+    expect(releaseStep(Object.assign(new Error('t'), { name: 'ThrottlingException' }), true)).toBe('resend');
+    expect(releaseStep(Object.assign(new Error('d'), { name: 'AccessDeniedException' }), false)).toBe('failed');
+  });
+  it('gives back what did not launch, and nothing while the outcome is unknown', () => {
+    const taken = ['a', 'b', 'c'].map((k) => ({ key: k, owner: 'o', expiresAt: at(60).toISOString() }));
+    expect(unspentTickets(taken, 0, false)).toEqual(taken);
+    expect(unspentTickets(taken, 2, false)).toEqual([taken[2]]);
+    expect(unspentTickets(taken, 3, false)).toEqual([]);
+    expect(unspentTickets(taken, 0, true)).toEqual([]);
+  });
+});
+
+describe("a ticket's hold and a job's maximum wait (pure)", () => {
+  it('a ticket spent on a launch frees before a job waiting behind it is dead-lettered, with the default priming timeout', () => {
+    expect(launchTicketHoldSeconds(FLEET_DEFAULTS.primingTimeoutSeconds)).toBeLessThan(JOB_MAX_WAIT_SECONDS);
+  });
+  it('the fleet config refuses a priming timeout whose ticket would outlive that wait, naming the bound', () => {
+    const priming = JOB_MAX_WAIT_SECONDS - LAUNCH_TICKET_SETTLE_SECONDS;
+    expect(() => fleetConfig({ primingTimeoutSeconds: priming - 1 })).not.toThrow();
+    expect(() => fleetConfig({ primingTimeoutSeconds: priming })).toThrow(/warm\.primingTimeoutSeconds is 3300: a launch of an unproven or failing template holds its launch ticket .* use at most 3299 s/);
   });
 });

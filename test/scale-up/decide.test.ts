@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { bucketOf, bucketsFor, decide, gateCold, isLateDelivery, orderCandidates, parkedByBucket, poolColdGate, reuseAffinityOf, usesOf, type QueuedJob } from '../../lambdas/scale-up/decide';
 import { freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { coldLaunchTags, LATE_DELIVERY_SECONDS, Provider } from '../../lambdas/shared/contract';
+import { coldLaunchTags, LATE_DELIVERY_SECONDS, launchTicketHoldSeconds, Provider } from '../../lambdas/shared/contract';
 import { repositoriesOf, type ObservedInstance } from '../../lambdas/shared/instances';
 import { fleetConfig, job, KEYS, standbyTags } from '../support/fixtures';
 
@@ -77,7 +77,7 @@ describe('the cold gate: what the prime back-off lets a batch launch cold', () =
     expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [], KEYS, 20, NOW)).toEqual({ launch: 20 });
   });
   it('an unproven template launches at most the limit at once, cold launches on their way and priming standbys included', () => {
-    const hold = pool.warm.primeBackoffCapSeconds + pool.warm.primingTimeoutSeconds;
+    const hold = launchTicketHoldSeconds(pool.warm.primingTimeoutSeconds);
     expect(poolColdGate(undefined, pool, [], KEYS, 20, NOW)).toEqual({ launch: 3, held: 'unproven', ticket: { template, slots: ['start#1', 'start#2', 'start#3'], holdSeconds: hold } });
     expect(poolColdGate(undefined, pool, [inst('running', coldTags(1)), inst('running', standbyTags())], KEYS, 20, NOW)).toMatchObject({ launch: 1 });
     // A cold runner that took its job, or a parked standby, proves the template.

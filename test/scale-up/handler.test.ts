@@ -192,6 +192,15 @@ describe('scale-up: warm activation', () => {
     expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(warnings);
   });
 
+  it('that config delete, one answer lost, is resent (the instance is terminated: nobody can claim its name again) and the parameter is gone', async () => {
+    aws.fault('CreateTags', awsError('InvalidParameterValue'));
+    aws.fault('DeleteParameter', awsError('ServiceUnavailable', 503));
+    await handler()(jobEvent(jobs(1)));
+    expect(aws.count('DeleteParameter')).toBe(2);
+    expect(aws.parameters.size).toBe(0);
+    expect(lines.logs(/config parameter failed; the sweep removes it$/)).toHaveLength(0);
+  });
+
   it('moves to the next candidate when a claim is lost, carrying its runner registration there: one registration, one SSM write per claim', async () => {
     const [a, b] = park(2);
     // Another invocation owns the first candidate this one tries.
@@ -1065,7 +1074,8 @@ describe('scale-up: cold launch', () => {
   });
 
   it("a redelivery whose look-up of the earlier receives' launches fails launches nothing; the message is retried", async () => {
-    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    // The observation answers; the look-up, before the cold gate, fails.
+    aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
     const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 3 })));
     expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
     expect(aws.count('CreateFleet')).toBe(0);
@@ -1338,19 +1348,20 @@ describe('scale-up: a registration carried to the cold gate that throws', () => 
     expect(lines.metric('JobsFailed', { Reason: 'rollback-incomplete' })).toBe(1);
   });
 
-  it("a redelivery whose look-up of the earlier receives' launches fails gives its launch ticket back, once", async () => {
+  it("a redelivery whose look-up of the earlier receives' launches fails takes no launch ticket (the look-up comes before the gate)", async () => {
     failingOnce();
     const ticket = { key: 'ticket-1', owner: 'owner-1', expiresAt: new Date(aws.now.getTime() + 600_000).toISOString() };
     const released: unknown[] = [];
-    const launchTickets = { take: async () => ({ taken: [ticket], errors: [] }), release: async (t: unknown) => (released.push(t), { released: true }) };
-    // The observation and the back-off's look at gone instances answer; the token look-up fails.
-    aws.fault('DescribeInstances', 'pass', 'pass', awsError('UnauthorizedOperation'));
+    let takes = 0;
+    const launchTickets = { take: async () => ((takes += 1), { taken: [ticket], errors: [] }), release: async (t: unknown) => (released.push(t), { released: true }) };
+    // The observation answers; the token look-up fails.
+    aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
     const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
     expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
     expect(aws.count('CreateFleet')).toBe(0);
     expect(lines.logs('cold launch failed; the message will be retried')[0]!.error).toMatch(/looking up the launches of the message's earlier receives failed/);
-    expect(released).toEqual([ticket]);
-    expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toHaveLength(0);
+    expect(takes).toBe(0);
+    expect(released).toEqual([]);
   });
 
   it('a cold launch EC2 refuses counts a carried registration it cannot delete as rollback-incomplete', async () => {

@@ -3,6 +3,7 @@ import { fleetMetricNamespace, metricNamespaceProblem, METRIC_DIMENSIONS, METRIC
 import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
 import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
+import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -568,7 +569,15 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
         }
       });
     c.integer(`${p}.warm.maxAgeSeconds`, 300);
-    c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
+    const priming = c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
+    if (priming !== undefined && launchTicketHoldSeconds(priming) >= JOB_MAX_WAIT_SECONDS) {
+      c.fail(
+        `${p}.warm.primingTimeoutSeconds`,
+        `is ${priming}: a launch of an unproven or failing template holds its launch ticket for the priming timeout plus ${LAUNCH_TICKET_SETTLE_SECONDS} s, ` +
+          `which must stay below a job's maximum wait (${JOB_MAX_WAIT_SECONDS} s) or the jobs waiting behind it are dead-lettered; ` +
+          `use at most ${JOB_MAX_WAIT_SECONDS - LAUNCH_TICKET_SETTLE_SECONDS - 1} s, and put slow preparation into the image`,
+      );
+    }
     c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
     c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
     if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);

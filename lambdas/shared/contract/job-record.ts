@@ -41,6 +41,28 @@ export const LAUNCH_TICKET_ATTRIBUTES = {
 } as const;
 
 /**
+ * How long a job may wait for a runner, from the webhook's `receivedAt`, before it is
+ * dead-lettered (`max-wait`, or `backoff-max-wait` while the prime back-off held it).
+ */
+export const JOB_MAX_WAIT_SECONDS = 60 * 60;
+
+/**
+ * What a launch ticket holds beyond the priming timeout: the launcher's own steps between the
+ * take and the launch (a function runs at most 2 minutes), and the pool run that evicts and
+ * counts a launch that did not park in time (every minute by default).
+ */
+export const LAUNCH_TICKET_SETTLE_SECONDS = 5 * 60;
+
+/**
+ * How long a ticket spent on a launch holds its slot: until that launch's evidence (parked,
+ * runner started, or counted as a failure) is in the streak. Shorter than a job's maximum wait,
+ * so a job held behind it is launched for, or learns the template is failing, before it expires.
+ */
+export function launchTicketHoldSeconds(primingTimeoutSeconds: number): number {
+  return primingTimeoutSeconds + LAUNCH_TICKET_SETTLE_SECONDS;
+}
+
+/**
  * Retrying a job whose runner went elsewhere (it took another job, or died before taking
  * any): how long after its runner was started a still-queued job is looked at again, and how
  * many more runners it may get. The construct's `jobRetryAfter` and `jobRetryLimit` props;
