@@ -24,6 +24,11 @@ import type { Statement } from './iam-eval';
  * - ec2:CreateTags / ec2:DeleteTags: instance with aws:RequestTag, aws:ResourceTag, aws:TagKeys;
  *   ec2:CreateAction is an action-level key of CreateTags.
  * - ssm:PutParameter: aws:RequestTag, aws:TagKeys, ssm:Overwrite (action level).
+ * - ssm:GetParameter / ssm:DeleteParameter: aws:ResourceTag (action level); their parameter
+ *   row lists no key, so `ssm:resourceTag/...` (only in the resource-type table) is not set.
+ * - ec2:TerminateInstances / CreateTags / DeleteTags on instance: ec2:InstanceID, the
+ *   resource tags; the caller's ec2:SourceInstanceArn is a global key; aws:ARN is listed
+ *   nowhere (resolveTargetArn below).
  * - dynamodb:UpdateItem/GetItem/DeleteItem: dynamodb:LeadingKeys (action level).
  * - kms:Encrypt/Decrypt/GenerateDataKey: kms:ViaService (action level).
  */
@@ -99,12 +104,72 @@ export interface Judgement {
   readonly result: string;
 }
 
+/**
+ * `aws:ARN`: the ARN of the resource a request acts on. AWS evaluates it on EC2 requests (the
+ * fleet's instance role scopes its self-termination and self-tagging with `aws:ARN` =
+ * `${ec2:SourceInstanceARN}`, as other runner projects do; e.g. github.com/qoomon/aws-cheatsheet,
+ * "Limit EC2 Instance Permissions to itself"), but neither the Service Authorization Reference
+ * nor the IAM User Guide's global key list names it, so iam-data lacks it and iam-simulate
+ * would drop it. Its value is not a fact a test hands in: it is the request's resource, and
+ * this file resolves each condition on it before the rest goes to iam-simulate. Only on EC2,
+ * where the fleet relies on it; elsewhere it is absent (a condition on it fails).
+ */
+const UNLISTED_TARGET_ARN = 'aws:arn';
+const STRING_OPERATORS = new Set(['stringequals', 'arnequals', 'stringlike', 'arnlike']);
+
+function substituteVariables(value: string, context: Record<string, string | string[]>): string | undefined {
+  const byKey = new Map(Object.entries(context).map(([k, v]) => [k.toLowerCase(), v]));
+  let missing = false;
+  const out = value.replace(/\$\{([^}]+)\}/g, (_m, key: string) => {
+    const v = byKey.get(key.toLowerCase());
+    if (typeof v === 'string') return v;
+    missing = true;
+    return '';
+  });
+  return missing ? undefined : out;
+}
+
+const globMatch = (pattern: string, value: string) =>
+  new RegExp('^' + pattern.split('').map((c) => (c === '*' ? '.*' : c === '?' ? '.' : c.replace(/[.+^${}()|[\]\\/]/g, '\\$&'))).join('') + '$').test(value);
+
+/**
+ * The statements with every condition on `aws:ARN` decided for this request: a condition that
+ * holds is removed, a statement whose condition fails is removed (it cannot apply).
+ */
+function resolveTargetArn(statements: readonly Statement[], request: AuthorizationRequest, context: Record<string, string | string[]>): Statement[] {
+  const target = request.action.startsWith('ec2:') ? request.resource : undefined;
+  const out: Statement[] = [];
+  for (const statement of statements) {
+    let applies = true;
+    const condition: Record<string, Record<string, string | string[]>> = {};
+    for (const [operator, keys] of Object.entries(statement.Condition ?? {})) {
+      const rest: Record<string, string | string[]> = {};
+      for (const [key, expected] of Object.entries(keys)) {
+        if (key.toLowerCase() !== UNLISTED_TARGET_ARN) {
+          rest[key] = expected;
+          continue;
+        }
+        if (!STRING_OPERATORS.has(operator.toLowerCase())) throw new Error(`iam-reference: ${operator} on aws:ARN is not modelled`);
+        const values = (Array.isArray(expected) ? expected : [expected]).map((e) => substituteVariables(e, context)).filter((e): e is string => e !== undefined);
+        const like = operator.toLowerCase().endsWith('like');
+        if (target === undefined || !values.some((v) => (like ? globMatch(v, target) : v === target))) applies = false;
+      }
+      if (Object.keys(rest).length > 0) condition[operator] = rest;
+    }
+    if (!applies) continue;
+    const { Condition: _dropped, ...bare } = statement;
+    out.push(Object.keys(condition).length > 0 ? { ...bare, Condition: condition } : bare);
+  }
+  return out;
+}
+
 /** Judges one request against identity statements with iam-simulate, on the reference's context. */
 export async function judge(statements: readonly Statement[], request: AuthorizationRequest, account: string): Promise<Judgement> {
   const context = await referenceContext(request.action, request.resourceType, request.facts);
+  const decided = resolveTargetArn(statements, request, context);
   const out = await runSimulation(
     {
-      identityPolicies: [{ name: 'role', policy: { Version: '2012-10-17', Statement: statements as unknown as Record<string, unknown>[] } }],
+      identityPolicies: [{ name: 'role', policy: { Version: '2012-10-17', Statement: decided as unknown as Record<string, unknown>[] } }],
       serviceControlPolicies: [],
       resourceControlPolicies: [],
       ...(request.resourcePolicy ? { resourcePolicy: request.resourcePolicy } : {}),

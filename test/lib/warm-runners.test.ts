@@ -62,7 +62,7 @@ describe('instance role', () => {
   const own = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0aaaaaaaaaaaaaaaa';
   const other = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0bbbbbbbbbbbbbbbb';
   const param = (id: string) => `arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/${id}`;
-  const tag = `ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`;
+  const tag = `aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`;
   let statements: Statement[];
   beforeAll(() => {
     statements = rolePolicyStatements('RunnersFleetRole');
@@ -80,7 +80,7 @@ describe('instance role', () => {
     }
   });
   it("cannot read or delete the pool's eviction marker (an id tag, no ARN tag)", () => {
-    const idTag = `ssm:resourceTag/${PARAMETER_INSTANCE_TAG}`;
+    const idTag = `aws:ResourceTag/${PARAMETER_INSTANCE_TAG}`;
     for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
       expect(isAllowed(statements, { action, resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [idTag]: 'i-0bbbbbbbbbbbbbbbb', 'ec2:SourceInstanceARN': own } })).toBe(false);
       expect(isAllowed(statements, { action, resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [idTag]: 'i-0aaaaaaaaaaaaaaaa', 'ec2:SourceInstanceARN': own } })).toBe(false);
