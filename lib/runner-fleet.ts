@@ -105,7 +105,10 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
 
     // The per-instance scoping is real IAM: scale-up tags each config parameter with its
     // instance's ARN, and the statement ties that tag to the calling instance through the
-    // `ec2:SourceInstanceARN` policy variable, which EC2 role credentials carry.
+    // `ec2:SourceInstanceARN` policy variable, which EC2 role credentials carry. The tag key is
+    // `aws:ResourceTag/<key>`, the one the Service Authorization Reference lists for
+    // ssm:GetParameter and ssm:DeleteParameter; `ssm:resourceTag/<key>` is on neither row, and
+    // with IfExists a key absent from the request would let every instance read every config.
     this.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         sid: 'ReadAndDeleteOwnRunnerConfig',
@@ -114,7 +117,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         // IfExists: IAM sees no tags on a parameter that does not exist yet, and a waiting
         // instance must get ParameterNotFound there, not AccessDenied (the boot script tells
         // the two apart). Only scale-up can create parameters here, always with the tag.
-        conditions: { StringEqualsIfExists: { [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
+        conditions: { StringEqualsIfExists: { [`aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
       }),
     );
     // With IfExists, a parameter under the config path that lacks the ARN tag would be open to
@@ -128,8 +131,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
         conditions: {
           Null: {
-            [`ssm:resourceTag/${PARAMETER_INSTANCE_TAG}`]: 'false',
-            [`ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: 'true',
+            [`aws:ResourceTag/${PARAMETER_INSTANCE_TAG}`]: 'false',
+            [`aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: 'true',
           },
         },
       }),
@@ -193,7 +196,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     acknowledgeWildcard(
       this.role,
       nagArn('ssm', `parameter${paths.runnerConfigRoot}*`),
-      'Each instance reaches only the config parameter tagged with its own ARN (condition ssm:resourceTag = ${ec2:SourceInstanceARN}); instance ids are known only at run time.',
+      'Each instance reaches only the config parameter tagged with its own ARN (condition aws:ResourceTag = ${ec2:SourceInstanceARN}); instance ids are known only at run time.',
     );
     acknowledgeWildcard(
       this.role,

@@ -11,6 +11,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import {
+  activationKeys,
   buildFleetConfig,
   bootLogGroupName,
   DEFAULT_PREFIX,
@@ -378,22 +379,45 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     const launchTemplateArns = this.fleet.launchTemplates.map(({ launchTemplate }) =>
       stack.formatArn({ service: 'ec2', resource: 'launch-template', resourceName: launchTemplate.launchTemplateId! }),
     );
-    const launch = (fn: lambda.IFunction, actions: string[]) => {
-      // Launching touches many resource types (subnet, image, volume, interface); the launch
-      // template condition keeps it to this fleet's templates.
-      fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: ['*'], conditions: { ArnLike: { 'ec2:LaunchTemplate': launchTemplateArns } } }));
+    const poolNames = this.config.pools.map((p) => p.name);
+    const anySpot = this.config.pools.some((p) => p.spot);
+    const arnOf = (resource: string, resourceName: string, account?: string) =>
+      stack.formatArn({ service: 'ec2', resource, resourceName, ...(account === undefined ? {} : { account }) });
+    // Tags at creation (ec2:CreateAction) only carrying one of this fleet's pools: every launch
+    // tags its instance (and the pool's, its volume) with the pool.
+    const launchedWithPoolTag = { StringEquals: { [`aws:RequestTag/${tags.pool}`]: poolNames } };
+    // Each launch path, per resource type of the Service Authorization Reference (test/lib/iam-launch.test.ts
+    // judges every part against the reference's condition keys):
+    // - RunInstances carries `ec2:LaunchTemplate` on every resource type it touches but the spot
+    //   request, so one statement keeps it to this fleet's templates. An instant CreateFleet has
+    //   no service-linked role and launches with the caller's RunInstances too.
+    // - CreateFleet carries no `ec2:LaunchTemplate` at all: its parts are scoped each by what
+    //   the reference lets a policy see (the instance's pool tag, the subnets' and templates'
+    //   ARNs); the fleet resource and the volumes carry no tag of ours (the call tags instances
+    //   only), the image is the template's (any image of the region, as published CreateFleet
+    //   policies grant it).
+    const launch = (fn: lambda.IFunction, actions: ('ec2:CreateFleet' | 'ec2:RunInstances')[]) => {
+      fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:RunInstances'], resources: ['*'], conditions: { ArnLike: { 'ec2:LaunchTemplate': launchTemplateArns } } }));
+      if (anySpot) {
+        // The spot request is created with the instance the statement above allows; its row
+        // lists no launch template key and the launches do not tag it.
+        fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:RunInstances'], resources: [arnOf('spot-instances-request', '*')] }));
+      }
       fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: launchTemplateArns }));
       if (actions.includes('ec2:CreateFleet')) {
-        // The fleet resource itself is created by the call; it carries no launch template key.
+        fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:CreateFleet'], resources: [arnOf('instance', '*')], conditions: launchedWithPoolTag }));
         fn.addToRolePolicy(
-          new iam.PolicyStatement({ actions: ['ec2:CreateFleet'], resources: [stack.formatArn({ service: 'ec2', resource: 'fleet', resourceName: '*' })] }),
+          new iam.PolicyStatement({
+            actions: ['ec2:CreateFleet'],
+            resources: [arnOf('fleet', '*'), arnOf('volume', '*'), arnOf('image', '*', ''), ...subnetIds.map((id) => arnOf('subnet', id))],
+          }),
         );
       }
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['ec2:CreateTags'],
-          resources: ['*'],
-          conditions: { StringEquals: { 'ec2:CreateAction': ['CreateFleet', 'RunInstances'] } },
+          resources: [arnOf('instance', '*'), arnOf('volume', '*')],
+          conditions: { StringEquals: { 'ec2:CreateAction': actions.map((a) => a.replace('ec2:', '')), ...launchedWithPoolTag.StringEquals } },
         }),
       );
       fn.addToRolePolicy(
@@ -414,12 +438,20 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.scaleUpFunction.addToRolePolicy(describe);
     this.scaleUpFunction.addToRolePolicy(
       // TerminateInstances: a cold instance whose config could not be written is not left running.
-      new iam.PolicyStatement({
-        actions: ['ec2:StartInstances', 'ec2:CreateTags', 'ec2:DeleteTags', 'ec2:TerminateInstances'],
-        resources: [fleetInstances],
-        conditions: ownedByFleet,
-      }),
+      new iam.PolicyStatement({ actions: ['ec2:StartInstances', 'ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
+    // Only the keys an activation writes (and the runner id of a cold launch) and its rollback
+    // removes (never the affinity, lambdas/scale-up/claim.ts). The Null check matters for
+    // DeleteTags: without tag keys it deletes every tag, the pool tag too, and then no function
+    // could terminate the instance; ForAllValues holds for an empty set.
+    const scaleUpTags = (action: string, keys: string[]) =>
+      new iam.PolicyStatement({
+        actions: [action],
+        resources: [fleetInstances],
+        conditions: { Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' }, 'ForAllValues:StringEquals': { 'aws:TagKeys': keys } },
+      });
+    this.scaleUpFunction.addToRolePolicy(scaleUpTags('ec2:CreateTags', [...activationKeys(tags), tags.affinity]));
+    this.scaleUpFunction.addToRolePolicy(scaleUpTags('ec2:DeleteTags', activationKeys(tags)));
     this.scaleUpFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ssm:PutParameter', 'ssm:AddTagsToResource', 'ssm:DeleteParameter', 'ssm:GetParameter'],
@@ -431,14 +463,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.scaleUpFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: this.config.pools.map((p) => parameterArn(paths.primeState(p.name))) }),
     );
-    // Spot launches need EC2's service-linked roles, which EC2 creates on first use; the pool
-    // may launch spot before scale-up ever does.
-    for (const fn of [this.scaleUpFunction, this.poolFunction]) {
+    // Spot launches need EC2's spot service-linked role, which EC2 creates on first use; the
+    // pool may launch spot before scale-up ever does. Not the EC2 Fleet one: an instant fleet
+    // does not use it (EC2 user guide, "EC2 Fleet prerequisites").
+    for (const fn of anySpot ? [this.scaleUpFunction, this.poolFunction] : []) {
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['iam:CreateServiceLinkedRole'],
           resources: ['*'],
-          conditions: { StringEquals: { 'iam:AWSServiceName': ['ec2fleet.amazonaws.com', 'spot.amazonaws.com'] } },
+          conditions: { StringEquals: { 'iam:AWSServiceName': 'spot.amazonaws.com' } },
         }),
       );
     }
@@ -529,11 +562,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     );
     if (props.encryptionKey) {
       // Explicit actions instead of the grant helpers' wildcards (kms:ReEncrypt*, kms:GenerateDataKey*).
-      const writers = [this.scaleUpFunction, this.poolFunction];
-      for (const fn of all) {
+      // Scale-up writes the SecureString runner configs with the key and reads its claim back
+      // decrypted: a standard parameter is encrypted under the key directly (kms:Encrypt), an
+      // advanced one by envelope encryption (kms:GenerateDataKey; KMS developer guide, "How AWS
+      // Systems Manager Parameter Store uses AWS KMS"). The put names no tier, so an account
+      // whose default parameter tier is advanced makes it advanced: both stay. The pool writes
+      // only String markers and reads nothing encrypted: no key. The others read the CI secrets,
+      // which may be encrypted with it.
+      for (const fn of all.filter((f) => f !== this.poolFunction)) {
         fn.addToRolePolicy(
           new iam.PolicyStatement({
-            actions: writers.includes(fn) ? ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt'] : ['kms:Decrypt'],
+            actions: fn === this.scaleUpFunction ? ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt'] : ['kms:Decrypt'],
             resources: [props.encryptionKey.keyArn],
             conditions: { StringEquals: { 'kms:ViaService': `ssm.${Aws.REGION}.amazonaws.com` } },
           }),
@@ -542,7 +581,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     }
 
     const reasons = {
-      any: 'Describe calls take no resource-level permissions; launches span resource types known only at launch (subnet, image, volume, interface) and are conditioned on this fleet\'s launch templates; CreateTags is allowed at launch only (ec2:CreateAction); CreateServiceLinkedRole only for EC2 Fleet and Spot.',
+      any: 'Describe calls take no resource-level permissions; RunInstances spans resource types known only at launch (subnet, image, volume, interface) and is conditioned on this fleet\'s launch templates (ec2:LaunchTemplate); CreateServiceLinkedRole only for Spot.',
+      launched:
+        "CreateFleet carries no launch template key: its fleet, volumes and image exist only at launch (the image is the launch template's), and come only with an instance that must carry one of this fleet's pool tags (aws:RequestTag) from this fleet's launch templates; tags at creation (ec2:CreateAction) only with a pool tag.",
       instances: 'Only this fleet\'s instances: every statement on instance/* is conditioned on the fleet\'s pool tag; instance ids are known only at run time.',
       parameters: 'Only this fleet\'s runner config parameters, one per instance id known only at run time.',
       spot: 'Spot requests are created by launches at run time; their ids are not known at deploy time.',
@@ -554,8 +595,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     for (const fn of [this.scaleUpFunction, this.poolFunction, this.scaleDownFunction]) {
       acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
     }
-    acknowledgeWildcard(this.poolFunction.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);
+    for (const fn of [this.scaleUpFunction, this.poolFunction]) {
+      acknowledgeWildcard(fn.role!, nagArn('ec2', 'volume/*'), reasons.launched);
+      if (anySpot || fn === this.poolFunction) acknowledgeWildcard(fn.role!, nagArn('ec2', 'spot-instances-request/*'), reasons.spot);
+    }
     acknowledgeWildcard(this.scaleUpFunction.role!, nagArn('ec2', 'fleet/*'), 'CreateFleet creates the fleet resource itself: its id does not exist before the call.');
+    acknowledgeWildcard(this.scaleUpFunction.role!, 'arn:<AWS::Partition>:ec2:<AWS::Region>::image/*', reasons.launched);
 
     // Alarms and dashboard, on the contract's metric names.
     const metric = (name: string, pool: string | undefined, statistic: string) =>

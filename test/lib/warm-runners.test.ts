@@ -62,7 +62,7 @@ describe('instance role', () => {
   const own = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0aaaaaaaaaaaaaaaa';
   const other = 'arn:aws:ec2:eu-west-1:111122223333:instance/i-0bbbbbbbbbbbbbbbb';
   const param = (id: string) => `arn:aws:ssm:eu-west-1:111122223333:parameter/warm-runners/runners/config/${id}`;
-  const tag = `ssm:resourceTag/${PARAMETER_INSTANCE_ARN_TAG}`;
+  const tag = `aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`;
   let statements: Statement[];
   beforeAll(() => {
     statements = rolePolicyStatements('RunnersFleetRole');
@@ -80,7 +80,7 @@ describe('instance role', () => {
     }
   });
   it("cannot read or delete the pool's eviction marker (an id tag, no ARN tag)", () => {
-    const idTag = `ssm:resourceTag/${PARAMETER_INSTANCE_TAG}`;
+    const idTag = `aws:ResourceTag/${PARAMETER_INSTANCE_TAG}`;
     for (const action of ['ssm:GetParameter', 'ssm:DeleteParameter']) {
       expect(isAllowed(statements, { action, resource: param('i-0bbbbbbbbbbbbbbbb'), context: { [idTag]: 'i-0bbbbbbbbbbbbbbbb', 'ec2:SourceInstanceARN': own } })).toBe(false);
       expect(isAllowed(statements, { action, resource: param('i-0aaaaaaaaaaaaaaaa'), context: { [idTag]: 'i-0aaaaaaaaaaaaaaaa', 'ec2:SourceInstanceARN': own } })).toBe(false);
@@ -286,7 +286,7 @@ describe('encryption key', () => {
     expect(JSON.stringify(param!.Properties.Value)).toContain('kmsKeyId');
     const policies = Object.values(t.findResources('AWS::IAM::Policy')).map((p) => JSON.stringify(p.Properties.PolicyDocument));
     const kmsStatements = policies.filter((p) => p.includes('kms:'));
-    expect(kmsStatements.length).toBe(7); // five functions, the drain and the instance role
+    expect(kmsStatements.length).toBe(6); // four functions (the pool uses no key), the drain and the instance role
     for (const p of kmsStatements) {
       expect(p).toContain('kms:ViaService');
       expect(p).not.toMatch(/kms:[A-Za-z]+\*/);
@@ -549,8 +549,13 @@ describe('control plane permissions (what the handlers call, and no more)', () =
       ['ec2:CreateFleet', `${acct}:fleet/fleet-1`, {}, true],
       ['ec2:StartInstances', fleetInstance, poolTag, true],
       ['ec2:StartInstances', fleetInstance, {}, false],
-      ['ec2:CreateTags', fleetInstance, poolTag, true],
-      ['ec2:DeleteTags', fleetInstance, poolTag, true],
+      // Only its activation keys (test/lib/iam-launch.test.ts judges every call and key).
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').runnerId] }, true],
+      ['ec2:CreateTags', fleetInstance, poolTag, false],
+      ['ec2:CreateTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').pool] }, false],
+      ['ec2:DeleteTags', fleetInstance, { ...poolTag, 'aws:TagKeys': [tagKeys('warm-runners').runnerId] }, true],
+      // DeleteTags without tag keys deletes every tag.
+      ['ec2:DeleteTags', fleetInstance, poolTag, false],
       ['ec2:TerminateInstances', fleetInstance, poolTag, true],
       ['ec2:TerminateInstances', fleetInstance, {}, false],
       ['ec2:DescribeInstances', '*', {}, true],
