@@ -551,13 +551,11 @@ resume_check() {
     [[ $CAFF == "$aff" ]] || fail "$PARAM is for $CAFF, but this instance's caches are of $aff: refused"
     [[ $n =~ ^[0-9]{1,6}$ && $((10#$n)) == $((10#$CUSES)) ]] || fail "$PARAM says $CUSES uses, but this instance parked after $n: refused"
   fi
+  # A fresh instance's first job fills them: run_mode creates them after the install step.
   if ((10#$CUSES > 0)); then
     for d in ${CACHES[@]+"${CACHES[@]}"}; do
       [[ -d $d && ! -L $d ]] || fail "cache directory $d is missing after $CUSES uses: refused"
     done
-  else
-    # A fresh instance's first job fills them.
-    make_caches || fail "cannot create the cache directories"
   fi
   PARK=1
   log "reuse: $CAFF, use $((10#$CUSES + 1)) of at most $MAX_JOBS"
@@ -622,15 +620,30 @@ clean() {
   make_caches
 }
 
-# The cache directories that are missing, empty and the runner user's.
+# The cache directories that are missing, empty and the runner user's. In the runner's home
+# the user creates them, every directory on the way too: a job may add ~/.cache/pip beside
+# ~/.cache/<tool>, and root never writes where the user can plant a link. Elsewhere root
+# creates the path and hands over the last directory only.
 make_caches() {
-  local d
+  local d home
+  home=$(runner_home) || return 1
   for d in ${CACHES[@]+"${CACHES[@]}"}; do
     [[ ! -L $d ]] || rm -f -- "$d" || return 1
     # A link planted on the way would have root create and hand over another directory.
     [[ $(realpath -m -- "$d") == "$d" ]] || { log "cache directory $d resolves elsewhere" && return 1; }
-    [[ -d $d ]] || { mkdir -p -- "$d" && chown "$RUNNER_USER:" "$d"; } || return 1
+    [[ ! -d $d ]] || continue
+    if [[ -n $home && $home != / && $d == "$home"/* ]]; then
+      as_runner mkdir -p -- "$d" || return 1
+    else
+      { mkdir -p -- "$d" && chown "$RUNNER_USER:" "$d"; } || return 1
+    fi
   done
+}
+
+# as_runner CMD...: CMD as the runner user (this script runs as root on EC2; a sandbox that is
+# not root runs as that user already).
+as_runner() {
+  if ((EUID == 0)); then runuser -u "$RUNNER_USER" -- "$@"; else "$@"; fi
 }
 
 # Only scale-up writes the affinity tag (with the launch or the activation; the instance role
@@ -684,6 +697,8 @@ run_mode() {
   # A cold launch of a stock image pays the install here, before its runner starts.
   install_runner
   check_runner
+  # After the install: on a stock image it creates the user the caches belong to.
+  ((!PARK)) || make_caches || fail "cannot create the cache directories"
   new_machine_id
   # The tag is parsed first (date forks): the latency is taken as the runner starts.
   since_activated || true

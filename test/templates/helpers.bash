@@ -45,6 +45,11 @@ sandbox_start() {
   export AWS_CLI_BIN
   export RUNNER_USER=nobody
   ((EUID == 0)) || RUNNER_USER=$(id -un)
+  # A suite of stock images (stock_user): its user is the runner user of every rendering.
+  if [[ -n ${STOCK_USER-} ]]; then
+    RUNNER_USER=$STOCK_USER REUSE_USER=$STOCK_USER
+    export REUSE_USER
+  fi
   build_release "$ROOT/release"
   release_start || return 1
   node --import tsx "$REPO/test/templates/render-sandbox.ts" --root "$ROOT" --imds "$IMDS_URL" \
@@ -119,12 +124,41 @@ release_mode() { printf '%s\n' "$1" >"$ROOT/release/.mode"; }
 release_requests() { cat "$ROOT/release/.requests" 2>/dev/null || true; }
 
 # stock_machine: a stock image: no runner installed for either provider, no runner user.
+# With STOCK_USER (stock_user) the user is really absent and the install step's useradd (the
+# shim, then the real one) really creates it, its home at $REUSE_HOME; without, the getent
+# shim only hides the sandbox's runner user until useradd was called.
 stock_machine() {
   rm -rf "${ROOT:?}/runner/github" "${ROOT:?}/runner/gitlab/gitlab-runner"
-  printf '%s\n' "$RUNNER_USER" >"$ROOT/calls/stock-user"
+  if [[ -n ${STOCK_USER-} ]]; then
+    remove_stock_user
+    mkdir -p "$ROOT/home"
+    printf '%s\n' "$REUSE_HOME" >"$ROOT/calls/useradd-home"
+  else
+    printf '%s\n' "$RUNNER_USER" >"$ROOT/calls/stock-user"
+  fi
+}
+
+# stock_user: for setup_file, before sandbox_start (root only): the runner user of a suite of
+# stock images, a name of this run's own (cleaning kills every process of the runner user, and
+# other runs may share this machine). No user of that name exists until a boot creates it.
+stock_user() {
+  export STOCK_USER=cwr-stock-$$
+  remove_stock_user
+}
+
+# remove_stock_user: STOCK_USER, its group, its processes and its home gone from this machine.
+remove_stock_user() {
+  if id -u "$STOCK_USER" &>/dev/null; then
+    pkill -KILL -U "$STOCK_USER" || true
+    userdel -f "$STOCK_USER" 2>/dev/null || true
+  fi
+  ! getent group "$STOCK_USER" >/dev/null || groupdel "$STOCK_USER"
+  [[ -z ${REUSE_HOME-} ]] || rm -rf "$REUSE_HOME"
+  refute id -u "$STOCK_USER" &>/dev/null
 }
 
 sandbox_stop() {
+  [[ -z ${STOCK_USER-} ]] || remove_stock_user
   [[ -z ${RELEASE_PID-} ]] || { kill -TERM "$RELEASE_PID" 2>/dev/null || true; }
   if [[ -n ${SANDBOX_PID-} ]]; then
     kill -TERM "$SANDBOX_PID" 2>/dev/null || true

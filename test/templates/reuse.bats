@@ -6,6 +6,7 @@
 # user, so these tests run as root with a user of their own (REUSE_USER), never this machine's.
 
 load helpers
+load reuse-steps
 
 REUSE_USER=cwr-reuse
 export REUSE_USER
@@ -27,75 +28,6 @@ setup() {
   STATE_DIR=$ROOT/var/lib/warm-runners
 }
 teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
-
-AFF=github:acme/app
-
-# The tags moto holds for the instance, as IMDS shows them from now on.
-sync_imds_tags() {
-  set_tags "$(moto_aws ec2 describe-tags --filters "Name=resource-id,Values=$INSTANCE_ID" --output json |
-    node -e 'const t=JSON.parse(require("fs").readFileSync(0,"utf8")).Tags;console.log(JSON.stringify(Object.fromEntries(t.map(x=>[x.Key,x.Value]))))')"
-}
-
-# A standby of the reusable pool, primed (the hook installed and enabled) and powered off.
-primed_standby() {
-  new_instance "$(launch_tags standby)"
-  boot_first github-reuse
-  [ "$status" -eq 0 ]
-  called shutdown '-h now'
-  rm -f "$ROOT/calls/shutdown"
-}
-
-# activate N [AFFINITY]: what scale-up's claim does: the activation tags of job N with the
-# affinity it writes with them (AFF by default, none when empty; the exact tags of
-# launch-tags.ts) in moto and so in IMDS; ACT is their activated-at.
-activate() {
-  local json aff=${2-$AFF}
-  json=$(launch_tags activated --seconds-ago 1 --job-id "github:1:$1" --trace-id "trace-reuse-$1" ${aff:+--affinity "$aff"})
-  moto_aws ec2 create-tags --resources "$INSTANCE_ID" --tags "$(node -e 'console.log(JSON.stringify(Object.entries(JSON.parse(process.argv[1])).map(([Key,Value])=>({Key,Value}))))' "$json")"
-  sync_imds_tags
-  ACT=$(node -e "console.log(JSON.parse(process.argv[1])['$TAG_ACTIVATED'])" "$json")
-}
-
-# reuse_config AFFINITY USES [JIT]: the config scale-up writes for a reusable pool's instance.
-reuse_config() {
-  ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"config\":{\"provider\":\"github\",\"jitConfig\":\"${3:-jit-reuse}\",\"reuse\":{\"affinity\":\"$1\",\"uses\":$2}}}" >/dev/null
-}
-
-# parked_state USES [AFFINITY]: the state a park after USES jobs leaves ($STATE/reuse).
-parked_state() { printf '%s %s %s %s\n' "$INSTANCE_ID" 2026-12-01T00:00:00.000Z "${2:-$AFF}" "$1" >"$STATE_DIR/reuse"; }
-
-# job SCRIPT: the job the runner runs (as the runner user), a bash script.
-job() { printf '%s\n' "$1" >"$ROOT/calls/runner-job"; }
-
-assert_parked() {
-  local uses=$1 tags
-  grep -qF "cleaned and parked with $AFF after $uses jobs; powering off" "$ROOT/out"
-  called shutdown '-h now'
-  [ "$(instance_state)" = running ]
-  tags=$(moto_tags)
-  grep -qx "$TAG_AFFINITY=$AFF" <<<"$tags"
-  grep -qx "$TAG_USES=$uses" <<<"$tags"
-  grep -qx "$TAG_WARM=$WARM_VALUE" <<<"$tags"
-  for key in "$TAG_ACTIVATED" "$TAG_TRACE" "$TAG_JOB" "$TAG_RUNNER_ID" "$TAG_JOB_STARTED" "$TAG_IDLE_SINCE"; do
-    refute grep -q "^$key=" <<<"$tags"
-  done
-  # The parking tag stays, naming the finished activation: the pool bounds the power-off by it.
-  grep -qE "^$TAG_PARKING=$ACT [0-9T:.-]+Z\$" <<<"$tags"
-  [ "$(cat "$STATE_DIR/reuse")" = "$INSTANCE_ID $ACT $AFF $uses" ]
-  [ ! -e "$STATE_DIR/run-began" ]
-  [ -L "$ROOT/etc/systemd/system/multi-user.target.wants/$UNIT_NAME" ]
-  refute param_exists
-}
-
-assert_refused() {
-  [ "$status" -ne 0 ]
-  grep -qF "$1" "$ROOT/out"
-  [ ! -e "$ROOT/calls/runner" ]
-  refute param_exists
-  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
-  [ ! -e "$ROOT/calls/shutdown" ]
-  moto_tags | grep -q "^$TAG_START_FAILURE=RUN failed"
-}
 
 # What a job leaves everywhere it can write: the workspace, the home, the temp directories,
 # a process with the secret in its environment, and a file in each cache directory.
@@ -141,6 +73,24 @@ $PLANT"
   [ -z "$(find "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm" -mindepth 1)" ]
   # The planted process is gone (a zombie at most: this sandbox's PID 1 does not reap).
   refute bash -c "ps -U $REUSE_USER -o stat= | grep -q '^[^Z]'"
+}
+
+@test "reuse: a fresh instance creates the cache directories for the runner user, in its home every directory on the way" {
+  primed_standby
+  activate 1
+  reuse_config "$AFF" 0
+  # Another tool's cache beside the listed one, as a job does (pip beside the listed tool's).
+  job "mkdir \"\$HOME/.cache/pip\" && echo beside"
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qx beside "$ROOT/calls/job.out" || { cat "$ROOT/calls/job.out" >&2; false; }
+  assert_parked 1
+  local d
+  for d in "$REUSE_HOME/.cache" "$REUSE_HOME_CACHE" "$REUSE_CACHE"; do
+    [ "$(stat -c %U:%G "$d")" = "$REUSE_USER:$(id -gn "$REUSE_USER")" ]
+  done
+  # Outside the home, root creates the way and hands over the cache directory only.
+  [ "$(stat -c %U "${REUSE_CACHE%/*}")" = root ]
 }
 
 @test "reuse: a failed job parks the same way" {

@@ -24,13 +24,13 @@ teardown_file() {
   shellcheck --shell=bash "$REPO/templates/start-runner.sh" "$REPO/templates/user-data.sh"
 }
 
-@test "shellcheck passes on the rendered user data, hook and production renderings of both providers" {
-  shellcheck --shell=bash "$ROOT"/user-data-{github,gitlab}.sh "$ROOT"/hook-{github,gitlab}.sh \
+@test "shellcheck passes on the rendered user data (with and without reuse), hook and production renderings of both providers" {
+  shellcheck --shell=bash "$ROOT"/user-data-{github,gitlab}{,-reuse}.sh "$ROOT"/hook-{github,gitlab}.sh \
     "$ROOT"/production-{github,gitlab}.sh
 }
 
 @test "shellcheck passes on the harness, its shims and the boot benchmarks" {
-  shellcheck --shell=bash "$REPO/test/templates/helpers.bash" "$REPO"/test/templates/shims/*/* "$REPO"/bench/boot/{run.sh,install.sh,timing.bash}
+  shellcheck --shell=bash "$REPO"/test/templates/{helpers,reuse-steps}.bash "$REPO"/test/templates/shims/*/* "$REPO"/bench/boot/{run.sh,install.sh,timing.bash}
 }
 
 @test "the rendered unit passes systemd-analyze verify" {
