@@ -344,7 +344,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
    * the role is shared by every pool, so the pool tag's value narrows the grant to them. Each
    * instance on itself only (aws:ARN), only the keys parking writes (`parking` when its runner
    * ended; `uses`, `warm-standby` when it parks) and the keys it removes then (its
-   * activation's). Never `affinity`: scale-up writes it, and candidates are ordered by it, so a
+   * activation's; never `parking`, which the pool bounds a parking instance by). Never `affinity`: scale-up writes it, and candidates are ordered by it, so a
    * job (it runs with this role) that could write it could have its instance offered to another
    * repository's jobs (R1). What the job can still write costs at most a refused claim or a
    * longer life, bounded by maxAge and the pool's eviction (docs/security.md).
@@ -370,7 +370,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         sid: 'UntagOwnActivation',
         actions: ['ec2:DeleteTags'],
         resources: ownInstances,
-        conditions: onItself([tags.activatedAt, tags.traceId, tags.jobId, tags.runnerId, tags.jobStarted, tags.idleSince, tags.parking]),
+        conditions: onItself([tags.activatedAt, tags.traceId, tags.jobId, tags.runnerId, tags.jobStarted, tags.idleSince]),
       }),
     );
   }

@@ -27,7 +27,7 @@ function synth(reuse: RunnerPoolProps['reuse']): Template {
 describe('instance role with reuse', () => {
   const ctx = (target: string, tagKeys: string[]) => ({ 'ec2:SourceInstanceARN': own, 'aws:ARN': target, 'aws:TagKeys': tagKeys, [poolTag]: 'linux' });
   const park = [keys.parking, keys.uses, keys.warmStandby];
-  const unpark = [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId, keys.jobStarted, keys.idleSince, keys.parking];
+  const unpark = [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId, keys.jobStarted, keys.idleSince];
 
   it('may tag and untag itself to park, nothing more, and only when a pool has reuse', () => {
     const statements = rolePolicyStatements(synth({ maxJobs: 5, maxAge: Duration.hours(2), cacheDirectories: ['/var/cache/tool'] }), 'RunnersFleetRole', PSEUDO);
@@ -38,6 +38,8 @@ describe('instance role with reuse', () => {
       ["another instance's activation tags removed", 'ec2:DeleteTags', other, ctx(other, unpark), false],
       ['its activation written', 'ec2:CreateTags', own, ctx(own, [keys.activatedAt]), false],
       ['its pool tag removed', 'ec2:DeleteTags', own, ctx(own, [keys.pool]), false],
+      // The park keeps its parking tag (the pool bounds a parking instance by it).
+      ['its parking tag removed', 'ec2:DeleteTags', own, ctx(own, [keys.parking]), false],
       ['its affinity removed', 'ec2:DeleteTags', own, ctx(own, [keys.affinity]), false],
       ['its affinity written', 'ec2:CreateTags', own, ctx(own, [keys.affinity]), false],
       ['its affinity written with its parking tags', 'ec2:CreateTags', own, ctx(own, [...park, keys.affinity]), false],
