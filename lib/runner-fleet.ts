@@ -1,4 +1,4 @@
-import { ArnFormat, Aws, RemovalPolicy, Size, Stack } from 'aws-cdk-lib';
+import { ArnFormat, Aws, RemovalPolicy, Size, Stack, Tags } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -331,6 +331,11 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         ],
         detailedMonitoring: false,
       });
+      // The template tags what it launches (CDK's Name tag and any tag a user puts on the
+      // stack) on the instance and its volume, and tags at launch are authorized with them:
+      // the pool tag among them is what the launchers' CreateTags grants require (an instant
+      // CreateFleet can tag only its instances, so the volume's tags are the template's).
+      Tags.of(launchTemplate).add(tags.pool, pool.name);
       // gzip: the script's text is near EC2's 16 KB limit, its compressed form far below it.
       // ec2.UserData is text (rendered through Fn::Base64), hence the override on the L1.
       (launchTemplate.node.defaultChild as ec2.CfnLaunchTemplate).addPropertyOverride('LaunchTemplateData.UserData', encodeUserData(userData));

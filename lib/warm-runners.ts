@@ -393,9 +393,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     //   no service-linked role and launches with the caller's RunInstances too.
     // - CreateFleet carries no `ec2:LaunchTemplate` at all: its parts are scoped each by what
     //   the reference lets a policy see (the instance's pool tag, the subnets' and templates'
-    //   ARNs); the fleet resource and the volumes carry no tag of ours (the call tags instances
-    //   only), the image is the template's (any image of the region, as published CreateFleet
-    //   policies grant it).
+    //   ARNs); the fleet resource and the volume by type (the call tags instances only; the
+    //   volume's tags are the launch template's, the pool tag among them, lib/runner-fleet.ts),
+    //   the image by type (any image of the region, as published CreateFleet policies grant it).
     const launch = (fn: lambda.IFunction, actions: ('ec2:CreateFleet' | 'ec2:RunInstances')[]) => {
       fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:RunInstances'], resources: ['*'], conditions: { ArnLike: { 'ec2:LaunchTemplate': launchTemplateArns } } }));
       if (anySpot) {

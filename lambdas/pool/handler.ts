@@ -504,7 +504,7 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
   return { ids: [], refused: true, unknown: false };
 }
 
-function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
+export function runStandbys(pool: PoolConfig, keys: TagKeys, count: number, type: string, subnet: string, token: string): RunInstancesCommand {
   const tags: Tag[] = standbyLaunchTags(keys, pool.name, token);
   return new RunInstancesCommand({
     // All or nothing: on a capacity error the next type or subnet is tried for the

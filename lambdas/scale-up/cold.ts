@@ -5,6 +5,7 @@ import {
   type CreateFleetCommandOutput,
   type DefaultTargetCapacityType,
   type _InstanceType,
+  type Tag,
 } from '@aws-sdk/client-ec2';
 import { errorName, mapLimit, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import { settleLaunch } from '../shared/launch-outcome';
@@ -204,21 +205,7 @@ async function fleetOnce(
 ): Promise<{ instanceId?: string; errors: string[] }> {
   const k = ctx.keys;
   const token = launchToken(attempt, capacityType);
-  const command = new CreateFleetCommand({
-    Type: 'instant',
-    ClientToken: token,
-    LaunchTemplateConfigs: [
-      {
-        LaunchTemplateSpecification: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
-        Overrides: pool.instanceTypes.flatMap((InstanceType) => pool.subnetIds.map((SubnetId) => ({ InstanceType: InstanceType as _InstanceType, SubnetId }))),
-      },
-    ],
-    TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: capacityType },
-    ...(capacityType === 'spot'
-      ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
-      : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
-    TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(k, pool.name, j.job, launchedAt, token, j.affinity) }],
-  });
+  const command = fleetCommand(pool, capacityType, token, coldLaunchTags(k, pool.name, j.job, launchedAt, token, j.affinity));
   // A lost answer is settled by its token (launch-outcome.ts): looked up before each resend
   // (moto ignores the token and would launch again), resent with the same token (EC2 answers
   // with the first fleet, or launches once), at most LAUNCH_SENDS sends.
@@ -234,4 +221,27 @@ async function fleetOnce(
   if (r.kind === 'refused') throw r.error;
   const instanceId = r.out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
   return { ...(instanceId ? { instanceId } : {}), errors: (r.out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
+}
+
+/**
+ * One instant CreateFleet of a cold launch. It tags the instance only: an instant fleet's
+ * TagSpecifications take `instance` and `fleet`, so the volume carries the launch template's
+ * tags (the pool's among them, lib/runner-fleet.ts).
+ */
+export function fleetCommand(pool: PoolConfig, capacityType: DefaultTargetCapacityType, token: string, tags: Tag[]): CreateFleetCommand {
+  return new CreateFleetCommand({
+    Type: 'instant',
+    ClientToken: token,
+    LaunchTemplateConfigs: [
+      {
+        LaunchTemplateSpecification: { LaunchTemplateId: pool.launchTemplateId, Version: pool.launchTemplateVersion },
+        Overrides: pool.instanceTypes.flatMap((InstanceType) => pool.subnetIds.map((SubnetId) => ({ InstanceType: InstanceType as _InstanceType, SubnetId }))),
+      },
+    ],
+    TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: capacityType },
+    ...(capacityType === 'spot'
+      ? { SpotOptions: { AllocationStrategy: 'price-capacity-optimized' } }
+      : { OnDemandOptions: { AllocationStrategy: 'lowest-price' } }),
+    TagSpecifications: [{ ResourceType: 'instance', Tags: tags }],
+  });
 }

@@ -1,4 +1,4 @@
-import { App, Stack } from 'aws-cdk-lib';
+import { App, Stack, Tags } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -36,7 +36,8 @@ export interface Fleet {
   readonly ref: (logicalIdPrefix: string, type: string) => string;
   readonly arnOf: (logicalIdPrefix: string, type: string) => string;
   /** Per pool name: its launch template's id, and whether it is spot. */
-  readonly pools: { name: string; launchTemplateId: string; spot: boolean; reuse: boolean }[];
+  /** Per pool; `templateTags`: what its launch template tags at launch, per resource type, as synthesized. */
+  readonly pools: { name: string; launchTemplateId: string; spot: boolean; reuse: boolean; templateTags: Record<string, { Key: string; Value: string }[]> }[];
   readonly subnetIds: string[];
   readonly securityGroupId: string;
   readonly instanceRoleArn: string;
@@ -48,6 +49,9 @@ export interface Fleet {
 
 export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean }): Fleet {
   const stack = new Stack(new App(), 'F');
+  // A tag on the whole stack, as teams put on theirs (cost allocation): the launch templates
+  // carry it to what they launch, and tags at launch are authorized with it.
+  Tags.of(stack).add('team', 'platform');
   const vpc = new ec2.Vpc(stack, 'Vpc');
   const key = options.key ? new kms.Key(stack, 'Key') : undefined;
   const runners = new WarmRunners(stack, 'Runners', {
@@ -135,6 +139,11 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
       launchTemplateId: physical(idOf(launchTemplate).Ref),
       spot: pool.spot === true,
       reuse: pool.reuse !== undefined,
+      templateTags: Object.fromEntries(
+        ((template.toJSON().Resources[stack.getLogicalId(launchTemplate.node.defaultChild as ec2.CfnLaunchTemplate)].Properties.LaunchTemplateData.TagSpecifications ?? []) as { ResourceType: string; Tags: { Key: string; Value: string }[] }[]).map(
+          (spec) => [spec.ResourceType, spec.Tags],
+        ),
+      ),
     })),
     subnetIds: vpc.privateSubnets.map((s) => physical((stack.resolve(s.subnetId) as { Ref: string }).Ref)),
     securityGroupId: resolve(stack.resolve(runners.fleet.securityGroup.securityGroupId)) as string,

@@ -7,7 +7,10 @@ import {
   activationTags,
   coldLaunchTags,
   standbyLaunchTags,
+  type PoolConfig,
 } from '../../lambdas/shared/contract';
+import { runStandbys } from '../../lambdas/pool/handler';
+import { fleetCommand } from '../../lambdas/scale-up/cold';
 import type { Statement } from './iam-eval';
 import { ACCOUNT, INSTANCE, JOB, NOW, REGION, arn, denials, instanceArn, keys, paths, requestTags, resourceTags, synth, type Fleet } from './iam-fleet';
 import { judge, referenceVersion, requiredResourceTypes, type AuthorizationRequest } from './iam-reference';
@@ -64,17 +67,36 @@ function passRole(name: string, f: Fleet): AuthorizationRequest {
   return { name: `${name}: PassRole`, action: 'iam:PassRole', resourceType: 'role', resource: f.instanceRoleArn, facts: { 'iam:PassedToService': 'ec2.amazonaws.com' } };
 }
 
-/** The pool's standby launch (lambdas/pool/handler.ts `runStandbys`): RunInstances from the template, tags on instance and volume. */
+/**
+ * What a launch tags per resource type: the launch template's tags (as synthesized) merged with
+ * the call's TagSpecifications, the call's value winning for a key in both (EC2 user guide,
+ * "Launch template restrictions": tags of the template and the request are merged). Tags at
+ * launch are authorized with all of them.
+ */
+function launchTags(pool: Fleet['pools'][number], specs: readonly { ResourceType?: string; Tags?: { Key?: string; Value?: string }[] }[] | undefined) {
+  const merged: Record<string, { Key?: string; Value?: string }[]> = {};
+  for (const type of new Set([...Object.keys(pool.templateTags), ...(specs ?? []).map((s) => s.ResourceType!)])) {
+    const byKey = new Map<string, string>();
+    for (const t of pool.templateTags[type] ?? []) byKey.set(t.Key, t.Value);
+    for (const t of specs?.find((s) => s.ResourceType === type)?.Tags ?? []) byKey.set(t.Key!, t.Value!);
+    merged[type] = [...byKey].map(([Key, Value]) => ({ Key, Value }));
+  }
+  return merged;
+}
+
+const poolConfig = (pool: Fleet['pools'][number]) => ({ name: pool.name, launchTemplateId: pool.launchTemplateId, launchTemplateVersion: '1', spot: pool.spot, instanceTypes: ['m7i.large'], subnetIds: ['subnet-1'] }) as unknown as PoolConfig;
+
+/** The pool's standby launch: the command `runStandbys` builds (lambdas/pool/handler.ts), from the template. */
 async function poolLaunch(f: Fleet, pool: Fleet['pools'][number]): Promise<AuthorizationRequest[]> {
-  const tags = standbyLaunchTags(keys, pool.name, 'token-1');
+  const command = runStandbys(poolConfig(pool), keys, 1, 'm7i.large', 'subnet-1', 'token-1');
+  const tags = launchTags(pool, command.input.TagSpecifications);
   const market: Market = pool.spot ? 'spot' : 'on-demand';
-  const { parts } = launchFacts(f, pool, market, { instance: requestTags(tags), volume: requestTags(tags.slice(0, 1)) });
+  const { parts } = launchFacts(f, pool, market, { instance: requestTags(tags.instance ?? []), volume: requestTags(tags.volume ?? []) });
   const name = `pool standby launch (${market})`;
   const types = ['image', 'instance', 'network-interface', 'security-group', 'subnet', 'volume', 'launch-template', ...(pool.spot ? ['spot-instances-request'] : [])];
   return [
     ...(await launchRequests(name, 'ec2:RunInstances', types, parts)),
-    tagOnCreate(name, 'RunInstances', 'instance', parts.instance!.arn, tags),
-    tagOnCreate(name, 'RunInstances', 'volume', parts.volume!.arn, tags.slice(0, 1)),
+    ...Object.entries(tags).map(([type, t]) => tagOnCreate(name, 'RunInstances', type, parts[type]!.arn, t)),
     passRole(name, f),
   ];
 }
@@ -89,14 +111,15 @@ async function poolLaunch(f: Fleet, pool: Fleet['pools'][number]): Promise<Autho
  * (published CreateFleet policies, Karpenter's, grant both actions for that reason).
  */
 async function coldLaunch(f: Fleet, pool: Fleet['pools'][number], market: Market): Promise<AuthorizationRequest[]> {
-  const tags = coldLaunchTags(keys, pool.name, JOB, NOW, 'token-1', pool.reuse ? 'org/repo' : undefined);
-  const { parts } = launchFacts(f, pool, market, { instance: requestTags(tags), volume: {} });
+  const command = fleetCommand(poolConfig(pool), market, 'token-1', coldLaunchTags(keys, pool.name, JOB, NOW, 'token-1', pool.reuse ? 'org/repo' : undefined));
+  const tags = launchTags(pool, command.input.TagSpecifications);
+  const { parts } = launchFacts(f, pool, market, { instance: requestTags(tags.instance ?? []), volume: requestTags(tags.volume ?? []) });
   const name = `scale-up cold launch (${market})`;
   const runTypes = ['image', 'instance', 'network-interface', 'security-group', 'subnet', 'volume', 'launch-template', ...(market === 'spot' ? ['spot-instances-request'] : [])];
   return [
     ...(await launchRequests(name, 'ec2:CreateFleet', ['fleet', 'instance', 'image', 'launch-template', 'subnet', 'volume'], parts)),
     ...(await launchRequests(`${name}, the fleet's launch`, 'ec2:RunInstances', runTypes, parts)),
-    tagOnCreate(name, 'CreateFleet', 'instance', parts.instance!.arn, tags),
+    ...Object.entries(tags).map(([type, t]) => tagOnCreate(name, 'CreateFleet', type, parts[type]!.arn, t)),
     passRole(name, f),
   ];
 }
