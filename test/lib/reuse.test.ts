@@ -41,14 +41,15 @@ describe('instance role: parking after a job (contract reuse.ts, step 4)', () =>
     const { stack } = synth([cached, plain]);
     statements = rolePolicyStatements(Template.fromStack(stack), 'RunnersFleetRole', PSEUDO);
   });
-  const activation = () => [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId, keys.jobStarted, keys.idleSince, keys.parking];
+  const activation = () => [keys.activatedAt, keys.traceId, keys.jobId, keys.runnerId, keys.jobStarted, keys.idleSince];
 
   it.each<[string, string, string, Record<string, string | string[]>, boolean]>([
     ['its parking mark', 'ec2:CreateTags', own, ctx(own, [keys.parking]), true],
     ['its use count and standby mark, in one request', 'ec2:CreateTags', own, ctx(own, [keys.uses, keys.warmStandby]), true],
     ['its own affinity (only scale-up writes it: R1)', 'ec2:CreateTags', own, ctx(own, [keys.affinity]), false],
     ['its affinity beside its use count and standby mark', 'ec2:CreateTags', own, ctx(own, [keys.affinity, keys.uses, keys.warmStandby]), false],
-    ['removing its activation tags and its parking mark, in one request', 'ec2:DeleteTags', own, ctx(own, activation()), true],
+    ['removing its activation tags, in one request', 'ec2:DeleteTags', own, ctx(own, activation()), true],
+    ['removing its parking mark (the park keeps it: the pool bounds a parking instance by it)', 'ec2:DeleteTags', own, ctx(own, [...activation(), keys.parking]), false],
     ["another instance's affinity", 'ec2:CreateTags', other, ctx(other, [keys.affinity]), false],
     ["removing another instance's activation", 'ec2:DeleteTags', other, ctx(other, [keys.activatedAt]), false],
     ['its affinity in a pool without reuse', 'ec2:CreateTags', own, ctx(own, [keys.affinity], 'plain'), false],
