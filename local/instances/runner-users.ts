@@ -7,8 +7,11 @@
  * (launch-templates.ts `relocateUserData`) names a real user of this host made for it: created
  * by the image on a prebuilt one, by the install step's `useradd` on a stock one (the
  * `user-shims/useradd` shim runs the real useradd, with the machine's home), and removed when
- * the player stops. Creating users needs root; otherwise the machines share the current user
- * and the session-scoped pkill/pgrep shims (shims/) keep them apart as far as they can.
+ * the player stops; a run killed outright removes none, and the next run reaps them
+ * (`reapStrandedPlayedUsers`). Creating users needs root; otherwise the machines share the
+ * current user, and the session-scoped pkill shim (shims/) only keeps a machine's cleaning
+ * from ending the others' runners: its `ps -U` still sees them, so `--reuse` needs root
+ * (cli-args.ts refuses it otherwise).
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

@@ -112,7 +112,7 @@ describe.runIf(canCreateUsers())('two played machines of a reusable pool (root: 
       const uid = Number(spawnSync('id', ['-u', users[i]!], { encoding: 'utf8' }).stdout);
       expect(statSync(home).uid).toBe(uid);
       expect(statSync(join(dir, MACHINE_PATHS.runnerDir)).uid).toBe(uid);
-      // The real pkill and pgrep: no session-scoped shim on a machine with a user of its own.
+      // The real pkill: no session-scoped shim on a machine with a user of its own.
       expect(existsSync(join(dir, 'bin', 'pkill'))).toBe(false);
     }
     // Each machine's runner, as the boot starts it: its user, a session of its own.
