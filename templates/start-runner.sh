@@ -16,7 +16,7 @@
 #
 # Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, what the install step needs when the image
 # lacks the runner (templates/install-runner.sh), flock, timeout, systemctl, runuser, getent,
-# dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
+# install, id, dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
 umask 022
