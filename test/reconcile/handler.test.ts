@@ -33,7 +33,7 @@ function checkedRequest(route: string, params: Record<string, unknown> = {}): vo
     rest.delete(name);
     return encodeURIComponent(value);
   });
-  const query = new URLSearchParams(method === 'GET' ? [...rest].map(([k, v]) => [k, String(v)]) : []);
+  const query = new URLSearchParams(method === 'GET' ? [...rest].map(([k, v]): [string, string] => [k, String(v)]) : []);
   const checked = checkGitHubQuery(method, path, query);
   if ('refusal' in checked) throw new Error(`fake GitHub: GitHub refuses ${method} ${path}?${query}: ${JSON.stringify(checked.refusal.body)}`);
 }
