@@ -28,7 +28,8 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
   --drift         publish a new launch template version after the pools filled
   --reuse         reusable pools (issue 12): two waves of one job per repository (${REUSE_GITHUB_REPOSITORIES.length} GitHub) and project (${REUSE_GITLAB_PROJECTS.length} GitLab),
                   the second after the first parked; the report gives the reuse hit rate and proves each second-wave job
-                  found its repository's cache file and nothing else of the earlier job (not with --jobs, --burst, --faults, --drift)
+                  found its repository's cache file and nothing else of the earlier job (not with --jobs, --burst, --faults, --drift;
+                  as root: each machine gets a runner user of its own)
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
@@ -63,8 +64,11 @@ const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint', 'seed'];
 /** Names `--faults` takes as its value when one follows; without one it is the standard set. */
 const FAULT_NAMES = Object.keys(FAULT_SETS).filter((n) => n !== 'standard');
 
-/** Reads argv (without node and the script); throws UsageError on anything it cannot run. */
-export function parseLocalArgs(argv: readonly string[]): LocalArgs {
+/**
+ * Reads argv (without node and the script); throws UsageError on anything it cannot run.
+ * `root`: whether this process runs as root (what `--reuse` needs), by default its own uid's.
+ */
+export function parseLocalArgs(argv: readonly string[], root: boolean = process.getuid?.() === 0): LocalArgs {
   // `--jobs -1`: parseArgs would call -1 an ambiguous option; joined as `--jobs=-1` it is the
   // value the range check below refuses by name.
   const args: string[] = [];
@@ -134,6 +138,11 @@ export function parseLocalArgs(argv: readonly string[]): LocalArgs {
     const clash = [['--jobs', jobs !== undefined], ['--burst', burst], ['--faults', faultSet !== undefined], ['--drift', values.drift === true]].find(([, on]) => on);
     if (clash) throw new UsageError(`--reuse sends its own two waves of one job per repository and project: leave out ${String(clash[0])}`);
     if ((poolSize ?? SCENARIO_DEFAULTS.poolSize) === 0) throw new UsageError('--reuse needs parked instances to reuse: leave out --pool-size 0');
+    // Without root the machines share this user (no useradd), and a machine's cleaning, which
+    // ends every process of the runner user, would see and end the others' runners.
+    if (!root) {
+      throw new UsageError('--reuse needs root: each played machine needs a runner user of its own (useradd), since the cleaning after a job ends every process of that user; run it as root');
+    }
   }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.

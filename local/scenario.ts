@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
@@ -20,7 +20,7 @@ import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Deliv
 import type { EventSink, LocalEvent } from './events';
 import { localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
-import { canCreateUsers, hostUsers, playedUserPrefix, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
+import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
 import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
@@ -192,6 +192,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
     const clients = localClients(endpoint);
     const sandboxRoot = mkdtempSync(join(tmpdir(), 'cwr-local-'));
+    // A later run reaps this run's runner users only once this process is gone (runner-users.ts).
+    writeFileSync(runPidFile(sandboxRoot), `${process.pid}\n`);
     let removeSandbox: (() => void) | undefined;
     if (!o.keepSandbox) {
       removeSandbox = (): void => rmSync(sandboxRoot, { recursive: true, force: true, maxRetries: 3 });
@@ -238,6 +240,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const prefix = DEFAULT_PREFIX;
     // Each played machine's runner user its own (needs root): one machine's cleaning cannot reach another's runner.
     const ownUsers = canCreateUsers() ? playedUserPrefix() : undefined;
+    // A run killed outright (SIGKILL) removed none of its users: the first run after it does.
+    const stranded = ownUsers ? reapStrandedPlayedUsers(ownUsers) : undefined;
     const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor, ...(ownUsers ? { runnerUser: RUNNER_USER_PLACEHOLDER } : {}) };
     let fleet = await provision(clients, {
       prefix,
@@ -550,6 +554,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       ...(ownUsers ? { users: hostUsers(ownUsers) } : {}),
     };
     const notes: string[] = [];
+    if (stranded?.removed.length) notes.push(`removed ${stranded.removed.length} runner user(s) that earlier runs left: ${stranded.removed.join(', ')}`);
+    if (stranded?.failed.length) notes.push(`could not remove ${stranded.failed.length} runner user(s) that earlier runs left: ${stranded.failed.join(', ')}`);
     if (gaveUp) notes.push(gaveUp);
     else if (o.signal?.aborted) notes.push('interrupted');
     else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);

@@ -16,7 +16,7 @@
 #
 # Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, what the install step needs when the image
 # lacks the runner (templates/install-runner.sh), flock, timeout, systemctl, runuser, getent,
-# dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
+# install, id, dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
 set -euo pipefail
 umask 022
@@ -524,10 +524,12 @@ terminate() {
   return 1
 }
 
-# The runner user's home: rendered (a sandbox maps it), else the user database's.
+# The runner user's home: rendered (a sandbox maps it), else the user database's, without a
+# trailing slash (the "$home"/* matches below).
 runner_home() {
   local home=$RUNNER_HOME
   [[ -n $home ]] || IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$RUNNER_USER") || return 1
+  while [[ $home == */ && $home != / ]]; do home=${home%/}; done
   printf '%s' "$home"
 }
 
@@ -622,8 +624,9 @@ clean() {
 
 # The cache directories that are missing, empty and the runner user's. In the runner's home
 # the user creates them, every directory on the way too: a job may add ~/.cache/pip beside
-# ~/.cache/<tool>, and root never writes where the user can plant a link. Elsewhere root
-# creates the path and hands over the last directory only.
+# ~/.cache/<tool>, and root never writes where the user can plant a link. A home that does not
+# exist (a user made with useradd -M or -r) root creates, the user's, in the root-owned /home.
+# Elsewhere root creates the path and hands over the last directory only.
 make_caches() {
   local d home
   home=$(runner_home) || return 1
@@ -633,6 +636,7 @@ make_caches() {
     [[ $(realpath -m -- "$d") == "$d" ]] || { log "cache directory $d resolves elsewhere" && return 1; }
     [[ ! -d $d ]] || continue
     if [[ -n $home && $home != / && $d == "$home"/* ]]; then
+      [[ -e $home || -L $home ]] || install -d -m 700 -o "$RUNNER_USER" -g "$(id -gn "$RUNNER_USER")" -- "$home" || return 1
       as_runner mkdir -p -- "$d" || return 1
     else
       { mkdir -p -- "$d" && chown "$RUNNER_USER:" "$d"; } || return 1

@@ -25,16 +25,34 @@ const BOOLEAN: QueryBound = { kind: 'boolean', spellings: ['true', 'false', '1',
 export const GITLAB_JOB_STATUSES = ['created', 'waiting_for_resource', 'preparing', 'waiting_for_callback', 'pending', 'running', 'success', 'failed', 'canceling', 'canceled', 'skipped', 'manual', 'scheduled'] as const;
 /** `Ci::Runner::AVAILABLE_TYPES`. */
 export const GITLAB_RUNNER_TYPES = ['instance_type', 'group_type', 'project_type'] as const;
-/** `Ci::Runner::AVAILABLE_STATUSES_INCL_DEPRECATED`. */
+/** `Ci::Runner::AVAILABLE_STATUSES_INCL_DEPRECATED` (`DEPRECATED_STATUSES` + `AVAILABLE_STATUSES`). */
 const RUNNER_STATUSES = ['active', 'paused', 'online', 'offline', 'never_contacted', 'stale'];
-/** The runner lists' filters (`lib/api/ci/runners.rb`, `params :filter_params`). */
+/** `Ci::Runner::AVAILABLE_SCOPES`: `AVAILABLE_TYPES_LEGACY` + `AVAILABLE_TYPES` + the statuses above. */
+const RUNNER_SCOPES = ['specific', 'shared', ...GITLAB_RUNNER_TYPES, ...RUNNER_STATUSES];
+/**
+ * The runner lists' filters (`lib/api/ci/runners.rb`, `params :filter_params`): `version_prefix`
+ * with `regexp: /^[\d+.]+/` (Ruby's `^` starts any line: the `m` flag), `tag_list` an
+ * `Array[String]` read comma-separated (any text).
+ */
 const RUNNER_LIST: Readonly<Record<string, QueryBound>> = {
   type: { kind: 'enum', values: GITLAB_RUNNER_TYPES },
   status: { kind: 'enum', values: RUNNER_STATUSES },
   paused: BOOLEAN,
+  tag_list: { kind: 'text' },
+  version_prefix: { kind: 'pattern', pattern: /^[\d+.]+/m },
   page: PAGE,
   per_page: PER_PAGE,
 };
+/**
+ * With the deprecated `scope` (`params :deprecated_filter_params`, values `AVAILABLE_SCOPES`):
+ * the instance's and a project's lists; the group's list does not declare it (ignored there).
+ */
+const RUNNER_LIST_WITH_SCOPE: Readonly<Record<string, QueryBound>> = { scope: { kind: 'enum', values: RUNNER_SCOPES }, ...RUNNER_LIST };
+/**
+ * The owned list (`GET /runners`) then refuses a scope outside the statuses with its own 400
+ * ("Scope contains invalid value", `filter_runners`): a 400 here too, in Grape's words.
+ */
+const OWNED_RUNNER_LIST: Readonly<Record<string, QueryBound>> = { ...RUNNER_LIST, scope: { kind: 'enum', values: RUNNER_STATUSES } };
 /** Rack's HTTP status codes (`Rack::Utils::HTTP_STATUS_CODES`) as `lib/api/hooks/events.rb` takes them, and its categories. */
 const HTTP_STATUS_CODES = [100, 101, 102, 103, 200, 201, 202, 203, 204, 205, 206, 207, 208, 226, 300, 301, 302, 303, 304, 305, 307, 308, 400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417, 421, 422, 423, 424, 425, 426, 428, 429, 431, 451, 500, 501, 502, 503, 504, 505, 506, 507, 508, 511];
 const HOOK_EVENT_STATUSES = [...HTTP_STATUS_CODES.map(String), 'successful', 'client_failure', 'server_failure'];
@@ -59,8 +77,10 @@ export const GITLAB_QUERY_BOUNDS: readonly EndpointBounds[] = [
     query: { include_subgroups: BOOLEAN, with_shared: BOOLEAN, archived: BOOLEAN, simple: BOOLEAN, page: PAGE, per_page: PER_PAGE },
     source: 'lib/api/groups.rb "Get a list of projects in this group"; doc/api/groups.md',
   },
-  { method: 'GET', path: /^\/runners(?:\/all)?$/, query: RUNNER_LIST, source: 'lib/api/ci/runners.rb "List owned runners", "List all runners"; doc/api/runners.md' },
-  { method: 'GET', path: /^\/(?:groups|projects)\/[^/]+\/runners$/, query: RUNNER_LIST, source: 'lib/api/ci/runners.rb "List group\'s runners", "List project\'s runners"; doc/api/runners.md' },
+  { method: 'GET', path: /^\/runners$/, query: OWNED_RUNNER_LIST, source: 'lib/api/ci/runners.rb "List owned runners" (and filter_runners); doc/api/runners.md' },
+  { method: 'GET', path: /^\/runners\/all$/, query: RUNNER_LIST_WITH_SCOPE, source: 'lib/api/ci/runners.rb "List all runners"; doc/api/runners.md' },
+  { method: 'GET', path: /^\/projects\/[^/]+\/runners$/, query: RUNNER_LIST_WITH_SCOPE, source: 'lib/api/ci/runners.rb "List project\'s runners"; doc/api/runners.md' },
+  { method: 'GET', path: /^\/groups\/[^/]+\/runners$/, query: RUNNER_LIST, source: 'lib/api/ci/runners.rb "List group\'s runners"; doc/api/runners.md' },
   {
     method: 'GET',
     path: /^\/runners\/\d+\/jobs$/,

@@ -22,7 +22,11 @@ export type QueryBound =
    */
   | { readonly kind: 'enum'; readonly values: readonly string[]; readonly list?: boolean; readonly commaSeparated?: boolean }
   /** A boolean in the spellings the service accepts. */
-  | { readonly kind: 'boolean'; readonly spellings: readonly string[] };
+  | { readonly kind: 'boolean'; readonly spellings: readonly string[] }
+  /** A string that must match `pattern` (Grape's `regexp:`), else "is invalid". */
+  | { readonly kind: 'pattern'; readonly pattern: RegExp }
+  /** Free text the service takes as it is (documented, never refused): listed so that the table names every parameter. */
+  | { readonly kind: 'text' };
 
 /** One endpoint's query parameters that have documented bounds, with where they are documented. */
 export interface EndpointBounds {
@@ -90,6 +94,10 @@ function checkValue(bound: QueryBound, value: string): number | Violation {
       return bound.values.includes(value) ? 0 : 'out-of-values';
     case 'boolean':
       return bound.spellings.includes(value.toLowerCase()) ? 0 : 'invalid';
+    case 'pattern':
+      return matches(bound.pattern, value) ? 0 : 'invalid';
+    case 'text':
+      return 0;
   }
 }
 

@@ -20,8 +20,8 @@ export const INSTALL_SHIMS_DIR = join(__dirname, '..', '..', 'test', 'templates'
 const INSTALL_SHIMS = ['dnf', 'getent', 'useradd'] as const;
 /** A machine with a user of its own: its install step's useradd makes that real user (runner-users.ts). */
 export const USER_SHIMS_DIR = join(__dirname, 'user-shims');
-/** The shims that keep machines sharing one runner user apart (shims/): with a user of its own, the real commands. */
-const SHARED_USER_SHIMS = new Set(['pkill', 'pgrep']);
+/** The shim that keeps one machine's cleaning from ending the runners of machines that share its runner user (shims/): with a user of its own, the real command. */
+const SHARED_USER_SHIMS = new Set(['pkill']);
 /** The fake runner binaries (H-CI's local/runner/: run.sh, gitlab-runner). */
 export const DEFAULT_RUNNER_DIR = join(__dirname, '..', 'runner');
 
@@ -49,7 +49,7 @@ export interface MachineOptions {
    * `REUSE_MACHINE_PATHS.runnerHome` inside the machine: on a prebuilt image created here (the
    * image has it) and the runner directory is its; on a stock one (`stockRunnerUser` is then
    * this name) created by the install step's useradd (the user-shims/ shim runs the real one).
-   * The real pkill and pgrep then end and see this machine's runner alone. `homeOwner` is unused.
+   * The real pkill and ps then end and see this machine's runner alone. `homeOwner` is unused.
    * @default - the machines share the host's runner user (stockRunnerUser, or the rendered one)
    */
   readonly playedUser?: string;

@@ -264,7 +264,7 @@ export class InstancePlayer {
     try {
       this.removeRunnerUsers();
     } catch {
-      // on the way out: the next run's leftovers check names them
+      // on the way out: the next run reaps them (runner-users.ts reapStrandedPlayedUsers)
     }
   };
 

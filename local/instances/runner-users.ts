@@ -7,12 +7,15 @@
  * (launch-templates.ts `relocateUserData`) names a real user of this host made for it: created
  * by the image on a prebuilt one, by the install step's `useradd` on a stock one (the
  * `user-shims/useradd` shim runs the real useradd, with the machine's home), and removed when
- * the player stops. Creating users needs root; otherwise the machines share the current user
- * and the session-scoped pkill/pgrep shims (shims/) keep them apart as far as they can.
+ * the player stops; a run killed outright removes none, and the next run reaps them
+ * (`reapStrandedPlayedUsers`). Creating users needs root; otherwise the machines share the
+ * current user, and the session-scoped pkill shim (shims/) only keeps a machine's cleaning
+ * from ending the others' runners: its `ps -U` still sees them, so `--reuse` needs root
+ * (cli-args.ts refuses it otherwise).
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -80,4 +83,96 @@ export function hostUsers(prefix: string): string[] {
     .split('\n')
     .map((line) => line.split(':')[0] ?? '')
     .filter((name) => name !== '' && name.startsWith(prefix));
+}
+
+/** A user of this host as the user database names it: its name and home. */
+export interface HostUser {
+  readonly name: string;
+  readonly home: string;
+}
+
+/** This host's users with their homes, from the user database. */
+export function hostUsersWithHomes(): HostUser[] {
+  const passwd = execFileSync('getent', ['passwd'], { encoding: 'utf8' });
+  return passwd
+    .split('\n')
+    .map((line) => line.split(':'))
+    .filter((f) => f.length >= 7 && f[0] !== '')
+    .map((f) => ({ name: f[0]!, home: f[5]! }));
+}
+
+/** The file in a run's sandbox that names the process of the run (`markRun`). */
+export const RUN_PID_FILE = 'run.pid';
+
+/** Names this process as the run of the sandbox `sandboxRoot`, for a later run's `strandedPlayedUsers`. */
+export function runPidFile(sandboxRoot: string): string {
+  return join(sandboxRoot, RUN_PID_FILE);
+}
+
+/** A played user's name (`playedUserName`): the run's tag, then the instance id's hex. */
+const PLAYED_USER = /^cwr[0-9a-f]{6}-([0-9a-f]{8,17})$/;
+/** Its home: `home/runner` in its machine (`<sandbox>/<instance id>`) of a run's sandbox (`<tmp>/cwr-local-*`). */
+const PLAYED_HOME = /^(\/(?:[^/]+\/)*cwr-local-[^/]+)\/(i-([0-9a-f]{8,17}))\/home\/runner$/;
+
+/**
+ * The played runner users that an earlier run left on this host and no run will remove: a
+ * run killed outright (SIGKILL, a crash of node) removes none of its users. A user is one
+ * only when every sign agrees, so that no other user of this host (nor a user of a run still
+ * going, another worktree's or a test's) is ever touched: its name has `playedUserName`'s
+ * shape and its run is not `ownPrefix`; its home is `home/runner` in the machine directory
+ * of that same instance in a local sandbox; and that machine directory is gone, or the
+ * sandbox's run is over (its `run.pid` names no live process: `runAlive`). A sandbox without
+ * a `run.pid` (a run of an older tree) counts as running.
+ */
+export function strandedPlayedUsers(
+  users: readonly HostUser[],
+  exists: (path: string) => boolean,
+  runAlive: (sandboxRoot: string) => boolean,
+  ownPrefix?: string,
+): string[] {
+  return users
+    .filter((u) => {
+      const name = PLAYED_USER.exec(u.name);
+      const home = PLAYED_HOME.exec(u.home);
+      if (!name || !home || name[1] !== home[3]) return false;
+      if (ownPrefix !== undefined && u.name.startsWith(ownPrefix)) return false;
+      return !exists(join(home[1]!, home[2]!)) || !runAlive(home[1]!);
+    })
+    .map((u) => u.name);
+}
+
+/** Whether the run of that sandbox may still be going: its `run.pid` is missing or names a live process. */
+export function sandboxRunAlive(sandboxRoot: string): boolean {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(runPidFile(sandboxRoot), 'utf8').trim());
+  } catch {
+    return true;
+  }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: a process of another user has it; only ESRCH says none does.
+    return (error as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
+
+/**
+ * Removes the played runner users earlier runs left (`strandedPlayedUsers`), before this
+ * run makes its own. Returns those removed and those that could not be.
+ */
+export function reapStrandedPlayedUsers(ownPrefix?: string): { removed: string[]; failed: string[] } {
+  const removed: string[] = [];
+  const failed: string[] = [];
+  for (const name of strandedPlayedUsers(hostUsersWithHomes(), existsSync, sandboxRunAlive, ownPrefix)) {
+    try {
+      removeHostUser(name);
+      removed.push(name);
+    } catch {
+      failed.push(name);
+    }
+  }
+  return { removed, failed };
 }

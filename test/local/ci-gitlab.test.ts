@@ -400,6 +400,26 @@ describe("GitLab's documented query bounds (local/ci/gitlab-bounds.ts)", () => {
     expect(await get(`/runners/1/jobs?status=busy`)).toEqual(refusal('status does not have a valid value'));
     expect(await get(`/groups/${GROUP}/projects?include_subgroups=maybe`)).toEqual(refusal('include_subgroups is invalid'));
   });
+
+  it("the runner lists (lib/api/ci/runners.rb): the deprecated scope where declared, version_prefix's regexp, tag_list free; the group's list ignores scope", async () => {
+    const lists = ['/runners', '/runners/all', `/projects/${PROJECT}/runners`, `/groups/${GROUP}/runners`];
+    for (const list of lists) {
+      expect(await get(`${list}?status=busy`)).toEqual(refusal('status does not have a valid value'));
+      expect(await get(`${list}?paused=maybe`)).toEqual(refusal('paused is invalid'));
+      expect(await get(`${list}?version_prefix=v16`)).toEqual(refusal('version_prefix is invalid'));
+      expect((await get(`${list}?version_prefix=16.&tag_list=docker,linux&paused=false&status=online&type=project_type`)).status).toBe(200);
+    }
+    // AVAILABLE_SCOPES (legacy types, types, statuses) on the instance's and a project's list.
+    for (const list of ['/runners/all', `/projects/${PROJECT}/runners`]) {
+      for (const scope of ['specific', 'shared', 'project_type', 'paused', 'never_contacted']) expect((await get(`${list}?scope=${scope}`)).status).toBe(200);
+      expect(await get(`${list}?scope=mine`)).toEqual(refusal('scope does not have a valid value'));
+    }
+    // The owned list then takes the statuses alone (filter_runners: 400 "Scope contains invalid value").
+    expect((await get('/runners?scope=online')).status).toBe(200);
+    for (const scope of ['specific', 'project_type', 'mine']) expect((await get(`/runners?scope=${scope}`)).status).toBe(400);
+    // Not declared on the group's list: Grape ignores it.
+    expect((await get(`/groups/${GROUP}/runners?scope=mine`)).status).toBe(200);
+  });
 });
 
 /** A fake gitlab-runner at work on a 60 s job of a GitLab of its own (in `modes`): past every request of the job's start. */

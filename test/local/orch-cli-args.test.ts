@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseLocalArgs, UsageError } from '../../local/cli-args';
 
 describe('npm run local: the command line', () => {
@@ -21,8 +21,8 @@ describe('npm run local: the command line', () => {
     [['-h'], { help: true }],
     [['--reuse'], { reuse: true, burst: false }],
     [['--reuse', '--pool-size', '4', '--image', 'prebuilt'], { reuse: true, poolSize: 4, image: 'prebuilt' }],
-  ])('accepts %j', (argv, expected) => {
-    expect(parseLocalArgs(argv)).toMatchObject(expected);
+  ])('accepts %j (as root)', (argv, expected) => {
+    expect(parseLocalArgs(argv, true)).toMatchObject(expected);
   });
 
   it.each<[string[], string]>([
@@ -58,8 +58,30 @@ describe('npm run local: the command line', () => {
     [['--job', '3'], "Unknown option '--job'"],
     [['extra'], "Unexpected argument 'extra'"],
     [['--jobs'], "Option '--jobs <value>' argument missing"],
-  ])('refuses %j', (argv, message) => {
-    expect(() => parseLocalArgs(argv)).toThrow(UsageError);
-    expect(() => parseLocalArgs(argv)).toThrow(message);
+  ])('refuses %j (as root)', (argv, message) => {
+    expect(() => parseLocalArgs(argv, true)).toThrow(UsageError);
+    expect(() => parseLocalArgs(argv, true)).toThrow(message);
+  });
+
+  describe('--reuse needs root', () => {
+    afterEach(() => vi.restoreAllMocks());
+    const why = '--reuse needs root: each played machine needs a runner user of its own (useradd), since the cleaning after a job ends every process of that user; run it as root';
+
+    it.each([[['--reuse']], [['--reuse', '--pool-size', '4', '--json']]])('refuses %j when not root, saying why', (argv) => {
+      expect(() => parseLocalArgs(argv, false)).toThrow(UsageError);
+      expect(() => parseLocalArgs(argv, false)).toThrow(why);
+    });
+
+    it("takes root from the process's uid by default", () => {
+      const getuid = vi.spyOn(process, 'getuid').mockReturnValue(1000);
+      expect(() => parseLocalArgs(['--reuse'])).toThrow(why);
+      getuid.mockReturnValue(0);
+      expect(parseLocalArgs(['--reuse'])).toMatchObject({ reuse: true });
+    });
+
+    it('a run without --reuse needs no root', () => {
+      expect(parseLocalArgs([], false)).toMatchObject({ burst: false });
+      expect(parseLocalArgs(['--faults', '--image', 'stock'], false)).toMatchObject({ image: 'stock' });
+    });
   });
 });

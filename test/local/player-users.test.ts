@@ -7,7 +7,20 @@ import { Provider } from '../../lambdas/shared/contract';
 import { ReuseScope } from '../../lambdas/shared/contract/reuse';
 import { MACHINE_PATHS, relocateUserData, renderLocalUserData, REUSE_MACHINE_PATHS, TEMPLATE_ROOT } from '../../local/instances/launch-templates';
 import { createMachine, DEFAULT_RUNNER_DIR, sessionPids } from '../../local/instances/machine';
-import { canCreateUsers, hostUsers, playedUserName, playedUserPrefix, removeHostUser, RUNNER_USER_PLACEHOLDER } from '../../local/instances/runner-users';
+import {
+  canCreateUsers,
+  createHostUser,
+  hostUserExists,
+  hostUsers,
+  playedUserName,
+  playedUserPrefix,
+  reapStrandedPlayedUsers,
+  removeHostUser,
+  runPidFile,
+  RUNNER_USER_PLACEHOLDER,
+  sandboxRunAlive,
+  strandedPlayedUsers,
+} from '../../local/instances/runner-users';
 import { REUSE_CACHE_DIR } from '../../local/reuse-run';
 
 /**
@@ -99,7 +112,7 @@ describe.runIf(canCreateUsers())('two played machines of a reusable pool (root: 
       const uid = Number(spawnSync('id', ['-u', users[i]!], { encoding: 'utf8' }).stdout);
       expect(statSync(home).uid).toBe(uid);
       expect(statSync(join(dir, MACHINE_PATHS.runnerDir)).uid).toBe(uid);
-      // The real pkill and pgrep: no session-scoped shim on a machine with a user of its own.
+      // The real pkill: no session-scoped shim on a machine with a user of its own.
       expect(existsSync(join(dir, 'bin', 'pkill'))).toBe(false);
     }
     // Each machine's runner, as the boot starts it: its user, a session of its own.
@@ -135,5 +148,79 @@ describe.runIf(canCreateUsers())('two played machines of a reusable pool (root: 
     for (const r of runners) if (r.pid !== undefined) for (const pid of sessionPids(r.pid)) process.kill(pid, 'SIGKILL');
     for (const u of users) removeHostUser(u);
     expect(hostUsers(prefix)).toEqual([]);
+  });
+});
+
+/**
+ * A run killed outright (SIGKILL) removes none of its machines' users; the next run reaps them
+ * (`strandedPlayedUsers`), and nothing else of this host.
+ */
+describe('runner users that earlier runs left', () => {
+  const sandbox = '/tmp/cwr-local-AbC123';
+  const id = '0123456789abcdef0';
+  const user = `cwra1b2c3-${id}`;
+  const home = `${sandbox}/i-${id}/home/runner`;
+  const gone = (path: string) => path !== `${sandbox}/i-${id}`;
+  const there = () => true;
+  const alive = () => true;
+
+  it.each<[string, string, string, (p: string) => boolean, (r: string) => boolean, string[]]>([
+    ['its machine directory gone', user, home, gone, alive, [user]],
+    ['its machine there, its run over', user, home, there, () => false, [user]],
+    ['its machine there and its run going (another run at the same time)', user, home, there, alive, []],
+    ['a name of another shape (the bats suites\' users)', 'cwr-reuse', home, gone, alive, []],
+    ['a stock suite user', 'cwr-stock-4242', home, gone, alive, []],
+    ['a run tag that is not 6 hex digits', `cwrA1B2C3-${id}`, home, gone, alive, []],
+    ['a name with more after the instance', `${user}x`, home, gone, alive, []],
+    ['a home of another instance than the name\'s', user, `${sandbox}/i-0123456789abcdef1/home/runner`, () => false, alive, []],
+    ['a home outside a local sandbox', user, `/home/${user}`, () => false, alive, []],
+    ['a home in a sandbox of another name', user, `/tmp/cwr-users-x/i-${id}/home/runner`, () => false, alive, []],
+    ['a home not the machine\'s home/runner', user, `${sandbox}/i-${id}/home/other`, () => false, alive, []],
+    ['a relative home', user, `tmp/cwr-local-x/i-${id}/home/runner`, () => false, alive, []],
+  ])('%s', (_why, name, homeDir, exists, runAlive, expected) => {
+    const others = [
+      { name: 'root', home: '/root' },
+      { name: 'runner', home: '/home/runner' },
+    ];
+    expect(strandedPlayedUsers([...others, { name, home: homeDir }], exists, runAlive)).toEqual(expected);
+  });
+
+  it("never this run's own users", () => {
+    expect(strandedPlayedUsers([{ name: user, home }], () => false, () => false, 'cwra1b2c3-')).toEqual([]);
+    expect(strandedPlayedUsers([{ name: user, home }], () => false, () => false, 'cwrd4e5f6-')).toEqual([user]);
+  });
+
+  it("a sandbox's run is going while its run.pid names a live process, or it has none", () => {
+    const root = mkdtempSync(join(tmpdir(), 'cwr-local-'));
+    try {
+      expect(sandboxRunAlive(root)).toBe(true);
+      writeFileSync(runPidFile(root), `${process.pid}\n`);
+      expect(sandboxRunAlive(root)).toBe(true);
+      const ended = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+      writeFileSync(runPidFile(root), `${ended.stdout}\n`);
+      expect(sandboxRunAlive(root)).toBe(false);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it.runIf(canCreateUsers())('the next run removes (root: a real user of this host) a user whose machine is gone, not one whose run goes on', () => {
+    const root = mkdtempSync(join(tmpdir(), 'cwr-local-'));
+    const prefix = playedUserPrefix();
+    const [stranded, kept] = ['i-0000000000000000c', 'i-0000000000000000d'].map((i) => playedUserName(prefix, i)) as [string, string];
+    try {
+      writeFileSync(runPidFile(root), `${process.pid}\n`);
+      createHostUser(stranded, join(root, 'i-0000000000000000c', REUSE_MACHINE_PATHS.runnerHome));
+      createHostUser(kept, join(root, 'i-0000000000000000d', REUSE_MACHINE_PATHS.runnerHome));
+      rmSync(join(root, 'i-0000000000000000c'), { recursive: true, force: true });
+      const reaped = reapStrandedPlayedUsers();
+      expect(reaped.removed).toContain(stranded);
+      expect(reaped.removed).not.toContain(kept);
+      expect(hostUserExists(stranded)).toBe(false);
+      expect(hostUserExists(kept)).toBe(true);
+    } finally {
+      for (const u of [stranded, kept]) removeHostUser(u);
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });

@@ -4,12 +4,45 @@ import type { GitHubAnswer, GitHubAnswerObserver } from '../../lambdas/ci/github
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, LAMBDA_ENV, LEDGER_MESSAGE, METRIC_NAMES, Provider, type CiProvider, type FleetConfig } from '../../lambdas/shared/contract';
+import { checkGitHubQuery } from '../../local/ci/github-bounds';
 import { fleetConfig, Lines } from '../support/fixtures';
 
 const old = new Date(Date.now() - 10 * 60_000).toISOString();
 
+/** The routes the reconciler may ask for (lambdas/reconcile/github.ts), as octokit route templates. */
+const RECONCILE_ROUTES = [
+  'GET /app/hook/deliveries',
+  'POST /app/hook/deliveries/{delivery_id}/attempts',
+  'GET /installation/repositories',
+  'GET /repos/{owner}/{repo}/actions/runs',
+  'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs',
+];
+
+/**
+ * The request as GitHub gets it (octokit: the route's `{names}` from `params`, a GET's other
+ * params as its query), checked against GitHub's published bounds (local/ci/github-bounds.ts):
+ * a route the reconciler does not use, or a query GitHub refuses, fails the test.
+ */
+function checkedRequest(route: string, params: Record<string, unknown> = {}): void {
+  if (!RECONCILE_ROUTES.includes(route)) throw new Error(`fake GitHub: the reconciler asked for ${route}, which it does not use`);
+  const [method, template] = route.split(' ') as [string, string];
+  const rest = new Map(Object.entries(params));
+  const path = template.replace(/\{(\w+)\}/g, (_, name: string) => {
+    if (!rest.has(name)) throw new Error(`fake GitHub: ${route} without ${name}`);
+    const value = String(rest.get(name));
+    rest.delete(name);
+    return encodeURIComponent(value);
+  });
+  const query = new URLSearchParams(method === 'GET' ? [...rest].map(([k, v]): [string, string] => [k, String(v)]) : []);
+  const checked = checkGitHubQuery(method, path, query);
+  if ('refusal' in checked) throw new Error(`fake GitHub: GitHub refuses ${method} ${path}?${query}: ${JSON.stringify(checked.refusal.body)}`);
+}
+
 /** A GitHub that lists one repository with one queued run holding one queued job for pool "linux". */
-function fakeGitHub(): CiProvider & { appRequest: () => Promise<GitHubAnswer>; installationRequest: (op: string, route: string) => Promise<GitHubAnswer> } {
+function fakeGitHub(): CiProvider & {
+  appRequest: (op?: string, route?: string, params?: Record<string, unknown>) => Promise<GitHubAnswer>;
+  installationRequest: (op: string, route: string, params?: Record<string, unknown>) => Promise<GitHubAnswer>;
+} {
   const answer = (data: unknown): GitHubAnswer => ({ status: 200, data, headers: { 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '4000' } });
   return {
     provider: Provider.GITHUB,
@@ -17,9 +50,13 @@ function fakeGitHub(): CiProvider & { appRequest: () => Promise<GitHubAnswer>; i
     deleteRunner: async () => undefined,
     listRunners: async () => [],
     isJobQueued: async () => true,
-    appRequest: async () => answer([]),
-    installationRequest: async (_op, route) => {
-      if (route.startsWith('GET /installation/repositories')) return answer({ repositories: [{ full_name: 'acme/app' }] });
+    appRequest: async (_op, route = 'GET /app/hook/deliveries', params = { per_page: 100 }) => {
+      checkedRequest(route, params);
+      return answer([]);
+    },
+    installationRequest: async (_op, route, params) => {
+      checkedRequest(route, params);
+      if (route === 'GET /installation/repositories') return answer({ repositories: [{ full_name: 'acme/app' }] });
       if (route.endsWith('/actions/runs')) return answer({ workflow_runs: [{ id: 5 }] });
       return answer({ jobs: [{ id: 77, status: 'queued', labels: ['linux'], created_at: old }] });
     },
@@ -87,6 +124,7 @@ describe('reconcile handler', () => {
     const github = {
       ...fakeGitHub(),
       installationRequest: async (_op: string, route: string, params: Record<string, unknown>) => {
+        checkedRequest(route, params);
         if (route.startsWith('GET /installation/repositories')) return answer({ repositories: ['a', 'b', 'c'].map((r) => ({ full_name: `acme/${r}` })) });
         events.push(`${route.split(' ')[1]!.endsWith('/jobs') ? 'jobs' : 'runs'} ${String(params.repo)}`);
         if (params.repo === 'b' && route.endsWith('/actions/runs')) remainingMs = 30_000; // below the 40 s margin from now on
@@ -119,15 +157,15 @@ describe('reconcile handler', () => {
     const failing = {
       ...github,
       // Reports its rate-limit headers as the provider does, so the run has something to publish.
-      appRequest: async (_op: string, _route: string, _params: Record<string, unknown>, _retry: boolean, observe?: GitHubAnswerObserver) => {
-        const a = await github.appRequest();
+      appRequest: async (op: string, route: string, params: Record<string, unknown>, _retry: boolean, observe?: GitHubAnswerObserver) => {
+        const a = await github.appRequest(op, route, params);
         observe?.('app', a.headers);
         return a;
       },
-      installationRequest: async (op: string, route: string) => {
+      installationRequest: async (op: string, route: string, params: Record<string, unknown>) => {
         calls.push(route);
         if (route.startsWith('GET /installation/repositories') && calls.length > 4) throw new Error('GitHub answered 502');
-        return github.installationRequest(op, route);
+        return github.installationRequest(op, route, params);
       },
     };
     const handler = createReconcileHandler({
@@ -147,6 +185,17 @@ describe('reconcile handler', () => {
     expect(await handler()).toMatchObject({ queued: 0 });
     expect(lines.logs('a reconciler step failed; going on')[0]).toMatchObject({ step: 'find queued jobs', error: 'GitHub answered 502' });
     expect(lines.json().filter((l) => l._aws && l.Credential === 'github-app').length).toBe(before + 1);
+  });
+
+  it("the fake GitHub checks each request against GitHub's published bounds and the reconciler's routes", async () => {
+    const github = fakeGitHub();
+    const runs = 'GET /repos/{owner}/{repo}/actions/runs';
+    await expect(github.installationRequest('list runs', runs, { owner: 'acme', repo: 'app', status: 'queued', per_page: 100 })).resolves.toMatchObject({ status: 200 });
+    await expect(github.installationRequest('list runs', runs, { owner: 'acme', repo: 'app', status: 'busy' })).rejects.toThrow(/GitHub refuses GET \/repos\/acme\/app\/actions\/runs\?status=busy/);
+    await expect(github.installationRequest('list jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner: 'acme', repo: 'app', run_id: 5, filter: 'queued' })).rejects.toThrow(/GitHub refuses/);
+    await expect(github.appRequest('list deliveries', 'GET /app/hook/deliveries', { status: 'pending' })).rejects.toThrow(/GitHub refuses/);
+    await expect(github.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner: 'acme' })).rejects.toThrow(/without repo/);
+    await expect(github.installationRequest('list', 'GET /orgs/{org}/repos', { org: 'acme' })).rejects.toThrow(/does not use/);
   });
 
   it('fails at load with the variable named when RECONCILE_OPTIONS is not JSON', async () => {

@@ -123,6 +123,17 @@ release_mode() { printf '%s\n' "$1" >"$ROOT/release/.mode"; }
 # release_requests: the paths the release server was asked for since the last sandbox_reset.
 release_requests() { cat "$ROOT/release/.requests" 2>/dev/null || true; }
 
+# needs_root WHY: for setup_file: a suite that needs root skips without it, and fails instead
+# when CI is set (CI runs as root), so it never passes unseen there.
+needs_root() {
+  ((EUID != 0)) || return 0
+  if [[ -n ${CI-} ]]; then
+    echo "CI is set but this is not root (CI runs as root): $1" >&2
+    return 1
+  fi
+  skip "$1"
+}
+
 # stock_machine: a stock image: no runner installed for either provider, no runner user.
 # With STOCK_USER (stock_user) the user is really absent and the install step's useradd (the
 # shim, then the real one) really creates it, its home at $REUSE_HOME; without, the getent

@@ -4,7 +4,18 @@
 # must leave behind. Needs helpers.bash loaded and STATE_DIR set.
 # shellcheck disable=SC2154 # status: set by helpers.bash's boot, as bats's run would
 
+# The provider of the reusable pool's rendering these steps boot (user-data-<provider>-reuse.sh)
+# and its job's affinity; reuse_provider switches both.
+REUSE_PROVIDER=github
 AFF=github:acme/app
+reuse_provider() {
+  REUSE_PROVIDER=$1
+  case $1 in
+    github) AFF=github:acme/app ;;
+    gitlab) AFF=gitlab:4242 ;;
+    *) echo "no provider $1" >&2 && return 1 ;;
+  esac
+}
 
 # The tags moto holds for the instance, as IMDS shows them from now on.
 sync_imds_tags() {
@@ -15,7 +26,7 @@ sync_imds_tags() {
 # A standby of the reusable pool, primed (the hook installed and enabled) and powered off.
 primed_standby() {
   new_instance "$(launch_tags standby)"
-  boot_first github-reuse
+  boot_first "$REUSE_PROVIDER-reuse"
   [ "$status" -eq 0 ]
   called shutdown '-h now'
   rm -f "$ROOT/calls/shutdown"
@@ -26,15 +37,22 @@ primed_standby() {
 # launch-tags.ts) in moto and so in IMDS; ACT is their activated-at.
 activate() {
   local json aff=${2-$AFF}
-  json=$(launch_tags activated --seconds-ago 1 --job-id "github:1:$1" --trace-id "trace-reuse-$1" ${aff:+--affinity "$aff"})
+  json=$(launch_tags activated --seconds-ago 1 --job-id "$REUSE_PROVIDER:1:$1" --trace-id "trace-reuse-$1" ${aff:+--affinity "$aff"})
   moto_aws ec2 create-tags --resources "$INSTANCE_ID" --tags "$(node -e 'console.log(JSON.stringify(Object.entries(JSON.parse(process.argv[1])).map(([Key,Value])=>({Key,Value}))))' "$json")"
   sync_imds_tags
   ACT=$(node -e "console.log(JSON.parse(process.argv[1])['$TAG_ACTIVATED'])" "$json")
 }
 
-# reuse_config AFFINITY USES [JIT]: the config scale-up writes for a reusable pool's instance.
+# reuse_config AFFINITY USES [SECRET]: the config scale-up writes for a reusable pool's
+# instance of REUSE_PROVIDER (the JIT config or the runner token: SECRET).
 reuse_config() {
-  ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"config\":{\"provider\":\"github\",\"jitConfig\":\"${3:-jit-reuse}\",\"reuse\":{\"affinity\":\"$1\",\"uses\":$2}}}" >/dev/null
+  local runner
+  if [[ $REUSE_PROVIDER == gitlab ]]; then
+    runner="\"provider\":\"gitlab\",\"url\":\"https://gitlab.example.test\",\"token\":\"${3:-glrt-reuse}\""
+  else
+    runner="\"provider\":\"github\",\"jitConfig\":\"${3:-jit-reuse}\""
+  fi
+  ctl POST /runner-config "{\"prefix\":\"$PREFIX\",\"config\":{$runner,\"reuse\":{\"affinity\":\"$1\",\"uses\":$2}}}" >/dev/null
 }
 
 # parked_state USES [AFFINITY]: the state a park after USES jobs leaves ($STATE/reuse).

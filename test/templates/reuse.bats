@@ -12,7 +12,7 @@ REUSE_USER=cwr-reuse
 export REUSE_USER
 
 setup_file() {
-  ((EUID == 0)) || skip 'cleaning kills every process of the runner user: needs root and a user of its own'
+  needs_root 'cleaning kills every process of the runner user: needs root and a user of its own'
   # The real useradd (the sandbox's shim only records): a system user nothing else runs as.
   id "$REUSE_USER" &>/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin "$REUSE_USER"
   sandbox_start

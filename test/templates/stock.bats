@@ -3,15 +3,18 @@
 # runner and without its user, as a stock Amazon Linux 2023 AMI does, and the install step's
 # useradd really creates the user (helpers.bash stock_user, stock_machine), so a step that
 # needs the user before the install fails here as on EC2. Each mode (cold RUN, WAIT, PRIME,
-# later boots through the hook) boots the default rendering and the reusable pool's rendering
-# with cache directories (render-sandbox.ts: one in the runner's home, one outside it), in every
-# reuse state (fresh, parked with its state, refused on a mismatch).
+# later boots through the hook) boots the default rendering of both providers, and the reusable
+# pool's rendering with cache directories (render-sandbox.ts: one in the runner's home, one
+# outside it) in every reuse state (fresh, parked with its state, refused on a mismatch); the
+# reuse path from PRIME through a fresh and a resumed RUN for both providers, the others once
+# (their steps are the provider's only in the runner command the default modes cover). One image
+# has the user but not its home (useradd -M or -r).
 
 load helpers
 load reuse-steps
 
 setup_file() {
-  ((EUID == 0)) || skip 'a runner user that does not exist until the boot creates it: needs root'
+  needs_root 'a runner user that does not exist until the boot creates it: needs root'
   stock_user
   sandbox_start
 }
@@ -56,29 +59,35 @@ assert_caches() {
   [ "$(stat -c %U "${REUSE_CACHE%/*}")" = root ]
 }
 
-@test "stock image, default rendering: a cold RUN creates the user, installs and runs the runner as it, then terminates" {
-  local provider
-  for provider in github gitlab; do
-    stock_machine
-    rm -f "$ROOT/calls/"{useradd,runner,runner.user}
-    new_instance "$(launch_tags cold)"
-    if [[ $provider == github ]]; then github_config jit-stock; else gitlab_config https://gitlab.example.test glrt-stock; fi
-    boot_first "$provider"
-    [ "$status" -eq 0 ]
-    created_user
-    [ "$(calls_of runner.user)" = "$STOCK_USER" ]
-    grep -qF "$LOG_MODE=RUN" "$ROOT/out"
-    refute param_exists
-    [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
-    moto_tags | refute grep -q "^$TAG_START_FAILURE="
-  done
+# runner_config PROVIDER NAME: the config scale-up writes for a job of PROVIDER, its secret
+# named NAME.
+runner_config() {
+  if [[ $1 == github ]]; then github_config "jit-$2"; else gitlab_config https://gitlab.example.test "glrt-$2"; fi
+}
+# release_of PROVIDER: the path of PROVIDER's runner package the install step downloads here.
+release_of() { if [[ $1 == github ]]; then echo /github-x64.tar.gz; else echo /gitlab-x64; fi; }
+
+default_cold_run() {
+  local provider=$1
+  new_instance "$(launch_tags cold)"
+  runner_config "$provider" stock
+  boot_first "$provider"
+  [ "$status" -eq 0 ]
+  created_user
+  [ "$(calls_of runner.user)" = "$STOCK_USER" ]
+  [ "$(release_requests)" = "$(release_of "$provider")" ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  refute param_exists
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  moto_tags | refute grep -q "^$TAG_START_FAILURE="
 }
 
-@test "stock image, default rendering: a cold WAIT installs while it waits, then RUNs as the user it created" {
+default_cold_wait() {
+  local provider=$1
   new_instance "$(launch_tags cold)"
-  boot_background "$ROOT/user-data-github.sh"
-  wait_for_log "installed the github runner"
-  github_config jit-stock-wait
+  boot_background "$ROOT/user-data-$provider.sh"
+  wait_for_log "installed the $provider runner"
+  runner_config "$provider" stock-wait
   boot_wait
   [ "$status" -eq 0 ]
   grep -qF "$LOG_MODE=WAIT" "$ROOT/out"
@@ -87,9 +96,10 @@ assert_caches() {
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
 
-@test "stock image, default rendering: PRIME creates the user and parks; the hook re-primes, then RUNs as that user" {
+default_prime_hook() {
+  local provider=$1
   new_instance "$(launch_tags standby)"
-  boot_first github
+  boot_first "$provider"
   [ "$status" -eq 0 ]
   called shutdown '-h now'
   created_user
@@ -101,16 +111,22 @@ assert_caches() {
   grep -qF "$LOG_MODE=PRIME" "$ROOT/out"
   called shutdown '-h now'
   [ "$(calls_of useradd | wc -l)" -eq 1 ]
-  [ "$(release_requests)" = /github-x64.tar.gz ]
+  [ "$(release_requests)" = "$(release_of "$provider")" ]
   # Claimed: the hook RUNs.
   set_tags "$(launch_tags activated --seconds-ago 1)"
-  github_config jit-stock-hook
+  runner_config "$provider" stock-hook
   boot_hook
   [ "$status" -eq 0 ]
   grep -qF "$LOG_MODE=RUN" "$ROOT/out"
   [ "$(calls_of runner.user)" = "$STOCK_USER" ]
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
 }
+
+for provider in github gitlab; do
+  bats_test_function --description "stock image, default rendering ($provider): a cold RUN creates the user, installs and runs the runner as it, then terminates" -- default_cold_run "$provider"
+  bats_test_function --description "stock image, default rendering ($provider): a cold WAIT installs while it waits, then RUNs as the user it created" -- default_cold_wait "$provider"
+  bats_test_function --description "stock image, default rendering ($provider): PRIME creates the user and parks; the hook re-primes, then RUNs as that user" -- default_prime_hook "$provider"
+done
 
 @test "stock image, reusable pool with caches: a cold RUN (fresh) creates the user, then the caches as its, runs the job and parks" {
   new_instance "$(launch_tags cold --affinity "$AFF")"
@@ -130,6 +146,27 @@ assert_caches() {
   [ ! -e "$REUSE_HOME/.cache/pip" ]
 }
 
+@test "stock image, reusable pool with caches: a runner user without its home (useradd -M) gets it from the boot, the user's, then the caches" {
+  # An image whose runner user was made without a home: the install step adds no user, and the
+  # runner user cannot create its home in the root-owned parent.
+  useradd --no-create-home --home-dir "$REUSE_HOME" --user-group --shell /bin/bash "$STOCK_USER"
+  [ ! -e "$REUSE_HOME" ]
+  [ "$(stat -c %U "${REUSE_HOME%/*}")" = root ]
+  new_instance "$(launch_tags cold --affinity "$AFF")"
+  sync_imds_tags
+  ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
+  reuse_config "$AFF" 0
+  cache_job
+  boot_first github-reuse
+  [ "$status" -eq 0 ]
+  refute grep -qF "cannot create the cache directories" "$ROOT/out"
+  [ ! -e "$ROOT/calls/useradd" ]
+  grep -qx filled "$ROOT/calls/job.out" || { cat "$ROOT/calls/job.out" >&2; false; }
+  assert_parked 1
+  assert_caches
+  [ "$(stat -c %a "$REUSE_HOME")" = 700 ]
+}
+
 @test "stock image, reusable pool with caches: a cold WAIT installs, then RUNs fresh and parks" {
   new_instance "$(launch_tags cold --affinity "$AFF")"
   sync_imds_tags
@@ -147,7 +184,8 @@ assert_caches() {
   assert_caches
 }
 
-@test "stock image, reusable pool with caches: PRIME, a fresh RUN through the hook, then a resumed RUN onto its parked state" {
+reuse_prime_fresh_resumed() {
+  reuse_provider "$1"
   primed_standby
   created_user
   [ ! -e "$REUSE_HOME_CACHE" ]
@@ -172,6 +210,9 @@ assert_caches() {
   assert_caches
   [ "$(calls_of useradd | wc -l)" -eq 1 ]
 }
+for provider in github gitlab; do
+  bats_test_function --description "stock image, reusable pool with caches ($provider): PRIME, a fresh RUN through the hook, then a resumed RUN onto its parked state" -- reuse_prime_fresh_resumed "$provider"
+done
 
 @test "stock image, reusable pool: a cold RUN whose config claims earlier uses is refused before the install creates anything" {
   new_instance "$(launch_tags cold --affinity "$AFF")"
