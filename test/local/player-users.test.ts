@@ -120,9 +120,11 @@ describe.runIf(canCreateUsers())('two played machines of a reusable pool (root: 
       const r = spawn('setsid', ['runuser', '-u', user, '--', 'sleep', '300'], { detached: true, stdio: 'ignore' });
       runners.push(r);
     }
+    // The runner itself (its `sleep`), not whatever else runs as the user for a moment; waited
+    // for generously: starting a process takes long on a loaded machine.
     const runnerPids = async (user: string) => {
-      for (let i = 0; i < 100; i++) {
-        const out = spawnSync('pgrep', ['-U', user], { encoding: 'utf8' }).stdout.trim();
+      for (let i = 0; i < 1200; i++) {
+        const out = spawnSync('pgrep', ['-U', user, '-x', 'sleep'], { encoding: 'utf8' }).stdout.trim();
         if (out) return out.split('\n').map(Number);
         await new Promise((r) => setTimeout(r, 50));
       }
