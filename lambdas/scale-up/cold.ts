@@ -45,6 +45,15 @@ export function launchRefused(error: unknown): boolean {
   return error instanceof ColdLaunchError && error.step === 'launch';
 }
 
+/**
+ * Every send of the launch lost its answer and its token found nothing: it may still land.
+ * Its message comes back soon (`UNKNOWN_LAUNCH_REDELIVERY_SECONDS`), while a late instance can
+ * still be taken over.
+ */
+export function launchUnknown(error: unknown): boolean {
+  return error instanceof UnknownOutcomeError;
+}
+
 export interface ColdResult {
   readonly instanceId: string;
   readonly runnerId: string;

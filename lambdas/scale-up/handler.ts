@@ -10,6 +10,7 @@ import {
   JOB_RETRY_DEFAULTS,
   MAX_WAIT_REASON,
   parseJobMessage,
+  UNKNOWN_LAUNCH_REDELIVERY_SECONDS,
   ssmPaths,
   tagKeys,
   type CiProvider,
@@ -24,7 +25,7 @@ import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { dropCarried, launchCold, launchRefused, lookUpEarlier, type ColdFleet } from './cold';
+import { dropCarried, launchCold, launchRefused, launchUnknown, lookUpEarlier, type ColdFleet } from './cold';
 import { launchAttemptOf, type LaunchAttempt } from './cold-tokens';
 import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
@@ -523,6 +524,7 @@ async function launch(
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       const ticket = tickets?.granted.get(j.key);
       if (ticket) await settleTicket(b, j, ticket, error);
+      if (launchUnknown(error)) await redeliverSoon(b, item);
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }
@@ -560,6 +562,22 @@ async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unk
   }
   const r = await b.deps.launchTickets!.release(ticket);
   if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+}
+
+/**
+ * A cold launch whose outcome stays unknown may land late: its message comes back in
+ * `UNKNOWN_LAUNCH_REDELIVERY_SECONDS`, not after the queue's visibility timeout (6 minutes),
+ * so the redelivery finds a late instance inside the take-over window (cold-tokens.ts) instead
+ * of one too old to take over, which waits out its boot wait and ends as a start failure. When
+ * this fails, the redelivery comes after the visibility timeout, and does not launch beside a
+ * live instance of its message (`lookUpEarlier`).
+ */
+async function redeliverSoon(b: Batch, item: BatchItem): Promise<void> {
+  try {
+    await hideUntil(b.queue, item.record, UNKNOWN_LAUNCH_REDELIVERY_SECONDS);
+  } catch (error) {
+    item.log.warn('shortening the visibility of a message whose launch outcome is unknown failed; it comes back after the visibility timeout', { error: errorName(error) });
+  }
 }
 
 /**
