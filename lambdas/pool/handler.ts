@@ -470,7 +470,9 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
  * would launch the standbys twice. Each launch carries a fresh ClientToken, also as a tag,
  * and a lost one is settled (`settleLaunch`): looked up by that tag (what is found is what
  * was launched), else sent again with the same token, which EC2 answers with what the first
- * launched or launches once. `unknown`: every send lost its answer; the next run counts what
+ * launched or launches once. `unknown`: every send lost its answer, or a resend launched
+ * nothing (refused: the lost send may still land, so no other type or subnet is tried beside
+ * it); the run stops launching for the pool, keeps the tickets, and the next run counts what
  * exists.
  */
 async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<{ ids: string[]; refused: boolean; unknown: boolean }> {
@@ -483,6 +485,7 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
       const r = await settleLaunch(
         () => deps.aws.send<RunInstancesCommandOutput>(deps.ec2, command, WRITE_ONCE),
         async () => (await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } })).map((i) => i.id),
+        (out) => (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== ''),
       );
       if (r.lost > 0) log.warn('launch outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost, instanceType: type, subnet });
       if (r.kind === 'answered') {

@@ -221,15 +221,21 @@ async function fleetOnce(
   const r = await settleLaunch(
     () => ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE),
     async () => (await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } })).map((i) => i.id),
+    (out) => fleetInstanceIds(out),
   );
   if (r.lost > 0) j.log.warn('CreateFleet outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost });
   if (r.kind === 'found') return { instanceId: r.ids[0]!, errors: [] };
-  // Still unknown: the launch may have happened (its ticket is kept, `launchRefused`).
+  // Still unknown: the launch may have happened (its ticket is kept, `launchRefused`). Also a
+  // resend refused or answered empty after a lost answer: no on-demand launch beside it.
   if (r.kind === 'unknown') throw new UnknownOutcomeError('CreateFleet', new Error(r.error));
-  // A refusal, also of a resend with the same token: nothing launched for it.
+  // A refusal of the first send: nothing launched for it.
   if (r.kind === 'refused') throw r.error;
-  const instanceId = r.out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
+  const instanceId = fleetInstanceIds(r.out)[0];
   return { ...(instanceId ? { instanceId } : {}), errors: (r.out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
+}
+
+function fleetInstanceIds(out: CreateFleetCommandOutput): string[] {
+  return (out.Instances ?? []).flatMap((i) => i.InstanceIds ?? []);
 }
 
 /**

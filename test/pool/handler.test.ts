@@ -82,6 +82,16 @@ describe('pool handler', () => {
     expect(lines.logs('launch outcome unknown after every resend; the next run counts what exists')).toHaveLength(1);
   });
 
+  it('a resend refused after a lost answer is no refusal: the lost send may still land, so no other type is tried this run', async () => {
+    aws.fault('RunInstances', awsError('ServiceUnavailable', 503), awsError('InsufficientInstanceCapacity'));
+    const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    const calls = aws.ec2.commandCalls(RunInstancesCommand).map((c) => c.args[0].input);
+    expect(calls).toHaveLength(2);
+    expect(calls[1]).toEqual(calls[0]);
+    expect(summary).toMatchObject({ launched: 0 });
+    expect(lines.logs('launch outcome unknown after every resend; the next run counts what exists')).toHaveLength(1);
+  });
+
   it('follows the warm schedule: the window in force sets the target', async () => {
     // aws.now is Sunday 12:00 UTC.
     // A fresh pool primes at most primeFailureLimit standbys at once (backoff.ts): room for all 4.

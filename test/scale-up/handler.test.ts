@@ -9,7 +9,7 @@ import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/sca
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider, UNKNOWN_LAUNCH_REDELIVERY_SECONDS } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -1122,6 +1122,18 @@ describe('scale-up: cold launch', () => {
     const calls = aws.ec2.commandCalls(CreateFleetCommand).map((c) => c.args[0].input.TargetCapacitySpecification?.DefaultTargetCapacityType);
     expect(calls).toEqual(['spot', 'on-demand']);
     expect(lines.metric('Fallbacks', { Reason: 'spot-capacity' })).toBe(1);
+  });
+
+  it('a spot resend answered with no instance after a lost answer is unknown: no on-demand launch beside it, the message comes back inside the take-over window', async () => {
+    aws.fault('CreateFleet', awsError('ServiceUnavailable', 503), () => ({ Instances: [], Errors: [{ ErrorCode: 'InsufficientInstanceCapacity' }] }));
+    const res = await handler({}, fleetConfig({ spot: true }))(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    const { CreateFleetCommand } = await import('@aws-sdk/client-ec2');
+    const calls = aws.ec2.commandCalls(CreateFleetCommand).map((c) => c.args[0].input.TargetCapacitySpecification?.DefaultTargetCapacityType);
+    expect(calls).toEqual(['spot', 'spot']);
+    expect(lines.metric('Fallbacks', { Reason: 'spot-capacity' })).toBe(0);
+    const { ChangeMessageVisibilityCommand } = await import('@aws-sdk/client-sqs');
+    expect(aws.sqs.commandCalls(ChangeMessageVisibilityCommand).map((c) => c.args[0].input)).toEqual([expect.objectContaining({ ReceiptHandle: 'rh-msg-1', VisibilityTimeout: UNKNOWN_LAUNCH_REDELIVERY_SECONDS })]);
   });
 
   it('fails the message when nothing launches, and on a config failure terminates what it launched', async () => {
