@@ -499,6 +499,15 @@ async function launch(
       fail(b, item.record);
       continue;
     }
+    if (e?.kind === 'busy') {
+      // Its ticket (the message's) is spent on that instance: a second launch beside it would
+      // double the launch. It ends its config wait by `until`; the message comes back then.
+      j.log.warn('an earlier receive of the message launched an instance that still waits for its config, too late to take over: no launch beside it', { instanceId: e.instanceId, until: e.until.toISOString() });
+      b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: 'cold-earlier-launch' });
+      await hideFor(b, item, (e.until.getTime() - b.now().getTime()) / 1000);
+      fail(b, item.record);
+      continue;
+    }
     const v = verdicts.get(j.key);
     if (v?.kind === 'hold-expired') await deadLetter(b, item.record, 'backoff-max-wait', j.log, j.pool.name, `held by the prime back-off (${v.held}) past the maximum wait`, j.job);
     else if (v?.kind === 'hold') {
@@ -533,15 +542,20 @@ async function launch(
 }
 
 /** What a redelivery's look-up for its earlier receives' launches found (none on a first receive). */
-type TakeOver = { readonly kind: 'found'; readonly fleet: ColdFleet } | { readonly kind: 'unreadable'; readonly error: string };
+type TakeOver =
+  | { readonly kind: 'found'; readonly fleet: ColdFleet }
+  /** An earlier receive's instance still waits for its config, too late to take over: no launch beside it. */
+  | { readonly kind: 'busy'; readonly instanceId: string; readonly until: Date }
+  | { readonly kind: 'unreadable'; readonly error: string };
 
 /** 5a'. The earlier receives' instances the batch's redeliveries take over (`lookUpEarlier`, cold.ts). */
 async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], attemptOf: (j: JobInFlight) => LaunchAttempt): Promise<Map<string, TakeOver>> {
   const found = new Map<string, TakeOver>();
   await mapLimit(cold, 10, async (j) => {
     try {
-      const fleet = await lookUpEarlier(step, j, attemptOf(j));
-      if (fleet) found.set(j.key, { kind: 'found', fleet });
+      const earlier = await lookUpEarlier(step, j, attemptOf(j));
+      if (earlier?.kind === 'take-over') found.set(j.key, { kind: 'found', fleet: earlier.fleet });
+      else if (earlier) found.set(j.key, earlier);
     } catch (error) {
       found.set(j.key, { kind: 'unreadable', error: (error as Error).message });
     }
@@ -573,10 +587,15 @@ async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unk
  * live instance of its message (`lookUpEarlier`).
  */
 async function redeliverSoon(b: Batch, item: BatchItem): Promise<void> {
+  await hideFor(b, item, UNKNOWN_LAUNCH_REDELIVERY_SECONDS);
+}
+
+/** A failed message comes back in `seconds` (at least 30) rather than after the visibility timeout. */
+async function hideFor(b: Batch, item: BatchItem, seconds: number): Promise<void> {
   try {
-    await hideUntil(b.queue, item.record, UNKNOWN_LAUNCH_REDELIVERY_SECONDS);
+    await hideUntil(b.queue, item.record, Math.max(UNKNOWN_LAUNCH_REDELIVERY_SECONDS, seconds));
   } catch (error) {
-    item.log.warn('shortening the visibility of a message whose launch outcome is unknown failed; it comes back after the visibility timeout', { error: errorName(error) });
+    item.log.warn("setting a failed message's visibility failed; it comes back after the visibility timeout", { error: errorName(error) });
   }
 }
 

@@ -4,7 +4,7 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { scaled } from '../support/slowdown';
-import { adoptWindowSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { adoptWindowSeconds, earlierLiveSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
@@ -1100,18 +1100,32 @@ describe('scale-up: cold launch', () => {
     expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
   });
 
-  it("a redelivery does not take over an earlier instance launched near the end of its config wait: it launches its own", async () => {
+  it("a redelivery does not take over an earlier instance launched near the end of its config wait, nor launch beside it: the message comes back when that wait has ended", async () => {
     const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
     // Launched exactly the take-over window ago: its boot may be in its last poll or ending.
     const launchTime = new Date(aws.now.getTime() - adoptWindowSeconds({}) * 1000);
     const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
     const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
-    expect(res.batchItemFailures).toEqual([]);
-    expect(aws.count('CreateFleet')).toBe(1);
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
     expect(earlier.tags.has(KEYS.runnerId)).toBe(false);
     expect(aws.parameters.has(paths.runnerConfig(earlier.id))).toBe(false);
-    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
+    expect(ci.created).toBe(0);
     expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(0);
+    const { ChangeMessageVisibilityCommand } = await import('@aws-sdk/client-sqs');
+    const hidden = aws.sqs.commandCalls(ChangeMessageVisibilityCommand).map((c) => c.args[0].input.VisibilityTimeout);
+    expect(hidden).toEqual([earlierLiveSeconds({}) - adoptWindowSeconds({})]);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-earlier-launch' })).toBe(1);
+  });
+
+  it('a redelivery launches its own once an earlier instance is past its boot and config wait (left to the no-runner rule)', async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    const launchTime = new Date(aws.now.getTime() - earlierLiveSeconds({}) * 1000);
+    const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {
