@@ -9,7 +9,7 @@ import {
   type Tag,
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { errorName, isUnknownOutcome, mapLimit, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { ALL_STATES, describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
@@ -236,10 +236,13 @@ async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: Pool
     throw error;
   }
   if (out.unknown) for (const t of taken) log.warn('the launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(pool.name, t));
-  for (const t of unspentTickets(taken, out.ids.length, out.unknown)) {
-    const r = await deps.launchTickets.release(t);
+  // At once, not one after another: each release may resend with backoff (launch-tickets.ts),
+  // and the run has other pools to serve within its timeout.
+  const tickets = deps.launchTickets;
+  await mapLimit(unspentTickets(taken, out.ids.length, out.unknown), RELEASE_CONCURRENCY, async (t) => {
+    const r = await tickets.release(t);
     if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { ...keptTicketFields(pool.name, t), error: r.error });
-  }
+  });
   return out.ids;
 }
 
@@ -410,6 +413,9 @@ async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly 
   for (const e of terminated) log.info('evicted', { instanceId: e.instance.id, reason: e.reason });
   return { terminated, kept: list.filter((e) => !terminated.includes(e)) };
 }
+
+/** Ticket releases in flight at once (a refill takes at most `primeFailureLimit` tickets). */
+const RELEASE_CONCURRENCY = 10;
 
 const TERMINATING = new Set(['shutting-down', 'terminated']);
 

@@ -423,6 +423,37 @@ describe('pool handler: launch tickets kept after an exception', () => {
   });
 });
 
+describe('pool handler: launch tickets given back', () => {
+  it('releases the tickets of a refused launch at once, not one after another (each may resend with backoff)', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const released: Ticket[] = [];
+    let gate!: () => void;
+    const allStarted = new Promise<void>((resolve) => (gate = resolve));
+    const tickets: LaunchTickets = {
+      async take(pool, need, count, now) {
+        const expiresAt = new Date(now.getTime() + need.holdSeconds * 1000).toISOString();
+        return { taken: need.slots.slice(0, count).map((slot, i) => ({ key: ticketKey(pool, need.template, slot), owner: `owner-${i}`, expiresAt })), errors: [] };
+      },
+      async release(t) {
+        most = Math.max(most, ++inFlight);
+        if (most === 3) gate();
+        // Each release waits until all three are in flight; sequential releases would never get there.
+        await Promise.race([allStarted, new Promise((resolve) => setTimeout(resolve, 2000))]);
+        inFlight--;
+        released.push(t);
+        return { released: true };
+      },
+    };
+    aws.fault('RunInstances', awsError('InvalidParameterValue'));
+    const config = fleetConfig({ warmSize: 3, primeFailureLimit: 3 });
+    const [summary] = await createPoolHandler({ ec2: new EC2Client({}), ssm: new SSMClient({}), aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }), loadConfig: async () => config, now: () => aws.now, sink: lines.sink, launchTickets: tickets })();
+    expect(summary).toMatchObject({ launched: 0 });
+    expect(released).toHaveLength(3);
+    expect(most).toBe(3);
+  });
+});
+
 describe('pool handler: reused instances (contract reuse.ts)', () => {
   const reuse = { maxJobs: 3, maxAgeSeconds: 6 * 3600 };
   const hoursAgo = (h: number) => new Date(aws.now.getTime() - h * 3600_000);
