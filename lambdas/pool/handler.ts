@@ -9,7 +9,7 @@ import {
   type Tag,
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
+import { errorName, isUnknownOutcome, mapLimit, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { ALL_STATES, describeFleet, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
@@ -236,10 +236,13 @@ async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: Pool
     throw error;
   }
   if (out.unknown) for (const t of taken) log.warn('the launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(pool.name, t));
-  for (const t of unspentTickets(taken, out.ids.length, out.unknown)) {
-    const r = await deps.launchTickets.release(t);
+  // At once, not one after another: each release may resend with backoff (launch-tickets.ts),
+  // and the run has other pools to serve within its timeout.
+  const tickets = deps.launchTickets;
+  await mapLimit(unspentTickets(taken, out.ids.length, out.unknown), RELEASE_CONCURRENCY, async (t) => {
+    const r = await tickets.release(t);
     if (!r.released) log.warn('releasing a launch ticket failed; it frees at its expiry', { ...keptTicketFields(pool.name, t), error: r.error });
-  }
+  });
   return out.ids;
 }
 
@@ -411,6 +414,9 @@ async function terminateEvictions(deps: PoolDeps, keys: TagKeys, list: readonly 
   return { terminated, kept: list.filter((e) => !terminated.includes(e)) };
 }
 
+/** Ticket releases in flight at once (a refill takes at most `primeFailureLimit` tickets). */
+const RELEASE_CONCURRENCY = 10;
+
 const TERMINATING = new Set(['shutting-down', 'terminated']);
 
 async function observeTerminated(deps: PoolDeps, keys: TagKeys, list: readonly Eviction[], error: unknown, log: Logger): Promise<Eviction[]> {
@@ -470,7 +476,9 @@ async function lock(deps: PoolDeps, paths: SsmPaths, e: Eviction, log: Logger): 
  * would launch the standbys twice. Each launch carries a fresh ClientToken, also as a tag,
  * and a lost one is settled (`settleLaunch`): looked up by that tag (what is found is what
  * was launched), else sent again with the same token, which EC2 answers with what the first
- * launched or launches once. `unknown`: every send lost its answer; the next run counts what
+ * launched or launches once. `unknown`: every send lost its answer, or a resend launched
+ * nothing (refused: the lost send may still land, so no other type or subnet is tried beside
+ * it); the run stops launching for the pool, keeps the tickets, and the next run counts what
  * exists.
  */
 async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, count: number, log: Logger): Promise<{ ids: string[]; refused: boolean; unknown: boolean }> {
@@ -483,6 +491,7 @@ async function launchStandbys(deps: PoolDeps, config: FleetConfig, pool: PoolCon
       const r = await settleLaunch(
         () => deps.aws.send<RunInstancesCommandOutput>(deps.ec2, command, WRITE_ONCE),
         async () => (await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, tag: { key: keys.launchToken, value: token } })).map((i) => i.id),
+        (out) => (out.Instances ?? []).map((i) => i.InstanceId ?? '').filter((id) => id !== ''),
       );
       if (r.lost > 0) log.warn('launch outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost, instanceType: type, subnet });
       if (r.kind === 'answered') {

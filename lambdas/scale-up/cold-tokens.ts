@@ -62,18 +62,43 @@ export function adoptWindowSeconds(pool: Pick<PoolConfig, 'bootWaitSeconds'>): n
 }
 
 /**
- * Of the instances an earlier receive launched, the one this receive takes over: live, never
- * given a runner (no runner id tag: its receive failed before the end of the launch), and
- * launched less than `windowSeconds` ago (an older one may be in its last config poll or
- * terminating itself; it is left to the scale-down's no-runner rule). One with a runner id
+ * Seconds after its launch an earlier instance that was not taken over may still be waiting for
+ * its config: its boot to WAIT (1.5 to 4 minutes from a stock image, DESIGN.md) and its config
+ * wait. Past it the instance has ended its start failure, or is stuck and left to the
+ * scale-down's no-runner rule.
+ */
+export function earlierLiveSeconds(pool: Pick<PoolConfig, 'bootWaitSeconds'>): number {
+  return (pool.bootWaitSeconds ?? FLEET_DEFAULTS.bootWaitSeconds) + 5 * 60;
+}
+
+/** What a redelivery does about the instances its message's earlier receives launched. */
+export type EarlierLaunch =
+  /** Take it over: no launch. */
+  | { readonly kind: 'take-over'; readonly instance: ObservedInstance }
+  /** One is still waiting for its config, too late to take over: launch nothing beside it until `until`. */
+  | { readonly kind: 'busy'; readonly instance: ObservedInstance; readonly until: Date };
+
+/**
+ * Of the instances an earlier receive launched, the one this receive takes over or waits for:
+ * live, never given a runner (no runner id tag: its receive failed before the end of the
+ * launch). One launched less than `windowSeconds` ago is taken over; an older one may be in its
+ * last config poll or terminating itself, so it is not taken over, but while it may still be
+ * waiting (`liveSeconds`) no second instance is launched beside it on the message's ticket
+ * (`busy`); an older one is left to the scale-down's no-runner rule. One with a runner id
  * finished its launch; the plan (decide.ts) settles a job such an instance serves, so finding
  * one here means the job wants another runner. Never a warm standby: a cold instance of a
  * reusable pool that parked after its job carries the tag and keeps its launch token, and may be
  * parking or serving a later job. The oldest, so every receive picks the same one.
  */
-export function adoptable(found: readonly ObservedInstance[], keys: TagKeys, now: Date, windowSeconds: number): ObservedInstance | undefined {
-  return found
+export function earlierLaunch(found: readonly ObservedInstance[], keys: TagKeys, now: Date, windowSeconds: number, liveSeconds: number): EarlierLaunch | undefined {
+  const age = (i: ObservedInstance) => now.getTime() - i.launchTime.getTime();
+  const unserved = found
     .filter((i) => (i.state === 'pending' || i.state === 'running') && !i.tags.has(keys.runnerId) && !i.tags.has(keys.warmStandby))
-    .filter((i) => now.getTime() - i.launchTime.getTime() < windowSeconds * 1000)
-    .sort((a, b) => a.launchTime.getTime() - b.launchTime.getTime() || a.id.localeCompare(b.id))[0];
+    .sort((a, b) => a.launchTime.getTime() - b.launchTime.getTime() || a.id.localeCompare(b.id));
+  const young = unserved.find((i) => age(i) < windowSeconds * 1000);
+  if (young) return { kind: 'take-over', instance: young };
+  const waiting = unserved.filter((i) => age(i) < liveSeconds * 1000);
+  if (waiting.length === 0) return undefined;
+  const until = new Date(Math.max(...waiting.map((i) => i.launchTime.getTime() + liveSeconds * 1000)));
+  return { kind: 'busy', instance: waiting[0]!, until };
 }

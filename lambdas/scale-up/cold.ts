@@ -15,7 +15,7 @@ import { coldLaunchTags, type PoolConfig } from '../shared/contract';
 import type { Carried } from './activate';
 import { claim, configValue, type Attempt } from './claim';
 import { createRunner, deleteRunner, ROLLBACK_INCOMPLETE, type JobInFlight, type StepContext } from './context';
-import { adoptable, adoptWindowSeconds, earlierLaunchTokens, launchToken, type LaunchAttempt } from './cold-tokens';
+import { adoptWindowSeconds, earlierLaunch, earlierLaunchTokens, earlierLiveSeconds, launchToken, type LaunchAttempt } from './cold-tokens';
 
 /** CreateFleet error codes that mean "no capacity of this kind now", worth trying on-demand. */
 const CAPACITY_ERRORS = new Set([
@@ -43,6 +43,15 @@ export class ColdLaunchError extends Error {
  */
 export function launchRefused(error: unknown): boolean {
   return error instanceof ColdLaunchError && error.step === 'launch';
+}
+
+/**
+ * Every send of the launch lost its answer and its token found nothing: it may still land.
+ * Its message comes back soon (`UNKNOWN_LAUNCH_REDELIVERY_SECONDS`), while a late instance can
+ * still be taken over.
+ */
+export function launchUnknown(error: unknown): boolean {
+  return error instanceof UnknownOutcomeError;
 }
 
 export interface ColdResult {
@@ -157,16 +166,21 @@ export interface ColdFleet {
   readonly launchedAt?: Date;
 }
 
+/** What a redelivery found of its earlier receives' launches: an instance to take over, or one to launch nothing beside until `until`. */
+export type EarlierFound = { readonly kind: 'take-over'; readonly fleet: ColdFleet } | { readonly kind: 'busy'; readonly instanceId: string; readonly until: Date };
+
 /**
  * The instance an earlier receive of the message launched and never gave a runner (found by
  * the earlier receives' tokens, in one filtered DescribeInstances), taken over instead of a
  * second launch. Taking it over launches nothing, so it needs neither the cold gate nor a
  * launch ticket: the handler looks it up before the gate (which counts that instance as a
- * launch in flight and would hold the job that can use it). The look-up failing fails this
- * attempt as a refusal (nothing launched, no ticket taken): launching blind could make the
+ * launch in flight and would hold the job that can use it). One too old to take over but still
+ * waiting for its config is `busy`: the message's ticket is spent on it, so nothing launches
+ * beside it until it has ended (cold-tokens.ts `earlierLaunch`). The look-up failing fails
+ * this attempt as a refusal (nothing launched, no ticket taken): launching blind could make the
  * second instance.
  */
-export async function lookUpEarlier(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt): Promise<ColdFleet | undefined> {
+export async function lookUpEarlier(ctx: StepContext, j: JobInFlight, attempt: LaunchAttempt): Promise<EarlierFound | undefined> {
   const tokens = earlierLaunchTokens(attempt, j.pool.spot);
   if (tokens.length === 0) return undefined;
   let found;
@@ -175,10 +189,12 @@ export async function lookUpEarlier(ctx: StepContext, j: JobInFlight, attempt: L
   } catch (error) {
     throw new ColdLaunchError(`looking up the launches of the message's earlier receives failed: ${errorName(error)}`, 'launch');
   }
-  const earlier = adoptable(found, ctx.keys, ctx.now(), adoptWindowSeconds(j.pool));
+  const earlier = earlierLaunch(found, ctx.keys, ctx.now(), adoptWindowSeconds(j.pool), earlierLiveSeconds(j.pool));
   if (!earlier) return undefined;
-  j.log.warn("taking over the instance an earlier receive of the message launched, instead of launching", { instanceId: earlier.id, receiveCount: attempt.receiveCount });
-  return { instanceId: earlier.id, capacityType: earlier.spotRequestId ? 'spot' : 'on-demand', spotFallback: false, launchedAt: earlier.launchTime };
+  const { instance } = earlier;
+  if (earlier.kind === 'busy') return { kind: 'busy', instanceId: instance.id, until: earlier.until };
+  j.log.warn("taking over the instance an earlier receive of the message launched, instead of launching", { instanceId: instance.id, receiveCount: attempt.receiveCount });
+  return { kind: 'take-over', fleet: { instanceId: instance.id, capacityType: instance.spotRequestId ? 'spot' : 'on-demand', spotFallback: false, launchedAt: instance.launchTime } };
 }
 
 async function createFleet(ctx: StepContext, j: JobInFlight, launchedAt: Date, attempt: LaunchAttempt): Promise<ColdFleet> {
@@ -212,15 +228,21 @@ async function fleetOnce(
   const r = await settleLaunch(
     () => ctx.aws.send<CreateFleetCommandOutput>(ctx.ec2, command, WRITE_ONCE),
     async () => (await describeFleet(ctx.aws, ctx.ec2, k, { pool: pool.name, tag: { key: k.launchToken, value: token } })).map((i) => i.id),
+    (out) => fleetInstanceIds(out),
   );
   if (r.lost > 0) j.log.warn('CreateFleet outcome unknown, settled by its token', { outcome: r.kind, lostAnswers: r.lost });
   if (r.kind === 'found') return { instanceId: r.ids[0]!, errors: [] };
-  // Still unknown: the launch may have happened (its ticket is kept, `launchRefused`).
+  // Still unknown: the launch may have happened (its ticket is kept, `launchRefused`). Also a
+  // resend refused or answered empty after a lost answer: no on-demand launch beside it.
   if (r.kind === 'unknown') throw new UnknownOutcomeError('CreateFleet', new Error(r.error));
-  // A refusal, also of a resend with the same token: nothing launched for it.
+  // A refusal of the first send: nothing launched for it.
   if (r.kind === 'refused') throw r.error;
-  const instanceId = r.out.Instances?.flatMap((i) => i.InstanceIds ?? [])[0];
+  const instanceId = fleetInstanceIds(r.out)[0];
   return { ...(instanceId ? { instanceId } : {}), errors: (r.out.Errors ?? []).map((e) => e.ErrorCode ?? 'unknown') };
+}
+
+function fleetInstanceIds(out: CreateFleetCommandOutput): string[] {
+  return (out.Instances ?? []).flatMap((i) => i.InstanceIds ?? []);
 }
 
 /**

@@ -10,6 +10,7 @@ import {
   JOB_RETRY_DEFAULTS,
   MAX_WAIT_REASON,
   parseJobMessage,
+  UNKNOWN_LAUNCH_REDELIVERY_SECONDS,
   ssmPaths,
   tagKeys,
   type CiProvider,
@@ -24,7 +25,7 @@ import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { dropCarried, launchCold, launchRefused, lookUpEarlier, type ColdFleet } from './cold';
+import { dropCarried, launchCold, launchRefused, launchUnknown, lookUpEarlier, type ColdFleet } from './cold';
 import { launchAttemptOf, type LaunchAttempt } from './cold-tokens';
 import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
@@ -498,6 +499,15 @@ async function launch(
       fail(b, item.record);
       continue;
     }
+    if (e?.kind === 'busy') {
+      // Its ticket (the message's) is spent on that instance: a second launch beside it would
+      // double the launch. It ends its config wait by `until`; the message comes back then.
+      j.log.warn('an earlier receive of the message launched an instance that still waits for its config, too late to take over: no launch beside it', { instanceId: e.instanceId, until: e.until.toISOString() });
+      b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: 'cold-earlier-launch' });
+      await hideFor(b, item, (e.until.getTime() - b.now().getTime()) / 1000);
+      fail(b, item.record);
+      continue;
+    }
     const v = verdicts.get(j.key);
     if (v?.kind === 'hold-expired') await deadLetter(b, item.record, 'backoff-max-wait', j.log, j.pool.name, `held by the prime back-off (${v.held}) past the maximum wait`, j.job);
     else if (v?.kind === 'hold') {
@@ -523,6 +533,7 @@ async function launch(
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       const ticket = tickets?.granted.get(j.key);
       if (ticket) await settleTicket(b, j, ticket, error);
+      if (launchUnknown(error)) await redeliverSoon(b, item);
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }
@@ -531,15 +542,20 @@ async function launch(
 }
 
 /** What a redelivery's look-up for its earlier receives' launches found (none on a first receive). */
-type TakeOver = { readonly kind: 'found'; readonly fleet: ColdFleet } | { readonly kind: 'unreadable'; readonly error: string };
+type TakeOver =
+  | { readonly kind: 'found'; readonly fleet: ColdFleet }
+  /** An earlier receive's instance still waits for its config, too late to take over: no launch beside it. */
+  | { readonly kind: 'busy'; readonly instanceId: string; readonly until: Date }
+  | { readonly kind: 'unreadable'; readonly error: string };
 
 /** 5a'. The earlier receives' instances the batch's redeliveries take over (`lookUpEarlier`, cold.ts). */
 async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], attemptOf: (j: JobInFlight) => LaunchAttempt): Promise<Map<string, TakeOver>> {
   const found = new Map<string, TakeOver>();
   await mapLimit(cold, 10, async (j) => {
     try {
-      const fleet = await lookUpEarlier(step, j, attemptOf(j));
-      if (fleet) found.set(j.key, { kind: 'found', fleet });
+      const earlier = await lookUpEarlier(step, j, attemptOf(j));
+      if (earlier?.kind === 'take-over') found.set(j.key, { kind: 'found', fleet: earlier.fleet });
+      else if (earlier) found.set(j.key, earlier);
     } catch (error) {
       found.set(j.key, { kind: 'unreadable', error: (error as Error).message });
     }
@@ -560,6 +576,27 @@ async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unk
   }
   const r = await b.deps.launchTickets!.release(ticket);
   if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+}
+
+/**
+ * A cold launch whose outcome stays unknown may land late: its message comes back in
+ * `UNKNOWN_LAUNCH_REDELIVERY_SECONDS`, not after the queue's visibility timeout (6 minutes),
+ * so the redelivery finds a late instance inside the take-over window (cold-tokens.ts) instead
+ * of one too old to take over, which waits out its boot wait and ends as a start failure. When
+ * this fails, the redelivery comes after the visibility timeout, and does not launch beside a
+ * live instance of its message (`lookUpEarlier`).
+ */
+async function redeliverSoon(b: Batch, item: BatchItem): Promise<void> {
+  await hideFor(b, item, UNKNOWN_LAUNCH_REDELIVERY_SECONDS);
+}
+
+/** A failed message comes back in `seconds` (at least 30) rather than after the visibility timeout. */
+async function hideFor(b: Batch, item: BatchItem, seconds: number): Promise<void> {
+  try {
+    await hideUntil(b.queue, item.record, Math.max(UNKNOWN_LAUNCH_REDELIVERY_SECONDS, seconds));
+  } catch (error) {
+    item.log.warn("setting a failed message's visibility failed; it comes back after the visibility timeout", { error: errorName(error) });
+  }
 }
 
 /**

@@ -1,11 +1,11 @@
 import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { CreateFleetCommand, DescribeInstancesCommand, EC2Client, type Instance } from '@aws-sdk/client-ec2';
-import type { SQSClient } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
 import { createScaleUpHandler } from '../../lambdas/scale-up/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { coldLaunchTags, Provider, type FleetConfig } from '../../lambdas/shared/contract';
+import { coldLaunchTags, JOB_QUEUE_REDRIVE, Provider, type FleetConfig } from '../../lambdas/shared/contract';
 import { launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tickets';
 import { FakeCi } from '../support/fake-ci';
@@ -98,12 +98,20 @@ describe("the pool's ticketed refill, one fault, against moto", () => {
 });
 
 describe("scale-up's ticketed cold launch, faults, against moto", () => {
+  /** The visibility scale-up set on a message's receive (ChangeMessageVisibility), by receipt handle. */
+  const hidden = new Map<string, number>();
   const scaleUp = (client: EC2Client, dynamodb: DynamoDBClient, now: Date, lines: Lines) =>
     createScaleUpHandler({
       ...c,
       ec2: client,
-      // Wait copies (a held job) go nowhere: the test asserts the job is served instead.
-      sqs: { send: async () => ({}) } as unknown as SQSClient,
+      // Wait copies (a held job) go nowhere: the test asserts the job is served instead. A
+      // visibility change is kept: it says when SQS redelivers the message.
+      sqs: {
+        send: async (command: unknown) => {
+          if (command instanceof ChangeMessageVisibilityCommand) hidden.set(command.input.ReceiptHandle!, command.input.VisibilityTimeout!);
+          return {};
+        },
+      } as unknown as SQSClient,
       aws: aws(),
       loadConfig: async () => config,
       providers: () => ({ github: new FakeCi(Provider.GITHUB, PREFIX) }),
@@ -114,16 +122,27 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
       now: () => now,
       sink: lines.sink,
     });
-  /** Job 1's receive `n` (SQS redelivers a failed message under its id). */
-  const receive = (n: number) => sqsEvent(record(JSON.stringify(job(1, { receivedAt: T0.toISOString() })), { id: 'msg-1', receiveCount: n }));
+  /** Job 1's receive `n` (SQS redelivers a failed message under its id; each receive has a receipt handle of its own). */
+  const receive = (n: number) => {
+    const r = record(JSON.stringify(job(1, { receivedAt: T0.toISOString() })), { id: 'msg-1', receiveCount: n });
+    return sqsEvent({ ...r, receiptHandle: `${r.receiptHandle}-${n}` });
+  };
   let T0 = new Date();
 
-  /** Serves job 1: receive 1 at T0, and while it fails, the next receive a pool interval later (at most 3). */
+  /**
+   * When SQS redelivers a message failed on its receive `n` (at `at`): after the visibility
+   * scale-up set on that receive, else the queue's visibility timeout, as production does.
+   */
+  const redeliveredAt = (n: number, at: Date) => new Date(at.getTime() + (hidden.get(`rh-msg-1-${n}`) ?? JOB_QUEUE_REDRIVE.visibilityTimeoutSeconds) * 1000);
+
+  /** Serves job 1: receive 1 at T0, and while it fails, the next receive when SQS redelivers it (at most 3). */
   async function serve(client: EC2Client, dynamodb: DynamoDBClient, lines: Lines): Promise<number> {
     T0 = new Date();
+    hidden.clear();
+    let now = T0;
     for (let n = 1; n <= 3; n++) {
-      const now = new Date(T0.getTime() + (n - 1) * POOL_INTERVAL_MS);
       if ((await scaleUp(client, dynamodb, now, lines)(receive(n))).batchItemFailures.length === 0) return n;
+      now = redeliveredAt(n, now);
     }
     return Infinity;
   }
@@ -136,12 +155,12 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
     expect(await heldTickets()).toBeLessThanOrEqual(1);
   }
 
-  it.each(FAULT_KINDS)('CreateFleet %s: the job is served by its first or next receive, launched once', async (kind: FaultKind) => {
+  it.each(FAULT_KINDS)('CreateFleet %s: the job is served by its first receive, launched once', async (kind: FaultKind) => {
     await setUp({ warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
     const faulty = ec2();
     keepClientTokens(faulty);
     injectOnce(faulty, 'CreateFleetCommand', kind, { slowMs: SLOW_MS });
-    expect(await serve(faulty, dynamo(), new Lines())).toBeLessThanOrEqual(2);
+    expect(await serve(faulty, dynamo(), new Lines())).toBe(1);
     await expectServedOnce();
   }, scaled(120_000));
 
@@ -161,7 +180,14 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
     );
     const faultyDynamo = dynamo();
     injectOnce(faultyDynamo, 'DeleteItemCommand', kind, { slowMs: SLOW_MS, when: isTicket });
-    expect(await serve(client, faultyDynamo, new Lines())).toBe(2);
+    const lines = new Lines();
+    T0 = new Date();
+    hidden.clear();
+    expect((await scaleUp(client, faultyDynamo, T0, lines)(receive(1))).batchItemFailures).toHaveLength(1);
+    // The release was resent until it landed: the slot is free for any launcher, not only
+    // this message's redelivery (which would take its own ticket again).
+    expect(await heldTickets()).toBe(0);
+    expect((await scaleUp(client, faultyDynamo, redeliveredAt(1, T0), lines)(receive(2))).batchItemFailures).toEqual([]);
     await expectServedOnce();
   }, scaled(120_000));
 
@@ -194,6 +220,7 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
     keepClientTokens(late);
     const lines = new Lines();
     T0 = new Date();
+    hidden.clear();
     expect((await scaleUp(faulty, dynamo(), T0, lines)(receive(1))).batchItemFailures).toHaveLength(1);
     expect(await instances()).toHaveLength(0);
     const sent = lines.logs('CreateFleet outcome unknown, settled by its token');
@@ -210,9 +237,10 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
       }),
     );
     expect(await instances()).toHaveLength(1);
-    // Receive 2: the gate counts that instance as a launch in flight (limit 1) and would hold
-    // the job; it is taken over instead, with no launch.
-    const now = new Date(T0.getTime() + POOL_INTERVAL_MS);
+    // Receive 2, when SQS redelivers it: the gate counts that instance as a launch in flight
+    // (limit 1) and would hold the job; it is taken over instead, with no launch. After the
+    // visibility timeout it would be too old to take over (the end of its boot wait).
+    const now = redeliveredAt(1, T0);
     expect((await scaleUp(ec2(), dynamo(), now, lines)(receive(2))).batchItemFailures).toEqual([]);
     expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(1);
     await expectServedOnce();

@@ -256,6 +256,8 @@ describe('the webhook, the reconciler, the drain and the provider framework', ()
     ] as const) {
       expect(await denials(role(f, rolePrefix), logWrites(rolePrefix, f.arnOf(logs, 'AWS::Logs::LogGroup'))), rolePrefix).toEqual([]);
     }
+    // ChangeMessageVisibility is also scale-up's own call (queue.ts `hideUntil`: an early wait
+    // copy, and a message whose cold launch is unknown, brought back inside the take-over window).
     const poll = ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueAttributes'].map((action) => ({ name: action, action, resourceType: 'queue', resource: queue(f), facts: {} }));
     expect(await denials(role(f, 'RunnersScaleUpRole'), poll)).toEqual([]);
     // Every role in the stack is one this file or iam-launch.test.ts judges.

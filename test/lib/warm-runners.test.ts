@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
-import { INSTANCE_LEDGER_STAGES, LAUNCH_TICKET_KEY_PREFIX, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { INSTANCE_LEDGER_STAGES, LAUNCH_TICKET_KEY_PREFIX, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider, FLEET_DEFAULTS, UNKNOWN_LAUNCH_REDELIVERY_SECONDS } from '../../lambdas/shared/contract';
+import { adoptWindowSeconds } from '../../lambdas/scale-up/cold-tokens';
 import { isAllowed, resolvePseudo, rolePolicyStatements as statementsOf, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
 
@@ -172,6 +173,26 @@ describe('control plane', () => {
       ScalingConfig: { MaximumConcurrency: 5 },
       FunctionResponseTypes: ['ReportBatchItemFailures'],
     });
+  });
+
+  it("brings a message whose cold launch is unknown back inside the take-over window of the pools' rendered boot wait", () => {
+    // A redelivery takes over a late instance of an earlier receive only while that instance
+    // waits for its config (cold-tokens.ts). The redelivery comes at most scale-up's timeout
+    // (the receive that failed) plus its batching window plus the visibility it sets later.
+    const [fn] = Object.values(template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('^Serves queued jobs') } }));
+    const [mapping] = Object.values(template.findResources('AWS::Lambda::EventSourceMapping'));
+    const [queue] = Object.values(template.findResources('AWS::SQS::Queue', { Properties: { RedrivePolicy: Match.anyValue() } }));
+    const redelivery = Number(fn!.Properties.Timeout) + Number(mapping!.Properties.MaximumBatchingWindowInSeconds ?? 0) + UNKNOWN_LAUNCH_REDELIVERY_SECONDS;
+    const [param] = Object.values(template.findResources('AWS::SSM::Parameter'));
+    const config = parseFleetConfig((resolvePseudo(param!.Properties.Value, { ...PSEUDO }) as string).replace(/<ref:[^>]+>/g, 'lt-0123456789abcdef0'));
+    for (const { pool, userData } of stack.runners.fleet.launchTemplates) {
+      const rendered = Number(/WAIT_SECONDS='?(\d+)/.exec(userData)![1]);
+      // What scale-up assumes of the boot wait is what the instance does.
+      expect(config.pools.find((p) => p.name === pool.name)!.bootWaitSeconds ?? FLEET_DEFAULTS.bootWaitSeconds).toBe(rendered);
+      expect(redelivery).toBeLessThan(adoptWindowSeconds({ bootWaitSeconds: rendered }));
+      // ...which the queue's visibility timeout alone would miss.
+      expect(queue!.Properties.VisibilityTimeout).toBeGreaterThan(adoptWindowSeconds({ bootWaitSeconds: rendered }));
+    }
   });
 
   it('runs pool and scale-down on schedules and serves the webhook through a Function URL', () => {

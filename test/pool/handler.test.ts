@@ -82,6 +82,16 @@ describe('pool handler', () => {
     expect(lines.logs('launch outcome unknown after every resend; the next run counts what exists')).toHaveLength(1);
   });
 
+  it('a resend refused after a lost answer is no refusal: the lost send may still land, so no other type is tried this run', async () => {
+    aws.fault('RunInstances', awsError('ServiceUnavailable', 503), awsError('InsufficientInstanceCapacity'));
+    const [summary] = await handler(fleetConfig({ warmSize: 3, instanceTypes: ['t3.micro', 't3.small'] }))();
+    const calls = aws.ec2.commandCalls(RunInstancesCommand).map((c) => c.args[0].input);
+    expect(calls).toHaveLength(2);
+    expect(calls[1]).toEqual(calls[0]);
+    expect(summary).toMatchObject({ launched: 0 });
+    expect(lines.logs('launch outcome unknown after every resend; the next run counts what exists')).toHaveLength(1);
+  });
+
   it('follows the warm schedule: the window in force sets the target', async () => {
     // aws.now is Sunday 12:00 UTC.
     // A fresh pool primes at most primeFailureLimit standbys at once (backoff.ts): room for all 4.
@@ -410,6 +420,37 @@ describe('pool handler: launch tickets kept after an exception', () => {
     expect(lines.logs('the launch after a launch ticket threw; the ticket is kept until its expiry')).toEqual(
       taken.map((t) => expect.objectContaining({ pool: 'linux', ticketKey: t.key, ticketOwner: t.owner, ticketExpiresAt: t.expiresAt, error: 'TypeError' })),
     );
+  });
+});
+
+describe('pool handler: launch tickets given back', () => {
+  it('releases the tickets of a refused launch at once, not one after another (each may resend with backoff)', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const released: Ticket[] = [];
+    let gate!: () => void;
+    const allStarted = new Promise<void>((resolve) => (gate = resolve));
+    const tickets: LaunchTickets = {
+      async take(pool, need, count, now) {
+        const expiresAt = new Date(now.getTime() + need.holdSeconds * 1000).toISOString();
+        return { taken: need.slots.slice(0, count).map((slot, i) => ({ key: ticketKey(pool, need.template, slot), owner: `owner-${i}`, expiresAt })), errors: [] };
+      },
+      async release(t) {
+        most = Math.max(most, ++inFlight);
+        if (most === 3) gate();
+        // Each release waits until all three are in flight; sequential releases would never get there.
+        await Promise.race([allStarted, new Promise((resolve) => setTimeout(resolve, 2000))]);
+        inFlight--;
+        released.push(t);
+        return { released: true };
+      },
+    };
+    aws.fault('RunInstances', awsError('InvalidParameterValue'));
+    const config = fleetConfig({ warmSize: 3, primeFailureLimit: 3 });
+    const [summary] = await createPoolHandler({ ec2: new EC2Client({}), ssm: new SSMClient({}), aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }), loadConfig: async () => config, now: () => aws.now, sink: lines.sink, launchTickets: tickets })();
+    expect(summary).toMatchObject({ launched: 0 });
+    expect(released).toHaveLength(3);
+    expect(most).toBe(3);
   });
 });
 

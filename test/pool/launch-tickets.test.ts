@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
 import { keptTicketFields, readBack, releaseStep, ticketExpiry, ticketKey, unspentTickets } from '../../lambdas/shared/launch-tickets';
-import { afterLostAnswer, LAUNCH_SENDS, sendErrorKind, settleLaunch } from '../../lambdas/shared/launch-outcome';
+import { afterEmptyResend, afterLostAnswer, LAUNCH_SENDS, sendErrorKind, settleLaunch } from '../../lambdas/shared/launch-outcome';
 import { UnknownOutcomeError } from '../../lambdas/shared/aws-call';
 import { fleetConfig } from '../support/fixtures';
 import { FLEET_DEFAULTS, JOB_MAX_WAIT_SECONDS, JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from '../../lambdas/shared/contract';
@@ -94,6 +94,11 @@ describe('settling a launch whose answer was lost (pure)', () => {
     expect(afterLostAnswer({ kind: 'none' }, LAUNCH_SENDS)).toBe('unknown');
     expect(afterLostAnswer({ kind: 'unreadable', error: 'x' }, 1)).toBe('unknown');
   });
+  it('a resend that launched nothing after a lost answer: found by its token is launched, else unknown (the lost send may land)', () => {
+    expect(afterEmptyResend({ kind: 'found', ids: ['i-1'] })).toBe('launched');
+    expect(afterEmptyResend({ kind: 'none' })).toBe('unknown');
+    expect(afterEmptyResend({ kind: 'unreadable', error: 'x' })).toBe('unknown');
+  });
   it('settles by sending the same request: answered, found, refused or unknown', async () => {
     const sends: string[] = [];
     const send = (answers: (() => string)[]) => async () => {
@@ -103,16 +108,32 @@ describe('settling a launch whose answer was lost (pure)', () => {
     const fail = (e: unknown) => () => {
       throw e;
     };
-    expect(await settleLaunch(send([fail(lost), () => 'ok']), async () => [])).toEqual({ kind: 'answered', out: 'ok', lost: 1 });
+    const ids = (out: string) => (out === 'empty' ? [] : [out]);
+    expect(await settleLaunch(send([fail(lost), () => 'ok']), async () => [], ids)).toEqual({ kind: 'answered', out: 'ok', lost: 1 });
     sends.length = 0;
-    expect(await settleLaunch(send([fail(lost)]), async () => ['i-1'])).toEqual({ kind: 'found', ids: ['i-1'], lost: 1 });
+    expect(await settleLaunch(send([fail(lost)]), async () => ['i-1'], ids)).toEqual({ kind: 'found', ids: ['i-1'], lost: 1 });
     sends.length = 0;
-    expect(await settleLaunch(send([fail(lost), fail(refused)]), async () => [])).toMatchObject({ kind: 'refused', error: refused, lost: 1 });
+    // Only a first send's refusal is one: nothing was lost before it.
+    expect(await settleLaunch(send([fail(refused)]), async () => [], ids)).toMatchObject({ kind: 'refused', error: refused, lost: 0 });
     sends.length = 0;
-    expect(await settleLaunch(send([fail(lost), fail(throttled), fail(lost)]), async () => [])).toMatchObject({ kind: 'unknown', lost: LAUNCH_SENDS });
+    // A first send answered empty (CreateFleet's capacity errors) is the caller's to read.
+    expect(await settleLaunch(send([() => 'empty']), async () => [], ids)).toEqual({ kind: 'answered', out: 'empty', lost: 0 });
+    sends.length = 0;
+    // A resend refused, or answered with no instance, after a lost answer: the lost send may
+    // still be executing and land, so it is unknown (not a refusal that moves on), unless the
+    // token's look-up finds it.
+    expect(await settleLaunch(send([fail(lost), fail(refused)]), async () => [], ids)).toMatchObject({ kind: 'unknown', lost: 1 });
+    expect(sends).toHaveLength(2);
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost), () => 'empty']), async () => [], ids)).toMatchObject({ kind: 'unknown', lost: 1 });
+    sends.length = 0;
+    let looks = 0;
+    expect(await settleLaunch(send([fail(lost), () => 'empty']), async () => (++looks > 1 ? ['i-late'] : []), ids)).toEqual({ kind: 'found', ids: ['i-late'], lost: 1 });
+    sends.length = 0;
+    expect(await settleLaunch(send([fail(lost), fail(throttled), fail(lost)]), async () => [], ids)).toMatchObject({ kind: 'unknown', lost: LAUNCH_SENDS });
     expect(sends).toHaveLength(LAUNCH_SENDS);
     sends.length = 0;
-    expect(await settleLaunch(send([fail(lost)]), async () => Promise.reject(new Error('denied')))).toMatchObject({ kind: 'unknown', lost: 1 });
+    expect(await settleLaunch(send([fail(lost)]), async () => Promise.reject(new Error('denied')), ids)).toMatchObject({ kind: 'unknown', lost: 1 });
     expect(sends).toHaveLength(1);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ADOPT_SAFETY_SECONDS, adoptable, adoptWindowSeconds, earlierLaunchTokens, EARLIER_RECEIVES_LOOKED_UP, launchAttemptOf, launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { ADOPT_SAFETY_SECONDS, adoptWindowSeconds, earlierLaunch, earlierLaunchTokens, earlierLiveSeconds, EARLIER_RECEIVES_LOOKED_UP, launchAttemptOf, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { KEYS } from '../support/fixtures';
 import { FLEET_DEFAULTS } from '../../lambdas/shared/contract';
@@ -36,9 +36,14 @@ describe('cold launch tokens', () => {
   });
 });
 
-describe('adoptable: which earlier launch a receive takes over', () => {
+describe('earlierLaunch: which earlier launch a receive takes over, or launches nothing beside', () => {
   const now = at(10);
   const w = 240;
+  const live = earlierLiveSeconds({});
+  const adoptable = (found: ObservedInstance[], keys: typeof KEYS, when: Date, window: number) => {
+    const e = earlierLaunch(found, keys, when, window, live);
+    return e?.kind === 'take-over' ? e.instance : undefined;
+  };
   it('the oldest live instance without a runner; never one with a runner, never a gone one', () => {
     const gone = inst('i-a', 'terminated', 0);
     const stopping = inst('i-b', 'shutting-down', 1);
@@ -73,9 +78,27 @@ describe('adoptable: which earlier launch a receive takes over', () => {
     expect(adoptable([old, young], KEYS, new Date(t0.getTime() + (window - 1) * 1000), window)?.id).toBe('i-old');
     expect(adoptable([old, young], KEYS, new Date(t0.getTime() + window * 1000), window)?.id).toBe('i-young');
     expect(adoptable([old, young], KEYS, new Date(t0.getTime() + (window + 1) * 1000), window)).toBeUndefined();
+    expect(earlierLaunch([old, young], KEYS, new Date(t0.getTime() + (window + 1) * 1000), window, live)?.kind).toBe('busy');
     // The default wait is the boot script's; a wait shorter than the margin takes over nothing.
     expect(adoptWindowSeconds({})).toBe(FLEET_DEFAULTS.bootWaitSeconds - ADOPT_SAFETY_SECONDS);
     expect(adoptWindowSeconds({ bootWaitSeconds: 30 })).toBe(0);
     expect(adoptable([young], KEYS, at(1), 0)).toBeUndefined();
+  });
+
+  it('one too old to take over but still within its boot and config wait is busy until the last such one ends; none past it', () => {
+    const pool = { bootWaitSeconds: 300 };
+    const window = adoptWindowSeconds(pool);
+    const liveFor = earlierLiveSeconds(pool);
+    expect(liveFor).toBe(300 + 5 * 60);
+    const first = inst('i-1', 'running', 0);
+    const second = inst('i-2', 'pending', 5);
+    const t = (s: number) => new Date(at(0).getTime() + s * 1000);
+    expect(earlierLaunch([second, first], KEYS, t(window + 10), window, liveFor)).toEqual({ kind: 'busy', instance: first, until: t(5 + liveFor) });
+    expect(earlierLaunch([first, second], KEYS, t(liveFor + 1), window, liveFor)).toEqual({ kind: 'busy', instance: second, until: t(5 + liveFor) });
+    expect(earlierLaunch([first, second], KEYS, t(liveFor + 5), window, liveFor)).toBeUndefined();
+    // One with a runner, a parked one or a gone one is never busy either.
+    const served = inst('i-s', 'running', 0, { [KEYS.runnerId]: '9' });
+    const gone = inst('i-g', 'shutting-down', 0);
+    expect(earlierLaunch([served, gone], KEYS, t(window + 10), window, liveFor)).toBeUndefined();
   });
 });

@@ -4,12 +4,12 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createScaleUpHandler, type ScaleUpDeps, type ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { scaled } from '../support/slowdown';
-import { adoptWindowSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
+import { adoptWindowSeconds, earlierLiveSeconds, launchToken } from '../../lambdas/scale-up/cold-tokens';
 import { CAPACITY_BACKOFF_CAP_SECONDS, WAIT_ATTRIBUTES } from '../../lambdas/scale-up/queue';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { Pacer } from '../../lambdas/shared/pacing';
 import { encodeStreak, freshStreak, templateOf, type PrimeStreak } from '../../lambdas/pool/backoff';
-import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider } from '../../lambdas/shared/contract';
+import { buildFleetConfig, coldLaunchTags, decodeRunnerConfig, GitLabRunnerType, LATE_DELIVERY_SECONDS, LEDGER_MESSAGE, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, ssmPaths, LabelMatch, Provider, UNKNOWN_LAUNCH_REDELIVERY_SECONDS } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { fleetConfig, INSTANCE_ARN_PREFIX, job, jobEvent, KEYS, Lines, PREFIX, record, sqsEvent, standbyTags } from '../support/fixtures';
@@ -1100,18 +1100,32 @@ describe('scale-up: cold launch', () => {
     expect(earlier.tags.get(KEYS.runnerId)).toBe('77');
   });
 
-  it("a redelivery does not take over an earlier instance launched near the end of its config wait: it launches its own", async () => {
+  it("a redelivery does not take over an earlier instance launched near the end of its config wait, nor launch beside it: the message comes back when that wait has ended", async () => {
     const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
     // Launched exactly the take-over window ago: its boot may be in its last poll or ending.
     const launchTime = new Date(aws.now.getTime() - adoptWindowSeconds({}) * 1000);
     const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
     const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
-    expect(res.batchItemFailures).toEqual([]);
-    expect(aws.count('CreateFleet')).toBe(1);
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    expect(aws.count('CreateFleet')).toBe(0);
     expect(earlier.tags.has(KEYS.runnerId)).toBe(false);
     expect(aws.parameters.has(paths.runnerConfig(earlier.id))).toBe(false);
-    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
+    expect(ci.created).toBe(0);
     expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(0);
+    const { ChangeMessageVisibilityCommand } = await import('@aws-sdk/client-sqs');
+    const hidden = aws.sqs.commandCalls(ChangeMessageVisibilityCommand).map((c) => c.args[0].input.VisibilityTimeout);
+    expect(hidden).toEqual([earlierLiveSeconds({}) - adoptWindowSeconds({})]);
+    expect(lines.metric('JobsFailed', { Reason: 'cold-earlier-launch' })).toBe(1);
+  });
+
+  it('a redelivery launches its own once an earlier instance is past its boot and config wait (left to the no-runner rule)', async () => {
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    const launchTime = new Date(aws.now.getTime() - earlierLiveSeconds({}) * 1000);
+    const earlier = aws.addInstance({ state: 'running', launchTime, tags: Object.fromEntries(coldLaunchTags(KEYS, 'linux', job(1), launchTime, token).map((t) => [t.Key, t.Value])) });
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(aws.count('CreateFleet')).toBe(1);
+    expect(coldLaunched().filter((i) => i.id !== earlier.id && i.tags.get(KEYS.runnerId) === '1')).toHaveLength(1);
   });
 
   it('falls back from spot to on-demand on a capacity error', async () => {
@@ -1122,6 +1136,18 @@ describe('scale-up: cold launch', () => {
     const calls = aws.ec2.commandCalls(CreateFleetCommand).map((c) => c.args[0].input.TargetCapacitySpecification?.DefaultTargetCapacityType);
     expect(calls).toEqual(['spot', 'on-demand']);
     expect(lines.metric('Fallbacks', { Reason: 'spot-capacity' })).toBe(1);
+  });
+
+  it('a spot resend answered with no instance after a lost answer is unknown: no on-demand launch beside it, the message comes back inside the take-over window', async () => {
+    aws.fault('CreateFleet', awsError('ServiceUnavailable', 503), () => ({ Instances: [], Errors: [{ ErrorCode: 'InsufficientInstanceCapacity' }] }));
+    const res = await handler({}, fleetConfig({ spot: true }))(jobEvent([job(1)]));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    const { CreateFleetCommand } = await import('@aws-sdk/client-ec2');
+    const calls = aws.ec2.commandCalls(CreateFleetCommand).map((c) => c.args[0].input.TargetCapacitySpecification?.DefaultTargetCapacityType);
+    expect(calls).toEqual(['spot', 'spot']);
+    expect(lines.metric('Fallbacks', { Reason: 'spot-capacity' })).toBe(0);
+    const { ChangeMessageVisibilityCommand } = await import('@aws-sdk/client-sqs');
+    expect(aws.sqs.commandCalls(ChangeMessageVisibilityCommand).map((c) => c.args[0].input)).toEqual([expect.objectContaining({ ReceiptHandle: 'rh-msg-1', VisibilityTimeout: UNKNOWN_LAUNCH_REDELIVERY_SECONDS })]);
   });
 
   it('fails the message when nothing launches, and on a config failure terminates what it launched', async () => {

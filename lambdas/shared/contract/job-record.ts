@@ -99,6 +99,16 @@ export const JOB_RECORD_TTL_SECONDS = 4 * 24 * 60 * 60;
 export const JOB_QUEUE_REDRIVE = { visibilityTimeoutSeconds: 6 * 60, maxReceiveCount: 5 } as const;
 
 /**
+ * Seconds a message whose cold launch ended with an unknown outcome stays hidden before its
+ * redelivery (scale-up shortens its visibility to this, ChangeMessageVisibility): the redelivery
+ * must look the launch up while its instance still waits for a config, inside the take-over
+ * window (lambdas/scale-up/cold-tokens.ts `adoptWindowSeconds`: the boot wait less a margin),
+ * which the visibility timeout (6 minutes) is longer than. test/lib ties the two to the
+ * construct's rendered boot wait and scale-up's timeout.
+ */
+export const UNKNOWN_LAUNCH_REDELIVERY_SECONDS = 30;
+
+/**
  * How long after its last claim (or after its maximum wait ends, whichever is later) a
  * delivery may still be served: its last wait copy's backoff (at most 300 s, queue.ts) plus
  * every receive the redrive policy allows. Past that, its messages are served, deleted or in
