@@ -533,7 +533,9 @@ async function launch(
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       const ticket = tickets?.granted.get(j.key);
       if (ticket) await settleTicket(b, j, ticket, error);
-      if (launchUnknown(error)) await redeliverSoon(b, item);
+      // Only the first receive: a sustained outage whose answers are all lost would otherwise
+      // spend the message's receives 30 s apart and dead-letter the job within minutes.
+      if (launchUnknown(error) && attemptOf(j).receiveCount === 1) await redeliverSoon(b, item);
       b.metrics.add(b.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
       fail(b, record);
     }

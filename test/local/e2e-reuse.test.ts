@@ -65,7 +65,7 @@ describe('npm run local -- --reuse', () => {
     expect(code, `${why}\n${stderr.slice(-3000)}`).toBe(0);
     if (!report) throw new Error('no JSON report');
     expect(report).toMatchObject({ jobs: 2 * scopes, served: 2 * scopes, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
-    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
+    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [], users: [] });
     const reuse = report.reuse!;
     expect(reuse.failures).toEqual([]);
     expect(reuse).toMatchObject({ passed: true, scopes, secondWave: scopes, hits: scopes, misses: 0, hitRate: 1 });

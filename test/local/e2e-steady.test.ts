@@ -55,7 +55,7 @@ describe('npm run local (steady: the default run)', () => {
     expect(fell.every((f) => f.reason !== '')).toBe(true);
     expect(report.cold, JSON.stringify(fell)).toBeLessThanOrEqual(fell.length);
     expect(report.warm, JSON.stringify(fell)).toBeGreaterThanOrEqual(10 - fell.length);
-    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
+    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [], users: [] });
     // The default image is stock: every instance installed its runner from the loopback release
     // server (6 standbys, one refill per warm job, the instance of each job that fell back cold),
     // and every download was installed (none refused).

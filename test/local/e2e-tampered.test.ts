@@ -21,7 +21,7 @@ describe('faults: a tampered runner download', () => {
     const failSafe = report.failSafe!;
     expect(failSafe, JSON.stringify(report, null, 2).slice(0, 4000)).toMatchObject({ passed: true, failures: [], runnersStarted: 0, jobsTaken: 0 });
     expect(report).toMatchObject({ settled: true, leftovers: 0, served: 0, jobs: 2 });
-    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [] });
+    expect(report.leftoverDetail).toEqual({ instances: [], parameters: [], registrations: [], users: [] });
 
     // Each pool launched exactly its prime-failure limit of standbys, each failed its prime,
     // and the pool backs off: its metric is 1 and it held further launches back. Scale-up's

@@ -1150,6 +1150,14 @@ describe('scale-up: cold launch', () => {
     expect(aws.sqs.commandCalls(ChangeMessageVisibilityCommand).map((c) => c.args[0].input)).toEqual([expect.objectContaining({ ReceiptHandle: 'rh-msg-1', VisibilityTimeout: UNKNOWN_LAUNCH_REDELIVERY_SECONDS })]);
   });
 
+  it('an unknown launch outcome shortens the visibility on the first receive only (an outage does not spend the receives 30 s apart)', async () => {
+    aws.fault('CreateFleet', awsError('ServiceUnavailable', 503), awsError('ServiceUnavailable', 503), awsError('ServiceUnavailable', 503));
+    const res = await handler()(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
+    expect(res.batchItemFailures).toEqual([{ itemIdentifier: 'msg-1' }]);
+    const { ChangeMessageVisibilityCommand } = await import('@aws-sdk/client-sqs');
+    expect(aws.sqs.commandCalls(ChangeMessageVisibilityCommand)).toHaveLength(0);
+  });
+
   it('fails the message when nothing launches, and on a config failure terminates what it launched', async () => {
     aws.fault('CreateFleet', () => ({ Instances: [], Errors: [{ ErrorCode: 'InvalidLaunchTemplateId.NotFound' }] }));
     let res = await handler()(jobEvent([job(1)]));
