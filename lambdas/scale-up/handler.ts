@@ -11,6 +11,7 @@ import {
   MAX_WAIT_REASON,
   parseJobMessage,
   UNKNOWN_LAUNCH_REDELIVERY_SECONDS,
+  JOB_QUEUE_REDRIVE,
   ssmPaths,
   tagKeys,
   type CiProvider,
@@ -567,9 +568,10 @@ async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], 
 
 /**
  * A failed cold launch's ticket: given back when nothing launched (`launchRefused`: EC2
- * refused it, also a resend with the same token after a lost answer); kept until its expiry
- * when the launch may have happened (every send lost its answer) or did (a failure after it:
- * its instance was terminated, and the window's launch is spent).
+ * refused a first send, nothing lost before it); kept until its expiry when the launch may
+ * have happened (every send lost its answer, or a resend was refused or answered empty after
+ * a lost answer: the lost send may still land) or did (a failure after it: its instance was
+ * terminated, and the window's launch is spent).
  */
 async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
   if (!launchRefused(error)) {
@@ -592,10 +594,14 @@ async function redeliverSoon(b: Batch, item: BatchItem): Promise<void> {
   await hideFor(b, item, UNKNOWN_LAUNCH_REDELIVERY_SECONDS);
 }
 
-/** A failed message comes back in `seconds` (at least 30) rather than after the visibility timeout. */
+/**
+ * A failed message comes back in `seconds` (at least 30), never later than the visibility
+ * timeout would bring it: the job record's hold (JOB_RECORD_HOLD_SECONDS) assumes no receive
+ * is hidden longer.
+ */
 async function hideFor(b: Batch, item: BatchItem, seconds: number): Promise<void> {
   try {
-    await hideUntil(b.queue, item.record, Math.max(UNKNOWN_LAUNCH_REDELIVERY_SECONDS, seconds));
+    await hideUntil(b.queue, item.record, Math.min(JOB_QUEUE_REDRIVE.visibilityTimeoutSeconds, Math.max(UNKNOWN_LAUNCH_REDELIVERY_SECONDS, seconds)));
   } catch (error) {
     item.log.warn("setting a failed message's visibility failed; it comes back after the visibility timeout", { error: errorName(error) });
   }
