@@ -30,10 +30,14 @@ describe('lost-job faults', () => {
     expect(all.some((j) => j.job.startsWith('gitlab:') && j.fate === 'failed' && j.origin === 'redelivery'), 'a failed GitLab delivery served through its resend').toBe(true);
   });
 
-  it.each(SEEDS)('seed %i: every job not cancelled is served once, none cut off, the cancelled one not served, nothing left behind', { timeout: scaled(420_000) }, async (seed) => {
-    const { report, world } = await runScenario({ jobs: JOBS, poolSize: 2, faults: { lossy: true }, seed, deadlineMs: scaled(360_000) });
+  // The deadline is a safety bound, not a speed claim: a job that waits (capacity, the prime
+  // back-off) comes back by wait copies whose backoff doubles (15 s, 30 s, 60 s, ...). Seed 4 once
+  // left a job unserved at 6 minutes in a CI run, cause not found (session note, 2026-12-06);
+  // a failure prints the jobs' fates.
+  it.each(SEEDS)('seed %i: every job not cancelled is served once, none cut off, the cancelled one not served, nothing left behind', { timeout: scaled(660_000) }, async (seed) => {
+    const { report, world } = await runScenario({ jobs: JOBS, poolSize: 2, faults: { lossy: true }, seed, deadlineMs: scaled(600_000) });
     const proof = report.faultProof!;
-    expect(proof.failures).toEqual([]);
+    expect(proof.failures, JSON.stringify({ jobs: proof.jobs, ciJobs: world.ciJobs }).slice(0, 6000)).toEqual([]);
     expect(proof.passed).toBe(true);
     expect(report).toMatchObject({ leftovers: 0, settled: true, deadLettered: 0 });
 
