@@ -106,9 +106,10 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     // The per-instance scoping is real IAM: scale-up tags each config parameter with its
     // instance's ARN, and the statement ties that tag to the calling instance through the
     // `ec2:SourceInstanceARN` policy variable, which EC2 role credentials carry. The tag key is
-    // `aws:ResourceTag/<key>`, the one the Service Authorization Reference lists for
-    // ssm:GetParameter and ssm:DeleteParameter; `ssm:resourceTag/<key>` is on neither row, and
-    // with IfExists a key absent from the request would let every instance read every config.
+    // `aws:ResourceTag/<key>`, the one the Service Authorization Reference lists on the rows of
+    // ssm:GetParameter and ssm:DeleteParameter (`ssm:resourceTag/<key>` appears only in its
+    // parameter resource-type table). Under IfExists a key the request lacks holds, so the key
+    // must be one AWS documents for these actions.
     this.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         sid: 'ReadAndDeleteOwnRunnerConfig',

@@ -405,7 +405,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       }
       fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: launchTemplateArns }));
       if (actions.includes('ec2:CreateFleet')) {
-        fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:CreateFleet'], resources: [arnOf('instance', '*')], conditions: launchedWithPoolTag }));
+        fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['ec2:CreateFleet'], resources: [fleetInstances], conditions: launchedWithPoolTag }));
         fn.addToRolePolicy(
           new iam.PolicyStatement({
             actions: ['ec2:CreateFleet'],
@@ -416,7 +416,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['ec2:CreateTags'],
-          resources: [arnOf('instance', '*'), arnOf('volume', '*')],
+          resources: [fleetInstances, arnOf('volume', '*')],
           conditions: { StringEquals: { 'ec2:CreateAction': actions.map((a) => a.replace('ec2:', '')), ...launchedWithPoolTag.StringEquals } },
         }),
       );
@@ -517,7 +517,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.poolFunction.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ec2:CancelSpotInstanceRequests'],
-        resources: [stack.formatArn({ service: 'ec2', resource: 'spot-instances-request', resourceName: '*' })],
+        resources: [arnOf('spot-instances-request', '*')],
       }),
     );
 

@@ -33,8 +33,9 @@ const lost = (error: unknown) => error instanceof UnknownOutcomeError || isUnkno
  * Deletes runner config parameters (they hold a runner secret) and says which are gone.
  * A parameter that is not found is gone already: done. A delete whose answer was lost
  * (timeout, reset, 5xx) may have happened: it is resolved by reading back, never assumed
- * either way, and never by sending the delete again (WRITE_ONCE: only throttling, a definite
- * refusal, is retried). Deleting by name is not idempotent here: once the first delete has
+ * either way, and not by sending the delete again (WRITE_ONCE: only throttling, a definite
+ * refusal, is retried) unless the caller says `resend` (a terminated instance's name, which
+ * nobody can claim). Deleting by name is not idempotent otherwise: once the first delete has
  * removed an eviction marker or a stale claim, scale-up may claim the instance and write
  * its config under the same name, which a retry would delete. A name still there when read
  * back is left for the next run or the sweep.

@@ -3,7 +3,7 @@ import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { expect } from 'vitest';
-import { Provider, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
+import { DEFAULT_PREFIX, Provider, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
 import { WarmRunners } from '../../lib';
 import type { Statement } from './iam-eval';
 import { judge, type AuthorizationRequest } from './iam-reference';
@@ -18,7 +18,7 @@ export const REGION = 'eu-west-1';
 export const ACCOUNT = '111122223333';
 export const STACK_ID = `arn:aws:cloudformation:${REGION}:${ACCOUNT}:stack/F/00000000-0000-0000-0000-000000000000`;
 export const PSEUDO: Record<string, string> = { 'AWS::Partition': 'aws', 'AWS::Region': REGION, 'AWS::AccountId': ACCOUNT, 'AWS::URLSuffix': 'amazonaws.com', 'AWS::StackId': STACK_ID };
-export const PREFIX = 'warm-runners';
+export const PREFIX = DEFAULT_PREFIX;
 export const keys = tagKeys(PREFIX);
 export const paths = ssmPaths(PREFIX);
 export const arn = (service: string, resource: string, account = ACCOUNT) => `arn:aws:${service}:${REGION}:${account}:${resource}`;
@@ -35,9 +35,10 @@ export interface Fleet {
   /** The one resource of this type whose logical id starts with the prefix: its `Ref` and its `Arn`, resolved. */
   readonly ref: (logicalIdPrefix: string, type: string) => string;
   readonly arnOf: (logicalIdPrefix: string, type: string) => string;
-  /** Per pool name: its launch template's id, and whether it is spot. */
   /** Per pool; `templateTags`: what its launch template tags at launch, per resource type, as synthesized. */
   readonly pools: { name: string; launchTemplateId: string; spot: boolean; reuse: boolean; templateTags: Record<string, { Key: string; Value: string }[]> }[];
+  /** Whether the fleet has a GitLab connection (its functions read the GitLab token). */
+  readonly gitlab: boolean;
   readonly subnetIds: string[];
   readonly securityGroupId: string;
   readonly instanceRoleArn: string;
@@ -145,6 +146,7 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
         ),
       ),
     })),
+    gitlab: options.gitlab === true,
     subnetIds: vpc.privateSubnets.map((s) => physical((stack.resolve(s.subnetId) as { Ref: string }).Ref)),
     securityGroupId: resolve(stack.resolve(runners.fleet.securityGroup.securityGroupId)) as string,
     instanceRoleArn: resolve(stack.resolve(runners.fleet.role.roleArn)) as string,
@@ -178,7 +180,7 @@ export async function denials(statements: Statement[], requests: AuthorizationRe
   return out;
 }
 
-/** Fails naming every request the statements allow. */
+/** The names of the requests the statements allow (a refusal test expects none). */
 export async function allowed(statements: Statement[], requests: AuthorizationRequest[]): Promise<string[]> {
   const out: string[] = [];
   for (const r of requests) if ((await judge(statements, r, ACCOUNT)).result === 'Allowed') out.push(r.name);

@@ -37,10 +37,9 @@ function launchFacts(f: Fleet, pool: Fleet['pools'][number], market: Market, tag
   const subnet = f.subnetIds[0]!;
   const common = { 'ec2:Region': REGION, 'ec2:LaunchTemplate': template, 'ec2:IsLaunchTemplateResource': 'true' };
   return {
-    template,
     parts: {
       image: { arn: `arn:aws:ec2:${REGION}::image/ami-0123456789abcdef0`, facts: { ...common, 'ec2:ImageID': 'ami-0123456789abcdef0', 'ec2:Owner': 'amazon', 'ec2:Public': 'true', 'ec2:RootDeviceType': 'ebs' } },
-      instance: { arn: arn('ec2', 'instance/*'), facts: { ...common, ...tags.instance, 'ec2:InstanceType': 'm7i.large', 'ec2:InstanceMarketType': market, 'ec2:InstanceProfile': f.instanceRoleArn, 'ec2:MetadataHttpTokens': 'required' } },
+      instance: { arn: arn('ec2', 'instance/*'), facts: { ...common, ...tags.instance, 'ec2:InstanceType': 'm7i.large', 'ec2:InstanceMarketType': market, 'ec2:MetadataHttpTokens': 'required' } },
       'network-interface': { arn: arn('ec2', 'network-interface/*'), facts: { ...common, 'ec2:Subnet': arn('ec2', `subnet/${subnet}`), 'ec2:Vpc': vpc } },
       'security-group': { arn: arn('ec2', `security-group/${f.securityGroupId}`), facts: { ...common, 'ec2:SecurityGroupID': f.securityGroupId, 'ec2:Vpc': vpc } },
       subnet: { arn: arn('ec2', `subnet/${subnet}`), facts: { ...common, 'ec2:SubnetID': subnet, 'ec2:Vpc': vpc } },
@@ -145,6 +144,15 @@ const configTags = [
 const ticketRequests = (name: string, f: Fleet, key: string): AuthorizationRequest[] =>
   ['dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'].map((action) => ({ name: `${name} ${action}`, action, resourceType: 'table', resource: f.tableArn, facts: { 'dynamodb:LeadingKeys': [key] } }));
 const viaSsm = { 'kms:ViaService': `ssm.${REGION}.amazonaws.com`, 'kms:CallerAccount': ACCOUNT };
+const queueArn = (f: Fleet, id: 'RunnersJobsQueue' | 'RunnersJobsDeadLetterQueue') => f.arnOf(id, 'AWS::SQS::Queue');
+const sqsRequest = (name: string, action: string, queue: string): AuthorizationRequest => ({ name, action, resourceType: 'queue', resource: queue, facts: {} });
+/** What every control-plane function reads first (fleet-config-source.ts) and, with a CI connection, its credentials (lambdas/ci/index.ts). */
+const configAndCredentials = (f: Fleet): AuthorizationRequest[] => [
+  ssmRequest('fleet config', 'ssm:GetParameter', paths.fleetConfig),
+  ssmRequest('GitHub App key', 'ssm:GetParameter', paths.github.appPrivateKey),
+  ...(f.gitlab ? [ssmRequest('GitLab token', 'ssm:GetParameter', paths.gitlab.token)] : []),
+  ...(f.keyArn ? [{ name: 'CI secrets: kms:Decrypt through SSM', action: 'kms:Decrypt', resourceType: 'key', resource: f.keyArn, facts: viaSsm, resourcePolicy: f.keyPolicy! }] : []),
+];
 
 /** Scale-up's calls other than launches: warm activation and its rollback, cold settling, records, tickets. */
 function scaleUpCalls(f: Fleet, pool: Fleet['pools'][number]): AuthorizationRequest[] {
@@ -166,11 +174,17 @@ function scaleUpCalls(f: Fleet, pool: Fleet['pools'][number]): AuthorizationRequ
     ssmRequest('cold gate: prime state', 'ssm:GetParameter', paths.primeState(pool.name)),
     ...ticketRequests('job record', f, '42'),
     ...ticketRequests('launch ticket', f, `${LAUNCH_TICKET_KEY_PREFIX}${pool.name}|1`),
+    // queue.ts and handler.ts: wait copies, dead letters, a failed message's visibility.
+    sqsRequest('wait copy', 'sqs:SendMessage', queueArn(f, 'RunnersJobsQueue')),
+    sqsRequest('dead letter', 'sqs:SendMessage', queueArn(f, 'RunnersJobsDeadLetterQueue')),
+    sqsRequest('redelivery: visibility', 'sqs:ChangeMessageVisibility', queueArn(f, 'RunnersJobsQueue')),
+    ...configAndCredentials(f),
   ];
   if (f.keyArn) {
-    // A standard SecureString is encrypted under the key directly (kms:Encrypt) and read back
-    // decrypted (KMS developer guide, "How AWS Systems Manager Parameter Store uses AWS KMS").
-    for (const action of ['kms:Encrypt', 'kms:Decrypt']) calls.push({ name: `warm claim: ${action} through SSM`, action, resourceType: 'key', resource: f.keyArn, facts: viaSsm, resourcePolicy: f.keyPolicy! });
+    // A standard SecureString is encrypted under the key directly (kms:Encrypt), an advanced one
+    // by envelope encryption (kms:GenerateDataKey), and read back decrypted (KMS developer guide,
+    // "How AWS Systems Manager Parameter Store uses AWS KMS").
+    for (const action of ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt']) calls.push({ name: `warm claim: ${action} through SSM`, action, resourceType: 'key', resource: f.keyArn, facts: viaSsm, resourcePolicy: f.keyPolicy! });
   }
   return calls;
 }
@@ -189,10 +203,11 @@ function poolCalls(f: Fleet, pool: Fleet['pools'][number]): AuthorizationRequest
     { name: 'eviction: cancel spot request', action: 'ec2:CancelSpotInstanceRequests', resourceType: 'spot-instances-request', resource: arn('ec2', 'spot-instances-request/sir-1'), facts: {} },
     { name: 'describe', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: { 'ec2:Region': REGION } },
     ...ticketRequests('launch ticket', f, `${LAUNCH_TICKET_KEY_PREFIX}${pool.name}|1`),
+    ssmRequest('fleet config', 'ssm:GetParameter', paths.fleetConfig),
   ];
 }
 
-function scaleDownCalls(pool: Fleet['pools'][number]): AuthorizationRequest[] {
+function scaleDownCalls(f: Fleet, pool: Fleet['pools'][number]): AuthorizationRequest[] {
   const active = { [keys.pool]: pool.name, [keys.activatedAt]: NOW.toISOString(), [keys.runnerId]: 'runner-1' };
   const calls: AuthorizationRequest[] = [
     onInstance('idle mark', 'ec2:CreateTags', active, requestTags([{ Key: keys.idleSince, Value: NOW.toISOString() }])),
@@ -200,12 +215,15 @@ function scaleDownCalls(pool: Fleet['pools'][number]): AuthorizationRequest[] {
     onInstance('reclaim: terminate', 'ec2:TerminateInstances', active),
     ssmRequest('sweep: list', 'ssm:GetParametersByPath', paths.runnerConfigRoot.replace(/\/$/, ''), { 'ssm:Recursive': 'false' }),
     ssmRequest('sweep: delete', 'ssm:DeleteParameters', paths.runnerConfig(INSTANCE)),
+    { name: 'describe', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: { 'ec2:Region': REGION } },
+    ...configAndCredentials(f),
   ];
   if (pool.reuse) {
     calls.push(
       ssmRequest('idle-stop claim', 'ssm:PutParameter', paths.runnerConfig(INSTANCE), { ...requestTags([configTags[0]!]), 'ssm:Overwrite': 'false' }),
       ssmRequest('idle-stop claim: its tag', 'ssm:AddTagsToResource', paths.runnerConfig(INSTANCE), requestTags([configTags[0]!])),
       onInstance('idle-stop: parking tag', 'ec2:CreateTags', active, requestTags([{ Key: keys.parking, Value: NOW.toISOString() }])),
+      ssmRequest('idle-stop claim: removed', 'ssm:DeleteParameters', paths.runnerConfig(INSTANCE)),
     );
   }
   return calls;
@@ -216,6 +234,7 @@ const VARIANTS = {
   spot: { spot: true },
   reuse: { reuse: true },
   'customer managed key': { key: true },
+  'with GitLab': { gitlab: true },
 } as const;
 
 
@@ -225,7 +244,7 @@ it('judges against the reference data this file documents', async () => {
 });
 
 for (const [variant, options] of Object.entries(VARIANTS)) {
-  describe(`every call each principal makes is allowed: ${variant}`, () => {
+  describe(`the listed calls of each principal's paths are allowed: ${variant}`, () => {
     let f: Fleet;
     beforeAll(() => {
       f = synth(options);
@@ -250,7 +269,7 @@ for (const [variant, options] of Object.entries(VARIANTS)) {
 
     it('scale-down: idle marks, reclaim, sweeps, idle-stop', async () => {
       const statements = f.statements('RunnersScaleDownRole');
-      expect(await denials(statements, f.pools.flatMap(scaleDownCalls))).toEqual([]);
+      expect(await denials(statements, f.pools.flatMap((pool) => scaleDownCalls(f, pool)))).toEqual([]);
     });
   });
 }
