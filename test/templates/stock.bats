@@ -61,6 +61,19 @@ assert_caches() {
 
 # runner_config PROVIDER NAME: the config scale-up writes for a job of PROVIDER, its secret
 # named NAME.
+# A cold launch of the reusable pool (fresh: uses 0) whose job fills the caches: it must boot,
+# make the cache directories and run the job (the caller checks what the image lacked).
+cold_reuse_run() {
+  new_instance "$(launch_tags cold --affinity "$AFF")"
+  sync_imds_tags
+  ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
+  reuse_config "$AFF" 0
+  cache_job
+  boot_first github-reuse
+  [ "$status" -eq 0 ]
+  refute grep -qF "cannot create the cache directories" "$ROOT/out"
+}
+
 runner_config() {
   if [[ $1 == github ]]; then github_config "jit-$2"; else gitlab_config https://gitlab.example.test "glrt-$2"; fi
 }
@@ -129,14 +142,7 @@ for provider in github gitlab; do
 done
 
 @test "stock image, reusable pool with caches: a cold RUN (fresh) creates the user, then the caches as its, runs the job and parks" {
-  new_instance "$(launch_tags cold --affinity "$AFF")"
-  sync_imds_tags
-  ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
-  reuse_config "$AFF" 0
-  cache_job
-  boot_first github-reuse
-  [ "$status" -eq 0 ]
-  refute grep -qF "cannot create the cache directories" "$ROOT/out"
+  cold_reuse_run
   created_user
   grep -qx filled "$ROOT/calls/job.out" || { cat "$ROOT/calls/job.out" >&2; false; }
   assert_parked 1
@@ -152,14 +158,7 @@ done
   useradd --no-create-home --home-dir "$REUSE_HOME" --user-group --shell /bin/bash "$STOCK_USER"
   [ ! -e "$REUSE_HOME" ]
   [ "$(stat -c %U "${REUSE_HOME%/*}")" = root ]
-  new_instance "$(launch_tags cold --affinity "$AFF")"
-  sync_imds_tags
-  ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
-  reuse_config "$AFF" 0
-  cache_job
-  boot_first github-reuse
-  [ "$status" -eq 0 ]
-  refute grep -qF "cannot create the cache directories" "$ROOT/out"
+  cold_reuse_run
   [ ! -e "$ROOT/calls/useradd" ]
   grep -qx filled "$ROOT/calls/job.out" || { cat "$ROOT/calls/job.out" >&2; false; }
   assert_parked 1
