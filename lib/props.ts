@@ -88,7 +88,7 @@ export interface WarmPoolProps {
   readonly maxAge?: Duration;
   /**
    * A warm instance that has not parked after this long is evicted. Less than 55 minutes: a
-   * launch of a template not yet proven holds its launch ticket for this plus 5 minutes, which
+   * launch of a template not yet proven, or failing, holds its launch ticket for this plus 5 minutes, which
    * must stay below a job's 60-minute maximum wait.
    * @default Duration.minutes(15)
    */

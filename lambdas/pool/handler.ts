@@ -217,9 +217,10 @@ async function settleStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfi
  * The decision's launches, each with a launch ticket when the template is unproven or failing
  * (lambdas/shared/launch-tickets.ts): scale-up takes the same tickets for its cold launches,
  * so the pool's standbys and any number of scale-up invocations share one bound. Only the
- * tickets won launch. What did not launch gives its tickets back (`unspentTickets`): a refusal,
- * and a lost answer settled as "nothing launched" by its token (launch-outcome.ts). Only an
- * outcome that stays unknown keeps them until their expiry (it may have launched).
+ * tickets won launch. What did not launch gives its tickets back (`unspentTickets`): a refusal
+ * of a first send. A lost answer is settled by its token and a resend (launch-outcome.ts): what
+ * it launched keeps its tickets; an outcome that stays unknown keeps them all until their
+ * expiry (it may have launched).
  */
 async function launchWithTickets(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, decision: LaunchDecision, now: Date, log: Logger): Promise<string[]> {
   if (!decision.ticket || !deps.launchTickets) return (await launchStandbys(deps, config, pool, decision.launch, log)).ids;

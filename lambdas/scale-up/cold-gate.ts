@@ -64,7 +64,12 @@ export async function ticketCold(ctx: StepContext, tickets: LaunchTickets, gates
       // Owned by the message: its redelivery holds the ticket its earlier receive took.
       const out = await tickets.take(name, need, jobs.length, ctx.now(), jobs.map((j) => messageTicketOwner(j.key)));
       if (out.errors.length) ctx.log.error('taking launch tickets failed: those cold launches wait', { pool: name, errors: out.errors });
-      jobs.forEach((j, n) => (out.taken[n] ? granted.set(j.key, out.taken[n]) : refused.push(j)));
+      const byOwner = new Map(out.taken.map((t) => [t.owner, t]));
+      for (const j of jobs) {
+        const ticket = byOwner.get(messageTicketOwner(j.key));
+        if (ticket) granted.set(j.key, ticket);
+        else refused.push(j);
+      }
       if (out.taken.length < jobs.length) ctx.log.warn('prime back-off: launch tickets taken elsewhere, holding cold launches back', { pool: name, wanted: jobs.length, launching: out.taken.length, template: need.template });
     }),
   );

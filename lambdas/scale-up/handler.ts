@@ -568,18 +568,25 @@ async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], 
 
 /**
  * A failed cold launch's ticket: given back when nothing launched (`launchRefused`: EC2
- * refused a first send, nothing lost before it); kept until its expiry when the launch may
- * have happened (every send lost its answer, or a resend was refused or answered empty after
- * a lost answer: the lost send may still land) or did (a failure after it: its instance was
- * terminated, and the window's launch is spent).
+ * refused a first send, nothing lost before it); kept under the message's owner while the
+ * launch may have happened (every send lost its answer, or a resend was refused or answered
+ * empty after a lost answer: the lost send may still land), so the redelivery takes it again;
+ * spent when the launch did happen (a failure after it: its instance was terminated), kept
+ * until its expiry under a fresh owner, so the redelivery cannot launch on it again.
  */
 async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
-  if (!launchRefused(error)) {
+  const tickets = b.deps.launchTickets!;
+  if (launchRefused(error)) {
+    const r = await tickets.release(ticket);
+    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+    return;
+  }
+  if (launchUnknown(error)) {
     j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
     return;
   }
-  const r = await b.deps.launchTickets!.release(ticket);
-  if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+  const r = await tickets.spend(ticket);
+  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
 }
 
 /**

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { DeleteItemCommand, GetItemCommand, UpdateItemCommand, type AttributeValue, type DynamoDBClient, type GetItemCommandOutput } from '@aws-sdk/client-dynamodb';
 import type { TicketNeed } from '../pool/backoff';
-import { errorName, isThrottling, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
-import { realSleep, type Sleep } from './pacing';
+import { errorName, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from './aws-call';
 import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_KEY_PREFIX } from './contract';
 
 /**
@@ -16,9 +15,6 @@ import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_ATTRIBUTES, LAUNCH_TICKET_KEY_PREF
  * is resolved by reading the item back (consistent read) and comparing its owner token with
  * ours, never taken as won or lost.
  */
-
-/** The first pause between a release's sends; it doubles (about 1.4 s in all). */
-const RELEASE_BACKOFF_MS = 200;
 
 /** A ticket this launcher holds: its item key, the owner token its write carried, when it expires. */
 export interface Ticket {
@@ -38,7 +34,7 @@ export function keptTicketFields(pool: string, ticket: Ticket): { pool: string; 
 }
 
 export interface TakeOutcome {
-  /** The tickets won, at most the count asked for: launch this many. */
+  /** The tickets held, at most the count asked for: launch this many. Each names its owner. */
   readonly taken: readonly Ticket[];
   /** Errors that left a slot undecided (its launch does not happen: failing safe). */
   readonly errors: readonly string[];
@@ -47,30 +43,25 @@ export interface TakeOutcome {
 export interface LaunchTickets {
   /**
    * Takes up to `count` of the need's slots for `pool`, in slot order. `owners` names the
-   * takers (one each, in order; fresh tokens without it): a live ticket already held under
-   * the same owner is taken again (its redelivered job, whose first launch never answered).
+   * takers (fresh tokens without it): a live ticket already held under one of them is that
+   * owner's again (its redelivered job, whose first launch never answered), whichever slot it
+   * is in; match the outcome to the owners by `Ticket.owner`.
    */
   take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome>;
   /**
    * Gives a ticket back; only for a launch known not to have happened (refused, or settled as
-   * not launched: lambdas/shared/launch-outcome.ts). Resent on a lost answer (`releaseStep`),
-   * a few times. Never throws: what stays unreleased keeps the ticket until its expiry.
+   * not launched: lambdas/shared/launch-outcome.ts). A lost answer is read back and the delete
+   * sent again while the ticket is still ours. Never throws: what stays unreleased keeps the
+   * ticket until its expiry.
    */
   release(ticket: Ticket): Promise<{ readonly released: boolean; readonly error?: string }>;
-}
-
-/** Sends of a ticket's release at most (the first and its resends after lost answers or throttling). */
-export const RELEASE_ATTEMPTS = 4;
-
-/**
- * What a release's answer means. The delete is conditional on our owner token, so it is safe to
- * resend: after a lost answer, a refused condition means the first delete landed (or the
- * ticket had expired and another launcher took it): either way nothing of ours holds the slot.
- * On the first send the same refusal means the ticket was not ours any more (`not-ours`).
- */
-export function releaseStep(error: unknown, afterLostAnswer: boolean): 'released' | 'not-ours' | 'resend' | 'failed' {
-  if (errorName(error) === 'ConditionalCheckFailedException') return afterLostAnswer ? 'released' : 'not-ours';
-  return error instanceof UnknownOutcomeError || isThrottling(error) ? 'resend' : 'failed';
+  /**
+   * Keeps a ticket whose launch happened until its expiry, under a fresh owner token: the
+   * message that owned it cannot launch on it again when it is redelivered (its instance was
+   * terminated after a later step failed). Never throws: a ticket left
+   * under its message's owner costs at most one launch per receive of that message.
+   */
+  spend(ticket: Ticket): Promise<{ readonly spent: boolean; readonly error?: string }>;
 }
 
 /**
@@ -121,20 +112,48 @@ export class DynamoLaunchTickets implements LaunchTickets {
     private readonly dynamodb: DynamoDBClient,
     private readonly tableName: string,
     private readonly token: () => string = randomUUID,
-    private readonly sleep: Sleep = realSleep,
   ) {}
 
   async take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome> {
     const taken: Ticket[] = [];
     const errors: string[] = [];
+    // Owners not yet served, in order; one whose live ticket another taker ran into has it.
+    const waiting = owners ? [...owners] : undefined;
     for (const slot of need.slots) {
-      if (taken.length >= count) break;
-      const ticket = { key: ticketKey(pool, need.template, slot), owner: owners?.[taken.length] ?? this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
+      if (taken.length >= count || waiting?.length === 0) break;
+      const ticket = { key: ticketKey(pool, need.template, slot), owner: waiting?.[0] ?? this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
       const o = await this.takeOne(ticket, pool, now);
-      if (o === 'won') taken.push(ticket);
-      else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);
+      if (o === 'won') {
+        taken.push(ticket);
+        waiting?.shift();
+      } else if (o === 'lost') {
+        const held = waiting ? await this.heldBy(ticket.key, waiting.slice(1), now) : undefined;
+        if (held) {
+          taken.push(held);
+          waiting!.splice(waiting!.indexOf(held.owner), 1);
+        }
+      } else errors.push(`${slot}: ${o.error}`);
     }
     return { taken, errors };
+  }
+
+  /**
+   * The live ticket in `key` when one of `owners` holds it (consistent read); undefined
+   * otherwise, also when the read fails (that owner is not served this time: failing safe).
+   */
+  private async heldBy(key: string, owners: readonly string[], now: Date): Promise<Ticket | undefined> {
+    if (owners.length === 0) return undefined;
+    let item: Record<string, AttributeValue> | undefined;
+    try {
+      item = (await this.read(key)).Item;
+    } catch {
+      return undefined;
+    }
+    const owner = item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S;
+    if (owner === undefined || !owners.includes(owner) || readBack(item, owner, now) !== 'won') return undefined;
+    const expires = Number(item![JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
+    if (expires < Math.floor(now.getTime() / 1000)) return undefined;
+    return { key, owner, expiresAt: new Date(expires * 1000).toISOString() };
   }
 
   /** One slot; a lost answer is read back, and a write that did not land is sent once more. */
@@ -162,27 +181,52 @@ export class DynamoLaunchTickets implements LaunchTickets {
 
   /**
    * A conditional delete on our owner token, so a ticket another launcher took after ours
-   * expired is never removed; resent after a lost answer (`releaseStep`), with backoff. One
-   * that stays unanswered keeps the ticket: the slot frees at its expiry, which only holds a
-   * launch back.
+   * expired is never removed. A lost answer is read back, as `takeOne` does.
    */
   async release(ticket: Ticket): Promise<{ readonly released: boolean; readonly error?: string }> {
-    let lost = false;
-    let last = '';
-    for (let attempt = 1; attempt <= RELEASE_ATTEMPTS; attempt++) {
-      if (attempt > 1) await this.sleep(RELEASE_BACKOFF_MS * 2 ** (attempt - 2));
+    const o = await this.settleOwnWrite(ticket, () => this.deleteOwn(ticket));
+    return o === 'done' ? { released: true } : { released: false, error: o.error };
+  }
+
+  async spend(ticket: Ticket): Promise<{ readonly spent: boolean; readonly error?: string }> {
+    const o = await this.settleOwnWrite(ticket, () => this.reown(ticket, this.token()));
+    return o === 'done' ? { spent: true } : { spent: false, error: o.error };
+  }
+
+  /**
+   * A write conditional on the ticket still being ours, sent at most twice. A refused condition
+   * on the first send means the ticket is not ours (an error). After a lost answer the item is
+   * read back: no longer ours, the write is done (it landed, or the ticket expired and went
+   * elsewhere); still ours, it is sent again. An answer lost twice keeps the ticket as it is.
+   */
+  private async settleOwnWrite(ticket: Ticket, command: () => DeleteItemCommand | UpdateItemCommand): Promise<'done' | { error: string }> {
+    for (let attempt = 1; attempt <= 2; attempt++) {
       try {
-        await this.aws.send(this.dynamodb, this.deleteOwn(ticket), WRITE_ONCE);
-        return { released: true };
+        await this.aws.send(this.dynamodb, command(), WRITE_ONCE);
+        return 'done';
       } catch (error) {
-        const step = releaseStep(error, lost);
-        if (step === 'released') return { released: true };
-        if (step !== 'resend') return { released: false, error: errorName(error) };
-        lost ||= error instanceof UnknownOutcomeError;
-        last = errorName(error);
+        if (errorName(error) === 'ConditionalCheckFailedException') return attempt === 1 ? { error: errorName(error) } : 'done';
+        if (!(error instanceof UnknownOutcomeError)) return { error: errorName(error) };
+      }
+      try {
+        if ((await this.read(ticket.key)).Item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S !== ticket.owner) return 'done';
+      } catch (error) {
+        return { error: `outcome unknown, read failed: ${errorName(error)}` };
       }
     }
-    return { released: false, error: `unanswered ${RELEASE_ATTEMPTS} times: ${last}` };
+    return { error: 'outcome unknown twice' };
+  }
+
+  /** Hands the ticket to `owner`, only while it is still ours. */
+  private reown(ticket: Ticket, owner: string): UpdateItemCommand {
+    return new UpdateItemCommand({
+      TableName: this.tableName,
+      Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: ticket.key } },
+      UpdateExpression: 'SET #owner = :new',
+      ConditionExpression: '#owner = :owner',
+      ExpressionAttributeNames: { '#owner': LAUNCH_TICKET_ATTRIBUTES.owner },
+      ExpressionAttributeValues: { ':owner': { S: ticket.owner }, ':new': { S: owner } },
+    });
   }
 
   private deleteOwn(ticket: Ticket): DeleteItemCommand {

@@ -11,7 +11,7 @@ import { DynamoLaunchTickets, ticketKey } from '../../lambdas/shared/launch-tick
 import { FakeCi } from '../support/fake-ci';
 import { FAULT_KINDS, injectOnce, keepClientTokens, type FaultKind } from '../support/fault-kinds';
 import { INSTANCE_ARN_PREFIX, job, KEYS, Lines, PREFIX, record, sqsEvent } from '../support/fixtures';
-import { createJobRecordTable, motoDynamo, motoFleet } from '../support/moto-fleet';
+import { createJobRecordTable, motoClients, motoDynamo, motoFleet } from '../support/moto-fleet';
 import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
@@ -21,7 +21,8 @@ import { scaled } from '../support/slowdown';
  * CreateFleet) and on the ticket's release (DeleteItem), against moto with real SDK clients.
  * A single fault costs at most one pool interval: by the next pool run (or the message's next
  * receive) the standbys are there and the job is served, each launched once, and no ticket is
- * held beyond the instances that launched. EC2's ClientToken idempotency, which moto does not
+ * held beyond the instances that launched. A single `throttle` is absorbed by AwsCaller's own
+ * retries before the code under test sees it: those cases prove the absorption only. EC2's ClientToken idempotency, which moto does not
  * keep, is kept by `keepClientTokens`.
  */
 const TABLE = 'job-records';
@@ -35,7 +36,7 @@ const { moto, c } = motoForFile();
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: TIMEOUT_MS });
 const ec2 = () => new EC2Client({ endpoint: moto.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' }, maxAttempts: 1 });
-const tickets = (client: DynamoDBClient) => new DynamoLaunchTickets(aws(), client, TABLE, undefined, async () => {});
+const tickets = (client: DynamoDBClient) => new DynamoLaunchTickets(aws(), client, TABLE);
 const isTicket = (input: Record<string, unknown>) => String((input.Key as { jobId?: { S?: string } })?.jobId?.S).startsWith('launch-ticket|');
 
 async function setUp(pool: Parameters<typeof motoFleet>[1]): Promise<void> {
@@ -63,7 +64,8 @@ describe("the pool's ticketed refill, one fault, against moto", () => {
     createPoolHandler({ ...c, ec2: client, aws: aws(), loadConfig: async () => config, launchTickets: tickets(dynamodb), now: () => now, sink: () => {} })();
 
   it.each(FAULT_KINDS)('RunInstances %s: the next pool run has the standbys, each launched once, no ticket beyond them', async (kind: FaultKind) => {
-    await setUp({ warmSize: 3, primeFailureLimit: 3, primeBackoffCapSeconds: 3600 });
+    // One slot more than the standbys: a ticket held beyond them would show.
+    await setUp({ warmSize: 3, primeFailureLimit: 4, primeBackoffCapSeconds: 3600 });
     const faulty = ec2();
     keepClientTokens(faulty);
     injectOnce(faulty, 'RunInstancesCommand', kind, { slowMs: SLOW_MS });
@@ -100,9 +102,10 @@ describe("the pool's ticketed refill, one fault, against moto", () => {
 describe("scale-up's ticketed cold launch, faults, against moto", () => {
   /** The visibility scale-up set on a message's receive (ChangeMessageVisibility), by receipt handle. */
   const hidden = new Map<string, number>();
-  const scaleUp = (client: EC2Client, dynamodb: DynamoDBClient, now: Date, lines: Lines) =>
+  const scaleUp = (client: EC2Client, dynamodb: DynamoDBClient, now: Date, lines: Lines, ssm = c.ssm) =>
     createScaleUpHandler({
       ...c,
+      ssm,
       ec2: client,
       // Wait copies (a held job) go nowhere: the test asserts the job is served instead. A
       // visibility change is kept: it says when SQS redelivers the message.
@@ -156,7 +159,8 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
   }
 
   it.each(FAULT_KINDS)('CreateFleet %s: the job is served by its first receive, launched once', async (kind: FaultKind) => {
-    await setUp({ warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
+    // Two slots for one job: a second ticket held for it would show.
+    await setUp({ warmSize: 0, primeFailureLimit: 2, primeBackoffCapSeconds: 3600 });
     const faulty = ec2();
     keepClientTokens(faulty);
     injectOnce(faulty, 'CreateFleetCommand', kind, { slowMs: SLOW_MS });
@@ -189,6 +193,39 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
     expect(await heldTickets()).toBe(0);
     expect((await scaleUp(client, faultyDynamo, redeliveredAt(1, T0), lines)(receive(2))).batchItemFailures).toEqual([]);
     await expectServedOnce();
+  }, scaled(120_000));
+
+  it('a failure after the launch spends the ticket: the redelivery launches nothing more on it (its message does not own it any more)', async () => {
+    await setUp({ warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
+    // The config write after the launch is refused on every receive: each launched instance is terminated.
+    const ssm = motoClients(moto.endpoint).ssm;
+    ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'PutParameterCommand') throw Object.assign(new Error('denied'), { name: 'AccessDeniedException', $fault: 'client', $metadata: { httpStatusCode: 400 } });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const client = ec2();
+    let launches = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'CreateFleetCommand') launches++;
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    T0 = new Date();
+    hidden.clear();
+    expect((await scaleUp(client, dynamo(), T0, lines, ssm)(receive(1))).batchItemFailures).toHaveLength(1);
+    expect(launches).toBe(1);
+    expect(await heldTickets()).toBe(1);
+    // Receive 2 finds the start ticket held by another owner: its job waits (a wait copy).
+    expect((await scaleUp(client, dynamo(), redeliveredAt(1, T0), lines, ssm)(receive(2))).batchItemFailures).toEqual([]);
+    // One start ticket, one launch: the redelivery waits for the ticket's expiry or a proven template.
+    expect(launches).toBe(1);
+    expect(lines.logs('the cold launch happened before the failure: its launch ticket is spent until its expiry')).toHaveLength(1);
   }, scaled(120_000));
 
   it('CreateFleet unanswered on every send (nothing launched): the next receive launches on the ticket its message holds', async () => {

@@ -409,6 +409,9 @@ describe('pool handler: launch tickets kept after an exception', () => {
         released.push(t);
         return { released: true };
       },
+      async spend() {
+        return { spent: true };
+      },
     };
     // A fresh (unproven) template takes start tickets; the pool's subnets then break the launch
     // itself with an exception (not an EC2 answer), after the take.
@@ -443,6 +446,9 @@ describe('pool handler: launch tickets given back', () => {
         inFlight--;
         released.push(t);
         return { released: true };
+      },
+      async spend() {
+        return { spent: true };
       },
     };
     aws.fault('RunInstances', awsError('InvalidParameterValue'));

@@ -79,6 +79,39 @@ describe('launch tickets against moto', () => {
   });
 });
 
+describe('owned tickets against moto: a redelivered job, a spent launch, a lost release', () => {
+  it("a job whose live ticket another job of the batch runs into gets that ticket back, whatever its place in the batch", async () => {
+    const tickets = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    // B's earlier receive holds start#1 (its launch never answered); the pool holds start#2.
+    expect((await tickets.take('linux', start, 1, NOW, ['message:B'])).taken.map((t) => t.owner)).toEqual(['message:B']);
+    await tickets.take('linux', { ...start, slots: ['start#2'] }, 1, NOW);
+    const out = await tickets.take('linux', start, 2, NOW, ['message:A', 'message:B']);
+    expect(Object.fromEntries(out.taken.map((t) => [t.owner, t.key]))).toEqual({
+      'message:B': ticketKey('linux', 'lt-1:1', 'start#1'),
+      'message:A': ticketKey('linux', 'lt-1:1', 'start#3'),
+    });
+    expect(out.errors).toEqual([]);
+  });
+
+  it('a spent ticket stays held until its expiry, but not under its message: the redelivery cannot take it again', async () => {
+    const tickets = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    const [ticket] = (await tickets.take('linux', need, 1, NOW, ['message:C'])).taken;
+    expect(await tickets.spend(ticket!)).toEqual({ spent: true });
+    expect(await owner(need.slots[0]!)).not.toBe('message:C');
+    expect((await tickets.take('linux', need, 1, NOW, ['message:C'])).taken).toEqual([]);
+  });
+
+  it('a release whose answer was lost is read back: landed, it is done without a resend; not landed, it is sent again', async () => {
+    for (const lands of [true, false]) {
+      const [ticket] = (await new DynamoLaunchTickets(aws(), dynamo(), TABLE).take('linux', need, 1, NOW)).taken;
+      const client = losingFirstAnswer(dynamo(), 'DeleteItemCommand', { when: isTicket, lands });
+      expect(await new DynamoLaunchTickets(aws(), client, TABLE).release(ticket!)).toEqual({ released: true });
+      expect(client.calls()).toBe(lands ? 1 : 2);
+      expect(await owner(need.slots[0]!)).toBeUndefined();
+    }
+  });
+});
+
 describe("scale-up's cold launch with a lost ticket answer, against moto", () => {
   let config: FleetConfig;
   beforeEach(async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { delaySeconds, freshStreak, ticketNeed, type PrimeStreak } from '../../lambdas/pool/backoff';
 import { heldWithoutTicket } from '../../lambdas/scale-up/decide';
-import { keptTicketFields, readBack, releaseStep, ticketExpiry, ticketKey, unspentTickets } from '../../lambdas/shared/launch-tickets';
+import { keptTicketFields, readBack, ticketExpiry, ticketKey, unspentTickets } from '../../lambdas/shared/launch-tickets';
 import { afterEmptyResend, afterLostAnswer, LAUNCH_SENDS, sendErrorKind, settleLaunch } from '../../lambdas/shared/launch-outcome';
 import { UnknownOutcomeError } from '../../lambdas/shared/aws-call';
 import { fleetConfig } from '../support/fixtures';
@@ -139,14 +139,6 @@ describe('settling a launch whose answer was lost (pure)', () => {
 });
 
 describe('releasing a ticket (pure)', () => {
-  const conditionFailed = Object.assign(new Error('no'), { name: 'ConditionalCheckFailedException' });
-  it('a refused condition after a lost answer is released (the first delete landed, or the ticket is another\'s); on the first send, not ours', () => {
-    expect(releaseStep(conditionFailed, true)).toBe('released');
-    expect(releaseStep(conditionFailed, false)).toBe('not-ours');
-    expect(releaseStep(new UnknownOutcomeError('DeleteItem', new Error('reset')), false)).toBe('resend');
-    expect(releaseStep(Object.assign(new Error('t'), { name: 'ThrottlingException' }), true)).toBe('resend');
-    expect(releaseStep(Object.assign(new Error('d'), { name: 'AccessDeniedException' }), false)).toBe('failed');
-  });
   it('gives back what did not launch, and nothing while the outcome is unknown', () => {
     const taken = ['a', 'b', 'c'].map((k) => ({ key: k, owner: 'o', expiresAt: at(60).toISOString() }));
     expect(unspentTickets(taken, 0, false)).toEqual(taken);
