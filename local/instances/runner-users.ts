@@ -68,12 +68,26 @@ export function hostUserExists(name: string): boolean {
  */
 export function removeHostUser(name: string): void {
   if (!hostUserExists(name)) return;
-  try {
-    execFileSync('pkill', ['-KILL', '-U', name], { stdio: 'ignore' });
-  } catch {
-    // status 1: no process
+  // Until none is left (a process forked during pkill's scan of /proc survives it), as the boot
+  // script's cleaning does: a process left with the freed uid would belong to the next user.
+  for (let round = 0; round < 20 && userProcesses(name); round++) {
+    try {
+      execFileSync('pkill', ['-KILL', '-U', name], { stdio: 'ignore' });
+    } catch {
+      // status 1: no process
+    }
   }
   execFileSync('flock', ['-w', '60', USERS_LOCK, 'userdel', name], { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/** Whether the user has a live process (zombies do not count: they hold no uid for long). */
+function userProcesses(name: string): boolean {
+  try {
+    const out = execFileSync('ps', ['-U', name, '-o', 'stat='], { encoding: 'utf8' });
+    return out.split('\n').some((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z'));
+  } catch {
+    return false; // status 1: no process
+  }
 }
 
 /** This host's users whose names start with `prefix`, from the user database. */
