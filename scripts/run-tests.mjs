@@ -10,6 +10,15 @@ const reports = join(root, '.tmp', 'test-reports');
 rmSync(reports, { recursive: true, force: true });
 mkdirSync(reports, { recursive: true });
 
+// Stack frames outside the project's code say nothing a reader can act on.
+const firstLines = (text, n = 12) =>
+  text
+    .split('\n')
+    .filter((l) => !/^\s+at /.test(l) || (!l.includes('node_modules') && !l.includes('(<anonymous>)') && !l.includes('node:')))
+    .slice(0, n)
+    .map((l) => `    ${l}`)
+    .join('\n');
+
 const run = (label, cmd, args) => {
   console.log(`\n== ${label}: ${[cmd, ...args].join(' ')}`);
   const result = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
@@ -45,6 +54,9 @@ const jsiiBuild = () => {
 
 let passed = 0;
 let failed = 0;
+// Each failure's name and first message lines, repeated after bats: a CI log read from its end
+// shows them beside the total.
+const failures = [];
 let ok = run('typecheck', 'npx', ['tsc', '--noEmit']) && run('lint', 'npx', ['eslint', '.']) && jsiiBuild();
 if (ok) {
   const vitestReport = join(reports, 'vitest.json');
@@ -53,6 +65,13 @@ if (ok) {
     const report = JSON.parse(readFileSync(vitestReport, 'utf8'));
     passed += report.numPassedTests;
     failed += report.numFailedTests;
+    for (const file of report.testResults ?? []) {
+      const name = file.name.startsWith(root) ? file.name.slice(root.length + 1) : file.name;
+      const failedTests = (file.assertionResults ?? []).filter((t) => t.status === 'failed');
+      for (const t of failedTests) failures.push(`vitest ${name} > ${t.fullName}\n${firstLines(t.failureMessages?.join('\n') ?? '')}`);
+      // A file that failed outside its tests (an import, a hook) has no failed test to name.
+      if (file.status === 'failed' && failedTests.length === 0) failures.push(`vitest ${name}\n${firstLines(file.message ?? '')}`);
+    }
   }
   const suites = join(root, 'test', 'templates');
   if (existsSync(suites)) {
@@ -61,11 +80,15 @@ if (ok) {
     if (existsSync(tap)) {
       for (const line of readFileSync(tap, 'utf8').split('\n')) {
         if (/^ok \d+/.test(line)) passed++;
-        else if (/^not ok \d+/.test(line)) failed++;
+        else if (/^not ok \d+/.test(line)) {
+          failed++;
+          failures.push(`bats ${line}`);
+        }
       }
     }
   }
 }
 if (!ok && failed === 0) failed = 1; // a type, lint, jsii or runner failure counts as one
+if (failures.length > 0) console.log(`\n== failed\n${failures.join('\n\n')}`);
 console.log(`\n${passed} passed, ${failed} failed`);
 process.exit(ok ? 0 : 1);
