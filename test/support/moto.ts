@@ -42,7 +42,7 @@ export async function startMoto(): Promise<MotoServer> {
   // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not kill
   // moto under a parent that still needs it to stop cleanly; the parent ends it (stop(), or
   // the exit hook below, so it never outlives its parent).
-  // moto's server with DynamoDB's conditional writes atomic, as DynamoDB's are (moto_server.py).
+  // moto's server serving each call whole, as AWS applies it (moto_server.py).
   const server = join(__dirname, 'moto_server.py');
   const child: ChildProcess = spawn('python3', [server, '-H', '127.0.0.1', '-p', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe'],
