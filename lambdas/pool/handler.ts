@@ -11,12 +11,12 @@ import {
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, isUnknownOutcome, mapLimit, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
 import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
-import { ALL_STATES, describeFleet, type ObservedInstance } from '../shared/instances';
+import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
 import { EVICTION_MARKER, evictionMarker, listRunnerConfigs } from '../shared/parameters';
 import { readPrimeStreak } from '../shared/prime-state';
-import { encodeStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
+import { encodeStreak, freshStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
 import { keptTicketFields, unspentTickets, type LaunchTickets } from '../shared/launch-tickets';
 import { settleLaunch } from '../shared/launch-outcome';
 import { classify, planPool, type CurrentImage, type Eviction, type PoolPlan } from './classify';
@@ -178,10 +178,12 @@ function decidePrime(p: PrimeInputs): PrimeOutcome {
   const wanted = Math.max(0, plan.launch - notEvicted);
   const failed: PrimeFailure[] = evicted.filter((e) => e.reason === 'priming-timeout').map((e) => ({ instanceId: e.instance.id, reason: primeFailureReason(pool), launchTime: e.instance.launchTime }));
   // An unreadable streak holds launches back for this run: failing safe, never in a loop.
-  // Parked or activated: each has primed (scale-up activates only parked standbys). Not
-  // 'claimed': an eviction marker left on a priming standby would look the same.
-  const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)) }));
-  const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active').map((c) => c.id));
+  // Parked or activated: each has primed (scale-up activates only parked standbys), also one
+  // gone since with its activation tags: a short job can take a standby and end between two
+  // pool runs, and a fresh template's only standbys may all go that way. Not 'claimed': an
+  // eviction marker left on a priming standby would look the same.
+  const classes = instances.map((i) => ({ id: i.id, cls: classify(i, keys, claimed.has(i.id)), activated: isActivated(i, keys) }));
+  const primedIds = new Set(classes.filter((c) => c.cls === 'parked' || c.cls === 'active' || (c.cls === 'gone' && c.activated)).map((c) => c.id));
   const stillPriming = new Set(classes.filter((c) => c.cls === 'priming' && !gone.has(c.id)).map((c) => c.id));
   const starts = stored === 'unreadable' ? undefined : observeStarts(instances, keys, pool, stored);
   const step = stored === 'unreadable' ? undefined : primeStep(stored, pool, { ...plan, primedIds, ...(starts ? { starts } : {}) }, failed, wanted, p.now, p.imageId);
@@ -207,9 +209,13 @@ function logPrime(prime: PrimeOutcome, pool: PoolConfig, log: Logger): void {
   }
 }
 
-/** Writes the streak only when it changed (nothing stored and nothing to remember is no change). */
+/**
+ * Writes the streak only when it changed (nothing stored and a fresh streak is no change). A
+ * fresh template's first launches are a change: they are watched, and one of them seen
+ * activated later is what proves the template when no run saw it parked.
+ */
 async function settleStreak(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, stored: PrimeStreak | undefined, streak: PrimeStreak, log: Logger): Promise<void> {
-  const unchanged = stored ? encodeStreak(stored) === encodeStreak(streak) : streak.failures === 0 && !streak.proven;
+  const unchanged = encodeStreak(streak) === encodeStreak(stored ?? freshStreak(streak.template));
   if (!unchanged) await writeStreak(deps, config, pool, streak, log);
 }
 

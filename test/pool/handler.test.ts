@@ -30,6 +30,8 @@ function handler(config: FleetConfig) {
     sink: lines.sink,
   });
 }
+/** Parameters left besides the pool's prime streak (which a launch on a fresh template writes). */
+const markers = () => [...aws.parameters.keys()].filter((name) => name !== paths.primeState('linux'));
 const parked = (tags: Record<string, string> = {}, spotRequestId?: string) =>
   aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: { ...standbyTags(), ...tags }, ...(spotRequestId ? { spotRequestId } : {}) });
 
@@ -239,7 +241,7 @@ describe('pool handler', () => {
     expect(summary).toMatchObject({ target: 1, launched: 1, evicted: { 'max-age': 1 } });
     expect(lines.logs(/^terminate outcome unknown, resolved/)[0]).toMatchObject({ instances: 1, terminating: 1 });
     expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: old.id, reason: 'max-age' });
-    expect(aws.parameters.size).toBe(0);
+    expect(markers()).toEqual([]);
   });
 
   it('a terminate whose every answer was lost and that did not run is observed as still stopped: it holds its place and its marker is released', async () => {
@@ -272,7 +274,7 @@ describe('pool handler', () => {
     expect(aws.count('TerminateInstances')).toBe(6);
     expect(aws.instances.get(old.id)!.state).toBe('terminated');
     expect(summary).toMatchObject({ target: 1, launched: 1, evicted: { 'max-age': 1 } });
-    expect(aws.parameters.size).toBe(0);
+    expect(markers()).toEqual([]);
   });
 
   it('a look under the lock that fails evicts nothing and still releases the marker before the run fails', async () => {
@@ -388,6 +390,24 @@ describe('pool handler', () => {
     expect(JSON.parse(aws.parameters.get(paths.primeState('linux'))!.value)).toMatchObject({ failures: 0, proven: true });
   });
 
+  it('a standby taken by a job that ended (terminated) before any pool run saw it parked or active still proves the template', async () => {
+    // A fresh template: the first fill launches its `limit` standbys on start tickets.
+    const config = fleetConfig({ warmSize: 2, primeFailureLimit: 2, primingTimeoutSeconds: 900 });
+    expect((await handler(config)())[0]).toMatchObject({ launched: 2 });
+    const standbys = [...aws.instances.values()];
+    // Both primed, were activated and ran a short job between two pool runs: gone, with the activation tags.
+    for (const [n, i] of standbys.entries()) {
+      i.state = 'terminated';
+      i.tags.set(KEYS.activatedAt, aws.now.toISOString());
+      i.tags.set(KEYS.jobId, `job-${n}`);
+    }
+    lines = new Lines();
+    aws.now = new Date(aws.now.getTime() + 60_000);
+    expect((await handler(config)())[0]).toMatchObject({ parked: 0, launched: 2 });
+    expect(lines.logs('prime back-off: launch tickets taken elsewhere')).toEqual([]);
+    expect(JSON.parse(aws.parameters.get(paths.primeState('linux'))!.value)).toMatchObject({ failures: 0, proven: true });
+  });
+
   it('launches nothing while the prime streak cannot be read', async () => {
     aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('ThrottlingException', 400)));
     expect((await handler(fleetConfig({ warmSize: 2 }))())[0]).toMatchObject({ launched: 0 });
@@ -486,11 +506,12 @@ describe('pool handler: reused instances (contract reuse.ts)', () => {
     const r = parkedReused();
     const [summary] = await handler(fleetConfig({ warmSize: 1 }))();
     expect(summary).toMatchObject({ evicted: { 'reuse-off': 1 } });
-    expect(aws.calls.filter((c) => c === 'PutParameter' || c === 'TerminateInstances')).toEqual(['PutParameter', 'TerminateInstances']);
+    // The marker, the eviction, then the prime streak that watches the standby launched in its place.
+    expect(aws.calls.filter((c) => c === 'PutParameter' || c === 'TerminateInstances')).toEqual(['PutParameter', 'TerminateInstances', 'PutParameter']);
     expect(aws.instances.get(r.id)!.state).toBe('terminated');
     expect(lines.metric('Evictions', { Pool: 'linux', Reason: 'reuse-off' })).toBe(1);
     expect(lines.logs('evicted')[0]).toMatchObject({ instanceId: r.id, reason: 'reuse-off' });
-    expect(aws.parameters.size).toBe(0);
+    expect(markers()).toEqual([]);
   });
 
   it.each([
