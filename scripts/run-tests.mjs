@@ -78,11 +78,15 @@ if (ok) {
     ok = run('bats', join(root, 'node_modules', 'bats', 'bin', 'bats'), ['--report-formatter', 'tap', '--output', reports, suites]) && ok;
     const tap = join(reports, 'report.tap');
     if (existsSync(tap)) {
-      for (const line of readFileSync(tap, 'utf8').split('\n')) {
+      const lines = readFileSync(tap, 'utf8').split('\n');
+      for (const [n, line] of lines.entries()) {
         if (/^ok \d+/.test(line)) passed++;
         else if (/^not ok \d+/.test(line)) {
           failed++;
-          failures.push(`bats ${line}`);
+          // Its diagnostics: the `# ` lines bats writes after it.
+          const diagnostics = [];
+          for (let k = n + 1; k < lines.length && lines[k].startsWith('#'); k++) diagnostics.push(lines[k]);
+          failures.push(`bats ${line}\n${firstLines(diagnostics.join('\n'))}`);
         }
       }
     }

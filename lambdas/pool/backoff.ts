@@ -333,7 +333,7 @@ export interface ColdGate {
   readonly resumeAt?: Date;
   /** Why launches are held back: the back-off, or a streak that could not be read. */
   readonly held?: 'backoff' | 'unproven' | 'unreadable';
-  /** The launch tickets the launches take (`ticketNeed`); none for a proven template. */
+  /** The launch tickets the launches take (`ticketNeed`), also when none launches now; none for a proven template. */
   readonly ticket?: TicketNeed;
 }
 
@@ -362,7 +362,8 @@ export function coldGate(
   const s = countStarts(current ?? freshStreak(template), evidence, now);
   const policy = { limit: pool.warm.primeFailureLimit, capSeconds: pool.warm.primeBackoffCapSeconds };
   const d = decideLaunch(s, policy, wanted, seen.priming + seen.starts.inFlight, now);
-  const need = d.launch > 0 ? ticketNeed(s, policy, pool.warm.primingTimeoutSeconds) : undefined;
+  // Also when nothing launches now: a launch that happened on an earlier ticket is spent by it.
+  const need = ticketNeed(s, policy, pool.warm.primingTimeoutSeconds);
   const ticket = need ? { ticket: need } : {};
   if (d.launch >= wanted) return { launch: d.launch, ...ticket };
   return { launch: d.launch, ...(d.resumeAt ? { resumeAt: d.resumeAt } : {}), held: s.failures > 0 ? 'backoff' : 'unproven', ...ticket };

@@ -14,8 +14,9 @@ const GONE_STATES = ['shutting-down', 'terminated'];
  * filtered DescribeInstances: the batch's observation shows live instances only, and a cold
  * launch that failed is terminated). Then the pure gate (decide.ts `poolColdGate`).
  * Either read failing holds the pool's cold launches: failing safe, as the pool does.
+ * `reportHeld: false` for a gate read only for its ticket need (no launch is held by it).
  */
-export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], live: readonly ObservedInstance[]): Promise<Map<string, ColdGate>> {
+export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], live: readonly ObservedInstance[], options: { readonly reportHeld?: boolean } = {}): Promise<Map<string, ColdGate>> {
   const wanted = new Map<string, number>();
   for (const j of cold) wanted.set(j.pool.name, (wanted.get(j.pool.name) ?? 0) + 1);
   const gates = new Map<string, ColdGate>();
@@ -29,7 +30,7 @@ export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], 
       const streak = unreadable !== undefined || (stored && 'unreadable' in stored) ? 'unreadable' : stored;
       const seen = Array.isArray(gone) ? [...live, ...gone] : live;
       const gate = poolColdGate(streak, pool, seen, ctx.keys, n, ctx.now());
-      if (gate.held) ctx.log.warn('prime back-off: holding cold launches back', { pool: name, wanted: n, launching: gate.launch, held: gate.held, resumeAt: gate.resumeAt?.toISOString() });
+      if (gate.held && options.reportHeld !== false) ctx.log.warn('prime back-off: holding cold launches back', { pool: name, wanted: n, launching: gate.launch, held: gate.held, resumeAt: gate.resumeAt?.toISOString() });
       gates.set(name, gate);
     }),
   );

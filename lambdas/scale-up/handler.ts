@@ -36,7 +36,7 @@ import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
 import { coldGates, ticketCold } from './cold-gate';
-import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { keptTicketFields, messageTicketOwner, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import type { ColdGate } from '../pool/backoff';
 
 export interface ScaleUpOptions {
@@ -534,6 +534,7 @@ async function launch(
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       const ticket = tickets?.granted.get(j.key);
       if (ticket) await settleTicket(b, j, ticket, error);
+      else if (e?.kind === 'found') await spendTakenOver(b, step, j, instances);
       // Only the first receive: a sustained outage whose answers are all lost would otherwise
       // spend the message's receives 30 s apart and dead-letter the job within minutes.
       if (launchUnknown(error) && attemptOf(j).receiveCount === 1) await redeliverSoon(b, item);
@@ -587,6 +588,27 @@ async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unk
   }
   const r = await tickets.spend(ticket);
   j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
+}
+
+/**
+ * A taken-over instance that failed after all was launched on the ticket an earlier receive of
+ * the message took (and kept: its outcome was unknown). Spent like a failed launch's, or the
+ * next receive, finding no instance, would launch on it again. The take-over passed no gate,
+ * so the pool's need is read now (failure path only). Never throws: a ticket left costs at
+ * most one launch per receive until its expiry.
+ */
+async function spendTakenOver(b: Batch, step: StepContext, j: JobInFlight, instances: readonly ObservedInstance[]): Promise<void> {
+  const tickets = b.deps.launchTickets;
+  if (!tickets) return;
+  try {
+    const need = (await coldGates(step, [j], instances, { reportHeld: false })).get(j.pool.name)?.ticket;
+    if (!need) return;
+    const r = await tickets.spendHeld(j.pool.name, need, messageTicketOwner(j.key), b.now());
+    for (const t of r.spent) j.log.warn('the taken-over instance was launched before the failure: its launch ticket is spent until its expiry', keptTicketFields(j.pool.name, t));
+    if (r.errors.length) j.log.warn('spending the launch ticket of the taken-over instance failed; it frees at its expiry', { pool: j.pool.name, errors: r.errors });
+  } catch (error) {
+    j.log.warn('spending the launch ticket of the taken-over instance failed; it frees at its expiry', { pool: j.pool.name, error: errorName(error) });
+  }
 }
 
 /**

@@ -44,8 +44,9 @@ export interface LaunchTickets {
   /**
    * Takes up to `count` of the need's slots for `pool`, in slot order. `owners` names the
    * takers (fresh tokens without it): a live ticket already held under one of them is that
-   * owner's again (its redelivered job, whose first launch never answered), whichever slot it
-   * is in; match the outcome to the owners by `Ticket.owner`.
+   * owner's again, with a fresh expiry (its redelivered job, whose first launch never
+   * answered), whichever slot it is in, and that owner takes no other; match the outcome to the
+   * owners by `Ticket.owner`.
    */
   take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome>;
   /**
@@ -62,6 +63,12 @@ export interface LaunchTickets {
    * under its message's owner costs at most one launch per receive of that message.
    */
   spend(ticket: Ticket): Promise<{ readonly spent: boolean; readonly error?: string }>;
+  /**
+   * Spends the live tickets of the need's slots that `owner` holds (`spend` each): for a launch
+   * that happened under a ticket this caller did not take (a redelivery that took over its
+   * earlier receive's instance, which then failed). Never throws.
+   */
+  spendHeld(pool: string, need: TicketNeed, owner: string, now: Date): Promise<{ readonly spent: readonly Ticket[]; readonly errors: readonly string[] }>;
 }
 
 /**
@@ -117,43 +124,74 @@ export class DynamoLaunchTickets implements LaunchTickets {
   async take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome> {
     const taken: Ticket[] = [];
     const errors: string[] = [];
-    // Owners not yet served, in order; one whose live ticket another taker ran into has it.
+    // Owners not yet served, in order. A redelivered job's live ticket is found first, whatever
+    // its slot: a scan that met a free slot before it would hand the owner a second one.
     const waiting = owners ? [...owners] : undefined;
+    const held = waiting ? await this.heldTickets(pool, need, waiting, now) : undefined;
+    if (held) {
+      errors.push(...held.errors);
+      // Undecided slots may be one of the owners': nobody takes a new one this time (fail safe).
+      if (held.errors.length > 0) waiting!.length = 0;
+      for (const [owner, ticket] of held.tickets) {
+        if (taken.length >= count) break;
+        // Taken again under the same owner: the condition passes and the expiry starts afresh.
+        const again = { ...ticket, expiresAt: ticketExpiry(now, need.holdSeconds) };
+        const o = await this.takeOne(again, pool, now);
+        if (o === 'won') taken.push(again);
+        else if (o !== 'lost') errors.push(`${ticket.key}: ${o.error}`);
+        waiting!.splice(waiting!.indexOf(owner), 1);
+      }
+    }
+    const heldKeys = new Set([...(held?.tickets.values() ?? [])].map((t) => t.key));
     for (const slot of need.slots) {
       if (taken.length >= count || waiting?.length === 0) break;
-      const ticket = { key: ticketKey(pool, need.template, slot), owner: waiting?.[0] ?? this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
+      const key = ticketKey(pool, need.template, slot);
+      if (heldKeys.has(key)) continue;
+      const ticket = { key, owner: waiting?.[0] ?? this.token(), expiresAt: ticketExpiry(now, need.holdSeconds) };
       const o = await this.takeOne(ticket, pool, now);
       if (o === 'won') {
         taken.push(ticket);
         waiting?.shift();
-      } else if (o === 'lost') {
-        const held = waiting ? await this.heldBy(ticket.key, waiting.slice(1), now) : undefined;
-        if (held) {
-          taken.push(held);
-          waiting!.splice(waiting!.indexOf(held.owner), 1);
-        }
-      } else errors.push(`${slot}: ${o.error}`);
+      } else if (o !== 'lost') errors.push(`${slot}: ${o.error}`);
     }
     return { taken, errors };
   }
 
-  /**
-   * The live ticket in `key` when one of `owners` holds it (consistent read); undefined
-   * otherwise, also when the read fails (that owner is not served this time: failing safe).
-   */
-  private async heldBy(key: string, owners: readonly string[], now: Date): Promise<Ticket | undefined> {
-    if (owners.length === 0) return undefined;
-    let item: Record<string, AttributeValue> | undefined;
-    try {
-      item = (await this.read(key)).Item;
-    } catch {
-      return undefined;
+  async spendHeld(pool: string, need: TicketNeed, owner: string, now: Date): Promise<{ readonly spent: readonly Ticket[]; readonly errors: readonly string[] }> {
+    const held = await this.heldTickets(pool, need, [owner], now);
+    const spent: Ticket[] = [];
+    const errors = [...held.errors];
+    for (const ticket of held.tickets.values()) {
+      const r = await this.spend(ticket);
+      if (r.spent) spent.push(ticket);
+      else errors.push(`${ticket.key}: ${r.error}`);
     }
-    const owner = item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S;
-    if (owner === undefined || !owners.includes(owner) || readBack(item, owner, now) !== 'won') return undefined;
-    const expires = Number(item![JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
-    if (expires < Math.floor(now.getTime() / 1000)) return undefined;
-    return { key, owner, expiresAt: new Date(expires * 1000).toISOString() };
+    return { spent, errors };
+  }
+
+  /**
+   * The live tickets of the need's slots that `owners` hold (consistent reads, one per slot:
+   * `primeFailureLimit` at most, one for a probe). A slot whose read fails is an error: it
+   * may be one of theirs.
+   */
+  private async heldTickets(pool: string, need: TicketNeed, owners: readonly string[], now: Date): Promise<{ tickets: Map<string, Ticket>; errors: string[] }> {
+    const tickets = new Map<string, Ticket>();
+    const errors: string[] = [];
+    for (const slot of need.slots) {
+      const key = ticketKey(pool, need.template, slot);
+      let item: Record<string, AttributeValue> | undefined;
+      try {
+        item = (await this.read(key)).Item;
+      } catch (error) {
+        errors.push(`${slot}: read failed: ${errorName(error)}`);
+        continue;
+      }
+      const owner = item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S;
+      if (owner === undefined || !owners.includes(owner) || tickets.has(owner) || readBack(item, owner, now) !== 'won') continue;
+      const expires = Number(item![JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
+      if (expires >= Math.floor(now.getTime() / 1000)) tickets.set(owner, { key, owner, expiresAt: new Date(expires * 1000).toISOString() });
+    }
+    return { tickets, errors };
   }
 
   /** One slot; a lost answer is read back, and a write that did not land is sent once more. */

@@ -68,9 +68,11 @@ export function hostUserExists(name: string): boolean {
  */
 export function removeHostUser(name: string): void {
   if (!hostUserExists(name)) return;
-  // Until none is left (a process forked during pkill's scan of /proc survives it), as the boot
-  // script's cleaning does: a process left with the freed uid would belong to the next user.
-  for (let round = 0; round < 20 && userProcesses(name); round++) {
+  // Until none is left (a process forked during pkill's scan of /proc survives it; a killed one
+  // takes a moment to exit), as the boot script's cleaning does, pausing between rounds: a
+  // process left with the freed uid would belong to the next user. About 5 s at most.
+  for (let round = 0; round < 50 && userProcesses(name); round++) {
+    if (round > 0) execFileSync('sleep', ['0.1']);
     try {
       execFileSync('pkill', ['-KILL', '-U', name], { stdio: 'ignore' });
     } catch {

@@ -239,6 +239,63 @@ describe("scale-up's ticketed cold launch, faults, against moto", () => {
     expect(lines.logs('the cold launch may have happened: its launch ticket is kept until its expiry')).toHaveLength(1);
   }, scaled(120_000));
 
+  it('a take-over that fails after all spends the ticket its earlier receive kept: the next receive launches nothing on it', async () => {
+    await setUp({ warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
+    // Receive 1: every CreateFleet send unanswered and nothing launched, so its ticket is kept.
+    const faulty = ec2();
+    keepClientTokens(faulty);
+    faulty.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'CreateFleetCommand') return next(args);
+        throw Object.assign(new Error('internal'), { name: 'InternalError', $fault: 'server', $metadata: { httpStatusCode: 500 } });
+      },
+      { step: 'initialize', priority: 'high' },
+    );
+    const lines = new Lines();
+    T0 = new Date();
+    hidden.clear();
+    expect((await scaleUp(faulty, dynamo(), T0, lines)(receive(1))).batchItemFailures).toHaveLength(1);
+    expect(await heldTickets()).toBe(1);
+    // Its launch lands late, under receive 1's token.
+    const token = launchToken({ messageId: 'msg-1', receiveCount: 1 }, 'on-demand');
+    await ec2().send(
+      new CreateFleetCommand({
+        Type: 'instant',
+        ClientToken: token,
+        LaunchTemplateConfigs: [{ LaunchTemplateSpecification: { LaunchTemplateId: config.pools[0]!.launchTemplateId, Version: config.pools[0]!.launchTemplateVersion } }],
+        TargetCapacitySpecification: { TotalTargetCapacity: 1, DefaultTargetCapacityType: 'on-demand' },
+        TagSpecifications: [{ ResourceType: 'instance', Tags: coldLaunchTags(KEYS, 'linux', job(1), T0, token) }],
+      }),
+    );
+    // Receive 2 takes it over, but its config write is refused: the instance is rolled back.
+    const ssm = motoClients(moto.endpoint).ssm;
+    ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'PutParameterCommand') throw Object.assign(new Error('denied'), { name: 'AccessDeniedException', $fault: 'client', $metadata: { httpStatusCode: 400 } });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const at2 = redeliveredAt(1, T0);
+    expect((await scaleUp(ec2(), dynamo(), at2, lines, ssm)(receive(2))).batchItemFailures).toHaveLength(1);
+    expect(lines.logs('taking over the instance an earlier receive of the message launched, instead of launching')).toHaveLength(1);
+    expect(await instances()).toHaveLength(0);
+    expect(lines.logs('the taken-over instance was launched before the failure: its launch ticket is spent until its expiry')).toHaveLength(1);
+    // Receive 3 finds no instance of its message and the ticket not its own: it waits, launching nothing.
+    const counting = ec2();
+    let launches = 0;
+    counting.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'CreateFleetCommand') launches++;
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    expect((await scaleUp(counting, dynamo(), redeliveredAt(2, at2), lines)(receive(3))).batchItemFailures).toEqual([]);
+    expect(launches).toBe(0);
+    expect(await heldTickets()).toBe(1);
+  }, scaled(120_000));
+
   it('a CreateFleet that lands after every look-up of its receive is taken over by the next receive, past the cold gate', async () => {
     await setUp({ warmSize: 0, primeFailureLimit: 1, primeBackoffCapSeconds: 3600 });
     const faulty = ec2();

@@ -432,6 +432,9 @@ describe('pool handler: launch tickets kept after an exception', () => {
       async spend() {
         return { spent: true };
       },
+      async spendHeld() {
+        return { spent: [], errors: [] };
+      },
     };
     // A fresh (unproven) template takes start tickets; the pool's subnets then break the launch
     // itself with an exception (not an EC2 answer), after the take.
@@ -469,6 +472,9 @@ describe('pool handler: launch tickets given back', () => {
       },
       async spend() {
         return { spent: true };
+      },
+      async spendHeld() {
+        return { spent: [], errors: [] };
       },
     };
     aws.fault('RunInstances', awsError('InvalidParameterValue'));

@@ -1,4 +1,4 @@
-import { GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DeleteItemCommand, GetItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { createPoolHandler } from '../../lambdas/pool/handler';
@@ -91,6 +91,63 @@ describe('owned tickets against moto: a redelivered job, a spent launch, a lost 
       'message:A': ticketKey('linux', 'lt-1:1', 'start#3'),
     });
     expect(out.errors).toEqual([]);
+  });
+
+  it('a redelivered job whose ticket is in a later slot than a free one gets its own back and takes no second slot', async () => {
+    const tickets = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    // A's earlier receive holds start#2; start#1 was the pool's, given back since.
+    const [pools] = (await tickets.take('linux', start, 1, NOW)).taken;
+    await tickets.take('linux', { ...start, slots: ['start#2'] }, 1, NOW, ['message:A']);
+    expect(await tickets.release(pools!)).toEqual({ released: true });
+    const later = new Date(NOW.getTime() + 600_000);
+    const out = await tickets.take('linux', start, 2, later, ['message:A', 'message:B']);
+    expect(Object.fromEntries(out.taken.map((t) => [t.owner, t.key]))).toEqual({
+      'message:A': ticketKey('linux', 'lt-1:1', 'start#2'),
+      'message:B': ticketKey('linux', 'lt-1:1', 'start#1'),
+    });
+    expect(await Promise.all(start.slots.map(owner))).toEqual(['message:B', 'message:A', undefined]);
+    // A's ticket is held afresh: its expiry counts from this take, as its new launch's does.
+    expect(out.taken.find((t) => t.owner === 'message:A')!.expiresAt).toBe(new Date((Math.floor(later.getTime() / 1000) + start.holdSeconds) * 1000).toISOString());
+  });
+
+  it('a slot that cannot be read may be a redelivered job\'s: no new slot is taken that time', async () => {
+    const client = dynamo();
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') throw Object.assign(new Error('denied'), { name: 'AccessDeniedException', $fault: 'client', $metadata: { httpStatusCode: 400 } });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const out = await new DynamoLaunchTickets(aws(), client, TABLE).take('linux', { ...start, slots: ['start#1'] }, 1, NOW, ['message:D']);
+    expect(out.taken).toEqual([]);
+    expect(out.errors).toEqual(['start#1: read failed: AccessDeniedException']);
+    expect(await Promise.all(start.slots.map(owner))).toEqual([undefined, undefined, undefined]);
+  });
+
+  it('spendHeld spends the live tickets its owner holds, and no other', async () => {
+    const tickets = new DynamoLaunchTickets(aws(), dynamo(), TABLE);
+    await tickets.take('linux', start, 1, NOW, ['message:E']);
+    await tickets.take('linux', start, 1, NOW, ['message:F']);
+    const out = await tickets.spendHeld('linux', start, 'message:E', NOW);
+    expect(out).toEqual({ spent: [expect.objectContaining({ key: ticketKey('linux', 'lt-1:1', 'start#1'), owner: 'message:E' })], errors: [] });
+    const owners = await Promise.all(start.slots.map(owner));
+    expect(owners[0]).toEqual(expect.any(String));
+    expect(owners[0]).not.toBe('message:E');
+    expect(owners.slice(1)).toEqual(['message:F', undefined]);
+  });
+
+  it('a spend whose answer was lost is read back: landed, it is done without a resend; not landed, it is sent again', async () => {
+    for (const lands of [true, false]) {
+      const [ticket] = (await new DynamoLaunchTickets(aws(), dynamo(), TABLE).take('linux', need, 1, NOW, ['message:G'])).taken;
+      const client = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { when: isTicket, lands });
+      expect(await new DynamoLaunchTickets(aws(), client, TABLE).spend(ticket!)).toEqual({ spent: true });
+      expect(client.calls()).toBe(lands ? 1 : 2);
+      expect(await owner(need.slots[0]!)).toEqual(expect.any(String));
+      expect(await owner(need.slots[0]!)).not.toBe('message:G');
+      // Given back for the next round of the loop (a spent ticket is nobody's to release).
+      await dynamo().send(new DeleteItemCommand({ TableName: TABLE, Key: { jobId: { S: ticketKey('linux', 'lt-1:1', need.slots[0]!) } } }));
+    }
   });
 
   it('a spent ticket stays held until its expiry, but not under its message: the redelivery cannot take it again', async () => {

@@ -1331,7 +1331,7 @@ describe('scale-up: a registration carried to the cold gate that throws', () => 
     };
   };
   // Launch tickets are taken only for a template that is unproven or failing: one failure, a while ago.
-  const ticketsThrow = { take: async () => Promise.reject(new Error('ticket table broke')), release: async () => ({ released: true }), spend: async () => ({ spent: true }) };
+  const ticketsThrow = { take: async () => Promise.reject(new Error('ticket table broke')), release: async () => ({ released: true }), spend: async () => ({ spent: true }), spendHeld: async () => ({ spent: [], errors: [] }) };
   const failingOnce = () => {
     const streak = { ...freshStreak(templateOf(fleetConfig().pools[0]!)), failures: 1, lastFailureAt: new Date(aws.now.getTime() - 3600_000).toISOString() };
     aws.parameters.set(paths.primeState('linux'), { value: encodeStreak(streak), tags: {}, at: aws.now, type: 'String' });
@@ -1384,10 +1384,16 @@ describe('scale-up: a registration carried to the cold gate that throws', () => 
 
   it("a redelivery whose look-up of the earlier receives' launches fails takes no launch ticket (the look-up comes before the gate)", async () => {
     failingOnce();
-    const ticket = { key: 'ticket-1', owner: 'owner-1', expiresAt: new Date(aws.now.getTime() + 600_000).toISOString() };
+    // The message's own ticket: ticketCold would grant it, were it asked.
+    const ticket = { key: 'ticket-1', owner: 'message:msg-1', expiresAt: new Date(aws.now.getTime() + 600_000).toISOString() };
     const released: unknown[] = [];
     let takes = 0;
-    const launchTickets = { take: async () => ((takes += 1), { taken: [ticket], errors: [] }), release: async (t: unknown) => (released.push(t), { released: true }), spend: async () => ({ spent: true }) };
+    const launchTickets = {
+      take: async () => ((takes += 1), { taken: [ticket], errors: [] }),
+      release: async (t: unknown) => (released.push(t), { released: true }),
+      spend: async () => ({ spent: true }),
+      spendHeld: async () => ({ spent: [], errors: [] }),
+    };
     // The observation answers; the token look-up fails.
     aws.fault('DescribeInstances', 'pass', awsError('UnauthorizedOperation'));
     const res = await handler({}, fleetConfig(), INSTANCE_ARN_PREFIX, () => aws.now, { launchTickets })(sqsEvent(record(JSON.stringify(job(1)), { id: 'msg-1', receiveCount: 2 })));
