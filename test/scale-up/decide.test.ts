@@ -86,7 +86,10 @@ describe('the cold gate: what the prime back-off lets a batch launch cold', () =
   });
   it('a failure the pool has not counted yet holds every launch for its whole delay from now', () => {
     const f = failedCold(1);
-    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [f], KEYS, 5, NOW)).toEqual({ launch: 0, held: 'backoff', resumeAt: new Date(NOW.getTime() + 60_000) });
+    const resumeAt = new Date(NOW.getTime() + 60_000);
+    // The need is named though nothing launches: a failed take-over spends by it.
+    const ticket = { template, slots: [`probe#${resumeAt.toISOString()}`], holdSeconds: launchTicketHoldSeconds(pool.warm.primingTimeoutSeconds) };
+    expect(poolColdGate({ ...freshStreak(template), proven: true }, pool, [f], KEYS, 5, NOW)).toEqual({ launch: 0, held: 'backoff', resumeAt, ticket });
     // Counted already (the pool remembers it): not counted twice.
     expect(poolColdGate(failing(1, 120, [f.id]), pool, [f], KEYS, 5, NOW)).toMatchObject({ launch: 1, held: 'backoff' });
   });
