@@ -14,7 +14,8 @@ const GONE_STATES = ['shutting-down', 'terminated'];
  * filtered DescribeInstances: the batch's observation shows live instances only, and a cold
  * launch that failed is terminated). Then the pure gate (decide.ts `poolColdGate`).
  * Either read failing holds the pool's cold launches: failing safe, as the pool does.
- * `reportHeld: false` for a gate read only for its ticket need (no launch is held by it).
+ * `reportHeld: false` for a gate read only for its ticket need (no launch is held by it): a
+ * failed take-over spending its ticket.
  */
 export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], live: readonly ObservedInstance[], options: { readonly reportHeld?: boolean } = {}): Promise<Map<string, ColdGate>> {
   const wanted = new Map<string, number>();
@@ -26,7 +27,11 @@ export async function coldGates(ctx: StepContext, cold: readonly JobInFlight[], 
       const parameter = ctx.paths.primeState(name);
       const [stored, gone] = await Promise.all([readPrimeStreak(ctx.aws, ctx.ssm, parameter), describeGone(ctx, name)]);
       const unreadable = [stored, gone].find((r): r is { unreadable: string } => r !== undefined && 'unreadable' in r)?.unreadable;
-      if (unreadable !== undefined) ctx.log.error('reading the prime back-off failed: no cold launch for the pool this batch', { pool: name, parameter, error: unreadable });
+      if (unreadable !== undefined) {
+        const fields = { pool: name, parameter, error: unreadable };
+        if (options.reportHeld === false) ctx.log.warn('reading the prime back-off failed: the launch ticket of the taken-over instance is not spent; it frees at its expiry', fields);
+        else ctx.log.error('reading the prime back-off failed: no cold launch for the pool this batch', fields);
+      }
       const streak = unreadable !== undefined || (stored && 'unreadable' in stored) ? 'unreadable' : stored;
       const seen = Array.isArray(gone) ? [...live, ...gone] : live;
       const gate = poolColdGate(streak, pool, seen, ctx.keys, n, ctx.now());
@@ -53,7 +58,13 @@ async function describeGone(ctx: StepContext, pool: string): Promise<ObservedIns
  * invocation (or the pool Lambda) won the slot, or the table did not answer: failing safe.
  * A proven template's gate carries no ticket and its launches pass untouched.
  */
-export async function ticketCold(ctx: StepContext, tickets: LaunchTickets, gates: ReadonlyMap<string, ColdGate>, launching: readonly JobInFlight[]): Promise<{ granted: Map<string, Ticket>; refused: JobInFlight[] }> {
+export async function ticketCold(
+  ctx: StepContext,
+  tickets: LaunchTickets,
+  gates: ReadonlyMap<string, ColdGate>,
+  launching: readonly JobInFlight[],
+  redelivered: (j: JobInFlight) => boolean,
+): Promise<{ granted: Map<string, Ticket>; refused: JobInFlight[] }> {
   const granted = new Map<string, Ticket>();
   const refused: JobInFlight[] = [];
   const byPool = new Map<string, JobInFlight[]>();
@@ -62,8 +73,10 @@ export async function ticketCold(ctx: StepContext, tickets: LaunchTickets, gates
     [...byPool].map(async ([name, jobs]) => {
       const need = gates.get(name)?.ticket;
       if (!need) return;
-      // Owned by the message: its redelivery holds the ticket its earlier receive took.
-      const out = await tickets.take(name, need, jobs.length, ctx.now(), jobs.map((j) => messageTicketOwner(j.key)));
+      // Owned by the message: its redelivery holds the ticket its earlier receive took (only a
+      // redelivery can hold one already).
+      const owners = jobs.map((j) => messageTicketOwner(j.key));
+      const out = await tickets.take(name, need, jobs.length, ctx.now(), owners, jobs.filter(redelivered).map((j) => messageTicketOwner(j.key)));
       if (out.errors.length) ctx.log.error('taking launch tickets failed: those cold launches wait', { pool: name, errors: out.errors });
       const byOwner = new Map(out.taken.map((t) => [t.owner, t]));
       for (const j of jobs) {

@@ -449,13 +449,13 @@ interface Gated {
 }
 
 /** 5a. The prime back-off's verdict per cold job, and the launch tickets of those it lets launch. */
-async function gate(b: Batch, step: StepContext, cold: readonly JobInFlight[], instances: readonly ObservedInstance[]): Promise<Gated> {
+async function gate(b: Batch, step: StepContext, cold: readonly JobInFlight[], instances: readonly ObservedInstance[], redelivered: (j: JobInFlight) => boolean): Promise<Gated> {
   const gates = cold.length > 0 ? await coldGates(step, cold, instances) : new Map<string, ColdGate>();
   const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: j.job.receivedAt })), gates, b.now(), b.options.maxWaitSeconds);
   const launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
   // A pool whose template is unproven or failing launches only with a ticket: the decision
   // and the permission to launch in one conditional write (launch-tickets.ts).
-  const tickets = b.deps.launchTickets && launching.length > 0 ? await ticketCold(step, b.deps.launchTickets, gates, launching) : undefined;
+  const tickets = b.deps.launchTickets && launching.length > 0 ? await ticketCold(step, b.deps.launchTickets, gates, launching, redelivered) : undefined;
   if (!tickets) return { verdicts, launching };
   for (const [key, v] of heldWithoutTicket(tickets.refused, gates, b.now(), b.options.maxWaitSeconds)) verdicts.set(key, v);
   return { verdicts, launching: launching.filter((j) => !tickets.refused.includes(j)), tickets };
@@ -482,7 +482,7 @@ async function launch(
   let gated: Gated | undefined;
   try {
     earlier = await lookUpTakeOvers(step, cold, attemptOf);
-    gated = await gate(b, step, cold.filter((j) => !earlier.has(j.key)), instances);
+    gated = await gate(b, step, cold.filter((j) => !earlier.has(j.key)), instances, (j) => attemptOf(j).receiveCount > 1);
     launching = gated.launching;
   } finally {
     // A carried registration goes with its job's launch or take-over; a job that does neither
@@ -601,7 +601,9 @@ async function spendTakenOver(b: Batch, step: StepContext, j: JobInFlight, insta
   const tickets = b.deps.launchTickets;
   if (!tickets) return;
   try {
-    const need = (await coldGates(step, [j], instances, { reportHeld: false })).get(j.pool.name)?.ticket;
+    const gate = (await coldGates(step, [j], instances, { reportHeld: false })).get(j.pool.name);
+    // An unreadable gate names no need; coldGates said why the ticket is not spent.
+    const need = gate?.ticket;
     if (!need) return;
     const r = await tickets.spendHeld(j.pool.name, need, messageTicketOwner(j.key), b.now());
     for (const t of r.spent) j.log.warn('the taken-over instance was launched before the failure: its launch ticket is spent until its expiry', keptTicketFields(j.pool.name, t));

@@ -46,9 +46,10 @@ export interface LaunchTickets {
    * takers (fresh tokens without it): a live ticket already held under one of them is that
    * owner's again, with a fresh expiry (its redelivered job, whose first launch never
    * answered), whichever slot it is in, and that owner takes no other; match the outcome to the
-   * owners by `Ticket.owner`.
+   * owners by `Ticket.owner`. Only `mayHold` (by default every owner; a first receive's message
+   * cannot hold one) are looked for, and a slot that cannot be read stops only them.
    */
-  take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome>;
+  take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[], mayHold?: readonly string[]): Promise<TakeOutcome>;
   /**
    * Gives a ticket back; only for a launch known not to have happened (refused, or settled as
    * not launched: lambdas/shared/launch-outcome.ts). A lost answer is read back and the delete
@@ -64,7 +65,7 @@ export interface LaunchTickets {
    */
   spend(ticket: Ticket): Promise<{ readonly spent: boolean; readonly error?: string }>;
   /**
-   * Spends the live tickets of the need's slots that `owner` holds (`spend` each): for a launch
+   * Spends the live ticket of the need's slots that `owner` holds (`spend`): for a launch
    * that happened under a ticket this caller did not take (a redelivery that took over its
    * earlier receive's instance, which then failed). Never throws.
    */
@@ -121,28 +122,31 @@ export class DynamoLaunchTickets implements LaunchTickets {
     private readonly token: () => string = randomUUID,
   ) {}
 
-  async take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[]): Promise<TakeOutcome> {
+  async take(pool: string, need: TicketNeed, count: number, now: Date, owners?: readonly string[], mayHold: readonly string[] = owners ?? []): Promise<TakeOutcome> {
     const taken: Ticket[] = [];
     const errors: string[] = [];
     // Owners not yet served, in order. A redelivered job's live ticket is found first, whatever
     // its slot: a scan that met a free slot before it would hand the owner a second one.
     const waiting = owners ? [...owners] : undefined;
-    const held = waiting ? await this.heldTickets(pool, need, waiting, now) : undefined;
-    if (held) {
+    const heldKeys = new Set<string>();
+    const candidates = waiting ? mayHold.filter((o) => waiting.includes(o)) : [];
+    if (candidates.length > 0) {
+      const held = await this.heldTickets(pool, need, candidates, now);
       errors.push(...held.errors);
-      // Undecided slots may be one of the owners': nobody takes a new one this time (fail safe).
-      if (held.errors.length > 0) waiting!.length = 0;
-      for (const [owner, ticket] of held.tickets) {
-        if (taken.length >= count) break;
+      for (const owner of candidates) {
+        const ticket = held.tickets.get(owner);
+        // An unread slot may be this owner's: it takes no new one this time (fail safe).
+        if (!ticket && held.errors.length === 0) continue;
+        waiting!.splice(waiting!.indexOf(owner), 1);
+        if (!ticket || taken.length >= count) continue;
         // Taken again under the same owner: the condition passes and the expiry starts afresh.
         const again = { ...ticket, expiresAt: ticketExpiry(now, need.holdSeconds) };
         const o = await this.takeOne(again, pool, now);
         if (o === 'won') taken.push(again);
         else if (o !== 'lost') errors.push(`${ticket.key}: ${o.error}`);
-        waiting!.splice(waiting!.indexOf(owner), 1);
       }
+      for (const t of held.tickets.values()) heldKeys.add(t.key);
     }
-    const heldKeys = new Set([...(held?.tickets.values() ?? [])].map((t) => t.key));
     for (const slot of need.slots) {
       if (taken.length >= count || waiting?.length === 0) break;
       const key = ticketKey(pool, need.template, slot);
@@ -170,26 +174,32 @@ export class DynamoLaunchTickets implements LaunchTickets {
   }
 
   /**
-   * The live tickets of the need's slots that `owners` hold (consistent reads, one per slot:
-   * `primeFailureLimit` at most, one for a probe). A slot whose read fails is an error: it
-   * may be one of theirs.
+   * The live ticket of the need's slots each of `owners` holds (consistent reads, one per slot,
+   * in parallel: `primeFailureLimit` at most, one for a probe). A slot whose read fails is an
+   * error: it may be one of theirs.
    */
   private async heldTickets(pool: string, need: TicketNeed, owners: readonly string[], now: Date): Promise<{ tickets: Map<string, Ticket>; errors: string[] }> {
     const tickets = new Map<string, Ticket>();
     const errors: string[] = [];
-    for (const slot of need.slots) {
-      const key = ticketKey(pool, need.template, slot);
-      let item: Record<string, AttributeValue> | undefined;
-      try {
-        item = (await this.read(key)).Item;
-      } catch (error) {
-        errors.push(`${slot}: read failed: ${errorName(error)}`);
+    const reads = await Promise.all(
+      need.slots.map(async (slot) => {
+        const key = ticketKey(pool, need.template, slot);
+        try {
+          return { slot, key, item: (await this.read(key)).Item };
+        } catch (error) {
+          return { slot, key, error: errorName(error) };
+        }
+      }),
+    );
+    for (const r of reads) {
+      if ('error' in r) {
+        errors.push(`${r.slot}: read failed: ${r.error}`);
         continue;
       }
-      const owner = item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S;
-      if (owner === undefined || !owners.includes(owner) || tickets.has(owner) || readBack(item, owner, now) !== 'won') continue;
-      const expires = Number(item![JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
-      if (expires >= Math.floor(now.getTime() / 1000)) tickets.set(owner, { key, owner, expiresAt: new Date(expires * 1000).toISOString() });
+      const owner = r.item?.[LAUNCH_TICKET_ATTRIBUTES.owner]?.S;
+      if (owner === undefined || !owners.includes(owner) || tickets.has(owner)) continue;
+      const expires = Number(r.item![JOB_RECORD_ATTRIBUTES.expiresAt]?.N ?? '0');
+      if (expires >= Math.floor(now.getTime() / 1000)) tickets.set(owner, { key: r.key, owner, expiresAt: new Date(expires * 1000).toISOString() });
     }
     return { tickets, errors };
   }

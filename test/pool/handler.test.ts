@@ -408,6 +408,17 @@ describe('pool handler', () => {
     expect(JSON.parse(aws.parameters.get(paths.primeState('linux'))!.value)).toMatchObject({ failures: 0, proven: true });
   });
 
+  it('a watched standby gone without activation tags (a failed prime, evicted) proves nothing', async () => {
+    const config = fleetConfig({ warmSize: 2, primeFailureLimit: 2, primeBackoffCapSeconds: 3600, primingTimeoutSeconds: 900 });
+    expect((await handler(config)())[0]).toMatchObject({ launched: 2 });
+    // Neither parks: past the priming timeout, the next run evicts both (terminated, no activation tags).
+    aws.now = new Date(aws.now.getTime() + 901_000);
+    expect((await handler(config)())[0]).toMatchObject({ launched: 0, evicted: { 'priming-timeout': 2 } });
+    aws.now = new Date(aws.now.getTime() + 60_000);
+    await handler(config)();
+    expect(JSON.parse(aws.parameters.get(paths.primeState('linux'))!.value)).toMatchObject({ failures: 2, proven: false });
+  });
+
   it('launches nothing while the prime streak cannot be read', async () => {
     aws.fault('GetParameter', ...Array.from({ length: 10 }, () => awsError('ThrottlingException', 400)));
     expect((await handler(fleetConfig({ warmSize: 2 }))())[0]).toMatchObject({ launched: 0 });

@@ -110,7 +110,7 @@ describe('owned tickets against moto: a redelivered job, a spent launch, a lost 
     expect(out.taken.find((t) => t.owner === 'message:A')!.expiresAt).toBe(new Date((Math.floor(later.getTime() / 1000) + start.holdSeconds) * 1000).toISOString());
   });
 
-  it('a slot that cannot be read may be a redelivered job\'s: no new slot is taken that time', async () => {
+  it('a slot that cannot be read may be a redelivered job\'s: that job takes no new slot that time; a first receive does', async () => {
     const client = dynamo();
     client.middlewareStack.add(
       (next, context) => async (args) => {
@@ -123,6 +123,9 @@ describe('owned tickets against moto: a redelivered job, a spent launch, a lost 
     expect(out.taken).toEqual([]);
     expect(out.errors).toEqual(['start#1: read failed: AccessDeniedException']);
     expect(await Promise.all(start.slots.map(owner))).toEqual([undefined, undefined, undefined]);
+    // A first receive's message cannot hold a ticket: nothing is read for it, and it takes its slot.
+    const first = await new DynamoLaunchTickets(aws(), client, TABLE).take('linux', { ...start, slots: ['start#1'] }, 1, NOW, ['message:D'], []);
+    expect(first).toEqual({ taken: [expect.objectContaining({ owner: 'message:D' })], errors: [] });
   });
 
   it('spendHeld spends the live tickets its owner holds, and no other', async () => {
