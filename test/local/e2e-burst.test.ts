@@ -5,8 +5,11 @@ import { scaled } from '../support/slowdown';
 /** Burst: more jobs at once than the pools hold parked instances; the rest launch cold; all served. */
 describe('burst beyond the pool', () => {
   it('activates the parked instances, launches the rest cold, serves all and leaves nothing behind', { timeout: scaled(240_000) }, async () => {
-    const { report, events } = await runScenario({ burst: true, jobs: 4, poolSize: 2, deadlineMs: scaled(180_000) });
-    expect(report).toMatchObject({ jobs: 8, served: 8, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
+    const { report, events, logs } = await runScenario({ burst: true, jobs: 4, poolSize: 2, deadlineMs: scaled(180_000) });
+    // On a failure: the notes, each unserved job's timeline and the Lambdas' warnings and errors.
+    const unserved = report.timeline.filter((j) => j.served === undefined);
+    const why = JSON.stringify({ notes: report.notes, unserved, warnings: logs.filter((l) => /"level":"(warn|error)"/.test(l)) }).slice(0, 12_000);
+    expect(report, why).toMatchObject({ jobs: 8, served: 8, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     expect(report.warm + report.cold).toBe(8);
     for (const provider of ['github', 'gitlab']) {
       const jobs = report.timeline.filter((j) => j.provider === provider);
