@@ -123,11 +123,11 @@ afterAll(() => {
 
 describe('the packed library in a scratch CDK app', () => {
   it('ships the assembly, the compiled library, the Lambda bundles and the templates, and no sources', () => {
-    for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh']) {
+    for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh', 'CHANGELOG.md', 'README.md', 'LICENSE']) {
       expect(packedFiles).toContain(file);
     }
     for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
-    expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test)\//.test(f))).toEqual([]);
+    expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test|scripts)\//.test(f))).toEqual([]);
   });
 
   it('is the installed tarball, not the repository', () => {
