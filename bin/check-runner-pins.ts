@@ -1,9 +1,12 @@
+#!/usr/bin/env node
 /**
  * Checks the pinned runner checksums against what GitHub and GitLab publish (docs/operations.md,
  * "Upgrading"):
  *
- *   npm run check-runner-pins -- [--github-package FILE|JSON] [--gitlab-package FILE|JSON]
+ *   npx cdk-warm-runners-check-pins [--github-package FILE|JSON] [--gitlab-package FILE|JSON]
  *     [--github-api URL] [--gitlab-downloads URL] [--timeout-ms N]
+ *
+ * (the package's executable, dist/bin/check-runner-pins.js; in a checkout: `npm run check-runner-pins -- ...`).
  *
  * Without a package flag it checks DEFAULT_RUNNER_PACKAGES; a flag adds a pool's `runnerPackage`
  * override (a JSON file or inline JSON of { version, x64: { url, sha256 }, arm64: {...} }), checked
@@ -25,8 +28,9 @@ export const DEFAULT_GITHUB_API = 'https://api.github.com';
 export const DEFAULT_GITLAB_DOWNLOADS = 'https://gitlab-runner-downloads.s3.amazonaws.com';
 const DEFAULT_TIMEOUT_MS = 20_000;
 
-const USAGE = `usage: npm run check-runner-pins -- [--github-package FILE|JSON] [--gitlab-package FILE|JSON]
-       [--github-api URL] [--gitlab-downloads URL] [--timeout-ms N]`;
+const USAGE = `usage: cdk-warm-runners-check-pins [--github-package FILE|JSON] [--gitlab-package FILE|JSON]
+       [--github-api URL] [--gitlab-downloads URL] [--timeout-ms N]
+(in a checkout of the repository: npm run check-runner-pins -- ...)`;
 
 type Arch = 'x64' | 'arm64';
 const ARCHES: readonly Arch[] = ['x64', 'arm64'];

@@ -1,8 +1,11 @@
+#!/usr/bin/env node
 /**
- * Prints the user data an instance of a pool boots with (the README's first command):
+ * Prints the user data an instance of a pool boots with (docs/boot-modes.md):
  *
- *   npm run render -- --provider github|gitlab [--prefix P] [--runner-user U] [--runner-dir D]
+ *   npx cdk-warm-runners-render --provider github|gitlab [--prefix P] [--runner-user U] [--runner-dir D]
  *     [--prepare CMD]... [--part user-data|hook|unit]
+ *
+ * (the package's executable, dist/bin/render-user-data.js; in a checkout: `npm run render -- ...`).
  *
  * Production defaults for everything not given; see lib/user-data.ts for all options.
  */
@@ -10,8 +13,9 @@ import { parseArgs } from 'node:util';
 import { PROVIDERS, isProvider } from '../lambdas/shared/contract';
 import { renderHookScript, renderHookUnit, renderUserData, type UserDataOptions } from '../lib/user-data';
 
-const USAGE = `usage: npm run render -- --provider ${PROVIDERS.join('|')} [--prefix PREFIX] [--runner-user USER]
-       [--runner-dir DIR] [--prepare COMMAND]... [--part user-data|hook|unit]`;
+const USAGE = `usage: cdk-warm-runners-render --provider ${PROVIDERS.join('|')} [--prefix PREFIX] [--runner-user USER]
+       [--runner-dir DIR] [--prepare COMMAND]... [--part user-data|hook|unit]
+(in a checkout of the repository: npm run render -- ...)`;
 
 const PARTS = {
   'user-data': renderUserData,

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // npm's `prepare` (run by `npm ci`, `npm install` and `npm pack` in a checkout): names any
-// missing test tool, then builds (the jsii assembly and the Lambda bundles). The published
-// package ships this file but neither the sources nor the build scripts, and is built
-// already: there it has nothing to do, so an install never runs a step it cannot finish.
+// missing test tool, then builds (the jsii assembly, the Lambda bundles and the commands). The
+// packed package declares no scripts (scripts/pack-manifest.mjs) and does not ship this file;
+// a copy without the sources has nothing to build, so this does nothing there.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';

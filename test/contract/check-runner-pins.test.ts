@@ -1,57 +1,15 @@
 import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { main, parseGithubReleaseBody, parseSha256Sums } from '../../bin/check-runner-pins';
-import { DEFAULT_RUNNER_PACKAGES, Provider, type RunnerPackage } from '../../lambdas/shared/contract';
-import { startLoopback, type Loopback, type SeenRequest } from '../support/loopback';
+import { type RunnerPackage } from '../../lambdas/shared/contract';
+import { startLoopback, type Loopback } from '../support/loopback';
+import { GH, GL, githubBody, gitlabSums, matching, OTHER, publisher, sha, type Published } from '../support/runner-publisher';
 
 const repo = join(__dirname, '..', '..');
-const GH = DEFAULT_RUNNER_PACKAGES[Provider.GITHUB];
-const GL = DEFAULT_RUNNER_PACKAGES[Provider.GITLAB];
-const sha = (text: string): string => createHash('sha256').update(text).digest('hex');
-const OTHER = sha('a file nobody pinned');
-
-/** A GitHub release body as actions/runner's releaseNote.md template lays it out, other platforms around. */
-function githubBody(version: string, linuxX64: string | undefined, linuxArm64: string): string {
-  const block = (platform: string, sum: string, file: string) => `- ${file} <!-- BEGIN SHA ${platform} -->${sum}<!-- END SHA ${platform} -->`;
-  return [
-    '## SHA-256 Checksums',
-    block('win-x64', OTHER, `actions-runner-win-x64-${version}.zip`),
-    ...(linuxX64 ? [block('linux-x64', linuxX64, `actions-runner-linux-x64-${version}.tar.gz`)] : []),
-    block('linux-arm64', linuxArm64, `actions-runner-linux-arm64-${version}.tar.gz`),
-    block('linux-arm', sha('linux-arm'), `actions-runner-linux-arm-${version}.tar.gz`),
-  ].join('\n');
-}
-
-function gitlabSums(amd64: string, arm64: string | undefined): string {
-  return [`${OTHER}  binaries/gitlab-runner-linux-386`, `${amd64}  binaries/gitlab-runner-linux-amd64`, ...(arm64 ? [`${arm64}  binaries/gitlab-runner-linux-arm64`] : []), `${OTHER}  deb/gitlab-runner_amd64.deb`, ''].join('\n');
-}
-
-interface Published {
-  github: Record<string, { body: string }>;
-  gitlab: Record<string, string>;
-}
-
-/** One loopback server speaking both formats: GitHub's releases REST path and GitLab's release.sha256. */
-async function publisher(published: Published): Promise<Loopback> {
-  return startLoopback((req: SeenRequest) => {
-    const gh = /^\/repos\/actions\/runner\/releases\/tags\/v(.+)$/.exec(req.path);
-    if (gh && published.github[gh[1]!]) return { status: 200, body: { tag_name: `v${gh[1]}`, body: published.github[gh[1]!]!.body } };
-    const gl = /^\/v(.+)\/release\.sha256$/.exec(req.path);
-    if (gl && published.gitlab[gl[1]!] !== undefined) return { status: 200, headers: { 'content-type': 'text/plain' }, body: published.gitlab[gl[1]!] };
-    return { status: 404, body: { message: 'Not Found' } };
-  });
-}
-
-const matching = (): Published => ({
-  github: { [GH.version]: { body: githubBody(GH.version, GH.x64.sha256, GH.arm64.sha256) } },
-  gitlab: { [GL.version]: gitlabSums(GL.x64.sha256, GL.arm64.sha256) },
-});
-
 let servers: Loopback[] = [];
 afterEach(async () => {
   await Promise.all(servers.map((s) => s.close()));
@@ -153,7 +111,7 @@ describe('check-runner-pins against a loopback publisher', () => {
   it('refuses an invalid override and a bad flag with a usage error', async () => {
     const bad = await run(matching(), '--gitlab-package', '{"version":"1","x64":{"url":"ftp://x","sha256":"aaaa"}}');
     expect(bad.code).toBe(2);
-    expect(bad.err.join('\n')).toMatch(/--gitlab-package\.x64\.url "ftp:\/\/x" must use https[^]*--gitlab-package\.arm64 is missing[^]*usage: npm run check-runner-pins/);
+    expect(bad.err.join('\n')).toMatch(/--gitlab-package\.x64\.url "ftp:\/\/x" must use https[^]*--gitlab-package\.arm64 is missing[^]*usage: cdk-warm-runners-check-pins/);
     expect(bad.server.requests).toEqual([]);
     expect((await run(matching(), '--bogus')).code).toBe(2);
   });

@@ -1,9 +1,14 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Provider } from '../../lambdas/shared/contract';
+import { renderUserData } from '../../lib/user-data';
+import { publisher, GH, GL, gitlabSums, matching, OTHER } from '../support/runner-publisher';
 import { assertBuilt, consumerEnv, packageJson, ROOT, run, type PackageJson, type Run } from './built-package';
-import { installTimeProblems, INSTALL_TIME_SCRIPTS } from './lifecycle';
+import { INSTALL_TIME_SCRIPTS } from './lifecycle';
 
 // What a consumer gets: the packed tarball (as `npm publish` uploads it), installed with npm
 // into a scratch CDK app outside the repository, then synthesized with plain node. The
@@ -14,7 +19,9 @@ import { installTimeProblems, INSTALL_TIME_SCRIPTS } from './lifecycle';
 const SLOW = 600_000;
 
 let scratch: string;
+let app: string;
 let installed: string;
+let checkoutManifest: { before: string; after: string };
 let packedFiles: string[];
 let typeCheck: Run;
 let summary: {
@@ -26,16 +33,19 @@ let summary: {
 beforeAll(() => {
   assertBuilt();
   scratch = realpathSync(mkdtempSync(join(tmpdir(), 'wr-consumer-')));
-  // --ignore-scripts: the build is done (npm test's jsii step, or npm ci); prepare would rebuild it.
-  const pack = run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', scratch], { cwd: ROOT });
+  // As a user packs (scripts on): prepack writes the consumer's package.json, postpack puts the
+  // checkout's back; the build is done (npm test's jsii step, or npm ci's prepare).
+  const before = readFileSync(join(ROOT, 'package.json'), 'utf8');
+  const pack = run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: ROOT });
+  checkoutManifest = { before, after: readFileSync(join(ROOT, 'package.json'), 'utf8') };
   const [info] = JSON.parse(pack.stdout.slice(pack.stdout.indexOf('['))) as [{ filename: string; files: { path: string }[] }];
   packedFiles = info.files.map((f) => f.path);
 
-  const app = join(scratch, 'app');
+  app = join(scratch, 'app');
   mkdirSync(app);
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'scratch-cdk-app', version: '0.0.0', private: true }));
   // Offline and without peers: the tarball has no dependencies of its own; the peers follow.
-  // Install scripts stay on: any the package carried would run here, as at a consumer's.
+  // Install scripts stay on, as at a consumer's.
   run('npm', ['install', '--offline', '--legacy-peer-deps', '--no-audit', '--no-fund', '--no-package-lock', join(scratch, info.filename)], {
     cwd: app,
     env: consumerEnv(),
@@ -113,11 +123,11 @@ afterAll(() => {
 
 describe('the packed library in a scratch CDK app', () => {
   it('ships the assembly, the compiled library, the Lambda bundles and the templates, and no sources', () => {
-    for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh']) {
+    for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh', 'CHANGELOG.md', 'README.md', 'LICENSE']) {
       expect(packedFiles).toContain(file);
     }
     for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
-    expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test)\//.test(f))).toEqual([]);
+    expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test|scripts)\//.test(f))).toEqual([]);
   });
 
   it('is the installed tarball, not the repository', () => {
@@ -140,35 +150,51 @@ describe('the packed library in a scratch CDK app', () => {
     expect(typeCheck.status).toBe(0);
   });
 
-  it('carries no install-time script that needs something it does not ship', () => {
+  it('declares no scripts, so nothing runs at its install; the checkout keeps its prepare', () => {
     const pkg = packageJson(installed);
-    expect(installTimeProblems(pkg.scripts ?? {}, (path) => existsSync(join(installed, path)))).toEqual([]);
-    // And the one it carries runs to its end there, leaving the package as installed.
-    const before = readdirSync(installed).sort();
-    for (const name of INSTALL_TIME_SCRIPTS.filter((n) => pkg.scripts?.[n] !== undefined)) {
-      run('npm', ['run', name], { cwd: installed, env: consumerEnv({ npm_config_offline: 'true' }) });
+    expect(INSTALL_TIME_SCRIPTS.filter((name) => pkg.scripts?.[name] !== undefined)).toEqual([]);
+    // Every script of the checkout needs the repository (tsx, jsii, scripts/): none is shipped.
+    expect(pkg.scripts).toBeUndefined();
+    expect(checkoutManifest.after).toBe(checkoutManifest.before);
+    expect(packageJson().scripts?.prepare).toBe('node scripts/prepare.mjs');
+  });
+
+  it('links its commands into the app, each a compiled file with a node shebang', () => {
+    const pkg = packageJson(installed) as PackageJson & { bin: Record<string, string> };
+    expect(Object.keys(pkg.bin).sort()).toEqual(['cdk-warm-runners-check-pins', 'cdk-warm-runners-render']);
+    for (const [name, target] of Object.entries(pkg.bin)) {
+      expect(packedFiles).toContain(target);
+      expect(readFileSync(join(app, 'node_modules', '.bin', name), 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/);
     }
-    expect(readdirSync(installed).sort()).toEqual(before);
   });
+
+  it('npx cdk-warm-runners-render prints the user data the library renders', async () => {
+    const { stdout } = await npx(['cdk-warm-runners-render', '--provider', 'github']);
+    expect(stdout).toBe(renderUserData({ provider: Provider.GITHUB }));
+  });
+
+  it('npx cdk-warm-runners-check-pins checks the pins against the publishers (a loopback one here)', async () => {
+    const good = await publisher(matching());
+    const bad = matching();
+    bad.gitlab[GL.version] = gitlabSums(OTHER, GL.arm64.sha256);
+    const wrong = await publisher(bad);
+    try {
+      const ok = await npx(['cdk-warm-runners-check-pins'], { RUNNER_PINS_GITHUB_API: good.url, RUNNER_PINS_GITLAB_DOWNLOADS: good.url });
+      expect(ok.stdout).toContain(`ok default github ${GH.version} x64 ${GH.x64.sha256}`);
+      expect(ok.stdout).toContain('check-runner-pins: all 4 pinned checksums match');
+      expect(good.requests.map((r) => r.path).sort()).toEqual([`/repos/actions/runner/releases/tags/v${GH.version}`, `/v${GL.version}/release.sha256`]);
+      // The base URL flags as well as the environment; a mismatch exits 1 and names the file.
+      await expect(npx(['cdk-warm-runners-check-pins', '--github-api', wrong.url, '--gitlab-downloads', wrong.url])).rejects.toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining(`MISMATCH default gitlab ${GL.version} x64: pinned ${GL.x64.sha256}, published ${OTHER}`),
+      });
+    } finally {
+      await Promise.all([good.close(), wrong.close()]);
+    }
+  }, SLOW);
 });
 
-describe('installTimeProblems', () => {
-  const scripts = (extra: PackageJson['scripts']) => ({ build: 'jsii && node scripts/bundle-lambdas.mjs', test: 'vitest', ...extra });
-  const ships = (files: string[]) => (path: string) => files.includes(path);
-
-  it('finds a prepare that needs build scripts the package does not ship, through npm run', () => {
-    expect(installTimeProblems(scripts({ prepare: 'node scripts/check-tools.mjs && npm run build' }), ships([]))).toEqual([
-      'prepare: needs scripts/check-tools.mjs, which the package does not ship',
-      'prepare -> build: runs "jsii", which an installed package does not have (a devDependency\'s binary?)',
-      'prepare -> build: needs scripts/bundle-lambdas.mjs, which the package does not ship',
-    ]);
-  });
-
-  it('finds a postinstall that runs a script the package does not define', () => {
-    expect(installTimeProblems(scripts({ postinstall: 'npm run setup' }), ships([]))).toEqual(['postinstall: runs "npm run setup", which the package does not define']);
-  });
-
-  it('accepts scripts that only need shipped files, and ignores scripts npm does not run at install', () => {
-    expect(installTimeProblems(scripts({ prepare: 'node scripts/prepare.mjs' }), ships(['scripts/prepare.mjs']))).toEqual([]);
-  });
-});
+/** npx in the scratch app, offline: the command must come from the installed tarball. Async, so a loopback server in this process can answer it. */
+function npx(args: string[], env: Record<string, string> = {}): Promise<{ stdout: string; stderr: string }> {
+  return promisify(execFile)('npx', ['--no-install', ...args], { cwd: app, env: consumerEnv({ npm_config_offline: 'true', ...env }), encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+}

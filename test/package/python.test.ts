@@ -67,6 +67,7 @@ let python: string;
 let pyFiles: string[];
 let wheelEntries: string[];
 let embeddedTarball: string[];
+let embeddedScripts: unknown;
 
 function filesUnder(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)]));
@@ -76,11 +77,11 @@ beforeAll(() => {
   assertBuilt();
   if (!existsSync(PYTHON)) throw new Error(`${PYTHON} is missing: apt-get install python3 python3-setuptools python3-wheel`);
   out = mkdtempSync(join(tmpdir(), 'wr-python-'));
-  // npm_config_ignore_scripts: pacmak packs the library with `npm pack`, whose prepare
-  // would rebuild what the build already made.
+  // pacmak packs the library with `npm pack`, scripts on, as a release does: the tarball the
+  // wheel embeds is the npm package's (prepack's package.json, no rebuild).
   run(join(ROOT, 'node_modules', '.bin', 'jsii-pacmak'), ['--targets', 'python', '--code-only', '--outdir', out, '--no-npmignore', '--no-fingerprint'], {
     cwd: ROOT,
-    env: consumerEnv({ npm_config_ignore_scripts: 'true' }),
+    env: consumerEnv(),
   });
   python = join(out, 'python');
   pyFiles = filesUnder(python).filter((f) => f.endsWith('.py'));
@@ -97,13 +98,15 @@ beforeAll(() => {
 whl = zipfile.ZipFile(sys.argv[1])
 names = whl.namelist()
 tgz = [n for n in names if n.endswith('.jsii.tgz')]
-inner = tarfile.open(fileobj=io.BytesIO(whl.read(tgz[0]))).getnames() if len(tgz) == 1 else []
-print(json.dumps({"wheel": names, "tarball": inner}))`,
+tar = tarfile.open(fileobj=io.BytesIO(whl.read(tgz[0]))) if len(tgz) == 1 else None
+inner = tar.getnames() if tar else []
+manifest = json.load(tar.extractfile('package/package.json')) if tar else {}
+print(json.dumps({"wheel": names, "tarball": inner, "scripts": manifest.get("scripts")}))`,
       join(out, 'wheel', wheels[0]!),
     ],
     {},
   );
-  ({ wheel: wheelEntries, tarball: embeddedTarball } = JSON.parse(listing.stdout) as { wheel: string[]; tarball: string[] });
+  ({ wheel: wheelEntries, tarball: embeddedTarball, scripts: embeddedScripts } = JSON.parse(listing.stdout) as { wheel: string[]; tarball: string[]; scripts: unknown });
 }, SLOW);
 
 afterAll(() => {
@@ -138,5 +141,7 @@ describe(`the Python package (${distName})`, () => {
     expect(wheelEntries).toEqual(expect.arrayContaining([`${pythonModule}/__init__.py`, `${pythonModule}/_jsii/${pkg.name}@${pkg.version}.jsii.tgz`]));
     // The Python runtime loads the JavaScript package and reads its assembly from it.
     expect(embeddedTarball).toEqual(expect.arrayContaining(['package/.jsii', 'package/dist/lib/index.js', 'package/assets/scale-up/index.js']));
+    // The npm package's own package.json (prepack's): no scripts.
+    expect(embeddedScripts).toBeNull();
   });
 });

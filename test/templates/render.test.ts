@@ -327,7 +327,7 @@ describe('render-user-data CLI', () => {
   it('gives a usage error for a bad flag and for a bad provider', () => {
     const bad = cli('--provider', 'github', '--bogus');
     expect(bad.status).toBe(2);
-    expect(bad.stderr).toMatch(/Unknown option '--bogus'[^]*usage: npm run render -- --provider github\|gitlab/);
+    expect(bad.stderr).toMatch(/Unknown option '--bogus'[^]*usage: cdk-warm-runners-render --provider github\|gitlab/);
     const provider = cli('--provider', 'jenkins');
     expect(provider.status).toBe(2);
     expect(provider.stderr).toContain('--provider "jenkins" must be one of github, gitlab');
