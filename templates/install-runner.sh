@@ -88,11 +88,12 @@ install_packages() {
 install_docker() {
   local pkg=docker.io end
   ((I_DOCKER && !I_DOCKER_READY)) || return 0
-  if ! command -v docker >/dev/null; then
+  # Installed: the command and the group usermod needs (the package brings both).
+  if ! command -v docker >/dev/null || ! getent group docker >/dev/null; then
     ! command -v dnf >/dev/null || pkg=docker
     log "installing Docker ($pkg)"
     install_packages "$pkg" || fail "installing Docker ($pkg) failed"
-    command -v docker >/dev/null || fail "no docker command after installing $pkg"
+    { command -v docker && getent group docker; } >/dev/null || fail "no docker command or group after installing $pkg"
   fi
   usermod -aG docker "$I_USER" || fail "cannot add $I_USER to the docker group"
   systemctl enable --now docker >&2 || fail "systemctl enable --now docker failed"

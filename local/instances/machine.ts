@@ -1,7 +1,7 @@
 /**
  * A played instance's machine: a directory laid out like the host paths the local user data
  * uses (launch-templates.ts `MACHINE_PATHS`), the shims for what only a real machine has
- * (power-off, systemd, and for the install step dnf, useradd, getent), the runner binaries
+ * (power-off, systemd, docker, and for the install step dnf, useradd, usermod, getent), the runner binaries
  * on a prebuilt image or none on a stock one, and its processes, which are one session.
  */
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -17,7 +17,7 @@ export const SHIMS_DIR = join(__dirname, 'shims');
  * on this host, and on a stock image the runner user exists only once useradd ran (getent).
  */
 export const INSTALL_SHIMS_DIR = join(__dirname, '..', '..', 'test', 'templates', 'shims', 'bin');
-const INSTALL_SHIMS = ['dnf', 'getent', 'useradd'] as const;
+const INSTALL_SHIMS = ['dnf', 'getent', 'useradd', 'usermod'] as const;
 /** A machine with a user of its own: its install step's useradd makes that real user (runner-users.ts). */
 export const USER_SHIMS_DIR = join(__dirname, 'user-shims');
 /** The shim that keeps one machine's cleaning from ending the runners of machines that share its runner user (shims/): with a user of its own, the real command. */
