@@ -53,6 +53,11 @@ export interface MachineOptions {
    * @default - the machines share the host's runner user (stockRunnerUser, or the rendered one)
    */
   readonly playedUser?: string;
+  /**
+   * The run's own Docker daemon (`unix://...`, local/docker-daemon.ts): the machine's docker
+   * shim talks to it (calls/docker-host). @default - no daemon: the shim answers as none would
+   */
+  readonly dockerHost?: string;
 }
 
 export interface Machine {
@@ -158,6 +163,8 @@ export function createMachine(o: MachineOptions): Machine {
   // Its own user does not exist until created: the getent shim needs no hiding then.
   if (stock && !own) writeFileSync(join(m.callsDir, 'stock-user'), `${o.stockRunnerUser}\n`);
   if (own) writeFileSync(join(m.callsDir, 'played-user'), `${o.playedUser}\n${home}\n${USERS_LOCK}\n`);
+  // Read by the docker shim, also as the runner user (the job's docker CLI).
+  if (o.dockerHost !== undefined) writeFileSync(join(m.callsDir, 'docker-host'), `${o.dockerHost}\n`, { mode: 0o644 });
   symlinkSync(o.awsCli, join(m.binDir, 'aws'));
   // No credentials or config of the host's: the CLI must take its credentials from IMDS.
   writeFileSync(join(o.dir, 'aws/config'), '');

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # A Docker daemon of the test's own (never this host's): its own data and exec roots and socket
-# under DIR, the vfs storage driver, no default bridge and no iptables rules; containers use a
-# user-defined network the test makes, on this machine only. No registry is reachable: the
+# under DIR, the vfs storage driver, no default bridge and no iptables rules, in a network
+# namespace of its own (unshare --net): the networks the jobs make live there, and go with it. No registry is reachable: the
 # image is `docker import` of a root file system holding Debian's static busybox.
 #
 # docker_daemon_start DIR: starts it, waits (bounded) until it answers; sets DOCKER_SOCK
@@ -33,7 +33,8 @@ docker_daemon_start() {
   chmod 755 "$dir"
   DOCKER_SOCK=unix://$dir/d.sock DOCKER_PIDFILE=$dir/d.pid
   export DOCKER_SOCK DOCKER_PIDFILE DOCKER_DIR BUSYBOX_IMAGE
-  dockerd --storage-driver vfs --data-root "$dir/data" --exec-root "$dir/exec" --host "$DOCKER_SOCK" \
+  # In a network namespace of its own: its networks' bridges and traffic never touch this host's.
+  unshare --net -- dockerd --storage-driver vfs --data-root "$dir/data" --exec-root "$dir/exec" --host "$DOCKER_SOCK" \
     --pidfile "$DOCKER_PIDFILE" --bridge none --iptables=false --ip-masq=false >"$dir/d.log" 2>&1 &
   bound=$(scaled_seconds 60)
   end=$((SECONDS + bound))
@@ -45,7 +46,7 @@ docker_daemon_start() {
   fs=$(mktemp -d "$dir/rootfs.XXXXXX")
   mkdir -p "$fs/bin" "$fs/tmp" "$fs/data"
   cp /bin/busybox "$fs/bin/busybox"
-  for c in sh sleep echo cat ls wget nc hostname; do ln -s busybox "$fs/bin/$c"; done
+  for c in sh sleep echo cat ls nc hostname; do ln -s busybox "$fs/bin/$c"; done
   tar -C "$fs" -c . | docker_cli import - "$BUSYBOX_IMAGE" >/dev/null
   rm -rf "$fs"
 }
