@@ -207,8 +207,8 @@ export const DOCKER_DEFAULTS = {
   pullPolicy: DockerPullPolicy.IF_NOT_PRESENT,
   volumesMax: 8,
 } as const;
-const IMAGE_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._\/:@-]{0,254}$/;
-const VOLUME_PATTERN = /^\/[A-Za-z0-9._\/+-]*(?::\/[A-Za-z0-9._\/+-]*(?::(?:ro|rw))?)?$/;
+const IMAGE_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$/;
+const VOLUME_PATTERN = /^\/[A-Za-z0-9._/+-]*(?::\/[A-Za-z0-9._/+-]*(?::(?:ro|rw))?)?$/;
 
 function resolveDocker(docker: PoolDockerProps): ResolvedDockerOptions {
   return {
