@@ -1,6 +1,6 @@
 import { Duration } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from '../lib/props';
+import { GitLabExecutor, type GitHubConnectionProps, type GitLabConnectionProps, type RunnerPoolProps } from '../lib/props';
 import { GitLabRunnerType, Provider } from '../lambdas/shared/contract';
 
 /**
@@ -30,6 +30,8 @@ export function examplePools(machineImage: ec2.IMachineImage): RunnerPoolProps[]
       instanceTypes: [new ec2.InstanceType('m7i.large'), new ec2.InstanceType('m6i.large')],
       maxRunners: 20,
       warm: { size: 3, schedule: [{ window: 'MON-FRI 07:00-19:00', size: 6 }], maxAge: Duration.hours(12) },
+      // container: and services: jobs; installed while priming, so warm jobs never wait for it.
+      docker: {},
     },
     {
       name: 'gitlab-docker',
@@ -39,6 +41,8 @@ export function examplePools(machineImage: ec2.IMachineImage): RunnerPoolProps[]
       spot: true,
       maxRunners: 10,
       warm: { size: 2 },
+      // The docker executor: each job in its `image:` (alpine:3 when it names none).
+      docker: { gitlabExecutor: GitLabExecutor.DOCKER },
     },
   ];
 }

@@ -157,6 +157,62 @@ export interface PoolReuseProps {
   readonly cacheDirectories?: string[];
 }
 
+/** Which gitlab-runner executor runs a GitLab pool's jobs. */
+export enum GitLabExecutor {
+  /** Each job in a container of its `image:` (the pool's `docker.image` when it names none), with its `services:`. */
+  DOCKER = 'docker',
+  /** Each job directly on the instance, as the runner user (`image:` and `services:` are ignored). */
+  SHELL = 'shell',
+}
+
+/** When the docker executor pulls a job's image (gitlab-runner's `pull_policy`). */
+export enum DockerPullPolicy {
+  /** Pull every time (gitlab-runner's own default). */
+  ALWAYS = 'always',
+  /** Use the image on the instance when it is there: with reuse or a prepared image, the image store is the cache. */
+  IF_NOT_PRESENT = 'if-not-present',
+  /** Never pull: only images already on the instance (baked, or pulled by `prepareCommands`). */
+  NEVER = 'never',
+}
+
+/**
+ * Docker on a pool's instances, for container jobs: GitHub `container:` and `services:`,
+ * GitLab's docker executor (docs/docker.md). The boot installs it from the distribution's
+ * packages while priming (a cold launch before its runner starts; an image that has it skips
+ * the install), enables the daemon, adds the runner user to the `docker` group and waits for
+ * the daemon to answer before the instance may park. A warm job never pays any of it.
+ */
+export interface PoolDockerProps {
+  /**
+   * GitLab pools: the executor. Ignored for GitHub pools (the Actions runner uses the docker
+   * CLI for `container:` and `services:` by itself).
+   * @default GitLabExecutor.DOCKER
+   */
+  readonly gitlabExecutor?: GitLabExecutor;
+  /**
+   * The docker executor's image for jobs that name none (`--docker-image`).
+   * @default 'alpine:3'
+   */
+  readonly image?: string;
+  /**
+   * Run the docker executor's containers privileged (`--docker-privileged`): needed for
+   * Docker-in-Docker, and gives a job root on the instance. Off unless asked.
+   * @default false
+   */
+  readonly privileged?: boolean;
+  /**
+   * The docker executor's pull policy (`--docker-pull-policy`).
+   * @default DockerPullPolicy.IF_NOT_PRESENT: images on the instance (pulled while priming, or kept by reuse) are used
+   */
+  readonly pullPolicy?: DockerPullPolicy;
+  /**
+   * Volumes the docker executor mounts into every job container (`--docker-volumes`), as
+   * `/path` (a volume) or `/host/path:/path[:ro]`. At most 8.
+   * @default - none
+   */
+  readonly volumes?: string[];
+}
+
 /** One pool of runners: a label set, an instance shape, and an optional warm pool. */
 export interface RunnerPoolProps {
   /** Pool name: letters, digits, "_" and "-"; used in tags, runner names and metric dimensions. */
@@ -245,6 +301,15 @@ export interface RunnerPoolProps {
    * @default - no reuse: every instance serves one job and terminates
    */
   readonly reuse?: PoolReuseProps;
+  /**
+   * Docker for container jobs (GitHub `container:`/`services:`, GitLab's docker executor).
+   * Off by default: it costs every cold launch of a stock image a package install (about
+   * 20-40 s on Amazon Linux 2023, an estimate: docs/docker.md) and about 300 MB of disk, and
+   * a pool whose jobs run on the host should not carry a root-equivalent daemon. Give `{}`
+   * to turn it on with the defaults; with a warm pool the install happens while priming.
+   * @default - no Docker; GitLab pools use the shell executor
+   */
+  readonly docker?: PoolDockerProps;
   /**
    * User the runner runs as on the instance.
    * @default 'runner'

@@ -303,6 +303,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
           prepareCommands: pool.warm?.prepareCommands ?? [],
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
+          ...(pool.docker ? { docker: pool.docker } : {}),
         });
       } catch (e) {
         throw new Error(`pool "${pool.name}": ${(e as Error).message}`);

@@ -28,6 +28,7 @@ import {
   type RunnerPackage,
   type LedgerStage,
 } from '../lambdas/shared/contract';
+import { DockerPullPolicy, GitLabExecutor, type PoolDockerProps } from './props';
 
 /**
  * Renders the boot script of a runner instance (templates/): the start logic, its systemd
@@ -172,13 +173,70 @@ export interface UserDataOptions {
    * @default - none: every instance serves one job and terminates
    */
   readonly reuse?: PoolReuseConfig;
+  /**
+   * Docker on the instance (the pool's `docker` prop, docs/docker.md): installed while priming
+   * and on a cold launch, and for GitLab the executor's settings.
+   * @default - no Docker; GitLab runs the shell executor
+   */
+  readonly docker?: PoolDockerProps;
+  /** How long the install step waits for the Docker daemon to answer after starting it. @default 120 */
+  readonly dockerReadySeconds?: number;
 }
 
-export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse'>> & {
+/** The Docker settings the boot renders, defaults filled in. */
+export interface ResolvedDockerOptions {
+  readonly gitlabExecutor: GitLabExecutor;
+  readonly image: string;
+  readonly privileged: boolean;
+  readonly pullPolicy: DockerPullPolicy;
+  readonly volumes: string[];
+}
+
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker'>> & {
   readonly hostPaths: Required<HostPaths>;
   readonly prepareCommands: string[];
   readonly reuse?: PoolReuseConfig;
+  readonly docker?: ResolvedDockerOptions;
 };
+
+/** The docker executor's defaults (PoolDockerProps). */
+export const DOCKER_DEFAULTS = {
+  gitlabExecutor: GitLabExecutor.DOCKER,
+  image: 'alpine:3',
+  privileged: false,
+  pullPolicy: DockerPullPolicy.IF_NOT_PRESENT,
+  volumesMax: 8,
+} as const;
+const IMAGE_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$/;
+const VOLUME_PATTERN = /^\/[A-Za-z0-9._/+-]*(?::\/[A-Za-z0-9._/+-]*(?::(?:ro|rw))?)?$/;
+
+function resolveDocker(docker: PoolDockerProps): ResolvedDockerOptions {
+  return {
+    gitlabExecutor: docker.gitlabExecutor ?? DOCKER_DEFAULTS.gitlabExecutor,
+    image: docker.image ?? DOCKER_DEFAULTS.image,
+    privileged: docker.privileged ?? DOCKER_DEFAULTS.privileged,
+    pullPolicy: docker.pullPolicy ?? DOCKER_DEFAULTS.pullPolicy,
+    volumes: docker.volumes ?? [],
+  };
+}
+
+function dockerProblems(d: ResolvedDockerOptions): string[] {
+  const problems: string[] = [];
+  if (!(Object.values(GitLabExecutor) as string[]).includes(d.gitlabExecutor)) {
+    problems.push(`docker.gitlabExecutor "${String(d.gitlabExecutor)}" must be one of ${Object.values(GitLabExecutor).join(', ')}`);
+  }
+  if (!(Object.values(DockerPullPolicy) as string[]).includes(d.pullPolicy)) {
+    problems.push(`docker.pullPolicy "${String(d.pullPolicy)}" must be one of ${Object.values(DockerPullPolicy).join(', ')}`);
+  }
+  if (!IMAGE_PATTERN.test(d.image)) problems.push(`docker.image "${d.image}" must be an image reference such as "alpine:3" or "registry.example.com/team/build:1.2"`);
+  if (d.volumes.length > DOCKER_DEFAULTS.volumesMax) problems.push(`docker.volumes has ${d.volumes.length} entries, at most ${DOCKER_DEFAULTS.volumesMax}`);
+  for (const v of d.volumes) {
+    if (!VOLUME_PATTERN.test(v) || v.length > 2 * HOST_PATH_MAX_LENGTH + 4) {
+      problems.push(`docker.volumes entry "${v}" must be "/path" or "/host/path:/path" with an optional ":ro" or ":rw" (letters, digits, ".", "_", "+", "-", "/"; each path at most ${HOST_PATH_MAX_LENGTH})`);
+    }
+  }
+  return problems;
+}
 
 const DEFAULTS = {
   runnerUser: 'runner',
@@ -197,6 +255,7 @@ const DEFAULTS = {
   downloadSeconds: 300,
   downloadRetries: 3,
   packageInstallSeconds: 300,
+  dockerReadySeconds: 120,
   logShipSeconds: 10,
   imdsEndpoint: 'http://169.254.169.254',
   awsCli: 'aws',
@@ -247,6 +306,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     downloadSeconds: options.downloadSeconds ?? DEFAULTS.downloadSeconds,
     downloadRetries: options.downloadRetries ?? DEFAULTS.downloadRetries,
     packageInstallSeconds: options.packageInstallSeconds ?? DEFAULTS.packageInstallSeconds,
+    dockerReadySeconds: options.dockerReadySeconds ?? DEFAULTS.dockerReadySeconds,
     logShipSeconds: options.logShipSeconds ?? DEFAULTS.logShipSeconds,
     unitName: options.unitName ?? `${safePrefix}-start-runner.service`,
     hostPaths: {
@@ -264,6 +324,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
       shmDir: p.shmDir ?? TEMP_DEFAULTS.shmDir,
     },
     ...(options.reuse ? { reuse: options.reuse } : {}),
+    ...(options.docker ? { docker: resolveDocker(options.docker) } : {}),
     imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
     awsCli: options.awsCli ?? DEFAULTS.awsCli,
     awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
@@ -289,6 +350,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
   }
   if (resolved.reuse) problems.push(...reuseProblems(resolved));
+  if (resolved.docker) problems.push(...dockerProblems(resolved.docker));
   if (!UNIT_NAME_PATTERN.test(resolved.unitName)) {
     problems.push(`unitName "${resolved.unitName}" must be a systemd service name such as "runner-boot.service"`);
   }
@@ -312,6 +374,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkNumber('downloadSeconds', resolved.downloadSeconds, 1, 3600, true);
   checkNumber('downloadRetries', resolved.downloadRetries, 0, 10, true);
   checkNumber('packageInstallSeconds', resolved.packageInstallSeconds, 1, 3600, true);
+  checkNumber('dockerReadySeconds', resolved.dockerReadySeconds, 1, 3600, true);
   problems.push(...runnerPackageProblems(resolved.runnerPackage));
   if (!URL_PATTERN.test(resolved.imdsEndpoint) || resolved.imdsEndpoint.endsWith('/') || resolved.imdsEndpoint.length > 100) {
     problems.push(`imdsEndpoint "${resolved.imdsEndpoint}" must be an http(s) base URL without a path or trailing "/", such as "http://169.254.169.254"`);
@@ -518,6 +581,8 @@ function installValues(o: ResolvedUserDataOptions): Record<string, string> {
     DOWNLOAD_SECONDS: q(String(o.downloadSeconds)),
     DOWNLOAD_RETRIES: q(String(o.downloadRetries)),
     PACKAGE_INSTALL_SECONDS: q(String(o.packageInstallSeconds)),
+    DOCKER: o.docker ? '1' : '0',
+    DOCKER_READY_SECONDS: q(String(o.dockerReadySeconds)),
     OS_PACKAGES: (RUNNER_OS_PACKAGES[o.provider] ?? []).map(q).join(' '),
   };
 }
@@ -600,6 +665,12 @@ export function renderStartLogic(options: UserDataOptions): string {
     RUNNER_DIR: q(o.runnerDir),
     GITLAB_RUNNER_BIN: q(o.gitlabRunnerBinary),
     RUNNER_WAIT_TIMEOUT: q(String(o.runnerWaitTimeoutSeconds)),
+    // Without Docker a GitLab pool runs the shell executor.
+    GITLAB_EXECUTOR: q(o.docker?.gitlabExecutor ?? GitLabExecutor.SHELL),
+    DOCKER_IMAGE: q(o.docker?.image ?? DOCKER_DEFAULTS.image),
+    DOCKER_PRIVILEGED: o.docker?.privileged ? '1' : '0',
+    DOCKER_PULL_POLICY: q(o.docker?.pullPolicy ?? DOCKER_DEFAULTS.pullPolicy),
+    DOCKER_VOLUMES: (o.docker?.volumes ?? []).map(q).join(' '),
     WAIT_SECONDS: q(String(o.waitSeconds)),
     POLL_SECONDS: q(String(o.pollSeconds)),
     RETRY_DELAY_SECONDS: q(String(o.retryDelaySeconds)),

@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { dockerUnavailable } from './docker-daemon';
 import { DEFAULT_FAULT_SEED, FAULT_SHARES, minimumJobs } from './fault-plan';
 import { REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS } from './reuse-run';
 import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults } from './scenario';
@@ -30,6 +31,10 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   the second after the first parked; the report gives the reuse hit rate and proves each second-wave job
                   found its repository's cache file and nothing else of the earlier job (not with --jobs, --burst, --faults, --drift;
                   as root: each machine gets a runner user of its own)
+  --docker        container jobs (needs root, dockerd and busybox-static): the pools keep their Docker, the run starts a Docker
+                  daemon of its own for the played machines, and every job is a container job (GitHub container: with a
+                  service, GitLab image: with a service, the docker executor); the report proves each ran in its containers
+                  and that nothing of them is left on the daemon (not with --reuse or --faults)
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
@@ -45,6 +50,8 @@ export interface LocalArgs {
   readonly drift: boolean;
   /** Reusable pools and two waves of jobs (absent: off). */
   readonly reuse?: true;
+  /** Container jobs on a daemon of the run's own (absent: off). */
+  readonly docker?: true;
   readonly jobs?: number;
   readonly poolSize?: number;
   readonly deadlineMs?: number;
@@ -68,7 +75,7 @@ const FAULT_NAMES = Object.keys(FAULT_SETS).filter((n) => n !== 'standard');
  * Reads argv (without node and the script); throws UsageError on anything it cannot run.
  * `root`: whether this process runs as root (what `--reuse` needs), by default its own uid's.
  */
-export function parseLocalArgs(argv: readonly string[], root: boolean = process.getuid?.() === 0): LocalArgs {
+export function parseLocalArgs(argv: readonly string[], root: boolean = process.getuid?.() === 0, dockerMissing: (root: boolean) => string | undefined = (r) => (r ? dockerUnavailable() : 'root: the run starts a Docker daemon of its own (dockerd)')): LocalArgs {
   // `--jobs -1`: parseArgs would call -1 an ambiguous option; joined as `--jobs=-1` it is the
   // value the range check below refuses by name.
   const args: string[] = [];
@@ -97,6 +104,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         image: { type: 'string' },
         drift: { type: 'boolean' },
         reuse: { type: 'boolean' },
+        docker: { type: 'boolean' },
         endpoint: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
@@ -144,6 +152,12 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
       throw new UsageError('--reuse needs root: each played machine needs a runner user of its own (useradd), since the cleaning after a job ends every process of that user; run it as root');
     }
   }
+  if (values.docker) {
+    const clash = [['--reuse', values.reuse === true], ['--faults', faultSet !== undefined]].find(([, on]) => on);
+    if (clash) throw new UsageError(`--docker runs container jobs on the example's pools: leave out ${String(clash[0])}`);
+    const missing = dockerMissing(root);
+    if (missing) throw new UsageError(`--docker needs ${missing}`);
+  }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
   if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
@@ -156,6 +170,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     burst,
     drift: values.drift ?? false,
     ...(values.reuse ? { reuse: true as const } : {}),
+    ...(values.docker ? { docker: true as const } : {}),
     ...(jobs === undefined ? {} : { jobs }),
     ...(poolSize === undefined ? {} : { poolSize }),
     ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),

@@ -43,6 +43,11 @@ export interface LocalSettings {
   readonly runnerPackages?: Partial<Readonly<Record<Provider, RunnerPackage>>>;
   /** Every pool reusable with these settings (`npm run local -- --reuse`). @default - no reuse */
   readonly reuse?: PoolReuseProps;
+  /**
+   * Keep the pools' `docker` (`npm run local -- --docker`: the run starts a daemon of its own).
+   * @default false: the pools' Docker is dropped (no daemon to install or ask), GitLab runs the shell executor
+   */
+  readonly docker?: boolean;
 }
 
 /** Settings of the local AWS resources that are not part of the FleetConfig. */
@@ -65,7 +70,9 @@ export const LOCAL_QUEUE = {
  *   dropped (it would raise the target to 6 during office hours and make runs depend on the
  *   clock);
  * - with `runnerPackages`, each pool's `runnerPackage` is its provider's (the loopback release
- *   server: these machines cannot reach GitHub's or GitLab's download sites).
+ *   server: these machines cannot reach GitHub's or GitLab's download sites);
+ * - without `docker`, the pools' `docker` is dropped: a played machine has no Docker daemon
+ *   unless the run starts one (`npm run local -- --docker`, docs/local.md "Docker").
  * Everything else (labels, instance types, spot, limits, ages) is the example's.
  */
 export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
@@ -75,7 +82,8 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
-      return { ...pool, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
+      const { docker, ...rest } = pool;
+      return { ...rest, ...(local.docker && docker ? { docker } : {}), warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
 }
@@ -146,6 +154,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
       ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...(reuse ? { reuse } : {}),
+      ...(pool.docker ? { docker: pool.docker } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });

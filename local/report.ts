@@ -5,6 +5,7 @@ import { GetParametersByPathCommand, type GetParametersByPathCommandOutput } fro
 import { BOOT_LOG_KEYS, bootLogGroupName, LEDGER_STAGE_NAMES, instanceIdOfRunnerName, parseJobMessage, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type TagKeys } from '../lambdas/shared/contract';
 import type { LocalEvent, LocalEventKind } from './events';
 import { formatFaultProof, type FaultProof } from './fault-report';
+import { formatDockerProof, type DockerProof } from './docker-run';
 import { formatReuseProof, type ReuseProof } from './reuse-run';
 import type { LocalAwsClients } from './lambdas';
 
@@ -146,6 +147,8 @@ export interface LocalReport {
   readonly faultProof?: FaultProof;
   /** `--reuse` (local/reuse-run.ts): the hit rate, and what each second-wave job found of the first. */
   readonly reuse?: ReuseProof;
+  /** `--docker` (local/docker-run.ts): every job ran in its containers, nothing of them left on the daemon, the image kept. */
+  readonly docker?: DockerProof;
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
@@ -609,6 +612,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));
+  if (report.docker) lines.push(...formatDockerProof(report.docker));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

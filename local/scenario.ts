@@ -27,6 +27,8 @@ import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVer
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
 import type { LocalJobOptions } from './ci/server-basics';
+import { LOCAL_DOCKER_IMAGE, startLocalDockerDaemon, type LocalDockerDaemon } from './docker-daemon';
+import { buildDockerProof, DOCKER_JOBS, DOCKER_REPORTS_DIR, dockerInstallFigure, readDockerReports, type DockerDaemonState, type DockerProof } from './docker-run';
 import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
 import { buildFailSafe, buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
@@ -101,6 +103,11 @@ export interface ScenarioOptions {
    * the second once the first parked; `jobs` and `burst` are then unused.
    */
   readonly reuse?: boolean;
+  /**
+   * Container jobs (local/docker-run.ts): the pools keep their Docker, the run starts a Docker
+   * daemon of its own for the machines, and every job is a container job. Needs root.
+   */
+  readonly docker?: boolean;
 }
 
 export interface ScenarioResult {
@@ -243,11 +250,21 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // A run killed outright (SIGKILL) removed none of its users: the first run after it does.
     const stranded = ownUsers ? reapStrandedPlayedUsers(ownUsers) : undefined;
     const machine = { prefix, awsEndpoint: endpoint, sandboxRoot, slowdown: factor, ...(ownUsers ? { runnerUser: RUNNER_USER_PLACEHOLDER } : {}) };
+    // --docker: the run's own daemon (never this host's), and where the fake runners report each container job.
+    let daemon: LocalDockerDaemon | undefined;
+    const dockerReports = join(sandboxRoot, DOCKER_REPORTS_DIR);
+    if (o.docker) {
+      daemon = await startLocalDockerDaemon(join(sandboxRoot, 'docker'), Math.ceil(60_000 * factor));
+      const started = daemon;
+      cleanups.push(() => started.stop());
+      mkdirSync(dockerReports);
+      chmodSync(dockerReports, 0o1777);
+    }
     let fleet = await provision(clients, {
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -303,6 +320,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       onEvent,
       ...(image === 'stock' ? { stockRunnerUser: ownUsers ? RUNNER_USER_PLACEHOLDER : localRunnerUser() } : {}),
       ...(ownUsers ? { ownRunnerUsers: ownUsers } : o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
+      ...(daemon ? { dockerHost: daemon.host } : {}),
     });
     // The reuse run's jobs report here, outside every machine: the runner user writes, no cleaning reaches it.
     const reuseReports = join(sandboxRoot, 'reuse-reports');
@@ -461,8 +479,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         }
         const before = jobs.length;
         const sends: Promise<unknown>[] = [];
-        for (let i = 0; i < wave.github; i++) sends.push(sendGitHub(githubLabels));
-        for (let i = 0; i < wave.gitlab; i++) sends.push(sendGitLab());
+        for (let i = 0; i < wave.github; i++) sends.push(sendGitHub(githubLabels, undefined, o.docker ? DOCKER_JOBS.github : undefined));
+        for (let i = 0; i < wave.gitlab; i++) sends.push(sendGitLab(undefined, o.docker ? DOCKER_JOBS.gitlab : undefined));
         await Promise.all(sends);
         remaining = { github: remaining.github - wave.github, gitlab: remaining.gitlab - wave.gitlab };
         if (!burst && (remaining.github > 0 || remaining.gitlab > 0)) {
@@ -578,12 +596,29 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const faultProof = plan ? buildFaultProof({ plan, jobs, events, world, report: base, prefix }) : undefined;
     if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
     const reuse = o.reuse ? buildReuseProof(reuseJobs, readReuseReports(reuseReports)) : undefined;
+    const docker = daemon ? dockerProofOf(daemon, jobs, dockerReports, sandboxRoot) : undefined;
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}) };
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
   } finally {
     await cleanup();
   }
+}
+
+/** The docker run's proof: the fake runners' reports, the daemon as the run leaves it, the install figure from the boot logs. */
+function dockerProofOf(daemon: LocalDockerDaemon, jobs: readonly ScenarioJob[], reportsDir: string, sandboxRoot: string): DockerProof {
+  let state: DockerDaemonState;
+  try {
+    const left = daemon.leftovers();
+    state = { ...left, imageKept: daemon.docker(['image', 'ls', '-q', LOCAL_DOCKER_IMAGE]) !== '' };
+  } catch (error) {
+    state = { containers: [`(the daemon did not answer: ${(error as Error).message.split('\n')[0]})`], networks: [], volumes: [], imageKept: false };
+  }
+  const logs = readdirSync(sandboxRoot).flatMap((id) => {
+    const { consoleLog } = machineAt(join(sandboxRoot, id));
+    return existsSync(consoleLog) ? [readFileSync(consoleLog, 'utf8')] : [];
+  });
+  return buildDockerProof(jobs, readDockerReports(reportsDir), state, dockerInstallFigure(logs));
 }
 
 /** Machines whose console log holds the boot script's warning that its log did not (all) reach CloudWatch Logs. */

@@ -8,7 +8,7 @@ import ts from 'typescript';
 
 const root = join(__dirname, '..');
 const SOURCES = ['lib/warm-runners.ts', 'lib/props.ts', 'lambdas/shared/contract/runner-packages.ts', 'lib/runner-image.ts'];
-const INTERFACES = ['WarmRunnersProps', 'GitHubConnectionProps', 'GitLabConnectionProps', 'RunnerPoolProps', 'WarmPoolProps', 'PoolReuseProps', 'RunnerPackage', 'RunnerPackageDownload', 'RunnerImageProps'];
+const INTERFACES = ['WarmRunnersProps', 'GitHubConnectionProps', 'GitLabConnectionProps', 'RunnerPoolProps', 'WarmPoolProps', 'PoolReuseProps', 'PoolDockerProps', 'RunnerPackage', 'RunnerPackageDownload', 'RunnerImageProps'];
 /** The enums the props take, with the file that declares each. */
 const ENUMS: readonly (readonly [string, string])[] = [
   ['Provider', 'lambdas/shared/contract/boot.ts'],

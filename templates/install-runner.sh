@@ -16,13 +16,15 @@
 # the temporary files and fails: a PRIME then does not park (the pool's prime back-off
 # applies), a cold boot terminates.
 #
-# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf, and for GitHub tar and
-# gzip.
+# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf (or apt-get), for GitHub tar
+# and gzip, and for a pool with Docker usermod and systemctl.
 readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_USER@@ I_DIR=@@RUNNER_DIR@@ \
   I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
   I_URL_X64=@@PACKAGE_URL_X64@@ I_SHA_X64=@@PACKAGE_SHA256_X64@@ I_URL_ARM64=@@PACKAGE_URL_ARM64@@ I_SHA_ARM64=@@PACKAGE_SHA256_ARM64@@ \
-  I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_DNF_SECONDS=@@PACKAGE_INSTALL_SECONDS@@
+  I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_DNF_SECONDS=@@PACKAGE_INSTALL_SECONDS@@ \
+  I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@
 I_PACKAGES=(@@OS_PACKAGES@@)
+I_APT_UPDATED=0 I_DOCKER_READY=0
 
 # The unprivileged user the runner runs as, created when the image lacks it.
 ensure_runner_user() {
@@ -59,6 +61,49 @@ os_packages() {
   ((${#I_PACKAGES[@]})) || return 0
   log "dnf install -y ${I_PACKAGES[*]}"
   timeout -k 10 "$I_DNF_SECONDS" dnf install -y "${I_PACKAGES[@]}" >&2
+}
+
+# install_packages PKG...: distribution packages, with dnf where it exists, else apt-get (one
+# update per boot), each call bounded by I_DNF_SECONDS.
+install_packages() {
+  if command -v dnf >/dev/null; then
+    log "dnf install -y $*"
+    timeout -k 10 "$I_DNF_SECONDS" dnf install -y "$@" >&2
+    return
+  fi
+  if ((!I_APT_UPDATED)); then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive timeout -k 10 "$I_DNF_SECONDS" apt-get update -q >&2 || return 1
+    I_APT_UPDATED=1
+  fi
+  log "apt-get install -y --no-install-recommends $*"
+  DEBIAN_FRONTEND=noninteractive timeout -k 10 "$I_DNF_SECONDS" apt-get install -y --no-install-recommends "$@" >&2
+}
+
+# Docker for a pool's container jobs (its `docker` prop), once per boot: installed from the
+# distribution where missing (an image that has it keeps it), the daemon enabled and started,
+# the runner user in the docker group, and the daemon asked until it answers, within
+# I_DOCKER_SECONDS. The start logic calls it while priming and on a cold launch, never on a
+# warm job's path: a parked instance has all of it, and systemd starts the daemon at boot.
+install_docker() {
+  local pkg=docker.io end
+  ((I_DOCKER && !I_DOCKER_READY)) || return 0
+  # Installed: the command and the group usermod needs (the package brings both).
+  if ! command -v docker >/dev/null || ! getent group docker >/dev/null; then
+    ! command -v dnf >/dev/null || pkg=docker
+    log "installing Docker ($pkg)"
+    install_packages "$pkg" || fail "installing Docker ($pkg) failed"
+    { command -v docker && getent group docker; } >/dev/null || fail "no docker command or group after installing $pkg"
+  fi
+  usermod -aG docker "$I_USER" || fail "cannot add $I_USER to the docker group"
+  systemctl enable --now docker >&2 || fail "systemctl enable --now docker failed"
+  end=$((SECONDS + I_DOCKER_SECONDS))
+  until timeout -k 2 10 docker info >/dev/null 2>&1; do
+    ((SECONDS < end)) || fail "the Docker daemon did not answer within ${I_DOCKER_SECONDS}s"
+    sleep 1
+  done
+  I_DOCKER_READY=1
+  log "Docker is ready"
 }
 
 # GitHub: the tarball, unpacked beside RUNNER_DIR, checked, then moved into place.
@@ -121,3 +166,4 @@ fail() {
   exit 1
 }
 install_runner
+install_docker

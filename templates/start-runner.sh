@@ -34,6 +34,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   LOG_GROUP=@@LOG_GROUP@@ \
   PROVIDER=@@PROVIDER@@ RUNNER_USER=@@RUNNER_USER@@ RUNNER_DIR=@@RUNNER_DIR@@ \
   GITLAB_BIN=@@GITLAB_RUNNER_BIN@@ GITLAB_WAIT=@@RUNNER_WAIT_TIMEOUT@@ \
+  GL_EXECUTOR=@@GITLAB_EXECUTOR@@ GL_IMAGE=@@DOCKER_IMAGE@@ GL_PRIVILEGED=@@DOCKER_PRIVILEGED@@ GL_PULL=@@DOCKER_PULL_POLICY@@ \
   WAIT_SECONDS=@@WAIT_SECONDS@@ POLL=@@POLL_SECONDS@@ DELAY=@@RETRY_DELAY_SECONDS@@ \
   IMDS_TRIES=@@IMDS_ATTEMPTS@@ AWS_TRIES=@@AWS_ATTEMPTS@@ HTTP_TIMEOUT=@@HTTP_TIMEOUT_SECONDS@@ \
   CONNECT=@@AWS_CONNECT_TIMEOUT@@ READ=@@AWS_READ_TIMEOUT@@ CLI_TRIES=@@AWS_CLI_MAX_ATTEMPTS@@ SHIP_SECONDS=@@LOG_SHIP_SECONDS@@ \
@@ -50,6 +51,8 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
 PREPARE=(@@PREPARE_COMMANDS@@)
 # Reuse (docs/boot-modes.md, "Reuse"): what survives a job, and the temp directories emptied after it.
 CACHES=(@@CACHE_DIRECTORIES@@) TEMPS=(@@TEMP_DIRECTORIES@@)
+# The docker executor's volumes (the pool's docker.volumes).
+GL_VOLUMES=(@@DOCKER_VOLUMES@@)
 
 MODE='' TRACE='' WARM=0 TAGS_READ=0 ACTIVATED='' ID='' REGION='' PARAM='' TOKEN='' OUT='' ERR=''
 CONFIG='' JIT='' URL='' RTOKEN='' FAILED='' ENDING=0 DISABLER='' DEADLINE=0 BOUND=WAIT HELD=0 RAN=0 LOG_START=0
@@ -421,15 +424,22 @@ check_runner() {
 # inherits that environment, so the secret goes in as an argument and nothing of this
 # script goes along.
 start_runner() {
-  local home
+  local home v
   local -a cmd env
   home=$(runner_home) || exit 1
   env=(HOME="${home:-$RUNNER_DIR}" USER="$RUNNER_USER" LOGNAME="$RUNNER_USER" LANG="${LANG:-C.UTF-8}"
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   cmd=("$RUNNER_DIR/run.sh" --jitconfig "$JIT")
   if [[ $PROVIDER != "$GITHUB" ]]; then
-    cmd=("$GITLAB_BIN" run-single --url "$URL" --token "$RTOKEN" --executor shell --max-builds 1
+    cmd=("$GITLAB_BIN" run-single --url "$URL" --token "$RTOKEN" --executor "$GL_EXECUTOR" --max-builds 1
       --wait-timeout "$GITLAB_WAIT" --builds-dir "$RUNNER_DIR/builds")
+    # gitlab-runner's [runners.docker] settings as flags (its config.go, namespace docker);
+    # --docker-privileged is a flag without a value.
+    if [[ $GL_EXECUTOR == docker ]]; then
+      cmd+=(--docker-image "$GL_IMAGE" --docker-pull-policy "$GL_PULL")
+      ((!GL_PRIVILEGED)) || cmd+=(--docker-privileged)
+      for v in ${GL_VOLUMES[@]+"${GL_VOLUMES[@]}"}; do cmd+=(--docker-volumes "$v"); done
+    fi
     mkdir -p "$RUNNER_DIR/builds"
     chown "$RUNNER_USER" "$RUNNER_DIR/builds"
   fi
@@ -605,9 +615,11 @@ clean() {
     sleep "$DELAY"
   done
   ! live "$uid" || { log "processes of $RUNNER_USER survive KILL" && return 1; }
-  # A daemon that does not answer runs no container of the job.
-  if command -v docker >/dev/null && docker version --format '{{.Server.Version}}' &>/dev/null; then
-    { docker ps -aq | xargs -r docker rm -f -v && docker network prune -f && docker volume prune -af; } >/dev/null || return 1
+  # A daemon that does not answer runs no container of the job. Images stay: they are the
+  # cache. Volumes by name, not `volume prune -a` (Docker 23 and later only).
+  if command -v docker >/dev/null && timeout -k 2 10 docker version --format '{{.Server.Version}}' &>/dev/null; then
+    { docker ps -aq | xargs -r docker rm -f -v && docker network prune -f &&
+      docker volume ls -q | xargs -r docker volume rm -f; } >/dev/null || return 1
   fi
   for d in _work _diag builds cache; do prune "$RUNNER_DIR/$d" || return 1; done
   rm -rf -- "$RUNNER_DIR"/.runner "$RUNNER_DIR"/.credentials* "$RUNNER_OUT" || return 1
@@ -698,8 +710,10 @@ run_mode() {
   disable_hook
   parse_config
   resume_check
-  # A cold launch of a stock image pays the install here, before its runner starts.
+  # A cold launch of a stock image pays the install here, before its runner starts; Docker
+  # too, on the first boot only: a warm activation boots the hook, its instance has Docker.
   install_runner
+  [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
   check_runner
   # After the install: on a stock image it creates the user the caches belong to.
   ((!PARK)) || make_caches || fail "cannot create the cache directories"
@@ -744,6 +758,7 @@ wait_mode() {
   # An image without the runner installs it first: the install overlaps the wait for the
   # config instead of following it. The bound starts after it.
   install_runner
+  [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
   DEADLINE=$((SECONDS + WAIT_SECONDS))
   while ((SECONDS < DEADLINE)); do
     sleep "$POLL"
@@ -811,9 +826,10 @@ prime_mode() {
   MODE=$MODE_PRIME TRACE=''
   log "$L_MODE=$MODE instance=$ID"
   install_hook
-  # Off the job's path: a warm job finds the runner installed. Before the prepare commands,
-  # which may use it.
+  # Off the job's path: a warm job finds the runner (and Docker) installed. Before the prepare
+  # commands, which may use them (docker pull). A daemon that does not answer fails the PRIME.
   install_runner
+  install_docker
   for cmd in ${PREPARE[@]+"${PREPARE[@]}"}; do
     log "prepare command $((++i))/${#PREPARE[@]}"
     bash -euo pipefail -c "$cmd" </dev/null || fail "prepare command $i failed"

@@ -3,7 +3,7 @@ import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { checkGitHubQuery } from './github-bounds';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 import { githubWorkflowJobInProgress } from '../deliveries';
-import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LocalJobContainers, type LocalJobOptions, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitHub for `npm run local`: the REST routes the project's GitHub provider calls
@@ -170,6 +170,7 @@ interface RunnerState extends GitHubRunnerRecord {
 interface JobState extends GitHubJob {
   readonly createdAt: string;
   readonly script?: string;
+  readonly containers?: LocalJobContainers;
   startedAt?: string;
   completedAt?: string;
   runnerId?: number;
@@ -609,7 +610,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
 
   /** A job as the fake runner takes it: what the real job message carries that the fake uses. */
   function jobAnswer(job: JobState): Record<string, unknown> {
-    return { jobId: job.id, seconds: jobSeconds, repository: job.repository, ...(job.script === undefined ? {} : { script: job.script }) };
+    // A container job: the job message's `container` and `services` (image, and the alias the job reaches it by).
+    const containers = job.containers
+      ? { container: { image: job.containers.image }, services: (job.containers.services ?? []).map((s) => ({ alias: s.alias, image: s.image, command: s.command ?? [] })) }
+      : {};
+    return { jobId: job.id, seconds: jobSeconds, repository: job.repository, ...(job.script === undefined ? {} : { script: job.script }), ...containers };
   }
 
   /** The fake runner's side, authenticated with the secret from its JIT config. */
@@ -676,7 +681,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     addJob(repository, labels, runId, options) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
       if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
-      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso(), ...(options?.script === undefined ? {} : { script: options.script }) };
+      const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso(), ...(options?.script === undefined ? {} : { script: options.script }), ...(options?.containers ? { containers: options.containers } : {}) };
       jobs.set(job.id, job);
       return publicJob(job);
     },

@@ -3,7 +3,7 @@ import { gitlabJobPending, gitlabJobRunning } from '../deliveries';
 import { gitlabJobFor } from './assign';
 import { checkGitLabQuery, GITLAB_RUNNER_TYPES } from './gitlab-bounds';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
-import { byId, checkedLabels, serverBasics, type LocalJobOptions, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
+import { byId, checkedLabels, serverBasics, type LocalJobContainers, type LocalJobOptions, type LoggedRequest, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
  * A loopback GitLab for `npm run local`: the REST API v4 routes the project's GitLab provider
@@ -164,6 +164,7 @@ interface RunnerState extends GitLabRunnerRecord {
 interface JobState extends GitLabJob {
   readonly pipelineId: number;
   readonly script?: string;
+  readonly containers?: LocalJobContainers;
   readonly token: string;
   readonly createdAt: string;
   startedAt?: string;
@@ -514,8 +515,9 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
         ...(j.script === undefined ? [] : [{ key: 'LOCAL_RUN_SCRIPT', value: 'true', public: true, masked: false }]),
       ],
       steps: [{ name: 'script', script: [j.script ?? `sleep ${jobSeconds}`], timeout: JOB_TIMEOUT_S, when: 'on_success', allow_failure: false }],
-      image: null,
-      services: [],
+      // GitLab's job payload: the job's `image:` and `services:` (name, alias, command).
+      image: j.containers ? { name: j.containers.image } : null,
+      services: (j.containers?.services ?? []).map((s) => ({ name: s.image, alias: s.alias, command: s.command ?? [] })),
       artifacts: [],
       cache: [],
       credentials: [],
@@ -600,7 +602,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     accessToken,
     addJob(projectId, tags, options) {
       if (!Number.isSafeInteger(projectId) || projectId < 1) throw new Error(`projectId ${projectId} is not a GitLab project id`);
-      const job: JobState = { id: nextJobId++, projectId, tags: checkedLabels(tags, 'tags'), status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '', ...(options?.script === undefined ? {} : { script: options.script }) };
+      const job: JobState = { id: nextJobId++, projectId, tags: checkedLabels(tags, 'tags'), status: 'pending', pipelineId: nextPipelineId++, token: randomToken('glcbt-', 15), createdAt: iso(), trace: '', ...(options?.script === undefined ? {} : { script: options.script }), ...(options?.containers ? { containers: options.containers } : {}) };
       jobs.set(job.id, job);
       return publicJob(job);
     },

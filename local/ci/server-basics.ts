@@ -153,4 +153,23 @@ export interface LocalJobOptions {
    * fake runner only waits the job's seconds
    */
   readonly script?: string;
+  /**
+   * A container job (docs/local.md, "Docker"): the script runs in a container of this image,
+   * beside these service containers, as the real runners run GitHub's `container:` and
+   * `services:` and GitLab's `image:` and `services:`. @default - none: the script runs on the machine
+   */
+  readonly containers?: LocalJobContainers;
+}
+
+/** A container job's images: the job's own and its services (reachable by their alias). */
+export interface LocalJobContainers {
+  readonly image: string;
+  readonly services?: readonly LocalJobService[];
+}
+
+export interface LocalJobService {
+  readonly alias: string;
+  readonly image: string;
+  /** The service's command (GitLab's `command:`; GitHub's service `options` cannot set one, so the image's entrypoint must do). */
+  readonly command?: readonly string[];
 }

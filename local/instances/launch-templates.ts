@@ -13,6 +13,7 @@ import {
   type RequestLaunchTemplateData,
 } from '@aws-sdk/client-ec2';
 import type { PoolReuseConfig, Provider, RunnerPackage } from '../../lambdas/shared/contract';
+import type { PoolDockerProps } from '../../lib/props';
 import { encodeUserData, renderUserData, type UserDataOptions } from '../../lib/user-data';
 import { RUNNER_USER_PLACEHOLDER } from './runner-users';
 
@@ -33,6 +34,8 @@ export interface LocalPoolTemplate {
    * @default - none: every machine serves one job and terminates
    */
   reuse?: PoolReuseConfig;
+  /** The pool's Docker (its `docker` prop), kept only by `npm run local -- --docker`. @default - none */
+  docker?: PoolDockerProps;
 }
 
 export interface LocalMachineSettings {
@@ -106,6 +109,8 @@ export const LOCAL_TIME_BOUNDS = {
   downloadSeconds: 20,
   downloadRetries: 1,
   packageInstallSeconds: 20,
+  // The run's own daemon answers at once; a hang catcher.
+  dockerReadySeconds: 20,
   // The bound of each shipping (not an interval), at the renderer's limit and not scaled: a
   // hang catcher. Every played machine shares this host's CPU, so a pool booting at once
   // makes each aws CLI call take seconds of CPU the others want too (on a 2-core host, ten
@@ -133,6 +138,7 @@ export function localTimeBounds(slowdown = 1): Partial<UserDataOptions> {
     runnerWaitTimeoutSeconds: Math.ceil(b.runnerWaitTimeoutSeconds * f),
     downloadSeconds: Math.ceil(b.downloadSeconds * f),
     packageInstallSeconds: Math.ceil(b.packageInstallSeconds * f),
+    dockerReadySeconds: Math.ceil(b.dockerReadySeconds * f),
   };
 }
 
@@ -184,6 +190,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
         ...reuse.hostPaths,
       },
       ...(reuse.reuse ? { reuse: reuse.reuse } : {}),
+      ...(pool.docker ? { docker: pool.docker } : {}),
       imdsEndpoint: TEMPLATE_IMDS,
       awsCli: 'aws',
       awsEndpointUrl: machine.awsEndpoint,

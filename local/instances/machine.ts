@@ -1,7 +1,7 @@
 /**
  * A played instance's machine: a directory laid out like the host paths the local user data
  * uses (launch-templates.ts `MACHINE_PATHS`), the shims for what only a real machine has
- * (power-off, systemd, and for the install step dnf, useradd, getent), the runner binaries
+ * (power-off, systemd, docker, and for the install step dnf, useradd, usermod, getent), the runner binaries
  * on a prebuilt image or none on a stock one, and its processes, which are one session.
  */
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -17,7 +17,7 @@ export const SHIMS_DIR = join(__dirname, 'shims');
  * on this host, and on a stock image the runner user exists only once useradd ran (getent).
  */
 export const INSTALL_SHIMS_DIR = join(__dirname, '..', '..', 'test', 'templates', 'shims', 'bin');
-const INSTALL_SHIMS = ['dnf', 'getent', 'useradd'] as const;
+const INSTALL_SHIMS = ['dnf', 'getent', 'useradd', 'usermod'] as const;
 /** A machine with a user of its own: its install step's useradd makes that real user (runner-users.ts). */
 export const USER_SHIMS_DIR = join(__dirname, 'user-shims');
 /** The shim that keeps one machine's cleaning from ending the runners of machines that share its runner user (shims/): with a user of its own, the real command. */
@@ -53,6 +53,11 @@ export interface MachineOptions {
    * @default - the machines share the host's runner user (stockRunnerUser, or the rendered one)
    */
   readonly playedUser?: string;
+  /**
+   * The run's own Docker daemon (`unix://...`, local/docker-daemon.ts): the machine's docker
+   * shim talks to it (calls/docker-host). @default - no daemon: the shim answers as none would
+   */
+  readonly dockerHost?: string;
 }
 
 export interface Machine {
@@ -158,6 +163,8 @@ export function createMachine(o: MachineOptions): Machine {
   // Its own user does not exist until created: the getent shim needs no hiding then.
   if (stock && !own) writeFileSync(join(m.callsDir, 'stock-user'), `${o.stockRunnerUser}\n`);
   if (own) writeFileSync(join(m.callsDir, 'played-user'), `${o.playedUser}\n${home}\n${USERS_LOCK}\n`);
+  // Read by the docker shim, also as the runner user (the job's docker CLI).
+  if (o.dockerHost !== undefined) writeFileSync(join(m.callsDir, 'docker-host'), `${o.dockerHost}\n`, { mode: 0o644 });
   symlinkSync(o.awsCli, join(m.binDir, 'aws'));
   // No credentials or config of the host's: the CLI must take its credentials from IMDS.
   writeFileSync(join(o.dir, 'aws/config'), '');

@@ -70,6 +70,8 @@ export interface InstancePlayerOptions {
    * @default - the machines share the rendered runner user
    */
   ownRunnerUsers?: string;
+  /** The run's own Docker daemon, for every machine (MachineOptions.dockerHost). @default - none */
+  dockerHost?: string;
 }
 
 interface Boot {
@@ -529,6 +531,7 @@ export class InstancePlayer {
         dir: p.machine.dir,
         instanceId: id,
         awsCli: this.opts.awsCli,
+        ...(this.opts.dockerHost !== undefined ? { dockerHost: this.opts.dockerHost } : {}),
         ...(user !== undefined ? { playedUser: user } : this.opts.runnerHomeOwner === undefined ? {} : { homeOwner: this.opts.runnerHomeOwner }),
         ...(this.opts.stockRunnerUser !== undefined
           ? { stockRunnerUser: user ?? this.opts.stockRunnerUser }

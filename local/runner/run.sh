@@ -62,7 +62,7 @@ for key in sys.argv[1:]:
     print("" if value is None else value)' "$@"
 }
 
-STATUS='' BODY='' JOB='' WORK='' REPO='' SCRIPT=''
+STATUS='' BODY='' JOB='' WORK='' REPO='' SCRIPT='' IMAGE='' SERVICES=''
 # api METHOD PATH: sets STATUS (000 when the server did not answer) and BODY.
 api() {
   local out
@@ -93,6 +93,12 @@ while :; do
     200)
       { read -r JOB && read -r WORK && read -r REPO; } < <(json jobId seconds repository <<<"$BODY") || fail "job answer not understood"
       SCRIPT=$(python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin).get("script") or "")' <<<"$BODY") || fail "job answer not understood"
+      # A container job: the job message's container image, and its services as "alias image command-json" lines.
+      { read -r IMAGE && SERVICES=$(cat); } < <(python3 -c 'import json, sys
+doc = json.load(sys.stdin)
+print((doc.get("container") or {}).get("image") or "")
+for s in doc.get("services") or []:
+    print(s["alias"], s["image"], json.dumps(s.get("command") or []))' <<<"$BODY") || fail "job answer not understood"
       break
       ;;
     204) ;;
@@ -125,7 +131,64 @@ run_script() {
   log "job $JOB script ended with status $status"
 }
 
-if [[ -n $SCRIPT ]]; then
+# report STATUS OUTPUT: a container job's outcome, as the CI service keeps a job's log, in the
+# run's docker-reports directory beside the machines (npm run local -- --docker), when it exists.
+report() {
+  local machine dir
+  machine=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  dir=$machine/../docker-reports
+  [[ -d $dir ]] || return 0
+  python3 -c 'import json, os, sys
+job, instance, image, services, status, out, left, path = sys.argv[1:]
+doc = {"job": job, "instance": instance, "image": image, "services": [l.split(" ")[1] for l in services.splitlines() if l],
+       "status": int(status), "output": out[-2000:], "left": [l for l in left.splitlines() if l]}
+with open(path + ".tmp", "w") as f: json.dump(doc, f)
+os.replace(path + ".tmp", path)' "github-$JOB" "${machine##*/}" "$IMAGE" "$SERVICES" "$1" "$2" "$3" "$dir/github-$JOB.json" || log "could not write the job report"
+}
+
+# run_in_containers: a container job as the real runner runs `container:` and `services:` (its
+# container hooks are the docker CLI): a network of the job's own, each service on it under its
+# alias, the job container (an idle `tail -f /dev/null`) with the work directory mounted at
+# /__w, the script run in it with docker exec, then its containers and network removed. The
+# docker CLI is the machine's (bin/docker: the run's own daemon, never this host's).
+run_in_containers() {
+  local machine name d net alias image command status=0 out left
+  machine=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  d=$machine/bin/docker name=${REPO#*/} net=github_network_$JOB
+  local -a containers=() cmd
+  mkdir -p "$PWD/_work/$name/$name" || fail "cannot create the workspace"
+  if "$d" network create "$net" >/dev/null; then
+    while read -r alias image command; do
+      [[ -n $alias ]] || continue
+      mapfile -t cmd < <(python3 -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$command")
+      [[ -n ${cmd[0]-} ]] || cmd=()
+      containers+=("${alias}_$JOB")
+      "$d" run -d --name "${alias}_$JOB" --network "$net" --network-alias "$alias" "$image" ${cmd[@]+"${cmd[@]}"} >/dev/null || status=1
+    done <<<"$SERVICES"
+    containers+=("job_$JOB")
+    if ((status == 0)) && "$d" create --name "job_$JOB" --network "$net" -v "$PWD/_work:/__w" -w "/__w/$name/$name" \
+      -e GITHUB_REPOSITORY="$REPO" -e GITHUB_WORKSPACE="/__w/$name/$name" --entrypoint tail "$IMAGE" -f /dev/null >/dev/null &&
+      "$d" start "job_$JOB" >/dev/null; then
+      out=$("$d" exec "job_$JOB" sh -c "$SCRIPT" 2>&1) || status=$?
+    else
+      out='the job or a service container did not start' status=1
+    fi
+    "$d" rm -f -v "${containers[@]}" >/dev/null 2>&1 || true
+    "$d" network rm "$net" >/dev/null 2>&1 || true
+  else
+    out='the job network was not created' status=1
+  fi
+  while IFS= read -r line; do log "job $JOB: $line"; done <<<"$out"
+  # What the job left on the daemon: its own containers and network, which must be gone.
+  left=$({ "$d" ps -aq --filter "name=_$JOB\$"; "$d" network ls -q --filter "name=$net"; } 2>/dev/null)
+  log "job $JOB container script ended with status $status"
+  report "$status" "$out" "$left"
+}
+
+if [[ -n $SCRIPT && -n $IMAGE ]]; then
+  log "running job $JOB of $REPO: its script in a container of $IMAGE"
+  run_in_containers
+elif [[ -n $SCRIPT ]]; then
   log "running job $JOB of $REPO: its script"
   run_script
 else

@@ -54,7 +54,7 @@ describe('launch templates', () => {
       expect(gzip.length).toBeLessThan(USER_DATA_LIMIT_BYTES);
       expect(decodeUserData(encoded)).toBe(userData);
       // ...which is exactly what the renderer gives for the pool (npm run render, the docs).
-      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [] }));
+      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [], ...(pool.docker ? { docker: pool.docker } : {}) }));
     }
   });
 });

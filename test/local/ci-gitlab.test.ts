@@ -351,8 +351,10 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(await exitOf(['run-single', ...good, '--bogus', 'x'])).toBe(1);
     expect(await exitOf(['run-single', ...good.slice(2)])).toBe(1);
     expect(await exitOf(['run-single', ...good.slice(0, 4)])).toBe(1);
+    expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'ssh'])).toBe(1);
     expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'docker'])).toBe(1);
-    expect(readFileSync(log, 'utf8')).toMatch(/Missing URL[\s\S]*Missing Executor[\s\S]*Unknown executor: docker/);
+    expect(await exitOf(['run-single', ...good.slice(0, 4), '--executor', 'docker', '--docker-image', 'alpine:3', '--docker-pull-policy', 'sometimes'])).toBe(1);
+    expect(readFileSync(log, 'utf8')).toMatch(/Missing URL[\s\S]*Missing Executor[\s\S]*Unknown executor: ssh[\s\S]*the docker executor needs --docker-image[\s\S]*unknown pull policy sometimes/);
   });
 
   it('pages runner lists with x-next-page and a link header; the provider reads every page', async () => {

@@ -85,3 +85,22 @@ describe('npm run local: the command line', () => {
     });
   });
 });
+
+describe('npm run local -- --docker: the command line', () => {
+  const ready = (): undefined => undefined;
+  it('accepts --docker with the other run shapes, as root on a host with dockerd and busybox-static', () => {
+    expect(parseLocalArgs(['--docker'], true, ready)).toMatchObject({ docker: true });
+    expect(parseLocalArgs(['--docker', '--jobs', '2', '--burst', '--image', 'prebuilt'], true, ready)).toMatchObject({ docker: true, jobs: 2, burst: true, image: 'prebuilt' });
+    expect(parseLocalArgs([], true, () => 'never asked')).not.toHaveProperty('docker');
+  });
+  it.each<[string[], boolean, string]>([
+    [['--docker', '--reuse'], true, "--docker runs container jobs on the example's pools: leave out --reuse"],
+    [['--docker', '--faults'], true, "--docker runs container jobs on the example's pools: leave out --faults"],
+    [['--docker'], false, '--docker needs root: the run starts a Docker daemon of its own (dockerd)'],
+  ])('refuses %j (root: %s)', (argv, root, message) => {
+    expect(() => parseLocalArgs(argv, root, (r) => (r ? undefined : 'root: the run starts a Docker daemon of its own (dockerd)'))).toThrow(new UsageError(message));
+  });
+  it('names what the host lacks', () => {
+    expect(() => parseLocalArgs(['--docker'], true, () => '/bin/busybox is missing (apt-get install busybox-static)')).toThrow('--docker needs /bin/busybox is missing (apt-get install busybox-static)');
+  });
+});

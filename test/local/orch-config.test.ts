@@ -44,10 +44,18 @@ describe('the local fleet config', () => {
     expect({ ...o.github, apiUrl: undefined }).toEqual({ ...example.github, apiUrl: undefined });
     expect({ ...o.gitlab, url: undefined }).toEqual({ ...example.gitlab, url: undefined, webhookId: LOCAL_GITLAB_WEBHOOK_ID });
     o.pools.forEach((p, i) => {
-      const { warm: w0, ...rest0 } = example.pools[i]!;
+      // Docker is dropped unless the run starts a daemon of its own (--docker).
+      const { warm: w0, docker: _docker, ...rest0 } = example.pools[i]!;
       const { warm: w1, ...rest1 } = p;
       expect(rest1).toEqual(rest0);
       expect({ ...w1, size: undefined }).toEqual({ ...w0, size: undefined, schedule: undefined });
     });
+  });
+
+  it("keeps the pools' Docker only when the run starts a daemon of its own (--docker)", () => {
+    const example = localExample();
+    expect(example.pools.map((p) => p.docker !== undefined)).toEqual([true, true]);
+    expect(localOverrides(example, local).pools.map((p) => p.docker)).toEqual([undefined, undefined]);
+    expect(localOverrides(example, { ...local, docker: true }).pools.map((p) => p.docker)).toEqual(example.pools.map((p) => p.docker));
   });
 });

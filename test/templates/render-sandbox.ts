@@ -218,6 +218,15 @@ for (const provider of PROVIDERS) {
     }),
   );
   chmodSync(reuse, 0o755);
+  // Docker on (docs/docker.md): the install step's Docker, and for GitLab the docker executor
+  // with a volume; alone and with reuse (docker.bats). The daemon bound is short: a test of a
+  // daemon that never answers waits it out.
+  const docker = { docker: { volumes: ['/cache'] }, dockerReadySeconds: seconds(5, 60) };
+  for (const [name, extra] of Object.entries({ docker: {}, 'docker-reuse': { runnerUser: reuseUser, hostPaths: { ...options.hostPaths, ...reusePaths }, reuse: { scope: REUSE_SCOPE_OF[provider] ?? ReuseScope.REPOSITORY, maxJobs: REUSE_MAX_JOBS, maxAgeSeconds: 3600, cacheDirectories: reuseCaches } } })) {
+    const file = join(root, `user-data-${provider}-${name}.sh`);
+    writeFileSync(file, renderUserData({ ...options, ...docker, ...extra }));
+    chmodSync(file, 0o755);
+  }
   if (provider === 'github') {
     // One short bound each, with a read timeout longer than it: only the bound can stop a hung call.
     const short = {

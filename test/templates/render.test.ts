@@ -15,7 +15,9 @@ import {
   REUSE_LIMITS,
   ReuseScope,
 } from '../../lambdas/shared/contract';
+import { DockerPullPolicy, GitLabExecutor } from '../../lib/props';
 import {
+  DOCKER_DEFAULTS,
   HOST_PATH_MAX_LENGTH,
   PREPARE_COMMANDS_MAX,
   PREPARE_COMMANDS_MAX_TOTAL,
@@ -104,11 +106,47 @@ function largestOptions(provider: Provider): UserDataOptions {
       maxAgeSeconds: REUSE_LIMITS.maxAgeSeconds,
       cacheDirectories: Array.from({ length: REUSE_LIMITS.cacheDirectories }, (_, i) => longPath(200, `cache-${i}`)),
     },
+    docker: {
+      gitlabExecutor: GitLabExecutor.DOCKER,
+      image: `registry.example.com/${'i'.repeat(200)}:1`,
+      privileged: true,
+      pullPolicy: DockerPullPolicy.IF_NOT_PRESENT,
+      volumes: Array.from({ length: DOCKER_DEFAULTS.volumesMax }, (_, i) => `${longPath(max, `host-${i}`)}:${longPath(max, `ctr-${i}`)}:ro`),
+    },
+    dockerReadySeconds: 3600,
     imdsEndpoint: `http://${'i'.repeat(84)}.example`,
     awsCli: longPath(max, 'aws'),
     awsEndpointUrl: `http://${'a'.repeat(84)}.example`,
   };
 }
+
+describe('Docker (the pool prop docker)', () => {
+  const flags = (text: string): string => /^GL_EXECUTOR=.*$/m.exec(text.replace(/^.* (GL_EXECUTOR=)/m, '$1'))?.[0] ?? '';
+  it('renders no Docker and the shell executor without the prop', () => {
+    const text = renderStartLogic({ provider: Provider.GITLAB });
+    expect(text).toContain('I_DOCKER=0 ');
+    expect(flags(text)).toMatch(/^GL_EXECUTOR=shell /);
+  });
+  it('renders the install and the docker executor with its defaults for docker: {}', () => {
+    const text = renderStartLogic({ provider: Provider.GITLAB, docker: {} });
+    expect(text).toContain('I_DOCKER=1 ');
+    expect(flags(text)).toMatch(/^GL_EXECUTOR=docker GL_IMAGE=alpine:3 GL_PRIVILEGED=0 GL_PULL=if-not-present /);
+    expect(text).toContain('GL_VOLUMES=()');
+  });
+  it('keeps the shell executor when asked, with Docker installed', () => {
+    const text = renderStartLogic({ provider: Provider.GITLAB, docker: { gitlabExecutor: GitLabExecutor.SHELL } });
+    expect(text).toContain('I_DOCKER=1 ');
+    expect(flags(text)).toMatch(/^GL_EXECUTOR=shell /);
+  });
+  it('refuses, naming each bad value, an image, a pull policy, an executor and volumes it cannot render', () => {
+    expect(() =>
+      resolveUserDataOptions({
+        provider: Provider.GITLAB,
+        docker: { image: 'alpine; rm -rf /', pullPolicy: 'sometimes' as DockerPullPolicy, gitlabExecutor: 'ssh' as GitLabExecutor, volumes: ['relative:/x', ...Array.from({ length: 8 }, () => '/cache')] },
+      }),
+    ).toThrow(/docker\.gitlabExecutor "ssh"[\s\S]*docker\.pullPolicy "sometimes"[\s\S]*docker\.image "alpine; rm -rf \/"[\s\S]*docker\.volumes has 9 entries[\s\S]*docker\.volumes entry "relative:\/x"/);
+  });
+});
 
 describe('renderUserData', () => {
   it.each(PROVIDERS)('renders %s user data that runs the start logic between the markers, each exactly once', (provider) => {
