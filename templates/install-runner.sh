@@ -58,20 +58,25 @@ fetch() {
 }
 
 # install_packages PKG...: installs distribution packages with dnf where the image has it
-# (Amazon Linux), else apt-get (Ubuntu, Debian). A word "a|b" is the first of a, b that
-# apt's repositories know (names change between releases; dnf takes a). Each call is bounded by I_PKG_SECONDS;
-# apt-get's package lists are fetched once per boot (a cloud image ships without them), and
-# its dpkg lock is waited for within the bound (unattended-upgrades holds it early in a boot).
+# (Amazon Linux), else apt-get (Ubuntu, Debian). A word "a|b" is the first of a, b that apt's
+# repositories know (names change between releases; dnf takes a). Each call is bounded by
+# I_PKG_SECONDS; apt-get's package lists are fetched once per boot (a cloud image ships
+# without them), and its dpkg lock is waited for within the bound (unattended-upgrades holds
+# it early in a boot).
 install_packages() {
   local m=apt-get w c pick=() opts=(-o DPkg::Lock::Timeout="$I_PKG_SECONDS")
   command -v dnf >/dev/null && m=dnf
   if [[ $m == apt-get ]]; then
     export DEBIAN_FRONTEND=noninteractive
-    if ((!I_APT_UPDATED)); then
+    # Retried within the bound: the lock option does not cover the lists' lock, which
+    # apt-daily's update may hold (and a mirror may fail for a moment).
+    local end=$((SECONDS + I_PKG_SECONDS)) t
+    while ((!I_APT_UPDATED)); do
+      t=$((end - SECONDS))
+      ((t > 0)) || { log "apt-get update failed for ${I_PKG_SECONDS}s"; return 1; }
       log "apt-get update"
-      timeout -k 10 "$I_PKG_SECONDS" apt-get "${opts[@]}" -q update >&2 || { log "apt-get update failed"; return 1; }
-      I_APT_UPDATED=1
-    fi
+      if timeout -k 10 "$t" apt-get "${opts[@]}" -q update >&2; then I_APT_UPDATED=1; else sleep 3; fi
+    done
   fi
   for w in "$@"; do
     for c in ${w//|/ }; do
