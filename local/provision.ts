@@ -8,7 +8,7 @@ import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
-import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
+import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
 /**
@@ -43,6 +43,12 @@ export interface LocalSettings {
   readonly runnerPackages?: Partial<Readonly<Record<Provider, RunnerPackage>>>;
   /** Every pool reusable with these settings (`npm run local -- --reuse`). @default - no reuse */
   readonly reuse?: PoolReuseProps;
+  /**
+   * Pools whose image is Ubuntu-style (`npm run local -- --apt-pool NAME`): their launch
+   * template names `LOCAL_APT_IMAGE_ID`, whose played machines install with apt-get.
+   * @default - none: every pool's machines are Amazon Linux-style (dnf)
+   */
+  readonly aptPools?: readonly string[];
 }
 
 /** Settings of the local AWS resources that are not part of the FleetConfig. */
@@ -66,16 +72,20 @@ export const LOCAL_QUEUE = {
  *   clock);
  * - with `runnerPackages`, each pool's `runnerPackage` is its provider's (the loopback release
  *   server: these machines cannot reach GitHub's or GitLab's download sites).
+ * - with `aptPools`, those pools' image is Ubuntu-style (`LOCAL_APT_IMAGE_ID`).
  * Everything else (labels, instance types, spot, limits, ages) is the example's.
  */
 export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
+  const unknown = (local.aptPools ?? []).filter((name) => !example.pools.some((p) => p.name === name));
+  if (unknown.length > 0) throw new Error(`apt pool(s) ${unknown.join(', ')} not in the example fleet (${example.pools.map((p) => p.name).join(', ')})`);
   return {
     github: { ...example.github, apiUrl: local.githubApiUrl },
     gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
-      return { ...pool, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
+      const apt = local.aptPools?.includes(pool.name) ? { machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': LOCAL_APT_IMAGE_ID }) } : {};
+      return { ...pool, ...apt, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
 }
@@ -146,6 +156,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
       ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...(reuse ? { reuse } : {}),
+      ...(options.local.aptPools?.includes(pool.name) ? { imageId: LOCAL_APT_IMAGE_ID } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });

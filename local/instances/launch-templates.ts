@@ -33,6 +33,11 @@ export interface LocalPoolTemplate {
    * @default - none: every machine serves one job and terminates
    */
   reuse?: PoolReuseConfig;
+  /**
+   * The pool's image: the player plays an instance of `LOCAL_APT_IMAGE_ID` as an Ubuntu-style
+   * machine (no dnf: the install step's apt-get is this host's). @default LOCAL_IMAGE_ID
+   */
+  imageId?: string;
 }
 
 export interface LocalMachineSettings {
@@ -61,6 +66,12 @@ export const TEMPLATE_ROOT = '/cwr-local-machine';
 export const TEMPLATE_IMDS = 'http://127.0.0.1:9';
 /** moto accepts it in launch templates, RunInstances and CreateFleet. */
 export const LOCAL_IMAGE_ID = 'ami-12c6146b';
+/**
+ * The image of an apt pool (`npm run local -- --apt-pool NAME`), one moto knows (its Ubuntu
+ * 16.04 image): a played instance of it has no dnf, so the boot's install step runs this
+ * Debian host's real apt-get, standing in for Ubuntu's.
+ */
+export const LOCAL_APT_IMAGE_ID = 'ami-785db401';
 
 /** The machine layout the rendered paths use, relative to the machine directory. */
 export const MACHINE_PATHS = {
@@ -228,7 +239,7 @@ function templateData(pool: LocalPoolTemplate, machine: LocalMachineSettings): R
   // What lib/runner-fleet.ts sets that matters to the boot: IMDSv2, tags in instance
   // metadata, and a power-off that stops (parks) the instance.
   return {
-    ImageId: LOCAL_IMAGE_ID,
+    ImageId: pool.imageId ?? LOCAL_IMAGE_ID,
     InstanceType: 't3.micro',
     // Encoded as lib/runner-fleet.ts does (gzip, then base64): the player reads it back like cloud-init.
     UserData: encodeUserData(renderLocalUserData(pool, machine)),
