@@ -198,7 +198,7 @@ apt_calls() { calls_of apt-get | sed -E 's/^-o DPkg::Lock::Timeout=[0-9]+ //'; }
   new_instance "$(warm_tags)"
   boot_first github
   refused_prime
-  grep -qF "no package of libicu76|libicu75|" "$ROOT/out"
+  grep -qF "no package of libicu78|libicu77|" "$ROOT/out"
   [ "$(apt_calls)" = '-q update' ]
   nothing_installed github
 }

@@ -91,8 +91,10 @@ export const PACKAGE_ALTERNATIVES_SEPARATOR = '|';
  *   not recognise Amazon Linux 2023, so it is not run). apt: `libkrb5-3 zlib1g`, then the
  *   first of `liblttng-ust1 liblttng-ust0`, of the libssl and of the libicu versions it lists
  *   (it tries `apt-get install` on each in turn; here the first one the repositories know is
- *   picked, with the 64-bit-time `t64` names of Ubuntu 24.04 first and libssl3, which .NET 6
- *   and later use, where the script still names 1.1). Plus git: without git on PATH
+ *   picked, with the 64-bit-time `t64` names of Ubuntu 24.04 first, libssl3, which .NET 6
+ *   and later use, where the script still names 1.1, and libicu77 and 78 (Ubuntu 26.04) beyond
+ *   its list). Ubuntu 24.04's names (liblttng-ust1t64, libssl3t64, libicu74) as public
+ *   Dockerfiles of runners on 24.04 install them, looked up 2026-12-06. Plus git: without git on PATH
  *   actions/checkout downloads a tarball through the API instead of cloning.
  * - GitLab: gitlab-runner is one static binary; the shell executor clones with git.
  */
@@ -104,7 +106,7 @@ export const RUNNER_OS_PACKAGES: Readonly<Record<Provider, Readonly<Record<Packa
       'zlib1g',
       'liblttng-ust1t64|liblttng-ust1|liblttng-ust0',
       'libssl3t64|libssl3|libssl1.1',
-      'libicu76|libicu75|libicu74|libicu73|libicu72|libicu71|libicu70|libicu69|libicu68|libicu67|libicu66',
+      'libicu78|libicu77|libicu76|libicu75|libicu74|libicu73|libicu72|libicu71|libicu70|libicu69|libicu68|libicu67|libicu66',
       'git',
     ],
   },
