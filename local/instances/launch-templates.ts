@@ -126,6 +126,13 @@ export const LOCAL_TIME_BOUNDS = {
 } as const satisfies Partial<UserDataOptions>;
 
 /**
+ * An apt pool's package manager bound (each of `apt-get update` and `apt-get install`): the real
+ * apt-get fetches from the Debian mirror, and other apt users of this host may hold its locks
+ * for a while; the dnf shim of the other pools answers at once.
+ */
+export const LOCAL_APT_PACKAGE_SECONDS = 120;
+
+/**
  * LOCAL_TIME_BOUNDS with every bound (not the poll and retry delays, nor the attempts) times
  * the slowdown, in whole seconds where the renderer wants them, within its limit of 60 s
  * for the timeouts (the shipping bound is at that limit already). Everything inside these
@@ -184,6 +191,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       prepareCommands: localPrepareCommands(pool),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...localTimeBounds(machine.slowdown),
+      ...(pool.imageId === LOCAL_APT_IMAGE_ID ? { packageInstallSeconds: Math.ceil(LOCAL_APT_PACKAGE_SECONDS * Math.max(1, machine.slowdown ?? 1)) } : {}),
       hostPaths: {
         unitDir: at(MACHINE_PATHS.unitDir),
         hookPath: at(`usr/local/sbin/${machine.prefix}-start-runner`),
