@@ -4,6 +4,7 @@
  *
  *   npm run local -- [--jobs N] [--pool-size N] [--burst] [--endpoint URL] [--json] [--verbose]
  *                    [--faults [tampered-download]] [--seed N] [--drift] [--reuse] [--docker] [--image stock|prebuilt]
+ *                    [--apt-pool NAME]
  *
  * Exit status: 0 when every job was sent and served and nothing was left behind (with
  * --faults tampered-download: when the fleet failed safe; with the lost-job faults: when the

@@ -15,11 +15,14 @@ export class ParameterMachineImage implements ec2.IMachineImage {
    * @param creator what creates the parameter in the same app (RunnerImage's seed), if anything:
    *   a fleet whose pool uses this image is deployed after it, so no launch resolves a parameter
    *   that does not exist yet
+   * @param rootDeviceName the root device name of the images the parameter names, when known
+   *   (a pool then maps its root volume to it; lib/root-device.ts)
    */
   constructor(
     readonly parameterName: string,
     private readonly os: ec2.OperatingSystemType = ec2.OperatingSystemType.LINUX,
     readonly creator?: IDependable,
+    readonly rootDeviceName?: string,
   ) {}
 
   getImage(scope: Construct): ec2.MachineImageConfig {

@@ -325,6 +325,19 @@ export interface RunnerPoolProps {
    */
   readonly runnerPackage?: RunnerPackage;
   /**
+   * Name of the root device of the pool's image ("/dev/xvda" on Amazon Linux and Debian,
+   * "/dev/sda1" on Ubuntu): the pool's root volume (`diskSize`, gp3, encrypted) is mapped to it.
+   * A name the image does not use is not refused by EC2: it adds a second, empty volume and
+   * the root volume keeps the image's size. Set it for an image whose name the construct
+   * cannot know (a generic AMI map, a lookup, an SSM parameter of your own).
+   * @default - the image's, where the construct knows it: '/dev/xvda' for Amazon Linux images
+   * (`MachineImage.latestAmazonLinux2023()` and the like, SSM parameters under
+   * /aws/service/ami-amazon-linux-latest/) and a `RunnerImage`, '/dev/sda1' for Canonical's
+   * Ubuntu SSM parameters (/aws/service/canonical/ubuntu/...), '/dev/xvda' for Debian's
+   * (/aws/service/debian/...); otherwise the fleet's `rootDeviceName`, else '/dev/xvda'
+   */
+  readonly rootDeviceName?: string;
+  /**
    * Directory the runner is in on the AMI, or the install step puts it (GitHub: the release's
    * tarball unpacked; GitLab: the jobs' builds directory).
    * @default '/opt/actions-runner' for GitHub (holds run.sh), '/opt/gitlab-runner' for GitLab (holds builds/)

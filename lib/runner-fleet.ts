@@ -25,6 +25,7 @@ import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
+import { poolRootDeviceName } from './root-device';
 
 export interface RunnerFleetProps {
   /** VPC the runners run in. */
@@ -44,8 +45,10 @@ export interface RunnerFleetProps {
    */
   readonly encryptionKey?: kms.IKey;
   /**
-   * Name of the root device of the pools' AMIs ("/dev/xvda" on Amazon Linux, "/dev/sda1" on Ubuntu).
+   * Name of the root device of the pools' AMIs ("/dev/xvda" on Amazon Linux, "/dev/sda1" on
+   * Ubuntu), for the pools that set none and whose image does not tell it.
    * @default '/dev/xvda'
+   * @deprecated set `rootDeviceName` on the pool (`RunnerPoolProps`), or let its image decide
    */
   readonly rootDeviceName?: string;
   /**
@@ -323,7 +326,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         instanceInitiatedShutdownBehavior: ec2.InstanceInitiatedShutdownBehavior.STOP,
         blockDevices: [
           {
-            deviceName: props.rootDeviceName ?? '/dev/xvda',
+            deviceName: poolRootDeviceName(pool, props.rootDeviceName),
             volume: ec2.BlockDeviceVolume.ebs((pool.diskSize ?? Size.gibibytes(30)).toGibibytes(), {
               volumeType: ec2.EbsDeviceVolumeType.GP3,
               encrypted: true,

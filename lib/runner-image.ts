@@ -257,7 +257,8 @@ export class RunnerImage extends Construct implements iam.IGrantable {
    * launch (`resolve:ssm:`), and the pool evicts parked instances built from an older image.
    */
   machineImage(): ec2.IMachineImage {
-    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed);
+    // Built on Amazon Linux 2023 (the parent image above): its root device is /dev/xvda.
+    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, '/dev/xvda');
   }
 }
 

@@ -16,6 +16,7 @@ import {
   prefixProblem,
   DEFAULT_RUNNER_PACKAGES,
   RUNNER_OS_PACKAGES,
+  PackageManager,
   runnerPackageProblems,
   ssmPaths,
   tagKeys,
@@ -144,7 +145,10 @@ export interface UserDataOptions {
   readonly downloadSeconds?: number;
   /** `curl --retry`: further attempts after a transient download error (timeout, 408, 429, 5xx). @default 3 */
   readonly downloadRetries?: number;
-  /** Bound of `dnf install` of the runner's OS packages. @default 300 */
+  /**
+   * Bound of each package manager call of the install step (`dnf install`; `apt-get update`,
+   * once per boot, and `apt-get install`, each), the wait for apt's dpkg lock included. @default 300
+   */
   readonly packageInstallSeconds?: number;
   /** GitLab: `run-single --wait-timeout`, how long the runner waits for its job. @default 300 */
   readonly runnerWaitTimeoutSeconds?: number;
@@ -564,6 +568,11 @@ function installTemplate(): { body: string; standalone: string } {
   return { body: lines.slice(1, at).join('\n'), standalone: lines.slice(at + 1).join('\n') };
 }
 
+/** The runner's OS packages for one package manager, as shell words (an "a|b" word quoted whole). */
+function osPackages(provider: Provider, manager: PackageManager): string {
+  return (RUNNER_OS_PACKAGES[provider]?.[manager] ?? []).map(shellQuote).join(' ');
+}
+
 function installValues(o: ResolvedUserDataOptions): Record<string, string> {
   const q = shellQuote;
   const pkg = o.runnerPackage;
@@ -583,7 +592,8 @@ function installValues(o: ResolvedUserDataOptions): Record<string, string> {
     PACKAGE_INSTALL_SECONDS: q(String(o.packageInstallSeconds)),
     DOCKER: o.docker ? '1' : '0',
     DOCKER_READY_SECONDS: q(String(o.dockerReadySeconds)),
-    OS_PACKAGES: (RUNNER_OS_PACKAGES[o.provider] ?? []).map(q).join(' '),
+    OS_PACKAGES_DNF: osPackages(o.provider, PackageManager.DNF),
+    OS_PACKAGES_APT: osPackages(o.provider, PackageManager.APT),
   };
 }
 

@@ -1,6 +1,7 @@
 import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput } from './fleet-config-input';
 import type { RunnerPoolProps } from './props';
+import { knownRootDeviceName, poolRootDeviceName, rootDeviceNameProblem } from './root-device';
 import { resolveUserDataOptions } from './user-data';
 import type { WarmRunnersProps } from './warm-runners';
 
@@ -25,6 +26,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     for (const command of pool.warm?.prepareCommands ?? []) {
       if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
     }
+    const deviceProblem = rootDeviceNameProblem(poolRootDeviceName(pool, props.rootDeviceName), knownRootDeviceName(pool.machineImage));
+    if (deviceProblem) throw new Error(`pool "${pool.name}": ${deviceProblem}`);
     const cacheProblem = reuseCacheProblem(prefix, pool);
     if (cacheProblem) throw new Error(`pool "${pool.name}": ${cacheProblem}`);
   }

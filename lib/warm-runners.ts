@@ -78,8 +78,11 @@ export interface WarmRunnersProps {
    */
   readonly encryptionKey?: kms.IKey;
   /**
-   * Root device name of the pools' AMIs.
+   * Root device name of the pools' AMIs, for the pools that set none and whose image does not
+   * tell it (`RunnerPoolProps.rootDeviceName`).
    * @default '/dev/xvda' (Amazon Linux; Ubuntu uses '/dev/sda1')
+   * @deprecated set `rootDeviceName` on the pool (or let its image decide): a fleet may mix
+   * Amazon Linux and Ubuntu pools
    */
   readonly rootDeviceName?: string;
   /**

@@ -35,6 +35,9 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   daemon of its own for the played machines, and every job is a container job (GitHub container: with a
                   service, GitLab image: with a service, the docker executor); the report proves each ran in its containers
                   and that nothing of them is left on the daemon (not with --reuse or --faults)
+  --apt-pool NAME the example's pool NAME (linux-x64 or gitlab-docker; repeatable) plays an Ubuntu-style image: no dnf, so its
+                  install step runs this host's real apt-get (a Debian machine standing in for Ubuntu) beside the other pools'
+                  dnf (needs root and the stock image; installs the runner's OS packages that are missing on this host)
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
@@ -59,6 +62,8 @@ export interface LocalArgs {
   readonly faults?: ScenarioFaults;
   readonly image?: LocalImage;
   readonly seed?: number;
+  /** Pools whose machines play an Ubuntu-style image (apt-get). */
+  readonly aptPools?: string[];
 }
 
 /** The fault sets of --faults: alone, the standard set; with a name, that case. */
@@ -110,6 +115,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         verbose: { type: 'boolean' },
         deadline: { type: 'string' },
         seed: { type: 'string' },
+        'apt-pool': { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -158,6 +164,13 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     const missing = dockerMissing(root);
     if (missing) throw new UsageError(`--docker needs ${missing}`);
   }
+  const aptPools = values['apt-pool'];
+  if (aptPools !== undefined) {
+    if (image === 'prebuilt') throw new UsageError('--apt-pool needs the stock image (a prebuilt image installs nothing): leave out --image prebuilt');
+    if (!root) throw new UsageError("--apt-pool needs root: the apt pool's machines run this host's real apt-get; run it as root");
+    const bad = aptPools.find((name) => !/^[a-z0-9-]{1,40}$/.test(name));
+    if (bad !== undefined) throw new UsageError(`--apt-pool takes a pool name of the example (linux-x64, gitlab-docker), got "${bad}"`);
+  }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
   if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
@@ -178,6 +191,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     ...(faultSet === undefined ? {} : { faults: FAULT_SETS[faultSet as keyof typeof FAULT_SETS] }),
     ...(image === undefined ? {} : { image: image as LocalImage }),
     ...(seed === undefined ? {} : { seed }),
+    ...(aptPools === undefined ? {} : { aptPools: [...new Set(aptPools)] }),
   };
 }
 

@@ -8,7 +8,7 @@ import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
-import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
+import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
 /**
@@ -48,6 +48,12 @@ export interface LocalSettings {
    * @default false: the pools' Docker is dropped (no daemon to install or ask), GitLab runs the shell executor
    */
   readonly docker?: boolean;
+  /**
+   * Pools whose image is Ubuntu-style (`npm run local -- --apt-pool NAME`): their launch
+   * template names `LOCAL_APT_IMAGE_ID`, whose played machines install with apt-get.
+   * @default - none: every pool's machines are Amazon Linux-style (dnf)
+   */
+  readonly aptPools?: readonly string[];
 }
 
 /** Settings of the local AWS resources that are not part of the FleetConfig. */
@@ -72,10 +78,13 @@ export const LOCAL_QUEUE = {
  * - with `runnerPackages`, each pool's `runnerPackage` is its provider's (the loopback release
  *   server: these machines cannot reach GitHub's or GitLab's download sites);
  * - without `docker`, the pools' `docker` is dropped: a played machine has no Docker daemon
- *   unless the run starts one (`npm run local -- --docker`, docs/local.md "Docker").
+ *   unless the run starts one (`npm run local -- --docker`, docs/local.md "Docker");
+ * - with `aptPools`, those pools' image is Ubuntu-style (`LOCAL_APT_IMAGE_ID`).
  * Everything else (labels, instance types, spot, limits, ages) is the example's.
  */
 export function localOverrides(example: ExampleFleetProps, local: LocalSettings): ExampleFleetProps {
+  const unknown = (local.aptPools ?? []).filter((name) => !example.pools.some((p) => p.name === name));
+  if (unknown.length > 0) throw new Error(`apt pool(s) ${unknown.join(', ')} not in the example fleet (${example.pools.map((p) => p.name).join(', ')})`);
   return {
     github: { ...example.github, apiUrl: local.githubApiUrl },
     gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
@@ -83,7 +92,8 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
       const { docker, ...rest } = pool;
-      return { ...rest, ...(local.docker && docker ? { docker } : {}), warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
+      const apt = local.aptPools?.includes(pool.name) ? { machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': LOCAL_APT_IMAGE_ID }) } : {};
+      return { ...rest, ...(local.docker && docker ? { docker } : {}), ...apt, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
 }
@@ -155,6 +165,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...(reuse ? { reuse } : {}),
       ...(pool.docker ? { docker: pool.docker } : {}),
+      ...(options.local.aptPools?.includes(pool.name) ? { imageId: LOCAL_APT_IMAGE_ID } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });

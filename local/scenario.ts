@@ -18,7 +18,7 @@ import { startLoopbackGitHub, type LoopbackGitHub } from './ci/github-server';
 import { startLoopbackGitLab, type LoopbackGitLab } from './ci/gitlab-server';
 import { githubWorkflowJobQueued, gitlabJobPending, withBadSignature, type Delivery } from './deliveries';
 import type { EventSink, LocalEvent } from './events';
-import { localRunnerUser } from './instances/launch-templates';
+import { LOCAL_APT_IMAGE_ID, localRunnerUser } from './instances/launch-templates';
 import { machineAt } from './instances/machine';
 import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
@@ -108,6 +108,13 @@ export interface ScenarioOptions {
    * daemon of its own for the machines, and every job is a container job. Needs root.
    */
   readonly docker?: boolean;
+  /**
+   * Pools of the example whose machines play an Ubuntu-style image (no dnf): their install
+   * step runs this host's real apt-get (a played Debian machine standing in for Ubuntu).
+   * Needs root and the stock image; installs the runner's OS packages on this host (those
+   * missing), so it is not part of the default run. @default - none
+   */
+  readonly aptPools?: readonly string[];
 }
 
 export interface ScenarioResult {
@@ -234,6 +241,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // loopback release server's (this machine cannot reach GitHub's or GitLab's downloads).
     const image = o.image;
     if (faults.tamperedDownload && image !== 'stock') throw new Error('the tampered-download fault needs the stock image: a prebuilt image downloads nothing');
+    const aptPools = o.aptPools ?? [];
+    if (aptPools.length > 0 && image !== 'stock') throw new Error('an apt pool needs the stock image: a prebuilt image installs nothing');
+    if (aptPools.length > 0 && process.getuid?.() !== 0) throw new Error('an apt pool needs root: its machines run this host\'s real apt-get');
     let runnerPackages: Partial<Record<Provider, RunnerPackage>> | undefined;
     let downloads = 0;
     if (image === 'stock') {
@@ -264,7 +274,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -321,6 +331,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       ...(image === 'stock' ? { stockRunnerUser: ownUsers ? RUNNER_USER_PLACEHOLDER : localRunnerUser() } : {}),
       ...(ownUsers ? { ownRunnerUsers: ownUsers } : o.reuse ? { runnerHomeOwner: localRunnerUser() } : {}),
       ...(daemon ? { dockerHost: daemon.host } : {}),
+      ...(aptPools.length ? { aptImages: [LOCAL_APT_IMAGE_ID] } : {}),
     });
     // The reuse run's jobs report here, outside every machine: the runner user writes, no cleaning reaches it.
     const reuseReports = join(sandboxRoot, 'reuse-reports');
@@ -574,6 +585,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const notes: string[] = [];
     if (stranded?.removed.length) notes.push(`removed ${stranded.removed.length} runner user(s) that earlier runs left: ${stranded.removed.join(', ')}`);
     if (stranded?.failed.length) notes.push(`could not remove ${stranded.failed.length} runner user(s) that earlier runs left: ${stranded.failed.join(', ')}`);
+    if (aptPools.length) notes.push(`apt pool(s) ${aptPools.join(', ')}: Ubuntu-style machines (no dnf), their install step uses this host's apt-get`);
     if (gaveUp) notes.push(gaveUp);
     else if (o.signal?.aborted) notes.push('interrupted');
     else if (!settled) notes.push(`the run did not settle within ${Math.round(o.deadlineMs / 1000)} s`);

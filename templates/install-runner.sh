@@ -16,14 +16,16 @@
 # the temporary files and fails: a PRIME then does not park (the pool's prime back-off
 # applies), a cold boot terminates.
 #
-# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf (or apt-get), for GitHub tar
-# and gzip, and for a pool with Docker usermod and systemctl.
+# Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf or apt-get (with
+# apt-cache), for GitHub tar and gzip, and for a pool with Docker usermod and systemctl.
 readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_USER@@ I_DIR=@@RUNNER_DIR@@ \
   I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
   I_URL_X64=@@PACKAGE_URL_X64@@ I_SHA_X64=@@PACKAGE_SHA256_X64@@ I_URL_ARM64=@@PACKAGE_URL_ARM64@@ I_SHA_ARM64=@@PACKAGE_SHA256_ARM64@@ \
-  I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_DNF_SECONDS=@@PACKAGE_INSTALL_SECONDS@@ \
+  I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_PKG_SECONDS=@@PACKAGE_INSTALL_SECONDS@@ \
   I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@
-I_PACKAGES=(@@OS_PACKAGES@@)
+# The runner's OS packages per package manager (the contract's RUNNER_OS_PACKAGES).
+I_PACKAGES_DNF=(@@OS_PACKAGES_DNF@@)
+I_PACKAGES_APT=(@@OS_PACKAGES_APT@@)
 I_APT_UPDATED=0 I_DOCKER_READY=0
 
 # The unprivileged user the runner runs as, created when the image lacks it.
@@ -56,28 +58,51 @@ fetch() {
   [[ $got == "$3" ]] || { log "SHA-256 of $1 is ${got:-unknown}, the pin says $3" && return 1; }
 }
 
-# The OS packages the runner needs, bounded (dnf has its own retries inside).
-os_packages() {
-  ((${#I_PACKAGES[@]})) || return 0
-  log "dnf install -y ${I_PACKAGES[*]}"
-  timeout -k 10 "$I_DNF_SECONDS" dnf install -y "${I_PACKAGES[@]}" >&2
+# install_packages PKG...: installs distribution packages with dnf where the image has it
+# (Amazon Linux), else apt-get (Ubuntu, Debian). A word "a|b" is the first of a, b that apt's
+# repositories know (names change between releases; dnf takes a). Each call is bounded by
+# I_PKG_SECONDS; apt-get's package lists are fetched once per boot (a cloud image ships
+# without them), and its dpkg lock is waited for within the bound (unattended-upgrades holds
+# it early in a boot).
+install_packages() {
+  local m=apt-get w c pick=() opts=(-o DPkg::Lock::Timeout="$I_PKG_SECONDS")
+  command -v dnf >/dev/null && m=dnf
+  if [[ $m == apt-get ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    # Retried within the bound: the lock option does not cover the lists' lock, which
+    # apt-daily's update may hold (and a mirror may fail for a moment).
+    local end=$((SECONDS + I_PKG_SECONDS)) t
+    while ((!I_APT_UPDATED)); do
+      t=$((end - SECONDS))
+      ((t > 0)) || { log "apt-get update failed for ${I_PKG_SECONDS}s"; return 1; }
+      log "apt-get update"
+      if timeout -k 10 "$t" apt-get "${opts[@]}" -q update >&2; then I_APT_UPDATED=1; else sleep 3; fi
+    done
+  fi
+  for w in "$@"; do
+    for c in ${w//|/ }; do
+      # apt-cache show fails on a name no repository has (and on a purely virtual one).
+      if [[ $w == "$c" || $m == dnf ]] || apt-cache show --no-all-versions "$c" >/dev/null 2>&1; then
+        pick+=("$c")
+        continue 2
+      fi
+    done
+    log "no package of $w is known to $m"
+    return 1
+  done
+  log "$m install -y ${pick[*]}"
+  if [[ $m == dnf ]]; then
+    timeout -k 10 "$I_PKG_SECONDS" dnf install -y "${pick[@]}" >&2
+  else
+    timeout -k 10 "$I_PKG_SECONDS" apt-get "${opts[@]}" -q install -y --no-install-recommends "${pick[@]}" >&2
+  fi
 }
 
-# install_packages PKG...: distribution packages, with dnf where it exists, else apt-get (one
-# update per boot), each call bounded by I_DNF_SECONDS.
-install_packages() {
-  if command -v dnf >/dev/null; then
-    log "dnf install -y $*"
-    timeout -k 10 "$I_DNF_SECONDS" dnf install -y "$@" >&2
-    return
-  fi
-  if ((!I_APT_UPDATED)); then
-    log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive timeout -k 10 "$I_DNF_SECONDS" apt-get update -q >&2 || return 1
-    I_APT_UPDATED=1
-  fi
-  log "apt-get install -y --no-install-recommends $*"
-  DEBIAN_FRONTEND=noninteractive timeout -k 10 "$I_DNF_SECONDS" apt-get install -y --no-install-recommends "$@" >&2
+# The OS packages the runner needs, for this image's package manager.
+os_packages() {
+  if command -v dnf >/dev/null; then set -- "${I_PACKAGES_DNF[@]}"; else set -- "${I_PACKAGES_APT[@]}"; fi
+  (($#)) || return 0
+  install_packages "$@"
 }
 
 # Docker for a pool's container jobs (its `docker` prop), once per boot: installed from the
@@ -118,7 +143,7 @@ install_github() {
   tar -xzf "$part/runner.tar.gz" -C "$part/tree" --no-same-owner || refuse "$part" "cannot unpack $1"
   [[ -f $part/tree/config.sh && -x $part/tree/config.sh && -f $part/tree/run.sh && -x $part/tree/run.sh ]] ||
     refuse "$part" "$1 holds no executable config.sh and run.sh"
-  os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
+  os_packages || refuse "$part" "the runner's OS packages"
   chown -R "$I_USER:" "$part/tree" || refuse "$part" "chown to $I_USER failed"
   # On disk before the rename: a crash after it must not leave a run.sh of zero bytes in place.
   sync
@@ -133,7 +158,7 @@ install_gitlab() {
   mkdir -p "${I_BIN%/*}"
   fetch "$1" "$part" "$2" || refuse "$part" "the gitlab-runner binary"
   chmod 0755 "$part"
-  os_packages || refuse "$part" "dnf install ${I_PACKAGES[*]} failed"
+  os_packages || refuse "$part" "the runner's OS packages"
   # Asked before the move (the same file after it): a binary that cannot run is never in place.
   timeout -k 5 30 "$part" --version >/dev/null 2>&1 || refuse "$part" "the downloaded gitlab-runner does not answer --version"
   sync

@@ -36,6 +36,11 @@ export interface LocalPoolTemplate {
   reuse?: PoolReuseConfig;
   /** The pool's Docker (its `docker` prop), kept only by `npm run local -- --docker`. @default - none */
   docker?: PoolDockerProps;
+  /**
+   * The pool's image: the player plays an instance of `LOCAL_APT_IMAGE_ID` as an Ubuntu-style
+   * machine (no dnf: the install step's apt-get is this host's). @default LOCAL_IMAGE_ID
+   */
+  imageId?: string;
 }
 
 export interface LocalMachineSettings {
@@ -64,6 +69,12 @@ export const TEMPLATE_ROOT = '/cwr-local-machine';
 export const TEMPLATE_IMDS = 'http://127.0.0.1:9';
 /** moto accepts it in launch templates, RunInstances and CreateFleet. */
 export const LOCAL_IMAGE_ID = 'ami-12c6146b';
+/**
+ * The image of an apt pool (`npm run local -- --apt-pool NAME`), one moto knows (its Ubuntu
+ * 16.04 image): a played instance of it has no dnf, so the boot's install step runs this
+ * Debian host's real apt-get, standing in for Ubuntu's.
+ */
+export const LOCAL_APT_IMAGE_ID = 'ami-785db401';
 
 /** The machine layout the rendered paths use, relative to the machine directory. */
 export const MACHINE_PATHS = {
@@ -118,6 +129,13 @@ export const LOCAL_TIME_BOUNDS = {
   // does not see load the run itself makes.
   logShipSeconds: 60,
 } as const satisfies Partial<UserDataOptions>;
+
+/**
+ * An apt pool's package manager bound (each of `apt-get update` and `apt-get install`): the real
+ * apt-get fetches from the Debian mirror, and other apt users of this host may hold its locks
+ * for a while; the dnf shim of the other pools answers at once.
+ */
+export const LOCAL_APT_PACKAGE_SECONDS = 120;
 
 /**
  * LOCAL_TIME_BOUNDS with every bound (not the poll and retry delays, nor the attempts) times
@@ -179,6 +197,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       prepareCommands: localPrepareCommands(pool),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...localTimeBounds(machine.slowdown),
+      ...(pool.imageId === LOCAL_APT_IMAGE_ID ? { packageInstallSeconds: Math.ceil(LOCAL_APT_PACKAGE_SECONDS * Math.max(1, machine.slowdown ?? 1)) } : {}),
       hostPaths: {
         unitDir: at(MACHINE_PATHS.unitDir),
         hookPath: at(`usr/local/sbin/${machine.prefix}-start-runner`),
@@ -235,7 +254,7 @@ function templateData(pool: LocalPoolTemplate, machine: LocalMachineSettings): R
   // What lib/runner-fleet.ts sets that matters to the boot: IMDSv2, tags in instance
   // metadata, and a power-off that stops (parks) the instance.
   return {
-    ImageId: LOCAL_IMAGE_ID,
+    ImageId: pool.imageId ?? LOCAL_IMAGE_ID,
     InstanceType: 't3.micro',
     // Encoded as lib/runner-fleet.ts does (gzip, then base64): the player reads it back like cloud-init.
     UserData: encodeUserData(renderLocalUserData(pool, machine)),

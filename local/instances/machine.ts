@@ -1,7 +1,7 @@
 /**
  * A played instance's machine: a directory laid out like the host paths the local user data
  * uses (launch-templates.ts `MACHINE_PATHS`), the shims for what only a real machine has
- * (power-off, systemd, docker, and for the install step dnf, useradd, usermod, getent), the runner binaries
+ * (power-off, systemd, docker, and for the install step dnf (not on an apt image), useradd, usermod, getent), the runner binaries
  * on a prebuilt image or none on a stock one, and its processes, which are one session.
  */
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -58,6 +58,12 @@ export interface MachineOptions {
    * shim talks to it (calls/docker-host). @default - no daemon: the shim answers as none would
    */
   readonly dockerHost?: string;
+  /**
+   * An Ubuntu-style image (an apt pool's): no dnf shim, so the install step runs this host's
+   * real apt-get (root: it installs the runner's OS packages on this host, a no-op for those
+   * already there). @default false: the dnf shim stands in for Amazon Linux's dnf
+   */
+  readonly apt?: boolean;
 }
 
 export interface Machine {
@@ -151,7 +157,7 @@ export function createMachine(o: MachineOptions): Machine {
   const own = o.playedUser !== undefined;
   const shims: [string, readonly string[]][] = [
     [SHIMS_DIR, readdirSync(SHIMS_DIR).filter((n) => !own || !SHARED_USER_SHIMS.has(n))],
-    [INSTALL_SHIMS_DIR, INSTALL_SHIMS.filter((n) => !own || n !== 'useradd')],
+    [INSTALL_SHIMS_DIR, INSTALL_SHIMS.filter((n) => (!own || n !== 'useradd') && (!o.apt || n !== 'dnf'))],
     ...(own ? [[USER_SHIMS_DIR, ['useradd']] as [string, readonly string[]]] : []),
   ];
   for (const [from, names] of shims) {

@@ -15,6 +15,7 @@
  *   `boot-failed` (detail: the boot's last two error lines), `parked`, `instance-gone`.
  * - A stock image (`stockRunnerUser`): the machine has no runner and no runner user, so the
  *   boot's install step puts them there; otherwise the runner binaries are in place (prebuilt).
+ *   An instance of one of `aptImages` is an Ubuntu-style machine: its install step uses apt-get.
  *
  * The user data comes from the instance's own `userData` attribute, which is what cloud-init
  * reads on EC2 (through IMDS). moto copies the launch template version's user data into it
@@ -72,6 +73,11 @@ export interface InstancePlayerOptions {
   ownRunnerUsers?: string;
   /** The run's own Docker daemon, for every machine (MachineOptions.dockerHost). @default - none */
   dockerHost?: string;
+  /**
+   * Images whose instances play an Ubuntu-style machine: no dnf, this host's real apt-get
+   * (MachineOptions.apt; launch-templates.ts LOCAL_APT_IMAGE_ID). @default - none
+   */
+  aptImages?: readonly string[];
 }
 
 interface Boot {
@@ -532,6 +538,7 @@ export class InstancePlayer {
         instanceId: id,
         awsCli: this.opts.awsCli,
         ...(this.opts.dockerHost !== undefined ? { dockerHost: this.opts.dockerHost } : {}),
+        ...(instance.ImageId !== undefined && this.opts.aptImages?.includes(instance.ImageId) ? { apt: true } : {}),
         ...(user !== undefined ? { playedUser: user } : this.opts.runnerHomeOwner === undefined ? {} : { homeOwner: this.opts.runnerHomeOwner }),
         ...(this.opts.stockRunnerUser !== undefined
           ? { stockRunnerUser: user ?? this.opts.stockRunnerUser }

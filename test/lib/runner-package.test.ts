@@ -121,7 +121,24 @@ describe('rendering the install step', () => {
     const pkg = DEFAULT_RUNNER_PACKAGES[provider];
     const script = renderInstallScript({ provider });
     for (const value of [pkg.x64.url, pkg.x64.sha256, pkg.arm64.url, pkg.arm64.sha256]) expect(script).toContain(value);
-    expect(script).toContain(`I_PACKAGES=(${RUNNER_OS_PACKAGES[provider].join(' ')})`);
+    expect(script).toContain(`I_PACKAGES_DNF=(${RUNNER_OS_PACKAGES[provider].dnf.join(' ')})`);
+    // A word of alternatives is one shell word: quoted, or bash would run it as a pipeline.
+    const apt = RUNNER_OS_PACKAGES[provider].apt.map((w) => (w.includes('|') ? `'${w}'` : w));
+    expect(script).toContain(`I_PACKAGES_APT=(${apt.join(' ')})`);
+  });
+
+  it('names a package for every library installdependencies.sh installs, per package manager, each word one or more package names', () => {
+    const github = RUNNER_OS_PACKAGES[Provider.GITHUB];
+    for (const lib of ['lttng-ust', 'openssl-libs', 'krb5-libs', 'zlib', 'libicu', 'git']) expect(github.dnf).toContain(lib);
+    // apt: the library's package by any of its release names (Ubuntu 22.04, 24.04, Debian 12).
+    for (const names of [['libkrb5-3'], ['zlib1g'], ['liblttng-ust1', 'liblttng-ust1t64'], ['libssl3', 'libssl3t64'], ['libicu70', 'libicu72', 'libicu74'], ['git']]) {
+      const word = github.apt.find((w) => w.split('|').some((n) => names.includes(n)));
+      expect(word, names.join(' or ')).toBeDefined();
+      for (const n of names) expect(word!.split('|')).toContain(n);
+    }
+    for (const word of [...github.dnf, ...github.apt, ...RUNNER_OS_PACKAGES[Provider.GITLAB].apt]) {
+      expect(word).toMatch(/^[a-z0-9][a-z0-9.+-]*(\|[a-z0-9][a-z0-9.+-]*)*$/);
+    }
   });
 
   it('renders an override instead of the pin', () => {

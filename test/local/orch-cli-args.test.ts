@@ -20,6 +20,8 @@ describe('npm run local: the command line', () => {
     [['--faults', '--seed=0'], { faults: { lossy: true }, seed: 0 }],
     [['-h'], { help: true }],
     [['--reuse'], { reuse: true, burst: false }],
+    [['--apt-pool', 'linux-x64'], { aptPools: ['linux-x64'] }],
+    [['--apt-pool', 'linux-x64', '--apt-pool', 'gitlab-docker', '--apt-pool', 'linux-x64'], { aptPools: ['linux-x64', 'gitlab-docker'] }],
     [['--reuse', '--pool-size', '4', '--image', 'prebuilt'], { reuse: true, poolSize: 4, image: 'prebuilt' }],
   ])('accepts %j (as root)', (argv, expected) => {
     expect(parseLocalArgs(argv, true)).toMatchObject(expected);
@@ -27,6 +29,8 @@ describe('npm run local: the command line', () => {
 
   it.each<[string[], string]>([
     [['--jobs', 'many'], '--jobs must be a whole number from 0 to 50, got "many"'],
+    [['--apt-pool', 'linux-x64', '--image', 'prebuilt'], '--apt-pool needs the stock image (a prebuilt image installs nothing): leave out --image prebuilt'],
+    [['--apt-pool', 'Linux X64'], '--apt-pool takes a pool name of the example (linux-x64, gitlab-docker), got "Linux X64"'],
     [['--reuse', '--jobs', '2'], '--reuse sends its own two waves of one job per repository and project: leave out --jobs'],
     [['--reuse', '--burst'], '--reuse sends its own two waves of one job per repository and project: leave out --burst'],
     [['--reuse', '--faults'], '--reuse sends its own two waves of one job per repository and project: leave out --faults'],
@@ -77,6 +81,10 @@ describe('npm run local: the command line', () => {
       expect(() => parseLocalArgs(['--reuse'])).toThrow(why);
       getuid.mockReturnValue(0);
       expect(parseLocalArgs(['--reuse'])).toMatchObject({ reuse: true });
+    });
+
+    it("refuses --apt-pool when not root: its machines run this host's real apt-get", () => {
+      expect(() => parseLocalArgs(['--apt-pool', 'linux-x64'], false)).toThrow("--apt-pool needs root: the apt pool's machines run this host's real apt-get; run it as root");
     });
 
     it('a run without --reuse needs no root', () => {

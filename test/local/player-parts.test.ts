@@ -12,6 +12,8 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LEDGER_LOG_KEYS, BOOT_LOG_KEYS, ssmPaths, tagKeys, Provider } from '../../lambdas/shared/contract';
 import {
+  LOCAL_APT_IMAGE_ID,
+  LOCAL_APT_PACKAGE_SECONDS,
   LOCAL_TIME_BOUNDS,
   localTimeBounds,
   MACHINE_PATHS,
@@ -124,6 +126,12 @@ describe('local user data', () => {
     expect(text).toMatch(/ SHIP_SECONDS=60 /);
   });
 
+  it("gives an apt pool's package manager calls a longer bound (the real apt-get and its mirror), the dnf shim's pools the short one", () => {
+    expect(text).toContain(` I_PKG_SECONDS=${LOCAL_TIME_BOUNDS.packageInstallSeconds}`);
+    const apt = renderLocalUserData({ name: 'pool-u', provider: Provider.GITHUB, imageId: LOCAL_APT_IMAGE_ID }, { ...machine, slowdown: 2 });
+    expect(apt).toContain(` I_PKG_SECONDS=${LOCAL_APT_PACKAGE_SECONDS * 2}`);
+  });
+
   it('names the pool when the renderer refuses it', () => {
     expect(() => renderLocalUserData({ name: 'bad', provider: Provider.GITHUB, runnerUser: 'root' }, machine)).toThrow(/pool "bad": .*runnerUser "root"/s);
   });
@@ -192,6 +200,15 @@ describe('machine', () => {
     expect(spawnSync(join(m.binDir, 'useradd'), ['--create-home', 'nobody'], { env: { SHIM_CALLS: m.callsDir } }).status).toBe(0);
     expect(getent()).toBe(0);
     expect(() => createMachine({ dir: join(root, 'm4'), instanceId: 'i-0', awsCli: '/bin/true', stockRunnerUser: 'nobody', runnerSource: root })).toThrow(/either prebuilt/);
+  });
+
+  it("lays out an apt (Ubuntu-style) stock machine: the same shims but dnf, so the install step finds this host's apt-get", () => {
+    const m = createMachine({ dir: join(root, 'i-0apt'), instanceId: 'i-0apt', awsCli: '/bin/true', stockRunnerUser: 'nobody', apt: true });
+    expect(existsSync(join(m.binDir, 'dnf'))).toBe(false);
+    expect(['useradd', 'getent', 'shutdown'].every((b) => existsSync(join(m.binDir, b)))).toBe(true);
+    // The bats harness's apt shims never reach a played machine: its apt-get is the real one.
+    expect(['apt-get', 'apt-cache'].some((b) => existsSync(join(m.binDir, b)))).toBe(false);
+    expect(spawnSync('bash', ['-c', 'command -v dnf; command -v apt-get'], { env: { PATH: `${m.binDir}:${process.env.PATH}` }, encoding: 'utf8' }).stdout).toBe('/usr/bin/apt-get\n');
   });
 
   it('refuses a missing runner directory and a bad runnerEnv name', () => {

@@ -149,6 +149,13 @@ stock_machine() {
   fi
 }
 
+# apt_machine KNOWN...: an Ubuntu-style image: no dnf, so the install step uses apt-get (the
+# shim: never this host's), whose repositories know the packages KNOWN (apt-cache shim).
+apt_machine() {
+  rm -f "$ROOT/bin/dnf"
+  printf '%s\n' "$@" >"$ROOT/calls/apt-known"
+}
+
 # stock_user: for setup_file, before sandbox_start (root only): the runner user of a suite of
 # stock images, a name of this run's own (cleaning kills every process of the runner user, and
 # other runs may share this machine). No user of that name exists until a boot creates it.
@@ -181,6 +188,7 @@ sandbox_stop() {
 # A fresh machine for every test: no hook, no state, no calls, both runners installed (stock_machine
 # takes them away), the release server answering normally.
 sandbox_reset() {
+  install -m 755 "$REPO/test/templates/shims/bin/dnf" "$ROOT/bin/dnf"
   rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,fail-prepare,out} "${ROOT:?}/runner/"* "${ROOT:?}/release/".{mode,requests}
   mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls" "$ROOT/runner/github" "$ROOT/runner/gitlab"
   chmod 1777 "$ROOT/calls"

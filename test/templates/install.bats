@@ -2,7 +2,8 @@
 # The install step (templates/install-runner.sh) in the boot sandbox: a "stock" machine (no
 # runner, no runner user: helpers.bash stock_machine) installs the pinned runner package from
 # the loopback release server (real curl, real sha256sum and tar, small real packages with
-# their real digests); shims stand in for useradd, dnf and `uname -m`. Issue 10, section 1.
+# their real digests); shims stand in for useradd, dnf, apt-get, apt-cache and `uname -m`.
+# Issue 10, section 1; the apt path (Ubuntu, Debian): issue 24, section 2.
 
 load helpers
 
@@ -148,7 +149,92 @@ refused_prime() {
   new_instance "$(warm_tags)"
   boot_first github
   refused_prime
-  grep -qF "dnf install lttng-ust openssl-libs krb5-libs zlib libicu git failed" "$ROOT/out"
+  grep -qF "dnf install -y lttng-ust openssl-libs krb5-libs zlib libicu git" "$ROOT/out"
+  grep -qF "the runner's OS packages: refused, nothing installed" "$ROOT/out"
+  nothing_installed github
+}
+
+# apt_calls: the apt-get shim's calls without the lock option every call carries.
+apt_calls() { calls_of apt-get | sed -E 's/^-o DPkg::Lock::Timeout=[0-9]+ //'; }
+
+@test "stock Ubuntu 24.04-style image (no dnf): apt-get update once, then the runner's packages by their 24.04 names, then parks" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1t64 liblttng-ust1 libssl3t64 libssl3 libicu74 git
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' \
+    '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1t64 libssl3t64 libicu74 git')" ]
+  # Every call waits for the dpkg lock within the install bound.
+  [ "$(calls_of apt-get | grep -c '^-o DPkg::Lock::Timeout=[0-9][0-9]* ')" -eq 2 ]
+  [ ! -e "$ROOT/calls/dnf" ]
+  [ -x "$ROOT/runner/github/run.sh" ]
+  grep -qF "installed the github runner sandbox-1" "$ROOT/out"
+  called shutdown "-h now"
+}
+
+@test "stock Ubuntu 22.04-style and Debian 12-style images get the names their repositories have" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 liblttng-ust0 libssl3 libicu70 git
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(apt_calls | tail -n 1)" = '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu70 git' ]
+  called shutdown "-h now"
+  sandbox_reset
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git
+  new_instance "$(warm_tags)"
+  boot_first gitlab
+  [ "$status" -eq 0 ]
+  # GitLab's binary needs git only: no library is looked up.
+  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q install -y --no-install-recommends git')" ]
+  called shutdown "-h now"
+}
+
+@test "an apt image whose repositories have no libicu is refused before apt-get install, no park" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 libssl3 git
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  grep -qF "no package of libicu78|libicu77|" "$ROOT/out"
+  [ "$(apt_calls)" = '-q update' ]
+  nothing_installed github
+}
+
+@test "an apt-get update that fails for a moment (another apt holds the lists' lock) is retried, then the install goes on" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git
+  echo 2 >"$ROOT/calls/apt-update-fail"
+  new_instance "$(warm_tags)"
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q update' '-q update' \
+    '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git')" ]
+  called shutdown "-h now"
+}
+
+@test "a failing apt-get update or install is refused: nothing installed, no park" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git
+  touch "$ROOT/calls/apt-update-fail"
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  # Retried within the bound (render-sandbox.ts: 20 s times the slowdown), then refused.
+  grep -qE "apt-get update failed for [0-9]+s" "$ROOT/out"
+  [ "$(apt_calls | sort -u)" = '-q update' ]
+  [ "$(apt_calls | wc -l)" -ge 2 ]
+  nothing_installed github
+  sandbox_reset
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git
+  touch "$ROOT/calls/apt-fail"
+  new_instance "$(warm_tags)"
+  boot_first github
+  refused_prime
+  grep -qF "E: Unable to locate package" "$ROOT/out"
   nothing_installed github
 }
 

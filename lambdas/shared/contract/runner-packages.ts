@@ -1,7 +1,7 @@
 /**
  * The runner releases the boot script installs on an image without a runner (a stock Amazon
- * Linux 2023): one pinned release per provider, with a URL and a SHA-256 per architecture, and
- * the OS packages each needs. The boot script (templates/install-runner.sh) gets them by
+ * Linux 2023 or Ubuntu): one pinned release per provider, with a URL and a SHA-256 per
+ * architecture, and the OS packages each needs per package manager. The boot script (templates/install-runner.sh) gets them by
  * rendering; a pool overrides them with its `runnerPackage` prop (a mirror, a private bucket,
  * a newer release). How to bump and verify them: docs/operations.md, "Upgrading the pinned
  * runner releases".
@@ -68,16 +68,49 @@ export const DEFAULT_RUNNER_PACKAGES: Readonly<Record<Provider, RunnerPackage>> 
 };
 
 /**
- * What `dnf install -y` adds before the runner may park, per provider.
+ * The package managers the install step knows (templates/install-runner.sh `install_packages`):
+ * dnf where the image has it (Amazon Linux 2023), else apt-get (Ubuntu, Debian).
+ */
+export enum PackageManager {
+  DNF = 'dnf',
+  APT = 'apt',
+}
+
+/**
+ * In a package list, a word `a|b|c` means the first of a, b, c that the package manager's
+ * repositories know: a library's package name carries its soname or ABI and changes between
+ * releases (Ubuntu 22.04 `libicu70`, 24.04 `libicu74`, Debian 12 `libicu72`).
+ */
+export const PACKAGE_ALTERNATIVES_SEPARATOR = '|';
+
+/**
+ * What the install step adds before the runner may park, per provider and package manager.
  * - GitHub: the .NET runtime's libraries, as the runner's bin/installdependencies.sh installs
- *   them on Fedora/RHEL-like systems (`lttng-ust openssl-libs krb5-libs zlib libicu`; the
- *   script does not recognise Amazon Linux 2023, so it is not run), plus git: without git on
- *   PATH actions/checkout downloads a tarball through the API instead of cloning.
+ *   them (actions/runner, src/Misc/layoutbin/installdependencies.sh, read 2026-12-06).
+ *   dnf: `lttng-ust openssl-libs krb5-libs zlib libicu` (its Fedora/RHEL list; the script does
+ *   not recognise Amazon Linux 2023, so it is not run). apt: `libkrb5-3 zlib1g`, then the
+ *   first of `liblttng-ust1 liblttng-ust0`, of the libssl and of the libicu versions it lists
+ *   (it tries `apt-get install` on each in turn; here the first one the repositories know is
+ *   picked, with the 64-bit-time `t64` names of Ubuntu 24.04 first, libssl3, which .NET 6
+ *   and later use, where the script still names 1.1, and libicu77 and 78 (Ubuntu 26.04) beyond
+ *   its list). Ubuntu 24.04's names (liblttng-ust1t64, libssl3t64, libicu74) as public
+ *   Dockerfiles of runners on 24.04 install them, looked up 2026-12-06. Plus git: without git on PATH
+ *   actions/checkout downloads a tarball through the API instead of cloning.
  * - GitLab: gitlab-runner is one static binary; the shell executor clones with git.
  */
-export const RUNNER_OS_PACKAGES: Readonly<Record<Provider, readonly string[]>> = {
-  [Provider.GITHUB]: ['lttng-ust', 'openssl-libs', 'krb5-libs', 'zlib', 'libicu', 'git'],
-  [Provider.GITLAB]: ['git'],
+export const RUNNER_OS_PACKAGES: Readonly<Record<Provider, Readonly<Record<PackageManager, readonly string[]>>>> = {
+  [Provider.GITHUB]: {
+    [PackageManager.DNF]: ['lttng-ust', 'openssl-libs', 'krb5-libs', 'zlib', 'libicu', 'git'],
+    [PackageManager.APT]: [
+      'libkrb5-3',
+      'zlib1g',
+      'liblttng-ust1t64|liblttng-ust1|liblttng-ust0',
+      'libssl3t64|libssl3|libssl1.1',
+      'libicu78|libicu77|libicu76|libicu75|libicu74|libicu73|libicu72|libicu71|libicu70|libicu69|libicu68|libicu67|libicu66',
+      'git',
+    ],
+  },
+  [Provider.GITLAB]: { [PackageManager.DNF]: ['git'], [PackageManager.APT]: ['git'] },
 };
 
 const SHA256_PATTERN = /^[0-9a-f]{64}$/;
