@@ -21,6 +21,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
   DEFAULT_RUNNER_PACKAGES,
+  DEFAULT_RUNNER_RELEASE_SOURCES,
   parseGithubReleaseBody,
   parseSha256Sums,
   Provider,
@@ -32,8 +33,8 @@ import {
 // The parsers live in the contract (the release resolver reads the same data); re-exported for the tests.
 export { parseGithubReleaseBody, parseSha256Sums };
 
-export const DEFAULT_GITHUB_API = 'https://api.github.com';
-export const DEFAULT_GITLAB_DOWNLOADS = 'https://gitlab-runner-downloads.s3.amazonaws.com';
+export const DEFAULT_GITHUB_API = DEFAULT_RUNNER_RELEASE_SOURCES.githubApi;
+export const DEFAULT_GITLAB_DOWNLOADS = DEFAULT_RUNNER_RELEASE_SOURCES.gitlabDownloads;
 const DEFAULT_TIMEOUT_MS = 20_000;
 
 const USAGE = `usage: npm run check-runner-pins -- [--github-package FILE|JSON] [--gitlab-package FILE|JSON]

@@ -23,6 +23,25 @@ export const GITHUB_RUNNER_WINDOW_DAYS = 30;
 /** The pin alarm fires when a pinned (or stuck) GitHub runner has this many days or fewer left. */
 export const RUNNER_PIN_WARN_DAYS = 7;
 
+/** Where the release resolver reads the providers' release data (LAMBDA_ENV.runnerReleaseSources, as JSON). */
+export interface RunnerReleaseSources {
+  /** GitHub's REST API. */
+  readonly githubApi: string;
+  /** GitLab's REST API (`.../api/v4`), where the gitlab-runner project's releases are listed. */
+  readonly gitlabApi: string;
+  /** Where GitLab publishes the gitlab-runner binaries and their `release.sha256`. */
+  readonly gitlabDownloads: string;
+  /** Bound of each request. */
+  readonly timeoutMs: number;
+}
+
+export const DEFAULT_RUNNER_RELEASE_SOURCES: RunnerReleaseSources = {
+  githubApi: 'https://api.github.com',
+  gitlabApi: 'https://gitlab.com/api/v4',
+  gitlabDownloads: 'https://gitlab-runner-downloads.s3.amazonaws.com',
+  timeoutMs: 10_000,
+};
+
 /** The resolved release as the parameter holds it: the package plus when the provider published it. */
 export interface ResolvedRunnerRelease extends RunnerPackage {
   /** When the provider published the release (ISO 8601). */
