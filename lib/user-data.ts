@@ -510,14 +510,14 @@ function installTemplate(): { body: string; standalone: string } {
   return { body: lines.slice(1, at).join('\n'), standalone: lines.slice(at + 1).join('\n') };
 }
 
-/** `standalone`: the image pipeline's script, which has no instance to tag and no parameter to read. */
+/** `standalone`: the image pipeline's script, which reads no resolved release (it bakes the pin) and has no instance id to tag. */
 function installValues(o: ResolvedUserDataOptions, standalone = false): Record<string, string> {
   const q = shellQuote;
   const pkg = o.runnerPackage;
   const release = !standalone && o.followLatestRunner && !prefixProblem(o.prefix) ? ssmPaths(o.prefix).runnerRelease(o.provider) : '';
   return {
     RELEASE_PARAMETER: q(release),
-    TAG_RUNNER_VERSION: q(standalone || prefixProblem(o.prefix) ? '' : tagKeys(o.prefix).runnerVersion),
+    TAG_RUNNER_VERSION: q(prefixProblem(o.prefix) ? '' : tagKeys(o.prefix).runnerVersion),
     PROVIDER_GITHUB: q(Provider.GITHUB),
     PROVIDER: q(o.provider),
     RUNNER_USER: q(o.runnerUser),

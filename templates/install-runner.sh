@@ -119,9 +119,10 @@ resolved_release() {
 
 # The version this instance carries, on itself (the pool replaces parked instances of a version
 # that is not the resolved one). A PRIME that cannot write it does not park: it would carry an
-# unknown version forever; a cold boot goes on (its job is waiting).
+# unknown version forever; a cold boot goes on (its job is waiting). The standalone script (an
+# image pipeline) has no instance id: nothing to tag.
 tag_version() {
-  [[ -n $I_TAG_VERSION ]] || return 0
+  [[ -n $I_TAG_VERSION && -n ${ID-} ]] || return 0
   aws_try "tagging $ID $I_TAG_VERSION" ec2 create-tags --resources "$ID" --tags "Key=$I_TAG_VERSION,Value=$V_VERSION" >/dev/null && return 0
   [[ $MODE != "$MODE_PRIME" ]] || fail "cannot tag $ID with its runner version $V_VERSION"
   log "warning: cannot tag $ID with its runner version $V_VERSION"
