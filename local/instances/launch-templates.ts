@@ -27,6 +27,8 @@ export interface LocalPoolTemplate {
    * loopback release server's packages. @default - the contract's pinned release
    */
   runnerPackage?: RunnerPackage;
+  /** The install step reads the resolved release (the pool follows the newest one). @default false */
+  followLatestRunner?: boolean;
   /**
    * The pool's reuse (the FleetConfig's): its machines clean and park after a job, keeping the
    * cache directories (paths under TEMPLATE_ROOT, relocated like every host path).
@@ -172,6 +174,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
       prepareCommands: localPrepareCommands(pool),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+      ...(pool.followLatestRunner ? { followLatestRunner: true } : {}),
       ...localTimeBounds(machine.slowdown),
       hostPaths: {
         unitDir: at(MACHINE_PATHS.unitDir),
