@@ -146,6 +146,14 @@ export interface LocalReport {
   readonly faultProof?: FaultProof;
   /** `--reuse` (local/reuse-run.ts): the hit rate, and what each second-wave job found of the first. */
   readonly reuse?: ReuseProof;
+  /** The roll-over run (`--roll`): parked instances replaced for a newer runner release, and no job after it on the older one. */
+  readonly roll?: {
+    readonly from: string;
+    readonly to: string;
+    readonly replaced: number;
+    readonly jobsOnOtherRunner: readonly string[];
+    readonly passed: boolean;
+  };
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
