@@ -1,7 +1,15 @@
-import { describe, expect, it } from 'vitest';
+import { createHash } from 'node:crypto';
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { encodeStreak, freshStreak } from '../../lambdas/pool/backoff';
 import { planPool, RUNNER_ROLL_BATCH } from '../../lambdas/pool/classify';
+import { createPoolHandler } from '../../lambdas/pool/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { encodeRunnerRelease, Provider, RUNNER_VERSION_LATEST, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
-import { fleetConfig, KEYS, standbyTags } from '../support/fixtures';
+import { FakeAws } from '../support/fake-aws';
+import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
 
 /** The runner roll of a pool that follows the newest release (planPool's `stale-runner`). */
 const NOW = new Date('2026-12-06T12:00:00.000Z');
@@ -66,5 +74,48 @@ describe('planPool: runner roll', () => {
     ]);
     expect(new Set(plan.evictions.map((e) => e.instance.id)).size).toBe(plan.evictions.length);
     expect(plan.launch).toBe(2);
+  });
+});
+
+describe('pool handler: runner roll', () => {
+  let aws: FakeAws;
+  let lines: Lines;
+  beforeEach(() => {
+    aws?.restore();
+    aws = new FakeAws();
+    lines = new Lines();
+  });
+  afterAll(() => aws.restore());
+  const paths = ssmPaths(PREFIX);
+  const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+  const store = (version: string) =>
+    aws.parameters.set(paths.runnerRelease(Provider.GITHUB), {
+      value: encodeRunnerRelease({ version, x64: { url: 'https://e.example/x64', sha256: sha(`${version}x64`) }, arm64: { url: 'https://e.example/arm64', sha256: sha(`${version}arm64`) }, publishedAt: '2026-12-01T00:00:00.000Z' }),
+      tags: {},
+      at: aws.now,
+    });
+  const run = (config: FleetConfig) =>
+    createPoolHandler({ ec2: new EC2Client({}), ssm: new SSMClient({}), aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }), loadConfig: async () => config, now: () => aws.now, sink: lines.sink })();
+  const parkedOld = () => aws.addInstance({ state: 'stopped', reason: 'Client.InstanceInitiatedShutdown', tags: { ...standbyTags(), [KEYS.runnerVersion]: '2.338.0' } });
+
+  it('reads the resolved release of a following pool and replaces a batch of parked instances of another version', async () => {
+    store('2.339.0');
+    const old = [parkedOld(), parkedOld(), parkedOld()];
+    const [summary] = await run(fleetConfig({ warmSize: 3, runnerVersion: RUNNER_VERSION_LATEST }));
+    expect(summary).toMatchObject({ evicted: { 'stale-runner': 2 }, launched: 2 });
+    expect(old.filter((i) => i.state === 'terminated')).toHaveLength(2);
+  });
+
+  it('replaces nothing for a pinned pool, without a resolved release, or while the prime streak fails', async () => {
+    const old = [parkedOld(), parkedOld()];
+    expect((await run(fleetConfig({ warmSize: 2, runnerVersion: RUNNER_VERSION_LATEST })))[0]!.evicted).toEqual({});
+    store('2.339.0');
+    expect((await run(fleetConfig({ warmSize: 2, runnerVersion: '2.338.0' })))[0]!.evicted).toEqual({});
+    const config = fleetConfig({ warmSize: 2, runnerVersion: RUNNER_VERSION_LATEST });
+    const pool = config.pools[0]!;
+    const failing = { ...freshStreak(`${pool.launchTemplateId}:${pool.launchTemplateVersion}`), failures: 1, lastFailureAt: aws.now.toISOString() };
+    aws.parameters.set(paths.primeState(pool.name), { value: encodeStreak(failing), tags: {}, at: aws.now });
+    expect((await run(config))[0]!.evicted).toEqual({});
+    expect(old.every((i) => i.state === 'stopped')).toBe(true);
   });
 });
