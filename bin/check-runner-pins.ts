@@ -22,10 +22,22 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { DEFAULT_RUNNER_PACKAGES, Provider, runnerPackageProblems, type RunnerPackage } from '../lambdas/shared/contract';
+import {
+  DEFAULT_RUNNER_PACKAGES,
+  DEFAULT_RUNNER_RELEASE_SOURCES,
+  parseGithubReleaseBody,
+  parseSha256Sums,
+  Provider,
+  PUBLISHED_CHECKSUM_NAMES,
+  runnerPackageProblems,
+  type RunnerPackage,
+} from '../lambdas/shared/contract';
 
-export const DEFAULT_GITHUB_API = 'https://api.github.com';
-export const DEFAULT_GITLAB_DOWNLOADS = 'https://gitlab-runner-downloads.s3.amazonaws.com';
+// The parsers live in the contract (the release resolver reads the same data); re-exported for the tests.
+export { parseGithubReleaseBody, parseSha256Sums };
+
+export const DEFAULT_GITHUB_API = DEFAULT_RUNNER_RELEASE_SOURCES.githubApi;
+export const DEFAULT_GITLAB_DOWNLOADS = DEFAULT_RUNNER_RELEASE_SOURCES.gitlabDownloads;
 const DEFAULT_TIMEOUT_MS = 20_000;
 
 const USAGE = `usage: cdk-warm-runners-check-pins [--github-package FILE|JSON] [--gitlab-package FILE|JSON]
@@ -34,11 +46,6 @@ const USAGE = `usage: cdk-warm-runners-check-pins [--github-package FILE|JSON] [
 
 type Arch = 'x64' | 'arm64';
 const ARCHES: readonly Arch[] = ['x64', 'arm64'];
-/** The platform names each provider publishes a checksum under, per architecture. */
-const PUBLISHED_NAME: Record<Provider, Record<Arch, string>> = {
-  [Provider.GITHUB]: { x64: 'linux-x64', arm64: 'linux-arm64' },
-  [Provider.GITLAB]: { x64: 'binaries/gitlab-runner-linux-amd64', arm64: 'binaries/gitlab-runner-linux-arm64' },
-};
 
 /** One package to check: whose it is, and where it came from (the defaults or a flag). */
 export interface PinToCheck {
@@ -62,25 +69,6 @@ export interface PinResult {
 
 /** The published SHA-256 per platform name, or why it could not be had. */
 type Published = { readonly sums: ReadonlyMap<string, string>; readonly source: string } | { readonly error: string; readonly source: string };
-
-/** The `<!-- BEGIN SHA <platform> -->...<!-- END SHA <platform> -->` blocks of a GitHub runner release body. */
-export function parseGithubReleaseBody(body: string): Map<string, string> {
-  const sums = new Map<string, string>();
-  for (const m of body.matchAll(/<!--\s*BEGIN SHA ([\w.-]+)\s*-->\s*([0-9a-fA-F]{64})\s*<!--\s*END SHA \1\s*-->/g)) {
-    sums.set(m[1]!, m[2]!.toLowerCase());
-  }
-  return sums;
-}
-
-/** The lines of a GitLab `release.sha256` (sha256sum output: `<hex>  [*][./]<path>`). */
-export function parseSha256Sums(text: string): Map<string, string> {
-  const sums = new Map<string, string>();
-  for (const line of text.split(/\r?\n/)) {
-    const m = /^([0-9a-fA-F]{64})\s+\*?(?:\.\/)?(\S+)\s*$/.exec(line.trim());
-    if (m) sums.set(m[2]!, m[1]!.toLowerCase());
-  }
-  return sums;
-}
 
 async function fetchText(url: string, timeoutMs: number, accept: string): Promise<string> {
   const response = await fetch(url, {
@@ -131,7 +119,7 @@ export async function checkRunnerPins(pins: readonly PinToCheck[], sources: PinS
       continue;
     }
     for (const arch of ARCHES) {
-      const name = PUBLISHED_NAME[provider][arch];
+      const name = PUBLISHED_CHECKSUM_NAMES[provider][arch];
       const pinned = pkg[arch].sha256;
       const expected = published.sums.get(name);
       if (expected === undefined) {

@@ -3,7 +3,7 @@
  * `npm run local`: the whole flow on this machine, no AWS account. See docs/local.md.
  *
  *   npm run local -- [--jobs N] [--pool-size N] [--burst] [--endpoint URL] [--json] [--verbose]
- *                    [--faults [tampered-download]] [--seed N] [--drift] [--reuse] [--docker] [--image stock|prebuilt]
+ *                    [--faults [tampered-download]] [--seed N] [--drift] [--roll] [--reuse] [--docker] [--image stock|prebuilt]
  *                    [--apt-pool NAME]
  *
  * Exit status: 0 when every job was sent and served and nothing was left behind (with
@@ -80,7 +80,7 @@ async function main(): Promise<number> {
   // With the lost-job faults the proof decides (a cancelled job is rightly unserved).
   // With --reuse the reuse proof must pass too (hit rate, cache file, nothing else of the earlier job).
   // With --docker the container proof must pass too (every job in its containers, nothing left on the daemon).
-  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true);
+  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true) && (r.roll?.passed ?? true);
   return r.settled && outcome && r.leftovers === 0 ? 0 : 1;
 }
 

@@ -20,6 +20,8 @@ export enum BundledHandler {
   DRAIN = 'drain',
   /** Redelivers failed webhook deliveries and queues jobs whose delivery never came. */
   RECONCILE = 'reconcile',
+  /** Resolves the newest runner releases and watches GitHub's runner window. */
+  RUNNER_RELEASE = 'runner-release',
 }
 
 /** The runtime every function is pinned to; the bundles target it. */

@@ -1,6 +1,7 @@
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { DEFAULT_PREFIX, type FleetConfigInput } from '../lambdas/shared/contract';
 import { ParameterMachineImage } from './parameter-machine-image';
+import { runnerVersionConfig } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 
 export const DEFAULT_INSTANCE_TYPE = new ec2.InstanceType('m7i.large');
@@ -55,6 +56,7 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.warm?.primeBackoffCap ? { primeBackoffCapSeconds: pool.warm.primeBackoffCap.toSeconds() } : {}),
       // An image resolved at launch: the pool compares its parked instances with the parameter.
       ...(pool.machineImage instanceof ParameterMachineImage ? { imageParameter: pool.machineImage.parameterName } : {}),
+      runnerVersion: runnerVersionConfig(pool),
       ...(pool.reuse
         ? {
             reuse: {

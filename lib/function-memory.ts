@@ -11,6 +11,7 @@ import type { BundledHandler } from './bundled-function';
  *   (scale-up), where 256 MB took about 2.3 s and 7 s.
  * - pool, scale-down and reconcile run on a schedule, where a cold start of about 8 s at
  *   256 MB costs no job anything; they hold about 150 MB, so 128 MB would not do.
+ * - runner-release runs hourly, off every job's path.
  * - drain runs only when the fleet is deleted, as pool and scale-down do (same clients).
  */
 export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
@@ -20,4 +21,6 @@ export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
   'scale-down': 256,
   drain: 256,
   reconcile: 256,
+  // Hourly, two HTTPS reads and an SSM write: the smallest size that holds the SDK client.
+  'runner-release': 256,
 };

@@ -28,5 +28,6 @@ export type {
   RunnerPackageDownload,
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
+export { RunnerVersion } from './runner-version';
 export * from './runner-image';
 export * from './parameter-machine-image';

@@ -1,5 +1,6 @@
 import type { Duration, Size } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { RunnerVersion } from './runner-version';
 import type { GitLabRunnerType, LabelMatch, Provider, ReuseScope, RunnerPackage, WarmScheduleEntry } from '../lambdas/shared/contract';
 
 /** A GitHub App the fleet registers its runners through. */
@@ -337,6 +338,15 @@ export interface RunnerPoolProps {
    * (/aws/service/debian/...); otherwise the fleet's `rootDeviceName`, else '/dev/xvda'
    */
   readonly rootDeviceName?: string;
+  /**
+   * Follow the newest runner release (`RunnerVersion.latest()`: resolved hourly by the control
+   * plane, parked instances of an older version replaced a few at a time) or keep a pin
+   * (`RunnerVersion.pinned()`: `runnerPackage`, else the library's). Applies when the AMI lacks
+   * the runner. Latest by default because GitHub refuses a runner 30 days after a newer
+   * release came out (docs/operations.md, "Runner updates").
+   * @default - RunnerVersion.latest(), or RunnerVersion.pinned() when `runnerPackage` is set
+   */
+  readonly runnerVersion?: RunnerVersion;
   /**
    * Directory the runner is in on the AMI, or the install step puts it (GitHub: the release's
    * tarball unpacked; GitLab: the jobs' builds directory).

@@ -5,6 +5,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
+import { followsLatestRunner } from './runner-version';
 import {
   fleetMetricNamespace,
   INSTANCE_LEDGER_STAGES,
@@ -195,6 +196,32 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
         },
       }),
     );
+    // Runner updates: the version an instance installed, on itself only (templates/install-runner.sh,
+    // tag_version). Job code runs with this role and could rewrite it on its own instance: that
+    // misleads the pool about that one instance only (kept or replaced for it), nothing else.
+    this.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TagOwnRunnerVersion',
+        actions: ['ec2:CreateTags'],
+        resources: ownInstances,
+        conditions: {
+          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.runnerVersion] },
+          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
+        },
+      }),
+    );
+    // A pool that follows the newest release reads its provider's resolved release at install time.
+    const followed = [...new Set(props.pools.filter((p) => followsLatestRunner(p)).map((p) => p.provider))];
+    if (followed.length > 0) {
+      this.role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'ReadResolvedRunnerRelease',
+          actions: ['ssm:GetParameter'],
+          resources: followed.map((provider) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.runnerRelease(provider).slice(1) })),
+        }),
+      );
+    }
     this.grantParking(ownInstances, props.pools.filter((p) => p.reuse !== undefined).map((p) => p.name), tags);
 
     acknowledgeWildcard(
@@ -304,6 +331,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
+          followLatestRunner: followsLatestRunner(pool),
           prepareCommands: pool.warm?.prepareCommands ?? [],
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
           ...(pool.docker ? { docker: pool.docker } : {}),

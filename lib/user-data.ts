@@ -143,6 +143,14 @@ export interface UserDataOptions {
    * inside the pool's priming timeout (15 minutes by default). @default 300
    */
   readonly downloadSeconds?: number;
+  /**
+   * Install the newest runner release the control plane resolved (the SSM parameter
+   * `ssmPaths(prefix).runnerRelease(provider)`, read at install time) instead of `runnerPackage`,
+   * which stays the fallback until a release is resolved. The instance tags itself with the
+   * version it installed either way.
+   * @default false
+   */
+  readonly followLatestRunner?: boolean;
   /** `curl --retry`: further attempts after a transient download error (timeout, 408, 429, 5xx). @default 3 */
   readonly downloadRetries?: number;
   /**
@@ -307,6 +315,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     awsCliMaxAttempts: options.awsCliMaxAttempts ?? DEFAULTS.awsCliMaxAttempts,
     runnerWaitTimeoutSeconds: options.runnerWaitTimeoutSeconds ?? DEFAULTS.runnerWaitTimeoutSeconds,
     runnerPackage: options.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[provider] ?? DEFAULT_RUNNER_PACKAGES.github,
+    followLatestRunner: options.followLatestRunner ?? false,
     downloadSeconds: options.downloadSeconds ?? DEFAULTS.downloadSeconds,
     downloadRetries: options.downloadRetries ?? DEFAULTS.downloadRetries,
     packageInstallSeconds: options.packageInstallSeconds ?? DEFAULTS.packageInstallSeconds,
@@ -573,10 +582,14 @@ function osPackages(provider: Provider, manager: PackageManager): string {
   return (RUNNER_OS_PACKAGES[provider]?.[manager] ?? []).map(shellQuote).join(' ');
 }
 
-function installValues(o: ResolvedUserDataOptions): Record<string, string> {
+/** `standalone`: the image pipeline's script, which reads no resolved release (it bakes the pin) and has no instance id to tag. */
+function installValues(o: ResolvedUserDataOptions, standalone = false): Record<string, string> {
   const q = shellQuote;
   const pkg = o.runnerPackage;
+  const release = !standalone && o.followLatestRunner && !prefixProblem(o.prefix) ? ssmPaths(o.prefix).runnerRelease(o.provider) : '';
   return {
+    RELEASE_PARAMETER: q(release),
+    TAG_RUNNER_VERSION: q(prefixProblem(o.prefix) ? '' : tagKeys(o.prefix).runnerVersion),
     PROVIDER_GITHUB: q(Provider.GITHUB),
     PROVIDER: q(o.provider),
     RUNNER_USER: q(o.runnerUser),
@@ -606,7 +619,7 @@ export function renderInstallScript(options: UserDataOptions): string {
   const o = resolveUserDataOptions(options);
   const { body, standalone } = installTemplate();
   const text = stripShellComments(`#!/bin/bash\n${body}\n${standalone}`, true);
-  return `${substitute(text, installValues(o), 'templates/install-runner.sh')}\n`;
+  return `${substitute(text, installValues(o, true), 'templates/install-runner.sh')}\n`;
 }
 
 /** The start logic: the rendered lines from the begin marker to the end marker, both included. */

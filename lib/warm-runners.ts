@@ -21,6 +21,9 @@ import {
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
+  Provider,
+  RUNNER_PIN_WARN_DAYS,
+  RUNNER_VERSION_LATEST,
   ssmPaths,
   tagKeys,
   type FleetConfig,
@@ -38,6 +41,7 @@ import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
 import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
+import { RunnerReleaseResolver } from './runner-release-resolver';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { hostedLabelWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
@@ -202,6 +206,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly reconcileFunction?: BundledFunction;
   /** The reconciler's schedule rule. A drain disables it. */
   readonly reconcileSchedule?: events.Rule;
+  /**
+   * Resolves the newest runner release of each provider a pool follows, and watches GitHub's
+   * 30-day runner window (scheduled, hourly); absent when no pool follows a release and none serves GitHub.
+   */
+  readonly runnerReleaseFunction?: BundledFunction;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
   /** The webhook's Function URL; append "github" or "gitlab". */
@@ -337,7 +346,24 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       this.reconcileFunction = reconciler.function;
       this.reconcileSchedule = reconciler.schedule;
     }
-    const all = [this.webhookFunction, this.scaleUpFunction, this.poolFunction, this.scaleDownFunction, ...(this.reconcileFunction ? [this.reconcileFunction] : [])];
+    // Runner updates: the release parameters of the providers a pool follows (the resolver
+    // writes them; the pool and the instances read them), and the resolver, also for a fleet
+    // of GitHub pins alone (it publishes their days left).
+    const followed = [...new Set(this.config.pools.filter((p) => p.runnerVersion === RUNNER_VERSION_LATEST).map((p) => p.provider))];
+    const releaseArns = followed.map((provider) => parameterArn(paths.runnerRelease(provider)));
+    if (followed.length > 0 || this.config.pools.some((p) => p.provider === Provider.GITHUB)) {
+      const resolver = new RunnerReleaseResolver(this, 'RunnerRelease', { environment, releaseParameterArns: releaseArns, logRetention, prefix });
+      this.runnerReleaseFunction = resolver.function;
+    }
+    if (releaseArns.length > 0) this.poolFunction.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: releaseArns }));
+    const all = [
+      this.webhookFunction,
+      this.scaleUpFunction,
+      this.poolFunction,
+      this.scaleDownFunction,
+      ...(this.reconcileFunction ? [this.reconcileFunction] : []),
+      ...(this.runnerReleaseFunction ? [this.runnerReleaseFunction] : []),
+    ];
     for (const fn of all) this.configParameter.grantRead(fn);
 
     // Triggers.
@@ -570,9 +596,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // advanced one by envelope encryption (kms:GenerateDataKey; KMS developer guide, "How AWS
       // Systems Manager Parameter Store uses AWS KMS"). The put names no tier, so an account
       // whose default parameter tier is advanced makes it advanced: both stay. The pool writes
-      // only String markers and reads nothing encrypted: no key. The others read the CI secrets,
-      // which may be encrypted with it.
-      for (const fn of all.filter((f) => f !== this.poolFunction)) {
+      // only String markers and reads nothing encrypted: no key; nor the release resolver (String
+      // parameters, no secret). The others read the CI secrets, which may be encrypted with it.
+      for (const fn of all.filter((f) => f !== this.poolFunction && f !== this.runnerReleaseFunction)) {
         fn.addToRolePolicy(
           new iam.PolicyStatement({
             actions: fn === this.scaleUpFunction ? ['kms:Encrypt', 'kms:GenerateDataKey', 'kms:Decrypt'] : ['kms:Decrypt'],
@@ -647,6 +673,35 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       1,
       1,
     );
+    if (this.runnerReleaseFunction) {
+      const hourly = (name: string, pool: string | undefined, statistic: string) => new cloudwatch.Metric({ ...metric(name, pool, statistic), period: Duration.hours(1) } as cloudwatch.MetricProps);
+      alarm(
+        'RunnerReleaseAlarm',
+        'The newest runner release could not be resolved or was refused (unreachable, checksums or downloads missing, version going backwards, checksums changed): the last good release stays in use. ' +
+          `Why: Logs Insights on /aws/lambda/${this.runnerReleaseFunction.functionName}: fields @timestamp, provider, reason, detail | filter message like /not resolved|window unknown/ | sort @timestamp desc | limit 20. ` +
+          'What to do: docs/operations.md#runner-updates',
+        new cloudwatch.MathExpression({
+          expression: 'problems + errors',
+          usingMetrics: { problems: hourly(METRIC_NAMES.runnerReleaseProblems, undefined, 'Sum'), errors: this.runnerReleaseFunction.metricErrors({ period: Duration.hours(1) }) },
+          period: Duration.hours(1),
+        }),
+        1,
+        1,
+      );
+      for (const pool of this.config.pools.filter((p) => p.provider === Provider.GITHUB)) {
+        const a = new cloudwatch.Alarm(this, `RunnerVersionExpiring-${pool.name}`, {
+          alarmDescription:
+            `The runner version pool ${pool.name} installs (${pool.runnerVersion === RUNNER_VERSION_LATEST ? 'the last resolved release' : `pinned ${pool.runnerVersion}`}) has ${RUNNER_PIN_WARN_DAYS} days or fewer before GitHub refuses it (30 days after a newer release came out). ` +
+            'What to do: docs/operations.md#runner-updates',
+          metric: hourly(METRIC_NAMES.runnerDaysLeft, pool.name, 'Minimum'),
+          threshold: RUNNER_PIN_WARN_DAYS,
+          evaluationPeriods: 1,
+          comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        });
+        this.alarms.push(a);
+      }
+    }
     const poolWidgets: cloudwatch.IWidget[] = [];
     for (const pool of this.config.pools) {
       // Maximum: a pool that refills within the period is not below target.

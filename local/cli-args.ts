@@ -27,6 +27,9 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
                   fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)
   --drift         publish a new launch template version after the pools filled
+  --roll          the pools follow the newest runner release (stock image): after they filled, the loopback release
+                  server publishes a newer one; the parked instances roll over before the jobs go, and no job runs
+                  the older runner (not with --reuse, --faults, --image prebuilt)
   --reuse         reusable pools (issue 12): two waves of one job per repository (${REUSE_GITHUB_REPOSITORIES.length} GitHub) and project (${REUSE_GITLAB_PROJECTS.length} GitLab),
                   the second after the first parked; the report gives the reuse hit rate and proves each second-wave job
                   found its repository's cache file and nothing else of the earlier job (not with --jobs, --burst, --faults, --drift;
@@ -51,6 +54,7 @@ export interface LocalArgs {
   readonly verbose: boolean;
   readonly burst: boolean;
   readonly drift: boolean;
+  readonly roll?: true;
   /** Reusable pools and two waves of jobs (absent: off). */
   readonly reuse?: true;
   /** Container jobs on a daemon of the run's own (absent: off). */
@@ -108,6 +112,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         faults: { type: 'string' },
         image: { type: 'string' },
         drift: { type: 'boolean' },
+        roll: { type: 'boolean' },
         reuse: { type: 'boolean' },
         docker: { type: 'boolean' },
         endpoint: { type: 'string' },
@@ -147,6 +152,11 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
   if (faultSet === 'tampered-download' && image === 'prebuilt') {
     throw new UsageError('--faults tampered-download needs the stock image (a prebuilt image downloads nothing): leave out --image prebuilt');
   }
+  if (values.roll) {
+    const clash = [['--reuse', values.reuse === true], ['--faults', faultSet !== undefined], ['--image prebuilt', image === 'prebuilt']].find(([, on]) => on);
+    if (clash) throw new UsageError(`--roll rolls the stock image's installed runner over to a newer release: leave out ${String(clash[0])}`);
+    if (poolSize === 0) throw new UsageError('--roll needs parked instances to roll over: leave out --pool-size 0');
+  }
   if (values.reuse) {
     // The reuse run has its own shape: one job per repository and project in each wave.
     const clash = [['--jobs', jobs !== undefined], ['--burst', burst], ['--faults', faultSet !== undefined], ['--drift', values.drift === true]].find(([, on]) => on);
@@ -184,6 +194,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     drift: values.drift ?? false,
     ...(values.reuse ? { reuse: true as const } : {}),
     ...(values.docker ? { docker: true as const } : {}),
+    ...(values.roll ? { roll: true as const } : {}),
     ...(jobs === undefined ? {} : { jobs }),
     ...(poolSize === undefined ? {} : { poolSize }),
     ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),

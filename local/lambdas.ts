@@ -13,6 +13,7 @@ import type { APIGatewayProxyStructuredResultV2, SQSEvent, SQSRecord } from 'aws
 import { createCiProviders } from '../lambdas/ci';
 import { createPoolHandler, type PoolRunSummary } from '../lambdas/pool/handler';
 import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down/handler';
+import { createRunnerReleaseHandler } from '../lambdas/runner-release/handler';
 import { createReconcileHandler, RECONCILED_MESSAGE, type ReconcileDeps } from '../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
@@ -20,7 +21,7 @@ import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { DynamoLaunchTickets } from '../lambdas/shared/launch-tickets';
 import { providersOnce } from '../lambdas/shared/clients';
-import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider, type RunnerReleaseSources } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -109,9 +110,11 @@ export interface LocalLambdasOptions {
   readonly jobRetry?: JobRetryOptions;
   /** The reconciler on its schedule (deployed: every 5 minutes); absent: no reconciler runs. */
   readonly reconcile?: { readonly everyMs: number; readonly options: NonNullable<ReconcileDeps['options']> };
+  /** The release resolver on its schedule (deployed: hourly), reading the loopback release data; absent: it does not run. */
+  readonly runnerRelease?: { readonly everyMs: number; readonly sources: RunnerReleaseSources };
 }
 
-export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile';
+export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile' | 'runner-release';
 /** The functions that take launch tickets. */
 export type TicketFunction = 'pool' | 'scale-up';
 export interface TicketCounts {
@@ -150,7 +153,7 @@ export class LocalLambdas {
   private wake: (() => void) | undefined;
   private nextSkewMs = 0;
   private skewMs = 0;
-  readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0, reconcileRuns: 0 };
+  readonly counters = { scaleUpInvocations: 0, messagesReceived: 0, messagesFailed: 0, poolRuns: 0, sweeps: 0, reconcileRuns: 0, runnerReleaseRuns: 0 };
   /** Launch tickets whose write or delete DynamoDB answered, per function (an unanswered one is not counted). */
   readonly tickets: TicketCounts = { taken: { pool: 0, 'scale-up': 0 }, released: { pool: 0, 'scale-up': 0 } };
   /** Distinct queue messages received per qualified job id (a message that reappears keeps its id). */
@@ -236,6 +239,21 @@ export class LocalLambdas {
       options: reconcileOptions,
     });
     return () => run();
+  }
+
+  /** One run of the release resolver, as lambdas/runner-release/index.ts builds it, its SSM on moto. */
+  async tickRunnerRelease(): Promise<unknown> {
+    const o = this.options.runnerRelease;
+    if (!o) return undefined;
+    const clients = localClients(this.options.endpoint);
+    this.counters.runnerReleaseRuns++;
+    return createRunnerReleaseHandler({
+      ssm: clients.ssm,
+      aws: new AwsCaller(),
+      loadConfig: () => loadFleetConfig(clients.ssm, { [LAMBDA_ENV.fleetConfigParameter]: this.options.fleetConfigParameter }),
+      sources: o.sources,
+      sink: this.sink('runner-release'),
+    })();
   }
 
   async tickReconcile(): Promise<unknown> {
@@ -340,6 +358,7 @@ export class LocalLambdas {
       loop('pool', () => this.tickPool(), this.options.poolEveryMs ?? 1_000),
       loop('scale-down', () => this.tickScaleDown(), this.options.scaleDownEveryMs ?? 2_000),
       ...(this.options.reconcile ? [loop('reconcile', () => this.tickReconcile(), this.options.reconcile.everyMs)] : []),
+      ...(this.options.runnerRelease ? [loop('runner-release', () => this.tickRunnerRelease(), this.options.runnerRelease.everyMs)] : []),
     ];
   }
 

@@ -8,6 +8,7 @@ import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
+import { followsLatestRunner } from '../lib/runner-version';
 import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
@@ -163,6 +164,8 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
       provider: pool.provider,
       ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+      // As lib/runner-fleet.ts renders it: a pool without a pin follows the resolved release.
+      ...(followsLatestRunner(pool) ? { followLatestRunner: true } : {}),
       ...(reuse ? { reuse } : {}),
       ...(pool.docker ? { docker: pool.docker } : {}),
       ...(options.local.aptPools?.includes(pool.name) ? { imageId: LOCAL_APT_IMAGE_ID } : {}),

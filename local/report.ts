@@ -149,6 +149,14 @@ export interface LocalReport {
   readonly reuse?: ReuseProof;
   /** `--docker` (local/docker-run.ts): every job ran in its containers, nothing of them left on the daemon, the image kept. */
   readonly docker?: DockerProof;
+  /** The roll-over run (`--roll`): parked instances replaced for a newer runner release, and no job after it on the older one. */
+  readonly roll?: {
+    readonly from: string;
+    readonly to: string;
+    readonly replaced: number;
+    readonly jobsOnOtherRunner: readonly string[];
+    readonly passed: boolean;
+  };
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];

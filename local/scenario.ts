@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PutParameterCommand } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { delaySeconds, encodeStreak, type PrimeStreak } from '../lambdas/pool/backoff';
 import { DEFAULT_FAULT_SEED, planFaults } from './fault-plan';
@@ -10,7 +10,7 @@ import { createJobRecordTable, jobRecordTableName, liveLaunchTickets } from './j
 import { buildFaultProof } from './fault-report';
 import { LossyRun } from './lossy-run';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
-import { DEFAULT_PREFIX, JOB_RETRY_DEFAULTS, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { DEFAULT_PREFIX, JOB_RETRY_DEFAULTS, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage, type RunnerReleaseSources } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
 import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
@@ -31,6 +31,7 @@ import { LOCAL_DOCKER_IMAGE, startLocalDockerDaemon, type LocalDockerDaemon } fr
 import { buildDockerProof, DOCKER_JOBS, DOCKER_REPORTS_DIR, dockerInstallFigure, readDockerReports, type DockerDaemonState, type DockerProof } from './docker-run';
 import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
+import { LocalReleases } from './release/published';
 import { buildFailSafe, buildReport, checkBootLogs, findLeftovers, listInstances, observeWorld, type LocalReport, type ObservedInstance, type ObservedWorld, type ScenarioJob } from './report';
 
 /**
@@ -72,6 +73,10 @@ export type LocalImage = 'stock' | 'prebuilt';
 export const LOCAL_IMAGES: readonly LocalImage[] = ['stock', 'prebuilt'];
 /** The version the local runner packages carry (the boot log's "installed the ... runner" line). */
 export const LOCAL_RUNNER_VERSION = 'local-1';
+/** The version the roll-over run publishes after the pools filled. */
+export const LOCAL_ROLLED_VERSION = 'local-2';
+/** The release resolver's schedule in the roll-over run (deployed: hourly). */
+const RUNNER_RELEASE_EVERY_MS = 2_000;
 
 export interface ScenarioOptions {
   /** Jobs per CI provider (the default run: 5 GitHub and 5 GitLab jobs). */
@@ -115,7 +120,16 @@ export interface ScenarioOptions {
    * missing), so it is not part of the default run. @default - none
    */
   readonly aptPools?: readonly string[];
+  /**
+   * Runner updates: the pools follow the newest runner release (no pin), which the release
+   * server publishes as GitHub's and GitLab's release data; after the pools filled it publishes
+   * a newer one, and the jobs go only once every parked instance rolled over to it. Stock image only.
+   */
+  readonly roll?: boolean;
 }
+
+/** What the roll-over run shows (`roll`): `replaced` parked instances (`Evictions{Reason=stale-runner}`), served jobs whose instance carried another version than `to`. */
+export type RollProof = NonNullable<LocalReport['roll']>;
 
 export interface ScenarioResult {
   readonly report: LocalReport;
@@ -133,6 +147,7 @@ export interface ScenarioResult {
   readonly logs: readonly string[];
   /** Distinct messages the jobs queue delivered to scale-up, per qualified job id. */
   readonly queueMessagesPerJob: Readonly<Record<string, number>>;
+  readonly roll?: RollProof;
 }
 
 // The deadline only catches a run that cannot settle: a run ends when it settles. A default
@@ -244,15 +259,24 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const aptPools = o.aptPools ?? [];
     if (aptPools.length > 0 && image !== 'stock') throw new Error('an apt pool needs the stock image: a prebuilt image installs nothing');
     if (aptPools.length > 0 && process.getuid?.() !== 0) throw new Error('an apt pool needs root: its machines run this host\'s real apt-get');
+    if (o.roll && image !== 'stock') throw new Error('the roll-over run needs the stock image: a prebuilt image installs no release');
     let runnerPackages: Partial<Record<Provider, RunnerPackage>> | undefined;
     let downloads = 0;
+    let releases: LocalReleases | undefined;
+    let releaseSources: RunnerReleaseSources | undefined;
     if (image === 'stock') {
       // In the sandbox, so it goes with it, even on an abrupt exit (no machine is named so).
       const releaseDir = join(sandboxRoot, 'release');
       buildLocalRelease(releaseDir);
-      const release = await startReleaseServer({ dir: releaseDir, mode: () => (faults.tamperedDownload ? 'tamper' : ''), onRequest: () => downloads++ });
+      if (o.roll) {
+        releases = new LocalReleases(releaseDir);
+        releases.publish(LOCAL_RUNNER_VERSION, new Date(Date.now() - 86_400_000));
+      }
+      const release = await startReleaseServer({ dir: releaseDir, mode: () => (faults.tamperedDownload ? 'tamper' : ''), onRequest: () => downloads++, ...(releases ? { releases } : {}) });
       cleanups.push(() => release.close());
-      runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
+      // Rolling, the pools pin nothing: they follow the release the resolver reads from the server.
+      if (o.roll) releaseSources = LocalReleases.sources(release.url);
+      else runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
     }
     const prefix = DEFAULT_PREFIX;
     // Each played machine's runner user its own (needs root): one machine's cleaning cannot reach another's runner.
@@ -305,6 +329,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       poolEveryMs: POOL_EVERY_MS,
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
       jobRecordTable: jobRecordTableName(prefix),
+      ...(releaseSources ? { runnerRelease: { everyMs: RUNNER_RELEASE_EVERY_MS, sources: releaseSources } } : {}),
       ...(plan
         ? {
             jobRetry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) },
@@ -341,6 +366,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
     const reuseJobs: ReuseWaveJob[] = [];
     if (faults.stallPriming) player.stallNextPriming(fleet.templates.find((t) => t.provider === 'gitlab')!.pool);
+    // Rolling: the first release is resolved before any machine boots, as on a fleet deployed
+    // an hour ago (a boot before it would install the rendered pin, unreachable here).
+    if (releases) await lambdas.tickRunnerRelease();
     player.start();
     cleanups.push(() => player.stop());
     if (removeSandbox) {
@@ -388,6 +416,20 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         await waitFor('the pools to fill', deadline, o.signal, async () => {
           const world = await listInstances(clients);
           return fleet.config.pools.every((p) => parkedOf(world, fleet.config, p.name).length >= o.poolSize - (p.name === gitlabPool ? stalled : 0));
+        });
+      }
+
+      if (releases) {
+        // A newer release is published: the resolver stores it, the pool replaces the parked
+        // instances of the older one a few at a time, and only then do the jobs go.
+        releases.publish(LOCAL_ROLLED_VERSION);
+        await waitFor('the resolver to store the newer release', deadline, o.signal, async () => (await storedReleases(clients, prefix, fleet.config.pools.map((p) => p.provider))).every((v) => v === LOCAL_ROLLED_VERSION));
+        await waitFor('the parked instances to roll over to the newer runner', deadline, o.signal, async () => {
+          const world = await listInstances(clients);
+          return fleet.config.pools.every((p) => {
+            const parked = parkedOf(world, fleet.config, p.name);
+            return parked.length >= o.poolSize && parked.every((i) => i.tags[tagKeys(prefix).runnerVersion] === LOCAL_ROLLED_VERSION);
+          });
         });
       }
 
@@ -609,9 +651,17 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     if (lossy.cancelRefused.length) notes.push(`the cancel of ${lossy.cancelRefused.join(', ')} came after a runner took it`);
     const reuse = o.reuse ? buildReuseProof(reuseJobs, readReuseReports(reuseReports)) : undefined;
     const docker = daemon ? dockerProofOf(daemon, jobs, dockerReports, sandboxRoot) : undefined;
+    let roll: RollProof | undefined;
+    if (releases) {
+      const versionOf = new Map(world.instances.map((i) => [i.id, i.tags[tagKeys(prefix).runnerVersion]]));
+      const jobsOnOtherRunner = served.filter((j) => versionOf.get(j.instanceId!) !== LOCAL_ROLLED_VERSION).map((j) => `${j.provider} ${j.ciJobId} on ${j.instanceId} (${versionOf.get(j.instanceId!) ?? 'no version'})`);
+      const replaced = evictions['stale-runner'] ?? 0;
+      roll = { from: LOCAL_RUNNER_VERSION, to: LOCAL_ROLLED_VERSION, replaced, jobsOnOtherRunner, passed: replaced > 0 && jobsOnOtherRunner.length === 0 && served.length === jobs.length };
+      notes.push(`roll: ${replaced} parked instance(s) replaced from ${LOCAL_RUNNER_VERSION} to ${LOCAL_ROLLED_VERSION}; jobs on another runner: ${jobsOnOtherRunner.length ? jobsOnOtherRunner.join(', ') : 'none'}`);
+    }
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
-    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob() };
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
   }
@@ -631,6 +681,21 @@ function dockerProofOf(daemon: LocalDockerDaemon, jobs: readonly ScenarioJob[], 
     return existsSync(consoleLog) ? [readFileSync(consoleLog, 'utf8')] : [];
   });
   return buildDockerProof(jobs, readDockerReports(reportsDir), state, dockerInstallFigure(logs));
+}
+
+/** The stored release version of each provider a pool follows ('' where none is stored yet). */
+async function storedReleases(clients: LocalAwsClients, prefix: string, providers: readonly Provider[]): Promise<string[]> {
+  const paths = ssmPaths(prefix);
+  return Promise.all(
+    [...new Set(providers)].map(async (p) => {
+      try {
+        const out = await clients.ssm.send(new GetParameterCommand({ Name: paths.runnerRelease(p) }));
+        return out.Parameter?.Value?.split(' ')[0] ?? '';
+      } catch {
+        return '';
+      }
+    }),
+  );
 }
 
 /** Machines whose console log holds the boot script's warning that its log did not (all) reach CloudWatch Logs. */

@@ -16,13 +16,15 @@
 # the temporary files and fails: a PRIME then does not park (the pool's prime back-off
 # applies), a cold boot terminates.
 #
+# A pool that follows the newest release also needs the start logic's aws_try, ID and MODE.
 # Needs uname, curl, sha256sum, getent, useradd, chown, timeout, sync, dnf or apt-get (with
 # apt-cache), for GitHub tar and gzip, and for a pool with Docker usermod and systemctl.
 readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_USER@@ I_DIR=@@RUNNER_DIR@@ \
   I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
   I_URL_X64=@@PACKAGE_URL_X64@@ I_SHA_X64=@@PACKAGE_SHA256_X64@@ I_URL_ARM64=@@PACKAGE_URL_ARM64@@ I_SHA_ARM64=@@PACKAGE_SHA256_ARM64@@ \
   I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_PKG_SECONDS=@@PACKAGE_INSTALL_SECONDS@@ \
-  I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@
+  I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@ \
+  I_RELEASE=@@RELEASE_PARAMETER@@ I_TAG_VERSION=@@TAG_RUNNER_VERSION@@
 # The runner's OS packages per package manager (the contract's RUNNER_OS_PACKAGES).
 I_PACKAGES_DNF=(@@OS_PACKAGES_DNF@@)
 I_PACKAGES_APT=(@@OS_PACKAGES_APT@@)
@@ -165,21 +167,55 @@ install_gitlab() {
   mv -f "$part" "$I_BIN" || refuse "$part" "cannot move gitlab-runner to $I_BIN"
 }
 
+# A pool that follows the newest release (I_RELEASE, the start logic only): the release the
+# control plane resolved and checked (contract runner-release.ts: one line of version, then URL
+# and SHA-256 per architecture, then the publication date) replaces the rendered pin in V_*.
+# Not resolved yet (a fresh fleet): the rendered pin. Unreadable or malformed: fail, as a
+# failed download does (a PRIME does not park, a cold boot ends), never an unchecked fetch.
+resolved_release() {
+  local rc=0 v u64 s64 ua sa at
+  [[ -n $I_RELEASE ]] || return 0
+  aws_try "reading $I_RELEASE" ssm get-parameter --name "$I_RELEASE" --query Parameter.Value --output text || rc=$?
+  if ((rc == 1)); then
+    log "no resolved runner release at $I_RELEASE yet: installing the pinned $V_VERSION"
+    return 0
+  fi
+  ((rc == 0)) || fail "cannot read the resolved runner release $I_RELEASE: refused, nothing installed"
+  read -r v u64 s64 ua sa at _ <<<"$OUT" || true
+  [[ $v =~ ^[0-9A-Za-z][0-9A-Za-z._+-]{0,39}$ && $u64 == http*://* && $ua == http*://* && $s64 =~ ^[0-9a-f]{64}$ && $sa =~ ^[0-9a-f]{64}$ && -n $at ]] ||
+    fail "the resolved runner release at $I_RELEASE does not parse: refused, nothing installed"
+  V_VERSION=$v V_URL_X64=$u64 V_SHA_X64=$s64 V_URL_ARM64=$ua V_SHA_ARM64=$sa
+}
+
+# The version this instance carries, on itself (the pool replaces parked instances of a version
+# that is not the resolved one). A PRIME that cannot write it does not park: it would carry an
+# unknown version forever; a cold boot goes on (its job is waiting). The standalone script (an
+# image pipeline) has no instance id: nothing to tag.
+tag_version() {
+  [[ -n $I_TAG_VERSION && -n ${ID-} ]] || return 0
+  aws_try "tagging $ID $I_TAG_VERSION" ec2 create-tags --resources "$ID" --tags "Key=$I_TAG_VERSION,Value=$V_VERSION" >/dev/null && return 0
+  [[ $MODE != "$MODE_PRIME" ]] || fail "cannot tag $ID with its runner version $V_VERSION"
+  log "warning: cannot tag $ID with its runner version $V_VERSION"
+}
+
 # Installs what is missing: the user, then the runner for this architecture. An image that has
 # the runner (GitHub run.sh, the gitlab-runner binary) keeps it: nothing is fetched.
 install_runner() {
   local arch url sha
   ensure_runner_user
   if [[ $I_PROVIDER == "$I_GITHUB" ]]; then [[ ! -x $I_DIR/run.sh ]] || return 0; else [[ ! -x $I_BIN ]] || return 0; fi
+  V_VERSION=$I_VERSION V_URL_X64=$I_URL_X64 V_SHA_X64=$I_SHA_X64 V_URL_ARM64=$I_URL_ARM64 V_SHA_ARM64=$I_SHA_ARM64
+  resolved_release
   arch=$(uname -m) || arch=''
   case $arch in
-    x86_64) url=$I_URL_X64 sha=$I_SHA_X64 ;;
-    aarch64) url=$I_URL_ARM64 sha=$I_SHA_ARM64 ;;
+    x86_64) url=$V_URL_X64 sha=$V_SHA_X64 ;;
+    aarch64) url=$V_URL_ARM64 sha=$V_SHA_ARM64 ;;
     *) fail "no $I_PROVIDER runner for architecture '${arch//[^A-Za-z0-9_.-]/?}' (only x86_64 and aarch64): refused, nothing installed" ;;
   esac
-  log "installing the $I_PROVIDER runner $I_VERSION for $arch from $url"
+  log "installing the $I_PROVIDER runner $V_VERSION for $arch from $url"
   if [[ $I_PROVIDER == "$I_GITHUB" ]]; then install_github "$url" "$sha"; else install_gitlab "$url" "$sha"; fi
-  log "installed the $I_PROVIDER runner $I_VERSION"
+  log "installed the $I_PROVIDER runner $V_VERSION"
+  tag_version
 }
 # >>> install-runner: standalone only >>>
 # The standalone rendering: an image pipeline's step (the start logic has its own log and fail).

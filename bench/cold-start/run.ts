@@ -136,6 +136,8 @@ async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: Pr
       return [{ source: 'aws.events', 'detail-type': 'Scheduled Event' }, { source: 'aws.events', 'detail-type': 'Scheduled Event' }];
     case BundledHandler.DRAIN:
       throw new Error('the drain runs once, when the fleet is deleted: its cold start costs no job anything, so it is not measured');
+    case BundledHandler.RUNNER_RELEASE:
+      throw new Error('the release resolver runs hourly, off every job\'s path, and reads the providers\' release data: its cold start is not measured');
   }
 }
 

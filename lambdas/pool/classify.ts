@@ -70,8 +70,20 @@ export function builtAt(instance: ObservedInstance, keys: TagKeys): Date {
  * - `reuse-off`: a reused instance in a pool whose reuse was switched off: its caches belong
  *   to a scope no job of the pool is served by any more.
  */
-export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'stale-image' | 'priming-timeout' | 'over-target' | 'reuse-limit' | 'reuse-off';
-export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'stale-image', 'priming-timeout', 'over-target', 'reuse-limit', 'reuse-off'];
+export type EvictionReason = 'garbage' | 'max-age' | 'stale-template' | 'stale-image' | 'stale-runner' | 'priming-timeout' | 'over-target' | 'reuse-limit' | 'reuse-off';
+export const EVICTION_REASONS: readonly EvictionReason[] = ['garbage', 'max-age', 'stale-template', 'stale-image', 'stale-runner', 'priming-timeout', 'over-target', 'reuse-limit', 'reuse-off'];
+
+/**
+ * Replacements of parked instances of an older runner in flight at once, per pool (`stale-runner`):
+ * a few at a time, so a new release that does not prime costs at most this many parked
+ * instances before the prime back-off stops the roll (the pool passes no release then).
+ */
+export const RUNNER_ROLL_BATCH = 2;
+
+/** The runner release a pool that follows the newest one installs now (the resolver's parameter). */
+export interface CurrentRunner {
+  readonly version: string;
+}
 
 /** The image a pool's launch template resolves now: its image parameter's value and when that was written. */
 export interface CurrentImage {
@@ -146,6 +158,7 @@ export function planPool(
   target: number,
   now: Date,
   image?: CurrentImage,
+  runner?: CurrentRunner,
 ): PoolPlan {
   const evictions: Eviction[] = [];
   const kept: Kept[] = [];
@@ -175,6 +188,7 @@ export function planPool(
   }
   const over = kept.length - target;
   if (over > 0) for (const k of overTargetOrder(kept, keys).slice(0, over)) evictions.push({ instance: k.instance, reason: 'over-target' });
+  if (runner) evictions.push(...staleRunners(kept, evictions, keys, runner));
   const evicted = new Set(evictions.map((e) => e.instance.id));
   const remaining = kept.filter((k) => !evicted.has(k.instance.id));
   const parked = remaining.filter((k) => k.cls === 'parked');
@@ -188,6 +202,29 @@ export function planPool(
     target,
     active,
   };
+}
+
+/**
+ * Parked instances whose runner is not the current release, oldest first, as many as the roll
+ * batch leaves room for: every instance on its way to park (priming, parking) counts as one in
+ * flight, so the pool never has more than `RUNNER_ROLL_BATCH` replacements outstanding and the
+ * rest keep serving jobs with the runner they have (GitHub accepts it for 30 days after the new
+ * release). Only instances that name their version are replaced: one whose image carried the
+ * runner installed nothing and names none.
+ */
+function staleRunners(kept: readonly Kept[], evictions: readonly Eviction[], keys: TagKeys, runner: CurrentRunner): Eviction[] {
+  const going = new Set(evictions.map((e) => e.instance.id));
+  const stays = kept.filter((k) => !going.has(k.instance.id));
+  const inFlight = stays.filter((k) => k.cls !== 'parked').length;
+  const room = Math.max(0, RUNNER_ROLL_BATCH - inFlight);
+  const stale = stays.filter((k) => {
+    const version = k.instance.tags.get(keys.runnerVersion);
+    return k.cls === 'parked' && version !== undefined && version !== runner.version;
+  });
+  return [...stale]
+    .sort((a, b) => builtAt(a.instance, keys).getTime() - builtAt(b.instance, keys).getTime())
+    .slice(0, room)
+    .map((k) => ({ instance: k.instance, reason: 'stale-runner' as const }));
 }
 
 /**

@@ -10,7 +10,7 @@ import {
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, isUnknownOutcome, mapLimit, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { PARAMETER_INSTANCE_TAG, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
+import { decodeRunnerRelease, PARAMETER_INSTANCE_TAG, RUNNER_VERSION_LATEST, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
@@ -19,7 +19,7 @@ import { readPrimeStreak } from '../shared/prime-state';
 import { encodeStreak, freshStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
 import { keptTicketFields, unspentTickets, type LaunchTickets } from '../shared/launch-tickets';
 import { settleLaunch } from '../shared/launch-outcome';
-import { classify, planPool, type CurrentImage, type Eviction, type PoolPlan } from './classify';
+import { classify, planPool, type CurrentImage, type CurrentRunner, type Eviction, type PoolPlan } from './classify';
 
 export interface PoolDeps {
   readonly ec2: EC2Client;
@@ -116,8 +116,11 @@ async function runPool(
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, states: ALL_STATES });
   const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
   const image = await readCurrentImage(deps, pool, log);
-  const plan = planPool(instances, claimed, pool, keys, target, now, image);
   const stored = await readStreak(deps, config, pool, log);
+  // A failing or unknown streak stops the runner roll: a new release that does not prime must
+  // not take the parked instances that still work with it.
+  const runner = stored !== 'unreadable' && (stored?.failures ?? 0) === 0 ? await readCurrentRunner(deps, config, pool, log) : undefined;
+  const plan = planPool(instances, claimed, pool, keys, target, now, image, runner);
   const evicted = await evict(deps, config, plan.evictions, claimed, log, primeFailureReason(pool));
   const counts = countEvictions(evicted, config, pool, metrics);
   const prime = decidePrime({ instances, keys, pool, claimed, plan, evicted, stored, now, imageId: image?.imageId });
@@ -268,6 +271,26 @@ async function readCurrentImage(deps: PoolDeps, pool: PoolConfig, log: Logger): 
     log.warn('the image parameter has no value or date: no image evictions this run', { parameter: pool.imageParameter });
   } catch (error) {
     log.warn('reading the image parameter failed: no image evictions this run', { parameter: pool.imageParameter, error: errorName(error) });
+  }
+  return undefined;
+}
+
+/**
+ * The release a pool that follows the newest one installs now (the resolver's parameter);
+ * undefined for a pinned pool, and when the parameter is missing, unreadable or malformed:
+ * then nothing is replaced for its runner this run (an unknown release is no reason to evict).
+ */
+async function readCurrentRunner(deps: PoolDeps, config: FleetConfig, pool: PoolConfig, log: Logger): Promise<CurrentRunner | undefined> {
+  if (pool.runnerVersion !== RUNNER_VERSION_LATEST) return undefined;
+  const name = ssmPaths(config.prefix).runnerRelease(pool.provider);
+  try {
+    const out = await deps.aws.send<GetParameterCommandOutput>(deps.ssm, new GetParameterCommand({ Name: name }), READ);
+    const release = decodeRunnerRelease(out.Parameter?.Value ?? '');
+    if (!('problems' in release)) return { version: release.version };
+    log.warn('the resolved runner release does not parse: no runner replacements this run', { parameter: name, problems: release.problems });
+  } catch (error) {
+    // Not resolved yet (a fresh fleet) is no warning: the boot installs the pin meanwhile.
+    if (errorName(error) !== 'ParameterNotFound') log.warn('reading the resolved runner release failed: no runner replacements this run', { parameter: name, error: errorName(error) });
   }
   return undefined;
 }

@@ -28,6 +28,8 @@ export interface LocalPoolTemplate {
    * loopback release server's packages. @default - the contract's pinned release
    */
   runnerPackage?: RunnerPackage;
+  /** The install step reads the resolved release (the pool follows the newest one). @default false */
+  followLatestRunner?: boolean;
   /**
    * The pool's reuse (the FleetConfig's): its machines clean and park after a job, keeping the
    * cache directories (paths under TEMPLATE_ROOT, relocated like every host path).
@@ -196,6 +198,7 @@ export function renderLocalUserData(pool: LocalPoolTemplate, machine: LocalMachi
       gitlabRunnerBinary: at(`${MACHINE_PATHS.runnerDir}/gitlab-runner`),
       prepareCommands: localPrepareCommands(pool),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+      ...(pool.followLatestRunner ? { followLatestRunner: true } : {}),
       ...localTimeBounds(machine.slowdown),
       ...(pool.imageId === LOCAL_APT_IMAGE_ID ? { packageInstallSeconds: Math.ceil(LOCAL_APT_PACKAGE_SECONDS * Math.max(1, machine.slowdown ?? 1)) } : {}),
       hostPaths: {

@@ -36,7 +36,7 @@ export function runnerPackageOf(provider: Provider, version: string, baseUrl: st
  * GitHub tarball (the fake run.sh, a config.sh, an ARCH file) and a GitLab binary (the fake
  * gitlab-runner, which answers --version), each unlike the other architecture's.
  */
-export function buildLocalRelease(dir: string, runnerSource = DEFAULT_RUNNER_DIR): void {
+export function buildLocalRelease(dir: string, runnerSource = DEFAULT_RUNNER_DIR, version?: string): void {
   mkdirSync(dir, { recursive: true });
   for (const arch of ['x64', 'arm64'] as const) {
     const tree = mkdtempSync(join(dir, '.tree-'));
@@ -48,10 +48,12 @@ export function buildLocalRelease(dir: string, runnerSource = DEFAULT_RUNNER_DIR
       writeFileSync(join(tree, 'config.sh'), '#!/bin/bash\necho "config.sh is not needed with --jitconfig" >&2\n');
       for (const f of ['run.sh', 'config.sh']) chmodSync(join(tree, f), 0o755);
       writeFileSync(join(tree, 'ARCH'), `${arch}\n`);
+      // Each published version's files differ (their own digests), as real releases do.
+      if (version) writeFileSync(join(tree, 'VERSION'), `${version}\n`);
       execFileSync('tar', ['-czf', join(dir, RELEASE_FILES[Provider.GITHUB][arch]), '-C', tree, '.']);
     } finally {
       rmSync(tree, { recursive: true, force: true });
     }
-    writeFileSync(join(dir, RELEASE_FILES[Provider.GITLAB][arch]), `${readFileSync(join(runnerSource, 'gitlab-runner'), 'utf8')}# ${arch}\n`, { mode: 0o755 });
+    writeFileSync(join(dir, RELEASE_FILES[Provider.GITLAB][arch]), `${readFileSync(join(runnerSource, 'gitlab-runner'), 'utf8')}# ${arch}${version ? ` ${version}` : ''}\n`, { mode: 0o755 });
   }
 }

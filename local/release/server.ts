@@ -18,6 +18,7 @@ import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { basename, join } from 'node:path';
 import { listenOnLoopback } from '../instances/imds';
+import type { LocalReleases } from './published';
 import { untilStopped } from '../until-stopped';
 
 export const RELEASE_MODES = ['', '404', 'tamper', 'truncate'] as const;
@@ -30,6 +31,8 @@ export interface ReleaseServerOptions {
   readonly mode?: () => ReleaseMode;
   /** Called with every request's path. */
   readonly onRequest?: (path: string) => void;
+  /** Release data and versioned files (local/release/published.ts), answered before the directory's files. */
+  readonly releases?: LocalReleases;
 }
 
 export interface ReleaseServer {
@@ -39,9 +42,15 @@ export interface ReleaseServer {
 
 export function createReleaseServer(o: ReleaseServerOptions): Server {
   return createServer((req, res) => {
-    const name = basename(decodeURIComponent(new URL(req.url ?? '/', 'http://127.0.0.1').pathname));
+    const pathname = new URL(req.url ?? '/', 'http://127.0.0.1').pathname;
+    const name = basename(decodeURIComponent(pathname));
     o.onRequest?.(req.url ?? '/');
     const mode = o.mode?.() ?? '';
+    const released = o.releases?.answer(pathname, `http://${req.headers.host ?? '127.0.0.1'}`);
+    if (released && mode === '') {
+      res.writeHead(released.status, { 'content-type': released.type, 'content-length': released.body.length }).end(released.body);
+      return;
+    }
     const file = join(o.dir, name);
     if (mode === '404' || name.startsWith('.') || !existsSync(file)) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('Not Found');

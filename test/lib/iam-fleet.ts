@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { expect } from 'vitest';
 import { DEFAULT_PREFIX, Provider, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
-import { WarmRunners } from '../../lib';
+import { RunnerVersion, WarmRunners } from '../../lib';
 import type { Statement } from './iam-eval';
 import { judge, type AuthorizationRequest } from './iam-reference';
 
@@ -48,7 +48,7 @@ export interface Fleet {
   readonly keyPolicy?: Record<string, unknown>;
 }
 
-export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean }): Fleet {
+export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean; pinned?: boolean }): Fleet {
   const stack = new Stack(new App(), 'F');
   // A tag on the whole stack, as teams put on theirs (cost allocation): the launch templates
   // carry it to what they launch, and tags at launch are authorized with it.
@@ -67,6 +67,7 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
         machineImage: ec2.MachineImage.latestAmazonLinux2023(),
         ...(options.spot ? { spot: true } : {}),
         ...(options.reuse ? { reuse: {} } : {}),
+        ...(options.pinned ? { runnerVersion: RunnerVersion.pinned() } : {}),
       },
     ],
   });

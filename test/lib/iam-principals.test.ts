@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName } from '../../lambdas/shared/contract';
+import { PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, Provider, bootLogGroupName } from '../../lambdas/shared/contract';
 import type { Statement } from './iam-eval';
 import { ACCOUNT, INSTANCE, REGION, STACK_ID, allowed, arn, denials, instanceArn, keys, paths, requestTags, resourceTags, synth, type Fleet } from './iam-fleet';
 import type { AuthorizationRequest } from './iam-reference';
@@ -261,7 +261,69 @@ describe('the webhook, the reconciler, the drain and the provider framework', ()
     const poll = ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueAttributes'].map((action) => ({ name: action, action, resourceType: 'queue', resource: queue(f), facts: {} }));
     expect(await denials(role(f, 'RunnersScaleUpRole'), poll)).toEqual([]);
     // Every role in the stack is one this file or iam-launch.test.ts judges.
-    const judged = ['RunnersFleetRole', 'RunnersWebhookRole', 'RunnersScaleUpRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcileFunctionRole', 'RunnersDrainStopScalingRole', 'RunnersDrainDrainRole', 'RunnersDrainFrameworkOnEventRole', 'RunnersDrainFrameworkWaiterRole', 'RunnersDrainProviderwaiterstatemachineRole'];
+    const judged = ['RunnersFleetRole', 'RunnersWebhookRole', 'RunnersScaleUpRole', 'RunnersPoolRole', 'RunnersScaleDownRole', 'RunnersReconcileFunctionRole', 'RunnersRunnerReleaseFunctionRole', 'RunnersDrainStopScalingRole', 'RunnersDrainDrainRole', 'RunnersDrainFrameworkOnEventRole', 'RunnersDrainFrameworkWaiterRole', 'RunnersDrainProviderwaiterstatemachineRole'];
     for (const id of Object.keys(f.template.findResources('AWS::IAM::Role'))) expect(judged.some((p) => id.startsWith(p)), id).toBe(true);
+  });
+});
+
+describe('runner updates: the release resolver, and the reads and tag of a pool that follows the newest release', () => {
+  let f: Fleet;
+  let pinned: Fleet;
+  let keyed: Fleet;
+  beforeAll(() => {
+    f = synth({});
+    pinned = synth({ pinned: true });
+    keyed = synth({ key: true });
+  });
+  const github = paths.runnerRelease(Provider.GITHUB);
+  const gitlab = paths.runnerRelease(Provider.GITLAB);
+  const own = { [keys.pool]: 'linux' };
+
+  it('resolver: the fleet config, the release parameter of each followed provider (read and write), its log; nothing else', async () => {
+    const calls = (x: Fleet) => [
+      ssm('the fleet config', 'ssm:GetParameter', paths.fleetConfig),
+      ssm('the stored release', 'ssm:GetParameter', github),
+      ssm('the newer release', 'ssm:PutParameter', github),
+      ...logWrites('log', x.arnOf('RunnersRunnerReleaseFunctionLogs', 'AWS::Logs::LogGroup')),
+    ];
+    expect(await denials(role(f, 'RunnersRunnerReleaseFunctionRole'), calls(f))).toEqual([]);
+    expect(await denials(role(keyed, 'RunnersRunnerReleaseFunctionRole'), calls(keyed))).toEqual([]);
+    const never = (x: Fleet) => [
+      ...foreignCalls(x),
+      ssm('a provider no pool follows', 'ssm:PutParameter', gitlab),
+      ssm('the fleet config: write', 'ssm:PutParameter', paths.fleetConfig),
+      ssm('the GitHub App key', 'ssm:GetParameter', paths.github.appPrivateKey),
+      ssm('a prime streak', 'ssm:PutParameter', paths.primeState('linux')),
+    ];
+    expect(await allowed(role(f, 'RunnersRunnerReleaseFunctionRole'), never(f))).toEqual([]);
+    expect(await allowed(role(keyed, 'RunnersRunnerReleaseFunctionRole'), [decrypt(keyed, 'decrypt through SSM')])).toEqual([]);
+    // A fleet of pins keeps no release: the resolver only publishes the window.
+    expect(await allowed(role(pinned, 'RunnersRunnerReleaseFunctionRole'), [ssm('the stored release', 'ssm:GetParameter', github), ssm('a release', 'ssm:PutParameter', github)])).toEqual([]);
+    expect(await denials(role(pinned, 'RunnersRunnerReleaseFunctionRole'), [ssm('the fleet config', 'ssm:GetParameter', paths.fleetConfig)])).toEqual([]);
+  });
+
+  it('pool: reads the release of the providers it follows, writes none', async () => {
+    expect(await denials(role(f, 'RunnersPoolRole'), [ssm('readCurrentRunner', 'ssm:GetParameter', github)])).toEqual([]);
+    expect(await allowed(role(f, 'RunnersPoolRole'), [ssm('write the release', 'ssm:PutParameter', github), ssm('another provider', 'ssm:GetParameter', gitlab)])).toEqual([]);
+    expect(await allowed(role(pinned, 'RunnersPoolRole'), [ssm('a pinned fleet', 'ssm:GetParameter', github)])).toEqual([]);
+  });
+
+  it('instance: resolved_release reads its provider\'s release; tag_version tags itself with that key only', async () => {
+    const statements = role(f, 'RunnersFleetRole');
+    const calls = [
+      ssm('resolved_release', 'ssm:GetParameter', github, fromInstance(INSTANCE)),
+      ec2On('tag_version', 'ec2:CreateTags', INSTANCE, own, INSTANCE, requestTags([{ Key: keys.runnerVersion, Value: '2.339.0' }])),
+    ];
+    expect(await denials(statements, calls)).toEqual([]);
+    expect(await denials(role(pinned, 'RunnersFleetRole'), calls.slice(1))).toEqual([]);
+    expect(
+      await allowed(statements, [
+        ssm('write the release', 'ssm:PutParameter', github, fromInstance(INSTANCE)),
+        ssm('a provider no pool follows', 'ssm:GetParameter', gitlab, fromInstance(INSTANCE)),
+        ec2On("another instance's runner version", 'ec2:CreateTags', OTHER, own, INSTANCE, requestTags([{ Key: keys.runnerVersion, Value: 'x' }])),
+        ec2On('its runner version with its activation', 'ec2:CreateTags', INSTANCE, own, INSTANCE, requestTags([{ Key: keys.runnerVersion, Value: 'x' }, { Key: keys.activatedAt, Value: 'x' }])),
+      ]),
+    ).toEqual([]);
+    expect(await allowed(role(pinned, 'RunnersFleetRole'), [ssm('a pinned pool', 'ssm:GetParameter', github, fromInstance(INSTANCE))])).toEqual([]);
   });
 });

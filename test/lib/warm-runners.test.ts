@@ -54,7 +54,7 @@ describe('launch templates', () => {
       expect(gzip.length).toBeLessThan(USER_DATA_LIMIT_BYTES);
       expect(decodeUserData(encoded)).toBe(userData);
       // ...which is exactly what the renderer gives for the pool (npm run render, the docs).
-      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [], ...(pool.docker ? { docker: pool.docker } : {}) }));
+      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [], followLatestRunner: true, ...(pool.docker ? { docker: pool.docker } : {}) }));
     }
   });
 });
@@ -150,17 +150,17 @@ describe('instance role', () => {
 
 describe('control plane', () => {
   it('pins the runtime, sets log retention and uses its own roles', () => {
-    // The library's own: the five control-plane functions (reconcile with a GitHub connection) and the drain's two (the provider
-    // framework's three run CDK's code on CDK's runtime).
+    // The library's own: the five control-plane functions (reconcile with a GitHub connection), the release resolver and the
+    // drain's two (the provider framework's three run CDK's code on CDK's runtime).
     const fns = Object.values(template.findResources('AWS::Lambda::Function')).filter((fn) => /^index\./.test(fn.Properties.Handler));
-    expect(fns).toHaveLength(7);
+    expect(fns).toHaveLength(8);
     for (const fn of fns) {
       expect(fn.Properties.Runtime).toBe('nodejs24.x');
       expect(fn.Properties.LoggingConfig).toMatchObject({ LogFormat: 'JSON' });
       expect(fn.Properties.Environment.Variables).toHaveProperty('FLEET_CONFIG_PARAMETER', '/warm-runners/fleet/config');
     }
     const fleetLogGroups = Object.entries(template.findResources('AWS::Logs::LogGroup')).filter(([id]) => id.startsWith('Runners'));
-    expect(fleetLogGroups).toHaveLength(9); // the fleet's, the seven functions', the drain's provider framework
+    expect(fleetLogGroups).toHaveLength(10); // the fleet's, the eight functions', the drain's provider framework
     for (const [, group] of fleetLogGroups) expect(group.Properties.RetentionInDays).toBe(30);
     template.resourceCountIs('AWS::IAM::ManagedPolicy', 0);
     for (const role of Object.values(template.findResources('AWS::IAM::Role'))) expect(role.Properties.ManagedPolicyArns).toBeUndefined();

@@ -127,6 +127,8 @@ const contract: Record<string, string> = {
   TAG_AFFINITY: tags.affinity,
   TAG_USES: tags.uses,
   TAG_PARKING: tags.parking,
+  TAG_RUNNER_VERSION: tags.runnerVersion,
+  RELEASE_PARAM_GITHUB: ssmPaths(prefix).runnerRelease(Provider.GITHUB),
   TAG_RUNNER_ID: tags.runnerId,
   TAG_IDLE_SINCE: tags.idleSince,
   KEY_AFFINITY: RUNNER_CONFIG_KEYS.affinity,
@@ -227,6 +229,10 @@ for (const provider of PROVIDERS) {
     writeFileSync(file, renderUserData({ ...options, ...docker, ...extra }));
     chmodSync(file, 0o755);
   }
+  // A pool that follows the newest release: the install reads the resolved release first.
+  const latest = join(root, `user-data-${provider}-latest.sh`);
+  writeFileSync(latest, renderUserData({ ...options, followLatestRunner: true }));
+  chmodSync(latest, 0o755);
   if (provider === 'github') {
     // One short bound each, with a read timeout longer than it: only the bound can stop a hung call.
     const short = {

@@ -63,6 +63,8 @@ function largestOptions(provider: Provider): UserDataOptions {
   return {
     provider,
     prefix: 'p'.repeat(32),
+    // Following the newest release renders the release parameter's name too.
+    followLatestRunner: true,
     runnerUser: 'u'.repeat(32),
     runnerDir: longPath(max, 'runner'),
     gitlabRunnerBinary: longPath(max, 'gitlab-runner'),

@@ -144,6 +144,13 @@ export interface PoolConfig {
    */
   readonly imageParameter?: string;
   /**
+   * The runner release the pool installs: `RUNNER_VERSION_LATEST` when it follows the newest
+   * release (the resolver's parameter; the pool replaces parked instances of another version),
+   * else the pinned version (the resolver publishes how many days GitHub still accepts it).
+   * @default - unknown (a FleetConfig written before runner updates): neither
+   */
+  readonly runnerVersion?: string;
+  /**
    * Reuse of finished instances for the next job of the same scope (contract reuse.ts).
    * @default - none: every instance serves one job and terminates
    */
@@ -220,6 +227,7 @@ export interface PoolInput {
   readonly primeFailureLimit?: number;
   readonly primeBackoffCapSeconds?: number;
   readonly imageParameter?: string;
+  readonly runnerVersion?: string;
   readonly reuse?: {
     readonly scope?: ReuseScope;
     readonly maxJobs?: number;
@@ -370,6 +378,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
         primeBackoffCapSeconds: p.primeBackoffCapSeconds ?? FLEET_DEFAULTS.primeBackoffCapSeconds,
       },
       ...(p.imageParameter === undefined ? {} : { imageParameter: p.imageParameter }),
+      ...(p.runnerVersion === undefined ? {} : { runnerVersion: p.runnerVersion }),
       ...(p.reuse === undefined
         ? {}
         : {
@@ -581,6 +590,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
     c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
     if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);
+    if (c.at(`${p}.runnerVersion`) !== undefined) c.string(`${p}.runnerVersion`);
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
   });
   const namespace = c.string('metrics.namespace');

@@ -17,4 +17,5 @@ export * from './warm-schedule';
 export * from './fleet-config';
 export * from './lambda-env';
 export * from './runner-packages';
+export * from './runner-release';
 export * from './reuse';

@@ -31,4 +31,6 @@ export const LAMBDA_ENV = {
   jobRetryOptions: 'JOB_RETRY_OPTIONS',
   /** Reconciler: its limits as JSON (redeliverLimit, runReadLimit, ...); absent: the defaults. */
   reconcileOptions: 'RECONCILE_OPTIONS',
+  /** Release resolver: `RunnerReleaseSources` as JSON; absent: `DEFAULT_RUNNER_RELEASE_SOURCES`. */
+  runnerReleaseSources: 'RUNNER_RELEASE_SOURCES',
 } as const;

@@ -97,6 +97,10 @@ export interface MetricNames {
   readonly idleStops: string;
   /** Reuse: parked instances with an affinity (reused, carrying caches), per pool; a part of `parked`. */
   readonly parkedReused: string;
+  /** Runner updates: a resolution of the newest runner release that failed or was refused (the last good one stays), per `Reason`. */
+  readonly runnerReleaseProblems: string;
+  /** Runner updates: whole days until GitHub refuses the runner version a GitHub pool installs (pinned or last resolved), per pool. */
+  readonly runnerDaysLeft: string;
 }
 
 export const METRIC_NAMES = {
@@ -131,6 +135,8 @@ export const METRIC_NAMES = {
   reuseMisses: 'ReuseMisses',
   idleStops: 'IdleStops',
   parkedReused: 'ParkedReused',
+  runnerReleaseProblems: 'RunnerReleaseProblems',
+  runnerDaysLeft: 'RunnerDaysLeft',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 

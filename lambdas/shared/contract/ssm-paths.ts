@@ -1,3 +1,4 @@
+import { PROVIDERS, type Provider } from './boot';
 import { assertPrefix, INSTANCE_ID_PATTERN } from './names';
 
 /** Names of the SSM parameters holding the GitHub App's secrets. */
@@ -38,6 +39,12 @@ export interface SsmPaths {
   runnerConfig(instanceId: string): string;
   /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only; scale-up reads it before cold launches). */
   primeState(pool: string): string;
+  /**
+   * The String parameter holding the newest good release of one provider's runner
+   * (`encodeRunnerRelease`): written by the release resolver only, read by the pool Lambda and
+   * by the boot of a pool that follows the newest release.
+   */
+  runnerRelease(provider: Provider): string;
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
   instanceIdOf(parameterName: string): string | undefined;
 }
@@ -98,6 +105,10 @@ export function ssmPaths(prefix: string): SsmPaths {
     },
     primeState(pool: string): string {
       return `${poolStateRoot}${pool}/prime-state`;
+    },
+    runnerRelease(provider: Provider): string {
+      if (!(PROVIDERS as readonly string[]).includes(provider)) throw new Error(`"${String(provider)}" is not a provider (${PROVIDERS.join(', ')})`);
+      return `/${prefix}/runners/release/${provider}`;
     },
     instanceIdOf(parameterName: string): string | undefined {
       if (!parameterName.startsWith(runnerConfigRoot)) return undefined;

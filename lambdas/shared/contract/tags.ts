@@ -60,6 +60,13 @@ export interface TagKeys {
    * `REUSE_DEFAULTS.parkSeconds`; one naming another activation is ignored.
    */
   readonly parking: string;
+  /**
+   * The runner release version the instance installed (contract runner-release.ts), written by
+   * the instance itself after its install step; the pool replaces a parked instance of a pool
+   * that follows the newest release whose tag names another version. An instance whose image
+   * had the runner (nothing installed) has none and is never replaced for it.
+   */
+  readonly runnerVersion: string;
 }
 
 export const TAG_NAMES = {
@@ -78,6 +85,7 @@ export const TAG_NAMES = {
   affinity: 'affinity',
   uses: 'uses',
   parking: 'parking',
+  runnerVersion: 'runner-version',
 } as const satisfies Record<keyof TagKeys, string>;
 
 /** Values of the created-by tag. */

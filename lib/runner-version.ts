@@ -1,0 +1,59 @@
+import { DEFAULT_RUNNER_PACKAGES, RUNNER_VERSION_LATEST, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+
+/**
+ * Which runner release a pool installs on an image without a runner (docs/operations.md,
+ * "Runner updates"): the newest release, resolved by the control plane on a schedule, or a pin
+ * (the pool's `runnerPackage`, else the library's).
+ */
+export class RunnerVersion {
+  /**
+   * Follow the newest release: a Lambda resolves it hourly from GitHub's or GitLab's release data
+   * (checksums included), the boot installs it, and parked instances of an older version are
+   * replaced a few at a time. Cannot be combined with `runnerPackage`.
+   */
+  static latest(): RunnerVersion {
+    return new RunnerVersion(true);
+  }
+
+  /**
+   * The pool's `runnerPackage`, or the library's pinned release: nothing changes until the pin
+   * is changed. GitHub refuses a runner 30 days after a newer release came out; an alarm warns
+   * 7 days before.
+   */
+  static pinned(): RunnerVersion {
+    return new RunnerVersion(false);
+  }
+
+  private constructor(
+    /** True when the pool follows the newest release. */
+    readonly followsLatest: boolean,
+  ) {}
+}
+
+/** The pool props runner updates read. */
+export interface RunnerVersionInput {
+  readonly name: string;
+  readonly provider: Provider;
+  readonly runnerVersion?: RunnerVersion;
+  readonly runnerPackage?: RunnerPackage;
+}
+
+/**
+ * Whether the pool follows the newest release. The default is to follow it unless the pool pins
+ * a `runnerPackage`: a fleet on the library's pin would stop receiving GitHub jobs 30 days after
+ * GitHub's next release unless someone upgraded the library in time.
+ */
+export function followsLatestRunner(pool: RunnerVersionInput): boolean {
+  if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
+    throw new Error(
+      `pool "${pool.name}": runnerVersion RunnerVersion.latest() and a runnerPackage (${pool.runnerPackage.version}) contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
+    );
+  }
+  return pool.runnerVersion?.followsLatest ?? pool.runnerPackage === undefined;
+}
+
+/** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version. */
+export function runnerVersionConfig(pool: RunnerVersionInput): string {
+  if (followsLatestRunner(pool)) return RUNNER_VERSION_LATEST;
+  return (pool.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[pool.provider]).version;
+}

@@ -1,0 +1,86 @@
+import { App, Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { describe, expect, it } from 'vitest';
+import { RunnerVersion, WarmRunners, decodeUserData, type RunnerPoolProps } from '../../lib';
+import { DEFAULT_RUNNER_PACKAGES, METRIC_NAMES, Provider, RUNNER_PIN_WARN_DAYS, ssmPaths, type RunnerPackage } from '../../lambdas/shared/contract';
+
+/** Runner updates at synth: the default, the pin, the resolver with its schedule, the alarms. */
+const paths = ssmPaths('warm-runners');
+const image = ec2.MachineImage.latestAmazonLinux2023();
+const mirror: RunnerPackage = {
+  version: '2.337.0',
+  x64: { url: 'https://mirror.example.com/x64.tar.gz', sha256: DEFAULT_RUNNER_PACKAGES.github.x64.sha256 },
+  arm64: { url: 'https://mirror.example.com/arm64.tar.gz', sha256: DEFAULT_RUNNER_PACKAGES.github.arm64.sha256 },
+};
+
+function synth(pools: RunnerPoolProps[], gitlabOnly = false) {
+  const stack = new Stack(new App(), 'S');
+  const runners = new WarmRunners(stack, 'Runners', {
+    vpc: new ec2.Vpc(stack, 'Vpc'),
+    ...(gitlabOnly ? {} : { github: { appId: '1', organization: 'org' } }),
+    ...(pools.some((p) => p.provider === Provider.GITLAB) ? { gitlab: { url: 'https://gitlab.example.com' } } : {}),
+    pools,
+  });
+  const template = Template.fromStack(stack);
+  const config = () => runners.config;
+  const userData = (pool: string) => {
+    const [lt] = Object.entries(template.findResources('AWS::EC2::LaunchTemplate')).filter(([id]) => id.includes(`LaunchTemplate${pool}`));
+    return decodeUserData(lt![1].Properties.LaunchTemplateData.UserData as string);
+  };
+  return { template, config, userData };
+}
+
+describe('runner updates at synth', () => {
+  it('follows the newest release by default: the resolver runs hourly, the boot reads the release, both alarms exist', () => {
+    const { template, config, userData } = synth([{ name: 'linux', provider: Provider.GITHUB, machineImage: image }]);
+    expect(config().pools[0]!.runnerVersion).toBe('latest');
+    template.hasResourceProperties('AWS::Events::Rule', { ScheduleExpression: 'rate(1 hour)', Description: Match.stringLikeRegexp('runner release resolver') });
+    template.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('Resolves the newest runner releases') });
+    expect(userData('linux')).toContain(`I_RELEASE=${paths.runnerRelease(Provider.GITHUB)} `);
+    expect(userData('linux')).toContain('I_TAG_VERSION=warm-runners:runner-version');
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Threshold: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Metrics: Match.arrayWith([Match.objectLike({ MetricStat: Match.objectLike({ Metric: Match.objectLike({ MetricName: METRIC_NAMES.runnerReleaseProblems }) }) })]),
+    });
+    expect(JSON.stringify(template.findResources('AWS::CloudWatch::Alarm'))).toContain('could not be resolved or was refused');
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: METRIC_NAMES.runnerDaysLeft,
+      Dimensions: [{ Name: 'Pool', Value: 'linux' }],
+      Statistic: 'Minimum',
+      Period: 3600,
+      Threshold: RUNNER_PIN_WARN_DAYS,
+      ComparisonOperator: 'LessThanOrEqualToThreshold',
+      AlarmDescription: Match.stringLikeRegexp('the last resolved release'),
+    });
+  });
+
+  it('a pin (a runnerPackage, or RunnerVersion.pinned()) renders the pin only, and its staleness alarm names it', () => {
+    const { template, config, userData } = synth([
+      { name: 'mirror', provider: Provider.GITHUB, machineImage: image, runnerPackage: mirror },
+      { name: 'pinned', provider: Provider.GITHUB, machineImage: image, runnerVersion: RunnerVersion.pinned() },
+    ]);
+    expect(config().pools.map((p) => p.runnerVersion)).toEqual(['2.337.0', DEFAULT_RUNNER_PACKAGES.github.version]);
+    for (const pool of ['mirror', 'pinned']) expect(userData(pool)).toContain("I_RELEASE='' ");
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: METRIC_NAMES.runnerDaysLeft, Dimensions: [{ Name: 'Pool', Value: 'mirror' }], AlarmDescription: Match.stringLikeRegexp('pinned 2.337.0') });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: METRIC_NAMES.runnerDaysLeft, Dimensions: [{ Name: 'Pool', Value: 'pinned' }] });
+    // No pool follows a release: nobody may read or write one.
+    expect(JSON.stringify(template.findResources('AWS::IAM::Policy'))).not.toContain('runners/release');
+  });
+
+  it('refuses RunnerVersion.latest() beside a runnerPackage, naming both', () => {
+    expect(() => synth([{ name: 'linux', provider: Provider.GITHUB, machineImage: image, runnerVersion: RunnerVersion.latest(), runnerPackage: mirror }])).toThrow(
+      /pool "linux": runnerVersion RunnerVersion.latest\(\) and a runnerPackage \(2.337.0\) contradict/,
+    );
+  });
+
+  it('a GitLab fleet of pins has no resolver (GitLab has no 30-day window); one that follows has it, without a GitHub window alarm', () => {
+    const pinned = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image, runnerVersion: RunnerVersion.pinned() }], true);
+    expect(Object.keys(pinned.template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Resolves the newest') } }))).toHaveLength(0);
+    const following = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image }], true);
+    expect(Object.keys(following.template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Resolves the newest') } }))).toHaveLength(1);
+    expect(Object.keys(following.template.findResources('AWS::CloudWatch::Alarm', { Properties: { MetricName: METRIC_NAMES.runnerDaysLeft } }))).toHaveLength(0);
+    expect(following.userData('gl')).toContain(`I_RELEASE=${paths.runnerRelease(Provider.GITLAB)} `);
+  });
+});
