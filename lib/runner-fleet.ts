@@ -23,6 +23,7 @@ import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
+import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
 
@@ -301,7 +302,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerUser === undefined ? {} : { runnerUser: pool.runnerUser }),
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
-          prepareCommands: pool.warm?.prepareCommands ?? [],
+          prepareCommands: poolPrepareCommands(pool),
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
         });
       } catch (e) {

@@ -1,5 +1,6 @@
 import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
 import { fleetConfigInput } from './fleet-config-input';
+import { poolPrepareCommands } from './pool-prepare-commands';
 import type { RunnerPoolProps } from './props';
 import { resolveUserDataOptions } from './user-data';
 import type { WarmRunnersProps } from './warm-runners';
@@ -22,7 +23,7 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     if (disk !== undefined && (disk < 8 || disk > 16_384)) {
       throw new Error(`pool "${pool.name}": diskSize ${disk} GiB must be from 8 to 16384 GiB`);
     }
-    for (const command of pool.warm?.prepareCommands ?? []) {
+    for (const command of poolPrepareCommands(pool)) {
       if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
     }
     const cacheProblem = reuseCacheProblem(prefix, pool);

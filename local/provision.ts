@@ -7,6 +7,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
 import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
+import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
 import { createLocalLaunchTemplate, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
@@ -143,7 +144,8 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
     const template: LocalPoolTemplate = {
       name: pool.name,
       provider: pool.provider,
-      ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
+      // The pool's own, under either name (the deprecated warm.prepareCommands too).
+      ...(poolPrepareCommands(pool).length > 0 ? { prepareCommands: poolPrepareCommands(pool) } : {}),
       ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
       ...(reuse ? { reuse } : {}),
     };
