@@ -1,5 +1,6 @@
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { Construct, IDependable } from 'constructs';
+import type { RunnerImageArchitecture } from './image-architecture';
 
 /**
  * An AMI id kept in an SSM parameter (data type `aws:ec2:image`), resolved at each launch
@@ -15,11 +16,14 @@ export class ParameterMachineImage implements ec2.IMachineImage {
    * @param creator what creates the parameter in the same app (RunnerImage's seed), if anything:
    *   a fleet whose pool uses this image is deployed after it, so no launch resolves a parameter
    *   that does not exist yet
+   * @param architecture the architecture of the images the parameter names, if known: the
+   *   fleet then refuses, at synth, a pool whose instance types are of another
    */
   constructor(
     readonly parameterName: string,
     private readonly os: ec2.OperatingSystemType = ec2.OperatingSystemType.LINUX,
     readonly creator?: IDependable,
+    readonly architecture?: RunnerImageArchitecture,
   ) {}
 
   getImage(scope: Construct): ec2.MachineImageConfig {

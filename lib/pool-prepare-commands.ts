@@ -6,7 +6,6 @@ import type { RunnerPoolProps } from './props';
  * wins would be a guess.
  */
 export function poolPrepareCommands(pool: RunnerPoolProps): string[] {
-  // eslint-disable-next-line @typescript-eslint/no-deprecated -- the alias is read here, once
   const legacy = pool.warm?.prepareCommands;
   if (pool.prepareCommands !== undefined && legacy !== undefined) {
     throw new Error(

@@ -7,17 +7,12 @@ import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { DEFAULT_PREFIX, Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-architecture';
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { renderInstallScript, type UserDataOptions } from './user-data';
 
-/** The CPU architecture a RunnerImage builds for. */
-export enum RunnerImageArchitecture {
-  /** x86_64 (Intel and AMD instance types). */
-  X86_64 = 'x86_64',
-  /** arm64 (Graviton instance types). */
-  ARM64 = 'arm64',
-}
+export { RunnerImageArchitecture } from './image-architecture';
 
 /** Per architecture: Image Builder's managed Amazon Linux 2023 image, the SSM path of the stock AMI, a build instance type. */
 const ARCHITECTURES: Record<RunnerImageArchitecture, { managedImage: string; stockParameter: string; instanceType: string }> = {
@@ -109,6 +104,8 @@ export interface RunnerImageProps {
 export class RunnerImage extends Construct implements iam.IGrantable {
   /** Name of the SSM parameter that holds the current AMI id. */
   readonly parameterName: string;
+  /** The architecture the image is built for; pools that use it must have instance types of it. */
+  readonly architecture: RunnerImageArchitecture;
   /** Role of the build instance. */
   readonly role: iam.Role;
   readonly grantPrincipal: iam.IPrincipal;
@@ -123,6 +120,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
   constructor(scope: Construct, id: string, props: RunnerImageProps) {
     super(scope, id);
     const architecture = props.architecture ?? RunnerImageArchitecture.X86_64;
+    this.architecture = architecture;
     const arch = ARCHITECTURES[architecture];
     const schedule = props.schedule ?? events.Schedule.cron({ weekDay: 'SUN', hour: '3', minute: '0' });
     validateRunnerImageProps(props, architecture, schedule);
@@ -257,7 +255,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
    * launch (`resolve:ssm:`), and the pool evicts parked instances built from an older image.
    */
   machineImage(): ec2.IMachineImage {
-    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed);
+    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, this.architecture);
   }
 }
 
@@ -310,5 +308,14 @@ function validateRunnerImageProps(props: RunnerImageProps, architecture: RunnerI
     problems.push(`parameterName "${name}" must be an SSM path such as "/ci/images/github-x86_64" (letters, digits, "_", ".", "-", "/")`);
   }
   if (props.buildInstanceTypes !== undefined && props.buildInstanceTypes.length === 0) problems.push('buildInstanceTypes is empty: give at least one type, or leave it out');
+  // A build instance of another architecture boots no image of this one: the build fails after deploy.
+  const known = Object.values(RunnerImageArchitecture).includes(architecture);
+  const foreign = (known ? (props.buildInstanceTypes ?? []) : []).filter((t) => (instanceTypeArchitecture(t) ?? architecture) !== architecture);
+  if (foreign.length > 0) {
+    problems.push(
+      `buildInstanceTypes ${foreign.map((t) => `${t.toString()} (${instanceTypeArchitecture(t)})`).join(', ')} must be ${architecture} instance types, as architecture is ${architecture}: ` +
+        `give ${architecture} types (such as ${ARCHITECTURES[architecture].instanceType}), or leave buildInstanceTypes out`,
+    );
+  }
   if (problems.length > 0) throw new Error(`RunnerImage: ${problems.join('; ')}`);
 }
