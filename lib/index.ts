@@ -29,4 +29,5 @@ export type {
   WarmScheduleEntry,
 } from '../lambdas/shared/contract';
 export * from './runner-image';
+export * from './runner-image-steps';
 export * from './parameter-machine-image';

@@ -4,12 +4,14 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
+import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { DEFAULT_PREFIX, Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-architecture';
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
+import { COMPONENT_DATA_MAX, type RunnerImageStep } from './runner-image-steps';
 import { renderInstallScript, type UserDataOptions } from './user-data';
 
 export { RunnerImageArchitecture } from './image-architecture';
@@ -32,6 +34,9 @@ const IMAGE_BUILDER_POLICIES = ['EC2InstanceProfileForImageBuilder', 'AmazonSSMM
 
 /** Id of the function every AwsCustomResource of a stack shares (aws-cdk-lib custom-resources). */
 const AWS_CUSTOM_RESOURCE_SINGLETON = 'AWS679f53fac002430cb0da5b7982bd2287';
+
+/** The runner user when the props name none (the pools' default too). */
+const DEFAULT_RUNNER_USER = 'runner';
 
 /** Name of the install component's one step: the test harness finds the script by it. */
 export const INSTALL_STEP_NAME = 'InstallRunner';
@@ -59,6 +64,15 @@ export interface RunnerImageProps {
    * @default '/opt/actions-runner' for GitHub, '/opt/gitlab-runner' for GitLab
    */
   readonly runnerDirectory?: string;
+  /**
+   * The team's own steps, run in order after the runner's install step (each one component of
+   * the recipe): Image Builder components (`RunnerImageStep.component(arn)`,
+   * `RunnerImageStep.fromCfnComponent`), shell commands (`RunnerImageStep.shell`), and the
+   * built-in `RunnerImageStep.docker()` and `RunnerImageStep.caCertificates(pems)`. A failing
+   * step fails the build: no image is published, pools keep the last one.
+   * @default - none: the image carries the runner only
+   */
+  readonly steps?: RunnerImageStep[];
   /**
    * When the pipeline builds a new image. Image Builder takes cron expressions only.
    * @default events.Schedule.cron({ weekDay: 'SUN', hour: '3', minute: '0' }) (weekly, Sunday 03:00 UTC)
@@ -109,7 +123,10 @@ export class RunnerImage extends Construct implements iam.IGrantable {
   /** Role of the build instance. */
   readonly role: iam.Role;
   readonly grantPrincipal: iam.IPrincipal;
+  /** The install step's component (the first of the recipe). */
   readonly component: imagebuilder.CfnComponent;
+  /** The components created for `steps` (shell, Docker, CA certificates), in order; ARNs given are not among them. */
+  readonly stepComponents: imagebuilder.CfnComponent[] = [];
   readonly recipe: imagebuilder.CfnImageRecipe;
   readonly pipeline: imagebuilder.CfnImagePipeline;
   /** The install step as the component runs it (also in the component document). */
@@ -147,12 +164,47 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       version,
       data: document,
     });
+    // The team's steps, after the install step: the Docker step needs the runner user it creates.
+    const stepArns: string[] = [];
+    const identities: string[] = [];
+    const assets: s3assets.Asset[] = [];
+    (props.steps ?? []).forEach((step, i) => {
+      const bound = step._bind({ runnerUser: props.runnerUser ?? DEFAULT_RUNNER_USER });
+      if (bound.document === undefined) {
+        if (bound.componentArn === undefined) throw new Error(`RunnerImage: steps[${i}] names no component`);
+        stepArns.push(bound.componentArn);
+        identities.push(JSON.stringify(stack.resolve(bound.componentArn)));
+        return;
+      }
+      if (bound.document.length > COMPONENT_DATA_MAX) {
+        throw new Error(
+          `RunnerImage: steps[${i}] (${bound.name}) renders a component document of ${bound.document.length} characters, over Image Builder's ${COMPONENT_DATA_MAX}: ` +
+            'give long CA bundles as RunnerImageStep.caCertificatesFromAsset, long scripts as a component of your own (RunnerImageStep.component)',
+        );
+      }
+      // An asset's URL is a token: its content hash names the version instead.
+      const identity = bound.asset ? bound.document.split(bound.asset.s3ObjectUrl).join(bound.asset.assetHash) : bound.document;
+      identities.push(identity);
+      const component = new imagebuilder.CfnComponent(this, `Step${i}`, {
+        name: `${name}-${i + 1}-${bound.name!.toLowerCase()}`,
+        description: bound.description!,
+        platform: 'Linux',
+        supportedOsVersions: ['Amazon Linux 2023'],
+        version: contentVersion(identity),
+        data: bound.document,
+      });
+      if (bound.asset) assets.push(bound.asset);
+      this.stepComponents.push(component);
+      stepArns.push(component.attrArn);
+    });
+
     this.recipe = new imagebuilder.CfnImageRecipe(this, 'Recipe', {
       name,
-      version,
+      // A new step, or another order, is a new recipe version.
+      version: identities.length === 0 ? version : contentVersion(document, arch.managedImage, ...identities),
       // The newest Amazon Linux 2023 image Image Builder manages, at every build.
       parentImage: `arn:${Aws.PARTITION}:imagebuilder:${Aws.REGION}:aws:image/${arch.managedImage}/x.x.x`,
-      components: [{ componentArn: this.component.attrArn }],
+      components: [this.component.attrArn, ...stepArns].map((componentArn) => ({ componentArn })),
     });
 
     // What Image Builder requires of the build instance's role (Image Builder user guide,
@@ -174,6 +226,8 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       }),
     );
     this.grantPrincipal = this.role;
+    // A step's asset (a CA bundle): the build reads that object, nothing else of the bucket.
+    for (const asset of assets) asset.grantRead(this.role);
     for (const policy of IMAGE_BUILDER_POLICIES) {
       acknowledgeManagedPolicy(this.role, policy, 'Image Builder requires this AWS managed policy on the build instance role (Image Builder user guide, prerequisites)');
     }
