@@ -152,7 +152,7 @@ export function dockerScript(runnerUser: string): string {
     `  timeout -k 10 ${PACKAGE_SECONDS} apt-get update`,
     `  timeout -k 10 ${PACKAGE_SECONDS} apt-get install -y --no-install-recommends docker.io`,
     'fi',
-    'systemctl enable docker',
+    'systemctl enable docker.service',
     `usermod -aG docker ${shellQuote(runnerUser)}`,
     'docker --version',
   ].join('\n');

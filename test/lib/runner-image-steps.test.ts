@@ -117,11 +117,11 @@ describe('RunnerImage steps', () => {
       expect(r.status, r.stderr).toBe(0);
       expect(readFileSync(calls, 'utf8').trim().split('\n')).toEqual(
         distro === 'dnf'
-          ? ['dnf install -y docker', 'systemctl enable docker', 'usermod -aG docker ci', 'docker --version']
+          ? ['dnf install -y docker', 'systemctl enable docker.service', 'usermod -aG docker ci', 'docker --version']
           : [
               'apt-get update DEBIAN_FRONTEND=noninteractive',
               'apt-get install -y --no-install-recommends docker.io DEBIAN_FRONTEND=noninteractive',
-              'systemctl enable docker',
+              'systemctl enable docker.service',
               'usermod -aG docker ci',
               'docker --version',
             ],
