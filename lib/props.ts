@@ -111,7 +111,7 @@ export interface WarmPoolProps {
    */
   readonly primeBackoffCap?: Duration;
   /**
-   * The pool's prepare commands, under their old name.
+   * Deprecated name of the pool's `prepareCommands` (the same list; setting both is an error).
    * @deprecated Use `RunnerPoolProps.prepareCommands`: they run on cold launches too. Setting
    * both is an error.
    * @default - none
