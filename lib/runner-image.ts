@@ -12,7 +12,7 @@ import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-archi
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { COMPONENT_DATA_MAX, type RunnerImageStep } from './runner-image-steps';
-import { renderInstallScript, type UserDataOptions } from './user-data';
+import { renderInstallScript, resolveUserDataOptions, type UserDataOptions } from './user-data';
 
 export { RunnerImageArchitecture } from './image-architecture';
 
@@ -34,9 +34,6 @@ const IMAGE_BUILDER_POLICIES = ['EC2InstanceProfileForImageBuilder', 'AmazonSSMM
 
 /** Id of the function every AwsCustomResource of a stack shares (aws-cdk-lib custom-resources). */
 const AWS_CUSTOM_RESOURCE_SINGLETON = 'AWS679f53fac002430cb0da5b7982bd2287';
-
-/** The runner user when the props name none (the pools' default too). */
-const DEFAULT_RUNNER_USER = 'runner';
 
 /** Name of the install component's one step: the test harness finds the script by it. */
 export const INSTALL_STEP_NAME = 'InstallRunner';
@@ -103,7 +100,7 @@ export interface RunnerImageProps {
 /**
  * Builds the runner AMI with EC2 Image Builder: Amazon Linux 2023 plus the runner installed by
  * the same install step the boot script runs (`renderInstallScript`, one source rendered twice),
- * on a schedule, and publishes each AMI id to an SSM parameter of data type `aws:ec2:image`.
+ * then the team's own `steps` (components, shell, Docker, CA certificates), on a schedule, and publishes each AMI id to an SSM parameter of data type `aws:ec2:image`.
  *
  * Pools take it with `machineImage: image.machineImage()`: their launch templates resolve the
  * parameter at each launch, and the pool Lambda evicts parked instances whose image is no
@@ -165,11 +162,12 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       data: document,
     });
     // The team's steps, after the install step: the Docker step needs the runner user it creates.
+    const runnerUser = resolveUserDataOptions(options).runnerUser;
     const stepArns: string[] = [];
     const identities: string[] = [];
     const assets: s3assets.Asset[] = [];
     (props.steps ?? []).forEach((step, i) => {
-      const bound = step._bind({ runnerUser: props.runnerUser ?? DEFAULT_RUNNER_USER });
+      const bound = step._bind({ runnerUser });
       if (bound.document === undefined) {
         if (bound.componentArn === undefined) throw new Error(`RunnerImage: steps[${i}] names no component`);
         stepArns.push(bound.componentArn);
