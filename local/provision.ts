@@ -5,7 +5,7 @@ import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
-import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type PoolReuseConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
@@ -125,6 +125,18 @@ export interface ProvisionedFleet {
   readonly webhook: { readonly githubSecret: string; readonly gitlabToken: string };
 }
 
+/** What a pool's local launch template renders: its prepare commands (under either name), runner package and reuse. */
+export function localPoolTemplate(pool: RunnerPoolProps, reuse: PoolReuseConfig | undefined): LocalPoolTemplate {
+  const prepareCommands = poolPrepareCommands(pool);
+  return {
+    name: pool.name,
+    provider: pool.provider,
+    ...(prepareCommands.length > 0 ? { prepareCommands } : {}),
+    ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+    ...(reuse ? { reuse } : {}),
+  };
+}
+
 export async function provision(clients: LocalAwsClients, options: ProvisionOptions): Promise<ProvisionedFleet> {
   const prefix = options.prefix ?? DEFAULT_PREFIX;
   const example = options.example ?? localExample();
@@ -141,14 +153,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   // The pools as the local fleet has them (its runnerPackage among the overrides).
   for (const pool of localOverrides(example, options.local).pools) {
     const reuse = draft.pools.find((p) => p.name === pool.name)?.reuse;
-    const template: LocalPoolTemplate = {
-      name: pool.name,
-      provider: pool.provider,
-      // The pool's own, under either name (the deprecated warm.prepareCommands too).
-      ...(poolPrepareCommands(pool).length > 0 ? { prepareCommands: poolPrepareCommands(pool) } : {}),
-      ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
-      ...(reuse ? { reuse } : {}),
-    };
+    const template = localPoolTemplate(pool, reuse);
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);
     templates.push({ pool: pool.name, provider: pool.provider, launchTemplateId: lt.launchTemplateId, version: lt.version, template });
   }

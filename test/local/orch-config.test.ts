@@ -2,7 +2,9 @@ import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { GitLabWebhookOwner, type FleetConfig, type PoolConfig } from '../../lambdas/shared/contract';
-import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides } from '../../local/provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides, localPoolTemplate } from '../../local/provision';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { Provider } from '../../lambdas/shared/contract';
 
 /**
  * The local fleet and the example app come from one props object: the FleetConfig the
@@ -49,5 +51,14 @@ describe('the local fleet config', () => {
       expect(rest1).toEqual(rest0);
       expect({ ...w1, size: undefined }).toEqual({ ...w0, size: undefined, schedule: undefined });
     });
+  });
+});
+
+describe('a local pool template', () => {
+  const pool = { name: 'p', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023() };
+  it('takes the pool\'s prepare commands under either name (the deprecated warm.prepareCommands too), none when it has none', () => {
+    expect(localPoolTemplate({ ...pool, prepareCommands: ['echo a'] }, undefined).prepareCommands).toEqual(['echo a']);
+    expect(localPoolTemplate({ ...pool, warm: { prepareCommands: ['echo b'] } }, undefined).prepareCommands).toEqual(['echo b']);
+    expect(localPoolTemplate(pool, undefined)).toEqual({ name: 'p', provider: Provider.GITHUB });
   });
 });
