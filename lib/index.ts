@@ -30,4 +30,5 @@ export type {
 } from '../lambdas/shared/contract';
 export { RunnerVersion } from './runner-version';
 export * from './runner-image';
+export * from './runner-image-steps';
 export * from './parameter-machine-image';

@@ -1,5 +1,6 @@
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { Construct, IDependable } from 'constructs';
+import type { RunnerImageArchitecture } from './image-architecture';
 
 /**
  * An AMI id kept in an SSM parameter (data type `aws:ec2:image`), resolved at each launch
@@ -17,12 +18,15 @@ export class ParameterMachineImage implements ec2.IMachineImage {
    *   that does not exist yet
    * @param rootDeviceName the root device name of the images the parameter names, when known
    *   (a pool then maps its root volume to it; lib/root-device.ts)
+   * @param architecture the architecture of the images the parameter names, if known: the
+   *   fleet then refuses, at synth, a pool whose instance types are of another architecture
    */
   constructor(
     readonly parameterName: string,
     private readonly os: ec2.OperatingSystemType = ec2.OperatingSystemType.LINUX,
     readonly creator?: IDependable,
     readonly rootDeviceName?: string,
+    readonly architecture?: RunnerImageArchitecture,
   ) {}
 
   getImage(scope: Construct): ec2.MachineImageConfig {

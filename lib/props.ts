@@ -112,10 +112,9 @@ export interface WarmPoolProps {
    */
   readonly primeBackoffCap?: Duration;
   /**
-   * Shell commands run as root while priming, before the instance parks (pull images, warm
-   * caches); a failing one fails the PRIME. At most 16, 2304 bytes in all: they travel in
-   * the user data (gzip-compressed, limited to 16 KB by EC2), so put longer preparation into
-   * the AMI. Never put secrets here.
+   * Deprecated name of the pool's `prepareCommands` (the same list; setting both is an error).
+   * @deprecated Use `RunnerPoolProps.prepareCommands`: they run on cold launches too. Setting
+   * both is an error.
    * @default - none
    */
   readonly prepareCommands?: string[];
@@ -291,6 +290,19 @@ export interface RunnerPoolProps {
    * @default Duration.hours(6)
    */
   readonly maxJobDuration?: Duration;
+  /**
+   * Shell commands run as root once per instance, after the install step and before the
+   * runner may take a job (pull images, warm caches, install tools): a warm standby runs them
+   * while priming (off the job's path), a cold launch before RUN or WAIT (the job waits for
+   * them), so a job sees the same machine warm or cold. A reused instance does not run them
+   * again (docs/boot-modes.md, "Prepare commands"). A failing one fails the PRIME (the standby
+   * does not park) or the cold boot (the instance terminates; the job's retry check gives it
+   * another runner). At most 16, 2304 bytes in all: they travel in the user data
+   * (gzip-compressed, limited to 16 KB by EC2), so put longer preparation into the image
+   * (`RunnerImage` steps). Never put secrets here.
+   * @default - none
+   */
+  readonly prepareCommands?: string[];
   /**
    * Warm pool settings.
    * @default - no warm pool

@@ -24,6 +24,7 @@ import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
+import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { poolRootDeviceName } from './root-device';
@@ -332,7 +333,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.runnerDirectory === undefined ? {} : { runnerDir: pool.runnerDirectory }),
           ...(pool.runnerPackage === undefined ? {} : { runnerPackage: pool.runnerPackage }),
           followLatestRunner: followsLatestRunner(pool),
-          prepareCommands: pool.warm?.prepareCommands ?? [],
+          prepareCommands: poolPrepareCommands(pool),
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
           ...(pool.docker ? { docker: pool.docker } : {}),
         });

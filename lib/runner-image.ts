@@ -4,20 +4,17 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
+import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { DEFAULT_PREFIX, Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-architecture';
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
-import { renderInstallScript, type UserDataOptions } from './user-data';
+import { COMPONENT_DATA_MAX, type RunnerImageStep } from './runner-image-steps';
+import { renderInstallScript, resolveUserDataOptions, type UserDataOptions } from './user-data';
 
-/** The CPU architecture a RunnerImage builds for. */
-export enum RunnerImageArchitecture {
-  /** x86_64 (Intel and AMD instance types). */
-  X86_64 = 'x86_64',
-  /** arm64 (Graviton instance types). */
-  ARM64 = 'arm64',
-}
+export { RunnerImageArchitecture } from './image-architecture';
 
 /** Per architecture: Image Builder's managed Amazon Linux 2023 image, the SSM path of the stock AMI, a build instance type. */
 const ARCHITECTURES: Record<RunnerImageArchitecture, { managedImage: string; stockParameter: string; instanceType: string }> = {
@@ -65,6 +62,15 @@ export interface RunnerImageProps {
    */
   readonly runnerDirectory?: string;
   /**
+   * The team's own steps, run in order after the runner's install step (each one component of
+   * the recipe): Image Builder components (`RunnerImageStep.component(arn)`,
+   * `RunnerImageStep.fromCfnComponent`), shell commands (`RunnerImageStep.shell`), and the
+   * built-in `RunnerImageStep.docker()` and `RunnerImageStep.caCertificates(pems)`. A failing
+   * step fails the build: no image is published, pools keep the last one.
+   * @default - none: the image carries the runner only
+   */
+  readonly steps?: RunnerImageStep[];
+  /**
    * When the pipeline builds a new image. Image Builder takes cron expressions only.
    * @default events.Schedule.cron({ weekDay: 'SUN', hour: '3', minute: '0' }) (weekly, Sunday 03:00 UTC)
    */
@@ -94,7 +100,7 @@ export interface RunnerImageProps {
 /**
  * Builds the runner AMI with EC2 Image Builder: Amazon Linux 2023 plus the runner installed by
  * the same install step the boot script runs (`renderInstallScript`, one source rendered twice),
- * on a schedule, and publishes each AMI id to an SSM parameter of data type `aws:ec2:image`.
+ * then the team's own `steps` (components, shell, Docker, CA certificates), on a schedule, and publishes each AMI id to an SSM parameter of data type `aws:ec2:image`.
  *
  * Pools take it with `machineImage: image.machineImage()`: their launch templates resolve the
  * parameter at each launch, and the pool Lambda evicts parked instances whose image is no
@@ -109,10 +115,15 @@ export interface RunnerImageProps {
 export class RunnerImage extends Construct implements iam.IGrantable {
   /** Name of the SSM parameter that holds the current AMI id. */
   readonly parameterName: string;
+  /** The architecture the image is built for; pools that use it must have instance types of it. */
+  readonly architecture: RunnerImageArchitecture;
   /** Role of the build instance. */
   readonly role: iam.Role;
   readonly grantPrincipal: iam.IPrincipal;
+  /** The install step's component (the first of the recipe). */
   readonly component: imagebuilder.CfnComponent;
+  /** The components created for `steps` (shell, Docker, CA certificates), in order; ARNs given are not among them. */
+  readonly stepComponents: imagebuilder.CfnComponent[] = [];
   readonly recipe: imagebuilder.CfnImageRecipe;
   readonly pipeline: imagebuilder.CfnImagePipeline;
   /** The install step as the component runs it (also in the component document). */
@@ -123,6 +134,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
   constructor(scope: Construct, id: string, props: RunnerImageProps) {
     super(scope, id);
     const architecture = props.architecture ?? RunnerImageArchitecture.X86_64;
+    this.architecture = architecture;
     const arch = ARCHITECTURES[architecture];
     const schedule = props.schedule ?? events.Schedule.cron({ weekDay: 'SUN', hour: '3', minute: '0' });
     validateRunnerImageProps(props, architecture, schedule);
@@ -149,12 +161,48 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       version,
       data: document,
     });
+    // The team's steps, after the install step: the Docker step needs the runner user it creates.
+    const runnerUser = resolveUserDataOptions(options).runnerUser;
+    const stepArns: string[] = [];
+    const identities: string[] = [];
+    const assets: s3assets.Asset[] = [];
+    (props.steps ?? []).forEach((step, i) => {
+      const bound = step._bind({ runnerUser });
+      if (bound.document === undefined) {
+        if (bound.componentArn === undefined) throw new Error(`RunnerImage: steps[${i}] names no component`);
+        stepArns.push(bound.componentArn);
+        identities.push(JSON.stringify(stack.resolve(bound.componentArn)));
+        return;
+      }
+      if (bound.document.length > COMPONENT_DATA_MAX) {
+        throw new Error(
+          `RunnerImage: steps[${i}] (${bound.name}) renders a component document of ${bound.document.length} characters, over Image Builder's ${COMPONENT_DATA_MAX}: ` +
+            'give long CA bundles as RunnerImageStep.caCertificatesFromAsset, long scripts as a component of your own (RunnerImageStep.component)',
+        );
+      }
+      // An asset's URL is a token: its content hash names the version instead.
+      const identity = bound.asset ? bound.document.split(bound.asset.s3ObjectUrl).join(bound.asset.assetHash) : bound.document;
+      identities.push(identity);
+      const component = new imagebuilder.CfnComponent(this, `Step${i}`, {
+        name: `${name}-${i + 1}-${bound.name!.toLowerCase()}`,
+        description: bound.description!,
+        platform: 'Linux',
+        supportedOsVersions: ['Amazon Linux 2023'],
+        version: contentVersion(identity),
+        data: bound.document,
+      });
+      if (bound.asset) assets.push(bound.asset);
+      this.stepComponents.push(component);
+      stepArns.push(component.attrArn);
+    });
+
     this.recipe = new imagebuilder.CfnImageRecipe(this, 'Recipe', {
       name,
-      version,
+      // A new step, or another order, is a new recipe version.
+      version: identities.length === 0 ? version : contentVersion(document, arch.managedImage, ...identities),
       // The newest Amazon Linux 2023 image Image Builder manages, at every build.
       parentImage: `arn:${Aws.PARTITION}:imagebuilder:${Aws.REGION}:aws:image/${arch.managedImage}/x.x.x`,
-      components: [{ componentArn: this.component.attrArn }],
+      components: [this.component.attrArn, ...stepArns].map((componentArn) => ({ componentArn })),
     });
 
     // What Image Builder requires of the build instance's role (Image Builder user guide,
@@ -176,6 +224,8 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       }),
     );
     this.grantPrincipal = this.role;
+    // A step's asset (a CA bundle): the build reads that object, nothing else of the bucket.
+    for (const asset of assets) asset.grantRead(this.role);
     for (const policy of IMAGE_BUILDER_POLICIES) {
       acknowledgeManagedPolicy(this.role, policy, 'Image Builder requires this AWS managed policy on the build instance role (Image Builder user guide, prerequisites)');
     }
@@ -258,7 +308,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
    */
   machineImage(): ec2.IMachineImage {
     // Built on Amazon Linux 2023 (the parent image above): its root device is /dev/xvda.
-    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, '/dev/xvda');
+    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, '/dev/xvda', this.architecture);
   }
 }
 
@@ -311,5 +361,14 @@ function validateRunnerImageProps(props: RunnerImageProps, architecture: RunnerI
     problems.push(`parameterName "${name}" must be an SSM path such as "/ci/images/github-x86_64" (letters, digits, "_", ".", "-", "/")`);
   }
   if (props.buildInstanceTypes !== undefined && props.buildInstanceTypes.length === 0) problems.push('buildInstanceTypes is empty: give at least one type, or leave it out');
+  // A build instance of another architecture boots no image of this one: the build fails after deploy.
+  const known = Object.values(RunnerImageArchitecture).includes(architecture);
+  const foreign = (known ? (props.buildInstanceTypes ?? []) : []).filter((t) => (instanceTypeArchitecture(t) ?? architecture) !== architecture);
+  if (foreign.length > 0) {
+    problems.push(
+      `buildInstanceTypes ${foreign.map((t) => `${t.toString()} (${instanceTypeArchitecture(t)})`).join(', ')} must be ${architecture} instance types, as architecture is ${architecture}: ` +
+        `give ${architecture} types (such as ${ARCHITECTURES[architecture].instanceType}), or leave buildInstanceTypes out`,
+    );
+  }
   if (problems.length > 0) throw new Error(`RunnerImage: ${problems.join('; ')}`);
 }

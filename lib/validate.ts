@@ -1,5 +1,7 @@
 import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
-import { fleetConfigInput } from './fleet-config-input';
+import { DEFAULT_INSTANCE_TYPE, fleetConfigInput } from './fleet-config-input';
+import { instanceTypeArchitecture, machineImageArchitecture, RunnerImageArchitecture } from './image-architecture';
+import { poolPrepareCommands } from './pool-prepare-commands';
 import type { RunnerPoolProps } from './props';
 import { knownRootDeviceName, poolRootDeviceName, rootDeviceNameProblem } from './root-device';
 import { resolveUserDataOptions } from './user-data';
@@ -15,7 +17,7 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
   const problem = prefixProblem(prefix);
   if (problem) throw new Error(problem);
   if (props.pools.length === 0) throw new Error('pools is empty: configure at least one runner pool');
-  for (const pool of props.pools) {
+  for (const [i, pool] of props.pools.entries()) {
     if (pool.instanceTypes !== undefined && pool.instanceTypes.length === 0) {
       throw new Error(`pool "${pool.name}": instanceTypes is empty; list at least one instance type or leave it out for the default`);
     }
@@ -23,11 +25,13 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     if (disk !== undefined && (disk < 8 || disk > 16_384)) {
       throw new Error(`pool "${pool.name}": diskSize ${disk} GiB must be from 8 to 16384 GiB`);
     }
-    for (const command of pool.warm?.prepareCommands ?? []) {
+    for (const command of poolPrepareCommands(pool)) {
       if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
     }
     const deviceProblem = rootDeviceNameProblem(poolRootDeviceName(pool, props.rootDeviceName), knownRootDeviceName(pool.machineImage));
     if (deviceProblem) throw new Error(`pool "${pool.name}": ${deviceProblem}`);
+    const archProblem = poolArchitectureProblem(pool, i);
+    if (archProblem) throw new Error(archProblem);
     const cacheProblem = reuseCacheProblem(prefix, pool);
     if (cacheProblem) throw new Error(`pool "${pool.name}": ${cacheProblem}`);
   }
@@ -94,6 +98,37 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
   }
 }
 
+/** An instance type of each architecture, for the fix an error message suggests. */
+const EXAMPLE_TYPE: Record<RunnerImageArchitecture, string> = { x86_64: 'm7i.large', arm64: 'm7g.large' };
+
+/**
+ * An AMI runs on one architecture: a launch of an instance type of another fails after deploy
+ * (CreateFleet and RunInstances refuse it), so every cold launch and standby of the pool would.
+ * Refused here where the architectures are known (instanceTypeArchitecture,
+ * machineImageArchitecture); where the image's is not, only a pool mixing architectures is.
+ */
+function poolArchitectureProblem(pool: RunnerPoolProps, index: number): string | undefined {
+  const where = `pool "${pool.name}" (pools[${index}].instanceTypes)`;
+  const types = (pool.instanceTypes ?? [DEFAULT_INSTANCE_TYPE]).map((t) => ({ name: t.toString(), arch: instanceTypeArchitecture(t) }));
+  const known = types.filter((t): t is { name: string; arch: RunnerImageArchitecture } => t.arch !== undefined);
+  const archs = [...new Set(known.map((t) => t.arch))];
+  if (archs.length > 1) {
+    return (
+      `${where} mixes architectures: ${known.map((t) => `${t.name} is ${t.arch}`).join(', ')}; a pool's image runs on one architecture, ` +
+      'so launches of the other types would fail: make one pool per architecture, each with an image of its own architecture'
+    );
+  }
+  const image = machineImageArchitecture(pool.machineImage);
+  const foreign = known.filter((t) => image !== undefined && t.arch !== image);
+  if (image === undefined || foreign.length === 0) return undefined;
+  const given = pool.instanceTypes === undefined ? `is not set, and its default ${foreign[0]!.name} is ${foreign[0]!.arch}` : `holds ${foreign.map((t) => `${t.name} (${t.arch})`).join(', ')}`;
+  return (
+    `${where} ${given}, but the pool's machineImage is ${image}: every launch would fail. ` +
+    `Give ${image} instance types (such as ${EXAMPLE_TYPE[image]}), or an image of ${foreign[0]!.arch} ` +
+    `(e.g. latestAmazonLinux2023({ cpuType: AmazonLinuxCpuType.${foreign[0]!.arch === RunnerImageArchitecture.ARM64 ? 'ARM_64' : 'X86_64'} }), or a RunnerImage of that architecture)`
+  );
+}
+
 /**
  * A cache directory survives every job, so it must not overlap what the boot script removes
  * or trusts after a job: the runner directory (registration, workspace), the runner user's
@@ -137,6 +172,32 @@ export function reuseWithoutWarmPoolWarnings(props: WarmRunnersProps): string[] 
         `pool "${pool.name}": reuse is set but the pool has no warm pool (warm.size 0 and no schedule window above 0): parked reused instances count against the warm target, ` +
         'so the pool evicts each one on its next run and no job finds a cache. Give the pool a warm.size (or a schedule), or remove reuse.',
     );
+}
+
+/**
+ * Where a job cannot see the same prepared machine warm or cold, or a prop is deprecated: one
+ * warning per pool and cause, for `cdk synth` to show. Keys are the warnings' ids.
+ */
+export function prepareCommandWarnings(props: WarmRunnersProps): { id: string; message: string }[] {
+  const out: { id: string; message: string }[] = [];
+  for (const pool of props.pools) {
+    if (pool.warm?.prepareCommands !== undefined && pool.prepareCommands === undefined) {
+      out.push({
+        id: 'cdk-warm-runners:warm-prepare-commands-deprecated',
+        message: `pool "${pool.name}": warm.prepareCommands is deprecated: the prepare commands now run on cold launches too (before the runner starts). Move them to the pool's prepareCommands.`,
+      });
+    }
+    if (pool.reuse && poolPrepareCommands(pool).length > 0) {
+      out.push({
+        id: 'cdk-warm-runners:prepare-commands-reuse',
+        message:
+          `pool "${pool.name}": a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same ` +
+          `${pool.provider === Provider.GITLAB ? 'project' : 'repository'} left it (reuse removes their containers, networks and volumes and the paths outside the cache directories a job can write). ` +
+          'Make the jobs tolerate that, or bake what the commands make into the image (RunnerImage steps), or remove reuse.',
+      });
+    }
+  }
+  return out;
 }
 
 /** Labels GitHub gives its hosted runners (ubuntu-24.04, windows-latest, macos-15, ...). */

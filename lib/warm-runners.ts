@@ -44,7 +44,7 @@ import { Reconciler } from './reconciler';
 import { RunnerReleaseResolver } from './runner-release-resolver';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { hostedLabelWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
+import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
  * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
@@ -233,6 +233,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     validateWarmRunnersProps(props);
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
     for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
+    for (const { id: warningId, message } of prepareCommandWarnings(props)) Annotations.of(this).addWarningV2(warningId, message);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);

@@ -5,8 +5,9 @@ import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
-import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type PoolReuseConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
+import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
 import { followsLatestRunner } from '../lib/runner-version';
 import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
@@ -143,6 +144,21 @@ export interface ProvisionedFleet {
   readonly webhook: { readonly githubSecret: string; readonly gitlabToken: string };
 }
 
+/** What a pool's local launch template renders: its prepare commands (under either name), runner package and reuse. */
+export function localPoolTemplate(pool: RunnerPoolProps, reuse: PoolReuseConfig | undefined): LocalPoolTemplate {
+  const prepareCommands = poolPrepareCommands(pool);
+  return {
+    name: pool.name,
+    provider: pool.provider,
+    ...(prepareCommands.length > 0 ? { prepareCommands } : {}),
+    ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
+    // As lib/runner-fleet.ts renders it: a pool without a pin follows the resolved release.
+    ...(followsLatestRunner(pool) ? { followLatestRunner: true } : {}),
+    ...(reuse ? { reuse } : {}),
+    ...(pool.docker ? { docker: pool.docker } : {}),
+  };
+}
+
 export async function provision(clients: LocalAwsClients, options: ProvisionOptions): Promise<ProvisionedFleet> {
   const prefix = options.prefix ?? DEFAULT_PREFIX;
   const example = options.example ?? localExample();
@@ -160,14 +176,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
   for (const pool of localOverrides(example, options.local).pools) {
     const reuse = draft.pools.find((p) => p.name === pool.name)?.reuse;
     const template: LocalPoolTemplate = {
-      name: pool.name,
-      provider: pool.provider,
-      ...(pool.warm?.prepareCommands ? { prepareCommands: pool.warm.prepareCommands } : {}),
-      ...(pool.runnerPackage ? { runnerPackage: pool.runnerPackage } : {}),
-      // As lib/runner-fleet.ts renders it: a pool without a pin follows the resolved release.
-      ...(followsLatestRunner(pool) ? { followLatestRunner: true } : {}),
-      ...(reuse ? { reuse } : {}),
-      ...(pool.docker ? { docker: pool.docker } : {}),
+      ...localPoolTemplate(pool, reuse),
       ...(options.local.aptPools?.includes(pool.name) ? { imageId: LOCAL_APT_IMAGE_ID } : {}),
     };
     const lt = await createLocalLaunchTemplate(clients.ec2, template, options.machine);

@@ -711,9 +711,11 @@ run_mode() {
   parse_config
   resume_check
   # A cold launch of a stock image pays the install here, before its runner starts; Docker
-  # too, on the first boot only: a warm activation boots the hook, its instance has Docker.
+  # too, on the first boot only (a warm activation boots the hook, its instance has Docker);
+  # then the prepare commands (which may use the runner), as PRIME runs them.
   install_runner
   [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
+  prepare_once
   check_runner
   # After the install: on a stock image it creates the user the caches belong to.
   ((!PARK)) || make_caches || fail "cannot create the cache directories"
@@ -755,10 +757,11 @@ wait_mode() {
   local rc polls=0
   MODE=$MODE_WAIT
   log "$L_MODE=$MODE instance=$ID: no config yet, polling up to ${WAIT_SECONDS}s"
-  # An image without the runner installs it first: the install overlaps the wait for the
-  # config instead of following it. The bound starts after it.
+  # An image without the runner installs it first, then the prepare commands run: both
+  # overlap the wait for the config instead of following it. The bound starts after them.
   install_runner
   [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
+  prepare_once
   DEADLINE=$((SECONDS + WAIT_SECONDS))
   while ((SECONDS < DEADLINE)); do
     sleep "$POLL"
@@ -821,8 +824,27 @@ pre_read() {
   dd if="$dev" of=/dev/null bs=1M status=none || fail "reading $dev failed"
 }
 
-prime_mode() {
+# The pool's prepare commands, as root, in order; a failing one fails the boot. Then the
+# instance is marked prepared (by its id: a disk cloned from another carries that one's mark).
+prepare() {
   local i=0 cmd
+  for cmd in ${PREPARE[@]+"${PREPARE[@]}"}; do
+    log "prepare command $((++i))/${#PREPARE[@]}"
+    bash -euo pipefail -c "$cmd" </dev/null || fail "prepare command $i failed"
+  done
+  printf '%s\n' "$ID" >"$STATE/prepared" || true
+}
+
+# A cold launch prepares before its runner starts, as PRIME does, so a job sees the same
+# machine warm or cold; once per instance: not again on a warm activation, after a WAIT, nor
+# for a reused instance's later jobs (docs/boot-modes.md, "Prepare commands").
+prepare_once() {
+  local id=''
+  [[ ! -r $STATE/prepared ]] || read -r id <"$STATE/prepared" || true
+  [[ $id == "$ID" ]] || prepare
+}
+
+prime_mode() {
   MODE=$MODE_PRIME TRACE=''
   log "$L_MODE=$MODE instance=$ID"
   install_hook
@@ -830,10 +852,7 @@ prime_mode() {
   # commands, which may use them (docker pull). A daemon that does not answer fails the PRIME.
   install_runner
   install_docker
-  for cmd in ${PREPARE[@]+"${PREPARE[@]}"}; do
-    log "prepare command $((++i))/${#PREPARE[@]}"
-    bash -euo pipefail -c "$cmd" </dev/null || fail "prepare command $i failed"
-  done
+  prepare
   check_runner
   pre_read
   log "primed; powering off"

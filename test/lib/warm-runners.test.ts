@@ -10,11 +10,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
-import { USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type WarmRunnersProps } from '../../lib';
+import { ParameterMachineImage, USER_DATA_LIMIT_BYTES, WarmRunners, decodeUserData, renderStartLogic, renderUserData, type RunnerPoolProps, type WarmRunnersProps } from '../../lib';
 import { INSTANCE_LEDGER_STAGES, LAUNCH_TICKET_KEY_PREFIX, LEDGER_LOG_FIELDS, LEDGER_LOG_KEYS, LEDGER_STAGE_NAMES, METRIC_DIMENSIONS, JOB_MESSAGE_MAX_BYTES, QUEUE_MAX_MESSAGE_BYTES, buildFleetConfig, METRIC_NAMES, PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, bootLogGroupName, parseFleetConfig, tagKeys, GitLabRunnerType, Provider, FLEET_DEFAULTS, UNKNOWN_LAUNCH_REDELIVERY_SECONDS } from '../../lambdas/shared/contract';
 import { adoptWindowSeconds } from '../../lambdas/scale-up/cold-tokens';
 import { isAllowed, resolvePseudo, rolePolicyStatements as statementsOf, type Statement } from './iam-eval';
 import { fleetConfigInput } from '../../lib/fleet-config-input';
+import { poolPrepareCommands } from '../../lib/pool-prepare-commands';
+import { RunnerImage, RunnerImageArchitecture } from '../../lib/runner-image';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
 
@@ -54,7 +56,7 @@ describe('launch templates', () => {
       expect(gzip.length).toBeLessThan(USER_DATA_LIMIT_BYTES);
       expect(decodeUserData(encoded)).toBe(userData);
       // ...which is exactly what the renderer gives for the pool (npm run render, the docs).
-      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: pool.warm?.prepareCommands ?? [], followLatestRunner: true, ...(pool.docker ? { docker: pool.docker } : {}) }));
+      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: poolPrepareCommands(pool), followLatestRunner: true, ...(pool.docker ? { docker: pool.docker } : {}) }));
     }
   });
 });
@@ -477,7 +479,7 @@ describe('props validation', () => {
     ['interval below a minute', (p) => ({ ...p, poolInterval: Duration.seconds(30) }), /poolInterval 30 seconds/],
     [
       'user data over 16 KB',
-      (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { prepareCommands: Array.from({ length: 16 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(400)}`) } }] }),
+      (p) => ({ ...p, pools: [{ ...p.pools[0]!, prepareCommands: Array.from({ length: 16 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(400)}`) }] }),
       /pool "linux": cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 2304 fit in user data/,
     ],
   ])('%s', (_name, change, message) => {
@@ -496,6 +498,116 @@ describe('props validation', () => {
     // Not with the old rule, nor with labels no hosted runner has.
     expect(warnings(pool({ name: 'ubuntu-latest', requireSelfHostedLabel: true }))).toHaveLength(0);
     expect(warnings(pool({ labels: ['linux', 'x64', 'gpu'] }))).toHaveLength(0);
+  });
+});
+
+describe('prepare commands', () => {
+  const fleet = (pool: Partial<RunnerPoolProps>) => {
+    const s = new Stack(new App(), 'P');
+    const runners = new WarmRunners(s, 'Runners', {
+      vpc: new ec2.Vpc(s, 'Vpc'),
+      github: { appId: '1', organization: 'org' },
+      pools: [{ name: 'linux', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023(), ...pool }],
+    });
+    const warnings = Annotations.fromStack(s).findWarning('*', Match.anyValue()).map((w) => String(w.entry.data));
+    return { userData: runners.fleet.launchTemplates[0]!.userData, warnings };
+  };
+  const commands = ['docker pull public.ecr.aws/docker/library/node:22', 'mkdir -p /opt/tools'];
+
+  it('render into the boot script of a pool with or without a warm pool, silently', () => {
+    const cold = fleet({ prepareCommands: commands });
+    expect(cold.userData).toBe(renderUserData({ prefix: 'warm-runners', provider: Provider.GITHUB, prepareCommands: commands }));
+    expect(cold.warnings.filter((w) => /prepare/.test(w))).toEqual([]);
+  });
+
+  it('take the deprecated warm.prepareCommands as the same list, with a warning that says where to move them', () => {
+    const legacy = fleet({ warm: { size: 1, prepareCommands: commands } });
+    expect(legacy.userData).toBe(fleet({ warm: { size: 1 }, prepareCommands: commands }).userData);
+    expect(legacy.warnings).toEqual([expect.stringMatching(/pool "linux": warm\.prepareCommands is deprecated: the prepare commands now run on cold launches too[^]*Move them to the pool's prepareCommands/)]);
+  });
+
+  it('refuse both names at once, naming both', () => {
+    expect(() => fleet({ prepareCommands: commands, warm: { prepareCommands: ['true'] } })).toThrow(
+      /pool "linux": both prepareCommands and warm\.prepareCommands are set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
+    );
+  });
+
+  it('warn for a reusable pool, whose reused instances do not run them again', () => {
+    const reused = fleet({ warm: { size: 1 }, reuse: {}, prepareCommands: commands });
+    expect(reused.warnings.filter((w) => /prepare commands/.test(w))).toEqual([
+      expect.stringMatching(/pool "linux": a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same repository left it/),
+    ]);
+    expect(fleet({ warm: { size: 1 }, reuse: {} }).warnings.filter((w) => /prepare commands/.test(w))).toEqual([]);
+  });
+});
+
+describe('architectures', () => {
+  const x86 = ec2.MachineImage.latestAmazonLinux2023();
+  const arm = ec2.MachineImage.latestAmazonLinux2023({ cpuType: ec2.AmazonLinuxCpuType.ARM_64 });
+  const types = (...names: string[]) => names.map((n) => new ec2.InstanceType(n));
+  const build = (...pools: Partial<RunnerPoolProps>[]) => {
+    const s = new Stack(new App(), 'A');
+    new WarmRunners(s, 'Runners', {
+      vpc: new ec2.Vpc(s, 'Vpc'),
+      github: { appId: '1', organization: 'org' },
+      pools: pools.map((p, i) => ({ name: `pool-${i}`, provider: Provider.GITHUB, machineImage: x86, ...p })),
+    });
+    return s;
+  };
+
+  it.each<[string, () => Partial<RunnerPoolProps>[], RegExp]>([
+    [
+      'arm64 types for an x86_64 image',
+      () => [{}, { machineImage: x86, instanceTypes: types('m7i.large', 'm7g.large') }],
+      /pool "pool-1" \(pools\[1\]\.instanceTypes\) mixes architectures: m7i\.large is x86_64, m7g\.large is arm64/,
+    ],
+    [
+      'arm64 types for an x86_64 image (one architecture)',
+      () => [{}, { instanceTypes: types('c7gn.xlarge', 't4g.large') }],
+      /pool "pool-1" \(pools\[1\]\.instanceTypes\) holds c7gn\.xlarge \(arm64\), t4g\.large \(arm64\), but the pool's machineImage is x86_64: every launch would fail\. Give x86_64 instance types \(such as m7i\.large\), or an image of arm64/,
+    ],
+    [
+      'the default x86_64 type for an arm64 image',
+      () => [{ machineImage: arm }],
+      /pool "pool-0" \(pools\[0\]\.instanceTypes\) is not set, and its default m7i\.large is x86_64, but the pool's machineImage is arm64[^]*Give arm64 instance types \(such as m7g\.large\)/,
+    ],
+    [
+      'x86_64 types for an arm64 RunnerImage',
+      () => [{ machineImage: new RunnerImage(new Stack(new App(), 'I'), 'Image', { provider: Provider.GITHUB, architecture: RunnerImageArchitecture.ARM64 }).machineImage(), instanceTypes: types('m7i.large') }],
+      /pool "pool-0" \(pools\[0\]\.instanceTypes\) holds m7i\.large \(x86_64\), but the pool's machineImage is arm64/,
+    ],
+    [
+      'a pool mixing architectures whose image says nothing',
+      () => [{ machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': 'ami-12345678' }), instanceTypes: types('a1.large', 'c6i.large') }],
+      /pool "pool-0" \(pools\[0\]\.instanceTypes\) mixes architectures: a1\.large is arm64, c6i\.large is x86_64[^]*make one pool per architecture/,
+    ],
+  ])('refuses %s', (_name, pools, message) => {
+    expect(() => build(...pools())).toThrow(message);
+  });
+
+  it('accepts types of the image\'s architecture, a RunnerImage\'s, and Ubuntu\'s public parameters', () => {
+    const image = new RunnerImage(new Stack(new App(), 'I'), 'Image', { provider: Provider.GITHUB, architecture: RunnerImageArchitecture.ARM64 });
+    const ubuntu = (arch: string) => ec2.MachineImage.fromSsmParameter(`/aws/service/canonical/ubuntu/server/24.04/stable/current/${arch}/hvm/ebs-gp3/ami-id`);
+    expect(() =>
+      build(
+        {},
+        { machineImage: arm, instanceTypes: types('m7g.large', 'c7gn.xlarge', 't4g.large', 'im4gn.large', 'g5g.xlarge') },
+        { machineImage: image.machineImage(), instanceTypes: types('m8g.large') },
+        { machineImage: ubuntu('arm64'), instanceTypes: types('r7g.large') },
+        { machineImage: ubuntu('amd64'), instanceTypes: types('c7a.large', 'm7i-flex.large') },
+      ),
+    ).not.toThrow();
+    expect(() => build({ machineImage: ubuntu('amd64'), instanceTypes: types('r7g.large') })).toThrow(/holds r7g\.large \(arm64\), but the pool's machineImage is x86_64/);
+  });
+
+  it('says nothing where the image\'s architecture is unknown (an AMI id, a parameter of the team\'s own), nor for types it cannot tell', () => {
+    const s = build(
+      { machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': 'ami-12345678' }), instanceTypes: types('m7g.large') },
+      { machineImage: ec2.MachineImage.fromSsmParameter('/team/images/arm64-runner'), instanceTypes: types('m7i.large') },
+      { machineImage: new ParameterMachineImage('/team/images/runner'), instanceTypes: types('m7g.large') },
+      { machineImage: arm, instanceTypes: types('m7g.large', 'u-6tb1.metal') },
+    );
+    expect(Annotations.fromStack(s).findWarning('*', Match.stringLikeRegexp('architecture'))).toEqual([]);
   });
 });
 

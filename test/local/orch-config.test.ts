@@ -2,7 +2,9 @@ import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { GitLabWebhookOwner, type FleetConfig, type PoolConfig } from '../../lambdas/shared/contract';
-import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides } from '../../local/provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides, localPoolTemplate } from '../../local/provision';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { Provider } from '../../lambdas/shared/contract';
 
 /**
  * The local fleet and the example app come from one props object: the FleetConfig the
@@ -57,5 +59,14 @@ describe('the local fleet config', () => {
     expect(example.pools.map((p) => p.docker !== undefined)).toEqual([true, true]);
     expect(localOverrides(example, local).pools.map((p) => p.docker)).toEqual([undefined, undefined]);
     expect(localOverrides(example, { ...local, docker: true }).pools.map((p) => p.docker)).toEqual(example.pools.map((p) => p.docker));
+  });
+});
+
+describe('a local pool template', () => {
+  const pool = { name: 'p', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023() };
+  it('takes the pool\'s prepare commands under either name (the deprecated warm.prepareCommands too), none when it has none', () => {
+    expect(localPoolTemplate({ ...pool, prepareCommands: ['echo a'] }, undefined).prepareCommands).toEqual(['echo a']);
+    expect(localPoolTemplate({ ...pool, warm: { prepareCommands: ['echo b'] } }, undefined).prepareCommands).toEqual(['echo b']);
+    expect(localPoolTemplate(pool, undefined)).toEqual({ name: 'p', provider: Provider.GITHUB });
   });
 });

@@ -24,6 +24,48 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ ! -e "$ROOT/calls/shutdown" ]
 }
 
+@test "cold RUN runs the prepare commands after the install step, before the runner starts, once" {
+  new_instance "$(cold_tags)"
+  # A disk cloned from a prepared instance (an image baked from a primed one) carries its mark.
+  mkdir -p "$ROOT/var/lib/warm-runners"
+  echo i-0123456789abcdef0 >"$ROOT/var/lib/warm-runners/prepared"
+  github_config jit-cold-prepare
+  boot_first github
+  [ "$status" -eq 0 ]
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  # In order: the mode, both prepare commands, then the runner.
+  [ "$(grep -oE "$LOG_MODE=RUN|prepare command [0-9]/2|starting the github runner" "$ROOT/out" | tr '\n' ' ')" = \
+    "$LOG_MODE=RUN prepare command 1/2 prepare command 2/2 starting the github runner " ]
+  [ "$(cat "$ROOT/var/lib/warm-runners/prepared")" = "$INSTANCE_ID" ]
+}
+
+@test "a cold RUN whose prepare command fails never starts the runner, deletes its config and terminates with start-failure" {
+  new_instance "$(cold_tags)"
+  touch "$ROOT/fail-prepare"
+  github_config jit-cold-prepare-fails
+  boot_first github
+  [ "$status" -ne 0 ]
+  grep -qF "error: prepare command 2 failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/runner" ]
+  # The config (a secret) is deleted on the way out, as after a failed install.
+  refute param_exists
+  moto_tags | grep -qx "$TAG_START_FAILURE=RUN failed: prepare command 2 failed"
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+}
+
+@test "cold WAIT prepares before its bound, and the RUN it turns into does not prepare again" {
+  new_instance "$(cold_tags)"
+  boot_background "$ROOT/user-data-github.sh"
+  wait_for_log "polling up to"
+  wait_for_log "prepare command 2/2"
+  github_config jit-wait-prepared
+  boot_wait
+  [ "$status" -eq 0 ]
+  grep -qF "$LOG_MODE=RUN" "$ROOT/out"
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  [ "$(grep -c "prepare command 1/2" "$ROOT/out")" -eq 1 ]
+}
+
 @test "the aws CLI gets its credentials from the IMDS role, the EC2 way" {
   new_instance "$(cold_tags)"
   github_config jit-credentials
@@ -227,6 +269,8 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ "$status" -eq 0 ]
   grep -qF "$LOG_MODE=RUN" "$ROOT/out"
   [ "$(sed -n 2p "$ROOT/calls/runner.args")" = jit-through-hook ]
+  # Prepared while priming: the warm activation does not run the prepare commands again.
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
   refute param_exists
   [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
   # The hook disabled itself once the RUN began.

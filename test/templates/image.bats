@@ -55,3 +55,35 @@ teardown() { [[ -z ${BATS_TEST_COMPLETED-} ]] && show_boot || true; }
   [ -z "$(release_requests)" ]
   [ ! -e "$ROOT/calls/useradd" ]
 }
+
+@test "the image's own steps run after the install step: a shell step finds the runner user and runner, Docker comes from the distribution" {
+  stock_machine
+  # What cannot run here: usermod and docker record their calls (this machine's users stay as
+  # they are); the docker package's unit, as dnf would install it, for the systemctl shim.
+  mkdir -p "$ROOT/image-shims" "$ROOT/etc/systemd/system"
+  for tool in usermod docker; do
+    printf '#!/bin/bash\nprintf "%%s\\n" "$*" >>"$SHIM_CALLS/%s"\n' "$tool" >"$ROOT/image-shims/$tool"
+    chmod +x "$ROOT/image-shims/$tool"
+  done
+  touch "$ROOT/etc/systemd/system/docker.service"
+  export EXTRA_PATH=$ROOT/image-shims
+  boot "$ROOT/image-component-github.sh"
+  [ "$status" -eq 0 ]
+  boot "$ROOT/image-step-github-1.sh"
+  [ "$status" -eq 0 ]
+  [ "$(calls_of image-steps)" = "$RUNNER_USER" ]
+  boot "$ROOT/image-step-github-2.sh"
+  [ "$status" -eq 0 ]
+  # The runner's OS packages (install step), then Docker's, from the one package manager.
+  [ "$(calls_of dnf)" = $'install -y lttng-ust openssl-libs krb5-libs zlib libicu git\ninstall -y docker' ]
+  called systemctl 'enable docker.service'
+  [ "$(calls_of usermod)" = "-aG docker $RUNNER_USER" ]
+  [ "$(calls_of docker)" = --version ]
+}
+
+@test "an image step that fails fails the build" {
+  stock_machine
+  boot "$ROOT/image-step-github-1.sh"
+  # Without the install step there is no runner: the probe's `test -x` fails, and set -e stops there.
+  [ "$status" -ne 0 ]
+}

@@ -314,3 +314,23 @@ echo searched"
   [ "$(tail -n 1 "$ROOT/usr/local/sbin/start-runner")" = "$END_MARKER" ]
   assert_parked 1
 }
+
+@test "reuse: a cold launch prepares before its first job; the reused instance's next job does not prepare again" {
+  new_instance "$(launch_tags cold --affinity "$AFF")"
+  sync_imds_tags
+  ACT=$(moto_tags | sed -n "s/^$TAG_ACTIVATED=//p")
+  reuse_config "$AFF" 0
+  boot_first github-reuse
+  [ "$status" -eq 0 ]
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  assert_parked 1
+  rm -f "$ROOT/calls/shutdown" "$ROOT/calls/runner"
+  activate 2
+  reuse_config "$AFF" 1 jit-second
+  boot_hook
+  [ "$status" -eq 0 ]
+  grep -qF "starting the github runner" "$ROOT/out"
+  # What the prepare commands made stays, as the caches do; they are not run on the job's path.
+  [ "$(calls_of prepare)" = "prepared as $(id -un)" ]
+  assert_parked 2
+}

@@ -1,0 +1,197 @@
+import { X509Certificate } from 'node:crypto';
+import type * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
+import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
+import { shellQuote } from './user-data';
+
+/** Image Builder's limit on an inline component document (CreateComponent `data`: 16,000 characters). */
+export const COMPONENT_DATA_MAX = 16_000;
+
+/** Bound of each package manager call of the built-in Docker step, as the install step bounds dnf. */
+const PACKAGE_SECONDS = 900;
+
+/** Where a step of a RunnerImage runs: the image's runner user, for steps that need it. */
+export interface RunnerImageStepContext {
+  /** The runner user the install step created. */
+  readonly runnerUser: string;
+}
+
+/** What a step adds to the recipe: an existing component, or a document the image creates a component for. */
+export interface RunnerImageStepComponent {
+  /** An existing component's ARN (a team's own, or one of Amazon's). */
+  readonly componentArn?: string;
+  /** A component document (JSON, which is YAML) for the image to create. */
+  readonly document?: string;
+  /** Name suffix and description of the created component. */
+  readonly name?: string;
+  readonly description?: string;
+  /** An S3 asset the document downloads: the build instance's role may read it. */
+  readonly asset?: s3assets.Asset;
+}
+
+/**
+ * A step a RunnerImage runs after the runner's install step, in the order given: an Image
+ * Builder component of the team's (its ARN, or a CfnComponent), shell commands, or a built-in
+ * step (Docker, extra CA certificates). Each is one component of the image's recipe.
+ */
+export abstract class RunnerImageStep {
+  /** An existing Image Builder component, by ARN (for example `arn:aws:imagebuilder:eu-west-1:aws:component/amazon-cloudwatch-agent-linux/x.x.x`). */
+  static component(componentArn: string): RunnerImageStep {
+    return new ComponentStep({ componentArn });
+  }
+
+  /** An Image Builder component the app defines. */
+  static fromCfnComponent(component: imagebuilder.CfnComponent): RunnerImageStep {
+    return new ComponentStep({ componentArn: component.attrArn });
+  }
+
+  /**
+   * Shell commands, run as root in order by one ExecuteBash step with `set -euo pipefail`: a
+   * failing one fails the build (no image is published).
+   * @param name the step's name: letters, digits, "-" and "_"
+   */
+  static shell(name: string, commands: string[]): RunnerImageStep {
+    if (!/^[A-Za-z][A-Za-z0-9_-]{0,63}$/.test(name)) throw new Error(`RunnerImageStep.shell: name "${name}" must be letters, digits, "-" and "_", starting with a letter`);
+    if (commands.length === 0) throw new Error(`RunnerImageStep.shell "${name}": commands is empty`);
+    return new ScriptStep(name, `Shell step ${name}`, ['set -euo pipefail', ...commands].join('\n'));
+  }
+
+  /**
+   * Docker from the distribution's packages (`dnf install docker` on Amazon Linux 2023,
+   * `apt-get install docker.io` on Debian and Ubuntu), the daemon enabled at boot, and the
+   * runner user in the `docker` group: the image's jobs can use Docker without installing it.
+   */
+  static docker(): RunnerImageStep {
+    return new DockerStep();
+  }
+
+  /**
+   * Extra CA certificates (PEM, one certificate each, such as a TLS-inspecting proxy's or an
+   * internal registry's), added to the operating system's trust store: Amazon Linux's
+   * /etc/pki/ca-trust/source/anchors with `update-ca-trust`, or Debian's and Ubuntu's
+   * /usr/local/share/ca-certificates with `update-ca-certificates`. Each is parsed at synth;
+   * what is not a certificate (a private key, a typo) is refused.
+   */
+  static caCertificates(certificates: string[]): RunnerImageStep {
+    if (certificates.length === 0) throw new Error('RunnerImageStep.caCertificates: certificates is empty');
+    certificates.forEach((pem, i) => certificateProblem(pem, `certificates[${i}]`));
+    const files = certificates.map((pem, i) => `printf '%s\\n' ${shellQuote(pem.trim())} >"$dir/cdk-warm-runners-${i + 1}.crt"`);
+    return new ScriptStep('CaCertificates', `${certificates.length} extra CA certificate(s) in the trust store`, caScript(files));
+  }
+
+  /**
+   * Extra CA certificates from a PEM file (one or more certificates) uploaded as an S3 asset:
+   * for bundles too large for the component document (16,000 characters). The build instance
+   * downloads it (its role may read the asset, nothing else of the bucket) and installs each
+   * certificate as `caCertificates` does. The file is not parsed at synth.
+   */
+  static caCertificatesFromAsset(asset: s3assets.Asset): RunnerImageStep {
+    return new CaAssetStep(asset);
+  }
+
+  /** @internal */
+  abstract _bind(context: RunnerImageStepContext): RunnerImageStepComponent;
+}
+
+class ComponentStep extends RunnerImageStep {
+  constructor(private readonly config: RunnerImageStepComponent) {
+    super();
+  }
+  _bind(): RunnerImageStepComponent {
+    return this.config;
+  }
+}
+
+class ScriptStep extends RunnerImageStep {
+  constructor(
+    private readonly name: string,
+    private readonly description: string,
+    private readonly script: string,
+  ) {
+    super();
+  }
+  _bind(): RunnerImageStepComponent {
+    return { name: this.name, description: this.description, document: componentDocument(this.name, this.description, [bashStep(this.name, this.script)]) };
+  }
+}
+
+class DockerStep extends RunnerImageStep {
+  _bind(context: RunnerImageStepContext): RunnerImageStepComponent {
+    const description = 'Docker from the distribution, enabled, the runner user in its group';
+    return { name: 'Docker', description, document: componentDocument('Docker', description, [bashStep('Docker', dockerScript(context.runnerUser))]) };
+  }
+}
+
+class CaAssetStep extends RunnerImageStep {
+  constructor(private readonly asset: s3assets.Asset) {
+    super();
+  }
+  _bind(): RunnerImageStepComponent {
+    const file = '/tmp/cdk-warm-runners-ca-bundle.pem';
+    const description = 'Extra CA certificates from an S3 asset in the trust store';
+    // One file per certificate (update-ca-certificates links each .crt by its first certificate's hash).
+    const split = `awk -v d="$dir" '/-----BEGIN CERTIFICATE-----/{n++} n{print > (d "/cdk-warm-runners-asset-" n ".crt")} END{if (!n) exit 1}' ${file} || { echo "${file} holds no certificate" >&2; exit 1; }`;
+    const steps = [
+      { name: 'DownloadCaBundle', action: 'S3Download', onFailure: 'Abort', inputs: [{ source: this.asset.s3ObjectUrl, destination: file }] },
+      bashStep('CaCertificatesFromAsset', caScript([split, `rm -f ${file}`])),
+    ];
+    return { name: 'CaCertificatesFromAsset', description, document: componentDocument('CaCertificatesFromAsset', description, steps), asset: this.asset };
+  }
+}
+
+/**
+ * Docker as `install_packages docker` would install it (templates/install-runner.sh's rule:
+ * dnf where it exists, else apt-get after one update, noninteractive, each call bounded).
+ */
+export function dockerScript(runnerUser: string): string {
+  return [
+    'set -euo pipefail',
+    'if command -v dnf >/dev/null 2>&1; then',
+    `  timeout -k 10 ${PACKAGE_SECONDS} dnf install -y docker`,
+    'else',
+    '  export DEBIAN_FRONTEND=noninteractive',
+    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get update`,
+    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get install -y --no-install-recommends docker.io`,
+    'fi',
+    'systemctl enable docker.service',
+    `usermod -aG docker ${shellQuote(runnerUser)}`,
+    'docker --version',
+  ].join('\n');
+}
+
+/** The trust store of the distribution, the lines that write the certificates into `$dir`, then its update. */
+function caScript(write: string[]): string {
+  return [
+    'set -euo pipefail',
+    'if command -v update-ca-trust >/dev/null 2>&1; then dir=/etc/pki/ca-trust/source/anchors update=(update-ca-trust extract)',
+    'elif command -v update-ca-certificates >/dev/null 2>&1; then dir=/usr/local/share/ca-certificates update=(update-ca-certificates)',
+    'else echo "neither update-ca-trust nor update-ca-certificates: cannot add CA certificates" >&2; exit 1; fi',
+    'mkdir -p "$dir"',
+    ...write,
+    '"${update[@]}"',
+  ].join('\n');
+}
+
+function bashStep(name: string, script: string): object {
+  if (script.includes('{{')) throw new Error(`RunnerImage step ${name} holds "{{", which Image Builder would read as a variable`);
+  return { name, action: 'ExecuteBash', onFailure: 'Abort', inputs: { commands: [script] } };
+}
+
+/** A component document with one build phase (the schema version is the number 1.0, as in Image Builder's examples). */
+export function componentDocument(name: string, description: string, steps: object[]): string {
+  const doc = JSON.stringify({ name: `cdk-warm-runners ${name}`, description, schemaVersion: '1.0', phases: [{ name: 'build', steps }] });
+  return doc.replace('"schemaVersion":"1.0"', '"schemaVersion":1.0');
+}
+
+/** Throws when `pem` is not exactly one PEM certificate that parses. */
+function certificateProblem(pem: string, where: string): void {
+  const blocks = pem.match(/-----BEGIN [A-Z0-9 ]+-----/g) ?? [];
+  if (blocks.length !== 1 || blocks[0] !== '-----BEGIN CERTIFICATE-----') {
+    // Never echo the text: it may be a private key pasted by mistake.
+    throw new Error(`RunnerImageStep.caCertificates: ${where} must be one PEM certificate (one "-----BEGIN CERTIFICATE-----" block, no key); it holds ${blocks.length === 0 ? 'no PEM block' : blocks.join(', ')}`);
+  }
+  try {
+    new X509Certificate(pem);
+  } catch (e) {
+    throw new Error(`RunnerImageStep.caCertificates: ${where} does not parse as an X.509 certificate (${(e as Error).message})`);
+  }
+}
