@@ -516,7 +516,7 @@ describe('prepare commands', () => {
 
   it('render into the boot script of a pool with or without a warm pool, silently', () => {
     const cold = fleet({ prepareCommands: commands });
-    expect(cold.userData).toBe(renderUserData({ prefix: 'warm-runners', provider: Provider.GITHUB, prepareCommands: commands }));
+    expect(cold.userData).toBe(renderUserData({ prefix: 'warm-runners', provider: Provider.GITHUB, prepareCommands: commands, followLatestRunner: true }));
     expect(cold.warnings.filter((w) => /prepare/.test(w))).toEqual([]);
   });
 
