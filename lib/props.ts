@@ -247,7 +247,8 @@ export interface RunnerPoolProps {
    */
   readonly instanceTypes?: ec2.InstanceType[];
   /**
-   * The AMI: Amazon Linux 2023 (x86_64 or arm64) or alike, with the aws CLI, curl and dnf. When it
+   * The AMI: Amazon Linux 2023 (x86_64 or arm64), Ubuntu 22.04 or 24.04, or alike, with curl and
+   * dnf or apt-get (the boot installs the aws CLI where it is missing: docs/boot-modes.md). When it
    * lacks the runner (GitHub actions-runner's run.sh, or gitlab-runner) or the runner user, the
    * boot installs them from `runnerPackage` (a warm standby while priming, a cold launch before
    * its runner starts); an AMI that has them skips that step.

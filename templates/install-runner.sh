@@ -100,6 +100,23 @@ install_packages() {
   fi
 }
 
+# ensure_aws_cli CMD: the aws CLI, which the start logic needs before anything else (Canonical's
+# Ubuntu AMIs lack it): where CMD is not found, installs it once, from the snap store where
+# snapd runs (Ubuntu; 24.04 has no awscli package), else the distribution's awscli package
+# (Debian), within the package bound. A warm activation finds it on the parked disk.
+ensure_aws_cli() {
+  [[ ! -d /snap/bin || :$PATH: == *:/snap/bin:* ]] || PATH=$PATH:/snap/bin
+  command -v "$1" >/dev/null && return 0
+  log "$1 not found: installing the aws CLI"
+  if command -v snap >/dev/null; then
+    timeout -k 10 "$I_PKG_SECONDS" snap install aws-cli --classic >&2 || return 1
+    [[ :$PATH: == *:/snap/bin:* ]] || PATH=$PATH:/snap/bin
+  else
+    install_packages awscli || return 1
+  fi
+  command -v "$1" >/dev/null
+}
+
 # The OS packages the runner needs, for this image's package manager.
 os_packages() {
   if command -v dnf >/dev/null; then set -- "${I_PACKAGES_DNF[@]}"; else set -- "${I_PACKAGES_APT[@]}"; fi

@@ -14,7 +14,7 @@
 #         image lacks it), prepare, power off.
 #   WAIT  anything else: poll for the config parameter within a bound, then fail.
 #
-# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI, what the install step needs when the image
+# Needs bash 5 (EPOCHREALTIME), curl, the aws CLI (installed where missing: ensure_aws_cli), what the install step needs when the image
 # lacks the runner (templates/install-runner.sh), flock, timeout, systemctl, runuser, getent,
 # install, id, dd, wc, tail, tr, and for an empty PRE_READ_DEVICE findmnt and lsblk.
 # >>> cdk-warm-runners start logic: begin >>>
@@ -921,7 +921,7 @@ on_exit() {
 main() {
   local rc=0
   ((BASH_VERSINFO[0] >= 5)) || fail "needs bash 5, this is $BASH_VERSION"
-  for c in curl flock timeout "$AWS"; do command -v "$c" >/dev/null || fail "$c not found"; done
+  for c in curl flock timeout; do command -v "$c" >/dev/null || fail "$c not found"; done
   mkdir -p "$STATE" "${LOG_FILE%/*}"
   # Where this boot's lines begin, for a disk that carries another instance's log.
   [[ ! -f $LOG_FILE ]] || LOG_START=$(wc -c <"$LOG_FILE")
@@ -932,6 +932,8 @@ main() {
     log "$STATE/lock is held: another start logic runs"
     exit 0
   fi
+  # Under the lock: the user data and the hook never install it twice at once.
+  ensure_aws_cli "$AWS" || fail "$AWS not found, and installing the aws CLI failed"
   trap on_exit EXIT
   trap 'exit 143' TERM
   trap 'exit 130' INT

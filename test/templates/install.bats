@@ -173,6 +173,45 @@ apt_calls() { calls_of apt-get | sed -E 's/^-o DPkg::Lock::Timeout=[0-9]+ //'; }
   called shutdown "-h now"
 }
 
+# no_aws_machine: an image without the aws CLI (Canonical's Ubuntu AMIs): the no-aws rendering
+# names it where the snap puts it, which the snap shim fills with the real CLI.
+no_aws_machine() {
+  printf '%s\n' "$ROOT/snap/bin/aws" >"$ROOT/calls/aws-target"
+  printf '%s\n' "$AWS_CLI_BIN" >"$ROOT/calls/aws-real"
+}
+
+@test "an Ubuntu-style image without the aws CLI installs it from the snap store before anything else, then primes and parks" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1t64 libssl3t64 libicu74 git
+  no_aws_machine
+  new_instance "$(warm_tags)"
+  [ ! -e "$ROOT/snap/bin/aws" ]
+  boot "$ROOT/user-data-github-no-aws.sh"
+  [ "$status" -eq 0 ]
+  [ "$(cat "$ROOT/calls/snap")" = 'install aws-cli --classic' ]
+  grep -qF "$ROOT/snap/bin/aws not found: installing the aws CLI" "$ROOT/out"
+  [ -x "$ROOT/runner/github/run.sh" ]
+  called shutdown "-h now"
+  # The parked disk has it: the hook's boot (a warm activation) installs nothing.
+  rm "$ROOT/calls/snap"
+  boot_hook
+  [ ! -e "$ROOT/calls/snap" ]
+}
+
+@test "an image without the aws CLI whose install fails stops before any mode: no package installed, no park" {
+  stock_machine
+  apt_machine libkrb5-3 zlib1g liblttng-ust1t64 libssl3t64 libicu74 git
+  no_aws_machine
+  touch "$ROOT/calls/snap-fail"
+  new_instance "$(warm_tags)"
+  boot "$ROOT/user-data-github-no-aws.sh"
+  [ "$status" -ne 0 ]
+  grep -qF "$ROOT/snap/bin/aws not found, and installing the aws CLI failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/apt-get" ]
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [ "$(instance_state)" = running ]
+}
+
 @test "stock Ubuntu 22.04-style and Debian 12-style images get the names their repositories have" {
   stock_machine
   apt_machine libkrb5-3 zlib1g liblttng-ust1 liblttng-ust0 libssl3 libicu70 git

@@ -229,6 +229,11 @@ for (const provider of PROVIDERS) {
     writeFileSync(file, renderUserData({ ...options, ...docker, ...extra }));
     chmodSync(file, 0o755);
   }
+  // An image without the aws CLI (Canonical's Ubuntu): the CLI the boot names is where the snap
+  // puts it, which the snap shim fills (install.bats).
+  const noAws = join(root, `user-data-${provider}-no-aws.sh`);
+  writeFileSync(noAws, renderUserData({ ...options, awsCli: join(root, 'snap', 'bin', 'aws') }));
+  chmodSync(noAws, 0o755);
   // A pool that follows the newest release: the install reads the resolved release first.
   const latest = join(root, `user-data-${provider}-latest.sh`);
   writeFileSync(latest, renderUserData({ ...options, followLatestRunner: true }));
