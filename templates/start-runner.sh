@@ -615,11 +615,18 @@ clean() {
     sleep "$DELAY"
   done
   ! live "$uid" || { log "processes of $RUNNER_USER survive KILL" && return 1; }
-  # A daemon that does not answer runs no container of the job. Images stay: they are the
-  # cache. Volumes by name, not `volume prune -a` (Docker 23 and later only).
-  if command -v docker >/dev/null && timeout -k 2 10 docker version --format '{{.Server.Version}}' &>/dev/null; then
-    { docker ps -aq | xargs -r docker rm -f -v && docker network prune -f &&
-      docker volume ls -q | xargs -r docker volume rm -f; } >/dev/null || return 1
+  # Images stay: they are the cache. Volumes by name, not `volume prune -a` (Docker 23 and
+  # later only). Every call bounded: a hung daemon fails the cleaning, the instance terminates.
+  # With the pool's Docker a daemon that does not answer may still hold the job's containers
+  # (restarted beside the next job): that fails the cleaning too. Without it, no daemon ran any.
+  if command -v docker >/dev/null; then
+    if timeout -k 2 10 docker version --format '{{.Server.Version}}' &>/dev/null; then
+      { timeout -k 2 60 docker ps -aq | xargs -r timeout -k 2 120 docker rm -f -v &&
+        timeout -k 2 60 docker network prune -f &&
+        timeout -k 2 60 docker volume ls -q | xargs -r timeout -k 2 120 docker volume rm -f; } >/dev/null || return 1
+    elif ((I_DOCKER)); then
+      log "the Docker daemon did not answer: not parking with what the job left in it" && return 1
+    fi
   fi
   for d in _work _diag builds cache; do prune "$RUNNER_DIR/$d" || return 1; done
   rm -rf -- "$RUNNER_DIR"/.runner "$RUNNER_DIR"/.credentials* "$RUNNER_OUT" || return 1

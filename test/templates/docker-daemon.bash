@@ -16,9 +16,9 @@ BUSYBOX_IMAGE=cwr-busybox:test
 docker_cli() { DOCKER_HOST=$DOCKER_SOCK /usr/bin/docker "$@"; }
 
 # needs_docker: for setup_file: skips without dockerd and busybox-static (fails instead under
-# CI, which installs them: .ci/run).
+# CI, which installs them: .ci/run). Debian's paths: the shims call /usr/bin/docker.
 needs_docker() {
-  if command -v dockerd >/dev/null && [[ -x /bin/busybox ]] && ! ldd /bin/busybox &>/dev/null; then return 0; fi
+  if [[ -x /usr/sbin/dockerd && -x /usr/bin/docker && -x /bin/busybox ]] && ! ldd /bin/busybox &>/dev/null; then return 0; fi
   if [[ -n ${CI-} ]]; then
     echo 'CI is set but dockerd or a static /bin/busybox is missing (apt-get install docker.io busybox-static)' >&2
     return 1

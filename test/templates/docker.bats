@@ -184,3 +184,32 @@ $DOCKER_LOOK"
   [ "$(cat "$ROOT/calls/job2.docker")" = $'containers: 0\nnetworks: 0\nvolumes: 0\nimage: 1' ]
   assert_parked 2
 }
+
+@test "docker reuse: a daemon that stops answering during the job fails the cleaning: the instance terminates, never parks with the job's containers" {
+  reuse_provider github
+  mkdir -p "$REUSE_HOME" "$ROOT/var/tmp" "$ROOT/dev/shm"
+  chmod 1777 "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm"
+  chown -R "$REUSE_USER:" "$REUSE_HOME" "$ROOT/runner/github"
+  new_instance "$(launch_tags standby)"
+  boot_first github-docker-reuse
+  [ "$status" -eq 0 ]
+  rm -f "$ROOT/calls/shutdown"
+  activate 1
+  reuse_config "$AFF" 0 jit-first
+  # The job leaves its containers, then the daemon stops answering (the shim's docker-down).
+  job "ROOT=$ROOT IMAGE=$BUSYBOX_IMAGE
+$DOCKER_JOB
+touch \$ROOT/calls/docker-down"
+  boot_hook
+  grep -qx left-behind "$ROOT/calls/job.out" || { cat "$ROOT/calls/job.out" >&2; false; }
+  grep -qF "the Docker daemon did not answer: not parking with what the job left in it" "$ROOT/out"
+  grep -qF "error: cleaning after the job failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
+  [[ $(instance_state) =~ ^(shutting-down|terminated)$ ]]
+  # What the job left is still on the daemon: the test removes it.
+  [ -n "$(docker_cli ps -aq)" ]
+  local c
+  for c in $(docker_cli ps -aq); do docker_cli rm -f -v "$c" >/dev/null; done
+  docker_cli network prune -f >/dev/null
+  for c in $(docker_cli volume ls -q); do docker_cli volume rm -f "$c" >/dev/null; done
+}
