@@ -89,6 +89,8 @@ export interface HostPaths {
   readonly varTmpDir?: string;
   /** Shared-memory directory emptied after a job of a reusable pool. @default '/dev/shm' */
   readonly shmDir?: string;
+  /** Where the aws CLI's snap puts its command (an image without the CLI: Ubuntu), added to the PATH. @default '/snap/bin' */
+  readonly snapBinDir?: string;
 }
 
 /**
@@ -335,6 +337,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
       tmpDir: p.tmpDir ?? TEMP_DEFAULTS.tmpDir,
       varTmpDir: p.varTmpDir ?? TEMP_DEFAULTS.varTmpDir,
       shmDir: p.shmDir ?? TEMP_DEFAULTS.shmDir,
+      snapBinDir: p.snapBinDir ?? '/snap/bin',
     },
     ...(options.reuse ? { reuse: options.reuse } : {}),
     ...(options.docker ? { docker: resolveDocker(options.docker) } : {}),
@@ -605,6 +608,7 @@ function installValues(o: ResolvedUserDataOptions, standalone = false): Record<s
     PACKAGE_INSTALL_SECONDS: q(String(o.packageInstallSeconds)),
     DOCKER: o.docker ? '1' : '0',
     DOCKER_READY_SECONDS: q(String(o.dockerReadySeconds)),
+    SNAP_BIN: q(o.hostPaths.snapBinDir),
     OS_PACKAGES_DNF: osPackages(o.provider, PackageManager.DNF),
     OS_PACKAGES_APT: osPackages(o.provider, PackageManager.APT),
   };

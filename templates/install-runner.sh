@@ -23,7 +23,7 @@ readonly I_GITHUB=@@PROVIDER_GITHUB@@ I_PROVIDER=@@PROVIDER@@ I_USER=@@RUNNER_US
   I_BIN=@@GITLAB_RUNNER_BIN@@ I_VERSION=@@PACKAGE_VERSION@@ \
   I_URL_X64=@@PACKAGE_URL_X64@@ I_SHA_X64=@@PACKAGE_SHA256_X64@@ I_URL_ARM64=@@PACKAGE_URL_ARM64@@ I_SHA_ARM64=@@PACKAGE_SHA256_ARM64@@ \
   I_FETCH_SECONDS=@@DOWNLOAD_SECONDS@@ I_FETCH_RETRIES=@@DOWNLOAD_RETRIES@@ I_PKG_SECONDS=@@PACKAGE_INSTALL_SECONDS@@ \
-  I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@ \
+  I_DOCKER=@@DOCKER@@ I_DOCKER_SECONDS=@@DOCKER_READY_SECONDS@@ I_SNAP_BIN=@@SNAP_BIN@@ \
   I_RELEASE=@@RELEASE_PARAMETER@@ I_TAG_VERSION=@@TAG_RUNNER_VERSION@@
 # The runner's OS packages per package manager (the contract's RUNNER_OS_PACKAGES).
 I_PACKAGES_DNF=(@@OS_PACKAGES_DNF@@)
@@ -69,6 +69,7 @@ fetch() {
 install_packages() {
   local m=apt-get w c pick=() opts=(-o DPkg::Lock::Timeout="$I_PKG_SECONDS")
   command -v dnf >/dev/null && m=dnf
+  [[ $m == dnf ]] || command -v apt-get >/dev/null || { log "neither dnf nor apt-get: cannot install $*"; return 1; }
   if [[ $m == apt-get ]]; then
     export DEBIAN_FRONTEND=noninteractive
     # Retried within the bound: the lock option does not cover the lists' lock, which
@@ -96,7 +97,7 @@ install_packages() {
   if [[ $m == dnf ]]; then
     timeout -k 10 "$I_PKG_SECONDS" dnf install -y "${pick[@]}" >&2
   else
-    timeout -k 10 "$I_PKG_SECONDS" apt-get "${opts[@]}" -q install -y --no-install-recommends "${pick[@]}" >&2
+    timeout -k 10 "$I_PKG_SECONDS" apt-get "${opts[@]}" -q install -y --no-install-recommends --no-upgrade "${pick[@]}" >&2
   fi
 }
 
@@ -105,12 +106,14 @@ install_packages() {
 # snapd runs (Ubuntu; 24.04 has no awscli package), else the distribution's awscli package
 # (Debian), within the package bound. A warm activation finds it on the parked disk.
 ensure_aws_cli() {
-  [[ ! -d /snap/bin || :$PATH: == *:/snap/bin:* ]] || PATH=$PATH:/snap/bin
+  [[ ! -d $I_SNAP_BIN || :$PATH: == *:$I_SNAP_BIN:* ]] || PATH=$PATH:$I_SNAP_BIN
   command -v "$1" >/dev/null && return 0
   log "$1 not found: installing the aws CLI"
   if command -v snap >/dev/null; then
     timeout -k 10 "$I_PKG_SECONDS" snap install aws-cli --classic >&2 || return 1
-    [[ :$PATH: == *:/snap/bin:* ]] || PATH=$PATH:/snap/bin
+    # Not refreshed on a warm activation's path (snapd refreshes an overdue snap at boot).
+    timeout -k 5 30 snap refresh --hold aws-cli >&2 || log "snap refresh --hold aws-cli failed"
+    [[ :$PATH: == *:$I_SNAP_BIN:* ]] || PATH=$PATH:$I_SNAP_BIN
   else
     install_packages awscli || return 1
   fi

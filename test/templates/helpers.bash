@@ -189,6 +189,7 @@ sandbox_stop() {
 # takes them away), the release server answering normally.
 sandbox_reset() {
   install -m 755 "$REPO/test/templates/shims/bin/dnf" "$ROOT/bin/dnf"
+  install -m 755 "$REPO/test/templates/shims/bin/snap" "$ROOT/bin/snap"
   rm -rf "${ROOT:?}"/{etc,usr,var,calls,dev,sys,tmp,aws,snap,fail-prepare,out} "${ROOT:?}/runner/"* "${ROOT:?}/release/".{mode,requests}
   mkdir -p "$ROOT"/{etc/systemd/system,dev,sys,tmp,aws} "$ROOT/calls" "$ROOT/runner/github" "$ROOT/runner/gitlab"
   chmod 1777 "$ROOT/calls"

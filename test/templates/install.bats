@@ -164,7 +164,7 @@ apt_calls() { calls_of apt-get | sed -E 's/^-o DPkg::Lock::Timeout=[0-9]+ //'; }
   boot_first github
   [ "$status" -eq 0 ]
   [ "$(apt_calls)" = "$(printf '%s\n' '-q update' \
-    '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1t64 libssl3t64 libicu74 git')" ]
+    '-q install -y --no-install-recommends --no-upgrade libkrb5-3 zlib1g liblttng-ust1t64 libssl3t64 libicu74 git')" ]
   # Every call waits for the dpkg lock within the install bound.
   [ "$(calls_of apt-get | grep -c '^-o DPkg::Lock::Timeout=[0-9][0-9]* ')" -eq 2 ]
   [ ! -e "$ROOT/calls/dnf" ]
@@ -174,10 +174,18 @@ apt_calls() { calls_of apt-get | sed -E 's/^-o DPkg::Lock::Timeout=[0-9]+ //'; }
 }
 
 # no_aws_machine: an image without the aws CLI (Canonical's Ubuntu AMIs): the no-aws rendering
-# names it where the snap puts it, which the snap shim fills with the real CLI.
+# calls `aws` by name, and its snap directory (hostPaths.snapBinDir) is $ROOT/snap/bin, which
+# the snap shim fills with the real CLI.
 no_aws_machine() {
   printf '%s\n' "$ROOT/snap/bin/aws" >"$ROOT/calls/aws-target"
   printf '%s\n' "$AWS_CLI_BIN" >"$ROOT/calls/aws-real"
+}
+
+# boot_no_aws: the first boot of the no-aws rendering with the system's PATH (this host's aws
+# CLI lives elsewhere), so only the snap directory the boot adds can give it `aws`.
+boot_no_aws() {
+  ! PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v aws >/dev/null
+  PATH=/usr/sbin:/usr/bin:/sbin:/bin boot "$ROOT/user-data-github-no-aws.sh"
 }
 
 @test "an Ubuntu-style image without the aws CLI installs it from the snap store before anything else, then primes and parks" {
@@ -186,10 +194,10 @@ no_aws_machine() {
   no_aws_machine
   new_instance "$(warm_tags)"
   [ ! -e "$ROOT/snap/bin/aws" ]
-  boot "$ROOT/user-data-github-no-aws.sh"
+  boot_no_aws
   [ "$status" -eq 0 ]
-  [ "$(cat "$ROOT/calls/snap")" = 'install aws-cli --classic' ]
-  grep -qF "$ROOT/snap/bin/aws not found: installing the aws CLI" "$ROOT/out"
+  [ "$(cat "$ROOT/calls/snap")" = "$(printf '%s\n' 'install aws-cli --classic' 'refresh --hold aws-cli')" ]
+  grep -qF "aws not found: installing the aws CLI" "$ROOT/out"
   [ -x "$ROOT/runner/github/run.sh" ]
   called shutdown "-h now"
   # The parked disk has it: the hook's boot (a warm activation) installs nothing.
@@ -204,12 +212,26 @@ no_aws_machine() {
   no_aws_machine
   touch "$ROOT/calls/snap-fail"
   new_instance "$(warm_tags)"
-  boot "$ROOT/user-data-github-no-aws.sh"
+  boot_no_aws
   [ "$status" -ne 0 ]
-  grep -qF "$ROOT/snap/bin/aws not found, and installing the aws CLI failed" "$ROOT/out"
+  grep -qF "aws not found, and installing the aws CLI failed" "$ROOT/out"
   [ ! -e "$ROOT/calls/apt-get" ]
   [ ! -e "$ROOT/calls/shutdown" ]
   [ "$(instance_state)" = running ]
+}
+
+@test "an image without the aws CLI and without snapd (Debian) installs the distribution's awscli with apt-get" {
+  stock_machine
+  apt_machine awscli libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git
+  no_aws_machine
+  rm "$ROOT/bin/snap"
+  new_instance "$(warm_tags)"
+  boot_no_aws
+  # The apt-get shim installs nothing: the boot says the CLI is still missing, and stops.
+  [ "$status" -ne 0 ]
+  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q install -y --no-install-recommends --no-upgrade awscli')" ]
+  grep -qF "aws not found, and installing the aws CLI failed" "$ROOT/out"
+  [ ! -e "$ROOT/calls/shutdown" ]
 }
 
 @test "stock Ubuntu 22.04-style and Debian 12-style images get the names their repositories have" {
@@ -218,7 +240,7 @@ no_aws_machine() {
   new_instance "$(warm_tags)"
   boot_first github
   [ "$status" -eq 0 ]
-  [ "$(apt_calls | tail -n 1)" = '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu70 git' ]
+  [ "$(apt_calls | tail -n 1)" = '-q install -y --no-install-recommends --no-upgrade libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu70 git' ]
   called shutdown "-h now"
   sandbox_reset
   stock_machine
@@ -227,7 +249,7 @@ no_aws_machine() {
   boot_first gitlab
   [ "$status" -eq 0 ]
   # GitLab's binary needs git only: no library is looked up.
-  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q install -y --no-install-recommends git')" ]
+  [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q install -y --no-install-recommends --no-upgrade git')" ]
   called shutdown "-h now"
 }
 
@@ -250,7 +272,7 @@ no_aws_machine() {
   boot_first github
   [ "$status" -eq 0 ]
   [ "$(apt_calls)" = "$(printf '%s\n' '-q update' '-q update' '-q update' \
-    '-q install -y --no-install-recommends libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git')" ]
+    '-q install -y --no-install-recommends --no-upgrade libkrb5-3 zlib1g liblttng-ust1 libssl3 libicu72 git')" ]
   called shutdown "-h now"
 }
 

@@ -229,10 +229,11 @@ for (const provider of PROVIDERS) {
     writeFileSync(file, renderUserData({ ...options, ...docker, ...extra }));
     chmodSync(file, 0o755);
   }
-  // An image without the aws CLI (Canonical's Ubuntu): the CLI the boot names is where the snap
-  // puts it, which the snap shim fills (install.bats).
+  // An image without the aws CLI (Canonical's Ubuntu): the boot names it as production does
+  // (`aws`, found on the PATH), and the snap's directory is the sandbox's, which the snap shim
+  // fills (install.bats runs it with a PATH that has no aws).
   const noAws = join(root, `user-data-${provider}-no-aws.sh`);
-  writeFileSync(noAws, renderUserData({ ...options, awsCli: join(root, 'snap', 'bin', 'aws') }));
+  writeFileSync(noAws, renderUserData({ ...options, awsCli: 'aws', hostPaths: { ...options.hostPaths, snapBinDir: join(root, 'snap', 'bin') } }));
   chmodSync(noAws, 0o755);
   // A pool that follows the newest release: the install reads the resolved release first.
   const latest = join(root, `user-data-${provider}-latest.sh`);
