@@ -126,7 +126,7 @@ describe('the packed library in a scratch CDK app', () => {
     for (const file of ['.jsii', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lambdas/shared/contract/index.js', 'templates/start-runner.sh', 'CHANGELOG.md', 'README.md', 'LICENSE']) {
       expect(packedFiles).toContain(file);
     }
-    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
+    for (const fn of ['webhook', 'scale-up', 'pool', 'scale-down', 'drain', 'runner-release']) expect(packedFiles).toContain(`assets/${fn}/index.js`);
     expect(packedFiles.filter((f) => /^(lib|lambdas|bin|local|test|scripts)\//.test(f))).toEqual([]);
   });
 
@@ -134,11 +134,12 @@ describe('the packed library in a scratch CDK app', () => {
     expect(summary.resolvedFrom.startsWith(`${scratch}/`)).toBe(true);
   });
 
-  it("synthesizes the library's seven functions on their bundles, and the FleetConfig with the wire values", () => {
-    // Five control-plane functions (the reconciler with the GitHub connection) and the drain's two
-    // exports (the provider framework's functions run CDK's code).
+  it("synthesizes the library's eight functions on their bundles, and the FleetConfig with the wire values", () => {
+    // Five control-plane functions (the reconciler with the GitHub connection), the runner
+    // release resolver (the GitHub pool follows the newest runner by default) and the drain's
+    // two exports (the provider framework's functions run CDK's code).
     const own = summary.functions.filter((fn) => fn.handler.startsWith('index.'));
-    expect(own.map((fn) => fn.handler).sort()).toEqual(['index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.isComplete', 'index.onEvent']);
+    expect(own.map((fn) => fn.handler).sort()).toEqual(['index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.handler', 'index.isComplete', 'index.onEvent']);
     for (const fn of own) expect(fn).toEqual({ runtime: 'nodejs24.x', handler: fn.handler, assetDir: true });
     // Provider.GITHUB travels as the string the Lambdas parse.
     expect(summary.fleetConfig.pools).toEqual([expect.objectContaining({ provider: 'github', labelMatch: 'exact' })]);
