@@ -66,7 +66,8 @@ describe('the drain custom resource', () => {
 
   it("runs every scheduled function once per event, never after its 60 s maximum age: Lambda's async retries would outlive the quiet period", () => {
     const targets = Object.values(template.findResources('AWS::Events::Rule')).flatMap((r) => (r.Properties.Targets as { Arn: { 'Fn::GetAtt': [string, string] } }[]).map((t) => t.Arn['Fn::GetAtt'][0]));
-    expect(targets).toHaveLength(3);
+    // Pool, scale-down, the reconciler and the runner release resolver.
+    expect(targets).toHaveLength(4);
     const configs = Object.values(template.findResources('AWS::Lambda::EventInvokeConfig')).map((c) => c.Properties as { FunctionName: { Ref: string } });
     for (const fn of targets) {
       expect(configs).toContainEqual({ FunctionName: { Ref: fn }, MaximumEventAgeInSeconds: 60, MaximumRetryAttempts: 0, Qualifier: '$LATEST' });
@@ -78,14 +79,16 @@ describe('the drain custom resource', () => {
       const env = drainFunctionEnv(exportName);
       expect(env.DRAIN_EVENT_SOURCE_MAPPINGS).toEqual({ Ref: one('AWS::Lambda::EventSourceMapping', 'RunnersScaleUp') });
       const rules = idsOf('AWS::Events::Rule');
-      // Pool, scale-down and the reconciler (the example has a GitHub connection).
-      expect(rules).toHaveLength(3);
+      // Pool, scale-down, the reconciler (the example has a GitHub connection) and the runner
+      // release resolver (its GitHub pool follows the newest runner): a resolution after the
+      // drain would write a release parameter the drain has removed.
+      expect(rules).toHaveLength(4);
       const ref = (prefix: string) => ({ Ref: rules.find((r) => r.startsWith(prefix)) });
       const joined = (env.DRAIN_SCHEDULES as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
       expect(joined.filter((part) => part !== ',')).toEqual(
-        expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule')]),
+        expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule'), ref('RunnersRunnerReleaseSchedule')]),
       );
-      expect(joined.filter((part) => part !== ',')).toHaveLength(3);
+      expect(joined.filter((part) => part !== ',')).toHaveLength(4);
       // Pool and scale-down time out at 120 s, a scheduled event waits at most 60 s, and a
       // minute more for a mapping still disabling.
       expect(env.DRAIN_QUIET_SECONDS).toBe('240');

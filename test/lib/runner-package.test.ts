@@ -107,7 +107,8 @@ describe('rendering the install step', () => {
     const standalone = renderInstallScript({ provider });
     expect(standalone.startsWith('#!/bin/bash\n')).toBe(true);
     expect(standalone).not.toMatch(/@@[A-Z0-9_]+@@/);
-    expect(standalone.trimEnd().endsWith('install_runner')).toBe(true);
+    // The runner, then Docker where the rendering asks for it (install_docker returns at once otherwise).
+    expect(standalone.trimEnd().endsWith('install_runner\ninstall_docker')).toBe(true);
     expect(standalone).not.toContain(INSTALL_STANDALONE_MARKER);
     // Everything before the standalone entry (its own log and fail) is in the start logic verbatim.
     const body = standalone.slice('#!/bin/bash\n'.length, standalone.indexOf('set -euo pipefail'));
