@@ -151,7 +151,8 @@ export interface PoolReuseProps {
    * Absolute directories that survive from one job to the next (a Docker image store, a tool
    * cache, a dependency cache). Everything else the job touched is removed before the
    * instance parks: workspace, the runner's registration, the job's processes, temp files, the
-   * runner user's home outside these directories.
+   * runner user's home outside these directories. At most 16, 512 bytes in all: they travel in
+   * the user data (16 KB gzipped, mostly the boot script); list a common parent instead of many.
    * @default - none: only the runner installation and the prepared image survive
    */
   readonly cacheDirectories?: string[];
@@ -207,7 +208,9 @@ export interface PoolDockerProps {
   readonly pullPolicy?: DockerPullPolicy;
   /**
    * Volumes the docker executor mounts into every job container (`--docker-volumes`), as
-   * `/path` (a volume) or `/host/path:/path[:ro]`. At most 8.
+   * `/path` (a volume) or `/host/path:/path[:ro]`. At most 8, 512 bytes in all: they travel in
+   * the user data (16 KB gzipped, mostly the boot script), and a real mount (`/cache`, the Docker
+   * socket) takes a few dozen.
    * @default - none
    */
   readonly volumes?: string[];
@@ -298,7 +301,7 @@ export interface RunnerPoolProps {
    * them), so a job sees the same machine warm or cold. A reused instance does not run them
    * again (docs/boot-modes.md, "Prepare commands"). A failing one fails the PRIME (the standby
    * does not park) or the cold boot (the instance terminates; the job's retry check gives it
-   * another runner). At most 16, 2304 bytes in all: they travel in the user data
+   * another runner). At most 16, 1024 bytes in all: they travel in the user data
    * (gzip-compressed, limited to 16 KB by EC2), so put longer preparation into the image
    * (`RunnerImage` steps). Never put secrets here.
    * @default - none

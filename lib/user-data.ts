@@ -23,6 +23,7 @@ import {
   Provider,
   AFFINITY_PATTERN,
   cacheDirectoryProblem,
+  cacheDirectoriesTotalProblem,
   REUSE_LIMITS,
   type PoolReuseConfig,
   type BootMode,
@@ -57,11 +58,15 @@ export const START_LOGIC_MARKERS = {
   end: '# <<< cdk-warm-runners start logic: end <<<',
 } as const;
 
-/** Bounds that keep the largest rendering under `USER_DATA_LIMIT_BYTES` (tested). */
+/**
+ * Bounds that keep the largest rendering under `USER_DATA_LIMIT_BYTES`: the start logic takes
+ * about 12 KB of the 16 KB gzipped, and every free-text input at its bound, as random text gzip
+ * cannot shrink, must fit the rest (test/templates/render.test.ts, `largestOptions`).
+ */
 export const PREPARE_COMMANDS_MAX = 16;
 export const PREPARE_COMMAND_MAX_LENGTH = 512;
-export const PREPARE_COMMANDS_MAX_TOTAL = 2304;
-export const HOST_PATH_MAX_LENGTH = 100;
+export const PREPARE_COMMANDS_MAX_TOTAL = 1024;
+export const HOST_PATH_MAX_LENGTH = 64;
 
 /** Every host path the start logic touches. */
 export interface HostPaths {
@@ -220,6 +225,8 @@ export const DOCKER_DEFAULTS = {
   privileged: false,
   pullPolicy: DockerPullPolicy.IF_NOT_PRESENT,
   volumesMax: 8,
+  // All entries together, bytes: mounts such as /cache or the Docker socket take a few dozen each.
+  volumesMaxTotal: 512,
 } as const;
 const IMAGE_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$/;
 const VOLUME_PATTERN = /^\/[A-Za-z0-9._/+-]*(?::\/[A-Za-z0-9._/+-]*(?::(?:ro|rw))?)?$/;
@@ -244,6 +251,10 @@ function dockerProblems(d: ResolvedDockerOptions): string[] {
   }
   if (!IMAGE_PATTERN.test(d.image)) problems.push(`docker.image "${d.image}" must be an image reference such as "alpine:3" or "registry.example.com/team/build:1.2"`);
   if (d.volumes.length > DOCKER_DEFAULTS.volumesMax) problems.push(`docker.volumes has ${d.volumes.length} entries, at most ${DOCKER_DEFAULTS.volumesMax}`);
+  const total = d.volumes.reduce((sum, v) => sum + Buffer.byteLength(v), 0);
+  if (total > DOCKER_DEFAULTS.volumesMaxTotal) {
+    problems.push(`docker.volumes total ${total} bytes, at most ${DOCKER_DEFAULTS.volumesMaxTotal} fit in user data: mount one parent directory instead of several, or shorten the paths`);
+  }
   for (const v of d.volumes) {
     if (!VOLUME_PATTERN.test(v) || v.length > 2 * HOST_PATH_MAX_LENGTH + 4) {
       problems.push(`docker.volumes entry "${v}" must be "/path" or "/host/path:/path" with an optional ":ro" or ":rw" (letters, digits, ".", "_", "+", "-", "/"; each path at most ${HOST_PATH_MAX_LENGTH})`);
@@ -426,6 +437,8 @@ function reuseProblems(o: ResolvedUserDataOptions): string[] {
     problems.push(`reuse.maxAgeSeconds ${r.maxAgeSeconds} must be an integer from ${REUSE_LIMITS.minAgeSeconds} to ${REUSE_LIMITS.maxAgeSeconds}`);
   }
   if (r.cacheDirectories.length > REUSE_LIMITS.cacheDirectories) problems.push(`reuse.cacheDirectories lists more than ${REUSE_LIMITS.cacheDirectories}`);
+  const total = r.cacheDirectories.reduce((sum, dir) => sum + Buffer.byteLength(dir), 0);
+  if (total > REUSE_LIMITS.cacheDirectoriesTotal) problems.push(cacheDirectoriesTotalProblem(total));
   const h = o.hostPaths;
   const temps = [h.tmpDir, h.varTmpDir, h.shmDir];
   const real = temps.every((t, i) => t === Object.values(TEMP_DEFAULTS)[i]);
@@ -747,7 +760,7 @@ export function renderUserData(options: UserDataOptions): string {
     const count = countLines(userData, marker);
     if (count !== 1) throw new Error(`rendered user data holds the marker line "${marker}" ${count} times, not once`);
   }
-  checkUserDataSize(userData);
+  checkUserDataSize(userData, userDataContributors(resolveUserDataOptions(options)));
   const secrets = findSecretLikeValues(userData);
   if (secrets.length > 0) {
     throw new Error(`rendered user data looks like it contains a secret (${secrets.join(', ')}): user data is readable, fetch secrets at boot`);
@@ -770,15 +783,34 @@ export function compressUserData(userData: string): Buffer {
   return gz;
 }
 
+/** The free-text inputs a user can grow, by prop name, in bytes of rendered text. */
+function userDataContributors(o: ResolvedUserDataOptions): Record<string, number> {
+  const bytes = (values: readonly string[]): number => values.reduce((sum, v) => sum + Buffer.byteLength(v), 0);
+  return {
+    prepareCommands: bytes(o.prepareCommands),
+    'reuse.cacheDirectories': bytes(o.reuse?.cacheDirectories ?? []),
+    'docker.volumes': bytes(o.docker?.volumes ?? []),
+    'docker.image': bytes(o.docker ? [o.docker.image] : []),
+    'runnerPackage URLs': bytes([o.runnerPackage.x64.url, o.runnerPackage.arm64.url]),
+    hostPaths: bytes(Object.values(o.hostPaths)),
+  };
+}
+
 /**
- * Throws, with both sizes and what to do, when the compressed user data would not fit EC2's
- * limit; returns the compressed size otherwise.
+ * Throws, with both sizes, the largest inputs (`contributors`, bytes by prop name) and what to
+ * do, when the compressed user data would not fit EC2's limit; returns the compressed size otherwise.
  */
-export function checkUserDataSize(userData: string): number {
+export function checkUserDataSize(userData: string, contributors: Record<string, number> = {}): number {
   const bytes = compressUserData(userData).length;
   if (bytes > USER_DATA_LIMIT_BYTES) {
+    const largest = Object.entries(contributors)
+      .filter(([, n]) => n > 0)
+      .sort(([, a], [, b]) => b - a)
+      .slice(0, 3)
+      .map(([name, n]) => `${name} ${n} bytes`);
     throw new Error(
-      `rendered user data is ${bytes} bytes gzip-compressed (${Buffer.byteLength(userData, 'utf8')} bytes of script), over EC2's limit of ${USER_DATA_LIMIT_BYTES} (before base64): shorten or drop prepare commands, or bake them into the AMI`,
+      `rendered user data is ${bytes} bytes gzip-compressed (${Buffer.byteLength(userData, 'utf8')} bytes of script), over EC2's limit of ${USER_DATA_LIMIT_BYTES} (before base64)` +
+        `${largest.length > 0 ? `; largest inputs: ${largest.join(', ')}` : ''}: shorten or drop prepare commands, cache directories or Docker volumes, or bake them into the AMI`,
     );
   }
   return bytes;

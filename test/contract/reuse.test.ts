@@ -124,6 +124,7 @@ describe('pool reuse in the FleetConfig', () => {
     ['a system cache directory', { cacheDirectories: ['/etc'] }, /system directory/],
     ['nested cache directories', { cacheDirectories: ['/var/cache/a', '/var/cache/a/b'] }, /inside another listed directory/],
     ['too many cache directories', { cacheDirectories: Array.from({ length: 17 }, (_, i) => `/var/cache/d${i}`) }, /at most 16/],
+    ['cache directories over their total', { cacheDirectories: Array.from({ length: 6 }, (_, i) => `/var/cache/${'d'.repeat(80)}${i}`) }, /reuse\.cacheDirectories total 552 bytes, at most 512 fit in user data: list a common parent/],
   ])('refuses %s with a message naming the field', (_what, reuse, message) => {
     expect(() => buildFleetConfig(fleet(pool(Provider.GITHUB, reuse)))).toThrow(message);
   });

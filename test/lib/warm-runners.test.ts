@@ -480,7 +480,7 @@ describe('props validation', () => {
     [
       'user data over 16 KB',
       (p) => ({ ...p, pools: [{ ...p.pools[0]!, prepareCommands: Array.from({ length: 16 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(400)}`) }] }),
-      /pool "linux": cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 2304 fit in user data/,
+      /pool "linux": cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 1024 fit in user data/,
     ],
   ])('%s', (_name, change, message) => {
     expect(() => build(change)).toThrow(message);

@@ -41,34 +41,64 @@ const repo = join(__dirname, '..', '..');
 const template = readFileSync(join(repo, 'templates', 'start-runner.sh'), 'utf8');
 const lines = (text: string, line: string): number => text.split('\n').filter((l) => l === line).length;
 
-/** A path of exactly `length` characters. */
-const longPath = (length: number, tail: string): string => `/${'p'.repeat(length - tail.length - 2)}/${tail}`;
-
-/** A runner package URL of the longest length accepted. */
-const longUrl = (tail: string): string => {
-  const head = 'https://mirror.example.com/';
-  return `${head}${'m'.repeat(RUNNER_PACKAGE_URL_MAX_LENGTH - head.length - tail.length - 1)}/${tail}`;
-};
+/**
+ * Incompressible text: a seeded generator (the figures repeat from run to run) drawing from
+ * the widest alphabet the field's validation accepts, so gzip finds nothing to share.
+ */
+function noiseSource(seed: number): (alphabet: string, length: number) => string {
+  let state = seed >>> 0;
+  const next = (): number => {
+    // mulberry32
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+  return (alphabet, length) => Array.from({ length }, () => alphabet[Math.floor(next() * alphabet.length)]).join('');
+}
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+const LOWER = 'abcdefghijklmnopqrstuvwxyz';
+/** The characters of a path segment every path check accepts. */
+const SEGMENT = `${ALNUM}_+-`;
 
 /**
- * The largest options the renderer accepts: every bounded input at its bound, and prepare
- * commands as long as allowed, written the way real ones are (quotes, $, pipes), so their
- * quoting costs what it costs in practice.
+ * The largest options the renderer accepts, as the worst case a user can reach: every bounded
+ * input at its bound, and every free-text input (prepare commands, paths, cache directories,
+ * Docker image and volumes, user, prefix, URLs, version, unit name) filled with random text of
+ * the widest alphabet its validation accepts, which gzip cannot shrink.
  */
-function largestOptions(provider: Provider): UserDataOptions {
-  const perCommand = Math.floor(PREPARE_COMMANDS_MAX_TOTAL / PREPARE_COMMANDS_MAX);
-  const sample = `docker pull "ghcr.io/example-org/build-image:$(cat /etc/image-tag)" && echo 'cached' | tee -a /var/log/prep.log; `;
-  const command = sample.repeat(Math.ceil(perCommand / sample.length)).slice(0, perCommand);
+function largestOptions(provider: Provider, seed = 24): UserDataOptions {
+  const noise = noiseSource(seed);
   const max = HOST_PATH_MAX_LENGTH;
+  /** An absolute path of exactly `length` characters in segments of up to 50. */
+  const path = (length: number, head = ''): string => {
+    let out = head;
+    while (out.length < length) {
+      const room = length - out.length - 1;
+      out += `/${noise(SEGMENT, Math.min(50, room < 52 ? room : 50))}`;
+    }
+    return out;
+  };
+  const perCommand = Math.floor(PREPARE_COMMANDS_MAX_TOTAL / PREPARE_COMMANDS_MAX);
+  const url = (arch: string): string => {
+    const head = 'https://';
+    const host = `${noise(LOWER, 60)}.example`;
+    return `${head}${host}${path(RUNNER_PACKAGE_URL_MAX_LENGTH - head.length - host.length - arch.length - 1)}/${arch}`;
+  };
+  const endpoint = (scheme: string): string => `${scheme}${noise(`${LOWER}0123456789-`, 100 - scheme.length - 4)}.com`;
+  const volumesTotal = DOCKER_DEFAULTS.volumesMaxTotal;
+  const volumeLength = Math.floor(volumesTotal / DOCKER_DEFAULTS.volumesMax);
+  const cacheLength = Math.min(200, Math.floor(REUSE_LIMITS.cacheDirectoriesTotal / REUSE_LIMITS.cacheDirectories));
   return {
     provider,
-    prefix: 'p'.repeat(32),
+    prefix: `p${noise(`${ALNUM}_.-`, 31)}`,
     // Following the newest release renders the release parameter's name too.
     followLatestRunner: true,
-    runnerUser: 'u'.repeat(32),
-    runnerDir: longPath(max, 'runner'),
-    gitlabRunnerBinary: longPath(max, 'gitlab-runner'),
-    prepareCommands: Array.from({ length: PREPARE_COMMANDS_MAX }, () => command),
+    runnerUser: `u${noise(`${LOWER}0123456789_-`, 31)}`,
+    runnerDir: path(max),
+    gitlabRunnerBinary: path(max),
+    prepareCommands: Array.from({ length: PREPARE_COMMANDS_MAX }, () => `echo ${noise(ALNUM, perCommand - 5)}`),
     waitSeconds: 86_400,
     pollSeconds: 299.999,
     retryDelaySeconds: 299.999,
@@ -80,45 +110,49 @@ function largestOptions(provider: Provider): UserDataOptions {
     awsCliMaxAttempts: 10,
     runnerWaitTimeoutSeconds: 86_400,
     runnerPackage: {
-      version: 'v'.repeat(40),
-      x64: { url: longUrl('x64'), sha256: 'af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32' },
-      arm64: { url: longUrl('arm64'), sha256: '628b4a7258487b80c1d3c221095a7ded349f5ae0175fd3dfab708d07428f041b' },
+      version: `v${noise(`${ALNUM}._+-`, 39)}`,
+      x64: { url: url('x64'), sha256: 'af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32' },
+      arm64: { url: url('arm64'), sha256: '628b4a7258487b80c1d3c221095a7ded349f5ae0175fd3dfab708d07428f041b' },
     },
     downloadSeconds: 3600,
     downloadRetries: 10,
     packageInstallSeconds: 3600,
-    unitName: `${'n'.repeat(100)}.service`,
+    unitName: `${noise(`${ALNUM}_.:-`, 100)}.service`,
     hostPaths: {
-      unitDir: longPath(max, 'system'),
-      hookPath: longPath(max, 'hook'),
-      stateDir: longPath(max, 'state'),
-      logFile: longPath(max, 'log'),
-      machineIdFile: longPath(max, 'machine-id'),
-      preReadDevice: longPath(max, 'nvme0n1'),
-      dmiAssetTagFile: longPath(max, 'board_asset_tag'),
-      randomUuidFile: longPath(max, 'uuid'),
-      runnerHome: longPath(max, 'home'),
-      tmpDir: longPath(max, 'tmp'),
-      varTmpDir: longPath(max, 'var-tmp'),
-      shmDir: longPath(max, 'shm'),
+      unitDir: path(max),
+      hookPath: path(max),
+      stateDir: path(max),
+      logFile: path(max),
+      machineIdFile: path(max),
+      preReadDevice: path(max),
+      dmiAssetTagFile: path(max),
+      randomUuidFile: path(max),
+      runnerHome: path(max),
+      tmpDir: path(max),
+      varTmpDir: path(max),
+      shmDir: path(max),
+      snapBinDir: path(max),
     },
     reuse: {
       scope: ReuseScope.REPOSITORY,
       maxJobs: REUSE_LIMITS.maxJobs,
       maxAgeSeconds: REUSE_LIMITS.maxAgeSeconds,
-      cacheDirectories: Array.from({ length: REUSE_LIMITS.cacheDirectories }, (_, i) => longPath(200, `cache-${i}`)),
+      cacheDirectories: Array.from({ length: REUSE_LIMITS.cacheDirectories }, () => path(cacheLength, '/opt')),
     },
     docker: {
       gitlabExecutor: GitLabExecutor.DOCKER,
-      image: `registry.example.com/${'i'.repeat(200)}:1`,
+      image: `r${noise(`${LOWER}0123456789`, 254)}`,
       privileged: true,
       pullPolicy: DockerPullPolicy.IF_NOT_PRESENT,
-      volumes: Array.from({ length: DOCKER_DEFAULTS.volumesMax }, (_, i) => `${longPath(max, `host-${i}`)}:${longPath(max, `ctr-${i}`)}:ro`),
+      volumes: Array.from({ length: DOCKER_DEFAULTS.volumesMax }, () => {
+        const half = Math.floor((volumeLength - 3) / 2);
+        return `${path(half)}:${path(volumeLength - 4 - half)}:ro`;
+      }),
     },
     dockerReadySeconds: 3600,
-    imdsEndpoint: `http://${'i'.repeat(84)}.example`,
-    awsCli: longPath(max, 'aws'),
-    awsEndpointUrl: `http://${'a'.repeat(84)}.example`,
+    imdsEndpoint: endpoint('http://'),
+    awsCli: path(max),
+    awsEndpointUrl: endpoint('https://'),
   };
 }
 
@@ -177,14 +211,21 @@ describe('renderUserData', () => {
     expect(lines(userData, START_LOGIC_MARKERS.end)).toBe(1);
   });
 
-  it.each(PROVIDERS)('keeps the largest %s rendering under the limit even when its prepare commands do not compress at all', (provider) => {
-    // Random text compresses to about its own size: the worst case a user's commands can cost.
-    const perCommand = Math.floor(PREPARE_COMMANDS_MAX_TOTAL / PREPARE_COMMANDS_MAX);
-    const noise = () => `echo ${randomBytes(perCommand).toString('base64').replace(/[+/=]/g, '').slice(0, perCommand - 5)}`;
-    const userData = renderUserData({ ...largestOptions(provider), prepareCommands: Array.from({ length: PREPARE_COMMANDS_MAX }, noise) });
-    const compressed = compressUserData(userData).length;
-    expect(compressed).toBeLessThanOrEqual(USER_DATA_LIMIT_BYTES);
-    console.log(`largest ${provider} rendering, incompressible prepare commands: ${compressed} bytes gzip, headroom ${USER_DATA_LIMIT_BYTES - compressed} bytes`);
+  it.each(PROVIDERS)('keeps the largest %s rendering under the limit whatever the random text (other seeds)', (provider) => {
+    const sizes = [1, 2, 3, 4, 5].map((seed) => compressUserData(renderUserData(largestOptions(provider, seed))).length);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(USER_DATA_LIMIT_BYTES);
+    console.log(`largest ${provider} rendering, seeds 1-5: at most ${Math.max(...sizes)} bytes gzip, headroom ${USER_DATA_LIMIT_BYTES - Math.max(...sizes)} bytes`);
+  });
+
+  it('refuses Docker volumes and cache directories over their totals, naming the prop, the bound and the fix', () => {
+    const volumes = Array.from({ length: 6 }, (_, i) => `/${'v'.repeat(90)}${i}`);
+    expect(() => resolveUserDataOptions({ provider: Provider.GITLAB, docker: { volumes } })).toThrow(
+      /docker\.volumes total 552 bytes, at most 512 fit in user data: mount one parent directory/,
+    );
+    const cacheDirectories = Array.from({ length: 6 }, (_, i) => `/opt/${'c'.repeat(85)}${i}`);
+    expect(() => resolveUserDataOptions({ provider: Provider.GITHUB, reuse: { scope: ReuseScope.REPOSITORY, maxJobs: 2, maxAgeSeconds: 3600, cacheDirectories } })).toThrow(
+      /reuse\.cacheDirectories total 546 bytes, at most 512 fit in user data: list a common parent directory/,
+    );
   });
 
   it('compresses deterministically: the same text gives the same bytes, with no time or host in the gzip header', () => {
@@ -204,7 +245,11 @@ describe('renderUserData', () => {
     // Random text barely compresses: about 24 KB of base64 stays above 16 KB as gzip.
     const noise = `#!/bin/bash\n: ${randomBytes(18_000).toString('base64')}\n`;
     expect(() => checkUserDataSize(noise)).toThrow(
-      /rendered user data is \d+ bytes gzip-compressed \(\d+ bytes of script\), over EC2's limit of 16384 \(before base64\): shorten or drop prepare commands/,
+      /rendered user data is \d+ bytes gzip-compressed \(\d+ bytes of script\), over EC2's limit of 16384 \(before base64\): shorten or drop prepare commands, cache directories or Docker volumes/,
+    );
+    // Named by prop, largest first: what the user can shorten.
+    expect(() => checkUserDataSize(noise, { prepareCommands: 1000, 'docker.volumes': 500, 'reuse.cacheDirectories': 700, hostPaths: 0 })).toThrow(
+      /over EC2's limit of 16384 \(before base64\); largest inputs: prepareCommands 1000 bytes, reuse\.cacheDirectories 700 bytes, docker\.volumes 500 bytes: shorten/,
     );
   });
 
@@ -300,7 +345,7 @@ describe('resolveUserDataOptions', () => {
     ['a prefix SSM reserves', { prefix: 'ssm-x' }, /must not begin with "aws" or "ssm"/],
     ['a relative path', { runnerDir: 'opt/runner' }, /runnerDir "opt\/runner" must be an absolute path/],
     ['a path with a space', { hostPaths: { hookPath: '/usr/local/sbin/my hook' } }, /hostPaths.hookPath "\/usr\/local\/sbin\/my hook" must be an absolute path/],
-    ['a path that is too long', { hostPaths: { logFile: `/${'x'.repeat(HOST_PATH_MAX_LENGTH)}` } }, /at most 100 characters/],
+    ['a path that is too long', { hostPaths: { logFile: `/${'x'.repeat(HOST_PATH_MAX_LENGTH)}` } }, /at most 64 characters/],
     ['a user name with capitals', { runnerUser: 'Runner' }, /runnerUser "Runner" must be a Linux user name/],
     ['root as the runner user', { runnerUser: 'root' }, /runnerUser "root" is refused: jobs run as the runner user, so give it an unprivileged user/],
     ['a read timeout of 0 (the CLI would block forever)', { awsReadTimeoutSeconds: 0 }, /awsReadTimeoutSeconds 0 must be an integer from 1 to 60/],
@@ -315,7 +360,7 @@ describe('resolveUserDataOptions', () => {
     ['too many prepare commands', { prepareCommands: Array.from({ length: 17 }, () => 'true') }, /prepareCommands has 17 commands, at most 16/],
     ['an empty prepare command', { prepareCommands: ['  '] }, /prepareCommands\[0\] is empty/],
     ['a prepare command with a marker', { prepareCommands: [`echo '${START_LOGIC_MARKERS.end}'`] }, /contains a start-logic marker line/],
-    ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 2304/],
+    ['prepare commands over the total', { prepareCommands: Array.from({ length: 10 }, () => 'x'.repeat(500)) }, /total 5000 bytes, at most 1024/],
   ])('refuses %s with an actionable message', (_name, patch, message) => {
     expect(() => resolveUserDataOptions({ provider: Provider.GITHUB, ...patch })).toThrow(message);
   });

@@ -4,7 +4,7 @@ import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
 import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
-import { cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
+import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
 
@@ -426,6 +426,8 @@ function validateReuse(c: Checker, p: string, provider: unknown): void {
   c.integer(`${p}.reuse.maxAgeSeconds`, REUSE_LIMITS.minAgeSeconds, REUSE_LIMITS.maxAgeSeconds);
   const dirs = c.strings(`${p}.reuse.cacheDirectories`, 0);
   if (dirs.length > REUSE_LIMITS.cacheDirectories) c.fail(`${p}.reuse.cacheDirectories`, `lists ${dirs.length} directories, at most ${REUSE_LIMITS.cacheDirectories}`);
+  const total = dirs.reduce((sum, dir) => sum + dir.length, 0);
+  if (total > REUSE_LIMITS.cacheDirectoriesTotal) c.fail(`${p}.reuse.cacheDirectories`, cacheDirectoriesTotalProblem(total));
   for (const dir of dirs) {
     const problem = cacheDirectoryProblem(dir);
     if (problem) c.fail(`${p}.reuse.cacheDirectories`, problem);

@@ -62,6 +62,8 @@ export const REUSE_LIMITS = {
   minAgeSeconds: 300,
   maxAgeSeconds: 30 * 24 * 60 * 60,
   cacheDirectories: 16,
+  /** All directories together, bytes: they are rendered into the user data (16 KB, gzipped). */
+  cacheDirectoriesTotal: 512,
 } as const;
 
 /**
@@ -71,6 +73,11 @@ export const REUSE_LIMITS = {
  */
 const CACHE_DIR_PATTERN = /^(\/[A-Za-z0-9_.@+-]+)+$/;
 const SYSTEM_DIRS = ['/bin', '/boot', '/dev', '/etc', '/lib', '/lib64', '/proc', '/root', '/run', '/sbin', '/sys', '/usr', '/var/lib/cloud', '/var/log'];
+
+/** The message of cache directories whose paths together exceed `REUSE_LIMITS.cacheDirectoriesTotal`. */
+export function cacheDirectoriesTotalProblem(total: number): string {
+  return `reuse.cacheDirectories total ${total} bytes, at most ${REUSE_LIMITS.cacheDirectoriesTotal} fit in user data: list a common parent directory instead of several`;
+}
 
 /** An actionable message when `dir` cannot be a cache directory, undefined when it can. */
 export function cacheDirectoryProblem(dir: string): string | undefined {

@@ -116,7 +116,8 @@ export const RUNNER_OS_PACKAGES: Readonly<Record<Provider, Readonly<Record<Packa
 const SHA256_PATTERN = /^[0-9a-f]{64}$/;
 const VERSION_PATTERN = /^[0-9A-Za-z][0-9A-Za-z._+-]{0,39}$/;
 const LOOPBACK_HOSTS = ['127.0.0.1', 'localhost', '[::1]'];
-export const RUNNER_PACKAGE_URL_MAX_LENGTH = 512;
+/** Both URLs travel in the user data (16 KB, gzipped); a release or mirror URL is about 100. */
+export const RUNNER_PACKAGE_URL_MAX_LENGTH = 256;
 
 /**
  * An actionable message when `sha256` is not a plausible SHA-256 (not 64 lower-case hex
