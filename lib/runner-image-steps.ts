@@ -26,6 +26,11 @@ export interface RunnerImageStepComponent {
   readonly description?: string;
   /** An S3 asset the document downloads: the build instance's role may read it. */
   readonly asset?: s3assets.Asset;
+  /**
+   * What identifies an existing component's content, for the recipe's version (resolved by the
+   * stack): a CfnComponent's ARN is a GetAtt that never changes in the template.
+   */
+  readonly identity?: unknown;
 }
 
 /**
@@ -41,7 +46,10 @@ export abstract class RunnerImageStep {
 
   /** An Image Builder component the app defines. */
   static fromCfnComponent(component: imagebuilder.CfnComponent): RunnerImageStep {
-    return new ComponentStep({ componentArn: component.attrArn });
+    // A new version or document replaces the component (a new ARN): the recipe must change with it.
+    const c = component;
+    const identity = [c.name, c.version, c.platform, c.data, c.uri, c.supportedOsVersions, c.kmsKeyId];
+    return new ComponentStep({ componentArn: component.attrArn, identity });
   }
 
   /**

@@ -171,7 +171,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       if (bound.document === undefined) {
         if (bound.componentArn === undefined) throw new Error(`RunnerImage: steps[${i}] names no component`);
         stepArns.push(bound.componentArn);
-        identities.push(JSON.stringify(stack.resolve(bound.componentArn)));
+        identities.push(JSON.stringify(stack.resolve(bound.identity ?? bound.componentArn)));
         return;
       }
       if (bound.document.length > COMPONENT_DATA_MAX) {

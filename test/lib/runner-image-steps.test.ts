@@ -97,6 +97,21 @@ describe('RunnerImage steps', () => {
     expect(versions([RunnerImageStep.docker()]).recipe).toBe(docker.recipe);
   });
 
+  it('fromCfnComponent: a new version (or document) of the team\'s component is a new recipe version', () => {
+    // CloudFormation replaces the component (a new ARN), so the recipe's components change: the recipe needs a new version too.
+    const recipeVersion = (props: Partial<imagebuilder.CfnComponentProps>) => {
+      const stack = new Stack(new App(), 'Images', { env: ENV });
+      const team = new imagebuilder.CfnComponent(stack, 'Team', { name: 'team-tools', platform: 'Linux', version: '1.0.0', data: 'name: x', ...props });
+      new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps: [RunnerImageStep.fromCfnComponent(team)] });
+      return Object.values(Template.fromStack(stack).findResources('AWS::ImageBuilder::ImageRecipe'))[0]!.Properties.Version as string;
+    };
+    const first = recipeVersion({});
+    expect(recipeVersion({})).toBe(first);
+    expect(recipeVersion({ version: '1.0.1' })).not.toBe(first);
+    expect(recipeVersion({ name: 'team-tools-2' })).not.toBe(first);
+    expect(recipeVersion({ data: 'name: y' })).not.toBe(first);
+  });
+
   it('docker: the distribution\'s package (dnf docker, or apt docker.io), the daemon enabled, the runner user in its group', () => {
     const { template } = synth({ provider: Provider.GITLAB, runnerUser: 'ci', steps: [RunnerImageStep.docker()] });
     const script = stepScript(template, 'ImageStep0');
