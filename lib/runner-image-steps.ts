@@ -1,18 +1,15 @@
 import { X509Certificate } from 'node:crypto';
 import type * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
-import { shellQuote } from './user-data';
+import { renderInstallScript, shellQuote, type UserDataOptions } from './user-data';
 
 /** Image Builder's limit on an inline component document (CreateComponent `data`: 16,000 characters). */
 export const COMPONENT_DATA_MAX = 16_000;
 
-/** Bound of each package manager call of the built-in Docker step, as the install step bounds dnf. */
-const PACKAGE_SECONDS = 900;
-
-/** Where a step of a RunnerImage runs: the image's runner user, for steps that need it. */
+/** Where a step of a RunnerImage runs: the image's install options, for steps that need them. */
 export interface RunnerImageStepContext {
-  /** The runner user the install step created. */
-  readonly runnerUser: string;
+  /** The options the image's install step is rendered with (its runner user, directory, package). */
+  readonly installOptions: UserDataOptions;
 }
 
 /** What a step adds to the recipe: an existing component, or a document the image creates a component for. */
@@ -64,9 +61,11 @@ export abstract class RunnerImageStep {
   }
 
   /**
-   * Docker from the distribution's packages (`dnf install docker` on Amazon Linux 2023,
-   * `apt-get install docker.io` on Debian and Ubuntu), the daemon enabled at boot, and the
-   * runner user in the `docker` group: the image's jobs can use Docker without installing it.
+   * Docker as the boot installs it for a pool's `docker` prop (the install script's
+   * `install_docker`, one source): the distribution's package (`docker` with dnf on Amazon
+   * Linux 2023, `docker.io` with apt-get on Debian and Ubuntu), the runner user in the `docker`
+   * group, the daemon enabled and started, and the build waits until it answers: the image's
+   * jobs can use Docker without installing it.
    */
   static docker(): RunnerImageStep {
     return new DockerStep();
@@ -124,8 +123,11 @@ class ScriptStep extends RunnerImageStep {
 
 class DockerStep extends RunnerImageStep {
   _bind(context: RunnerImageStepContext): RunnerImageStepComponent {
-    const description = 'Docker from the distribution, enabled, the runner user in its group';
-    return { name: 'Docker', description, document: componentDocument('Docker', description, [bashStep('Docker', dockerScript(context.runnerUser))]) };
+    const description = 'Docker from the distribution, enabled and started, the runner user in its group';
+    // The boot's own install_docker (templates/install-runner.sh, one source): the standalone
+    // install script with Docker on; its install_runner finds the runner the install step put there.
+    const script = renderInstallScript({ ...context.installOptions, docker: {} });
+    return { name: 'Docker', description, document: componentDocument('Docker', description, [bashStep('Docker', script)]) };
   }
 }
 
@@ -144,26 +146,6 @@ class CaAssetStep extends RunnerImageStep {
     ];
     return { name: 'CaCertificatesFromAsset', description, document: componentDocument('CaCertificatesFromAsset', description, steps), asset: this.asset };
   }
-}
-
-/**
- * Docker as `install_packages docker` would install it (templates/install-runner.sh's rule:
- * dnf where it exists, else apt-get after one update, noninteractive, each call bounded).
- */
-export function dockerScript(runnerUser: string): string {
-  return [
-    'set -euo pipefail',
-    'if command -v dnf >/dev/null 2>&1; then',
-    `  timeout -k 10 ${PACKAGE_SECONDS} dnf install -y docker`,
-    'else',
-    '  export DEBIAN_FRONTEND=noninteractive',
-    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get update`,
-    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get install -y --no-install-recommends docker.io`,
-    'fi',
-    'systemctl enable docker.service',
-    `usermod -aG docker ${shellQuote(runnerUser)}`,
-    'docker --version',
-  ].join('\n');
 }
 
 /** The trust store of the distribution, the lines that write the certificates into `$dir`, then its update. */
