@@ -81,7 +81,8 @@ export abstract class RunnerImageStep {
   static caCertificates(certificates: string[]): RunnerImageStep {
     if (certificates.length === 0) throw new Error('RunnerImageStep.caCertificates: certificates is empty');
     certificates.forEach((pem, i) => certificateProblem(pem, `certificates[${i}]`));
-    const files = certificates.map((pem, i) => `printf '%s\\n' ${shellQuote(pem.trim())} >"$dir/cdk-warm-runners-${i + 1}.crt"`);
+    // Named by the certificate's SHA-256: another CA step of the image writes other files.
+    const files = certificates.map((pem) => `printf '%s\\n' ${shellQuote(pem.trim())} >"$dir/cdk-warm-runners-${certificateName(pem)}.crt"`);
     return new ScriptStep('CaCertificates', `${certificates.length} extra CA certificate(s) in the trust store`, caScript(files));
   }
 
@@ -138,8 +139,15 @@ class CaAssetStep extends RunnerImageStep {
   _bind(): RunnerImageStepComponent {
     const file = '/tmp/cdk-warm-runners-ca-bundle.pem';
     const description = 'Extra CA certificates from an S3 asset in the trust store';
-    // One file per certificate (update-ca-certificates links each .crt by its first certificate's hash).
-    const split = `awk -v d="$dir" '/-----BEGIN CERTIFICATE-----/{n++} n{print > (d "/cdk-warm-runners-asset-" n ".crt")} END{if (!n) exit 1}' ${file} || { echo "${file} holds no certificate" >&2; exit 1; }`;
+    // One file per certificate (update-ca-certificates links each .crt by its first certificate's
+    // hash), named by the asset's hash (another CA step writes other files). Only the
+    // CERTIFICATE blocks are copied: a key in the bundle must not land in a world-readable .crt;
+    // a block cut short fails.
+    const name = `$dir/cdk-warm-runners-${this.asset.assetHash.slice(0, 16)}-`;
+    const split = [
+      `awk -v f="${name}" '/^-----BEGIN CERTIFICATE-----/{n++; c=1} c{print > (f n ".crt")} c && /^-----END CERTIFICATE-----/{close(f n ".crt"); c=0} END{exit (!n || c)}' ${file}`,
+      `|| { echo "${file} holds no certificate, or one cut short" >&2; exit 1; }`,
+    ].join(' ');
     const steps = [
       { name: 'DownloadCaBundle', action: 'S3Download', onFailure: 'Abort', inputs: [{ source: this.asset.s3ObjectUrl, destination: file }] },
       bashStep('CaCertificatesFromAsset', caScript([split, `rm -f ${file}`])),
@@ -170,6 +178,11 @@ function bashStep(name: string, script: string): object {
 export function componentDocument(name: string, description: string, steps: object[]): string {
   const doc = JSON.stringify({ name: `cdk-warm-runners ${name}`, description, schemaVersion: '1.0', phases: [{ name: 'build', steps }] });
   return doc.replace('"schemaVersion":"1.0"', '"schemaVersion":1.0');
+}
+
+/** The first 16 hex digits of the certificate's SHA-256 fingerprint (of its DER). */
+function certificateName(pem: string): string {
+  return new X509Certificate(pem).fingerprint256.replace(/:/g, '').slice(0, 16).toLowerCase();
 }
 
 /** Throws when `pem` is not exactly one PEM certificate that parses. */

@@ -172,6 +172,29 @@ describe('RunnerImage steps', () => {
     expect(verifiesInPrivateTrustStore(script, { from: bundle, to: destination })).toEqual({ before: false, after: true });
   });
 
+  it.skipIf(process.getuid?.() !== 0)('caCertificates: two steps of one image keep each other\'s certificates (one file per certificate, named by its SHA-256)', () => {
+    const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', '/CN=other CA', '-days', '1', '-keyout', join(dir, 'o2.key'), '-out', join(dir, 'o2.pem')], { encoding: 'utf8' });
+    expect(made.status, made.stderr).toBe(0);
+    const otherCa = readFileSync(join(dir, 'o2.pem'), 'utf8');
+    const { template } = synth({ provider: Provider.GITHUB, steps: [RunnerImageStep.caCertificates([caPem]), RunnerImageStep.caCertificates([otherCa])] });
+    // The test CA's step first, the other's after it: the test CA must still be trusted.
+    expect(verifiesInPrivateTrustStore([stepScript(template, 'ImageStep0'), stepScript(template, 'ImageStep1')])).toEqual({ before: false, after: true });
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('caCertificatesFromAsset: only the certificates of the bundle reach the trust store, never a key in it', () => {
+    const bundle = join(dir, 'bundle-with-key.pem');
+    // A private key between certificates (a bundle exported with its key): it must not become a world-readable .crt.
+    writeFileSync(bundle, `${readFileSync(join(dir, 'ca.key'), 'utf8')}${caPem}${readFileSync(join(dir, 'leaf.key'), 'utf8')}${caPem}`);
+    const stack = new Stack(new App(), 'Images', { env: ENV });
+    const asset = new s3assets.Asset(stack, 'Bundle', { path: bundle });
+    new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps: [RunnerImageStep.caCertificatesFromAsset(asset)] });
+    const component = Object.entries(Template.fromStack(stack).findResources('AWS::ImageBuilder::Component')).find(([id]) => id.startsWith('ImageStep0'))![1];
+    const doc = JSON.parse((component.Properties.Data as string).replace(/\$\{Token\[[^\]]+\]\}/g, 'x')) as { phases: { steps: { inputs: unknown }[] }[] };
+    const [download, install] = doc.phases[0]!.steps;
+    const destination = (download!.inputs as { destination: string }[])[0]!.destination;
+    expect(verifiesInPrivateTrustStore((install!.inputs as { commands: string[] }).commands.join('\n'), { from: bundle, to: destination })).toEqual({ before: false, after: true });
+  });
+
   it('refuses build instance types of another architecture than the image\'s', () => {
     expect(() => synth({ provider: Provider.GITHUB, architecture: RunnerImageArchitecture.ARM64, buildInstanceTypes: [new ec2.InstanceType('m7i.large')] })).toThrow(
       /buildInstanceTypes m7i\.large \(x86_64\) must be arm64 instance types, as architecture is arm64: give arm64 types \(such as m7g\.large\)/,
@@ -180,8 +203,12 @@ describe('RunnerImage steps', () => {
   });
 
   it('every generated script passes shellcheck', () => {
-    const { template } = synth({ provider: Provider.GITHUB, steps: [RunnerImageStep.docker(), RunnerImageStep.caCertificates([caPem]), RunnerImageStep.shell('s', ['echo "$HOME"'])] });
-    for (const prefix of ['ImageStep0', 'ImageStep1', 'ImageStep2']) {
+    const stack = new Stack(new App(), 'Images', { env: ENV });
+    const asset = new s3assets.Asset(stack, 'Bundle', { path: join(dir, 'ca.pem') });
+    const steps = [RunnerImageStep.docker(), RunnerImageStep.caCertificates([caPem]), RunnerImageStep.shell('s', ['echo "$HOME"']), RunnerImageStep.caCertificatesFromAsset(asset)];
+    new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps });
+    const template = Template.fromStack(stack);
+    for (const prefix of ['ImageStep0', 'ImageStep1', 'ImageStep2', 'ImageStep3']) {
       const r = spawnSync('shellcheck', ['-s', 'bash', '-'], { input: stepScript(template, prefix), encoding: 'utf8' });
       expect(r.status, `${prefix}: ${r.stdout}`).toBe(0);
     }
@@ -194,9 +221,10 @@ describe('RunnerImage steps', () => {
  * host's; says whether the test CA's leaf certificate verifies against the system bundle
  * before and after. With `file`, first puts that file where the download would.
  */
-function verifiesInPrivateTrustStore(script: string, file?: { from: string; to: string }): { before: boolean; after: boolean } {
+function verifiesInPrivateTrustStore(script: string | string[], file?: { from: string; to: string }): { before: boolean; after: boolean; keyInStore?: true } {
   const work = mkdtempSync(join(dir, 'trust-'));
-  writeFileSync(join(work, 'step.sh'), script);
+  const scripts = typeof script === 'string' ? [script] : script;
+  scripts.forEach((text, i) => writeFileSync(join(work, `step${i}.sh`), text));
   if (file) writeFileSync(join(work, 'download'), readFileSync(file.from));
   writeFileSync(join(work, 'leaf.pem'), readFileSync(join(dir, 'leaf.pem')));
   // The work files move to a tmpfs of the namespace's own (/mnt) before /tmp, where they live, is covered.
@@ -208,10 +236,12 @@ function verifiesInPrivateTrustStore(script: string, file?: { from: string; to: 
     ...(file ? [`cp /mnt/download ${file.to}`] : []),
     'update-ca-certificates >/dev/null 2>&1',
     `${verify} && echo before=1 || echo before=0`,
-    'bash /mnt/step.sh >/dev/null || exit 91',
+    ...scripts.map((_, i) => `bash /mnt/step${i}.sh >/dev/null || exit 91`),
     `${verify} && echo after=1 || echo after=0`,
+    // Anything but certificates in the trust store (a key would be world-readable there).
+    "grep -rlF 'PRIVATE KEY' /usr/local/share/ca-certificates/ >/dev/null && echo key=1 || true",
   ].join('\n');
   const r = spawnSync('unshare', ['--mount', '--propagation', 'private', 'bash', '-c', inner], { encoding: 'utf8', env: { ...process.env, WORK: work } });
   if (r.status !== 0) throw new Error(`trust store run failed (${r.status}): ${r.stdout} ${r.stderr}`);
-  return { before: /before=1/.test(r.stdout), after: /after=1/.test(r.stdout) };
+  return { before: /before=1/.test(r.stdout), after: /after=1/.test(r.stdout), ...(/key=1/.test(r.stdout) ? { keyInStore: true as const } : {}) };
 }
