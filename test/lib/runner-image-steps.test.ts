@@ -9,6 +9,7 @@ import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Provider } from '../../lambdas/shared/contract';
+import * as lib from '../../lib';
 import { renderInstallScript, RunnerImage, RunnerImageArchitecture, RunnerImageStep, type RunnerImageProps } from '../../lib';
 import { componentDocuments, componentShellStep } from '../support/image-component';
 
@@ -193,6 +194,11 @@ describe('RunnerImage steps', () => {
     const [download, install] = doc.phases[0]!.steps;
     const destination = (download!.inputs as { destination: string }[])[0]!.destination;
     expect(verifiesInPrivateTrustStore((install!.inputs as { commands: string[] }).commands.join('\n'), { from: bundle, to: destination })).toEqual({ before: false, after: true });
+  });
+
+  it('the library publishes the step class, not its helpers', () => {
+    expect(lib.RunnerImageStep).toBeDefined();
+    for (const helper of ['componentDocument', 'COMPONENT_DATA_MAX', 'dockerScript']) expect(Object.keys(lib)).not.toContain(helper);
   });
 
   it('refuses build instance types of another architecture than the image\'s', () => {
