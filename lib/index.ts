@@ -30,5 +30,6 @@ export type {
 } from '../lambdas/shared/contract';
 export { RunnerVersion } from './runner-version';
 export * from './runner-image';
-export * from './runner-image-steps';
+// The step class only: its document helpers are internal.
+export { RunnerImageStep } from './runner-image-steps';
 export * from './parameter-machine-image';

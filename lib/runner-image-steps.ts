@@ -1,18 +1,15 @@
 import { X509Certificate } from 'node:crypto';
 import type * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
-import { shellQuote } from './user-data';
+import { renderInstallScript, shellQuote, type UserDataOptions } from './user-data';
 
 /** Image Builder's limit on an inline component document (CreateComponent `data`: 16,000 characters). */
 export const COMPONENT_DATA_MAX = 16_000;
 
-/** Bound of each package manager call of the built-in Docker step, as the install step bounds dnf. */
-const PACKAGE_SECONDS = 900;
-
-/** Where a step of a RunnerImage runs: the image's runner user, for steps that need it. */
+/** Where a step of a RunnerImage runs: the image's install options, for steps that need them. */
 export interface RunnerImageStepContext {
-  /** The runner user the install step created. */
-  readonly runnerUser: string;
+  /** The options the image's install step is rendered with (its runner user, directory, package). */
+  readonly installOptions: UserDataOptions;
 }
 
 /** What a step adds to the recipe: an existing component, or a document the image creates a component for. */
@@ -26,6 +23,11 @@ export interface RunnerImageStepComponent {
   readonly description?: string;
   /** An S3 asset the document downloads: the build instance's role may read it. */
   readonly asset?: s3assets.Asset;
+  /**
+   * What identifies an existing component's content, for the recipe's version (resolved by the
+   * stack): a CfnComponent's ARN is a GetAtt that never changes in the template.
+   */
+  readonly identity?: unknown;
 }
 
 /**
@@ -41,7 +43,10 @@ export abstract class RunnerImageStep {
 
   /** An Image Builder component the app defines. */
   static fromCfnComponent(component: imagebuilder.CfnComponent): RunnerImageStep {
-    return new ComponentStep({ componentArn: component.attrArn });
+    // A new version or document replaces the component (a new ARN): the recipe must change with it.
+    const c = component;
+    const identity = [c.name, c.version, c.platform, c.data, c.uri, c.supportedOsVersions, c.kmsKeyId];
+    return new ComponentStep({ componentArn: component.attrArn, identity });
   }
 
   /**
@@ -56,9 +61,11 @@ export abstract class RunnerImageStep {
   }
 
   /**
-   * Docker from the distribution's packages (`dnf install docker` on Amazon Linux 2023,
-   * `apt-get install docker.io` on Debian and Ubuntu), the daemon enabled at boot, and the
-   * runner user in the `docker` group: the image's jobs can use Docker without installing it.
+   * Docker as the boot installs it for a pool's `docker` prop (the install script's
+   * `install_docker`, one source): the distribution's package (`docker` with dnf on Amazon
+   * Linux 2023, `docker.io` with apt-get on Debian and Ubuntu), the runner user in the `docker`
+   * group, the daemon enabled and started, and the build waits until it answers: the image's
+   * jobs can use Docker without installing it.
    */
   static docker(): RunnerImageStep {
     return new DockerStep();
@@ -74,7 +81,8 @@ export abstract class RunnerImageStep {
   static caCertificates(certificates: string[]): RunnerImageStep {
     if (certificates.length === 0) throw new Error('RunnerImageStep.caCertificates: certificates is empty');
     certificates.forEach((pem, i) => certificateProblem(pem, `certificates[${i}]`));
-    const files = certificates.map((pem, i) => `printf '%s\\n' ${shellQuote(pem.trim())} >"$dir/cdk-warm-runners-${i + 1}.crt"`);
+    // Named by the certificate's SHA-256: another CA step of the image writes other files.
+    const files = certificates.map((pem) => `printf '%s\\n' ${shellQuote(pem.trim())} >"$dir/cdk-warm-runners-${certificateName(pem)}.crt"`);
     return new ScriptStep('CaCertificates', `${certificates.length} extra CA certificate(s) in the trust store`, caScript(files));
   }
 
@@ -116,8 +124,11 @@ class ScriptStep extends RunnerImageStep {
 
 class DockerStep extends RunnerImageStep {
   _bind(context: RunnerImageStepContext): RunnerImageStepComponent {
-    const description = 'Docker from the distribution, enabled, the runner user in its group';
-    return { name: 'Docker', description, document: componentDocument('Docker', description, [bashStep('Docker', dockerScript(context.runnerUser))]) };
+    const description = 'Docker from the distribution, enabled and started, the runner user in its group';
+    // The boot's own install_docker (templates/install-runner.sh, one source): the standalone
+    // install script with Docker on; its install_runner finds the runner the install step put there.
+    const script = renderInstallScript({ ...context.installOptions, docker: {} });
+    return { name: 'Docker', description, document: componentDocument('Docker', description, [bashStep('Docker', script)]) };
   }
 }
 
@@ -128,34 +139,21 @@ class CaAssetStep extends RunnerImageStep {
   _bind(): RunnerImageStepComponent {
     const file = '/tmp/cdk-warm-runners-ca-bundle.pem';
     const description = 'Extra CA certificates from an S3 asset in the trust store';
-    // One file per certificate (update-ca-certificates links each .crt by its first certificate's hash).
-    const split = `awk -v d="$dir" '/-----BEGIN CERTIFICATE-----/{n++} n{print > (d "/cdk-warm-runners-asset-" n ".crt")} END{if (!n) exit 1}' ${file} || { echo "${file} holds no certificate" >&2; exit 1; }`;
+    // One file per certificate (update-ca-certificates links each .crt by its first certificate's
+    // hash), named by the asset's hash (another CA step writes other files). Only the
+    // CERTIFICATE blocks are copied: a key in the bundle must not land in a world-readable .crt;
+    // a block cut short fails.
+    const name = `$dir/cdk-warm-runners-${this.asset.assetHash.slice(0, 16)}-`;
+    const split = [
+      `awk -v f="${name}" '/^-----BEGIN CERTIFICATE-----/{n++; c=1} c{print > (f n ".crt")} c && /^-----END CERTIFICATE-----/{close(f n ".crt"); c=0} END{exit (!n || c)}' ${file}`,
+      `|| { echo "${file} holds no certificate, or one cut short" >&2; exit 1; }`,
+    ].join(' ');
     const steps = [
       { name: 'DownloadCaBundle', action: 'S3Download', onFailure: 'Abort', inputs: [{ source: this.asset.s3ObjectUrl, destination: file }] },
       bashStep('CaCertificatesFromAsset', caScript([split, `rm -f ${file}`])),
     ];
     return { name: 'CaCertificatesFromAsset', description, document: componentDocument('CaCertificatesFromAsset', description, steps), asset: this.asset };
   }
-}
-
-/**
- * Docker as `install_packages docker` would install it (templates/install-runner.sh's rule:
- * dnf where it exists, else apt-get after one update, noninteractive, each call bounded).
- */
-export function dockerScript(runnerUser: string): string {
-  return [
-    'set -euo pipefail',
-    'if command -v dnf >/dev/null 2>&1; then',
-    `  timeout -k 10 ${PACKAGE_SECONDS} dnf install -y docker`,
-    'else',
-    '  export DEBIAN_FRONTEND=noninteractive',
-    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get update`,
-    `  timeout -k 10 ${PACKAGE_SECONDS} apt-get install -y --no-install-recommends docker.io`,
-    'fi',
-    'systemctl enable docker.service',
-    `usermod -aG docker ${shellQuote(runnerUser)}`,
-    'docker --version',
-  ].join('\n');
 }
 
 /** The trust store of the distribution, the lines that write the certificates into `$dir`, then its update. */
@@ -180,6 +178,11 @@ function bashStep(name: string, script: string): object {
 export function componentDocument(name: string, description: string, steps: object[]): string {
   const doc = JSON.stringify({ name: `cdk-warm-runners ${name}`, description, schemaVersion: '1.0', phases: [{ name: 'build', steps }] });
   return doc.replace('"schemaVersion":"1.0"', '"schemaVersion":1.0');
+}
+
+/** The first 16 hex digits of the certificate's SHA-256 fingerprint (of its DER). */
+function certificateName(pem: string): string {
+  return new X509Certificate(pem).fingerprint256.replace(/:/g, '').slice(0, 16).toLowerCase();
 }
 
 /** Throws when `pem` is not exactly one PEM certificate that parses. */

@@ -12,7 +12,7 @@ import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-archi
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { COMPONENT_DATA_MAX, type RunnerImageStep } from './runner-image-steps';
-import { renderInstallScript, resolveUserDataOptions, type UserDataOptions } from './user-data';
+import { renderInstallScript, type UserDataOptions } from './user-data';
 
 export { RunnerImageArchitecture } from './image-architecture';
 
@@ -162,16 +162,15 @@ export class RunnerImage extends Construct implements iam.IGrantable {
       data: document,
     });
     // The team's steps, after the install step: the Docker step needs the runner user it creates.
-    const runnerUser = resolveUserDataOptions(options).runnerUser;
     const stepArns: string[] = [];
     const identities: string[] = [];
     const assets: s3assets.Asset[] = [];
     (props.steps ?? []).forEach((step, i) => {
-      const bound = step._bind({ runnerUser });
+      const bound = step._bind({ installOptions: options });
       if (bound.document === undefined) {
         if (bound.componentArn === undefined) throw new Error(`RunnerImage: steps[${i}] names no component`);
         stepArns.push(bound.componentArn);
-        identities.push(JSON.stringify(stack.resolve(bound.componentArn)));
+        identities.push(JSON.stringify(stack.resolve(bound.identity ?? bound.componentArn)));
         return;
       }
       if (bound.document.length > COMPONENT_DATA_MAX) {

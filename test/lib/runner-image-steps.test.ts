@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, Stack } from 'aws-cdk-lib';
@@ -9,6 +9,7 @@ import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Provider } from '../../lambdas/shared/contract';
+import * as lib from '../../lib';
 import { renderInstallScript, RunnerImage, RunnerImageArchitecture, RunnerImageStep, type RunnerImageProps } from '../../lib';
 import { componentDocuments, componentShellStep } from '../support/image-component';
 
@@ -97,36 +98,32 @@ describe('RunnerImage steps', () => {
     expect(versions([RunnerImageStep.docker()]).recipe).toBe(docker.recipe);
   });
 
-  it('docker: the distribution\'s package (dnf docker, or apt docker.io), the daemon enabled, the runner user in its group', () => {
+  it('fromCfnComponent: a new version (or document) of the team\'s component is a new recipe version', () => {
+    // CloudFormation replaces the component (a new ARN), so the recipe's components change: the recipe needs a new version too.
+    const recipeVersion = (props: Partial<imagebuilder.CfnComponentProps>) => {
+      const stack = new Stack(new App(), 'Images', { env: ENV });
+      const team = new imagebuilder.CfnComponent(stack, 'Team', { name: 'team-tools', platform: 'Linux', version: '1.0.0', data: 'name: x', ...props });
+      new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps: [RunnerImageStep.fromCfnComponent(team)] });
+      return Object.values(Template.fromStack(stack).findResources('AWS::ImageBuilder::ImageRecipe'))[0]!.Properties.Version as string;
+    };
+    const first = recipeVersion({});
+    expect(recipeVersion({})).toBe(first);
+    expect(recipeVersion({ version: '1.0.1' })).not.toBe(first);
+    expect(recipeVersion({ name: 'team-tools-2' })).not.toBe(first);
+    expect(recipeVersion({ data: 'name: y' })).not.toBe(first);
+  });
+
+  it('docker: the boot\'s own install_docker (the standalone install script with Docker on), for the image\'s runner user, within the document limit', () => {
     const { template } = synth({ provider: Provider.GITLAB, runnerUser: 'ci', steps: [RunnerImageStep.docker()] });
     const script = stepScript(template, 'ImageStep0');
-    expect(script).toContain('dnf install -y docker');
-    expect(script).toContain('apt-get install -y --no-install-recommends docker.io');
-    expect(script).toContain('usermod -aG docker ci');
-    // Run with recording shims: dnf where it exists, else apt-get after one update; then enable, group, check.
-    for (const distro of ['dnf', 'apt'] as const) {
-      const bin = mkdtempSync(join(dir, `docker-${distro}-`));
-      const calls = join(bin, 'calls');
-      const tools = ['apt-get', 'systemctl', 'usermod', 'docker', ...(distro === 'dnf' ? ['dnf'] : [])];
-      for (const tool of tools) {
-        writeFileSync(join(bin, tool), `#!/bin/bash\nprintf '%s\\n' "${tool} $*${tool === 'apt-get' ? ' DEBIAN_FRONTEND=$DEBIAN_FRONTEND' : ''}" >>${calls}\n`);
-        chmodSync(join(bin, tool), 0o755);
-      }
-      // A PATH without the host's own dnf or apt-get: only the shims and the basics (timeout, bash).
-      const r = spawnSync('bash', ['-c', script], { env: { PATH: `${bin}:/usr/bin:/bin` }, encoding: 'utf8' });
-      expect(r.status, r.stderr).toBe(0);
-      expect(readFileSync(calls, 'utf8').trim().split('\n')).toEqual(
-        distro === 'dnf'
-          ? ['dnf install -y docker', 'systemctl enable docker.service', 'usermod -aG docker ci', 'docker --version']
-          : [
-              'apt-get update DEBIAN_FRONTEND=noninteractive',
-              'apt-get install -y --no-install-recommends docker.io DEBIAN_FRONTEND=noninteractive',
-              'systemctl enable docker.service',
-              'usermod -aG docker ci',
-              'docker --version',
-            ],
-      );
-    }
+    // One source with the boot (test/templates/image.bats runs it on a sandbox machine with a daemon).
+    expect(script).toBe(renderInstallScript({ provider: Provider.GITLAB, runnerUser: 'ci', docker: {} }));
+    expect(script).toMatch(/I_DOCKER=1 /);
+    expect(script).toMatch(/I_USER=ci /);
+    expect(script.trimEnd().split('\n').slice(-2)).toEqual(['install_runner', 'install_docker']);
+    const data = Object.entries(template.findResources('AWS::ImageBuilder::Component')).find(([id]) => id.startsWith('ImageStep0'))![1].Properties.Data as string;
+    expect(data.length).toBeLessThan(16_000);
+    expect(data).not.toContain('{{');
   });
 
   it('caCertificates: refuses what is not exactly one certificate, without echoing it', () => {
@@ -176,6 +173,34 @@ describe('RunnerImage steps', () => {
     expect(verifiesInPrivateTrustStore(script, { from: bundle, to: destination })).toEqual({ before: false, after: true });
   });
 
+  it.skipIf(process.getuid?.() !== 0)('caCertificates: two steps of one image keep each other\'s certificates (one file per certificate, named by its SHA-256)', () => {
+    const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', '/CN=other CA', '-days', '1', '-keyout', join(dir, 'o2.key'), '-out', join(dir, 'o2.pem')], { encoding: 'utf8' });
+    expect(made.status, made.stderr).toBe(0);
+    const otherCa = readFileSync(join(dir, 'o2.pem'), 'utf8');
+    const { template } = synth({ provider: Provider.GITHUB, steps: [RunnerImageStep.caCertificates([caPem]), RunnerImageStep.caCertificates([otherCa])] });
+    // The test CA's step first, the other's after it: the test CA must still be trusted.
+    expect(verifiesInPrivateTrustStore([stepScript(template, 'ImageStep0'), stepScript(template, 'ImageStep1')])).toEqual({ before: false, after: true });
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('caCertificatesFromAsset: only the certificates of the bundle reach the trust store, never a key in it', () => {
+    const bundle = join(dir, 'bundle-with-key.pem');
+    // A private key between certificates (a bundle exported with its key): it must not become a world-readable .crt.
+    writeFileSync(bundle, `${readFileSync(join(dir, 'ca.key'), 'utf8')}${caPem}${readFileSync(join(dir, 'leaf.key'), 'utf8')}${caPem}`);
+    const stack = new Stack(new App(), 'Images', { env: ENV });
+    const asset = new s3assets.Asset(stack, 'Bundle', { path: bundle });
+    new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps: [RunnerImageStep.caCertificatesFromAsset(asset)] });
+    const component = Object.entries(Template.fromStack(stack).findResources('AWS::ImageBuilder::Component')).find(([id]) => id.startsWith('ImageStep0'))![1];
+    const doc = JSON.parse((component.Properties.Data as string).replace(/\$\{Token\[[^\]]+\]\}/g, 'x')) as { phases: { steps: { inputs: unknown }[] }[] };
+    const [download, install] = doc.phases[0]!.steps;
+    const destination = (download!.inputs as { destination: string }[])[0]!.destination;
+    expect(verifiesInPrivateTrustStore((install!.inputs as { commands: string[] }).commands.join('\n'), { from: bundle, to: destination })).toEqual({ before: false, after: true });
+  });
+
+  it('the library publishes the step class, not its helpers', () => {
+    expect(lib.RunnerImageStep).toBeDefined();
+    for (const helper of ['componentDocument', 'COMPONENT_DATA_MAX', 'dockerScript']) expect(Object.keys(lib)).not.toContain(helper);
+  });
+
   it('refuses build instance types of another architecture than the image\'s', () => {
     expect(() => synth({ provider: Provider.GITHUB, architecture: RunnerImageArchitecture.ARM64, buildInstanceTypes: [new ec2.InstanceType('m7i.large')] })).toThrow(
       /buildInstanceTypes m7i\.large \(x86_64\) must be arm64 instance types, as architecture is arm64: give arm64 types \(such as m7g\.large\)/,
@@ -184,8 +209,12 @@ describe('RunnerImage steps', () => {
   });
 
   it('every generated script passes shellcheck', () => {
-    const { template } = synth({ provider: Provider.GITHUB, steps: [RunnerImageStep.docker(), RunnerImageStep.caCertificates([caPem]), RunnerImageStep.shell('s', ['echo "$HOME"'])] });
-    for (const prefix of ['ImageStep0', 'ImageStep1', 'ImageStep2']) {
+    const stack = new Stack(new App(), 'Images', { env: ENV });
+    const asset = new s3assets.Asset(stack, 'Bundle', { path: join(dir, 'ca.pem') });
+    const steps = [RunnerImageStep.docker(), RunnerImageStep.caCertificates([caPem]), RunnerImageStep.shell('s', ['echo "$HOME"']), RunnerImageStep.caCertificatesFromAsset(asset)];
+    new RunnerImage(stack, 'Image', { provider: Provider.GITHUB, steps });
+    const template = Template.fromStack(stack);
+    for (const prefix of ['ImageStep0', 'ImageStep1', 'ImageStep2', 'ImageStep3']) {
       const r = spawnSync('shellcheck', ['-s', 'bash', '-'], { input: stepScript(template, prefix), encoding: 'utf8' });
       expect(r.status, `${prefix}: ${r.stdout}`).toBe(0);
     }
@@ -198,9 +227,10 @@ describe('RunnerImage steps', () => {
  * host's; says whether the test CA's leaf certificate verifies against the system bundle
  * before and after. With `file`, first puts that file where the download would.
  */
-function verifiesInPrivateTrustStore(script: string, file?: { from: string; to: string }): { before: boolean; after: boolean } {
+function verifiesInPrivateTrustStore(script: string | string[], file?: { from: string; to: string }): { before: boolean; after: boolean; keyInStore?: true } {
   const work = mkdtempSync(join(dir, 'trust-'));
-  writeFileSync(join(work, 'step.sh'), script);
+  const scripts = typeof script === 'string' ? [script] : script;
+  scripts.forEach((text, i) => writeFileSync(join(work, `step${i}.sh`), text));
   if (file) writeFileSync(join(work, 'download'), readFileSync(file.from));
   writeFileSync(join(work, 'leaf.pem'), readFileSync(join(dir, 'leaf.pem')));
   // The work files move to a tmpfs of the namespace's own (/mnt) before /tmp, where they live, is covered.
@@ -212,10 +242,12 @@ function verifiesInPrivateTrustStore(script: string, file?: { from: string; to: 
     ...(file ? [`cp /mnt/download ${file.to}`] : []),
     'update-ca-certificates >/dev/null 2>&1',
     `${verify} && echo before=1 || echo before=0`,
-    'bash /mnt/step.sh >/dev/null || exit 91',
+    ...scripts.map((_, i) => `bash /mnt/step${i}.sh >/dev/null || exit 91`),
     `${verify} && echo after=1 || echo after=0`,
+    // Anything but certificates in the trust store (a key would be world-readable there).
+    "grep -rlF 'PRIVATE KEY' /usr/local/share/ca-certificates/ >/dev/null && echo key=1 || true",
   ].join('\n');
   const r = spawnSync('unshare', ['--mount', '--propagation', 'private', 'bash', '-c', inner], { encoding: 'utf8', env: { ...process.env, WORK: work } });
   if (r.status !== 0) throw new Error(`trust store run failed (${r.status}): ${r.stdout} ${r.stderr}`);
-  return { before: /before=1/.test(r.stdout), after: /after=1/.test(r.stdout) };
+  return { before: /before=1/.test(r.stdout), after: /after=1/.test(r.stdout), ...(/key=1/.test(r.stdout) ? { keyInStore: true as const } : {}) };
 }

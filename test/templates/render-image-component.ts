@@ -3,7 +3,7 @@
  * component, taken from the synthesized component document (not from the renderer), to
  * DIR/image-component-github.sh: what Image Builder's ExecuteBash step would run, with the
  * loopback release server's packages and the sandbox's runner user and directory. The image's
- * own steps (a shell step, Docker) go to DIR/image-step-github-<n>.sh, in recipe order.
+ * own steps (a shell step, Docker: the install script with Docker on) go to DIR/image-step-github-<n>.sh, in recipe order.
  *
  *   node --import tsx test/templates/render-image-component.ts --root DIR --runner-user USER \
  *     --release URL --release-dir DIR
