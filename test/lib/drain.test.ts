@@ -66,7 +66,7 @@ describe('the drain custom resource', () => {
 
   it("runs every scheduled function once per event, never after its 60 s maximum age: Lambda's async retries would outlive the quiet period", () => {
     const targets = Object.values(template.findResources('AWS::Events::Rule')).flatMap((r) => (r.Properties.Targets as { Arn: { 'Fn::GetAtt': [string, string] } }[]).map((t) => t.Arn['Fn::GetAtt'][0]));
-    expect(targets).toHaveLength(3);
+    expect(targets).toHaveLength(4);
     const configs = Object.values(template.findResources('AWS::Lambda::EventInvokeConfig')).map((c) => c.Properties as { FunctionName: { Ref: string } });
     for (const fn of targets) {
       expect(configs).toContainEqual({ FunctionName: { Ref: fn }, MaximumEventAgeInSeconds: 60, MaximumRetryAttempts: 0, Qualifier: '$LATEST' });
@@ -78,14 +78,16 @@ describe('the drain custom resource', () => {
       const env = drainFunctionEnv(exportName);
       expect(env.DRAIN_EVENT_SOURCE_MAPPINGS).toEqual({ Ref: one('AWS::Lambda::EventSourceMapping', 'RunnersScaleUp') });
       const rules = idsOf('AWS::Events::Rule');
-      // Pool, scale-down and the reconciler (the example has a GitHub connection).
-      expect(rules).toHaveLength(3);
+      // Pool, scale-down, the reconciler (the example has a GitHub connection) and the release
+      // resolver (its pool follows the newest runner): a resolver left running would write the
+      // release parameter again after the drain deleted it.
+      expect(rules).toHaveLength(4);
       const ref = (prefix: string) => ({ Ref: rules.find((r) => r.startsWith(prefix)) });
       const joined = (env.DRAIN_SCHEDULES as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
       expect(joined.filter((part) => part !== ',')).toEqual(
-        expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule')]),
+        expect.arrayContaining([ref('RunnersPoolSchedule'), ref('RunnersScaleDownSchedule'), ref('RunnersReconcileSchedule'), ref('RunnersRunnerReleaseSchedule')]),
       );
-      expect(joined.filter((part) => part !== ',')).toHaveLength(3);
+      expect(joined.filter((part) => part !== ',')).toHaveLength(4);
       // Pool and scale-down time out at 120 s, a scheduled event waits at most 60 s, and a
       // minute more for a mapping still disabling.
       expect(env.DRAIN_QUIET_SECONDS).toBe('240');
@@ -132,11 +134,13 @@ describe('drain permissions (only the fleet\'s resources)', () => {
       ['ec2:StartInstances', `${acct}:instance/i-0aaaaaaaaaaaaaaaa`, poolTag, false],
       ['ssm:DeleteParameters', ssmArn('/warm-runners/runners/config/i-0aaaaaaaaaaaaaaaa'), {}, true],
       ['ssm:DeleteParameters', ssmArn('/warm-runners/pools/linux-x64/prime-state'), {}, true],
+      ['ssm:DeleteParameters', ssmArn('/warm-runners/runners/release/gitlab'), {}, true],
       ['ssm:DeleteParameters', ssmArn('/warm-runners/ci/github/app-private-key'), {}, false],
       ['ssm:DeleteParameters', ssmArn('/warm-runners/fleet/config'), {}, false],
       ['ssm:DeleteParameters', ssmArn('/other-fleet/runners/config/i-0aaaaaaaaaaaaaaaa'), {}, false],
       ['ssm:GetParametersByPath', ssmArn('/warm-runners/runners/config'), {}, true],
       ['ssm:GetParametersByPath', ssmArn('/warm-runners/pools'), {}, true],
+      ['ssm:GetParametersByPath', ssmArn('/warm-runners/runners/release'), {}, true],
       ['ssm:GetParametersByPath', ssmArn('/warm-runners/ci'), {}, false],
       ['ssm:GetParameter', ssmArn('/warm-runners/ci/github/app-private-key'), {}, true],
       ['ssm:GetParameter', ssmArn('/warm-runners/ci/gitlab/runner-token'), {}, true],
