@@ -1,4 +1,4 @@
-import { DEFAULT_RUNNER_PACKAGES, RUNNER_VERSION_LATEST, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { DEFAULT_RUNNER_PACKAGES, Provider, RUNNER_VERSION_LATEST, type RunnerPackage } from '../lambdas/shared/contract';
 
 /**
  * Which runner release a pool installs on an image without a runner (docs/operations.md,
@@ -9,7 +9,8 @@ export class RunnerVersion {
   /**
    * Follow the newest release: a Lambda resolves it hourly from GitHub's or GitLab's release data
    * (checksums included), the boot installs it, and parked instances of an older version are
-   * replaced a few at a time. Cannot be combined with `runnerPackage`.
+   * replaced a few at a time. Cannot be combined with `runnerPackage`. The default of GitHub
+   * pools; a GitLab pool follows only when this is set (gitlab-runner must suit the server).
    */
   static latest(): RunnerVersion {
     return new RunnerVersion(true);
@@ -39,9 +40,11 @@ export interface RunnerVersionInput {
 }
 
 /**
- * Whether the pool follows the newest release. The default is to follow it unless the pool pins
- * a `runnerPackage`: a fleet on the library's pin would stop receiving GitHub jobs 30 days after
- * GitHub's next release unless someone upgraded the library in time.
+ * Whether the pool follows the newest release. The default: a GitHub pool follows it unless it
+ * pins a `runnerPackage` (a fleet on the library's pin would stop receiving GitHub jobs 30 days
+ * after GitHub's next release unless someone upgraded the library in time); a GitLab pool keeps
+ * its pin, because gitlab-runner must stay compatible with the GitLab server's version (a
+ * self-managed one may be behind), and GitLab refuses no older runner.
  */
 export function followsLatestRunner(pool: RunnerVersionInput): boolean {
   if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
@@ -49,7 +52,7 @@ export function followsLatestRunner(pool: RunnerVersionInput): boolean {
       `pool "${pool.name}": runnerVersion RunnerVersion.latest() and a runnerPackage (${pool.runnerPackage.version}) contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
     );
   }
-  return pool.runnerVersion?.followsLatest ?? pool.runnerPackage === undefined;
+  return pool.runnerVersion?.followsLatest ?? (pool.provider === Provider.GITHUB && pool.runnerPackage === undefined);
 }
 
 /** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version. */

@@ -78,12 +78,26 @@ describe('runner updates at synth', () => {
     );
   });
 
-  it('a GitLab fleet of pins has no resolver (GitLab has no 30-day window); one that follows has it, without a GitHub window alarm', () => {
+  it('a GitLab pool keeps the pin by default (gitlab-runner must suit the server): no resolver; one that opts in to RunnerVersion.latest() has it, without a GitHub window alarm', () => {
+    const resolvers = (t: Template) => Object.keys(t.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Resolves the newest') } }));
+    const byDefault = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image }], true);
+    expect(byDefault.config().pools[0]!.runnerVersion).toBe(DEFAULT_RUNNER_PACKAGES.gitlab.version);
+    expect(byDefault.userData('gl')).toContain("I_RELEASE='' ");
+    expect(resolvers(byDefault.template)).toHaveLength(0);
     const pinned = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image, runnerVersion: RunnerVersion.pinned() }], true);
-    expect(Object.keys(pinned.template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Resolves the newest') } }))).toHaveLength(0);
-    const following = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image }], true);
-    expect(Object.keys(following.template.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Resolves the newest') } }))).toHaveLength(1);
+    expect(resolvers(pinned.template)).toHaveLength(0);
+    const following = synth([{ name: 'gl', provider: Provider.GITLAB, machineImage: image, runnerVersion: RunnerVersion.latest() }], true);
+    expect(following.config().pools[0]!.runnerVersion).toBe('latest');
+    expect(resolvers(following.template)).toHaveLength(1);
     expect(Object.keys(following.template.findResources('AWS::CloudWatch::Alarm', { Properties: { MetricName: METRIC_NAMES.runnerDaysLeft } }))).toHaveLength(0);
     expect(following.userData('gl')).toContain(`I_RELEASE=${paths.runnerRelease(Provider.GITLAB)} `);
+  });
+
+  it('in a mixed fleet the GitHub pool follows by default and the GitLab pool keeps its pin', () => {
+    const { config } = synth([
+      { name: 'gh', provider: Provider.GITHUB, machineImage: image },
+      { name: 'gl', provider: Provider.GITLAB, machineImage: image },
+    ]);
+    expect(config().pools.map((p) => p.runnerVersion)).toEqual(['latest', DEFAULT_RUNNER_PACKAGES.gitlab.version]);
   });
 });
