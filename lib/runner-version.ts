@@ -1,4 +1,6 @@
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { DEFAULT_RUNNER_PACKAGES, Provider, RUNNER_VERSION_LATEST, type RunnerPackage } from '../lambdas/shared/contract';
+import { ParameterMachineImage } from './parameter-machine-image';
 
 /**
  * Which runner release a pool installs on an image without a runner (docs/operations.md,
@@ -37,6 +39,12 @@ export interface RunnerVersionInput {
   readonly provider: Provider;
   readonly runnerVersion?: RunnerVersion;
   readonly runnerPackage?: RunnerPackage;
+  readonly machineImage?: ec2.IMachineImage;
+}
+
+/** The runner release the pool's image carries, when the construct knows it (a `RunnerImage`'s). */
+export function bakedRunnerPackage(pool: RunnerVersionInput): RunnerPackage | undefined {
+  return pool.machineImage instanceof ParameterMachineImage ? pool.machineImage.runnerPackage : undefined;
 }
 
 /**
@@ -47,6 +55,8 @@ export interface RunnerVersionInput {
  * self-managed one may be behind), and GitLab refuses no older runner.
  */
 export function followsLatestRunner(pool: RunnerVersionInput): boolean {
+  // An image with the runner baked in installs none at boot: nothing to follow (runnerVersionWarnings).
+  if (bakedRunnerPackage(pool) !== undefined) return false;
   if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
     throw new Error(
       `pool "${pool.name}": runnerVersion RunnerVersion.latest() and a runnerPackage (${pool.runnerPackage.version}) contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
@@ -55,8 +65,19 @@ export function followsLatestRunner(pool: RunnerVersionInput): boolean {
   return pool.runnerVersion?.followsLatest ?? (pool.provider === Provider.GITHUB && pool.runnerPackage === undefined);
 }
 
-/** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version. */
+/** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version (the image's, when it carries the runner). */
 export function runnerVersionConfig(pool: RunnerVersionInput): string {
   if (followsLatestRunner(pool)) return RUNNER_VERSION_LATEST;
-  return (pool.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[pool.provider]).version;
+  return (bakedRunnerPackage(pool) ?? pool.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[pool.provider]).version;
+}
+
+/** Synth warnings: `RunnerVersion.latest()` on a pool whose image carries its runner, which nothing then updates. */
+export function runnerVersionWarnings(pools: readonly RunnerVersionInput[]): string[] {
+  return pools.flatMap((pool) => {
+    const baked = bakedRunnerPackage(pool);
+    if (!baked || !pool.runnerVersion?.followsLatest) return [];
+    return [
+      `pool "${pool.name}": runnerVersion RunnerVersion.latest() has no effect on a RunnerImage, which carries runner ${baked.version}: the pool runs that version until the image is rebuilt with another runnerPackage (docs/operations.md, "Runner updates")`,
+    ];
+  });
 }

@@ -42,6 +42,7 @@ import { JobQueue } from './job-queue';
 import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
 import { RunnerReleaseResolver } from './runner-release-resolver';
+import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
@@ -234,6 +235,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
     for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     for (const { id: warningId, message } of prepareCommandWarnings(props)) Annotations.of(this).addWarningV2(warningId, message);
+    for (const warning of runnerVersionWarnings(props.pools)) Annotations.of(this).addWarningV2('cdk-warm-runners:runner-version-baked', warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);

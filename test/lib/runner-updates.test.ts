@@ -1,8 +1,8 @@
 import { App, Stack } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { describe, expect, it } from 'vitest';
-import { RunnerVersion, WarmRunners, decodeUserData, type RunnerPoolProps } from '../../lib';
+import { RunnerImage, RunnerVersion, WarmRunners, decodeUserData, type RunnerPoolProps } from '../../lib';
 import { DEFAULT_RUNNER_PACKAGES, METRIC_NAMES, Provider, RUNNER_PIN_WARN_DAYS, ssmPaths, type RunnerPackage } from '../../lambdas/shared/contract';
 
 /** Runner updates at synth: the default, the pin, the resolver with its schedule, the alarms. */
@@ -14,8 +14,9 @@ const mirror: RunnerPackage = {
   arm64: { url: 'https://mirror.example.com/arm64.tar.gz', sha256: DEFAULT_RUNNER_PACKAGES.github.arm64.sha256 },
 };
 
-function synth(pools: RunnerPoolProps[], gitlabOnly = false) {
+function synth(pools: RunnerPoolProps[] | ((stack: Stack) => RunnerPoolProps[]), gitlabOnly = false) {
   const stack = new Stack(new App(), 'S');
+  if (typeof pools === 'function') pools = pools(stack);
   const runners = new WarmRunners(stack, 'Runners', {
     vpc: new ec2.Vpc(stack, 'Vpc'),
     ...(gitlabOnly ? {} : { github: { appId: '1', organization: 'org' } }),
@@ -28,7 +29,8 @@ function synth(pools: RunnerPoolProps[], gitlabOnly = false) {
     const [lt] = Object.entries(template.findResources('AWS::EC2::LaunchTemplate')).filter(([id]) => id.includes(`LaunchTemplate${pool}`));
     return decodeUserData(lt![1].Properties.LaunchTemplateData.UserData as string);
   };
-  return { template, config, userData };
+  const warnings = () => Annotations.fromStack(stack).findWarning('*', Match.anyValue()).map((w) => String(w.entry.data));
+  return { template, config, userData, warnings };
 }
 
 describe('runner updates at synth', () => {
@@ -70,6 +72,20 @@ describe('runner updates at synth', () => {
     const policies = Object.entries(template.findResources('AWS::IAM::Policy')).filter(([id]) => !id.includes('Drain'));
     expect(policies.length).toBeGreaterThan(0);
     expect(JSON.stringify(policies)).not.toContain('runners/release');
+  });
+
+  it('a pool on a RunnerImage runs the runner baked into it: pinned at that version (its expiry alarm watches it), nothing read or rolled; RunnerVersion.latest() there is warned about', () => {
+    const baked = { ...mirror, version: '2.336.0' };
+    const { template, config, userData, warnings } = synth((stack) => [
+      { name: 'image', provider: Provider.GITHUB, machineImage: new RunnerImage(stack, 'Image', { provider: Provider.GITHUB }).machineImage() },
+      { name: 'own', provider: Provider.GITHUB, machineImage: new RunnerImage(stack, 'Own', { provider: Provider.GITHUB, runnerPackage: baked }).machineImage(), runnerVersion: RunnerVersion.latest() },
+    ]);
+    expect(config().pools.map((p) => p.runnerVersion)).toEqual([DEFAULT_RUNNER_PACKAGES.github.version, '2.336.0']);
+    for (const pool of ['image', 'own']) expect(userData(pool)).toContain("I_RELEASE='' ");
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: METRIC_NAMES.runnerDaysLeft, Dimensions: [{ Name: 'Pool', Value: 'own' }], AlarmDescription: Match.stringLikeRegexp('pinned 2.336.0') });
+    // The resolver still runs (it publishes the days left of GitHub pins), but no instance reads a release.
+    expect(JSON.stringify(template.findResources('AWS::IAM::Policy'))).not.toContain('ReadResolvedRunnerRelease');
+    expect(warnings().filter((w) => /RunnerVersion.latest\(\) has no effect on a RunnerImage/.test(w))).toEqual([expect.stringMatching(/pool "own".*carries runner 2\.336\.0/)]);
   });
 
   it('refuses RunnerVersion.latest() beside a runnerPackage, naming both', () => {
