@@ -15,7 +15,7 @@ import {
   type FleetConfig,
   type ResolvedRunnerRelease,
 } from '../../lambdas/shared/contract';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { Lines, PREFIX } from '../support/fixtures';
 import { startLoopback, type Loopback } from '../support/loopback';
 
@@ -184,6 +184,24 @@ describe('release resolver', () => {
     const summary = await run(config([latestGithub]));
     expect(stored(Provider.GITHUB)?.version).toBe('2.340.0');
     expect(summary.daysLeft).toEqual({ linux: 30 });
+  });
+
+  it('a write whose every answer was lost is resolved by reading the parameter back: landed counts as written, not as a problem', async () => {
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => lostAnswer()));
+    const summary = await run(config([latestGithub]));
+    expect(aws.count('PutParameter')).toBe(6);
+    expect(stored(Provider.GITHUB)?.version).toBe('2.339.0');
+    expect(summary.providers.github).toEqual({ version: '2.339.0', written: true });
+    expect(problemsMetric()).toBe(0);
+    expect(lines.logs('runner release resolved')).toHaveLength(1);
+  });
+
+  it('a write that timed out without landing is still a write-failed problem', async () => {
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => awsError('TimeoutError', 0)));
+    const summary = await run(config([latestGithub]));
+    expect(stored(Provider.GITHUB)).toBeUndefined();
+    expect(summary.providers.github).toMatchObject({ written: false, problem: 'write-failed' });
+    expect(problemsMetric()).toBe(1);
   });
 
   it('writes nothing when the stored release cannot be read (it could move it backwards)', async () => {
