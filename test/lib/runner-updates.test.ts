@@ -41,8 +41,10 @@ describe('runner updates at synth', () => {
     template.hasResourceProperties('AWS::Lambda::Function', { Description: Match.stringLikeRegexp('Resolves the newest runner releases') });
     expect(userData('linux')).toContain(`I_RELEASE=${paths.runnerRelease(Provider.GITHUB)} `);
     expect(userData('linux')).toContain('I_TAG_VERSION=warm-runners:runner-version');
+    // Two hourly runs in a row: one transient 5xx of GitHub or GitLab pages no one.
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Threshold: 1,
+      EvaluationPeriods: 2,
       ComparisonOperator: 'GreaterThanOrEqualToThreshold',
       Metrics: Match.arrayWith([Match.objectLike({ MetricStat: Match.objectLike({ Metric: Match.objectLike({ MetricName: METRIC_NAMES.runnerReleaseProblems }) }) })]),
     });
