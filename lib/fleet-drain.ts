@@ -139,7 +139,8 @@ export class FleetDrain extends Construct {
     const drain = this.isCompleteFunction;
     props.configParameter.grantRead(drain);
     const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.replace(/^\//, '') });
-    const roots = [paths.runnerConfigRoot, paths.poolStateRoot];
+    // The release root always: a parameter written while a pool followed the newest release outlives a later pin.
+    const roots = [paths.runnerConfigRoot, paths.poolStateRoot, paths.runnerReleaseRoot];
     if (props.secretParameterNames.length > 0) drain.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: props.secretParameterNames.map(parameterArn) }));
     if (props.encryptionKey) {
       // Without it the credential cannot be read, and no runner deregistered.

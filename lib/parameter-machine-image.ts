@@ -1,5 +1,6 @@
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { Construct, IDependable } from 'constructs';
+import type { RunnerPackage } from '../lambdas/shared/contract';
 import type { RunnerImageArchitecture } from './image-architecture';
 
 /**
@@ -20,6 +21,9 @@ export class ParameterMachineImage implements ec2.IMachineImage {
    *   (a pool then maps its root volume to it; lib/root-device.ts)
    * @param architecture the architecture of the images the parameter names, if known: the
    *   fleet then refuses, at synth, a pool whose instance types are of another architecture
+   * @param runnerPackage the runner release baked into the images the parameter names, if
+   *   known (`RunnerImage` sets it): a pool on it installs no runner, so it does not follow the
+   *   newest release and its expiry alarm watches this version
    */
   constructor(
     readonly parameterName: string,
@@ -27,6 +31,7 @@ export class ParameterMachineImage implements ec2.IMachineImage {
     readonly creator?: IDependable,
     readonly rootDeviceName?: string,
     readonly architecture?: RunnerImageArchitecture,
+    readonly runnerPackage?: RunnerPackage,
   ) {}
 
   getImage(scope: Construct): ec2.MachineImageConfig {

@@ -358,9 +358,11 @@ export interface RunnerPoolProps {
    * Follow the newest runner release (`RunnerVersion.latest()`: resolved hourly by the control
    * plane, parked instances of an older version replaced a few at a time) or keep a pin
    * (`RunnerVersion.pinned()`: `runnerPackage`, else the library's). Applies when the AMI lacks
-   * the runner. Latest by default because GitHub refuses a runner 30 days after a newer
-   * release came out (docs/operations.md, "Runner updates").
-   * @default - RunnerVersion.latest(), or RunnerVersion.pinned() when `runnerPackage` is set
+   * the runner. Latest by default for GitHub, because GitHub refuses a runner 30 days after a
+   * newer release came out; pinned by default for GitLab, because gitlab-runner must stay
+   * compatible with the GitLab server's version (docs/operations.md, "Runner updates").
+   * @default - GitHub pools: RunnerVersion.latest(), or RunnerVersion.pinned() when
+   * `runnerPackage` is set; GitLab pools: RunnerVersion.pinned()
    */
   readonly runnerVersion?: RunnerVersion;
   /**

@@ -7,7 +7,7 @@ import * as imagebuilder from 'aws-cdk-lib/aws-imagebuilder';
 import type * as s3assets from 'aws-cdk-lib/aws-s3-assets';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
-import { DEFAULT_PREFIX, Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { DEFAULT_PREFIX, DEFAULT_RUNNER_PACKAGES, Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { instanceTypeArchitecture, RunnerImageArchitecture } from './image-architecture';
 import { acknowledgeManagedPolicy, acknowledgeWildcard } from './nag';
 import { ParameterMachineImage } from './parameter-machine-image';
@@ -130,11 +130,14 @@ export class RunnerImage extends Construct implements iam.IGrantable {
   readonly installScript: string;
   /** Creates the parameter (the stock image until the first build); fleets using the image deploy after it. */
   private readonly seed: cr.AwsCustomResource;
+  /** The runner release the image carries. */
+  readonly runnerPackage: RunnerPackage;
 
   constructor(scope: Construct, id: string, props: RunnerImageProps) {
     super(scope, id);
     const architecture = props.architecture ?? RunnerImageArchitecture.X86_64;
     this.architecture = architecture;
+    this.runnerPackage = props.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[props.provider];
     const arch = ARCHITECTURES[architecture];
     const schedule = props.schedule ?? events.Schedule.cron({ weekDay: 'SUN', hour: '3', minute: '0' });
     validateRunnerImageProps(props, architecture, schedule);
@@ -307,7 +310,7 @@ export class RunnerImage extends Construct implements iam.IGrantable {
    */
   machineImage(): ec2.IMachineImage {
     // Built on Amazon Linux 2023 (the parent image above): its root device is /dev/xvda.
-    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, '/dev/xvda', this.architecture);
+    return new ParameterMachineImage(this.parameterName, ec2.OperatingSystemType.LINUX, this.seed, '/dev/xvda', this.architecture, this.runnerPackage);
   }
 }
 

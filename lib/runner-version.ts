@@ -1,4 +1,6 @@
-import { DEFAULT_RUNNER_PACKAGES, RUNNER_VERSION_LATEST, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { DEFAULT_RUNNER_PACKAGES, Provider, RUNNER_VERSION_LATEST, type RunnerPackage } from '../lambdas/shared/contract';
+import { ParameterMachineImage } from './parameter-machine-image';
 
 /**
  * Which runner release a pool installs on an image without a runner (docs/operations.md,
@@ -9,7 +11,8 @@ export class RunnerVersion {
   /**
    * Follow the newest release: a Lambda resolves it hourly from GitHub's or GitLab's release data
    * (checksums included), the boot installs it, and parked instances of an older version are
-   * replaced a few at a time. Cannot be combined with `runnerPackage`.
+   * replaced a few at a time. Cannot be combined with `runnerPackage`. The default of GitHub
+   * pools; a GitLab pool follows only when this is set (gitlab-runner must suit the server).
    */
   static latest(): RunnerVersion {
     return new RunnerVersion(true);
@@ -36,24 +39,45 @@ export interface RunnerVersionInput {
   readonly provider: Provider;
   readonly runnerVersion?: RunnerVersion;
   readonly runnerPackage?: RunnerPackage;
+  readonly machineImage?: ec2.IMachineImage;
+}
+
+/** The runner release the pool's image carries, when the construct knows it (a `RunnerImage`'s). */
+export function bakedRunnerPackage(pool: RunnerVersionInput): RunnerPackage | undefined {
+  return pool.machineImage instanceof ParameterMachineImage ? pool.machineImage.runnerPackage : undefined;
 }
 
 /**
- * Whether the pool follows the newest release. The default is to follow it unless the pool pins
- * a `runnerPackage`: a fleet on the library's pin would stop receiving GitHub jobs 30 days after
- * GitHub's next release unless someone upgraded the library in time.
+ * Whether the pool follows the newest release. The default: a GitHub pool follows it unless it
+ * pins a `runnerPackage` (a fleet on the library's pin would stop receiving GitHub jobs 30 days
+ * after GitHub's next release unless someone upgraded the library in time); a GitLab pool keeps
+ * its pin, because gitlab-runner must stay compatible with the GitLab server's version (a
+ * self-managed one may be behind), and GitLab refuses no older runner.
  */
 export function followsLatestRunner(pool: RunnerVersionInput): boolean {
+  // An image with the runner baked in installs none at boot: nothing to follow (runnerVersionWarnings).
+  if (bakedRunnerPackage(pool) !== undefined) return false;
   if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
     throw new Error(
       `pool "${pool.name}": runnerVersion RunnerVersion.latest() and a runnerPackage (${pool.runnerPackage.version}) contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
     );
   }
-  return pool.runnerVersion?.followsLatest ?? pool.runnerPackage === undefined;
+  return pool.runnerVersion?.followsLatest ?? (pool.provider === Provider.GITHUB && pool.runnerPackage === undefined);
 }
 
-/** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version. */
+/** The pool's `runnerVersion` in the FleetConfig: "latest", or the pinned version (the image's, when it carries the runner). */
 export function runnerVersionConfig(pool: RunnerVersionInput): string {
   if (followsLatestRunner(pool)) return RUNNER_VERSION_LATEST;
-  return (pool.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[pool.provider]).version;
+  return (bakedRunnerPackage(pool) ?? pool.runnerPackage ?? DEFAULT_RUNNER_PACKAGES[pool.provider]).version;
+}
+
+/** Synth warnings: `RunnerVersion.latest()` on a pool whose image carries its runner, which nothing then updates. */
+export function runnerVersionWarnings(pools: readonly RunnerVersionInput[]): string[] {
+  return pools.flatMap((pool) => {
+    const baked = bakedRunnerPackage(pool);
+    if (!baked || !pool.runnerVersion?.followsLatest) return [];
+    return [
+      `pool "${pool.name}": runnerVersion RunnerVersion.latest() has no effect on a RunnerImage, which carries runner ${baked.version}: the pool runs that version until the image is rebuilt with another runnerPackage (docs/operations.md, "Runner updates")`,
+    ];
+  });
 }

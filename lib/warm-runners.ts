@@ -23,6 +23,7 @@ import {
   METRIC_NAMES,
   Provider,
   RUNNER_PIN_WARN_DAYS,
+  RUNNER_RELEASE_ALARM_HOURS,
   RUNNER_VERSION_LATEST,
   ssmPaths,
   tagKeys,
@@ -42,6 +43,7 @@ import { JobQueue } from './job-queue';
 import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
 import { RunnerReleaseResolver } from './runner-release-resolver';
+import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
@@ -234,6 +236,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
     for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     for (const { id: warningId, message } of prepareCommandWarnings(props)) Annotations.of(this).addWarningV2(warningId, message);
+    for (const warning of runnerVersionWarnings(props.pools)) Annotations.of(this).addWarningV2('cdk-warm-runners:runner-version-baked', warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);
@@ -678,7 +681,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       const hourly = (name: string, pool: string | undefined, statistic: string) => new cloudwatch.Metric({ ...metric(name, pool, statistic), period: Duration.hours(1) } as cloudwatch.MetricProps);
       alarm(
         'RunnerReleaseAlarm',
-        'The newest runner release could not be resolved or was refused (unreachable, checksums or downloads missing, version going backwards, checksums changed): the last good release stays in use. ' +
+        `The newest runner release could not be resolved or was refused in ${RUNNER_RELEASE_ALARM_HOURS} hourly runs in a row (unreachable, checksums or downloads missing, version going backwards, checksums changed): the last good release stays in use. ` +
           `Why: Logs Insights on /aws/lambda/${this.runnerReleaseFunction.functionName}: fields @timestamp, provider, reason, detail | filter message like /not resolved|window unknown/ | sort @timestamp desc | limit 20. ` +
           'What to do: docs/operations.md#runner-updates',
         new cloudwatch.MathExpression({
@@ -687,7 +690,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
           period: Duration.hours(1),
         }),
         1,
-        1,
+        RUNNER_RELEASE_ALARM_HOURS,
       );
       for (const pool of this.config.pools.filter((p) => p.provider === Provider.GITHUB)) {
         const a = new cloudwatch.Alarm(this, `RunnerVersionExpiring-${pool.name}`, {

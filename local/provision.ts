@@ -9,7 +9,7 @@ import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type Flee
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
-import { followsLatestRunner } from '../lib/runner-version';
+import { followsLatestRunner, RunnerVersion } from '../lib/runner-version';
 import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
@@ -43,6 +43,12 @@ export interface LocalSettings {
    * server's packages). @default - the example's: the contract's pinned releases
    */
   readonly runnerPackages?: Partial<Readonly<Record<Provider, RunnerPackage>>>;
+  /**
+   * Every pool follows the newest runner release (`npm run local -- --roll`): `runnerVersion:
+   * RunnerVersion.latest()`, which a GitLab pool needs set explicitly (its default is the pin).
+   * @default false: the example's (GitHub pools follow, GitLab pools keep the pin)
+   */
+  readonly followLatestRunner?: boolean;
   /** Every pool reusable with these settings (`npm run local -- --reuse`). @default - no reuse */
   readonly reuse?: PoolReuseProps;
   /**
@@ -79,6 +85,7 @@ export const LOCAL_QUEUE = {
  *   clock);
  * - with `runnerPackages`, each pool's `runnerPackage` is its provider's (the loopback release
  *   server: these machines cannot reach GitHub's or GitLab's download sites);
+ * - with `followLatestRunner`, every pool's `runnerVersion` is `RunnerVersion.latest()`;
  * - without `docker`, the pools' `docker` is dropped: a played machine has no Docker daemon
  *   unless the run starts one (`npm run local -- --docker`, docs/local.md "Docker");
  * - with `aptPools`, those pools' image is Ubuntu-style (`LOCAL_APT_IMAGE_ID`).
@@ -95,7 +102,7 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
       const runnerPackage = local.runnerPackages?.[pool.provider];
       const { docker, ...rest } = pool;
       const apt = local.aptPools?.includes(pool.name) ? { machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': LOCAL_APT_IMAGE_ID }) } : {};
-      return { ...rest, ...(local.docker && docker ? { docker } : {}), ...apt, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
+      return { ...rest, ...(local.docker && docker ? { docker } : {}), ...apt, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.followLatestRunner ? { runnerVersion: RunnerVersion.latest() } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
 }

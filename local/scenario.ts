@@ -274,7 +274,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       }
       const release = await startReleaseServer({ dir: releaseDir, mode: () => (faults.tamperedDownload ? 'tamper' : ''), onRequest: () => downloads++, ...(releases ? { releases } : {}) });
       cleanups.push(() => release.close());
-      // Rolling, the pools pin nothing: they follow the release the resolver reads from the server.
+      // Rolling, the pools pin nothing: they follow the release the resolver reads from the server
+      // (the GitLab pool opts in, as a deployment must: its default is the pin).
       if (o.roll) releaseSources = LocalReleases.sources(release.url);
       else runnerPackages = Object.fromEntries(PROVIDERS.map((p) => [p, runnerPackageOf(p, LOCAL_RUNNER_VERSION, release.url, releaseDir)]));
     }
@@ -298,7 +299,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();

@@ -187,6 +187,12 @@ install_gitlab() {
   mv -f "$part" "$I_BIN" || refuse "$part" "cannot move gitlab-runner to $I_BIN"
 }
 
+# https, or plain http to the loopback only (a test server), as the contract's runnerPackageProblems.
+release_url_ok() {
+  local loopback='^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?/'
+  [[ $1 == https://?* || $1 =~ $loopback ]]
+}
+
 # A pool that follows the newest release (I_RELEASE, the start logic only): the release the
 # control plane resolved and checked (contract runner-release.ts: one line of version, then URL
 # and SHA-256 per architecture, then the publication date) replaces the rendered pin in V_*.
@@ -202,8 +208,9 @@ resolved_release() {
   fi
   ((rc == 0)) || fail "cannot read the resolved runner release $I_RELEASE: refused, nothing installed"
   read -r v u64 s64 ua sa at _ <<<"$OUT" || true
-  [[ $v =~ ^[0-9A-Za-z][0-9A-Za-z._+-]{0,39}$ && $u64 == http*://* && $ua == http*://* && $s64 =~ ^[0-9a-f]{64}$ && $sa =~ ^[0-9a-f]{64}$ && -n $at ]] ||
+  if ! [[ $v =~ ^[0-9A-Za-z][0-9A-Za-z._+-]{0,39}$ && $s64 =~ ^[0-9a-f]{64}$ && $sa =~ ^[0-9a-f]{64}$ && -n $at ]] || ! release_url_ok "$u64" || ! release_url_ok "$ua"; then
     fail "the resolved runner release at $I_RELEASE does not parse: refused, nothing installed"
+  fi
   V_VERSION=$v V_URL_X64=$u64 V_SHA_X64=$s64 V_URL_ARM64=$ua V_SHA_ARM64=$sa
 }
 

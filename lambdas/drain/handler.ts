@@ -230,7 +230,8 @@ async function observe(deps: DrainDeps, config: FleetConfig, elapsedMs: number, 
   const keys = tagKeys(config.prefix);
   const paths = ssmPaths(config.prefix);
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { states: [...LIVE_STATES, 'shutting-down'] });
-  const parameters = [...(await parameterNames(deps, paths.runnerConfigRoot)), ...(await parameterNames(deps, paths.poolStateRoot))];
+  const parameters: string[] = [];
+  for (const root of [paths.runnerConfigRoot, paths.poolStateRoot, paths.runnerReleaseRoot]) parameters.push(...(await parameterNames(deps, root)));
   const providers = deps.providers(config);
   const runners = new Map<Provider, RunnerList>();
   for (const provider of new Set(config.pools.map((p) => p.provider))) {

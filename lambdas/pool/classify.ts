@@ -210,7 +210,9 @@ export function planPool(
  * flight, so the pool never has more than `RUNNER_ROLL_BATCH` replacements outstanding and the
  * rest keep serving jobs with the runner they have (GitHub accepts it for 30 days after the new
  * release). Only instances that name their version are replaced: one whose image carried the
- * runner installed nothing and names none.
+ * runner installed nothing and names none. As with `stale-image`, a release not yet proven to
+ * prime must not empty the pool: until a parked instance carries it, one stale parked instance
+ * stays (a small pool would otherwise lose every standby to a release that never parks).
  */
 function staleRunners(kept: readonly Kept[], evictions: readonly Eviction[], keys: TagKeys, runner: CurrentRunner): Eviction[] {
   const going = new Set(evictions.map((e) => e.instance.id));
@@ -221,9 +223,10 @@ function staleRunners(kept: readonly Kept[], evictions: readonly Eviction[], key
     const version = k.instance.tags.get(keys.runnerVersion);
     return k.cls === 'parked' && version !== undefined && version !== runner.version;
   });
+  const proven = stays.some((k) => k.cls === 'parked' && k.instance.tags.get(keys.runnerVersion) === runner.version);
   return [...stale]
     .sort((a, b) => builtAt(a.instance, keys).getTime() - builtAt(b.instance, keys).getTime())
-    .slice(0, room)
+    .slice(0, proven ? room : Math.min(room, stale.length - 1))
     .map((k) => ({ instance: k.instance, reason: 'stale-runner' as const }));
 }
 

@@ -4,8 +4,11 @@
  * - GitHub: `GET <api>/repos/actions/runner/releases`: the newest release that is neither a
  *   draft nor a prerelease, its SHA-256 per platform from the body's BEGIN SHA blocks, its
  *   tarballs from its assets; the list also dates every release (the 30-day window).
- * - GitLab: `GET <api>/projects/gitlab-org%2Fgitlab-runner/releases/permalink/latest`, then
- *   `<downloads>/v<version>/release.sha256` for the binaries' SHA-256.
+ * - GitLab: `GET <api>/projects/gitlab-org%2Fgitlab-runner/releases?per_page=20` (GitLab's
+ *   default page; at most 100), the highest version listed, then
+ *   `<downloads>/v<version>/release.sha256` for the binaries' SHA-256. Not `permalink/latest`:
+ *   GitLab orders releases by `released_at`, so a backport patch of an older minor released
+ *   after the newest minor would be "latest" and move the pools backwards.
  * Nothing here decides whether to keep what was read (decide.ts).
  */
 import {
@@ -87,33 +90,47 @@ export async function fetchGithubRelease(sources: RunnerReleaseSources, fetchFn:
   return { release: { version, ...download, publishedAt: new Date(newest.published_at as string).toISOString() }, history };
 }
 
-/** GitLab's newest release of gitlab-runner, with the checksums GitLab publishes beside its binaries. */
+/** How many of gitlab-runner's releases the resolver lists (newest `released_at` first): months of them. */
+export const GITLAB_RELEASES_PER_PAGE = 20;
+
+interface GitlabReleaseJson {
+  readonly tag_name?: unknown;
+  readonly released_at?: unknown;
+  readonly upcoming_release?: unknown;
+}
+
+/** GitLab's highest released version of gitlab-runner, with the checksums GitLab publishes beside its binaries. */
 export async function fetchGitlabRelease(sources: RunnerReleaseSources, fetchFn: Fetch = fetch): Promise<FetchedRelease> {
-  const url = `${sources.gitlabApi.replace(/\/+$/, '')}/projects/gitlab-org%2Fgitlab-runner/releases/permalink/latest`;
-  let latest: { tag_name?: unknown; released_at?: unknown };
+  const url = `${sources.gitlabApi.replace(/\/+$/, '')}/projects/gitlab-org%2Fgitlab-runner/releases?per_page=${GITLAB_RELEASES_PER_PAGE}`;
+  let list: GitlabReleaseJson[];
   try {
-    latest = JSON.parse(await get(fetchFn, url, sources, 'application/json')) as typeof latest;
+    list = JSON.parse(await get(fetchFn, url, sources, 'application/json')) as GitlabReleaseJson[];
   } catch (error) {
     return { problem: error instanceof ReadError ? 'unreachable' : 'malformed', detail: (error as Error).message };
   }
-  if (typeof latest?.tag_name !== 'string' || typeof latest.released_at !== 'string' || Number.isNaN(Date.parse(latest.released_at))) {
-    return { problem: 'malformed', detail: `${url} names no release with a date` };
-  }
+  if (!Array.isArray(list)) return { problem: 'malformed', detail: `${url} is not a list of releases` };
+  // Released ones only: an upcoming release (released_at ahead) is not downloadable yet.
+  const released = list.filter(
+    (r): r is { tag_name: string; released_at: string } =>
+      r.upcoming_release !== true && typeof r.tag_name === 'string' && typeof r.released_at === 'string' && !Number.isNaN(Date.parse(r.released_at)),
+  );
+  const history = released.map((r) => ({ version: versionOf(r.tag_name), publishedAt: new Date(r.released_at) }));
+  const latest = [...released].sort((a, b) => compareVersions(versionOf(b.tag_name), versionOf(a.tag_name)))[0];
+  if (!latest) return { problem: 'malformed', detail: `${url} lists no released version with a date` };
   const version = versionOf(latest.tag_name);
   const base = `${sources.gitlabDownloads.replace(/\/+$/, '')}/v${encodeURIComponent(version)}`;
   let sums: Map<string, string>;
   try {
     sums = parseSha256Sums(await get(fetchFn, `${base}/release.sha256`, sources, 'text/plain'));
   } catch (error) {
-    return { problem: 'unreachable', detail: (error as Error).message };
+    return { problem: 'unreachable', detail: (error as Error).message, history };
   }
   const download = {} as Record<(typeof ARCHES)[number], { url: string; sha256: string }>;
   for (const arch of ARCHES) {
     const name = PUBLISHED_CHECKSUM_NAMES[Provider.GITLAB][arch];
     const sha256 = sums.get(name);
-    if (!sha256) return { problem: 'checksum-missing', detail: `${base}/release.sha256 has no ${name}` };
+    if (!sha256) return { problem: 'checksum-missing', detail: `${base}/release.sha256 has no ${name}`, history };
     download[arch] = { url: `${base}/binaries/gitlab-runner-linux-${GITLAB_ARCH[arch]}`, sha256 };
   }
-  const publishedAt = new Date(latest.released_at).toISOString();
-  return { release: { version, ...download, publishedAt }, history: [{ version, publishedAt: new Date(publishedAt) }] };
+  return { release: { version, ...download, publishedAt: new Date(latest.released_at).toISOString() }, history };
 }

@@ -1,5 +1,5 @@
 import { GetParameterCommand, PutParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
-import { errorName, READ, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import { errorName, isUnknownOutcome, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
 import {
   daysUntilRefused,
   decodeRunnerRelease,
@@ -100,15 +100,28 @@ async function resolveProvider(deps: RunnerReleaseDeps, config: FleetConfig, pro
     if (decision.problem) log.error('runner release not resolved: the last good one stays', { parameter: name, reason: decision.problem, detail: decision.detail, stored: stored?.version });
     return { fetched, ...(stored ? { current: stored } : {}), written: false, ...(decision.problem ? { problem: decision.problem } : {}) };
   }
+  const value = encodeRunnerRelease(decision.release);
   try {
     // Overwrite with the same value is idempotent: a lost answer is retried safely.
-    await deps.aws.send(deps.ssm, new PutParameterCommand({ Name: name, Value: encodeRunnerRelease(decision.release), Type: 'String', Overwrite: true }), WRITE_IDEMPOTENT);
+    await deps.aws.send(deps.ssm, new PutParameterCommand({ Name: name, Value: value, Type: 'String', Overwrite: true }), WRITE_IDEMPOTENT);
   } catch (error) {
-    log.error('runner release not resolved: writing it failed, the last good one stays', { parameter: name, reason: 'write-failed', error: errorName(error) });
-    return { fetched, ...(stored ? { current: stored } : {}), written: false, problem: 'write-failed' };
+    // Every answer lost: the write may have landed. What the parameter holds now says.
+    if (!((error instanceof UnknownOutcomeError || isUnknownOutcome(error)) && (await holds(deps, name, value)))) {
+      log.error('runner release not resolved: writing it failed, the last good one stays', { parameter: name, reason: 'write-failed', error: errorName(error) });
+      return { fetched, ...(stored ? { current: stored } : {}), written: false, problem: 'write-failed' };
+    }
   }
   log.info('runner release resolved', { parameter: name, version: decision.release.version, previous: stored?.version, publishedAt: decision.release.publishedAt });
   return { fetched, current: decision.release, written: true };
+}
+
+/** Whether the parameter holds `value` (read back after a write whose answers were all lost; unreadable: not known to). */
+async function holds(deps: RunnerReleaseDeps, name: string, value: string): Promise<boolean> {
+  try {
+    return (await deps.aws.send<GetParameterCommandOutput>(deps.ssm, new GetParameterCommand({ Name: name }), READ)).Parameter?.Value === value;
+  } catch {
+    return false;
+  }
 }
 
 /** The stored release; undefined when none is stored yet, 'unreadable' when SSM did not answer or it does not parse. */

@@ -7,7 +7,11 @@
  * - `GET /repos/actions/runner/releases`: GitHub's list, newest first, each body with the
  *   `<!-- BEGIN SHA linux-x64 -->` blocks, each asset's `browser_download_url` at
  *   `/github/<version>/actions-runner-linux-<arch>-<version>.tar.gz`;
- * - `GET /api/v4/projects/gitlab-org%2Fgitlab-runner/releases/permalink/latest`: GitLab's newest;
+ * - `GET /api/v4/projects/gitlab-org%2Fgitlab-runner/releases`: GitLab's list, ordered as
+ *   GitLab orders it, by `released_at` (newest first), not by version; and `.../permalink/latest`,
+ *   the first of that order;
+ * - both lists cut to `per_page` as the APIs do (GitHub's default 30, GitLab's 20; at most 100;
+ *   a value that is not a whole number from 1 answers 400), so a reader that pages wrong sees it;
  * - `GET /gitlab/v<version>/release.sha256` and `/gitlab/v<version>/binaries/gitlab-runner-linux-<amd64|arm64>`.
  */
 import { createHash } from 'node:crypto';
@@ -23,6 +27,8 @@ export interface PublishedLocalRelease {
 
 const GITLAB_ARCH = { x64: 'amd64', arm64: 'arm64' } as const;
 const ARCHES = ['x64', 'arm64'] as const;
+/** GitHub's and GitLab's documented maximum of `per_page`; a larger value lists this many. */
+const MAX_PER_PAGE = 100;
 
 /** The releases a run has published, and the answers the release server gives about them. */
 export class LocalReleases {
@@ -30,7 +36,7 @@ export class LocalReleases {
 
   constructor(private readonly dir: string) {}
 
-  /** Builds the version's files and lists it from now on (the "newest" is the highest version). */
+  /** Builds the version's files and lists it from now on (the newest is the highest version, not the last released). */
   publish(version: string, publishedAt = new Date()): void {
     buildLocalRelease(join(this.dir, version), undefined, version);
     this.published.push({ version, publishedAt });
@@ -41,8 +47,9 @@ export class LocalReleases {
     return { githubApi: url, gitlabApi: `${url}/api/v4`, gitlabDownloads: `${url}/gitlab`, timeoutMs: 5_000 };
   }
 
-  private newest(): PublishedLocalRelease | undefined {
-    return [...this.published].sort((a, b) => compareVersions(b.version, a.version))[0];
+  /** GitLab's order: the last released first, whatever its version. */
+  private byReleasedAt(): PublishedLocalRelease[] {
+    return [...this.published].sort((a, b) => b.publishedAt.getTime() - a.publishedAt.getTime());
   }
 
   private sha(version: string, file: string): string {
@@ -50,14 +57,20 @@ export class LocalReleases {
   }
 
   /** The answer to a request of the release data or a versioned file; undefined for any other path. */
-  answer(path: string, baseUrl: string): { status: number; type: string; body: Buffer } | undefined {
+  answer(path: string, baseUrl: string, query = new URLSearchParams()): { status: number; type: string; body: Buffer } | undefined {
     const json = (value: unknown) => ({ status: 200, type: 'application/json', body: Buffer.from(JSON.stringify(value)) });
     const known = (v: string) => this.published.some((r) => r.version === v);
+    const page = (list: PublishedLocalRelease[], byDefault: number) => {
+      const perPage = Number(query.get('per_page') ?? byDefault);
+      return Number.isInteger(perPage) && perPage >= 1 ? list.slice(0, Math.min(perPage, MAX_PER_PAGE)) : undefined;
+    };
+    const badPage = { status: 400, type: 'application/json', body: Buffer.from(JSON.stringify({ error: 'per_page is invalid' })) };
     if (path === '/repos/actions/runner/releases') {
       const files = RELEASE_FILES[Provider.GITHUB];
+      const listed = page([...this.published].sort((a, b) => compareVersions(b.version, a.version)), 30);
+      if (!listed) return badPage;
       return json(
-        [...this.published]
-          .sort((a, b) => compareVersions(b.version, a.version))
+        listed
           .map((r) => ({
             tag_name: `v${r.version}`,
             draft: false,
@@ -68,9 +81,14 @@ export class LocalReleases {
           })),
       );
     }
+    const gitlabRelease = (r: PublishedLocalRelease) => ({ tag_name: `v${r.version}`, released_at: r.publishedAt.toISOString(), upcoming_release: false });
+    if (path === '/api/v4/projects/gitlab-org%2Fgitlab-runner/releases') {
+      const listed = page(this.byReleasedAt(), 20);
+      return listed ? json(listed.map(gitlabRelease)) : badPage;
+    }
     if (path === '/api/v4/projects/gitlab-org%2Fgitlab-runner/releases/permalink/latest') {
-      const newest = this.newest();
-      return newest ? json({ tag_name: `v${newest.version}`, released_at: newest.publishedAt.toISOString() }) : { status: 404, type: 'text/plain', body: Buffer.from('Not Found') };
+      const last = this.byReleasedAt()[0];
+      return last ? json(gitlabRelease(last)) : { status: 404, type: 'text/plain', body: Buffer.from('Not Found') };
     }
     let m = /^\/gitlab\/v([^/]+)\/release\.sha256$/.exec(path);
     if (m && known(m[1]!)) {

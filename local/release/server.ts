@@ -42,11 +42,11 @@ export interface ReleaseServer {
 
 export function createReleaseServer(o: ReleaseServerOptions): Server {
   return createServer((req, res) => {
-    const pathname = new URL(req.url ?? '/', 'http://127.0.0.1').pathname;
+    const { pathname, searchParams } = new URL(req.url ?? '/', 'http://127.0.0.1');
     const name = basename(decodeURIComponent(pathname));
     o.onRequest?.(req.url ?? '/');
     const mode = o.mode?.() ?? '';
-    const released = o.releases?.answer(pathname, `http://${req.headers.host ?? '127.0.0.1'}`);
+    const released = o.releases?.answer(pathname, `http://${req.headers.host ?? '127.0.0.1'}`, searchParams);
     if (released && mode === '') {
       res.writeHead(released.status, { 'content-type': released.type, 'content-length': released.body.length }).end(released.body);
       return;

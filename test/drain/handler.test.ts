@@ -153,6 +153,7 @@ function fleet() {
   const other = aws.addInstance({ state: 'running', tags: { Name: 'not-the-fleet' } });
   for (const id of [parked.id, running.id]) aws.parameters.set(paths.runnerConfig(id), { value: 'x', tags: {}, at: aws.now });
   aws.parameters.set(paths.primeState('linux'), { value: '{}', tags: {}, at: aws.now, type: 'String' });
+  aws.parameters.set(paths.runnerRelease(Provider.GITHUB), { value: '2.338.0 https://x a https://y b 2026-01-01T00:00:00Z', tags: {}, at: aws.now, type: 'String' });
   aws.parameters.set(paths.fleetConfig, { value: '{}', tags: {}, at: aws.now, type: 'String' });
   ci.runners.set('1', { runnerId: '1', name: runnerName(PREFIX, running.id, aws.now), status: 'online', busy: false, instanceId: running.id, jobId: 'github:1' });
   ci.runners.set('2', { runnerId: '2', name: runnerName(PREFIX, 'i-00000000000000abc', aws.now), status: 'offline', busy: false, instanceId: 'i-00000000000000abc', jobId: 'github:2' });

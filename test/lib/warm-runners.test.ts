@@ -56,7 +56,8 @@ describe('launch templates', () => {
       expect(gzip.length).toBeLessThan(USER_DATA_LIMIT_BYTES);
       expect(decodeUserData(encoded)).toBe(userData);
       // ...which is exactly what the renderer gives for the pool (npm run render, the docs).
-      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: poolPrepareCommands(pool), followLatestRunner: true, ...(pool.docker ? { docker: pool.docker } : {}) }));
+      // The GitHub pool follows the newest runner by default; the GitLab pool keeps the pin.
+      expect(userData).toBe(renderUserData({ prefix: 'warm-runners', provider: pool.provider, prepareCommands: poolPrepareCommands(pool), followLatestRunner: pool.provider === Provider.GITHUB, ...(pool.docker ? { docker: pool.docker } : {}) }));
     }
   });
 });

@@ -60,6 +60,16 @@ describe('the local fleet config', () => {
     expect(localOverrides(example, local).pools.map((p) => p.docker)).toEqual([undefined, undefined]);
     expect(localOverrides(example, { ...local, docker: true }).pools.map((p) => p.docker)).toEqual(example.pools.map((p) => p.docker));
   });
+
+  it('makes every pool follow the newest runner only for --roll (the GitLab pool opts in: its default is the pin)', () => {
+    const example = localExample();
+    expect(localFleetConfig(example, local, placement).pools.map((p) => [p.provider, p.runnerVersion === 'latest'])).toEqual([
+      [Provider.GITHUB, true],
+      [Provider.GITLAB, false],
+    ]);
+    expect(localFleetConfig(example, { ...local, followLatestRunner: true }, placement).pools.map((p) => p.runnerVersion)).toEqual(['latest', 'latest']);
+    expect(localPoolTemplate(localOverrides(example, { ...local, followLatestRunner: true }).pools[1]!, undefined).followLatestRunner).toBe(true);
+  });
 });
 
 describe('a local pool template', () => {
@@ -67,6 +77,7 @@ describe('a local pool template', () => {
   it('takes the pool\'s prepare commands under either name (the deprecated warm.prepareCommands too), none when it has none', () => {
     expect(localPoolTemplate({ ...pool, prepareCommands: ['echo a'] }, undefined).prepareCommands).toEqual(['echo a']);
     expect(localPoolTemplate({ ...pool, warm: { prepareCommands: ['echo b'] } }, undefined).prepareCommands).toEqual(['echo b']);
-    expect(localPoolTemplate(pool, undefined)).toEqual({ name: 'p', provider: Provider.GITHUB });
+    // A GitHub pool without a pin follows the newest runner (the default).
+    expect(localPoolTemplate(pool, undefined)).toEqual({ name: 'p', provider: Provider.GITHUB, followLatestRunner: true });
   });
 });

@@ -67,13 +67,28 @@ describe('planPool: runner roll', () => {
   it('does not evict an instance twice: over the target first, then the roll from what stays', () => {
     const old = [parked('2.338.0', minutesAgo(50)), parked('2.338.0', minutesAgo(40)), parked('2.338.0', minutesAgo(30))];
     const plan = planPool(old, new Set(), pool, KEYS, 2, NOW, undefined, current);
+    // The newest stale one stays until the release proved it parks.
     expect(reasons(plan)).toEqual([
       [old[0]!.id, 'over-target'],
       [old[1]!.id, 'stale-runner'],
-      [old[2]!.id, 'stale-runner'],
     ]);
     expect(new Set(plan.evictions.map((e) => e.instance.id)).size).toBe(plan.evictions.length);
-    expect(plan.launch).toBe(2);
+    expect(plan.launch).toBe(1);
+  });
+
+  it('keeps one stale parked instance of a small pool (target 2) until a parked instance carries the new release, then rolls it', () => {
+    const old = [parked('2.338.0', minutesAgo(50)), parked('2.338.0', minutesAgo(40))];
+    const before = planPool(old, new Set(), pool, KEYS, 2, NOW, undefined, current);
+    expect(reasons(before)).toEqual([[old[0]!.id, 'stale-runner']]);
+    expect(before).toMatchObject({ launch: 1, parked: 1 });
+    // The replacement still priming proves nothing: the last old one keeps serving.
+    const priming = planPool([old[1]!, inst('running', undefined, minutesAgo(1))], new Set(), pool, KEYS, 2, NOW, undefined, current);
+    expect(priming.evictions).toEqual([]);
+    expect(priming.parked).toBe(1);
+    // Parked on 2.339.0: the release primes, the last old one goes.
+    const after = planPool([old[1]!, parked('2.339.0')], new Set(), pool, KEYS, 2, NOW, undefined, current);
+    expect(reasons(after)).toEqual([[old[1]!.id, 'stale-runner']]);
+    expect(after.launch).toBe(1);
   });
 });
 

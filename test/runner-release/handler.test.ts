@@ -15,7 +15,7 @@ import {
   type FleetConfig,
   type ResolvedRunnerRelease,
 } from '../../lambdas/shared/contract';
-import { awsError, FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { Lines, PREFIX } from '../support/fixtures';
 import { startLoopback, type Loopback } from '../support/loopback';
 
@@ -33,7 +33,9 @@ interface GithubRelease {
   noAsset?: 'x64' | 'arm64';
 }
 let github: GithubRelease[] = [];
-let gitlab: { version: string; releasedAt: string; sums: string } | undefined;
+/** gitlab-runner's releases, listed as GitLab lists them: newest released_at first, per_page of them (default 20, at most 100). */
+let gitlab: { version: string; releasedAt: string }[] = [];
+const gitlabSums = (v: string) => `${sha(v, 'amd64')}  binaries/gitlab-runner-linux-amd64\n${sha(v, 'arm64')}  binaries/gitlab-runner-linux-arm64\n`;
 let down = false;
 let server: Loopback;
 
@@ -58,10 +60,15 @@ beforeAll(async () => {
         })),
       };
     }
-    if (req.path === '/api/v4/projects/gitlab-org%2Fgitlab-runner/releases/permalink/latest' && gitlab) {
-      return { status: 200, body: { tag_name: `v${gitlab.version}`, released_at: gitlab.releasedAt } };
+    const url = new URL(req.path, 'http://loopback');
+    if (url.pathname === '/api/v4/projects/gitlab-org%2Fgitlab-runner/releases') {
+      const perPage = Number(url.searchParams.get('per_page') ?? 20);
+      if (!Number.isInteger(perPage) || perPage < 1) return { status: 400, body: { error: 'per_page is invalid' } };
+      const listed = [...gitlab].sort((a, b) => Date.parse(b.releasedAt) - Date.parse(a.releasedAt)).slice(0, Math.min(perPage, 100));
+      return { status: 200, body: listed.map((r) => ({ tag_name: `v${r.version}`, released_at: r.releasedAt })) };
     }
-    if (gitlab && req.path === `/downloads/v${gitlab.version}/release.sha256`) return { status: 200, headers: { 'content-type': 'text/plain' }, body: gitlab.sums };
+    const sums = /^\/downloads\/v([^/]+)\/release\.sha256$/.exec(url.pathname);
+    if (sums && gitlab.some((r) => r.version === sums[1])) return { status: 200, headers: { 'content-type': 'text/plain' }, body: gitlabSums(sums[1]!) };
     return { status: 404, body: 'not found' };
   });
 });
@@ -82,11 +89,10 @@ beforeEach(() => {
     { version: '2.340.0-rc1', publishedAt: '2026-12-01T10:00:00Z', prerelease: true },
     { version: '2.338.0', publishedAt: '2026-10-28T10:00:00Z' },
   ];
-  gitlab = {
-    version: '19.1.0',
-    releasedAt: '2026-11-22T00:00:00Z',
-    sums: `${sha('19.1.0', 'amd64')}  binaries/gitlab-runner-linux-amd64\n${sha('19.1.0', 'arm64')}  binaries/gitlab-runner-linux-arm64\n`,
-  };
+  gitlab = [
+    { version: '19.1.0', releasedAt: '2026-11-22T00:00:00Z' },
+    { version: '19.0.1', releasedAt: '2026-11-02T00:00:00Z' },
+  ];
 });
 
 function config(pools: { name: string; provider: Provider; runnerVersion?: string }[]): FleetConfig {
@@ -136,6 +142,15 @@ describe('release resolver', () => {
     expect(problemsMetric()).toBe(0);
   });
 
+  it('takes GitLab\'s highest version, not the one released last (a backport patch of an older minor)', async () => {
+    // 19.0.2 backports a fix to 19.0 after 19.1.0 came out: GitLab lists it first (released_at), permalink/latest names it.
+    gitlab.push({ version: '19.0.2', releasedAt: '2026-12-03T00:00:00Z' });
+    const summary = await run(config([latestGitlab]));
+    expect(stored(Provider.GITLAB)?.version).toBe('19.1.0');
+    expect(summary.providers.gitlab).toEqual({ version: '19.1.0', written: true });
+    expect(problemsMetric()).toBe(0);
+  });
+
   it('resolves nothing for pinned pools, and publishes the days until GitHub refuses each pin', async () => {
     const summary = await run(config([{ name: 'pinned', provider: Provider.GITHUB, runnerVersion: '2.338.0' }, { name: 'gl', provider: Provider.GITLAB, runnerVersion: '19.0.1' }]));
     expect(aws.parameters.size).toBe(0);
@@ -169,6 +184,24 @@ describe('release resolver', () => {
     const summary = await run(config([latestGithub]));
     expect(stored(Provider.GITHUB)?.version).toBe('2.340.0');
     expect(summary.daysLeft).toEqual({ linux: 30 });
+  });
+
+  it('a write whose every answer was lost is resolved by reading the parameter back: landed counts as written, not as a problem', async () => {
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => lostAnswer()));
+    const summary = await run(config([latestGithub]));
+    expect(aws.count('PutParameter')).toBe(6);
+    expect(stored(Provider.GITHUB)?.version).toBe('2.339.0');
+    expect(summary.providers.github).toEqual({ version: '2.339.0', written: true });
+    expect(problemsMetric()).toBe(0);
+    expect(lines.logs('runner release resolved')).toHaveLength(1);
+  });
+
+  it('a write that timed out without landing is still a write-failed problem', async () => {
+    aws.fault('PutParameter', ...Array.from({ length: 6 }, () => awsError('TimeoutError', 0)));
+    const summary = await run(config([latestGithub]));
+    expect(stored(Provider.GITHUB)).toBeUndefined();
+    expect(summary.providers.github).toMatchObject({ written: false, problem: 'write-failed' });
+    expect(problemsMetric()).toBe(1);
   });
 
   it('writes nothing when the stored release cannot be read (it could move it backwards)', async () => {

@@ -73,6 +73,18 @@ unresolve() { moto_aws ssm delete-parameter --name "$RELEASE_PARAM_GITHUB" >/dev
   [ ! -e "$ROOT/calls/shutdown" ]
 }
 
+@test "following: a resolved release with a plain-http URL off the loopback is refused before any download" {
+  unresolve
+  moto_aws ssm put-parameter --name "$RELEASE_PARAM_GITHUB" --type String \
+    --value "sandbox-2 http://example.com/github-x64.tar.gz $(sha_of github-x64.tar.gz) $RELEASE_URL/github-arm64.tar.gz $(sha_of github-arm64.tar.gz) 2026-12-01T00:00:00.000Z" >/dev/null
+  stock_machine
+  new_instance "$(warm_tags)"
+  boot "$ROOT/user-data-github-latest.sh"
+  [ "$status" -ne 0 ]
+  grep -qF "the resolved runner release at $RELEASE_PARAM_GITHUB does not parse" "$ROOT/out"
+  [ -z "$(release_requests)" ]
+}
+
 @test "pinned: the pin, without reading any release" {
   resolve sandbox-2 "$(sha_of github-x64.tar.gz)"
   stock_machine

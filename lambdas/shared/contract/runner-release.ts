@@ -23,6 +23,16 @@ export const GITHUB_RUNNER_WINDOW_DAYS = 30;
 /** The pin alarm fires when a pinned (or stuck) GitHub runner has this many days or fewer left. */
 export const RUNNER_PIN_WARN_DAYS = 7;
 
+/**
+ * The release alarm fires when this many hourly runs in a row failed or were refused. One
+ * failure pages no one: a GitHub or GitLab 5xx or timeout usually passes within the hour, and
+ * the last good release stays in use meanwhile (the 30-day window leaves weeks). The runs do not
+ * retry instead: three tries of three reads bounded by 10 s each would not fit the function's
+ * 60 s, an outage of minutes outlasts a backoff of seconds, and GitHub's unauthenticated API
+ * allows 60 requests an hour per address, which Lambda's addresses share.
+ */
+export const RUNNER_RELEASE_ALARM_HOURS = 2;
+
 /** Where the release resolver reads the providers' release data (LAMBDA_ENV.runnerReleaseSources, as JSON). */
 export interface RunnerReleaseSources {
   /** GitHub's REST API. */

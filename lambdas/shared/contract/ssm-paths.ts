@@ -31,6 +31,8 @@ export interface SsmPaths {
   readonly ciRoot: string;
   /** Path under which each pool's run-time state lives (`primeState`), with a trailing "/". */
   readonly poolStateRoot: string;
+  /** Path under which the resolved runner releases live (`runnerRelease`), with a trailing "/". */
+  readonly runnerReleaseRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
   readonly github: GitHubParameterNames;
@@ -85,10 +87,12 @@ export function ssmPaths(prefix: string): SsmPaths {
   const runnerConfigRoot = `/${prefix}/runners/config/`;
   const ciRoot = `/${prefix}/ci/`;
   const poolStateRoot = `/${prefix}/pools/`;
+  const runnerReleaseRoot = `/${prefix}/runners/release/`;
   return {
     runnerConfigRoot,
     ciRoot,
     poolStateRoot,
+    runnerReleaseRoot,
     fleetConfig: `/${prefix}/fleet/config`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
@@ -108,7 +112,7 @@ export function ssmPaths(prefix: string): SsmPaths {
     },
     runnerRelease(provider: Provider): string {
       if (!(PROVIDERS as readonly string[]).includes(provider)) throw new Error(`"${String(provider)}" is not a provider (${PROVIDERS.join(', ')})`);
-      return `/${prefix}/runners/release/${provider}`;
+      return `${runnerReleaseRoot}${provider}`;
     },
     instanceIdOf(parameterName: string): string | undefined {
       if (!parameterName.startsWith(runnerConfigRoot)) return undefined;
