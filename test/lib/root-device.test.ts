@@ -41,7 +41,8 @@ describe('the root device name of a pool', () => {
         { name: 'al2023', machineImage: ec2.MachineImage.latestAmazonLinux2023() },
         { name: 'al2', machineImage: ec2.MachineImage.latestAmazonLinux2() },
         { name: 'noble', machineImage: ec2.MachineImage.fromSsmParameter(UBUNTU_2404) },
-        { name: 'jammy', machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(UBUNTU_2204) },
+        // arm64 (the parameter says so): arm64 instance types, or synth refuses the pool.
+        { name: 'jammy', machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(UBUNTU_2204), instanceTypes: [new ec2.InstanceType('m7g.large')] },
         { name: 'debian', machineImage: ec2.MachineImage.fromSsmParameter('/aws/service/debian/release/12/latest/amd64') },
         { name: 'baked', machineImage: new ParameterMachineImage('/team/runner-ami', ec2.OperatingSystemType.LINUX, undefined, '/dev/xvda') },
       ]),
