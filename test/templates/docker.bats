@@ -150,7 +150,9 @@ DOCKER_LOOK='D=$ROOT/bin/docker
 } >"$CALLS/job2.docker"
 echo looked'
 
-@test "docker reuse: the next job finds none of the last job's containers, networks or volumes, and its images" {
+# docker_reuse_first_job: a primed reusable GitHub standby with Docker, activated for its first
+# job (the caller writes the job, then boots the hook).
+docker_reuse_first_job() {
   reuse_provider github
   mkdir -p "$REUSE_HOME" "$ROOT/var/tmp" "$ROOT/dev/shm"
   chmod 1777 "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm"
@@ -161,6 +163,10 @@ echo looked'
   rm -f "$ROOT/calls/shutdown"
   activate 1
   reuse_config "$AFF" 0 jit-first
+}
+
+@test "docker reuse: the next job finds none of the last job's containers, networks or volumes, and its images" {
+  docker_reuse_first_job
   job "ROOT=$ROOT IMAGE=$BUSYBOX_IMAGE
 $DOCKER_JOB"
   boot_hook
@@ -186,16 +192,7 @@ $DOCKER_LOOK"
 }
 
 @test "docker reuse: a daemon that stops answering during the job fails the cleaning: the instance terminates, never parks with the job's containers" {
-  reuse_provider github
-  mkdir -p "$REUSE_HOME" "$ROOT/var/tmp" "$ROOT/dev/shm"
-  chmod 1777 "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/dev/shm"
-  chown -R "$REUSE_USER:" "$REUSE_HOME" "$ROOT/runner/github"
-  new_instance "$(launch_tags standby)"
-  boot_first github-docker-reuse
-  [ "$status" -eq 0 ]
-  rm -f "$ROOT/calls/shutdown"
-  activate 1
-  reuse_config "$AFF" 0 jit-first
+  docker_reuse_first_job
   # The job leaves its containers, then the daemon stops answering (the shim's docker-down).
   job "ROOT=$ROOT IMAGE=$BUSYBOX_IMAGE
 $DOCKER_JOB
