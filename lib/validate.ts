@@ -224,3 +224,16 @@ export function hostedLabelWarnings(props: WarmRunnersProps): string[] {
   }
   return out;
 }
+
+/**
+ * A fleet whose alarms have no actions: they change state in CloudWatch and notify no one, so
+ * a wrong webhook secret or a failing function is found only by someone looking. A warning,
+ * not an error: a team may attach its actions itself (an aspect, or `WarmRunners.alarms`).
+ */
+export function alarmActionWarnings(props: WarmRunnersProps): string[] {
+  if ((props.alarmActions ?? []).length > 0) return [];
+  return [
+    "alarmActions is not set: the fleet's alarms notify no one (a wrong webhook secret, failing functions and lost deliveries change an alarm's state in CloudWatch, and nobody hears of it). " +
+      'Pass alarmActions, e.g. [new cloudwatch_actions.SnsAction(topic)], or add actions to WarmRunners.alarms yourself.',
+  ];
+}

@@ -46,7 +46,8 @@ import { RunnerReleaseResolver } from './runner-release-resolver';
 import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
+import { ALARMS_NOTIFY_NO_ONE, fleetAlarm, functionErrorAlarms, lostDeliveriesAlarm, webhookAlarms } from './fleet-alarms';
+import { alarmActionWarnings, hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
  * Props of the `WarmRunners` construct. The jobs queue is FIFO (it de-duplicates webhook
@@ -221,7 +222,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly dashboard: cloudwatch.Dashboard;
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
-  /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target). */
+  /**
+   * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors,
+   * webhook refusals and throttles, lost deliveries, parked below target, prime back-off and
+   * the runner release (docs/operations.md, "Alarms").
+   */
   readonly alarms: cloudwatch.Alarm[] = [];
   readonly connections: ec2.Connections;
   readonly grantPrincipal: iam.IPrincipal;
@@ -237,6 +242,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     for (const { id: warningId, message } of prepareCommandWarnings(props)) Annotations.of(this).addWarningV2(warningId, message);
     for (const warning of runnerVersionWarnings(props.pools)) Annotations.of(this).addWarningV2('cdk-warm-runners:runner-version-baked', warning);
+    for (const warning of alarmActionWarnings(props)) Annotations.of(this).addWarningV2(ALARMS_NOTIFY_NO_ONE, warning);
     const prefix = props.prefix ?? DEFAULT_PREFIX;
     const paths = ssmPaths(prefix);
     const tags = tagKeys(prefix);
@@ -645,14 +651,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         period: Duration.minutes(5),
       });
     const alarm = (alarmId: string, description: string, m: cloudwatch.IMetric, threshold: number, evaluationPeriods: number) => {
-      const a = new cloudwatch.Alarm(this, alarmId, {
-        alarmDescription: description,
-        metric: m,
-        threshold,
-        evaluationPeriods,
-        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-      });
+      const a = fleetAlarm(this, alarmId, { description, metric: m, threshold, evaluationPeriods });
       this.alarms.push(a);
       return a;
     };
@@ -670,12 +669,17 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       1,
       1,
     );
-    alarm(
-      'ScaleUpErrorAlarm',
-      'The scale-up Lambda failed invocations. What to do: docs/operations.md#scale-up-errors',
-      this.scaleUpFunction.metricErrors({ period: Duration.minutes(5) }),
-      1,
-      1,
+    // Errors of every control-plane function (the release resolver's are in RunnerReleaseAlarm).
+    this.alarms.push(
+      ...functionErrorAlarms(this, [
+        { id: 'Webhook', fn: this.webhookFunction, role: 'webhook', anchor: 'function-errors' },
+        { id: 'ScaleUp', fn: this.scaleUpFunction, role: 'scale-up', anchor: 'scale-up-errors' },
+        { id: 'Pool', fn: this.poolFunction, role: 'pool', anchor: 'function-errors', interval: props.poolInterval ?? Duration.minutes(1) },
+        { id: 'ScaleDown', fn: this.scaleDownFunction, role: 'scale-down', anchor: 'function-errors', interval: props.scaleDownInterval ?? Duration.minutes(5) },
+        ...(this.reconcileFunction ? [{ id: 'Reconcile', fn: this.reconcileFunction, role: 'reconcile', anchor: 'function-errors', interval: props.reconcileInterval ?? Duration.minutes(5) }] : []),
+      ]),
+      ...webhookAlarms(this, this.webhookFunction, namespace),
+      ...(this.reconcileFunction ? [lostDeliveriesAlarm(this, namespace, props.reconcileInterval ?? Duration.minutes(5))] : []),
     );
     if (this.runnerReleaseFunction) {
       const hourly = (name: string, pool: string | undefined, statistic: string) => new cloudwatch.Metric({ ...metric(name, pool, statistic), period: Duration.hours(1) } as cloudwatch.MetricProps);

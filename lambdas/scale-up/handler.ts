@@ -28,7 +28,7 @@ import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
 import { dropCarried, launchCold, launchRefused, launchUnknown, lookUpEarlier, type ColdFleet } from './cold';
 import { launchAttemptOf, type LaunchAttempt } from './cold-tokens';
-import { stampDeferredIntake } from './intake';
+import { countLostDeliveries, stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByBucket, reuseAffinityOf, triageByRecord, usesOf, type ColdVerdict, type Plan, type QueuedJob } from './decide';
@@ -248,6 +248,7 @@ async function admit(b: Batch, records: JobRecords, live: readonly BatchItem[]):
   const admission = await admitByRecord({ records, now: b.now, metrics: b.metrics, names: b.names, maxWaitSeconds: b.options.maxWaitSeconds }, live);
   for (const item of admission.unrecorded) item.unrecorded = true;
   stampDeferredIntake(b.ledger, admission.fresh);
+  countLostDeliveries(b.metrics, b.names, admission.fresh);
   const unchecked = admission.tookOver.filter((i) => !comesBack(i));
   const queuedNow = await mapLimit(unchecked, 10, (i) => stillQueued(b, i));
   const gone = unchecked.filter((_, n) => queuedNow[n] !== true);

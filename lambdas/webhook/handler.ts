@@ -14,6 +14,7 @@ import { classifyGitHubDelivery } from './github-delivery';
 import { classifyGitLabDelivery } from './gitlab-delivery';
 import { buildJobMessage, deduplicationId, gitLabDeliveryId, normaliseDeliveryId, traceIdFor } from './job-message';
 import { logSafe, logSafeList } from './log-safe';
+import { refusalMetric } from './refusal';
 import { isTooLarge, messageBytes, TOO_LARGE_REASON, tooLargeRecord, tooLargeSummary } from './too-large';
 import { DEFAULT_TIMESTAMP_TOLERANCE_SECONDS, verifyGitHubSignature, verifyGitLabToken, verifyStandardWebhook, type Verdict } from './verify';
 
@@ -187,7 +188,11 @@ async function verify(ctx: Context, request: Request, receivedAt: Date, deadline
   const verdict = await deadline.run('webhook secret read', ctx.opts.secretReadTimeoutMs, ctx.opts.sendReserveMs, (signal) =>
     route === 'github' ? verifyGitHub(ctx, config, headers, body, signal) : verifyGitLab(ctx, config, headers, body, receivedAt, signal),
   );
-  if (!verdict.ok) throw new Rejection(401, verdict.reason);
+  if (!verdict.ok) {
+    const counted = refusalMetric(config.metrics, route, verdict.refusal, headers);
+    emitMetrics(config.metrics.namespace, counted.dimensions, { [counted.name]: 1 }, 'Count', ctx.deps.metricSink);
+    throw new Rejection(401, verdict.reason);
+  }
 }
 
 /** Decide what the delivery is: a job to queue, or one to acknowledge and drop (with why). */
@@ -281,7 +286,7 @@ async function verifyGitLab(ctx: Context, config: FleetConfig, headers: Headers,
   const [token, signingKey] = await Promise.all([ctx.secrets.find(names.webhookToken, signal), ctx.secrets.find(names.webhookSigningKey, signal)]);
   if (token === undefined && signingKey === undefined) {
     ctx.log.error('no GitLab webhook secret configured: every GitLab delivery is refused', { parameters: [names.webhookToken, names.webhookSigningKey] });
-    return { ok: false, reason: 'no GitLab webhook secret is configured' };
+    return { ok: false, reason: 'no GitLab webhook secret is configured', refusal: 'secret' };
   }
   // Each configured secret is checked; a delivery must satisfy all of them.
   if (token !== undefined) {

@@ -4,10 +4,17 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypt
  * Signature checks for both services, as pure functions over the raw body bytes. Every
  * comparison is constant-time; a result names what failed (never a secret or a signature).
  */
-export type Verdict = { readonly ok: true } | { readonly ok: false; readonly reason: string };
+export type Verdict = { readonly ok: true } | { readonly ok: false; readonly reason: string; readonly refusal: Refusal };
+
+/**
+ * Why a delivery was refused, for the refusal metric (refusal.ts): `unsigned`, it carries no
+ * signature or token at all; `mismatch`, one that does not verify (a wrong secret, a stale
+ * timestamp); `secret`, ours is missing or unusable, so every delivery is refused.
+ */
+export type Refusal = 'unsigned' | 'mismatch' | 'secret';
 
 const OK: Verdict = { ok: true };
-const fail = (reason: string): Verdict => ({ ok: false, reason });
+const fail = (reason: string, refusal: Refusal = 'mismatch'): Verdict => ({ ok: false, reason, refusal });
 
 /** Equal-length buffers compared in constant time; a length mismatch is not secret. */
 function sameBytes(a: Buffer, b: Buffer): boolean {
@@ -28,7 +35,7 @@ const GITHUB_PREFIX = 'sha256=';
  * (https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries).
  */
 export function verifyGitHubSignature(body: Buffer, header: string | undefined, secret: string): Verdict {
-  if (!header) return fail('missing X-Hub-Signature-256');
+  if (!header) return fail('missing X-Hub-Signature-256', 'unsigned');
   if (!header.startsWith(GITHUB_PREFIX)) return fail('X-Hub-Signature-256 does not start with "sha256="');
   const given = header.slice(GITHUB_PREFIX.length);
   if (!/^[0-9a-fA-F]{64}$/.test(given)) return fail('X-Hub-Signature-256 is not 64 hex digits');
@@ -38,7 +45,7 @@ export function verifyGitHubSignature(body: Buffer, header: string | undefined, 
 
 /** GitLab: the secret token is sent as is in `X-Gitlab-Token`. */
 export function verifyGitLabToken(header: string | undefined, token: string): Verdict {
-  if (header === undefined || header === '') return fail('missing X-Gitlab-Token');
+  if (header === undefined || header === '') return fail('missing X-Gitlab-Token', 'unsigned');
   return sameSecret(header, token) ? OK : fail('X-Gitlab-Token does not match');
 }
 
@@ -64,13 +71,13 @@ export function verifyStandardWebhook(
   nowSeconds: number,
   toleranceSeconds = DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
 ): Verdict {
-  if (!headers.id || !headers.timestamp || !headers.signature) return fail('missing webhook-id, webhook-timestamp or webhook-signature');
+  if (!headers.id || !headers.timestamp || !headers.signature) return fail('missing webhook-id, webhook-timestamp or webhook-signature', 'unsigned');
   if (!/^\d{1,12}$/.test(headers.timestamp)) return fail('webhook-timestamp is not a Unix time in seconds');
   const skew = Math.abs(nowSeconds - Number(headers.timestamp));
   if (skew > toleranceSeconds) return fail(`webhook-timestamp is ${skew} s away from now, beyond the ${toleranceSeconds} s tolerance`);
-  if (!signingKey.startsWith('whsec_')) return fail('the configured signing key does not start with "whsec_"');
+  if (!signingKey.startsWith('whsec_')) return fail('the configured signing key does not start with "whsec_"', 'secret');
   const key = Buffer.from(signingKey.slice('whsec_'.length), 'base64');
-  if (key.length === 0) return fail('the configured signing key is empty');
+  if (key.length === 0) return fail('the configured signing key is empty', 'secret');
   const expected = createHmac('sha256', key)
     .update(Buffer.concat([Buffer.from(`${headers.id}.${headers.timestamp}.`, 'utf8'), body]))
     .digest();

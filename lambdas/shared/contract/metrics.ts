@@ -101,6 +101,19 @@ export interface MetricNames {
   readonly runnerReleaseProblems: string;
   /** Runner updates: whole days until GitHub refuses the runner version a GitHub pool installs (pinned or last resolved), per pool. */
   readonly runnerDaysLeft: string;
+  /**
+   * Webhook deliveries refused for their signature or token while they name the sender (a
+   * signature or token header, or the provider's event header), per `Provider` and `Reason`
+   * (`signature-mismatch`, `unsigned`, `no-secret`): a wrong or missing secret refuses every delivery.
+   */
+  readonly webhookRefused: string;
+  /** Requests to the webhook's URL with neither a signature or token nor the provider's event header (internet noise), per `Provider`. */
+  readonly webhookUnsigned: string;
+  /**
+   * Jobs whose first copy scale-up took was the reconciler's (the webhook never queued them: a
+   * lost or failed delivery), per pool. A job the reconciler finds again while it waits is not counted.
+   */
+  readonly lostDeliveries: string;
 }
 
 export const METRIC_NAMES = {
@@ -137,6 +150,9 @@ export const METRIC_NAMES = {
   parkedReused: 'ParkedReused',
   runnerReleaseProblems: 'RunnerReleaseProblems',
   runnerDaysLeft: 'RunnerDaysLeft',
+  webhookRefused: 'WebhookRefused',
+  webhookUnsigned: 'WebhookUnsigned',
+  lostDeliveries: 'LostDeliveries',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 
@@ -148,10 +164,13 @@ export interface MetricDimensions {
   readonly reason: string;
   /** The latency ledger's stage (contract ledger.ts). */
   readonly stage: string;
+  /** The CI provider a webhook request was for (`github`, `gitlab`). */
+  readonly provider: string;
 }
 
 export const METRIC_DIMENSIONS = {
   pool: 'Pool',
   reason: 'Reason',
   stage: 'Stage',
+  provider: 'Provider',
 } as const satisfies MetricDimensions;
