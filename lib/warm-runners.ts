@@ -46,6 +46,7 @@ import { RunnerReleaseResolver } from './runner-release-resolver';
 import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
+import type { RunnerPool } from './runner-pool';
 import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
@@ -223,7 +224,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly metricNamespace: string;
   /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target). */
   readonly alarms: cloudwatch.Alarm[] = [];
+  /**
+   * The fleet's shared security group, which every pool without its own `securityGroups` has
+   * (a pool with its own: `pool(name).connections`).
+   */
   readonly connections: ec2.Connections;
+  /**
+   * The fleet's shared instance role, which every pool without its own `instanceRole` has: a
+   * grant to the fleet reaches those pools only (a pool with its own role: `pool(name)`).
+   */
   readonly grantPrincipal: iam.IPrincipal;
   /** Names of the SecureString parameters the operator fills in after deploying. */
   readonly secretParameterNames: string[];
@@ -251,6 +260,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.fleet = new RunnerFleet(this, 'Fleet', {
       vpc: props.vpc,
       pools: props.pools,
+      ...(props.vpcSubnets ? { vpcSubnets: props.vpcSubnets } : {}),
       prefix,
       metricNamespace: namespace,
       logRetention,
@@ -260,12 +270,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.connections = this.fleet.connections;
     this.grantPrincipal = this.fleet.grantPrincipal;
 
-    const subnetIds = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }).subnetIds;
-    const templates = new Map(this.fleet.launchTemplates.map(({ pool, launchTemplate }) => [pool.name, launchTemplate]));
+    // Each pool launches in its own subnets (RunnerPoolProps.vpcSubnets, else the fleet's).
+    const subnetIds = [...new Set(this.fleet.pools.flatMap((p) => p.subnetIds))];
     this.config = buildFleetConfig(
       fleetConfigInput({ ...props, prefix, metricNamespace: namespace, ...(props.encryptionKey ? { parameterKeyId: props.encryptionKey.keyArn } : {}) }, (pool) => {
-        const template = templates.get(pool.name)!;
-        return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds };
+        const { launchTemplate: template, subnetIds: poolSubnets } = this.fleet.pool(pool.name);
+        return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds: poolSubnets };
       }),
     );
     const configJson = JSON.stringify(this.config);
@@ -456,7 +466,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['iam:PassRole'],
-          resources: [this.fleet.role.roleArn],
+          // Exactly the roles the pools' instance profiles hold (the shared one only while a pool uses it).
+          resources: [...new Set(this.fleet.pools.map((p) => p.role.roleArn))],
           conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
         }),
       );
@@ -784,6 +795,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       logRetention,
     });
+  }
+
+  /**
+   * The pool of this name, for the CDK verbs: `bucket.grantRead(runners.pool('deploy'))` grants to
+   * its role, `runners.pool('deploy').connections` opens its security groups (the fleet's shared
+   * ones for a pool that sets none). Throws for a name no pool has.
+   */
+  pool(name: string): RunnerPool {
+    return this.fleet.pool(name);
   }
 }
 
