@@ -168,6 +168,9 @@ export function instanceStatements(scope: IConstruct, options: InstanceGrantOpti
  */
 export function grantInstance(role: iam.IRole, statements: iam.PolicyStatement[], prefix: string): boolean {
   const added = statements.map((s) => role.addToPrincipalPolicy(s).statementAdded);
+  // An immutable role (`fromRoleArn(..., { mutable: false })`, `withoutPolicyUpdates()`) says
+  // it added the statement and drops it; a role that took it holds a policy in its own tree.
+  const holdsPolicy = role.node.findAll().some((c) => c instanceof iam.Policy || c instanceof iam.CfnPolicy);
   const paths = ssmPaths(prefix);
   acknowledgeWildcard(
     role,
@@ -184,7 +187,7 @@ export function grantInstance(role: iam.IRole, statements: iam.PolicyStatement[]
     nagArn('logs', `log-group:${bootLogGroupName(prefix)}:*`),
     "The fleet's one boot log group: each instance writes a stream named after its instance id, known only at run time.",
   );
-  return added.every((a) => a);
+  return holdsPolicy && added.every((a) => a);
 }
 
 /**
