@@ -1,8 +1,12 @@
-import { App, Stack } from 'aws-cdk-lib';
+import { App, Stack, Validations } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { PARAMETER_INSTANCE_ARN_TAG, PARAMETER_INSTANCE_TAG, Provider, bootLogGroupName } from '../../lambdas/shared/contract';
 import { WarmRunners, type RunnerPoolProps } from '../../lib';
@@ -246,5 +250,22 @@ describe('per-pool isolation: roles of every kind', () => {
     const ec2Role = (stack: Stack) => new iam.Role(stack, 'Own', { assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com') });
     expect(() => fleetWith(ec2Role, { securityGroups: [] })).toThrow(/^pools\[0\]\.securityGroups \(pool "deploy"\) is empty/);
     expect(() => fleetWith(ec2Role, { vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED } })).toThrow(/^pools\[0\]\.vpcSubnets \(pool "deploy"\) selects no subnet of the fleet's VPC/);
+  });
+});
+
+describe('cdk-nag', () => {
+  it('finds nothing unacknowledged in a fleet of pools with their own roles (one imported) and security groups', () => {
+    const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'wr-iso-nag-')) });
+    // Environment-agnostic, as the fleet's cdk-nag acknowledgements are written.
+    const stack = new Stack(app, 'N');
+    const vpc = new ec2.Vpc(stack, 'Vpc');
+    vpc.addFlowLog('FlowLog');
+    const pools = isolatedPools(stack, vpc);
+    pools.push({ name: 'imported', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023(), instanceRole: iam.Role.fromRoleArn(stack, 'Imported', `arn:aws:iam::${ACCOUNT}:role/runner`) });
+    new WarmRunners(stack, 'Runners', { vpc, github: { appId: '1', organization: 'org' }, pools });
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    expect(() => app.synth()).not.toThrow();
+    const report = readFileSync(join(app.outdir, 'validation-report.json'), 'utf8');
+    expect(report).not.toMatch(/"status":\s*"failure"/);
   });
 });
