@@ -58,7 +58,7 @@ export interface WarmRunnersProps {
   /** VPC the runner instances run in. */
   readonly vpc: ec2.IVpc;
   /**
-   * Subnets the runner instances launch in.
+   * Subnets the runner instances launch in (a pool's own `vpcSubnets` takes precedence).
    * @default - the VPC's private subnets with egress
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
