@@ -1,6 +1,7 @@
 export * from './props';
 export * from './warm-runners';
 export * from './runner-fleet';
+export { RunnerPool } from './runner-pool';
 export * from './job-queue';
 export * from './job-records';
 export * from './reconciler';

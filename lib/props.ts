@@ -1,5 +1,6 @@
 import type { Duration, Size } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import type { RunnerVersion } from './runner-version';
 import type { GitLabRunnerType, LabelMatch, Provider, ReuseScope, RunnerPackage, WarmScheduleEntry } from '../lambdas/shared/contract';
 
@@ -262,6 +263,29 @@ export interface RunnerPoolProps {
    * @default Size.gibibytes(30)
    */
   readonly diskSize?: Size;
+  /**
+   * Role of the pool's instances (its launch template carries an instance profile of it), for a
+   * pool kept apart from the others: grant it what this pool's jobs need
+   * (`bucket.grantRead(runners.pool('deploy'))`). It must be assumable by `ec2.amazonaws.com`
+   * and be of the stack's account. The construct adds the instance's own grants to it, scoped to
+   * this pool's instances (read and delete its own config parameter, tag and terminate only
+   * itself, write its boot log: docs/security.md, "Per-pool isolation"). An imported role
+   * (`Role.fromRoleArn`) gets them as a policy of this stack; one imported with
+   * `mutable: false` gets none: synth warns, and you attach `runners.pool(name).instanceStatements` yourself.
+   * @default - the fleet's shared role (`WarmRunners.grantPrincipal`), shared by every pool that sets none
+   */
+  readonly instanceRole?: iam.IRole;
+  /**
+   * Security groups of the pool's instances, in the fleet's VPC (`runners.pool(name).connections`
+   * opens them to what the pool's jobs reach).
+   * @default - the fleet's shared security group (`WarmRunners.connections`: no ingress, all egress), shared by every pool that sets none
+   */
+  readonly securityGroups?: ec2.ISecurityGroup[];
+  /**
+   * Subnets of the fleet's VPC the pool's instances launch in (warm standbys and cold launches).
+   * @default - the fleet's `vpcSubnets`
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   /**
    * Use spot capacity (cold launches fall back to on-demand when spot capacity is short).
    * @default false

@@ -1,4 +1,4 @@
-import { ArnFormat, Aws, RemovalPolicy, Size, Stack, Tags } from 'aws-cdk-lib';
+import { Annotations, RemovalPolicy, Size, Tags } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -13,27 +13,30 @@ import {
   LEDGER_LOG_KEYS,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
-  PARAMETER_INSTANCE_ARN_TAG,
-  PARAMETER_INSTANCE_TAG,
   bootLogGroupName,
-  ssmPaths,
   tagKeys,
   type LedgerStage,
 } from '../lambdas/shared/contract';
 import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
-import { acknowledgeWildcard, nagArn } from './nag';
+import { grantInstance, instanceStatements } from './instance-grants';
 import type { RunnerPoolProps } from './props';
 import { encodeUserData, renderUserData } from './user-data';
 import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
 import { poolRootDeviceName } from './root-device';
+import { poolInstances, RunnerPool } from './runner-pool';
 
 export interface RunnerFleetProps {
   /** VPC the runners run in. */
   readonly vpc: ec2.IVpc;
   /** The pools; each gets its own launch template. */
   readonly pools: RunnerPoolProps[];
+  /**
+   * Subnets the pools that set no `vpcSubnets` launch in.
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
   /** Fleet prefix (SSM paths, tag keys). */
   readonly prefix: string;
   /**
@@ -74,12 +77,21 @@ export interface PoolLaunchTemplate {
  * the rendered boot script) and the log group their boot script writes to.
  */
 export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGrantable {
-  /** Role of the runner instances. Grant it what your jobs need: `bucket.grantRead(fleet)`. */
+  /**
+   * The shared role of the runner instances of every pool that sets no `instanceRole`. Grant it
+   * what their jobs need: `bucket.grantRead(fleet)`. A pool with its own role gets none of it:
+   * grant to `fleet.pool(name)`.
+   */
   readonly role: iam.Role;
+  /** The shared security group of every pool that sets no `securityGroups`. */
   readonly securityGroup: ec2.SecurityGroup;
+  /** The shared security group's connections (pools with their own: `fleet.pool(name).connections`). */
   readonly connections: ec2.Connections;
+  /** The shared role (pools with their own: `fleet.pool(name)`). */
   readonly grantPrincipal: iam.IPrincipal;
   readonly launchTemplates: PoolLaunchTemplate[];
+  /** Each pool's instances (role, security groups, subnets, launch template), in the order of `pools`. */
+  readonly pools: RunnerPool[];
   /** Log group of the instances' boot script. */
   readonly logGroup: logs.LogGroup;
   /** Parses the boot script's ledger lines at ingestion. */
@@ -92,8 +104,6 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
   constructor(scope: Construct, id: string, props: RunnerFleetProps) {
     super(scope, id);
     const tags = tagKeys(props.prefix);
-    const paths = ssmPaths(props.prefix);
-    const stack = Stack.of(this);
 
     this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
@@ -108,133 +118,24 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     });
     this.grantPrincipal = this.role;
 
-    // The per-instance scoping is real IAM: scale-up tags each config parameter with its
-    // instance's ARN, and the statement ties that tag to the calling instance through the
-    // `ec2:SourceInstanceARN` policy variable, which EC2 role credentials carry. The tag key is
-    // `aws:ResourceTag/<key>`, the one the Service Authorization Reference lists on the rows of
-    // ssm:GetParameter and ssm:DeleteParameter (`ssm:resourceTag/<key>` appears only in its
-    // parameter resource-type table). Under IfExists a key the request lacks holds, so the key
-    // must be one AWS documents for these actions.
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'ReadAndDeleteOwnRunnerConfig',
-        actions: ['ssm:GetParameter', 'ssm:DeleteParameter'],
-        resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
-        // IfExists: IAM sees no tags on a parameter that does not exist yet, and a waiting
-        // instance must get ParameterNotFound there, not AccessDenied (the boot script tells
-        // the two apart). Only scale-up can create parameters here, always with the tag.
-        conditions: { StringEqualsIfExists: { [`aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: '${ec2:SourceInstanceARN}' } },
-      }),
-    );
-    // With IfExists, a parameter under the config path that lacks the ARN tag would be open to
-    // every instance; the pool's eviction marker is such a parameter (tagged with the id only,
-    // so no instance may read it). Deny what carries the id tag but not the ARN tag.
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'NoUntaggedRunnerParameters',
-        effect: iam.Effect.DENY,
-        actions: ['ssm:GetParameter', 'ssm:DeleteParameter'],
-        resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: `${paths.runnerConfigRoot.slice(1)}*` })],
-        conditions: {
-          Null: {
-            [`aws:ResourceTag/${PARAMETER_INSTANCE_TAG}`]: 'false',
-            [`aws:ResourceTag/${PARAMETER_INSTANCE_ARN_TAG}`]: 'true',
-          },
-        },
-      }),
-    );
-    if (props.encryptionKey) {
-      this.role.addToPrincipalPolicy(
-        new iam.PolicyStatement({
-          sid: 'DecryptRunnerConfigThroughSsm',
-          actions: ['kms:Decrypt'],
-          resources: [props.encryptionKey.keyArn],
-          conditions: { StringEquals: { 'kms:ViaService': `ssm.${Aws.REGION}.amazonaws.com` } },
-        }),
-      );
+    // Each pool's role, security groups and subnets (its own or the fleet's), then the
+    // instance grants once per role, for the pools whose instances run with it.
+    const defaults = { vpc: props.vpc, role: this.role, securityGroup: this.securityGroup, ...(props.vpcSubnets ? { vpcSubnets: props.vpcSubnets } : {}) };
+    const instances = props.pools.map((pool, i) => poolInstances(this, pool, i, defaults));
+    const statementsOf = new Map<iam.IRole, iam.PolicyStatement[]>();
+    for (const role of new Set(instances.map((x) => x.role))) {
+      const pools = props.pools.filter((_p, i) => instances[i]!.role === role);
+      const statements = instanceStatements(this, { prefix: props.prefix, pools, ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}) });
+      statementsOf.set(role, statements);
+      if (!grantInstance(role, statements, props.prefix)) {
+        const names = pools.map((p) => `pools[${props.pools.indexOf(p)}].instanceRole (pool "${p.name}")`).join(', ');
+        Annotations.of(this).addWarningV2(
+          'cdk-warm-runners:instance-role-immutable',
+          `${names}: the role takes no policy from this stack (imported with mutable: false), so its instances cannot read their config or tag themselves: ` +
+            "attach runners.pool(name).instanceStatements to it yourself (docs/security.md, \"Per-pool isolation\"), or import it mutable",
+        );
+      }
     }
-    // Self-termination: `aws:ARN` is the target instance's ARN; the pool tag keeps the grant
-    // inside this fleet even if that key's meaning ever changed (see docs/security.md).
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TerminateSelf',
-        actions: ['ec2:TerminateInstances'],
-        resources: [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })],
-        conditions: {
-          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false' },
-        },
-      }),
-    );
-
-    // The job-start report (templates/start-runner.sh, watch_job): this tag key only, on itself only.
-    // ForAllValues holds for a request without tags too, hence the Null check on aws:TagKeys.
-    const ownInstances = [stack.formatArn({ service: 'ec2', resource: 'instance', resourceName: '*' })];
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TagOwnJobStart',
-        actions: ['ec2:CreateTags'],
-        resources: ownInstances,
-        conditions: {
-          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted] },
-          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
-        },
-      }),
-    );
-    // The reason a cold launch failed before its runner started (on_exit, counted by the pool's
-    // back-off), only while the instance has not reported a job: job code, which runs with this
-    // role, cannot charge its own instance to the back-off once its job started.
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TagOwnStartFailure',
-        actions: ['ec2:CreateTags'],
-        resources: ownInstances,
-        conditions: {
-          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.startFailure] },
-          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false', [`aws:ResourceTag/${tags.jobStarted}`]: 'true' },
-        },
-      }),
-    );
-    // Runner updates: the version an instance installed, on itself only (templates/install-runner.sh,
-    // tag_version). Job code runs with this role and could rewrite it on its own instance: that
-    // misleads the pool about that one instance only (kept or replaced for it), nothing else.
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TagOwnRunnerVersion',
-        actions: ['ec2:CreateTags'],
-        resources: ownInstances,
-        conditions: {
-          StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}' },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.runnerVersion] },
-          Null: { [`aws:ResourceTag/${tags.pool}`]: 'false', 'aws:TagKeys': 'false' },
-        },
-      }),
-    );
-    // A pool that follows the newest release reads its provider's resolved release at install time.
-    const followed = [...new Set(props.pools.filter((p) => followsLatestRunner(p)).map((p) => p.provider))];
-    if (followed.length > 0) {
-      this.role.addToPrincipalPolicy(
-        new iam.PolicyStatement({
-          sid: 'ReadResolvedRunnerRelease',
-          actions: ['ssm:GetParameter'],
-          resources: followed.map((provider) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.runnerRelease(provider).slice(1) })),
-        }),
-      );
-    }
-    this.grantParking(ownInstances, props.pools.filter((p) => p.reuse !== undefined).map((p) => p.name), tags);
-
-    acknowledgeWildcard(
-      this.role,
-      nagArn('ssm', `parameter${paths.runnerConfigRoot}*`),
-      'Each instance reaches only the config parameter tagged with its own ARN (condition aws:ResourceTag = ${ec2:SourceInstanceARN}); instance ids are known only at run time.',
-    );
-    acknowledgeWildcard(
-      this.role,
-      nagArn('ec2', 'instance/*'),
-      'An instance may terminate only itself and tag only itself with its job-start key, and an instance of a reusable pool untag and tag itself with its parking keys (condition aws:ARN = ${ec2:SourceInstanceARN}), only within this fleet (pool tag present).',
-    );
 
     const logGroupName = bootLogGroupName(props.prefix);
     this.logGroup = new logs.LogGroup(this, 'Logs', {
@@ -242,29 +143,6 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    // The boot script ships its own log (no agent on the AMI): a stream per instance, created
-    // by the instance, in this group only. `log-group:<name>:*` is the form IAM uses for
-    // CreateLogStream and covers the group's streams for PutLogEvents (CloudWatch Logs user
-    // guide, "Overview of managing access permissions"). Spelled out (not grantWrite, which
-    // gives the same actions) so the statement is named and the permission tests can read it.
-    const logStreams = stack.formatArn({
-      service: 'logs',
-      resource: 'log-group',
-      resourceName: `${logGroupName}:*`,
-      arnFormat: ArnFormat.COLON_RESOURCE_NAME,
-    });
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'WriteOwnBootLog',
-        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
-        resources: [logStreams],
-      }),
-    );
-    acknowledgeWildcard(
-      this.role,
-      nagArn('logs', `log-group:${logGroupName}:*`),
-      "The fleet's one boot log group: each instance writes a stream named after its instance id, known only at run time.",
-    );
     // The boot script logs its ledger lines as `<time> start-runner[pid]: trace-id=<id>
     // ledger-pool=<pool> ledger-stage=<stage> ledger-seconds=<s>` (contract ledger.ts). Metric
     // filters cannot split `key=value`, so a transformer parses the values out at ingestion
@@ -323,7 +201,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       ),
     );
 
-    this.launchTemplates = props.pools.map((pool) => {
+    this.launchTemplates = props.pools.map((pool, i) => {
+      const { role, securityGroups } = instances[i]!;
       let userData: string;
       try {
         userData = renderUserData({
@@ -343,8 +222,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       const launchTemplate = new ec2.LaunchTemplate(this, `LaunchTemplate-${pool.name}`, {
         machineImage: pool.machineImage,
         instanceType: pool.instanceTypes?.[0] ?? DEFAULT_INSTANCE_TYPE,
-        role: this.role,
-        securityGroup: this.securityGroup,
+        role,
+        securityGroup: securityGroups[0],
         // Kept as text for readers of `launchTemplate.userData`; the template carries its gzip (below).
         userData: ec2.UserData.custom(userData),
         requireImdsv2: true,
@@ -375,44 +254,16 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       (launchTemplate.node.defaultChild as ec2.CfnLaunchTemplate).addPropertyOverride('LaunchTemplateData.UserData', encodeUserData(userData));
       // A RunnerImage's parameter exists only once its seed ran: every launch resolves it.
       if (pool.machineImage instanceof ParameterMachineImage && pool.machineImage.creator) launchTemplate.node.addDependency(pool.machineImage.creator);
+      for (const sg of securityGroups.slice(1)) launchTemplate.addSecurityGroup(sg);
       return { pool, launchTemplate, userData };
     });
+    this.pools = this.launchTemplates.map(({ pool, launchTemplate }, i) => RunnerPool._of(pool.name, instances[i]!, launchTemplate, statementsOf.get(instances[i]!.role)!));
   }
-  /**
-   * Parking after a job (contract reuse.ts, step 4), for the instances of reusable pools only:
-   * the role is shared by every pool, so the pool tag's value narrows the grant to them. Each
-   * instance on itself only (aws:ARN), only the keys parking writes (`parking` when its runner
-   * ended; `uses`, `warm-standby` when it parks) and the keys it removes then (its
-   * activation's; never `parking`, which the pool bounds a parking instance by). Never `affinity`: scale-up writes it, and candidates are ordered by it, so a
-   * job (it runs with this role) that could write it could have its instance offered to another
-   * repository's jobs (R1). What the job can still write costs at most a refused claim or a
-   * longer life, bounded by maxAge and the pool's eviction (docs/security.md).
-   */
-  private grantParking(ownInstances: string[], reusablePools: string[], tags: ReturnType<typeof tagKeys>): void {
-    if (reusablePools.length === 0) return;
-    const onItself = (keys: string[]) => ({
-      StringEquals: { 'aws:ARN': '${ec2:SourceInstanceARN}', [`aws:ResourceTag/${tags.pool}`]: reusablePools },
-      'ForAllValues:StringEquals': { 'aws:TagKeys': keys },
-      Null: { 'aws:TagKeys': 'false' },
-    });
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TagOwnParking',
-        actions: ['ec2:CreateTags'],
-        resources: ownInstances,
-        conditions: onItself([tags.parking, tags.uses, tags.warmStandby]),
-      }),
-    );
-    // Null on aws:TagKeys matters most here: a DeleteTags without keys removes every tag.
-    this.role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'UntagOwnActivation',
-        actions: ['ec2:DeleteTags'],
-        resources: ownInstances,
-        conditions: onItself([tags.activatedAt, tags.traceId, tags.jobId, tags.runnerId, tags.jobStarted, tags.idleSince]),
-      }),
-    );
+
+  /** The pool of this name (its role, security groups, launch template); throws for a name no pool has. */
+  pool(name: string): RunnerPool {
+    const found = this.pools.find((p) => p.name === name);
+    if (!found) throw new Error(`no pool is named "${name}": the fleet's pools are ${this.pools.map((p) => `"${p.name}"`).join(', ')}`);
+    return found;
   }
 }
-
-

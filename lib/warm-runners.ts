@@ -47,6 +47,7 @@ import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { ALARMS_NOTIFY_NO_ONE, fleetAlarm, functionErrorAlarms, lostDeliveriesAlarm, webhookAlarms } from './fleet-alarms';
+import type { RunnerPool } from './runner-pool';
 import { alarmActionWarnings, hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
@@ -58,7 +59,7 @@ export interface WarmRunnersProps {
   /** VPC the runner instances run in. */
   readonly vpc: ec2.IVpc;
   /**
-   * Subnets the runner instances launch in.
+   * Subnets the runner instances launch in (a pool's own `vpcSubnets` takes precedence).
    * @default - the VPC's private subnets with egress
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
@@ -228,7 +229,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
    * the runner release (docs/operations.md, "Alarms").
    */
   readonly alarms: cloudwatch.Alarm[] = [];
+  /**
+   * The fleet's shared security group, which every pool without its own `securityGroups` has
+   * (a pool with its own: `pool(name).connections`).
+   */
   readonly connections: ec2.Connections;
+  /**
+   * The fleet's shared instance role, which every pool without its own `instanceRole` has: a
+   * grant to the fleet reaches those pools only (a pool with its own role: `pool(name)`).
+   */
   readonly grantPrincipal: iam.IPrincipal;
   /** Names of the SecureString parameters the operator fills in after deploying. */
   readonly secretParameterNames: string[];
@@ -257,6 +266,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.fleet = new RunnerFleet(this, 'Fleet', {
       vpc: props.vpc,
       pools: props.pools,
+      ...(props.vpcSubnets ? { vpcSubnets: props.vpcSubnets } : {}),
       prefix,
       metricNamespace: namespace,
       logRetention,
@@ -266,12 +276,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.connections = this.fleet.connections;
     this.grantPrincipal = this.fleet.grantPrincipal;
 
-    const subnetIds = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }).subnetIds;
-    const templates = new Map(this.fleet.launchTemplates.map(({ pool, launchTemplate }) => [pool.name, launchTemplate]));
+    // Each pool launches in its own subnets (RunnerPoolProps.vpcSubnets, else the fleet's).
+    const subnetIds = [...new Set(this.fleet.pools.flatMap((p) => p.subnetIds))];
     this.config = buildFleetConfig(
       fleetConfigInput({ ...props, prefix, metricNamespace: namespace, ...(props.encryptionKey ? { parameterKeyId: props.encryptionKey.keyArn } : {}) }, (pool) => {
-        const template = templates.get(pool.name)!;
-        return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds };
+        const { launchTemplate: template, subnetIds: poolSubnets } = this.fleet.pool(pool.name);
+        return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds: poolSubnets };
       }),
     );
     const configJson = JSON.stringify(this.config);
@@ -462,7 +472,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       fn.addToRolePolicy(
         new iam.PolicyStatement({
           actions: ['iam:PassRole'],
-          resources: [this.fleet.role.roleArn],
+          // Exactly the roles the pools' instance profiles hold (the shared one only while a pool uses it).
+          resources: [...new Set(this.fleet.pools.map((p) => p.role.roleArn))],
           conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
         }),
       );
@@ -788,6 +799,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       logRetention,
     });
+  }
+
+  /**
+   * The pool of this name, for the CDK verbs: `bucket.grantRead(runners.pool('deploy'))` grants to
+   * its role, `runners.pool('deploy').connections` opens its security groups (the fleet's shared
+   * ones for a pool that sets none). Throws for a name no pool has.
+   */
+  pool(name: string): RunnerPool {
+    return this.fleet.pool(name);
   }
 }
 

@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { expect } from 'vitest';
 import { DEFAULT_PREFIX, Provider, ssmPaths, tagKeys } from '../../lambdas/shared/contract';
-import { RunnerVersion, WarmRunners } from '../../lib';
+import { RunnerVersion, WarmRunners, type RunnerPoolProps } from '../../lib';
 import type { Statement } from './iam-eval';
 import { judge, type AuthorizationRequest } from './iam-reference';
 
@@ -37,6 +37,9 @@ export interface Fleet {
   readonly arnOf: (logicalIdPrefix: string, type: string) => string;
   /** Per pool; `templateTags`: what its launch template tags at launch, per resource type, as synthesized. */
   readonly pools: { name: string; launchTemplateId: string; spot: boolean; reuse: boolean; templateTags: Record<string, { Key: string; Value: string }[]> }[];
+  /** The construct, and a token of it (`runners.pool('x').role.roleArn`) resolved as the requests name it. */
+  readonly runners: WarmRunners;
+  readonly resolveToken: (token: unknown) => unknown;
   /** Whether the fleet has a GitLab connection (its functions read the GitLab token). */
   readonly gitlab: boolean;
   readonly subnetIds: string[];
@@ -48,7 +51,8 @@ export interface Fleet {
   readonly keyPolicy?: Record<string, unknown>;
 }
 
-export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean; pinned?: boolean }): Fleet {
+/** `pools`: the fleet's pools instead of the one pool "linux" the other options shape. */
+export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean; pinned?: boolean; pools?: (stack: Stack, vpc: ec2.Vpc) => RunnerPoolProps[] }): Fleet {
   const stack = new Stack(new App(), 'F');
   // A tag on the whole stack, as teams put on theirs (cost allocation): the launch templates
   // carry it to what they launch, and tags at launch are authorized with it.
@@ -60,7 +64,7 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
     github: { appId: '1', organization: 'org' },
     ...(options.gitlab ? { gitlab: { url: 'https://gitlab.example.com' } } : {}),
     ...(key ? { encryptionKey: key } : {}),
-    pools: [
+    pools: options.pools?.(stack, vpc) ?? [
       {
         name: 'linux',
         provider: Provider.GITHUB,
@@ -118,7 +122,8 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
   const statements = (prefix: string): Statement[] => {
     const out: Statement[] = [];
     for (const policy of Object.values(template.findResources('AWS::IAM::Policy')) as { Properties: Record<string, unknown> }[]) {
-      const roles = (policy.Properties.Roles as { Ref: string }[]).map((r) => r.Ref);
+      // An imported role is attached by its name, a role of the stack by its Ref.
+      const roles = (policy.Properties.Roles as ({ Ref: string } | string)[]).map((r) => (typeof r === 'string' ? r : r.Ref));
       if (roles.some((r) => r.startsWith(prefix))) out.push(...(resolve((policy.Properties.PolicyDocument as { Statement: unknown }).Statement) as Statement[]));
     }
     expect(out.length, `statements of ${prefix}`).toBeGreaterThan(0);
@@ -147,6 +152,8 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
         ),
       ),
     })),
+    runners,
+    resolveToken: (token) => resolve(stack.resolve(token)),
     gitlab: options.gitlab === true,
     subnetIds: vpc.privateSubnets.map((s) => physical((stack.resolve(s.subnetId) as { Ref: string }).Ref)),
     securityGroupId: resolve(stack.resolve(runners.fleet.securityGroup.securityGroupId)) as string,
