@@ -177,11 +177,11 @@ describe('fleet config', () => {
 
   it.each([
     ['warm size above maximum', { ...pool, warmSize: 11, maxRunners: 10 }, /warm\.size is 11, above the pool's maxRunners 10/],
-    ['empty instance types', { ...pool, instanceTypes: [] }, /instanceTypes must be a list of at least 1/],
-    ['bad label', { ...pool, labels: ['has space'] }, /label "has space"/],
+    ['empty instance types', { ...pool, instanceTypes: [] }, /pools\[0\]\.instanceTypes is empty; list at least one/],
+    ['bad label', { ...pool, labels: ['ok', 'has space'] }, /pools\[0\]\.labels\[1\] "has space" must be/],
     ['bad schedule', { ...pool, warmSchedule: [{ window: 'weekdays 8-6', size: 1 }] }, /window "weekdays 8-6"/],
     ['provider without connection', { ...pool, provider: Provider.GITLAB }, /no gitlab connection is configured/],
-    ['bad pool name', { ...pool, name: 'a/b' }, /pool name "a\/b"/],
+    ['bad pool name', { ...pool, name: 'a/b' }, /pools\[0\]\.name "a\/b" must be/],
   ])('names the bad value: %s', (_name, badPool, error) => {
     expect(() => buildFleetConfig({ ...input, pools: [badPool] })).toThrow(error);
   });
