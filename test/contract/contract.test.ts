@@ -186,6 +186,15 @@ describe('fleet config', () => {
     expect(() => buildFleetConfig({ ...input, pools: [badPool] })).toThrow(error);
   });
 
+  it('accepts maxRunners 0 (a paused pool), with the warm sizes it keeps for when it resumes; refuses a negative one', () => {
+    const paused = buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: 0, warmSize: 3, warmSchedule: [{ window: 'MON-FRI 07:00-19:00', size: 5 }] }] });
+    expect(paused.pools[0]).toMatchObject({ maxRunners: 0, warm: { size: 3 } });
+    expect(parseFleetConfig(JSON.stringify(paused))).toEqual(paused);
+    expect(() => buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: -1 }] })).toThrow(/pools\[0\]\.maxRunners must be a whole number from 0 to 10000, got -1/);
+    // Above a maxRunners of 1 or more the warm sizes are still refused.
+    expect(() => buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: 1, warmSchedule: [{ window: 'MON 01:00-02:00', size: 2 }] }] })).toThrow(/warm\.schedule\[0\]\.size is 2, above the pool's maxRunners 1/);
+  });
+
   it('rejects duplicate pools, a bad prefix and GitLab without URL', () => {
     expect(() => buildFleetConfig({ ...input, pools: [pool, pool] })).toThrow(/unique/);
     expect(() => buildFleetConfig({ ...input, prefix: 'a/b' })).toThrow(/prefix/);

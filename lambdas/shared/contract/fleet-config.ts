@@ -113,7 +113,7 @@ export interface PoolConfig {
   readonly instanceTypes: string[];
   /** Whether cold launches use spot capacity. */
   readonly spot: boolean;
-  /** Most runners of the pool at once, warm and cold together. */
+  /** Most runners of the pool at once, warm and cold together; 0 pauses the pool (no job starts, no standby is kept). */
   readonly maxRunners: number;
   /** A runner instance without a job for this long is terminated. */
   readonly idleTimeoutSeconds: number;
