@@ -1,7 +1,8 @@
-import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
+import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider, type FleetConfig } from '../lambdas/shared/contract';
 import { FleetConfigError } from '../lambdas/shared/contract/config-checker';
 import { DEFAULT_INSTANCE_TYPE, fleetConfigInput } from './fleet-config-input';
 import { instanceTypeArchitecture, machineImageArchitecture, RunnerImageArchitecture } from './image-architecture';
+import { overlapRefusals } from './overlap-check';
 import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolPropWhere, propProblemsMessage } from './prop-paths';
 import type { RunnerPoolProps } from './props';
@@ -100,8 +101,9 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       throw new Error(`${name} ${interval.toHumanString()} must be a whole number of minutes, at least one (EventBridge rates are in minutes)`);
     }
   }
+  let config: FleetConfig;
   try {
-    buildFleetConfig(
+    config = buildFleetConfig(
       fleetConfigInput(props, () => ({ launchTemplateId: 'lt-placeholder', launchTemplateVersion: '1', subnetIds: ['subnet-placeholder'] })),
     );
   } catch (e) {
@@ -109,6 +111,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     if (e instanceof FleetConfigError) throw new Error(propProblemsMessage(e.problems, props));
     throw e;
   }
+  const refusals = overlapRefusals(config);
+  if (refusals.length > 0) throw new Error(refusals.join('\n'));
 }
 
 /** An instance type of each architecture, for the fix an error message suggests. */

@@ -46,6 +46,7 @@ import { RunnerReleaseResolver } from './runner-release-resolver';
 import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
+import { overlapWarnings } from './overlap-check';
 import { hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
 /**
@@ -268,6 +269,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds };
       }),
     );
+    for (const { id: warningId, message } of overlapWarnings(this.config)) Annotations.of(this).addWarningV2(warningId, message);
     const configJson = JSON.stringify(this.config);
     const configLength = estimatedLength(configJson);
     if (configLength > 8192) {

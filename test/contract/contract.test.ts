@@ -18,6 +18,7 @@ import {
   tagKeys,
   TAG_NAMES,
   warmSizeAt,
+  scheduleOverlaps,
   LabelMatch,
   Provider,
   type FleetConfigInput,
@@ -230,6 +231,19 @@ describe('warm schedule', () => {
     ['2026-12-05T02:00:00Z', 2],
   ])('at %s the size is %i', (at, size) => {
     expect(warmSizeAt(2, schedule, new Date(at))).toBe(size);
+  });
+
+  it.each<[string, { window: string; size: number }[], unknown[]]>([
+    ['windows apart', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: 'SAT,SUN 07:00-19:00', size: 1 }], []],
+    ['touching ends do not overlap (the end is outside)', [{ window: 'MON 07:00-12:00', size: 5 }, { window: 'MON 12:00-19:00', size: 1 }], []],
+    ['overlapping, different sizes: the earlier wins there', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: '* 18:00-20:00', size: 1 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+    ['overlapping, the same size: nothing decides anything', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: '* 18:00-20:00', size: 5 }], []],
+    ['inside an earlier window: never applies', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: 'WED 09:00-10:00', size: 8 }], [{ kind: 'shadowed', later: 1, earlier: [0] }]],
+    ['covered by two earlier windows together', [{ window: 'MON 00:00-12:00', size: 1 }, { window: 'MON 12:00-00:00', size: 2 }, { window: 'MON 06:00-18:00', size: 3 }], [{ kind: 'shadowed', later: 2, earlier: [0, 1] }]],
+    ['a window past midnight overlapping the next day\'s', [{ window: 'FRI 22:00-02:00', size: 1 }, { window: 'SAT 01:00-03:00', size: 4 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+    ['a narrow window before a broad one: the intended way to write an exception', [{ window: 'WED 09:00-10:00', size: 8 }, { window: 'MON-FRI 07:00-19:00', size: 5 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+  ])('overlaps: %s', (_name, entries, expected) => {
+    expect(scheduleOverlaps(entries)).toEqual(expected);
   });
 });
 
