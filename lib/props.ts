@@ -79,6 +79,9 @@ export interface WarmPoolProps {
   /**
    * Sizes that apply in UTC time windows, for example
    * `[{ window: 'MON-FRI 07:00-19:00', size: 5 }]`; outside every window `size` applies.
+   * Where windows overlap the first in the list wins: synth refuses a window that lies wholly
+   * in earlier ones (it would never apply) and warns where windows of different sizes overlap
+   * (docs/operations.md, "Overlapping pools and schedule windows").
    * @default - no schedule
    */
   readonly schedule?: WarmScheduleEntry[];
@@ -228,7 +231,10 @@ export interface RunnerPoolProps {
    */
   readonly labels?: string[];
   /**
-   * EXACT: the job's labels equal the pool's; SUBSET: the job's labels are a subset.
+   * EXACT: the job's labels equal the pool's; SUBSET: the job's labels are a subset. When
+   * several pools match a job, the one with the fewest labels the job did not ask for takes it,
+   * then the first in `pools`: synth refuses a pool that could never get a job and warns where
+   * the order of `pools` decides (docs/operations.md, "Overlapping pools and schedule windows").
    * @default LabelMatch.EXACT
    */
   readonly labelMatch?: LabelMatch;
