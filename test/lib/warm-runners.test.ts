@@ -357,7 +357,8 @@ describe('fleet config', () => {
     const pools = Array.from({ length: 30 }, (_, i) => ({
       name: `pool-${i}`,
       provider: Provider.GITHUB,
-      labels: ['linux', 'x64', 'large', 'docker', 'gpu', 'arm'],
+      // Labels of their own: pools with the same labels are refused before the size is measured.
+      labels: ['linux', 'x64', 'large', 'docker', 'gpu', `arm${i}`],
       machineImage: ec2.MachineImage.latestAmazonLinux2023(),
     }));
     expect(() => new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), github: { appId: '1', organization: 'o' }, pools })).toThrow(
@@ -471,10 +472,10 @@ describe('props validation', () => {
     ['maximum concurrency below 2', (p) => ({ ...p, scaleUpMaxConcurrency: 1 }), /scaleUpMaxConcurrency 1 must be an integer from 2 to 1000/],
     ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pools\[0\]\.instanceTypes \(pool "linux"\) is empty/],
     ['prefix with a slash', (p) => ({ ...p, prefix: 'ci/fleet' }), /prefix "ci\/fleet"/],
-    ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /label "has space"/],
+    ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /pools\[0\]\.labels\[0\] \(pool "linux"\) "has space" must be/],
     ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB }] }), /no gitlab connection is configured/],
     ['GitLab without URL', (p) => ({ ...p, gitlab: { url: '' } }), /gitlab\.url/],
-    ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /window "weekdays"/],
+    ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /pools\[0\]\.warm\.schedule\[0\]\.window \(pool "linux"\) "weekdays" must be/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
     ['batch size above FIFO maximum', (p) => ({ ...p, scaleUpBatchSize: 11 }), /scaleUpBatchSize 11/],
     ['interval below a minute', (p) => ({ ...p, poolInterval: Duration.seconds(30) }), /poolInterval 30 seconds/],
