@@ -121,7 +121,6 @@ function garbled(message: string): string[] {
 describe('prop validation messages', () => {
   it.each(ROWS)('%s', (path, change) => {
     const message = messageOf(change);
-    if (process.env.SHOW_MESSAGES) console.log(message);
     expect(message.startsWith(path), message).toBe(true);
     expect(message, 'an internal field name').not.toMatch(INTERNAL);
     expect(garbled(message), message).toEqual([]);
