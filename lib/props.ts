@@ -80,6 +80,9 @@ export interface WarmPoolProps {
   /**
    * Sizes that apply in UTC time windows, for example
    * `[{ window: 'MON-FRI 07:00-19:00', size: 5 }]`; outside every window `size` applies.
+   * Where windows overlap the first in the list wins: synth refuses a window that lies wholly
+   * in earlier ones (it would never apply) and warns where windows of different sizes overlap
+   * (docs/operations.md, "Overlapping pools and schedule windows").
    * @default - no schedule
    */
   readonly schedule?: WarmScheduleEntry[];
@@ -229,7 +232,10 @@ export interface RunnerPoolProps {
    */
   readonly labels?: string[];
   /**
-   * EXACT: the job's labels equal the pool's; SUBSET: the job's labels are a subset.
+   * EXACT: the job's labels equal the pool's; SUBSET: the job's labels are a subset. When
+   * several pools match a job, the one with the fewest labels the job did not ask for takes it,
+   * then the first in `pools`: synth refuses a pool that could never get a job and warns where
+   * the order of `pools` decides (docs/operations.md, "Overlapping pools and schedule windows").
    * @default LabelMatch.EXACT
    */
   readonly labelMatch?: LabelMatch;
@@ -292,7 +298,22 @@ export interface RunnerPoolProps {
    */
   readonly spot?: boolean;
   /**
-   * Most runners the pool runs at once, warm and cold together.
+   * Most runners the pool runs at once, warm and cold together (activated or cold instances
+   * pending, running or stopping; parked standbys do not count). A job that finds the pool full
+   * waits in the queue and looks again after a back-off, up to its maximum wait (1 hour), then
+   * goes to the dead-letter queue.
+   *
+   * A soft limit in a burst: each scale-up invocation counts the pool's runners once
+   * (DescribeInstances) and then starts up to its batch, so invocations running at once do not
+   * see each other's launches. With `scaleUpMaxConcurrency` C and `scaleUpBatchSize` B the pool
+   * can reach `maxRunners + (C - 1) x min(B, maxRunners)` (50 with the defaults: 10 + 4 x 10),
+   * and more only while EC2's eventually consistent DescribeInstances has not yet shown a
+   * launch to a later invocation. Launch tickets bound only the launches of a template that is
+   * unproven or failing (`warm.primeFailureLimit`), not this count. Lower C or B to tighten it.
+   *
+   * 0 pauses the pool: no job starts (not even on a parked standby), parked standbys are
+   * evicted on the pool's next run and none are launched; its jobs wait as above. The warm
+   * settings may stay as they are for when it resumes.
    * @default 10
    */
   readonly maxRunners?: number;

@@ -201,8 +201,8 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
       ),
     );
 
-    this.launchTemplates = props.pools.map((pool, i) => {
-      const { role, securityGroups } = instances[i]!;
+    this.launchTemplates = props.pools.map((pool, index) => {
+      const { role, securityGroups } = instances[index]!;
       let userData: string;
       try {
         userData = renderUserData({
@@ -217,7 +217,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           ...(pool.docker ? { docker: pool.docker } : {}),
         });
       } catch (e) {
-        throw new Error(`pool "${pool.name}": ${(e as Error).message}`);
+        throw new Error(`pools[${index}] (pool "${pool.name}"): ${(e as Error).message}`);
       }
       const launchTemplate = new ec2.LaunchTemplate(this, `LaunchTemplate-${pool.name}`, {
         machineImage: pool.machineImage,

@@ -59,7 +59,7 @@ export function followsLatestRunner(pool: RunnerVersionInput): boolean {
   if (bakedRunnerPackage(pool) !== undefined) return false;
   if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
     throw new Error(
-      `pool "${pool.name}": runnerVersion RunnerVersion.latest() and a runnerPackage (${pool.runnerPackage.version}) contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
+      `pool "${pool.name}": runnerVersion is RunnerVersion.latest() and runnerPackage pins ${pool.runnerPackage.version}, which contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
     );
   }
   return pool.runnerVersion?.followsLatest ?? (pool.provider === Provider.GITHUB && pool.runnerPackage === undefined);

@@ -1,9 +1,13 @@
-import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider } from '../lambdas/shared/contract';
+import { buildFleetConfig, DEFAULT_PREFIX, metricNamespaceProblem, prefixProblem, Provider, type FleetConfig } from '../lambdas/shared/contract';
+import { FleetConfigError } from '../lambdas/shared/contract/config-checker';
 import { DEFAULT_INSTANCE_TYPE, fleetConfigInput } from './fleet-config-input';
 import { instanceTypeArchitecture, machineImageArchitecture, RunnerImageArchitecture } from './image-architecture';
+import { overlapRefusals } from './overlap-check';
 import { poolPrepareCommands } from './pool-prepare-commands';
+import { poolPropWhere, propProblemsMessage } from './prop-paths';
 import type { RunnerPoolProps } from './props';
 import { knownRootDeviceName, poolRootDeviceName, rootDeviceNameProblem } from './root-device';
+import { followsLatestRunner } from './runner-version';
 import { resolveUserDataOptions } from './user-data';
 import type { WarmRunnersProps } from './warm-runners';
 
@@ -18,22 +22,33 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
   if (problem) throw new Error(problem);
   if (props.pools.length === 0) throw new Error('pools is empty: configure at least one runner pool');
   for (const [i, pool] of props.pools.entries()) {
+    const where = (field: string) => poolPropWhere(i, pool.name, field);
     if (pool.instanceTypes !== undefined && pool.instanceTypes.length === 0) {
-      throw new Error(`pool "${pool.name}": instanceTypes is empty; list at least one instance type or leave it out for the default`);
+      throw new Error(`${where('instanceTypes')} is empty; list at least one instance type or leave it out for the default`);
     }
     const disk = pool.diskSize?.toGibibytes();
     if (disk !== undefined && (disk < 8 || disk > 16_384)) {
-      throw new Error(`pool "${pool.name}": diskSize ${disk} GiB must be from 8 to 16384 GiB`);
+      throw new Error(`${where('diskSize')} must be from 8 GiB to 16384 GiB (16 TiB, the most a gp3 volume holds), got ${disk} GiB`);
     }
-    for (const command of poolPrepareCommands(pool)) {
-      if (command.includes('\0')) throw new Error(`pool "${pool.name}": a prepare command contains a NUL byte`);
+    let commands: string[];
+    try {
+      commands = poolPrepareCommands(pool);
+      followsLatestRunner(pool);
+    } catch (e) {
+      // Both name the pool by its name only; name its place in `pools` too.
+      throw new Error((e as Error).message.replace(`pool "${pool.name}": `, `pools[${i}] (pool "${pool.name}"): `));
     }
+    const nul = commands.findIndex((command) => command.includes('\0'));
+    if (nul >= 0) throw new Error(`${where(`${pool.prepareCommands === undefined ? 'warm.prepareCommands' : 'prepareCommands'}[${nul}]`)} contains a NUL byte, which no shell command can hold`);
     const deviceProblem = rootDeviceNameProblem(poolRootDeviceName(pool, props.rootDeviceName), knownRootDeviceName(pool.machineImage));
-    if (deviceProblem) throw new Error(`pool "${pool.name}": ${deviceProblem}`);
+    if (deviceProblem) {
+      const device = pool.rootDeviceName !== undefined ? where('rootDeviceName') : `rootDeviceName (for pool "${pool.name}")`;
+      throw new Error(`${device} ${deviceProblem.replace(/^rootDeviceName /, '')}`);
+    }
     const archProblem = poolArchitectureProblem(pool, i);
     if (archProblem) throw new Error(archProblem);
     const cacheProblem = reuseCacheProblem(prefix, pool);
-    if (cacheProblem) throw new Error(`pool "${pool.name}": ${cacheProblem}`);
+    if (cacheProblem) throw new Error(`${where(cacheProblem.prop)} ${cacheProblem.why}`);
   }
   const batch = props.scaleUpBatchSize ?? 10;
   if (!Number.isInteger(batch) || batch < 1 || batch > 10) {
@@ -86,16 +101,18 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
       throw new Error(`${name} ${interval.toHumanString()} must be a whole number of minutes, at least one (EventBridge rates are in minutes)`);
     }
   }
+  let config: FleetConfig;
   try {
-    buildFleetConfig(
+    config = buildFleetConfig(
       fleetConfigInput(props, () => ({ launchTemplateId: 'lt-placeholder', launchTemplateVersion: '1', subnetIds: ['subnet-placeholder'] })),
     );
   } catch (e) {
-    // The contract names fields by their path in the FleetConfig; name the pool instead.
-    throw new Error(
-      (e as Error).message.replace(/pools\.(\d+)\./g, (_m, i: string) => `pool "${props.pools[Number(i)]?.name ?? i}": `),
-    );
+    // The contract names fields by their path in the FleetConfig; name the props instead.
+    if (e instanceof FleetConfigError) throw new Error(propProblemsMessage(e.problems, props));
+    throw e;
   }
+  const refusals = overlapRefusals(config);
+  if (refusals.length > 0) throw new Error(refusals.join('\n'));
 }
 
 /** An instance type of each architecture, for the fix an error message suggests. */
@@ -108,7 +125,7 @@ const EXAMPLE_TYPE: Record<RunnerImageArchitecture, string> = { x86_64: 'm7i.lar
  * machineImageArchitecture); where the image's is not, only a pool mixing architectures is.
  */
 function poolArchitectureProblem(pool: RunnerPoolProps, index: number): string | undefined {
-  const where = `pool "${pool.name}" (pools[${index}].instanceTypes)`;
+  const where = poolPropWhere(index, pool.name, 'instanceTypes');
   const types = (pool.instanceTypes ?? [DEFAULT_INSTANCE_TYPE]).map((t) => ({ name: t.toString(), arch: instanceTypeArchitecture(t) }));
   const known = types.filter((t): t is { name: string; arch: RunnerImageArchitecture } => t.arch !== undefined);
   const archs = [...new Set(known.map((t) => t.arch))];
@@ -136,7 +153,7 @@ function poolArchitectureProblem(pool: RunnerPoolProps, index: number): string |
  * resume check reads it) and its hook and log. The contract (`cacheDirectoryProblem`) checks
  * the fixed system directories; these depend on the pool's settings.
  */
-function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | undefined {
+function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): { prop: string; why: string } | undefined {
   if (!pool.reuse) return undefined;
   const dirs = pool.reuse.cacheDirectories ?? [];
   let resolved: ReturnType<typeof resolveUserDataOptions>;
@@ -149,12 +166,15 @@ function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): string | unde
   const inside = (a: string, b: string) => a === b || b.startsWith(`${a}/`);
   const home = `/home/${resolved.runnerUser}`;
   // The boot script empties the home after every job; it refuses to when the runner is in it, so every job would terminate.
-  if (inside(home, resolved.runnerDir)) return `runnerDirectory ${resolved.runnerDir} lies in the runner user's home ${home}, which reuse empties after every job; put the runner outside it (e.g. /opt/actions-runner)`;
-  for (const dir of dirs) {
-    if (overlaps(dir, resolved.runnerDir)) return `reuse cache directory "${dir}" overlaps the runner directory ${resolved.runnerDir}, whose registration and workspace are removed after every job; use a directory of its own`;
-    if (inside(dir, home)) return `reuse cache directory "${dir}" is or holds the runner user's home ${home}, which is cleaned after every job except the cache directories inside it; list directories inside it instead`;
+  if (inside(home, resolved.runnerDir)) {
+    return { prop: 'runnerDirectory', why: `${resolved.runnerDir} lies in the runner user's home ${home}, which reuse empties after every job; put the runner outside it (e.g. /opt/actions-runner)` };
+  }
+  for (const [k, dir] of dirs.entries()) {
+    const prop = `reuse.cacheDirectories[${k}]`;
+    if (overlaps(dir, resolved.runnerDir)) return { prop, why: `"${dir}" overlaps the runner directory ${resolved.runnerDir}, whose registration and workspace are removed after every job; use a directory of its own` };
+    if (inside(dir, home)) return { prop, why: `"${dir}" is or holds the runner user's home ${home}, which is cleaned after every job except the cache directories inside it; list directories inside it instead` };
     const own = [resolved.hostPaths.stateDir, resolved.hostPaths.hookPath, resolved.hostPaths.logFile].find((p) => overlaps(dir, p));
-    if (own) return `reuse cache directory "${dir}" overlaps ${own}, which the boot script owns (jobs must not write it); use a directory of its own`;
+    if (own) return { prop, why: `"${dir}" overlaps ${own}, which the boot script owns (jobs must not write it); use a directory of its own` };
   }
   return undefined;
 }

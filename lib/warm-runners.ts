@@ -47,6 +47,7 @@ import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
 import { ALARMS_NOTIFY_NO_ONE, fleetAlarm, functionErrorAlarms, lostDeliveriesAlarm, webhookAlarms } from './fleet-alarms';
+import { overlapWarnings } from './overlap-check';
 import type { RunnerPool } from './runner-pool';
 import { alarmActionWarnings, hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
 
@@ -284,6 +285,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         return { launchTemplateId: template.launchTemplateId!, launchTemplateVersion: template.latestVersionNumber, subnetIds: poolSubnets };
       }),
     );
+    for (const { id: warningId, message } of overlapWarnings(this.config)) Annotations.of(this).addWarningV2(warningId, message);
     const configJson = JSON.stringify(this.config);
     const configLength = estimatedLength(configJson);
     if (configLength > 8192) {

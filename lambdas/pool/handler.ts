@@ -10,7 +10,7 @@ import {
 } from '@aws-sdk/client-ec2';
 import { PutParameterCommand, GetParameterCommand, type GetParameterCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
 import { errorName, isUnknownOutcome, mapLimit, READ, UnknownOutcomeError, WRITE_IDEMPOTENT, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { decodeRunnerRelease, PARAMETER_INSTANCE_TAG, RUNNER_VERSION_LATEST, ssmPaths, standbyLaunchTags, tagKeys, warmSizeAt, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
+import { decodeRunnerRelease, PARAMETER_INSTANCE_TAG, RUNNER_VERSION_LATEST, ssmPaths, standbyLaunchTags, tagKeys, type FleetConfig, type PoolConfig, type SsmPaths, type TagKeys } from '../shared/contract';
 import { ALL_STATES, describeFleet, isActivated, type ObservedInstance } from '../shared/instances';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deleteRunnerConfigs } from '../shared/delete-configs';
@@ -19,6 +19,7 @@ import { readPrimeStreak } from '../shared/prime-state';
 import { encodeStreak, freshStreak, observeStarts, primeStep, watchLaunched, type LaunchDecision, type PrimeFailure, type PrimeStreak, type StartObservation } from './backoff';
 import { keptTicketFields, unspentTickets, type LaunchTickets } from '../shared/launch-tickets';
 import { settleLaunch } from '../shared/launch-outcome';
+import { warmTarget } from './target';
 import { classify, planPool, type CurrentImage, type CurrentRunner, type Eviction, type PoolPlan } from './classify';
 
 export interface PoolDeps {
@@ -114,7 +115,7 @@ async function runPool(
   // Every state: a cold launch that failed tagged itself and terminated, and stays in view
   // (about an hour) for the streak to count; the plan counts gone instances for nothing.
   const instances = await describeFleet(deps.aws, deps.ec2, keys, { pool: pool.name, states: ALL_STATES });
-  const target = warmSizeAt(pool.warm.size, pool.warm.schedule, now);
+  const target = warmTarget(pool, now);
   const image = await readCurrentImage(deps, pool, log);
   const stored = await readStreak(deps, config, pool, log);
   // A failing or unknown streak stops the runner roll: a new release that does not prime must

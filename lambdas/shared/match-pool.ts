@@ -29,7 +29,7 @@ export type PoolMatch =
  *   fewest labels the job did not ask for, then the first in configuration order.
  */
 export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobLabels: readonly string[]): PoolMatch {
-  const normalise = provider === 'github' ? (l: string) => l.trim().toLowerCase() : (l: string) => l.trim();
+  const normalise = labelNormaliser(provider);
   const asked = new Set(jobLabels.map(normalise).filter((l) => l !== ''));
   const github = provider === 'github';
   const askedSelfHosted = github && asked.delete(GITHUB_SELF_HOSTED_LABEL);
@@ -39,8 +39,7 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
   for (const pool of pools) {
     if (pool.provider !== provider) continue;
     if (github && pool.requireSelfHostedLabel && !askedSelfHosted) continue;
-    const offered = new Set(pool.labels.map(normalise));
-    if (github) offered.delete(GITHUB_SELF_HOSTED_LABEL);
+    const offered = offeredLabels(pool);
     const extra = offered.size - asked.size;
     if (untagged) {
       if (!pool.runUntagged) continue;
@@ -53,4 +52,16 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
   if (best) return { pool: best.pool };
   // A job that did not ask for "self-hosted" and fits no pool is most likely for GitHub's own runners.
   return { reason: github && !askedSelfHosted ? 'not-self-hosted' : 'no-matching-pool' };
+}
+
+/** How the provider compares labels: GitHub case-insensitively, GitLab as given; both trimmed. */
+export function labelNormaliser(provider: Provider): (label: string) => string {
+  return provider === 'github' ? (l: string) => l.trim().toLowerCase() : (l: string) => l.trim();
+}
+
+/** The labels a pool's runners offer as `matchPool` compares them (GitHub: "self-hosted" aside). */
+export function offeredLabels(pool: PoolConfig): Set<string> {
+  const offered = new Set(pool.labels.map(labelNormaliser(pool.provider)));
+  if (pool.provider === 'github') offered.delete(GITHUB_SELF_HOSTED_LABEL);
+  return offered;
 }

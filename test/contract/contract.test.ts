@@ -18,6 +18,7 @@ import {
   tagKeys,
   TAG_NAMES,
   warmSizeAt,
+  scheduleOverlaps,
   LabelMatch,
   Provider,
   type FleetConfigInput,
@@ -177,13 +178,22 @@ describe('fleet config', () => {
 
   it.each([
     ['warm size above maximum', { ...pool, warmSize: 11, maxRunners: 10 }, /warm\.size is 11, above the pool's maxRunners 10/],
-    ['empty instance types', { ...pool, instanceTypes: [] }, /instanceTypes must be a list of at least 1/],
-    ['bad label', { ...pool, labels: ['has space'] }, /label "has space"/],
+    ['empty instance types', { ...pool, instanceTypes: [] }, /pools\[0\]\.instanceTypes is empty; list at least one/],
+    ['bad label', { ...pool, labels: ['ok', 'has space'] }, /pools\[0\]\.labels\[1\] "has space" must be/],
     ['bad schedule', { ...pool, warmSchedule: [{ window: 'weekdays 8-6', size: 1 }] }, /window "weekdays 8-6"/],
     ['provider without connection', { ...pool, provider: Provider.GITLAB }, /no gitlab connection is configured/],
-    ['bad pool name', { ...pool, name: 'a/b' }, /pool name "a\/b"/],
+    ['bad pool name', { ...pool, name: 'a/b' }, /pools\[0\]\.name "a\/b" must be/],
   ])('names the bad value: %s', (_name, badPool, error) => {
     expect(() => buildFleetConfig({ ...input, pools: [badPool] })).toThrow(error);
+  });
+
+  it('accepts maxRunners 0 (a paused pool), with the warm sizes it keeps for when it resumes; refuses a negative one', () => {
+    const paused = buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: 0, warmSize: 3, warmSchedule: [{ window: 'MON-FRI 07:00-19:00', size: 5 }] }] });
+    expect(paused.pools[0]).toMatchObject({ maxRunners: 0, warm: { size: 3 } });
+    expect(parseFleetConfig(JSON.stringify(paused))).toEqual(paused);
+    expect(() => buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: -1 }] })).toThrow(/pools\[0\]\.maxRunners must be a whole number from 0 to 10000, got -1/);
+    // Above a maxRunners of 1 or more the warm sizes are still refused.
+    expect(() => buildFleetConfig({ ...input, pools: [{ ...pool, maxRunners: 1, warmSchedule: [{ window: 'MON 01:00-02:00', size: 2 }] }] })).toThrow(/warm\.schedule\[0\]\.size is 2, above the pool's maxRunners 1/);
   });
 
   it('rejects duplicate pools, a bad prefix and GitLab without URL', () => {
@@ -221,6 +231,19 @@ describe('warm schedule', () => {
     ['2026-12-05T02:00:00Z', 2],
   ])('at %s the size is %i', (at, size) => {
     expect(warmSizeAt(2, schedule, new Date(at))).toBe(size);
+  });
+
+  it.each<[string, { window: string; size: number }[], unknown[]]>([
+    ['windows apart', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: 'SAT,SUN 07:00-19:00', size: 1 }], []],
+    ['touching ends do not overlap (the end is outside)', [{ window: 'MON 07:00-12:00', size: 5 }, { window: 'MON 12:00-19:00', size: 1 }], []],
+    ['overlapping, different sizes: the earlier wins there', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: '* 18:00-20:00', size: 1 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+    ['overlapping, the same size: nothing decides anything', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: '* 18:00-20:00', size: 5 }], []],
+    ['inside an earlier window: never applies', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: 'WED 09:00-10:00', size: 8 }], [{ kind: 'shadowed', later: 1, earlier: [0] }]],
+    ['covered by two earlier windows together', [{ window: 'MON 00:00-12:00', size: 1 }, { window: 'MON 12:00-00:00', size: 2 }, { window: 'MON 06:00-18:00', size: 3 }], [{ kind: 'shadowed', later: 2, earlier: [0, 1] }]],
+    ['a window past midnight overlapping the next day\'s', [{ window: 'FRI 22:00-02:00', size: 1 }, { window: 'SAT 01:00-03:00', size: 4 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+    ['a narrow window before a broad one: the intended way to write an exception', [{ window: 'WED 09:00-10:00', size: 8 }, { window: 'MON-FRI 07:00-19:00', size: 5 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+  ])('overlaps: %s', (_name, entries, expected) => {
+    expect(scheduleOverlaps(entries)).toEqual(expected);
   });
 });
 

@@ -118,9 +118,9 @@ describe('pool reuse in the FleetConfig', () => {
   });
 
   it.each([
-    ['a scope wider than the provider offers', { scope: ReuseScope.PROJECT }, /pools\.0\.reuse\.scope.*shares caches only within one repository/],
-    ['maxJobs 0', { maxJobs: 0 }, /pools\.0\.reuse\.maxJobs/],
-    ['a max age below five minutes', { maxAgeSeconds: 60 }, /pools\.0\.reuse\.maxAgeSeconds/],
+    ['a scope wider than the provider offers', { scope: ReuseScope.PROJECT }, /pools\[0\]\.reuse\.scope.*shares caches only within one repository/],
+    ['maxJobs 0', { maxJobs: 0 }, /pools\[0\]\.reuse\.maxJobs/],
+    ['a max age below five minutes', { maxAgeSeconds: 60 }, /pools\[0\]\.reuse\.maxAgeSeconds/],
     ['a system cache directory', { cacheDirectories: ['/etc'] }, /system directory/],
     ['nested cache directories', { cacheDirectories: ['/var/cache/a', '/var/cache/a/b'] }, /inside another listed directory/],
     ['too many cache directories', { cacheDirectories: Array.from({ length: 17 }, (_, i) => `/var/cache/d${i}`) }, /at most 16/],

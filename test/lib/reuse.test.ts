@@ -91,20 +91,20 @@ describe('dashboard', () => {
   });
 });
 
-describe('validation at synth names the pool', () => {
+describe('validation at synth names the prop and the pool', () => {
   const reuseOf = (reuse: RunnerPoolProps['reuse'], pool: Partial<RunnerPoolProps> = {}) => () => synth([{ ...cached, reuse, ...pool }]);
   it.each<[string, () => unknown, RegExp]>([
-    ['a scope the provider does not have', reuseOf({ scope: ReuseScope.PROJECT }), /pool "cached": .*reuse\.scope.*"project".*repository/],
-    ['maxJobs 0', reuseOf({ maxJobs: 0 }), /pool "cached": .*reuse\.maxJobs/],
-    ['a relative cache directory', reuseOf({ cacheDirectories: ['cache'] }), /pool "cached": .*cache directory "cache" must be an absolute path/],
-    ['a system cache directory', reuseOf({ cacheDirectories: ['/etc/ci'] }), /pool "cached": .*overlaps the system directory \/etc/],
-    ['a maxAge under five minutes', reuseOf({ maxAge: Duration.minutes(1) }), /pool "cached": .*reuse\.maxAgeSeconds/],
-    ['the runner directory as a cache', reuseOf({ cacheDirectories: ['/opt/actions-runner/_work'] }), /pool "cached": reuse cache directory "\/opt\/actions-runner\/_work" overlaps the runner directory/],
-    ['a directory holding the runner directory', reuseOf({ cacheDirectories: ['/opt'] }), /pool "cached": reuse cache directory "\/opt" overlaps the runner directory/],
-    ["the runner user's home itself", reuseOf({ cacheDirectories: ['/home/runner'] }), /pool "cached": reuse cache directory "\/home\/runner" is or holds the runner user's home/],
+    ['a scope the provider does not have', reuseOf({ scope: ReuseScope.PROJECT }), /pools\[0\]\.reuse\.scope \(pool "cached"\) is "project".*repository/],
+    ['maxJobs 0', reuseOf({ maxJobs: 0 }), /pools\[0\]\.reuse\.maxJobs \(pool "cached"\) must be a whole number from 1 to/],
+    ['a relative cache directory', reuseOf({ cacheDirectories: ['cache'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "cache" must be an absolute path/],
+    ['a system cache directory', reuseOf({ cacheDirectories: ['/etc/ci'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "\/etc\/ci" overlaps the system directory \/etc/],
+    ['a maxAge under five minutes', reuseOf({ maxAge: Duration.minutes(1) }), /pools\[0\]\.reuse\.maxAge \(pool "cached"\) must be from 5 minutes to 30 days, got 1 minute/],
+    ['the runner directory as a cache', reuseOf({ cacheDirectories: ['/opt/actions-runner/_work'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "\/opt\/actions-runner\/_work" overlaps the runner directory/],
+    ['a directory holding the runner directory', reuseOf({ cacheDirectories: ['/opt'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "\/opt" overlaps the runner directory/],
+    ["the runner user's home itself", reuseOf({ cacheDirectories: ['/home/runner'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "\/home\/runner" is or holds the runner user's home/],
     ["the home of a renamed runner user", reuseOf({ cacheDirectories: ['/home/ci'] }, { runnerUser: 'ci' }), /is or holds the runner user's home \/home\/ci/],
-    ['a runner directory in the runner user\'s home (every job would terminate)', reuseOf({}, { runnerDirectory: '/home/runner/actions-runner' }), /pool "cached": runnerDirectory \/home\/runner\/actions-runner lies in the runner user's home/],
-    ["the boot script's state", reuseOf({ cacheDirectories: ['/var/lib/warm-runners'] }), /pool "cached": reuse cache directory "\/var\/lib\/warm-runners" overlaps \/var\/lib\/warm-runners, which the boot script owns/],
+    ['a runner directory in the runner user\'s home (every job would terminate)', reuseOf({}, { runnerDirectory: '/home/runner/actions-runner' }), /pools\[0\]\.runnerDirectory \(pool "cached"\) \/home\/runner\/actions-runner lies in the runner user's home/],
+    ["the boot script's state", reuseOf({ cacheDirectories: ['/var/lib/warm-runners'] }), /pools\[0\]\.reuse\.cacheDirectories\[0\] \(pool "cached"\) "\/var\/lib\/warm-runners" overlaps \/var\/lib\/warm-runners, which the boot script owns/],
   ])('refuses %s', (_name, build, message) => {
     expect(build).toThrow(message);
   });

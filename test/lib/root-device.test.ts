@@ -73,10 +73,10 @@ describe('the root device name of a pool', () => {
 
   it('refuses at synth a name that is no root device, and one that contradicts the known image, naming the pool', () => {
     expect(() => rootDevices([{ name: 'odd', machineImage: ec2.MachineImage.fromSsmParameter('/team/x'), rootDeviceName: 'sda1' }])).toThrow(
-      /pool "odd": rootDeviceName "sda1" is not a root device name of an EC2 image: use the image's RootDeviceName/,
+      /pools\[0\]\.rootDeviceName \(pool "odd"\) "sda1" is not a root device name of an EC2 image: use the image's RootDeviceName/,
     );
     expect(() => rootDevices([{ name: 'noble', machineImage: ec2.MachineImage.fromSsmParameter(UBUNTU_2404), rootDeviceName: '/dev/xvda' }])).toThrow(
-      /pool "noble": rootDeviceName "\/dev\/xvda" is not the root device of the pool's image \("\/dev\/sda1"\)/,
+      /pools\[0\]\.rootDeviceName \(pool "noble"\) "\/dev\/xvda" is not the root device of the pool's image \("\/dev\/sda1"\)/,
     );
   });
 });

@@ -181,7 +181,7 @@ describe('WarmRunners runnerPackage', () => {
 
   it('fails synth on a bad override, naming the pool, the field and the fix', () => {
     expect(() => build({ ...mirror, arm64: { url: 'http://mirror.example.com/r', sha256: 'TODO' } })).toThrow(
-      /pool "linux": cannot render the boot script:\n- runnerPackage\.arm64\.url "http:\/\/mirror\.example\.com\/r" must use https[\s\S]*runnerPackage\.arm64\.sha256 must be a SHA-256 as 64 lower-case hexadecimal digits/,
+      /pools\[0\] \(pool "linux"\): cannot render the boot script:\n- runnerPackage\.arm64\.url "http:\/\/mirror\.example\.com\/r" must use https[\s\S]*runnerPackage\.arm64\.sha256 must be a SHA-256 as 64 lower-case hexadecimal digits/,
     );
   });
 });

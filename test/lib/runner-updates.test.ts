@@ -92,7 +92,7 @@ describe('runner updates at synth', () => {
 
   it('refuses RunnerVersion.latest() beside a runnerPackage, naming both', () => {
     expect(() => synth([{ name: 'linux', provider: Provider.GITHUB, machineImage: image, runnerVersion: RunnerVersion.latest(), runnerPackage: mirror }])).toThrow(
-      /pool "linux": runnerVersion RunnerVersion.latest\(\) and a runnerPackage \(2.337.0\) contradict/,
+      /pools\[0\] \(pool "linux"\): runnerVersion is RunnerVersion.latest\(\) and runnerPackage pins 2.337.0, which contradict/,
     );
   });
 

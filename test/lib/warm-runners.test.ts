@@ -357,7 +357,8 @@ describe('fleet config', () => {
     const pools = Array.from({ length: 30 }, (_, i) => ({
       name: `pool-${i}`,
       provider: Provider.GITHUB,
-      labels: ['linux', 'x64', 'large', 'docker', 'gpu', 'arm'],
+      // Labels of their own: pools with the same labels are refused before the size is measured.
+      labels: ['linux', 'x64', 'large', 'docker', 'gpu', `arm${i}`],
       machineImage: ec2.MachineImage.latestAmazonLinux2023(),
     }));
     expect(() => new WarmRunners(s, 'R', { vpc: new ec2.Vpc(s, 'Vpc'), github: { appId: '1', organization: 'o' }, pools })).toThrow(
@@ -464,24 +465,24 @@ describe('props validation', () => {
     new WarmRunners(props.vpc.stack, 'Runners', props);
   };
   it.each<[string, (p: WarmRunnersProps) => WarmRunnersProps, RegExp]>([
-    ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /pool "linux": warm\.size is 3, above the pool's maxRunners 2/],
+    ['warm size above maximum', (p) => ({ ...p, pools: [{ ...p.pools[0]!, maxRunners: 2, warm: { size: 3 } }] }), /pools\[0\]\.warm\.size \(pool "linux"\) is 3, above the pool's maxRunners 2/],
     ['two pools with one name', (p) => ({ ...p, pools: [p.pools[0]!, p.pools[0]!] }), /"linux" is used by two pools/],
     ['GitLab group runners without a group id', (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com', runnerType: GitLabRunnerType.GROUP } }), /gitlab\.scopeId/],
-    ['disk below 8 GiB', (p) => ({ ...p, pools: [{ ...p.pools[0]!, diskSize: Size.gibibytes(4) }] }), /pool "linux": diskSize 4 GiB/],
+    ['disk below 8 GiB', (p) => ({ ...p, pools: [{ ...p.pools[0]!, diskSize: Size.gibibytes(4) }] }), /pools\[0\]\.diskSize \(pool "linux"\) must be from 8 GiB to 16384 GiB \(16 TiB, the most a gp3 volume holds\), got 4 GiB/],
     ['maximum concurrency below 2', (p) => ({ ...p, scaleUpMaxConcurrency: 1 }), /scaleUpMaxConcurrency 1 must be an integer from 2 to 1000/],
-    ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pool "linux": instanceTypes is empty/],
+    ['empty instance types', (p) => ({ ...p, pools: [{ ...p.pools[0]!, instanceTypes: [] }] }), /pools\[0\]\.instanceTypes \(pool "linux"\) is empty/],
     ['prefix with a slash', (p) => ({ ...p, prefix: 'ci/fleet' }), /prefix "ci\/fleet"/],
-    ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /label "has space"/],
+    ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /pools\[0\]\.labels\[0\] \(pool "linux"\) "has space" must be/],
     ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB }] }), /no gitlab connection is configured/],
     ['GitLab without URL', (p) => ({ ...p, gitlab: { url: '' } }), /gitlab\.url/],
-    ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /window "weekdays"/],
+    ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /pools\[0\]\.warm\.schedule\[0\]\.window \(pool "linux"\) "weekdays" must be/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
     ['batch size above FIFO maximum', (p) => ({ ...p, scaleUpBatchSize: 11 }), /scaleUpBatchSize 11/],
     ['interval below a minute', (p) => ({ ...p, poolInterval: Duration.seconds(30) }), /poolInterval 30 seconds/],
     [
       'user data over 16 KB',
       (p) => ({ ...p, pools: [{ ...p.pools[0]!, prepareCommands: Array.from({ length: 16 }, (_, i) => `echo prepare-step-${i} ${'x'.repeat(400)}`) }] }),
-      /pool "linux": cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 1024 fit in user data/,
+      /pools\[0\] \(pool "linux"\): cannot render the boot script:\n- prepareCommands total 6[0-9]{3} bytes, at most 1024 fit in user data/,
     ],
   ])('%s', (_name, change, message) => {
     expect(() => build(change)).toThrow(message);
@@ -529,7 +530,7 @@ describe('prepare commands', () => {
 
   it('refuse both names at once, naming both', () => {
     expect(() => fleet({ prepareCommands: commands, warm: { prepareCommands: ['true'] } })).toThrow(
-      /pool "linux": both prepareCommands and warm\.prepareCommands are set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
+      /pools\[0\] \(pool "linux"\): both prepareCommands and warm\.prepareCommands are set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
     );
   });
 
@@ -560,27 +561,27 @@ describe('architectures', () => {
     [
       'arm64 types for an x86_64 image',
       () => [{}, { machineImage: x86, instanceTypes: types('m7i.large', 'm7g.large') }],
-      /pool "pool-1" \(pools\[1\]\.instanceTypes\) mixes architectures: m7i\.large is x86_64, m7g\.large is arm64/,
+      /pools\[1\]\.instanceTypes \(pool "pool-1"\) mixes architectures: m7i\.large is x86_64, m7g\.large is arm64/,
     ],
     [
       'arm64 types for an x86_64 image (one architecture)',
       () => [{}, { instanceTypes: types('c7gn.xlarge', 't4g.large') }],
-      /pool "pool-1" \(pools\[1\]\.instanceTypes\) holds c7gn\.xlarge \(arm64\), t4g\.large \(arm64\), but the pool's machineImage is x86_64: every launch would fail\. Give x86_64 instance types \(such as m7i\.large\), or an image of arm64/,
+      /pools\[1\]\.instanceTypes \(pool "pool-1"\) holds c7gn\.xlarge \(arm64\), t4g\.large \(arm64\), but the pool's machineImage is x86_64: every launch would fail\. Give x86_64 instance types \(such as m7i\.large\), or an image of arm64/,
     ],
     [
       'the default x86_64 type for an arm64 image',
       () => [{ machineImage: arm }],
-      /pool "pool-0" \(pools\[0\]\.instanceTypes\) is not set, and its default m7i\.large is x86_64, but the pool's machineImage is arm64[^]*Give arm64 instance types \(such as m7g\.large\)/,
+      /pools\[0\]\.instanceTypes \(pool "pool-0"\) is not set, and its default m7i\.large is x86_64, but the pool's machineImage is arm64[^]*Give arm64 instance types \(such as m7g\.large\)/,
     ],
     [
       'x86_64 types for an arm64 RunnerImage',
       () => [{ machineImage: new RunnerImage(new Stack(new App(), 'I'), 'Image', { provider: Provider.GITHUB, architecture: RunnerImageArchitecture.ARM64 }).machineImage(), instanceTypes: types('m7i.large') }],
-      /pool "pool-0" \(pools\[0\]\.instanceTypes\) holds m7i\.large \(x86_64\), but the pool's machineImage is arm64/,
+      /pools\[0\]\.instanceTypes \(pool "pool-0"\) holds m7i\.large \(x86_64\), but the pool's machineImage is arm64/,
     ],
     [
       'a pool mixing architectures whose image says nothing',
       () => [{ machineImage: ec2.MachineImage.genericLinux({ 'us-east-1': 'ami-12345678' }), instanceTypes: types('a1.large', 'c6i.large') }],
-      /pool "pool-0" \(pools\[0\]\.instanceTypes\) mixes architectures: a1\.large is arm64, c6i\.large is x86_64[^]*make one pool per architecture/,
+      /pools\[0\]\.instanceTypes \(pool "pool-0"\) mixes architectures: a1\.large is arm64, c6i\.large is x86_64[^]*make one pool per architecture/,
     ],
   ])('refuses %s', (_name, pools, message) => {
     expect(() => build(...pools())).toThrow(message);

@@ -323,6 +323,21 @@ describe('pool handler', () => {
     expect(aws.parameters.size).toBe(0);
   });
 
+  it('a paused pool (maxRunners 0) keeps no standby: target 0 in force of its warm size and schedule, parked ones evicted, nothing launched', async () => {
+    const kept = [parked(), parked()];
+    // Its warm settings stay for when it resumes; a window in force (aws.now is Sunday 12:00) changes nothing.
+    const config = fleetConfig({ maxRunners: 0, warmSize: 3, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 5 }] });
+    const [summary] = await handler(config)();
+    expect(summary).toMatchObject({ target: 0, launched: 0, parked: 0, evicted: { 'over-target': 2 } });
+    expect(aws.count('RunInstances')).toBe(0);
+    for (const i of kept) expect(i.state).toBe('terminated');
+    expect(lines.metric('TargetInstances', { Pool: 'linux' })).toBe(0);
+    expect(markers()).toEqual([]);
+    // Resumed: the next run refills to the target of the moment.
+    const [resumed] = await handler(fleetConfig({ maxRunners: 10, warmSize: 3, warmSchedule: [{ window: 'SUN 11:00-13:00', size: 5 }], primeFailureLimit: 5 }))();
+    expect(resumed).toMatchObject({ target: 5, launched: 5 });
+  });
+
   it('never evicts a claimed instance, even one over the target', async () => {
     const i = parked();
     aws.parameters.set(paths.runnerConfig(i.id), { value: 'x', tags: {}, at: aws.now });

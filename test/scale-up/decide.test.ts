@@ -32,6 +32,8 @@ describe('decide: which jobs go warm, cold or wait', () => {
     ['waiting past the maximum age is expired', [q(1, { receivedAt: '2026-11-29T10:00:00.000Z' })], [runner('github:8'), runner('github:9')], 2, ['expired']],
     ['an old job with capacity is still served', [q(1, { receivedAt: '2026-11-29T10:00:00.000Z' })], [], 2, ['cold']],
     ['parked standbys do not count against maxRunners', [q(1)], [parked(), parked()], 1, ['warm']],
+    ['a paused pool (maxRunners 0) starts nothing, warm or cold: every job waits', [q(1), q(2)], [parked(), parked()], 0, ['wait', 'wait']],
+    ['a paused pool\'s job past the maximum age is expired', [q(1, { receivedAt: '2026-11-29T10:00:00.000Z' }), q(2)], [], 0, ['expired', 'wait']],
     ['stopped activated instances (finished) do not count', [q(1)], [runner('github:8', 'stopped')], 1, ['cold']],
     ['an unknown pool', [q(1, {}, 'gpu')], [], 10, ['unknown-pool']],
   ];

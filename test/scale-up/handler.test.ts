@@ -1208,6 +1208,21 @@ describe('scale-up: the queue', () => {
     expect(lines.metric('JobsFailed')).toBe(0);
   });
 
+  it('a paused pool (maxRunners 0) registers and launches nothing, not even on a parked standby: each job waits as a delayed copy', async () => {
+    park(1);
+    const res = await handler({}, fleetConfig({ maxRunners: 0, warmSize: 3 }))(jobEvent([job(1), job(2)]));
+    expect(res.batchItemFailures).toEqual([]);
+    expect(ci.created).toBe(0);
+    expect(aws.count('StartInstances') + aws.count('CreateFleet') + aws.count('RunInstances') + aws.count('PutParameter')).toBe(0);
+    expect(aws.sent.map((s) => [s.queueUrl, s.attributes[WAIT_ATTRIBUTES.waits]])).toEqual([
+      [QUEUE, '1'],
+      [QUEUE, '1'],
+    ]);
+    // Delayed, not spinning: each copy is hidden until its capacity back-off has passed.
+    for (const copy of aws.sent) expect(Date.parse(copy.attributes[WAIT_ATTRIBUTES.notBefore]!)).toBeGreaterThan(aws.now.getTime());
+    expect(lines.metric('JobsWaitingForCapacity')).toBe(2);
+  });
+
   it('hides a wait copy that arrives before its time, and dead-letters one past the maximum age', async () => {
     const early = record(JSON.stringify(job(1)), { id: 'early', attributes: { [WAIT_ATTRIBUTES.waits]: '2', [WAIT_ATTRIBUTES.notBefore]: new Date(aws.now.getTime() + 30_000).toISOString() } });
     let res = await handler()(sqsEvent(early));

@@ -4,6 +4,7 @@ import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
 import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
+import { Checker, FleetConfigError, secondsInWords } from './config-checker';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -112,7 +113,7 @@ export interface PoolConfig {
   readonly instanceTypes: string[];
   /** Whether cold launches use spot capacity. */
   readonly spot: boolean;
-  /** Most runners of the pool at once, warm and cold together. */
+  /** Most runners of the pool at once, warm and cold together; 0 pauses the pool (no job starts, no standby is kept). */
   readonly maxRunners: number;
   /** A runner instance without a job for this long is terminated. */
   readonly idleTimeoutSeconds: number;
@@ -423,60 +424,17 @@ function validateReuse(c: Checker, p: string, provider: unknown): void {
     c.fail(`${p}.reuse.scope`, `is "${String(scope)}", but a ${provider} pool shares caches only within one ${REUSE_SCOPE_OF[provider]} ("${REUSE_SCOPE_OF[provider]}")`);
   }
   c.integer(`${p}.reuse.maxJobs`, 1, REUSE_LIMITS.maxJobs);
-  c.integer(`${p}.reuse.maxAgeSeconds`, REUSE_LIMITS.minAgeSeconds, REUSE_LIMITS.maxAgeSeconds);
+  c.seconds(`${p}.reuse.maxAgeSeconds`, REUSE_LIMITS.minAgeSeconds, REUSE_LIMITS.maxAgeSeconds);
   const dirs = c.strings(`${p}.reuse.cacheDirectories`, 0);
   if (dirs.length > REUSE_LIMITS.cacheDirectories) c.fail(`${p}.reuse.cacheDirectories`, `lists ${dirs.length} directories, at most ${REUSE_LIMITS.cacheDirectories}`);
   const total = dirs.reduce((sum, dir) => sum + dir.length, 0);
-  if (total > REUSE_LIMITS.cacheDirectoriesTotal) c.fail(`${p}.reuse.cacheDirectories`, cacheDirectoriesTotalProblem(total));
-  for (const dir of dirs) {
+  if (total > REUSE_LIMITS.cacheDirectoriesTotal) c.fail(`${p}.reuse.cacheDirectories`, cacheDirectoriesTotalProblem(total).replace(/^reuse\.cacheDirectories /, ''));
+  dirs.forEach((dir, k) => {
     const problem = cacheDirectoryProblem(dir);
-    if (problem) c.fail(`${p}.reuse.cacheDirectories`, problem);
-  }
+    if (problem) c.fail(`${p}.reuse.cacheDirectories.${k}`, problem.replace(/^cache directory /, ''));
+  });
   const nested = dirs.find((a) => dirs.some((b) => a !== b && a.startsWith(`${b}/`)));
   if (nested) c.fail(`${p}.reuse.cacheDirectories`, `"${nested}" lies inside another listed directory; list the outer one only`);
-}
-
-class Checker {
-  readonly problems: string[] = [];
-  constructor(private readonly root: unknown) {}
-  at(path: string): unknown {
-    let value: unknown = this.root;
-    for (const part of path.split('.')) {
-      if (typeof value !== 'object' || value === null) return undefined;
-      value = (value as Record<string, unknown>)[part];
-    }
-    return value;
-  }
-  fail(path: string, why: string): void {
-    this.problems.push(`${path} ${why}`);
-  }
-  string(path: string): string | undefined {
-    const v = this.at(path);
-    if (typeof v !== 'string' || v === '') {
-      this.fail(path, `must be a non-empty string, got ${JSON.stringify(v)}`);
-      return undefined;
-    }
-    return v;
-  }
-  integer(path: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-    const v = this.at(path);
-    if (!Number.isSafeInteger(v) || (v as number) < min || (v as number) > max) {
-      this.fail(path, `must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
-      return undefined;
-    }
-    return v as number;
-  }
-  boolean(path: string): void {
-    if (typeof this.at(path) !== 'boolean') this.fail(path, `must be true or false, got ${JSON.stringify(this.at(path))}`);
-  }
-  strings(path: string, minLength: number): string[] {
-    const v = this.at(path);
-    if (!Array.isArray(v) || v.length < minLength || !v.every((s) => typeof s === 'string' && s !== '')) {
-      this.fail(path, `must be a list of at least ${minLength} non-empty strings, got ${JSON.stringify(v)}`);
-      return [];
-    }
-    return v as string[];
-  }
 }
 
 export function validateFleetConfig(value: unknown): asserts value is FleetConfig {
@@ -502,7 +460,9 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const repos = c.strings('github.repositories', 0);
     if (org === undefined && repos.length === 0) c.fail('github', 'needs an organization or at least one repository ("owner/repo")');
     if (org !== undefined) c.string('github.organization');
-    for (const repo of repos) if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) c.fail('github.repositories', `entry "${repo}" must be "owner/repo"`);
+    repos.forEach((repo, k) => {
+      if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) c.fail(`github.repositories.${k}`, `"${repo}" must be "owner/repo"`);
+    });
     c.integer('github.runnerGroupId', 1);
     const api = c.string('github.apiUrl');
     if (api !== undefined && !/^https?:\/\//.test(api)) c.fail('github.apiUrl', `must be an http(s) URL, got "${api}"`);
@@ -532,7 +492,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     const name = c.string(`${p}.name`);
     if (name !== undefined) {
       const problem = poolNameProblem(name);
-      if (problem) c.fail(`${p}.name`, problem);
+      if (problem) c.fail(`${p}.name`, problem.replace(/^pool name /, ''));
       if (seen.has(name)) c.fail(`${p}.name`, `"${name}" is used by two pools; pool names must be unique`);
       seen.add(name);
     }
@@ -541,9 +501,9 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     else if (c.at(provider) === undefined) {
       c.fail(`${p}.provider`, `is "${provider}" but no ${provider} connection is configured; add one or change the pool's provider`);
     }
-    for (const label of c.strings(`${p}.labels`, 0)) {
-      if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels`, `label "${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-"`);
-    }
+    c.strings(`${p}.labels`, 0).forEach((label, k) => {
+      if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels.${k}`, `"${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-", starting with a letter or digit`);
+    });
     const match = c.at(`${p}.labelMatch`);
     if (!LABEL_MATCHES.includes(match as string)) c.fail(`${p}.labelMatch`, `must be ${LABEL_MATCHES.map((m) => `"${m}"`).join(' or ')}`);
     c.boolean(`${p}.runUntagged`);
@@ -553,13 +513,15 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     c.strings(`${p}.subnetIds`, 1);
     c.strings(`${p}.instanceTypes`, 1);
     c.boolean(`${p}.spot`);
-    const max = c.integer(`${p}.maxRunners`, 1, 10_000);
-    c.integer(`${p}.idleTimeoutSeconds`, 60);
-    if (c.at(`${p}.idleConfirmSeconds`) !== undefined) c.integer(`${p}.idleConfirmSeconds`, 0, 24 * 60 * 60);
-    if (c.at(`${p}.maxJobSeconds`) !== undefined) c.integer(`${p}.maxJobSeconds`, 60, 30 * 24 * 60 * 60);
-    if (c.at(`${p}.bootWaitSeconds`) !== undefined) c.integer(`${p}.bootWaitSeconds`, 1, 86_400);
+    // 0 pauses the pool: no job starts, no standby is kept (lambdas/pool `warmTarget`).
+    const max = c.integer(`${p}.maxRunners`, 0, 10_000);
+    c.seconds(`${p}.idleTimeoutSeconds`, 60);
+    if (c.at(`${p}.idleConfirmSeconds`) !== undefined) c.seconds(`${p}.idleConfirmSeconds`, 0, 24 * 60 * 60);
+    if (c.at(`${p}.maxJobSeconds`) !== undefined) c.seconds(`${p}.maxJobSeconds`, 60, 30 * 24 * 60 * 60);
+    if (c.at(`${p}.bootWaitSeconds`) !== undefined) c.seconds(`${p}.bootWaitSeconds`, 1, 86_400);
     const size = c.integer(`${p}.warm.size`, 0, 10_000);
-    if (size !== undefined && max !== undefined && size > max) {
+    // A paused pool (maxRunners 0) keeps its warm settings for when it resumes.
+    if (size !== undefined && max !== undefined && max > 0 && size > max) {
       c.fail(`${p}.warm.size`, `is ${size}, above the pool's maxRunners ${max}; lower it or raise maxRunners`);
     }
     const schedule = c.at(`${p}.warm.schedule`);
@@ -571,26 +533,26 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
           try {
             parseWarmWindow(window);
           } catch (e) {
-            c.fail(`${p}.warm.schedule.${j}.window`, (e as Error).message);
+            c.fail(`${p}.warm.schedule.${j}.window`, (e as Error).message.replace(/^warm schedule window /, ''));
           }
         }
         const entrySize = c.integer(`${p}.warm.schedule.${j}.size`, 0, 10_000);
-        if (entrySize !== undefined && max !== undefined && entrySize > max) {
+        if (entrySize !== undefined && max !== undefined && max > 0 && entrySize > max) {
           c.fail(`${p}.warm.schedule.${j}.size`, `is ${entrySize}, above the pool's maxRunners ${max}`);
         }
       });
-    c.integer(`${p}.warm.maxAgeSeconds`, 300);
-    const priming = c.integer(`${p}.warm.primingTimeoutSeconds`, 60);
+    c.seconds(`${p}.warm.maxAgeSeconds`, 300);
+    const priming = c.seconds(`${p}.warm.primingTimeoutSeconds`, 60);
     if (priming !== undefined && launchTicketHoldSeconds(priming) >= JOB_MAX_WAIT_SECONDS) {
       c.fail(
         `${p}.warm.primingTimeoutSeconds`,
-        `is ${priming}: a launch of an unproven or failing template holds its launch ticket for the priming timeout plus ${LAUNCH_TICKET_SETTLE_SECONDS} s, ` +
-          `which must stay below a job's maximum wait (${JOB_MAX_WAIT_SECONDS} s) or the jobs waiting behind it are dead-lettered; ` +
-          `use at most ${JOB_MAX_WAIT_SECONDS - LAUNCH_TICKET_SETTLE_SECONDS - 1} s, and put slow preparation into the image`,
+        `is ${secondsInWords(priming)}: a launch of an unproven or failing template holds its launch ticket for the priming timeout plus ${secondsInWords(LAUNCH_TICKET_SETTLE_SECONDS)}, ` +
+          `which must stay below a job's maximum wait (${secondsInWords(JOB_MAX_WAIT_SECONDS)}) or the jobs waiting behind it are dead-lettered; ` +
+          `use less than ${secondsInWords(JOB_MAX_WAIT_SECONDS - LAUNCH_TICKET_SETTLE_SECONDS)}, and put slow preparation into the image`,
       );
     }
     c.integer(`${p}.warm.primeFailureLimit`, 1, 100);
-    c.integer(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
+    c.seconds(`${p}.warm.primeBackoffCapSeconds`, 60, 24 * 60 * 60);
     if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);
     if (c.at(`${p}.runnerVersion`) !== undefined) c.string(`${p}.runnerVersion`);
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
@@ -598,5 +560,5 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
   if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));
-  if (c.problems.length > 0) throw new Error(`invalid fleet config: ${c.problems.join('; ')}`);
+  if (c.problems.length > 0) throw new FleetConfigError(c.problems);
 }

@@ -77,3 +77,41 @@ export function warmSizeAt(baseSize: number, schedule: readonly WarmScheduleEntr
   }
   return baseSize;
 }
+
+/** A Sunday, 00:00 UTC: minute 0 of the week `weekMinutes` counts from. */
+const WEEK_START = Date.UTC(2023, 0, 1);
+const WEEK_MINUTES = 7 * 24 * 60;
+
+/** Which minutes of the week (0 = Sunday 00:00 UTC) a window covers, by the rule `warmSizeAt` applies. */
+function weekMinutes(window: string): boolean[] {
+  const parsed = parseWarmWindow(window);
+  return Array.from({ length: WEEK_MINUTES }, (_, m) => inWindow(parsed, new Date(WEEK_START + m * 60_000)));
+}
+
+/**
+ * Windows of one schedule that overlap; the first matching window wins (`warmSizeAt`):
+ * - `shadowed`: every minute of window `later` lies in earlier windows (`earlier`), so its
+ *   size never applies;
+ * - `overlap`: windows `earlier` and `later` share minutes and give different sizes; the
+ *   earlier one's applies there.
+ */
+export interface ScheduleOverlap {
+  readonly kind: 'shadowed' | 'overlap';
+  readonly later: number;
+  readonly earlier: readonly number[];
+}
+
+export function scheduleOverlaps(schedule: readonly WarmScheduleEntry[]): ScheduleOverlap[] {
+  const minutes = schedule.map((e) => weekMinutes(e.window));
+  const out: ScheduleOverlap[] = [];
+  minutes.forEach((mine, j) => {
+    const overlapping = minutes.slice(0, j).flatMap((theirs, i) => (mine.some((on, m) => on && theirs[m]) ? [i] : []));
+    if (overlapping.length === 0) return;
+    if (mine.every((on, m) => !on || overlapping.some((i) => minutes[i]![m]))) {
+      out.push({ kind: 'shadowed', later: j, earlier: overlapping });
+      return;
+    }
+    for (const i of overlapping) if (schedule[i]!.size !== schedule[j]!.size) out.push({ kind: 'overlap', later: j, earlier: [i] });
+  });
+  return out;
+}

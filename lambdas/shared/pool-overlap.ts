@@ -1,0 +1,122 @@
+import type { PoolConfig } from './contract';
+import { offeredLabels } from './match-pool';
+
+/**
+ * Which pools compete for the same jobs under `matchPool`'s rules, for synth to refuse a pool
+ * that can never get a job and to warn where the order of `pools` decides.
+ *
+ * A job (its labels J, as `matchPool` normalises them; GitHub: whether it asked for
+ * "self-hosted") goes to the matching pool with the fewest labels it did not ask for, then the
+ * first. For two pools that both match a job that count is |P| - |J|, so which of them wins
+ * does not depend on the job: the pool with fewer labels, or of equal count the earlier one, is
+ * *preferred*. The preferred pool W takes every job both match; the other pool L keeps the
+ * jobs only it matches. Per label-match mode, L's labelled jobs are:
+ * - exact: the one label set P_L;
+ * - subset: every non-empty subset of P_L;
+ * and besides them a *bare* job: GitHub's `runs-on: self-hosted` (no label left), matched by
+ * a subset pool or an exact pool without labels; GitLab's untagged job, matched exactly by
+ * the pools with `runUntagged` (whatever their tags and mode). A GitHub pool with
+ * `requireSelfHostedLabel` matches only jobs that ask for "self-hosted".
+ *
+ * Verdicts for a pair (W preferred over L, same provider and scope):
+ * - `starved` (refused): W matches every job L matches, so L never gets one.
+ * - `order` (warning): both match some labelled job (a GitLab untagged job counts too) and
+ *   they have as many labels each: the order of `pools` alone sends it to W. (W covering L's
+ *   labelled jobs needs as many labels as L, so "L gets only bare jobs" is one of these.)
+ * Two pools with overlapping jobs and fewer labels on W are how tiers are written (a narrow
+ * pool beside a broad one): no verdict. GitHub's bare job alone (every subset pool matches
+ * `runs-on: self-hosted`) is no reason to warn. Several pools that together cover one are
+ * not found. test/webhook/pool-overlap.test.ts checks these verdicts against `matchPool` on
+ * every pair of pools over three labels.
+ */
+export type OverlapKind = 'starved' | 'order';
+
+export interface PoolOverlap {
+  readonly kind: OverlapKind;
+  /** Index in `pools` of the pool that wins the shared jobs. */
+  readonly winner: number;
+  /** Index in `pools` of the pool that loses them. */
+  readonly loser: number;
+  /** Labels of a job both match (normalised); empty for a bare job. */
+  readonly example: readonly string[];
+  /** Why the winner wins: it has fewer labels, or as many and comes first. */
+  readonly because: 'fewer-labels' | 'first';
+}
+
+/**
+ * The scope of jobs a pool can see at all: pools of different scopes never compete for a job
+ * (another GitHub organisation, another GitLab group or project). One scope today.
+ */
+export function poolScopeKey(pool: PoolConfig): string {
+  void pool;
+  return '';
+}
+
+interface Shape {
+  readonly labels: ReadonlySet<string>;
+  readonly subset: boolean;
+  /** Matches the bare job (GitHub: `runs-on: self-hosted` alone; GitLab: untagged). */
+  readonly bare: boolean;
+  /** GitHub: matches jobs that do not ask for "self-hosted" too. */
+  readonly withoutSelfHosted: boolean;
+}
+
+function shapeOf(pool: PoolConfig): Shape {
+  const labels = offeredLabels(pool);
+  const subset = pool.labelMatch === 'subset';
+  const github = pool.provider === 'github';
+  return {
+    labels,
+    subset,
+    bare: github ? subset || labels.size === 0 : pool.runUntagged,
+    withoutSelfHosted: github && !pool.requireSelfHostedLabel,
+  };
+}
+
+const within = (a: ReadonlySet<string>, b: ReadonlySet<string>) => [...a].every((l) => b.has(l));
+const same = (a: ReadonlySet<string>, b: ReadonlySet<string>) => a.size === b.size && within(a, b);
+
+/** A non-empty label set both pools match, if any (by the modes above). */
+function sharedLabelledJob(w: Shape, l: Shape): string[] | undefined {
+  const shared = (set: ReadonlySet<string>) => (set.size > 0 ? [...set].sort() : undefined);
+  if (!w.subset && !l.subset) return same(w.labels, l.labels) ? shared(w.labels) : undefined;
+  if (!w.subset) return within(w.labels, l.labels) ? shared(w.labels) : undefined;
+  if (!l.subset) return within(l.labels, w.labels) ? shared(l.labels) : undefined;
+  return shared(new Set([...w.labels].filter((x) => l.labels.has(x))));
+}
+
+/** Whether `w` matches every labelled job `l` matches. */
+function coversLabelled(w: Shape, l: Shape): boolean {
+  if (l.labels.size === 0) return true; // l matches no labelled job
+  if (l.withoutSelfHosted && !w.withoutSelfHosted) return false;
+  if (!l.subset) return w.subset ? within(l.labels, w.labels) : same(w.labels, l.labels);
+  // Every non-empty subset of l's labels: an exact pool matches only one of them.
+  return w.subset ? within(l.labels, w.labels) : l.labels.size === 1 && same(w.labels, l.labels);
+}
+
+/** The verdict for `w` preferred over `l` (both of one provider and scope), if any. */
+function verdict(w: Shape, l: Shape, github: boolean): { kind: OverlapKind; example: string[] } | undefined {
+  const labelled = coversLabelled(w, l);
+  const bare = !l.bare || w.bare;
+  const hasJobs = l.labels.size > 0 || l.bare;
+  if (labelled && bare && hasJobs) return { kind: 'starved', example: sharedLabelledJob(w, l) ?? [] };
+  if (w.labels.size !== l.labels.size) return undefined;
+  const example = sharedLabelledJob(w, l) ?? (!github && w.bare && l.bare ? [] : undefined);
+  return example ? { kind: 'order', example } : undefined;
+}
+
+/** Every pair of pools that compete as above, the preferred one first. */
+export function poolOverlaps(pools: readonly PoolConfig[]): PoolOverlap[] {
+  const shapes = pools.map(shapeOf);
+  const out: PoolOverlap[] = [];
+  for (let a = 0; a < pools.length; a++) {
+    for (let b = a + 1; b < pools.length; b++) {
+      if (pools[a]!.provider !== pools[b]!.provider || poolScopeKey(pools[a]!) !== poolScopeKey(pools[b]!)) continue;
+      // Fewer labels wins; as many, the earlier (a).
+      const [w, l] = shapes[b]!.labels.size < shapes[a]!.labels.size ? [b, a] : [a, b];
+      const found = verdict(shapes[w]!, shapes[l]!, pools[a]!.provider === 'github');
+      if (found) out.push({ ...found, winner: w, loser: l, because: shapes[w]!.labels.size < shapes[l]!.labels.size ? 'fewer-labels' : 'first' });
+    }
+  }
+  return out;
+}
