@@ -87,6 +87,15 @@ export interface MetricNames {
   readonly jobsReconciled: string;
   /** What the reconciler's credential has left of its rate limit after its run (Credential dimension). */
   readonly ciRateLimitRemaining: string;
+  /** Several GitHub Apps: what an App has left of its most spent rate limit (JWT or an installation's) at its latest answer, per `AppId`. */
+  readonly githubAppRateRemaining: string;
+  /** Several GitHub Apps: the limit that `githubAppRateRemaining` is a part of, per `AppId`. */
+  readonly githubAppRateLimit: string;
+  /**
+   * GitHub Apps: the largest fraction of its limit any App has left (an App not yet heard from, or
+   * past its reset, counts as whole): below the alarm's threshold every App is nearly spent.
+   */
+  readonly githubAppsBestRemainingFraction: string;
   /** Seconds from a job's origin to one stage of its latency ledger (contract ledger.ts), per pool and stage. */
   readonly jobStageSeconds: string;
   /** Reuse: jobs of a reusable pool served by a parked instance of their own affinity, per pool. */
@@ -130,6 +139,9 @@ export const METRIC_NAMES = {
   redeliveries: 'Redeliveries',
   jobsReconciled: 'JobsReconciled',
   ciRateLimitRemaining: 'CiRateLimitRemaining',
+  githubAppRateRemaining: 'GitHubAppRateLimitRemaining',
+  githubAppRateLimit: 'GitHubAppRateLimit',
+  githubAppsBestRemainingFraction: 'GitHubAppsBestRemainingFraction',
   jobStageSeconds: 'JobStageSeconds',
   reuseHits: 'ReuseHits',
   reuseMisses: 'ReuseMisses',
@@ -148,10 +160,13 @@ export interface MetricDimensions {
   readonly reason: string;
   /** The latency ledger's stage (contract ledger.ts). */
   readonly stage: string;
+  /** The GitHub App a rate-limit figure belongs to. */
+  readonly appId: string;
 }
 
 export const METRIC_DIMENSIONS = {
   pool: 'Pool',
   reason: 'Reason',
   stage: 'Stage',
+  appId: 'AppId',
 } as const satisfies MetricDimensions;
