@@ -21,6 +21,7 @@ import {
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
+  GITHUB_APPS_LOW_FRACTION,
   Provider,
   RUNNER_PIN_WARN_DAYS,
   RUNNER_RELEASE_ALARM_HOURS,
@@ -221,7 +222,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly dashboard: cloudwatch.Dashboard;
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
-  /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target). */
+  /** The fleet's alarms (dead-letter queue, failures, scale-up errors, parked below target, every GitHub App nearly out of its rate limit). */
   readonly alarms: cloudwatch.Alarm[] = [];
   readonly connections: ec2.Connections;
   readonly grantPrincipal: iam.IPrincipal;
@@ -339,6 +340,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         environment,
         queue: this.jobs.queue,
         ...(props.github ? { appPrivateKeyArn: parameterArn(paths.github.appPrivateKey) } : {}),
+        ...(secrets.additionalAppKeys.length > 0 ? { additionalAppPrivateKeyArns: secrets.additionalAppKeys.map(parameterArn) } : {}),
         ...(props.gitlab ? { gitlabTokenArn: parameterArn(paths.gitlab.token) } : {}),
         logRetention,
         prefix,
@@ -706,6 +708,22 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         this.alarms.push(a);
       }
     }
+    if (props.github) {
+      // One figure the functions compute (the best App's fraction left, an App not heard from
+      // counting as whole) rather than metric math over per-App metrics: an App a period's calls
+      // did not use has no data point then, and only the functions know it is whole.
+      const a = new cloudwatch.Alarm(this, 'GitHubAppsRateLimitLow', {
+        alarmDescription:
+          `Every GitHub App of the fleet has less than ${GITHUB_APPS_LOW_FRACTION * 100}% of its rate limit left (the best App's fraction, ${METRIC_NAMES.githubAppsBestRemainingFraction}): registrations, job look-ups and the sweep will soon be refused until the hourly reset. ` +
+          `Per App: ${METRIC_NAMES.githubAppRateRemaining} and ${METRIC_NAMES.githubAppRateLimit} by ${METRIC_DIMENSIONS.appId}. What to do: docs/operations.md#github-rate-limit`,
+        metric: metric(METRIC_NAMES.githubAppsBestRemainingFraction, undefined, 'Minimum'),
+        threshold: GITHUB_APPS_LOW_FRACTION,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
+      this.alarms.push(a);
+    }
     const poolWidgets: cloudwatch.IWidget[] = [];
     for (const pool of this.config.pools) {
       // Maximum: a pool that refills within the period is not below target.
@@ -839,12 +857,15 @@ function jobRetryOptionsOf(props: WarmRunnersProps): JobRetryOptions {
 }
 
 function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmPaths>) {
+  // Each further App's key in its own parameter (the fleet config has validated the ids).
+  const additionalAppKeys = (props.github?.additionalAppIds ?? []).map((id) => paths.githubAppPrivateKey(id));
   return {
     webhook: [
       ...(props.github ? [paths.github.webhookSecret] : []),
       ...(props.gitlab ? [paths.gitlab.webhookToken, paths.gitlab.webhookSigningKey] : []),
     ],
-    githubApi: props.github ? [paths.github.appPrivateKey] : [],
+    githubApi: props.github ? [paths.github.appPrivateKey, ...additionalAppKeys] : [],
+    additionalAppKeys,
     gitlabApi: props.gitlab ? [paths.gitlab.token] : [],
   };
 }

@@ -112,6 +112,12 @@ export interface MetricNames {
   readonly runnerDaysLeft: string;
 }
 
+/**
+ * The `GitHubAppsRateLimitLow` alarm fires when even the App with the most left has less than
+ * this fraction of its rate limit (10%: about 500 requests of an installation's 5,000 an hour).
+ */
+export const GITHUB_APPS_LOW_FRACTION = 0.1;
+
 export const METRIC_NAMES = {
   jobsReceived: 'JobsReceived',
   jobsDequeued: 'JobsDequeued',
