@@ -150,11 +150,14 @@ export interface GitHubAppsOptions extends Omit<GitHubProviderOptions, 'privateK
   /** The Apps, the first being `github.appId` (the one with the webhook: `/app/hook` routes are its). */
   readonly apps: readonly GitHubAppCredentials[];
   /**
-   * Told every App's figures after an answer, at most once per `figuresIntervalMs` unless an
-   * App was refused for its rate limit (the metrics: lambdas/ci/index.ts).
+   * Told every App's figures after an answer (the metrics: lambdas/ci/index.ts): at most once per
+   * `figuresIntervalMs` while the best App has more than `figuresEveryAnswerBelow` of its limit
+   * left, after every answer once it has less or an App was refused, so the low figures that
+   * page always reach the alarm.
    */
   readonly onFigures?: (figures: AppRateFigures[], bestRemainingFraction: number) => void;
   readonly figuresIntervalMs?: number;
+  readonly figuresEveryAnswerBelow?: number;
 }
 
 /**
@@ -177,7 +180,7 @@ export class GitHubApps implements CiProvider {
     this.budgets = new AppBudgets(this.appIds, this.now);
     const base = options.fetch ?? globalThis.fetch;
     for (const app of options.apps) {
-      const { apps: _apps, onFigures: _onFigures, figuresIntervalMs: _interval, ...shared } = options;
+      const { apps: _apps, onFigures: _onFigures, figuresIntervalMs: _interval, figuresEveryAnswerBelow: _below, ...shared } = options;
       this.providers.set(
         app.appId,
         new GitHubProvider({
@@ -279,9 +282,11 @@ export class GitHubApps implements CiProvider {
   private reportFigures(refused: boolean): void {
     if (!this.options.onFigures) return;
     const at = this.now();
-    if (!refused && at - this.lastFiguresAt < (this.options.figuresIntervalMs ?? 60_000)) return;
+    const best = this.budgets.bestRemainingFraction();
+    const urgent = refused || best < (this.options.figuresEveryAnswerBelow ?? 0);
+    if (!urgent && at - this.lastFiguresAt < (this.options.figuresIntervalMs ?? 60_000)) return;
     this.lastFiguresAt = at;
-    this.options.onFigures(this.budgets.figures(), this.budgets.bestRemainingFraction());
+    this.options.onFigures(this.budgets.figures(), best);
   }
 }
 

@@ -1,5 +1,5 @@
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import { METRIC_DIMENSIONS, METRIC_NAMES, Provider, ssmPaths, type CiProvider, type FleetConfig } from '../shared/contract';
+import { GITHUB_APPS_LOW_FRACTION, METRIC_DIMENSIONS, METRIC_NAMES, Provider, ssmPaths, type CiProvider, type FleetConfig } from '../shared/contract';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { createSecretCache } from '../shared/secrets';
 import type { ListTruncated } from './github';
@@ -51,6 +51,8 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
       github: config.github,
       pools: config.pools,
       apps: keys.map(({ appId, parameter }) => ({ appId, privateKey: () => secrets.get(parameter), invalidatePrivateKey: () => secrets.invalidate(parameter) })),
+      // Twice the alarm's threshold: from there on every answer's figures are published.
+      figuresEveryAnswerBelow: 2 * GITHUB_APPS_LOW_FRACTION,
       onFigures: (figures, best) => {
         for (const f of figures) {
           emitMetrics(config.metrics.namespace, { [METRIC_DIMENSIONS.appId]: f.appId }, { [METRIC_NAMES.githubAppRateRemaining]: f.remaining, [METRIC_NAMES.githubAppRateLimit]: f.limit }, 'None', deps.metricSink);
