@@ -53,7 +53,7 @@ describe('several GitHub Apps in the construct', () => {
     const canRead = (prefix: string) => {
       expect(roles.some((r) => r.startsWith(prefix)), prefix).toBe(true);
       const statements = rolePolicyStatements(template, prefix, PSEUDO);
-      return keys.map((k) => isAllowed(statements, { action: 'ssm:GetParameter', resource: arn(k) }));
+      return keys.map((k) => isAllowed(statements, { action: 'ssm:GetParameter', resource: arn(k), context: {} }));
     };
     for (const fn of ['RunnersScaleUp', 'RunnersScaleDown', 'RunnersReconcile', 'RunnersDrain']) expect([fn, canRead(fn)]).toEqual([fn, [true, true]]);
     for (const fn of ['RunnersWebhook', 'RunnersPool', 'RunnersFleetRole']) expect([fn, canRead(fn)]).toEqual([fn, [false, false]]);
