@@ -775,6 +775,19 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         width: 12,
       }),
     );
+    if (props.github) {
+      const appIds = [props.github.appId, ...(props.github.additionalAppIds ?? [])];
+      const perApp = (name: string, appId: string) =>
+        new cloudwatch.Metric({ namespace, metricName: name, dimensionsMap: { [METRIC_DIMENSIONS.appId]: appId }, statistic: 'Minimum', period: Duration.minutes(5), label: `App ${appId}` });
+      this.dashboard.addWidgets(
+        new cloudwatch.GraphWidget({
+          title: 'GitHub rate limit left per App (its most spent budget)',
+          left: appIds.map((id) => perApp(METRIC_NAMES.githubAppRateRemaining, id)),
+          right: [metric(METRIC_NAMES.githubAppsBestRemainingFraction, undefined, 'Minimum')],
+          width: 12,
+        }),
+      );
+    }
 
     if (props.github) new CfnOutput(this, 'GitHubWebhookUrl', { description: 'Point the GitHub App webhook here', value: `${this.webhookUrl.url}github` });
     if (props.gitlab) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookUrl.url}gitlab` });

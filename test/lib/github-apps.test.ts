@@ -63,6 +63,11 @@ describe('several GitHub Apps in the construct', () => {
     expect(built.runners.secretParameterNames).toEqual(expect.arrayContaining(keys));
   });
 
+  it('shows each App in the dashboard', () => {
+    const body = JSON.stringify(Object.values(template.findResources('AWS::CloudWatch::Dashboard'))[0]!.Properties.DashboardBody);
+    for (const id of [APP_1, APP_2]) expect(body).toContain(`\\"${METRIC_NAMES.githubAppRateRemaining}\\",\\"AppId\\",\\"${id}\\"`);
+  });
+
   it('refuses an App id that is not a number or is listed twice, naming the prop', () => {
     expect(() => fleet({ additionalAppIds: ['my-app'] })).toThrow(/github\.additionalAppIds\[0\] must be an App's numeric id.*"my-app"/);
     expect(() => fleet({ additionalAppIds: [APP_2, APP_1] })).toThrow(/github\.additionalAppIds\[1\] App 7001 is listed twice/);

@@ -87,9 +87,9 @@ export interface MetricNames {
   readonly jobsReconciled: string;
   /** What the reconciler's credential has left of its rate limit after its run (Credential dimension). */
   readonly ciRateLimitRemaining: string;
-  /** Several GitHub Apps: what an App has left of its most spent rate limit (JWT or an installation's) at its latest answer, per `AppId`. */
+  /** GitHub: what an App has left of its most spent rate limit (its JWT's or an installation's) at its latest answer, per `AppId`. */
   readonly githubAppRateRemaining: string;
-  /** Several GitHub Apps: the limit that `githubAppRateRemaining` is a part of, per `AppId`. */
+  /** GitHub: the limit that `githubAppRateRemaining` is a part of, per `AppId`. */
   readonly githubAppRateLimit: string;
   /**
    * GitHub Apps: the largest fraction of its limit any App has left (an App not yet heard from, or
