@@ -9,6 +9,15 @@ export interface GitHubConnectionProps {
   /** The GitHub App's id (not secret; its private key goes into the SSM parameter the stack outputs). */
   readonly appId: string;
   /**
+   * Ids of further GitHub Apps, installed on the same organisation or repositories as `appId`,
+   * whose rate limits share the load: each GitHub call goes to the App with the most of its
+   * limit left (docs/github.md#several-apps). Each App's private key goes into its own SSM
+   * parameter, `/<prefix>/ci/github/apps/<appId>/private-key` (the stack's `SecretParameters`
+   * output lists them); `appId`'s keeps its parameter. Only `appId`'s App needs the webhook.
+   * @default - none: one App
+   */
+  readonly additionalAppIds?: string[];
+  /**
    * Organisation whose runners the fleet registers (organisation-level runners).
    * @default - repository-level runners for `repositories`
    */

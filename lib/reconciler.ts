@@ -22,6 +22,12 @@ export interface ReconcilerProps {
    */
   readonly appPrivateKeyArn?: string;
   /**
+   * ARNs of the SecureString parameters holding the private keys of the further GitHub Apps
+   * (`GitHubConnectionProps.additionalAppIds`): its run-listing calls go to any App.
+   * @default - none: one App
+   */
+  readonly additionalAppPrivateKeyArns?: string[];
+  /**
    * ARN of the SecureString parameter holding the GitLab access token.
    * @default - none: no GitLab connection
    */
@@ -91,7 +97,7 @@ export class Reconciler extends Construct {
       logRetention: props.logRetention,
     });
     props.queue.grantSendMessages(this.function);
-    const secrets = [props.appPrivateKeyArn, props.gitlabTokenArn].filter((arn): arn is string => arn !== undefined);
+    const secrets = [props.appPrivateKeyArn, ...(props.additionalAppPrivateKeyArns ?? []), props.gitlabTokenArn].filter((arn): arn is string => arn !== undefined);
     if (secrets.length > 0) this.function.addToRolePolicy(new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: secrets }));
     runOnceOnSchedule(this.function);
     this.schedule = new events.Rule(this, 'Schedule', {

@@ -21,6 +21,7 @@ import {
   LAMBDA_ENV,
   METRIC_DIMENSIONS,
   METRIC_NAMES,
+  GITHUB_APPS_LOW_FRACTION,
   Provider,
   RUNNER_PIN_WARN_DAYS,
   RUNNER_RELEASE_ALARM_HOURS,
@@ -226,8 +227,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly metricNamespace: string;
   /**
    * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors,
-   * webhook refusals and throttles, lost deliveries, parked below target, prime back-off and
-   * the runner release (docs/operations.md, "Alarms").
+   * webhook refusals and throttles, lost deliveries, parked below target, prime back-off, the
+   * runner release, and every GitHub App nearly out of its rate limit (docs/operations.md, "Alarms").
    */
   readonly alarms: cloudwatch.Alarm[] = [];
   /**
@@ -357,6 +358,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         environment,
         queue: this.jobs.queue,
         ...(props.github ? { appPrivateKeyArn: parameterArn(paths.github.appPrivateKey) } : {}),
+        ...(secrets.additionalAppKeys.length > 0 ? { additionalAppPrivateKeyArns: secrets.additionalAppKeys.map(parameterArn) } : {}),
         ...(props.gitlab ? { gitlabTokenArn: parameterArn(paths.gitlab.token) } : {}),
         logRetention,
         prefix,
@@ -723,6 +725,22 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         this.alarms.push(a);
       }
     }
+    if (props.github) {
+      // One figure the functions compute (the best App's fraction left, an App not heard from
+      // counting as whole) rather than metric math over per-App metrics: an App a period's calls
+      // did not use has no data point then, and only the functions know it is whole.
+      const a = new cloudwatch.Alarm(this, 'GitHubAppsRateLimitLow', {
+        alarmDescription:
+          `Every GitHub App of the fleet has less than ${GITHUB_APPS_LOW_FRACTION * 100}% of its rate limit left (the best App's fraction, ${METRIC_NAMES.githubAppsBestRemainingFraction}): registrations, job look-ups and the sweep will soon be refused until the hourly reset. ` +
+          `Per App: ${METRIC_NAMES.githubAppRateRemaining} and ${METRIC_NAMES.githubAppRateLimit} by ${METRIC_DIMENSIONS.appId}. What to do: docs/operations.md#github-rate-limit`,
+        metric: metric(METRIC_NAMES.githubAppsBestRemainingFraction, undefined, 'Minimum'),
+        threshold: GITHUB_APPS_LOW_FRACTION,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
+      this.alarms.push(a);
+    }
     const poolWidgets: cloudwatch.IWidget[] = [];
     for (const pool of this.config.pools) {
       // Maximum: a pool that refills within the period is not below target.
@@ -774,6 +792,19 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         width: 12,
       }),
     );
+    if (props.github) {
+      const appIds = [props.github.appId, ...(props.github.additionalAppIds ?? [])];
+      const perApp = (name: string, appId: string) =>
+        new cloudwatch.Metric({ namespace, metricName: name, dimensionsMap: { [METRIC_DIMENSIONS.appId]: appId }, statistic: 'Minimum', period: Duration.minutes(5), label: `App ${appId}` });
+      this.dashboard.addWidgets(
+        new cloudwatch.GraphWidget({
+          title: 'GitHub rate limit left per App (its most spent budget)',
+          left: appIds.map((id) => perApp(METRIC_NAMES.githubAppRateRemaining, id)),
+          right: [metric(METRIC_NAMES.githubAppsBestRemainingFraction, undefined, 'Minimum')],
+          width: 12,
+        }),
+      );
+    }
 
     if (props.github) new CfnOutput(this, 'GitHubWebhookUrl', { description: 'Point the GitHub App webhook here', value: `${this.webhookUrl.url}github` });
     if (props.gitlab) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookUrl.url}gitlab` });
@@ -865,12 +896,15 @@ function jobRetryOptionsOf(props: WarmRunnersProps): JobRetryOptions {
 }
 
 function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmPaths>) {
+  // Each further App's key in its own parameter (the fleet config has validated the ids).
+  const additionalAppKeys = (props.github?.additionalAppIds ?? []).map((id) => paths.githubAppPrivateKey(id));
   return {
     webhook: [
       ...(props.github ? [paths.github.webhookSecret] : []),
       ...(props.gitlab ? [paths.gitlab.webhookToken, paths.gitlab.webhookSigningKey] : []),
     ],
-    githubApi: props.github ? [paths.github.appPrivateKey] : [],
+    githubApi: props.github ? [paths.github.appPrivateKey, ...additionalAppKeys] : [],
+    additionalAppKeys,
     gitlabApi: props.gitlab ? [paths.gitlab.token] : [],
   };
 }

@@ -11,7 +11,7 @@ import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults }
  */
 
 /** Bounds on the counts: each job and each parked instance is a boot script run on this machine. */
-export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600, seed: 2 ** 31 - 1 } as const;
+export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600, seed: 2 ** 31 - 1, apps: 5 } as const;
 
 export const USAGE = `usage: npm run local -- [options]        (npm run -s local -- --json > report.json: -s keeps npm's banner off stdout)
   --jobs N        jobs per CI provider, 0 to ${ARG_LIMITS.jobs} (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
@@ -41,6 +41,8 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
   --apt-pool NAME the example's pool NAME (linux-x64 or gitlab-docker; repeatable) plays an Ubuntu-style image: no dnf, so its
                   install step runs this host's real apt-get (a Debian machine standing in for Ubuntu) beside the other pools'
                   dnf (needs root and the stock image; installs the runner's OS packages that are missing on this host)
+  --apps N        GitHub Apps sharing the rate limit, 1 to ${ARG_LIMITS.apps} (default 1): each installed on the loopback organisation with
+                  its own key, installation and rate limits; the report counts each App's requests
   --endpoint URL  use this moto server instead of starting one (a fresh one: a moto that holds a fleet is refused)
   --json          print the report as one JSON object
   --verbose       print every event and every Lambda log line as it happens (stderr)
@@ -68,6 +70,8 @@ export interface LocalArgs {
   readonly seed?: number;
   /** Pools whose machines play an Ubuntu-style image (apt-get). */
   readonly aptPools?: string[];
+  /** GitHub Apps sharing the rate limit (absent: one). */
+  readonly apps?: number;
 }
 
 /** The fault sets of --faults: alone, the standard set; with a name, that case. */
@@ -76,7 +80,7 @@ export const FAULT_SETS = {
   'tampered-download': { tamperedDownload: true },
 } as const satisfies Record<string, ScenarioFaults>;
 
-const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint', 'seed'];
+const VALUE_OPTIONS = ['jobs', 'pool-size', 'deadline', 'endpoint', 'seed', 'apps'];
 /** Names `--faults` takes as its value when one follows; without one it is the standard set. */
 const FAULT_NAMES = Object.keys(FAULT_SETS).filter((n) => n !== 'standard');
 
@@ -120,6 +124,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         verbose: { type: 'boolean' },
         deadline: { type: 'string' },
         seed: { type: 'string' },
+        apps: { type: 'string' },
         'apt-pool': { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h' },
       },
@@ -135,6 +140,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
   const poolSize = count('pool-size', values['pool-size'], 0, ARG_LIMITS.poolSize);
   const deadline = count('deadline', values.deadline, ARG_LIMITS.deadlineMin, ARG_LIMITS.deadlineMax);
   const seed = count('seed', values.seed, 0, ARG_LIMITS.seed);
+  const apps = count('apps', values.apps, 1, ARG_LIMITS.apps);
   const burst = values.burst ?? false;
   const faultSet = values.faults;
   if (faultSet !== undefined && !Object.hasOwn(FAULT_SETS, faultSet)) {
@@ -203,6 +209,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     ...(image === undefined ? {} : { image: image as LocalImage }),
     ...(seed === undefined ? {} : { seed }),
     ...(aptPools === undefined ? {} : { aptPools: [...new Set(aptPools)] }),
+    ...(apps === undefined ? {} : { apps }),
   };
 }
 

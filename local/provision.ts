@@ -38,6 +38,8 @@ export interface LocalSettings {
   readonly githubApiUrl: string;
   /** The loopback GitLab URL (`LoopbackGitLab.url`). */
   readonly gitlabUrl: string;
+  /** Further GitHub Apps of the loopback GitHub (`npm run local -- --apps N`). @default - none: one App */
+  readonly githubAdditionalAppIds?: readonly string[];
   /**
    * Each provider's pools install this `runnerPackage` on a stock image (the loopback release
    * server's packages). @default - the example's: the contract's pinned releases
@@ -95,7 +97,7 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
   const unknown = (local.aptPools ?? []).filter((name) => !example.pools.some((p) => p.name === name));
   if (unknown.length > 0) throw new Error(`apt pool(s) ${unknown.join(', ')} not in the example fleet (${example.pools.map((p) => p.name).join(', ')})`);
   return {
-    github: { ...example.github, apiUrl: local.githubApiUrl },
+    github: { ...example.github, apiUrl: local.githubApiUrl, ...(local.githubAdditionalAppIds?.length ? { additionalAppIds: [...local.githubAdditionalAppIds] } : {}) },
     gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
     pools: example.pools.map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
@@ -119,6 +121,8 @@ export function localExample(): ExampleFleetProps {
 
 export interface CiCredentials {
   readonly githubAppPrivateKeyPem: string;
+  /** The keys of the further GitHub Apps, each put into its own parameter. */
+  readonly githubAdditionalApps?: readonly { readonly appId: string; readonly privateKeyPem: string }[];
   readonly gitlabAccessToken: string;
 }
 
@@ -200,6 +204,7 @@ export async function provision(clients: LocalAwsClients, options: ProvisionOpti
     [paths.github.webhookSecret, webhook.githubSecret],
     [paths.gitlab.token, options.credentials.gitlabAccessToken],
     [paths.gitlab.webhookToken, webhook.gitlabToken],
+    ...(options.credentials.githubAdditionalApps ?? []).map((a): [string, string] => [paths.githubAppPrivateKey(a.appId), a.privateKeyPem]),
   ];
   for (const [Name, Value] of secrets) await clients.ssm.send(new PutParameterCommand({ Name, Value, Type: 'SecureString', Overwrite: true }));
   await putFleetConfig(clients.ssm, config);

@@ -149,6 +149,8 @@ export interface LocalReport {
   readonly reuse?: ReuseProof;
   /** `--docker` (local/docker-run.ts): every job ran in its containers, nothing of them left on the daemon, the image kept. */
   readonly docker?: DockerProof;
+  /** Authenticated requests the loopback GitHub served per App (`--apps N` spreads them; the fleet spends the App with the most left). */
+  readonly githubRequestsByApp?: Readonly<Record<string, number>>;
   /** The roll-over run (`--roll`): parked instances replaced for a newer runner release, and no job after it on the older one. */
   readonly roll?: {
     readonly from: string;
@@ -617,6 +619,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
       `launch tickets: taken pool ${t.taken.pool}, scale-up ${t.taken['scale-up']}; released pool ${t.released.pool}, scale-up ${t.released['scale-up']}; ${t.live} live at the end (spent slots of launches that happened, free at their expiry; not leftovers)`,
     );
   }
+  if (report.githubRequestsByApp) lines.push(`GitHub requests per App: ${Object.entries(report.githubRequestsByApp).map(([app, n]) => `${app} ${n}`).join(', ')}`);
   if (report.failSafe) lines.push(...formatFailSafe(report.failSafe));
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));

@@ -120,6 +120,8 @@ export interface ScenarioOptions {
    * missing), so it is not part of the default run. @default - none
    */
   readonly aptPools?: readonly string[];
+  /** GitHub Apps sharing the rate limit (`--apps N`): the loopback installs each on the organisation. @default 1 */
+  readonly apps?: number;
   /**
    * Runner updates: the pools follow the newest runner release (no pin), which the release
    * server publishes as GitHub's and GitLab's release data; after the pools filled it publishes
@@ -241,6 +243,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const github = await startLoopbackGitHub({
       organization: example.github.organization!,
       appId: example.github.appId,
+      // Further Apps: ids after the example's, each with its own key, installation and rate limits.
+      ...((o.apps ?? 1) > 1 ? { additionalAppIds: Array.from({ length: o.apps! - 1 }, (_, i) => String(Number(example.github.appId) + i + 1)) } : {}),
       onEvent,
       jobSeconds: o.jobSeconds,
       runnerWaitSeconds: plan ? Math.ceil(LOSSY_RUNNER_WAIT_SECONDS * factor) : runnerSeconds,
@@ -299,8 +303,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
-      credentials: { githubAppPrivateKeyPem: github.privateKeyPem, gitlabAccessToken: gitlab.accessToken },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
+      credentials: { githubAppPrivateKeyPem: github.privateKeyPem, githubAdditionalApps: github.apps.slice(1), gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
     // Always, as deployed: the pool's and scale-up's launch tickets live there (the records too with the lossy faults).
@@ -661,11 +665,18 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       notes.push(`roll: ${replaced} parked instance(s) replaced from ${LOCAL_RUNNER_VERSION} to ${LOCAL_ROLLED_VERSION}; jobs on another runner: ${jobsOnOtherRunner.length ? jobsOnOtherRunner.join(', ') : 'none'}`);
     }
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
   }
+}
+
+/** The loopback GitHub's authenticated requests per App (JWT and installation token alike): how the Apps shared the load. */
+function requestsByApp(github: LoopbackGitHub): Record<string, number> {
+  const out: Record<string, number> = Object.fromEntries(github.apps.map((a) => [a.appId, 0]));
+  for (const r of github.requests()) if (r.appId !== undefined) out[r.appId] = (out[r.appId] ?? 0) + 1;
+  return out;
 }
 
 /** The docker run's proof: the fake runners' reports, the daemon as the run leaves it, the install figure from the boot logs. */

@@ -1,11 +1,12 @@
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import { METRIC_NAMES, Provider, type CiProvider, type FleetConfig } from '../shared/contract';
+import { GITHUB_APPS_LOW_FRACTION, METRIC_DIMENSIONS, METRIC_NAMES, Provider, ssmPaths, type CiProvider, type FleetConfig } from '../shared/contract';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { createSecretCache } from '../shared/secrets';
 import type { ListTruncated } from './github';
-import { GitHubProvider } from './github';
+import { GitHubApps } from './github-apps';
 import { GitLabProvider } from './gitlab';
 
+export { GitHubApps, AppBudgets, type GitHubAppsOptions } from './github-apps';
 export { GitHubProvider, GitHubApiError, type GitHubProviderOptions, type ListTruncated } from './github';
 export { GitLabProvider, GitLabApiError, type GitLabProviderOptions } from './gitlab';
 
@@ -30,7 +31,7 @@ export interface CiProviderDeps {
  * bounded per-container cache, so a Lambda that never calls a provider never reads its secret.
  */
 export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Partial<Record<Provider, CiProvider>> {
-  const secrets = createSecretCache(deps.ssm, { ttlMs: 15 * 60_000, maxEntries: 4, ...(deps.secretReadTimeoutMs ? { timeoutMs: deps.secretReadTimeoutMs } : {}) });
+  const secrets = createSecretCache(deps.ssm, { ttlMs: 15 * 60_000, maxEntries: 4 + (config.github?.additionalAppIds?.length ?? 0), ...(deps.secretReadTimeoutMs ? { timeoutMs: deps.secretReadTimeoutMs } : {}) });
   const out: Partial<Record<Provider, CiProvider>> = {};
   const log = deps.logger ?? createLogger({ fn: 'ci' });
   const truncated = (provider: Provider) => (info: ListTruncated) => {
@@ -39,12 +40,25 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
     deps.onListTruncated?.(provider, info);
   };
   if (config.github) {
-    out.github = new GitHubProvider({
+    // The first App keeps the fleet's first key parameter; each further App has its own.
+    const paths = ssmPaths(config.prefix);
+    const keys = [
+      { appId: config.github.appId, parameter: config.parameters.github.appPrivateKey },
+      ...(config.github.additionalAppIds ?? []).map((appId) => ({ appId, parameter: paths.githubAppPrivateKey(appId) })),
+    ];
+    out.github = new GitHubApps({
       prefix: config.prefix,
       github: config.github,
       pools: config.pools,
-      privateKey: () => secrets.get(config.parameters.github.appPrivateKey),
-      invalidatePrivateKey: () => secrets.invalidate(config.parameters.github.appPrivateKey),
+      apps: keys.map(({ appId, parameter }) => ({ appId, privateKey: () => secrets.get(parameter), invalidatePrivateKey: () => secrets.invalidate(parameter) })),
+      // Twice the alarm's threshold: from there on every answer's figures are published.
+      figuresEveryAnswerBelow: 2 * GITHUB_APPS_LOW_FRACTION,
+      onFigures: (figures, best) => {
+        for (const f of figures) {
+          emitMetrics(config.metrics.namespace, { [METRIC_DIMENSIONS.appId]: f.appId }, { [METRIC_NAMES.githubAppRateRemaining]: f.remaining, [METRIC_NAMES.githubAppRateLimit]: f.limit }, 'None', deps.metricSink);
+        }
+        emitMetrics(config.metrics.namespace, {}, { [METRIC_NAMES.githubAppsBestRemainingFraction]: best }, 'None', deps.metricSink);
+      },
       onListTruncated: truncated(Provider.GITHUB),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });

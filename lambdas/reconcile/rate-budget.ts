@@ -8,7 +8,7 @@ import type { HeaderLookup } from '../ci/rate-limit';
  * the sweep: the reconciler stops while a reserve is left for them.
  */
 export class RateBudget {
-  private readonly seen = new Map<string, { limit: number; remaining: number }>();
+  private readonly seen = new Map<string, RateFigures>();
 
   /** `reserveFraction` of the limit is left untouched (at least `minReserve` requests). */
   constructor(
@@ -19,7 +19,15 @@ export class RateBudget {
   observe(credential: string, header: HeaderLookup): void {
     const limit = Number(header('x-ratelimit-limit') ?? header('ratelimit-limit'));
     const remaining = Number(header('x-ratelimit-remaining') ?? header('ratelimit-remaining'));
-    if (Number.isFinite(limit) && Number.isFinite(remaining) && limit > 0) this.seen.set(credential, { limit, remaining });
+    const reset = header('x-ratelimit-reset') ?? header('ratelimit-reset');
+    // Both services send the reset as Unix seconds.
+    const resetAtMs = reset !== undefined && /^\d+$/.test(reset) ? Number(reset) * 1000 : undefined;
+    if (Number.isFinite(limit) && Number.isFinite(remaining) && limit > 0) this.seen.set(credential, { limit, remaining, ...(resetAtMs === undefined ? {} : { resetAtMs }) });
+  }
+
+  /** The latest figures of `credential`, undefined before any answer. */
+  figures(credential: string): RateFigures | undefined {
+    return this.seen.get(credential);
   }
 
   /** Whether one more request on `credential` leaves the reserve; true before any answer was seen. */
@@ -37,6 +45,14 @@ export class RateBudget {
   remaining(): Map<string, number> {
     return new Map([...this.seen].map(([k, v]) => [k, v.remaining]));
   }
+}
+
+/** A credential's rate limit as its latest answer told it. */
+export interface RateFigures {
+  readonly limit: number;
+  readonly remaining: number;
+  /** When the limit is whole again (epoch ms), when the answer said. */
+  readonly resetAtMs?: number;
 }
 
 /** Thrown to end a run early, before the reserve of `credential` would be spent. */

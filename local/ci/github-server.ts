@@ -52,6 +52,8 @@ export interface LoopbackGitHub {
   readonly organization: string;
   /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
   readonly privateKeyPem: string;
+  /** Every App installed on the organisation, the first being `appId`; each with its own key, installation and rate limits. */
+  readonly apps: readonly LoopbackGitHubApp[];
   /**
    * A queued workflow job, in a run of its own unless `runId` names one of an earlier job.
    * With `options.script` the fake runner that takes it runs that bash script as the job
@@ -76,8 +78,11 @@ export interface LoopbackGitHub {
   setWebhook(webhook: LoopbackWebhook): void;
   /** Resolves once every delivery sent to the webhook so far has been answered. */
   hooksSettled(): Promise<void>;
-  /** Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0). */
-  setRateLimitRemaining(credential: 'app' | 'installation', remaining: number): void;
+  /**
+   * Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0), of
+   * App `appId` or of every App.
+   */
+  setRateLimitRemaining(credential: 'app' | 'installation', remaining: number, appId?: string): void;
   jobs(): GitHubJob[];
   /**
    * Cancels a queued job (the run's "Cancel workflow"): completed, conclusion `cancelled`, so no
@@ -99,11 +104,25 @@ export interface GitHubRequest {
   readonly method: string;
   readonly path: string;
   readonly credential: 'app' | 'installation' | 'none';
+  /** The App whose JWT or installation token it carried (absent: neither was valid). */
+  readonly appId?: string;
+}
+
+/** One GitHub App of the loopback: its id and its key. */
+export interface LoopbackGitHubApp {
+  readonly appId: string;
+  readonly privateKeyPem: string;
 }
 
 export interface LoopbackGitHubOptions extends LoopbackServerOptions {
   readonly organization: string;
   readonly appId?: string;
+  /**
+   * Further Apps installed on the organisation (several Apps sharing the load): each has its own
+   * key, installation and rate limits, as GitHub counts them per App and per installation. Only
+   * the first App (`appId`) has the webhook and its delivery log.
+   */
+  readonly additionalAppIds?: string[];
   /** How long a connected runner waits for a job before it gives up and exits non-zero (default 30). */
   readonly runnerWaitSeconds?: number;
   /** How often a waiting runner asks for a job (default 0.5). */
@@ -188,26 +207,32 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   if (!/^[A-Za-z0-9-]+$/.test(opts.organization)) throw new Error(`organization "${opts.organization}" is not a GitHub login`);
   const organization = opts.organization;
   const appId = opts.appId ?? '424242';
+  if (new Set([appId, ...(opts.additionalAppIds ?? [])]).size !== 1 + (opts.additionalAppIds ?? []).length) throw new Error('every App id must be distinct');
   const basics = serverBasics<GitHubRequest>(opts);
   const jobSeconds = basics.jobSeconds;
   const waitSeconds = opts.runnerWaitSeconds ?? 30;
   const pollSeconds = opts.runnerPollSeconds ?? 0.5;
   const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
   const now = opts.now ?? Date.now;
-  const installationId = 4_100_000 + Math.floor(Math.random() * 1000);
-  const { privateKey, publicKey } = generateKeyPairSync('rsa', {
-    modulusLength: 2048,
-    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
-    publicKeyEncoding: { type: 'spki', format: 'pem' },
+  const rateLimit = opts.rateLimit ?? 5000;
+  const firstInstallation = 4_100_000 + Math.floor(Math.random() * 1000) * 10;
+  // Each App has its own installation on the organisation, hence its own installation budget.
+  const apps: AppState[] = [appId, ...(opts.additionalAppIds ?? [])].map((id, i) => {
+    const { privateKey, publicKey } = generateKeyPairSync('rsa', {
+      modulusLength: 2048,
+      privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    });
+    return { appId: id, privateKeyPem: privateKey, key: createPublicKey(publicKey), installationId: firstInstallation + i, remaining: { app: rateLimit, installation: rateLimit } };
   });
-  const appKey: KeyObject = createPublicKey(publicKey);
-  const tokens = new Map<string, number>();
+  const firstApp = apps[0]!;
+  const installationId = firstApp.installationId;
+  /** Installation token -> its expiry and the App whose installation it belongs to. */
+  const tokens = new Map<string, { expiresAt: number; app: AppState }>();
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
   const hookDeliveries: (GitHubHookDelivery & { jobId: number })[] = [];
   const pendingRedeliveries = new Set<Promise<void>>();
-  const rateLimit = opts.rateLimit ?? 5000;
-  const remaining = { app: rateLimit, installation: rateLimit };
   let rateReset = Math.floor(Date.now() / 1000) + 3600;
   const extraRepositories = (opts.repositories ?? []).map((r) => r.toLowerCase());
   let nextDeliveryId = 1;
@@ -220,7 +245,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const iso = () => new Date().toISOString();
 
   /** GitHub's check of an App JWT: RS256 with the App's key, issuer the App id, a bounded lifetime. */
-  function appJwtError(req: HttpRequest): string | undefined {
+  function appOfJwt(req: HttpRequest): AppState | string {
     const jwt = authorizationCredential(req.headers);
     if (!jwt) return 'Requires authentication';
     const [h, p, s, extra] = jwt.split('.');
@@ -228,26 +253,28 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const header = jsonObject(Buffer.from(h, 'base64url').toString('utf8'));
     const payload = jsonObject(Buffer.from(p, 'base64url').toString('utf8'));
     if (!header || !payload || header.alg !== 'RS256') return 'A JSON web token could not be decoded';
-    if (!verify('RSA-SHA256', Buffer.from(`${h}.${p}`), appKey, Buffer.from(s, 'base64url'))) return 'A JSON web token could not be decoded';
-    if (String(payload.iss) !== appId) return 'Integration not found';
+    const app = apps.find((a) => a.appId === String(payload.iss));
+    if (!app) return 'Integration not found';
+    if (!verify('RSA-SHA256', Buffer.from(`${h}.${p}`), app.key, Buffer.from(s, 'base64url'))) return 'A JSON web token could not be decoded';
     const now = Date.now() / 1000;
     if (typeof payload.exp !== 'number' || typeof payload.iat !== 'number') return "'Expiration time' claim ('exp') and 'Issued at' claim ('iat') are required";
     if (payload.exp <= now) return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires";
     if (payload.exp > now + MAX_JWT_LIFETIME_S + CLOCK_DRIFT_S) return "'Expiration time' claim ('exp') is too far in the future";
     if (payload.iat > now + CLOCK_DRIFT_S) return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued";
-    return undefined;
+    return app;
   }
 
-  function installationTokenValid(req: HttpRequest): boolean {
+  /** The App whose live installation token the request carries. */
+  function appOfToken(req: HttpRequest): AppState | undefined {
     const token = authorizationCredential(req.headers);
-    const expires = token === undefined ? undefined : tokens.get(token);
-    return expires !== undefined && expires > Date.now();
+    const held = token === undefined ? undefined : tokens.get(token);
+    return held !== undefined && held.expiresAt > Date.now() ? held.app : undefined;
   }
 
-  function installation(): Record<string, unknown> {
+  function installation(app: AppState): Record<string, unknown> {
     return {
-      id: installationId,
-      app_id: Number(appId),
+      id: app.installationId,
+      app_id: Number(app.appId),
       account: { login: organization, type: 'Organization' },
       target_type: 'Organization',
       repository_selection: 'all',
@@ -344,28 +371,34 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
-    const app = req.path.startsWith('/app/') || routes.installation.test(req.path);
-    basics.log({ method: req.method, path: req.path, credential: app ? 'app' : authorizationCredential(req.headers) ? 'installation' : 'none' });
-    if (app) return counted('app', req, appRoute);
+    if (req.path.startsWith('/app/') || routes.installation.test(req.path)) {
+      const app = appOfJwt(req);
+      basics.log({ method: req.method, path: req.path, credential: 'app', ...(typeof app === 'string' ? {} : { appId: app.appId }) });
+      if (typeof app === 'string') return { status: 401, body: { message: app, documentation_url: 'https://docs.github.com/rest' } };
+      return counted('app', app, req, (r) => appRoute(r, app));
+    }
+    const app = appOfToken(req);
+    basics.log({ method: req.method, path: req.path, credential: authorizationCredential(req.headers) ? 'installation' : 'none', ...(app ? { appId: app.appId } : {}) });
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
-    if (!installationTokenValid(req)) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
-    return counted('installation', req, apiRoute);
+    if (!app) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    return counted('installation', app, req, apiRoute);
   }
 
   /**
    * GitHub's primary rate limit: every authenticated answer carries `x-ratelimit-*` of its
    * credential; with nothing left, 403 "API rate limit exceeded" and `remaining: 0`.
    */
-  function counted(credential: 'app' | 'installation', req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
+  function counted(credential: 'app' | 'installation', app: AppState, req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
     // The hour GitHub counts in ends: every credential's limit is whole again.
     if (Date.now() / 1000 >= rateReset) {
       rateReset += 3600 * Math.ceil((Date.now() / 1000 - rateReset + 1) / 3600);
-      remaining.app = rateLimit;
-      remaining.installation = rateLimit;
+      for (const a of apps) a.remaining = { app: rateLimit, installation: rateLimit };
     }
+    // Counted per App: its JWT's budget, and its own installation's (GitHub's "installation's rate limit").
+    const remaining = app.remaining;
     const exhausted = remaining[credential] <= 0;
     const answer = exhausted
-      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
+      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${app.installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
       : handle(req);
     if (!exhausted) remaining[credential]--;
     return {
@@ -381,23 +414,23 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     };
   }
 
-  function appRoute(req: HttpRequest): HttpAnswer {
-    const refused = appJwtError(req);
-    if (refused) return { status: 401, body: { message: refused, documentation_url: 'https://docs.github.com/rest' } };
+  function appRoute(req: HttpRequest, app: AppState): HttpAnswer {
     const checked = checkGitHubQuery(req.method, req.path, req.query);
     if ('refusal' in checked) return checked.refusal;
     const inst = routes.installation.exec(req.path);
-    if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation() };
-    if (routes.deliveries.test(req.path) && req.method === 'GET') return listDeliveries(req);
+    if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation(app) };
+    // The delivery log is the first App's, the one with the webhook.
+    if (routes.deliveries.test(req.path) && req.method === 'GET') return app === firstApp ? listDeliveries(req) : { status: 200, body: [] };
     const attempt = routes.attempts.exec(req.path);
-    if (attempt && req.method === 'POST') return redeliverAttempt(Number(attempt.groups?.id));
+    if (attempt && req.method === 'POST') return app === firstApp ? redeliverAttempt(Number(attempt.groups?.id)) : notFound;
     const tok = routes.accessTokens.exec(req.path);
     if (tok && req.method === 'POST') {
-      if (Number(tok[1]) !== installationId) return notFound;
+      // An App mints tokens for its own installations only.
+      if (Number(tok[1]) !== app.installationId) return notFound;
       const token = randomToken('ghs_', 27);
       const expiresAt = Date.now() + INSTALLATION_TOKEN_TTL_MS;
-      tokens.set(token, expiresAt);
-      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation().permissions, repository_selection: 'all' } };
+      tokens.set(token, { expiresAt, app });
+      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation(app).permissions, repository_selection: 'all' } };
     }
     return notFound;
   }
@@ -677,7 +710,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     url: server.url,
     appId,
     organization,
-    privateKeyPem: privateKey,
+    privateKeyPem: firstApp.privateKeyPem,
+    apps: apps.map((a) => ({ appId: a.appId, privateKeyPem: a.privateKeyPem })),
     addJob(repository, labels, runId, options) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
       if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
@@ -707,12 +741,20 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     requests: basics.requests,
     setWebhook: basics.setWebhook,
     hooksSettled: basics.hooksSettled,
-    setRateLimitRemaining(credential, n) {
-      remaining[credential] = n;
+    setRateLimitRemaining(credential, n, id) {
+      for (const a of apps) if (id === undefined || a.appId === id) a.remaining[credential] = n;
     },
     failNext: basics.failNext,
     close: () => server.close(),
   };
+}
+
+interface AppState {
+  readonly appId: string;
+  readonly privateKeyPem: string;
+  readonly key: KeyObject;
+  readonly installationId: number;
+  remaining: { app: number; installation: number };
 }
 
 function publicJob(j: JobState): GitHubJob {

@@ -1,7 +1,7 @@
 import { SSMClient, GetParameterCommand } from '@aws-sdk/client-ssm';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { createCiProviders, GitHubProvider } from '../../lambdas/ci';
+import { createCiProviders, GitHubApps } from '../../lambdas/ci';
 import { GitLabApiError, GitLabProvider, type GitLabProviderOptions } from '../../lambdas/ci/gitlab';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, JobLookupError, METRIC_NAMES, runnerName, ssmPaths, GitLabRunnerType, Provider, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
@@ -282,7 +282,7 @@ describe('createCiProviders', () => {
     });
     ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token, WithDecryption: true }).resolves({ Parameter: { Value: apiToken } });
     const providers = createCiProviders(config, { ssm: new SSMClient({}) });
-    expect(providers.github).toBeInstanceOf(GitHubProvider);
+    expect(providers.github).toBeInstanceOf(GitHubApps);
     expect(ssm.calls()).toHaveLength(0);
     await providers.gitlab!.resolveLabels!(job());
     await providers.gitlab!.isJobQueued(job());

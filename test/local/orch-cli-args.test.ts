@@ -23,6 +23,7 @@ describe('npm run local: the command line', () => {
     [['--apt-pool', 'linux-x64'], { aptPools: ['linux-x64'] }],
     [['--apt-pool', 'linux-x64', '--apt-pool', 'gitlab-docker', '--apt-pool', 'linux-x64'], { aptPools: ['linux-x64', 'gitlab-docker'] }],
     [['--reuse', '--pool-size', '4', '--image', 'prebuilt'], { reuse: true, poolSize: 4, image: 'prebuilt' }],
+    [['--apps', '2'], { apps: 2 }],
   ])('accepts %j (as root)', (argv, expected) => {
     expect(parseLocalArgs(argv, true)).toMatchObject(expected);
   });
@@ -58,6 +59,8 @@ describe('npm run local: the command line', () => {
     [['--seed', '3'], '--seed plans the lost-job faults: add --faults'],
     [['--faults', 'tampered-download', '--seed', '3'], '--seed plans the lost-job faults: add --faults'],
     [['--faults', '--seed', '-1'], '--seed must be a whole number from 0 to 2147483647, got "-1"'],
+    [['--apps', '0'], '--apps must be a whole number from 1 to 5, got "0"'],
+    [['--apps', '6'], '--apps must be a whole number from 1 to 5, got "6"'],
     [['--faults', '--jobs', '2'], '--faults needs --jobs 3 or more (the lost-job faults need that many jobs per provider), got 2'],
     [['--job', '3'], "Unknown option '--job'"],
     [['extra'], "Unexpected argument 'extra'"],

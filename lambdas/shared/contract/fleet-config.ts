@@ -1,7 +1,7 @@
 import { isProvider, PROVIDERS, type Provider } from './boot';
 import { fleetMetricNamespace, metricNamespaceProblem, METRIC_DIMENSIONS, METRIC_NAMES, type MetricDimensions, type MetricNames } from './metrics';
 import { DEFAULT_PREFIX, poolNameProblem, prefixProblem } from './names';
-import { ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
+import { GITHUB_APP_ID_PATTERN, ssmPaths, type GitHubParameterNames, type GitLabParameterNames } from './ssm-paths';
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
@@ -31,6 +31,11 @@ export enum GitLabRunnerType {
 export interface GitHubConnectionConfig {
   /** The GitHub App's id. */
   readonly appId: string;
+  /**
+   * Further Apps installed where the first is, whose rate limits share the load (lambdas/ci/github-apps.ts);
+   * each one's key is at `ssmPaths(prefix).githubAppPrivateKey(id)`. Absent or empty: one App.
+   */
+  readonly additionalAppIds?: string[];
   /** Organisation the runners register at (organisation-level runners). */
   readonly organization?: string;
   /** "owner/repo" names, for repository-level runners when no organisation is given. */
@@ -241,6 +246,7 @@ export interface FleetConfigInput {
   readonly prefix?: string;
   readonly github?: {
     readonly appId: string;
+    readonly additionalAppIds?: readonly string[];
     readonly organization?: string;
     readonly repositories?: readonly string[];
     readonly runnerGroupId?: number;
@@ -335,6 +341,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       ? {
           github: {
             appId: input.github.appId,
+            ...(input.github.additionalAppIds?.length ? { additionalAppIds: [...input.github.additionalAppIds] } : {}),
             ...(input.github.organization === undefined ? {} : { organization: input.github.organization }),
             repositories: [...(input.github.repositories ?? [])],
             runnerGroupId: input.github.runnerGroupId ?? FLEET_DEFAULTS.githubRunnerGroupId,
@@ -455,7 +462,16 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     }
   }
   if (c.at('github') !== undefined) {
-    c.string('github.appId');
+    const appId = c.string('github.appId');
+    if (appId !== undefined && !GITHUB_APP_ID_PATTERN.test(appId)) c.fail('github.appId', `must be the App's numeric id (its settings page shows "App ID"), got "${appId}"`);
+    if (c.at('github.additionalAppIds') !== undefined) {
+      const seen = new Set(appId === undefined ? [] : [appId]);
+      c.strings('github.additionalAppIds', 0).forEach((id, i) => {
+        if (!GITHUB_APP_ID_PATTERN.test(id)) c.fail(`github.additionalAppIds[${i}]`, `must be an App's numeric id (its settings page shows "App ID"), got "${id}"`);
+        else if (seen.has(id)) c.fail(`github.additionalAppIds[${i}]`, `App ${id} is listed twice (appId and additionalAppIds together name each App once)`);
+        seen.add(id);
+      });
+    }
     const org = c.at('github.organization');
     const repos = c.strings('github.repositories', 0);
     if (org === undefined && repos.length === 0) c.fail('github', 'needs an organization or at least one repository ("owner/repo")');

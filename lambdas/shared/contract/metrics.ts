@@ -87,6 +87,15 @@ export interface MetricNames {
   readonly jobsReconciled: string;
   /** What the reconciler's credential has left of its rate limit after its run (Credential dimension). */
   readonly ciRateLimitRemaining: string;
+  /** GitHub: what an App has left of its most spent rate limit (its JWT's or an installation's) at its latest answer, per `AppId`. */
+  readonly githubAppRateRemaining: string;
+  /** GitHub: the limit that `githubAppRateRemaining` is a part of, per `AppId`. */
+  readonly githubAppRateLimit: string;
+  /**
+   * GitHub Apps: the largest fraction of its limit any App has left (an App not yet heard from, or
+   * past its reset, counts as whole): below the alarm's threshold every App is nearly spent.
+   */
+  readonly githubAppsBestRemainingFraction: string;
   /** Seconds from a job's origin to one stage of its latency ledger (contract ledger.ts), per pool and stage. */
   readonly jobStageSeconds: string;
   /** Reuse: jobs of a reusable pool served by a parked instance of their own affinity, per pool. */
@@ -116,6 +125,12 @@ export interface MetricNames {
   readonly lostDeliveries: string;
 }
 
+/**
+ * The `GitHubAppsRateLimitLow` alarm fires when even the App with the most left has less than
+ * this fraction of its rate limit (10%: about 500 requests of an installation's 5,000 an hour).
+ */
+export const GITHUB_APPS_LOW_FRACTION = 0.1;
+
 export const METRIC_NAMES = {
   jobsReceived: 'JobsReceived',
   jobsDequeued: 'JobsDequeued',
@@ -143,6 +158,9 @@ export const METRIC_NAMES = {
   redeliveries: 'Redeliveries',
   jobsReconciled: 'JobsReconciled',
   ciRateLimitRemaining: 'CiRateLimitRemaining',
+  githubAppRateRemaining: 'GitHubAppRateLimitRemaining',
+  githubAppRateLimit: 'GitHubAppRateLimit',
+  githubAppsBestRemainingFraction: 'GitHubAppsBestRemainingFraction',
   jobStageSeconds: 'JobStageSeconds',
   reuseHits: 'ReuseHits',
   reuseMisses: 'ReuseMisses',
@@ -166,6 +184,8 @@ export interface MetricDimensions {
   readonly stage: string;
   /** The CI provider a webhook request was for (`github`, `gitlab`). */
   readonly provider: string;
+  /** The GitHub App a rate-limit figure belongs to. */
+  readonly appId: string;
 }
 
 export const METRIC_DIMENSIONS = {
@@ -173,4 +193,5 @@ export const METRIC_DIMENSIONS = {
   reason: 'Reason',
   stage: 'Stage',
   provider: 'Provider',
+  appId: 'AppId',
 } as const satisfies MetricDimensions;

@@ -37,6 +37,11 @@ export interface SsmPaths {
   readonly fleetConfig: string;
   readonly github: GitHubParameterNames;
   readonly gitlab: GitLabParameterNames;
+  /**
+   * The SecureString holding the PEM private key of an additional GitHub App (`github.additionalAppIds`);
+   * the first App's key stays at `github.appPrivateKey`, so a fleet that adds an App keeps its parameter.
+   */
+  githubAppPrivateKey(appId: string): string;
   /** Name of the config parameter of one instance. */
   runnerConfig(instanceId: string): string;
   /** The String parameter holding one pool's prime-failure streak (written by the pool Lambda only; scale-up reads it before cold launches). */
@@ -50,6 +55,9 @@ export interface SsmPaths {
   /** The instance id a runner config parameter name belongs to, or undefined for any other name. */
   instanceIdOf(parameterName: string): string | undefined;
 }
+
+/** A GitHub App id as GitHub shows it on the App's settings page: digits. */
+export const GITHUB_APP_ID_PATTERN = /^\d{1,20}$/;
 
 /** Tag on every runner config parameter naming its instance; IAM ties it to the calling instance. */
 export const PARAMETER_INSTANCE_TAG = 'instance-id';
@@ -102,6 +110,10 @@ export function ssmPaths(prefix: string): SsmPaths {
       token: `${ciRoot}gitlab/runner-token`,
       webhookToken: `${ciRoot}gitlab/webhook-token`,
       webhookSigningKey: `${ciRoot}gitlab/webhook-signing-key`,
+    },
+    githubAppPrivateKey(appId: string): string {
+      if (!GITHUB_APP_ID_PATTERN.test(appId)) throw new Error(`"${appId}" is not a GitHub App id (digits)`);
+      return `${ciRoot}github/apps/${appId}/private-key`;
     },
     runnerConfig(instanceId: string): string {
       if (!INSTANCE_ID_PATTERN.test(instanceId)) throw new Error(`"${instanceId}" is not an EC2 instance id`);
