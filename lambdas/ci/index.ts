@@ -1,5 +1,5 @@
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import { METRIC_NAMES, Provider, type CiProvider, type FleetConfig } from '../shared/contract';
+import { METRIC_NAMES, Provider, ssmPaths, type CiProvider, type FleetConfig } from '../shared/contract';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { createSecretCache } from '../shared/secrets';
 import type { ListTruncated } from './github';
@@ -39,12 +39,16 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
     deps.onListTruncated?.(provider, info);
   };
   if (config.github) {
+    const enterpriseToken = ssmPaths(config.prefix).githubEnterpriseToken;
     out.github = new GitHubProvider({
       prefix: config.prefix,
       github: config.github,
       pools: config.pools,
       privateKey: () => secrets.get(config.parameters.github.appPrivateKey),
       invalidatePrivateKey: () => secrets.invalidate(config.parameters.github.appPrivateKey),
+      // Read only by pools that register at an enterprise.
+      enterpriseToken: () => secrets.get(enterpriseToken),
+      invalidateEnterpriseToken: () => secrets.invalidate(enterpriseToken),
       onListTruncated: truncated(Provider.GITHUB),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });

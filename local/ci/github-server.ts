@@ -50,6 +50,10 @@ export interface LoopbackGitHub {
   readonly url: string;
   readonly appId: string;
   readonly organization: string;
+  /** Every organisation the App is installed on, `organization` first: each is its own installation. */
+  readonly organizations: readonly string[];
+  /** The enterprise whose runner routes this GitHub serves, with the classic PAT they take. */
+  readonly enterprise?: { readonly slug: string; readonly token: string };
   /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
   readonly privateKeyPem: string;
   /**
@@ -98,11 +102,23 @@ export interface LoopbackGitHub {
 export interface GitHubRequest {
   readonly method: string;
   readonly path: string;
-  readonly credential: 'app' | 'installation' | 'none';
+  readonly credential: 'app' | 'installation' | 'pat' | 'none';
 }
 
 export interface LoopbackGitHubOptions extends LoopbackServerOptions {
   readonly organization: string;
+  /**
+   * More organisations the App is installed on, each with an installation of its own (its own
+   * id, tokens that reach only its organisation); any other organisation is one the App is not
+   * installed on: `GET /orgs/{org}/installation` answers 404.
+   */
+  readonly organizations?: string[];
+  /**
+   * An enterprise whose organisations are all of the above: its runner routes
+   * (`/enterprises/{slug}/actions/runners...`) take only the classic personal access token
+   * `token`, as GitHub's do (no App token: docs/github.md, "Enterprise runners").
+   */
+  readonly enterprise?: { readonly slug: string; readonly token: string };
   readonly appId?: string;
   /** How long a connected runner waits for a job before it gives up and exits non-zero (default 30). */
   readonly runnerWaitSeconds?: number;
@@ -157,7 +173,7 @@ const CLOCK_DRIFT_S = 60;
 const INSTALLATION_TOKEN_TTL_MS = 60 * 60_000;
 
 interface RunnerState extends GitHubRunnerRecord {
-  /** "org" or "owner/repo" (lower case): where the runner is registered. */
+  /** "org:<login>", "owner/repo" or "enterprise:<slug>" (lower case): where the runner is registered. */
   readonly scope: string;
   readonly secret: string;
   /** The JIT config is single-use: a second connection is refused. */
@@ -185,7 +201,8 @@ export interface LocalJitConfig {
 }
 
 export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<LoopbackGitHub> {
-  if (!/^[A-Za-z0-9-]+$/.test(opts.organization)) throw new Error(`organization "${opts.organization}" is not a GitHub login`);
+  const organizations = [opts.organization, ...(opts.organizations ?? [])];
+  for (const org of organizations) if (!/^[A-Za-z0-9-]+$/.test(org)) throw new Error(`organization "${org}" is not a GitHub login`);
   const organization = opts.organization;
   const appId = opts.appId ?? '424242';
   const basics = serverBasics<GitHubRequest>(opts);
@@ -194,20 +211,24 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const pollSeconds = opts.runnerPollSeconds ?? 0.5;
   const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
   const now = opts.now ?? Date.now;
-  const installationId = 4_100_000 + Math.floor(Math.random() * 1000);
+  const firstInstallation = 4_100_000 + Math.floor(Math.random() * 1000);
+  /** Installations by organisation login (lower case). */
+  const installations = new Map(organizations.map((login, i) => [login.toLowerCase(), { id: firstInstallation + i, login }]));
+  const enterprise = opts.enterprise;
   const { privateKey, publicKey } = generateKeyPairSync('rsa', {
     modulusLength: 2048,
     privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
     publicKeyEncoding: { type: 'spki', format: 'pem' },
   });
   const appKey: KeyObject = createPublicKey(publicKey);
-  const tokens = new Map<string, number>();
+  /** Installation tokens: when each expires, and the organisation (lower case) whose installation minted it. */
+  const tokens = new Map<string, { expires: number; org: string }>();
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
   const hookDeliveries: (GitHubHookDelivery & { jobId: number })[] = [];
   const pendingRedeliveries = new Set<Promise<void>>();
   const rateLimit = opts.rateLimit ?? 5000;
-  const remaining = { app: rateLimit, installation: rateLimit };
+  const remaining = { app: rateLimit, installation: rateLimit, pat: rateLimit };
   let rateReset = Math.floor(Date.now() / 1000) + 3600;
   const extraRepositories = (opts.repositories ?? []).map((r) => r.toLowerCase());
   let nextDeliveryId = 1;
@@ -216,7 +237,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   let nextRunId = 9_000_001;
   let base = '';
 
-  const isOrg = (login: string | undefined) => login !== undefined && login.toLowerCase() === organization.toLowerCase();
+  /** The organisation (lower case) when the App is installed on it. */
+  const installedOrg = (login: string | undefined) => (login !== undefined && installations.has(login.toLowerCase()) ? login.toLowerCase() : undefined);
   const iso = () => new Date().toISOString();
 
   /** GitHub's check of an App JWT: RS256 with the App's key, issuer the App id, a bounded lifetime. */
@@ -238,17 +260,19 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return undefined;
   }
 
-  function installationTokenValid(req: HttpRequest): boolean {
+  /** The organisation (lower case) of a valid installation token's installation. */
+  function tokenOrg(req: HttpRequest): string | undefined {
     const token = authorizationCredential(req.headers);
-    const expires = token === undefined ? undefined : tokens.get(token);
-    return expires !== undefined && expires > Date.now();
+    const t = token === undefined ? undefined : tokens.get(token);
+    return t !== undefined && t.expires > Date.now() ? t.org : undefined;
   }
 
-  function installation(): Record<string, unknown> {
+  function installation(org: string): Record<string, unknown> {
+    const inst = installations.get(org)!;
     return {
-      id: installationId,
+      id: inst.id,
       app_id: Number(appId),
-      account: { login: organization, type: 'Organization' },
+      account: { login: inst.login, type: 'Organization' },
       target_type: 'Organization',
       repository_selection: 'all',
       permissions: { organization_self_hosted_runners: 'write', actions: 'read', administration: 'write' },
@@ -294,11 +318,15 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     };
   }
 
-  /** Organisation routes for our organisation, repository routes for its repositories. */
-  function scopeOf(m: RegExpExecArray): string | undefined {
-    if (m.groups?.org !== undefined) return isOrg(m.groups.org) ? 'org' : undefined;
-    if (m.groups?.owner !== undefined && isOrg(m.groups.owner)) return `${m.groups.owner}/${m.groups.repo}`.toLowerCase();
-    return undefined;
+  /**
+   * A route's runner scope ("org:<login>" or "owner/repo", lower case) when it lies in an
+   * organisation the App is installed on and, given `org`, in that installation's organisation
+   * (an installation token reaches its own account only).
+   */
+  function scopeOf(m: RegExpExecArray, org?: string): string | undefined {
+    const login = installedOrg(m.groups?.org ?? m.groups?.owner);
+    if (login === undefined || (org !== undefined && login !== org)) return undefined;
+    return m.groups?.org !== undefined ? `org:${login}` : `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
   }
 
   const notFound: HttpAnswer = { status: 404, body: { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' } };
@@ -309,6 +337,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     jitconfig: new RegExp(`^/${SCOPE}/actions/runners/generate-jitconfig$`),
     runners: new RegExp(`^/${SCOPE}/actions/runners$`),
     runner: new RegExp(`^/${SCOPE}/actions/runners/(?<id>\\d+)$`),
+    enterprise: /^\/enterprises\/(?<enterprise>[^/]+)\/actions\/runners(?:\/(?<rest>generate-jitconfig|\d+))?$/,
     job: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/jobs\/(?<id>\d+)$/,
     local: /^\/_local\/github\/runners\/(?<id>\d+)\/(?<action>session|acquire|jobs\/(?<job>\d+)\/complete)$/,
     deliveries: /^\/app\/hook\/deliveries$/,
@@ -344,11 +373,12 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
+    if (req.path.startsWith('/enterprises/')) return enterpriseRoute(req);
     const app = req.path.startsWith('/app/') || routes.installation.test(req.path);
     basics.log({ method: req.method, path: req.path, credential: app ? 'app' : authorizationCredential(req.headers) ? 'installation' : 'none' });
     if (app) return counted('app', req, appRoute);
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
-    if (!installationTokenValid(req)) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    if (tokenOrg(req) === undefined) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
     return counted('installation', req, apiRoute);
   }
 
@@ -356,16 +386,17 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
    * GitHub's primary rate limit: every authenticated answer carries `x-ratelimit-*` of its
    * credential; with nothing left, 403 "API rate limit exceeded" and `remaining: 0`.
    */
-  function counted(credential: 'app' | 'installation', req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
+  function counted(credential: 'app' | 'installation' | 'pat', req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
     // The hour GitHub counts in ends: every credential's limit is whole again.
     if (Date.now() / 1000 >= rateReset) {
       rateReset += 3600 * Math.ceil((Date.now() / 1000 - rateReset + 1) / 3600);
       remaining.app = rateLimit;
       remaining.installation = rateLimit;
+      remaining.pat = rateLimit;
     }
     const exhausted = remaining[credential] <= 0;
     const answer = exhausted
-      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
+      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : credential === 'pat' ? 'user' : `installation ID ${installations.get(tokenOrg(req) ?? '')?.id}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
       : handle(req);
     if (!exhausted) remaining[credential]--;
     return {
@@ -387,53 +418,49 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const checked = checkGitHubQuery(req.method, req.path, req.query);
     if ('refusal' in checked) return checked.refusal;
     const inst = routes.installation.exec(req.path);
-    if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation() };
+    if (inst && req.method === 'GET') {
+      // 404 for an account or repository the App is not installed on (GitHub's documented answer).
+      const scope = scopeOf(inst);
+      return scope === undefined ? notFound : { status: 200, body: installation(installedOrg(inst.groups?.org ?? inst.groups?.owner)!) };
+    }
     if (routes.deliveries.test(req.path) && req.method === 'GET') return listDeliveries(req);
     const attempt = routes.attempts.exec(req.path);
     if (attempt && req.method === 'POST') return redeliverAttempt(Number(attempt.groups?.id));
     const tok = routes.accessTokens.exec(req.path);
     if (tok && req.method === 'POST') {
-      if (Number(tok[1]) !== installationId) return notFound;
+      const org = [...installations].find(([, inst]) => inst.id === Number(tok[1]))?.[0];
+      if (org === undefined) return notFound;
       const token = randomToken('ghs_', 27);
       const expiresAt = Date.now() + INSTALLATION_TOKEN_TTL_MS;
-      tokens.set(token, expiresAt);
-      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation().permissions, repository_selection: 'all' } };
+      tokens.set(token, { expires: expiresAt, org });
+      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation(org).permissions, repository_selection: 'all' } };
     }
     return notFound;
   }
 
+  /** A token of one installation on another installed organisation's routes: GitHub refuses the integration. */
+  const notAccessible: HttpAnswer = { status: 403, body: { message: 'Resource not accessible by integration', documentation_url: 'https://docs.github.com/rest' } };
+
   function apiRoute(req: HttpRequest): HttpAnswer {
     const checked = checkGitHubQuery(req.method, req.path, req.query);
     if ('refusal' in checked) return checked.refusal;
+    const org = tokenOrg(req)!;
+    const refused = (m: RegExpExecArray) => (scopeOf(m) === undefined ? notFound : notAccessible);
     let m: RegExpExecArray | null;
     if ((m = routes.jitconfig.exec(req.path)) && req.method === 'POST') {
-      const scope = scopeOf(m);
-      return scope === undefined ? notFound : generateJitConfig(scope, req.body);
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : generateJitConfig(scope, req.body);
     }
     if ((m = routes.runners.exec(req.path)) && req.method === 'GET') {
-      const scope = scopeOf(m);
-      if (scope === undefined) return notFound;
-      const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
-      const { page, perPage } = pageOf(req);
-      const lastPage = Math.max(1, Math.ceil(all.length / perPage));
-      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
-      return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : listRunners(req, scope);
     }
     if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {
-      const runner = runners.get(Number(m.groups?.id));
-      if (!runner || runner.scope !== scopeOf(m)) return notFound;
-      if (runner.busy && !opts.busyFalseMidJob) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
-      const held = runner.jobId === undefined ? undefined : jobs.get(runner.jobId);
-      if (held && held.status === 'in_progress') {
-        held.status = 'completed';
-        held.conclusion = 'failure';
-        held.completedAt = iso();
-      }
-      runners.delete(runner.id);
-      return { status: 204 };
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : deleteRunner(Number(m.groups?.id), scope);
     }
     if (routes.repositories.test(req.path) && req.method === 'GET') {
-      const all = installationRepositories();
+      const all = installationRepositories(org);
       const { page, perPage } = pageOf(req);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
       const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
@@ -441,7 +468,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.runs.exec(req.path)) && req.method === 'GET') {
       const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
-      if (!isOrg(m.groups?.owner) || !installationRepositories().includes(full)) return notFound;
+      if (installedOrg(m.groups?.owner) !== org || !installationRepositories(org).includes(full)) return notFound;
       const status = req.query.get('status');
       const runs = [...new Set([...jobs.values()].filter((j) => j.repository.toLowerCase() === full).map((j) => j.runId))]
         .map((id) => ({ id, status: runStatus(id) }))
@@ -452,6 +479,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.runJobs.exec(req.path)) && req.method === 'GET') {
       const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
+      if (installedOrg(m.groups?.owner) !== org) return notFound;
       const inRun = [...jobs.values()].filter((j) => j.runId === Number(m!.groups?.id) && j.repository.toLowerCase() === full).sort((a, b) => a.id - b.id);
       if (inRun.length === 0) return notFound;
       const { page, perPage } = pageOf(req);
@@ -459,10 +487,58 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.job.exec(req.path)) && req.method === 'GET') {
       const job = jobs.get(Number(m.groups?.id));
+      if (installedOrg(m.groups?.owner) !== org) return notFound;
       if (!job || job.repository.toLowerCase() !== `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase()) return notFound;
       return { status: 200, body: jobJson(job) };
     }
     return notFound;
+  }
+
+  function listRunners(req: HttpRequest, scope: string): HttpAnswer {
+    const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
+    const { page, perPage } = pageOf(req);
+    const lastPage = Math.max(1, Math.ceil(all.length / perPage));
+    const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
+    return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
+  }
+
+  function deleteRunner(id: number, scope: string): HttpAnswer {
+    const runner = runners.get(id);
+    if (!runner || runner.scope !== scope) return notFound;
+    if (runner.busy && !opts.busyFalseMidJob) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
+    const held = runner.jobId === undefined ? undefined : jobs.get(runner.jobId);
+    if (held && held.status === 'in_progress') {
+      held.status = 'completed';
+      held.conclusion = 'failure';
+      held.completedAt = iso();
+    }
+    runners.delete(runner.id);
+    return { status: 204 };
+  }
+
+  /**
+   * The enterprise's runner routes: a classic PAT only. GitHub documents that these endpoints
+   * "do not work with GitHub App user access tokens, GitHub App installation access tokens, or
+   * fine-grained personal access tokens" (REST "Self-hosted runners", enterprise endpoints).
+   */
+  function enterpriseRoute(req: HttpRequest): HttpAnswer {
+    const m = routes.enterprise.exec(req.path);
+    const credential = authorizationCredential(req.headers);
+    basics.log({ method: req.method, path: req.path, credential: credential === undefined ? 'none' : tokens.has(credential) ? 'installation' : 'pat' });
+    if (credential === undefined) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
+    if (tokens.has(credential)) return notAccessible;
+    if (!enterprise || credential !== enterprise.token) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    return counted('pat', req, () => {
+      if (!m || m.groups?.enterprise?.toLowerCase() !== enterprise.slug.toLowerCase()) return notFound;
+      const checked = checkGitHubQuery(req.method, req.path, req.query);
+      if ('refusal' in checked) return checked.refusal;
+      const scope = `enterprise:${enterprise.slug.toLowerCase()}`;
+      const rest = m.groups?.rest;
+      if (rest === 'generate-jitconfig' && req.method === 'POST') return generateJitConfig(scope, req.body);
+      if (rest === undefined && req.method === 'GET') return listRunners(req, scope);
+      if (rest !== undefined && /^\d+$/.test(rest) && req.method === 'DELETE') return deleteRunner(Number(rest), scope);
+      return notFound;
+    });
   }
 
   /** The page and its size as GitHub reads the request (github-bounds.ts: above 100 is 100). */
@@ -471,9 +547,10 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return 'refusal' in window ? { page: 1, perPage: 30 } : window;
   }
 
-  /** The installation's repositories (all of the organisation's: repository_selection "all"), lower case. */
-  function installationRepositories(): string[] {
-    return [...new Set([...extraRepositories, ...[...jobs.values()].map((j) => j.repository.toLowerCase())])].sort();
+  /** An installation's repositories (all of its organisation's: repository_selection "all"), lower case; all installations' without `org`. */
+  function installationRepositories(org?: string): string[] {
+    const all = [...new Set([...extraRepositories, ...[...jobs.values()].map((j) => j.repository.toLowerCase())])].sort();
+    return org === undefined ? all : all.filter((r) => r.split('/')[0] === org);
   }
 
   function repositoryJson(full: string): Record<string, unknown> {
@@ -558,7 +635,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       status_code: statusCode,
       event: 'workflow_job',
       action: 'queued',
-      installation_id: installationId,
+      installation_id: job ? (installations.get(job.repository.split('/')[0]!.toLowerCase())?.id ?? null) : null,
       repository_id: job ? repositoryId(job.repository) : null,
       throttled_at: null,
       jobId,
@@ -597,7 +674,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   }
 
   function jobFor(runner: RunnerState): JobState | undefined {
-    const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
+    const scope: GitHubRunnerScope = runner.scope.startsWith('org:')
+      ? { kind: 'org', organization: runner.scope.slice('org:'.length) }
+      : runner.scope.startsWith('enterprise:')
+        ? { kind: 'enterprise', organizations: [...installations.keys()] }
+        : { kind: 'repo', repository: runner.scope };
     return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
   }
 
@@ -677,6 +758,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     url: server.url,
     appId,
     organization,
+    organizations,
+    ...(enterprise ? { enterprise } : {}),
     privateKeyPem: privateKey,
     addJob(repository, labels, runId, options) {
       if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9._-]+$/.test(repository)) throw new Error(`repository "${repository}" is not "owner/repo"`);
@@ -707,7 +790,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     requests: basics.requests,
     setWebhook: basics.setWebhook,
     hooksSettled: basics.hooksSettled,
-    setRateLimitRemaining(credential, n) {
+    setRateLimitRemaining(credential: 'app' | 'installation', n: number) {
       remaining[credential] = n;
     },
     failNext: basics.failNext,
