@@ -113,7 +113,7 @@ export function githubScopeProblems(path: string, fields: Record<string, unknown
   if (organization !== undefined && Array.isArray(repositories) && repositories.length > 0) {
     out.push([
       `${path}.organization`,
-      `and ${path}.repositories are both set: runners register at the organisation (taking every repository's jobs) or at the listed repositories, not both; ` +
+      "and repositories are both set: runners register at the organisation (taking every repository's jobs) or at the listed repositories, not both; " +
         'drop repositories for organisation runners, or drop organization for repository runners',
     ]);
   }
@@ -140,7 +140,7 @@ export function fleetScopeProblems(github: Record<string, unknown> | undefined, 
     out.push(...githubScopeProblems(p, pool));
     const ownScope = pool.organization !== undefined || (Array.isArray(pool.repositories) && pool.repositories.length > 0);
     if (!ownScope && !connectionHasScope && github !== undefined) {
-      out.push([`${p}`, 'needs an organization or repositories ("owner/repo"): set them on the pool or on the github connection']);
+      out.push([`${p}.organization`, 'or repositories ("owner/repo") must be set, on the pool or on the github connection: the pool has nowhere to take jobs from']);
     }
   });
   return out;
