@@ -57,8 +57,10 @@ export function repoScope(full: string): Scope {
  * enterprise's: deleting a runner needs its scope.
  */
 export function runnerIdOf(scope: Scope, id: number, connectionOrg: string | undefined): string {
-  if (scope.kind === 'org') return connectionOrg !== undefined && scope.org.toLowerCase() === connectionOrg.toLowerCase() ? String(id) : `${scope.org}/${id}`;
-  if (scope.kind === 'enterprise') return `${ENTERPRISE_ID_PREFIX}${scope.enterprise}/${id}`;
+  // Lower case: the id tagged at registration and the one the sweep lists must be spelled alike,
+  // whichever pool spelled the organisation how.
+  if (scope.kind === 'org') return connectionOrg !== undefined && scope.org.toLowerCase() === connectionOrg.toLowerCase() ? String(id) : `${scope.org.toLowerCase()}/${id}`;
+  if (scope.kind === 'enterprise') return `${ENTERPRISE_ID_PREFIX}${scope.enterprise.toLowerCase()}/${id}`;
   return `${scope.owner}/${scope.repo}/${id}`;
 }
 
