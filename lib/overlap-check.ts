@@ -1,5 +1,5 @@
 import { scheduleOverlaps, type FleetConfig, type PoolConfig } from '../lambdas/shared/contract';
-import { poolOverlaps, type PoolOverlap } from '../lambdas/shared/pool-overlap';
+import { jobScopesMeet, poolOverlaps, type PoolOverlap } from '../lambdas/shared/pool-overlap';
 
 /**
  * Settings that compete where only one can win: two pools for one job (`matchPool`'s rules,
@@ -31,7 +31,7 @@ function jobOf(pool: PoolConfig, example: readonly string[]): string {
 /** The refusals: a pool that never gets a job, a schedule window that never applies. */
 export function overlapRefusals(config: FleetConfig): string[] {
   const pools = config.pools;
-  const out = poolOverlaps(pools)
+  const out = poolOverlaps(pools, jobScopesMeet(config))
     .filter((o) => o.kind === 'starved')
     .map(
       (o) =>
@@ -55,7 +55,7 @@ export function overlapRefusals(config: FleetConfig): string[] {
 /** The warnings: two pools or two windows where the order of the list decides. */
 export function overlapWarnings(config: FleetConfig): { id: string; message: string }[] {
   const pools = config.pools;
-  const out = poolOverlaps(pools)
+  const out = poolOverlaps(pools, jobScopesMeet(config))
     .filter((o) => o.kind === 'order')
     .map((o) => ({
       id: 'cdk-warm-runners:pool-overlap',

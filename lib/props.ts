@@ -23,10 +23,21 @@ export interface GitHubConnectionProps {
    */
   readonly organization?: string;
   /**
-   * "owner/repo" names, for repository-level runners when no organisation is given.
-   * @default - none; `organization` is then required
+   * "owner/repo" names, for repository-level runners when no organisation is given. Setting
+   * both `organization` and `repositories` is an error.
+   * @default - none; `organization` is then required, unless every GitHub pool names its own
    */
   readonly repositories?: string[];
+  /**
+   * Enterprise (slug) at which the runners register instead (enterprise-level runners, usable by
+   * every organisation of the enterprise that their runner group allows). GitHub's enterprise
+   * runner endpoints accept only a classic personal access token with `manage_runners:enterprise`,
+   * which goes into the SSM parameter `/<prefix>/ci/github/enterprise-token` (listed in the stack's `SecretParameters` output)
+   * (docs/github.md, "Enterprise runners"). The jobs still come from `organization` or
+   * `repositories`, where the App is installed.
+   * @default - none: runners register at the organisation or repository
+   */
+  readonly enterprise?: string;
   /**
    * Runner group id for organisation-level runners.
    * @default 1 (GitHub's default group)
@@ -260,6 +271,26 @@ export interface RunnerPoolProps {
    * @default false
    */
   readonly requireSelfHostedLabel?: boolean;
+  /**
+   * GitHub: the organisation whose jobs the pool takes and where its runners register (the App
+   * must be installed there), for a fleet serving several organisations. Setting both
+   * `organization` and `repositories` on a pool is an error; GitLab pools take neither.
+   * @default - the connection's `github.organization` (or its `repositories`)
+   */
+  readonly organization?: string;
+  /**
+   * GitHub: "owner/repo" names whose jobs the pool takes, each runner registered at its job's
+   * repository.
+   * @default - the connection's `github.repositories` (or its `organization`)
+   */
+  readonly repositories?: string[];
+  /**
+   * GitHub: the enterprise (slug) the pool's runners register at instead of the organisation or
+   * repository (its jobs still come from `organization`/`repositories`). Needs the enterprise
+   * token parameter (docs/github.md, "Enterprise runners").
+   * @default - the connection's `github.enterprise`, else none
+   */
+  readonly enterprise?: string;
   /**
    * Instance types, in order of preference.
    * @default - [m7i.large]

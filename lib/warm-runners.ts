@@ -903,10 +903,16 @@ function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmP
       ...(props.github ? [paths.github.webhookSecret] : []),
       ...(props.gitlab ? [paths.gitlab.webhookToken, paths.gitlab.webhookSigningKey] : []),
     ],
-    githubApi: props.github ? [paths.github.appPrivateKey, ...additionalAppKeys] : [],
+    // The enterprise token only where a pool registers at an enterprise; read by the functions that register, list and delete runners.
+    githubApi: props.github ? [paths.github.appPrivateKey, ...additionalAppKeys, ...(usesEnterprise(props) ? [paths.githubEnterpriseToken] : [])] : [],
     additionalAppKeys,
     gitlabApi: props.gitlab ? [paths.gitlab.token] : [],
   };
+}
+
+/** Whether a GitHub pool registers its runners at an enterprise (its own `enterprise` or the connection's). */
+function usesEnterprise(props: WarmRunnersProps): boolean {
+  return props.github?.enterprise !== undefined || props.pools.some((p) => p.provider === Provider.GITHUB && p.enterprise !== undefined);
 }
 
 /** Length of a string once its tokens resolve; ids such as lt-... and subnet-... fit 24 characters. */

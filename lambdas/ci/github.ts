@@ -15,6 +15,7 @@ import {
   type RunnerSummary,
 } from '../shared/contract';
 import { GITHUB_SELF_HOSTED_LABEL } from '../shared/match-pool';
+import { installationKey, parseRunnerId, registrationScope, repoScope, runnerIdOf, runnerScopes, scopeParams, scopeRoute, scopeTakesJob, servedOrganizations, type Scope } from './github-scopes';
 import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
 
 export interface GitHubProviderOptions extends ProviderTransportOptions {
@@ -30,6 +31,13 @@ export interface GitHubProviderOptions extends ProviderTransportOptions {
   readonly tokenRefreshMarginMs?: number;
   /** Installations whose tokens are kept; the least recently used goes first. */
   readonly maxCachedInstallations?: number;
+  /**
+   * The classic personal access token for enterprise runners (SSM), read lazily: only pools
+   * that register at an enterprise use it (GitHub's enterprise runner routes take no App token).
+   */
+  readonly enterpriseToken?: () => Promise<string>;
+  /** Called when GitHub refuses the enterprise token (401), so the next read is fresh. */
+  readonly invalidateEnterpriseToken?: () => void;
 }
 
 export type { ListTruncated } from './rate-limit';
@@ -58,9 +66,6 @@ export class GitHubApiError extends Error {
   }
 }
 
-/** Where runners register: the organisation, or one repository. */
-type Scope = { readonly kind: 'org'; readonly org: string } | { readonly kind: 'repo'; readonly owner: string; readonly repo: string };
-
 /**
  * The runner group of a repository-level runner: repositories have only the default group
  * (id 1); groups are an organisation's (docs: "Create configuration for a just-in-time runner
@@ -84,8 +89,9 @@ const WAITING_STATUSES = new Set(['queued', 'waiting', 'pending', 'requested']);
  * runner deletion and listing, job lookup. Installation tokens are cached per installation,
  * replaced before they expire; rate-limit answers are waited out within a bound.
  *
- * Runner ids: organisation runners are tagged with GitHub's numeric id; repository runners
- * with `owner/repo/id`, since deleting one needs its repository.
+ * Each pool registers where its scope says (github-scopes.ts): its organisation (each with
+ * its own installation of the App), the job's repository, or an enterprise. Runner ids name
+ * the scope, since deleting a runner needs it (github-scopes.ts `runnerIdOf`).
  */
 export class GitHubProvider implements CiProvider {
   readonly provider = Provider.GITHUB;
@@ -120,14 +126,14 @@ export class GitHubProvider implements CiProvider {
   async createRunner(job: JobMessage, instanceId: string, pool: string, options: CreateRunnerOptions = {}): Promise<RunnerRegistration> {
     const config = this.options.pools.find((p) => p.name === pool);
     if (!config || config.provider !== 'github') throw new Error(`pool "${pool}" is not a GitHub pool of this fleet`);
-    const fleetScope = this.scopeOfJob(job);
+    const poolScope = registrationScope(this.options.github, config, job);
     // Lower case, as the affinity and `listRunners({ repositories })`: the runner id (tagged on
     // the instance, matched against the list by the sweep) is then spelled one way.
-    const scope: Scope = options.scoped ? { kind: 'repo', owner: job.owner.toLowerCase(), repo: job.project.toLowerCase() } : fleetScope;
-    const groupId = options.scoped && fleetScope.kind === 'org' ? REPOSITORY_RUNNER_GROUP_ID : this.options.github.runnerGroupId;
+    const scope: Scope = options.scoped ? { kind: 'repo', owner: job.owner.toLowerCase(), repo: job.project.toLowerCase() } : poolScope;
+    const groupId = options.scoped && poolScope.kind !== 'repo' ? REPOSITORY_RUNNER_GROUP_ID : this.options.github.runnerGroupId;
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
     const labels = [GITHUB_SELF_HOSTED_LABEL, ...config.labels.filter((l) => l.toLowerCase() !== GITHUB_SELF_HOSTED_LABEL)];
-    const route = scope.kind === 'org' ? 'POST /orgs/{org}/actions/runners/generate-jitconfig' : 'POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig';
+    const route = `POST ${scopeRoute(scope)}/actions/runners/generate-jitconfig`;
     // Not retried on 5xx: GitHub may have registered the runner; the sweep removes one that leaked.
     const params = { ...scopeParams(scope), name, runner_group_id: groupId, labels, work_folder: '_work' };
     const data = (await this.call('generate-jitconfig', this.tokenScope(scope), route, params, false)) as {
@@ -138,12 +144,12 @@ export class GitHubProvider implements CiProvider {
     if (!Number.isSafeInteger(id) || typeof data.encoded_jit_config !== 'string' || data.encoded_jit_config === '') {
       throw new GitHubApiError('generate-jitconfig', 201, 'answer lacks runner.id or encoded_jit_config');
     }
-    return { runnerId: runnerIdOf(scope, id as number), name, secret: data.encoded_jit_config };
+    return { runnerId: runnerIdOf(scope, id as number, this.options.github.organization), name, secret: data.encoded_jit_config };
   }
 
   async deleteRunner(runnerId: string): Promise<void> {
-    const { scope, id } = this.parseRunnerId(runnerId);
-    const route = scope.kind === 'org' ? 'DELETE /orgs/{org}/actions/runners/{runner_id}' : 'DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}';
+    const { scope, id } = parseRunnerId(runnerId, this.options.github.organization);
+    const route = `DELETE ${scopeRoute(scope)}/actions/runners/{runner_id}`;
     try {
       await this.call('delete runner', this.tokenScope(scope), route, { ...scopeParams(scope), runner_id: id }, true);
     } catch (e) {
@@ -153,20 +159,20 @@ export class GitHubProvider implements CiProvider {
   }
 
   /**
-   * The fleet's runners: the organisation's, or each configured repository's; and the
+   * The fleet's runners: those of every organisation, repository and enterprise its pools
+   * register at (each listed once, however many pools share it); and the
    * repository-level runners of `options.repositories` (scoped runners of an organisation
    * fleet, which GitHub lists per repository only). A runner id names its scope, so a runner
    * seen in two listings is reported once.
    */
   async listRunners(options: ListRunnersOptions = {}): Promise<RunnerSummary[]> {
-    const { github } = this.options;
-    const own: Scope[] = github.organization !== undefined ? [{ kind: 'org', org: github.organization }] : github.repositories.map(repoScope);
+    const own = runnerScopes(this.options.github, this.options.pools);
     const keys = new Set(own.map(installationKey));
     const extra = (options.repositories ?? []).filter((r) => /^[\w.-]+\/[\w.-]+$/.test(r)).map((r) => repoScope(r.toLowerCase())).filter((s) => !keys.has(installationKey(s)) && keys.add(installationKey(s)));
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
     for (const scope of [...own, ...extra]) {
-      const route = scope.kind === 'org' ? 'GET /orgs/{org}/actions/runners' : 'GET /repos/{owner}/{repo}/actions/runners';
+      const route = `GET ${scopeRoute(scope)}/actions/runners`;
       let complete = false;
       for (let page = 1; page <= maxPages; page++) {
         const data = (await this.call('list runners', this.tokenScope(scope), route, { ...scopeParams(scope), per_page: 100, page }, true)) as { runners?: unknown };
@@ -174,7 +180,7 @@ export class GitHubProvider implements CiProvider {
         for (const r of data.runners as Record<string, unknown>[]) {
           if (typeof r.name !== 'string' || instanceIdOfRunnerName(this.options.prefix, r.name) === undefined || !Number.isSafeInteger(r.id)) continue;
           out.push({
-            runnerId: runnerIdOf(scope, r.id as number),
+            runnerId: runnerIdOf(scope, r.id as number, this.options.github.organization),
             name: r.name,
             status: typeof r.status === 'string' ? r.status : 'unknown',
             ...(typeof r.busy === 'boolean' ? { busy: r.busy } : {}),
@@ -205,10 +211,9 @@ export class GitHubProvider implements CiProvider {
 
   /** The job as GitHub shows it; 404 (gone, or the App cannot see the repository) is a JobLookupError. */
   private async lookUpJob(job: JobMessage): Promise<Record<string, unknown>> {
-    const scope = this.scopeOfJob(job);
     const repo: Scope = { kind: 'repo', owner: job.owner, repo: job.project };
     try {
-      const data = await this.call('look up job', scope, 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true);
+      const data = await this.call('look up job', this.tokenScope(repo), 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true);
       return (data ?? {}) as Record<string, unknown>;
     } catch (e) {
       if (e instanceof GitHubApiError && e.status === 404) throw new JobLookupError(Provider.GITHUB, job.jobId, 'not-found');
@@ -216,50 +221,23 @@ export class GitHubProvider implements CiProvider {
     }
   }
 
-  /** The scope a job's runner registers at; a repository outside the configured ones is refused. */
-  private scopeOfJob(job: JobMessage): Scope {
-    const { github } = this.options;
-    if (github.organization !== undefined) {
-      if (github.organization.toLowerCase() !== job.owner.toLowerCase()) throw new Error(`job ${job.jobId} belongs to "${job.owner}", not to organisation "${github.organization}"`);
-      return { kind: 'org', org: github.organization };
-    }
-    const full = `${job.owner}/${job.project}`.toLowerCase();
-    const configured = github.repositories.find((r) => r.toLowerCase() === full);
-    if (!configured) throw new Error(`repository "${job.owner}/${job.project}" is not one of the fleet's repositories`);
-    return repoScope(configured);
-  }
-
-  /** An organisation runner takes any job of the organisation; a repository runner only its repository's. */
+  /** An organisation runner takes any job of its organisation; a repository runner only its repository's. */
   runnerServes(runnerId: string, job: JobMessage): boolean {
-    let scope: Scope;
     try {
-      scope = this.parseRunnerId(runnerId).scope;
+      return scopeTakesJob(parseRunnerId(runnerId, this.options.github.organization).scope, job);
     } catch {
       return false;
     }
-    if (scope.kind === 'org') return true;
-    // GitHub's owner and repository names are case-insensitive.
-    return scope.owner.toLowerCase() === job.owner.toLowerCase() && scope.repo.toLowerCase() === job.project.toLowerCase();
   }
 
   /**
-   * The scope whose installation token a call uses: an organisation fleet's repository
-   * (a scoped runner's) is covered by the organisation's installation, so no second
-   * installation look-up or token is needed.
+   * The scope whose installation token a call uses: a repository of an organisation the fleet
+   * serves (a scoped runner's, a job's) is covered by that organisation's installation, so no
+   * second installation look-up or token is needed.
    */
   private tokenScope(scope: Scope): Scope {
-    const org = this.options.github.organization;
-    if (scope.kind === 'repo' && org !== undefined && scope.owner.toLowerCase() === org.toLowerCase()) return { kind: 'org', org };
+    if (scope.kind === 'repo' && servedOrganizations(this.options.github, this.options.pools).has(scope.owner.toLowerCase())) return { kind: 'org', org: scope.owner };
     return scope;
-  }
-
-  private parseRunnerId(runnerId: string): { scope: Scope; id: number } {
-    const { github } = this.options;
-    const org = /^(\d+)$/.exec(runnerId);
-    if (org && github.organization !== undefined) return { scope: { kind: 'org', org: github.organization }, id: Number(org[1]) };
-    const repo = /^([\w.-]+)\/([\w.-]+)\/(\d+)$/.exec(runnerId);
-    if (repo) return { scope: { kind: 'repo', owner: repo[1]!, repo: repo[2]! }, id: Number(repo[3]) };
-    throw new Error(`"${runnerId}" is not a runner id of this fleet ("<id>" for organisation runners, "owner/repo/<id>" for repository runners)`);
   }
 
   /**
@@ -289,12 +267,14 @@ export class GitHubProvider implements CiProvider {
   }
 
   /**
-   * For the reconciler: one GET with the installation token of the fleet's organisation, or of
-   * `repository` ("owner/repo") for a fleet of repository runners.
+   * For the reconciler: one GET with the installation token of `target`: an organisation's
+   * login, or an "owner/repo" (its organisation's installation when the fleet serves that
+   * organisation, else the repository's); absent, the connection's organisation or first repository.
    */
-  async installationRequest(operation: string, route: string, params: Record<string, unknown>, repository?: string, observe?: GitHubAnswerObserver): Promise<GitHubAnswer> {
+  async installationRequest(operation: string, route: string, params: Record<string, unknown>, target?: string, observe?: GitHubAnswerObserver): Promise<GitHubAnswer> {
     const { github } = this.options;
-    const scope: Scope = github.organization !== undefined ? { kind: 'org', org: github.organization } : repoScope(repository ?? github.repositories[0] ?? '');
+    const named = target ?? github.organization ?? github.repositories[0] ?? '';
+    const scope: Scope = named.includes('/') ? this.tokenScope(repoScope(named)) : { kind: 'org', org: named };
     return this.callWithHeaders(operation, scope, route, params, true, observe);
   }
 
@@ -314,7 +294,7 @@ export class GitHubProvider implements CiProvider {
     const policy = { ...this.policy, retryServerErrors };
     let refreshed = false;
     for (let attempt = 1; ; attempt++) {
-      const { installationId, token } = await this.installationToken(scope);
+      const { installationId, token } = scope.kind === 'enterprise' ? await this.enterpriseCredential() : await this.installationToken(scope);
       try {
         const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
         const headers = plainHeaders(res.headers);
@@ -328,7 +308,8 @@ export class GitHubProvider implements CiProvider {
           // The token was revoked or expired early: forget it (unless a concurrent call already
           // replaced it) and retry once with a fresh one. A 401 means GitHub did nothing, so even
           // generate-jitconfig is safe to repeat.
-          if (this.tokens.get(installationId)?.token === token) this.tokens.delete(installationId);
+          if (scope.kind === 'enterprise') this.options.invalidateEnterpriseToken?.();
+          else if (this.tokens.get(installationId)?.token === token) this.tokens.delete(installationId);
           if (!refreshed) {
             refreshed = true;
             attempt--;
@@ -341,6 +322,12 @@ export class GitHubProvider implements CiProvider {
         await this.sleep(advice.waitMs);
       }
     }
+  }
+
+  /** The enterprise runner routes' credential: the classic PAT (no installation; id -1 marks it). */
+  private async enterpriseCredential(): Promise<{ installationId: number; token: string }> {
+    if (!this.options.enterpriseToken) throw new GitHubApiError('enterprise runners', 0, 'no enterprise token is configured');
+    return { installationId: -1, token: await this.options.enterpriseToken() };
   }
 
   /** GitHub refused the App's JWT: build the auth again from a freshly read key next time. */
@@ -376,7 +363,7 @@ export class GitHubProvider implements CiProvider {
       found = (async () => {
         const auth = await this.appAuth();
         const { token } = await auth({ type: 'app' });
-        const route: string = scope.kind === 'org' ? 'GET /orgs/{org}/installation' : 'GET /repos/{owner}/{repo}/installation';
+        const route = `GET ${scopeRoute(scope)}/installation`;
         try {
           const res = await this.request(route, { ...scopeParams(scope), headers: { authorization: `bearer ${token}` } });
           const id = (res.data as { id?: unknown }).id;
@@ -449,23 +436,6 @@ function transportError(operation: string, e: unknown): GitHubApiError {
   const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
   const timedOut = cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError');
   return new GitHubApiError(operation, 0, timedOut ? 'timed out' : `request failed (${cause instanceof Error ? cause.name : 'unknown'})`);
-}
-
-function installationKey(scope: Scope): string {
-  return scope.kind === 'org' ? `org:${scope.org.toLowerCase()}` : `repo:${scope.owner}/${scope.repo}`.toLowerCase();
-}
-
-function repoScope(full: string): Scope {
-  const [owner, repo] = full.split('/') as [string, string];
-  return { kind: 'repo', owner, repo };
-}
-
-function scopeParams(scope: Scope): Record<string, string> {
-  return scope.kind === 'org' ? { org: scope.org } : { owner: scope.owner, repo: scope.repo };
-}
-
-function runnerIdOf(scope: Scope, id: number): string {
-  return scope.kind === 'org' ? String(id) : `${scope.owner}/${scope.repo}/${id}`;
 }
 
 /** Octokit's response headers as lower-case names and string values. */

@@ -51,6 +51,9 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
       github: config.github,
       pools: config.pools,
       apps: keys.map(({ appId, parameter }) => ({ appId, privateKey: () => secrets.get(parameter), invalidatePrivateKey: () => secrets.invalidate(parameter) })),
+      // Read only by pools that register at an enterprise.
+      enterpriseToken: () => secrets.get(paths.githubEnterpriseToken),
+      invalidateEnterpriseToken: () => secrets.invalidate(paths.githubEnterpriseToken),
       // Twice the alarm's threshold: from there on every answer's figures are published.
       figuresEveryAnswerBelow: 2 * GITHUB_APPS_LOW_FRACTION,
       onFigures: (figures, best) => {

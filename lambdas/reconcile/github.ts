@@ -1,7 +1,7 @@
 import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
-import { Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { githubJobSources, Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
-import { matchPool } from '../shared/match-pool';
+import { matchJobPool } from '../shared/match-pool';
 import { isoTime } from '../webhook/delivery';
 import { servesRepository } from '../webhook/github-delivery';
 import { buildJobMessage } from '../webhook/job-message';
@@ -216,23 +216,34 @@ async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: str
   }
 }
 
-/** The installation's repositories (organisation runners) or the configured ones (repository runners). */
+/**
+ * The repositories whose queued jobs the run reads: every repository of each organisation the
+ * fleet's pools serve (through that organisation's installation, each organisation once,
+ * however many pools share it) and the repositories pools list outside them.
+ */
 async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend): Promise<string[]> {
-  if (deps.github.organization === undefined) return [...deps.github.repositories];
+  const sources = githubJobSources(deps.github, deps.pools);
+  const out: string[] = [...sources.repositories];
+  for (const org of sources.organizations) out.push(...(await installationRepositories(deps, spend, org)));
+  return out;
+}
+
+/** The repositories of one organisation's installation that a pool serves (archived ones have no jobs). */
+async function installationRepositories(deps: GitHubReconcileDeps, spend: Spend, org: string): Promise<string[]> {
   const out: string[] = [];
   for (let page = 1; ; page++) {
-    const answer = await spend('installation', (observe) => deps.api.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 100, page }, undefined, observe));
+    const answer = await spend('installation', (observe) => deps.api.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 100, page }, org, observe));
     const repos = (answer.data as { repositories?: unknown })?.repositories;
     if (!Array.isArray(repos)) throw new Error('the repositories answer lacks "repositories"');
     for (const r of repos as Record<string, unknown>[]) {
-      if (typeof r?.full_name === 'string' && r.archived !== true && servesRepository(deps.github, ...(r.full_name.split('/') as [string, string]))) out.push(r.full_name);
+      if (typeof r?.full_name === 'string' && r.archived !== true && servesRepository(deps.github, deps.pools, ...(r.full_name.split('/') as [string, string]))) out.push(r.full_name);
     }
     if (repos.length < 100) return out;
   }
 }
 
 /** Queued jobs of one run's job list that match a pool, as the webhook would queue them. */
-export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'pools' | 'options' | 'now' | 'log'>, owner: string, repo: string, jobs: unknown): JobMessage[] {
+export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'github' | 'pools' | 'options' | 'now' | 'log'>, owner: string, repo: string, jobs: unknown): JobMessage[] {
   if (!Array.isArray(jobs)) return [];
   const now = deps.now();
   const out: JobMessage[] = [];
@@ -242,7 +253,7 @@ export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'pools' | 'option
     const createdAt = isoTime(j.created_at);
     if (createdAt !== undefined && now.getTime() - Date.parse(createdAt) < deps.options.minQueuedSeconds * 1000) continue;
     const labels = (j.labels as unknown[]).filter((l): l is string => typeof l === 'string' && l !== '');
-    const match = matchPool(deps.pools, Provider.GITHUB, labels);
+    const match = matchJobPool({ github: deps.github, pools: deps.pools }, Provider.GITHUB, owner, repo, labels);
     if (!match.pool) continue;
     const providerJobId = String(j.id);
     out.push(

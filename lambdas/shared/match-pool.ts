@@ -1,4 +1,4 @@
-import type { PoolConfig, Provider } from './contract';
+import { githubPoolScope, scopeServesRepository, type GitHubConnectionConfig, type PoolConfig, type Provider } from './contract';
 
 /** The label every GitHub self-hosted runner carries; a job may ask for it, GitHub does not require it. */
 export const GITHUB_SELF_HOSTED_LABEL = 'self-hosted';
@@ -64,4 +64,21 @@ export function offeredLabels(pool: PoolConfig): Set<string> {
   const offered = new Set(pool.labels.map(labelNormaliser(pool.provider)));
   if (pool.provider === 'github') offered.delete(GITHUB_SELF_HOSTED_LABEL);
   return offered;
+}
+
+/**
+ * `matchPool` over the pools that may take a job of `owner/project`: a GitHub job only over the
+ * GitHub pools whose organisation or repositories hold it (github-scope.ts), so two pools with
+ * the same labels in two organisations each take their own organisation's jobs. GitLab jobs
+ * see every pool.
+ */
+export function matchJobPool(config: { readonly github?: GitHubConnectionConfig; readonly pools: readonly PoolConfig[] }, provider: Provider, owner: string, project: string, jobLabels: readonly string[]): PoolMatch {
+  return matchPool(poolsServing(config, provider, owner, project), provider, jobLabels);
+}
+
+/** The pools whose scope holds `owner/project` (GitHub); every pool of the provider otherwise. */
+export function poolsServing(config: { readonly github?: GitHubConnectionConfig; readonly pools: readonly PoolConfig[] }, provider: Provider, owner: string, project: string): PoolConfig[] {
+  const github = config.github;
+  if (provider !== 'github' || github === undefined) return config.pools.filter((p) => p.provider === provider);
+  return config.pools.filter((p) => p.provider === 'github' && scopeServesRepository(githubPoolScope(github, p), owner, project));
 }

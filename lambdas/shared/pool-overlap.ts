@@ -1,4 +1,4 @@
-import type { PoolConfig } from './contract';
+import { githubPoolScope, Provider, scopeServesRepository, type GitHubScopeFields, type PoolConfig } from './contract';
 import { offeredLabels } from './match-pool';
 
 /**
@@ -44,12 +44,20 @@ export interface PoolOverlap {
 }
 
 /**
- * The scope of jobs a pool can see at all: pools of different scopes never compete for a job
- * (another GitHub organisation, another GitLab group or project). One scope today.
+ * Whether two pools of a provider can see one job at all: GitHub pools only where their
+ * organisations or repositories meet (github-scope.ts); pools whose scopes are apart never
+ * compete for a job.
  */
-export function poolScopeKey(pool: PoolConfig): string {
-  void pool;
-  return '';
+export function jobScopesMeet(config: { readonly github?: GitHubScopeFields }): (a: PoolConfig, b: PoolConfig) => boolean {
+  return (a, b) => {
+    if (a.provider !== Provider.GITHUB || config.github === undefined) return true;
+    const [x, y] = [githubPoolScope(config.github, a), githubPoolScope(config.github, b)];
+    const owner = (repo: string) => repo.split('/')[0]!;
+    if (x.organization !== undefined && y.organization !== undefined) return x.organization.toLowerCase() === y.organization.toLowerCase();
+    if (x.organization !== undefined) return y.repositories.some((r) => scopeServesRepository(x, owner(r), r.split('/')[1]!));
+    if (y.organization !== undefined) return x.repositories.some((r) => scopeServesRepository(y, owner(r), r.split('/')[1]!));
+    return x.repositories.some((r) => scopeServesRepository(y, owner(r), r.split('/')[1]!));
+  };
 }
 
 interface Shape {
@@ -106,12 +114,12 @@ function verdict(w: Shape, l: Shape, github: boolean): { kind: OverlapKind; exam
 }
 
 /** Every pair of pools that compete as above, the preferred one first. */
-export function poolOverlaps(pools: readonly PoolConfig[]): PoolOverlap[] {
+export function poolOverlaps(pools: readonly PoolConfig[], scopesMeet: (a: PoolConfig, b: PoolConfig) => boolean = () => true): PoolOverlap[] {
   const shapes = pools.map(shapeOf);
   const out: PoolOverlap[] = [];
   for (let a = 0; a < pools.length; a++) {
     for (let b = a + 1; b < pools.length; b++) {
-      if (pools[a]!.provider !== pools[b]!.provider || poolScopeKey(pools[a]!) !== poolScopeKey(pools[b]!)) continue;
+      if (pools[a]!.provider !== pools[b]!.provider || !scopesMeet(pools[a]!, pools[b]!)) continue;
       // Fewer labels wins; as many, the earlier (a).
       const [w, l] = shapes[b]!.labels.size < shapes[a]!.labels.size ? [b, a] : [a, b];
       const found = verdict(shapes[w]!, shapes[l]!, pools[a]!.provider === 'github');

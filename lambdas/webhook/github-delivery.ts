@@ -1,4 +1,5 @@
-import { Provider, type GitHubConnectionConfig } from '../shared/contract';
+import { Provider, type GitHubConnectionConfig, type PoolConfig } from '../shared/contract';
+import { poolsServing } from '../shared/match-pool';
 import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
@@ -6,7 +7,7 @@ import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiv
  * everything else (ping, other events, other actions, repositories this fleet does not
  * serve) is acknowledged and ignored; a `workflow_job` missing the fields a job needs is invalid.
  */
-export function classifyGitHubDelivery(event: string, payload: unknown, github: GitHubConnectionConfig | undefined): Classified {
+export function classifyGitHubDelivery(event: string, payload: unknown, github: GitHubConnectionConfig | undefined, pools: readonly PoolConfig[]): Classified {
   if (!isObject(payload)) return invalid('the payload is not a JSON object');
   if (event === 'ping') return ignore('ping');
   if (event !== 'workflow_job') return ignore('event-not-workflow_job');
@@ -32,14 +33,15 @@ export function classifyGitHubDelivery(event: string, payload: unknown, github: 
   }
   if (action !== 'queued') return ignore(`action-${action === 'waiting' || action === 'completed' ? action : 'other'}`);
   if (!github) return ignore('no-github-connection');
-  if (!servesRepository(github, owner, name)) return ignore('repository-not-served');
+  if (!servesRepository(github, pools, owner, name)) return ignore('repository-not-served');
   const createdAt = isoTime(job.created_at);
   return { kind: 'job', job: { provider: Provider.GITHUB, providerJobId: String(id), owner, project: name, labels: labels as string[], ...(createdAt ? { createdAt } : {}) } };
 }
 
-/** Organisation runners serve the organisation's repositories; repository runners only those listed. */
-export function servesRepository(github: GitHubConnectionConfig, owner: string, repo: string): boolean {
-  if (github.organization !== undefined) return github.organization.toLowerCase() === owner.toLowerCase();
-  const full = `${owner}/${repo}`.toLowerCase();
-  return github.repositories.some((r) => r.toLowerCase() === full);
+/**
+ * Whether any GitHub pool takes jobs of `owner/repo`: a pool of an organisation serves its
+ * repositories, a pool of repositories those listed (each pool's own scope, or the connection's).
+ */
+export function servesRepository(github: GitHubConnectionConfig, pools: readonly PoolConfig[], owner: string, repo: string): boolean {
+  return poolsServing({ github, pools }, Provider.GITHUB, owner, repo).length > 0;
 }

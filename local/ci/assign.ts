@@ -8,7 +8,11 @@ import { GITHUB_SELF_HOSTED_LABEL } from '../../lambdas/shared/match-pool';
  */
 
 /** Where a GitHub runner is registered: the organisation, or one repository ("owner/repo"). */
-export type GitHubRunnerScope = { readonly kind: 'org'; readonly organization: string } | { readonly kind: 'repo'; readonly repository: string };
+export type GitHubRunnerScope =
+  | { readonly kind: 'org'; readonly organization: string }
+  | { readonly kind: 'repo'; readonly repository: string }
+  /** An enterprise's runner: jobs of its organisations (`organizations`, lower case). */
+  | { readonly kind: 'enterprise'; readonly organizations: readonly string[] };
 
 export interface GitHubCandidate {
   readonly id: number;
@@ -24,10 +28,14 @@ export interface GitHubCandidate {
  */
 export function githubJobFor<J extends GitHubCandidate>(runner: { readonly labels: readonly string[]; readonly scope: GitHubRunnerScope }, jobs: Iterable<J>): J | undefined {
   const has = new Set([GITHUB_SELF_HOSTED_LABEL, ...runner.labels.map((l) => l.toLowerCase())]);
+  const scope = runner.scope;
+  const owner = (repository: string) => repository.split('/')[0]?.toLowerCase() ?? '';
   const inScope = (repository: string) =>
-    runner.scope.kind === 'org'
-      ? repository.split('/')[0]?.toLowerCase() === runner.scope.organization.toLowerCase()
-      : repository.toLowerCase() === runner.scope.repository.toLowerCase();
+    scope.kind === 'org'
+      ? owner(repository) === scope.organization.toLowerCase()
+      : scope.kind === 'enterprise'
+        ? scope.organizations.includes(owner(repository))
+        : repository.toLowerCase() === scope.repository.toLowerCase();
   return oldest([...jobs].filter((j) => j.status === 'queued' && inScope(j.repository) && j.labels.every((l) => has.has(l.toLowerCase()))));
 }
 

@@ -50,6 +50,10 @@ export interface LoopbackGitHub {
   readonly url: string;
   readonly appId: string;
   readonly organization: string;
+  /** Every organisation the App is installed on, `organization` first: each is its own installation. */
+  readonly organizations: readonly string[];
+  /** The enterprise whose runner routes this GitHub serves, with the classic PAT they take. */
+  readonly enterprise?: { readonly slug: string; readonly token: string };
   /** A fresh RSA key (PKCS#1 PEM, as GitHub hands them out): the App's key to put in SSM. */
   readonly privateKeyPem: string;
   /** Every App installed on the organisation, the first being `appId`; each with its own key, installation and rate limits. */
@@ -103,7 +107,7 @@ export interface LoopbackGitHub {
 export interface GitHubRequest {
   readonly method: string;
   readonly path: string;
-  readonly credential: 'app' | 'installation' | 'none';
+  readonly credential: 'app' | 'installation' | 'pat' | 'none';
   /** The App whose JWT or installation token it carried (absent: neither was valid). */
   readonly appId?: string;
 }
@@ -116,6 +120,18 @@ export interface LoopbackGitHubApp {
 
 export interface LoopbackGitHubOptions extends LoopbackServerOptions {
   readonly organization: string;
+  /**
+   * More organisations the App is installed on, each with an installation of its own (its own
+   * id, tokens that reach only its organisation); any other organisation is one the App is not
+   * installed on: `GET /orgs/{org}/installation` answers 404.
+   */
+  readonly organizations?: string[];
+  /**
+   * An enterprise whose organisations are all of the above: its runner routes
+   * (`/enterprises/{slug}/actions/runners...`) take only the classic personal access token
+   * `token`, as GitHub's do (no App token: docs/github.md, "Enterprise runners").
+   */
+  readonly enterprise?: { readonly slug: string; readonly token: string };
   readonly appId?: string;
   /**
    * Further Apps installed on the organisation (several Apps sharing the load): each has its own
@@ -176,7 +192,7 @@ const CLOCK_DRIFT_S = 60;
 const INSTALLATION_TOKEN_TTL_MS = 60 * 60_000;
 
 interface RunnerState extends GitHubRunnerRecord {
-  /** "org" or "owner/repo" (lower case): where the runner is registered. */
+  /** "org:<login>", "owner/repo" or "enterprise:<slug>" (lower case): where the runner is registered. */
   readonly scope: string;
   readonly secret: string;
   /** The JIT config is single-use: a second connection is refused. */
@@ -204,7 +220,8 @@ export interface LocalJitConfig {
 }
 
 export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<LoopbackGitHub> {
-  if (!/^[A-Za-z0-9-]+$/.test(opts.organization)) throw new Error(`organization "${opts.organization}" is not a GitHub login`);
+  const organizations = [opts.organization, ...(opts.organizations ?? [])];
+  for (const org of organizations) if (!/^[A-Za-z0-9-]+$/.test(org)) throw new Error(`organization "${org}" is not a GitHub login`);
   const organization = opts.organization;
   const appId = opts.appId ?? '424242';
   if (new Set([appId, ...(opts.additionalAppIds ?? [])]).size !== 1 + (opts.additionalAppIds ?? []).length) throw new Error('every App id must be distinct');
@@ -215,20 +232,30 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   const lostMs = (opts.runnerLostSeconds ?? 30) * 1000;
   const now = opts.now ?? Date.now;
   const rateLimit = opts.rateLimit ?? 5000;
-  const firstInstallation = 4_100_000 + Math.floor(Math.random() * 1000) * 10;
-  // Each App has its own installation on the organisation, hence its own installation budget.
+  const firstInstallation = 4_100_000 + Math.floor(Math.random() * 1000) * 100;
+  /** Installed organisations by login (lower case); `id` is the first App's installation (deliveries name it). */
+  const installations = new Map(organizations.map((login, i) => [login.toLowerCase(), { id: firstInstallation + i, index: i, login }]));
+  const enterprise = opts.enterprise;
+  // Each App has its own installation on every organisation, hence its own budgets (GitHub counts per installation).
   const apps: AppState[] = [appId, ...(opts.additionalAppIds ?? [])].map((id, i) => {
     const { privateKey, publicKey } = generateKeyPairSync('rsa', {
       modulusLength: 2048,
       privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
       publicKeyEncoding: { type: 'spki', format: 'pem' },
     });
-    return { appId: id, privateKeyPem: privateKey, key: createPublicKey(publicKey), installationId: firstInstallation + i, remaining: { app: rateLimit, installation: rateLimit } };
+    return {
+      appId: id,
+      privateKeyPem: privateKey,
+      key: createPublicKey(publicKey),
+      firstInstallation: firstInstallation + i * organizations.length,
+      remaining: { app: rateLimit, installation: new Map([...installations.keys()].map((org) => [org, rateLimit])) },
+    };
   });
   const firstApp = apps[0]!;
-  const installationId = firstApp.installationId;
-  /** Installation token -> its expiry and the App whose installation it belongs to. */
-  const tokens = new Map<string, { expiresAt: number; app: AppState }>();
+  const installationIdOf = (app: AppState, org: string) => app.firstInstallation + installations.get(org)!.index;
+  /** Installation token -> its expiry, the App and the organisation (lower case) whose installation minted it. */
+  const tokens = new Map<string, { expiresAt: number; app: AppState; org: string }>();
+  let patRemaining = rateLimit;
   const runners = new Map<number, RunnerState>();
   const jobs = new Map<number, JobState>();
   const hookDeliveries: (GitHubHookDelivery & { jobId: number })[] = [];
@@ -241,7 +268,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   let nextRunId = 9_000_001;
   let base = '';
 
-  const isOrg = (login: string | undefined) => login !== undefined && login.toLowerCase() === organization.toLowerCase();
+  /** The organisation (lower case) when the App is installed on it. */
+  const installedOrg = (login: string | undefined) => (login !== undefined && installations.has(login.toLowerCase()) ? login.toLowerCase() : undefined);
   const iso = () => new Date().toISOString();
 
   /** GitHub's check of an App JWT: RS256 with the App's key, issuer the App id, a bounded lifetime. */
@@ -264,18 +292,20 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return app;
   }
 
-  /** The App whose live installation token the request carries. */
-  function appOfToken(req: HttpRequest): AppState | undefined {
+  /** The live installation token a request carries: its App and organisation (lower case). */
+  function heldToken(req: HttpRequest): { app: AppState; org: string } | undefined {
     const token = authorizationCredential(req.headers);
     const held = token === undefined ? undefined : tokens.get(token);
-    return held !== undefined && held.expiresAt > Date.now() ? held.app : undefined;
+    return held !== undefined && held.expiresAt > Date.now() ? held : undefined;
   }
+  const tokenOrg = (req: HttpRequest) => heldToken(req)?.org;
 
-  function installation(app: AppState): Record<string, unknown> {
+  function installation(app: AppState, org: string): Record<string, unknown> {
+    const inst = installations.get(org)!;
     return {
-      id: app.installationId,
+      id: installationIdOf(app, org),
       app_id: Number(app.appId),
-      account: { login: organization, type: 'Organization' },
+      account: { login: inst.login, type: 'Organization' },
       target_type: 'Organization',
       repository_selection: 'all',
       permissions: { organization_self_hosted_runners: 'write', actions: 'read', administration: 'write' },
@@ -321,11 +351,15 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     };
   }
 
-  /** Organisation routes for our organisation, repository routes for its repositories. */
-  function scopeOf(m: RegExpExecArray): string | undefined {
-    if (m.groups?.org !== undefined) return isOrg(m.groups.org) ? 'org' : undefined;
-    if (m.groups?.owner !== undefined && isOrg(m.groups.owner)) return `${m.groups.owner}/${m.groups.repo}`.toLowerCase();
-    return undefined;
+  /**
+   * A route's runner scope ("org:<login>" or "owner/repo", lower case) when it lies in an
+   * organisation the App is installed on and, given `org`, in that installation's organisation
+   * (an installation token reaches its own account only).
+   */
+  function scopeOf(m: RegExpExecArray, org?: string): string | undefined {
+    const login = installedOrg(m.groups?.org ?? m.groups?.owner);
+    if (login === undefined || (org !== undefined && login !== org)) return undefined;
+    return m.groups?.org !== undefined ? `org:${login}` : `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
   }
 
   const notFound: HttpAnswer = { status: 404, body: { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' } };
@@ -336,6 +370,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     jitconfig: new RegExp(`^/${SCOPE}/actions/runners/generate-jitconfig$`),
     runners: new RegExp(`^/${SCOPE}/actions/runners$`),
     runner: new RegExp(`^/${SCOPE}/actions/runners/(?<id>\\d+)$`),
+    enterprise: /^\/enterprises\/(?<enterprise>[^/]+)\/actions\/runners(?:\/(?<rest>generate-jitconfig|\d+))?$/,
     job: /^\/repos\/(?<owner>[^/]+)\/(?<repo>[^/]+)\/actions\/jobs\/(?<id>\d+)$/,
     local: /^\/_local\/github\/runners\/(?<id>\d+)\/(?<action>session|acquire|jobs\/(?<job>\d+)\/complete)$/,
     deliveries: /^\/app\/hook\/deliveries$/,
@@ -371,43 +406,52 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
+    if (req.path.startsWith('/enterprises/')) return enterpriseRoute(req);
     if (req.path.startsWith('/app/') || routes.installation.test(req.path)) {
       const app = appOfJwt(req);
       basics.log({ method: req.method, path: req.path, credential: 'app', ...(typeof app === 'string' ? {} : { appId: app.appId }) });
       if (typeof app === 'string') return { status: 401, body: { message: app, documentation_url: 'https://docs.github.com/rest' } };
-      return counted('app', app, req, (r) => appRoute(r, app));
+      return counted({ kind: 'app', app }, req, (r) => appRoute(r, app));
     }
-    const app = appOfToken(req);
-    basics.log({ method: req.method, path: req.path, credential: authorizationCredential(req.headers) ? 'installation' : 'none', ...(app ? { appId: app.appId } : {}) });
+    const held = heldToken(req);
+    basics.log({ method: req.method, path: req.path, credential: authorizationCredential(req.headers) ? 'installation' : 'none', ...(held ? { appId: held.app.appId } : {}) });
     if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
-    if (!app) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
-    return counted('installation', app, req, apiRoute);
+    if (!held) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    return counted({ kind: 'installation', app: held.app, org: held.org }, req, apiRoute);
   }
 
   /**
    * GitHub's primary rate limit: every authenticated answer carries `x-ratelimit-*` of its
    * credential; with nothing left, 403 "API rate limit exceeded" and `remaining: 0`.
    */
-  function counted(credential: 'app' | 'installation', app: AppState, req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
+  function counted(budget: Budget, req: HttpRequest, handle: (req: HttpRequest) => HttpAnswer): HttpAnswer {
     // The hour GitHub counts in ends: every credential's limit is whole again.
     if (Date.now() / 1000 >= rateReset) {
       rateReset += 3600 * Math.ceil((Date.now() / 1000 - rateReset + 1) / 3600);
-      for (const a of apps) a.remaining = { app: rateLimit, installation: rateLimit };
+      for (const a of apps) {
+        a.remaining.app = rateLimit;
+        for (const org of a.remaining.installation.keys()) a.remaining.installation.set(org, rateLimit);
+      }
+      patRemaining = rateLimit;
     }
-    // Counted per App: its JWT's budget, and its own installation's (GitHub's "installation's rate limit").
-    const remaining = app.remaining;
-    const exhausted = remaining[credential] <= 0;
+    // Counted per App's JWT, per installation (an App's on one organisation), and per PAT's user.
+    const left = () => (budget.kind === 'app' ? budget.app.remaining.app : budget.kind === 'installation' ? budget.app.remaining.installation.get(budget.org)! : patRemaining);
+    const exhausted = left() <= 0;
     const answer = exhausted
-      ? { status: 403, body: { message: `API rate limit exceeded for ${credential === 'app' ? 'the app' : `installation ID ${app.installationId}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
+      ? { status: 403, body: { message: `API rate limit exceeded for ${budget.kind === 'app' ? 'the app' : budget.kind === 'pat' ? 'user' : `installation ID ${installationIdOf(budget.app, budget.org)}`}.`, documentation_url: 'https://docs.github.com/rest/overview/rate-limits-for-the-rest-api' } }
       : handle(req);
-    if (!exhausted) remaining[credential]--;
+    if (!exhausted) {
+      if (budget.kind === 'app') budget.app.remaining.app--;
+      else if (budget.kind === 'installation') budget.app.remaining.installation.set(budget.org, left() - 1);
+      else patRemaining--;
+    }
     return {
       ...answer,
       headers: {
         ...answer.headers,
         'x-ratelimit-limit': String(rateLimit),
-        'x-ratelimit-remaining': String(Math.max(0, remaining[credential])),
-        'x-ratelimit-used': String(rateLimit - Math.max(0, remaining[credential])),
+        'x-ratelimit-remaining': String(Math.max(0, left())),
+        'x-ratelimit-used': String(rateLimit - Math.max(0, left())),
         'x-ratelimit-reset': String(rateReset),
         'x-ratelimit-resource': 'core',
       },
@@ -418,7 +462,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const checked = checkGitHubQuery(req.method, req.path, req.query);
     if ('refusal' in checked) return checked.refusal;
     const inst = routes.installation.exec(req.path);
-    if (inst && req.method === 'GET') return scopeOf(inst) === undefined ? notFound : { status: 200, body: installation(app) };
+    if (inst && req.method === 'GET') {
+      // 404 for an account or repository the App is not installed on (GitHub's documented answer).
+      const scope = scopeOf(inst);
+      return scope === undefined ? notFound : { status: 200, body: installation(app, installedOrg(inst.groups?.org ?? inst.groups?.owner)!) };
+    }
     // The delivery log is the first App's, the one with the webhook.
     if (routes.deliveries.test(req.path) && req.method === 'GET') return app === firstApp ? listDeliveries(req) : { status: 200, body: [] };
     const attempt = routes.attempts.exec(req.path);
@@ -426,47 +474,39 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     const tok = routes.accessTokens.exec(req.path);
     if (tok && req.method === 'POST') {
       // An App mints tokens for its own installations only.
-      if (Number(tok[1]) !== app.installationId) return notFound;
+      const org = [...installations.keys()].find((o) => installationIdOf(app, o) === Number(tok[1]));
+      if (org === undefined) return notFound;
       const token = randomToken('ghs_', 27);
       const expiresAt = Date.now() + INSTALLATION_TOKEN_TTL_MS;
-      tokens.set(token, { expiresAt, app });
-      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation(app).permissions, repository_selection: 'all' } };
+      tokens.set(token, { expiresAt, app, org });
+      return { status: 201, body: { token, expires_at: new Date(expiresAt).toISOString().replace(/\.\d+Z$/, 'Z'), permissions: installation(app, org).permissions, repository_selection: 'all' } };
     }
     return notFound;
   }
 
+  /** A token of one installation on another installed organisation's routes: GitHub refuses the integration. */
+  const notAccessible: HttpAnswer = { status: 403, body: { message: 'Resource not accessible by integration', documentation_url: 'https://docs.github.com/rest' } };
+
   function apiRoute(req: HttpRequest): HttpAnswer {
     const checked = checkGitHubQuery(req.method, req.path, req.query);
     if ('refusal' in checked) return checked.refusal;
+    const org = tokenOrg(req)!;
+    const refused = (m: RegExpExecArray) => (scopeOf(m) === undefined ? notFound : notAccessible);
     let m: RegExpExecArray | null;
     if ((m = routes.jitconfig.exec(req.path)) && req.method === 'POST') {
-      const scope = scopeOf(m);
-      return scope === undefined ? notFound : generateJitConfig(scope, req.body);
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : generateJitConfig(scope, req.body);
     }
     if ((m = routes.runners.exec(req.path)) && req.method === 'GET') {
-      const scope = scopeOf(m);
-      if (scope === undefined) return notFound;
-      const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
-      const { page, perPage } = pageOf(req);
-      const lastPage = Math.max(1, Math.ceil(all.length / perPage));
-      const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
-      return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : listRunners(req, scope);
     }
     if ((m = routes.runner.exec(req.path)) && req.method === 'DELETE') {
-      const runner = runners.get(Number(m.groups?.id));
-      if (!runner || runner.scope !== scopeOf(m)) return notFound;
-      if (runner.busy && !opts.busyFalseMidJob) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
-      const held = runner.jobId === undefined ? undefined : jobs.get(runner.jobId);
-      if (held && held.status === 'in_progress') {
-        held.status = 'completed';
-        held.conclusion = 'failure';
-        held.completedAt = iso();
-      }
-      runners.delete(runner.id);
-      return { status: 204 };
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : deleteRunner(Number(m.groups?.id), scope);
     }
     if (routes.repositories.test(req.path) && req.method === 'GET') {
-      const all = installationRepositories();
+      const all = installationRepositories(org);
       const { page, perPage } = pageOf(req);
       const lastPage = Math.max(1, Math.ceil(all.length / perPage));
       const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
@@ -474,7 +514,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.runs.exec(req.path)) && req.method === 'GET') {
       const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
-      if (!isOrg(m.groups?.owner) || !installationRepositories().includes(full)) return notFound;
+      if (installedOrg(m.groups?.owner) !== org || !installationRepositories(org).includes(full)) return notFound;
       const status = req.query.get('status');
       const runs = [...new Set([...jobs.values()].filter((j) => j.repository.toLowerCase() === full).map((j) => j.runId))]
         .map((id) => ({ id, status: runStatus(id) }))
@@ -485,6 +525,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.runJobs.exec(req.path)) && req.method === 'GET') {
       const full = `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase();
+      if (installedOrg(m.groups?.owner) !== org) return notFound;
       const inRun = [...jobs.values()].filter((j) => j.runId === Number(m!.groups?.id) && j.repository.toLowerCase() === full).sort((a, b) => a.id - b.id);
       if (inRun.length === 0) return notFound;
       const { page, perPage } = pageOf(req);
@@ -492,10 +533,58 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     }
     if ((m = routes.job.exec(req.path)) && req.method === 'GET') {
       const job = jobs.get(Number(m.groups?.id));
+      if (installedOrg(m.groups?.owner) !== org) return notFound;
       if (!job || job.repository.toLowerCase() !== `${m.groups?.owner}/${m.groups?.repo}`.toLowerCase()) return notFound;
       return { status: 200, body: jobJson(job) };
     }
     return notFound;
+  }
+
+  function listRunners(req: HttpRequest, scope: string): HttpAnswer {
+    const all = [...runners.values()].filter((r) => r.scope === scope).sort((a, b) => a.id - b.id);
+    const { page, perPage } = pageOf(req);
+    const lastPage = Math.max(1, Math.ceil(all.length / perPage));
+    const headers: Record<string, string> = lastPage > 1 ? { link: linkHeader('github', base, req.path, req.query, page, lastPage) } : {};
+    return { status: 200, headers, body: { total_count: all.length, runners: all.slice((page - 1) * perPage, page * perPage).map(runnerJson) } };
+  }
+
+  function deleteRunner(id: number, scope: string): HttpAnswer {
+    const runner = runners.get(id);
+    if (!runner || runner.scope !== scope) return notFound;
+    if (runner.busy && !opts.busyFalseMidJob) return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job` } };
+    const held = runner.jobId === undefined ? undefined : jobs.get(runner.jobId);
+    if (held && held.status === 'in_progress') {
+      held.status = 'completed';
+      held.conclusion = 'failure';
+      held.completedAt = iso();
+    }
+    runners.delete(runner.id);
+    return { status: 204 };
+  }
+
+  /**
+   * The enterprise's runner routes: a classic PAT only. GitHub documents that these endpoints
+   * "do not work with GitHub App user access tokens, GitHub App installation access tokens, or
+   * fine-grained personal access tokens" (REST "Self-hosted runners", enterprise endpoints).
+   */
+  function enterpriseRoute(req: HttpRequest): HttpAnswer {
+    const m = routes.enterprise.exec(req.path);
+    const credential = authorizationCredential(req.headers);
+    basics.log({ method: req.method, path: req.path, credential: credential === undefined ? 'none' : tokens.has(credential) ? 'installation' : 'pat' });
+    if (credential === undefined) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
+    if (tokens.has(credential)) return notAccessible;
+    if (!enterprise || credential !== enterprise.token) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
+    return counted({ kind: 'pat' }, req, () => {
+      if (!m || m.groups?.enterprise?.toLowerCase() !== enterprise.slug.toLowerCase()) return notFound;
+      const checked = checkGitHubQuery(req.method, req.path, req.query);
+      if ('refusal' in checked) return checked.refusal;
+      const scope = `enterprise:${enterprise.slug.toLowerCase()}`;
+      const rest = m.groups?.rest;
+      if (rest === 'generate-jitconfig' && req.method === 'POST') return generateJitConfig(scope, req.body);
+      if (rest === undefined && req.method === 'GET') return listRunners(req, scope);
+      if (rest !== undefined && /^\d+$/.test(rest) && req.method === 'DELETE') return deleteRunner(Number(rest), scope);
+      return notFound;
+    });
   }
 
   /** The page and its size as GitHub reads the request (github-bounds.ts: above 100 is 100). */
@@ -504,9 +593,10 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     return 'refusal' in window ? { page: 1, perPage: 30 } : window;
   }
 
-  /** The installation's repositories (all of the organisation's: repository_selection "all"), lower case. */
-  function installationRepositories(): string[] {
-    return [...new Set([...extraRepositories, ...[...jobs.values()].map((j) => j.repository.toLowerCase())])].sort();
+  /** An installation's repositories (all of its organisation's: repository_selection "all"), lower case; all installations' without `org`. */
+  function installationRepositories(org?: string): string[] {
+    const all = [...new Set([...extraRepositories, ...[...jobs.values()].map((j) => j.repository.toLowerCase())])].sort();
+    return org === undefined ? all : all.filter((r) => r.split('/')[0] === org);
   }
 
   function repositoryJson(full: string): Record<string, unknown> {
@@ -591,7 +681,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       status_code: statusCode,
       event: 'workflow_job',
       action: 'queued',
-      installation_id: installationId,
+      installation_id: job ? (installations.get(job.repository.split('/')[0]!.toLowerCase())?.id ?? null) : null,
       repository_id: job ? repositoryId(job.repository) : null,
       throttled_at: null,
       jobId,
@@ -630,7 +720,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   }
 
   function jobFor(runner: RunnerState): JobState | undefined {
-    const scope: GitHubRunnerScope = runner.scope === 'org' ? { kind: 'org', organization } : { kind: 'repo', repository: runner.scope };
+    const scope: GitHubRunnerScope = runner.scope.startsWith('org:')
+      ? { kind: 'org', organization: runner.scope.slice('org:'.length) }
+      : runner.scope.startsWith('enterprise:')
+        ? { kind: 'enterprise', organizations: [...installations.keys()] }
+        : { kind: 'repo', repository: runner.scope };
     return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
   }
 
@@ -710,6 +804,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     url: server.url,
     appId,
     organization,
+    organizations,
+    ...(enterprise ? { enterprise } : {}),
     privateKeyPem: firstApp.privateKeyPem,
     apps: apps.map((a) => ({ appId: a.appId, privateKeyPem: a.privateKeyPem })),
     addJob(repository, labels, runId, options) {
@@ -742,7 +838,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     setWebhook: basics.setWebhook,
     hooksSettled: basics.hooksSettled,
     setRateLimitRemaining(credential, n, id) {
-      for (const a of apps) if (id === undefined || a.appId === id) a.remaining[credential] = n;
+      for (const a of apps) {
+        if (id !== undefined && a.appId !== id) continue;
+        if (credential === 'app') a.remaining.app = n;
+        else for (const org of a.remaining.installation.keys()) a.remaining.installation.set(org, n);
+      }
     },
     failNext: basics.failNext,
     close: () => server.close(),
@@ -753,9 +853,14 @@ interface AppState {
   readonly appId: string;
   readonly privateKeyPem: string;
   readonly key: KeyObject;
-  readonly installationId: number;
-  remaining: { app: number; installation: number };
+  /** Its installation on the n-th organisation is `firstInstallation + n`. */
+  readonly firstInstallation: number;
+  /** What is left of its JWT's budget, and of each installation's (by organisation, lower case). */
+  readonly remaining: { app: number; readonly installation: Map<string, number> };
 }
+
+/** The budget a request spends: an App's JWT, one of its installations, or the enterprise PAT's user. */
+type Budget = { readonly kind: 'app'; readonly app: AppState } | { readonly kind: 'installation'; readonly app: AppState; readonly org: string } | { readonly kind: 'pat' };
 
 function publicJob(j: JobState): GitHubJob {
   return {

@@ -139,7 +139,7 @@ describe('GitHubProvider against a loopback GitHub', () => {
     expect(h.server.requests.map((r) => `${r.method} ${r.path}`)).toContain('POST /repos/o1/app/actions/runners/generate-jitconfig');
     await p.deleteRunner(reg.runnerId);
     expect(h.server.requests.at(-1)).toMatchObject({ method: 'DELETE', path: '/repos/o1/app/actions/runners/23' });
-    await expect(p.createRunner(job({ owner: 'o2', project: 'app' }), INSTANCE, 'linux')).rejects.toThrow(/not one of the fleet's repositories/);
+    await expect(p.createRunner(job({ owner: 'o2', project: 'app' }), INSTANCE, 'linux')).rejects.toThrow(/is not one of pool "linux"'s repositories/);
   });
 
   it('says which jobs a runner may take: a repository runner only its repository\'s, an organisation runner any', () => {

@@ -52,7 +52,7 @@ export interface Fleet {
 }
 
 /** `pools`: the fleet's pools instead of the one pool "linux" the other options shape. */
-export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean; pinned?: boolean; pools?: (stack: Stack, vpc: ec2.Vpc) => RunnerPoolProps[] }): Fleet {
+export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean; gitlab?: boolean; pinned?: boolean; enterprise?: boolean; pools?: (stack: Stack, vpc: ec2.Vpc) => RunnerPoolProps[] }): Fleet {
   const stack = new Stack(new App(), 'F');
   // A tag on the whole stack, as teams put on theirs (cost allocation): the launch templates
   // carry it to what they launch, and tags at launch are authorized with it.
@@ -61,7 +61,7 @@ export function synth(options: { spot?: boolean; reuse?: boolean; key?: boolean;
   const key = options.key ? new kms.Key(stack, 'Key') : undefined;
   const runners = new WarmRunners(stack, 'Runners', {
     vpc,
-    github: { appId: '1', organization: 'org' },
+    github: { appId: '1', organization: 'org', ...(options.enterprise ? { enterprise: 'ent' } : {}) },
     ...(options.gitlab ? { gitlab: { url: 'https://gitlab.example.com' } } : {}),
     ...(key ? { encryptionKey: key } : {}),
     pools: options.pools?.(stack, vpc) ?? [

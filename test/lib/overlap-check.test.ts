@@ -49,6 +49,22 @@ describe('pools that compete for one job', () => {
     ]);
   });
 
+  it('pools of two organisations never compete; a pool of one repository of the other\'s organisation does', () => {
+    expect(() =>
+      synth([
+        { name: 'acme', provider: Provider.GITHUB, labels: ['linux'], organization: 'acme' },
+        { name: 'globex', provider: Provider.GITHUB, labels: ['linux'], organization: 'globex' },
+        { name: 'globex-repos', provider: Provider.GITHUB, labels: ['linux'], repositories: ['other/app'] },
+      ]),
+    ).not.toThrow();
+    expect(() =>
+      synth([
+        { name: 'acme', provider: Provider.GITHUB, labels: ['linux'], organization: 'ACME' },
+        { name: 'acme-app', provider: Provider.GITHUB, labels: ['linux'], repositories: ['acme/app'] },
+      ]),
+    ).toThrow(/pools\[1\] \(pool "acme-app"\) can never get a job: every job it matches also matches pools\[0\] \(pool "acme"\)/);
+  });
+
   it('warns where the order of pools decides, and says nothing where the narrower pool wins by its labels', () => {
     const { stack } = synth([
       { name: 'x64', provider: Provider.GITHUB, labels: ['linux', 'x64'], labelMatch: LabelMatch.SUBSET },

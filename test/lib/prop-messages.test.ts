@@ -39,7 +39,7 @@ const ROWS: [string, Change][] = [
   ['prefix', fleet({ prefix: 'ci/fleet' })],
   ['pools', fleet({ pools: [] })],
   ['github.appId', fleet({ github: { appId: '', organization: 'org' } })],
-  ['github', fleet({ github: { appId: '1' } })],
+  ['pools[0].organization', fleet({ github: { appId: '1' } })],
   ['github.repositories[1]', fleet({ github: { appId: '1', repositories: ['o/r', 'no-slash'] } })],
   ['github.runnerGroupId', fleet({ github: { appId: '1', organization: 'org', runnerGroupId: 0 } })],
   ['github.apiUrl', fleet({ github: { appId: '1', organization: 'org', apiUrl: 'ftp://x' } })],

@@ -215,7 +215,7 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const payload = JSON.parse(d.body) as { action: string; workflow_job: Record<string, unknown> };
     expect(payload.action).toBe('in_progress');
     expect(payload.workflow_job).toMatchObject({ id: job.id, status: 'in_progress', runner_id: runnerId, runner_name: reg.name, runner_group_id: 1, runner_group_name: 'Default' });
-    const classified = classifyGitHubDelivery('workflow_job', payload, config.github);
+    const classified = classifyGitHubDelivery('workflow_job', payload, config.github, config.pools);
     expect(classified).toMatchObject({ kind: 'ignore', reason: 'action-in_progress', started: { providerJobId: String(job.id), runnerName: reg.name, labels: job.labels } });
     const { createdAt, startedAt } = (classified as { started: { createdAt: string; startedAt: string } }).started;
     expect(Date.parse(startedAt)).toBeGreaterThanOrEqual(Date.parse(createdAt));

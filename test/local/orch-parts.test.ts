@@ -11,7 +11,7 @@ import { verifyGitHubSignature, verifyGitLabToken } from '../../lambdas/webhook/
 import { refuseStartOfOneInstance } from '../../local/aws-faults';
 import { functionUrlEvent, githubWorkflowJobQueued, gitlabJobPending, withBadSignature } from '../../local/deliveries';
 import { PutParameterCommand } from '@aws-sdk/client-ssm';
-import { DEFAULT_PREFIX, ssmPaths, GitLabRunnerType, Provider } from '../../lambdas/shared/contract';
+import { DEFAULT_PREFIX, ssmPaths, GitLabRunnerType, Provider, type PoolConfig } from '../../lambdas/shared/contract';
 import { eventOfLogLine, localClients, toRecord } from '../../local/lambdas';
 import { provision } from '../../local/provision';
 import { startMoto, type MotoServer } from '../support/moto';
@@ -29,12 +29,12 @@ describe('deliveries: what the webhook handler verifies and classifies', () => {
   it('a queued workflow_job, signed with the secret, is a job with its id, repository and labels', () => {
     const d = githubWorkflowJobQueued({ jobId: 77, runId: 5, repository: 'example-org/app', labels: ['self-hosted', 'linux', 'x64'] }, secret);
     expect(verifyGitHubSignature(Buffer.from(d.body), d.headers['x-hub-signature-256'], secret)).toEqual({ ok: true });
-    expect(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github)).toEqual({
+    expect(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github, [{ name: 'p', provider: Provider.GITHUB } as PoolConfig])).toEqual({
       kind: 'job',
       job: { provider: Provider.GITHUB, providerJobId: '77', owner: 'example-org', project: 'app', labels: ['self-hosted', 'linux', 'x64'], createdAt: expect.any(String) },
     });
     // Created now, not at the documentation example's time: a local job is not a late delivery.
-    expect(isLateDelivery(jobOf(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github)), new Date())).toBe(false);
+    expect(isLateDelivery(jobOf(classifyGitHubDelivery(d.headers['x-github-event']!, JSON.parse(d.body), github, [{ name: 'p', provider: Provider.GITHUB } as PoolConfig])), new Date())).toBe(false);
     const bad = withBadSignature(d);
     expect(bad.body).toBe(d.body);
     expect(verifyGitHubSignature(Buffer.from(bad.body), bad.headers['x-hub-signature-256'], secret).ok).toBe(false);

@@ -61,7 +61,7 @@ describe('RateBudget', () => {
 });
 
 describe('queued jobs as messages', () => {
-  const deps = { pools: fleetConfig().pools, options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 120 }, now: () => new Date(NOW), log: createLogger({}, new Lines().sink) };
+  const deps = { github: fleetConfig().github!, pools: fleetConfig().pools, options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 120 }, now: () => new Date(NOW), log: createLogger({}, new Lines().sink) };
   const ghJob = (id: number, status: string, labels: string[], createdAgoS = 600) => ({ id, run_id: 1, status, labels, created_at: new Date(NOW - createdAgoS * 1000).toISOString() });
 
   it('a queued job matching a pool becomes the webhook\'s message, its trace id naming the reconciler', () => {

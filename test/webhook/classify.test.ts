@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import examples from '@octokit/webhooks-examples';
 import { describe, expect, it } from 'vitest';
-import { Provider, GitLabRunnerType, type GitHubConnectionConfig, type GitLabConnectionConfig } from '../../lambdas/shared/contract';
+import { Provider, GitLabRunnerType, type GitHubConnectionConfig, type GitLabConnectionConfig, type PoolConfig } from '../../lambdas/shared/contract';
 import { classifyGitHubDelivery } from '../../lambdas/webhook/github-delivery';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
 
@@ -12,6 +12,9 @@ const jobHook = JSON.parse(readFileSync(join(__dirname, 'fixtures', 'gitlab-job-
 
 const org = (organization: string): GitHubConnectionConfig => ({ appId: '1', organization, repositories: [], runnerGroupId: 1, apiUrl: 'https://api.github.com' });
 const repos = (...repositories: string[]): GitHubConnectionConfig => ({ appId: '1', repositories, runnerGroupId: 1, apiUrl: 'https://api.github.com' });
+/** A GitHub pool: the connection's scope unless `scope` names its own. */
+const ghPool = (name: string, scope: Partial<Pick<PoolConfig, 'organization' | 'repositories' | 'enterprise'>> = {}) => ({ name, provider: Provider.GITHUB, labels: ['k8s'], ...scope }) as PoolConfig;
+const POOLS = [ghPool('default')];
 const withJob = (patch: Record<string, unknown>) => ({ ...queued, workflow_job: { ...queued.workflow_job, ...patch } });
 
 describe('classifyGitHubDelivery', () => {
@@ -38,12 +41,20 @@ describe('classifyGitHubDelivery', () => {
     ['an empty label', 'workflow_job', withJob({ labels: ['self-hosted', ''] }), org('lineville'), 'invalid'],
     ['no owner login', 'workflow_job', { ...queued, repository: { ...queued.repository, owner: {} } }, org('lineville'), 'invalid'],
   ] as const)('%s', (_name, event, payload, github, expected) => {
-    const c = classifyGitHubDelivery(event, payload, github);
+    const c = classifyGitHubDelivery(event, payload, github, POOLS);
     expect(c.kind === 'ignore' ? `ignore:${c.reason}` : c.kind).toBe(expected);
   });
 
+  it('serves every organisation a pool names, besides the connection\'s, and no other', () => {
+    const pools = [ghPool('default'), ghPool('second', { organization: 'LineVille' }), ghPool('repo', { repositories: ['other/app'] })];
+    expect(classifyGitHubDelivery('workflow_job', queued, org('acme'), pools).kind).toBe('job');
+    expect(classifyGitHubDelivery('workflow_job', queued, org('acme'), [ghPool('default'), ghPool('repo', { repositories: ['other/app'] })])).toMatchObject({ kind: 'ignore', reason: 'repository-not-served' });
+    // A pool needs no connection scope when it names its own.
+    expect(classifyGitHubDelivery('workflow_job', queued, repos(), [ghPool('only', { organization: 'lineville' })]).kind).toBe('job');
+  });
+
   it('takes the job fields from the payload', () => {
-    expect(classifyGitHubDelivery('workflow_job', queued, org('lineville'))).toEqual({
+    expect(classifyGitHubDelivery('workflow_job', queued, org('lineville'), POOLS)).toEqual({
       kind: 'job',
       job: { provider: Provider.GITHUB, providerJobId: '12877621891', owner: 'lineville', project: 'elastic-machines-testing', labels: ['self-hosted', 'k8s'], createdAt: '2023-04-19T21:12:12.000Z' },
     });
@@ -51,7 +62,7 @@ describe('classifyGitHubDelivery', () => {
 
   it('keeps the job without a creation time when created_at is missing or unreadable (it only loses the lateness check)', () => {
     for (const created_at of [undefined, 'yesterday', 42]) {
-      const c = classifyGitHubDelivery('workflow_job', withJob({ created_at }), org('lineville'));
+      const c = classifyGitHubDelivery('workflow_job', withJob({ created_at }), org('lineville'), POOLS);
       expect(c.kind).toBe('job');
       expect(c.kind === 'job' && c.job.createdAt).toBeUndefined();
     }

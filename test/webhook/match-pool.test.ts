@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildFleetConfig, LabelMatch, Provider, type PoolInput } from '../../lambdas/shared/contract';
-import { matchPool } from '../../lambdas/shared/match-pool';
+import { matchJobPool, matchPool } from '../../lambdas/shared/match-pool';
 
 const base = { launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
 const pool = (p: Partial<PoolInput> & Pick<PoolInput, 'name' | 'provider'>): PoolInput => ({ ...base, ...p });
@@ -120,5 +120,29 @@ describe('matchPool', () => {
       pools: [pool({ name: 'empty', provider: Provider.GITLAB, labels: [], labelMatch: LabelMatch.EXACT })],
     });
     expect(matchPool(only.pools, Provider.GITLAB, []).pool).toBeUndefined();
+  });
+});
+
+describe('matchJobPool: a GitHub job matches the pools of its own organisation or repository only', () => {
+  const orgs = buildFleetConfig({
+    github: { appId: '1', organization: 'acme' },
+    pools: [
+      pool({ name: 'acme-linux', provider: Provider.GITHUB, labels: ['linux'] }),
+      pool({ name: 'globex-linux', provider: Provider.GITHUB, labels: ['linux'], organization: 'Globex' }),
+      pool({ name: 'initech-app', provider: Provider.GITHUB, labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET, repositories: ['initech/app'] }),
+    ],
+  });
+  it.each([
+    ['acme', 'app', ['self-hosted', 'linux'], 'acme-linux'],
+    ['GLOBEX', 'web', ['self-hosted', 'linux'], 'globex-linux'], // logins are case-insensitive
+    ['initech', 'app', ['self-hosted', 'linux'], 'initech-app'], // the only pool of that repository, by subset
+    ['initech', 'other', ['self-hosted', 'linux'], 'no-matching-pool'], // no pool serves that repository
+    ['umbrella', 'app', ['self-hosted', 'linux'], 'no-matching-pool'],
+  ] as const)('%s/%s %j -> %s', (owner, project, labels, expected) => {
+    const m = matchJobPool(orgs, Provider.GITHUB, owner, project, labels);
+    expect(m.pool ? m.pool.name : m.reason).toBe(expected);
+  });
+  it('without the scope, the first pool of the same labels would take the other organisation\'s job', () => {
+    expect(matchPool(orgs.pools, Provider.GITHUB, ['self-hosted', 'linux']).pool?.name).toBe('acme-linux');
   });
 });

@@ -5,6 +5,7 @@ import { GITHUB_APP_ID_PATTERN, ssmPaths, type GitHubParameterNames, type GitLab
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
+import { fleetScopeProblems } from './github-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -40,6 +41,8 @@ export interface GitHubConnectionConfig {
   readonly organization?: string;
   /** "owner/repo" names, for repository-level runners when no organisation is given. */
   readonly repositories: string[];
+  /** Enterprise (slug) the runners register at instead (github-scope.ts); pools may name their own. */
+  readonly enterprise?: string;
   /** Runner group id at organisation level (GitHub's default group is 1). */
   readonly runnerGroupId: number;
   /** REST API URL. */
@@ -108,6 +111,12 @@ export interface PoolConfig {
    * @default false
    */
   readonly requireSelfHostedLabel?: boolean;
+  /** GitHub: the organisation whose jobs the pool takes, when not the connection's (github-scope.ts). */
+  readonly organization?: string;
+  /** GitHub: the repositories whose jobs the pool takes, when not the connection's. */
+  readonly repositories?: string[];
+  /** GitHub: the enterprise its runners register at, when not the connection's. */
+  readonly enterprise?: string;
   /** Launch template of the pool's instances. */
   readonly launchTemplateId: string;
   /** Version of the launch template scale-up and the pool launch. */
@@ -216,6 +225,9 @@ export interface PoolInput {
   readonly labelMatch?: LabelMatch;
   readonly runUntagged?: boolean;
   readonly requireSelfHostedLabel?: boolean;
+  readonly organization?: string;
+  readonly repositories?: readonly string[];
+  readonly enterprise?: string;
   readonly launchTemplateId: string;
   readonly launchTemplateVersion: string;
   readonly subnetIds: readonly string[];
@@ -249,6 +261,7 @@ export interface FleetConfigInput {
     readonly additionalAppIds?: readonly string[];
     readonly organization?: string;
     readonly repositories?: readonly string[];
+    readonly enterprise?: string;
     readonly runnerGroupId?: number;
     readonly apiUrl?: string;
   };
@@ -344,6 +357,7 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
             ...(input.github.additionalAppIds?.length ? { additionalAppIds: [...input.github.additionalAppIds] } : {}),
             ...(input.github.organization === undefined ? {} : { organization: input.github.organization }),
             repositories: [...(input.github.repositories ?? [])],
+            ...(input.github.enterprise === undefined ? {} : { enterprise: input.github.enterprise }),
             runnerGroupId: input.github.runnerGroupId ?? FLEET_DEFAULTS.githubRunnerGroupId,
             apiUrl: input.github.apiUrl ?? FLEET_DEFAULTS.githubApiUrl,
           },
@@ -366,6 +380,10 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       labelMatch: p.labelMatch ?? FLEET_DEFAULTS.labelMatch,
       runUntagged: p.runUntagged ?? false,
       ...(p.requireSelfHostedLabel ? { requireSelfHostedLabel: true } : {}),
+      // Written only when set: absent, the pool takes the connection's scope (github-scope.ts).
+      ...(p.organization === undefined ? {} : { organization: p.organization }),
+      ...(p.repositories === undefined ? {} : { repositories: [...p.repositories] }),
+      ...(p.enterprise === undefined ? {} : { enterprise: p.enterprise }),
       launchTemplateId: p.launchTemplateId,
       launchTemplateVersion: p.launchTemplateVersion,
       subnetIds: [...p.subnetIds],
@@ -472,13 +490,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
         seen.add(id);
       });
     }
-    const org = c.at('github.organization');
-    const repos = c.strings('github.repositories', 0);
-    if (org === undefined && repos.length === 0) c.fail('github', 'needs an organization or at least one repository ("owner/repo")');
-    if (org !== undefined) c.string('github.organization');
-    repos.forEach((repo, k) => {
-      if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) c.fail(`github.repositories.${k}`, `"${repo}" must be "owner/repo"`);
-    });
+    // Organisations, repositories and enterprises: fleetScopeProblems below.
+    c.strings('github.repositories', 0);
     c.integer('github.runnerGroupId', 1);
     const api = c.string('github.apiUrl');
     if (api !== undefined && !/^https?:\/\//.test(api)) c.fail('github.apiUrl', `must be an http(s) URL, got "${api}"`);
@@ -502,6 +515,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
   }
   const pools = c.at('pools');
   if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');
+  // Organisations, repositories, enterprises of the connection and the pools (github-scope.ts).
+  for (const [path, why] of fleetScopeProblems(c.at('github') as Record<string, unknown> | undefined, Array.isArray(pools) ? pools : [])) c.fail(path, why);
   const seen = new Set<string>();
   (Array.isArray(pools) ? pools : []).forEach((_pool, i) => {
     const p = `pools.${i}`;

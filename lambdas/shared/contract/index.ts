@@ -15,6 +15,7 @@ export * from './metrics';
 export * from './ledger';
 export * from './warm-schedule';
 export * from './fleet-config';
+export * from './github-scope';
 export * from './lambda-env';
 export * from './runner-packages';
 export * from './runner-release';

@@ -36,6 +36,13 @@ export interface SsmPaths {
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
   readonly github: GitHubParameterNames;
+  /**
+   * Classic personal access token with `manage_runners:enterprise` (SecureString), read only
+   * when a pool's runners register at an enterprise: GitHub's enterprise runner endpoints take
+   * no App token (docs/github.md, "Enterprise runners"). Outside the FleetConfig's `parameters`,
+   * which every fleet carries.
+   */
+  readonly githubEnterpriseToken: string;
   readonly gitlab: GitLabParameterNames;
   /**
    * The SecureString holding the PEM private key of an additional GitHub App (`github.additionalAppIds`);
@@ -102,6 +109,7 @@ export function ssmPaths(prefix: string): SsmPaths {
     poolStateRoot,
     runnerReleaseRoot,
     fleetConfig: `/${prefix}/fleet/config`,
+    githubEnterpriseToken: `${ciRoot}github/enterprise-token`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
       webhookSecret: `${ciRoot}github/webhook-secret`,

@@ -1,0 +1,169 @@
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createCiProviders, GitHubApiError } from '../../lambdas/ci';
+import { reconcileGitHub, GITHUB_RECONCILE_DEFAULTS, type GitHubReconcileApi } from '../../lambdas/reconcile/github';
+import { RateBudget } from '../../lambdas/reconcile/rate-budget';
+import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, Provider, type CiProvider, type FleetConfig, type JobMessage, type PoolInput } from '../../lambdas/shared/contract';
+import { createLogger } from '../../lambdas/shared/log';
+import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
+
+/**
+ * The GitHub provider against the loopback GitHub of several organisations (each its own
+ * installation of the App) and an enterprise (whose runner routes take only a classic PAT):
+ * each pool registers where its scope says, and listing covers every scope once.
+ */
+
+const PREFIX = 'lgo';
+const PAT = 'ghp_enterprise-token-for-tests';
+const ssm = mockClient(SSMClient);
+let gh: LoopbackGitHub;
+
+const placement = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+function fleet(pools: Omit<PoolInput, 'provider' | keyof typeof placement>[]): FleetConfig {
+  return buildFleetConfig({ prefix: PREFIX, github: { appId: gh.appId, organization: 'acme', apiUrl: gh.url }, pools: pools.map((p) => ({ provider: Provider.GITHUB, ...placement, ...p })) });
+}
+
+const provider = (config: FleetConfig): CiProvider => createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }) }).github!;
+
+function message(jobId: number, repository: string, pool: string): JobMessage {
+  const [owner, project] = repository.split('/') as [string, string];
+  return { schemaVersion: JOB_MESSAGE_SCHEMA_VERSION, provider: Provider.GITHUB, jobId: `github:${jobId}`, providerJobId: String(jobId), pool, owner, project, labels: ['linux'], labelsResolved: true, traceId: `t-${jobId}`, deliveryId: `d-${jobId}`, receivedAt: new Date().toISOString() };
+}
+
+const calls = () => gh.requests().map((r) => `${r.method} ${r.path} ${r.credential}`);
+let serial = 0;
+const instance = () => `i-0${(++serial).toString(16).padStart(16, '0')}`;
+
+beforeEach(async () => {
+  gh = await startLoopbackGitHub({ organization: 'acme', organizations: ['globex'], enterprise: { slug: 'umbrella', token: PAT } });
+  ssm.reset();
+  ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
+  ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).githubEnterpriseToken }).resolves({ Parameter: { Value: PAT } });
+});
+afterEach(async () => gh.close());
+
+describe('several organisations', () => {
+  const pools = [
+    { name: 'acme', labels: ['linux'] },
+    { name: 'globex', labels: ['linux'], organization: 'globex' },
+  ];
+
+  it('registers each pool\'s runner in its own organisation, with that organisation\'s installation, and deletes it there', async () => {
+    const p = provider(fleet(pools));
+    const a = await p.createRunner(message(1, 'acme/app', 'acme'), instance(), 'acme');
+    const g = await p.createRunner(message(2, 'globex/web', 'globex'), instance(), 'globex');
+    expect(calls()).toEqual(
+      expect.arrayContaining(['GET /orgs/acme/installation app', 'POST /orgs/acme/actions/runners/generate-jitconfig installation', 'GET /orgs/globex/installation app', 'POST /orgs/globex/actions/runners/generate-jitconfig installation']),
+    );
+    // The connection's organisation keeps its plain numeric runner ids; another organisation's name it.
+    expect(a.runnerId).toMatch(/^\d+$/);
+    expect(g.runnerId).toMatch(/^globex\/\d+$/);
+    await p.deleteRunner(g.runnerId);
+    await p.deleteRunner(a.runnerId);
+    expect(calls().slice(-2)).toEqual([`DELETE /orgs/globex/actions/runners/${g.runnerId.split('/')[1]} installation`, `DELETE /orgs/acme/actions/runners/${a.runnerId} installation`]);
+    expect(gh.runners()).toEqual([]);
+  });
+
+  it('refuses a job of another organisation than the pool\'s, before any call', async () => {
+    const p = provider(fleet(pools));
+    await expect(p.createRunner(message(3, 'acme/app', 'globex'), instance(), 'globex')).rejects.toThrow(/belongs to "acme", not to organisation "globex" of pool "globex"/);
+    expect(calls()).toEqual([]);
+  });
+
+  it('an organisation the App is not installed on: GitHub answers 404 to the installation look-up, and the provider says so', async () => {
+    const p = provider(fleet([{ name: 'initech', labels: ['linux'], organization: 'initech' }]));
+    const e = await p.createRunner(message(4, 'initech/app', 'initech'), instance(), 'initech').catch((err: unknown) => err);
+    expect(e).toBeInstanceOf(GitHubApiError);
+    expect((e as GitHubApiError).status).toBe(404);
+    expect(String(e)).toMatch(/is the App installed there\?/);
+  });
+
+  it('lists the runners of every organisation once, however many pools share it', async () => {
+    const p = provider(fleet([...pools, { name: 'acme-big', labels: ['big'] }, { name: 'globex-big', labels: ['big'], organization: 'GLOBEX' }]));
+    const a = await p.createRunner(message(5, 'acme/app', 'acme'), instance(), 'acme');
+    const g = await p.createRunner(message(6, 'globex/web', 'globex-big'), instance(), 'globex-big');
+    const before = gh.requests().length;
+    const listed = await p.listRunners();
+    expect(listed.map((r) => r.runnerId).sort()).toEqual([a.runnerId, g.runnerId].sort());
+    expect(calls().slice(before)).toEqual(['GET /orgs/acme/actions/runners installation', 'GET /orgs/globex/actions/runners installation']);
+    // The retry check's question: an organisation's runner takes only that organisation's jobs.
+    expect(p.runnerServes?.(g.runnerId, message(7, 'globex/other', 'globex'))).toBe(true);
+    expect(p.runnerServes?.(g.runnerId, message(8, 'acme/app', 'acme'))).toBe(false);
+    expect(p.runnerServes?.(a.runnerId, message(8, 'acme/app', 'acme'))).toBe(true);
+  });
+
+  it('an installation token reaches its own organisation only (GitHub: 403, resource not accessible by integration)', async () => {
+    const p = provider(fleet(pools));
+    await p.createRunner(message(9, 'acme/app', 'acme'), instance(), 'acme');
+    const token = await mintedToken();
+    const res = await fetch(`${gh.url}/orgs/globex/actions/runners`, { headers: { authorization: `token ${token}` } });
+    expect(res.status).toBe(403);
+  });
+
+  it('the reconciler reads the repositories of every organisation through its own installation', async () => {
+    const config = fleet(pools);
+    gh.addJob('acme/app', ['self-hosted', 'linux']);
+    gh.addJob('globex/web', ['self-hosted', 'linux']);
+    gh.addJob('initech/app', ['self-hosted', 'linux']); // an organisation no pool serves
+    const found: JobMessage[] = [];
+    const result = await reconcileGitHub({
+      api: provider(config) as unknown as GitHubReconcileApi,
+      github: config.github!,
+      pools: config.pools,
+      budget: new RateBudget(0.2, 10),
+      options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
+      now: () => new Date(),
+      log: createLogger({ fn: 'test' }, () => {}),
+      outOfTime: () => false,
+      onFound: async (m) => void found.push(...m),
+    });
+    expect(result.errors).toBe(0);
+    expect(found.map((m) => [m.owner, m.project, m.pool]).sort()).toEqual([
+      ['acme', 'app', 'acme'],
+      ['globex', 'web', 'globex'],
+    ]);
+  });
+});
+
+describe('enterprise runners', () => {
+  const pools = [{ name: 'ent', labels: ['linux'], enterprise: 'umbrella' }];
+
+  it('registers at the enterprise with the classic PAT (no App token), and lists and deletes there', async () => {
+    const p = provider(fleet(pools));
+    const r = await p.createRunner(message(10, 'acme/app', 'ent'), instance(), 'ent');
+    expect(r.runnerId).toMatch(/^enterprise:umbrella\/\d+$/);
+    expect(calls()).toEqual(['POST /enterprises/umbrella/actions/runners/generate-jitconfig pat']);
+    expect((await p.listRunners()).map((x) => x.runnerId)).toEqual([r.runnerId]);
+    await p.deleteRunner(r.runnerId);
+    expect(calls().slice(-2)).toEqual(['GET /enterprises/umbrella/actions/runners pat', `DELETE /enterprises/umbrella/actions/runners/${r.runnerId.split('/')[1]} pat`]);
+    expect(gh.runners()).toEqual([]);
+  });
+
+  it('GitHub refuses an installation token on the enterprise routes (403), and a wrong PAT (401)', async () => {
+    const p = provider(fleet([{ name: 'acme', labels: ['linux'] }]));
+    await p.createRunner(message(11, 'acme/app', 'acme'), instance(), 'acme');
+    const token = await mintedToken();
+    expect((await fetch(`${gh.url}/enterprises/umbrella/actions/runners`, { headers: { authorization: `token ${token}` } })).status).toBe(403);
+    expect((await fetch(`${gh.url}/enterprises/umbrella/actions/runners`, { headers: { authorization: 'token ghp_wrong' } })).status).toBe(401);
+  });
+
+  it('a refused PAT is read again from SSM (a rotated token)', async () => {
+    let reads = 0;
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).githubEnterpriseToken }).callsFake(() => ({ Parameter: { Value: ++reads === 1 ? 'ghp_old' : PAT } }));
+    const p = provider(fleet(pools));
+    const r = await p.createRunner(message(12, 'acme/app', 'ent'), instance(), 'ent');
+    expect(r.runnerId).toMatch(/^enterprise:umbrella\//);
+    expect(reads).toBe(2);
+  });
+});
+
+/** An installation token the loopback minted, minted here the way auth-app does (for the raw requests above). */
+async function mintedToken(): Promise<string> {
+  const { createAppAuth } = await import('@octokit/auth-app');
+  const { request } = await import('@octokit/request');
+  const auth = createAppAuth({ appId: gh.appId, privateKey: gh.privateKeyPem, request: request.defaults({ baseUrl: gh.url }) });
+  const res = await fetch(`${gh.url}/orgs/acme/installation`, { headers: { authorization: `bearer ${(await auth({ type: 'app' })).token}` } });
+  const { id } = (await res.json()) as { id: number };
+  return (await auth({ type: 'installation', installationId: id })).token;
+}
