@@ -32,6 +32,7 @@ import { stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByBucket, reuseAffinityOf, triageByRecord, usesOf, type ColdVerdict, type Plan, type QueuedJob } from './decide';
+import { candidatePools } from '../shared/candidate-pools';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
@@ -228,7 +229,7 @@ async function resolvePool(b: Batch, item: BatchItem, provider: CiProvider): Pro
   const lookUp = provider.resolveLabels?.bind(provider);
   const labels = lookUp ? await withTimeout('resolveLabels', b.options.ciTimeoutMs, () => lookUp(item.job)) : [...item.job.labels];
   // The webhook's rules (lambdas/shared/match-pool.ts), so both sides route alike.
-  const match = matchPool(b.config.pools, item.job.provider, labels);
+  const match = matchPool(candidatePools(b.config, item.job), item.job.provider, labels);
   if (match.pool === undefined) {
     await deadLetter(b, item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`, item.job);
     return false;

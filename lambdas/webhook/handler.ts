@@ -7,6 +7,7 @@ import { loadFleetConfig } from '../shared/fleet-config-source';
 import { LedgerWriter, senderStampsIntake } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
+import { candidatePools } from '../shared/candidate-pools';
 import { createSecretCache, type SecretCache } from '../shared/secrets';
 import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
 import type { JobDraft, JobStart } from './delivery';
@@ -195,7 +196,7 @@ function classify(ctx: Context, request: Request): Classified {
   const { route, headers, body, config } = request;
   const payload = parseJson(body, route);
   const deliveryId = route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
-  const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab);
+  const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github) : classifyGitLabDelivery(payload, config.gitlab, config.pools);
   if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
   return { ...classified, deliveryId };
 }
@@ -337,7 +338,7 @@ async function jobMessageFor(ctx: Context, job: JobDraft, config: FleetConfig, d
     if (resolved === undefined) return unresolved;
     labels = resolved;
   }
-  const match = matchPool(config.pools, job.provider, labels);
+  const match = matchPool(candidatePools(config, job), job.provider, labels);
   if (!match.pool) {
     dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
     return { unmatched: match.reason };
