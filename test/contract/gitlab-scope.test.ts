@@ -6,6 +6,7 @@ import {
   gitLabScopeOf,
   GitLabRunnerType,
   GitLabWebhookOwner,
+  LabelMatch,
   Provider,
   type FleetConfigInput,
   type PoolInput,
@@ -45,7 +46,7 @@ describe('a GitLab pool\'s runner scope', () => {
   });
 
   it('a job of a project is a candidate of the pools whose scope can serve it: a project pool only its own project', () => {
-    const c = fleet([gl('a'), gl('p', { gitlabProjectId: 480, labels: ['a'] })]);
+    const c = fleet([gl('a'), gl('p', { gitlabProjectId: 480 })]);
     expect(candidatePools(c, { provider: Provider.GITLAB, projectId: 480 }).map((p) => p.name)).toEqual(['a', 'p']);
     expect(candidatePools(c, { provider: Provider.GITLAB, projectId: 381 }).map((p) => p.name)).toEqual(['a']);
     // GitHub jobs and GitLab jobs without a project see every pool.
@@ -81,6 +82,20 @@ describe('validation of pool scopes names the prop', () => {
     ],
   ])('refuses %s', (_what, build, message) => {
     expect(build).toThrow(message);
+  });
+
+  it.each<[string, PoolInput[]]>([
+    ['equal tags in two groups', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })]],
+    ['a group pool and a project pool the project may belong to', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabProjectId: 480 })]],
+    ['a subset pool offering what another scope\'s pool asks for', [gl('a', { labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })]],
+    ['two pools taking untagged jobs', [gl('a', { runUntagged: true }), gl('b', { runUntagged: true, gitlabGroupId: 13 })]],
+  ])('refuses two scopes whose pools can match one job: %s', (_what, pools) => {
+    expect(() => fleet(pools)).toThrow(/pools\.1 \("b", (group|project)_type:\d+\) and pools\.0 \("a", group_type:12\) can match the same GitLab job, but register in different scopes: .*give each scope's pools tags of their own/);
+  });
+
+  it('accepts pools of two projects with equal tags (a job has one project), and distinct tags in two groups', () => {
+    expect(() => fleet([gl('a', { labels: ['linux'], gitlabProjectId: 1 }), gl('b', { labels: ['linux'], gitlabProjectId: 2 })])).not.toThrow();
+    expect(() => fleet([gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux', 'other'], gitlabGroupId: 13 })])).not.toThrow();
   });
 
   it('accepts project and group pools under an instance connection (the admin token can create both)', () => {

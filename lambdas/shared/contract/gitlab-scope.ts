@@ -84,3 +84,43 @@ export function webhookOwnerOf(scope: GitLabRunnerScope): Omit<GitLabWebhookConf
   if (scope.runnerType === GitLabRunnerType.PROJECT) return { owner: GitLabWebhookOwner.PROJECT, ownerId: scope.scopeId };
   return undefined;
 }
+
+type TaggedPool = Pick<PoolConfig, 'name' | 'provider' | 'labels' | 'labelMatch' | 'runUntagged' | 'gitlabGroupId' | 'gitlabProjectId'>;
+
+/**
+ * Two GitLab pools of different scopes that could both be chosen for one job: a Job Hook names
+ * the job's project but not its groups, so the webhook cannot tell which group's pool may take
+ * it (docs/gitlab.md, "Several groups or projects"). Pools of two different projects never
+ * clash (a job has one project); otherwise they clash when one job's tags can match both: both
+ * run untagged jobs, equal tags (exact), or tags one subset pool offers and the other asks.
+ * Returns a message per clash, naming both pools by their index.
+ */
+export function gitLabScopeClashes(gitlab: Connection, pools: readonly TaggedPool[]): string[] {
+  const out: string[] = [];
+  pools.forEach((a, i) => {
+    pools.forEach((b, j) => {
+      if (j <= i || a.provider !== 'gitlab' || b.provider !== 'gitlab') return;
+      const sa = gitLabScopeOf(gitlab, a);
+      const sb = gitLabScopeOf(gitlab, b);
+      if (gitLabScopeKey(sa) === gitLabScopeKey(sb)) return;
+      if (sa.runnerType === GitLabRunnerType.PROJECT && sb.runnerType === GitLabRunnerType.PROJECT) return;
+      if (!tagsCanMatchOneJob(a, b)) return;
+      out.push(
+        `pools.${j} ("${b.name}", ${gitLabScopeKey(sb)}) and pools.${i} ("${a.name}", ${gitLabScopeKey(sa)}) can match the same GitLab job, but register in different scopes: ` +
+          "a Job Hook does not say which group a project belongs to, so a job could be given to the pool whose runners cannot take it; give each scope's pools tags of their own",
+      );
+    });
+  });
+  return out;
+}
+
+function tagsCanMatchOneJob(a: TaggedPool, b: TaggedPool): boolean {
+  if (a.runUntagged && b.runUntagged) return true;
+  const la = new Set(a.labels);
+  const lb = new Set(b.labels);
+  const within = (x: Set<string>, y: Set<string>) => [...x].every((l) => y.has(l));
+  if (a.labelMatch === 'exact' && b.labelMatch === 'exact') return la.size === lb.size && within(la, lb);
+  if (a.labelMatch === 'exact') return within(la, lb);
+  if (b.labelMatch === 'exact') return within(lb, la);
+  return [...la].some((l) => lb.has(l));
+}
