@@ -72,7 +72,7 @@ describe('validation of pool scopes names the prop', () => {
   it.each<[string, () => unknown, RegExp]>([
     ['a GitLab group on a GitHub pool', () => fleet([{ name: 'gh', provider: Provider.GITHUB, ...placement, gitlabGroupId: 3 }]), /pools\.0\.gitlabGroupId is set on a github pool: only a GitLab pool registers in a GitLab group or project/],
     ['a GitLab project on a GitHub pool', () => fleet([gl('a'), { name: 'gh', provider: Provider.GITHUB, ...placement, gitlabProjectId: 3 }]), /pools\.1\.gitlabProjectId is set on a github pool/],
-    ['both a group and a project', () => fleet([gl('a', { gitlabGroupId: 3, gitlabProjectId: 4 })]), /pools\.0\.gitlabProjectId and pools\.0\.gitlabGroupId are both set: a runner is registered in a group or in a project; set one/],
+    ['both a group and a project', () => fleet([gl('a', { gitlabGroupId: 3, gitlabProjectId: 4 })]), /pools\.0\.gitlabProjectId is set together with gitlabGroupId: a runner is registered in a group or in a project; set one/],
     ['a group id that is not a positive integer', () => fleet([gl('a', { gitlabGroupId: 0 })]), /pools\.0\.gitlabGroupId must be an integer from 1/],
     ['a project id that is not an integer', () => fleet([gl('a', { gitlabProjectId: 1.5 })]), /pools\.0\.gitlabProjectId must be an integer from 1/],
     [

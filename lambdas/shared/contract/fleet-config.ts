@@ -476,7 +476,7 @@ function validateGitLabScope(c: Checker, p: string, provider: unknown): void {
   const group = c.at(`${p}.gitlabGroupId`);
   const project = c.at(`${p}.gitlabProjectId`);
   if (group !== undefined && project !== undefined) {
-    c.fail(`${p}.gitlabProjectId`, `and ${p}.gitlabGroupId are both set: a runner is registered in a group or in a project; set one`);
+    c.fail(`${p}.gitlabProjectId`, 'is set together with gitlabGroupId: a runner is registered in a group or in a project; set one');
   }
   const connectionScoped = c.at('gitlab.runnerType') !== GitLabRunnerType.INSTANCE;
   if (c.at(`${p}.gitlabWebhookId`) !== undefined && group === undefined && project === undefined && !connectionScoped) {
