@@ -34,6 +34,8 @@ export interface GitLabJob {
   /** `canceling`: cancelled while a runner ran it (GitLab 17.0+); the runner still works on it until it reports. */
   status: 'pending' | 'running' | 'canceling' | 'success' | 'failed' | 'canceled';
   runnerId?: number;
+  /** The scope of the runner that took it (`group_type:12`, `project_type:7`, `instance_type`): it outlives the runner's deletion. */
+  runnerScope?: string;
   /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
   createdAt?: string;
   startedAt?: string;
@@ -596,6 +598,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
       job.runnerId = r.id;
+      job.runnerScope = r.runnerType === 'instance_type' ? r.runnerType : `${r.runnerType}:${r.groupId ?? r.projectId}`;
       job.startedAt = iso();
       announceStart(job, r);
       return { status: 201, body: jobRequestAnswer(job) };
@@ -698,6 +701,7 @@ function publicJob(j: JobState): GitLabJob {
     tags: [...j.tags],
     status: j.status,
     ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }),
+    ...(j.runnerScope === undefined ? {} : { runnerScope: j.runnerScope }),
     createdAt: j.createdAt,
     ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
   };

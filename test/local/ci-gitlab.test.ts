@@ -129,7 +129,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(await runFake(reg, log)).toBe(0);
 
     // GitLab's assignment: the oldest job the runner can take, not the one it was created for.
-    expect(jobStatus(older.id)).toEqual({ ...older, status: 'success', runnerId: Number(reg.runnerId), startedAt: expect.any(String) });
+    expect(jobStatus(older.id)).toEqual({ ...older, status: 'success', runnerId: Number(reg.runnerId), runnerScope: `group_type:${GROUP}`, startedAt: expect.any(String) });
     expect(jobStatus(launchedFor.id)?.status).toBe('pending');
     expect(jobStatus(untagged.id)?.status).toBe('pending'); // the runner does not run untagged jobs
     expect(jobStatus(gpu.id)?.status).toBe('pending');
