@@ -55,7 +55,8 @@ export interface GitLabConnectionProps {
   /** URL of the GitLab instance, for example "https://gitlab.com" or a self-managed URL. */
   readonly url: string;
   /**
-   * Scope of the runners the fleet creates.
+   * Scope of the runners the fleet creates; a pool's `gitlabGroupId` or `gitlabProjectId`
+   * overrides it for that pool.
    * @default GitLabRunnerType.INSTANCE
    */
   readonly runnerType?: GitLabRunnerType;
@@ -84,7 +85,7 @@ export interface GitLabConnectionProps {
   readonly webhookGroupId?: number;
   /**
    * Projects whose pending jobs the reconciler lists (`GET /projects/:id/jobs?scope[]=pending`).
-   * @default - the runner scope's: the project of a project runner, the group's projects
+   * @default - every pool scope's: the project of a project runner, the group's projects
    * (with subgroups) of a group runner, none for instance runners
    */
   readonly reconcileProjectIds?: number[];
@@ -291,6 +292,27 @@ export interface RunnerPoolProps {
    * @default - the connection's `github.enterprise`, else none
    */
   readonly enterprise?: string;
+  /**
+   * GitLab: register the pool's runners as group runners of this group (`group_type`), so one
+   * fleet serves several groups (docs/gitlab.md, "Several groups or projects"). The token needs
+   * the Owner role there. Not together with `gitlabProjectId`; GitLab pools only.
+   * @default - the connection's `runnerType` and `scopeId`
+   */
+  readonly gitlabGroupId?: number;
+  /**
+   * GitLab: register the pool's runners as project runners of this project (`project_type`): the
+   * pool then takes only this project's jobs. The token needs the Maintainer role there. Not
+   * together with `gitlabGroupId`; GitLab pools only.
+   * @default - the connection's `runnerType` and `scopeId`
+   */
+  readonly gitlabProjectId?: number;
+  /**
+   * GitLab: the id of the webhook of the pool's group or project (its `gitlabGroupId` or
+   * `gitlabProjectId`, else the connection's scope), whose failed events the reconciler resends,
+   * as the connection's `webhookId`; a hook several pools name is read once.
+   * @default - none: only the connection's webhook is resent from
+   */
+  readonly gitlabWebhookId?: number;
   /**
    * Instance types, in order of preference.
    * @default - [m7i.large]

@@ -5,7 +5,7 @@ import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { exampleFleet, type ExampleFleetProps } from '../bin/example-props';
-import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type PoolReuseConfig, type Provider, type RunnerPackage } from '../lambdas/shared/contract';
+import { bootLogGroupName, buildFleetConfig, DEFAULT_PREFIX, ssmPaths, type FleetConfig, type PoolReuseConfig, Provider, type RunnerPackage } from '../lambdas/shared/contract';
 import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input';
 import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
@@ -29,6 +29,12 @@ export const LOCAL_AMI = 'ami-12c6146b';
  * server's default. With it the reconciler lists the hook's events and resends failed ones.
  */
 export const LOCAL_GITLAB_WEBHOOK_ID = 1;
+/**
+ * `npm run local -- --gitlab-groups`: a second GitLab group the fleet serves beside the
+ * example's, with one project, its own webhook (the same id, numbered per group as GitLab does)
+ * and a pool of its own tags (pools of two groups may not match one job: docs/gitlab.md).
+ */
+export const LOCAL_SECOND_GITLAB_GROUP = { id: 43, project: { id: 4811, path: 'group-43/etl' }, pool: 'gitlab-data', labels: ['data'] } as const;
 
 /** What the local tool changes in the example fleet, all here. */
 export interface LocalSettings {
@@ -40,6 +46,11 @@ export interface LocalSettings {
   readonly gitlabUrl: string;
   /** Further GitHub Apps of the loopback GitHub (`npm run local -- --apps N`). @default - none: one App */
   readonly githubAdditionalAppIds?: readonly string[];
+  /**
+   * A second GitLab pool, in `LOCAL_SECOND_GITLAB_GROUP` (the example's GitLab pool copied with
+   * the group's name, tags, `gitlabGroupId` and `gitlabWebhookId`). @default false
+   */
+  readonly secondGitLabGroup?: boolean;
   /**
    * Each provider's pools install this `runnerPackage` on a stock image (the loopback release
    * server's packages). @default - the example's: the contract's pinned releases
@@ -99,7 +110,7 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
   return {
     github: { ...example.github, apiUrl: local.githubApiUrl, ...(local.githubAdditionalAppIds?.length ? { additionalAppIds: [...local.githubAdditionalAppIds] } : {}) },
     gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
-    pools: example.pools.map((pool): RunnerPoolProps => {
+    pools: withSecondGitLabGroup(example.pools, local).map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
       const { docker, ...rest } = pool;
@@ -107,6 +118,14 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
       return { ...rest, ...(local.docker && docker ? { docker } : {}), ...apt, warm: { ...warm, size: local.poolSize }, ...(runnerPackage ? { runnerPackage } : {}), ...(local.followLatestRunner ? { runnerVersion: RunnerVersion.latest() } : {}), ...(local.reuse ? { reuse: local.reuse } : {}) };
     }),
   };
+}
+
+/** The example's pools, with `secondGitLabGroup` one more: the GitLab pool's copy in the second group. */
+function withSecondGitLabGroup(pools: readonly RunnerPoolProps[], local: LocalSettings): RunnerPoolProps[] {
+  const gitlab = pools.find((p) => p.provider === Provider.GITLAB);
+  if (!local.secondGitLabGroup || !gitlab) return [...pools];
+  const g = LOCAL_SECOND_GITLAB_GROUP;
+  return [...pools, { ...gitlab, name: g.pool, labels: [...g.labels], gitlabGroupId: g.id, gitlabWebhookId: LOCAL_GITLAB_WEBHOOK_ID }];
 }
 
 /** The FleetConfig the local fleet runs on: the example's props, the local overrides, moto's placement. */

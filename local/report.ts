@@ -159,6 +159,8 @@ export interface LocalReport {
     readonly jobsOnOtherRunner: readonly string[];
     readonly passed: boolean;
   };
+  /** `--gitlab-groups`: each GitLab job's pool, project, and the scope of the runner that ran it (absent: no runner took it). */
+  readonly gitlabScopes?: readonly { readonly ciJobId: string; readonly pool: string; readonly projectId: number; readonly runnerScope?: string }[];
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];

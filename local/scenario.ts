@@ -23,7 +23,7 @@ import { machineAt } from './instances/machine';
 import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
-import { LOCAL_GITLAB_WEBHOOK_ID, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITLAB_GROUP, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
 import type { LocalJobOptions } from './ci/server-basics';
@@ -113,6 +113,13 @@ export interface ScenarioOptions {
    * daemon of its own for the machines, and every job is a container job. Needs root.
    */
   readonly docker?: boolean;
+  /**
+   * GitLab pools in two groups (`LOCAL_SECOND_GITLAB_GROUP`, docs/gitlab.md "Several groups or
+   * projects"): the GitLab jobs alternate between the example's group and the second one, each
+   * with its own pool, tags and webhook; the report's `gitlabScopes` names the scope of the
+   * runner that ran each GitLab job.
+   */
+  readonly gitlabGroups?: boolean;
   /**
    * Pools of the example whose machines play an Ubuntu-style image (no dnf): their install
    * step runs this host's real apt-get (a played Debian machine standing in for Ubuntu).
@@ -253,7 +260,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     });
     cleanups.push(() => github.close());
     const hook = { owner: 'group', ownerId: example.gitlab.scopeId!, hookId: LOCAL_GITLAB_WEBHOOK_ID } as const;
-    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, hook, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
+    const second = LOCAL_SECOND_GITLAB_GROUP;
+    const groups = o.gitlabGroups
+      ? { groups: [{ id: second.id, projectIds: [second.project.id] }], moreHooks: [{ owner: 'group', ownerId: second.id, hookId: LOCAL_GITLAB_WEBHOOK_ID } as const] }
+      : {};
+    const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, hook, ...groups, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
     cleanups.push(() => gitlab.close());
 
     // 2. What the CDK app would create. On a stock image the pools' runnerPackage is the
@@ -303,7 +314,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}), ...(o.gitlabGroups ? { secondGitLabGroup: true } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, githubAdditionalApps: github.apps.slice(1), gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -474,8 +485,16 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
         return d;
       };
-      const sendGitLab = async (project: { readonly id: number; readonly path: string } = GITLAB_PROJECT, options?: LocalJobOptions) => {
-        const pool = fleet.config.pools.find((p) => p.provider === 'gitlab')!;
+      // With --gitlab-groups the jobs alternate between the two groups' projects and pools.
+      const gitlabTargets = [
+        { pool: gitlabPool, project: GITLAB_PROJECT as { readonly id: number; readonly path: string } },
+        ...(o.gitlabGroups ? [{ pool: second.pool as string, project: second.project }] : []),
+      ];
+      let gitlabSent = 0;
+      const sendGitLab = async (given?: { readonly id: number; readonly path: string }, options?: LocalJobOptions) => {
+        const target = given ? { pool: gitlabPool, project: given } : gitlabTargets[gitlabSent++ % gitlabTargets.length]!;
+        const project = target.project;
+        const pool = fleet.config.pools.find((p) => p.name === target.pool)!;
         const job = gitlab.addJob(project.id, [...pool.labels], options);
         const d = gitlabJobPending({ buildId: job.id, projectId: project.id, projectPath: project.path }, fleet.webhook.gitlabToken);
         const deliveredAt = Date.now();
@@ -528,7 +547,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
           const world = await listInstances(clients);
           const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
-          wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, free(gitlabPool)) };
+          // Alternating targets: as many rounds as the emptiest target's pool has parked.
+          const gitlabFree = gitlabTargets.length * Math.min(...gitlabTargets.map((t) => free(t.pool)));
+          wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, gitlabFree) };
           if (wave.github + wave.gitlab === 0) {
             if (Date.now() > deadline || o.signal?.aborted) break;
             await sleep(250);
@@ -665,7 +686,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       notes.push(`roll: ${replaced} parked instance(s) replaced from ${LOCAL_RUNNER_VERSION} to ${LOCAL_ROLLED_VERSION}; jobs on another runner: ${jobsOnOtherRunner.length ? jobsOnOtherRunner.join(', ') : 'none'}`);
     }
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    const gitlabScopes = o.gitlabGroups ? gitlabScopesOf(jobs, gitlab) : undefined;
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(gitlabScopes ? { gitlabScopes } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
@@ -677,6 +699,12 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
   const out: Record<string, number> = Object.fromEntries(github.apps.map((a) => [a.appId, 0]));
   for (const r of github.requests()) if (r.appId !== undefined) out[r.appId] = (out[r.appId] ?? 0) + 1;
   return out;
+}
+
+/** `--gitlab-groups`: each GitLab job's pool and the scope of the runner that ran it (`group_type:43`). */
+function gitlabScopesOf(jobs: readonly ScenarioJob[], gitlab: LoopbackGitLab): NonNullable<LocalReport['gitlabScopes']> {
+  const atCi = new Map(gitlab.jobs().map((j) => [String(j.id), j]));
+  return jobs.filter((j) => j.provider === 'gitlab').map((j) => ({ ciJobId: j.ciJobId, pool: j.pool, projectId: atCi.get(j.ciJobId)?.projectId ?? 0, ...(atCi.get(j.ciJobId)?.runnerScope ? { runnerScope: atCi.get(j.ciJobId)!.runnerScope! } : {}) }));
 }
 
 /** The docker run's proof: the fake runners' reports, the daemon as the run leaves it, the install figure from the boot logs. */

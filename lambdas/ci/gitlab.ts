@@ -1,4 +1,8 @@
 import {
+  fleetGitLabScopes,
+  gitLabScopeKey,
+  gitLabScopeOf,
+  GitLabRunnerType,
   instanceIdOfRunnerName,
   JobLookupError,
   runnerName,
@@ -88,8 +92,9 @@ export class GitLabProvider implements CiProvider {
   }
 
   /**
-   * `scoped` (reuse): a `project_type` runner of the job's project (`project_id`), whatever
-   * the fleet's runner type; the token's user needs `create_runner` on that project
+   * The runner is registered in the pool's scope (its `gitlabGroupId`/`gitlabProjectId`, else the
+   * connection's). `scoped` (reuse): a `project_type` runner of the job's project (`project_id`), whatever
+   * the pool's runner type; the token's user needs `create_runner` on that project
    * (Maintainer). A job without a project id cannot have one: refused, nothing registered.
    */
   async createRunner(job: JobMessage, instanceId: string, pool: string, options: CreateRunnerOptions = {}): Promise<RunnerRegistration> {
@@ -99,7 +104,7 @@ export class GitLabProvider implements CiProvider {
       throw new Error(`job ${job.jobId} has no project id: no project runner can be registered for it`);
     }
     const name = runnerName(this.options.prefix, instanceId, new Date(this.now()));
-    const { runnerType, scopeId } = options.scoped ? { runnerType: 'project_type' as const, scopeId: job.projectId } : this.options.gitlab;
+    const { runnerType, scopeId } = options.scoped ? { runnerType: GitLabRunnerType.PROJECT, scopeId: job.projectId } : gitLabScopeOf(this.options.gitlab, config);
     const body = {
       runner_type: runnerType,
       ...(runnerType === 'group_type' ? { group_id: scopeId } : {}),
@@ -125,20 +130,31 @@ export class GitLabProvider implements CiProvider {
   }
 
   /**
-   * The fleet's runners in its scope; with a reusable pool in a fleet of another runner type,
-   * also the project runners its scoped registrations made, from the token user's own runners
-   * (`GET /runners?type=project_type`, api/runners.md "List owned runners": the projects the
-   * user maintains, where it could create them). A runner listed twice is reported once.
+   * The fleet's runners in every scope its GitLab pools register in, each scope listed once (two
+   * pools of one group cost one list); with a reusable pool, also the project runners its scoped
+   * registrations made, from the token user's own runners (`GET /runners?type=project_type`,
+   * api/runners.md "List owned runners": the projects the user maintains, where it could create
+   * them). A runner listed twice (a project's list shows its group's runners) is reported once.
+   * One scope's refusal fails the whole list: a sweep must not read the runners of a scope it
+   * could not list as gone.
    */
   async listRunners(_options: ListRunnersOptions = {}): Promise<RunnerSummary[]> {
-    const { runnerType, scopeId } = this.options.gitlab;
-    const base =
-      runnerType === 'instance_type' ? '/runners/all' : runnerType === 'group_type' ? `/groups/${scopeId}/runners` : `/projects/${scopeId}/runners`;
-    const out = await this.listPages(base, runnerType, `${runnerType}:${scopeId ?? 'instance'}`);
+    const pooled = fleetGitLabScopes(this.options.gitlab, this.options.pools);
+    // No GitLab pool (all removed): the connection's scope still holds what they left.
+    const scopes = pooled.length > 0 ? pooled : [gitLabScopeOf(this.options.gitlab, {})];
+    const lists = scopes.map((scope) => ({ base: runnerListPath(scope.runnerType, scope.scopeId), type: scope.runnerType as string, key: gitLabScopeKey(scope) }));
     const reusable = this.options.pools.some((p) => p.provider === 'gitlab' && p.reuse !== undefined);
-    if (!reusable || runnerType === 'project_type') return out;
-    const seen = new Set(out.map((r) => r.runnerId));
-    return [...out, ...(await this.listPages('/runners', 'project_type', 'project_type:owned')).filter((r) => !seen.has(r.runnerId))];
+    if (reusable && scopes.some((s) => s.runnerType !== GitLabRunnerType.PROJECT)) lists.push({ base: '/runners', type: GitLabRunnerType.PROJECT, key: 'project_type:owned' });
+    const out: RunnerSummary[] = [];
+    const seen = new Set<string>();
+    for (const list of lists) {
+      for (const r of await this.listPages(list.base, list.type, list.key)) {
+        if (seen.has(r.runnerId)) continue;
+        seen.add(r.runnerId);
+        out.push(r);
+      }
+    }
+    return out;
   }
 
   /** One runner list, page by page up to the cap (told to `onListTruncated` when reached). */
@@ -279,6 +295,12 @@ export class GitLabProvider implements CiProvider {
       if (opts.signal?.aborted) throw new GitLabApiError(operation, 0, 'aborted');
     }
   }
+}
+
+/** The list of one scope's runners (api/runners.md): every runner, a group's, or a project's. */
+function runnerListPath(runnerType: GitLabRunnerType, scopeId: number | undefined): string {
+  if (runnerType === GitLabRunnerType.INSTANCE) return '/runners/all';
+  return runnerType === GitLabRunnerType.GROUP ? `/groups/${scopeId}/runners` : `/projects/${scopeId}/runners`;
 }
 
 /** GitLab's `{"message": ...}` error text, short and without control characters. */

@@ -1,5 +1,6 @@
 import type { GitLabAnswer, GitLabRequestOptions } from '../ci/gitlab';
-import { GitLabRunnerType, GitLabWebhookOwner, Provider, reconciledDeliveryId, type GitLabConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { fleetGitLabScopes, fleetGitLabWebhooks, GitLabRunnerType, GitLabWebhookOwner, Provider, reconciledDeliveryId, type GitLabConnectionConfig, type GitLabWebhookConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { candidatePools } from '../shared/candidate-pools';
 import type { Logger } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
@@ -17,13 +18,13 @@ export interface GitLabReconcileApi {
 
 export interface GitLabReconcileOptions {
   /**
-   * Failed hook events resent per run at most. GitLab allows 5 resends a minute per hook and
-   * user (doc/api/project_webhooks.md, "Resend a project webhook event"): more would be refused.
+   * Failed hook events resent per run and hook at most. GitLab allows 5 resends a minute per hook
+   * and user (doc/api/project_webhooks.md, "Resend a project webhook event"): more would be refused.
    */
   readonly resendLimit: number;
   /** Attempts of one delivery (the first included) after which it is left to the pending-jobs scan. */
   readonly maxDeliveryAttempts: number;
-  /** Pages of `GITLAB_HOOK_EVENTS_PER_PAGE` hook events read per run at most (newest first). */
+  /** Pages of `GITLAB_HOOK_EVENTS_PER_PAGE` hook events read per run and hook at most (newest first). */
   readonly hookEventPages: number;
   /** Projects whose pending jobs are listed per run at most; consecutive runs take consecutive windows. */
   readonly projectsPerRun: number;
@@ -88,9 +89,10 @@ export function reconciledGitLabDeliveryId(providerJobId: string): string {
 type Spend = (operation: string, method: string, path: string, opts?: Omit<GitLabRequestOptions, 'observe'>) => Promise<GitLabAnswer>;
 
 /**
- * One reconciler run for GitLab: (a) resend failed pending-job Job Hook events of the fleet's
- * webhook, (b) list the pending jobs of the served projects and return those matching a pool.
- * Every call is counted and checked against the token's rate-limit reserve first.
+ * One reconciler run for GitLab: (a) resend failed pending-job Job Hook events of each of the
+ * fleet's webhooks (the connection's and the pools' own, contract gitlab-scope.ts), (b) list the
+ * pending jobs of the projects every pool scope serves, each project once, and return those
+ * matching a pool. Every call is counted and checked against the token's rate-limit reserve first.
  */
 export async function reconcileGitLab(deps: GitLabReconcileDeps): Promise<GitLabReconcileResult> {
   const state = { requests: 0, errors: 0 };
@@ -103,20 +105,21 @@ export async function reconcileGitLab(deps: GitLabReconcileDeps): Promise<GitLab
   let resent = 0;
   const found = { count: 0 };
   const steps: [string, () => Promise<void>][] = [];
-  if (deps.gitlab.webhook) steps.push(['resend failed hook events', async () => void (resent = await resendFailed(deps, spend, state))]);
+  for (const hook of fleetGitLabWebhooks(deps.gitlab, deps.pools)) {
+    steps.push([`resend failed hook events of ${hookPath(hook)}`, async () => void (resent += await resendFailed(deps, spend, state, hook))]);
+  }
   steps.push(['find pending jobs', async () => findPendingJobs(deps, spend, state, found)]);
   const stoppedAt = await runSteps(steps, deps.log, state);
   return { resent, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }
 
 /** `/projects/:id/hooks/:hook_id` or `/groups/:id/hooks/:hook_id`. */
-function hookPath(gitlab: GitLabConnectionConfig): string {
-  const w = gitlab.webhook!;
+function hookPath(w: GitLabWebhookConfig): string {
   return `/${w.owner === GitLabWebhookOwner.GROUP ? 'groups' : 'projects'}/${w.ownerId}/hooks/${w.hookId}`;
 }
 
-async function resendFailed(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }): Promise<number> {
-  const hook = hookPath(deps.gitlab);
+async function resendFailed(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }, webhook: GitLabWebhookConfig): Promise<number> {
+  const hook = hookPath(webhook);
   await reportHookState(deps, spend, hook);
   const listed: ListedHookEvent[] = [];
   for (let page = 1; page <= deps.options.hookEventPages; page++) {
@@ -162,7 +165,7 @@ async function reportHookState(deps: GitLabReconcileDeps, spend: Spend, hook: st
 }
 
 async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
-  const all = await projectsOf(deps, spend);
+  const all = await projectsOf(deps, spend, state);
   const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
   for (const projectId of repositoryWindow(all, runNumber, deps.options.projectsPerRun)) {
     const messages: JobMessage[] = [];
@@ -185,18 +188,35 @@ async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: {
 }
 
 /**
- * The projects to scan: the configured ones, else the runner scope's: a project runner's
- * project, a group runner's group with its subgroups (`GET /groups/:id/projects`, shared
+ * The projects to scan, each once: the configured ones, else those of every pool scope: a project
+ * runner's project, a group runner's group with its subgroups (`GET /groups/:id/projects`, shared
  * projects excluded: the group's runners do not serve them), none for instance runners.
  */
-async function projectsOf(deps: GitLabReconcileDeps, spend: Spend): Promise<number[]> {
+async function projectsOf(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }): Promise<number[]> {
   const { gitlab } = deps;
-  if (gitlab.reconcileProjectIds) return gitlab.reconcileProjectIds.filter((id) => servesProject(gitlab, id));
-  if (gitlab.runnerType === GitLabRunnerType.PROJECT) return gitlab.scopeId === undefined ? [] : [gitlab.scopeId];
-  if (gitlab.runnerType !== GitLabRunnerType.GROUP || gitlab.scopeId === undefined) return [];
+  if (gitlab.reconcileProjectIds) return gitlab.reconcileProjectIds.filter((id) => servesProject(gitlab, id, deps.pools));
+  const out = new Set<number>();
+  for (const scope of fleetGitLabScopes(gitlab, deps.pools.length > 0 ? deps.pools : [{ provider: Provider.GITLAB }])) {
+    if (scope.scopeId === undefined) continue;
+    if (scope.runnerType === GitLabRunnerType.PROJECT) out.add(scope.scopeId);
+    else if (scope.runnerType === GitLabRunnerType.GROUP) {
+      try {
+        for (const id of await groupProjects(spend, scope.scopeId)) out.add(id);
+      } catch (error) {
+        // One group the token cannot read (403/404) must not hide the other scopes' jobs.
+        if (isStop(error)) throw error;
+        deps.log.error("listing a group's projects failed; scanning the other scopes", { groupId: scope.scopeId, error: (error as Error).message });
+        state.errors++;
+      }
+    }
+  }
+  return [...out];
+}
+
+async function groupProjects(spend: Spend, groupId: number): Promise<number[]> {
   const out: number[] = [];
   for (let page = 1; ; page++) {
-    const answer = await spend('list group projects', 'GET', `/groups/${gitlab.scopeId}/projects?include_subgroups=true&with_shared=false&archived=false&simple=true&per_page=100&page=${page}`);
+    const answer = await spend('list group projects', 'GET', `/groups/${groupId}/projects?include_subgroups=true&with_shared=false&archived=false&simple=true&per_page=100&page=${page}`);
     if (!Array.isArray(answer.data)) throw new Error('the group projects answer is not a list');
     for (const p of answer.data as Record<string, unknown>[]) if (Number.isSafeInteger(p?.id)) out.push(p.id as number);
     if (!answer.header('x-next-page')) return out;
@@ -212,7 +232,7 @@ export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'optio
     if (j?.status !== 'pending' || !Number.isSafeInteger(j.id) || !Array.isArray(j.tag_list)) continue;
     if (pendingSeconds(j, now) < deps.options.minQueuedSeconds) continue;
     const labels = (j.tag_list as unknown[]).filter((t): t is string => typeof t === 'string' && t !== '');
-    const match = matchPool(deps.pools, Provider.GITLAB, labels);
+    const match = matchPool(candidatePools({ gitlab: deps.gitlab, pools: [...deps.pools] }, { provider: Provider.GITLAB, projectId }), Provider.GITLAB, labels);
     if (!match.pool) continue;
     const providerJobId = String(j.id);
     const { owner, project } = projectPath(deps.gitlab.url, j.web_url, projectId);

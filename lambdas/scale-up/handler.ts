@@ -32,7 +32,8 @@ import { countLostDeliveries, stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
 import type { JobInFlight, StepContext } from './context';
 import { arrivalOf, comesBack, decide, gateCold, heldWithoutTicket, isLateDelivery, orderCandidates, parkedByBucket, reuseAffinityOf, triageByRecord, usesOf, type ColdVerdict, type Plan, type QueuedJob } from './decide';
-import { matchJobPool } from '../shared/match-pool';
+import { candidatePools } from '../shared/candidate-pools';
+import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
 import { coldGates, ticketCold } from './cold-gate';
@@ -228,7 +229,8 @@ async function resolvePool(b: Batch, item: BatchItem, provider: CiProvider): Pro
   const lookUp = provider.resolveLabels?.bind(provider);
   const labels = lookUp ? await withTimeout('resolveLabels', b.options.ciTimeoutMs, () => lookUp(item.job)) : [...item.job.labels];
   // The webhook's rules (lambdas/shared/match-pool.ts), so both sides route alike.
-  const match = matchJobPool(b.config, item.job.provider, item.job.owner, item.job.project, labels);
+  // A GitHub job matches the pools of its own organisation or repository only; a GitLab job of a project pool only its project's.
+  const match = matchPool(candidatePools(b.config, item.job), item.job.provider, labels);
   if (match.pool === undefined) {
     await deadLetter(b, item.record, 'no-pool', item.log, 'unresolved', `${match.reason}: labels ${labels.join(',')}`, item.job);
     return false;

@@ -1,4 +1,4 @@
-import { githubPoolScope, Provider, scopeServesRepository, type GitHubScopeFields, type PoolConfig } from './contract';
+import { githubPoolScope, gitLabScopeOf, GitLabRunnerType, Provider, scopeServesRepository, type GitHubScopeFields, type GitLabConnectionConfig, type PoolConfig } from './contract';
 import { offeredLabels } from './match-pool';
 
 /**
@@ -45,11 +45,17 @@ export interface PoolOverlap {
 
 /**
  * Whether two pools of a provider can see one job at all: GitHub pools only where their
- * organisations or repositories meet (github-scope.ts); pools whose scopes are apart never
+ * organisations or repositories meet (github-scope.ts), GitLab pools unless they are project
+ * pools of two projects (gitlab-scope.ts); pools whose scopes are apart never
  * compete for a job.
  */
-export function jobScopesMeet(config: { readonly github?: GitHubScopeFields }): (a: PoolConfig, b: PoolConfig) => boolean {
+export function jobScopesMeet(config: { readonly github?: GitHubScopeFields; readonly gitlab?: GitLabConnectionConfig }): (a: PoolConfig, b: PoolConfig) => boolean {
   return (a, b) => {
+    if (a.provider === Provider.GITLAB && config.gitlab !== undefined) {
+      // Two project pools of two projects never see one job; groups can nest, so theirs can meet.
+      const [x, y] = [gitLabScopeOf(config.gitlab, a), gitLabScopeOf(config.gitlab, b)];
+      return !(x.runnerType === GitLabRunnerType.PROJECT && y.runnerType === GitLabRunnerType.PROJECT && x.scopeId !== y.scopeId);
+    }
     if (a.provider !== Provider.GITHUB || config.github === undefined) return true;
     const [x, y] = [githubPoolScope(config.github, a), githubPoolScope(config.github, b)];
     const owner = (repo: string) => repo.split('/')[0]!;

@@ -1,4 +1,4 @@
-import { Provider, type GitLabConnectionConfig } from '../shared/contract';
+import { gitLabPoolsForProject, Provider, type GitLabConnectionConfig, type PoolConfig } from '../shared/contract';
 import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiveInteger, type Classified } from './delivery';
 
 /**
@@ -8,7 +8,7 @@ import { ignore, invalid, isObject, isoTime, jobStartOf, nonEmptyString, positiv
  * them up. Fields follow the documented Job Hook example (user/project/integrations/webhook_events.md).
  * A job of a project the fleet's runners cannot serve is acknowledged and ignored.
  */
-export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnectionConfig): Classified {
+export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnectionConfig, pools?: readonly PoolConfig[]): Classified {
   if (!isObject(payload)) return invalid('the payload is not a JSON object');
   const kind = nonEmptyString(payload.object_kind) ?? nonEmptyString(payload.event_name);
   if (!kind) return invalid('the payload has no "object_kind"');
@@ -28,20 +28,22 @@ export function classifyGitLabDelivery(payload: unknown, gitlab?: GitLabConnecti
   const owner = slash > 0 ? path.slice(0, slash) : path;
   const name = slash > 0 ? path.slice(slash + 1) : path;
   if (!name) return invalid('"project.path_with_namespace" must be "namespace/project"');
-  if (gitlab && !servesProject(gitlab, projectId)) return ignore('project-not-served');
+  if (gitlab && !servesProject(gitlab, projectId, pools)) return ignore('project-not-served');
   // `build_created_at` was "2021-02-23 02:41:37 UTC" in older releases; `_iso` came later.
   const createdAt = isoTime(payload.build_created_at_iso, payload.build_created_at);
   return { kind: 'job', job: { provider: Provider.GITLAB, providerJobId: String(buildId), owner, project: name, projectId, labels: [], ...(createdAt ? { createdAt } : {}) } };
 }
 
 /**
- * Whether the fleet's runners can take a job of this project. A project runner only serves its
- * own project, so any other project's job would wait forever for the runner we started. A Job
- * Hook names the project but not its group ancestry, so group runners cannot be checked here:
- * the hook must be the group's own (docs/gitlab.md). Instance runners serve every project.
+ * Whether one of the fleet's GitLab pools can take a job of this project (contract
+ * gitlab-scope.ts, `poolServesProject`). A project runner only serves its own project, so any
+ * other project's job would wait forever for the runner we started. A Job Hook names the project
+ * but not its group ancestry, so group runners cannot be checked here: the hook must be the
+ * group's own (docs/gitlab.md). Instance runners serve every project. Without `pools`: the
+ * connection's scope alone.
  */
-export function servesProject(gitlab: GitLabConnectionConfig, projectId: number): boolean {
-  return gitlab.runnerType !== 'project_type' || gitlab.scopeId === projectId;
+export function servesProject(gitlab: GitLabConnectionConfig, projectId: number, pools: readonly Pick<PoolConfig, 'provider' | 'gitlabGroupId' | 'gitlabProjectId'>[] = [{ provider: Provider.GITLAB }]): boolean {
+  return gitLabPoolsForProject(gitlab, pools, projectId).length > 0;
 }
 
 /** A running job's start, with its runner's description and tags (the Job Hook's `runner` object). */

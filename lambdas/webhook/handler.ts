@@ -6,7 +6,8 @@ import { instanceIdOfRunnerName, LAMBDA_ENV, METRIC_NAMES, Provider, qualifiedJo
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { LedgerWriter, senderStampsIntake } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
-import { matchJobPool, matchPool } from '../shared/match-pool';
+import { matchPool } from '../shared/match-pool';
+import { candidatePools } from '../shared/candidate-pools';
 import { createSecretCache, type SecretCache } from '../shared/secrets';
 import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
 import type { JobDraft, JobStart } from './delivery';
@@ -200,7 +201,7 @@ function classify(ctx: Context, request: Request): Classified {
   const { route, headers, body, config } = request;
   const payload = parseJson(body, route);
   const deliveryId = route === 'github' ? normaliseDeliveryId(requireHeader(headers, 'x-github-delivery')) : gitLabDeliveryId(headers, body);
-  const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github, config.pools) : classifyGitLabDelivery(payload, config.gitlab);
+  const classified = route === 'github' ? classifyGitHubDelivery(requireHeader(headers, 'x-github-event'), payload, config.github, config.pools) : classifyGitLabDelivery(payload, config.gitlab, config.pools);
   if (classified.kind === 'invalid') throw new Rejection(400, classified.reason);
   return { ...classified, deliveryId };
 }
@@ -342,8 +343,8 @@ async function jobMessageFor(ctx: Context, job: JobDraft, config: FleetConfig, d
     if (resolved === undefined) return unresolved;
     labels = resolved;
   }
-  // A GitHub job matches the pools of its own organisation or repository only.
-  const match = matchJobPool(config, job.provider, job.owner, job.project, labels);
+  // A GitHub job matches the pools of its own organisation or repository only; a GitLab job of a project pool only its project's.
+  const match = matchPool(candidatePools(config, job), job.provider, labels);
   if (!match.pool) {
     dLog.info('delivery acknowledged, not queued', { reason: match.reason, labels: logSafeList(labels) });
     return { unmatched: match.reason };

@@ -34,6 +34,8 @@ export interface GitLabJob {
   /** `canceling`: cancelled while a runner ran it (GitLab 17.0+); the runner still works on it until it reports. */
   status: 'pending' | 'running' | 'canceling' | 'success' | 'failed' | 'canceled';
   runnerId?: number;
+  /** The scope of the runner that took it (`group_type:12`, `project_type:7`, `instance_type`): it outlives the runner's deletion. */
+  runnerScope?: string;
   /** GitLab's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
   createdAt?: string;
   startedAt?: string;
@@ -122,12 +124,31 @@ export interface LoopbackGitLabHook {
   readonly hookId: number;
 }
 
+/** A further group the access token administers, with its projects. */
+export interface LoopbackGitLabGroup {
+  readonly id: number;
+  readonly projectIds: readonly number[];
+}
+
 /** `jobSeconds` is sent as the job's LOCAL_JOB_SECONDS variable. */
 export interface LoopbackGitLabOptions extends LoopbackServerOptions {
-  /** The group the access token administers; group runners must name it. */
+  /** The group the access token administers; group runners must name it (or one of `groups`). */
   readonly groupId: number;
+  /**
+   * More groups the token administers (Owner), each with its projects: a project not listed in
+   * any is `groupId`'s. A group runner takes only its group's projects' jobs, as GitLab's do.
+   */
+  readonly groups?: readonly LoopbackGitLabGroup[];
+  /**
+   * Groups and projects that exist but that the token cannot manage: creating a runner there, or
+   * listing their runners, is 403 (GitLab's answer to a member without the role; an unknown or
+   * invisible one is 404).
+   */
+  readonly forbidden?: { readonly groupIds?: readonly number[]; readonly projectIds?: readonly number[] };
   /** The fleet's webhook (default: hook 1 of the group). */
   readonly hook?: LoopbackGitLabHook;
+  /** Further webhooks (of the other groups or projects); a job's hook event goes to its project's, else its group's, else `hook`. */
+  readonly moreHooks?: readonly LoopbackGitLabHook[];
   /**
    * Sends a resend (`POST .../events/:id/resend`) of a logged pending Job Hook: the stored
    * payload with its Idempotency-Key; resolves to the webhook's HTTP status (0: no answer).
@@ -185,9 +206,20 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   let base = '';
   const iso = () => new Date().toISOString();
   const hook: LoopbackGitLabHook = opts.hook ?? { owner: 'group', ownerId: opts.groupId, hookId: 1 };
+  const allHooks = [hook, ...(opts.moreHooks ?? [])];
+  const hookKey = (h: LoopbackGitLabHook) => `${h.owner}:${h.ownerId}:${h.hookId}`;
   const hookState = { alertStatus: 'executable', disabledUntil: null as string | null };
-  const hookEvents: (GitLabHookEvent & { jobId: number })[] = [];
-  const resendTimes: number[] = [];
+  const hookEvents: (GitLabHookEvent & { jobId: number; hook: string })[] = [];
+  const resendTimes = new Map<string, number[]>();
+  const groupOfProject = new Map<number, number>();
+  for (const g of opts.groups ?? []) for (const id of g.projectIds) groupOfProject.set(id, g.id);
+  const managedGroups = new Set([opts.groupId, ...(opts.groups ?? []).map((g) => g.id)]);
+  const forbiddenGroups = new Set(opts.forbidden?.groupIds ?? []);
+  const forbiddenProjects = new Set(opts.forbidden?.projectIds ?? []);
+  const groupOf = (projectId: number) => groupOfProject.get(projectId) ?? opts.groupId;
+  /** The hook a job's events go to: its project's, else its group's, else the fleet's first. */
+  const hookOfProject = (projectId: number) =>
+    allHooks.find((h) => h.owner === 'project' && h.ownerId === projectId) ?? allHooks.find((h) => h.owner === 'group' && h.ownerId === groupOf(projectId)) ?? hook;
   let nextHookEventId = 1;
   const rateLimit = opts.rateLimit ?? 2000;
   const cutOff = new Set<number>();
@@ -236,7 +268,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       duration: j.startedAt && j.finishedAt ? (Date.parse(j.finishedAt) - Date.parse(j.startedAt)) / 1000 : null,
       pipeline: { id: j.pipelineId, project_id: j.projectId, ref: 'main', status: j.status },
       runner: runner ? runnerJson(runner) : null,
-      web_url: `${base}/group-${opts.groupId}/project-${j.projectId}/-/jobs/${j.id}`,
+      web_url: `${base}/${projectPath(j.projectId)}/-/jobs/${j.id}`,
     };
   }
 
@@ -294,15 +326,16 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     }
     if ((m = /^\/(?:runners(\/all)?|groups\/(\d+)\/runners|projects\/(\d+)\/runners)$/.exec(path)) && req.method === 'GET') {
       const owned = path === '/runners';
-      if (m[2] !== undefined && Number(m[2]) !== opts.groupId) return notFound('Group');
+      if (m[2] !== undefined && !managedGroups.has(Number(m[2]))) return forbiddenGroups.has(Number(m[2])) ? forbidden : notFound('Group');
+      if (m[3] !== undefined && forbiddenProjects.has(Number(m[3]))) return forbidden;
       const type = req.query.get('type');
       // What each list shows (api/runners.md): the user's own (group and project runners of the
       // groups and projects it maintains: the token's user maintains all of them here); every
       // runner; the group's and instance runners; the project's, its group's and instance runners.
       const visible = [...runners.values()].filter((r) => {
         if (owned) return r.runnerType !== 'instance_type';
-        if (m![2] !== undefined) return r.runnerType === 'instance_type' || r.groupId === opts.groupId;
-        if (m![3] !== undefined) return r.runnerType !== 'project_type' || r.projectId === Number(m![3]);
+        if (m![2] !== undefined) return r.runnerType === 'instance_type' || r.groupId === Number(m![2]);
+        if (m![3] !== undefined) return r.runnerType === 'instance_type' || r.groupId === groupOf(Number(m![3])) || r.projectId === Number(m![3]);
         return true;
       });
       const all = visible.filter((r) => type === null || r.runnerType === type).sort((a, b) => a.id - b.id);
@@ -316,8 +349,9 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       return paged(req, all.map(jobJson));
     }
     if ((m = /^\/groups\/(\d+)\/projects$/.exec(path)) && req.method === 'GET') {
-      if (Number(m[1]) !== opts.groupId) return notFound('Group');
-      const ids = [...new Set([...(opts.projectIds ?? []), ...[...jobs.values()].map((j) => j.projectId)])].sort((a, b) => a - b);
+      const groupId = Number(m[1]);
+      if (!managedGroups.has(groupId)) return forbiddenGroups.has(groupId) ? forbidden : notFound('Group');
+      const ids = [...new Set([...(opts.projectIds ?? []), ...groupOfProject.keys(), ...[...jobs.values()].map((j) => j.projectId)])].filter((id) => groupOf(id) === groupId).sort((a, b) => a - b);
       return paged(req, ids.map((id) => ({ id, name: `project-${id}`, path: `project-${id}`, path_with_namespace: projectPath(id), web_url: `${base}/${projectPath(id)}` })));
     }
     if ((m = /^\/projects\/(\d+)\/jobs\/(\d+)$/.exec(path)) && req.method === 'GET') {
@@ -374,7 +408,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   }
 
   function projectPath(projectId: number): string {
-    return `group-${opts.groupId}/project-${projectId}`;
+    return `group-${groupOf(projectId)}/project-${projectId}`;
   }
 
   /**
@@ -404,30 +438,33 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
   function hookApi(req: HttpRequest, path: string): HttpAnswer | Promise<HttpAnswer> | undefined {
     const m = /^\/(projects|groups)\/(\d+)\/hooks\/(\d+)(\/events(?:\/(\d+)\/resend)?)?$/.exec(path);
     if (!m) return undefined;
-    const ours = m[1] === `${hook.owner}s` && Number(m[2]) === hook.ownerId && Number(m[3]) === hook.hookId;
+    const ours = allHooks.find((h) => m[1] === `${h.owner}s` && Number(m[2]) === h.ownerId && Number(m[3]) === h.hookId);
     if (!ours) return notFound('Hook');
     if (m[4] === undefined && req.method === 'GET') {
       return {
         status: 200,
-        body: { id: hook.hookId, url: `${base}/webhook`, [`${hook.owner}_id`]: hook.ownerId, job_events: true, alert_status: hookState.alertStatus, disabled_until: hookState.disabledUntil, created_at: iso() },
+        body: { id: ours.hookId, url: `${base}/webhook`, [`${ours.owner}_id`]: ours.ownerId, job_events: true, alert_status: hookState.alertStatus, disabled_until: hookState.disabledUntil, created_at: iso() },
       };
     }
     if (m[5] === undefined && req.method === 'GET') {
       const status = req.query.get('status');
-      const listed = [...hookEvents].sort((a, b) => b.id - a.id).filter((e) => status === null || statusMatches(e.response_status, status));
-      return paged(req, listed.map(({ jobId: _jobId, ...e }) => e));
+      const listed = [...hookEvents].sort((a, b) => b.id - a.id).filter((e) => e.hook === hookKey(ours) && (status === null || statusMatches(e.response_status, status)));
+      return paged(req, listed.map(({ jobId: _jobId, hook: _hook, ...e }) => e));
     }
-    if (m[5] !== undefined && req.method === 'POST') return resendHookEvent(Number(m[5]));
+    if (m[5] !== undefined && req.method === 'POST') return resendHookEvent(ours, Number(m[5]));
     return notFound();
   }
 
-  async function resendHookEvent(id: number): Promise<HttpAnswer> {
-    const original = hookEvents.find((e) => e.id === id);
+  async function resendHookEvent(of: LoopbackGitLabHook, id: number): Promise<HttpAnswer> {
+    const original = hookEvents.find((e) => e.id === id && e.hook === hookKey(of));
     if (!original) return notFound('Hook event');
     const now = Date.now();
-    while (resendTimes.length > 0 && resendTimes[0]! <= now - 60_000) resendTimes.shift();
-    if (resendTimes.length >= RESENDS_PER_MINUTE) return { status: 429, headers: { 'retry-after': '60' }, body: { message: 'This endpoint has been requested too many times. Try again later.' } };
-    resendTimes.push(now);
+    // GitLab's limit is per hook (and user).
+    const times = resendTimes.get(hookKey(of)) ?? [];
+    resendTimes.set(hookKey(of), times);
+    while (times.length > 0 && times[0]! <= now - 60_000) times.shift();
+    if (times.length >= RESENDS_PER_MINUTE) return { status: 429, headers: { 'retry-after': '60' }, body: { message: 'This endpoint has been requested too many times. Try again later.' } };
+    times.push(now);
     const job = jobs.get(original.jobId);
     const key = original.request_headers['Idempotency-Key']!;
     const status = job && opts.resend ? await opts.resend({ idempotencyKey: key, job: publicJob(job), projectPath: projectPath(job.projectId) }) : 0;
@@ -443,6 +480,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     hookEvents.push({
       id: nextHookEventId++,
       jobId,
+      hook: hookKey(hookOfProject(job.projectId)),
       url: `${base}/webhook`,
       trigger: 'job_hooks',
       request_headers: { 'Content-Type': 'application/json', 'User-Agent': 'GitLab/18.6.0', 'Idempotency-Key': idempotencyKey, 'X-Gitlab-Event': 'Job Hook', 'X-Gitlab-Token': '[REDACTED]' },
@@ -463,13 +501,15 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     let projectId: number | undefined;
     if (b.runner_type === 'group_type') {
       if (b.group_id === undefined) return badRequest('group_id is missing');
-      if (Number(b.group_id) !== opts.groupId) return forbidden;
-      groupId = opts.groupId;
+      // users.md: 403 without the Owner role of the group (one that exists), 404 when it does not.
+      if (!managedGroups.has(Number(b.group_id))) return forbiddenGroups.has(Number(b.group_id)) ? forbidden : notFound('Group');
+      groupId = Number(b.group_id);
     }
     if (b.runner_type === 'project_type') {
       if (b.project_id === undefined) return badRequest('project_id is missing');
       projectId = Number(b.project_id);
       if (!Number.isSafeInteger(projectId) || projectId < 1) return notFound('Project');
+      if (forbiddenProjects.has(projectId)) return forbidden;
     }
     const rawTags = b.tag_list ?? [];
     const tags = typeof rawTags === 'string' ? rawTags.split(',') : Array.isArray(rawTags) && rawTags.every((t) => typeof t === 'string') ? (rawTags as string[]) : undefined;
@@ -553,10 +593,12 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       r.contactedAt = iso();
       // A paused runner still polls (and counts as a contact) but is handed no job.
       if (r.paused) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
-      const job = basics.strays.jobFor(r.description, [...jobs.values()], (waiting) => gitlabJobFor(r, waiting));
+      // A group runner takes only its group's projects' jobs.
+      const job = basics.strays.jobFor(r.description, [...jobs.values()], (waiting) => gitlabJobFor(r, [...waiting].filter((j) => r.groupId === undefined || groupOf(j.projectId) === r.groupId)));
       if (!job) return { status: 204, headers: { 'x-gitlab-last-update': String(jobs.size) } };
       job.status = 'running';
       job.runnerId = r.id;
+      job.runnerScope = r.runnerType === 'instance_type' ? r.runnerType : `${r.runnerType}:${r.groupId ?? r.projectId}`;
       job.startedAt = iso();
       announceStart(job, r);
       return { status: 201, body: jobRequestAnswer(job) };
@@ -628,7 +670,7 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
       logHookEvent(jobId, status, key);
       return key;
     },
-    hookEvents: () => [...hookEvents].sort((a, b) => b.id - a.id).map(({ jobId: _jobId, ...e }) => e),
+    hookEvents: () => [...hookEvents].sort((a, b) => b.id - a.id).map(({ jobId: _jobId, hook: _hook, ...e }) => e),
     setHookState(alertStatus, disabledUntil) {
       hookState.alertStatus = alertStatus;
       hookState.disabledUntil = disabledUntil ?? null;
@@ -659,6 +701,7 @@ function publicJob(j: JobState): GitLabJob {
     tags: [...j.tags],
     status: j.status,
     ...(j.runnerId === undefined ? {} : { runnerId: j.runnerId }),
+    ...(j.runnerScope === undefined ? {} : { runnerScope: j.runnerScope }),
     createdAt: j.createdAt,
     ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
   };

@@ -6,10 +6,11 @@ import { SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { GitHubApiError } from '../../lambdas/ci';
+import { GitHubApiError, GitLabProvider } from '../../lambdas/ci';
 import { createDrainHandlers, DrainFailedError, type DrainDeps, type IsCompleteEvent } from '../../lambdas/drain/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
+import { buildFleetConfig, GitLabRunnerType, JOB_MESSAGE_SCHEMA_VERSION, runnerName, ssmPaths, Provider } from '../../lambdas/shared/contract';
+import { startLoopbackGitLab } from '../../local/ci/gitlab-server';
 import { awsError, FakeAws, lostAnswer } from '../support/fake-aws';
 import { FakeCi } from '../support/fake-ci';
 import { fleetConfig, KEYS, Lines, PREFIX, standbyTags } from '../support/fixtures';
@@ -341,6 +342,39 @@ describe('drain: Delete', () => {
     expect(aws.count('TerminateInstances')).toBe(0);
     aws.fault('DescribeInstances', awsError('UnauthorizedOperation', 403));
     await expect(h.isComplete(request)).rejects.toThrow(/could not observe the fleet: UnauthorizedOperation/);
+  });
+});
+
+describe('drain: a GitLab fleet in two groups and a project', () => {
+  it('deregisters the runners of every scope its pools register in, each scope listed once', async () => {
+    const gl = await startLoopbackGitLab({ groupId: 42, groups: [{ id: 43, projectIds: [21] }] });
+    try {
+      const pool = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+      const glConfig = buildFleetConfig({
+        prefix: PREFIX,
+        gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: 42 },
+        pools: [
+          { name: 'linux', provider: Provider.GITLAB, labels: ['linux'], ...pool },
+          { name: 'other', provider: Provider.GITLAB, labels: ['other'], gitlabGroupId: 43, ...pool },
+          { name: 'app', provider: Provider.GITLAB, labels: ['app'], gitlabProjectId: 7, ...pool },
+        ],
+      });
+      aws.parameters.set(glConfig.parameters.gitlab.token, { value: gl.accessToken, tags: {}, at: aws.now });
+      const provider = new GitLabProvider({ prefix: PREFIX, gitlab: glConfig.gitlab!, pools: glConfig.pools, token: async () => gl.accessToken, sleep: async () => {} });
+      for (const [name, projectId] of [['linux', 7], ['other', 21], ['app', 7]] as const) {
+        const job = gl.addJob(projectId, [name]);
+        await provider.createRunner({ schemaVersion: JOB_MESSAGE_SCHEMA_VERSION, provider: Provider.GITLAB, jobId: `gitlab:${job.id}`, providerJobId: String(job.id), pool: name, owner: 'g', project: 'p', projectId, labels: [], labelsResolved: true, traceId: 't', deliveryId: 'd', receivedAt: aws.now.toISOString() }, `i-0000000000000000${job.id % 10}`, name);
+      }
+      expect(new Set(gl.runners().map((r) => r.groupId ?? r.projectId))).toEqual(new Set([42, 43, 7]));
+      const h = handlers({ loadConfig: async () => glConfig, providers: () => ({ gitlab: provider }) });
+      const request = await startDrain(h);
+      expect(await h.isComplete(request)).toEqual({ IsComplete: false });
+      expect(gl.runners()).toEqual([]);
+      const lists = gl.requests().filter((r) => r.method === 'GET' && r.path.endsWith('/runners'));
+      expect(lists.map((r) => r.path).sort()).toEqual(['/groups/42/runners', '/groups/43/runners', '/projects/7/runners']);
+    } finally {
+      await gl.close();
+    }
   });
 });
 

@@ -475,6 +475,17 @@ describe('props validation', () => {
     ['label with a space', (p) => ({ ...p, pools: [{ ...p.pools[0]!, labels: ['has space'] }] }), /pools\[0\]\.labels\[0\] \(pool "linux"\) "has space" must be/],
     ['pool naming a missing connection', (p) => ({ ...p, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB }] }), /no gitlab connection is configured/],
     ['GitLab without URL', (p) => ({ ...p, gitlab: { url: '' } }), /gitlab\.url/],
+    ['a GitLab group on a GitHub pool', (p) => ({ ...p, pools: [{ ...p.pools[0]!, gitlabGroupId: 7 }] }), /pools\[0\]\.gitlabGroupId \(pool "linux"\) is set on a github pool/],
+    [
+      'a GitLab pool with both a group and a project',
+      (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com' }, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB, gitlabGroupId: 7, gitlabProjectId: 8 }] }),
+      /pools\[0\]\.gitlabProjectId \(pool "linux"\) is set together with gitlabGroupId/,
+    ],
+    [
+      'two GitLab groups whose pools can match one job',
+      (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com' }, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB, gitlabGroupId: 7 }, { ...p.pools[0]!, name: 'b', provider: Provider.GITLAB, labels: ['linux'], gitlabGroupId: 8 }] }),
+      /pools\[1\]\.labels \(pool "b"\) \(group_type:8\) and pools\[0\]\.labels \(pool "linux", group_type:7\) can match the same GitLab job/,
+    ],
     ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /pools\[0\]\.warm\.schedule\[0\]\.window \(pool "linux"\) "weekdays" must be/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
     ['batch size above FIFO maximum', (p) => ({ ...p, scaleUpBatchSize: 11 }), /scaleUpBatchSize 11/],

@@ -129,7 +129,7 @@ describe('loopback GitLab through the real provider and the fake gitlab-runner',
     expect(await runFake(reg, log)).toBe(0);
 
     // GitLab's assignment: the oldest job the runner can take, not the one it was created for.
-    expect(jobStatus(older.id)).toEqual({ ...older, status: 'success', runnerId: Number(reg.runnerId), startedAt: expect.any(String) });
+    expect(jobStatus(older.id)).toEqual({ ...older, status: 'success', runnerId: Number(reg.runnerId), runnerScope: `group_type:${GROUP}`, startedAt: expect.any(String) });
     expect(jobStatus(launchedFor.id)?.status).toBe('pending');
     expect(jobStatus(untagged.id)?.status).toBe('pending'); // the runner does not run untagged jobs
     expect(jobStatus(gpu.id)?.status).toBe('pending');
@@ -555,5 +555,67 @@ describe('stray runners: the retry cases of issue 11 as loopback modes', () => {
     expect(await runFake(next, join(tmp, 'lives.log'))).toBe(0);
     expect(jobStatus(job.id)).toMatchObject({ status: 'success', runnerId: Number(next.runnerId) });
     for (const r of [reg, next]) await p.deleteRunner(r.runnerId);
+  });
+});
+
+describe('several groups and projects in one fleet (pool gitlabGroupId / gitlabProjectId)', () => {
+  const OTHER_GROUP = 13;
+  const OTHER_PROJECT = 480;
+  const FOREIGN_GROUP = 14;
+  let two: LoopbackGitLab;
+  let twoConfig: FleetConfig;
+  const pool = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+  beforeEach(async () => {
+    two = await startLoopbackGitLab({ groupId: GROUP, groups: [{ id: OTHER_GROUP, projectIds: [OTHER_PROJECT] }], forbidden: { groupIds: [FOREIGN_GROUP] }, onEvent: (e) => events.push(e), jobSeconds: 0.2 });
+    twoConfig = buildFleetConfig({
+      prefix: PREFIX,
+      gitlab: { url: two.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP },
+      pools: [
+        // The other group's runners have every tag the home group's job asks for: only the group keeps them apart.
+        { name: 'home', provider: Provider.GITLAB, labels: ['linux'], ...pool },
+        { name: 'other', provider: Provider.GITLAB, labels: ['linux', 'other'], gitlabGroupId: OTHER_GROUP, ...pool },
+        { name: 'app', provider: Provider.GITLAB, labels: ['app'], gitlabProjectId: PROJECT, ...pool },
+      ],
+    });
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).gitlab.token }).resolves({ Parameter: { Value: two.accessToken } });
+  });
+  afterEach(() => two.close());
+  const twoProvider = () => createCiProviders(twoConfig, { ssm: new SSMClient({ region: 'eu-west-1' }) }).gitlab!;
+
+  it("registers each pool's runners in its own scope, lists every scope's once, and each runner takes its own group's job", async () => {
+    const p = twoProvider();
+    const home = two.addJob(PROJECT, ['linux']);
+    const other = two.addJob(OTHER_PROJECT, ['linux', 'other']);
+    const jobOf = (id: number) => two.jobs().find((j) => j.id === id);
+    const regOther = await p.createRunner(message(other.id, 'other', OTHER_PROJECT), nextInstance(), 'other');
+    const regHome = await p.createRunner(message(home.id, 'home'), nextInstance(), 'home');
+    const regApp = await p.createRunner(message(home.id, 'app'), nextInstance(), 'app');
+    const byId = (id: string) => two.runners().find((r) => r.id === Number(id));
+    expect(byId(regOther.runnerId)).toMatchObject({ runnerType: 'group_type', groupId: OTHER_GROUP });
+    expect(byId(regHome.runnerId)).toMatchObject({ runnerType: 'group_type', groupId: GROUP });
+    expect(byId(regApp.runnerId)).toMatchObject({ runnerType: 'project_type', projectId: PROJECT });
+    // Every scope's runners, each once (the project's list shows its group's runners again).
+    const listed = (await p.listRunners()).map((r) => r.runnerId).sort();
+    expect(listed).toEqual([regOther.runnerId, regHome.runnerId, regApp.runnerId].sort());
+    const scopes = two.requests().filter((r) => r.method === 'GET' && /runners$/.test(r.path)).map((r) => r.path);
+    expect(scopes.sort()).toEqual(['/groups/12/runners', '/groups/13/runners', `/projects/${PROJECT}/runners`]);
+    // The other group's runner, started first, leaves the home group's older job alone.
+    expect(await runFake(regOther, join(tmp, 'other.log'))).toBe(0);
+    expect(jobOf(other.id)).toMatchObject({ status: 'success', runnerId: Number(regOther.runnerId) });
+    expect(jobOf(home.id)?.status).toBe('pending');
+    for (const r of [regOther, regHome, regApp]) await p.deleteRunner(r.runnerId);
+  });
+
+  it("refuses like GitLab where the token cannot manage the scope: 403 for a group it is no Owner of, 404 for one it cannot see; one scope's refusal fails the whole list", async () => {
+    const withScope = (gitlabGroupId: number) => buildFleetConfig({ ...twoConfig, prefix: PREFIX, gitlab: { url: two.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP }, pools: [{ ...twoConfig.pools[0]!, gitlabGroupId }] });
+    for (const [groupId, status] of [
+      [FOREIGN_GROUP, 403],
+      [99, 404],
+    ] as const) {
+      twoConfig = withScope(groupId);
+      const p = twoProvider();
+      expect((await rejection(p.createRunner(message(1, 'home'), nextInstance(), 'home'))).status).toBe(status);
+      expect((await rejection(p.listRunners())).status).toBe(status);
+    }
   });
 });

@@ -7,7 +7,7 @@ import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { chooseResends, parseHookEvents, type ListedHookEvent } from '../../lambdas/reconcile/hook-events';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, GitLabRunnerType, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, GitLabRunnerType, LabelMatch, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { startLoopbackGitLab, type LoopbackGitLab } from '../../local/ci/gitlab-server';
 import { Lines, PREFIX } from '../support/fixtures';
@@ -189,6 +189,45 @@ describe('reconcileGitLab against the loopback GitLab', () => {
     expect(jobPages === cap || jobPages === cap + 1).toBe(true);
     const { hookEventPages, jobPagesPerProject } = GITLAB_RECONCILE_DEFAULTS;
     expect(served.length).toBeLessThanOrEqual(1 + hookEventPages + 3 + Math.ceil(130 / 100) + Math.min(130, cap) * jobPagesPerProject);
+  });
+
+  it('covers every pool scope once: both groups\' hooks resent from, both groups\' and the project\'s pending jobs found, each matched to a pool that can serve it; a group it cannot read is skipped', async () => {
+    const resent: string[] = [];
+    const OTHER = 43;
+    gl = await startLoopbackGitLab({
+      groupId: GROUP,
+      groups: [{ id: OTHER, projectIds: [21] }],
+      forbidden: { groupIds: [44] },
+      moreHooks: [{ owner: 'group', ownerId: OTHER, hookId: 2 }],
+      resend: async ({ idempotencyKey }) => (resent.push(idempotencyKey), 200),
+    });
+    const home = gl.addJob(11, ['linux']);
+    const other = gl.addJob(21, ['linux', 'other']);
+    // Tagged for the project pool, but of another project: no pool can serve it.
+    gl.addJob(11, ['app']);
+    const app = gl.addJob(30, ['app']);
+    const keys = [gl.recordHookEvent(home.id, 502), gl.recordHookEvent(other.id, 502)];
+    const pool = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+    const c = buildFleetConfig({
+      prefix: PREFIX,
+      gitlab: { url: gl.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP, webhookId: 1 },
+      pools: [
+        { name: 'home', provider: Provider.GITLAB, labels: ['linux'], ...pool },
+        { name: 'home-big', provider: Provider.GITLAB, labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET, ...pool },
+        { name: 'other', provider: Provider.GITLAB, labels: ['linux', 'other'], gitlabGroupId: OTHER, gitlabWebhookId: 2, ...pool },
+        { name: 'app', provider: Provider.GITLAB, labels: ['app'], gitlabProjectId: 30, ...pool },
+        { name: 'foreign', provider: Provider.GITLAB, labels: ['foreign'], gitlabGroupId: 44, ...pool },
+      ],
+    });
+    const lines = new Lines();
+    const { result, found } = await run(gl, c, {}, lines);
+    expect(resent.sort()).toEqual([...keys].sort());
+    expect(result).toMatchObject({ resent: 2, errors: 1 });
+    expect(lines.logs("listing a group's projects failed; scanning the other scopes")[0]).toMatchObject({ groupId: 44 });
+    expect(Object.fromEntries(found.map((m) => [m.providerJobId, m.pool]))).toEqual({ [home.id]: 'home', [other.id]: 'other', [app.id]: 'app' });
+    // Each group's projects listed once, though two pools share group 42.
+    expect(gl.requests().filter((r) => r.path === `/groups/${GROUP}/projects`)).toHaveLength(1);
+    expect(gl.requests().filter((r) => r.path === `/groups/${OTHER}/projects`)).toHaveLength(1);
   });
 
   it('warns when the hook is paused or disabled', async () => {

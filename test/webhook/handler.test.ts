@@ -375,6 +375,19 @@ describe('GitLab deliveries (documented Job Hook, one fixture per status)', () =
     if (count === 0) expect(logLines.some((l) => l.includes('"reason":"project-not-served"'))).toBe(true);
   });
 
+  it.each([
+    [381, 200, 'no-matching-pool', undefined],
+    [380, 202, 'queued', 'gl-docker'],
+  ])('a pool of project %i (gitlabProjectId) is a candidate only for its own project: a docker job of project 380 answers %i %s', async (projectId, status, reason, pool) => {
+    gitlabRoute = () => ({ status: 200, body: { id: 1977, status: 'pending', tag_list: ['docker'] } });
+    const base = config(gitlab.url);
+    const scoped = { ...base, pools: base.pools.map((p) => (p.name === 'gl-docker' ? { ...p, gitlabProjectId: projectId } : p)) };
+    const res = result(await newHandler({}, { [LAMBDA_ENV.fleetConfig]: JSON.stringify(scoped) })(gitlabEvent('pending').event));
+    expect([res.statusCode, outcome(res).reason]).toEqual([status, reason]);
+    const messages = await queued();
+    expect(messages.map((m) => parsed(m).pool)).toEqual(pool ? [pool] : []);
+  });
+
   const LOOKUP_BOUND_MS = 300;
   const LOOKUP_MARGIN_MS = 700;
 

@@ -6,6 +6,7 @@ import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
 import { fleetScopeProblems } from './github-scope';
+import { gitLabScopeClashes } from './gitlab-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -170,6 +171,24 @@ export interface PoolConfig {
    * @default - none: every instance serves one job and terminates
    */
   readonly reuse?: PoolReuseConfig;
+  /**
+   * GitLab: the group the pool's runners register in (`group_type`), instead of the
+   * connection's scope (contract gitlab-scope.ts). Written only when set.
+   * @default - the connection's runnerType and scopeId
+   */
+  readonly gitlabGroupId?: number;
+  /**
+   * GitLab: the project the pool's runners register in (`project_type`), instead of the
+   * connection's scope. Written only when set.
+   * @default - the connection's runnerType and scopeId
+   */
+  readonly gitlabProjectId?: number;
+  /**
+   * GitLab: the id of the webhook of the pool's group or project, whose failed events the
+   * reconciler resends (besides the connection's `webhook`).
+   * @default - none
+   */
+  readonly gitlabWebhookId?: number;
 }
 
 /** Names of the SSM parameters a fleet reads. */
@@ -252,6 +271,9 @@ export interface PoolInput {
     readonly maxAgeSeconds?: number;
     readonly cacheDirectories?: readonly string[];
   };
+  readonly gitlabGroupId?: number;
+  readonly gitlabProjectId?: number;
+  readonly gitlabWebhookId?: number;
 }
 
 export interface FleetConfigInput {
@@ -415,6 +437,9 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
               cacheDirectories: [...(p.reuse.cacheDirectories ?? [])],
             },
           }),
+      ...(p.gitlabGroupId === undefined ? {} : { gitlabGroupId: p.gitlabGroupId }),
+      ...(p.gitlabProjectId === undefined ? {} : { gitlabProjectId: p.gitlabProjectId }),
+      ...(p.gitlabWebhookId === undefined ? {} : { gitlabWebhookId: p.gitlabWebhookId }),
     })),
     metrics: {
       namespace: input.metricNamespace ?? fleetMetricNamespace(prefix),
@@ -460,6 +485,29 @@ function validateReuse(c: Checker, p: string, provider: unknown): void {
   });
   const nested = dirs.find((a) => dirs.some((b) => a !== b && a.startsWith(`${b}/`)));
   if (nested) c.fail(`${p}.reuse.cacheDirectories`, `"${nested}" lies inside another listed directory; list the outer one only`);
+}
+
+/**
+ * A pool's own GitLab scope (contract gitlab-scope.ts): a group or a project, not both, only on
+ * a GitLab pool; its webhook needs an owner (the pool's scope, else the connection's).
+ */
+function validateGitLabScope(c: Checker, p: string, provider: unknown): void {
+  const keys = ['gitlabGroupId', 'gitlabProjectId', 'gitlabWebhookId'].filter((k) => c.at(`${p}.${k}`) !== undefined);
+  if (keys.length === 0) return;
+  if (provider !== 'gitlab') {
+    c.fail(`${p}.${keys[0]}`, `is set on a ${String(provider)} pool: only a GitLab pool registers in a GitLab group or project; remove it`);
+    return;
+  }
+  for (const k of keys) c.integer(`${p}.${k}`, 1);
+  const group = c.at(`${p}.gitlabGroupId`);
+  const project = c.at(`${p}.gitlabProjectId`);
+  if (group !== undefined && project !== undefined) {
+    c.fail(`${p}.gitlabProjectId`, 'is set together with gitlabGroupId: a runner is registered in a group or in a project; set one');
+  }
+  const connectionScoped = c.at('gitlab.runnerType') !== GitLabRunnerType.INSTANCE;
+  if (c.at(`${p}.gitlabWebhookId`) !== undefined && group === undefined && project === undefined && !connectionScoped) {
+    c.fail(`${p}.gitlabWebhookId`, 'needs an owner: set the pool\'s gitlabGroupId or gitlabProjectId (instance runners have no group or project whose webhook it could be)');
+  }
 }
 
 export function validateFleetConfig(value: unknown): asserts value is FleetConfig {
@@ -587,7 +635,9 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     if (c.at(`${p}.imageParameter`) !== undefined) c.string(`${p}.imageParameter`);
     if (c.at(`${p}.runnerVersion`) !== undefined) c.string(`${p}.runnerVersion`);
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
+    validateGitLabScope(c, p, provider);
   });
+  if (c.problems.length === 0 && c.at('gitlab') !== undefined) for (const clash of gitLabScopeClashes(c.at('gitlab') as GitLabConnectionConfig, pools as PoolConfig[])) c.problems.push(clash);
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
   if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));

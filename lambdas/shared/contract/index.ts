@@ -20,3 +20,4 @@ export * from './lambda-env';
 export * from './runner-packages';
 export * from './runner-release';
 export * from './reuse';
+export * from './gitlab-scope';
