@@ -23,7 +23,7 @@ import {
 import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
-import { encodeUserData, renderUserData } from './user-data';
+import { encodeUserData, renderUserData, type InstanceCaCertificates } from './user-data';
 import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
@@ -58,6 +58,11 @@ export interface RunnerFleetProps {
    * @default logs.RetentionDays.ONE_MONTH
    */
   readonly logRetention?: logs.RetentionDays;
+  /**
+   * Extra CA certificates the instances install at boot (`UserDataOptions.caCertificates`).
+   * @default - none
+   */
+  readonly caCertificates?: InstanceCaCertificates;
 }
 
 /** One pool's launch template and the settings the control plane launches it with. */
@@ -336,6 +341,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           prepareCommands: poolPrepareCommands(pool),
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
           ...(pool.docker ? { docker: pool.docker } : {}),
+          ...(props.caCertificates ? { caCertificates: props.caCertificates } : {}),
         });
       } catch (e) {
         throw new Error(`pool "${pool.name}": ${(e as Error).message}`);

@@ -96,6 +96,8 @@ export interface HostPaths {
   readonly shmDir?: string;
   /** Where the aws CLI's snap puts its command (an image without the CLI: Ubuntu), added to the PATH. @default '/snap/bin' */
   readonly snapBinDir?: string;
+  /** Root the OS trust store's directories are under (`caCertificates`); empty means "/". @default '' */
+  readonly trustRoot?: string;
 }
 
 /**
@@ -200,6 +202,21 @@ export interface UserDataOptions {
   readonly docker?: PoolDockerProps;
   /** How long the install step waits for the Docker daemon to answer after starting it. @default 120 */
   readonly dockerReadySeconds?: number;
+  /**
+   * Extra CA certificates the boot installs into the OS trust store before anything talks to
+   * the CI server (once per instance), read from an SSM String parameter and checked against
+   * the rendered SHA-256 (docs/private-network.md).
+   * @default - none: the image's trust store as it is
+   */
+  readonly caCertificates?: InstanceCaCertificates;
+}
+
+/** The certificates the instances install at boot: where they read them and the digest they check them against. */
+export interface InstanceCaCertificates {
+  /** The String parameter holding the PEM text. */
+  readonly parameterName: string;
+  /** SHA-256 (hex) of the parameter's value, rendered into the user data. */
+  readonly sha256: string;
 }
 
 /** The Docker settings the boot renders, defaults filled in. */
@@ -211,11 +228,12 @@ export interface ResolvedDockerOptions {
   readonly volumes: string[];
 }
 
-export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker'>> & {
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker' | 'caCertificates'>> & {
   readonly hostPaths: Required<HostPaths>;
   readonly prepareCommands: string[];
   readonly reuse?: PoolReuseConfig;
   readonly docker?: ResolvedDockerOptions;
+  readonly caCertificates?: InstanceCaCertificates;
 };
 
 /** The docker executor's defaults (PoolDockerProps). */
@@ -349,9 +367,11 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
       varTmpDir: p.varTmpDir ?? TEMP_DEFAULTS.varTmpDir,
       shmDir: p.shmDir ?? TEMP_DEFAULTS.shmDir,
       snapBinDir: p.snapBinDir ?? '/snap/bin',
+      trustRoot: p.trustRoot ?? '',
     },
     ...(options.reuse ? { reuse: options.reuse } : {}),
     ...(options.docker ? { docker: resolveDocker(options.docker) } : {}),
+    ...(options.caCertificates ? { caCertificates: options.caCertificates } : {}),
     imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
     awsCli: options.awsCli ?? DEFAULTS.awsCli,
     awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
@@ -374,7 +394,12 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkPath('runnerDir', resolved.runnerDir);
   checkPath('gitlabRunnerBinary', resolved.gitlabRunnerBinary);
   for (const [name, value] of Object.entries(resolved.hostPaths)) {
-    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
+    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome' || name === 'trustRoot');
+  }
+  if (options.caCertificates) {
+    const { parameterName, sha256 } = options.caCertificates;
+    if (!/^\/[A-Za-z0-9_.\-/]{1,1010}$/.test(parameterName)) problems.push(`caCertificates.parameterName "${parameterName}" must be an SSM parameter name starting with "/"`);
+    if (!/^[0-9a-f]{64}$/.test(sha256)) problems.push(`caCertificates.sha256 "${sha256}" must be a SHA-256 in 64 lower-case hex digits`);
   }
   if (resolved.reuse) problems.push(...reuseProblems(resolved));
   if (resolved.docker) problems.push(...dockerProblems(resolved.docker));
@@ -679,6 +704,9 @@ export function renderStartLogic(options: UserDataOptions): string {
     CACHE_DIRECTORIES: (o.reuse?.cacheDirectories ?? []).map(q).join(' '),
     TEMP_DIRECTORIES: [o.hostPaths.tmpDir, o.hostPaths.varTmpDir, o.hostPaths.shmDir].map(q).join(' '),
     RUNNER_HOME: q(o.hostPaths.runnerHome),
+    CA_PARAMETER: q(o.caCertificates?.parameterName ?? ''),
+    CA_SHA256: q(o.caCertificates?.sha256 ?? ''),
+    TRUST_ROOT: q(o.hostPaths.trustRoot),
     JOB_START_LINE: q(JOB_START_LINES[o.provider]),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),

@@ -35,6 +35,8 @@ export interface SsmPaths {
   readonly runnerReleaseRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
+  /** The String parameter holding the fleet's extra CA certificates (PEM), which the instances install at boot. */
+  readonly caCertificates: string;
   readonly github: GitHubParameterNames;
   readonly gitlab: GitLabParameterNames;
   /** Name of the config parameter of one instance. */
@@ -94,6 +96,7 @@ export function ssmPaths(prefix: string): SsmPaths {
     poolStateRoot,
     runnerReleaseRoot,
     fleetConfig: `/${prefix}/fleet/config`,
+    caCertificates: `/${prefix}/fleet/ca-certificates`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
       webhookSecret: `${ciRoot}github/webhook-secret`,
