@@ -54,9 +54,8 @@ export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
     const problem = sourceRangesProblem(exposure.allowedSourceRanges, 'webhookExposure.allowedSourceRanges');
     if (problem) throw new Error(problem);
   }
-  if (exposure?.kind === WebhookExposureKind.NONE && !props.github && !props.gitlab) {
-    throw new Error('webhookExposure is WebhookExposure.none() but the fleet has no reconciler (it needs a github or gitlab connection): nothing would find its jobs');
-  }
+  // WebhookExposure.none() needs the reconciler: every fleet has it (a pool needs its
+  // provider's connection, and each connection gets the reconciler), so nothing to refuse.
 }
 
 /**

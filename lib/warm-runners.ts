@@ -311,7 +311,10 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.connections = this.fleet.connections;
     if (instanceCas) {
       this.caCertificatesParameter = instanceCas.parameter;
-      instanceCas.parameter.grantRead(this.fleet);
+      // GetParameter alone (the boot's one call), not grantRead's four actions.
+      this.fleet.grantPrincipal.addToPrincipalPolicy(
+        new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.caCertificates.slice(1) })] }),
+      );
     }
     this.grantPrincipal = this.fleet.grantPrincipal;
 
