@@ -4,7 +4,6 @@ import { createHash, X509Certificate } from 'node:crypto';
 import { ssmPaths } from '../lambdas/shared/contract';
 import { caBundle } from './function-network';
 import { sourceRangesProblem, WebhookExposureKind } from './webhook-exposure';
-import type { InstanceCaCertificates } from './user-data';
 import type { WarmRunnersProps } from './warm-runners';
 
 /** The most an SSM String parameter holds (advanced tier); the instances read the certificates from one. */
@@ -60,12 +59,12 @@ export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
 
 /**
  * The fleet's CA certificates for its instances: a String parameter (certificates are public),
- * read and installed by the boot of a stock image (templates/start-runner.sh, install_cas). The
- * user data carries the parameter's name and the value's SHA-256, never the PEM (it has no room:
- * 16 KB); a change of the certificates changes the digest, so a new launch template version
- * replaces the parked instances that trust the old ones.
+ * `ssmPaths(prefix).caCertificates`, read and installed by the boot (templates/start-runner.sh,
+ * install_cas). The user data carries the value's SHA-256, never the PEM (it has no room: 16 KB);
+ * a change of the certificates changes the digest, so a new launch template version replaces
+ * the parked instances that trust the old ones.
  */
-export function instanceCaCertificates(scope: Construct, prefix: string, certificates: string[]): { parameter: ssm.StringParameter; source: InstanceCaCertificates } {
+export function instanceCaCertificates(scope: Construct, prefix: string, certificates: string[]): { parameter: ssm.StringParameter; sha256: string } {
   const value = caBundle(certificates);
   const parameter = new ssm.StringParameter(scope, 'CaCertificates', {
     parameterName: ssmPaths(prefix).caCertificates,
@@ -73,5 +72,5 @@ export function instanceCaCertificates(scope: Construct, prefix: string, certifi
     stringValue: value,
     tier: value.length > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
   });
-  return { parameter, source: { parameterName: ssmPaths(prefix).caCertificates, sha256: createHash('sha256').update(value).digest('hex') } };
+  return { parameter, sha256: createHash('sha256').update(value).digest('hex') };
 }

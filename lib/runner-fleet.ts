@@ -23,7 +23,7 @@ import {
 import { DEFAULT_INSTANCE_TYPE } from './fleet-config-input';
 import { acknowledgeWildcard, nagArn } from './nag';
 import type { RunnerPoolProps } from './props';
-import { encodeUserData, renderUserData, type InstanceCaCertificates } from './user-data';
+import { encodeUserData, renderUserData } from './user-data';
 import { poolPrepareCommands } from './pool-prepare-commands';
 import { poolReuseConfig } from './pool-reuse-config';
 import { ParameterMachineImage } from './parameter-machine-image';
@@ -59,10 +59,11 @@ export interface RunnerFleetProps {
    */
   readonly logRetention?: logs.RetentionDays;
   /**
-   * Extra CA certificates the instances install at boot (`UserDataOptions.caCertificates`).
+   * SHA-256 of the fleet's extra CA certificates parameter (`UserDataOptions.caCertificatesSha256`):
+   * the instances install them at boot.
    * @default - none
    */
-  readonly caCertificates?: InstanceCaCertificates;
+  readonly caCertificatesSha256?: string;
 }
 
 /** One pool's launch template and the settings the control plane launches it with. */
@@ -341,7 +342,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           prepareCommands: poolPrepareCommands(pool),
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
           ...(pool.docker ? { docker: pool.docker } : {}),
-          ...(props.caCertificates ? { caCertificates: props.caCertificates } : {}),
+          ...(props.caCertificatesSha256 ? { caCertificatesSha256: props.caCertificatesSha256 } : {}),
         });
       } catch (e) {
         throw new Error(`pool "${pool.name}": ${(e as Error).message}`);

@@ -96,8 +96,6 @@ export interface HostPaths {
   readonly shmDir?: string;
   /** Where the aws CLI's snap puts its command (an image without the CLI: Ubuntu), added to the PATH. @default '/snap/bin' */
   readonly snapBinDir?: string;
-  /** Root the OS trust store's directories are under (`caCertificates`); empty means "/". @default '' */
-  readonly trustRoot?: string;
 }
 
 /**
@@ -203,20 +201,13 @@ export interface UserDataOptions {
   /** How long the install step waits for the Docker daemon to answer after starting it. @default 120 */
   readonly dockerReadySeconds?: number;
   /**
-   * Extra CA certificates the boot installs into the OS trust store before anything talks to
-   * the CI server (once per instance), read from an SSM String parameter and checked against
-   * the rendered SHA-256 (docs/private-network.md).
+   * SHA-256 (64 lower-case hex digits) of the fleet's extra CA certificates, the value of the
+   * String parameter `ssmPaths(prefix).caCertificates`. Set, the boot installs them into the OS
+   * trust store before anything talks to the CI server (once per instance), refusing a value
+   * with another digest (docs/private-network.md).
    * @default - none: the image's trust store as it is
    */
-  readonly caCertificates?: InstanceCaCertificates;
-}
-
-/** The certificates the instances install at boot: where they read them and the digest they check them against. */
-export interface InstanceCaCertificates {
-  /** The String parameter holding the PEM text. */
-  readonly parameterName: string;
-  /** SHA-256 (hex) of the parameter's value, rendered into the user data. */
-  readonly sha256: string;
+  readonly caCertificatesSha256?: string;
 }
 
 /** The Docker settings the boot renders, defaults filled in. */
@@ -228,12 +219,12 @@ export interface ResolvedDockerOptions {
   readonly volumes: string[];
 }
 
-export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker' | 'caCertificates'>> & {
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker' | 'caCertificatesSha256'>> & {
   readonly hostPaths: Required<HostPaths>;
   readonly prepareCommands: string[];
   readonly reuse?: PoolReuseConfig;
   readonly docker?: ResolvedDockerOptions;
-  readonly caCertificates?: InstanceCaCertificates;
+  readonly caCertificatesSha256?: string;
 };
 
 /** The docker executor's defaults (PoolDockerProps). */
@@ -367,11 +358,10 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
       varTmpDir: p.varTmpDir ?? TEMP_DEFAULTS.varTmpDir,
       shmDir: p.shmDir ?? TEMP_DEFAULTS.shmDir,
       snapBinDir: p.snapBinDir ?? '/snap/bin',
-      trustRoot: p.trustRoot ?? '',
     },
     ...(options.reuse ? { reuse: options.reuse } : {}),
     ...(options.docker ? { docker: resolveDocker(options.docker) } : {}),
-    ...(options.caCertificates ? { caCertificates: options.caCertificates } : {}),
+    ...(options.caCertificatesSha256 ? { caCertificatesSha256: options.caCertificatesSha256 } : {}),
     imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
     awsCli: options.awsCli ?? DEFAULTS.awsCli,
     awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
@@ -394,12 +384,10 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkPath('runnerDir', resolved.runnerDir);
   checkPath('gitlabRunnerBinary', resolved.gitlabRunnerBinary);
   for (const [name, value] of Object.entries(resolved.hostPaths)) {
-    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome' || name === 'trustRoot');
+    checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
   }
-  if (options.caCertificates) {
-    const { parameterName, sha256 } = options.caCertificates;
-    if (!/^\/[A-Za-z0-9_.\-/]{1,1010}$/.test(parameterName)) problems.push(`caCertificates.parameterName "${parameterName}" must be an SSM parameter name starting with "/"`);
-    if (!/^[0-9a-f]{64}$/.test(sha256)) problems.push(`caCertificates.sha256 "${sha256}" must be a SHA-256 in 64 lower-case hex digits`);
+  if (options.caCertificatesSha256 !== undefined && !/^[0-9a-f]{64}$/.test(options.caCertificatesSha256)) {
+    problems.push(`caCertificatesSha256 "${options.caCertificatesSha256}" must be a SHA-256 in 64 lower-case hex digits`);
   }
   if (resolved.reuse) problems.push(...reuseProblems(resolved));
   if (resolved.docker) problems.push(...dockerProblems(resolved.docker));
@@ -704,9 +692,8 @@ export function renderStartLogic(options: UserDataOptions): string {
     CACHE_DIRECTORIES: (o.reuse?.cacheDirectories ?? []).map(q).join(' '),
     TEMP_DIRECTORIES: [o.hostPaths.tmpDir, o.hostPaths.varTmpDir, o.hostPaths.shmDir].map(q).join(' '),
     RUNNER_HOME: q(o.hostPaths.runnerHome),
-    CA_PARAMETER: q(o.caCertificates?.parameterName ?? ''),
-    CA_SHA256: q(o.caCertificates?.sha256 ?? ''),
-    TRUST_ROOT: q(o.hostPaths.trustRoot),
+    CA_PARAMETER: q(o.caCertificatesSha256 ? ssmPaths(o.prefix).caCertificates : ''),
+    CA_SHA256: q(o.caCertificatesSha256 ?? ''),
     JOB_START_LINE: q(JOB_START_LINES[o.provider]),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),

@@ -306,7 +306,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
       ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       ...(props.rootDeviceName ? { rootDeviceName: props.rootDeviceName } : {}),
-      ...(instanceCas ? { caCertificates: instanceCas.source } : {}),
+      ...(instanceCas ? { caCertificatesSha256: instanceCas.sha256 } : {}),
     });
     this.connections = this.fleet.connections;
     if (instanceCas) {

@@ -46,7 +46,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   REUSE=@@REUSE@@ MAX_JOBS=@@REUSE_MAX_JOBS@@ MAX_AGE=@@REUSE_MAX_AGE_SECONDS@@ AFFINITY_RE=@@AFFINITY_RE@@ \
   TAG_AFFINITY=@@TAG_AFFINITY@@ TAG_USES=@@TAG_USES@@ TAG_PARKING=@@TAG_PARKING@@ TAG_JOB=@@TAG_JOB_ID@@ \
   TAG_RUNNER=@@TAG_RUNNER_ID@@ TAG_IDLE=@@TAG_IDLE_SINCE@@ K_AFFINITY=@@KEY_AFFINITY@@ K_USES=@@KEY_USES@@ \
-  RUNNER_HOME=@@RUNNER_HOME@@ CA=@@CA_PARAMETER@@ CA_SUM=@@CA_SHA256@@ TRUST=@@TRUST_ROOT@@
+  RUNNER_HOME=@@RUNNER_HOME@@ CA=@@CA_PARAMETER@@ CA_SUM=@@CA_SHA256@@
 # shellcheck disable=SC2016 # literals for bash -c, expanded when they run
 PREPARE=(@@PREPARE_COMMANDS@@)
 # Reuse (docs/boot-modes.md, "Reuse"): what survives a job, and the temp directories emptied after it.
@@ -858,19 +858,19 @@ prepare_once() {
 # disk). Installed only when their SHA-256 is the one rendered here: the parameter is not the
 # launch template. One file per certificate: update-ca-certificates links a file by its first.
 install_cas() {
-  local dir=$TRUST/usr/local/share/ca-certificates id='' sum
+  local dir=/usr/local/share/ca-certificates id='' sum
   local -a up=(update-ca-certificates)
   [[ -n $CA ]] || return 0
   [[ ! -r $STATE/cas ]] || read -r id <"$STATE/cas" || true
   [[ $id != "$ID" ]] || return 0
-  aws_try "reading $CA" ssm get-parameter --name "$CA" --query Parameter.Value --output text || fail "cannot read the CA certificates at $CA"
+  aws_try "reading $CA" ssm get-parameter --name "$CA" --query Parameter.Value --output text || fail "cannot read $CA"
   read -r sum _ < <(printf %s "$OUT" | sha256sum)
-  [[ $sum == "$CA_SUM" ]] || fail "the CA certificates at $CA are not this launch template's (SHA-256 $sum)"
-  ! command -v update-ca-trust >/dev/null || { dir=$TRUST/etc/pki/ca-trust/source/anchors && up=(update-ca-trust extract); }
-  mkdir -p "$dir" && rm -f "$dir"/cdk-warm-runners-*.crt && awk -v f="$dir/cdk-warm-runners-" '/-BEGIN/{n++} n{print >(f n ".crt")}' <<<"$OUT" &&
-    "${up[@]}" >&2 || fail "cannot install the CA certificates into $dir"
-  printf '%s\n' "$ID" >"$STATE/cas"
-  log "installed the CA certificates of $CA"
+  [[ $sum == "$CA_SUM" ]] || fail "$CA has SHA-256 $sum, not this launch template's"
+  ! command -v update-ca-trust >/dev/null || { dir=/etc/pki/ca-trust/source/anchors && up=(update-ca-trust extract); }
+  { mkdir -p "$dir" && rm -f "$dir"/cdk-warm-runners-*.crt && awk -v f="$dir/cdk-warm-runners-" '/-BEGIN/{n++} n{print >(f n ".crt")}' <<<"$OUT" && "${up[@]}" >&2; } ||
+    fail "cannot install $CA into $dir"
+  echo "$ID" >"$STATE/cas"
+  log "installed $CA"
 }
 
 prime_mode() {
