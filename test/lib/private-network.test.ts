@@ -84,7 +84,7 @@ function statementsOfRole(template: Template, roleLogicalId: string): Statement[
     .flatMap((p) => resolvePseudo(p.Properties.PolicyDocument.Statement, PSEUDO) as Statement[]);
 }
 
-const roleOf = (fn: Record<string, any>): string => (fn.Properties.Role as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+const roleOf = (fn: Record<string, unknown>): string => ((fn.Properties as Record<string, unknown>).Role as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
 
 describe('control-plane functions in the VPC (functionSubnets)', () => {
   let synth: ReturnType<typeof fleet>;
