@@ -82,6 +82,14 @@ export class FunctionNetwork extends Construct {
     super(scope, id);
     let securityGroups: ec2.ISecurityGroup[] | undefined;
     if (props.vpc) {
+      // Lambda gives a function's interfaces no public address: in a public subnet it reaches neither AWS nor the internet.
+      const publicIds = new Set(props.vpc.publicSubnets.map((s) => s.subnetId));
+      const chosen = props.vpc.selectSubnets(props.vpcSubnets).subnetIds;
+      if (chosen.some((id) => publicIds.has(id))) {
+        throw new Error(
+          'functionSubnets selects public subnets: Lambda gives functions no public address there, so they would reach neither AWS nor the CI server; select private subnets with a NAT, or with the VPC endpoints of docs/private-network.md',
+        );
+      }
       securityGroups =
         props.securityGroups && props.securityGroups.length > 0
           ? props.securityGroups

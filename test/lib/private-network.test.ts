@@ -150,11 +150,12 @@ describe('control-plane functions in the VPC (functionSubnets)', () => {
     expect(runners.functionConnections).toBeUndefined();
   });
 
-  it('refuses security groups without subnets, and an empty list', () => {
+  it('refuses security groups without subnets, an empty list, and public subnets', () => {
     expect(() => fleet({}, (s) => ({ functionSecurityGroups: [ec2.SecurityGroup.fromSecurityGroupId(s, 'X', 'sg-12345678')] }))).toThrow(
       /functionSecurityGroups is set without functionSubnets: set functionSubnets/,
     );
     expect(() => fleet({ functionSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }, functionSecurityGroups: [] })).toThrow(/functionSecurityGroups is empty/);
+    expect(() => fleet({ functionSubnets: { subnetType: ec2.SubnetType.PUBLIC } })).toThrow(/functionSubnets selects public subnets: .*docs\/private-network\.md/);
   });
 });
 
