@@ -5,6 +5,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { functionNetworkOf, grantVpcAccess } from './function-network';
 
 /** The Lambda handlers this library ships, bundled by `scripts/bundle-lambdas.mjs` into assets/<value>/. */
 export enum BundledHandler {
@@ -81,6 +82,9 @@ export class BundledFunction extends lambda.Function {
       description: props.description,
     });
     logGroup.grantWrite(role);
+    // The fleet's VPC and CA certificates (lib/function-network.ts), for every function alike.
+    const network = functionNetworkOf(scope);
+    if (network?.vpc) grantVpcAccess(role);
     super(scope, id, {
       role,
       runtime: RUNTIME,
@@ -90,7 +94,9 @@ export class BundledFunction extends lambda.Function {
       description: props.description,
       timeout: props.timeout,
       memorySize: props.memorySize ?? 256,
-      environment: props.environment,
+      environment: { ...props.environment, ...network?.environment },
+      ...(network?.vpc ? { vpc: network.vpc, securityGroups: network.securityGroups, ...(network.vpcSubnets ? { vpcSubnets: network.vpcSubnets } : {}) } : {}),
+      ...(network && network.layers.length > 0 ? { layers: network.layers } : {}),
       logGroup,
       loggingFormat: lambda.LoggingFormat.JSON,
       ...(props.reservedConcurrentExecutions === undefined ? {} : { reservedConcurrentExecutions: props.reservedConcurrentExecutions }),

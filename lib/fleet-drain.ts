@@ -11,6 +11,7 @@ import { Construct, type IConstruct } from 'constructs';
 import { LAMBDA_ENV, ssmPaths, tagKeys } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { FUNCTION_MEMORY_MB } from './function-memory';
+import { functionNetworkOf, grantVpcAccess } from './function-network';
 import { acknowledgeWildcard, nagArn } from './nag';
 import { SCHEDULED_MAX_EVENT_AGE } from './scheduled-invoke';
 
@@ -177,6 +178,10 @@ export class FleetDrain extends Construct {
     };
     const onEventRole = frameworkRole('FrameworkOnEventRole');
     const waiterRole = frameworkRole('FrameworkWaiterRole');
+    // The framework's functions talk to AWS only (Lambda, Step Functions, the response URL in
+    // S3), yet go in the fleet's VPC too: an account may require every function in one.
+    const network = functionNetworkOf(this);
+    if (network?.vpc) for (const role of [onEventRole, waiterRole]) grantVpcAccess(role);
     const provider = new cr.Provider(this, 'Provider', {
       frameworkOnEventRole: onEventRole,
       frameworkCompleteAndTimeoutRole: waiterRole,
@@ -187,6 +192,7 @@ export class FleetDrain extends Construct {
       logGroup: frameworkLogs,
       disableWaiterStateMachineLogging: false,
       waiterStateMachineLogOptions: { destination: frameworkLogs, level: sfn.LogLevel.ALL },
+      ...(network?.vpc ? { vpc: network.vpc, securityGroups: network.securityGroups, ...(network.vpcSubnets ? { vpcSubnets: network.vpcSubnets } : {}) } : {}),
     });
     this.resource = new CustomResource(this, 'Resource', { serviceToken: provider.serviceToken, resourceType: 'Custom::FleetDrain' });
 

@@ -34,3 +34,5 @@ export * from './runner-image';
 // The step class only: its document helpers are internal.
 export { RunnerImageStep } from './runner-image-steps';
 export * from './parameter-machine-image';
+export { WebhookExposure, WebhookExposureKind } from './webhook-exposure';
+export type { ApiGatewayWebhookProps } from './webhook-exposure';

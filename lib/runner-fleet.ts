@@ -61,6 +61,12 @@ export interface RunnerFleetProps {
    * @default logs.RetentionDays.ONE_MONTH
    */
   readonly logRetention?: logs.RetentionDays;
+  /**
+   * SHA-256 of the fleet's extra CA certificates parameter (`UserDataOptions.caCertificatesSha256`):
+   * the instances install them at boot.
+   * @default - none
+   */
+  readonly caCertificatesSha256?: string;
 }
 
 /** One pool's launch template and the settings the control plane launches it with. */
@@ -215,6 +221,7 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
           prepareCommands: poolPrepareCommands(pool),
           ...(pool.reuse ? { reuse: poolReuseConfig(pool) } : {}),
           ...(pool.docker ? { docker: pool.docker } : {}),
+          ...(props.caCertificatesSha256 ? { caCertificatesSha256: props.caCertificatesSha256 } : {}),
         });
       } catch (e) {
         throw new Error(`pools[${index}] (pool "${pool.name}"): ${(e as Error).message}`);

@@ -200,6 +200,14 @@ export interface UserDataOptions {
   readonly docker?: PoolDockerProps;
   /** How long the install step waits for the Docker daemon to answer after starting it. @default 120 */
   readonly dockerReadySeconds?: number;
+  /**
+   * SHA-256 (64 lower-case hex digits) of the fleet's extra CA certificates, the value of the
+   * String parameter `ssmPaths(prefix).caCertificates`. Set, the boot installs them into the OS
+   * trust store before anything talks to the CI server (once per instance), refusing a value
+   * with another digest (docs/private-network.md).
+   * @default - none: the image's trust store as it is
+   */
+  readonly caCertificatesSha256?: string;
 }
 
 /** The Docker settings the boot renders, defaults filled in. */
@@ -211,11 +219,12 @@ export interface ResolvedDockerOptions {
   readonly volumes: string[];
 }
 
-export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker'>> & {
+export type ResolvedUserDataOptions = Required<Omit<UserDataOptions, 'hostPaths' | 'prepareCommands' | 'reuse' | 'docker' | 'caCertificatesSha256'>> & {
   readonly hostPaths: Required<HostPaths>;
   readonly prepareCommands: string[];
   readonly reuse?: PoolReuseConfig;
   readonly docker?: ResolvedDockerOptions;
+  readonly caCertificatesSha256?: string;
 };
 
 /** The docker executor's defaults (PoolDockerProps). */
@@ -352,6 +361,7 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
     },
     ...(options.reuse ? { reuse: options.reuse } : {}),
     ...(options.docker ? { docker: resolveDocker(options.docker) } : {}),
+    ...(options.caCertificatesSha256 ? { caCertificatesSha256: options.caCertificatesSha256 } : {}),
     imdsEndpoint: options.imdsEndpoint ?? DEFAULTS.imdsEndpoint,
     awsCli: options.awsCli ?? DEFAULTS.awsCli,
     awsEndpointUrl: options.awsEndpointUrl ?? DEFAULTS.awsEndpointUrl,
@@ -375,6 +385,9 @@ export function resolveUserDataOptions(options: UserDataOptions): ResolvedUserDa
   checkPath('gitlabRunnerBinary', resolved.gitlabRunnerBinary);
   for (const [name, value] of Object.entries(resolved.hostPaths)) {
     checkPath(`hostPaths.${name}`, value, name === 'preReadDevice' || name === 'runnerHome');
+  }
+  if (options.caCertificatesSha256 !== undefined && !/^[0-9a-f]{64}$/.test(options.caCertificatesSha256)) {
+    problems.push(`caCertificatesSha256 "${options.caCertificatesSha256}" must be a SHA-256 in 64 lower-case hex digits`);
   }
   if (resolved.reuse) problems.push(...reuseProblems(resolved));
   if (resolved.docker) problems.push(...dockerProblems(resolved.docker));
@@ -679,6 +692,8 @@ export function renderStartLogic(options: UserDataOptions): string {
     CACHE_DIRECTORIES: (o.reuse?.cacheDirectories ?? []).map(q).join(' '),
     TEMP_DIRECTORIES: [o.hostPaths.tmpDir, o.hostPaths.varTmpDir, o.hostPaths.shmDir].map(q).join(' '),
     RUNNER_HOME: q(o.hostPaths.runnerHome),
+    CA_PARAMETER: q(o.caCertificatesSha256 ? ssmPaths(o.prefix).caCertificates : ''),
+    CA_SHA256: q(o.caCertificatesSha256 ?? ''),
     JOB_START_LINE: q(JOB_START_LINES[o.provider]),
     RUNNER_CONFIG_ROOT: q(ssmPaths(o.prefix).runnerConfigRoot),
     RUNNER_CONFIG_VERSION: q(String(RUNNER_CONFIG_VERSION)),

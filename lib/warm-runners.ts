@@ -1,4 +1,5 @@
 import { Annotations, Aspects, Aws, CfnOutput, Duration, Stack, Token } from 'aws-cdk-lib';
+import type * as apigateway from 'aws-cdk-lib/aws-apigateway';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -35,6 +36,9 @@ import {
 import { AlarmActions } from './alarm-actions';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { registerFleet } from './fleet-clash';
+import { FunctionNetwork } from './function-network';
+import { instanceCaCertificates, validatePrivateNetworkProps } from './private-network';
+import { exposeWebhook, WebhookExposure } from './webhook-exposure';
 import { fleetConfigInput } from './fleet-config-input';
 import { FleetDrain } from './fleet-drain';
 import { runOnceOnSchedule } from './scheduled-invoke';
@@ -184,6 +188,35 @@ export interface WarmRunnersProps {
    * @default - unreserved (the webhook shares the account's unreserved concurrency)
    */
   readonly webhookReservedConcurrency?: number;
+  /**
+   * Subnets of `vpc` the control-plane functions run in (webhook, scale-up, pool, scale-down,
+   * reconciler, release resolver, drain), for a GitHub Enterprise Server or GitLab reachable
+   * only inside the VPC. They then reach AWS through the VPC: a NAT or the VPC endpoints
+   * docs/private-network.md lists.
+   * @default - the functions run outside any VPC
+   */
+  readonly functionSubnets?: ec2.SubnetSelection;
+  /**
+   * Security groups of the control-plane functions; only with `functionSubnets`. Allow them to
+   * the CI server with `ciServer.connections.allowFrom(fleet.functionConnections, ec2.Port.tcp(443))`.
+   * @default - one security group with egress only
+   */
+  readonly functionSecurityGroups?: ec2.ISecurityGroup[];
+  /**
+   * Extra CA certificates (PEM text, one or more `-----BEGIN CERTIFICATE-----` blocks each) that
+   * the control-plane functions and the runner instances trust, for a CI server whose
+   * certificate a private CA signed. The functions get them as a layer named by
+   * `NODE_EXTRA_CA_CERTS`; the instances install them into the OS trust store at boot, from an
+   * SSM String parameter (docs/private-network.md).
+   * @default - the public roots only
+   */
+  readonly caCertificates?: string[];
+  /**
+   * How GitHub and GitLab reach the webhook: a public Function URL, an API Gateway REST API
+   * that admits listed source ranges only, or no endpoint (the reconciler alone finds jobs).
+   * @default WebhookExposure.functionUrl()
+   */
+  readonly webhookExposure?: WebhookExposure;
 }
 
 /**
@@ -219,8 +252,16 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly runnerReleaseFunction?: BundledFunction;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
-  /** The webhook's Function URL; append "github" or "gitlab". */
-  readonly webhookUrl: lambda.FunctionUrl;
+  /** The webhook's Function URL (`WebhookExposure.functionUrl()`, the default); append "github" or "gitlab". */
+  readonly webhookUrl?: lambda.FunctionUrl;
+  /** The webhook's base URL, ending in "/", whatever the exposure; append "github" or "gitlab". Absent for `WebhookExposure.none()`. */
+  readonly webhookEndpoint?: string;
+  /** The webhook's REST API (`WebhookExposure.apiGateway()`). */
+  readonly webhookApi?: apigateway.RestApi;
+  /** The control-plane functions' security groups, when they run in the VPC (`functionSubnets`). */
+  readonly functionConnections?: ec2.Connections;
+  /** The String parameter the instances read the extra CA certificates from (`caCertificates`). */
+  readonly caCertificatesParameter?: ssm.StringParameter;
   /** The fleet's dashboard. */
   readonly dashboard: cloudwatch.Dashboard;
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
@@ -249,6 +290,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   constructor(scope: Construct, id: string, props: WarmRunnersProps) {
     super(scope, id);
     validateWarmRunnersProps(props);
+    validatePrivateNetworkProps(props);
     for (const warning of hostedLabelWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:github-hosted-label', warning);
     for (const warning of reuseWithoutWarmPoolWarnings(props)) Annotations.of(this).addWarningV2('cdk-warm-runners:reuse-without-warm-pool', warning);
     for (const { id: warningId, message } of prepareCommandWarnings(props)) Annotations.of(this).addWarningV2(warningId, message);
@@ -264,6 +306,14 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     registerFleet({ construct: this, prefix, metricNamespace: namespace });
     // Every alarm in this construct's tree gets the actions, however and whenever it is added.
     if (props.alarmActions && props.alarmActions.length > 0) Aspects.of(this).add(new AlarmActions(props.alarmActions));
+    // Before any function: each BundledFunction under this construct takes its VPC and CA layer.
+    const network = new FunctionNetwork(this, 'Functions', {
+      ...(props.functionSubnets ? { vpc: props.vpc, vpcSubnets: props.functionSubnets } : {}),
+      ...(props.functionSecurityGroups ? { securityGroups: props.functionSecurityGroups } : {}),
+      ...(props.caCertificates ? { caCertificates: props.caCertificates } : {}),
+    });
+    if (network.connections) this.functionConnections = network.connections;
+    const instanceCas = props.caCertificates ? instanceCaCertificates(this, prefix, props.caCertificates) : undefined;
 
     this.fleet = new RunnerFleet(this, 'Fleet', {
       vpc: props.vpc,
@@ -274,8 +324,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
       ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
       ...(props.rootDeviceName ? { rootDeviceName: props.rootDeviceName } : {}),
+      ...(instanceCas ? { caCertificatesSha256: instanceCas.sha256 } : {}),
     });
     this.connections = this.fleet.connections;
+    if (instanceCas) {
+      this.caCertificatesParameter = instanceCas.parameter;
+      // GetParameter alone (the boot's one call), not grantRead's four actions; every pool's role reads it.
+      const readCas = new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.caCertificates.slice(1) })] });
+      for (const role of new Set(this.fleet.pools.map((p) => p.role))) role.addToPrincipalPolicy(readCas);
+    }
     this.grantPrincipal = this.fleet.grantPrincipal;
 
     // Each pool launches in its own subnets (RunnerPoolProps.vpcSubnets, else the fleet's).
@@ -319,7 +376,10 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl },
       logRetention,
     });
-    this.webhookUrl = this.webhookFunction.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
+    const exposed = exposeWebhook(this, this.webhookFunction, props.webhookExposure ?? WebhookExposure.functionUrl(), logRetention);
+    if (exposed.functionUrl) this.webhookUrl = exposed.functionUrl;
+    if (exposed.api) this.webhookApi = exposed.api;
+    if (exposed.endpoint) this.webhookEndpoint = exposed.endpoint;
     this.jobRecords = new JobRecords(this, 'JobRecords');
     this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
       handler: BundledHandler.SCALE_UP,
@@ -806,8 +866,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       );
     }
 
-    if (props.github) new CfnOutput(this, 'GitHubWebhookUrl', { description: 'Point the GitHub App webhook here', value: `${this.webhookUrl.url}github` });
-    if (props.gitlab) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookUrl.url}gitlab` });
+    if (props.github && this.webhookEndpoint) new CfnOutput(this, 'GitHubWebhookUrl', { description: 'Point the GitHub App webhook here', value: `${this.webhookEndpoint}github` });
+    if (props.gitlab && this.webhookEndpoint) new CfnOutput(this, 'GitLabWebhookUrl', { description: 'Point the GitLab webhook here', value: `${this.webhookEndpoint}gitlab` });
     new CfnOutput(this, 'SecretParameters', {
       description: 'SecureString parameters to fill in after deploying (see docs/operations.md)',
       value: this.secretParameterNames.filter((n) => n !== paths.gitlab.webhookSigningKey).join(','),

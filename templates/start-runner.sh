@@ -46,7 +46,7 @@ readonly MODE_RUN=@@MODE_RUN@@ MODE_PRIME=@@MODE_PRIME@@ MODE_WAIT=@@MODE_WAIT@@
   REUSE=@@REUSE@@ MAX_JOBS=@@REUSE_MAX_JOBS@@ MAX_AGE=@@REUSE_MAX_AGE_SECONDS@@ AFFINITY_RE=@@AFFINITY_RE@@ \
   TAG_AFFINITY=@@TAG_AFFINITY@@ TAG_USES=@@TAG_USES@@ TAG_PARKING=@@TAG_PARKING@@ TAG_JOB=@@TAG_JOB_ID@@ \
   TAG_RUNNER=@@TAG_RUNNER_ID@@ TAG_IDLE=@@TAG_IDLE_SINCE@@ K_AFFINITY=@@KEY_AFFINITY@@ K_USES=@@KEY_USES@@ \
-  RUNNER_HOME=@@RUNNER_HOME@@
+  RUNNER_HOME=@@RUNNER_HOME@@ CA=@@CA_PARAMETER@@ CA_SUM=@@CA_SHA256@@
 # shellcheck disable=SC2016 # literals for bash -c, expanded when they run
 PREPARE=(@@PREPARE_COMMANDS@@)
 # Reuse (docs/boot-modes.md, "Reuse"): what survives a job, and the temp directories emptied after it.
@@ -720,6 +720,7 @@ run_mode() {
   # A cold launch of a stock image pays the install here, before its runner starts; Docker
   # too, on the first boot only (a warm activation boots the hook, its instance has Docker);
   # then the prepare commands (which may use the runner), as PRIME runs them.
+  install_cas
   install_runner
   [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
   prepare_once
@@ -766,6 +767,7 @@ wait_mode() {
   log "$L_MODE=$MODE instance=$ID: no config yet, polling up to ${WAIT_SECONDS}s"
   # An image without the runner installs it first, then the prepare commands run: both
   # overlap the wait for the config instead of following it. The bound starts after them.
+  install_cas
   install_runner
   [[ ${BASH_SOURCE[0]} == "$HOOK" ]] || install_docker
   prepare_once
@@ -851,10 +853,31 @@ prepare_once() {
   [[ $id == "$ID" ]] || prepare
 }
 
+# The fleet's extra CA certificates (docs/private-network.md) into the OS trust store, before
+# anything talks TLS to the CI server; once per instance (a warm activation finds them on its
+# disk). Installed only when their SHA-256 is the one rendered here: the parameter is not the
+# launch template. One file per certificate: update-ca-certificates links a file by its first.
+install_cas() {
+  local dir=/usr/local/share/ca-certificates id='' sum
+  local -a up=(update-ca-certificates)
+  [[ -n $CA ]] || return 0
+  [[ ! -r $STATE/cas ]] || read -r id <"$STATE/cas" || true
+  [[ $id != "$ID" ]] || return 0
+  aws_try "reading $CA" ssm get-parameter --name "$CA" --query Parameter.Value --output text || fail "cannot read $CA"
+  read -r sum _ < <(printf %s "$OUT" | sha256sum)
+  [[ $sum == "$CA_SUM" ]] || fail "$CA has SHA-256 $sum, not this launch template's"
+  ! command -v update-ca-trust >/dev/null || { dir=/etc/pki/ca-trust/source/anchors && up=(update-ca-trust extract); }
+  { mkdir -p "$dir" && rm -f "$dir"/cdk-warm-runners-*.crt && awk -v f="$dir/cdk-warm-runners-" '/-BEGIN/{n++} n{print >(f n ".crt")}' <<<"$OUT" && "${up[@]}" >&2; } ||
+    fail "cannot install $CA into $dir"
+  echo "$ID" >"$STATE/cas"
+  log "installed $CA"
+}
+
 prime_mode() {
   MODE=$MODE_PRIME TRACE=''
   log "$L_MODE=$MODE instance=$ID"
   install_hook
+  install_cas
   # Off the job's path: a warm job finds the runner (and Docker) installed. Before the prepare
   # commands, which may use them (docker pull). A daemon that does not answer fails the PRIME.
   install_runner

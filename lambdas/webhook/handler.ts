@@ -1,6 +1,7 @@
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import type { APIGatewayProxyResultV2, LambdaFunctionURLEvent } from 'aws-lambda';
+import type { APIGatewayProxyResultV2 } from 'aws-lambda';
+import { requestMethod, requestPath, type WebhookEvent } from './http-event';
 import { createCiProviders } from '../ci';
 import { instanceIdOfRunnerName, LAMBDA_ENV, METRIC_NAMES, Provider, qualifiedJobId, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
@@ -65,7 +66,7 @@ export interface WebhookDeps {
   readonly options?: WebhookOptions;
 }
 
-export type WebhookHandler = (event: LambdaFunctionURLEvent) => Promise<APIGatewayProxyResultV2>;
+export type WebhookHandler = (event: WebhookEvent) => Promise<APIGatewayProxyResultV2>;
 
 /**
  * With these, a request answers within 8 s however slow its dependencies: the config read
@@ -135,7 +136,7 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
   return async (event) => {
     const receivedAt = now();
     const deadline = createDeadline(ctx.opts.deadlineMs, clock);
-    const path = (event.rawPath ?? '/').replace(/\/+$/, '') || '/';
+    const path = requestPath(event).replace(/\/+$/, '') || '/';
     const route: Provider | undefined = path === '/github' ? Provider.GITHUB : path === '/gitlab' ? Provider.GITLAB : undefined;
     const reqLog = ctx.log.child({ route: route ?? logSafe(path, 40), requestId: logSafe(event.requestContext?.requestId ?? '', 64) });
     if (!route) {
@@ -162,8 +163,8 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
 }
 
 /** Parse: the method, the headers, the body within its limit, the fleet config and the queue. */
-async function admit(ctx: Context, event: LambdaFunctionURLEvent, route: Provider, deadline: Deadline, reqLog: Logger): Promise<Request> {
-  if ((event.requestContext?.http?.method ?? 'POST') !== 'POST') throw new Rejection(405, 'only POST is accepted');
+async function admit(ctx: Context, event: WebhookEvent, route: Provider, deadline: Deadline, reqLog: Logger): Promise<Request> {
+  if (requestMethod(event) !== 'POST') throw new Rejection(405, 'only POST is accepted');
   const headers = lowerCaseHeaders(event.headers);
   const body = readBody(event, ctx.opts.maxBodyBytes);
   let config: FleetConfig;
@@ -396,7 +397,7 @@ type Classified = ({ readonly kind: 'job'; readonly job: JobDraft } | { readonly
 
 type Headers = Readonly<Record<string, string | undefined>>;
 
-function lowerCaseHeaders(headers: LambdaFunctionURLEvent['headers'] | undefined): Headers {
+function lowerCaseHeaders(headers: WebhookEvent['headers'] | undefined): Headers {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers ?? {})) if (v !== undefined) out[k.toLowerCase()] = v;
   return out;
@@ -409,7 +410,7 @@ function requireHeader(headers: Headers, name: string): string {
 }
 
 /** The raw body bytes the sender signed; Function URLs base64-encode bodies they do not treat as text. */
-function readBody(event: LambdaFunctionURLEvent, maxBytes: number): Buffer {
+function readBody(event: WebhookEvent, maxBytes: number): Buffer {
   const raw = event.body ?? '';
   // Check the size before decoding or hashing anything: base64 is 4 characters per 3 bytes.
   const approxBytes = event.isBase64Encoded ? Math.floor((raw.length * 3) / 4) : Buffer.byteLength(raw, 'utf8');

@@ -1,9 +1,10 @@
 import type { Template } from 'aws-cdk-lib/assertions';
+import { BlockList, isIPv4 } from 'node:net';
 
 /**
  * A small evaluator of identity-policy statements, enough to check what a synthesized role
  * may do: Allow statements with Action, Resource, policy variables and the condition
- * operators this library uses (StringEquals, StringLike, ArnLike, Null, and the set operator
+ * operators this library uses (StringEquals, StringLike, ArnLike, Null, IpAddress, NotIpAddress, and the set operator
  * ForAllValues:StringEquals over multivalued keys such as aws:TagKeys). It is deliberately
  * strict: an unknown operator throws instead of guessing.
  */
@@ -62,6 +63,17 @@ function conditionHolds(operator: string, key: string, expected: string[], conte
     case 'StringLike':
     case 'ArnLike':
       return values.some((v) => glob(v, actual));
+    case 'IpAddress':
+    case 'NotIpAddress': {
+      const ranges = new BlockList();
+      for (const v of values) {
+        const [address, bits] = v.split('/') as [string, string | undefined];
+        const family = isIPv4(address) ? 'ipv4' : 'ipv6';
+        ranges.addSubnet(address, Number(bits ?? (family === 'ipv4' ? 32 : 128)), family);
+      }
+      const inside = ranges.check(actual, isIPv4(actual) ? 'ipv4' : 'ipv6');
+      return operator === 'IpAddress' ? inside : !inside;
+    }
     default:
       throw new Error(`iam-eval: unsupported condition operator ${operator}`);
   }

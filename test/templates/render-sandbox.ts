@@ -20,6 +20,8 @@
  * the machine's measured slowdown (test/support/slowdown.ts), as are the CLI and IMDS timeouts:
  * what must fit inside a bound is a few aws CLI calls, and those slow down with the machine.
  */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -94,6 +96,13 @@ const BOUNDS = {
   slowReadTimeoutSeconds: 60,
 };
 
+// A test CA for ca.bats (the boot installs it; no TLS is made with it), as the fleet stores it: PEM, no trailing newline.
+const CA_PEM = execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '2', '-subj', '/CN=cwr-sandbox-ca'], {
+  encoding: 'utf8',
+  stdio: ['ignore', 'pipe', 'ignore'],
+}).trim();
+writeFileSync(join(root, 'ca.pem'), CA_PEM);
+
 const prefix = 'sandbox';
 const tags = tagKeys(prefix);
 /**
@@ -128,6 +137,7 @@ const contract: Record<string, string> = {
   TAG_USES: tags.uses,
   TAG_PARKING: tags.parking,
   TAG_RUNNER_VERSION: tags.runnerVersion,
+  CA_PARAM: ssmPaths(prefix).caCertificates,
   RELEASE_PARAM_GITHUB: ssmPaths(prefix).runnerRelease(Provider.GITHUB),
   TAG_RUNNER_ID: tags.runnerId,
   TAG_IDLE_SINCE: tags.idleSince,
@@ -236,6 +246,10 @@ for (const provider of PROVIDERS) {
   writeFileSync(noAws, renderUserData({ ...options, awsCli: 'aws', hostPaths: { ...options.hostPaths, snapBinDir: join(root, 'snap', 'bin') } }));
   chmodSync(noAws, 0o755);
   // A pool that follows the newest release: the install reads the resolved release first.
+  // Extra CA certificates (docs/private-network.md): the digest of $ROOT/ca.pem, which ca.bats puts into the parameter.
+  const ca = join(root, `user-data-${provider}-ca.sh`);
+  writeFileSync(ca, renderUserData({ ...options, caCertificatesSha256: createHash('sha256').update(CA_PEM).digest('hex') }));
+  chmodSync(ca, 0o755);
   const latest = join(root, `user-data-${provider}-latest.sh`);
   writeFileSync(latest, renderUserData({ ...options, followLatestRunner: true }));
   chmodSync(latest, 0o755);

@@ -133,6 +133,8 @@ function largestOptions(provider: Provider, seed = 24): UserDataOptions {
       shmDir: path(max),
       snapBinDir: path(max),
     },
+    // The fleet's extra CA certificates: their parameter's name (the prefix's) and digest (random hex: incompressible).
+    caCertificatesSha256: noise('0123456789abcdef', 64),
     reuse: {
       scope: ReuseScope.REPOSITORY,
       maxJobs: REUSE_LIMITS.maxJobs,

@@ -13,7 +13,7 @@ import { captureConsole } from '../support/console-capture';
 import { startLoopback, type Loopback, type Route } from '../support/loopback';
 import { startMoto, type MotoServer } from '../support/moto';
 import { scaled, slowdown } from '../support/slowdown';
-import { functionUrlEvent, githubHeaders, plantSecret, secretForms, standardWebhookHeaders } from './support';
+import { functionUrlEvent, githubHeaders, plantSecret, restApiEvent, secretForms, standardWebhookHeaders } from './support';
 
 const PREFIX = 'wh-test';
 const paths = ssmPaths(PREFIX);
@@ -142,6 +142,21 @@ beforeEach(async () => {
 /** The ledger lines (contract ledger.ts) among these log lines, in the order written. */
 const ledgerLines = (lines: readonly string[]) =>
   lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.message === LEDGER_MESSAGE).map(({ traceId, jobId, pool, stage, at, seconds }) => ({ traceId, jobId, pool, stage, at, seconds }));
+
+describe('API Gateway exposure (REST API proxy events, payload format 1.0)', () => {
+  it('queues a signed delivery, refuses another method, and routes by the resource path without the stage', async () => {
+    const handler = newHandler();
+    const before = (await queued()).length;
+    const body = queuedSelfHosted;
+    // GitHub's header spelling, not lower-cased: API Gateway passes them as sent.
+    const headers = githubHeaders(body, secrets.githubWebhook, 'workflow_job', randomUUID());
+    expect(outcome(await handler(restApiEvent('/github', headers, body))).outcome).toBe('queued');
+    expect((await queued()).length).toBe(before + 1);
+    const get = await handler(restApiEvent('/github', headers, body, { method: 'GET' }));
+    expect(get).toMatchObject({ statusCode: 405 });
+    expect(await handler(restApiEvent('/webhook/github', headers, body))).toMatchObject({ statusCode: 404 });
+  });
+});
 
 describe('latency ledger', () => {
   const ours = runnerName(PREFIX, 'i-0123456789abcdef0', NOW);

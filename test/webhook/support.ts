@@ -1,5 +1,5 @@
 import { createHmac, randomBytes } from 'node:crypto';
-import type { LambdaFunctionURLEvent } from 'aws-lambda';
+import type { APIGatewayProxyEvent, LambdaFunctionURLEvent } from 'aws-lambda';
 
 /** A unique, recognisable secret per run, so a leak into a log is found by a plain search. */
 export function plantSecret(label: string): string {
@@ -40,6 +40,41 @@ export function functionUrlEvent(
     body: options.base64 ? raw.toString('base64') : raw.toString('utf8'),
     isBase64Encoded: options.base64 ?? false,
   } as LambdaFunctionURLEvent;
+}
+
+/**
+ * The same delivery as an API Gateway REST API's Lambda proxy integration hands it over
+ * (payload format 1.0, `WebhookExposure.apiGateway`): `path` without the stage, `httpMethod`,
+ * headers as the sender spelled them.
+ */
+export function restApiEvent(path: string, headers: Record<string, string>, body: string, options: { method?: string } = {}): APIGatewayProxyEvent {
+  const method = options.method ?? 'POST';
+  return {
+    resource: path,
+    path,
+    httpMethod: method,
+    headers,
+    multiValueHeaders: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, [v]])),
+    queryStringParameters: null,
+    multiValueQueryStringParameters: null,
+    pathParameters: null,
+    stageVariables: null,
+    requestContext: {
+      accountId: '111122223333',
+      apiId: 'api-id',
+      httpMethod: method,
+      path: `/webhook${path}`,
+      protocol: 'HTTP/1.1',
+      requestId: randomBytes(8).toString('hex'),
+      requestTimeEpoch: 0,
+      resourceId: 'res',
+      resourcePath: path,
+      stage: 'webhook',
+      identity: { sourceIp: '192.30.252.1' },
+    },
+    body,
+    isBase64Encoded: false,
+  } as unknown as APIGatewayProxyEvent;
 }
 
 export function githubHeaders(body: string | Buffer, secret: string, event: string, delivery: string): Record<string, string> {

@@ -35,6 +35,8 @@ export interface SsmPaths {
   readonly runnerReleaseRoot: string;
   /** The String parameter that carries the `FleetConfig` to the Lambdas. */
   readonly fleetConfig: string;
+  /** The String parameter holding the fleet's extra CA certificates (PEM), which the instances install at boot. */
+  readonly caCertificates: string;
   readonly github: GitHubParameterNames;
   /**
    * Classic personal access token with `manage_runners:enterprise` (SecureString), read only
@@ -110,6 +112,7 @@ export function ssmPaths(prefix: string): SsmPaths {
     runnerReleaseRoot,
     fleetConfig: `/${prefix}/fleet/config`,
     githubEnterpriseToken: `${ciRoot}github/enterprise-token`,
+    caCertificates: `/${prefix}/fleet/ca-certificates`,
     github: {
       appPrivateKey: `${ciRoot}github/app-private-key`,
       webhookSecret: `${ciRoot}github/webhook-secret`,

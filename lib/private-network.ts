@@ -1,0 +1,76 @@
+import * as ssm from 'aws-cdk-lib/aws-ssm';
+import type { Construct } from 'constructs';
+import { createHash, X509Certificate } from 'node:crypto';
+import { ssmPaths } from '../lambdas/shared/contract';
+import { caBundle } from './function-network';
+import { sourceRangesProblem, WebhookExposureKind } from './webhook-exposure';
+import type { WarmRunnersProps } from './warm-runners';
+
+/** The most an SSM String parameter holds (advanced tier); the instances read the certificates from one. */
+const CA_PARAMETER_MAX_CHARS = 8192;
+
+const PEM_BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----\r?\n([A-Za-z0-9+/=\r\n]+?)-----END \1-----/g;
+
+/** Why `pem` is refused (one or more CERTIFICATE blocks that parse, nothing else), or undefined. Never echoes the text: it may be a key pasted by mistake. */
+export function caCertificateProblem(pem: string, where: string): string | undefined {
+  const blocks = [...pem.matchAll(PEM_BLOCK)];
+  const rest = pem.replace(PEM_BLOCK, '').trim();
+  if (blocks.length === 0) return `${where} holds no PEM certificate: give one or more "-----BEGIN CERTIFICATE-----" blocks`;
+  const other = blocks.filter((b) => b[1] !== 'CERTIFICATE').map((b) => `-----BEGIN ${b[1]}-----`);
+  if (other.length > 0) return `${where} holds ${other.join(', ')}: only "-----BEGIN CERTIFICATE-----" blocks are allowed (never a key)`;
+  if (rest !== '') return `${where} holds text outside its "-----BEGIN CERTIFICATE-----" blocks (${rest.length} characters): give the PEM blocks only`;
+  for (const [i, block] of blocks.entries()) {
+    try {
+      new X509Certificate(block[0]);
+    } catch (e) {
+      return `${where}: certificate ${i + 1} of ${blocks.length} does not parse as X.509 (${(e as Error).message})`;
+    }
+  }
+  return undefined;
+}
+
+/** Checks the private-network props (docs/private-network.md) before anything is created. */
+export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
+  if (props.functionSecurityGroups && !props.functionSubnets) {
+    throw new Error('functionSecurityGroups is set without functionSubnets: set functionSubnets to put the control-plane functions in the VPC, or leave the security groups out');
+  }
+  if (props.functionSecurityGroups?.length === 0) throw new Error('functionSecurityGroups is empty: leave it out for one security group with egress only, or list at least one');
+  if (props.caCertificates) {
+    if (props.caCertificates.length === 0) throw new Error('caCertificates is empty: leave it out, or give at least one PEM certificate');
+    for (const [i, pem] of props.caCertificates.entries()) {
+      const problem = caCertificateProblem(pem, `caCertificates[${i}]`);
+      if (problem) throw new Error(problem);
+    }
+    const length = caBundle(props.caCertificates).length;
+    if (length > CA_PARAMETER_MAX_CHARS) {
+      throw new Error(
+        `caCertificates are ${length} characters together, above the ${CA_PARAMETER_MAX_CHARS} an SSM parameter holds (the instances read them from one): give only the CAs of the CI server's chain, or bake them into the image (RunnerImageStep.caCertificatesFromAsset)`,
+      );
+    }
+  }
+  const exposure = props.webhookExposure;
+  if (exposure?.kind === WebhookExposureKind.API_GATEWAY) {
+    const problem = sourceRangesProblem(exposure.allowedSourceRanges, 'webhookExposure.allowedSourceRanges');
+    if (problem) throw new Error(problem);
+  }
+  // WebhookExposure.none() needs the reconciler: every fleet has it (a pool needs its
+  // provider's connection, and each connection gets the reconciler), so nothing to refuse.
+}
+
+/**
+ * The fleet's CA certificates for its instances: a String parameter (certificates are public),
+ * `ssmPaths(prefix).caCertificates`, read and installed by the boot (templates/start-runner.sh,
+ * install_cas). The user data carries the value's SHA-256, never the PEM (it has no room: 16 KB);
+ * a change of the certificates changes the digest, so a new launch template version replaces
+ * the parked instances that trust the old ones.
+ */
+export function instanceCaCertificates(scope: Construct, prefix: string, certificates: string[]): { parameter: ssm.StringParameter; sha256: string } {
+  const value = caBundle(certificates);
+  const parameter = new ssm.StringParameter(scope, 'CaCertificates', {
+    parameterName: ssmPaths(prefix).caCertificates,
+    description: `Extra CA certificates the ${prefix} runner instances trust (PEM)`,
+    stringValue: value,
+    tier: value.length > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
+  });
+  return { parameter, sha256: createHash('sha256').update(value).digest('hex') };
+}
