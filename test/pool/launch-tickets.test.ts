@@ -155,6 +155,6 @@ describe("a ticket's hold and a job's maximum wait (pure)", () => {
   it('the fleet config refuses a priming timeout whose ticket would outlive that wait, naming the bound', () => {
     const priming = JOB_MAX_WAIT_SECONDS - LAUNCH_TICKET_SETTLE_SECONDS;
     expect(() => fleetConfig({ primingTimeoutSeconds: priming - 1 })).not.toThrow();
-    expect(() => fleetConfig({ primingTimeoutSeconds: priming })).toThrow(/warm\.primingTimeoutSeconds is 3300: a launch of an unproven or failing template holds its launch ticket .* use at most 3299 s/);
+    expect(() => fleetConfig({ primingTimeoutSeconds: priming })).toThrow(/warm\.primingTimeoutSeconds is 55 minutes: a launch of an unproven or failing template holds its launch ticket .* use less than 55 minutes/);
   });
 });

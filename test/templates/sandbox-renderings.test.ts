@@ -33,7 +33,7 @@ const pools: RunnerPoolProps[] = [
 /** The values the sandbox relocates, cut out: the two assignment statements and the arrays. */
 function code(userData: string): string {
   return userData
-    .replace(/^readonly MODE_RUN=[\s\S]*? RUNNER_HOME=\S*$/m, '<start logic values>')
+    .replace(/^readonly MODE_RUN=[\s\S]*? RUNNER_HOME=.*$/m, '<start logic values>')
     .replace(/^readonly I_GITHUB=.*$/m, '<install values>')
     .replace(/^PREPARE=\(.*\)$/m, '<prepare commands>')
     .replace(/^CACHES=\(.*\) TEMPS=\(.*\)$/m, '<directories>');
