@@ -118,7 +118,7 @@ export function buildScopesProof(input: {
 /** The report's lines: each job's scope, pool and runner scope, the Apps, the exhaustion. */
 export function formatScopesProof(p: ScopesProof): string[] {
   const job = (provider: string) => (j: ScopedJob) => `  ${provider} job ${j.ciJobId} of ${j.scope}: pool ${j.pool}, runner in ${j.runnerScope ?? '(none)'}${j.served ? '' : ', NOT served'}`;
-  const lines = [`scopes: ${p.passed ? 'passed' : 'FAILED'}`, ...p.github.map(job('github')), ...p.gitlab.map(job('gitlab')), `  Apps answered: ${p.appsUsed.join(', ') || 'none'}`];
+  const lines = [`scopes: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.github.length} GitHub and ${p.gitlab.length} GitLab job(s), each on its own scope's pool and runner${p.passed ? '' : ' (not all)'}`, ...p.github.map(job('github')), ...p.gitlab.map(job('gitlab')), `  Apps answered: ${p.appsUsed.join(', ') || 'none'}`];
   const e = p.exhaustion;
   if (e) {
     const after = Object.entries(e.requestsAfter).map(([id, n]) => `${id} ${n.ok} answered, ${n.refused} refused`).join('; ');
