@@ -80,7 +80,8 @@ async function main(): Promise<number> {
   // With the lost-job faults the proof decides (a cancelled job is rightly unserved).
   // With --reuse the reuse proof must pass too (hit rate, cache file, nothing else of the earlier job).
   // With --docker the container proof must pass too (every job in its containers, nothing left on the daemon).
-  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true) && (r.roll?.passed ?? true);
+  // With --scopes the scopes proof too (each job on its own scope's pool and runner, every App answered).
+  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true) && (r.roll?.passed ?? true) && (r.scopes?.passed ?? true);
   return r.settled && outcome && r.leftovers === 0 ? 0 : 1;
 }
 

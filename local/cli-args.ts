@@ -38,9 +38,11 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   daemon of its own for the played machines, and every job is a container job (GitHub container: with a
                   service, GitLab image: with a service, the docker executor); the report proves each ran in its containers
                   and that nothing of them is left on the daemon (not with --reuse or --faults)
-  --gitlab-groups GitLab pools in two groups (docs/gitlab.md "Several groups or projects"): the GitLab jobs alternate between
-                  the example's group and a second one with its own pool, tags and webhook; the report's gitlabScopes names the
-                  scope of the runner that ran each (not with --reuse or --faults)
+  --scopes        one fleet serving several scopes (docs/local.md "Several scopes"): the GitHub jobs alternate between the
+                  example's organisation and example-partner (a pool of its own organization, the same labels), the GitLab
+                  jobs between two groups (each its own pool, tags and webhook); two GitHub Apps share the load (--apps
+                  changes how many) and after half the GitHub jobs the first App's rate-limit budgets are spent; the report
+                  names each job's pool and the scope its runner registered in (not with --reuse or --faults)
   --apt-pool NAME the example's pool NAME (linux-x64 or gitlab-docker; repeatable) plays an Ubuntu-style image: no dnf, so its
                   install step runs this host's real apt-get (a Debian machine standing in for Ubuntu) beside the other pools'
                   dnf (needs root and the stock image; installs the runner's OS packages that are missing on this host)
@@ -64,8 +66,8 @@ export interface LocalArgs {
   readonly reuse?: true;
   /** Container jobs on a daemon of the run's own (absent: off). */
   readonly docker?: true;
-  /** GitLab pools in two groups (absent: one). */
-  readonly gitlabGroups?: true;
+  /** A second GitHub organisation and GitLab group, two Apps (absent: one of each). */
+  readonly scopes?: true;
   readonly jobs?: number;
   readonly poolSize?: number;
   readonly deadlineMs?: number;
@@ -124,7 +126,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         roll: { type: 'boolean' },
         reuse: { type: 'boolean' },
         docker: { type: 'boolean' },
-        'gitlab-groups': { type: 'boolean' },
+        scopes: { type: 'boolean' },
         endpoint: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
@@ -186,9 +188,9 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     const missing = dockerMissing(root);
     if (missing) throw new UsageError(`--docker needs ${missing}`);
   }
-  if (values['gitlab-groups']) {
+  if (values.scopes) {
     const clash = [['--reuse', values.reuse === true], ['--faults', faultSet !== undefined]].find(([, on]) => on);
-    if (clash) throw new UsageError(`--gitlab-groups alternates the GitLab jobs between two groups: leave out ${String(clash[0])}`);
+    if (clash) throw new UsageError(`--scopes alternates the jobs between two organisations and two groups: leave out ${String(clash[0])}`);
   }
   const aptPools = values['apt-pool'];
   if (aptPools !== undefined) {
@@ -210,7 +212,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     drift: values.drift ?? false,
     ...(values.reuse ? { reuse: true as const } : {}),
     ...(values.docker ? { docker: true as const } : {}),
-    ...(values['gitlab-groups'] ? { gitlabGroups: true as const } : {}),
+    ...(values.scopes ? { scopes: true as const } : {}),
     ...(values.roll ? { roll: true as const } : {}),
     ...(jobs === undefined ? {} : { jobs }),
     ...(poolSize === undefined ? {} : { poolSize }),

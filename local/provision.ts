@@ -30,11 +30,18 @@ export const LOCAL_AMI = 'ami-12c6146b';
  */
 export const LOCAL_GITLAB_WEBHOOK_ID = 1;
 /**
- * `npm run local -- --gitlab-groups`: a second GitLab group the fleet serves beside the
+ * `npm run local -- --scopes`: a second GitLab group the fleet serves beside the
  * example's, with one project, its own webhook (the same id, numbered per group as GitLab does)
  * and a pool of its own tags (pools of two groups may not match one job: docs/gitlab.md).
  */
 export const LOCAL_SECOND_GITLAB_GROUP = { id: 43, project: { id: 4811, path: 'group-43/etl' }, pool: 'gitlab-data', labels: ['data'] } as const;
+/**
+ * `npm run local -- --scopes`: a second GitHub organisation the fleet serves beside the
+ * example's (the loopback GitHub installs every App on it too), with a pool of its own
+ * `organization` and the SAME labels as the example's GitHub pool: the job's organisation, not
+ * its labels, decides which pool serves it (docs/github.md "Several organisations").
+ */
+export const LOCAL_SECOND_GITHUB_ORGANIZATION = { organization: 'example-partner', repository: 'example-partner/app', pool: 'linux-x64-partner' } as const;
 
 /** What the local tool changes in the example fleet, all here. */
 export interface LocalSettings {
@@ -51,6 +58,11 @@ export interface LocalSettings {
    * the group's name, tags, `gitlabGroupId` and `gitlabWebhookId`). @default false
    */
   readonly secondGitLabGroup?: boolean;
+  /**
+   * A second GitHub pool, in `LOCAL_SECOND_GITHUB_ORGANIZATION` (the example's GitHub pool copied
+   * with the organisation's name and pool `organization`, labels unchanged). @default false
+   */
+  readonly secondGitHubOrganization?: boolean;
   /**
    * Each provider's pools install this `runnerPackage` on a stock image (the loopback release
    * server's packages). @default - the example's: the contract's pinned releases
@@ -110,7 +122,7 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
   return {
     github: { ...example.github, apiUrl: local.githubApiUrl, ...(local.githubAdditionalAppIds?.length ? { additionalAppIds: [...local.githubAdditionalAppIds] } : {}) },
     gitlab: { ...example.gitlab, url: local.gitlabUrl, webhookId: LOCAL_GITLAB_WEBHOOK_ID },
-    pools: withSecondGitLabGroup(example.pools, local).map((pool): RunnerPoolProps => {
+    pools: withSecondScopes(example.pools, local).map((pool): RunnerPoolProps => {
       const { schedule: _dropped, ...warm } = pool.warm ?? {};
       const runnerPackage = local.runnerPackages?.[pool.provider];
       const { docker, ...rest } = pool;
@@ -120,12 +132,20 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
   };
 }
 
-/** The example's pools, with `secondGitLabGroup` one more: the GitLab pool's copy in the second group. */
-function withSecondGitLabGroup(pools: readonly RunnerPoolProps[], local: LocalSettings): RunnerPoolProps[] {
+/**
+ * The example's pools, with `secondGitHubOrganization` the GitHub pool's copy in the second
+ * organisation, and with `secondGitLabGroup` the GitLab pool's copy in the second group.
+ */
+function withSecondScopes(pools: readonly RunnerPoolProps[], local: LocalSettings): RunnerPoolProps[] {
+  const github = pools.find((p) => p.provider === Provider.GITHUB);
   const gitlab = pools.find((p) => p.provider === Provider.GITLAB);
-  if (!local.secondGitLabGroup || !gitlab) return [...pools];
+  const o = LOCAL_SECOND_GITHUB_ORGANIZATION;
   const g = LOCAL_SECOND_GITLAB_GROUP;
-  return [...pools, { ...gitlab, name: g.pool, labels: [...g.labels], gitlabGroupId: g.id, gitlabWebhookId: LOCAL_GITLAB_WEBHOOK_ID }];
+  return [
+    ...pools,
+    ...(local.secondGitHubOrganization && github ? [{ ...github, name: o.pool, organization: o.organization }] : []),
+    ...(local.secondGitLabGroup && gitlab ? [{ ...gitlab, name: g.pool, labels: [...g.labels], gitlabGroupId: g.id, gitlabWebhookId: LOCAL_GITLAB_WEBHOOK_ID }] : []),
+  ];
 }
 
 /** The FleetConfig the local fleet runs on: the example's props, the local overrides, moto's placement. */

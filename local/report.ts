@@ -6,6 +6,7 @@ import { BOOT_LOG_KEYS, bootLogGroupName, LEDGER_STAGE_NAMES, instanceIdOfRunner
 import type { LocalEvent, LocalEventKind } from './events';
 import { formatFaultProof, type FaultProof } from './fault-report';
 import { formatDockerProof, type DockerProof } from './docker-run';
+import { formatScopesProof, type ScopesProof } from './scopes-run';
 import { formatReuseProof, type ReuseProof } from './reuse-run';
 import type { LocalAwsClients } from './lambdas';
 
@@ -159,8 +160,8 @@ export interface LocalReport {
     readonly jobsOnOtherRunner: readonly string[];
     readonly passed: boolean;
   };
-  /** `--gitlab-groups`: each GitLab job's pool, project, and the scope of the runner that ran it (absent: no runner took it). */
-  readonly gitlabScopes?: readonly { readonly ciJobId: string; readonly pool: string; readonly projectId: number; readonly runnerScope?: string }[];
+  /** `--scopes` (local/scopes-run.ts): each job's organisation or project, pool and the scope of the runner that ran it; the Apps answered; the App spent mid-run. */
+  readonly scopes?: ScopesProof;
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
@@ -626,6 +627,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.faultProof) lines.push(...formatFaultProof(report.faultProof));
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));
   if (report.docker) lines.push(...formatDockerProof(report.docker));
+  if (report.scopes) lines.push(...formatScopesProof(report.scopes));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

@@ -23,12 +23,13 @@ import { machineAt } from './instances/machine';
 import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
 import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
-import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITLAB_GROUP, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITHUB_ORGANIZATION, LOCAL_SECOND_GITLAB_GROUP, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
 import type { LocalJobOptions } from './ci/server-basics';
 import { LOCAL_DOCKER_IMAGE, startLocalDockerDaemon, type LocalDockerDaemon } from './docker-daemon';
 import { buildDockerProof, DOCKER_JOBS, DOCKER_REPORTS_DIR, dockerInstallFigure, readDockerReports, type DockerDaemonState, type DockerProof } from './docker-run';
+import { buildScopesProof, rotationWave, type ScopesProof, type ScopeTarget, type SentScopedJob } from './scopes-run';
 import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
 import { LocalReleases } from './release/published';
@@ -114,12 +115,15 @@ export interface ScenarioOptions {
    */
   readonly docker?: boolean;
   /**
-   * GitLab pools in two groups (`LOCAL_SECOND_GITLAB_GROUP`, docs/gitlab.md "Several groups or
-   * projects"): the GitLab jobs alternate between the example's group and the second one, each
-   * with its own pool, tags and webhook; the report's `gitlabScopes` names the scope of the
-   * runner that ran each GitLab job.
+   * One fleet serving several scopes (local/scopes-run.ts): the GitHub jobs alternate between the
+   * example's organisation and `LOCAL_SECOND_GITHUB_ORGANIZATION` (a pool of its own
+   * `organization`, the same labels), the GitLab jobs between the example's group and
+   * `LOCAL_SECOND_GITLAB_GROUP` (its own pool, tags and webhook); two GitHub Apps share the load
+   * (unless `apps` says otherwise) and, with two or more, the first App's budgets are spent after
+   * the first half of the GitHub jobs. The report's `scopes` names the pool and the runner scope
+   * of each job.
    */
-  readonly gitlabGroups?: boolean;
+  readonly scopes?: boolean;
   /**
    * Pools of the example whose machines play an Ubuntu-style image (no dnf): their install
    * step runs this host's real apt-get (a played Debian machine standing in for Ubuntu).
@@ -127,7 +131,7 @@ export interface ScenarioOptions {
    * missing), so it is not part of the default run. @default - none
    */
   readonly aptPools?: readonly string[];
-  /** GitHub Apps sharing the rate limit (`--apps N`): the loopback installs each on the organisation. @default 1 */
+  /** GitHub Apps sharing the rate limit (`--apps N`): the loopback installs each on the organisation. @default 1 (2 with `scopes`) */
   readonly apps?: number;
   /**
    * Runner updates: the pools follow the newest runner release (no pin), which the release
@@ -247,11 +251,14 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const runnerSeconds = Math.ceil(RUNNER_WAIT_SECONDS * factor);
     const plan = faults.lossy ? planFaults(o.seed ?? DEFAULT_FAULT_SEED, o.jobs) : undefined;
     const lossy = new LossyRun(plan, DEFAULT_PREFIX, events);
+    const apps = o.apps ?? (o.scopes ? 2 : 1);
+    const partner = LOCAL_SECOND_GITHUB_ORGANIZATION;
     const github = await startLoopbackGitHub({
       organization: example.github.organization!,
+      ...(o.scopes ? { organizations: [partner.organization] } : {}),
       appId: example.github.appId,
       // Further Apps: ids after the example's, each with its own key, installation and rate limits.
-      ...((o.apps ?? 1) > 1 ? { additionalAppIds: Array.from({ length: o.apps! - 1 }, (_, i) => String(Number(example.github.appId) + i + 1)) } : {}),
+      ...(apps > 1 ? { additionalAppIds: Array.from({ length: apps - 1 }, (_, i) => String(Number(example.github.appId) + i + 1)) } : {}),
       onEvent,
       jobSeconds: o.jobSeconds,
       runnerWaitSeconds: plan ? Math.ceil(LOSSY_RUNNER_WAIT_SECONDS * factor) : runnerSeconds,
@@ -261,7 +268,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     cleanups.push(() => github.close());
     const hook = { owner: 'group', ownerId: example.gitlab.scopeId!, hookId: LOCAL_GITLAB_WEBHOOK_ID } as const;
     const second = LOCAL_SECOND_GITLAB_GROUP;
-    const groups = o.gitlabGroups
+    const groups = o.scopes
       ? { groups: [{ id: second.id, projectIds: [second.project.id] }], moreHooks: [{ owner: 'group', ownerId: second.id, hookId: LOCAL_GITLAB_WEBHOOK_ID } as const] }
       : {};
     const gitlab = await startLoopbackGitLab({ groupId: example.gitlab.scopeId!, hook, ...groups, onEvent, jobSeconds: o.jobSeconds, ...(plan ? { offlineMidJob: true, resend: (r) => lossy.resend(r) } : {}) });
@@ -314,7 +321,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}), ...(o.gitlabGroups ? { secondGitLabGroup: true } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}), ...(o.scopes ? { secondGitHubOrganization: true, secondGitLabGroup: true } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, githubAdditionalApps: github.apps.slice(1), gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
@@ -399,6 +406,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
 
     const templateVersions: Record<string, { before: string; after: string }> = {};
     const jobs: ScenarioJob[] = [];
+    /** --scopes: the App whose budgets the run spent, at which request of the loopback and after how many GitHub jobs. */
+    let exhausted: { readonly appId: string; readonly atRequest: number; readonly jobsBefore: number } | undefined;
+    /** --scopes: each job sent, with its scope and pool. */
+    const scoped: SentScopedJob[] = [];
     const deliveries: { what: string; status: number }[] = [];
     let gaveUp: string | undefined;
     /** The furthest the harness moved the pool's clock ahead (the back-off's time span). */
@@ -474,9 +485,18 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         return status;
       };
       lossy.connect({ deliver: (what, d) => deliver(what, d), secrets: fleet.webhook, github, gitlab });
-      const sendGitHub = async (labels: string[], repository = GITHUB_REPOSITORY, options?: LocalJobOptions) => {
-        const job = github.addJob(`${fleet.config.github!.organization}/${repository}`, labels, undefined, options);
-        const pool = fleet.config.pools.find((p) => p.provider === 'github')!;
+      // With --scopes the jobs alternate between the organisations' (and the groups') repositories and pools.
+      const organization = fleet.config.github!.organization!;
+      const githubTargets: (ScopeTarget & { readonly repository: string })[] = [
+        { pool: fleet.config.pools.find((p) => p.provider === 'github')!.name, scope: organization, runnerScope: `org:${organization.toLowerCase()}`, repository: `${organization}/${GITHUB_REPOSITORY}` },
+        ...(o.scopes ? [{ pool: partner.pool, scope: partner.organization, runnerScope: `org:${partner.organization}`, repository: partner.repository }] : []),
+      ];
+      let githubSent = 0;
+      const sendGitHub = async (labels: string[], repository?: string, options?: LocalJobOptions) => {
+        const target = repository === undefined ? githubTargets[githubSent++ % githubTargets.length]! : { ...githubTargets[0]!, repository: `${organization}/${repository}` };
+        const job = github.addJob(target.repository, labels, undefined, options);
+        const pool = fleet.config.pools.find((p) => p.name === target.pool)!;
+        if (o.scopes) scoped.push({ provider: 'github', ciJobId: String(job.id), target });
         const d = githubWorkflowJobQueued({ jobId: job.id, runId: job.runId, repository: job.repository, labels }, fleet.webhook.githubSecret);
         const deliveredAt = Date.now();
         const fate = lossy.fateOfNext('github', job.id);
@@ -485,17 +505,17 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
         onEvent({ t: deliveredAt, kind: 'webhook-received', provider: 'github', ciJobId: String(job.id), detail: fate === 'delivered' ? status : fate });
         return d;
       };
-      // With --gitlab-groups the jobs alternate between the two groups' projects and pools.
-      const gitlabTargets = [
-        { pool: gitlabPool, project: GITLAB_PROJECT as { readonly id: number; readonly path: string } },
-        ...(o.gitlabGroups ? [{ pool: second.pool as string, project: second.project }] : []),
+      const gitlabTargets: (ScopeTarget & { readonly project: { readonly id: number; readonly path: string } })[] = [
+        { pool: gitlabPool, scope: GITLAB_PROJECT.path, runnerScope: `group_type:${example.gitlab.scopeId!}`, project: GITLAB_PROJECT },
+        ...(o.scopes ? [{ pool: second.pool, scope: second.project.path, runnerScope: `group_type:${second.id}`, project: second.project }] : []),
       ];
       let gitlabSent = 0;
       const sendGitLab = async (given?: { readonly id: number; readonly path: string }, options?: LocalJobOptions) => {
-        const target = given ? { pool: gitlabPool, project: given } : gitlabTargets[gitlabSent++ % gitlabTargets.length]!;
+        const target = given ? { ...gitlabTargets[0]!, scope: given.path, project: given } : gitlabTargets[gitlabSent++ % gitlabTargets.length]!;
         const project = target.project;
         const pool = fleet.config.pools.find((p) => p.name === target.pool)!;
         const job = gitlab.addJob(project.id, [...pool.labels], options);
+        if (o.scopes) scoped.push({ provider: 'gitlab', ciJobId: String(job.id), target });
         const d = gitlabJobPending({ buildId: job.id, projectId: project.id, projectPath: project.path }, fleet.webhook.gitlabToken);
         const deliveredAt = Date.now();
         const fate = lossy.fateOfNext('gitlab', job.id);
@@ -541,15 +561,25 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       // With no standby parked (the tampered download), waves would never go: every job at once.
       // Lossy: at once too, so that jobs wait side by side (a stray runner finds another's job).
       const burst = o.burst || faults.tamperedDownload === true || plan !== undefined;
+      // --scopes with several Apps: the first App's budgets are spent once the first half of the
+      // GitHub jobs hold their runners; the rest must be served through the others.
+      const spendFirstAppAfter = o.scopes && apps > 1 && o.jobs > 1 ? Math.ceil(o.jobs / 2) : undefined;
       while (remaining.github > 0 || remaining.gitlab > 0) {
-        let wave = { ...remaining };
+        if (spendFirstAppAfter !== undefined && exhausted === undefined && githubSent >= spendFirstAppAfter) {
+          const before = jobs.filter((j) => j.provider === 'github');
+          await waitFor(`the first ${before.length} GitHub job(s) to start`, deadline, o.signal, async () => before.every((j) => startedOrDone(events, j, github, gitlab)));
+          exhausted = { appId: github.appId, atRequest: github.requests().length, jobsBefore: before.length };
+          github.setRateLimitRemaining('installation', 0, github.appId);
+          github.setRateLimitRemaining('app', 0, github.appId);
+        }
+        const githubCap = spendFirstAppAfter !== undefined && exhausted === undefined ? spendFirstAppAfter - githubSent : Infinity;
+        let wave = { github: Math.min(remaining.github, githubCap), gitlab: remaining.gitlab };
         if (!burst) {
-          // Steady: no more jobs at once than a pool has parked instances, so each lands warm.
+          // Steady: no more jobs at once than a pool has parked instances, so each lands warm;
+          // round the targets, as far as the next target's pool has one parked.
           const world = await listInstances(clients);
           const free = (pool: string) => parkedOf(world, fleet.config, pool).length;
-          // Alternating targets: as many rounds as the emptiest target's pool has parked.
-          const gitlabFree = gitlabTargets.length * Math.min(...gitlabTargets.map((t) => free(t.pool)));
-          wave = { github: Math.min(remaining.github, free(githubPool.name)), gitlab: Math.min(remaining.gitlab, gitlabFree) };
+          wave = { github: rotationWave(githubTargets, githubSent, free, wave.github), gitlab: rotationWave(gitlabTargets, gitlabSent, free, wave.gitlab) };
           if (wave.github + wave.gitlab === 0) {
             if (Date.now() > deadline || o.signal?.aborted) break;
             await sleep(250);
@@ -686,8 +716,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       notes.push(`roll: ${replaced} parked instance(s) replaced from ${LOCAL_RUNNER_VERSION} to ${LOCAL_ROLLED_VERSION}; jobs on another runner: ${jobsOnOtherRunner.length ? jobsOnOtherRunner.join(', ') : 'none'}`);
     }
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
-    const gitlabScopes = o.gitlabGroups ? gitlabScopesOf(jobs, gitlab) : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(gitlabScopes ? { gitlabScopes } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
+    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
@@ -701,10 +731,18 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
   return out;
 }
 
-/** `--gitlab-groups`: each GitLab job's pool and the scope of the runner that ran it (`group_type:43`). */
-function gitlabScopesOf(jobs: readonly ScenarioJob[], gitlab: LoopbackGitLab): NonNullable<LocalReport['gitlabScopes']> {
-  const atCi = new Map(gitlab.jobs().map((j) => [String(j.id), j]));
-  return jobs.filter((j) => j.provider === 'gitlab').map((j) => ({ ciJobId: j.ciJobId, pool: j.pool, projectId: atCi.get(j.ciJobId)?.projectId ?? 0, ...(atCi.get(j.ciJobId)?.runnerScope ? { runnerScope: atCi.get(j.ciJobId)!.runnerScope! } : {}) }));
+/** `--scopes`: each job's scope, pool and the scope of the runner that ran it (`org:example-partner`, `group_type:43`), and the Apps. */
+function scopesProofOf(sent: readonly SentScopedJob[], report: LocalReport, github: LoopbackGitHub, gitlab: LoopbackGitLab, exhausted: Parameters<typeof buildScopesProof>[0]['exhausted']): ScopesProof {
+  const ran = new Map<string, string | undefined>([...github.jobs().map((j) => [`github ${j.id}`, j.runnerScope] as const), ...gitlab.jobs().map((j) => [`gitlab ${j.id}`, j.runnerScope] as const)]);
+  const served = new Set(report.timeline.filter((j) => j.served).map((j) => `${j.provider} ${j.ciJobId}`));
+  return buildScopesProof({
+    sent,
+    ranOn: (provider, id) => ran.get(`${provider} ${id}`),
+    served: (provider, id) => served.has(`${provider} ${id}`),
+    apps: github.apps.map((a) => a.appId),
+    requests: github.requests(),
+    ...(exhausted ? { exhausted } : {}),
+  });
 }
 
 /** The docker run's proof: the fake runners' reports, the daemon as the run leaves it, the install figure from the boot logs. */

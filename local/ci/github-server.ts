@@ -34,6 +34,8 @@ export interface GitHubJob {
   /** GitHub's `created_at` and `started_at` (ISO): how long the job waited for a runner. */
   createdAt?: string;
   startedAt?: string;
+  /** Where the runner that took it was registered: `org:<login>`, `enterprise:<slug>` or `<owner>/<repo>`. */
+  runnerScope?: string;
 }
 
 export interface GitHubRunnerRecord {
@@ -110,6 +112,8 @@ export interface GitHubRequest {
   readonly credential: 'app' | 'installation' | 'pat' | 'none';
   /** The App whose JWT or installation token it carried (absent: neither was valid). */
   readonly appId?: string;
+  /** The answer's status, on the App-authenticated routes (a 403 with `x-ratelimit-remaining: 0` is a refusal for the rate limit). */
+  readonly status?: number;
 }
 
 /** One GitHub App of the loopback: its id and its key. */
@@ -407,17 +411,22 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
     if (req.path.startsWith('/enterprises/')) return enterpriseRoute(req);
+    // Logged with the answer's status (routing is synchronous: the log keeps the arrival order).
+    const logged = (entry: GitHubRequest, answer: HttpAnswer): HttpAnswer => {
+      basics.log({ ...entry, status: answer.status });
+      return answer;
+    };
     if (req.path.startsWith('/app/') || routes.installation.test(req.path)) {
       const app = appOfJwt(req);
-      basics.log({ method: req.method, path: req.path, credential: 'app', ...(typeof app === 'string' ? {} : { appId: app.appId }) });
-      if (typeof app === 'string') return { status: 401, body: { message: app, documentation_url: 'https://docs.github.com/rest' } };
-      return counted({ kind: 'app', app }, req, (r) => appRoute(r, app));
+      const entry: GitHubRequest = { method: req.method, path: req.path, credential: 'app', ...(typeof app === 'string' ? {} : { appId: app.appId }) };
+      if (typeof app === 'string') return logged(entry, { status: 401, body: { message: app, documentation_url: 'https://docs.github.com/rest' } });
+      return logged(entry, counted({ kind: 'app', app }, req, (r) => appRoute(r, app)));
     }
     const held = heldToken(req);
-    basics.log({ method: req.method, path: req.path, credential: authorizationCredential(req.headers) ? 'installation' : 'none', ...(held ? { appId: held.app.appId } : {}) });
-    if (!authorizationCredential(req.headers)) return { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } };
-    if (!held) return { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } };
-    return counted({ kind: 'installation', app: held.app, org: held.org }, req, apiRoute);
+    const entry: GitHubRequest = { method: req.method, path: req.path, credential: authorizationCredential(req.headers) ? 'installation' : 'none', ...(held ? { appId: held.app.appId } : {}) };
+    if (!authorizationCredential(req.headers)) return logged(entry, { status: 401, body: { message: 'Requires authentication', documentation_url: 'https://docs.github.com/rest' } });
+    if (!held) return logged(entry, { status: 401, body: { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' } });
+    return logged(entry, counted({ kind: 'installation', app: held.app, org: held.org }, req, apiRoute));
   }
 
   /**
@@ -779,6 +788,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       job.status = 'in_progress';
       job.runnerName = runner.name;
       job.runnerId = runner.id;
+      job.runnerScope = runner.scope;
       job.startedAt = iso();
       runner.busy = true;
       runner.jobId = job.id;
@@ -873,6 +883,7 @@ function publicJob(j: JobState): GitHubJob {
     ...(j.runnerName === undefined ? {} : { runnerName: j.runnerName }),
     createdAt: j.createdAt,
     ...(j.startedAt === undefined ? {} : { startedAt: j.startedAt }),
+    ...(j.runnerScope === undefined ? {} : { runnerScope: j.runnerScope }),
   };
 }
 

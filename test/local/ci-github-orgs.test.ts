@@ -93,6 +93,35 @@ describe('several organisations', () => {
     expect(p.runnerServes?.(a.runnerId, message(8, 'acme/app', 'acme'))).toBe(true);
   });
 
+  it("each organisation's runner takes its own organisation's job of the same labels, and the job names the scope it was registered in", async () => {
+    const p = provider(fleet(pools));
+    const acmeJob = gh.addJob('acme/app', ['self-hosted', 'linux']);
+    const globexJob = gh.addJob('globex/web', ['self-hosted', 'linux']);
+    // The globex runner connects first: the older acme job of its labels is not its organisation's.
+    const g = await p.createRunner(message(globexJob.id, 'globex/web', 'globex'), instance(), 'globex');
+    expect(await takeJob(g.secret)).toBe(globexJob.id);
+    const a = await p.createRunner(message(acmeJob.id, 'acme/app', 'acme'), instance(), 'acme');
+    expect(await takeJob(a.secret)).toBe(acmeJob.id);
+    expect(gh.jobs().map((j) => [j.id, j.runnerScope])).toEqual([
+      [acmeJob.id, 'org:acme'],
+      [globexJob.id, 'org:globex'],
+    ]);
+  });
+
+  it("logs each App-authenticated request's status: a 403 once the App's installation budget is spent", async () => {
+    const p = provider(fleet(pools));
+    await p.createRunner(message(10, 'acme/app', 'acme'), instance(), 'acme');
+    gh.setRateLimitRemaining('installation', 0);
+    await expect(p.createRunner(message(11, 'acme/app', 'acme'), instance(), 'acme')).rejects.toThrow(/rate limit/i);
+    const statuses = gh.requests().map((r) => `${r.path} ${r.status}`);
+    expect(statuses).toEqual([
+      '/orgs/acme/installation 200',
+      `/app/installations/${statuses[1]!.split('/')[3]}/access_tokens 201`,
+      '/orgs/acme/actions/runners/generate-jitconfig 201',
+      '/orgs/acme/actions/runners/generate-jitconfig 403',
+    ]);
+  });
+
   it('an installation token reaches its own organisation only (GitHub: 403, resource not accessible by integration)', async () => {
     const p = provider(fleet(pools));
     await p.createRunner(message(9, 'acme/app', 'acme'), instance(), 'acme');
@@ -166,4 +195,13 @@ async function mintedToken(): Promise<string> {
   const res = await fetch(`${gh.url}/orgs/acme/installation`, { headers: { authorization: `bearer ${(await auth({ type: 'app' })).token}` } });
   const { id } = (await res.json()) as { id: number };
   return (await auth({ type: 'installation', installationId: id })).token;
+}
+
+/** The fake runner's first two calls (local/runner/run.sh): connect with the JIT config's secret, then ask for a job. */
+async function takeJob(encodedJitConfig: string): Promise<number | undefined> {
+  const jit = JSON.parse(Buffer.from(encodedJitConfig, 'base64').toString()) as { url: string; runnerId: number; secret: string };
+  const call = (action: string) => fetch(`${jit.url}/_local/github/runners/${jit.runnerId}/${action}`, { method: 'POST', headers: { authorization: `token ${jit.secret}` } });
+  expect((await call('session')).status).toBe(200);
+  const res = await call('acquire');
+  return res.status === 200 ? ((await res.json()) as { jobId: number }).jobId : undefined;
 }

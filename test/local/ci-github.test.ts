@@ -148,8 +148,8 @@ describe('loopback GitHub through the real provider and the fake run.sh', () => 
     const codes = await Promise.all([runFake(r1.secret, join(tmp, 'r1.log')), runFake(r2.secret, join(tmp, 'r2.log'))]);
     expect(codes).toEqual([0, 0]);
     expect(gh.jobs()).toEqual([
-      { ...older, status: 'completed', conclusion: 'success', runnerName: r1.name, startedAt: expect.any(String) },
-      { ...gpu, status: 'completed', conclusion: 'success', runnerName: r2.name, startedAt: expect.any(String) },
+      { ...older, status: 'completed', conclusion: 'success', runnerName: r1.name, startedAt: expect.any(String), runnerScope: `org:${ORG}` },
+      { ...gpu, status: 'completed', conclusion: 'success', runnerName: r2.name, startedAt: expect.any(String), runnerScope: `org:${ORG}` },
       { ...newer, status: 'queued' },
     ]);
     expect(events.map((e) => e.ciJobId).sort()).toEqual([String(older.id), String(gpu.id)].sort());

@@ -24,7 +24,8 @@ describe('npm run local: the command line', () => {
     [['--apt-pool', 'linux-x64', '--apt-pool', 'gitlab-docker', '--apt-pool', 'linux-x64'], { aptPools: ['linux-x64', 'gitlab-docker'] }],
     [['--reuse', '--pool-size', '4', '--image', 'prebuilt'], { reuse: true, poolSize: 4, image: 'prebuilt' }],
     [['--apps', '2'], { apps: 2 }],
-    [['--gitlab-groups', '--jobs', '2', '--burst'], { gitlabGroups: true, jobs: 2, burst: true }],
+    [['--scopes', '--jobs', '2', '--burst'], { scopes: true, jobs: 2, burst: true }],
+    [['--scopes', '--apps', '3'], { scopes: true, apps: 3 }],
   ])('accepts %j (as root)', (argv, expected) => {
     expect(parseLocalArgs(argv, true)).toMatchObject(expected);
   });
@@ -37,8 +38,8 @@ describe('npm run local: the command line', () => {
     [['--reuse', '--burst'], '--reuse sends its own two waves of one job per repository and project: leave out --burst'],
     [['--reuse', '--faults'], '--reuse sends its own two waves of one job per repository and project: leave out --faults'],
     [['--reuse', '--drift'], '--reuse sends its own two waves of one job per repository and project: leave out --drift'],
-    [['--gitlab-groups', '--faults'], '--gitlab-groups alternates the GitLab jobs between two groups: leave out --faults'],
-    [['--gitlab-groups', '--reuse'], '--gitlab-groups alternates the GitLab jobs between two groups: leave out --reuse'],
+    [['--scopes', '--faults'], '--scopes alternates the jobs between two organisations and two groups: leave out --faults'],
+    [['--scopes', '--reuse'], '--scopes alternates the jobs between two organisations and two groups: leave out --reuse'],
     [['--reuse', '--pool-size', '0'], '--reuse needs parked instances to reuse: leave out --pool-size 0'],
     [['--jobs', '1e3'], '--jobs must be a whole number from 0 to 50, got "1e3"'],
     [['--jobs', '0x10'], '--jobs must be a whole number from 0 to 50, got "0x10"'],

@@ -2,7 +2,7 @@ import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
 import { ExampleRunnersStack } from '../../bin/example-stack';
 import { GitLabWebhookOwner, type FleetConfig, type PoolConfig } from '../../lambdas/shared/contract';
-import { LOCAL_GITLAB_WEBHOOK_ID, localExample, localFleetConfig, localOverrides, localPoolTemplate } from '../../local/provision';
+import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITHUB_ORGANIZATION, LOCAL_SECOND_GITLAB_GROUP, localExample, localFleetConfig, localOverrides, localPoolTemplate } from '../../local/provision';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { Provider } from '../../lambdas/shared/contract';
 
@@ -69,6 +69,29 @@ describe('the local fleet config', () => {
     ]);
     expect(localFleetConfig(example, { ...local, followLatestRunner: true }, placement).pools.map((p) => p.runnerVersion)).toEqual(['latest', 'latest']);
     expect(localPoolTemplate(localOverrides(example, { ...local, followLatestRunner: true }).pools[1]!, undefined).followLatestRunner).toBe(true);
+  });
+});
+
+describe('the local fleet of several scopes (--scopes)', () => {
+  it("adds the GitHub pool's copy in the second organisation (same labels) and the GitLab pool's in the second group, and the config takes both", () => {
+    const example = localExample();
+    const config = localFleetConfig(example, { ...local, secondGitHubOrganization: true, secondGitLabGroup: true }, placement);
+    const [github, gitlab] = example.pools;
+    expect(config.pools.map((p) => [p.name, p.provider, [...p.labels]])).toEqual([
+      [github!.name, Provider.GITHUB, github!.labels],
+      [gitlab!.name, Provider.GITLAB, gitlab!.labels],
+      [LOCAL_SECOND_GITHUB_ORGANIZATION.pool, Provider.GITHUB, github!.labels],
+      [LOCAL_SECOND_GITLAB_GROUP.pool, Provider.GITLAB, LOCAL_SECOND_GITLAB_GROUP.labels],
+    ]);
+    const partner = localOverrides(example, { ...local, secondGitHubOrganization: true }).pools[2]!;
+    const { name: _n, organization, warm: _w, docker: _d, ...rest } = partner;
+    const { name: _n0, warm: _w0, docker: _d0, ...rest0 } = github!;
+    expect(organization).toBe(LOCAL_SECOND_GITHUB_ORGANIZATION.organization);
+    expect(rest).toEqual(rest0);
+  });
+
+  it('adds neither without its setting', () => {
+    expect(localOverrides(localExample(), local).pools.map((p) => p.name)).toEqual(localExample().pools.map((p) => p.name));
   });
 });
 
