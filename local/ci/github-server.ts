@@ -84,9 +84,9 @@ export interface LoopbackGitHub {
   hooksSettled(): Promise<void>;
   /**
    * Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0), of
-   * App `appId` or of every App.
+   * App `appId` or of every App; `pat`: of the enterprise token's user.
    */
-  setRateLimitRemaining(credential: 'app' | 'installation', remaining: number, appId?: string): void;
+  setRateLimitRemaining(credential: 'app' | 'installation' | 'pat', remaining: number, appId?: string): void;
   jobs(): GitHubJob[];
   /**
    * Cancels a queued job (the run's "Cancel workflow"): completed, conclusion `cancelled`, so no
@@ -838,7 +838,8 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     setWebhook: basics.setWebhook,
     hooksSettled: basics.hooksSettled,
     setRateLimitRemaining(credential, n, id) {
-      for (const a of apps) {
+      if (credential === 'pat') patRemaining = n;
+      else for (const a of apps) {
         if (id !== undefined && a.appId !== id) continue;
         if (credential === 'app') a.remaining.app = n;
         else for (const org of a.remaining.installation.keys()) a.remaining.installation.set(org, n);
