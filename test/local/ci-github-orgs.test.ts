@@ -175,6 +175,37 @@ describe('one repository spelled two ways by two pools', () => {
   });
 });
 
+describe('the reconciler with one organisation near its rate limit', () => {
+  it("skips that organisation's repositories and reads the other's, logging the one held back", async () => {
+    const config = fleet([
+      { name: 'acme', labels: ['linux'] },
+      { name: 'globex', labels: ['linux'], organization: 'globex' },
+    ]);
+    for (const r of ['acme/app', 'acme/web', 'globex/web', 'globex/api']) gh.addJob(r, ['self-hosted', 'linux']);
+    // Reserve: 20% of 5000. acme's installation has 2 requests left above it.
+    gh.setRateLimitRemaining('installation', 1002, undefined, 'acme');
+    const found: JobMessage[] = [];
+    const lines: string[] = [];
+    const result = await reconcileGitHub({
+      api: provider(config) as unknown as GitHubReconcileApi,
+      github: config.github!,
+      pools: config.pools,
+      budget: new RateBudget(0.2, 10),
+      options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
+      now: () => new Date(),
+      log: createLogger({ fn: 'test' }, (l) => void lines.push(l)),
+      outOfTime: () => false,
+      onFound: async (m) => void found.push(...m),
+    });
+    expect(result.stoppedAt).toBeUndefined();
+    expect(found.filter((m) => m.owner === 'globex').map((m) => m.project).sort()).toEqual(['api', 'web']);
+    expect(lines.filter((l) => l.includes('reached the reconciler'))).toEqual([expect.stringContaining('"account":"acme"')]);
+    // Once held back, acme is asked nothing more in this run.
+    const afterHeld = gh.requests().filter((r) => r.path.startsWith('/repos/acme/'));
+    expect(afterHeld.length).toBeLessThanOrEqual(2);
+  });
+});
+
 describe('enterprise runners', () => {
   const pools = [{ name: 'ent', labels: ['linux'], enterprise: 'umbrella' }];
 
