@@ -39,7 +39,8 @@ export interface GitHubConnectionProps {
    */
   readonly enterprise?: string;
   /**
-   * Runner group id for organisation-level runners.
+   * Runner group id for organisation-level runners. Must stay 1 while a pool registers at an
+   * enterprise (`enterprise`): enterprise runner groups have ids of their own.
    * @default 1 (GitHub's default group)
    */
   readonly runnerGroupId?: number;

@@ -795,7 +795,9 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
           `Per App: ${METRIC_NAMES.githubAppRateRemaining} and ${METRIC_NAMES.githubAppRateLimit} by ${METRIC_DIMENSIONS.appId}. What to do: docs/operations.md#github-rate-limit`,
         metric: metric(METRIC_NAMES.githubAppsBestRemainingFraction, undefined, 'Minimum'),
         threshold: GITHUB_APPS_LOW_FRACTION,
-        evaluationPeriods: 1,
+        // 2 of 3 periods: one period's low reading (a burst the hour's reset is about to end) does not page.
+        evaluationPeriods: 3,
+        datapointsToAlarm: 2,
         comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       });

@@ -1,5 +1,6 @@
 import { RateBudget } from '../reconcile/rate-budget';
 import {
+  githubPoolScope,
   Provider,
   type CiProvider,
   type CreateRunnerOptions,
@@ -8,6 +9,7 @@ import {
   type RunnerRegistration,
   type RunnerSummary,
 } from '../shared/contract';
+import { parseRunnerId } from './github-scopes';
 import { GitHubApiError, GitHubProvider, type GitHubAnswer, type GitHubAnswerObserver, type GitHubProviderOptions } from './github';
 import { rateLimitWaitMs, type HeaderLookup } from './rate-limit';
 
@@ -32,6 +34,18 @@ export function installationBudget(owner: string): AppBudgetKey {
   return `installation:${owner.toLowerCase()}`;
 }
 
+/**
+ * How long a budget read as spent (remaining 0) without a reset time counts as exhausted:
+ * GitHub Enterprise Server may send no `x-ratelimit-reset`, and a budget never seen again must
+ * not stay skipped for the container's life.
+ */
+const EXHAUSTED_WITHOUT_RESET_MS = 60_000;
+
+/** How long an App answered "not installed" (404 to the installation look-up) on an account is not chosen for it. */
+const NOT_INSTALLED_MS = 10 * 60_000;
+/** Accounts remembered as lacking an App, at most (the oldest is forgotten first). */
+const NOT_INSTALLED_MAX = 128;
+
 /** One App's figures for the metrics: its most spent budget (lowest fraction left). */
 export interface AppRateFigures {
   readonly appId: string;
@@ -49,6 +63,8 @@ export class AppBudgets {
   private readonly refusedUntil = new Map<string, number>();
   /** Per App, the budgets it has answers for. */
   private readonly keys = new Map<string, Set<AppBudgetKey>>();
+  /** App and budget -> epoch ms of its latest figures. */
+  private readonly observedAt = new Map<string, number>();
 
   constructor(
     readonly appIds: readonly string[],
@@ -57,8 +73,12 @@ export class AppBudgets {
 
   /** One answer of `appId` spending `key`, with its status (a 403/429 rate-limit answer skips the App until its wait is over). */
   observe(appId: string, key: AppBudgetKey, status: number, header: HeaderLookup): void {
+    // A refused credential's answer carries the unauthenticated limit (60 an hour), not the App's.
+    if (status === 401) return;
     const id = `${appId} ${key}`;
+    const before = this.budget.figures(id);
     this.budget.observe(id, header);
+    if (this.budget.figures(id) !== before) this.observedAt.set(id, this.now());
     let keys = this.keys.get(appId);
     if (!keys) this.keys.set(appId, (keys = new Set()));
     keys.add(key);
@@ -71,7 +91,8 @@ export class AppBudgets {
     const id = `${appId} ${key}`;
     if ((this.refusedUntil.get(id) ?? 0) > this.now()) return true;
     const f = this.budget.figures(id);
-    return f !== undefined && f.remaining <= 0 && (f.resetAtMs === undefined || f.resetAtMs > this.now());
+    if (f === undefined || f.remaining > 0) return false;
+    return (f.resetAtMs ?? (this.observedAt.get(id) ?? 0) + EXHAUSTED_WITHOUT_RESET_MS) > this.now();
   }
 
   /** What `appId` has left of `key`: Infinity when unknown (counts as full), its limit once past the reset. */
@@ -115,7 +136,11 @@ export class AppBudgets {
     return false;
   }
 
-  /** Per App heard from, its most spent budget (a budget past its reset counts as whole). */
+  /**
+   * Per App heard from, its most spent budget (a budget past its reset counts as whole), from
+   * the `x-ratelimit-*` figures alone: a secondary rate limit (`retry-after`) skips the App in
+   * the choice for its wait, but says nothing of its hourly budget, which the alarm watches.
+   */
   figures(): AppRateFigures[] {
     const out: AppRateFigures[] = [];
     for (const appId of this.appIds) {
@@ -123,7 +148,7 @@ export class AppBudgets {
       for (const key of this.keys.get(appId) ?? []) {
         const f = this.budget.figures(`${appId} ${key}`);
         if (!f) continue; // answers without rate-limit headers (GitHub Enterprise Server with limits off)
-        const remaining = this.exhausted(appId, key) ? 0 : Math.min(f.limit, this.left(appId, key));
+        const remaining = Math.min(f.limit, this.left(appId, key));
         if (!worst || remaining / f.limit < worst.remaining / worst.limit) worst = { appId, remaining, limit: f.limit };
       }
       if (worst) out.push(worst);
@@ -158,6 +183,8 @@ export interface GitHubAppsOptions extends Omit<GitHubProviderOptions, 'privateK
   readonly onFigures?: (figures: AppRateFigures[], bestRemainingFraction: number) => void;
   readonly figuresIntervalMs?: number;
   readonly figuresEveryAnswerBelow?: number;
+  /** Told when an App answered that it is not installed on an account (it is not chosen there for a while): the log line. */
+  readonly onNotInstalled?: (appId: string, account: string) => void;
 }
 
 /**
@@ -172,6 +199,8 @@ export class GitHubApps implements CiProvider {
   private readonly appIds: string[];
   private readonly now: () => number;
   private lastFiguresAt = -Infinity;
+  /** "App account" -> epoch ms until which the App counts as not installed on the account. */
+  private readonly notInstalledUntil = new Map<string, number>();
 
   constructor(private readonly options: GitHubAppsOptions) {
     if (options.apps.length === 0) throw new Error('GitHubApps needs at least one App');
@@ -180,7 +209,7 @@ export class GitHubApps implements CiProvider {
     this.budgets = new AppBudgets(this.appIds, this.now);
     const base = options.fetch ?? globalThis.fetch;
     for (const app of options.apps) {
-      const { apps: _apps, onFigures: _onFigures, figuresIntervalMs: _interval, figuresEveryAnswerBelow: _below, ...shared } = options;
+      const { apps: _apps, onFigures: _onFigures, figuresIntervalMs: _interval, figuresEveryAnswerBelow: _below, onNotInstalled: _notInstalled, ...shared } = options;
       this.providers.set(
         app.appId,
         new GitHubProvider({
@@ -189,20 +218,23 @@ export class GitHubApps implements CiProvider {
           privateKey: app.privateKey,
           ...(app.invalidatePrivateKey ? { invalidatePrivateKey: app.invalidatePrivateKey } : {}),
           fetch: this.observingFetch(app.appId, base),
+          onInstallationAnswer: (account, status, header) => this.observe(app.appId, installationBudget(account), status, header),
         }),
       );
     }
   }
 
   createRunner(job: JobMessage, instanceId: string, pool: string, options?: CreateRunnerOptions): Promise<RunnerRegistration> {
+    // An enterprise runner registers with the PAT, whichever App: no App's budget to choose by.
+    if (!options?.scoped && this.registersAtEnterprise(job, pool)) return this.first.createRunner(job, instanceId, pool, options);
     // A rate-limit refusal means GitHub registered nothing: the next App may try.
     return this.spend(installationBudget(job.owner), (p) => p.createRunner(job, instanceId, pool, options));
   }
 
   deleteRunner(runnerId: string): Promise<void> {
-    const repo = /^([\w.-]+)\/[\w.-]+\/\d+$/.exec(runnerId);
-    const owner = repo?.[1] ?? this.options.github.organization;
-    return this.spend(owner === undefined ? undefined : installationBudget(owner), (p) => p.deleteRunner(runnerId));
+    const { scope } = parseRunnerId(runnerId, this.options.github.organization);
+    if (scope.kind === 'enterprise') return this.first.deleteRunner(runnerId);
+    return this.spend(installationBudget(scope.kind === 'org' ? scope.org : scope.owner), (p) => p.deleteRunner(runnerId));
   }
 
   listRunners(options?: ListRunnersOptions): Promise<RunnerSummary[]> {
@@ -238,6 +270,36 @@ export class GitHubApps implements CiProvider {
     return this.providers.get(this.appIds[0]!)!;
   }
 
+  private registersAtEnterprise(job: JobMessage, pool: string): boolean {
+    const config = this.options.pools.find((p) => p.name === pool);
+    return config?.provider === Provider.GITHUB && githubPoolScope(this.options.github, config).enterprise !== undefined;
+  }
+
+  /** Whether `appId` answered lately that it is not installed on `account`. */
+  private notInstalled(appId: string, account: string): boolean {
+    const key = `${appId} ${account}`;
+    const until = this.notInstalledUntil.get(key);
+    if (until !== undefined && until <= this.now()) this.notInstalledUntil.delete(key);
+    return until !== undefined && until > this.now();
+  }
+
+  private rememberNotInstalled(appId: string, account: string): void {
+    const key = `${appId} ${account}`;
+    this.notInstalledUntil.delete(key);
+    this.notInstalledUntil.set(key, this.now() + NOT_INSTALLED_MS);
+    while (this.notInstalledUntil.size > NOT_INSTALLED_MAX) this.notInstalledUntil.delete(this.notInstalledUntil.keys().next().value as string);
+    this.options.onNotInstalled?.(appId, account);
+  }
+
+  /** The Apps a call on `key` may go to: those not known to lack an installation on its account (an operation over several accounts: on any). */
+  private installedCandidates(key: AppBudgetKey | undefined): string[] {
+    const account = key?.startsWith('installation:') ? key.slice('installation:'.length) : undefined;
+    const lacking = (id: string) => (account !== undefined ? this.notInstalled(id, account) : [...this.notInstalledUntil].some(([k, until]) => k.startsWith(`${id} `) && until > this.now()));
+    const fit = this.appIds.filter((id) => !lacking(id));
+    // Over several accounts, no App installed on all of them: try them all, as before.
+    return fit.length > 0 || account !== undefined ? fit : [...this.appIds];
+  }
+
   /**
    * Runs `call` on the App with the most left of `key`; an App refused for its rate limit
    * during the call is left for the next. When every App is exhausted, the call goes to the
@@ -247,19 +309,30 @@ export class GitHubApps implements CiProvider {
     const tried = new Set<string>();
     let refusal: unknown;
     for (;;) {
+      const installed = this.installedCandidates(key);
+      if (installed.length === 0) {
+        // Every App answered lately that it is not installed there: fail as the look-up did, without asking again.
+        throw refusal ?? new GitHubApiError('look up installation', 404, `no App of the fleet is installed on "${key!.slice('installation:'.length)}" (answered within the last ${NOT_INSTALLED_MS / 60_000} minutes)`);
+      }
       let appId = this.budgets.choose(
-        this.appIds.filter((id) => !tried.has(id)),
+        installed.filter((id) => !tried.has(id)),
         key,
       );
       if (appId === undefined) {
         if (refusal !== undefined) throw refusal;
-        appId = this.budgets.soonest(this.appIds, key);
+        appId = this.budgets.soonest(installed, key);
       }
       tried.add(appId);
       const startedAt = this.now();
       try {
         return await call(this.providers.get(appId)!);
       } catch (e) {
+        // 404 to the installation look-up: this App is not installed on the account; another may be.
+        if (e instanceof GitHubApiError && e.operation === 'look up installation' && e.status === 404 && e.account !== undefined) {
+          this.rememberNotInstalled(appId, e.account);
+          refusal = e;
+          continue;
+        }
         const rateLimited = e instanceof GitHubApiError && (e.status === 403 || e.status === 429) && this.budgets.refusedSince(appId, startedAt);
         if (!rateLimited || tried.size >= this.appIds.length) throw e;
         refusal = e;
@@ -267,16 +340,23 @@ export class GitHubApps implements CiProvider {
     }
   }
 
-  /** The App's fetch, telling `budgets` the rate-limit headers of every answer it gets. */
+  /**
+   * The App's fetch, telling `budgets` the rate-limit headers of every answer to the App's JWT
+   * (a bearer token is always the App's own budget: look-ups, token mints, `/app` routes).
+   * Answers to tokens are told by the provider, which knows the installation they spend.
+   */
   private observingFetch(appId: string, base: typeof fetch): typeof fetch {
     return async (input, init) => {
       const res = await base(input, init);
       const auth = new Headers(init?.headers).get('authorization') ?? '';
-      const url = new URL(input instanceof Request ? input.url : String(input));
-      this.budgets.observe(appId, /^bearer /i.test(auth) ? 'app' : installationBudget(ownerOfPath(url.pathname) ?? '?'), res.status, (h) => res.headers.get(h) ?? undefined);
-      this.reportFigures(res.status === 403 || res.status === 429);
+      if (/^bearer /i.test(auth)) this.observe(appId, 'app', res.status, (h) => res.headers.get(h) ?? undefined);
       return res;
     };
+  }
+
+  private observe(appId: string, key: AppBudgetKey, status: number, header: HeaderLookup): void {
+    this.budgets.observe(appId, key, status, header);
+    this.reportFigures(status === 403 || status === 429);
   }
 
   private reportFigures(refused: boolean): void {
@@ -290,7 +370,3 @@ export class GitHubApps implements CiProvider {
   }
 }
 
-/** The account a REST path acts on (`/orgs/{org}/...`, `/repos/{owner}/...`), when it names one. */
-function ownerOfPath(path: string): string | undefined {
-  return /\/(?:orgs|repos)\/([^/]+)/.exec(path)?.[1];
-}

@@ -1,4 +1,4 @@
-import { githubPoolScope, githubRunnerScopes, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { githubPoolScope, githubRunnerScopes, runnerIdKey, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 
 /** Where a runner registers: an organisation, one repository, or an enterprise. */
 export type Scope =
@@ -57,11 +57,11 @@ export function repoScope(full: string): Scope {
  * enterprise's: deleting a runner needs its scope.
  */
 export function runnerIdOf(scope: Scope, id: number, connectionOrg: string | undefined): string {
-  // Lower case: the id tagged at registration and the one the sweep lists must be spelled alike,
-  // whichever pool spelled the organisation how.
-  if (scope.kind === 'org') return connectionOrg !== undefined && scope.org.toLowerCase() === connectionOrg.toLowerCase() ? String(id) : `${scope.org.toLowerCase()}/${id}`;
-  if (scope.kind === 'enterprise') return `${ENTERPRISE_ID_PREFIX}${scope.enterprise.toLowerCase()}/${id}`;
-  return `${scope.owner}/${scope.repo}/${id}`;
+  // Lower case, the one canonical form (contract runnerIdKey): the id tagged at registration and
+  // the one the sweep lists must be spelled alike, whichever pool spelled the scope how.
+  if (scope.kind === 'org') return connectionOrg !== undefined && scope.org.toLowerCase() === connectionOrg.toLowerCase() ? String(id) : runnerIdKey(`${scope.org}/${id}`);
+  if (scope.kind === 'enterprise') return runnerIdKey(`${ENTERPRISE_ID_PREFIX}${scope.enterprise}/${id}`);
+  return runnerIdKey(`${scope.owner}/${scope.repo}/${id}`);
 }
 
 export function parseRunnerId(runnerId: string, connectionOrg: string | undefined): { scope: Scope; id: number } {

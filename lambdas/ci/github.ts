@@ -16,7 +16,7 @@ import {
 } from '../shared/contract';
 import { GITHUB_SELF_HOSTED_LABEL } from '../shared/match-pool';
 import { installationKey, parseRunnerId, registrationScope, repoScope, runnerIdOf, runnerScopes, scopeParams, scopeRoute, scopeTakesJob, servedOrganizations, type Scope } from './github-scopes';
-import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
+import { adviseRetry, boundedFetch, DEFAULT_RETRY_POLICY, realSleep, type HeaderLookup, type ProviderTransportOptions, type RetryPolicy } from './rate-limit';
 
 export interface GitHubProviderOptions extends ProviderTransportOptions {
   readonly github: GitHubConnectionConfig;
@@ -38,6 +38,13 @@ export interface GitHubProviderOptions extends ProviderTransportOptions {
   readonly enterpriseToken?: () => Promise<string>;
   /** Called when GitHub refuses the enterprise token (401), so the next read is fresh. */
   readonly invalidateEnterpriseToken?: () => void;
+  /**
+   * Told every answer to an installation token, with the account (lower case) whose
+   * installation budget it spent: the call knows its scope, a URL does not
+   * (`/installation/repositories` names none). Never told the enterprise PAT's answers: they
+   * spend the token owner's budget, no App's.
+   */
+  readonly onInstallationAnswer?: (account: string, status: number, header: HeaderLookup) => void;
 }
 
 export type { ListTruncated } from './rate-limit';
@@ -60,6 +67,8 @@ export class GitHubApiError extends Error {
     readonly operation: string,
     readonly status: number,
     detail: string,
+    /** The account (lower case) whose installation a failed installation look-up asked for. */
+    readonly account?: string,
   ) {
     super(`GitHub ${operation} failed: ${status === 0 ? detail : `HTTP ${status}${detail ? ` (${detail})` : ''}`}`);
     this.name = 'GitHubApiError';
@@ -153,7 +162,9 @@ export class GitHubProvider implements CiProvider {
     try {
       await this.call('delete runner', this.tokenScope(scope), route, { ...scopeParams(scope), runner_id: id }, true);
     } catch (e) {
-      if (e instanceof GitHubApiError && e.status === 404) return; // already gone
+      // Only the DELETE's own 404 means gone: a 404 of the installation look-up (the App is not
+      // installed there) leaves the registration behind, and must fail so the sweep retries.
+      if (e instanceof GitHubApiError && e.status === 404 && e.operation === 'delete runner') return;
       throw e;
     }
   }
@@ -216,7 +227,8 @@ export class GitHubProvider implements CiProvider {
       const data = await this.call('look up job', this.tokenScope(repo), 'GET /repos/{owner}/{repo}/actions/jobs/{job_id}', { ...scopeParams(repo), job_id: Number(job.providerJobId) }, true);
       return (data ?? {}) as Record<string, unknown>;
     } catch (e) {
-      if (e instanceof GitHubApiError && e.status === 404) throw new JobLookupError(Provider.GITHUB, job.jobId, 'not-found');
+      // The job's own 404, not the installation look-up's (an App not installed there knows nothing of the job).
+      if (e instanceof GitHubApiError && e.status === 404 && e.operation === 'look up job') throw new JobLookupError(Provider.GITHUB, job.jobId, 'not-found');
       throw e;
     }
   }
@@ -299,11 +311,13 @@ export class GitHubProvider implements CiProvider {
         const res = await this.request(route, { ...params, headers: { authorization: `token ${token}` } });
         const headers = plainHeaders(res.headers);
         observe?.('installation', headers);
+        this.installationAnswer(scope, res.status, headers);
         return { status: res.status, data: res.data, headers };
       } catch (e) {
         // Octokit reports a transport failure (timeout, refused connection) as a RequestError without a response.
         if (!(e instanceof RequestError) || !e.response) throw transportError(operation, e);
         observe?.('installation', plainHeaders(e.response.headers));
+        this.installationAnswer(scope, e.status, plainHeaders(e.response.headers));
         if (e.status === 401) {
           // The token was revoked or expired early: forget it (unless a concurrent call already
           // replaced it) and retry once with a fresh one. A 401 means GitHub did nothing, so even
@@ -322,6 +336,11 @@ export class GitHubProvider implements CiProvider {
         await this.sleep(advice.waitMs);
       }
     }
+  }
+
+  private installationAnswer(scope: Scope, status: number, headers: Readonly<Record<string, string | undefined>>): void {
+    if (scope.kind === 'enterprise' || !this.options.onInstallationAnswer) return;
+    this.options.onInstallationAnswer(accountOf(scope), status, (h) => headers[h]);
   }
 
   /** The enterprise runner routes' credential: the classic PAT (no installation; id -1 marks it). */
@@ -372,7 +391,7 @@ export class GitHubProvider implements CiProvider {
         } catch (e) {
           if (e instanceof RequestError && e.response) {
             if (e.status === 401) this.keyRefused();
-            throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'));
+            throw new GitHubApiError('look up installation', e.status, errorDetail(e, 'is the App installed there?'), accountOf(scope));
           }
           if (e instanceof GitHubApiError) throw e;
           throw transportError('look up installation', e);
@@ -430,6 +449,11 @@ export class GitHubProvider implements CiProvider {
   get cachedTokenCount(): number {
     return this.tokens.size;
   }
+}
+
+/** The account (lower case) whose App installation serves a scope. */
+function accountOf(scope: Scope): string {
+  return (scope.kind === 'org' ? scope.org : scope.kind === 'repo' ? scope.owner : scope.enterprise).toLowerCase();
 }
 
 function transportError(operation: string, e: unknown): GitHubApiError {

@@ -62,6 +62,7 @@ export function createCiProviders(config: FleetConfig, deps: CiProviderDeps): Pa
         }
         emitMetrics(config.metrics.namespace, {}, { [METRIC_NAMES.githubAppsBestRemainingFraction]: best }, 'None', deps.metricSink);
       },
+      onNotInstalled: (appId, account) => log.warn('the GitHub App is not installed on the account: another App serves it for now', { appId, account }),
       onListTruncated: truncated(Provider.GITHUB),
       ...(deps.fetch ? { fetch: deps.fetch } : {}),
     });

@@ -62,6 +62,14 @@ export interface GitHubReconcileDeps {
   readonly onFound: (messages: JobMessage[]) => Promise<void>;
 }
 
+/**
+ * The budgets the reconciler keeps apart: the App's JWT, and each organisation's (account's)
+ * installation, so one organisation near its limit holds back its own repositories only.
+ */
+type Credential = 'app' | `installation:${string}`;
+
+const installationOf = (owner: string): Credential => `installation:${owner.toLowerCase()}`;
+
 export interface GitHubReconcileResult {
   /** Redeliveries GitHub accepted. */
   readonly redelivered: number;
@@ -88,11 +96,11 @@ export function reconciledDeliveryId(providerJobId: string): string {
  */
 export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHubReconcileResult> {
   const state = { requests: 0, errors: 0 };
-  const spend = async (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>): Promise<GitHubAnswer> => {
+  const spend = async (credential: Credential, call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>): Promise<GitHubAnswer> => {
     if (deps.outOfTime()) throw new DeadlineReached();
     if (!deps.budget.allows(credential)) throw new RateReserveReached(credential);
     state.requests++;
-    return call((c, headers) => deps.budget.observe(c, (h) => headers[h]));
+    return call((_c, headers) => deps.budget.observe(credential, (h) => headers[h]));
   };
   let redelivered = 0;
   const found = { count: 0 };
@@ -107,7 +115,7 @@ export async function reconcileGitHub(deps: GitHubReconcileDeps): Promise<GitHub
   return { redelivered, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }
 
-type Spend = (credential: 'app' | 'installation', call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>) => Promise<GitHubAnswer>;
+type Spend = (credential: Credential, call: (observe: GitHubAnswerObserver) => Promise<GitHubAnswer>) => Promise<GitHubAnswer>;
 
 async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }): Promise<number> {
   const { options, now } = deps;
@@ -149,19 +157,56 @@ async function redeliverFailed(deps: GitHubReconcileDeps, spend: Spend, state: {
   return accepted;
 }
 
+/**
+ * The organisations whose installation reached the reserve in this run: their repositories are
+ * skipped, the others' read on. Once every organisation the run reads is held back, the run
+ * stops as at one installation's reserve (credential "installation").
+ */
+class HeldBack {
+  private readonly accounts = new Set<string>();
+  constructor(private readonly log: Logger) {}
+
+  /** Takes a reserve stop of an installation (rethrowing any other stop or error). */
+  take(error: unknown): void {
+    if (!(error instanceof RateReserveReached) || !error.credential.startsWith('installation:')) throw error;
+    const account = error.credential.slice('installation:'.length);
+    if (this.accounts.has(account)) return;
+    this.accounts.add(account);
+    this.log.warn("an organisation's installation reached the reconciler's rate limit reserve; its repositories wait for the next run", { account });
+  }
+
+  has(owner: string): boolean {
+    return this.accounts.has(owner.toLowerCase());
+  }
+
+  /** Stops the run when nothing is left to read: every one of `owners` is held back. */
+  stopIfAll(owners: readonly string[]): void {
+    if (owners.length > 0 && owners.every((o) => this.has(o))) throw new RateReserveReached('installation');
+  }
+}
+
 async function findQueuedJobs(deps: GitHubReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
-  const all = await repositoriesOf(deps, spend);
+  const held = new HeldBack(deps.log);
+  const all = await repositoriesOf(deps, spend, held);
   const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
   // A window wider than the run's job-list reads would leave its last repositories unread at
   // every turn (each gets at least 1 read): the window is as wide as the reads, so it rotates over all.
   const window = repositoryWindow(all, runNumber, Math.min(deps.options.repositoriesPerRun, Math.max(1, deps.options.runReadLimit)));
   const reads = { runs: 0 };
   const seen = new Set<string>();
+  const owners = [...new Set(window.map((full) => full.split('/')[0]!.toLowerCase()))];
+  held.stopIfAll(owners);
   await inFairShares(window, deps.options.runReadLimit, reads, async (full, share) => {
+    if (held.has(full.split('/')[0]!)) return;
     const messages: JobMessage[] = [];
     try {
       await readRepository(deps, spend, full, share, reads, messages);
     } catch (error) {
+      if (error instanceof RateReserveReached) {
+        held.take(error);
+        held.stopIfAll(owners);
+        return;
+      }
       if (isStop(error)) throw error;
       deps.log.error('listing queued jobs failed for a repository; going on with the next', { repository: full, error: (error as Error).message });
       state.errors++;
@@ -204,12 +249,12 @@ async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: str
   // Queued runs come first: a run's first job waits in a queued run.
   const runIds = new Set<number>();
   for (const status of RUN_STATUSES_WITH_QUEUED_JOBS) {
-    const runs = await spend('installation', (observe) => deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe));
+    const runs = await spend(installationOf(owner), (observe) => deps.api.installationRequest('list runs', 'GET /repos/{owner}/{repo}/actions/runs', { owner, repo, status, per_page: 100 }, full, observe));
     for (const id of idsOf((runs.data as { workflow_runs?: unknown })?.workflow_runs)) runIds.add(id);
   }
   for (const runId of [...runIds].slice(0, share)) {
     reads.runs++;
-    const jobs = await spend('installation', (observe) =>
+    const jobs = await spend(installationOf(owner), (observe) =>
       deps.api.installationRequest('list run jobs', 'GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs', { owner, repo, run_id: runId, filter: 'latest', per_page: 100 }, full, observe),
     );
     out.push(...queuedMessages(deps, owner, repo, (jobs.data as { jobs?: unknown })?.jobs));
@@ -221,10 +266,17 @@ async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: str
  * fleet's pools serve (through that organisation's installation, each organisation once,
  * however many pools share it) and the repositories pools list outside them.
  */
-async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend): Promise<string[]> {
+async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend, held: HeldBack): Promise<string[]> {
   const sources = githubJobSources(deps.github, deps.pools);
   const out: string[] = [...sources.repositories];
-  for (const org of sources.organizations) out.push(...(await installationRepositories(deps, spend, org)));
+  for (const org of sources.organizations) {
+    try {
+      out.push(...(await installationRepositories(deps, spend, org)));
+    } catch (error) {
+      held.take(error);
+    }
+  }
+  held.stopIfAll([...sources.organizations, ...sources.repositories.map((r) => r.split('/')[0]!)]);
   return out;
 }
 
@@ -232,7 +284,7 @@ async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend): Promise<
 async function installationRepositories(deps: GitHubReconcileDeps, spend: Spend, org: string): Promise<string[]> {
   const out: string[] = [];
   for (let page = 1; ; page++) {
-    const answer = await spend('installation', (observe) => deps.api.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 100, page }, org, observe));
+    const answer = await spend(installationOf(org), (observe) => deps.api.installationRequest('list repositories', 'GET /installation/repositories', { per_page: 100, page }, org, observe));
     const repos = (answer.data as { repositories?: unknown })?.repositories;
     if (!Array.isArray(repos)) throw new Error('the repositories answer lacks "repositories"');
     for (const r of repos as Record<string, unknown>[]) {

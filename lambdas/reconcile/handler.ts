@@ -137,7 +137,14 @@ function publish(metrics: Metrics, names: FleetConfig['metrics']['names'], runs:
   for (const r of runs) if (r.sent > 0) metrics.add(names.redeliveries, {}, r.sent);
   for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
   for (const [provider, budget] of Object.entries(budgets)) {
-    for (const [credential, remaining] of budget.remaining()) metrics.add(names.ciRateLimitRemaining, { Credential: `${provider}-${credential}` }, remaining, 'None');
+    // One figure per credential kind, as before budgets per organisation: "installation" is the
+    // least any organisation's installation has left (the one nearest the reserve).
+    const least = new Map<string, number>();
+    for (const [credential, remaining] of budget.remaining()) {
+      const kind = credential.split(':')[0]!;
+      least.set(kind, Math.min(least.get(kind) ?? Infinity, remaining));
+    }
+    for (const [kind, remaining] of least) metrics.add(names.ciRateLimitRemaining, { Credential: `${provider}-${kind}` }, remaining, 'None');
   }
 }
 

@@ -4,6 +4,7 @@ import {
   type FleetConfig,
   parseParking,
   REUSE_DEFAULTS,
+  runnerIdKey,
   type PoolConfig,
   type Provider,
   type RunnerSummary,
@@ -178,7 +179,7 @@ export function planSweep(
   const live = new Map(instances.filter((i) => LIVE.has(i.state)).map((i) => [i.id, i]));
   const grace = options.graceSeconds * 1000;
   const runnerById = new Map<string, { provider: Provider; runner: RunnerSummary }>();
-  for (const [provider, list] of runners) for (const r of list) runnerById.set(`${provider}:${r.runnerId}`, { provider, runner: r });
+  for (const [provider, list] of runners) for (const r of list) runnerById.set(`${provider}:${runnerIdKey(r.runnerId)}`, { provider, runner: r });
 
   const terminate: Terminate[] = [];
   const markIdle: ObservedInstance[] = [];
@@ -196,7 +197,7 @@ export function planSweep(
       terminate.push({ instance: i, reason: 'no-runner' });
       continue;
     }
-    const listed = runners.has(pool.provider) ? runnerById.get(`${pool.provider}:${runnerId}`) : undefined;
+    const listed = runners.has(pool.provider) ? runnerById.get(`${pool.provider}:${runnerIdKey(runnerId)}`) : undefined;
     const withRunner = listed ? { runner: { provider: pool.provider, runnerId } } : {};
     if (listed?.runner.busy === true) {
       if (i.tags.has(keys.idleSince)) clearIdle.push(i);
@@ -259,7 +260,7 @@ function orphanRunners(
     const pool = config.pools.find((p) => p.name === i.tags.get(keys.pool));
     const runnerId = i.tags.get(keys.runnerId);
     if (runnerId === undefined) continue;
-    for (const provider of pool ? [pool.provider] : runners.keys()) carriers.add(`${provider}:${runnerId}`);
+    for (const provider of pool ? [pool.provider] : runners.keys()) carriers.add(`${provider}:${runnerIdKey(runnerId)}`);
   }
   const deleteRunners: DeleteRunner[] = [];
   for (const [provider, list] of runners) {
@@ -268,7 +269,7 @@ function orphanRunners(
       // Undefined for a name this fleet did not make: not ours to delete.
       const at = activationTimeOfRunnerName(config.prefix, runner.name);
       if (at === undefined || now.getTime() - at.getTime() < grace) continue;
-      if (!carriers.has(`${provider}:${runner.runnerId}`)) deleteRunners.push({ provider, runner, reason: 'no-instance' });
+      if (!carriers.has(`${provider}:${runnerIdKey(runner.runnerId)}`)) deleteRunners.push({ provider, runner, reason: 'no-instance' });
     }
   }
   return deleteRunners;

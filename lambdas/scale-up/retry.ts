@@ -1,4 +1,4 @@
-import type { RunnerSummary, TagKeys } from '../shared/contract';
+import { runnerIdKey, type RunnerSummary, type TagKeys } from '../shared/contract';
 import { isActivated, type ObservedInstance } from '../shared/instances';
 import { activationTime, jobReported } from '../shared/job-report';
 import type { ServedState } from './job-record';
@@ -75,7 +75,7 @@ export function capableRunners(
   maxJobSeconds: number,
   serves: (runnerId: string) => boolean = () => true,
 ): string[] {
-  const byId = new Map(runners.map((r) => [r.runnerId, r]));
+  const byId = new Map(runners.map((r) => [runnerIdKey(r.runnerId), r]));
   const capable: string[] = [];
   for (const i of instances) {
     if (i.tags.get(keys.pool) !== pool || !isActivated(i, keys)) continue;
@@ -88,7 +88,7 @@ export function capableRunners(
       continue;
     }
     if (i.state !== 'running') continue;
-    const runner = runnerId === undefined ? undefined : byId.get(runnerId);
+    const runner = runnerId === undefined ? undefined : byId.get(runnerIdKey(runnerId));
     if (runner?.status === 'online' && runner.busy === false) {
       capable.push(i.id);
       continue;

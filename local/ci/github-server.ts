@@ -86,9 +86,10 @@ export interface LoopbackGitHub {
   hooksSettled(): Promise<void>;
   /**
    * Sets what is left of a credential's hourly rate limit (GitHub answers 403 once it is 0), of
-   * App `appId` or of every App.
+   * App `appId` or of every App (an installation's: on `organization` alone, or on every one);
+   * `pat`: of the enterprise token's user.
    */
-  setRateLimitRemaining(credential: 'app' | 'installation', remaining: number, appId?: string): void;
+  setRateLimitRemaining(credential: 'app' | 'installation' | 'pat', remaining: number, appId?: string, organization?: string): void;
   jobs(): GitHubJob[];
   /**
    * Cancels a queued job (the run's "Cancel workflow"): completed, conclusion `cancelled`, so no
@@ -847,11 +848,12 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     requests: basics.requests,
     setWebhook: basics.setWebhook,
     hooksSettled: basics.hooksSettled,
-    setRateLimitRemaining(credential, n, id) {
-      for (const a of apps) {
+    setRateLimitRemaining(credential, n, id, organization) {
+      if (credential === 'pat') patRemaining = n;
+      else for (const a of apps) {
         if (id !== undefined && a.appId !== id) continue;
         if (credential === 'app') a.remaining.app = n;
-        else for (const org of a.remaining.installation.keys()) a.remaining.installation.set(org, n);
+        else for (const org of a.remaining.installation.keys()) if (organization === undefined || org === organization.toLowerCase()) a.remaining.installation.set(org, n);
       }
     },
     failNext: basics.failNext,

@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createCiProviders, GitHubApiError } from '../../lambdas/ci';
 import { AppBudgets, installationBudget } from '../../lambdas/ci/github-apps';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, METRIC_NAMES, Provider, ssmPaths, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { createLogger } from '../../lambdas/shared/log';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 
 const PREFIX = 'apps-test';
@@ -59,6 +60,31 @@ describe('AppBudgets: which App a call spends', () => {
     expect(b.choose(['1', '2'], 'app')).toBe('2');
     now = T + 31_000;
     expect(b.choose(['1', '2'], 'app')).toBe('1');
+  });
+
+  it('figures come from x-ratelimit-* alone: a secondary rate limit skips the App in the choice, not in the metrics', () => {
+    const b = budgets();
+    b.observe('1', inst, 403, (h) => ({ 'retry-after': '30', 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '4000', 'x-ratelimit-reset': String(T / 1000 + 3600) })[h]);
+    expect(b.choose(['1', '2'], inst)).toBe('2');
+    expect(b.figures()).toEqual([{ appId: '1', remaining: 4000, limit: 5000 }]);
+    expect(b.bestRemainingFraction()).toBe(1);
+  });
+
+  it('a 401 answer (the unauthenticated limit of 60) records no figures', () => {
+    const b = budgets();
+    b.observe('1', 'app', 401, headers(60, 0, T / 1000 + 3600));
+    expect(b.figures()).toEqual([]);
+    expect(b.exhausted('1', 'app')).toBe(false);
+  });
+
+  it('nothing left without a reset time (GitHub Enterprise Server) counts as exhausted for a minute only', () => {
+    const b = budgets();
+    b.observe('1', inst, 200, (h) => ({ 'x-ratelimit-limit': '5000', 'x-ratelimit-remaining': '0' })[h]);
+    expect(b.exhausted('1', inst)).toBe(true);
+    now = T + 59_000;
+    expect(b.exhausted('1', inst)).toBe(true);
+    now = T + 61_000;
+    expect(b.exhausted('1', inst)).toBe(false);
   });
 
   it('the alarm figure: the best App fraction left, an App not heard from counting as 1', () => {
@@ -207,5 +233,127 @@ describe('two GitHub Apps against the loopback GitHub', () => {
     expect(perApp.get(APP_1)).toMatchObject({ [METRIC_NAMES.githubAppRateRemaining]: 38, [METRIC_NAMES.githubAppRateLimit]: 1000 });
     expect(perApp.get(APP_2)).toMatchObject({ [METRIC_NAMES.githubAppRateRemaining]: 29, [METRIC_NAMES.githubAppRateLimit]: 1000 });
     expect(best().at(-1)![METRIC_NAMES.githubAppsBestRemainingFraction]).toBeCloseTo(38 / 1000);
+  });
+});
+
+describe('two GitHub Apps, two organisations and an enterprise against the loopback GitHub', () => {
+  const PAT = 'ghp_enterprise-token-for-tests';
+  const OTHER = 'globex';
+  let gh: LoopbackGitHub;
+  const ssm = mockClient(SSMClient);
+  let metricLines: string[] = [];
+  let notInstalled: string[] = [];
+  /** App -> organisations (lower case) GitHub says it is not installed on: 404 to its installation look-up. */
+  let missing: Record<string, string[]> = {};
+
+  const placement = { provider: Provider.GITHUB, launchTemplateId: 'lt', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] };
+  const fleet = (): FleetConfig =>
+    buildFleetConfig({
+      prefix: PREFIX,
+      github: { appId: APP_1, additionalAppIds: [APP_2], organization: ORG, apiUrl: gh.url },
+      pools: [
+        { name: 'acme', labels: ['linux'], ...placement },
+        { name: 'globex', labels: ['linux'], organization: OTHER, ...placement },
+        { name: 'ent', labels: ['ent'], enterprise: 'umbrella', ...placement },
+      ],
+    });
+  /** The App a JWT is of (its `iss` claim). */
+  const appOfJwt = (auth: string) => (JSON.parse(Buffer.from(auth.split(' ')[1]!.split('.')[1]!, 'base64url').toString()) as { iss: string | number }).iss.toString();
+  /** GitHub's answer for an App not installed on an organisation: 404 to `GET /orgs/{org}/installation`. */
+  const fetchWithMissing: typeof fetch = async (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    const auth = new Headers(init?.headers).get('authorization') ?? '';
+    const org = /^\/orgs\/([^/]+)\/installation$/.exec(url.pathname)?.[1]?.toLowerCase();
+    if (org !== undefined && /^bearer /i.test(auth) && (missing[appOfJwt(auth)] ?? []).includes(org)) {
+      return new Response(JSON.stringify({ message: 'Not Found' }), { status: 404, headers: { 'content-type': 'application/json' } });
+    }
+    return fetch(input, init);
+  };
+  const providers = (config = fleet()) =>
+    createCiProviders(config, {
+      ssm: new SSMClient({ region: 'eu-west-1' }),
+      metricSink: (line) => metricLines.push(line),
+      fetch: fetchWithMissing,
+      logger: createLogger({ fn: 'test' }, (line) => void (/not installed/.test(line) && notInstalled.push(line))),
+    }).github!;
+  const job = (jobId: number, owner: string, pool: string): JobMessage => ({
+    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
+    provider: Provider.GITHUB,
+    jobId: `github:${jobId}`,
+    providerJobId: String(jobId),
+    pool,
+    owner,
+    project: 'app',
+    labels: ['self-hosted', 'linux'],
+    labelsResolved: true,
+    traceId: 't',
+    deliveryId: `d-${jobId}`,
+    receivedAt: new Date().toISOString(),
+  });
+  const requestsFrom = (from: number) => gh.requests().slice(from).map((r) => `${r.method} ${r.path} ${r.credential}${r.appId ? ` ${r.appId}` : ''}`);
+
+  beforeAll(async () => {
+    gh = await startLoopbackGitHub({ organization: ORG, organizations: [OTHER], enterprise: { slug: 'umbrella', token: PAT }, appId: APP_1, additionalAppIds: [APP_2], rateLimit: 1000 });
+  });
+  afterAll(async () => gh.close());
+  beforeEach(() => {
+    metricLines = [];
+    notInstalled = [];
+    missing = {};
+    ssm.reset();
+    const paths = ssmPaths(PREFIX);
+    const values = new Map([
+      [paths.github.appPrivateKey, gh.apps[0]!.privateKeyPem],
+      [paths.githubAppPrivateKey(APP_2), gh.apps[1]!.privateKeyPem],
+      [paths.githubEnterpriseToken, PAT],
+    ]);
+    ssm.on(GetParameterCommand).callsFake((input: { Name: string }) => ({ Parameter: { Value: values.get(input.Name) } }));
+    gh.setRateLimitRemaining('installation', 1000);
+    gh.setRateLimitRemaining('app', 1000);
+    gh.setRateLimitRemaining('pat', 1000);
+  });
+
+  it("the enterprise PAT's answers are no App's figures, and a refused PAT is not tried again through the other App", async () => {
+    const p = providers();
+    gh.setRateLimitRemaining('pat', 5);
+    await p.createRunner(job(1, ORG, 'ent'), 'i-0123456789abcdef0', 'ent');
+    const perApp = metricLines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => r.AppId !== undefined);
+    expect(perApp.filter((r) => (r[METRIC_NAMES.githubAppRateRemaining] as number) < 900)).toEqual([]);
+    gh.setRateLimitRemaining('pat', 0);
+    const from = gh.requests().length;
+    await expect(p.createRunner(job(2, ORG, 'ent'), 'i-0123456789abcdef1', 'ent')).rejects.toMatchObject({ status: 403 });
+    expect(requestsFrom(from)).toEqual(['POST /enterprises/umbrella/actions/runners/generate-jitconfig pat']);
+  });
+
+  it("deleting another organisation's runner spends that organisation's budget, chosen by the provider's own id parser", async () => {
+    const p = providers();
+    gh.setRateLimitRemaining('installation', 0, APP_1);
+    const reg = await p.createRunner(job(3, OTHER, 'globex'), 'i-0123456789abcdef2', 'globex');
+    expect(reg.runnerId).toMatch(/^globex\/\d+$/);
+    const from = gh.requests().length;
+    await p.deleteRunner(reg.runnerId);
+    // App 1's globex installation is known exhausted: straight to App 2 (acme's budget, unknown, would have chosen App 1).
+    expect(requestsFrom(from).filter((r) => r.includes(' installation '))).toEqual([`DELETE /orgs/globex/actions/runners/${reg.runnerId.split('/')[1]} installation ${APP_2}`]);
+  });
+
+  it('an App not installed on an organisation: the next App serves it, the App is remembered and logged, and the call is not repeated', async () => {
+    missing = { [APP_1]: [OTHER] };
+    const p = providers();
+    const reg = await p.createRunner(job(4, OTHER, 'globex'), 'i-0123456789abcdef3', 'globex');
+    expect(gh.runners().map((r) => r.id)).toContain(Number(reg.runnerId.split('/')[1]));
+    expect(notInstalled).toEqual([expect.stringMatching(new RegExp(`not installed.*"appId":"${APP_1}".*"account":"${OTHER}"`))]);
+    const from = gh.requests().length;
+    await p.deleteRunner(reg.runnerId);
+    expect(requestsFrom(from).every((r) => !r.endsWith(` ${APP_1}`))).toBe(true);
+    expect(notInstalled).toHaveLength(1);
+  });
+
+  it('no App installed on an organisation: deleting its runner fails (the registration is not taken as gone), and a job of it is no "job gone"', async () => {
+    missing = { [APP_1]: [OTHER], [APP_2]: [OTHER] };
+    const p = providers();
+    await expect(p.deleteRunner(`${OTHER}/77`)).rejects.toMatchObject({ status: 404, operation: 'look up installation' });
+    const e = await p.isJobQueued(job(5, OTHER, 'globex')).catch((err: unknown) => err);
+    expect(e).toBeInstanceOf(GitHubApiError);
+    expect(e).toMatchObject({ status: 404, operation: 'look up installation' });
   });
 });

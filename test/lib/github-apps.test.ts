@@ -77,7 +77,7 @@ describe('several GitHub Apps in the construct', () => {
     const alarm = built.runners.alarms.find((a) => a.node.id === 'GitHubAppsRateLimitLow');
     expect(alarm).toBeDefined();
     const [props] = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter((a) => (a.Properties as { MetricName?: string }).MetricName === METRIC_NAMES.githubAppsBestRemainingFraction).map((a) => a.Properties as Record<string, unknown>);
-    expect(props).toMatchObject({ Namespace: built.runners.metricNamespace, Statistic: 'Minimum', ComparisonOperator: 'LessThanThreshold', Threshold: GITHUB_APPS_LOW_FRACTION, EvaluationPeriods: 1 });
+    expect(props).toMatchObject({ Namespace: built.runners.metricNamespace, Statistic: 'Minimum', ComparisonOperator: 'LessThanThreshold', Threshold: GITHUB_APPS_LOW_FRACTION, EvaluationPeriods: 3, DatapointsToAlarm: 2 });
     expect(props!.Dimensions).toBeUndefined();
 
     // The functions' own config, as they parse it, and the providers every one of them builds.

@@ -61,6 +61,16 @@ describe('GitHub pool scopes at synth', () => {
     expect(() => fleet({ github: { appId: '1' }, pools: [pool('own', { organization: 'acme' })] })).not.toThrow();
   });
 
+  it('refuses a runner group other than the default while a pool registers at an enterprise, naming both props', () => {
+    const github = { appId: '1', organization: 'acme', runnerGroupId: 5 };
+    expect(() => fleet({ github, pools: [pool('linux'), pool('ent', { enterprise: 'umbrella', labels: ['big'] })] })).toThrow(
+      /github\.runnerGroupId is 5, but pool "ent" registers at enterprise "umbrella" \(pools\[1\]\.enterprise\).*leave github\.runnerGroupId at 1/,
+    );
+    expect(() => fleet({ github: { ...github, enterprise: 'umbrella' } })).toThrow(/github\.runnerGroupId is 5, but pool "linux" registers at enterprise "umbrella" \(github\.enterprise\)/);
+    expect(() => fleet({ github: { ...github, runnerGroupId: 1 }, pools: [pool('ent', { enterprise: 'umbrella' })] })).not.toThrow();
+    expect(() => fleet({ github })).not.toThrow();
+  });
+
   it('refuses a malformed organisation or enterprise, naming the prop', () => {
     expect(() => fleet({ github: { appId: '1', organization: 'acme' }, pools: [pool('bad', { organization: 'acme/app' })] })).toThrow(/pools\[0\]\.organization \(pool "bad"\) must be a GitHub organisation login/);
     expect(() => fleet({ github: { appId: '1', organization: 'acme', enterprise: '-x' } })).toThrow(/github\.enterprise must be an enterprise slug/);

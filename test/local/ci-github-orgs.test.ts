@@ -5,6 +5,8 @@ import { createCiProviders, GitHubApiError } from '../../lambdas/ci';
 import { reconcileGitHub, GITHUB_RECONCILE_DEFAULTS, type GitHubReconcileApi } from '../../lambdas/reconcile/github';
 import { RateBudget } from '../../lambdas/reconcile/rate-budget';
 import { buildFleetConfig, JOB_MESSAGE_SCHEMA_VERSION, ssmPaths, Provider, type CiProvider, type FleetConfig, type JobMessage, type PoolInput } from '../../lambdas/shared/contract';
+import { planSweep } from '../../lambdas/scale-down/sweep';
+import { runnerIdKey, tagKeys } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 
@@ -152,6 +154,84 @@ describe('several organisations', () => {
       ['acme', 'app', 'acme'],
       ['globex', 'web', 'globex'],
     ]);
+  });
+});
+
+describe('one repository spelled two ways by two pools', () => {
+  // GitHub's names are case-insensitive: the id tagged at registration and the id the sweep lists
+  // must match however each pool spelled the repository, or the sweep ends a working instance.
+  const pools = [
+    { name: 'upper', labels: ['linux'], repositories: ['Acme/App'] },
+    { name: 'lower', labels: ['big'], repositories: ['acme/app'] },
+  ];
+  const keys = tagKeys(PREFIX);
+  const NOW = new Date();
+  const working = (instanceId: string, pool: string, runnerId: string) => ({
+    id: instanceId,
+    state: 'running',
+    launchTime: new Date(NOW.getTime() - 30 * 60_000),
+    tags: new Map([
+      [keys.pool, pool],
+      [keys.activatedAt, new Date(NOW.getTime() - 20 * 60_000).toISOString()],
+      [keys.jobId, 'github:1'],
+      [keys.runnerId, runnerId],
+    ]),
+  });
+
+  it('the registering pool and the listing agree on the id, and the sweep keeps the working instance', async () => {
+    const config = fleet(pools);
+    const p = provider(config);
+    const id = instance();
+    const r = await p.createRunner(message(20, 'acme/app', 'lower'), id, 'lower');
+    const listed = await p.listRunners();
+    expect(listed.map((x) => x.runnerId)).toEqual([r.runnerId]);
+    const plan = planSweep(config, keys, [working(id, 'lower', r.runnerId)], [], new Map([[Provider.GITHUB, listed]]), NOW);
+    expect(plan.terminate).toEqual([]);
+    expect(plan.deleteRunners).toEqual([]);
+  });
+
+  it('an id tagged in another spelling by an earlier version still matches the listed one', async () => {
+    const config = fleet(pools);
+    const p = provider(config);
+    const id = instance();
+    const r = await p.createRunner(message(21, 'Acme/App', 'upper'), id, 'upper');
+    const listed = await p.listRunners();
+    const tagged = r.runnerId.replace('acme/app', 'Acme/App');
+    expect(runnerIdKey(tagged)).toBe(r.runnerId);
+    const plan = planSweep(config, keys, [working(id, 'upper', tagged)], [], new Map([[Provider.GITHUB, listed]]), NOW);
+    expect(plan.terminate).toEqual([]);
+    expect(plan.deleteRunners).toEqual([]);
+  });
+});
+
+describe('the reconciler with one organisation near its rate limit', () => {
+  it("skips that organisation's repositories and reads the other's, logging the one held back", async () => {
+    const config = fleet([
+      { name: 'acme', labels: ['linux'] },
+      { name: 'globex', labels: ['linux'], organization: 'globex' },
+    ]);
+    for (const r of ['acme/app', 'acme/web', 'globex/web', 'globex/api']) gh.addJob(r, ['self-hosted', 'linux']);
+    // Reserve: 20% of 5000. acme's installation has 2 requests left above it.
+    gh.setRateLimitRemaining('installation', 1002, undefined, 'acme');
+    const found: JobMessage[] = [];
+    const lines: string[] = [];
+    const result = await reconcileGitHub({
+      api: provider(config) as unknown as GitHubReconcileApi,
+      github: config.github!,
+      pools: config.pools,
+      budget: new RateBudget(0.2, 10),
+      options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
+      now: () => new Date(),
+      log: createLogger({ fn: 'test' }, (l) => void lines.push(l)),
+      outOfTime: () => false,
+      onFound: async (m) => void found.push(...m),
+    });
+    expect(result.stoppedAt).toBeUndefined();
+    expect(found.filter((m) => m.owner === 'globex').map((m) => m.project).sort()).toEqual(['api', 'web']);
+    expect(lines.filter((l) => l.includes('reached the reconciler'))).toEqual([expect.stringContaining('"account":"acme"')]);
+    // Once held back, acme is asked nothing more in this run.
+    const afterHeld = gh.requests().filter((r) => r.path.startsWith('/repos/acme/'));
+    expect(afterHeld.length).toBeLessThanOrEqual(2);
   });
 });
 

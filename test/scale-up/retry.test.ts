@@ -56,6 +56,8 @@ describe('retry: which runners could still take a queued job of the pool', () =>
     // GitHub may read busy:false mid-job: the instance's own job-started report wins (the sweep's rule).
     ['online, busy:false, its instance reported its job started 5 min ago', reported(active('running', '1', 1000), 300), [runner('1', 'online', false)], false],
     ['activated recently, not listed, its instance reported its job started', reported(active('running', '1', 60), 30), [], false],
+    // Ids name case-insensitive GitHub names; an earlier version tagged a pool's spelling.
+    ['idle, its tag spelled in another case than the listed id', active('running', 'Acme/App/1', 1000), [runner('acme/app/1', 'online', false)], true],
     ['online, busy:false, its report older than maxJobSeconds (stale)', reported(active('running', '1', MAX_JOB + 1000), MAX_JOB + 1), [runner('1', 'online', false)], true],
   ];
   it.each(rows)('%s', (_name, instance, runners, capable) => {

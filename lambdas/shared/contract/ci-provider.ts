@@ -13,6 +13,16 @@ export interface RunnerRegistration {
   readonly url?: string;
 }
 
+/**
+ * The form in which runner ids are matched (an instance's tag against a provider's list): lower
+ * case. GitHub's ids name logins and repositories, which GitHub treats case-insensitively, and
+ * fleets before one canonical spelling tagged ids in a pool's spelling (`Acme/App/1`); GitLab's
+ * are numeric. The sweep, the retry check and every other match key ids through this.
+ */
+export function runnerIdKey(runnerId: string): string {
+  return runnerId.toLowerCase();
+}
+
 export interface RunnerSummary {
   readonly runnerId: string;
   readonly name: string;

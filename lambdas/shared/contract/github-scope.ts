@@ -140,6 +140,18 @@ export function fleetScopeProblems(github: Record<string, unknown> | undefined, 
       return;
     }
     out.push(...githubScopeProblems(p, pool));
+    // Enterprise runner groups have ids of their own, and the one github.runnerGroupId goes to
+    // every generate-jitconfig, the enterprise's too: only the default group (1) is the same id there.
+    const groupId = github?.runnerGroupId;
+    const enterprise = pool.enterprise ?? github?.enterprise;
+    if (enterprise !== undefined && groupId !== undefined && groupId !== 1 && !out.some(([path]) => path === 'github.runnerGroupId')) {
+      out.push([
+        'github.runnerGroupId',
+        `is ${JSON.stringify(groupId)}, but pool ${JSON.stringify(pool.name)} registers at enterprise ${JSON.stringify(enterprise)} (${pool.enterprise !== undefined ? `pools[${i}].enterprise` : 'github.enterprise'}), ` +
+          "whose runner groups have ids of their own: the one runner group id would go to the enterprise's registrations too; " +
+          'leave github.runnerGroupId at 1 (the default group) while a pool registers at an enterprise',
+      ]);
+    }
     const ownScope = pool.organization !== undefined || (Array.isArray(pool.repositories) && pool.repositories.length > 0);
     if (!ownScope && !connectionHasScope && github !== undefined) {
       out.push([`${p}.organization`, 'or repositories ("owner/repo") must be set, on the pool or on the github connection: the pool has nowhere to take jobs from']);
