@@ -9,7 +9,7 @@ import { LedgerWriter, senderStampsIntake } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { candidatePools } from '../shared/candidate-pools';
-import { createSecretCache, type SecretCache } from '../shared/secrets';
+import { createSecretCache, EmptyParameterError, type SecretCache } from '../shared/secrets';
 import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
 import type { JobDraft, JobStart } from './delivery';
 import { classifyGitHubDelivery } from './github-delivery';
@@ -279,7 +279,17 @@ function settle(e: unknown, reqLog: Logger): APIGatewayProxyResultV2 {
 }
 
 async function verifyGitHub(ctx: Context, config: FleetConfig, headers: Headers, body: Buffer, signal: AbortSignal): Promise<Verdict> {
-  const secret = await ctx.secrets.get(config.parameters.github.webhookSecret, signal);
+  const name = config.parameters.github.webhookSecret;
+  // A parameter missing or empty refuses every delivery: counted as a refusal (which pages), not
+  // a 500 that GitHub would only list as failed. A read that failed (throttled, timed out) throws: 5xx.
+  const secret = await ctx.secrets.find(name, signal).catch((e: unknown) => {
+    if (e instanceof EmptyParameterError) return '';
+    throw e;
+  });
+  if (!secret) {
+    ctx.log.error('no GitHub webhook secret configured: every GitHub delivery is refused', { parameter: name, found: secret === '' ? 'empty' : 'missing' });
+    return { ok: false, reason: 'no GitHub webhook secret is configured', refusal: 'secret' };
+  }
   return verifyGitHubSignature(body, headers['x-hub-signature-256'], secret);
 }
 

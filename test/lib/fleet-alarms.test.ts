@@ -20,7 +20,7 @@ import { createWebhookHandler } from '../../lambdas/webhook/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { LAMBDA_ENV, parseFleetConfig, Provider, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { alarmFires, emfDatapoints, type Datapoint } from '../support/alarm-eval';
-import { FakeAws } from '../support/fake-aws';
+import { awsError, FakeAws } from '../support/fake-aws';
 import { INSTANCE_ARN_PREFIX, jobEvent, job, Lines } from '../support/fixtures';
 import { functionUrlEvent, githubHeaders } from '../webhook/support';
 
@@ -97,6 +97,30 @@ describe('webhook refusals', () => {
   it('fire when no GitLab secret is configured on our side', async () => {
     aws.parameters.delete(paths.gitlab.webhookToken);
     await handler()(functionUrlEvent('/gitlab', { 'X-Gitlab-Event': 'Job Hook', 'X-Gitlab-Token': SECRET }, '{"object_kind":"build"}'));
+    expect(refused()).toBe(true);
+  });
+
+  it('fire when the GitHub webhook secret is missing or empty on our side (a refusal, not a 500)', async () => {
+    const signed = () => handler()(functionUrlEvent('/github', githubHeaders(body, SECRET, 'workflow_job', 'd-3'), body)) as Promise<{ statusCode: number }>;
+    aws.parameters.delete(paths.github.webhookSecret);
+    expect((await signed()).statusCode).toBe(401);
+    expect(refused()).toBe(true);
+    lines.lines.length = 0;
+    aws.parameters.set(paths.github.webhookSecret, { value: '', tags: {}, at: aws.now });
+    expect((await signed()).statusCode).toBe(401);
+    expect(refused()).toBe(true);
+  });
+
+  it('do not fire when reading the GitHub secret fails for a while (throttled): a 5xx, redelivered later', async () => {
+    aws.fault('GetParameter', awsError('ThrottlingException'));
+    const res = (await handler()(functionUrlEvent('/github', githubHeaders(body, SECRET, 'workflow_job', 'd-4'), body))) as { statusCode: number };
+    expect(res.statusCode).toBe(500);
+    expect(refused()).toBe(false);
+  });
+
+  it('fire on a GitHub delivery with X-GitHub-Event and no X-Hub-Signature-256 (an App whose secret was left empty)', async () => {
+    const res = (await handler()(functionUrlEvent('/github', { 'Content-Type': 'application/json', 'X-GitHub-Event': 'workflow_job', 'X-GitHub-Delivery': 'd-5' }, body))) as { statusCode: number };
+    expect(res.statusCode).toBe(401);
     expect(refused()).toBe(true);
   });
 
