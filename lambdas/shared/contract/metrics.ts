@@ -113,7 +113,8 @@ export interface MetricNames {
   /**
    * Webhook deliveries refused for their signature or token while they name the sender (a
    * signature or token header, or the provider's event header), per `Provider` and `Reason`
-   * (`signature-mismatch`, `unsigned`, `no-secret`): a wrong or missing secret refuses every delivery.
+   * (`REFUSAL_REASONS`: `signature-mismatch`, `unsigned`, `secret-unusable`): a wrong or missing
+   * secret refuses every delivery.
    */
   readonly webhookRefused: string;
   /** Requests to the webhook's URL with neither a signature or token nor the provider's event header (internet noise), per `Provider`. */
@@ -124,6 +125,17 @@ export interface MetricNames {
    */
   readonly lostDeliveries: string;
 }
+
+/**
+ * The `Reason` dimension of `WebhookRefused`, per kind of refusal (lambdas/webhook/verify.ts):
+ * `unsigned`, no signature or token at all; `mismatch`, one that does not verify; `secret`, our
+ * secret is missing or empty, so every delivery is refused.
+ */
+export const REFUSAL_REASONS = {
+  unsigned: 'unsigned',
+  mismatch: 'signature-mismatch',
+  secret: 'secret-unusable',
+} as const;
 
 /**
  * The `GitHubAppsRateLimitLow` alarm fires when even the App with the most left has less than
