@@ -7,7 +7,7 @@ import { METRIC_NAMES } from '../lambdas/shared/contract';
 /** The period of the fleet's alarms on metrics of the control plane: five minutes, the reconciler's and scale-down's default interval. */
 export const ALARM_PERIOD = Duration.minutes(5);
 
-/** One alarm of the fleet: fires at or above `threshold` (at or below with `lowerIsWorse`); no data is not a breach. */
+/** One alarm of the fleet: fires at or above `threshold` (or as `comparison` says); no data is not a breach. */
 export interface FleetAlarmProps {
   /** What fired it, and a link to docs/operations.md saying what to do. */
   readonly description: string;
@@ -16,13 +16,13 @@ export interface FleetAlarmProps {
   readonly evaluationPeriods: number;
   /** Breaching periods of the last `evaluationPeriods` that fire it. @default - all of them */
   readonly datapointsToAlarm?: number;
-  /** The metric is bad when low (days left, say). @default false */
-  readonly lowerIsWorse?: boolean;
+  /** How the metric is compared with `threshold`: `LESS_THAN_OR_EQUAL_TO_THRESHOLD` for a metric that is bad when low (days left, say). @default GREATER_THAN_OR_EQUAL_TO_THRESHOLD */
+  readonly comparison?: cloudwatch.ComparisonOperator;
 }
 
 /**
- * Every alarm of the fleet is made here, so they share their comparison and their treatment
- * of missing data: a metric the Lambdas publish only when something happens (a refusal, a
+ * Every alarm of the fleet is made here (`GitHubAppsRateLimitLow` aside, for now), so they
+ * share their treatment of missing data: a metric the Lambdas publish only when something happens (a refusal, a
  * lost delivery) has no data in a quiet period, which is not a breach. Made in `scope` (the
  * fleet construct) so an alarm's logical id, and so its history in CloudWatch, stays where it was.
  */
@@ -33,7 +33,7 @@ export function fleetAlarm(scope: Construct, id: string, props: FleetAlarmProps)
     threshold: props.threshold,
     evaluationPeriods: props.evaluationPeriods,
     ...(props.datapointsToAlarm === undefined ? {} : { datapointsToAlarm: props.datapointsToAlarm }),
-    comparisonOperator: props.lowerIsWorse ? cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD : cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    comparisonOperator: props.comparison ?? cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
     treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
   });
 }

@@ -772,15 +772,14 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         RUNNER_RELEASE_ALARM_HOURS,
       );
       for (const pool of this.config.pools.filter((p) => p.provider === Provider.GITHUB)) {
-        const a = new cloudwatch.Alarm(this, `RunnerVersionExpiring-${pool.name}`, {
-          alarmDescription:
+        const a = fleetAlarm(this, `RunnerVersionExpiring-${pool.name}`, {
+          description:
             `The runner version pool ${pool.name} installs (${pool.runnerVersion === RUNNER_VERSION_LATEST ? 'the last resolved release' : `pinned ${pool.runnerVersion}`}) has ${RUNNER_PIN_WARN_DAYS} days or fewer before GitHub refuses it (30 days after a newer release came out). ` +
             'What to do: docs/operations.md#runner-updates',
           metric: hourly(METRIC_NAMES.runnerDaysLeft, pool.name, 'Minimum'),
           threshold: RUNNER_PIN_WARN_DAYS,
           evaluationPeriods: 1,
-          comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          comparison: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
         });
         this.alarms.push(a);
       }
