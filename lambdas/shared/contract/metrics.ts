@@ -124,6 +124,14 @@ export interface MetricNames {
    * lost or failed delivery), per pool. A job the reconciler finds again while it waits is not counted.
    */
   readonly lostDeliveries: string;
+  /**
+   * Webhook requests answered 5xx (the fleet config, a secret or the queue unreadable, a step too
+   * slow): the sender redelivers later, or gives up. Fleet-wide; with the webhook's Lambda
+   * `Errors` in `WebhookErrorAlarm`.
+   */
+  readonly webhookFailed: string;
+  /** Reconciler: the steps of a run that failed (a repository's or project's read, a redelivery), fleet-wide, published every run. */
+  readonly reconcileErrors: string;
 }
 
 /**
@@ -183,6 +191,8 @@ export const METRIC_NAMES = {
   webhookRefused: 'WebhookRefused',
   webhookUnsigned: 'WebhookUnsigned',
   lostDeliveries: 'LostDeliveries',
+  webhookFailed: 'WebhookFailed',
+  reconcileErrors: 'ReconcileErrors',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 
