@@ -267,9 +267,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
   /**
-   * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors,
-   * webhook refusals and throttles, lost deliveries, parked below target, prime back-off, the
-   * runner release, and every GitHub App nearly out of its rate limit (docs/operations.md, "Alarms").
+   * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors
+   * (the webhook's with its 5xx answers), the reconciler's failed steps, webhook refusals and
+   * throttles, lost deliveries (these and the webhook's not with `WebhookExposure.none()`),
+   * parked below target, prime back-off, the runner release, and every GitHub App nearly out of
+   * its rate limit (docs/operations.md, "Alarms").
    */
   readonly alarms: cloudwatch.Alarm[] = [];
   /**
