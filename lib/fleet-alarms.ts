@@ -7,7 +7,7 @@ import { METRIC_NAMES } from '../lambdas/shared/contract';
 /** The period of the fleet's alarms on metrics of the control plane: five minutes, the reconciler's and scale-down's default interval. */
 export const ALARM_PERIOD = Duration.minutes(5);
 
-/** One alarm of the fleet: fires at or above `threshold` (at or below with `lowerIsWorse`); no data is not a breach. */
+/** One alarm of the fleet: fires at or above `threshold` (or as `comparison` says); no data is not a breach. */
 export interface FleetAlarmProps {
   /** What fired it, and a link to docs/operations.md saying what to do. */
   readonly description: string;
@@ -16,13 +16,13 @@ export interface FleetAlarmProps {
   readonly evaluationPeriods: number;
   /** Breaching periods of the last `evaluationPeriods` that fire it. @default - all of them */
   readonly datapointsToAlarm?: number;
-  /** The metric is bad when low (days left, say). @default false */
-  readonly lowerIsWorse?: boolean;
+  /** How the metric is compared with `threshold`: `LESS_THAN_OR_EQUAL_TO_THRESHOLD` for a metric that is bad when low (days left, say). @default GREATER_THAN_OR_EQUAL_TO_THRESHOLD */
+  readonly comparison?: cloudwatch.ComparisonOperator;
 }
 
 /**
- * Every alarm of the fleet is made here, so they share their comparison and their treatment
- * of missing data: a metric the Lambdas publish only when something happens (a refusal, a
+ * Every alarm of the fleet is made here (`GitHubAppsRateLimitLow` aside, for now), so they
+ * share their treatment of missing data: a metric the Lambdas publish only when something happens (a refusal, a
  * lost delivery) has no data in a quiet period, which is not a breach. Made in `scope` (the
  * fleet construct) so an alarm's logical id, and so its history in CloudWatch, stays where it was.
  */
@@ -33,7 +33,7 @@ export function fleetAlarm(scope: Construct, id: string, props: FleetAlarmProps)
     threshold: props.threshold,
     evaluationPeriods: props.evaluationPeriods,
     ...(props.datapointsToAlarm === undefined ? {} : { datapointsToAlarm: props.datapointsToAlarm }),
-    comparisonOperator: props.lowerIsWorse ? cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD : cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    comparisonOperator: props.comparison ?? cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
     treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
   });
 }
@@ -77,8 +77,12 @@ export function functionErrorAlarms(scope: Construct, functions: readonly Watche
 }
 
 /**
- * The webhook's own alarms: deliveries refused for their signature or token, and invocations
- * Lambda throttled (each one a delivery answered 429, left to the reconciler).
+ * The webhook's own alarms: deliveries refused for their signature or token, invocations
+ * Lambda throttled (each one a delivery answered 429, left to the reconciler), and failures:
+ * the requests it answered 5xx (`WebhookFailed`: it catches what it can, so a webhook that
+ * cannot read its secret or reach the queue throws nothing) plus Lambda's `Errors` of it (a
+ * crash, a timeout), a missing term counting as 0 in CloudWatch's arithmetic. Made only when
+ * something can reach the webhook (not for `WebhookExposure.none()`).
  * `WebhookRefused` fires on one refusal in five minutes: a wrong secret refuses every delivery,
  * so the first job after a rotation gone wrong pages instead of waiting for the reconciler's
  * catch-up; requests with neither a signature nor the provider's event header (scanners of the
@@ -92,6 +96,21 @@ export function webhookAlarms(scope: Construct, webhook: lambda.IFunction, names
         `Why: Logs Insights on /aws/lambda/${webhook.functionName}: fields @timestamp, route, status, reason | filter message = "delivery rejected" and status = 401 | sort @timestamp desc | limit 20. ` +
         'What to do: docs/operations.md#webhook-refused',
       metric: new cloudwatch.Metric({ namespace, metricName: METRIC_NAMES.webhookRefused, statistic: 'Sum', period: ALARM_PERIOD }),
+      threshold: 1,
+      evaluationPeriods: 1,
+    }),
+    fleetAlarm(scope, 'WebhookErrorAlarm', {
+      description:
+        'The webhook answered deliveries 5xx (WebhookFailed: a secret, the config or the queue unreadable or too slow) or its invocations failed (Lambda Errors). ' +
+        'Why: its log group\'s lines at level "error". What to do: docs/operations.md#function-errors',
+      metric: new cloudwatch.MathExpression({
+        expression: 'failed + errors',
+        usingMetrics: {
+          failed: new cloudwatch.Metric({ namespace, metricName: METRIC_NAMES.webhookFailed, statistic: 'Sum', period: ALARM_PERIOD }),
+          errors: webhook.metricErrors({ period: ALARM_PERIOD, statistic: 'Sum' }),
+        },
+        period: ALARM_PERIOD,
+      }),
       threshold: 1,
       evaluationPeriods: 1,
     }),
@@ -127,6 +146,27 @@ export function lostDeliveriesAlarm(scope: Construct, namespace: string, reconci
     threshold: 1,
     evaluationPeriods: LOST_DELIVERY_WINDOW,
     datapointsToAlarm: LOST_DELIVERY_RUNS,
+  });
+}
+
+/** Reconciler runs in a row with failed steps that page. */
+export const RECONCILE_FAILURE_RUNS = 2;
+
+/**
+ * Failed steps of the reconciler (`ReconcileErrors`: a repository's or project's jobs it could
+ * not read, a redelivery refused), in 2 periods of its interval in a row. It catches them per
+ * step and goes on, so its Lambda `Errors` stay 0 while it misses jobs; one failed run is
+ * repaired by the next, run after run means a credential, a permission or the CI server.
+ */
+export function reconcileFailuresAlarm(scope: Construct, namespace: string, reconcileInterval: Duration): cloudwatch.Alarm {
+  const period = Duration.seconds(Math.max(reconcileInterval.toSeconds(), ALARM_PERIOD.toSeconds()));
+  return fleetAlarm(scope, 'ReconcileFailuresAlarm', {
+    description:
+      `The reconciler's steps failed (reading a repository's or project's jobs, redelivering) in ${RECONCILE_FAILURE_RUNS} periods of ${period.toMinutes()} minutes in a row: jobs whose delivery was lost are not found. ` +
+      'Why: its log group\'s lines at level "error". What to do: docs/operations.md#reconcile-failures',
+    metric: new cloudwatch.Metric({ namespace, metricName: METRIC_NAMES.reconcileErrors, statistic: 'Sum', period }),
+    threshold: 1,
+    evaluationPeriods: RECONCILE_FAILURE_RUNS,
   });
 }
 

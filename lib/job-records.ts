@@ -29,9 +29,10 @@ export class JobRecords extends Construct {
   }
 
   /**
-   * The conditional updates of a claim, a served mark and a retry, the consistent read that
-   * resolves a lost answer, and the conditional delete that releases a record when scale-up
-   * dead-letters its job: nothing else (no scan, no query).
+   * The conditional updates of a claim, a served mark, a retry and a release (a dead-lettered
+   * job's record emptied to a tombstone), the consistent read that resolves a lost answer, and
+   * the conditional delete of a stray retry check's record and of a launch ticket: nothing
+   * else (no scan, no query).
    */
   grantClaim(grantee: iam.IGrantable): iam.Grant {
     return this.grantItemWrites(grantee);

@@ -38,7 +38,7 @@ import { BundledFunction, BundledHandler } from './bundled-function';
 import { registerFleet } from './fleet-clash';
 import { FunctionNetwork } from './function-network';
 import { instanceCaCertificates, validatePrivateNetworkProps } from './private-network';
-import { exposeWebhook, WebhookExposure } from './webhook-exposure';
+import { exposeWebhook, WebhookExposure, WebhookExposureKind } from './webhook-exposure';
 import { fleetConfigInput } from './fleet-config-input';
 import { FleetDrain } from './fleet-drain';
 import { runOnceOnSchedule } from './scheduled-invoke';
@@ -51,7 +51,7 @@ import { RunnerReleaseResolver } from './runner-release-resolver';
 import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
 import { RunnerFleet } from './runner-fleet';
-import { ALARMS_NOTIFY_NO_ONE, fleetAlarm, functionErrorAlarms, lostDeliveriesAlarm, webhookAlarms } from './fleet-alarms';
+import { ALARMS_NOTIFY_NO_ONE, fleetAlarm, functionErrorAlarms, lostDeliveriesAlarm, reconcileFailuresAlarm, webhookAlarms } from './fleet-alarms';
 import { overlapWarnings } from './overlap-check';
 import type { RunnerPool } from './runner-pool';
 import { alarmActionWarnings, hostedLabelWarnings, prepareCommandWarnings, reuseWithoutWarmPoolWarnings, validateWarmRunnersProps } from './validate';
@@ -267,9 +267,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
   /**
-   * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors,
-   * webhook refusals and throttles, lost deliveries, parked below target, prime back-off, the
-   * runner release, and every GitHub App nearly out of its rate limit (docs/operations.md, "Alarms").
+   * The fleet's alarms: dead-letter queue, failed jobs, each control-plane function's errors
+   * (the webhook's with its 5xx answers), the reconciler's failed steps, webhook refusals and
+   * throttles, lost deliveries (these and the webhook's not with `WebhookExposure.none()`),
+   * parked below target, prime back-off, the runner release, and every GitHub App nearly out of
+   * its rate limit (docs/operations.md, "Alarms").
    */
   readonly alarms: cloudwatch.Alarm[] = [];
   /**
@@ -373,10 +375,12 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       memorySize: FUNCTION_MEMORY_MB.webhook,
       ...(props.webhookReservedConcurrency === undefined ? {} : { reservedConcurrentExecutions: props.webhookReservedConcurrency }),
       // The dead-letter queue keeps a summary of a job whose message is too large to queue.
-      environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl },
+      // The namespace also for a 5xx answer given before the fleet config could be read (WebhookFailed).
+      environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl, [LAMBDA_ENV.metricNamespace]: namespace },
       logRetention,
     });
-    const exposed = exposeWebhook(this, this.webhookFunction, props.webhookExposure ?? WebhookExposure.functionUrl(), logRetention);
+    const exposure = props.webhookExposure ?? WebhookExposure.functionUrl();
+    const exposed = exposeWebhook(this, this.webhookFunction, exposure, logRetention);
     if (exposed.functionUrl) this.webhookUrl = exposed.functionUrl;
     if (exposed.api) this.webhookApi = exposed.api;
     if (exposed.endpoint) this.webhookEndpoint = exposed.endpoint;
@@ -744,17 +748,21 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       1,
       1,
     );
-    // Errors of every control-plane function (the release resolver's are in RunnerReleaseAlarm).
+    // Errors of every control-plane function (the release resolver's are in RunnerReleaseAlarm,
+    // the webhook's in WebhookErrorAlarm). Without an exposure nothing reaches the webhook, and
+    // every job's first copy is the reconciler's: its alarms and the lost-delivery one would
+    // watch nothing, or page all the time.
+    const reachable = exposure.kind !== WebhookExposureKind.NONE;
     this.alarms.push(
       ...functionErrorAlarms(this, [
-        { id: 'Webhook', fn: this.webhookFunction, role: 'webhook', anchor: 'function-errors' },
         { id: 'ScaleUp', fn: this.scaleUpFunction, role: 'scale-up', anchor: 'scale-up-errors' },
         { id: 'Pool', fn: this.poolFunction, role: 'pool', anchor: 'function-errors', interval: props.poolInterval ?? Duration.minutes(1) },
         { id: 'ScaleDown', fn: this.scaleDownFunction, role: 'scale-down', anchor: 'function-errors', interval: props.scaleDownInterval ?? Duration.minutes(5) },
         ...(this.reconcileFunction ? [{ id: 'Reconcile', fn: this.reconcileFunction, role: 'reconcile', anchor: 'function-errors', interval: props.reconcileInterval ?? Duration.minutes(5) }] : []),
       ]),
-      ...webhookAlarms(this, this.webhookFunction, namespace),
-      ...(this.reconcileFunction ? [lostDeliveriesAlarm(this, namespace, props.reconcileInterval ?? Duration.minutes(5))] : []),
+      ...(reachable ? webhookAlarms(this, this.webhookFunction, namespace) : []),
+      ...(this.reconcileFunction && reachable ? [lostDeliveriesAlarm(this, namespace, props.reconcileInterval ?? Duration.minutes(5))] : []),
+      ...(this.reconcileFunction ? [reconcileFailuresAlarm(this, namespace, props.reconcileInterval ?? Duration.minutes(5))] : []),
     );
     if (this.runnerReleaseFunction) {
       const hourly = (name: string, pool: string | undefined, statistic: string) => new cloudwatch.Metric({ ...metric(name, pool, statistic), period: Duration.hours(1) } as cloudwatch.MetricProps);
@@ -772,15 +780,14 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         RUNNER_RELEASE_ALARM_HOURS,
       );
       for (const pool of this.config.pools.filter((p) => p.provider === Provider.GITHUB)) {
-        const a = new cloudwatch.Alarm(this, `RunnerVersionExpiring-${pool.name}`, {
-          alarmDescription:
+        const a = fleetAlarm(this, `RunnerVersionExpiring-${pool.name}`, {
+          description:
             `The runner version pool ${pool.name} installs (${pool.runnerVersion === RUNNER_VERSION_LATEST ? 'the last resolved release' : `pinned ${pool.runnerVersion}`}) has ${RUNNER_PIN_WARN_DAYS} days or fewer before GitHub refuses it (30 days after a newer release came out). ` +
             'What to do: docs/operations.md#runner-updates',
           metric: hourly(METRIC_NAMES.runnerDaysLeft, pool.name, 'Minimum'),
           threshold: RUNNER_PIN_WARN_DAYS,
           evaluationPeriods: 1,
-          comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          comparison: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
         });
         this.alarms.push(a);
       }

@@ -135,6 +135,8 @@ async function runProviders(run: RunInputs, providers: Partial<Record<Provider, 
 
 function publish(metrics: Metrics, names: FleetConfig['metrics']['names'], runs: readonly ProviderRun[], queued: readonly JobMessage[], budgets: RunInputs['budgets']): void {
   for (const r of runs) if (r.sent > 0) metrics.add(names.redeliveries, {}, r.sent);
+  // Every run, 0 included: the alarm fires on failed steps in runs in a row.
+  metrics.add(names.reconcileErrors, {}, runs.reduce((sum, r) => sum + r.errors, 0));
   for (const m of queued) metrics.add(names.jobsReconciled, { Pool: m.pool ?? 'unresolved' });
   for (const [provider, budget] of Object.entries(budgets)) {
     // One figure per credential kind, as before budgets per organisation: "installation" is the

@@ -94,9 +94,10 @@ export async function deadLetter(b: Batch, record: SQSRecord, reason: string, l:
 /**
  * This delivery gives the job up: a later copy (the reconciler's) may serve it. A failed
  * release does not undo the dead-lettering; the record's holder deadline frees it later.
+ * `keep`: see `JobRecords.release` (a dead-lettered job's record stays as a tombstone).
  */
-export async function releaseRecord(b: Batch, records: JobRecords, job: JobMessage, l: Logger, pool: string): Promise<void> {
-  const o = await records.release(job);
+export async function releaseRecord(b: Batch, records: JobRecords, job: JobMessage, l: Logger, pool: string, keep: 'tombstone' | 'delete' = 'tombstone'): Promise<void> {
+  const o = await records.release(job, keep);
   if (o.kind !== 'failed') return;
   l.error('releasing the per-job record failed; a later copy can serve the job only after its holder deadline', { error: o.error });
   b.metrics.add(b.names.jobRecordErrors, { Pool: pool, Operation: 'release' });

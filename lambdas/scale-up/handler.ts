@@ -264,9 +264,10 @@ async function admit(b: Batch, records: JobRecords, live: readonly BatchItem[]):
   }
   for (const item of strays) item.log.info('a retry check found no served record; nothing to do');
   for (const item of [...admission.dropped, ...strays]) settle(b, item.record);
-  // The stray's claim wrote a fresh record for its delivery: give it up, or a reconciled
-  // copy of the job would be refused until the holder deadline.
-  await mapLimit(strays, 10, (item) => releaseRecord(b, records, item.job, item.log, item.pool ?? 'unresolved'));
+  // The stray's claim wrote a record for its delivery: give it up, or a reconciled copy of the
+  // job would be refused until the holder deadline. One that found no record leaves none; one
+  // that found a released record leaves it released (the job was claimed before).
+  await mapLimit(strays, 10, (item) => releaseRecord(b, records, item.job, item.log, item.pool ?? 'unresolved', admission.fresh.includes(item) ? 'delete' : 'tombstone'));
   const retried = await checkServed(retryContext(b, records, scopedRepositories(b, admission.served.map((s) => s.item))), admission.served);
   for (const r of retried) r.item.superseded = r.superseded;
   return [...proceed, ...retried.map((r) => r.item)];

@@ -15,7 +15,7 @@ import type { ServedCopy } from './retry-check';
  * a new id, a second Job Hook event) finds the record held and launches nothing.
  *
  * A holder never keeps a job it no longer serves: scale-up releases the record when it
- * dead-letters the job (`release`, a DeleteItem conditional on the holder), and a holder that
+ * dead-letters the job (`release`, conditional on the holder), and a holder that
  * ended without scale-up knowing (SQS's redrive moved its message to the dead-letter queue)
  * loses it at its deadline (`holdUntil`, see `holderDeadline`), after which the write takes
  * the record over. A take-over is reported as such: the job may have been served meanwhile,
@@ -38,8 +38,8 @@ export type RecordOutcome =
    * provider whether the job is still queued first. `served`: a runner was started for it
    * already (this is a retry check, or a late copy of the same delivery). `superseded`: the
    * instances of earlier attempts, which do not serve the job any more. `fresh`: the claim found
-   * no record of the job at all (no copy of it was claimed before; the latency ledger's intake
-   * of a reconciled copy is stamped on it).
+   * no record of the job at all, not even a released one (no copy of it was claimed before: a
+   * reconciled copy then is a lost delivery, and the latency ledger's intake is stamped on it).
    */
   | { readonly kind: 'mine'; readonly tookOver: boolean; readonly fresh?: boolean; readonly served?: ServedState; readonly superseded?: readonly string[] }
   /** Another delivery holds it: its messages serve the job; this one launches nothing (unless it retries a served job). */
@@ -70,13 +70,20 @@ export type AdvanceOutcome = { readonly kind: 'won' } | { readonly kind: 'lost' 
 export type MarkOutcome = { readonly kind: 'marked' } | { readonly kind: 'not-held' } | { readonly kind: 'failed'; readonly error: string };
 
 /** What releasing a record came to; `failed` leaves it to its holder deadline. */
+
 export type ReleaseOutcome = { readonly kind: 'released' } | { readonly kind: 'not-held' } | { readonly kind: 'failed'; readonly error: string };
 
 export interface JobRecords {
   /** Holds the job's record for `job.deliveryId` until `holdUntil` (at least). */
   claim(job: JobMessage, now: Date, holdUntil: Date): Promise<RecordOutcome>;
-  /** Deletes the record if `job.deliveryId` holds it, so a later copy may serve the job. */
-  release(job: JobMessage): Promise<ReleaseOutcome>;
+  /**
+   * Gives the record up if `job.deliveryId` holds it, so a later copy may serve the job.
+   * `tombstone` (a dead-lettered job) keeps the item without a holder or an attempt until its
+   * TTL: the job was claimed before, so the reconciler's copy that serves it later is no lost
+   * delivery. `delete` removes it: for a claim that found no record (a stray retry check), the
+   * state before it.
+   */
+  release(job: JobMessage, keep?: 'tombstone' | 'delete'): Promise<ReleaseOutcome>;
   /** Records that the runner of `job`'s current attempt was started on `instanceId`. */
   markServed(job: JobMessage, instanceId: string, now: Date): Promise<MarkOutcome>;
   /**
@@ -115,7 +122,8 @@ export class DynamoJobRecords implements JobRecords {
     for (let attempt = 1; attempt <= 2; attempt++) {
       try {
         const out = await this.aws.send<UpdateItemCommandOutput>(this.dynamodb, this.put(job, now, holdUntil), WRITE_ONCE);
-        return mineOf(out.Attributes, tookOver(out.Attributes, job, now), out.Attributes?.[A.delivery] === undefined);
+        // ALL_OLD has no attributes when no item existed: not even a released one.
+        return mineOf(out.Attributes, tookOver(out.Attributes, job, now), out.Attributes === undefined);
       } catch (error) {
         if (errorName(error) === 'ConditionalCheckFailedException') return takenOf((error as { Item?: Item }).Item);
         if (!(error instanceof UnknownOutcomeError)) return { kind: 'unavailable', error: errorName(error) };
@@ -131,11 +139,11 @@ export class DynamoJobRecords implements JobRecords {
     return { kind: 'unavailable', error: 'put outcome unknown twice' };
   }
 
-  async release(job: JobMessage): Promise<ReleaseOutcome> {
-    // As for the put: a delete whose answer was lost is resolved by reading the record back.
+  async release(job: JobMessage, keep: 'tombstone' | 'delete' = 'tombstone'): Promise<ReleaseOutcome> {
+    // As for the put: a release whose answer was lost is resolved by reading the record back.
     for (let attempt = 1; attempt <= 2; attempt++) {
       try {
-        await this.aws.send(this.dynamodb, this.delete(job), WRITE_ONCE);
+        await this.aws.send(this.dynamodb, keep === 'delete' ? this.delete(job) : this.tombstone(job), WRITE_ONCE);
         return { kind: 'released' };
       } catch (error) {
         if (errorName(error) === 'ConditionalCheckFailedException') return { kind: 'not-held' };
@@ -163,6 +171,34 @@ export class DynamoJobRecords implements JobRecords {
     });
   }
 
+  /**
+   * The record without its holder, its deadline or its attempts: a later copy's claim takes it
+   * as it would take no record (`attribute_not_exists(#delivery)`), and serves the job from
+   * attempt 0, but finds that the job was claimed before. `expiresAt` stays, and with it the
+   * TTL: the record of the last claim, which outlives the job's time in the queue.
+   */
+  private tombstone(job: JobMessage): UpdateItemCommand {
+    return new UpdateItemCommand({
+      TableName: this.tableName,
+      Key: { [A.key]: { S: job.jobId } },
+      UpdateExpression: 'REMOVE #delivery, #trace, #hold, #servedAt, #servedInstance, #attempt, #superseded, #advancedBy, #exhausted',
+      // Only this delivery's own record: a copy that took it over keeps it.
+      ConditionExpression: '#delivery = :delivery',
+      ExpressionAttributeNames: {
+        '#delivery': A.delivery,
+        '#trace': A.trace,
+        '#hold': A.holdUntil,
+        '#servedAt': A.servedAt,
+        '#servedInstance': A.servedInstance,
+        '#attempt': A.attempt,
+        '#superseded': A.superseded,
+        '#advancedBy': A.advancedBy,
+        '#exhausted': A.exhausted,
+      },
+      ExpressionAttributeValues: { ':delivery': { S: job.deliveryId } },
+    });
+  }
+
   private read(job: JobMessage): Promise<GetItemCommandOutput> {
     return this.aws.send<GetItemCommandOutput>(
       this.dynamodb,
@@ -185,7 +221,8 @@ export class DynamoJobRecords implements JobRecords {
       // absent. A holder past its deadline is taken over by this one write: of two copies
       // racing for it, the second finds the first's fresh deadline and is refused. A served
       // record is not: its job has a runner, and only a counted retry (`advance`) adds one.
-      ConditionExpression: 'attribute_not_exists(#key) OR #delivery = :delivery OR #expires < :now OR (#hold < :now AND attribute_not_exists(#servedAt))',
+      // A released record (no holder) is taken as no record.
+      ConditionExpression: 'attribute_not_exists(#key) OR attribute_not_exists(#delivery) OR #delivery = :delivery OR #expires < :now OR (#hold < :now AND attribute_not_exists(#servedAt))',
       ExpressionAttributeNames: {
         '#key': A.key,
         '#delivery': A.delivery,

@@ -28,6 +28,14 @@ export interface SecretCache {
   readonly size: number;
 }
 
+/** The parameter exists and holds nothing: as unusable as a missing one, but not an outage. */
+export class EmptyParameterError extends Error {
+  constructor(readonly parameter: string) {
+    super(`SSM parameter ${parameter} is empty`);
+    this.name = 'EmptyParameterError';
+  }
+}
+
 interface Entry {
   readonly at: number;
   readonly value: Promise<string | undefined>;
@@ -52,7 +60,7 @@ export function createSecretCache(ssm: SSMClient, options: SecretCacheOptions = 
         abortSignal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       });
       const value = out.Parameter?.Value;
-      if (value === undefined || value === '') throw new Error(`SSM parameter ${name} is empty`);
+      if (value === undefined || value === '') throw new EmptyParameterError(name);
       return value;
     } catch (e) {
       if (e instanceof ParameterNotFound || (e as Error).name === 'ParameterNotFound') return undefined;

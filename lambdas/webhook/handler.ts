@@ -1,6 +1,6 @@
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { SSMClient } from '@aws-sdk/client-ssm';
-import type { APIGatewayProxyResultV2 } from 'aws-lambda';
+import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { requestMethod, requestPath, type WebhookEvent } from './http-event';
 import { createCiProviders } from '../ci';
 import { instanceIdOfRunnerName, LAMBDA_ENV, METRIC_NAMES, Provider, qualifiedJobId, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
@@ -9,7 +9,7 @@ import { LedgerWriter, senderStampsIntake } from '../shared/ledger';
 import { createLogger, emitMetrics, type Logger, type Sink } from '../shared/log';
 import { matchPool } from '../shared/match-pool';
 import { candidatePools } from '../shared/candidate-pools';
-import { createSecretCache, type SecretCache } from '../shared/secrets';
+import { createSecretCache, EmptyParameterError, type SecretCache } from '../shared/secrets';
 import { createDeadline, DeadlineExceeded, type Deadline } from './deadline';
 import type { JobDraft, JobStart } from './delivery';
 import { classifyGitHubDelivery } from './github-delivery';
@@ -66,7 +66,7 @@ export interface WebhookDeps {
   readonly options?: WebhookOptions;
 }
 
-export type WebhookHandler = (event: WebhookEvent) => Promise<APIGatewayProxyResultV2>;
+export type WebhookHandler = (event: WebhookEvent) => Promise<APIGatewayProxyStructuredResultV2>;
 
 /**
  * With these, a request answers within 8 s however slow its dependencies: the config read
@@ -86,7 +86,7 @@ export const DEFAULTS = {
 
 type Outcome = 'queued' | 'ignored' | 'rejected' | 'error';
 
-function reply(statusCode: number, outcome: Outcome, reason: string): APIGatewayProxyResultV2 {
+function reply(statusCode: number, outcome: Outcome, reason: string): APIGatewayProxyStructuredResultV2 {
   return { statusCode, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ outcome, reason }) };
 }
 
@@ -143,23 +143,48 @@ export function createWebhookHandler(deps: WebhookDeps): WebhookHandler {
       reqLog.warn('unknown path');
       return reply(404, 'rejected', 'unknown path: use /github or /gitlab');
     }
+    let config: FleetConfig | undefined;
+    let answer: APIGatewayProxyStructuredResultV2;
     try {
       const request = await admit(ctx, event, route, deadline, reqLog);
-      await verify(ctx, request, receivedAt, deadline);
-      const delivery = classify(ctx, request);
-      const dLog = reqLog.child({ deliveryId: logSafe(delivery.deliveryId, 80) });
-      if (delivery.kind === 'ignore') {
-        dLog.info('delivery acknowledged, not queued', { reason: delivery.reason });
-        if (delivery.started) stampJobStarted(ctx, delivery.started, request.config, delivery.deliveryId, dLog);
-        return reply(200, 'ignored', delivery.reason);
-      }
-      const message = await resolve(ctx, delivery.job, request.config, delivery.deliveryId, receivedAt, dLog, deadline);
-      if ('unmatched' in message) return reply(200, 'ignored', message.unmatched);
-      return await enqueue(ctx, message, request, dLog, deadline);
+      config = request.config;
+      answer = await serve(ctx, request, receivedAt, deadline, reqLog);
     } catch (e) {
-      return settle(e, reqLog);
+      answer = settle(e, reqLog);
     }
+    if ((answer.statusCode ?? 200) >= 500) countFailure(ctx, config);
+    return answer;
   };
+}
+
+/**
+ * A 5xx answer counts in `WebhookFailed`, which `WebhookErrorAlarm` watches with the function's
+ * `Errors`: a webhook that fails every delivery pages at once, not only through lost
+ * deliveries much later. Without the config (it could not be read) the namespace comes from
+ * the environment the construct set.
+ */
+function countFailure(ctx: Context, config: FleetConfig | undefined): void {
+  const namespace = config?.metrics.namespace ?? ctx.env[LAMBDA_ENV.metricNamespace];
+  if (!namespace) {
+    ctx.log.error(`${LAMBDA_ENV.metricNamespace} is not set: a failed delivery is not counted`);
+    return;
+  }
+  emitMetrics(namespace, {}, { [METRIC_NAMES.webhookFailed]: 1 }, 'Count', ctx.deps.metricSink);
+}
+
+/** Verify, classify, resolve, act: a request past its parse step. */
+async function serve(ctx: Context, request: Request, receivedAt: Date, deadline: Deadline, reqLog: Logger): Promise<APIGatewayProxyStructuredResultV2> {
+  await verify(ctx, request, receivedAt, deadline);
+  const delivery = classify(ctx, request);
+  const dLog = reqLog.child({ deliveryId: logSafe(delivery.deliveryId, 80) });
+  if (delivery.kind === 'ignore') {
+    dLog.info('delivery acknowledged, not queued', { reason: delivery.reason });
+    if (delivery.started) stampJobStarted(ctx, delivery.started, request.config, delivery.deliveryId, dLog);
+    return reply(200, 'ignored', delivery.reason);
+  }
+  const message = await resolve(ctx, delivery.job, request.config, delivery.deliveryId, receivedAt, dLog, deadline);
+  if ('unmatched' in message) return reply(200, 'ignored', message.unmatched);
+  return await enqueue(ctx, message, request, dLog, deadline);
 }
 
 /** Parse: the method, the headers, the body within its limit, the fleet config and the queue. */
@@ -219,7 +244,7 @@ async function resolve(ctx: Context, job: JobDraft, config: FleetConfig, deliver
 }
 
 /** Act: one SQS send, deduplicated by the delivery; a message SQS would refuse is recorded instead. */
-async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
+async function enqueue(ctx: Context, message: JobMessage, request: Request, dLog: Logger, deadline: Deadline): Promise<APIGatewayProxyStructuredResultV2> {
   const { config, queueUrl } = request;
   const jLog = dLog.child({ traceId: message.traceId, jobId: logSafe(message.jobId), pool: message.pool ?? null });
   const messageBody = JSON.stringify(message);
@@ -262,7 +287,7 @@ function stampJobStarted(ctx: Context, start: JobStart, config: FleetConfig, del
 }
 
 /** Settle a step that threw: bad input is a 4xx; anything the sender should redeliver is a 5xx. */
-function settle(e: unknown, reqLog: Logger): APIGatewayProxyResultV2 {
+function settle(e: unknown, reqLog: Logger): APIGatewayProxyStructuredResultV2 {
   if (e instanceof Rejection) {
     reqLog.warn('delivery rejected', { status: e.statusCode, reason: e.message });
     return reply(e.statusCode, 'rejected', e.message);
@@ -279,7 +304,17 @@ function settle(e: unknown, reqLog: Logger): APIGatewayProxyResultV2 {
 }
 
 async function verifyGitHub(ctx: Context, config: FleetConfig, headers: Headers, body: Buffer, signal: AbortSignal): Promise<Verdict> {
-  const secret = await ctx.secrets.get(config.parameters.github.webhookSecret, signal);
+  const name = config.parameters.github.webhookSecret;
+  // A parameter missing or empty refuses every delivery: counted as a refusal (which pages), not
+  // a 500 that GitHub would only list as failed. A read that failed (throttled, timed out) throws: 5xx.
+  const secret = await ctx.secrets.find(name, signal).catch((e: unknown) => {
+    if (e instanceof EmptyParameterError) return '';
+    throw e;
+  });
+  if (!secret) {
+    ctx.log.error('no GitHub webhook secret configured: every GitHub delivery is refused', { parameter: name, found: secret === '' ? 'empty' : 'missing' });
+    return { ok: false, reason: 'no GitHub webhook secret is configured', refusal: 'secret' };
+  }
   return verifyGitHubSignature(body, headers['x-hub-signature-256'], secret);
 }
 
@@ -314,7 +349,7 @@ async function verifyGitLab(ctx: Context, config: FleetConfig, headers: Headers,
  * So it is answered 200 `too-large`, counted, and a small summary is kept in the dead-letter
  * queue; if that record cannot be written the answer is a 5xx, so nothing is dropped silently.
  */
-async function recordTooLarge(ctx: Context, message: JobMessage, size: number, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<APIGatewayProxyResultV2> {
+async function recordTooLarge(ctx: Context, message: JobMessage, size: number, config: FleetConfig, jLog: Logger, deadline: Deadline): Promise<APIGatewayProxyStructuredResultV2> {
   const summary = tooLargeSummary(message, size);
   const deadLetterQueueUrl = ctx.env[LAMBDA_ENV.deadLetterQueueUrl];
   try {

@@ -1,12 +1,5 @@
-import type { FleetConfig, Provider } from '../shared/contract';
+import { REFUSAL_REASONS, type FleetConfig, type Provider } from '../shared/contract';
 import type { Refusal } from './verify';
-
-/** The `Reason` dimension of `WebhookRefused`, per refusal kind. */
-export const REFUSAL_REASONS: Record<Refusal, string> = {
-  unsigned: 'unsigned',
-  mismatch: 'signature-mismatch',
-  secret: 'secret-unusable',
-};
 
 /** The header each provider sends with every delivery, signed or not. */
 const EVENT_HEADER: Record<Provider, string> = { github: 'x-github-event', gitlab: 'x-gitlab-event' };

@@ -1,4 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { REFUSAL_REASONS } from '../shared/contract';
 
 /**
  * Signature checks for both services, as pure functions over the raw body bytes. Every
@@ -11,7 +12,7 @@ export type Verdict = { readonly ok: true } | { readonly ok: false; readonly rea
  * signature or token at all; `mismatch`, one that does not verify (a wrong secret, a stale
  * timestamp); `secret`, ours is missing or unusable, so every delivery is refused.
  */
-export type Refusal = 'unsigned' | 'mismatch' | 'secret';
+export type Refusal = keyof typeof REFUSAL_REASONS;
 
 const OK: Verdict = { ok: true };
 const fail = (reason: string, refusal: Refusal = 'mismatch'): Verdict => ({ ok: false, reason, refusal });

@@ -74,30 +74,35 @@ afterAll(async () => {
   await server.close();
 });
 
+/** The resolver's `Errors` as AWS/Lambda publishes it: 1 for an invocation that threw. */
+const resolverErrors = (value: number, at: number): Datapoint => ({
+  namespace: 'AWS/Lambda',
+  name: 'Errors',
+  dimensions: { FunctionName: { Ref: stack.getLogicalId(resolver.node.defaultChild as lambda.CfnFunction) } },
+  value,
+  timestamp: at,
+});
+
 /**
  * One hourly run: the resolver's datapoints placed in hour `hour` (EMF stamps the wall clock;
- * the runs of a test are seconds apart), beside the 0 that AWS/Lambda publishes as the
- * function's `Errors` for an invocation that did not throw.
+ * the runs of a test are seconds apart), and an `Errors` datapoint of 1 when the run threw
+ * (`RunnerReleaseAlarm` adds the two; a term without data counts as 0).
  */
-async function hourlyRun(hour: number): Promise<Datapoint[]> {
+async function hourlyRun(hour: number, loadConfig: () => Promise<FleetConfig> = async () => config): Promise<Datapoint[]> {
   const lines = new Lines();
-  await createRunnerReleaseHandler({
+  const threw = await createRunnerReleaseHandler({
     ssm: new SSMClient({}),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 200 }),
-    loadConfig: async () => config,
+    loadConfig,
     sources: { githubApi: server.url, gitlabApi: `${server.url}/api/v4`, gitlabDownloads: `${server.url}/downloads`, timeoutMs: 5_000 },
     now: () => NOW,
     sink: lines.sink,
-  })();
+  })().then(
+    () => false,
+    () => true,
+  );
   const at = NOW.getTime() + hour * HOUR;
-  const errors: Datapoint = {
-    namespace: 'AWS/Lambda',
-    name: 'Errors',
-    dimensions: { FunctionName: { Ref: stack.getLogicalId(resolver.node.defaultChild as lambda.CfnFunction) } },
-    value: 0,
-    timestamp: at,
-  };
-  return [...emfDatapoints(lines.lines).map((p) => ({ ...p, timestamp: at })), errors];
+  return [...emfDatapoints(lines.lines).map((p) => ({ ...p, timestamp: at })), ...(threw ? [resolverErrors(1, at)] : [])];
 }
 
 describe('runner-update alarms fire on the resolver\'s own metrics', () => {
@@ -110,6 +115,17 @@ describe('runner-update alarms fire on the resolver\'s own metrics', () => {
     down = false;
     const recovered = await hourlyRun(1);
     expect(alarmFires(alarm('RunnerReleaseAlarm'), [...first, ...recovered])).toBe(false);
+  });
+
+  it('RunnerReleaseAlarm: two hourly runs in a row where the resolver throws (only its Lambda Errors) fire it; one does not', async () => {
+    const broken = async (): Promise<FleetConfig> => {
+      throw new Error('AccessDeniedException: not authorized to perform ssm:GetParameter');
+    };
+    const first = await hourlyRun(0, broken);
+    const second = await hourlyRun(1, broken);
+    expect([...first, ...second]).toEqual([resolverErrors(1, NOW.getTime()), resolverErrors(1, NOW.getTime() + HOUR)]);
+    expect(alarmFires(alarm('RunnerReleaseAlarm'), first)).toBe(false);
+    expect(alarmFires(alarm('RunnerReleaseAlarm'), [...first, ...second])).toBe(true);
   });
 
   it('RunnerVersionExpiring: fires for the pinned pool within a week of GitHub refusing its runner, not before', async () => {

@@ -153,7 +153,8 @@ describe('per-job record against moto', () => {
     // Job 2 waited past its maximum age (the fixture's receivedAt is days old): dead-lettered, its record released.
     expect((await run(job(2), 'msg-original')).batchItemFailures).toEqual([]);
     expect(sent).toEqual([{ queue: 'dlq', deliveryId: 'delivery-2' }]);
-    expect(await recordOf(2)).toBeUndefined();
+    // Released: no holder, but the item stays (a tombstone: the job was claimed before).
+    expect(await recordOf(2)).toEqual({ jobId: { S: 'github:2' }, claimedAt: expect.anything(), expiresAt: expect.anything() });
     // Capacity frees up; the reconciler finds job 2 still queued and sends a copy of its own.
     config = { ...config, pools: config.pools.map((p) => ({ ...p, maxRunners: 2 })) };
     const copy = job(2, { receivedAt: new Date().toISOString(), deliveryId: 'reconciler-github-2', traceId: 'reconciler-github-2' });
@@ -236,12 +237,12 @@ describe('per-job record against moto', () => {
     });
   });
 
-  it('a release deletes only the holder\'s record; a lost delete answer is resolved by reading the record', async () => {
+  it('a release empties only the holder\'s record, down to a tombstone; a lost answer is resolved by reading the record', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
     expect(await records.claim(job(5), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     expect(await records.release(job(5, { deliveryId: 'other' }))).toEqual({ kind: 'not-held' });
     expect((await recordOf(5))?.deliveryId?.S).toBe('delivery-5');
-    const client = losingFirstAnswer('DeleteItemCommand');
+    const client = losingFirstAnswer('UpdateItemCommand');
     const reads: string[] = [];
     client.middlewareStack.add(
       (next, context) => async (args) => {
@@ -252,14 +253,16 @@ describe('per-job record against moto', () => {
     );
     expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(5))).toEqual({ kind: 'released' });
     expect(reads).toEqual(['true']);
-    expect(await recordOf(5)).toBeUndefined();
+    expect(await recordOf(5)).toEqual({ jobId: { S: 'github:5' }, claimedAt: expect.anything(), expiresAt: expect.anything() });
+    // A later copy claims it as it would claim no record, but not as fresh: the job was claimed before.
+    expect(await records.claim(job(5, { deliveryId: 'reconciler-github-5' }), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false });
   });
 
   it('a delete that did not land before its answer was lost is sent again', async () => {
     const records = new DynamoJobRecords(aws(), dynamo(), TABLE);
     expect(await records.claim(job(6), new Date(), HOLD)).toEqual({ kind: 'mine', tookOver: false, fresh: true });
     const client = losingFirstAnswer('DeleteItemCommand', { lands: false });
-    expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(6))).toEqual({ kind: 'released' });
+    expect(await new DynamoJobRecords(aws(), client, TABLE).release(job(6), 'delete')).toEqual({ kind: 'released' });
     expect(client.calls()).toBe(2);
     expect(await recordOf(6)).toBeUndefined();
   });

@@ -85,4 +85,21 @@ describe('lost deliveries', { timeout: scaled(120_000) }, () => {
     expect(alarmFires(alarm, inRuns([0]))).toBe(false);
     expect(alarmFires(alarm, inRuns([0, 6, 12]))).toBe(false);
   });
+
+  it('do not count a job the webhook queued, dead-lettered at its maximum wait, then served from the reconciler\'s copy', async () => {
+    const lines = new Lines();
+    const run = scaleUp(lines);
+    const roomy = config;
+    // One runner slot, which job 19 takes: job 20 waits for capacity.
+    config = { ...config, pools: config.pools.map((p) => ({ ...p, maxRunners: 1 })) };
+    expect((await run(job(19, { receivedAt: new Date().toISOString() }), 'm-19')).batchItemFailures).toEqual([]);
+    // The webhook's copy, received long ago (the fixture's receivedAt is days old): dead-lettered (max-wait), its record released.
+    expect((await run(job(20), 'm-20')).batchItemFailures).toEqual([]);
+    expect(lines.metric(config.metrics.names.deadLettered, { Reason: 'max-wait' })).toBe(1);
+    // Capacity frees up; the reconciler finds it still queued, at each of its runs: served, and no lost delivery.
+    config = roomy;
+    expect((await run(reconciledCopy(20), 'm-20-copy')).batchItemFailures).toEqual([]);
+    expect((await run(reconciledCopy(20), 'm-20-copy-again')).batchItemFailures).toEqual([]);
+    expect(lines.metric(config.metrics.names.lostDeliveries)).toBe(0);
+  });
 });

@@ -1,8 +1,8 @@
 /**
  * Evaluates a synthesized CloudWatch alarm against datapoints, as CloudWatch would: the
  * metric matched by namespace, name and exact dimension set (an alarm cannot sum across a
- * dimension), the statistic per period, the comparison against the threshold, M of N periods,
- * missing periods not breaching. The datapoints come from the EMF records a real handler
+ * dimension), the statistic per period, metric math of two terms (`a + b`, `a - b`, a missing
+ * term 0), the comparison against the threshold, M of N periods, missing periods not breaching. The datapoints come from the EMF records a real handler
  * printed, so a name or dimension spelled differently by the handler and the alarm fails.
  */
 export interface Datapoint {
@@ -76,7 +76,12 @@ function series(points: readonly Datapoint[], namespace: unknown, name: unknown,
   return new Map([...buckets].map(([t, v]) => [t, statistic(stat, v)]));
 }
 
-/** The alarm's values per period: its metric's, or its math expression's (`a + b`, `a - b` of metric ids; a period needs every term). */
+/**
+ * The alarm's values per period: its metric's, or its math expression's (`a + b`, `a - b` of
+ * metric ids). A period where any term has data has a value, a term without data counting as
+ * 0: CloudWatch's basic arithmetic on time series treats a missing value as 0 (CloudWatch user
+ * guide, "Metric math syntax and functions", basic arithmetic). A period where no term has data has none.
+ */
 function alarmSeries(props: Props, points: readonly Datapoint[]): { values: Map<number, number>; periodSeconds: number } {
   if (props.MetricName) {
     const periodSeconds = props.Period as number;
@@ -89,9 +94,10 @@ function alarmSeries(props: Props, points: readonly Datapoint[]): { values: Map<
   if (!parsed) throw new Error(`expression ${expression.Expression} not evaluated here`);
   const [, left, op, right] = parsed as unknown as [string, string, string, string];
   const values = new Map<number, number>();
-  for (const [t, l] of terms.get(left)!) {
-    const r = terms.get(right)!.get(t);
-    if (r !== undefined) values.set(t, op === '+' ? l + r : l - r);
+  for (const t of new Set([...terms.get(left)!.keys(), ...terms.get(right)!.keys()])) {
+    const l = terms.get(left)!.get(t) ?? 0;
+    const r = terms.get(right)!.get(t) ?? 0;
+    values.set(t, op === '+' ? l + r : l - r);
   }
   return { values, periodSeconds: metrics.find((m) => m.MetricStat)!.MetricStat!.Period };
 }

@@ -31,6 +31,11 @@ export const LAMBDA_ENV = {
   jobRetryOptions: 'JOB_RETRY_OPTIONS',
   /** Reconciler: its limits as JSON (redeliverLimit, runReadLimit, ...); absent: the defaults. */
   reconcileOptions: 'RECONCILE_OPTIONS',
+  /**
+   * Webhook: the fleet's metric namespace, for the metric of a request it answers 5xx before the
+   * fleet config (which names the namespace too) could be read.
+   */
+  metricNamespace: 'METRIC_NAMESPACE',
   /** Release resolver: `RunnerReleaseSources` as JSON; absent: `DEFAULT_RUNNER_RELEASE_SOURCES`. */
   runnerReleaseSources: 'RUNNER_RELEASE_SOURCES',
 } as const;

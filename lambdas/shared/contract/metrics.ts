@@ -113,7 +113,8 @@ export interface MetricNames {
   /**
    * Webhook deliveries refused for their signature or token while they name the sender (a
    * signature or token header, or the provider's event header), per `Provider` and `Reason`
-   * (`signature-mismatch`, `unsigned`, `no-secret`): a wrong or missing secret refuses every delivery.
+   * (`REFUSAL_REASONS`: `signature-mismatch`, `unsigned`, `secret-unusable`): a wrong or missing
+   * secret refuses every delivery.
    */
   readonly webhookRefused: string;
   /** Requests to the webhook's URL with neither a signature or token nor the provider's event header (internet noise), per `Provider`. */
@@ -123,7 +124,26 @@ export interface MetricNames {
    * lost or failed delivery), per pool. A job the reconciler finds again while it waits is not counted.
    */
   readonly lostDeliveries: string;
+  /**
+   * Webhook requests answered 5xx (the fleet config, a secret or the queue unreadable, a step too
+   * slow): the sender redelivers later, or gives up. Fleet-wide; with the webhook's Lambda
+   * `Errors` in `WebhookErrorAlarm`.
+   */
+  readonly webhookFailed: string;
+  /** Reconciler: the steps of a run that failed (a repository's or project's read, a redelivery), fleet-wide, published every run. */
+  readonly reconcileErrors: string;
 }
+
+/**
+ * The `Reason` dimension of `WebhookRefused`, per kind of refusal (lambdas/webhook/verify.ts):
+ * `unsigned`, no signature or token at all; `mismatch`, one that does not verify; `secret`, our
+ * secret is missing or empty, so every delivery is refused.
+ */
+export const REFUSAL_REASONS = {
+  unsigned: 'unsigned',
+  mismatch: 'signature-mismatch',
+  secret: 'secret-unusable',
+} as const;
 
 /**
  * The `GitHubAppsRateLimitLow` alarm fires when even the App with the most left has less than
@@ -171,6 +191,8 @@ export const METRIC_NAMES = {
   webhookRefused: 'WebhookRefused',
   webhookUnsigned: 'WebhookUnsigned',
   lostDeliveries: 'LostDeliveries',
+  webhookFailed: 'WebhookFailed',
+  reconcileErrors: 'ReconcileErrors',
 } as const satisfies MetricNames;
 export type MetricName = (typeof METRIC_NAMES)[keyof typeof METRIC_NAMES];
 
