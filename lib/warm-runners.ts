@@ -327,12 +327,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...(instanceCas ? { caCertificatesSha256: instanceCas.sha256 } : {}),
     });
     this.connections = this.fleet.connections;
-    if (instanceCas) {
-      this.caCertificatesParameter = instanceCas.parameter;
-      // GetParameter alone (the boot's one call), not grantRead's four actions; every pool's role reads it.
-      const readCas = new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.caCertificates.slice(1) })] });
-      for (const role of new Set(this.fleet.pools.map((p) => p.role))) role.addToPrincipalPolicy(readCas);
-    }
+    // Every pool's role reads it through its instance grants (ReadFleetCaCertificates).
+    if (instanceCas) this.caCertificatesParameter = instanceCas.parameter;
     this.grantPrincipal = this.fleet.grantPrincipal;
 
     // Each pool launches in its own subnets (RunnerPoolProps.vpcSubnets, else the fleet's).
