@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exampleFleet } from '../../bin/example-props';
 import { WarmRunners, WebhookExposure, decodeUserData, type WarmRunnersProps } from '../../lib';
 import { FUNCTION_CA_FILE, VPC_ACCESS_ACTIONS } from '../../lib/function-network';
-import { ssmPaths } from '../../lambdas/shared/contract';
+import { GitLabRunnerType, Provider, ssmPaths } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -210,6 +210,20 @@ describe('webhook exposure', () => {
     expect(runners.webhookEndpoint).toBeUndefined();
     expect(Object.keys(template.findOutputs('*')).filter((k) => /WebhookUrl/.test(k))).toEqual([]);
     expect(runners.reconcileFunction).toBeDefined();
+  });
+
+  it('none() with GitLab instance runners: refused while the reconciler would scan no project, naming gitlab.reconcileProjectIds', () => {
+    const instance = { url: 'https://gitlab.example.com' };
+    const none = (props: Partial<WarmRunnersProps>) => () => fleet({ webhookExposure: WebhookExposure.none(), ...props });
+    expect(none({ gitlab: instance })).toThrow(/^webhookExposure is WebhookExposure\.none\(\), .*no gitlab\.reconcileProjectIds and no pool with gitlabProjectId or gitlabGroupId: .*set gitlab\.reconcileProjectIds/);
+    expect(none({ gitlab: { ...instance, runnerType: GitLabRunnerType.INSTANCE, reconcileProjectIds: [] } })).toThrow(/set gitlab\.reconcileProjectIds/);
+    // A scan that covers something is served.
+    expect(none({ gitlab: { ...instance, reconcileProjectIds: [7] } })).not.toThrow();
+    expect(none({ gitlab: { ...instance, runnerType: GitLabRunnerType.GROUP, scopeId: 42 } })).not.toThrow();
+    const pools = exampleFleet(ec2.MachineImage.latestAmazonLinux2023()).pools.map((p) => (p.provider === Provider.GITLAB ? { ...p, gitlabProjectId: 9 } : p));
+    expect(none({ gitlab: instance, pools })).not.toThrow();
+    // With a webhook, instance runners are served by their deliveries.
+    expect(() => fleet({ gitlab: instance })).not.toThrow();
   });
 
   it('refuses source ranges that are not CIDRs, an empty list and a range of every address, naming the prop', () => {
