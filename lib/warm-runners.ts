@@ -252,8 +252,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly runnerReleaseFunction?: BundledFunction;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
-  /** The webhook's Function URL (`WebhookExposure.functionUrl()`, the default); append "github" or "gitlab". */
-  readonly webhookUrl?: lambda.FunctionUrl;
+  /**
+   * The webhook's Function URL (`WebhookExposure.functionUrl()`, the default); append "github" or "gitlab".
+   * Throws for any other exposure.
+   * @deprecated use `webhookEndpoint`, the base URL whatever the exposure
+   */
+  get webhookUrl(): lambda.FunctionUrl {
+    if (!this.functionUrl) throw new Error('webhookUrl exists only with WebhookExposure.functionUrl(): use webhookEndpoint');
+    return this.functionUrl;
+  }
   /** The webhook's base URL, ending in "/", whatever the exposure; append "github" or "gitlab". Absent for `WebhookExposure.none()`. */
   readonly webhookEndpoint?: string;
   /** The webhook's REST API (`WebhookExposure.apiGateway()`). */
@@ -264,6 +271,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly caCertificatesParameter?: ssm.StringParameter;
   /** The fleet's dashboard. */
   readonly dashboard: cloudwatch.Dashboard;
+  /** The Function URL behind `webhookUrl`, with `WebhookExposure.functionUrl()` only. */
+  private readonly functionUrl?: lambda.FunctionUrl;
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
   /**
@@ -373,7 +382,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       logRetention,
     });
     const exposed = exposeWebhook(this, this.webhookFunction, props.webhookExposure ?? WebhookExposure.functionUrl(), logRetention);
-    if (exposed.functionUrl) this.webhookUrl = exposed.functionUrl;
+    if (exposed.functionUrl) this.functionUrl = exposed.functionUrl;
     if (exposed.api) this.webhookApi = exposed.api;
     if (exposed.endpoint) this.webhookEndpoint = exposed.endpoint;
     this.jobRecords = new JobRecords(this, 'JobRecords');

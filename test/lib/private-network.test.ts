@@ -106,8 +106,25 @@ describe('control-plane functions in the VPC (functionSubnets)', () => {
     for (const [id, fn] of Object.entries(functions)) {
       expect(fn.Properties.VpcConfig, id).toEqual({ SubnetIds: subnets, SecurityGroupIds: [sg] });
       // Lambda needs the ENI actions on the role it was given (CDK adds no managed policy to a role it did not create).
+      // Each on what the Service Authorization Reference scopes it to: only the Describe calls on *.
       const statements = statementsOfRole(template, roleOf(fn));
-      for (const action of VPC_ACCESS_ACTIONS) expect(isAllowed(statements, { action, resource: '*', context: {} }), `${id} ${action}`).toBe(true);
+      const may = (action: string, resource: string) => isAllowed(statements, { action, resource, context: {} });
+      const ec2Arn = (resource: string) => `arn:aws:ec2:eu-west-1:111122223333:${resource}`;
+      const eni = ec2Arn('network-interface/eni-0123456789abcdef0');
+      for (const action of ['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets']) expect(may(action, '*'), `${id} ${action}`).toBe(true);
+      for (const target of [eni, ...subnets.map((s) => ec2Arn(`subnet/${resolvePseudo(s, PSEUDO)}`)), ec2Arn(`security-group/${resolvePseudo(sg, PSEUDO)}`)]) {
+        expect(may('ec2:CreateNetworkInterface', target), `${id} CreateNetworkInterface on ${target}`).toBe(true);
+      }
+      expect(may('ec2:CreateNetworkInterface', ec2Arn('subnet/subnet-0other')), `${id} CreateNetworkInterface in another subnet`).toBe(false);
+      expect(may('ec2:CreateNetworkInterface', ec2Arn('security-group/sg-0other')), `${id} CreateNetworkInterface with another group`).toBe(false);
+      for (const action of ['ec2:DeleteNetworkInterface', 'ec2:AssignPrivateIpAddresses', 'ec2:UnassignPrivateIpAddresses']) {
+        expect(may(action, eni), `${id} ${action}`).toBe(true);
+        expect(may(action, ec2Arn('instance/i-0123456789abcdef0')), `${id} ${action} on an instance`).toBe(false);
+      }
+      const onEverything = statements.filter((st) => [st.Resource].flat().includes('*')).flatMap((st) => [st.Action].flat());
+      expect(onEverything.filter((a) => VPC_ACCESS_ACTIONS.includes(a)).sort(), id).toEqual(['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets']);
+      // Delete stays unconditioned (Lambda's guide: it deletes with the role's credentials).
+      expect(statements.filter((st) => [st.Action].flat().includes('ec2:DeleteNetworkInterface')).map((st) => st.Condition), id).toEqual([undefined]);
     }
     template.hasResourceProperties('AWS::EC2::SecurityGroup', {
       GroupDescription: Match.stringLikeRegexp('Control-plane functions'),
@@ -167,8 +184,9 @@ describe('webhook exposure', () => {
     const { template, runners, stack } = fleet();
     template.resourceCountIs('AWS::Lambda::Url', 1);
     template.resourceCountIs('AWS::ApiGateway::RestApi', 0);
-    expect(runners.webhookUrl).toBeDefined();
-    expect(stack.resolve(runners.webhookEndpoint)).toEqual(stack.resolve(runners.webhookUrl!.url));
+    // webhookUrl (deprecated) stays a FunctionUrl, as before webhookEndpoint existed.
+    expect(runners.webhookUrl).toBe(runners.webhookFunction.node.findChild('FunctionUrl'));
+    expect(stack.resolve(runners.webhookEndpoint)).toEqual(stack.resolve(runners.webhookUrl.url));
     const outputs = template.findOutputs('*');
     expect(Object.keys(outputs).filter((k) => /WebhookUrl/.test(k))).toHaveLength(2);
   });
@@ -176,7 +194,7 @@ describe('webhook exposure', () => {
   it('apiGateway: a REST API whose resource policy admits the listed ranges only (evaluated), access logs on, no Function URL', () => {
     const { template, runners, stack } = fleet({ webhookExposure: WebhookExposure.apiGateway({ allowedSourceRanges: GITHUB_HOOKS }) });
     template.resourceCountIs('AWS::Lambda::Url', 0);
-    expect(runners.webhookUrl).toBeUndefined();
+    expect(() => runners.webhookUrl).toThrow(/^webhookUrl exists only with WebhookExposure\.functionUrl\(\): use webhookEndpoint$/);
     expect(runners.webhookApi).toBeDefined();
     const [api] = Object.values(template.findResources('AWS::ApiGateway::RestApi'));
     expect(api!.Properties.EndpointConfiguration).toEqual({ Types: ['REGIONAL'] });
@@ -206,7 +224,7 @@ describe('webhook exposure', () => {
     template.resourceCountIs('AWS::Lambda::Url', 0);
     template.resourceCountIs('AWS::ApiGateway::RestApi', 0);
     template.resourceCountIs('AWS::Lambda::Permission', Object.keys(template.findResources('AWS::Lambda::Permission', { Properties: { Principal: 'events.amazonaws.com' } })).length);
-    expect(runners.webhookUrl).toBeUndefined();
+    expect(() => runners.webhookUrl).toThrow(/^webhookUrl exists only with WebhookExposure\.functionUrl\(\): use webhookEndpoint$/);
     expect(runners.webhookEndpoint).toBeUndefined();
     expect(Object.keys(template.findOutputs('*')).filter((k) => /WebhookUrl/.test(k))).toEqual([]);
     expect(runners.reconcileFunction).toBeDefined();
