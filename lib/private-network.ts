@@ -41,10 +41,12 @@ export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
       const problem = caCertificateProblem(pem, `caCertificates[${i}]`);
       if (problem) throw new Error(problem);
     }
+    // The functions' layer takes any size; the instances' parameter holds 8 KB.
     const length = caBundle(props.caCertificates).length;
     if (length > CA_PARAMETER_MAX_CHARS) {
       throw new Error(
-        `caCertificates are ${length} characters together, above the ${CA_PARAMETER_MAX_CHARS} an SSM parameter holds (the instances read them from one): give only the CAs of the CI server's chain, or bake them into the image (RunnerImageStep.caCertificatesFromAsset)`,
+        `caCertificates are ${length} characters together, above the ${CA_PARAMETER_MAX_CHARS} of the SSM parameter the instances read them from (the functions' layer has no such limit): ` +
+          "give only the CAs of the CI server's chain, or bake the rest into a RunnerImage with RunnerImageStep.caCertificates (docs/image.md) and keep here the ones the functions need",
       );
     }
   }
@@ -84,7 +86,9 @@ export function instanceCaCertificates(scope: Construct, prefix: string, certifi
     parameterName: ssmPaths(prefix).caCertificates,
     description: `Extra CA certificates the ${prefix} runner instances trust (PEM)`,
     stringValue: value,
-    tier: value.length > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
+    // SSM picks the tier by size, and a later smaller value deploys too: a parameter once
+    // advanced cannot go back to standard, so a fixed STANDARD after ADVANCED would fail.
+    tier: ssm.ParameterTier.INTELLIGENT_TIERING,
   });
   return { parameter, sha256: createHash('sha256').update(value).digest('hex') };
 }

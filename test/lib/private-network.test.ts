@@ -321,6 +321,21 @@ describe('extra CA certificates', () => {
     expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: arn, context: {} })).toBe(true);
   });
 
+  it('go into an Intelligent-Tiering parameter (a deploy that shrinks them never asks SSM to go back to standard); above 8 KB refused, naming the way out', () => {
+    const { template } = fleet({ caCertificates: [ca] });
+    template.hasResourceProperties('AWS::SSM::Parameter', { Name: ssmPaths('warm-runners').caCertificates, Tier: 'Intelligent-Tiering' });
+    const many = Array.from({ length: 16 }, (_, i) =>
+      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '1', '-subj', `/CN=ca-${i}-${'x'.repeat(40)}`], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }),
+    );
+    expect(many.join('\n').length).toBeGreaterThan(8192);
+    expect(() => fleet({ caCertificates: many })).toThrow(
+      /^caCertificates are \d+ characters together, above the 8192 of the SSM parameter the instances read them from .*RunnerImageStep\.caCertificates \(docs\/image\.md\)/,
+    );
+  });
+
   it('reach a pool with its own instance role: that role reads the parameter too', () => {
     const { template, stack } = fleet({ caCertificates: [ca] }, (st) => {
       const own = new iam.Role(st, 'OwnRole', { assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com') });
