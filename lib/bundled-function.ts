@@ -84,7 +84,7 @@ export class BundledFunction extends lambda.Function {
     logGroup.grantWrite(role);
     // The fleet's VPC and CA certificates (lib/function-network.ts), for every function alike.
     const network = functionNetworkOf(scope);
-    if (network?.vpc) grantVpcAccess(role);
+    if (network?.vpc) grantVpcAccess(role, network);
     super(scope, id, {
       role,
       runtime: RUNTIME,

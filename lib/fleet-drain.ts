@@ -181,7 +181,7 @@ export class FleetDrain extends Construct {
     // The framework's functions talk to AWS only (Lambda, Step Functions, the response URL in
     // S3), yet go in the fleet's VPC too: an account may require every function in one.
     const network = functionNetworkOf(this);
-    if (network?.vpc) for (const role of [onEventRole, waiterRole]) grantVpcAccess(role);
+    if (network?.vpc) for (const role of [onEventRole, waiterRole]) grantVpcAccess(role, network);
     const provider = new cr.Provider(this, 'Provider', {
       frameworkOnEventRole: onEventRole,
       frameworkCompleteAndTimeoutRole: waiterRole,

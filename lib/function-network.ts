@@ -1,3 +1,4 @@
+import { Aws } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -6,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { acknowledgeWildcard } from './nag';
+import { acknowledgeWildcard, nagArn } from './nag';
 
 /** Where the CA layer's PEM file lands in a function (layers are extracted under /opt). */
 export const FUNCTION_CA_FILE = '/opt/cdk-warm-runners/ca-certificates.pem';
@@ -14,8 +15,7 @@ export const FUNCTION_CA_FILE = '/opt/cdk-warm-runners/ca-certificates.pem';
 /**
  * The actions Lambda needs on the execution role to attach a function to a VPC: the actions of
  * the AWS managed AWSLambdaENIManagementAccess policy, inline instead of the managed policy
- * (the fleet's roles carry no managed policy). Lambda manages the interfaces itself: their
- * ids exist only at run time, and the Describe calls take no resource.
+ * (the fleet's roles carry no managed policy), each narrowed by `grantVpcAccess`.
  */
 export const VPC_ACCESS_ACTIONS = [
   'ec2:CreateNetworkInterface',
@@ -118,15 +118,31 @@ export class FunctionNetwork extends Construct {
 }
 
 /**
- * Lets a role attach its function to a VPC (the ENI actions), with the cdk-nag reason. For
- * the roles CDK does not manage itself: a function given its own role gets no VPC policy.
+ * Lets a role attach its function to a VPC (the ENI actions), each on what the Service
+ * Authorization Reference lets it be scoped to, with the cdk-nag reasons. For the roles CDK
+ * does not manage itself: a function given its own role gets no VPC policy.
+ * - The Describe calls take no resource: `*`.
+ * - CreateNetworkInterface authorizes the new interface (`network-interface/*`: its id is
+ *   Lambda's, at run time), the subnet and the security groups: the functions' own only.
+ * - Delete, Assign and Unassign act on an interface alone: `network-interface/*`, no condition.
+ *   Lambda's guide warns against conditioning DeleteNetworkInterface: Lambda deletes the
+ *   interfaces with the role's credentials, also after the function's configuration changed.
  */
-export function grantVpcAccess(role: iam.IRole): void {
-  role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: VPC_ACCESS_ACTIONS, resources: ['*'] }));
+export function grantVpcAccess(role: iam.IRole, network: FunctionNetworkSettings): void {
+  const ec2Arn = (resource: string) => `arn:${Aws.PARTITION}:ec2:${Aws.REGION}:${Aws.ACCOUNT_ID}:${resource}`;
+  const interfaces = ec2Arn('network-interface/*');
+  const subnets = network.vpc!.selectSubnets(network.vpcSubnets).subnetIds.map((id) => ec2Arn(`subnet/${id}`));
+  const groups = (network.securityGroups ?? []).map((g) => ec2Arn(`security-group/${g.securityGroupId}`));
+  role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'DescribeVpcForFunction', actions: ['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets'], resources: ['*'] }));
+  role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'CreateFunctionInterface', actions: ['ec2:CreateNetworkInterface'], resources: [interfaces, ...subnets, ...groups] }));
+  role.addToPrincipalPolicy(
+    new iam.PolicyStatement({ sid: 'ManageFunctionInterfaces', actions: ['ec2:DeleteNetworkInterface', 'ec2:AssignPrivateIpAddresses', 'ec2:UnassignPrivateIpAddresses'], resources: [interfaces] }),
+  );
+  acknowledgeWildcard(role, '*', 'ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets, which Lambda calls to attach the function to the VPC, take no resource-level permissions.');
   acknowledgeWildcard(
     role,
-    '*',
-    "Lambda attaches the function to the fleet's VPC through network interfaces it creates and deletes itself (the AWSLambdaENIManagementAccess actions): their ids exist only at run time, and the Describe calls take no resource-level permissions.",
+    nagArn('ec2', 'network-interface/*'),
+    "Lambda creates, deletes and re-addresses the function's network interfaces itself; their ids exist only at run time (creation is also bound to the functions' subnets and security groups).",
   );
 }
 

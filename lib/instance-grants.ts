@@ -14,6 +14,8 @@ export interface InstanceGrantOptions {
   readonly pools: RunnerPoolProps[];
   /** KMS key of the runner config parameters, when not the AWS managed one. */
   readonly encryptionKey?: kms.IKey;
+  /** Name of the fleet's CA certificates parameter (`caCertificates`), which the boot installs; absent without. */
+  readonly caParameterName?: string;
 }
 
 /**
@@ -133,6 +135,18 @@ export function instanceStatements(scope: IConstruct, options: InstanceGrantOpti
     }),
   );
   // A pool that follows the newest release reads its provider's resolved release at install time.
+  // The fleet's extra CA certificates (templates/start-runner.sh, install_cas): GetParameter
+  // alone, the boot's one call. Here rather than beside the parameter, so a role the stack
+  // cannot change lists it among the statements its owner attaches.
+  if (options.caParameterName) {
+    statements.push(
+      new iam.PolicyStatement({
+        sid: 'ReadFleetCaCertificates',
+        actions: ['ssm:GetParameter'],
+        resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: options.caParameterName.slice(1) })],
+      }),
+    );
+  }
   const followed = [...new Set(options.pools.filter((p) => followsLatestRunner(p)).map((p) => p.provider))];
   if (followed.length > 0) {
     statements.push(

@@ -1,7 +1,7 @@
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import type { Construct } from 'constructs';
 import { createHash, X509Certificate } from 'node:crypto';
-import { ssmPaths } from '../lambdas/shared/contract';
+import { GitLabRunnerType, Provider, ssmPaths } from '../lambdas/shared/contract';
 import { caBundle } from './function-network';
 import { sourceRangesProblem, WebhookExposureKind } from './webhook-exposure';
 import type { WarmRunnersProps } from './warm-runners';
@@ -41,10 +41,12 @@ export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
       const problem = caCertificateProblem(pem, `caCertificates[${i}]`);
       if (problem) throw new Error(problem);
     }
+    // The functions' layer takes any size; the instances' parameter holds 8 KB.
     const length = caBundle(props.caCertificates).length;
     if (length > CA_PARAMETER_MAX_CHARS) {
       throw new Error(
-        `caCertificates are ${length} characters together, above the ${CA_PARAMETER_MAX_CHARS} an SSM parameter holds (the instances read them from one): give only the CAs of the CI server's chain, or bake them into the image (RunnerImageStep.caCertificatesFromAsset)`,
+        `caCertificates are ${length} characters together, above the ${CA_PARAMETER_MAX_CHARS} of the SSM parameter the instances read them from (the functions' layer has no such limit): ` +
+          "give only the CAs of the CI server's chain, or bake the rest into a RunnerImage with RunnerImageStep.caCertificates (docs/image.md) and keep here the ones the functions need",
       );
     }
   }
@@ -53,8 +55,22 @@ export function validatePrivateNetworkProps(props: WarmRunnersProps): void {
     const problem = sourceRangesProblem(exposure.allowedSourceRanges, 'webhookExposure.allowedSourceRanges');
     if (problem) throw new Error(problem);
   }
-  // WebhookExposure.none() needs the reconciler: every fleet has it (a pool needs its
-  // provider's connection, and each connection gets the reconciler), so nothing to refuse.
+  // WebhookExposure.none() leaves the reconciler alone to find jobs: every connection has it,
+  // but a GitLab fleet of instance runners gives its scan no project to read.
+  if (exposure?.kind === WebhookExposureKind.NONE && props.gitlab && gitLabScanCoversNothing(props)) {
+    throw new Error(
+      'webhookExposure is WebhookExposure.none(), and the GitLab connection registers instance runners (gitlab.runnerType) with no gitlab.reconcileProjectIds and no pool with gitlabProjectId or gitlabGroupId: ' +
+        "the reconciler, the only way jobs are found without a webhook, has no project to scan, so no GitLab job would ever be served; set gitlab.reconcileProjectIds to the projects whose jobs the fleet runs, or expose the webhook (WebhookExposure.apiGateway)",
+    );
+  }
+}
+
+/** True when the GitLab reconciler's scan has no project (lambdas/reconcile/gitlab.ts, projectsOf): instance runners and nothing that names a project or group. */
+function gitLabScanCoversNothing(props: WarmRunnersProps): boolean {
+  const gitlab = props.gitlab!;
+  if ((gitlab.runnerType ?? GitLabRunnerType.INSTANCE) !== GitLabRunnerType.INSTANCE) return false;
+  if (gitlab.reconcileProjectIds && gitlab.reconcileProjectIds.length > 0) return false;
+  return !props.pools.some((p) => p.provider === Provider.GITLAB && (p.gitlabProjectId !== undefined || p.gitlabGroupId !== undefined));
 }
 
 /**
@@ -70,7 +86,9 @@ export function instanceCaCertificates(scope: Construct, prefix: string, certifi
     parameterName: ssmPaths(prefix).caCertificates,
     description: `Extra CA certificates the ${prefix} runner instances trust (PEM)`,
     stringValue: value,
-    tier: value.length > 4096 ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
+    // SSM picks the tier by size, and a later smaller value deploys too: a parameter once
+    // advanced cannot go back to standard, so a fixed STANDARD after ADVANCED would fail.
+    tier: ssm.ParameterTier.INTELLIGENT_TIERING,
   });
   return { parameter, sha256: createHash('sha256').update(value).digest('hex') };
 }

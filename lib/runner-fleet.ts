@@ -14,6 +14,7 @@ import {
   METRIC_DIMENSIONS,
   METRIC_NAMES,
   bootLogGroupName,
+  ssmPaths,
   tagKeys,
   type LedgerStage,
 } from '../lambdas/shared/contract';
@@ -131,7 +132,12 @@ export class RunnerFleet extends Construct implements ec2.IConnectable, iam.IGra
     const statementsOf = new Map<iam.IRole, iam.PolicyStatement[]>();
     for (const role of new Set(instances.map((x) => x.role))) {
       const pools = props.pools.filter((_p, i) => instances[i]!.role === role);
-      const statements = instanceStatements(this, { prefix: props.prefix, pools, ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}) });
+      const statements = instanceStatements(this, {
+        prefix: props.prefix,
+        pools,
+        ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}),
+        ...(props.caCertificatesSha256 ? { caParameterName: ssmPaths(props.prefix).caCertificates } : {}),
+      });
       statementsOf.set(role, statements);
       if (!grantInstance(role, statements, props.prefix)) {
         const names = pools.map((p) => `pools[${props.pools.indexOf(p)}].instanceRole (pool "${p.name}")`).join(', ');

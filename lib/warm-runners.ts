@@ -252,8 +252,15 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly runnerReleaseFunction?: BundledFunction;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
-  /** The webhook's Function URL (`WebhookExposure.functionUrl()`, the default); append "github" or "gitlab". */
-  readonly webhookUrl?: lambda.FunctionUrl;
+  /**
+   * The webhook's Function URL (`WebhookExposure.functionUrl()`, the default); append "github" or "gitlab".
+   * Throws for any other exposure.
+   * @deprecated use `webhookEndpoint`, the base URL whatever the exposure
+   */
+  get webhookUrl(): lambda.FunctionUrl {
+    if (!this.functionUrl) throw new Error('webhookUrl exists only with WebhookExposure.functionUrl(): use webhookEndpoint');
+    return this.functionUrl;
+  }
   /** The webhook's base URL, ending in "/", whatever the exposure; append "github" or "gitlab". Absent for `WebhookExposure.none()`. */
   readonly webhookEndpoint?: string;
   /** The webhook's REST API (`WebhookExposure.apiGateway()`). */
@@ -264,6 +271,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
   readonly caCertificatesParameter?: ssm.StringParameter;
   /** The fleet's dashboard. */
   readonly dashboard: cloudwatch.Dashboard;
+  /** The Function URL behind `webhookUrl`, with `WebhookExposure.functionUrl()` only. */
+  private readonly functionUrl?: lambda.FunctionUrl;
   /** CloudWatch namespace of the fleet's metrics (the Lambdas', the instance log metric filter's). */
   readonly metricNamespace: string;
   /**
@@ -329,12 +338,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...(instanceCas ? { caCertificatesSha256: instanceCas.sha256 } : {}),
     });
     this.connections = this.fleet.connections;
-    if (instanceCas) {
-      this.caCertificatesParameter = instanceCas.parameter;
-      // GetParameter alone (the boot's one call), not grantRead's four actions; every pool's role reads it.
-      const readCas = new iam.PolicyStatement({ actions: ['ssm:GetParameter'], resources: [stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: paths.caCertificates.slice(1) })] });
-      for (const role of new Set(this.fleet.pools.map((p) => p.role))) role.addToPrincipalPolicy(readCas);
-    }
+    // Every pool's role reads it through its instance grants (ReadFleetCaCertificates).
+    if (instanceCas) this.caCertificatesParameter = instanceCas.parameter;
     this.grantPrincipal = this.fleet.grantPrincipal;
 
     // Each pool launches in its own subnets (RunnerPoolProps.vpcSubnets, else the fleet's).
@@ -381,7 +386,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     });
     const exposure = props.webhookExposure ?? WebhookExposure.functionUrl();
     const exposed = exposeWebhook(this, this.webhookFunction, exposure, logRetention);
-    if (exposed.functionUrl) this.webhookUrl = exposed.functionUrl;
+    if (exposed.functionUrl) this.functionUrl = exposed.functionUrl;
     if (exposed.api) this.webhookApi = exposed.api;
     if (exposed.endpoint) this.webhookEndpoint = exposed.endpoint;
     this.jobRecords = new JobRecords(this, 'JobRecords');

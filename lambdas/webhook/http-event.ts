@@ -7,9 +7,12 @@ import type { APIGatewayProxyEvent, LambdaFunctionURLEvent } from 'aws-lambda';
  */
 export type WebhookEvent = LambdaFunctionURLEvent | APIGatewayProxyEvent;
 
-/** The request path: 2.0's rawPath, 1.0's path (the resource path, without the stage). */
+/**
+ * The request path: 2.0's rawPath; 1.0's resource (`/github`, `/gitlab`: the API's own
+ * resource, which `path` is not behind a custom domain, where it carries the mapping's base path).
+ */
 export function requestPath(event: WebhookEvent): string {
-  return ('rawPath' in event ? event.rawPath : (event as APIGatewayProxyEvent).path) ?? '/';
+  return ('rawPath' in event ? event.rawPath : (event as APIGatewayProxyEvent).resource) ?? '/';
 }
 
 /** The HTTP method; POST when the event does not say (a test's bare event). */

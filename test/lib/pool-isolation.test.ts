@@ -4,6 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,6 +23,11 @@ import type { AuthorizationRequest } from './iam-reference';
  */
 
 const PR = 'i-0aaaaaaaaaaaaaaa1';
+/** A CA certificate for `caCertificates` (a throwaway one, made by the real openssl). */
+const CA_PEM = execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '1', '-subj', '/CN=isolation'], {
+  encoding: 'utf8',
+  stdio: ['ignore', 'pipe', 'ignore'],
+});
 const DEPLOY = 'i-0bbbbbbbbbbbbbbb2';
 const SHARED = 'i-0ccccccccccccccc3';
 const fromInstance = (id: string) => ({ 'ec2:SourceInstanceARN': instanceArn(id) });
@@ -207,12 +213,13 @@ describe('per-pool isolation: the grants a user adds', () => {
 });
 
 describe('per-pool isolation: roles of every kind', () => {
-  const fleetWith = (instanceRole: (stack: Stack) => iam.IRole, extra: Partial<RunnerPoolProps> = {}) => {
+  const fleetWith = (instanceRole: (stack: Stack) => iam.IRole, extra: Partial<RunnerPoolProps> = {}, caCertificates?: string[]) => {
     const stack = new Stack(new App(), 'R', { env: { account: ACCOUNT, region: 'eu-west-1' } });
     const vpc = new ec2.Vpc(stack, 'Vpc');
     const runners = new WarmRunners(stack, 'Runners', {
       vpc,
       github: { appId: '1', organization: 'org' },
+      ...(caCertificates ? { caCertificates } : {}),
       pools: [{ name: 'deploy', provider: Provider.GITHUB, machineImage: ec2.MachineImage.latestAmazonLinux2023(), instanceRole: instanceRole(stack), ...extra }],
     });
     return { stack, runners };
@@ -234,10 +241,18 @@ describe('per-pool isolation: roles of every kind', () => {
   });
 
   it('an imported role marked immutable takes no policy: synth warns, and the pool lists the statements to attach', () => {
-    const { runners } = fleetWith((stack) => iam.Role.fromRoleArn(stack, 'Imported', `arn:aws:iam::${ACCOUNT}:role/deploy-runner`, { mutable: false }));
+    const { runners, stack } = fleetWith((st) => iam.Role.fromRoleArn(st, 'Imported', `arn:aws:iam::${ACCOUNT}:role/deploy-runner`, { mutable: false }), {}, [CA_PEM]);
     const warnings = Annotations.fromStack(Stack.of(runners)).findWarning('*', Match.stringLikeRegexp('instance-role-immutable'));
     expect(warnings.map((w) => w.entry.data)).toEqual([expect.stringContaining('pools[0].instanceRole (pool "deploy"): the role takes no policy from this stack')]);
-    expect(runners.pool('deploy').instanceStatements.map((s) => s.sid)).toEqual(expect.arrayContaining(['ReadAndDeleteOwnRunnerConfig', 'TerminateSelf', 'WriteOwnBootLog']));
+    const statements = runners.pool('deploy').instanceStatements;
+    expect(statements.map((s) => s.sid)).toEqual(expect.arrayContaining(['ReadAndDeleteOwnRunnerConfig', 'TerminateSelf', 'WriteOwnBootLog', 'ReadFleetCaCertificates']));
+    // The boot's one call on the CA parameter (install_cas), the owner attaches it with the rest.
+    const readCas = stack.resolve(statements.find((s) => s.sid === 'ReadFleetCaCertificates')!.toStatementJson());
+    expect(readCas.Action).toBe('ssm:GetParameter');
+    expect(JSON.stringify(readCas.Resource)).toContain(`parameter${paths.caCertificates}`);
+    // Without caCertificates the statement is not there.
+    const plain = fleetWith((st) => iam.Role.fromRoleArn(st, 'Imported', `arn:aws:iam::${ACCOUNT}:role/deploy-runner`, { mutable: false }));
+    expect(plain.runners.pool('deploy').instanceStatements.map((s) => s.sid)).not.toContain('ReadFleetCaCertificates');
   });
 
   it('refuses a role EC2 cannot assume, a role of another account, no security group, and subnets the VPC lacks, naming the prop', () => {

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exampleFleet } from '../../bin/example-props';
 import { WarmRunners, WebhookExposure, decodeUserData, type WarmRunnersProps } from '../../lib';
 import { FUNCTION_CA_FILE, VPC_ACCESS_ACTIONS } from '../../lib/function-network';
-import { ssmPaths } from '../../lambdas/shared/contract';
+import { GitLabRunnerType, Provider, ssmPaths } from '../../lambdas/shared/contract';
 import { isAllowed, resolvePseudo, type Statement } from './iam-eval';
 
 const PSEUDO = { 'AWS::Partition': 'aws', 'AWS::Region': 'eu-west-1', 'AWS::AccountId': '111122223333', 'AWS::URLSuffix': 'amazonaws.com' };
@@ -106,8 +106,25 @@ describe('control-plane functions in the VPC (functionSubnets)', () => {
     for (const [id, fn] of Object.entries(functions)) {
       expect(fn.Properties.VpcConfig, id).toEqual({ SubnetIds: subnets, SecurityGroupIds: [sg] });
       // Lambda needs the ENI actions on the role it was given (CDK adds no managed policy to a role it did not create).
+      // Each on what the Service Authorization Reference scopes it to: only the Describe calls on *.
       const statements = statementsOfRole(template, roleOf(fn));
-      for (const action of VPC_ACCESS_ACTIONS) expect(isAllowed(statements, { action, resource: '*', context: {} }), `${id} ${action}`).toBe(true);
+      const may = (action: string, resource: string) => isAllowed(statements, { action, resource, context: {} });
+      const ec2Arn = (resource: string) => `arn:aws:ec2:eu-west-1:111122223333:${resource}`;
+      const eni = ec2Arn('network-interface/eni-0123456789abcdef0');
+      for (const action of ['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets']) expect(may(action, '*'), `${id} ${action}`).toBe(true);
+      for (const target of [eni, ...subnets.map((s) => ec2Arn(`subnet/${resolvePseudo(s, PSEUDO)}`)), ec2Arn(`security-group/${resolvePseudo(sg, PSEUDO)}`)]) {
+        expect(may('ec2:CreateNetworkInterface', target), `${id} CreateNetworkInterface on ${target}`).toBe(true);
+      }
+      expect(may('ec2:CreateNetworkInterface', ec2Arn('subnet/subnet-0other')), `${id} CreateNetworkInterface in another subnet`).toBe(false);
+      expect(may('ec2:CreateNetworkInterface', ec2Arn('security-group/sg-0other')), `${id} CreateNetworkInterface with another group`).toBe(false);
+      for (const action of ['ec2:DeleteNetworkInterface', 'ec2:AssignPrivateIpAddresses', 'ec2:UnassignPrivateIpAddresses']) {
+        expect(may(action, eni), `${id} ${action}`).toBe(true);
+        expect(may(action, ec2Arn('instance/i-0123456789abcdef0')), `${id} ${action} on an instance`).toBe(false);
+      }
+      const onEverything = statements.filter((st) => [st.Resource].flat().includes('*')).flatMap((st) => [st.Action].flat());
+      expect(onEverything.filter((a) => VPC_ACCESS_ACTIONS.includes(a)).sort(), id).toEqual(['ec2:DescribeNetworkInterfaces', 'ec2:DescribeSubnets']);
+      // Delete stays unconditioned (Lambda's guide: it deletes with the role's credentials).
+      expect(statements.filter((st) => [st.Action].flat().includes('ec2:DeleteNetworkInterface')).map((st) => st.Condition), id).toEqual([undefined]);
     }
     template.hasResourceProperties('AWS::EC2::SecurityGroup', {
       GroupDescription: Match.stringLikeRegexp('Control-plane functions'),
@@ -167,8 +184,9 @@ describe('webhook exposure', () => {
     const { template, runners, stack } = fleet();
     template.resourceCountIs('AWS::Lambda::Url', 1);
     template.resourceCountIs('AWS::ApiGateway::RestApi', 0);
-    expect(runners.webhookUrl).toBeDefined();
-    expect(stack.resolve(runners.webhookEndpoint)).toEqual(stack.resolve(runners.webhookUrl!.url));
+    // webhookUrl (deprecated) stays a FunctionUrl, as before webhookEndpoint existed.
+    expect(runners.webhookUrl).toBe(runners.webhookFunction.node.findChild('FunctionUrl'));
+    expect(stack.resolve(runners.webhookEndpoint)).toEqual(stack.resolve(runners.webhookUrl.url));
     const outputs = template.findOutputs('*');
     expect(Object.keys(outputs).filter((k) => /WebhookUrl/.test(k))).toHaveLength(2);
   });
@@ -176,7 +194,7 @@ describe('webhook exposure', () => {
   it('apiGateway: a REST API whose resource policy admits the listed ranges only (evaluated), access logs on, no Function URL', () => {
     const { template, runners, stack } = fleet({ webhookExposure: WebhookExposure.apiGateway({ allowedSourceRanges: GITHUB_HOOKS }) });
     template.resourceCountIs('AWS::Lambda::Url', 0);
-    expect(runners.webhookUrl).toBeUndefined();
+    expect(() => runners.webhookUrl).toThrow(/^webhookUrl exists only with WebhookExposure\.functionUrl\(\): use webhookEndpoint$/);
     expect(runners.webhookApi).toBeDefined();
     const [api] = Object.values(template.findResources('AWS::ApiGateway::RestApi'));
     expect(api!.Properties.EndpointConfiguration).toEqual({ Types: ['REGIONAL'] });
@@ -206,10 +224,24 @@ describe('webhook exposure', () => {
     template.resourceCountIs('AWS::Lambda::Url', 0);
     template.resourceCountIs('AWS::ApiGateway::RestApi', 0);
     template.resourceCountIs('AWS::Lambda::Permission', Object.keys(template.findResources('AWS::Lambda::Permission', { Properties: { Principal: 'events.amazonaws.com' } })).length);
-    expect(runners.webhookUrl).toBeUndefined();
+    expect(() => runners.webhookUrl).toThrow(/^webhookUrl exists only with WebhookExposure\.functionUrl\(\): use webhookEndpoint$/);
     expect(runners.webhookEndpoint).toBeUndefined();
     expect(Object.keys(template.findOutputs('*')).filter((k) => /WebhookUrl/.test(k))).toEqual([]);
     expect(runners.reconcileFunction).toBeDefined();
+  });
+
+  it('none() with GitLab instance runners: refused while the reconciler would scan no project, naming gitlab.reconcileProjectIds', () => {
+    const instance = { url: 'https://gitlab.example.com' };
+    const none = (props: Partial<WarmRunnersProps>) => () => fleet({ webhookExposure: WebhookExposure.none(), ...props });
+    expect(none({ gitlab: instance })).toThrow(/^webhookExposure is WebhookExposure\.none\(\), .*no gitlab\.reconcileProjectIds and no pool with gitlabProjectId or gitlabGroupId: .*set gitlab\.reconcileProjectIds/);
+    expect(none({ gitlab: { ...instance, runnerType: GitLabRunnerType.INSTANCE, reconcileProjectIds: [] } })).toThrow(/set gitlab\.reconcileProjectIds/);
+    // A scan that covers something is served.
+    expect(none({ gitlab: { ...instance, reconcileProjectIds: [7] } })).not.toThrow();
+    expect(none({ gitlab: { ...instance, runnerType: GitLabRunnerType.GROUP, scopeId: 42 } })).not.toThrow();
+    const pools = exampleFleet(ec2.MachineImage.latestAmazonLinux2023()).pools.map((p) => (p.provider === Provider.GITLAB ? { ...p, gitlabProjectId: 9 } : p));
+    expect(none({ gitlab: instance, pools })).not.toThrow();
+    // With a webhook, instance runners are served by their deliveries.
+    expect(() => fleet({ gitlab: instance })).not.toThrow();
   });
 
   it('refuses source ranges that are not CIDRs, an empty list and a range of every address, naming the prop', () => {
@@ -287,6 +319,21 @@ describe('extra CA certificates', () => {
     const statements = statementsOfRole(template, role);
     const arn = `arn:aws:ssm:eu-west-1:111122223333:parameter${ssmPaths('warm-runners').caCertificates}`;
     expect(isAllowed(statements, { action: 'ssm:GetParameter', resource: arn, context: {} })).toBe(true);
+  });
+
+  it('go into an Intelligent-Tiering parameter (a deploy that shrinks them never asks SSM to go back to standard); above 8 KB refused, naming the way out', () => {
+    const { template } = fleet({ caCertificates: [ca] });
+    template.hasResourceProperties('AWS::SSM::Parameter', { Name: ssmPaths('warm-runners').caCertificates, Tier: 'Intelligent-Tiering' });
+    const many = Array.from({ length: 16 }, (_, i) =>
+      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '1', '-subj', `/CN=ca-${i}-${'x'.repeat(40)}`], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }),
+    );
+    expect(many.join('\n').length).toBeGreaterThan(8192);
+    expect(() => fleet({ caCertificates: many })).toThrow(
+      /^caCertificates are \d+ characters together, above the 8192 of the SSM parameter the instances read them from .*RunnerImageStep\.caCertificates \(docs\/image\.md\)/,
+    );
   });
 
   it('reach a pool with its own instance role: that role reads the parameter too', () => {

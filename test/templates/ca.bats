@@ -30,9 +30,10 @@ boot_private() {
   [ "$status" -eq 0 ]
   grep -qF "installed $CA_PARAM" "$ROOT/out"
   [ "$(calls_of update-ca-certificates)" = update-ca-certificates ]
-  # One file per certificate, the certificate itself.
-  [ "$(ls "$ROOT/calls/ca")" = cdk-warm-runners-1.crt ]
-  diff <(cat "$ROOT/ca.pem"; echo) "$ROOT/calls/ca/cdk-warm-runners-1.crt"
+  # One file per certificate (the parameter holds two), each the certificate itself.
+  [ "$(ls "$ROOT/calls/ca" | tr '\n' ' ')" = 'cdk-warm-runners-1.crt cdk-warm-runners-2.crt ' ]
+  diff <(cat "$ROOT/ca-1.pem"; echo) "$ROOT/calls/ca/cdk-warm-runners-1.crt"
+  diff <(cat "$ROOT/ca-2.pem"; echo) "$ROOT/calls/ca/cdk-warm-runners-2.crt"
   # Before the install step: the line comes first.
   (( $(grep -nF "installed $CA_PARAM" "$ROOT/out" | cut -d: -f1) < $(grep -nF 'primed; powering off' "$ROOT/out" | cut -d: -f1) ))
 }

@@ -52,6 +52,7 @@ import {
   shellQuote,
   type UserDataOptions,
 } from '../../lib/user-data';
+import { caBundle } from '../../lib/function-network';
 
 const { values } = parseArgs({
   options: {
@@ -97,10 +98,16 @@ const BOUNDS = {
 };
 
 // A test CA for ca.bats (the boot installs it; no TLS is made with it), as the fleet stores it: PEM, no trailing newline.
-const CA_PEM = execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '2', '-subj', '/CN=cwr-sandbox-ca'], {
-  encoding: 'utf8',
-  stdio: ['ignore', 'pipe', 'ignore'],
-}).trim();
+// Two certificates (ca-1.pem, ca-2.pem), and the parameter's value as the library stores them (ca.pem).
+const CA_PEMS = [1, 2].map((n) => {
+  const pem = execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', '/dev/null', '-days', '2', '-subj', `/CN=cwr-sandbox-ca-${n}`], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+  }).trim();
+  writeFileSync(join(root, `ca-${n}.pem`), pem);
+  return pem;
+});
+const CA_PEM = caBundle(CA_PEMS);
 writeFileSync(join(root, 'ca.pem'), CA_PEM);
 
 const prefix = 'sandbox';

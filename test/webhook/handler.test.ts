@@ -156,6 +156,14 @@ describe('API Gateway exposure (REST API proxy events, payload format 1.0)', () 
     expect(get).toMatchObject({ statusCode: 405 });
     expect(await handler(restApiEvent('/webhook/github', headers, body))).toMatchObject({ statusCode: 404 });
   });
+
+  it("routes by the API's resource, not the request path: behind a custom domain with a base path mapping", async () => {
+    const handler = newHandler();
+    const before = (await queued()).length;
+    const headers = githubHeaders(queuedSelfHosted, secrets.githubWebhook, 'workflow_job', randomUUID());
+    expect(outcome(await handler(restApiEvent('/github', headers, queuedSelfHosted, { basePath: 'ci-runners' }))).outcome).toBe('queued');
+    expect((await queued()).length).toBe(before + 1);
+  });
 });
 
 describe('latency ledger', () => {

@@ -44,14 +44,15 @@ export function functionUrlEvent(
 
 /**
  * The same delivery as an API Gateway REST API's Lambda proxy integration hands it over
- * (payload format 1.0, `WebhookExposure.apiGateway`): `path` without the stage, `httpMethod`,
- * headers as the sender spelled them.
+ * (payload format 1.0, `WebhookExposure.apiGateway`): `path` without the stage (with the base
+ * path of a custom domain's mapping, `basePath`), `httpMethod`, headers as the sender spelled them.
  */
-export function restApiEvent(path: string, headers: Record<string, string>, body: string, options: { method?: string } = {}): APIGatewayProxyEvent {
+export function restApiEvent(path: string, headers: Record<string, string>, body: string, options: { method?: string; basePath?: string } = {}): APIGatewayProxyEvent {
   const method = options.method ?? 'POST';
   return {
     resource: path,
-    path,
+    // Behind a custom domain, `path` carries its base path mapping; `resource` does not.
+    path: options.basePath ? `/${options.basePath}${path}` : path,
     httpMethod: method,
     headers,
     multiValueHeaders: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, [v]])),
