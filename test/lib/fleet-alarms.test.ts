@@ -322,7 +322,7 @@ describe('reconciler failures', () => {
 
 describe('WebhookExposure.none()', () => {
   it('has no webhook alarms and no lost-delivery alarm (nothing reaches the webhook; every job is the reconciler\'s), and keeps the reconciler\'s', () => {
-    const none = synth({ webhookExposure: WebhookExposure.none() });
+    const none = synth({ webhookExposure: WebhookExposure.none(), gitlab: { url: 'https://gitlab.example.com', reconcileProjectIds: [1] } });
     for (const id of ['WebhookRefusedAlarm', 'WebhookThrottleAlarm', 'WebhookErrorAlarm', 'LostDeliveriesAlarm']) expect([id, none.runners.node.tryFindChild(id)]).toEqual([id, undefined]);
     for (const id of ['ReconcileErrorAlarm', 'ReconcileFailuresAlarm', 'ScaleUpErrorAlarm']) expect(none.alarm(id)).toBeDefined();
     expect(none.runners.alarms.map((a) => a.node.id)).not.toContain('LostDeliveriesAlarm');
