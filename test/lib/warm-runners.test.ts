@@ -484,7 +484,7 @@ describe('props validation', () => {
     [
       'two GitLab groups whose pools can match one job',
       (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com' }, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB, gitlabGroupId: 7 }, { ...p.pools[0]!, name: 'b', provider: Provider.GITLAB, labels: ['linux'], gitlabGroupId: 8 }] }),
-      /pools\[1\]\.labels \(pool "b"\) \(group_type:8\) and pools\[0\]\.labels \(pool "linux", group_type:7\) can match the same GitLab job/,
+      /pools\[1\]\.labels \(pool "b", gitlabGroupId 8\) and pools\[0\]\.labels \(pool "linux", gitlabGroupId 7\) can match the same GitLab job/,
     ],
     ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /pools\[0\]\.warm\.schedule\[0\]\.window \(pool "linux"\) "weekdays" must be/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],

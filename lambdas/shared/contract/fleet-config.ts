@@ -6,7 +6,6 @@ import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
 import { fleetScopeProblems } from './github-scope';
-import { gitLabScopeClashes } from './gitlab-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -637,7 +636,6 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
     validateGitLabScope(c, p, provider);
   });
-  if (c.problems.length === 0 && c.at('gitlab') !== undefined) for (const clash of gitLabScopeClashes(c.at('gitlab') as GitLabConnectionConfig, pools as PoolConfig[])) c.problems.push(clash);
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
   if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));
