@@ -615,7 +615,10 @@ describe('several groups and projects in one fleet (pool gitlabGroupId / gitlabP
       twoConfig = withScope(groupId);
       const p = twoProvider();
       expect((await rejection(p.createRunner(message(1, 'home'), nextInstance(), 'home'))).status).toBe(create);
-      expect((await rejection(p.listRunners())).status).toBe(list);
+      const listing = await rejection(p.listRunners());
+      expect(listing.status).toBe(list);
+      // The drain's failure quotes this: the scope the token cannot manage and the prop that set it.
+      expect(listing.message).toMatch(new RegExp(`^GitLab list runners of group ${groupId} \\(pools\\[0\\]\\.gitlabGroupId\\) failed: HTTP ${list}`));
     }
   });
 });
