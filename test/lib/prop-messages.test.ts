@@ -39,6 +39,7 @@ const ROWS: [string, Change][] = [
   ['prefix', fleet({ prefix: 'ci/fleet' })],
   ['pools', fleet({ pools: [] })],
   ['github.appId', fleet({ github: { appId: '', organization: 'org' } })],
+  ['gitlab.reconcileProjectIds[1]', fleet({ gitlab: { url: 'https://gitlab.example.com', reconcileProjectIds: [4, 0] } })],
   ['pools[0].organization', fleet({ github: { appId: '1' } })],
   ['github.repositories[1]', fleet({ github: { appId: '1', repositories: ['o/r', 'no-slash'] } })],
   ['github.runnerGroupId', fleet({ github: { appId: '1', organization: 'org', runnerGroupId: 0 } })],
@@ -133,6 +134,14 @@ describe('prop validation messages', () => {
         'pools[0].warm.size (pool "linux") is 3, above the pool\'s maxRunners 2; lower it or raise maxRunners; ' +
         'pools[0].warm.maxAge (pool "linux") must be at least 5 minutes, got 1 minute',
     );
+  });
+});
+
+describe('a bad pool name', () => {
+  it('is reported once, not again as the label it defaulted to; labels written out are still checked', () => {
+    expect(messageOf(pool0({ name: '' }))).not.toMatch(/labels/);
+    expect(messageOf(pool0({ name: '' }))).toMatch(/^pools\[0\]\.name/);
+    expect(messageOf(pool0({ name: '', labels: ['a b'] }))).toMatch(/pools\[0\]\.labels\[0\]/);
   });
 });
 

@@ -556,9 +556,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
       c.integer('gitlab.webhook.hookId', 1);
     }
     const projects = c.at('gitlab.reconcileProjectIds');
-    if (projects !== undefined && (!Array.isArray(projects) || !projects.every((p) => Number.isSafeInteger(p) && (p as number) > 0))) {
-      c.fail('gitlab.reconcileProjectIds', 'must list positive integer project ids');
-    }
+    if (projects !== undefined && !Array.isArray(projects)) c.fail('gitlab.reconcileProjectIds', 'must list positive integer project ids');
+    else if (projects !== undefined) projects.forEach((_id, k) => c.integer(`gitlab.reconcileProjectIds.${k}`, 1));
   }
   const pools = c.at('pools');
   if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');
@@ -567,6 +566,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
   const seen = new Set<string>();
   (Array.isArray(pools) ? pools : []).forEach((_pool, i) => {
     const p = `pools.${i}`;
+    const before = c.problems.length;
     const name = c.string(`${p}.name`);
     if (name !== undefined) {
       const problem = poolNameProblem(name);
@@ -579,7 +579,11 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     else if (c.at(provider) === undefined) {
       c.fail(`${p}.provider`, `is "${provider}" but no ${provider} connection is configured; add one or change the pool's provider`);
     }
-    c.strings(`${p}.labels`, 0).forEach((label, k) => {
+    // Labels default to the name: a bad name would be reported again as a bad label.
+    const labels = c.at(`${p}.labels`);
+    const nameFailed = c.problems.slice(before).some((x) => x.path === `${p}.name`);
+    const defaulted = nameFailed && Array.isArray(labels) && labels.length === 1 && labels[0] === c.at(`${p}.name`);
+    if (!defaulted) c.strings(`${p}.labels`, 0).forEach((label, k) => {
       if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels.${k}`, `"${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-", starting with a letter or digit`);
     });
     const match = c.at(`${p}.labelMatch`);
