@@ -30,14 +30,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     if (disk !== undefined && (disk < 8 || disk > 16_384)) {
       throw new Error(`${where('diskSize')} must be from 8 GiB to 16384 GiB (16 TiB, the most a gp3 volume holds), got ${disk} GiB`);
     }
-    let commands: string[];
-    try {
-      commands = poolPrepareCommands(pool);
-      followsLatestRunner(pool);
-    } catch (e) {
-      // Both name the pool by its name only; name its place in `pools` too.
-      throw new Error((e as Error).message.replace(`pool "${pool.name}": `, `pools[${i}] (pool "${pool.name}"): `));
-    }
+    const commands = poolPrepareCommands(pool, where);
+    followsLatestRunner(pool, where);
     const nul = commands.findIndex((command) => command.includes('\0'));
     if (nul >= 0) throw new Error(`${where(`${pool.prepareCommands === undefined ? 'warm.prepareCommands' : 'prepareCommands'}[${nul}]`)} contains a NUL byte, which no shell command can hold`);
     const deviceProblem = rootDeviceNameProblem(poolRootDeviceName(pool, props.rootDeviceName), knownRootDeviceName(pool.machineImage));

@@ -541,7 +541,7 @@ describe('prepare commands', () => {
 
   it('refuse both names at once, naming both', () => {
     expect(() => fleet({ prepareCommands: commands, warm: { prepareCommands: ['true'] } })).toThrow(
-      /pools\[0\] \(pool "linux"\): both prepareCommands and warm\.prepareCommands are set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
+      /pools\[0\]\.prepareCommands \(pool "linux"\) and warm\.prepareCommands are both set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
     );
   });
 
