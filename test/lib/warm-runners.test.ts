@@ -507,7 +507,7 @@ describe('props validation', () => {
     };
     const pool = (extra: object) => (p: WarmRunnersProps) => ({ ...p, pools: [{ ...p.pools[0]!, ...extra }] });
     expect(warnings(pool({ name: 'ubuntu-latest' }))).toHaveLength(1);
-    expect(warnings(pool({ labels: ['linux', 'windows-2022'] }))[0]!.entry.data).toMatch(/pool "linux": label "windows-2022" looks like/);
+    expect(warnings(pool({ labels: ['linux', 'windows-2022'] }))[0]!.entry.data).toMatch(/^pools\[0\]\.labels \(pool "linux"\): label "windows-2022" looks like/);
     // Not with the old rule, nor with labels no hosted runner has.
     expect(warnings(pool({ name: 'ubuntu-latest', requireSelfHostedLabel: true }))).toHaveLength(0);
     expect(warnings(pool({ labels: ['linux', 'x64', 'gpu'] }))).toHaveLength(0);
@@ -536,7 +536,7 @@ describe('prepare commands', () => {
   it('take the deprecated warm.prepareCommands as the same list, with a warning that says where to move them', () => {
     const legacy = fleet({ warm: { size: 1, prepareCommands: commands } });
     expect(legacy.userData).toBe(fleet({ warm: { size: 1 }, prepareCommands: commands }).userData);
-    expect(legacy.warnings.filter((w) => !w.includes('notify no one'))).toEqual([expect.stringMatching(/pool "linux": warm\.prepareCommands is deprecated: the prepare commands now run on cold launches too[^]*Move them to the pool's prepareCommands/)]);
+    expect(legacy.warnings.filter((w) => !w.includes('notify no one'))).toEqual([expect.stringMatching(/^pools\[0\]\.warm\.prepareCommands \(pool "linux"\) is deprecated: the prepare commands now run on cold launches too[^]*Move them to the pool's prepareCommands/)]);
   });
 
   it('refuse both names at once, naming both', () => {
@@ -548,7 +548,7 @@ describe('prepare commands', () => {
   it('warn for a reusable pool, whose reused instances do not run them again', () => {
     const reused = fleet({ warm: { size: 1 }, reuse: {}, prepareCommands: commands });
     expect(reused.warnings.filter((w) => /prepare commands/.test(w))).toEqual([
-      expect.stringMatching(/pool "linux": a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same repository left it/),
+      expect.stringMatching(/pools\[0\]\.prepareCommands \(pool "linux"\): a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same repository left it/),
     ]);
     expect(fleet({ warm: { size: 1 }, reuse: {} }).warnings.filter((w) => /prepare commands/.test(w))).toEqual([]);
   });
