@@ -1,5 +1,5 @@
-import { scheduleOverlaps, type FleetConfig, type PoolConfig } from '../lambdas/shared/contract';
-import { jobScopesMeet, poolOverlaps, type PoolOverlap } from '../lambdas/shared/pool-overlap';
+import { gitLabScopeKey, gitLabScopeOf, GitLabRunnerType, scheduleOverlaps, type FleetConfig, type GitLabConnectionConfig, type PoolConfig } from '../lambdas/shared/contract';
+import { canMatchOneJob, jobScopes, poolOverlaps, type PoolOverlap } from '../lambdas/shared/pool-overlap';
 
 /**
  * Settings that compete where only one can win: two pools for one job (`matchPool`'s rules,
@@ -31,7 +31,7 @@ function jobOf(pool: PoolConfig, example: readonly string[]): string {
 /** The refusals: a pool that never gets a job, a schedule window that never applies. */
 export function overlapRefusals(config: FleetConfig): string[] {
   const pools = config.pools;
-  const out = poolOverlaps(pools, jobScopesMeet(config))
+  const out = poolOverlaps(pools, jobScopes(config))
     .filter((o) => o.kind === 'starved')
     .map(
       (o) =>
@@ -39,6 +39,7 @@ export function overlapRefusals(config: FleetConfig): string[] {
         `${poolAt(pools, o.loser)} has ${labelsOf(pools[o.loser]!)}, ${poolAt(pools, o.winner)} ${labelsOf(pools[o.winner]!)}. ` +
         `Give one of them other labels (or another labelMatch), or remove pools[${o.loser}].`,
     );
+  if (config.gitlab !== undefined) out.push(...gitLabScopeClashes(config.gitlab, pools));
   pools.forEach((pool, i) => {
     for (const s of scheduleOverlaps(pool.warm.schedule).filter((x) => x.kind === 'shadowed')) {
       const entry = pool.warm.schedule[s.later]!;
@@ -55,7 +56,7 @@ export function overlapRefusals(config: FleetConfig): string[] {
 /** The warnings: two pools or two windows where the order of the list decides. */
 export function overlapWarnings(config: FleetConfig): { id: string; message: string }[] {
   const pools = config.pools;
-  const out = poolOverlaps(pools, jobScopesMeet(config))
+  const out = poolOverlaps(pools, jobScopes(config))
     .filter((o) => o.kind === 'order')
     .map((o) => ({
       id: 'cdk-warm-runners:pool-overlap',
@@ -73,6 +74,38 @@ export function overlapWarnings(config: FleetConfig): { id: string; message: str
           `where both apply the warm size is ${a.size}, the earlier window's (the first matching window wins). If the other should win there, put it first.`,
       });
     }
+  });
+  return out;
+}
+
+/** The prop that puts a GitLab pool in its scope, as the user wrote it: `gitlabGroupId 40`, `gitlab.scopeId 12`. */
+function gitLabScopeProp(gitlab: GitLabConnectionConfig, pool: PoolConfig): string {
+  if (pool.gitlabProjectId !== undefined) return `gitlabProjectId ${pool.gitlabProjectId}`;
+  if (pool.gitlabGroupId !== undefined) return `gitlabGroupId ${pool.gitlabGroupId}`;
+  return gitlab.runnerType === GitLabRunnerType.INSTANCE ? 'gitlab.runnerType instance' : `gitlab.scopeId ${gitlab.scopeId ?? '?'}`;
+}
+
+/**
+ * Two GitLab pools of different scopes that can match one job (`canMatchOneJob`): a Job Hook
+ * names the job's project but not its groups, so the webhook cannot tell which group's pool may
+ * take it (docs/gitlab.md, "Several groups or projects"). Pools of two projects never clash (a
+ * job has one project). Named at `runUntagged` when both take untagged jobs, else at `labels`.
+ */
+function gitLabScopeClashes(gitlab: GitLabConnectionConfig, pools: readonly PoolConfig[]): string[] {
+  const out: string[] = [];
+  pools.forEach((a, i) => {
+    pools.forEach((b, j) => {
+      if (j <= i || a.provider !== 'gitlab' || b.provider !== 'gitlab') return;
+      const [sa, sb] = [gitLabScopeOf(gitlab, a), gitLabScopeOf(gitlab, b)];
+      if (gitLabScopeKey(sa) === gitLabScopeKey(sb)) return;
+      if (sa.runnerType === GitLabRunnerType.PROJECT && sb.runnerType === GitLabRunnerType.PROJECT) return;
+      if (!canMatchOneJob(a, b)) return;
+      const prop = a.runUntagged && b.runUntagged ? 'runUntagged' : 'labels';
+      out.push(
+        `pools[${j}].${prop} (pool "${b.name}", ${gitLabScopeProp(gitlab, b)}) and pools[${i}].${prop} (pool "${a.name}", ${gitLabScopeProp(gitlab, a)}) can match the same GitLab job, but register in different scopes: ` +
+          "a Job Hook does not say which group a project belongs to, so a job could be given to the pool whose runners cannot take it; give each scope's pools tags of their own",
+      );
+    });
   });
   return out;
 }

@@ -54,12 +54,12 @@ export function bakedRunnerPackage(pool: RunnerVersionInput): RunnerPackage | un
  * its pin, because gitlab-runner must stay compatible with the GitLab server's version (a
  * self-managed one may be behind), and GitLab refuses no older runner.
  */
-export function followsLatestRunner(pool: RunnerVersionInput): boolean {
+export function followsLatestRunner(pool: RunnerVersionInput, where: (field: string) => string = (field) => `${field} (pool "${pool.name}")`): boolean {
   // An image with the runner baked in installs none at boot: nothing to follow (runnerVersionWarnings).
   if (bakedRunnerPackage(pool) !== undefined) return false;
   if (pool.runnerVersion?.followsLatest && pool.runnerPackage !== undefined) {
     throw new Error(
-      `pool "${pool.name}": runnerVersion is RunnerVersion.latest() and runnerPackage pins ${pool.runnerPackage.version}, which contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
+      `${where('runnerVersion')} is RunnerVersion.latest() and runnerPackage pins ${pool.runnerPackage.version}, which contradict each other: drop runnerPackage to follow the newest release, or use RunnerVersion.pinned()`,
     );
   }
   return pool.runnerVersion?.followsLatest ?? (pool.provider === Provider.GITHUB && pool.runnerPackage === undefined);
@@ -73,11 +73,11 @@ export function runnerVersionConfig(pool: RunnerVersionInput): string {
 
 /** Synth warnings: `RunnerVersion.latest()` on a pool whose image carries its runner, which nothing then updates. */
 export function runnerVersionWarnings(pools: readonly RunnerVersionInput[]): string[] {
-  return pools.flatMap((pool) => {
+  return pools.flatMap((pool, i) => {
     const baked = bakedRunnerPackage(pool);
     if (!baked || !pool.runnerVersion?.followsLatest) return [];
     return [
-      `pool "${pool.name}": runnerVersion RunnerVersion.latest() has no effect on a RunnerImage, which carries runner ${baked.version}: the pool runs that version until the image is rebuilt with another runnerPackage (docs/operations.md, "Runner updates")`,
+      `pools[${i}].runnerVersion (pool "${pool.name}") RunnerVersion.latest() has no effect on a RunnerImage, which carries runner ${baked.version}: the pool runs that version until the image is rebuilt with another runnerPackage (docs/operations.md, "Runner updates")`,
     ];
   });
 }

@@ -30,14 +30,8 @@ export function validateWarmRunnersProps(props: WarmRunnersProps): void {
     if (disk !== undefined && (disk < 8 || disk > 16_384)) {
       throw new Error(`${where('diskSize')} must be from 8 GiB to 16384 GiB (16 TiB, the most a gp3 volume holds), got ${disk} GiB`);
     }
-    let commands: string[];
-    try {
-      commands = poolPrepareCommands(pool);
-      followsLatestRunner(pool);
-    } catch (e) {
-      // Both name the pool by its name only; name its place in `pools` too.
-      throw new Error((e as Error).message.replace(`pool "${pool.name}": `, `pools[${i}] (pool "${pool.name}"): `));
-    }
+    const commands = poolPrepareCommands(pool, where);
+    followsLatestRunner(pool, where);
     const nul = commands.findIndex((command) => command.includes('\0'));
     if (nul >= 0) throw new Error(`${where(`${pool.prepareCommands === undefined ? 'warm.prepareCommands' : 'prepareCommands'}[${nul}]`)} contains a NUL byte, which no shell command can hold`);
     const deviceProblem = rootDeviceNameProblem(poolRootDeviceName(pool, props.rootDeviceName), knownRootDeviceName(pool.machineImage));
@@ -186,10 +180,11 @@ function reuseCacheProblem(prefix: string, pool: RunnerPoolProps): { prop: strin
  */
 export function reuseWithoutWarmPoolWarnings(props: WarmRunnersProps): string[] {
   return props.pools
-    .filter((pool) => pool.reuse && (pool.warm?.size ?? 0) === 0 && !(pool.warm?.schedule ?? []).some((e) => e.size > 0))
+    .map((pool, i) => ({ pool, i }))
+    .filter(({ pool }) => pool.reuse && (pool.warm?.size ?? 0) === 0 && !(pool.warm?.schedule ?? []).some((e) => e.size > 0))
     .map(
-      (pool) =>
-        `pool "${pool.name}": reuse is set but the pool has no warm pool (warm.size 0 and no schedule window above 0): parked reused instances count against the warm target, ` +
+      ({ pool, i }) =>
+        `${poolPropWhere(i, pool.name, 'reuse')} is set but the pool has no warm pool (warm.size 0 and no schedule window above 0): parked reused instances count against the warm target, ` +
         'so the pool evicts each one on its next run and no job finds a cache. Give the pool a warm.size (or a schedule), or remove reuse.',
     );
 }
@@ -200,18 +195,18 @@ export function reuseWithoutWarmPoolWarnings(props: WarmRunnersProps): string[] 
  */
 export function prepareCommandWarnings(props: WarmRunnersProps): { id: string; message: string }[] {
   const out: { id: string; message: string }[] = [];
-  for (const pool of props.pools) {
+  for (const [i, pool] of props.pools.entries()) {
     if (pool.warm?.prepareCommands !== undefined && pool.prepareCommands === undefined) {
       out.push({
         id: 'cdk-warm-runners:warm-prepare-commands-deprecated',
-        message: `pool "${pool.name}": warm.prepareCommands is deprecated: the prepare commands now run on cold launches too (before the runner starts). Move them to the pool's prepareCommands.`,
+        message: `${poolPropWhere(i, pool.name, 'warm.prepareCommands')} is deprecated: the prepare commands now run on cold launches too (before the runner starts). Move them to the pool's prepareCommands.`,
       });
     }
     if (pool.reuse && poolPrepareCommands(pool).length > 0) {
       out.push({
         id: 'cdk-warm-runners:prepare-commands-reuse',
         message:
-          `pool "${pool.name}": a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same ` +
+          `${poolPropWhere(i, pool.name, 'prepareCommands')}: a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same ` +
           `${pool.provider === Provider.GITLAB ? 'project' : 'repository'} left it (reuse removes their containers, networks and volumes and the paths outside the cache directories a job can write). ` +
           'Make the jobs tolerate that, or bake what the commands make into the image (RunnerImage steps), or remove reuse.',
       });
@@ -232,12 +227,12 @@ const GITHUB_HOSTED_LABEL = /^(ubuntu|windows|macos)(-|$)|-latest$/i;
  */
 export function hostedLabelWarnings(props: WarmRunnersProps): string[] {
   const out: string[] = [];
-  for (const pool of props.pools) {
+  for (const [i, pool] of props.pools.entries()) {
     if (pool.provider !== Provider.GITHUB || pool.requireSelfHostedLabel) continue;
     const hosted = (pool.labels ?? [pool.name]).filter((l) => GITHUB_HOSTED_LABEL.test(l));
     if (hosted.length === 0) continue;
     out.push(
-      `pool "${pool.name}": label${hosted.length > 1 ? 's' : ''} ${hosted.map((l) => `"${l}"`).join(', ')} look${hosted.length > 1 ? '' : 's'} like GitHub-hosted runner labels, ` +
+      `${poolPropWhere(i, pool.name, 'labels')}: label${hosted.length > 1 ? 's' : ''} ${hosted.map((l) => `"${l}"`).join(', ')} look${hosted.length > 1 ? '' : 's'} like GitHub-hosted runner labels, ` +
         'and the pool serves jobs that do not ask for "self-hosted": jobs meant for hosted runners would start instances here. ' +
         'Rename the labels, or set requireSelfHostedLabel: true to serve only jobs whose runs-on includes "self-hosted".',
     );

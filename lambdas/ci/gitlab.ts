@@ -10,6 +10,7 @@ import {
   type CiProvider,
   type CreateRunnerOptions,
   type GitLabConnectionConfig,
+  type GitLabRunnerScope,
   type ListRunnersOptions,
   type JobMessage,
   type RunnerRegistration,
@@ -142,13 +143,13 @@ export class GitLabProvider implements CiProvider {
     const pooled = fleetGitLabScopes(this.options.gitlab, this.options.pools);
     // No GitLab pool (all removed): the connection's scope still holds what they left.
     const scopes = pooled.length > 0 ? pooled : [gitLabScopeOf(this.options.gitlab, {})];
-    const lists = scopes.map((scope) => ({ base: runnerListPath(scope.runnerType, scope.scopeId), type: scope.runnerType as string, key: gitLabScopeKey(scope) }));
+    const lists = scopes.map((scope) => ({ base: runnerListPath(scope.runnerType, scope.scopeId), type: scope.runnerType as string, key: gitLabScopeKey(scope), what: this.scopeInWords(scope) }));
     const reusable = this.options.pools.some((p) => p.provider === 'gitlab' && p.reuse !== undefined);
-    if (reusable && scopes.some((s) => s.runnerType !== GitLabRunnerType.PROJECT)) lists.push({ base: '/runners', type: GitLabRunnerType.PROJECT, key: 'project_type:owned' });
+    if (reusable && scopes.some((s) => s.runnerType !== GitLabRunnerType.PROJECT)) lists.push({ base: '/runners', type: GitLabRunnerType.PROJECT, key: 'project_type:owned', what: "the token user's project runners" });
     const out: RunnerSummary[] = [];
     const seen = new Set<string>();
     for (const list of lists) {
-      for (const r of await this.listPages(list.base, list.type, list.key)) {
+      for (const r of await this.listPages(list.base, list.type, list.key, `list runners of ${list.what}`)) {
         if (seen.has(r.runnerId)) continue;
         seen.add(r.runnerId);
         out.push(r);
@@ -157,13 +158,25 @@ export class GitLabProvider implements CiProvider {
     return out;
   }
 
+  /**
+   * A scope as the user configured it, for a refusal's message: `group 40 (pools[1].gitlabGroupId)`,
+   * so the drain's failure says which scope the token cannot manage and where it was set.
+   */
+  private scopeInWords(scope: GitLabRunnerScope): string {
+    if (scope.runnerType === GitLabRunnerType.INSTANCE) return 'the instance (gitlab.runnerType)';
+    const kind = scope.runnerType === GitLabRunnerType.GROUP ? 'group' : 'project';
+    const prop = kind === 'group' ? 'gitlabGroupId' : 'gitlabProjectId';
+    const i = this.options.pools.findIndex((p) => p.provider === 'gitlab' && p[prop] === scope.scopeId);
+    return `${kind} ${scope.scopeId ?? '?'} (${i >= 0 ? `pools[${i}].${prop}` : 'gitlab.scopeId'})`;
+  }
+
   /** One runner list, page by page up to the cap (told to `onListTruncated` when reached). */
-  private async listPages(base: string, type: string, scope: string): Promise<RunnerSummary[]> {
+  private async listPages(base: string, type: string, scope: string, operation = 'list runners'): Promise<RunnerSummary[]> {
     const out: RunnerSummary[] = [];
     const maxPages = this.options.maxPages ?? 20;
     for (let page = 1; page <= maxPages; page++) {
-      const res = await this.call('list runners', 'GET', `${base}?type=${type}&per_page=100&page=${page}`, { expect: [200] });
-      if (!Array.isArray(res.data)) throw new GitLabApiError('list runners', res.status, 'answer is not a list');
+      const res = await this.call(operation, 'GET', `${base}?type=${type}&per_page=100&page=${page}`, { expect: [200] });
+      if (!Array.isArray(res.data)) throw new GitLabApiError(operation, res.status, 'answer is not a list');
       for (const r of res.data as Record<string, unknown>[]) {
         const name = typeof r.description === 'string' && r.description !== '' ? r.description : typeof r.name === 'string' ? r.name : '';
         if (instanceIdOfRunnerName(this.options.prefix, name) === undefined || !Number.isSafeInteger(r.id)) continue;

@@ -1,7 +1,7 @@
 import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
 import { githubJobSources, Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
-import { matchJobPool } from '../shared/match-pool';
+import { matchJobPool, pausedPool } from '../shared/match-pool';
 import { isoTime } from '../webhook/delivery';
 import { servesRepository } from '../webhook/github-delivery';
 import { buildJobMessage } from '../webhook/job-message';
@@ -306,7 +306,7 @@ export function queuedMessages(deps: Pick<GitHubReconcileDeps, 'github' | 'pools
     if (createdAt !== undefined && now.getTime() - Date.parse(createdAt) < deps.options.minQueuedSeconds * 1000) continue;
     const labels = (j.labels as unknown[]).filter((l): l is string => typeof l === 'string' && l !== '');
     const match = matchJobPool({ github: deps.github, pools: deps.pools }, Provider.GITHUB, owner, repo, labels);
-    if (!match.pool) continue;
+    if (!match.pool || pausedPool(match)) continue;
     const providerJobId = String(j.id);
     out.push(
       buildJobMessage(

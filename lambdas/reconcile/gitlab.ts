@@ -2,7 +2,7 @@ import type { GitLabAnswer, GitLabRequestOptions } from '../ci/gitlab';
 import { fleetGitLabScopes, fleetGitLabWebhooks, GitLabRunnerType, GitLabWebhookOwner, Provider, reconciledDeliveryId, type GitLabConnectionConfig, type GitLabWebhookConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import { candidatePools } from '../shared/candidate-pools';
 import type { Logger } from '../shared/log';
-import { matchPool } from '../shared/match-pool';
+import { matchPool, pausedPool } from '../shared/match-pool';
 import { servesProject } from '../webhook/gitlab-delivery';
 import { isoTime } from '../webhook/delivery';
 import { buildJobMessage } from '../webhook/job-message';
@@ -76,6 +76,8 @@ export interface GitLabReconcileDeps {
 export interface GitLabReconcileResult {
   readonly resent: number;
   readonly found: number;
+  /** Pending jobs left queued because their pool is paused (`maxRunners` 0). */
+  readonly paused: number;
   readonly requests: number;
   readonly stoppedAt?: string;
   readonly errors: number;
@@ -103,14 +105,14 @@ export async function reconcileGitLab(deps: GitLabReconcileDeps): Promise<GitLab
     return deps.api.request(operation, method, path, { expect: [200], ...opts, observe: (h) => deps.budget.observe(GITLAB_CREDENTIAL, h) });
   };
   let resent = 0;
-  const found = { count: 0 };
+  const found = { count: 0, paused: 0 };
   const steps: [string, () => Promise<void>][] = [];
   for (const hook of fleetGitLabWebhooks(deps.gitlab, deps.pools)) {
     steps.push([`resend failed hook events of ${hookPath(hook)}`, async () => void (resent += await resendFailed(deps, spend, state, hook))]);
   }
   steps.push(['find pending jobs', async () => findPendingJobs(deps, spend, state, found)]);
   const stoppedAt = await runSteps(steps, deps.log, state);
-  return { resent, found: found.count, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
+  return { resent, found: found.count, paused: found.paused, requests: state.requests, errors: state.errors, ...(stoppedAt ? { stoppedAt } : {}) };
 }
 
 /** `/projects/:id/hooks/:hook_id` or `/groups/:id/hooks/:hook_id`. */
@@ -164,7 +166,7 @@ async function reportHookState(deps: GitLabReconcileDeps, spend: Spend, hook: st
   }
 }
 
-async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number }): Promise<void> {
+async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: { errors: number }, found: { count: number; paused: number }): Promise<void> {
   const all = await projectsOf(deps, spend, state);
   const runNumber = Math.floor(deps.now().getTime() / (deps.options.intervalSeconds * 1000));
   for (const projectId of repositoryWindow(all, runNumber, deps.options.projectsPerRun)) {
@@ -172,7 +174,7 @@ async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: {
     try {
       for (let page = 1; page <= deps.options.jobPagesPerProject; page++) {
         const answer = await spend('list pending jobs', 'GET', `/projects/${projectId}/jobs?scope[]=pending&per_page=100&page=${page}`);
-        messages.push(...pendingMessages(deps, projectId, answer.data));
+        messages.push(...pendingMessages(deps, projectId, answer.data, found));
         if (!answer.header('x-next-page')) break;
       }
     } catch (error) {
@@ -185,6 +187,7 @@ async function findPendingJobs(deps: GitLabReconcileDeps, spend: Spend, state: {
       if (messages.length > 0) await deps.onFound(messages);
     }
   }
+  if (found.paused > 0) deps.log.info('pending jobs of paused pools left queued at GitLab until the pool resumes', { reason: 'paused', count: found.paused });
 }
 
 /**
@@ -223,8 +226,11 @@ async function groupProjects(spend: Spend, groupId: number): Promise<number[]> {
   }
 }
 
-/** Pending jobs of one page that match a pool, as the webhook would queue them. */
-export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'options' | 'now' | 'gitlab'>, projectId: number, jobs: unknown): JobMessage[] {
+/**
+ * Pending jobs of one page that match a pool, as the webhook would queue them; a paused pool's
+ * are left at GitLab (counted in `skipped.paused`) to be found once it resumes.
+ */
+export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'options' | 'now' | 'gitlab'>, projectId: number, jobs: unknown, skipped = { paused: 0 }): JobMessage[] {
   if (!Array.isArray(jobs)) return [];
   const now = deps.now();
   const out: JobMessage[] = [];
@@ -234,6 +240,10 @@ export function pendingMessages(deps: Pick<GitLabReconcileDeps, 'pools' | 'optio
     const labels = (j.tag_list as unknown[]).filter((t): t is string => typeof t === 'string' && t !== '');
     const match = matchPool(candidatePools({ gitlab: deps.gitlab, pools: [...deps.pools] }, { provider: Provider.GITLAB, projectId }), Provider.GITLAB, labels);
     if (!match.pool) continue;
+    if (pausedPool(match)) {
+      skipped.paused++;
+      continue;
+    }
     const providerJobId = String(j.id);
     const { owner, project } = projectPath(deps.gitlab.url, j.web_url, projectId);
     // The jobs API's created_at, read as the webhook reads build_created_at (one parser).

@@ -8,6 +8,15 @@ export type PoolMatch =
   | { readonly pool?: undefined; readonly reason: 'not-self-hosted' | 'no-matching-pool' };
 
 /**
+ * Whether the matched pool is paused (`maxRunners` 0): the reconciler leaves its jobs queued at
+ * the CI service instead of queuing copies that could only wait out their maximum wait and be
+ * dead-lettered; once the pool resumes it finds them again (docs/operations.md, "Pause a pool").
+ */
+export function pausedPool(match: PoolMatch): boolean {
+  return match.pool !== undefined && match.pool.maxRunners === 0;
+}
+
+/**
  * Chooses the pool whose runners can take a job, from the labels (GitHub) or tags (GitLab)
  * the job asks for. The webhook calls it for every job; scale-up calls it for GitLab jobs
  * whose tags were resolved later.

@@ -1,4 +1,4 @@
-import { githubPoolScope, gitLabScopeOf, GitLabRunnerType, Provider, scopeServesRepository, type GitHubScopeFields, type GitLabConnectionConfig, type PoolConfig } from './contract';
+import { githubPoolScope, gitLabScopeKey, gitLabScopeOf, GitLabRunnerType, Provider, scopeServesRepository, type GitHubScopeFields, type GitLabConnectionConfig, type PoolConfig } from './contract';
 import { offeredLabels } from './match-pool';
 
 /**
@@ -44,25 +44,52 @@ export interface PoolOverlap {
 }
 
 /**
- * Whether two pools of a provider can see one job at all: GitHub pools only where their
- * organisations or repositories meet (github-scope.ts), GitLab pools unless they are project
- * pools of two projects (gitlab-scope.ts); pools whose scopes are apart never
- * compete for a job.
+ * How two pools' scopes relate, for `poolOverlaps`: whether they can see one job at all
+ * (`meet`), and whether every job `inner`'s scope can see `outer`'s can too (`within`). A pool
+ * is starved only when its scope lies within the winner's: a pool of `acme/app` and
+ * `other/tool` keeps the other/tool jobs beside a pool of the organisation acme.
  */
-export function jobScopesMeet(config: { readonly github?: GitHubScopeFields; readonly gitlab?: GitLabConnectionConfig }): (a: PoolConfig, b: PoolConfig) => boolean {
-  return (a, b) => {
-    if (a.provider === Provider.GITLAB && config.gitlab !== undefined) {
-      // Two project pools of two projects never see one job; groups can nest, so theirs can meet.
-      const [x, y] = [gitLabScopeOf(config.gitlab, a), gitLabScopeOf(config.gitlab, b)];
-      return !(x.runnerType === GitLabRunnerType.PROJECT && y.runnerType === GitLabRunnerType.PROJECT && x.scopeId !== y.scopeId);
-    }
-    if (a.provider !== Provider.GITHUB || config.github === undefined) return true;
-    const [x, y] = [githubPoolScope(config.github, a), githubPoolScope(config.github, b)];
-    const owner = (repo: string) => repo.split('/')[0]!;
-    if (x.organization !== undefined && y.organization !== undefined) return x.organization.toLowerCase() === y.organization.toLowerCase();
-    if (x.organization !== undefined) return y.repositories.some((r) => scopeServesRepository(x, owner(r), r.split('/')[1]!));
-    if (y.organization !== undefined) return x.repositories.some((r) => scopeServesRepository(y, owner(r), r.split('/')[1]!));
-    return x.repositories.some((r) => scopeServesRepository(y, owner(r), r.split('/')[1]!));
+export interface JobScopes {
+  meet(a: PoolConfig, b: PoolConfig): boolean;
+  within(inner: PoolConfig, outer: PoolConfig): boolean;
+}
+
+/** One scope for every pool: every pair meets, each lies within the other. */
+const ONE_SCOPE: JobScopes = { meet: () => true, within: () => true };
+
+/**
+ * The scopes of a fleet's pools: GitHub pools by their organisations or repositories
+ * (github-scope.ts); GitLab pools by their group or project (gitlab-scope.ts): project pools of
+ * two projects never meet, groups can nest, so theirs can; one scope lies within another when it
+ * is the same or the other is the instance.
+ */
+export function jobScopes(config: { readonly github?: GitHubScopeFields; readonly gitlab?: GitLabConnectionConfig }): JobScopes {
+  const owner = (repo: string) => repo.split('/')[0]!;
+  const name = (repo: string) => repo.split('/')[1] ?? '';
+  const github = (a: PoolConfig) => githubPoolScope(config.github!, a);
+  const gitlab = (a: PoolConfig) => gitLabScopeOf(config.gitlab!, a);
+  return {
+    meet: (a, b) => {
+      if (a.provider === Provider.GITLAB && config.gitlab !== undefined) {
+        const [x, y] = [gitlab(a), gitlab(b)];
+        return !(x.runnerType === GitLabRunnerType.PROJECT && y.runnerType === GitLabRunnerType.PROJECT && x.scopeId !== y.scopeId);
+      }
+      if (a.provider !== Provider.GITHUB || config.github === undefined) return true;
+      const [x, y] = [github(a), github(b)];
+      if (x.organization !== undefined && y.organization !== undefined) return x.organization.toLowerCase() === y.organization.toLowerCase();
+      if (x.organization !== undefined) return y.repositories.some((r) => scopeServesRepository(x, owner(r), name(r)));
+      return x.repositories.some((r) => scopeServesRepository(y, owner(r), name(r)));
+    },
+    within: (inner, outer) => {
+      if (inner.provider === Provider.GITLAB && config.gitlab !== undefined) {
+        const [x, y] = [gitlab(inner), gitlab(outer)];
+        return y.runnerType === GitLabRunnerType.INSTANCE || gitLabScopeKey(x) === gitLabScopeKey(y);
+      }
+      if (inner.provider !== Provider.GITHUB || config.github === undefined) return true;
+      const [x, y] = [github(inner), github(outer)];
+      if (x.organization !== undefined) return y.organization !== undefined && y.organization.toLowerCase() === x.organization.toLowerCase();
+      return x.repositories.every((r) => scopeServesRepository(y, owner(r), name(r)));
+    },
   };
 }
 
@@ -119,16 +146,29 @@ function verdict(w: Shape, l: Shape, github: boolean): { kind: OverlapKind; exam
   return example ? { kind: 'order', example } : undefined;
 }
 
-/** Every pair of pools that compete as above, the preferred one first. */
-export function poolOverlaps(pools: readonly PoolConfig[], scopesMeet: (a: PoolConfig, b: PoolConfig) => boolean = () => true): PoolOverlap[] {
+/**
+ * Whether one job can match both pools (same provider and scope): a labelled job both match, or
+ * the bare job both take (GitHub's `runs-on: self-hosted`, GitLab's untagged job).
+ */
+export function canMatchOneJob(a: PoolConfig, b: PoolConfig): boolean {
+  const [x, y] = [shapeOf(a), shapeOf(b)];
+  return sharedLabelledJob(x, y) !== undefined || (x.bare && y.bare);
+}
+
+/**
+ * Every pair of pools that compete as above, the preferred one first. A pool whose scope does
+ * not lie within the winner's keeps the jobs only its scope sees: `order`, not `starved`.
+ */
+export function poolOverlaps(pools: readonly PoolConfig[], scopes: JobScopes = ONE_SCOPE): PoolOverlap[] {
   const shapes = pools.map(shapeOf);
   const out: PoolOverlap[] = [];
   for (let a = 0; a < pools.length; a++) {
     for (let b = a + 1; b < pools.length; b++) {
-      if (pools[a]!.provider !== pools[b]!.provider || !scopesMeet(pools[a]!, pools[b]!)) continue;
+      if (pools[a]!.provider !== pools[b]!.provider || !scopes.meet(pools[a]!, pools[b]!)) continue;
       // Fewer labels wins; as many, the earlier (a).
       const [w, l] = shapes[b]!.labels.size < shapes[a]!.labels.size ? [b, a] : [a, b];
       const found = verdict(shapes[w]!, shapes[l]!, pools[a]!.provider === 'github');
+      if (found?.kind === 'starved' && !scopes.within(pools[l]!, pools[w]!)) found.kind = 'order';
       if (found) out.push({ ...found, winner: w, loser: l, because: shapes[w]!.labels.size < shapes[l]!.labels.size ? 'fewer-labels' : 'first' });
     }
   }

@@ -501,14 +501,15 @@ export async function startLoopbackGitLab(opts: LoopbackGitLabOptions): Promise<
     let projectId: number | undefined;
     if (b.runner_type === 'group_type') {
       if (b.group_id === undefined) return badRequest('group_id is missing');
-      // users.md: 403 without the Owner role of the group (one that exists), 404 when it does not.
-      if (!managedGroups.has(Number(b.group_id))) return forbiddenGroups.has(Number(b.group_id)) ? forbidden : notFound('Group');
+      // lib/api/user_runners.rb: 403 without the Owner role of the group (one that exists); a
+      // missing one fails the runner creation service's check, answered 400 "Missing/invalid group".
+      if (!managedGroups.has(Number(b.group_id))) return forbiddenGroups.has(Number(b.group_id)) ? forbidden : badRequest('Missing/invalid group');
       groupId = Number(b.group_id);
     }
     if (b.runner_type === 'project_type') {
       if (b.project_id === undefined) return badRequest('project_id is missing');
       projectId = Number(b.project_id);
-      if (!Number.isSafeInteger(projectId) || projectId < 1) return notFound('Project');
+      if (!Number.isSafeInteger(projectId) || projectId < 1) return badRequest('Missing/invalid project');
       if (forbiddenProjects.has(projectId)) return forbidden;
     }
     const rawTags = b.tag_list ?? [];

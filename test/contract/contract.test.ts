@@ -241,6 +241,11 @@ describe('warm schedule', () => {
     ['inside an earlier window: never applies', [{ window: 'MON-FRI 07:00-19:00', size: 5 }, { window: 'WED 09:00-10:00', size: 8 }], [{ kind: 'shadowed', later: 1, earlier: [0] }]],
     ['covered by two earlier windows together', [{ window: 'MON 00:00-12:00', size: 1 }, { window: 'MON 12:00-00:00', size: 2 }, { window: 'MON 06:00-18:00', size: 3 }], [{ kind: 'shadowed', later: 2, earlier: [0, 1] }]],
     ['a window past midnight overlapping the next day\'s', [{ window: 'FRI 22:00-02:00', size: 1 }, { window: 'SAT 01:00-03:00', size: 4 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
+    [
+      'three windows: a pair whose shared minutes an even earlier window takes decides nothing',
+      [{ window: 'MON 07:00-12:00', size: 2 }, { window: 'MON 08:00-20:00', size: 3 }, { window: 'MON 06:00-10:00', size: 2 }],
+      [{ kind: 'overlap', later: 1, earlier: [0] }],
+    ],
     ['a narrow window before a broad one: the intended way to write an exception', [{ window: 'WED 09:00-10:00', size: 8 }, { window: 'MON-FRI 07:00-19:00', size: 5 }], [{ kind: 'overlap', later: 1, earlier: [0] }]],
   ])('overlaps: %s', (_name, entries, expected) => {
     expect(scheduleOverlaps(entries)).toEqual(expected);

@@ -13,6 +13,7 @@ import {
 } from '../../lambdas/shared/contract';
 import { candidatePools } from '../../lambdas/shared/candidate-pools';
 import { classifyGitLabDelivery } from '../../lambdas/webhook/gitlab-delivery';
+import { overlapRefusals } from '../../lib/overlap-check';
 
 const placement = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
 const gl = (name: string, extra: Partial<PoolInput> = {}): PoolInput => ({ name, provider: Provider.GITLAB, labels: [name], ...placement, ...extra });
@@ -84,18 +85,31 @@ describe('validation of pool scopes names the prop', () => {
     expect(build).toThrow(message);
   });
 
-  it.each<[string, PoolInput[]]>([
-    ['equal tags in two groups', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })]],
-    ['a group pool and a project pool the project may belong to', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabProjectId: 480 })]],
-    ['a subset pool offering what another scope\'s pool asks for', [gl('a', { labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })]],
-    ['two pools taking untagged jobs', [gl('a', { runUntagged: true }), gl('b', { runUntagged: true, gitlabGroupId: 13 })]],
-  ])('refuses two scopes whose pools can match one job: %s', (_what, pools) => {
-    expect(() => fleet(pools)).toThrow(/pools\[1\]\.labels (\(pool "b"\) )?\((group|project)_type:\d+\) and pools\[0\]\.labels \(pool "a", group_type:12\) can match the same GitLab job, but register in different scopes: .*give each scope's pools tags of their own/);
+  // Refused at synth (lib/overlap-check.ts), with the other pools that compete for one job.
+  const clashes = (pools: PoolInput[], gitlab: Partial<NonNullable<FleetConfigInput['gitlab']>> = {}) => overlapRefusals(fleet(pools, gitlab)).filter((r) => r.includes('register in different scopes'));
+
+  it.each<[string, PoolInput[], string]>([
+    ['equal tags in two groups', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })], 'labels (pool "b", gitlabGroupId 13'],
+    ['a group pool and a project pool the project may belong to', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux'], gitlabProjectId: 480 })], 'labels (pool "b", gitlabProjectId 480'],
+    ['a subset pool offering what another scope\'s pool asks for', [gl('a', { labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET }), gl('b', { labels: ['linux'], gitlabGroupId: 13 })], 'labels (pool "b", gitlabGroupId 13'],
+    ['an exact pool asking for tags a subset pool of another group offers', [gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux', 'big'], labelMatch: LabelMatch.SUBSET, gitlabGroupId: 13 })], 'labels (pool "b", gitlabGroupId 13'],
+    ['two pools taking untagged jobs', [gl('a', { runUntagged: true }), gl('b', { runUntagged: true, gitlabGroupId: 13 })], 'runUntagged (pool "b", gitlabGroupId 13'],
+  ])('refuses two scopes whose pools can match one job: %s', (_what, pools, at) => {
+    const prop = at.split(' ')[0];
+    expect(clashes(pools)).toEqual([
+      `pools[1].${at}) and pools[0].${prop} (pool "a", gitlab.scopeId 12) can match the same GitLab job, but register in different scopes: ` +
+        "a Job Hook does not say which group a project belongs to, so a job could be given to the pool whose runners cannot take it; give each scope's pools tags of their own",
+    ]);
   });
 
   it('accepts pools of two projects with equal tags (a job has one project), and distinct tags in two groups', () => {
-    expect(() => fleet([gl('a', { labels: ['linux'], gitlabProjectId: 1 }), gl('b', { labels: ['linux'], gitlabProjectId: 2 })])).not.toThrow();
-    expect(() => fleet([gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux', 'other'], gitlabGroupId: 13 })])).not.toThrow();
+    expect(clashes([gl('a', { labels: ['linux'], gitlabProjectId: 1 }), gl('b', { labels: ['linux'], gitlabProjectId: 2 })])).toEqual([]);
+    expect(clashes([gl('a', { labels: ['linux'] }), gl('b', { labels: ['linux', 'other'], gitlabGroupId: 13 })])).toEqual([]);
+  });
+
+  it('accepts an untagged-only pool beside a tagged subset pool of another group: no job matches both', () => {
+    // a takes only untagged jobs (no tags), b only jobs with tags: a job's tags cannot match both.
+    expect(clashes([gl('a', { labels: [], runUntagged: true }), gl('b', { labels: ['linux'], labelMatch: LabelMatch.SUBSET, gitlabGroupId: 40 })])).toEqual([]);
   });
 
   it('accepts project and group pools under an instance connection (the admin token can create both)', () => {

@@ -65,6 +65,43 @@ describe('pools that compete for one job', () => {
     ).toThrow(/pools\[1\] \(pool "acme-app"\) can never get a job: every job it matches also matches pools\[0\] \(pool "acme"\)/);
   });
 
+  it("refuses a pool only when its scope lies within the winner's: one reaching beyond it gets the order warning", () => {
+    const cases: [Partial<RunnerPoolProps>, Partial<RunnerPoolProps>][] = [
+      [{ organization: 'acme' }, { repositories: ['acme/app', 'other/tool'] }],
+      [{ repositories: ['acme/app'] }, { repositories: ['acme/app', 'acme/tool'] }],
+    ];
+    for (const [first, second] of cases) {
+      const { stack } = synth([
+        { name: 'a', provider: Provider.GITHUB, labels: ['linux'], ...first },
+        { name: 'b', provider: Provider.GITHUB, labels: ['linux'], ...second },
+      ]);
+      expect(warnings(stack, 'cdk-warm-runners:pool-overlap')).toEqual([
+        expect.stringMatching(/^pools\[0\] \(pool "a"\) and pools\[1\] \(pool "b"\) both match a job asking for \[linux\]: it goes to pools\[0\]/),
+      ]);
+    }
+    // The other way round b's scope lies within a's: refused as before.
+    expect(() =>
+      synth([
+        { name: 'b', provider: Provider.GITHUB, labels: ['linux'], repositories: ['acme/app', 'acme/tool'] },
+        { name: 'a', provider: Provider.GITHUB, labels: ['linux'], repositories: ['acme/app'] },
+      ]),
+    ).toThrow(/pools\[1\] \(pool "a"\) can never get a job/);
+  });
+
+  it('GitLab project pools of two projects with equal tags neither refuse nor warn; of one project they do', () => {
+    const { stack } = synth([
+      { name: 'p1', provider: Provider.GITLAB, labels: ['linux'], gitlabProjectId: 1 },
+      { name: 'p2', provider: Provider.GITLAB, labels: ['linux'], gitlabProjectId: 2 },
+    ]);
+    expect(warnings(stack, 'cdk-warm-runners:pool-overlap')).toEqual([]);
+    expect(() =>
+      synth([
+        { name: 'p1', provider: Provider.GITLAB, labels: ['linux'], gitlabProjectId: 1 },
+        { name: 'p2', provider: Provider.GITLAB, labels: ['linux'], gitlabProjectId: 1 },
+      ]),
+    ).toThrow(/pools\[1\] \(pool "p2"\) can never get a job/);
+  });
+
   it('warns where the order of pools decides, and says nothing where the narrower pool wins by its labels', () => {
     const { stack } = synth([
       { name: 'x64', provider: Provider.GITHUB, labels: ['linux', 'x64'], labelMatch: LabelMatch.SUBSET },

@@ -39,6 +39,7 @@ const ROWS: [string, Change][] = [
   ['prefix', fleet({ prefix: 'ci/fleet' })],
   ['pools', fleet({ pools: [] })],
   ['github.appId', fleet({ github: { appId: '', organization: 'org' } })],
+  ['gitlab.reconcileProjectIds[1]', fleet({ gitlab: { url: 'https://gitlab.example.com', reconcileProjectIds: [4, 0] } })],
   ['pools[0].organization', fleet({ github: { appId: '1' } })],
   ['github.repositories[1]', fleet({ github: { appId: '1', repositories: ['o/r', 'no-slash'] } })],
   ['github.runnerGroupId', fleet({ github: { appId: '1', organization: 'org', runnerGroupId: 0 } })],
@@ -90,11 +91,11 @@ const ROWS: [string, Change][] = [
   ['pools[0].warm.primingTimeout', pool0({ warm: { primingTimeout: Duration.minutes(60) } })],
   ['pools[0].warm.primeFailureLimit', pool0({ warm: { primeFailureLimit: 0 } })],
   ['pools[0].warm.primeBackoffCap', pool0({ warm: { primeBackoffCap: Duration.days(2) } })],
-  ['pools[0] (pool "linux"): both prepareCommands and warm.prepareCommands', pool0({ prepareCommands: ['true'], warm: { prepareCommands: ['true'] } })],
+  ['pools[0].prepareCommands (pool "linux") and warm.prepareCommands are both set', pool0({ prepareCommands: ['true'], warm: { prepareCommands: ['true'] } })],
   ['pools[0].prepareCommands[1]', pool0({ prepareCommands: ['true', 'echo \0'] })],
   ['pools[0] (pool "linux"): cannot render the boot script', pool0({ prepareCommands: Array.from({ length: 16 }, (_, i) => `echo ${i} ${'x'.repeat(400)}`) })],
   ['pools[0] (pool "linux"): cannot render the boot script', pool0({ runnerUser: 'bad user' })],
-  ['pools[0] (pool "linux"): runnerVersion', pool0({ runnerVersion: RunnerVersion.latest(), runnerPackage: DEFAULT_RUNNER_PACKAGES.github })],
+  ['pools[0].runnerVersion (pool "linux") is RunnerVersion.latest()', pool0({ runnerVersion: RunnerVersion.latest(), runnerPackage: DEFAULT_RUNNER_PACKAGES.github })],
   ['pools[0].rootDeviceName', pool0({ rootDeviceName: '/dev/sda1' })],
   ['pools[0].reuse.maxJobs', pool0({ reuse: { maxJobs: 0 } })],
   ['pools[0].reuse.maxAge', pool0({ reuse: { maxAge: Duration.minutes(1) } })],
@@ -133,6 +134,14 @@ describe('prop validation messages', () => {
         'pools[0].warm.size (pool "linux") is 3, above the pool\'s maxRunners 2; lower it or raise maxRunners; ' +
         'pools[0].warm.maxAge (pool "linux") must be at least 5 minutes, got 1 minute',
     );
+  });
+});
+
+describe('a bad pool name', () => {
+  it('is reported once, not again as the label it defaulted to; labels written out are still checked', () => {
+    expect(messageOf(pool0({ name: '' }))).not.toMatch(/labels/);
+    expect(messageOf(pool0({ name: '' }))).toMatch(/^pools\[0\]\.name/);
+    expect(messageOf(pool0({ name: '', labels: ['a b'] }))).toMatch(/pools\[0\]\.labels\[0\]/);
   });
 });
 

@@ -118,10 +118,10 @@ describe('validation at synth names the prop and the pool', () => {
 });
 
 describe('a reusable pool without a warm pool', () => {
-  const warnings = (pool: RunnerPoolProps) => Annotations.fromStack(synth([pool]).stack).findWarning('*', Match.stringLikeRegexp('reuse is set but the pool has no warm pool'));
+  const warnings = (pool: RunnerPoolProps) => Annotations.fromStack(synth([pool]).stack).findWarning('*', Match.stringLikeRegexp('reuse \\(pool "[a-z]+"\\) is set but the pool has no warm pool'));
   it('is warned about at synth, naming the pool: no job would find a cache', () => {
     expect(warnings({ ...cached, warm: { size: 0 } })).toHaveLength(1);
-    expect(JSON.stringify(warnings({ ...cached, warm: undefined }))).toContain('pool \\"cached\\"');
+    expect(JSON.stringify(warnings({ ...cached, warm: undefined }))).toContain('pools[0].reuse (pool \\"cached\\")');
   });
   it('is not warned about with a warm size or a schedule window above 0', () => {
     expect(warnings(cached)).toHaveLength(0);

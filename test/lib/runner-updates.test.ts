@@ -87,12 +87,12 @@ describe('runner updates at synth', () => {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: METRIC_NAMES.runnerDaysLeft, Dimensions: [{ Name: 'Pool', Value: 'own' }], AlarmDescription: Match.stringLikeRegexp('pinned 2.336.0') });
     // The resolver still runs (it publishes the days left of GitHub pins), but no instance reads a release.
     expect(JSON.stringify(template.findResources('AWS::IAM::Policy'))).not.toContain('ReadResolvedRunnerRelease');
-    expect(warnings().filter((w) => /RunnerVersion.latest\(\) has no effect on a RunnerImage/.test(w))).toEqual([expect.stringMatching(/pool "own".*carries runner 2\.336\.0/)]);
+    expect(warnings().filter((w) => /RunnerVersion.latest\(\) has no effect on a RunnerImage/.test(w))).toEqual([expect.stringMatching(/^pools\[\d\]\.runnerVersion \(pool "own"\) .*carries runner 2\.336\.0/)]);
   });
 
   it('refuses RunnerVersion.latest() beside a runnerPackage, naming both', () => {
     expect(() => synth([{ name: 'linux', provider: Provider.GITHUB, machineImage: image, runnerVersion: RunnerVersion.latest(), runnerPackage: mirror }])).toThrow(
-      /pools\[0\] \(pool "linux"\): runnerVersion is RunnerVersion.latest\(\) and runnerPackage pins 2.337.0, which contradict/,
+      /pools\[0\]\.runnerVersion \(pool "linux"\) is RunnerVersion.latest\(\) and runnerPackage pins 2.337.0, which contradict/,
     );
   });
 

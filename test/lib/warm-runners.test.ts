@@ -484,7 +484,7 @@ describe('props validation', () => {
     [
       'two GitLab groups whose pools can match one job',
       (p) => ({ ...p, gitlab: { url: 'https://gitlab.example.com' }, pools: [{ ...p.pools[0]!, provider: Provider.GITLAB, gitlabGroupId: 7 }, { ...p.pools[0]!, name: 'b', provider: Provider.GITLAB, labels: ['linux'], gitlabGroupId: 8 }] }),
-      /pools\[1\]\.labels \(pool "b"\) \(group_type:8\) and pools\[0\]\.labels \(pool "linux", group_type:7\) can match the same GitLab job/,
+      /pools\[1\]\.labels \(pool "b", gitlabGroupId 8\) and pools\[0\]\.labels \(pool "linux", gitlabGroupId 7\) can match the same GitLab job/,
     ],
     ['schedule that does not parse', (p) => ({ ...p, pools: [{ ...p.pools[0]!, warm: { schedule: [{ window: 'weekdays', size: 1 }] } }] }), /pools\[0\]\.warm\.schedule\[0\]\.window \(pool "linux"\) "weekdays" must be/],
     ['no pools', (p) => ({ ...p, pools: [] }), /pools is empty/],
@@ -507,7 +507,7 @@ describe('props validation', () => {
     };
     const pool = (extra: object) => (p: WarmRunnersProps) => ({ ...p, pools: [{ ...p.pools[0]!, ...extra }] });
     expect(warnings(pool({ name: 'ubuntu-latest' }))).toHaveLength(1);
-    expect(warnings(pool({ labels: ['linux', 'windows-2022'] }))[0]!.entry.data).toMatch(/pool "linux": label "windows-2022" looks like/);
+    expect(warnings(pool({ labels: ['linux', 'windows-2022'] }))[0]!.entry.data).toMatch(/^pools\[0\]\.labels \(pool "linux"\): label "windows-2022" looks like/);
     // Not with the old rule, nor with labels no hosted runner has.
     expect(warnings(pool({ name: 'ubuntu-latest', requireSelfHostedLabel: true }))).toHaveLength(0);
     expect(warnings(pool({ labels: ['linux', 'x64', 'gpu'] }))).toHaveLength(0);
@@ -536,19 +536,19 @@ describe('prepare commands', () => {
   it('take the deprecated warm.prepareCommands as the same list, with a warning that says where to move them', () => {
     const legacy = fleet({ warm: { size: 1, prepareCommands: commands } });
     expect(legacy.userData).toBe(fleet({ warm: { size: 1 }, prepareCommands: commands }).userData);
-    expect(legacy.warnings.filter((w) => !w.includes('notify no one'))).toEqual([expect.stringMatching(/pool "linux": warm\.prepareCommands is deprecated: the prepare commands now run on cold launches too[^]*Move them to the pool's prepareCommands/)]);
+    expect(legacy.warnings.filter((w) => !w.includes('notify no one'))).toEqual([expect.stringMatching(/^pools\[0\]\.warm\.prepareCommands \(pool "linux"\) is deprecated: the prepare commands now run on cold launches too[^]*Move them to the pool's prepareCommands/)]);
   });
 
   it('refuse both names at once, naming both', () => {
     expect(() => fleet({ prepareCommands: commands, warm: { prepareCommands: ['true'] } })).toThrow(
-      /pools\[0\] \(pool "linux"\): both prepareCommands and warm\.prepareCommands are set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
+      /pools\[0\]\.prepareCommands \(pool "linux"\) and warm\.prepareCommands are both set; warm\.prepareCommands is the deprecated name of prepareCommands: keep one list, in prepareCommands/,
     );
   });
 
   it('warn for a reusable pool, whose reused instances do not run them again', () => {
     const reused = fleet({ warm: { size: 1 }, reuse: {}, prepareCommands: commands });
     expect(reused.warnings.filter((w) => /prepare commands/.test(w))).toEqual([
-      expect.stringMatching(/pool "linux": a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same repository left it/),
+      expect.stringMatching(/pools\[0\]\.prepareCommands \(pool "linux"\): a reused instance does not run its prepare commands again: a later job finds what they made as the earlier jobs of the same repository left it/),
     ]);
     expect(fleet({ warm: { size: 1 }, reuse: {} }).warnings.filter((w) => /prepare commands/.test(w))).toEqual([]);
   });

@@ -606,16 +606,19 @@ describe('several groups and projects in one fleet (pool gitlabGroupId / gitlabP
     for (const r of [regOther, regHome, regApp]) await p.deleteRunner(r.runnerId);
   });
 
-  it("refuses like GitLab where the token cannot manage the scope: 403 for a group it is no Owner of, 404 for one it cannot see; one scope's refusal fails the whole list", async () => {
+  it("refuses like GitLab where the token cannot manage the scope: 403 for a group it is no Owner of; a group it cannot see is 400 to create in (user_runners.rb, \"Missing/invalid group\") and 404 to list; one scope's refusal fails the whole list", async () => {
     const withScope = (gitlabGroupId: number) => buildFleetConfig({ ...twoConfig, prefix: PREFIX, gitlab: { url: two.url, runnerType: GitLabRunnerType.GROUP, scopeId: GROUP }, pools: [{ ...twoConfig.pools[0]!, gitlabGroupId }] });
-    for (const [groupId, status] of [
-      [FOREIGN_GROUP, 403],
-      [99, 404],
+    for (const [groupId, create, list] of [
+      [FOREIGN_GROUP, 403, 403],
+      [99, 400, 404],
     ] as const) {
       twoConfig = withScope(groupId);
       const p = twoProvider();
-      expect((await rejection(p.createRunner(message(1, 'home'), nextInstance(), 'home'))).status).toBe(status);
-      expect((await rejection(p.listRunners())).status).toBe(status);
+      expect((await rejection(p.createRunner(message(1, 'home'), nextInstance(), 'home'))).status).toBe(create);
+      const listing = await rejection(p.listRunners());
+      expect(listing.status).toBe(list);
+      // The drain's failure quotes this: the scope the token cannot manage and the prop that set it.
+      expect(listing.message).toMatch(new RegExp(`^GitLab list runners of group ${groupId} \\(pools\\[0\\]\\.gitlabGroupId\\) failed: HTTP ${list}`));
     }
   });
 });

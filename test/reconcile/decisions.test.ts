@@ -77,6 +77,11 @@ describe('queued jobs as messages', () => {
     expect(m).toBeDefined();
     expect(m).not.toHaveProperty('createdAt');
   });
+  it("leaves a paused pool's queued job at GitHub, to be found once the pool resumes", () => {
+    const paused = { ...deps, pools: deps.pools.map((p) => ({ ...p, maxRunners: 0 })) };
+    expect(queuedMessages(paused, 'acme', 'app', [ghJob(7, 'queued', ['linux'])])).toEqual([]);
+    expect(queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['linux'])])).toHaveLength(1);
+  });
   it('leaves a job younger than minQueuedSeconds to its webhook delivery', () => {
     expect(queuedMessages(deps, 'acme', 'app', [ghJob(7, 'queued', ['linux'], 30)])).toEqual([]);
   });

@@ -92,6 +92,27 @@ describe('chooseResends', () => {
     expect(pendingMessages(deps, 9, jobs).map((m) => m.createdAt)).toEqual([undefined, '2026-12-02T04:50:00.000Z']);
   });
 
+  it("leaves a paused pool's pending jobs at GitLab, counted as paused, and queues them once it resumes", () => {
+    const pools = (maxRunners: number) =>
+      buildFleetConfig({
+        gitlab: { url: 'https://gl.example' },
+        pools: [
+          { name: 'linux', provider: Provider.GITLAB, labels: ['linux'], maxRunners, launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] },
+          { name: 'gpu', provider: Provider.GITLAB, labels: ['gpu'], launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] },
+        ],
+      });
+    const jobs = [
+      { id: 1, status: 'pending', tag_list: ['linux'], queued_duration: 7200 },
+      { id: 2, status: 'pending', tag_list: ['gpu'], queued_duration: 300 },
+    ];
+    const deps = (c: FleetConfig) => ({ pools: c.pools, gitlab: c.gitlab!, options: GITLAB_RECONCILE_DEFAULTS, now: () => new Date('2026-12-02T05:00:00Z') });
+    const skipped = { paused: 0 };
+    expect(pendingMessages(deps(pools(0)), 9, jobs, skipped).map((m) => [m.providerJobId, m.pool])).toEqual([['2', 'gpu']]);
+    expect(skipped).toEqual({ paused: 1 });
+    // Resumed: the job GitLab kept pending (two hours, past a queued copy's maximum wait) is served.
+    expect(pendingMessages(deps(pools(3)), 9, jobs).map((m) => [m.providerJobId, m.pool])).toEqual([['1', 'linux'], ['2', 'gpu']]);
+  });
+
   it('names the project from the job\'s web_url, else from its id', () => {
     expect(projectPath('https://gl.example/', 'https://gl.example/a/b/c/-/jobs/9', 5)).toEqual({ owner: 'a/b', project: 'c' });
     expect(projectPath('https://gl.example', 'https://other/a/c/-/jobs/9', 5)).toEqual({ owner: 'projects', project: 'project-5' });

@@ -6,7 +6,6 @@ import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
 import { fleetScopeProblems } from './github-scope';
-import { gitLabScopeClashes } from './gitlab-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -557,9 +556,8 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
       c.integer('gitlab.webhook.hookId', 1);
     }
     const projects = c.at('gitlab.reconcileProjectIds');
-    if (projects !== undefined && (!Array.isArray(projects) || !projects.every((p) => Number.isSafeInteger(p) && (p as number) > 0))) {
-      c.fail('gitlab.reconcileProjectIds', 'must list positive integer project ids');
-    }
+    if (projects !== undefined && !Array.isArray(projects)) c.fail('gitlab.reconcileProjectIds', 'must list positive integer project ids');
+    else if (projects !== undefined) projects.forEach((_id, k) => c.integer(`gitlab.reconcileProjectIds.${k}`, 1));
   }
   const pools = c.at('pools');
   if (!Array.isArray(pools) || pools.length === 0) c.fail('pools', 'must list at least one pool');
@@ -568,6 +566,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
   const seen = new Set<string>();
   (Array.isArray(pools) ? pools : []).forEach((_pool, i) => {
     const p = `pools.${i}`;
+    const before = c.problems.length;
     const name = c.string(`${p}.name`);
     if (name !== undefined) {
       const problem = poolNameProblem(name);
@@ -580,7 +579,11 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     else if (c.at(provider) === undefined) {
       c.fail(`${p}.provider`, `is "${provider}" but no ${provider} connection is configured; add one or change the pool's provider`);
     }
-    c.strings(`${p}.labels`, 0).forEach((label, k) => {
+    // Labels default to the name: a bad name would be reported again as a bad label.
+    const labels = c.at(`${p}.labels`);
+    const nameFailed = c.problems.slice(before).some((x) => x.path === `${p}.name`);
+    const defaulted = nameFailed && Array.isArray(labels) && labels.length === 1 && labels[0] === c.at(`${p}.name`);
+    if (!defaulted) c.strings(`${p}.labels`, 0).forEach((label, k) => {
       if (!LABEL_PATTERN.test(label)) c.fail(`${p}.labels.${k}`, `"${label}" must be 1-64 characters of letters, digits, "_", ".", ":", "+" or "-", starting with a letter or digit`);
     });
     const match = c.at(`${p}.labelMatch`);
@@ -637,7 +640,6 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
     validateGitLabScope(c, p, provider);
   });
-  if (c.problems.length === 0 && c.at('gitlab') !== undefined) for (const clash of gitLabScopeClashes(c.at('gitlab') as GitLabConnectionConfig, pools as PoolConfig[])) c.problems.push(clash);
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
   if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));

@@ -111,7 +111,9 @@ export function scheduleOverlaps(schedule: readonly WarmScheduleEntry[]): Schedu
       out.push({ kind: 'shadowed', later: j, earlier: overlapping });
       return;
     }
-    for (const i of overlapping) if (schedule[i]!.size !== schedule[j]!.size) out.push({ kind: 'overlap', later: j, earlier: [i] });
+    // Window i decides only the shared minutes no window before it takes: compare the sizes there.
+    const decides = (i: number) => mine.some((on, m) => on && minutes[i]![m] && !minutes.slice(0, i).some((earlier) => earlier[m]));
+    for (const i of overlapping) if (schedule[i]!.size !== schedule[j]!.size && decides(i)) out.push({ kind: 'overlap', later: j, earlier: [i] });
   });
   return out;
 }
