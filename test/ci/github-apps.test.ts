@@ -19,6 +19,24 @@ const headers =
   (name: string): string | undefined =>
     ({ 'x-ratelimit-limit': String(limit), 'x-ratelimit-remaining': String(remaining), 'x-ratelimit-reset': String(resetS) })[name];
 
+
+/** A queued GitHub job of `owner/app` as the webhook hands it to scale-up. */
+function githubJob(jobId: number, owner: string, pool: string): JobMessage {
+  return {
+    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
+    provider: Provider.GITHUB,
+    jobId: `github:${jobId}`,
+    providerJobId: String(jobId),
+    pool,
+    owner,
+    project: 'app',
+    labels: ['self-hosted', 'linux'],
+    labelsResolved: true,
+    traceId: 't',
+    deliveryId: `d-${jobId}`,
+    receivedAt: new Date().toISOString(),
+  };
+}
 describe('AppBudgets: which App a call spends', () => {
   const T = 1_800_000_000_000;
   let now = T;
@@ -141,20 +159,7 @@ describe('two GitHub Apps against the loopback GitHub', () => {
   afterEach(() => ssm.reset());
 
   const providers = () => createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }), metricSink: (line) => metricLines.push(line) }).github!;
-  const job = (jobId: number): JobMessage => ({
-    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-    provider: Provider.GITHUB,
-    jobId: `github:${jobId}`,
-    providerJobId: String(jobId),
-    pool: 'linux',
-    owner: ORG,
-    project: 'app',
-    labels: ['self-hosted', 'linux'],
-    labelsResolved: true,
-    traceId: 't',
-    deliveryId: `d-${jobId}`,
-    receivedAt: new Date().toISOString(),
-  });
+  const job = (jobId: number): JobMessage => githubJob(jobId, ORG, 'linux');
   /** Installation-token requests from `from` on, by App. */
   const tokenCallsByApp = (from: number) => {
     const out: Record<string, number> = {};
@@ -276,20 +281,7 @@ describe('two GitHub Apps, two organisations and an enterprise against the loopb
       fetch: fetchWithMissing,
       logger: createLogger({ fn: 'test' }, (line) => void (/not installed/.test(line) && notInstalled.push(line))),
     }).github!;
-  const job = (jobId: number, owner: string, pool: string): JobMessage => ({
-    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
-    provider: Provider.GITHUB,
-    jobId: `github:${jobId}`,
-    providerJobId: String(jobId),
-    pool,
-    owner,
-    project: 'app',
-    labels: ['self-hosted', 'linux'],
-    labelsResolved: true,
-    traceId: 't',
-    deliveryId: `d-${jobId}`,
-    receivedAt: new Date().toISOString(),
-  });
+  const job = githubJob;
   const requestsFrom = (from: number) => gh.requests().slice(from).map((r) => `${r.method} ${r.path} ${r.credential}${r.appId ? ` ${r.appId}` : ''}`);
 
   beforeAll(async () => {

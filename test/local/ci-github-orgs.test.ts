@@ -27,6 +27,19 @@ function fleet(pools: Omit<PoolInput, 'provider' | keyof typeof placement>[]): F
 }
 
 const provider = (config: FleetConfig): CiProvider => createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }) }).github!;
+/** One reconciler run over the loopback GitHub: every queued job found goes to `found`. */
+const reconcile = (config: FleetConfig, found: JobMessage[], sink: (line: string) => void) =>
+  reconcileGitHub({
+    api: provider(config) as unknown as GitHubReconcileApi,
+    github: config.github!,
+    pools: config.pools,
+    budget: new RateBudget(0.2, 10),
+    options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
+    now: () => new Date(),
+    log: createLogger({ fn: 'test' }, sink),
+    outOfTime: () => false,
+    onFound: async (m) => void found.push(...m),
+  });
 
 function message(jobId: number, repository: string, pool: string): JobMessage {
   const [owner, project] = repository.split('/') as [string, string];
@@ -138,17 +151,7 @@ describe('several organisations', () => {
     gh.addJob('globex/web', ['self-hosted', 'linux']);
     gh.addJob('initech/app', ['self-hosted', 'linux']); // an organisation no pool serves
     const found: JobMessage[] = [];
-    const result = await reconcileGitHub({
-      api: provider(config) as unknown as GitHubReconcileApi,
-      github: config.github!,
-      pools: config.pools,
-      budget: new RateBudget(0.2, 10),
-      options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
-      now: () => new Date(),
-      log: createLogger({ fn: 'test' }, () => {}),
-      outOfTime: () => false,
-      onFound: async (m) => void found.push(...m),
-    });
+    const result = await reconcile(config, found, () => {});
     expect(result.errors).toBe(0);
     expect(found.map((m) => [m.owner, m.project, m.pool]).sort()).toEqual([
       ['acme', 'app', 'acme'],
@@ -215,17 +218,7 @@ describe('the reconciler with one organisation near its rate limit', () => {
     gh.setRateLimitRemaining('installation', 1002, undefined, 'acme');
     const found: JobMessage[] = [];
     const lines: string[] = [];
-    const result = await reconcileGitHub({
-      api: provider(config) as unknown as GitHubReconcileApi,
-      github: config.github!,
-      pools: config.pools,
-      budget: new RateBudget(0.2, 10),
-      options: { ...GITHUB_RECONCILE_DEFAULTS, minQueuedSeconds: 0, deliveryPages: 0 },
-      now: () => new Date(),
-      log: createLogger({ fn: 'test' }, (l) => void lines.push(l)),
-      outOfTime: () => false,
-      onFound: async (m) => void found.push(...m),
-    });
+    const result = await reconcile(config, found, (l) => void lines.push(l));
     expect(result.stoppedAt).toBeUndefined();
     expect(found.filter((m) => m.owner === 'globex').map((m) => m.project).sort()).toEqual(['api', 'web']);
     expect(lines.filter((l) => l.includes('reached the reconciler'))).toEqual([expect.stringContaining('"account":"acme"')]);
