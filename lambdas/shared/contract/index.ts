@@ -21,3 +21,4 @@ export * from './runner-packages';
 export * from './runner-release';
 export * from './reuse';
 export * from './gitlab-scope';
+export * from './scale-set';
