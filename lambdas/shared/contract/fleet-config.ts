@@ -6,6 +6,7 @@ import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
 import { fleetScopeProblems } from './github-scope';
+import type { ScaleSetPoolConfig } from './scale-set';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -188,6 +189,12 @@ export interface PoolConfig {
    * @default - none
    */
   readonly gitlabWebhookId?: number;
+  /**
+   * GitHub: the pool is a runner scale set (contract scale-set.ts): the listener reads its
+   * demand, scale-up serves it with JIT configs of the scale set. Written only when set.
+   * @default - none: a webhook pool
+   */
+  readonly scaleSet?: ScaleSetPoolConfig;
 }
 
 /** Names of the SSM parameters a fleet reads. */

@@ -36,6 +36,8 @@ export const LAMBDA_ENV = {
    * fleet config (which names the namespace too) could be read.
    */
   metricNamespace: 'METRIC_NAMESPACE',
+  /** Scale-set listener: the name of the scale-up function it invokes with a `ScaleSetDemand`. */
+  scaleUpFunctionName: 'SCALE_UP_FUNCTION_NAME',
   /** Release resolver: `RunnerReleaseSources` as JSON; absent: `DEFAULT_RUNNER_RELEASE_SOURCES`. */
   runnerReleaseSources: 'RUNNER_RELEASE_SOURCES',
 } as const;
