@@ -147,7 +147,7 @@ async function openSession(deps: PollDeps, lease: Lease, state: LeaseState, scal
       return { kind: 'conflict' };
     }
     log.warn('another message session is active: deleting the one the lease names and creating again, once', { scaleSetId, sessionId: state.sessionId });
-    await deps.api.deleteSession(state.scaleSetId ?? scaleSetId, state.sessionId);
+    await deps.api.deleteSession(scaleSetId, state.sessionId);
     try {
       session = await deps.api.createSession(scaleSetId, deps.holder);
     } catch (again) {

@@ -22,8 +22,8 @@ export function statistics(assigned: number): ScaleSetStatistics {
  * again to whoever asks after the message id before it. `getMessage` on an empty queue waits
  * for a message or the signal (the long poll), then answers undefined (HTTP 202).
  *
- * It also watches the property the lease must give: two sessions polled at once (a
- * `getMessage` in flight on one while another's is) is recorded in `violations`.
+ * It also watches the property the lease must give: two polls at once (a `getMessage` while
+ * another is in flight, on another session or the same one) are recorded in `violations`.
  */
 export class FakeScaleSet implements ScaleSetApi {
   readonly sets = new Map<string, number>();
@@ -104,7 +104,8 @@ export class FakeScaleSet implements ScaleSetApi {
   async getMessage(session: ScaleSetSession, lastMessageId: number, _maxCapacity: number, signal?: AbortSignal): Promise<ScaleSetMessage | undefined> {
     this.calls.push('getMessage');
     this.check(session);
-    for (const [other, n] of this.inFlight) if (other !== session.sessionId && n > 0) this.violations.push(`${session.sessionId} polled while ${other} was polling`);
+    // One poller per scale set: a second poll in flight, of another session or of the same one, is two pollers.
+    for (const [other, n] of this.inFlight) if (n > 0) this.violations.push(`${session.sessionId} polled while ${other} was polling`);
     this.inFlight.set(session.sessionId, (this.inFlight.get(session.sessionId) ?? 0) + 1);
     try {
       for (;;) {
@@ -149,8 +150,8 @@ export class FakeScaleSet implements ScaleSetApi {
   }
 
   private sessionOf(scaleSetId: number, s: { sessionId: string; token: string }): ScaleSetSession {
-    const list = (this.messages.get(scaleSetId) ?? []).filter((m) => !this.acknowledged.has(m.messageId));
-    const assigned = list.at(-1)?.statistics.totalAssignedJobs ?? 0;
+    // The scale set's statistics now: the newest message's, acknowledged or not.
+    const assigned = (this.messages.get(scaleSetId) ?? []).at(-1)?.statistics.totalAssignedJobs ?? 0;
     return { sessionId: s.sessionId, scaleSetId, messageQueueUrl: `https://queue/${scaleSetId}`, messageQueueAccessToken: s.token, statistics: statistics(assigned) };
   }
 }
