@@ -232,3 +232,32 @@ describe('the scale-set poll loop', () => {
     expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
   });
 });
+
+describe('the hand-over of the lease', () => {
+  it('an invocation arriving shortly before the holder releases waits for it and takes over; an earlier one returns at once', async () => {
+    const holderDeadline = clock + 300_000;
+    leases.item = { holder: 'holder', expiresAt: Math.floor(holderDeadline / 1000) };
+    const slept: number[] = [];
+    // Arrives one minute before the holder's release (its deadline less the margin): returns at once.
+    clock = holderDeadline - 60_000 - 60_000;
+    const early = await pollScaleSet(deps({ holder: 'early', sleep: async (ms) => void slept.push(ms) }), POOL);
+    expect(early.kind).toBe('held');
+    expect(slept).toEqual([]);
+    // Arrives five seconds before it: waits, and the holder has released meanwhile.
+    clock = holderDeadline - 60_000 - 5_000;
+    const next = await pollScaleSet(
+      deps({
+        holder: 'next',
+        sleep: async (ms) => {
+          slept.push(ms);
+          clock += ms;
+          leases.item = { ...leases.item, holder: undefined, expiresAt: 0 };
+        },
+      }),
+      POOL,
+    );
+    expect(next.kind).toBe('polled');
+    expect(slept).toHaveLength(1);
+    expect(slept[0]).toBeLessThanOrEqual(20_000);
+  });
+});
