@@ -240,7 +240,8 @@ describe('the hand-over of the lease', () => {
     const slept: number[] = [];
     // Arrives one minute before the holder's release (its deadline less the margin): returns at once.
     clock = holderDeadline - 60_000 - 60_000;
-    const early = await pollScaleSet(deps({ holder: 'early', sleep: async (ms) => void slept.push(ms) }), POOL);
+    // Its own window (a five-minute timeout) would last past the release.
+    const early = await pollScaleSet(deps({ holder: 'early', deadline: new Date(clock + 300_000), sleep: async (ms) => void slept.push(ms) }), POOL);
     expect(early.kind).toBe('held');
     expect(slept).toEqual([]);
     // Arrives five seconds before it: waits, and the holder has released meanwhile.
@@ -248,6 +249,7 @@ describe('the hand-over of the lease', () => {
     const next = await pollScaleSet(
       deps({
         holder: 'next',
+        deadline: new Date(clock + 300_000),
         sleep: async (ms) => {
           slept.push(ms);
           clock += ms;
