@@ -49,6 +49,12 @@ export interface PollDeps {
 
 /** While the lease is held, it is asked for again at most this often. */
 export const LEASE_RETRY_MS = 2_000;
+/**
+ * An invocation that finds the lease held waits for it only when the holder's release is due
+ * within this: the one scheduled invocation that arrives at the hand-over. The earlier ones,
+ * which would wait minutes, return at once, so the listener bills about one poller's time.
+ */
+export const LEASE_HANDOVER_WAIT_MS = 20_000;
 
 /** How a poll ended; each is logged (and the failures counted) by the handler. */
 export type PollOutcome =
@@ -99,9 +105,10 @@ export async function pollScaleSet(deps: PollDeps, pool: PoolConfig & { readonly
 
 /**
  * The lease, or the answer that another holder has it. A holder stops polling `marginMs`
- * before its expiry and then releases: an invocation that finds it held waits for that
- * moment (and asks every `LEASE_RETRY_MS` after it) while its own poll window lasts, so the
- * scale set is polled on without the gap of a schedule period. A bounded wait, never a spin.
+ * before its expiry and then releases: an invocation that finds it held with that moment
+ * at most `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after
+ * it), so the scale set is polled on without the gap of a schedule period. A bounded wait,
+ * never a spin; a crashed holder's lease is taken once its expiry has passed.
  */
 async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> {
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
@@ -111,7 +118,7 @@ async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> 
     if (taken.kind !== 'held' || taken.expiresAt === undefined) return taken;
     const now = deps.now().getTime();
     const wait = Math.max(LEASE_RETRY_MS, taken.expiresAt * 1000 - deps.marginMs - now);
-    if (now + wait >= end) return taken;
+    if (wait > LEASE_HANDOVER_WAIT_MS || now + wait >= end) return taken;
     await sleep(wait);
   }
 }
