@@ -1,23 +1,9 @@
 import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { errorName, READ, type AwsCaller } from '../shared/aws-call';
-import { githubPoolScope, Provider, type FleetConfig, type ScaleSetApi } from '../shared/contract';
+import { scaleSetEntries, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
 import { deleteVerdict } from '../drain/delete-cause';
 import { createLogger, type Logger, type Sink } from '../shared/log';
-
-/** Where a scale set lives at GitHub: an organisation or one repository ("owner/repo"). */
-export interface ScaleSetScope {
-  readonly organization?: string;
-  readonly repository?: string;
-}
-
-/** One pool's scale set as the construct passes it in the resource's `ScaleSets` property (JSON). */
-export interface ScaleSetEntry extends ScaleSetScope {
-  readonly pool: string;
-  readonly name: string;
-  readonly runnerGroup: string;
-  readonly labels: readonly string[];
-}
 
 /** The client of one scope (P's `scaleSetApiFor` from lambdas/ci/scale-set, wired in index.ts). */
 export type ScaleSetApiFactory = (config: FleetConfig, scope: ScaleSetScope) => ScaleSetApi | Promise<ScaleSetApi>;
@@ -37,18 +23,6 @@ export interface ScaleSetResourceResponse {
 
 /** One physical id for the fleet's scale sets: an Update never replaces the resource. */
 export const SCALE_SET_RESOURCE_ID = 'scale-sets';
-
-/** The scale sets a FleetConfig names, as the construct renders them into the resource's properties. */
-export function scaleSetEntries(config: Pick<FleetConfig, 'github' | 'pools'>): ScaleSetEntry[] {
-  const github = config.github;
-  if (!github) return [];
-  return config.pools.flatMap((p) => {
-    if (p.provider !== Provider.GITHUB || !p.scaleSet) return [];
-    const scope = githubPoolScope(github, p);
-    const where = scope.organization !== undefined ? { organization: scope.organization } : { repository: scope.repositories[0]! };
-    return [{ pool: p.name, name: p.scaleSet.name, runnerGroup: p.scaleSet.runnerGroup, labels: [...p.labels], ...where }];
-  });
-}
 
 /** Scope, runner group and name, compared as GitHub compares them (case-insensitively). */
 function keyOf(e: ScaleSetEntry): string {
