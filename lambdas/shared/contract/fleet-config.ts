@@ -540,7 +540,7 @@ function validateGitLabScope(c: Checker, p: string, provider: unknown): void {
  */
 export const SCALE_SET_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,44}$/;
 /** A runner group's name (GitHub's form takes up to 100 characters). */
-const RUNNER_GROUP_PATTERN = /^[^\u0000-\u001f]{1,100}$/;
+const RUNNER_GROUP_PATTERN = /^[^\p{Cc}]{1,100}$/u;
 
 /**
  * A pool's `scaleSet` (docs/scale-set.md): GitHub pools only; a scale set lives at an
