@@ -1,8 +1,8 @@
-import type { FleetConfig, PoolConfig, ScaleSetApi } from '../../shared/contract';
+import type { CiProvider, FleetConfig, PoolConfig, ScaleSetApi } from '../../shared/contract';
 import type { GitHubAnswer } from '../github';
 import { AdminTokens } from './admin-token';
 import { ScaleSetClient } from './client';
-import { githubConfigUrl, registrationTokenRoute, scaleSetScope } from './config-url';
+import { githubConfigUrl, registrationTokenRoute, scaleSetScope, type ScaleSetScope } from './config-url';
 import { ScaleSetApiError } from './errors';
 
 export { ScaleSetClient, scaleSetLabels, SCALE_SET_API_VERSION } from './client';
@@ -14,6 +14,13 @@ export { parseMessage, ScaleSetMessageError } from './messages';
 /** The installation-token call of the fleet's GitHub provider (`GitHubApps`, `GitHubProvider`): the registration token is minted with it. */
 export interface InstallationCaller {
   installationRequest(operation: string, route: string, params: Record<string, unknown>, target?: string): Promise<GitHubAnswer>;
+}
+
+/** The fleet's GitHub provider as the caller the client mints registration tokens with. */
+export function installationCallerOf(provider: CiProvider | undefined): InstallationCaller {
+  if (provider === undefined) throw new Error('the fleet has no GitHub connection: a scale set needs one');
+  if (!('installationRequest' in provider) || typeof provider.installationRequest !== 'function') throw new Error('the GitHub provider cannot mint registration tokens');
+  return provider as CiProvider & InstallationCaller;
 }
 
 export interface ScaleSetApiDeps {
@@ -35,7 +42,16 @@ export interface ScaleSetApiDeps {
 export function scaleSetApiFor(config: Pick<FleetConfig, 'github'>, pool: PoolConfig, deps: ScaleSetApiDeps): ScaleSetApi {
   const github = config.github;
   if (!github) throw new Error(`pool "${pool.name}": the fleet has no GitHub connection`);
-  const scope = scaleSetScope(github, pool);
+  return scaleSetApiAt(config, scaleSetScope(github, pool), deps);
+}
+
+/**
+ * The scale-set API of a scope named directly: the scale-set resource deletes scale sets of
+ * pools the current FleetConfig may no longer have.
+ */
+export function scaleSetApiAt(config: Pick<FleetConfig, 'github'>, scope: ScaleSetScope, deps: ScaleSetApiDeps): ScaleSetApi {
+  const github = config.github;
+  if (!github) throw new Error('the fleet has no GitHub connection');
   const fetchFn = deps.fetch ?? globalThis.fetch;
   const timeoutMs = deps.timeoutMs ?? 10_000;
   const mint = registrationTokenRoute(scope);
