@@ -176,6 +176,18 @@ describe('scale-set resource: Create and Update', () => {
     expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id, name: 'arc-linux', labels: ['arc-linux', 'linux', 'arm64'] }]);
   });
 
+  it('Update moving a scale set to another runner group or scope makes it there and deletes it where it was', async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux', scaleSetRunnerGroup: 'gpu-group', labels: ['linux', 'x64'] },
+      { name: 'app', scaleSetName: 'arc-app' },
+    ]);
+    await handler()(update(before, current));
+    expect(gh.scaleSets.list().map((s) => `${s.scope} ${s.runnerGroupId} ${s.name}`).sort()).toEqual([`org:${ORG} 1 arc-app`, `org:${ORG} 2 arc-linux`]);
+    expect(lines.logs('scale set deleted').map((l) => l.pool)).toEqual(['linux', 'app']);
+  });
+
   it('a create whose answer was lost is read back by name: one scale set, its id answered', async () => {
     let dropped = 0;
     fetchFn = async (input, init) => {
