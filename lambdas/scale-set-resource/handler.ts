@@ -74,7 +74,7 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
 
 async function ensure(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger): Promise<number> {
   const api = await deps.scaleSetApiFor(config, scopeOf(entry));
-  const { id } = await api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: entry.labels });
+  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: entry.labels }));
   log.info('scale set ensured', { pool: entry.pool, scaleSet: entry.name, runnerGroup: entry.runnerGroup, scaleSetId: id });
   return id;
 }
@@ -82,13 +82,23 @@ async function ensure(deps: ScaleSetResourceDeps, config: FleetConfig, entry: Sc
 /** Found by name first: a retried Delete, or one whose scale set someone removed by hand, deletes nothing twice. */
 async function remove(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger, why: string): Promise<void> {
   const api = await deps.scaleSetApiFor(config, scopeOf(entry));
-  const found = await api.findScaleSet(entry.name, entry.runnerGroup);
+  const found = await naming(entry, 'delete', () => api.findScaleSet(entry.name, entry.runnerGroup));
   if (found === undefined) {
     log.info('scale set already gone', { pool: entry.pool, scaleSet: entry.name });
     return;
   }
-  await api.deleteScaleSet(found.id);
+  await naming(entry, 'delete', () => api.deleteScaleSet(found.id));
   log.info('scale set deleted', { pool: entry.pool, scaleSet: entry.name, scaleSetId: found.id, reason: why });
+}
+
+/** CloudFormation shows the event's error alone: it names the pool and the scale set a failed call was for. */
+async function naming<T>(entry: ScaleSetEntry, what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    const where = entry.organization !== undefined ? `organisation ${entry.organization}` : `repository ${entry.repository}`;
+    throw new Error(`pool "${entry.pool}": could not ${what} scale set "${entry.name}" (runner group "${entry.runnerGroup}", ${where}): ${(error as Error).message}`, { cause: error });
+  }
 }
 
 function scopeOf(entry: ScaleSetEntry): ScaleSetScope {
