@@ -23,6 +23,10 @@ export enum BundledHandler {
   RECONCILE = 'reconcile',
   /** Resolves the newest runner releases and watches GitHub's runner window. */
   RUNNER_RELEASE = 'runner-release',
+  /** Long-polls the fleet's runner scale sets and asks scale-up for their runners (docs/scale-set.md). */
+  SCALE_SET_LISTENER = 'scale-set-listener',
+  /** Creates, updates and deletes the fleet's runner scale sets with the stack (a custom resource's onEvent). */
+  SCALE_SET_RESOURCE = 'scale-set-resource',
 }
 
 /** The runtime every function is pinned to; the bundles target it. */

@@ -47,6 +47,8 @@ export function fleetConfigInput(props: FleetConfigSource, placement: (pool: Run
       ...(pool.gitlabGroupId === undefined ? {} : { gitlabGroupId: pool.gitlabGroupId }),
       ...(pool.gitlabProjectId === undefined ? {} : { gitlabProjectId: pool.gitlabProjectId }),
       ...(pool.gitlabWebhookId === undefined ? {} : { gitlabWebhookId: pool.gitlabWebhookId }),
+      ...(pool.scaleSetName === undefined ? {} : { scaleSetName: pool.scaleSetName }),
+      ...(pool.scaleSetRunnerGroup === undefined ? {} : { scaleSetRunnerGroup: pool.scaleSetRunnerGroup }),
       ...placement(pool),
       instanceTypes: (pool.instanceTypes ?? [DEFAULT_INSTANCE_TYPE]).map((t) => t.toString()),
       ...(pool.spot === undefined ? {} : { spot: pool.spot }),

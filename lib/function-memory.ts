@@ -23,4 +23,9 @@ export const FUNCTION_MEMORY_MB: Readonly<Record<BundledHandler, number>> = {
   reconcile: 256,
   // Hourly, two HTTPS reads and an SSM write: the smallest size that holds the SDK client.
   'runner-release': 256,
+  // Waits on GitHub's long poll nearly all its time; it runs all month, so its size is its
+  // cost (docs/scale-set.md, "What it costs"): the smallest that holds the SDK clients.
+  'scale-set-listener': 256,
+  // Runs only when the stack deploys or is deleted.
+  'scale-set-resource': 256,
 };

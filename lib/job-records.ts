@@ -2,7 +2,7 @@ import { RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
-import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_KEY_PREFIX } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAUNCH_TICKET_KEY_PREFIX, SCALE_SET_LEASE_KEY_PREFIX } from '../lambdas/shared/contract';
 
 /**
  * The per-job records scale-up writes before it registers a runner (one item per job, which
@@ -50,6 +50,21 @@ export class JobRecords extends Construct {
       actions: ['dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem'],
       resourceArns: [this.table.tableArn],
       conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${LAUNCH_TICKET_KEY_PREFIX}*`] } },
+    });
+  }
+
+  /**
+   * The scale-set listener's leases (contract scale-set.ts): the conditional put that takes a
+   * lease, the updates that renew it and record the session, the consistent read that resolves
+   * a lost answer, the conditional delete that gives it back; on lease keys only, never a
+   * job's record or a launch ticket.
+   */
+  grantScaleSetLeases(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      resourceArns: [this.table.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${SCALE_SET_LEASE_KEY_PREFIX}*`] } },
     });
   }
 

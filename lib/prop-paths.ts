@@ -14,6 +14,10 @@ const POOL_FIELDS: Readonly<Record<string, string>> = {
   'warm.primeBackoffCapSeconds': 'warm.primeBackoffCap',
   'reuse.maxAgeSeconds': 'reuse.maxAge',
   imageParameter: 'machineImage',
+  // The specific fields before their parent: the first prefix that matches wins.
+  'scaleSet.name': 'scaleSetName',
+  'scaleSet.runnerGroup': 'scaleSetRunnerGroup',
+  scaleSet: 'scaleSetName',
 };
 
 /** Fleet-level FleetConfig fields whose prop has another name. */

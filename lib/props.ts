@@ -315,6 +315,24 @@ export interface RunnerPoolProps {
    */
   readonly gitlabWebhookId?: number;
   /**
+   * GitHub: make the pool a runner scale set of this name (docs/scale-set.md): workflows put
+   * the name in `runs-on`, GitHub assigns those jobs to the scale set, and the fleet's listener
+   * (a Lambda run every minute) reads the scale set's demand and starts runners for it, parked
+   * standbys first. The construct creates the scale set on deploy and deletes it on destroy.
+   * 1-45 characters of letters, digits, "_", "." or "-"; unique per organisation or repository.
+   * The pool's scope must be an organisation or exactly one repository, not an enterprise; no
+   * `reuse`. The webhook and the reconciler leave the scale set's jobs alone, and a fleet whose
+   * GitHub pools are all scale sets (and that has no GitLab pool) gets no webhook endpoint.
+   * `maxRunners` 0 pauses it as any pool (the scale set stays; its jobs wait at GitHub).
+   * @default - none: the pool's jobs come from webhooks and the reconciler
+   */
+  readonly scaleSetName?: string;
+  /**
+   * GitHub: the runner group, by name, the pool's scale set belongs to (`scaleSetName` only).
+   * @default "Default"
+   */
+  readonly scaleSetRunnerGroup?: string;
+  /**
    * Instance types, in order of preference.
    * @default - [m7i.large]
    */

@@ -23,6 +23,7 @@ import {
   METRIC_DIMENSIONS,
   METRIC_NAMES,
   GITHUB_APPS_LOW_FRACTION,
+  needsWebhooks,
   Provider,
   RUNNER_PIN_WARN_DAYS,
   RUNNER_RELEASE_ALARM_HOURS,
@@ -47,6 +48,8 @@ import { acknowledgeWildcard, nagArn } from './nag';
 import { JobQueue } from './job-queue';
 import { JobRecords } from './job-records';
 import { Reconciler } from './reconciler';
+import { ScaleSetListener } from './scale-set-listener';
+import { ScaleSetResource } from './scale-set-resource';
 import { RunnerReleaseResolver } from './runner-release-resolver';
 import { runnerVersionWarnings } from './runner-version';
 import type { GitHubConnectionProps, GitLabConnectionProps, RunnerPoolProps } from './props';
@@ -250,6 +253,11 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
    * 30-day runner window (scheduled, hourly); absent when no pool follows a release and none serves GitHub.
    */
   readonly runnerReleaseFunction?: BundledFunction;
+  /**
+   * Long-polls the runner scale sets and asks scale-up for their runners (scheduled every
+   * minute); absent when no pool is a scale set (`RunnerPoolProps.scaleSetName`).
+   */
+  readonly scaleSetListenerFunction?: BundledFunction;
   /** The per-job records scale-up checks before registering a runner. */
   readonly jobRecords: JobRecords;
   /**
@@ -384,7 +392,16 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       environment: { ...environment, [LAMBDA_ENV.deadLetterQueueUrl]: this.jobs.deadLetterQueue.queueUrl, [LAMBDA_ENV.metricNamespace]: namespace },
       logRetention,
     });
-    const exposure = props.webhookExposure ?? WebhookExposure.functionUrl();
+    // A fleet whose pools are all scale sets takes no webhook deliveries: no endpoint (the
+    // function stays, unreachable, so the construct's shape and its users' references hold).
+    const webhooks = needsWebhooks(this.config.pools);
+    if (!webhooks && props.webhookExposure && props.webhookExposure.kind !== WebhookExposureKind.NONE) {
+      Annotations.of(this).addWarningV2(
+        'cdk-warm-runners:webhook-exposure-unused',
+        'webhookExposure is set, but every pool is a runner scale set (scaleSetName): no job comes by webhook, so the fleet creates no endpoint; remove webhookExposure (docs/scale-set.md).',
+      );
+    }
+    const exposure = webhooks ? (props.webhookExposure ?? WebhookExposure.functionUrl()) : WebhookExposure.none();
     const exposed = exposeWebhook(this, this.webhookFunction, exposure, logRetention);
     if (exposed.functionUrl) this.functionUrl = exposed.functionUrl;
     if (exposed.api) this.webhookApi = exposed.api;
@@ -422,7 +439,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     });
     const secrets = secretParameters(props, paths);
     const parameterArn = (name: string) => stack.formatArn({ service: 'ssm', resource: 'parameter', resourceName: name.slice(1) });
-    if (props.github || props.gitlab) {
+    // The reconciler finds what webhooks missed; scale-set jobs come from GitHub's assignment.
+    if ((props.github || props.gitlab) && webhooks) {
       const reconciler = new Reconciler(this, 'Reconcile', {
         environment,
         queue: this.jobs.queue,
@@ -458,6 +476,18 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       ...(this.runnerReleaseFunction ? [this.runnerReleaseFunction] : []),
     ];
     for (const fn of all) this.configParameter.grantRead(fn);
+
+    if (this.config.pools.some((p) => p.scaleSet)) {
+      const appKeyArns = [paths.github.appPrivateKey, ...secrets.additionalAppKeys].map(parameterArn);
+      const shared = { prefix, environment: { [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig }, configParameter: this.configParameter, appPrivateKeyArns: appKeyArns, logRetention, ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}) };
+      const listener = new ScaleSetListener(this, 'ScaleSetListener', { ...shared, jobRecords: this.jobRecords, scaleUpFunction: this.scaleUpFunction });
+      this.scaleSetListenerFunction = listener.function;
+      // Created before the drain, which depends on every part of the fleet: CloudFormation
+      // deletes the drain (every runner gone, the listener's schedule disabled) before it
+      // deletes the scale sets. The listener's schedule starts once the scale sets exist.
+      const scaleSets = new ScaleSetResource(this, 'ScaleSets', { ...shared, config: this.config });
+      listener.schedule.node.addDependency(scaleSets.resource);
+    }
 
     // Triggers.
     this.scaleUpFunction.addEventSource(
@@ -645,6 +675,18 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     );
 
     this.scaleDownFunction.addToRolePolicy(describe);
+    // The scale-set listener's job events (lambdas/scale-set-listener/jobs.ts): a runner's job
+    // started or completed, as the marks scale-down reads, on the fleet's instances only.
+    this.scaleSetListenerFunction?.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ec2:CreateTags'],
+        resources: [fleetInstances],
+        conditions: {
+          Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted, tags.idleSince] },
+        },
+      }),
+    );
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
@@ -715,6 +757,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       acknowledgeWildcard(fn.role!, '*', reasons.any);
       acknowledgeWildcard(fn.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     }
+    if (this.scaleSetListenerFunction) acknowledgeWildcard(this.scaleSetListenerFunction.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     for (const fn of [this.scaleUpFunction, this.poolFunction, this.scaleDownFunction]) {
       acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
     }
@@ -764,6 +807,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         { id: 'Pool', fn: this.poolFunction, role: 'pool', anchor: 'function-errors', interval: props.poolInterval ?? Duration.minutes(1) },
         { id: 'ScaleDown', fn: this.scaleDownFunction, role: 'scale-down', anchor: 'function-errors', interval: props.scaleDownInterval ?? Duration.minutes(5) },
         ...(this.reconcileFunction ? [{ id: 'Reconcile', fn: this.reconcileFunction, role: 'reconcile', anchor: 'function-errors', interval: props.reconcileInterval ?? Duration.minutes(5) }] : []),
+        ...(this.scaleSetListenerFunction ? [{ id: 'ScaleSetListener', fn: this.scaleSetListenerFunction, role: 'scale-set listener', anchor: 'function-errors', interval: Duration.minutes(1) }] : []),
       ]),
       ...(reachable ? webhookAlarms(this, this.webhookFunction, namespace) : []),
       ...(this.reconcileFunction && reachable ? [lostDeliveriesAlarm(this, namespace, props.reconcileInterval ?? Duration.minutes(5))] : []),
@@ -974,7 +1018,8 @@ function secretParameters(props: WarmRunnersProps, paths: ReturnType<typeof ssmP
   const additionalAppKeys = (props.github?.additionalAppIds ?? []).map((id) => paths.githubAppPrivateKey(id));
   return {
     webhook: [
-      ...(props.github ? [paths.github.webhookSecret] : []),
+      // No webhook secret for a fleet whose GitHub pools are all scale sets: nothing delivers to it.
+      ...(props.github && props.pools.some((p) => p.provider === Provider.GITHUB && p.scaleSetName === undefined) ? [paths.github.webhookSecret] : []),
       ...(props.gitlab ? [paths.gitlab.webhookToken, paths.gitlab.webhookSigningKey] : []),
     ],
     // The enterprise token only where a pool registers at an enterprise; read by the functions that register, list and delete runners.

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-export const FUNCTIONS = ['webhook', 'scale-up', 'pool', 'scale-down', 'reconcile', 'drain', 'runner-release'];
+export const FUNCTIONS = ['webhook', 'scale-up', 'pool', 'scale-down', 'reconcile', 'drain', 'runner-release', 'scale-set-listener', 'scale-set-resource'];
 
 for (const name of FUNCTIONS) {
   const entry = join(root, 'lambdas', name, 'index.ts');

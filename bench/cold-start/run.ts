@@ -138,6 +138,10 @@ async function eventsFor(fn: BundledHandler, clients: LocalAwsClients, fleet: Pr
       throw new Error('the drain runs once, when the fleet is deleted: its cold start costs no job anything, so it is not measured');
     case BundledHandler.RUNNER_RELEASE:
       throw new Error('the release resolver runs hourly, off every job\'s path, and reads the providers\' release data: its cold start is not measured');
+    case BundledHandler.SCALE_SET_LISTENER:
+      throw new Error('the scale-set listener holds one long poll for minutes and starts cold once per lease hand-over, off every job\'s path: its cold start is not measured');
+    case BundledHandler.SCALE_SET_RESOURCE:
+      throw new Error('the scale-set resource runs only when the stack deploys or is deleted: its cold start is not measured');
   }
 }
 

@@ -1,5 +1,5 @@
 import type { GitHubAnswer, GitHubAnswerObserver } from '../ci/github';
-import { githubJobSources, Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
+import { githubJobSources, isScaleSetPool, Provider, reconciledDeliveryId as contractDeliveryId, type GitHubConnectionConfig, type JobMessage, type PoolConfig } from '../shared/contract';
 import type { Logger } from '../shared/log';
 import { matchJobPool, pausedPool } from '../shared/match-pool';
 import { isoTime } from '../webhook/delivery';
@@ -267,7 +267,8 @@ async function readRepository(deps: GitHubReconcileDeps, spend: Spend, full: str
  * however many pools share it) and the repositories pools list outside them.
  */
 async function repositoriesOf(deps: GitHubReconcileDeps, spend: Spend, held: HeldBack): Promise<string[]> {
-  const sources = githubJobSources(deps.github, deps.pools);
+  // Scale-set pools' jobs come from GitHub's assignment (docs/scale-set.md): their scopes are not scanned.
+  const sources = githubJobSources(deps.github, webhookPools(deps.pools));
   const out: string[] = [...sources.repositories];
   for (const org of sources.organizations) {
     try {
@@ -288,7 +289,7 @@ async function installationRepositories(deps: GitHubReconcileDeps, spend: Spend,
     const repos = (answer.data as { repositories?: unknown })?.repositories;
     if (!Array.isArray(repos)) throw new Error('the repositories answer lacks "repositories"');
     for (const r of repos as Record<string, unknown>[]) {
-      if (typeof r?.full_name === 'string' && r.archived !== true && servesRepository(deps.github, deps.pools, ...(r.full_name.split('/') as [string, string]))) out.push(r.full_name);
+      if (typeof r?.full_name === 'string' && r.archived !== true && servesRepository(deps.github, webhookPools(deps.pools), ...(r.full_name.split('/') as [string, string]))) out.push(r.full_name);
     }
     if (repos.length < 100) return out;
   }
@@ -340,4 +341,9 @@ export function repositoryWindow<T>(items: readonly T[], runNumber: number, cap:
   if (n === 0) return [];
   const start = (((runNumber % n) * (cap % n)) % n + n) % n;
   return Array.from({ length: Math.min(cap, n) }, (_, i) => items[(start + i) % n]!);
+}
+
+/** The pools whose jobs come from webhooks (and so from this scan when a delivery is lost): not the scale-set pools. */
+function webhookPools(pools: readonly PoolConfig[]): PoolConfig[] {
+  return pools.filter((p) => !isScaleSetPool(p));
 }

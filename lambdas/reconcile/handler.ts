@@ -1,7 +1,7 @@
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
+import { isScaleSetPool, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deduplicationId } from '../webhook/job-message';
 import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
@@ -118,7 +118,9 @@ async function runProviders(run: RunInputs, providers: Partial<Record<Provider, 
   };
   const started: Promise<ProviderRun>[] = [];
   const github = providers.github;
-  if (config.github && isGitHubApi(github)) {
+  // Scale-set pools' jobs come from GitHub's assignment (docs/scale-set.md): no scan for a
+  // fleet whose GitHub pools are all scale sets.
+  if (config.github && isGitHubApi(github) && config.pools.some((p) => p.provider === Provider.GITHUB && !isScaleSetPool(p))) {
     const deps = { ...common, budget: budgets.github, api: github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) };
     started.push(reconcileGitHub(deps).then((r) => ({ provider: Provider.GITHUB, sent: r.redelivered, ...r })));
   }

@@ -1,19 +1,27 @@
-import type { SSMClient } from '@aws-sdk/client-ssm';
-import type { FleetConfig, PoolConfig, ScaleSetApi } from '../shared/contract';
+import { installationCallerOf, scaleSetApiFor } from '../ci/scale-set';
+import type { CiProvider, FleetConfig, PoolConfig, Provider, ScaleSetApi } from '../shared/contract';
 
 /**
  * The scale-set client of a pool's scope, as the listener and scale-up take it: built per
- * pool (its scope's App installation), cached by the implementation as it needs.
+ * pool (its scope's App installation).
  */
 export type ScaleSetApiFactory = (config: FleetConfig, pool: PoolConfig) => ScaleSetApi;
 
 /**
- * The production factory: the client of `lambdas/ci/scale-set/` (written beside this part, on
- * its own branch). This branch has no client, so the binding below refuses at the listener's
- * cold start, naming what is missing; at merge this one line becomes
- * `export { scaleSetApiFor } from '../ci/scale-set';` (that factory takes the SSM client for
- * the App credentials as its third argument, as index.ts passes it).
+ * The production factory: the client of `lambdas/ci/scale-set/`, its registration tokens
+ * minted through the fleet's GitHub provider. One client per pool for the container's
+ * FleetConfig (the client keeps its admin token until shortly before it expires); a reloaded
+ * config starts the cache over, so it holds one entry per pool at most.
  */
-export const scaleSetApiFor: (config: FleetConfig, pool: PoolConfig, deps: { readonly ssm: SSMClient }) => ScaleSetApi = () => {
-  throw new Error('this build has no scale-set client (lambdas/ci/scale-set/)');
-};
+export function productionScaleSetApis(providers: (config: FleetConfig) => Partial<Record<Provider, CiProvider>>): ScaleSetApiFactory {
+  let cache: { config: FleetConfig; apis: Map<string, ScaleSetApi> } | undefined;
+  return (config, pool) => {
+    if (cache?.config !== config) cache = { config, apis: new Map() };
+    let api = cache.apis.get(pool.name);
+    if (api === undefined) {
+      api = scaleSetApiFor(config, pool, { github: installationCallerOf(providers(config).github) });
+      cache.apis.set(pool.name, api);
+    }
+    return api;
+  };
+}

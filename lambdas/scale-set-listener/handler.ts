@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EC2Client } from '@aws-sdk/client-ec2';
 import { errorName, type AwsCaller } from '../shared/aws-call';
-import { tagKeys, type FleetConfig, type PoolConfig, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult, type ScaleSetPoolConfig } from '../shared/contract';
+import { tagKeys, type FleetConfig, type PoolConfig, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult, type PoolScaleSetConfig } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { markJobEvents } from './jobs';
 import type { ScaleSetLeases } from './lease';
@@ -38,7 +38,7 @@ export interface ListenerContext {
   getRemainingTimeInMillis?(): number;
 }
 
-type ScaleSetPool = PoolConfig & { readonly scaleSet: ScaleSetPoolConfig };
+type ScaleSetPool = PoolConfig & { readonly scaleSet: PoolScaleSetConfig };
 
 /** The fleet's scale-set pools, in FleetConfig order. */
 export function scaleSetPools(config: FleetConfig): ScaleSetPool[] {

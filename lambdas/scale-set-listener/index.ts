@@ -1,11 +1,12 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
+import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
-import { PRODUCTION_CLIENT_OPTIONS, productionClients, requiredEnv } from '../shared/clients';
+import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce, requiredEnv } from '../shared/clients';
 import { LAMBDA_ENV } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
-import { scaleSetApiFor } from './api';
+import { productionScaleSetApis } from './api';
 import { requestCapacity } from './capacity';
 import { createListenerHandler } from './handler';
 import { DynamoScaleSetLeases } from './lease';
@@ -21,7 +22,7 @@ export const handler = createListenerHandler({
   ec2: clients.ec2,
   aws,
   loadConfig: () => loadFleetConfig(clients.ssm),
-  scaleSetApi: (config, pool) => scaleSetApiFor(config, pool, { ssm: clients.ssm }),
+  scaleSetApi: productionScaleSetApis(providersOnce((config) => createCiProviders(config, { ssm: clients.ssm }))),
   leases: new DynamoScaleSetLeases(aws, new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS), requiredEnv(LAMBDA_ENV.jobRecordTable)),
   requestCapacity: (demand) => requestCapacity(aws, lambda, scaleUp, demand),
 });

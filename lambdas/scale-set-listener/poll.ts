@@ -7,7 +7,7 @@ import {
   type ScaleSetDemand,
   type ScaleSetDemandResult,
   type ScaleSetJobEvent,
-  type ScaleSetPoolConfig,
+  type PoolScaleSetConfig,
   type ScaleSetSession,
   type ScaleSetStatistics,
 } from '../shared/contract';
@@ -70,7 +70,7 @@ export type PollOutcome =
   | { readonly kind: 'lease-lost'; readonly messages: number }
   | { readonly kind: 'failed'; readonly error: string };
 
-export async function pollScaleSet(deps: PollDeps, pool: PoolConfig & { readonly scaleSet: ScaleSetPoolConfig }): Promise<PollOutcome> {
+export async function pollScaleSet(deps: PollDeps, pool: PoolConfig & { readonly scaleSet: PoolScaleSetConfig }): Promise<PollOutcome> {
   const log = deps.log.child({ pool: pool.name, scaleSet: pool.scaleSet.name });
   const taken = await takeLease(deps, pool.name);
   if (taken.kind === 'held') return { kind: 'held' };

@@ -8,7 +8,7 @@ import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleUpHandler } from './handler';
 import { createScaleSetDemandHandler } from './scale-set-handler';
-import { scaleSetApiFor } from '../scale-set-listener/api';
+import { productionScaleSetApis } from '../scale-set-listener/api';
 import { DynamoJobRecords } from './job-record';
 import { DynamoLaunchTickets } from '../shared/launch-tickets';
 
@@ -24,11 +24,12 @@ const clients = productionClients();
 const aws = new AwsCaller({ pacer: new Pacer() });
 const dynamodb = new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS);
 
+const providers = providersOnce((config) => createCiProviders(config, { ssm: clients.ssm }));
 const deps = {
   ...clients,
   aws,
   loadConfig: () => loadFleetConfig(clients.ssm),
-  providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
+  providers,
   queueUrl: requiredEnv(LAMBDA_ENV.jobsQueueUrl),
   deadLetterQueueUrl: requiredEnv(LAMBDA_ENV.deadLetterQueueUrl),
   instanceArnPrefix: requiredEnv(LAMBDA_ENV.instanceArnPrefix),
@@ -37,7 +38,7 @@ const deps = {
   options: { retry: retryOptions() },
 };
 const queue = createScaleUpHandler(deps);
-const demand = createScaleSetDemandHandler({ ...deps, scaleSetApi: (config, pool) => scaleSetApiFor(config, pool, { ssm: clients.ssm }) });
+const demand = createScaleSetDemandHandler({ ...deps, scaleSetApi: productionScaleSetApis(providers) });
 
 /**
  * The scale-up Lambda: SQS event source of the jobs queue (ReportBatchItemFailures on), and

@@ -1,11 +1,11 @@
-import { githubPoolScope, scopeServesRepository, type GitHubConnectionConfig, type PoolConfig, type Provider } from './contract';
+import { githubPoolScope, isScaleSetPool, scopeServesRepository, type GitHubConnectionConfig, type PoolConfig, type Provider } from './contract';
 
 /** The label every GitHub self-hosted runner carries; a job may ask for it, GitHub does not require it. */
 export const GITHUB_SELF_HOSTED_LABEL = 'self-hosted';
 
 export type PoolMatch =
   | { readonly pool: PoolConfig }
-  | { readonly pool?: undefined; readonly reason: 'not-self-hosted' | 'no-matching-pool' };
+  | { readonly pool?: undefined; readonly reason: 'not-self-hosted' | 'no-matching-pool' | 'scale-set' };
 
 /**
  * Whether the matched pool is paused (`maxRunners` 0): the reconciler leaves its jobs queued at
@@ -36,6 +36,10 @@ export function pausedPool(match: PoolMatch): boolean {
  *   (GitLab docs, "Use tags to control which jobs a runner can run"), and one without never does.
  * - Several candidates: an exact match wins over a subset match, then the subset pool with the
  *   fewest labels the job did not ask for, then the first in configuration order.
+ * - Runner scale sets (docs/scale-set.md): GitHub assigns a scale set's jobs to it, and its
+ *   listener starts their runners. A GitHub job that names a scale-set pool's scale set, or
+ *   whose best pool is a scale-set pool, gets no runner here (`scale-set`): a second runner
+ *   for one job would be left behind, or take another job.
  */
 export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobLabels: readonly string[]): PoolMatch {
   const normalise = labelNormaliser(provider);
@@ -43,6 +47,7 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
   const github = provider === 'github';
   const askedSelfHosted = github && asked.delete(GITHUB_SELF_HOSTED_LABEL);
   if (github && asked.size === 0 && !askedSelfHosted) return { reason: 'not-self-hosted' };
+  if (github && pools.some((p) => isScaleSetPool(p) && asked.has(normalise(p.scaleSet!.name)))) return { reason: 'scale-set' };
   const untagged = !github && asked.size === 0;
   let best: { pool: PoolConfig; extra: number } | undefined;
   for (const pool of pools) {
@@ -58,7 +63,7 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
     }
     if (!best || extra < best.extra) best = { pool, extra };
   }
-  if (best) return { pool: best.pool };
+  if (best) return isScaleSetPool(best.pool) ? { reason: 'scale-set' } : { pool: best.pool };
   // A job that did not ask for "self-hosted" and fits no pool is most likely for GitHub's own runners.
   return { reason: github && !askedSelfHosted ? 'not-self-hosted' : 'no-matching-pool' };
 }

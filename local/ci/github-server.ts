@@ -3,6 +3,7 @@ import { githubJobFor, type GitHubRunnerScope } from './assign';
 import { checkGitHubQuery } from './github-bounds';
 import { authorizationCredential, rateLimitHeaders, jsonObject, linkHeader, randomToken, startJsonServer, type HttpAnswer, type HttpRequest } from './http';
 import { githubWorkflowJobInProgress } from '../deliveries';
+import { scaleSetService, type LoopbackScaleSets, type ScaleSetServiceOptions } from './scale-set-service';
 import { byId, checkedLabels, serverBasics, type LocalJobContainers, type LocalJobOptions, type LoopbackServerOptions, type LoopbackWebhook } from './server-basics';
 
 /**
@@ -103,6 +104,8 @@ export interface LoopbackGitHub {
    * a 429 carries `retry-after: 1`, as GitHub's secondary rate limit answers do.
    */
   failNext(match: { method: string; path: RegExp }, status: number, times?: number): void;
+  /** The runner scale set service (local/ci/scale-set-service.ts): its scale sets, sessions and fault hooks. */
+  readonly scaleSets: LoopbackScaleSets;
   close(): Promise<void>;
 }
 
@@ -110,7 +113,8 @@ export interface LoopbackGitHub {
 export interface GitHubRequest {
   readonly method: string;
   readonly path: string;
-  readonly credential: 'app' | 'installation' | 'pat' | 'none';
+  /** `actions-service`: a call of the scale-set protocol (admin token, queue token or registration token). */
+  readonly credential: 'app' | 'installation' | 'pat' | 'none' | 'actions-service';
   /** The App whose JWT or installation token it carried (absent: neither was valid). */
   readonly appId?: string;
   /** The answer's status, on the App-authenticated routes (a 403 with `x-ratelimit-remaining: 0` is a refusal for the rate limit). */
@@ -171,6 +175,8 @@ export interface LoopbackGitHubOptions extends LoopbackServerOptions {
   readonly rateLimit?: number;
   /** Repositories of the installation besides those its jobs are in ("owner/repo"). */
   readonly repositories?: string[];
+  /** The scale-set service's bounds (long poll, session and token lives, runner groups). */
+  readonly scaleSet?: ScaleSetServiceOptions;
 }
 
 /** One entry of the App's delivery log, in `GET /app/hook/deliveries`' wire format. */
@@ -205,6 +211,8 @@ interface RunnerState extends GitHubRunnerRecord {
   jobId?: number;
   /** When the runner last called (its clock), while connected. */
   lastContact?: number;
+  /** A runner of a scale set: it takes the jobs assigned to its scale set only. */
+  readonly scaleSetId?: number;
 }
 
 interface JobState extends GitHubJob {
@@ -272,6 +280,29 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
   let nextJobId = 80_000_001;
   let nextRunId = 9_000_001;
   let base = '';
+  const scaleSets = scaleSetService(
+    {
+      base: () => base,
+      now,
+      scopeOfPath: (path) => {
+        const parts = path.replace(/^\/+|\/+$/g, '').split('/');
+        const login = installedOrg(parts[0]);
+        if (login === undefined || parts.length > 2 || parts[1] === '') return undefined;
+        return parts.length === 1 ? `org:${login}` : `${login}/${parts[1]}`.toLowerCase();
+      },
+      inScope: (scope, repository) => (scope.startsWith('org:') ? repository.split('/')[0]!.toLowerCase() === scope.slice('org:'.length) : repository.toLowerCase() === scope),
+      jobs: () => jobs.values(),
+      registerRunner(scope, name, labels, runnerGroupId, scaleSetId) {
+        if ([...runners.values()].some((r) => r.scope === scope && r.name.toLowerCase() === name.toLowerCase())) return 'exists';
+        const runner: RunnerState = { id: nextRunnerId++, name, labels, status: 'offline', busy: false, runnerGroupId, scope, secret: randomToken('', 32), connected: false, scaleSetId };
+        runners.set(runner.id, runner);
+        return runner;
+      },
+      runners: (scaleSetId) => [...runners.values()].filter((r) => r.scaleSetId === scaleSetId),
+      log: (req, status) => basics.log({ method: req.method, path: req.path, credential: 'actions-service', status }),
+    },
+    opts.scaleSet,
+  );
 
   /** The organisation (lower case) when the App is installed on it. */
   const installedOrg = (login: string | undefined) => (login !== undefined && installations.has(login.toLowerCase()) ? login.toLowerCase() : undefined);
@@ -373,6 +404,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
     installation: new RegExp(`^/${SCOPE}/installation$`),
     accessTokens: /^\/app\/installations\/(\d+)\/access_tokens$/,
     jitconfig: new RegExp(`^/${SCOPE}/actions/runners/generate-jitconfig$`),
+    registrationToken: new RegExp(`^/${SCOPE}/actions/runners/registration-token$`),
     runners: new RegExp(`^/${SCOPE}/actions/runners$`),
     runner: new RegExp(`^/${SCOPE}/actions/runners/(?<id>\\d+)$`),
     enterprise: /^\/enterprises\/(?<enterprise>[^/]+)\/actions\/runners(?:\/(?<rest>generate-jitconfig|\d+))?$/,
@@ -400,17 +432,20 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
         job.status = 'completed';
         job.conclusion = 'failure';
         job.completedAt = iso();
+        scaleSets.jobCompleted(job, r, 'failed');
       }
       r.busy = false;
       delete r.jobId;
     }
   }
 
-  function route(req: HttpRequest): HttpAnswer {
+  function route(req: HttpRequest): HttpAnswer | Promise<HttpAnswer> {
     markLost();
     const fault = basics.faults.take(req.method, req.path);
     if (fault !== undefined) return { status: fault, headers: rateLimitHeaders(fault), body: { message: fault >= 500 ? 'Server Error' : fault === 429 ? 'You have exceeded a secondary rate limit.' : 'Injected fault' } };
     if (req.path.startsWith('/_local/')) return runnerSide(req);
+    const scaleSetAnswer = scaleSets.route(req);
+    if (scaleSetAnswer !== undefined) return scaleSetAnswer;
     if (req.path.startsWith('/enterprises/')) return enterpriseRoute(req);
     // Logged with the answer's status (routing is synchronous: the log keeps the arrival order).
     const logged = (entry: GitHubRequest, answer: HttpAnswer): HttpAnswer => {
@@ -507,6 +542,10 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       const scope = scopeOf(m, org);
       return scope === undefined ? refused(m) : generateJitConfig(scope, req.body);
     }
+    if ((m = routes.registrationToken.exec(req.path)) && req.method === 'POST') {
+      const scope = scopeOf(m, org);
+      return scope === undefined ? refused(m) : scaleSets.registrationToken(scope);
+    }
     if ((m = routes.runners.exec(req.path)) && req.method === 'GET') {
       const scope = scopeOf(m, org);
       return scope === undefined ? refused(m) : listRunners(req, scope);
@@ -567,6 +606,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       held.status = 'completed';
       held.conclusion = 'failure';
       held.completedAt = iso();
+      scaleSets.jobCompleted(held, runner, 'failed');
     }
     runners.delete(runner.id);
     return { status: 204 };
@@ -735,7 +775,11 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       : runner.scope.startsWith('enterprise:')
         ? { kind: 'enterprise', organizations: [...installations.keys()] }
         : { kind: 'repo', repository: runner.scope };
-    return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
+    // A job assigned to a scale set goes to that scale set's runners only, and they take no other.
+    const scaleSetId = runner.scaleSetId;
+    if (scaleSetId !== undefined) return basics.strays.jobFor(runner.name, [...jobs.values()], (waiting) => scaleSets.jobFor(scaleSetId, [...waiting]));
+    const open = [...jobs.values()].filter((j) => !scaleSets.isAssigned(j.id));
+    return basics.strays.jobFor(runner.name, open, (waiting) => githubJobFor({ labels: runner.labels, scope }, waiting));
   }
 
   /** GitHub's `workflow_job` "in_progress" delivery of a job the runner took. */
@@ -794,6 +838,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       runner.busy = true;
       runner.jobId = job.id;
       announceStart(job, runner);
+      scaleSets.jobStarted(job, runner);
       return { status: 200, body: jobAnswer(job) };
     }
     const job = jobs.get(Number(m.groups?.job));
@@ -804,6 +849,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       job.completedAt = iso();
       // GitHub removes a just-in-time runner after its job.
       runners.delete(runner.id);
+      scaleSets.jobCompleted(job, runner, 'succeeded');
       basics.jobDone('github', job.id, runner.name);
     }
     return { status: 200, body: {} };
@@ -824,6 +870,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       if (runId !== undefined && ![...jobs.values()].some((j) => j.runId === runId && j.repository === repository)) throw new Error(`run ${runId} has no job in ${repository}`);
       const job: JobState = { id: nextJobId++, runId: runId ?? nextRunId++, repository, labels: checkedLabels(labels, 'labels'), status: 'queued', createdAt: iso(), ...(options?.script === undefined ? {} : { script: options.script }), ...(options?.containers ? { containers: options.containers } : {}) };
       jobs.set(job.id, job);
+      scaleSets.jobsChanged();
       return publicJob(job);
     },
     jobs: () => {
@@ -834,7 +881,10 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       markLost();
       return byId(runners.values(), (r) => ({ id: r.id, name: r.name, labels: [...r.labels], status: r.status, busy: r.busy, runnerGroupId: r.runnerGroupId }));
     },
-    cancelJob: (jobId) => cancelQueued(jobs.get(jobId), jobId),
+    cancelJob: (jobId) => {
+      cancelQueued(jobs.get(jobId), jobId);
+      scaleSets.jobsChanged();
+    },
     recordDelivery(jobId, statusCode) {
       if (!jobs.has(jobId)) throw new Error(`no job ${jobId}`);
       const guid = randomUUID();
@@ -857,6 +907,7 @@ export async function startLoopbackGitHub(opts: LoopbackGitHubOptions): Promise<
       }
     },
     failNext: basics.failNext,
+    scaleSets: scaleSets.hooks,
     close: () => server.close(),
   };
 }

@@ -105,10 +105,24 @@ const ROWS: [string, Change][] = [
   ['pools[0].reuse.cacheDirectories', pool0({ reuse: { cacheDirectories: ['/var/cache/a', '/var/cache/a/b'] } })],
   ['pools[0].reuse.cacheDirectories[0]', pool0({ reuse: { cacheDirectories: ['/home/runner'] } })],
   ['pools[0].runnerDirectory', pool0({ runnerDirectory: '/home/runner/actions', reuse: {} })],
+  // Runner scale sets (docs/scale-set.md).
+  ['pools[1].scaleSetName (pool "gl") is set on a gitlab pool', (p) => ({ ...p, pools: [p.pools[0]!, { ...p.pools[1]!, scaleSetName: 'gl-set' }] })],
+  ['pools[0].scaleSetName', pool0({ scaleSetName: 'has space' })],
+  ['pools[0].scaleSetName', pool0({ scaleSetName: 'x'.repeat(46) })],
+  ['pools[0].scaleSetName', pool0({ scaleSetName: 'Self-Hosted' })],
+  ['pools[0].scaleSetName', pool0({ scaleSetRunnerGroup: 'ci' })],
+  ['pools[0].scaleSetRunnerGroup', pool0({ scaleSetName: 'fast', scaleSetRunnerGroup: '' })],
+  ['pools[0].scaleSetName (pool "linux") is set on a pool that serves 2 repositories', pool0({ scaleSetName: 'fast', organization: undefined, repositories: ['org/a', 'org/b'] })],
+  ['pools[0].scaleSetName (pool "linux") is set on a pool whose runners register at the enterprise', pool0({ scaleSetName: 'fast', enterprise: 'ent' })],
+  ['pools[0].reuse (pool "linux") is set on a scale-set pool', pool0({ scaleSetName: 'fast', reuse: {}, warm: { size: 1 } })],
+  [
+    'pools[1].scaleSetName (pool "b") "FAST" is also the scale set of pool "linux" in organisation org',
+    (p) => ({ ...p, pools: [{ ...p.pools[0]!, scaleSetName: 'fast' }, { ...p.pools[0]!, name: 'b', labels: ['b'], scaleSetName: 'FAST' }] }),
+  ],
 ];
 
 /** What a user never wrote: FleetConfig field names, dotted indices, raw number limits. */
-const INTERNAL = /pools\.\d|\b\w+Seconds\b|warmSize|warmSchedule|launchTemplate(Id|Version)|subnetIds|imageParameter|metrics\.namespace|parameters\.|webhook\.(hookId|ownerId|owner)\b|fleet config/;
+const INTERNAL = /pools\.\d|scaleSet\.|\b\w+Seconds\b|warmSize|warmSchedule|launchTemplate(Id|Version)|subnetIds|imageParameter|metrics\.namespace|parameters\.|webhook\.(hookId|ownerId|owner)\b|fleet config/;
 
 function garbled(message: string): string[] {
   const found: string[] = [];

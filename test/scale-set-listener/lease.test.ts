@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { DynamoScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { pollScaleSet, type PollDeps, type PollOutcome } from '../../lambdas/scale-set-listener/poll';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { JOB_RECORD_ATTRIBUTES, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetLeaseKey, type PoolConfig, type ScaleSetDemand, type ScaleSetPoolConfig } from '../../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetLeaseKey, type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { fleetConfig } from '../support/fixtures';
@@ -23,7 +23,7 @@ const { moto } = motoForFile(async (m) => {
 });
 const dynamo = (): DynamoDBClient => motoDynamo(moto.endpoint);
 const aws = () => new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) });
-const POOL: PoolConfig & { scaleSet: ScaleSetPoolConfig } = { ...fleetConfig().pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } };
+const POOL: PoolConfig & { scaleSet: PoolScaleSetConfig } = { ...fleetConfig().pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } };
 const KEY = { [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(POOL.name) } };
 
 let api: FakeScaleSet;

@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { AcquireOutcome, HeldOutcome, Lease, LeaseState, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
-import type { PoolConfig, ScaleSetDemand, ScaleSetPoolConfig } from '../../lambdas/shared/contract';
+import type { PoolConfig, ScaleSetDemand, PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { fleetConfig } from '../support/fixtures';
@@ -12,7 +12,7 @@ import { fleetConfig } from '../support/fixtures';
  * moves on, so a poll window ends after a few empty polls.
  */
 
-const POOL: PoolConfig & { scaleSet: ScaleSetPoolConfig } = { ...fleetConfig().pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } };
+const POOL: PoolConfig & { scaleSet: PoolScaleSetConfig } = { ...fleetConfig().pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } };
 
 /** One lease item, written under the same conditions as the DynamoDB lease. */
 class MemoryLeases implements ScaleSetLeases {

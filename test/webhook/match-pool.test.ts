@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildFleetConfig, LabelMatch, Provider, type PoolInput } from '../../lambdas/shared/contract';
+import { buildFleetConfig, LabelMatch, Provider, type PoolConfig, type PoolInput } from '../../lambdas/shared/contract';
 import { matchJobPool, matchPool } from '../../lambdas/shared/match-pool';
 
 const base = { launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
@@ -144,5 +144,21 @@ describe('matchJobPool: a GitHub job matches the pools of its own organisation o
   });
   it('without the scope, the first pool of the same labels would take the other organisation\'s job', () => {
     expect(matchPool(orgs.pools, Provider.GITHUB, ['self-hosted', 'linux']).pool?.name).toBe('acme-linux');
+  });
+});
+
+describe('matchPool and runner scale sets (docs/scale-set.md)', () => {
+  const pool = (name: string, labels: string[], scaleSet?: string): PoolConfig =>
+    ({ name, provider: Provider.GITHUB, labels, labelMatch: LabelMatch.SUBSET, runUntagged: false, ...(scaleSet ? { scaleSet: { name: scaleSet, runnerGroup: 'Default' } } : {}) }) as unknown as PoolConfig;
+  const pools = [pool('fast', ['linux', 'fast'], 'Fast-Linux'), pool('plain', ['linux', 'fast-linux', 'x64'])];
+  it.each<[string[], string]>([
+    [['fast-linux'], 'scale-set'], // names the scale set (case-insensitive), though another pool carries the label
+    [['self-hosted', 'FAST-LINUX'], 'scale-set'],
+    [['linux', 'fast'], 'scale-set'], // its best pool is the scale-set pool
+  ])('%j gets no webhook runner: %s', (labels, reason) => {
+    expect(matchPool(pools, Provider.GITHUB, labels)).toEqual({ reason });
+  });
+  it('a job of a pool that is no scale set is served as before', () => {
+    expect(matchPool(pools, Provider.GITHUB, ['linux', 'x64']).pool?.name).toBe('plain');
   });
 });

@@ -5,8 +5,7 @@ import { GITHUB_APP_ID_PATTERN, ssmPaths, type GitHubParameterNames, type GitLab
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
-import { fleetScopeProblems } from './github-scope';
-import type { ScaleSetPoolConfig } from './scale-set';
+import { fleetScopeProblems, githubPoolScope, type GitHubScopeFields } from './github-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -190,11 +189,20 @@ export interface PoolConfig {
    */
   readonly gitlabWebhookId?: number;
   /**
-   * GitHub: the pool is a runner scale set (contract scale-set.ts): the listener reads its
-   * demand, scale-up serves it with JIT configs of the scale set. Written only when set.
-   * @default - none: a webhook pool
+   * GitHub: the pool is a runner scale set (docs/scale-set.md): GitHub assigns it the jobs
+   * whose `runs-on` names the scale set, the listener reads its demand, and the webhook and
+   * the reconciler leave its jobs alone. Written only when set.
+   * @default - none: the pool's jobs come from webhooks and the reconciler
    */
-  readonly scaleSet?: ScaleSetPoolConfig;
+  readonly scaleSet?: PoolScaleSetConfig;
+}
+
+/** A pool's runner scale set, as the FleetConfig carries it. */
+export interface PoolScaleSetConfig {
+  /** The scale set's name at GitHub: what workflows put in `runs-on`. */
+  readonly name: string;
+  /** The runner group the scale set belongs to, by name. */
+  readonly runnerGroup: string;
 }
 
 /** Names of the SSM parameters a fleet reads. */
@@ -280,6 +288,8 @@ export interface PoolInput {
   readonly gitlabGroupId?: number;
   readonly gitlabProjectId?: number;
   readonly gitlabWebhookId?: number;
+  readonly scaleSetName?: string;
+  readonly scaleSetRunnerGroup?: string;
 }
 
 export interface FleetConfigInput {
@@ -325,6 +335,8 @@ export const FLEET_DEFAULTS = {
   githubApiUrl: 'https://api.github.com',
   githubRunnerGroupId: 1,
   gitlabRunnerType: GitLabRunnerType.INSTANCE,
+  // GitHub's default runner group, by name (a scale set names its group; docs/scale-set.md).
+  scaleSetRunnerGroup: 'Default',
 } as const;
 
 /**
@@ -446,6 +458,9 @@ export function buildFleetConfig(input: FleetConfigInput): FleetConfig {
       ...(p.gitlabGroupId === undefined ? {} : { gitlabGroupId: p.gitlabGroupId }),
       ...(p.gitlabProjectId === undefined ? {} : { gitlabProjectId: p.gitlabProjectId }),
       ...(p.gitlabWebhookId === undefined ? {} : { gitlabWebhookId: p.gitlabWebhookId }),
+      ...(p.scaleSetName === undefined && p.scaleSetRunnerGroup === undefined
+        ? {}
+        : { scaleSet: { name: p.scaleSetName as string, runnerGroup: p.scaleSetRunnerGroup ?? FLEET_DEFAULTS.scaleSetRunnerGroup } }),
     })),
     metrics: {
       namespace: input.metricNamespace ?? fleetMetricNamespace(prefix),
@@ -516,6 +531,70 @@ function validateGitLabScope(c: Checker, p: string, provider: unknown): void {
   }
 }
 
+/**
+ * A scale set's name: what workflows put in `runs-on`, compared case-insensitively. GitHub
+ * publishes no bound of its own; actions-runner-controller's chart refuses a name above 45
+ * characters (charts/gha-runner-scale-set/templates/_helpers.tpl, "Autoscaling runner set name
+ * must have up to 45 characters"), so a name that works there works here. The characters are
+ * those of a label (LABEL_PATTERN).
+ */
+export const SCALE_SET_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,44}$/;
+/** A runner group's name (GitHub's form takes up to 100 characters). */
+const RUNNER_GROUP_PATTERN = /^[^\p{Cc}]{1,100}$/u;
+
+/**
+ * A pool's `scaleSet` (docs/scale-set.md): GitHub pools only; a scale set lives at an
+ * organisation or at one repository (never an enterprise: the listener's App cannot open its
+ * sessions there); two scale sets of one name in one scope would take each other's jobs; no
+ * reuse, whose cache boundary needs the job's repository before the runner starts, which a
+ * scale-set runner learns only when GitHub hands it a job. `seen` maps each scope and name to
+ * the pool that took it.
+ */
+function validateScaleSet(c: Checker, p: string, provider: unknown, seen: Map<string, string>): void {
+  if (provider !== 'github') {
+    c.fail(`${p}.scaleSet.name`, `is set on a ${String(provider)} pool: only a GitHub pool can be a runner scale set; remove it`);
+    return;
+  }
+  const name = c.at(`${p}.scaleSet.name`);
+  if (name === undefined) {
+    c.fail(`${p}.scaleSet.name`, 'is missing: a runner group is set for a scale set the pool does not name; name the scale set, or remove the runner group');
+  } else if (typeof name !== 'string' || !SCALE_SET_NAME_PATTERN.test(name)) {
+    c.fail(`${p}.scaleSet.name`, `${JSON.stringify(name)} must be 1-45 characters of letters, digits, "_", "." or "-", starting with a letter or digit (what workflows put in runs-on)`);
+  } else if (name.toLowerCase() === 'self-hosted') {
+    c.fail(`${p}.scaleSet.name`, '"self-hosted" is the label every self-hosted runner carries: name the scale set after what its runners are');
+  }
+  const group = c.at(`${p}.scaleSet.runnerGroup`);
+  if (typeof group !== 'string' || !RUNNER_GROUP_PATTERN.test(group)) c.fail(`${p}.scaleSet.runnerGroup`, `${JSON.stringify(group)} must be a runner group's name, 1-100 characters`);
+  if (c.at(`${p}.reuse`) !== undefined) {
+    c.fail(
+      `${p}.reuse`,
+      'is set on a scale-set pool: reuse offers a parked instance only to a job of the repository whose caches it carries, but a scale-set runner learns its job only when GitHub hands it one; remove reuse, or serve the pool from webhooks (no scaleSet)',
+    );
+  }
+  const pool = (c.at(p) ?? {}) as GitHubScopeFields & { readonly name?: unknown };
+  const scope = githubPoolScope((c.at('github') ?? {}) as GitHubScopeFields, pool);
+  if (scope.enterprise !== undefined) {
+    c.fail(`${p}.scaleSet.name`, `is set on a pool whose runners register at the enterprise "${scope.enterprise}": a scale set belongs to an organisation or a repository; register the pool at its organisation (no enterprise) or serve it from webhooks`);
+    return;
+  }
+  let where: string;
+  if (scope.organization !== undefined) where = `organisation ${scope.organization}`;
+  else if (scope.repositories.length === 1) where = `repository ${scope.repositories[0]}`;
+  else {
+    c.fail(
+      `${p}.scaleSet.name`,
+      `is set on a pool that serves ${scope.repositories.length} repositories: a scale set belongs to an organisation or to one repository; give the pool organization, or one repository (one scale-set pool per repository)`,
+    );
+    return;
+  }
+  if (typeof name !== 'string') return;
+  const key = `${where.toLowerCase()}|${name.toLowerCase()}`;
+  const other = seen.get(key);
+  // Names are compared as runs-on compares labels: case-insensitively.
+  if (other !== undefined) c.fail(`${p}.scaleSet.name`, `"${name}" is also the scale set of pool "${other}" in ${where}: a workflow's runs-on could not tell them apart; give each its own name`);
+  else seen.set(key, typeof pool.name === 'string' ? pool.name : p);
+}
+
 export function validateFleetConfig(value: unknown): asserts value is FleetConfig {
   const c = new Checker(value);
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('fleet config must be a JSON object');
@@ -571,6 +650,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
   // Organisations, repositories, enterprises of the connection and the pools (github-scope.ts).
   for (const [path, why] of fleetScopeProblems(c.at('github') as Record<string, unknown> | undefined, Array.isArray(pools) ? pools : [])) c.fail(path, why);
   const seen = new Set<string>();
+  const scaleSets = new Map<string, string>();
   (Array.isArray(pools) ? pools : []).forEach((_pool, i) => {
     const p = `pools.${i}`;
     const before = c.problems.length;
@@ -646,6 +726,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     if (c.at(`${p}.runnerVersion`) !== undefined) c.string(`${p}.runnerVersion`);
     if (c.at(`${p}.reuse`) !== undefined) validateReuse(c, p, provider);
     validateGitLabScope(c, p, provider);
+    if (c.at(`${p}.scaleSet`) !== undefined) validateScaleSet(c, p, provider, scaleSets);
   });
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);

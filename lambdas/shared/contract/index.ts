@@ -22,3 +22,4 @@ export * from './runner-release';
 export * from './reuse';
 export * from './gitlab-scope';
 export * from './scale-set';
+export * from './scale-set-pools';

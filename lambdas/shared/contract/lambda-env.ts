@@ -36,8 +36,13 @@ export const LAMBDA_ENV = {
    * fleet config (which names the namespace too) could be read.
    */
   metricNamespace: 'METRIC_NAMESPACE',
-  /** Scale-set listener: the name of the scale-up function it invokes with a `ScaleSetDemand`. */
-  scaleUpFunctionName: 'SCALE_UP_FUNCTION_NAME',
   /** Release resolver: `RunnerReleaseSources` as JSON; absent: `DEFAULT_RUNNER_RELEASE_SOURCES`. */
   runnerReleaseSources: 'RUNNER_RELEASE_SOURCES',
+  /** Scale-set listener: the name of the scale-up function it invokes synchronously with a `ScaleSetDemand`. */
+  scaleUpFunctionName: 'SCALE_UP_FUNCTION_NAME',
+  /**
+   * Scale-set listener: its own timeout in seconds (the construct's), so it plans its polls to
+   * end shortly before it; each invocation also reads the time left from its context.
+   */
+  listenerTimeoutSeconds: 'LISTENER_TIMEOUT_SECONDS',
 } as const;

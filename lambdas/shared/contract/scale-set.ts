@@ -47,17 +47,6 @@ export interface ScaleSetSession {
   readonly statistics: ScaleSetStatistics;
 }
 
-/**
- * A scale-set pool's entry in the FleetConfig (`PoolConfig.scaleSet`): its jobs come from the
- * scale set's statistics (the listener), not from webhooks.
- */
-export interface ScaleSetPoolConfig {
-  /** The scale set's name (`RunnerPoolProps.scaleSetName`). */
-  readonly name: string;
-  /** Its runner group (`RunnerPoolProps.scaleSetRunnerGroup`, default "Default"). */
-  readonly runnerGroup: string;
-}
-
 /** What a pool's scale set is at GitHub. */
 export interface ScaleSetSpec {
   /** The scale set's name: what workflows put in `runs-on`. */

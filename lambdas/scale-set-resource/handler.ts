@@ -1,0 +1,120 @@
+import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { errorName, READ, type AwsCaller } from '../shared/aws-call';
+import { scaleSetEntries, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
+import { deleteVerdict } from '../drain/delete-cause';
+import { createLogger, type Logger, type Sink } from '../shared/log';
+
+/** The client of one scope (P's `scaleSetApiFor` from lambdas/ci/scale-set, wired in index.ts). */
+export type ScaleSetApiFactory = (config: FleetConfig, scope: ScaleSetScope) => ScaleSetApi | Promise<ScaleSetApi>;
+
+export interface ScaleSetResourceDeps {
+  readonly cloudformation: CloudFormationClient;
+  readonly aws: AwsCaller;
+  readonly loadConfig: () => Promise<FleetConfig>;
+  readonly scaleSetApiFor: ScaleSetApiFactory;
+  readonly sink?: Sink;
+}
+
+export interface ScaleSetResourceResponse {
+  readonly PhysicalResourceId: string;
+  readonly Data?: Record<string, string>;
+}
+
+/** One physical id for the fleet's scale sets: an Update never replaces the resource. */
+export const SCALE_SET_RESOURCE_ID = 'scale-sets';
+
+/** Scope, runner group and name, compared as GitHub compares them (case-insensitively). */
+function keyOf(e: ScaleSetEntry): string {
+  return [e.organization ?? '', e.repository ?? '', e.runnerGroup, e.name].map((s) => s.toLowerCase()).join('|');
+}
+
+function entriesOf(properties: Record<string, unknown> | undefined): ScaleSetEntry[] {
+  const raw = properties?.ScaleSets;
+  if (raw === undefined) return [];
+  if (typeof raw !== 'string') throw new Error('ScaleSets must be the JSON list the construct renders');
+  return JSON.parse(raw) as ScaleSetEntry[];
+}
+
+/**
+ * The scale-set resource's onEvent (CDK provider framework). Create and Update ensure each
+ * pool's scale set (`ensureScaleSet` reads back by name, so a lost answer or a retried event
+ * creates none twice); an Update deletes the scale sets the new properties no longer name.
+ * Delete runs after the drain (the drain depends on every part of the fleet, this resource
+ * too, so CloudFormation deletes it first): the runners are gone, and the scale sets are
+ * deleted when the stack goes away. A Delete sent by an update that replaces this resource
+ * (a renamed construct) must not delete scale sets the fleet still serves: then only those
+ * the current FleetConfig no longer names go (the drain's `deleteVerdict` tells the two apart).
+ */
+export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (event: CloudFormationCustomResourceEvent) => Promise<ScaleSetResourceResponse> {
+  const log = createLogger({ component: 'scale-set-resource' }, deps.sink);
+  return async (event) => {
+    const wanted = entriesOf(event.ResourceProperties);
+    if (event.RequestType === 'Create' || event.RequestType === 'Update') {
+      const config = await deps.loadConfig();
+      const ids: Record<string, string> = {};
+      for (const entry of wanted) ids[entry.pool] = String(await ensure(deps, config, entry, log));
+      if (event.RequestType === 'Update') {
+        const kept = new Set(wanted.map(keyOf));
+        for (const old of entriesOf(event.OldResourceProperties)) if (!kept.has(keyOf(old))) await remove(deps, config, old, log, 'no longer named by the fleet');
+      }
+      return { PhysicalResourceId: SCALE_SET_RESOURCE_ID, Data: ids };
+    }
+    const verdict = await stackVerdict(deps, event.StackId, log);
+    if (verdict.action === 'refuse') throw new Error(`scale sets not deleted: ${verdict.reason}`);
+    const config = await deps.loadConfig();
+    const stillNamed = verdict.action === 'skip' ? new Set(scaleSetEntries(config).map(keyOf)) : new Set<string>();
+    for (const entry of wanted) {
+      if (stillNamed.has(keyOf(entry))) log.info('scale set kept: the fleet still names it', { pool: entry.pool, scaleSet: entry.name, reason: verdict.reason });
+      else await remove(deps, config, entry, log, verdict.reason);
+    }
+    return { PhysicalResourceId: event.PhysicalResourceId };
+  };
+}
+
+async function ensure(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger): Promise<number> {
+  const api = await deps.scaleSetApiFor(config, scopeOf(entry));
+  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: entry.labels }));
+  log.info('scale set ensured', { pool: entry.pool, scaleSet: entry.name, runnerGroup: entry.runnerGroup, scaleSetId: id });
+  return id;
+}
+
+/** Found by name first: a retried Delete, or one whose scale set someone removed by hand, deletes nothing twice. */
+async function remove(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger, why: string): Promise<void> {
+  const api = await deps.scaleSetApiFor(config, scopeOf(entry));
+  const found = await naming(entry, 'delete', () => api.findScaleSet(entry.name, entry.runnerGroup));
+  if (found === undefined) {
+    log.info('scale set already gone', { pool: entry.pool, scaleSet: entry.name });
+    return;
+  }
+  await naming(entry, 'delete', () => api.deleteScaleSet(found.id));
+  log.info('scale set deleted', { pool: entry.pool, scaleSet: entry.name, scaleSetId: found.id, reason: why });
+}
+
+/** CloudFormation shows the event's error alone: it names the pool and the scale set a failed call was for. */
+async function naming<T>(entry: ScaleSetEntry, what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    const where = entry.organization !== undefined ? `organisation ${entry.organization}` : `repository ${entry.repository}`;
+    throw new Error(`pool "${entry.pool}": could not ${what} scale set "${entry.name}" (runner group "${entry.runnerGroup}", ${where}): ${(error as Error).message}`, { cause: error });
+  }
+}
+
+function scopeOf(entry: ScaleSetEntry): ScaleSetScope {
+  return entry.organization !== undefined ? { organization: entry.organization } : { repository: entry.repository! };
+}
+
+/** The stack's status decides a Delete; a status that cannot be read fails the request (nothing touched). */
+async function stackVerdict(deps: ScaleSetResourceDeps, stackId: string, log: Logger) {
+  let status: string | undefined;
+  try {
+    const out = await deps.aws.send<DescribeStacksCommandOutput>(deps.cloudformation, new DescribeStacksCommand({ StackName: stackId }), READ);
+    status = out.Stacks?.[0]?.StackStatus;
+  } catch (error) {
+    log.error('reading the stack status failed', { stackId, error: errorName(error) });
+    throw new Error(`the scale sets' delete could not read the status of stack ${stackId} (${errorName(error)}), so it cannot tell a stack deletion from an update replacing the resource; nothing was deleted. Retry the operation`);
+  }
+  if (status === undefined) throw new Error(`the scale sets' delete could not read the status of stack ${stackId} (DescribeStacks listed no stack); nothing was deleted`);
+  return deleteVerdict(status);
+}

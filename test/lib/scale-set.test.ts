@@ -1,0 +1,193 @@
+import { App, Stack, Validations } from 'aws-cdk-lib';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { WarmRunners, WebhookExposure, type RunnerPoolProps } from '../../lib';
+import { SCALE_SET_LISTENER_TIMEOUT } from '../../lib/scale-set-listener';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, Provider, scaleSetLeaseKey } from '../../lambdas/shared/contract';
+import { arn, allowed, denials, instanceArn, INSTANCE, keys, paths, requestTags, resourceTags, synth, type Fleet } from './iam-fleet';
+import type { AuthorizationRequest } from './iam-reference';
+
+/** Runner scale-set pools in the construct (docs/scale-set.md): the listener, its role, the scale-set resource, the webhook's absence. */
+const image = ec2.MachineImage.latestAmazonLinux2023();
+const scaleSetPool: RunnerPoolProps = { name: 'fast', provider: Provider.GITHUB, machineImage: image, scaleSetName: 'fast-linux' };
+const webhookPool: RunnerPoolProps = { name: 'linux', provider: Provider.GITHUB, machineImage: image };
+
+function template(pools: RunnerPoolProps[], extra: { gitlab?: boolean; exposure?: WebhookExposure } = {}): { t: Template; runners: WarmRunners; stack: Stack } {
+  const stack = new Stack(new App(), 'S');
+  const runners = new WarmRunners(stack, 'Runners', {
+    vpc: new ec2.Vpc(stack, 'Vpc'),
+    github: { appId: '1', organization: 'org' },
+    ...(extra.gitlab ? { gitlab: { url: 'https://gitlab.example.com' } } : {}),
+    ...(extra.exposure ? { webhookExposure: extra.exposure } : {}),
+    pools,
+  });
+  return { t: Template.fromStack(stack), runners, stack };
+}
+
+const listenerOf = (t: Template) => Object.entries(t.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Long-polls the runner scale sets') } }));
+
+describe('a fleet with a scale-set pool', () => {
+  let t: Template;
+  let stack: Stack;
+  let runners: WarmRunners;
+  beforeAll(() => ({ t, stack, runners } = template([scaleSetPool, webhookPool])));
+
+  it('runs one listener every minute, with its timeout, the scale-up function and the lease table in its environment', () => {
+    const listeners = listenerOf(t);
+    expect(listeners).toHaveLength(1);
+    const [id, fn] = listeners[0]!;
+    expect(fn.Properties.Timeout).toBe(SCALE_SET_LISTENER_TIMEOUT.toSeconds());
+    const env = fn.Properties.Environment.Variables;
+    expect(env[LAMBDA_ENV.listenerTimeoutSeconds]).toBe(String(SCALE_SET_LISTENER_TIMEOUT.toSeconds()));
+    expect(env[LAMBDA_ENV.scaleUpFunctionName]).toEqual(stack.resolve(runners.scaleUpFunction.functionName));
+    expect(env[LAMBDA_ENV.jobRecordTable]).toEqual(stack.resolve(runners.jobRecords.table.tableName));
+    expect(env[LAMBDA_ENV.fleetConfigParameter]).toBe(paths.fleetConfig);
+    const rules = Object.values(t.findResources('AWS::Events::Rule')).filter((r) => r.Properties.Targets.some((x: { Arn: unknown }) => JSON.stringify(x.Arn).includes(id)));
+    expect(rules).toHaveLength(1);
+    expect(rules[0]!.Properties.ScheduleExpression).toBe('rate(1 minute)');
+    // Each tick runs once: no Lambda retry of a scheduled event (it would outlive the drain's quiet period).
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', { FunctionName: { Ref: id }, MaximumRetryAttempts: 0 });
+  });
+
+  it('creates the scale sets with the stack, after the FleetConfig and before the drain', () => {
+    const resources = t.findResources('Custom::RunnerScaleSets');
+    expect(Object.keys(resources)).toHaveLength(1);
+    const [id, resource] = Object.entries(resources)[0]!;
+    expect(JSON.parse(resource.Properties.ScaleSets)).toEqual([{ pool: 'fast', name: 'fast-linux', runnerGroup: 'Default', labels: ['fast'], organization: 'org' }]);
+    const drain = Object.values(t.findResources('Custom::FleetDrain'))[0]!;
+    expect(drain.DependsOn).toContain(id);
+  });
+
+  it('keeps the webhook for the pool that is no scale set', () => {
+    t.resourceCountIs('AWS::Lambda::Url', 1);
+  });
+});
+
+describe('the listener role', () => {
+  let f: Fleet;
+  let statements: ReturnType<Fleet['statements']>;
+  beforeAll(() => {
+    f = synth({ pools: () => [scaleSetPool] });
+    statements = f.statements('RunnersScaleSetListenerFunctionRole');
+  });
+  const item = (name: string, action: string, key: string): AuthorizationRequest => ({ name: `${name} ${action}`, action, resourceType: 'table', resource: f.tableArn, facts: { 'dynamodb:LeadingKeys': [key] } });
+  const leaseCalls = (name: string, key: string) => ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'].map((action) => item(name, action, key));
+  const parameter = (name: string): AuthorizationRequest => ({ name: `read ${name}`, action: 'ssm:GetParameter', resourceType: 'parameter', resource: arn('ssm', `parameter${name}`), facts: {} });
+  const invoke = (name: string, fnArn: string): AuthorizationRequest => ({ name, action: 'lambda:InvokeFunction', resourceType: 'function', resource: fnArn, facts: {} });
+
+  it('may take, renew, read and give back its lease, read the App key and the FleetConfig, invoke scale-up and describe instances', async () => {
+    expect(
+      await denials(statements, [
+        ...leaseCalls('lease', scaleSetLeaseKey('fast')),
+        parameter(paths.github.appPrivateKey),
+        parameter(paths.fleetConfig),
+        invoke('invoke scale-up', f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')),
+        { name: 'DescribeInstances', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: {} },
+      ]),
+    ).toEqual([]);
+  });
+
+  // The job events' marks (lambdas/scale-set-listener/jobs.ts, CreateTags of MarkJobs).
+  const tagInstance = (name: string, tags: Record<string, string>, on: Record<string, string> = { [keys.pool]: 'fast' }): AuthorizationRequest => ({
+    name,
+    action: 'ec2:CreateTags',
+    resourceType: 'instance',
+    resource: instanceArn(INSTANCE),
+    facts: { ...requestTags(Object.entries(tags).map(([Key, Value]) => ({ Key, Value }))), ...resourceTags(on) },
+  });
+
+  it("may mark a fleet instance's job started or finished (job events), and no other tag nor instance", async () => {
+    const at = '2026-12-06T12:00:00.000Z';
+    expect(await denials(statements, [tagInstance('job started', { [keys.jobStarted]: at }), tagInstance('job finished', { [keys.idleSince]: at })])).toEqual([]);
+    expect(
+      await allowed(statements, [
+        tagInstance('activation tag', { [keys.activatedAt]: at }),
+        tagInstance('runner id', { [keys.runnerId]: '1' }),
+        tagInstance('with another tag', { [keys.jobStarted]: at, [keys.warmStandby]: 'true' }),
+        tagInstance("another fleet's instance", { [keys.jobStarted]: at }, {}),
+      ]),
+    ).toEqual([]);
+  });
+
+  it('may not touch a job record or a launch ticket, invoke another function, read another secret, or start anything', async () => {
+    expect(
+      await allowed(statements, [
+        ...leaseCalls('job record', '42'),
+        ...leaseCalls('launch ticket', `${LAUNCH_TICKET_KEY_PREFIX}fast|1`),
+        item('scan', 'dynamodb:Scan', scaleSetLeaseKey('fast')),
+        invoke('invoke the pool function', f.arnOf('RunnersPool', 'AWS::Lambda::Function')),
+        invoke('invoke a scale-up version', `${f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')}:1`),
+        parameter(paths.github.webhookSecret),
+        parameter(paths.githubEnterpriseToken),
+        parameter(paths.runnerConfig('i-0123456789abcdef0')),
+        { name: 'RunInstances', action: 'ec2:RunInstances', resourceType: 'instance', resource: arn('ec2', 'instance/*'), facts: {} },
+        { name: 'StartInstances', action: 'ec2:StartInstances', resourceType: 'instance', resource: arn('ec2', 'instance/i-0123456789abcdef0'), facts: {} },
+      ]),
+    ).toEqual([]);
+    expect(JOB_RECORD_ATTRIBUTES.key).toBeDefined();
+  });
+
+  it('the scale-set resource may read the App key and its own stack, nothing of the fleet', async () => {
+    const resource = f.statements('RunnersScaleSetsFunctionRole');
+    expect(await denials(resource, [parameter(paths.github.appPrivateKey), parameter(paths.fleetConfig)])).toEqual([]);
+    expect(
+      await allowed(resource, [
+        parameter(paths.github.webhookSecret),
+        ...leaseCalls('lease', scaleSetLeaseKey('fast')),
+        invoke('invoke scale-up', f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')),
+        { name: 'DescribeInstances', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: {} },
+      ]),
+    ).toEqual([]);
+  });
+});
+
+describe('a fleet whose GitHub pools are all scale sets', () => {
+  it('has no webhook endpoint, no webhook secret to fill in and no reconciler', () => {
+    const { t, runners } = template([scaleSetPool]);
+    t.resourceCountIs('AWS::Lambda::Url', 0);
+    expect(runners.webhookEndpoint).toBeUndefined();
+    expect(runners.reconcileFunction).toBeUndefined();
+    expect(JSON.stringify(t.findOutputs('SecretParameters'))).not.toContain(paths.github.webhookSecret);
+    expect(Object.keys(t.findOutputs('GitHubWebhookUrl*'))).toEqual([]);
+  });
+
+  it('warns that a webhook exposure it was given goes unused', () => {
+    const { stack } = template([scaleSetPool], { exposure: WebhookExposure.functionUrl() });
+    Annotations.fromStack(stack).hasWarning('*', Match.stringLikeRegexp('webhookExposure is set, but every pool is a runner scale set'));
+    Template.fromStack(stack).resourceCountIs('AWS::Lambda::Url', 0);
+  });
+
+  it('keeps the endpoint when a GitLab pool needs it', () => {
+    const { t } = template([scaleSetPool, { name: 'gl', provider: Provider.GITLAB, machineImage: image }], { gitlab: true });
+    t.resourceCountIs('AWS::Lambda::Url', 1);
+  });
+});
+
+describe('a fleet without a scale-set pool', () => {
+  it('has no listener and no scale-set resource', () => {
+    const { t, runners } = template([webhookPool]);
+    expect(listenerOf(t)).toEqual([]);
+    t.resourceCountIs('Custom::RunnerScaleSets', 0);
+    expect(runners.scaleSetListenerFunction).toBeUndefined();
+  });
+});
+
+describe('cdk-nag on a scale-set fleet', () => {
+  it('finds nothing unacknowledged', () => {
+    const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'wr-nag-ss-')) });
+    const stack = new Stack(app, 'Nagged');
+    const vpc = new ec2.Vpc(stack, 'Vpc');
+    // The test's own VPC, not the construct's concern.
+    Validations.of(vpc).acknowledge({ id: 'AwsSolutions::AwsSolutions-VPC7', reason: 'The test VPC: flow logs are the application\'s choice, not the construct\'s.' });
+    new WarmRunners(stack, 'Runners', { vpc, github: { appId: '1', organization: 'org' }, pools: [scaleSetPool], alarmActions: [] });
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    expect(() => app.synth()).not.toThrow();
+    const report = JSON.parse(readFileSync(join(app.outdir, 'validation-report.json'), 'utf8'));
+    expect(JSON.stringify(report)).not.toMatch(/"status":\s*"failure"/);
+  });
+});

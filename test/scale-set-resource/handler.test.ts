@@ -1,0 +1,301 @@
+import { CloudFormationClient, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createCiProviders } from '../../lambdas/ci';
+import { installationCallerOf, scaleSetApiAt } from '../../lambdas/ci/scale-set';
+import { createScaleSetResourceHandler, SCALE_SET_RESOURCE_ID, type ScaleSetApiFactory } from '../../lambdas/scale-set-resource/handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { buildFleetConfig, Provider, scaleSetEntries, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
+import { awsError } from '../support/fake-aws';
+import { Lines } from '../support/fixtures';
+
+/**
+ * The scale-set resource's onEvent against the real scale-set client and the loopback GitHub's
+ * scale-set service; only CloudFormation's DescribeStacks (the Delete's stack status) is mocked.
+ */
+const PREFIX = 'ssr';
+const ORG = 'acme';
+const STACK = 'arn:aws:cloudformation:eu-west-1:111111111111:stack/Example/1';
+const ssm = mockClient(SSMClient);
+const cloudformation = mockClient(CloudFormationClient);
+
+let gh: LoopbackGitHub;
+let lines: Lines;
+let stackStatus: string;
+let stackReads: number;
+let stackFault: Error | undefined;
+/** The FleetConfig the handler loads (CloudFormation's parameter at the time of the event). */
+let current: FleetConfig;
+/** The fetch the client speaks through (a test loses answers with it). */
+let fetchFn: typeof fetch;
+
+interface PoolSpec {
+  readonly name: string;
+  readonly scaleSetName?: string;
+  readonly scaleSetRunnerGroup?: string;
+  readonly repositories?: string[];
+  readonly labels?: string[];
+}
+
+function fleet(pools: PoolSpec[]): FleetConfig {
+  const base = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
+  return buildFleetConfig({
+    prefix: PREFIX,
+    github: { appId: gh.appId, organization: ORG, apiUrl: gh.url },
+    pools: pools.map((p) => ({ provider: Provider.GITHUB, labels: [p.name], ...base, ...p })),
+  });
+}
+
+/** Two scale sets (the organisation's and a repository's) and a webhook pool. */
+function fleetA(): FleetConfig {
+  return fleet([
+    { name: 'linux', scaleSetName: 'arc-linux', labels: ['linux', 'x64'] },
+    { name: 'app', scaleSetName: 'arc-app', repositories: [`${ORG}/app`] },
+    { name: 'hooks', labels: ['hooks'] },
+  ]);
+}
+
+/** As the construct renders the resource's properties (lib/scale-set-resource.ts). */
+function properties(config: FleetConfig): Record<string, unknown> {
+  return { ServiceToken: 'arn:aws:lambda:eu-west-1:111111111111:function:x', ScaleSets: JSON.stringify(scaleSetEntries(config)) };
+}
+
+const base = { ServiceToken: 'arn', ResponseURL: 'https://cfn', StackId: STACK, RequestId: 'r', LogicalResourceId: 'ScaleSets', ResourceType: 'Custom::RunnerScaleSets' };
+const create = (config: FleetConfig) => ({ ...base, RequestType: 'Create', ResourceProperties: properties(config) }) as CloudFormationCustomResourceEvent;
+const update = (from: FleetConfig, to: FleetConfig) =>
+  ({ ...base, RequestType: 'Update', PhysicalResourceId: SCALE_SET_RESOURCE_ID, ResourceProperties: properties(to), OldResourceProperties: properties(from) }) as CloudFormationCustomResourceEvent;
+const remove = (config: FleetConfig) => ({ ...base, RequestType: 'Delete', PhysicalResourceId: SCALE_SET_RESOURCE_ID, ResourceProperties: properties(config) }) as CloudFormationCustomResourceEvent;
+
+/** As lambdas/scale-set-resource/index.ts builds it: the fleet's GitHub provider mints the registration tokens. */
+const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
+  const github = installationCallerOf(createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }) }).github);
+  const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
+  return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github, fetch: fetchFn, timeoutMs: 5_000 });
+};
+
+function handler() {
+  return createScaleSetResourceHandler({
+    cloudformation: new CloudFormationClient({ region: 'eu-west-1' }),
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
+    loadConfig: async () => current,
+    scaleSetApiFor,
+    sink: lines.sink,
+  });
+}
+
+/** The loopback's scale sets as `scope name`, sorted. */
+function held(): string[] {
+  return gh.scaleSets
+    .list()
+    .map((s) => `${s.scope} ${s.name}`)
+    .sort();
+}
+
+async function rejection(p: Promise<unknown>): Promise<Error> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(Error);
+  return e as Error;
+}
+
+beforeEach(async () => {
+  gh = await startLoopbackGitHub({ organization: ORG, jobSeconds: 0.2, scaleSet: { longPollSeconds: 0.3, runnerGroups: ['gpu-group'] } });
+  lines = new Lines();
+  fetchFn = globalThis.fetch;
+  stackStatus = StackStatus.DELETE_IN_PROGRESS;
+  stackReads = 0;
+  stackFault = undefined;
+  current = fleetA();
+  ssm.reset();
+  ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
+  cloudformation.reset();
+  cloudformation.on(DescribeStacksCommand).callsFake((i: { StackName: string }) => {
+    stackReads++;
+    if (stackFault) throw stackFault;
+    return { Stacks: [{ StackId: i.StackName, StackName: 'Example', CreationTime: new Date(0), StackStatus: stackStatus }] };
+  });
+});
+afterEach(async () => gh.close());
+afterAll(() => {
+  ssm.restore();
+  cloudformation.restore();
+});
+
+const BOTH = [`${ORG}/app arc-app`, `org:${ORG} arc-linux`];
+
+describe('scale-set resource: Create and Update', () => {
+  it('Create makes each pool its scale set at its scope, with its labels, and answers their ids', async () => {
+    const answer = await handler()(create(current));
+    expect(held()).toEqual(BOTH);
+    const sets = gh.scaleSets.list();
+    const linux = sets.find((s) => s.name === 'arc-linux')!;
+    expect(linux.labels).toEqual(['arc-linux', 'linux', 'x64']);
+    expect(answer).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID, Data: { linux: String(linux.id), app: String(sets.find((s) => s.name === 'arc-app')!.id) } });
+    expect(stackReads).toBe(0);
+  });
+
+  it('a repeated Create (a retried event) creates nothing twice and answers the same ids', async () => {
+    const first = await handler()(create(current));
+    const second = await handler()(create(current));
+    expect(second).toEqual(first);
+    expect(held()).toEqual(BOTH);
+    const creates = gh.requests().filter((r) => r.method === 'POST' && /runnerscalesets$/.test(r.path));
+    expect(creates).toHaveLength(2);
+  });
+
+  it('Update with a renamed scale set deletes the old one and creates the new one; the others stay as they were', async () => {
+    const before = fleetA();
+    const created = await handler()(create(before));
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux-2', labels: ['linux', 'x64'] },
+      { name: 'app', scaleSetName: 'arc-app', repositories: [`${ORG}/app`] },
+      { name: 'hooks', labels: ['hooks'] },
+    ]);
+    const answer = await handler()(update(before, current));
+    expect(held()).toEqual([`${ORG}/app arc-app`, `org:${ORG} arc-linux-2`]);
+    expect(answer.Data?.app).toBe(created.Data?.app);
+    expect(answer.Data?.linux).not.toBe(created.Data?.linux);
+    expect(lines.logs('scale set deleted')).toMatchObject([{ pool: 'linux', scaleSet: 'arc-linux', reason: 'no longer named by the fleet' }]);
+    expect(stackReads).toBe(0);
+  });
+
+  it('Update that makes a pool a webhook pool deletes its scale set; labels changed are updated in place', async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    const id = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!.id;
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux', labels: ['linux', 'arm64'] },
+      { name: 'app', repositories: [`${ORG}/app`] },
+    ]);
+    await handler()(update(before, current));
+    expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id, name: 'arc-linux', labels: ['arc-linux', 'linux', 'arm64'] }]);
+  });
+
+  it('Update moving a scale set to another runner group or scope makes it there and deletes it where it was', async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux', scaleSetRunnerGroup: 'gpu-group', labels: ['linux', 'x64'] },
+      { name: 'app', scaleSetName: 'arc-app' },
+    ]);
+    await handler()(update(before, current));
+    expect(gh.scaleSets.list().map((s) => `${s.scope} ${s.runnerGroupId} ${s.name}`).sort()).toEqual([`org:${ORG} 1 arc-app`, `org:${ORG} 2 arc-linux`]);
+    expect(lines.logs('scale set deleted').map((l) => l.pool)).toEqual(['linux', 'app']);
+  });
+
+  it('a create whose answer was lost is read back by name: one scale set, its id answered', async () => {
+    let dropped = 0;
+    fetchFn = async (input, init) => {
+      const res = await fetch(input, init);
+      if (init?.method === 'POST' && /runnerscalesets\?/.test(String(input)) && dropped++ === 0) {
+        await res.text();
+        throw new TypeError('fetch failed: socket hang up');
+      }
+      return res;
+    };
+    const answer = await handler()(create(current));
+    expect(dropped).toBe(2);
+    expect(held()).toEqual(BOTH);
+    const linux = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!;
+    expect(answer.Data?.linux).toBe(String(linux.id));
+  });
+
+  it('a create GitHub fails outright (503, nothing made) fails the event naming the pool and the scale set; the retry creates it', async () => {
+    gh.failNext({ method: 'POST', path: /runnerscalesets$/ }, 503);
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toMatch(/pool "linux"/);
+    expect(e.message).toMatch(/scale set "arc-linux"/);
+    expect(e.message).toMatch(/HTTP 503/);
+    expect(held()).toEqual([]);
+    await handler()(create(current));
+    expect(held()).toEqual(BOTH);
+  });
+
+  it('a runner group that does not exist fails the event naming the pool, the scale set and the group', async () => {
+    current = fleet([{ name: 'gpu', scaleSetName: 'arc-gpu', scaleSetRunnerGroup: 'no-such-group' }]);
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toMatch(/pool "gpu".*scale set "arc-gpu"/);
+    expect(e.message).toMatch(/no runner group named "no-such-group"/);
+    expect(held()).toEqual([]);
+  });
+});
+
+describe('scale-set resource: Delete', () => {
+  it('during the stack delete deletes every scale set the resource named', async () => {
+    await handler()(create(current));
+    const answer = await handler()(remove(current));
+    expect(answer).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID });
+    expect(held()).toEqual([]);
+    expect(lines.logs('scale set deleted').map((l) => l.scaleSet)).toEqual(['arc-linux', 'arc-app']);
+    expect(stackReads).toBe(1);
+  });
+
+  it('a retried Delete (the scale sets already gone) succeeds and deletes nothing', async () => {
+    await handler()(create(current));
+    await handler()(remove(current));
+    const deletes = () => gh.requests().filter((r) => r.method === 'DELETE').length;
+    const before = deletes();
+    expect(await handler()(remove(current))).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID });
+    expect(deletes()).toBe(before);
+    expect(lines.logs('scale set already gone').map((l) => l.scaleSet)).toEqual(['arc-linux', 'arc-app']);
+  });
+
+  it('a Delete of a scale set removed by hand, or never made, succeeds', async () => {
+    expect(await handler()(remove(current))).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID });
+    expect(held()).toEqual([]);
+  });
+
+  for (const status of [StackStatus.UPDATE_IN_PROGRESS, StackStatus.UPDATE_COMPLETE_CLEANUP_IN_PROGRESS]) {
+    it(`an update replacing the resource (${status}) keeps the scale sets the fleet still names and deletes only the others`, async () => {
+      const old = fleet([
+        { name: 'linux', scaleSetName: 'arc-linux', labels: ['linux', 'x64'] },
+        { name: 'old', scaleSetName: 'arc-old' },
+      ]);
+      await handler()(create(old));
+      // The replacement's Create ran with the fleet as it is now; then the old resource's Delete.
+      current = fleetA();
+      await handler()(create(current));
+      stackStatus = status;
+      await handler()(remove(old));
+      expect(held()).toEqual(BOTH);
+      expect(lines.logs('scale set kept: the fleet still names it')).toMatchObject([{ pool: 'linux', scaleSet: 'arc-linux' }]);
+      expect(lines.logs('scale set deleted')).toMatchObject([{ pool: 'old', scaleSet: 'arc-old' }]);
+    });
+  }
+
+  it('a stack status it cannot tell (DescribeStacks failed) refuses the Delete and touches nothing', async () => {
+    await handler()(create(current));
+    const before = gh.requests().length;
+    stackFault = awsError('AccessDenied', 403);
+    const e = await rejection(handler()(remove(current)));
+    expect(e.message).toMatch(/nothing was deleted/);
+    expect(held()).toEqual(BOTH);
+    expect(gh.requests().length).toBe(before);
+  });
+
+  it('a stack status CloudFormation sends no Delete in refuses it and touches nothing', async () => {
+    await handler()(create(current));
+    const before = gh.requests().length;
+    stackStatus = StackStatus.CREATE_COMPLETE;
+    const e = await rejection(handler()(remove(current)));
+    expect(e.message).toMatch(/scale sets not deleted: the stack is CREATE_COMPLETE/);
+    expect(held()).toEqual(BOTH);
+    expect(gh.requests().length).toBe(before);
+  });
+
+  it('a delete GitHub fails outright fails the event naming the pool and the scale set; the retry finishes it', async () => {
+    await handler()(create(current));
+    gh.failNext({ method: 'DELETE', path: /runnerscalesets\/\d+$/ }, 503, 2);
+    const e = await rejection(handler()(remove(current)));
+    expect(e.message).toMatch(/pool "linux".*scale set "arc-linux"/);
+    expect(e.message).toMatch(/HTTP 503/);
+    expect(held()).toEqual(BOTH);
+    await handler()(remove(current));
+    expect(held()).toEqual([]);
+  });
+});
