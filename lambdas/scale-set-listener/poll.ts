@@ -237,6 +237,8 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       throw error;
     }
     refreshed = false;
+    // The poll window ended (the client answers an aborted poll as no message): no demand for it.
+    if (message === undefined && signal.aborted) break;
     try {
       if (message === undefined) {
         // No message (202): the last statistics still say what is wanted; a runner lost since

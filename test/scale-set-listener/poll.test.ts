@@ -263,3 +263,21 @@ describe('the hand-over of the lease', () => {
     expect(slept[0]).toBeLessThanOrEqual(20_000);
   });
 });
+
+describe('the end of the poll window', () => {
+  it('a poll the window ends (answered as no message, as the client does) sends no demand of its own', async () => {
+    api.push(setId, 1);
+    await invocation();
+    // The client resolves an aborted poll as undefined; here every poll runs until the window ends.
+    api.getMessage = async (_session, _last, _max, signal) => {
+      await new Promise<void>((resolve) => signal?.addEventListener('abort', () => resolve()));
+      return undefined;
+    };
+    const before = demands.length;
+    const t0 = Date.now();
+    const o = await pollScaleSet(deps({ now: () => new Date(clock + Date.now() - t0), deadline: new Date(clock + 60_050), marginMs: 60_000 }), POOL);
+    expect(o.kind).toBe('polled');
+    // The session's own reading only.
+    expect(demands.length - before).toBe(1);
+  });
+});
