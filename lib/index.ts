@@ -24,6 +24,7 @@ export type {
   MetricNames,
   PoolConfig,
   PoolReuseConfig,
+  PoolScaleSetConfig,
   PoolWarmConfig,
   RunnerPackage,
   RunnerPackageDownload,

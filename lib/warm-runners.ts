@@ -675,6 +675,18 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     );
 
     this.scaleDownFunction.addToRolePolicy(describe);
+    // The scale-set listener's job events (lambdas/scale-set-listener/jobs.ts): a runner's job
+    // started or completed, as the marks scale-down reads, on the fleet's instances only.
+    this.scaleSetListenerFunction?.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['ec2:CreateTags'],
+        resources: [fleetInstances],
+        conditions: {
+          Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted, tags.idleSince] },
+        },
+      }),
+    );
     this.scaleDownFunction.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['ec2:TerminateInstances'], resources: [fleetInstances], conditions: ownedByFleet }),
     );
@@ -745,6 +757,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       acknowledgeWildcard(fn.role!, '*', reasons.any);
       acknowledgeWildcard(fn.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     }
+    if (this.scaleSetListenerFunction) acknowledgeWildcard(this.scaleSetListenerFunction.role!, nagArn('ec2', 'instance/*'), reasons.instances);
     for (const fn of [this.scaleUpFunction, this.poolFunction, this.scaleDownFunction]) {
       acknowledgeWildcard(fn.role!, nagArn('ssm', `parameter${paths.runnerConfigRoot}*`), reasons.parameters);
     }

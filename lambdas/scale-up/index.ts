@@ -2,10 +2,13 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
 import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce, requiredEnv } from '../shared/clients';
-import { JOB_RETRY_DEFAULTS, LAMBDA_ENV, type JobRetryOptions } from '../shared/contract';
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { isScaleSetDemand, JOB_RETRY_DEFAULTS, LAMBDA_ENV, type JobRetryOptions, type ScaleSetDemand, type ScaleSetDemandResult } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleUpHandler } from './handler';
+import { createScaleSetDemandHandler } from './scale-set-handler';
+import { productionScaleSetApis } from '../scale-set-listener/api';
 import { DynamoJobRecords } from './job-record';
 import { DynamoLaunchTickets } from '../shared/launch-tickets';
 
@@ -21,16 +24,26 @@ const clients = productionClients();
 const aws = new AwsCaller({ pacer: new Pacer() });
 const dynamodb = new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS);
 
-/** The scale-up Lambda: SQS event source of the jobs queue, ReportBatchItemFailures on. */
-export const handler = createScaleUpHandler({
+const providers = providersOnce((config) => createCiProviders(config, { ssm: clients.ssm }));
+const deps = {
   ...clients,
   aws,
   loadConfig: () => loadFleetConfig(clients.ssm),
-  providers: providersOnce((config) => createCiProviders(config, { ssm: clients.ssm })),
+  providers,
   queueUrl: requiredEnv(LAMBDA_ENV.jobsQueueUrl),
   deadLetterQueueUrl: requiredEnv(LAMBDA_ENV.deadLetterQueueUrl),
   instanceArnPrefix: requiredEnv(LAMBDA_ENV.instanceArnPrefix),
   jobRecords: new DynamoJobRecords(aws, dynamodb, requiredEnv(LAMBDA_ENV.jobRecordTable)),
   launchTickets: new DynamoLaunchTickets(aws, dynamodb, requiredEnv(LAMBDA_ENV.jobRecordTable)),
   options: { retry: retryOptions() },
-});
+};
+const queue = createScaleUpHandler(deps);
+const demand = createScaleSetDemandHandler({ ...deps, scaleSetApi: productionScaleSetApis(providers) });
+
+/**
+ * The scale-up Lambda: SQS event source of the jobs queue (ReportBatchItemFailures on), and
+ * the scale-set listener's synchronous invocation with a `ScaleSetDemand`.
+ */
+export async function handler(event: SQSEvent | ScaleSetDemand): Promise<SQSBatchResponse | ScaleSetDemandResult> {
+  return isScaleSetDemand(event) ? demand(event) : queue(event);
+}

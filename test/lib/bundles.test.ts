@@ -18,6 +18,7 @@ describe.each(Object.values(BundledHandler))('the %s bundle', (name) => {
       [LAMBDA_ENV.deadLetterQueueUrl]: 'https://sqs.eu-west-1.amazonaws.com/111122223333/dlq.fifo',
       [LAMBDA_ENV.instanceArnPrefix]: 'arn:aws:ec2:eu-west-1:111122223333:instance/',
       [LAMBDA_ENV.jobRecordTable]: 'warm-runners-job-records',
+      [LAMBDA_ENV.scaleUpFunctionName]: 'warm-runners-scale-up',
     };
     const script = `const m = require(${JSON.stringify(bundleDirectory(name))} + '/index.js'); process.stdout.write(${JSON.stringify(exportsOf(name))}.map((e) => typeof m[e]).join(','))`;
     const out = execFileSync(process.execPath, ['-e', script], { env, cwd: '/' }).toString();

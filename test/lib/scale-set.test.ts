@@ -9,7 +9,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { WarmRunners, WebhookExposure, type RunnerPoolProps } from '../../lib';
 import { SCALE_SET_LISTENER_TIMEOUT } from '../../lib/scale-set-listener';
 import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, Provider, scaleSetLeaseKey } from '../../lambdas/shared/contract';
-import { arn, allowed, denials, paths, synth, type Fleet } from './iam-fleet';
+import { arn, allowed, denials, instanceArn, INSTANCE, keys, paths, requestTags, resourceTags, synth, type Fleet } from './iam-fleet';
 import type { AuthorizationRequest } from './iam-reference';
 
 /** Runner scale-set pools in the construct (docs/scale-set.md): the listener, its role, the scale-set resource, the webhook's absence. */
@@ -88,6 +88,28 @@ describe('the listener role', () => {
         parameter(paths.fleetConfig),
         invoke('invoke scale-up', f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')),
         { name: 'DescribeInstances', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: {} },
+      ]),
+    ).toEqual([]);
+  });
+
+  // The job events' marks (lambdas/scale-set-listener/jobs.ts, CreateTags of MarkJobs).
+  const tagInstance = (name: string, tags: Record<string, string>, on: Record<string, string> = { [keys.pool]: 'fast' }): AuthorizationRequest => ({
+    name,
+    action: 'ec2:CreateTags',
+    resourceType: 'instance',
+    resource: instanceArn(INSTANCE),
+    facts: { ...requestTags(Object.entries(tags).map(([Key, Value]) => ({ Key, Value }))), ...resourceTags(on) },
+  });
+
+  it("may mark a fleet instance's job started or finished (job events), and no other tag nor instance", async () => {
+    const at = '2026-12-06T12:00:00.000Z';
+    expect(await denials(statements, [tagInstance('job started', { [keys.jobStarted]: at }), tagInstance('job finished', { [keys.idleSince]: at })])).toEqual([]);
+    expect(
+      await allowed(statements, [
+        tagInstance('activation tag', { [keys.activatedAt]: at }),
+        tagInstance('runner id', { [keys.runnerId]: '1' }),
+        tagInstance('with another tag', { [keys.jobStarted]: at, [keys.warmStandby]: 'true' }),
+        tagInstance("another fleet's instance", { [keys.jobStarted]: at }, {}),
       ]),
     ).toEqual([]);
   });

@@ -77,6 +77,10 @@ export interface MetricNames {
   readonly jobsDeduplicated: string;
   /** Per-job record writes that failed or stayed unresolved (the job was served without it), per pool. */
   readonly jobRecordErrors: string;
+  /** Scale-set listener: polls of a pool's scale set that ended in an error (the lease, the session, a message not handled), per pool and `Reason`. */
+  readonly scaleSetListenerErrors: string;
+  /** Scale-set listener: messages handled and acknowledged, per pool. */
+  readonly scaleSetMessages: string;
   /** Jobs that got another runner because they stayed queued after theirs was started (it took another job, or died), per pool. */
   readonly jobsRetried: string;
   /** Retries of a job that stopped, by reason: `not-queued` (cancelled, started or finished), `retries-exhausted`, `max-wait` (a runner could still take it at its maximum wait). */
@@ -173,6 +177,8 @@ export const METRIC_NAMES = {
   runnerListTruncated: 'RunnerListTruncated',
   jobsDeduplicated: 'JobsDeduplicated',
   jobRecordErrors: 'JobRecordErrors',
+  scaleSetListenerErrors: 'ScaleSetListenerErrors',
+  scaleSetMessages: 'ScaleSetMessages',
   jobsRetried: 'JobsRetried',
   jobRetriesStopped: 'JobRetriesStopped',
   redeliveries: 'Redeliveries',

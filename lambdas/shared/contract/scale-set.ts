@@ -142,6 +142,16 @@ export function isScaleSetDemand(event: unknown): event is ScaleSetDemand {
   return typeof event === 'object' && event !== null && (event as { kind?: unknown }).kind === 'scale-set-demand';
 }
 
+/**
+ * The job id scale-up tags on a runner it starts for a scale set's demand: no job is known
+ * when the runner starts (GitHub hands it whichever assigned job), so the id names the
+ * reading (its trace id) and the slot of the shortfall instead. It starts with the provider's
+ * `github:` like every job id, and can never be one of GitHub's (numeric) job ids.
+ */
+export function scaleSetJobId(scaleSetId: number, traceId: string, slot: number): string {
+  return `github:scale-set-${scaleSetId}-${traceId}-${slot}`;
+}
+
 /** Lease items live in the fleet's table under this key prefix; the listener's role may touch no other key. */
 export const SCALE_SET_LEASE_KEY_PREFIX = 'scale-set-lease|';
 

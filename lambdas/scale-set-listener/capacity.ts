@@ -1,0 +1,38 @@
+import { InvokeCommand, type InvokeCommandOutput, type LambdaClient } from '@aws-sdk/client-lambda';
+import type { AwsCaller, CallPolicy } from '../shared/aws-call';
+import type { ScaleSetDemand, ScaleSetDemandResult } from '../shared/contract';
+
+/**
+ * Scale-up serves a demand in one synchronous invocation: as long as a burst's warm
+ * activations and cold launches take (scale-up's own timeout bounds it). Sent once: a lost
+ * answer is not resent beside a scale-up that may still run (two at once could both launch
+ * cold for one shortfall); the message stays unacknowledged and the next reading asks again,
+ * recomputed from what the first one started.
+ */
+export const CAPACITY_CALL: CallPolicy = { timeoutMs: 50_000, attempts: 1, idempotent: false };
+
+export class ScaleUpInvokeError extends Error {
+  constructor(detail: string) {
+    super(`scale-up did not serve the demand: ${detail}`);
+    this.name = 'ScaleUpInvokeError';
+  }
+}
+
+/** Invokes scale-up with `demand` and returns its `ScaleSetDemandResult`; throws on any other answer. */
+export async function requestCapacity(aws: AwsCaller, lambda: LambdaClient, functionName: string, demand: ScaleSetDemand): Promise<ScaleSetDemandResult> {
+  const out = await aws.send<InvokeCommandOutput>(
+    lambda,
+    new InvokeCommand({ FunctionName: functionName, InvocationType: 'RequestResponse', Payload: new TextEncoder().encode(JSON.stringify(demand)) }),
+    CAPACITY_CALL,
+  );
+  const text = out.Payload ? new TextDecoder().decode(out.Payload) : '';
+  if (out.FunctionError) throw new ScaleUpInvokeError(`${out.FunctionError}: ${text.slice(0, 200)}`);
+  let result: Partial<ScaleSetDemandResult>;
+  try {
+    result = JSON.parse(text) as Partial<ScaleSetDemandResult>;
+  } catch {
+    throw new ScaleUpInvokeError('the answer is not JSON');
+  }
+  if (![result.observed, result.started, result.unserved].every((n) => Number.isInteger(n) && n! >= 0)) throw new ScaleUpInvokeError('the answer is not a ScaleSetDemandResult');
+  return result as ScaleSetDemandResult;
+}

@@ -1,0 +1,190 @@
+import { mapLimit, withTimeout } from '../shared/aws-call';
+import {
+  JOB_MESSAGE_SCHEMA_VERSION,
+  Provider,
+  runnerName,
+  scaleSetJobId,
+  type CiProvider,
+  type FleetConfig,
+  type JobMessage,
+  type PoolConfig,
+  type RunnerRegistration,
+  type ScaleSetApi,
+  type ScaleSetDemand,
+  type ScaleSetDemandResult,
+} from '../shared/contract';
+import { describeFleet } from '../shared/instances';
+import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { scaleSetRunnerId } from '../ci/scale-set-runners';
+import { activateWarm, Candidates, type Carried, type WarmOptions } from './activate';
+import { dropCarried, launchCold, launchRefused, launchUnknown } from './cold';
+import { coldGates, ticketCold } from './cold-gate';
+import type { JobInFlight, StepContext } from './context';
+import { gateCold, orderCandidates, parkedByBucket } from './decide';
+import { scaleSetObserved, scaleSetShortfall } from './scale-set-demand';
+
+export interface ScaleSetServeDeps {
+  /** The scale-set client of the pool's scope: the JIT configs. */
+  readonly api: ScaleSetApi;
+  /** The fleet's GitHub provider: a scale set's runner is deregistered through the REST API like any other. */
+  readonly github: CiProvider;
+  readonly launchTickets?: LaunchTickets;
+  readonly warm: WarmOptions;
+  readonly coldConcurrency: number;
+  /** The invocation id: the salt of the candidate order. */
+  readonly salt: string;
+}
+
+/**
+ * Scale-up's answer to a `ScaleSetDemand` (docs/scale-set.md, "Capacity"): observe the pool's
+ * instances, compute the shortfall (scale-set-demand.ts, pure), and serve it through the
+ * paths every job takes: warm activations first (the parked instances; the claim writes a
+ * config whose JIT config the scale set generated), cold launches for the rest, behind the
+ * prime back-off and its launch tickets. Each unit of the shortfall is a job of its own to
+ * those paths (`slotJob`), with no per-job record and no queue message: nothing is kept
+ * between demands, each recomputes from what is observed, so a demand repeated, lost or
+ * crashed half-way starts no runner twice for one assigned job. A failed activation rolls back
+ * as every activation does (the config parameter deleted, the runner deregistered); what is
+ * left unserved is the next demand's.
+ */
+export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServeDeps, demand: ScaleSetDemand): Promise<ScaleSetDemandResult> {
+  const pool = step.config.pools.find((p) => p.name === demand.pool);
+  if (!pool?.scaleSet) throw new Error(`pool "${demand.pool}" is not a scale-set pool of this fleet`);
+  const log = step.log.child({ pool: pool.name, traceId: demand.traceId, scaleSetId: demand.scaleSetId });
+  const observedAt = step.now();
+  const instances = await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name });
+  const observed = scaleSetObserved(instances, pool.name, step.keys);
+  const shortfall = scaleSetShortfall(demand.assignedJobs, observed, pool);
+  if (shortfall === 0) return { observed: observed.runners, started: 0, unserved: 0 };
+
+  const provider = scaleSetProvider(step.config, pool, deps.api, demand.scaleSetId, deps.github, step.now);
+  const jobs = Array.from({ length: shortfall }, (_, slot) => slotJob(demand, pool, provider, slot, log, step.now()));
+  const parked = orderCandidates(parkedByBucket(instances, step.keys), deps.salt);
+  const warmCount = Math.min(shortfall, parked.get(pool.name)?.length ?? 0);
+  let started = 0;
+  const cold = jobs.slice(warmCount);
+  const carried = new Map<string, Carried>();
+  if (warmCount > 0) {
+    const observe = async () => parkedByBucket(await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name, states: ['stopped'] }), step.keys);
+    const candidates = new Candidates(parked, observedAt, observe, step.now, deps.warm.freshSnapshotMs);
+    const outcomes = await activateWarm(step, jobs.slice(0, warmCount), candidates, deps.warm);
+    for (const j of jobs.slice(0, warmCount)) {
+      const o = outcomes.get(j.key)!;
+      if (o.kind === 'started') {
+        started++;
+        j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
+        step.metrics.add(step.config.metrics.names.activations, { Pool: pool.name });
+      } else {
+        j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
+        step.metrics.add(step.config.metrics.names.fallbacks, { Pool: pool.name, Reason: o.reason });
+        cold.push(j);
+        if (o.carried) carried.set(j.key, o.carried);
+      }
+    }
+  }
+  started += await launch(step, deps, cold, instances, carried);
+  return { observed: observed.runners, started, unserved: shortfall - started };
+}
+
+/** The cold launches the prime back-off and its tickets let through; the rest is left for the next demand. */
+async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly JobInFlight[], instances: Parameters<typeof coldGates>[2], carried: ReadonlyMap<string, Carried>): Promise<number> {
+  if (cold.length === 0) return 0;
+  let launching: JobInFlight[] = [];
+  let granted = new Map<string, Ticket>();
+  try {
+    const gates = await coldGates(step, cold, instances);
+    const now = step.now();
+    // No job waits here (the next demand asks again): no maximum wait applies.
+    const verdicts = gateCold(cold.map((j) => ({ key: j.key, pool: j.pool.name, receivedAt: now.toISOString() })), gates, now, Number.MAX_SAFE_INTEGER);
+    launching = cold.filter((j) => verdicts.get(j.key)!.kind === 'cold');
+    if (deps.launchTickets && launching.length > 0) {
+      const t = await ticketCold(step, deps.launchTickets, gates, launching, () => false);
+      granted = t.granted;
+      launching = launching.filter((j) => !t.refused.includes(j));
+    }
+  } finally {
+    // A registration carried from a refused claim goes with its launch; one that does not launch deletes it.
+    await dropCarried(step, cold.filter((j) => !launching.includes(j)), carried, deps.coldConcurrency);
+  }
+  let started = 0;
+  await mapLimit(launching, deps.coldConcurrency, async (j) => {
+    try {
+      // One receive per demand: the launch token names the slot of this reading, so a CreateFleet
+      // resent within the demand returns the same fleet.
+      const r = await launchCold(step, j, { messageId: j.key, receiveCount: 1 }, carried.get(j.key));
+      started++;
+      j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
+      step.metrics.add(step.config.metrics.names.coldLaunches, { Pool: j.pool.name });
+    } catch (error) {
+      j.log.error('cold launch failed; the next demand asks again', { error: (error as Error).message });
+      step.metrics.add(step.config.metrics.names.jobsFailed, { Pool: j.pool.name, Reason: `cold-${(error as { step?: string }).step ?? 'launch'}` });
+      const ticket = granted.get(j.key);
+      if (ticket && deps.launchTickets) await settleTicket(deps.launchTickets, j, ticket, error);
+    }
+  });
+  return started;
+}
+
+/**
+ * A failed cold launch's ticket, as the queue path settles it (handler.ts `settleTicket`):
+ * given back when EC2 refused the launch, kept while the launch may have happened (its
+ * instance, if it lands, is observed by the next demand), spent when it happened.
+ */
+async function settleTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
+  if (launchRefused(error)) {
+    const r = await tickets.release(ticket);
+    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
+    return;
+  }
+  if (launchUnknown(error)) {
+    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
+    return;
+  }
+  const r = await tickets.spend(ticket);
+  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
+}
+
+/** One unit of the shortfall as the warm and cold paths take a job: the demand's reading and a slot of it. */
+function slotJob(demand: ScaleSetDemand, pool: PoolConfig, provider: CiProvider, slot: number, log: StepContext['log'], now: Date): JobInFlight {
+  const jobId = scaleSetJobId(demand.scaleSetId, demand.traceId, slot);
+  const job: JobMessage = {
+    schemaVersion: JOB_MESSAGE_SCHEMA_VERSION,
+    provider: Provider.GITHUB,
+    jobId,
+    providerJobId: jobId.slice(`${Provider.GITHUB}:`.length),
+    pool: pool.name,
+    owner: '',
+    project: '',
+    labels: [...pool.labels],
+    labelsResolved: true,
+    traceId: demand.traceId,
+    deliveryId: demand.traceId,
+    receivedAt: now.toISOString(),
+  };
+  return { key: `${demand.traceId}#${slot}`, job, pool, provider, log: log.child({ slot, jobId }) };
+}
+
+/**
+ * The CI provider the warm and cold paths register a scale set's runner with: a JIT config
+ * the scale set generates (`ScaleSetApi.generateJitConfig`) instead of the REST
+ * `generate-jitconfig`, named as every runner of the fleet is (`runnerName`: the sweep finds
+ * it); its id spelled as the REST runner list spells it (`scaleSetRunnerId`). Deregistering,
+ * listing and the rest go to the fleet's GitHub provider: the runner is a runner of the scale
+ * set's organisation or repository, which the REST API deletes like any other.
+ */
+export function scaleSetProvider(config: FleetConfig, pool: PoolConfig, api: ScaleSetApi, scaleSetId: number, github: CiProvider, now: () => Date, timeoutMs = 10_000): CiProvider {
+  const connection = config.github;
+  if (!connection) throw new Error('the fleet has no GitHub connection');
+  return {
+    provider: Provider.GITHUB,
+    async createRunner(_job, instanceId): Promise<RunnerRegistration> {
+      const name = runnerName(config.prefix, instanceId, now());
+      const jit = await withTimeout('generateJitConfig', timeoutMs, () => api.generateJitConfig(scaleSetId, name));
+      return { runnerId: scaleSetRunnerId(connection, pool, jit.runnerId), name, secret: jit.encodedJitConfig };
+    },
+    deleteRunner: (runnerId) => github.deleteRunner(runnerId),
+    listRunners: (options) => github.listRunners(options),
+    // No job of its own: the runner takes whichever assigned job GitHub gives it.
+    isJobQueued: () => Promise.resolve(true),
+  };
+}

@@ -1,0 +1,137 @@
+import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
+import { describe, expect, it } from 'vitest';
+import { createScaleSetDemandHandler } from '../../lambdas/scale-up/scale-set-handler';
+import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { decodeRunnerConfig, instanceIdOfRunnerName, ssmPaths, Provider, type FleetConfig, type ScaleSetDemand } from '../../lambdas/shared/contract';
+import { FakeCi } from '../support/fake-ci';
+import { FakeScaleSet } from '../support/fake-scale-set';
+import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
+import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
+import { scaled } from '../support/slowdown';
+
+/**
+ * Scale-up's demand path against moto: the shortfall served warm then cold with JIT configs
+ * of the scale set, and recomputed from the instances on every demand, so a demand handled
+ * twice (a message delivered again, a crash before its acknowledgement) starts no second runner.
+ */
+
+const paths = ssmPaths(PREFIX);
+let config: FleetConfig;
+const { moto, c } = motoForFile(async (m) => {
+  const base = await motoFleet(m.c, { maxRunners: 10 });
+  config = { ...base, pools: [{ ...base.pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } }] };
+});
+
+function demandHandler(api: FakeScaleSet, ci: FakeCi, clients: MotoClients = c, lines = new Lines()) {
+  return createScaleSetDemandHandler({
+    ...clients,
+    aws: new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) }),
+    loadConfig: async () => config,
+    providers: () => ({ github: ci }),
+    queueUrl: 'unused',
+    deadLetterQueueUrl: 'unused',
+    instanceArnPrefix: INSTANCE_ARN_PREFIX,
+    scaleSetApi: () => api,
+    sink: lines.sink,
+  });
+}
+
+const demand = (assignedJobs: number, traceId: string): ScaleSetDemand => ({ kind: 'scale-set-demand', pool: 'linux', scaleSetId: 7, assignedJobs, traceId });
+
+async function serving(): Promise<Instance[]> {
+  const out = await c.ec2.send(new DescribeInstancesCommand({ Filters: [{ Name: 'tag-key', Values: [KEYS.jobId] }, { Name: 'instance-state-name', Values: ['pending', 'running'] }] }));
+  return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
+}
+const tag = (i: Instance, key: string) => i.Tags?.find((t) => t.Key === key)?.Value;
+
+async function parameters(): Promise<Parameter[]> {
+  const out = await c.ssm.send(new GetParametersByPathCommand({ Path: paths.runnerConfigRoot, WithDecryption: true }));
+  return out.Parameters ?? [];
+}
+
+describe("scale-up's scale-set demand path, against moto", () => {
+  it('serves the shortfall warm first, then cold, each runner with a JIT config of the scale set', async () => {
+    const parked = await parkInMoto(c, config, 2);
+    const api = new FakeScaleSet();
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const result = await demandHandler(api, ci)(demand(3, 'trace-a'));
+    expect(result).toEqual({ observed: 0, started: 3, unserved: 0 });
+    const up = await serving();
+    expect(up).toHaveLength(3);
+    expect(up.filter((i) => parked.includes(i.InstanceId!))).toHaveLength(2);
+    // No REST registration: every runner's config is one the scale set generated, named as the fleet names runners.
+    expect(ci.created).toBe(0);
+    expect(api.jitNames).toHaveLength(3);
+    const params = new Map((await parameters()).map((p) => [p.Name!, p.Value!]));
+    for (const i of up) {
+      const config_ = decodeRunnerConfig(params.get(paths.runnerConfig(i.InstanceId!))!);
+      expect(config_).toMatchObject({ provider: Provider.GITHUB, instanceId: i.InstanceId });
+      const name = (config_ as { jitConfig: string }).jitConfig.replace(/^jit-/, '');
+      expect(instanceIdOfRunnerName(PREFIX, name)).toBe(i.InstanceId);
+      // The runner id as GitHub's REST list spells an organisation runner of the connection's organisation: the sweep matches it.
+      expect(tag(i, KEYS.runnerId)).toMatch(/^\d+$/);
+      expect(tag(i, KEYS.jobId)).toMatch(/^github:scale-set-7-trace-a-\d$/);
+    }
+  });
+
+  it('a demand handled twice (a message delivered again) starts no second runner', async () => {
+    await parkInMoto(c, config, 1);
+    const api = new FakeScaleSet();
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const run = demandHandler(api, ci);
+    expect(await run(demand(2, 'trace-a'))).toEqual({ observed: 0, started: 2, unserved: 0 });
+    // The same reading again (a redelivery: another trace id), then a lower one (jobs finished).
+    expect(await run(demand(2, 'trace-b'))).toEqual({ observed: 2, started: 0, unserved: 0 });
+    expect(await run(demand(1, 'trace-c'))).toEqual({ observed: 2, started: 0, unserved: 0 });
+    expect(await serving()).toHaveLength(2);
+    expect(api.jitNames).toHaveLength(2);
+    // A higher reading starts only the difference.
+    expect(await run(demand(3, 'trace-d'))).toEqual({ observed: 2, started: 1, unserved: 0 });
+    expect(await serving()).toHaveLength(3);
+  });
+
+  it("the pool's bound holds: runners past maxRunners are not wanted", async () => {
+    await parkInMoto(c, config, 12);
+    const api = new FakeScaleSet();
+    const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX));
+    expect(await run(demand(25, 'trace-a'))).toEqual({ observed: 0, started: 10, unserved: 0 });
+    expect(await run(demand(25, 'trace-b'))).toEqual({ observed: 10, started: 0, unserved: 0 });
+  });
+
+  it("what the prime back-off holds back is reported unserved, for the next demand", async () => {
+    // No parked instance and an unproven template: the back-off lets a few cold launches through.
+    const lines = new Lines();
+    const result = await demandHandler(new FakeScaleSet(), new FakeCi(Provider.GITHUB, PREFIX), c, lines)(demand(5, 'trace-a'));
+    expect(result.started).toBeGreaterThan(0);
+    expect(result.started + result.unserved).toBe(5);
+    expect(result.unserved).toBeGreaterThan(0);
+    expect(lines.logs('prime back-off: holding cold launches back')).toHaveLength(1);
+    expect(await serving()).toHaveLength(result.started);
+  });
+
+  it('a failed warm activation rolls back (config deleted, the JIT runner deregistered by its REST id) and goes cold', async () => {
+    const [parkedId] = await parkInMoto(c, config, 1);
+    const faulty = motoClients(moto.endpoint);
+    faulty.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const tags = (args.input as { Tags?: { Key?: string }[] }).Tags ?? [];
+        // The activation's tags are refused.
+        if (context.commandName === 'CreateTagsCommand' && tags.some((t) => t.Key === KEYS.activatedAt)) throw Object.assign(new Error('refused'), { name: 'UnauthorizedOperation' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const api = new FakeScaleSet();
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    const result = await demandHandler(api, ci, faulty)(demand(1, 'trace-a'));
+    expect(result).toEqual({ observed: 0, started: 1, unserved: 0 });
+    const up = await serving();
+    expect(up).toHaveLength(1);
+    expect(up[0]!.InstanceId).not.toBe(parkedId);
+    // The parked instance's registration went with its rollback; its config parameter too.
+    expect(ci.deleted).toEqual(['1001']);
+    expect((await parameters()).map((p) => p.Name)).toEqual([paths.runnerConfig(up[0]!.InstanceId!)]);
+  });
+});

@@ -1,0 +1,52 @@
+import { describe, expect, it } from 'vitest';
+import { scaleSetObserved, scaleSetShortfall } from '../../lambdas/scale-up/scale-set-demand';
+import type { ObservedInstance } from '../../lambdas/shared/instances';
+import { KEYS, standbyTags } from '../support/fixtures';
+
+describe('scaleSetShortfall', () => {
+  it.each([
+    // assigned, runners, ending, maxRunners, shortfall
+    [0, 0, 0, 10, 0],
+    [3, 0, 0, 10, 3],
+    [3, 1, 0, 10, 2],
+    [3, 3, 0, 10, 0],
+    // More runners than assigned jobs: none started, none stopped here (the idle rule's).
+    [2, 5, 0, 10, 0],
+    // The pool's bound caps what is wanted.
+    [50, 0, 0, 10, 10],
+    [50, 4, 0, 10, 6],
+    // Ending instances still hold places against maxRunners.
+    [50, 4, 3, 10, 3],
+    [5, 2, 8, 10, 0],
+    // A paused pool (maxRunners 0) starts nothing.
+    [5, 0, 0, 0, 0],
+    // Nonsense readings start nothing.
+    [-3, 0, 0, 10, 0],
+    [2.7, 0, 0, 10, 2],
+  ])('assigned %i, runners %i, ending %i, max %i: %i', (assigned, runners, ending, maxRunners, shortfall) => {
+    expect(scaleSetShortfall(assigned, { runners, ending }, { maxRunners })).toBe(shortfall);
+  });
+});
+
+describe('scaleSetObserved', () => {
+  const at = (id: string, state: string, tags: Record<string, string>): ObservedInstance => ({ id, state, launchTime: new Date(0), tags: new Map(Object.entries(tags)) });
+  const activated = { [KEYS.pool]: 'linux', [KEYS.activatedAt]: '2026-12-06T00:00:00Z', [KEYS.jobId]: 'github:scale-set-1-t-0' };
+
+  it('counts activated instances of the pool starting, idle or busy; ending ones apart; parked, priming and other pools not', () => {
+    const observed = scaleSetObserved(
+      [
+        at('i-1', 'pending', activated),
+        at('i-2', 'running', activated),
+        at('i-3', 'running', { ...activated, [KEYS.jobStarted]: '2026-12-06T00:01:00Z' }),
+        at('i-4', 'stopping', activated),
+        at('i-5', 'stopped', standbyTags()),
+        at('i-6', 'running', standbyTags()),
+        at('i-7', 'running', { ...activated, [KEYS.pool]: 'other' }),
+        at('i-8', 'shutting-down', activated),
+      ],
+      'linux',
+      KEYS,
+    );
+    expect(observed).toEqual({ runners: 3, ending: 1 });
+  });
+});
