@@ -15,9 +15,8 @@ import { jsonObject, randomToken, type HttpAnswer, type HttpRequest } from './ht
  *   just-in-time runner configs. Every service call needs `api-version=6.0-preview` (the queue
  *   reads it from `Accept`), as the client sends it.
  *
- * The job model: a queued job in a scale set's scope whose every `runs-on` label is one of the
- * scale set's labels (its name is one) or `self-hosted`, and at least one is the scale set's,
- * is ASSIGNED to it (the lowest id when several match): no other runner takes it, and a
+ * The job model: a queued job in a scale set's scope that names the scale set in `runs-on` and
+ * whose every other label is one of the scale set's labels or `self-hosted` is ASSIGNED to it (the lowest id when several match): no other runner takes it, and a
  * runner of the scale set takes whichever assigned job is oldest. Assignment, start and
  * completion are events of the active session's queue; events while no session is open are
  * not kept for the next (the statistics in its answer make up for them).
@@ -95,6 +94,21 @@ export interface LoopbackScaleSets {
   dropNextAck(scaleSetId: number, when: 'before' | 'after'): void;
   /** Fault: another owner holds a session of the scale set (the next create is 409 until it expires or is deleted). */
   holdSession(scaleSetId: number, owner: string): void;
+  /** Every session the service opened, in order: its owner, when it opened and when and how it ended. */
+  sessions(): LoopbackSessionRecord[];
+  /** Per scale set id, the most GetMessage polls that were open at once (two pollers sharing a session would show 2). */
+  maxConcurrentPolls(): Record<number, number>;
+}
+
+/** One session's life at the loopback (epoch ms). */
+export interface LoopbackSessionRecord {
+  readonly scaleSetId: number;
+  readonly sessionId: string;
+  readonly owner: string;
+  readonly openedAt: number;
+  readonly endedAt?: number;
+  /** deleted: by its owner; expired: idle past the bound or the fault; scale-set-deleted: with its scale set. */
+  readonly ended?: 'deleted' | 'expired' | 'scale-set-deleted';
 }
 
 const API_VERSION = '6.0-preview';
@@ -169,6 +183,9 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
   /** Job id -> scale set id. */
   const assignment = new Map<number, number>();
   const delivered: { scaleSetId: number; messageId: number; redelivery: boolean }[] = [];
+  const sessionLog: { scaleSetId: number; sessionId: string; owner: string; openedAt: number; endedAt?: number; ended?: LoopbackSessionRecord['ended'] }[] = [];
+  /** Per scale set: polls open now, and the most at once. */
+  const polls = new Map<number, { open: number; max: number }>();
   let nextScaleSetId = 1;
 
   const exception = (status: number, typeName: string, message: string): HttpAnswer => ({ status, body: { typeName, message } });
@@ -179,15 +196,17 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     const t = host.now();
     for (const s of scaleSets.values()) {
       const session = s.session;
-      if (session && session.polling === 0 && t - session.lastPoll > idleMs) endSession(s);
+      if (session && session.polling === 0 && t - session.lastPoll > idleMs) endSession(s, 'expired');
     }
     assignQueued();
   }
 
-  function endSession(s: ScaleSetState): void {
+  function endSession(s: ScaleSetState, why: NonNullable<LoopbackSessionRecord['ended']>): void {
     const session = s.session;
     if (!session) return;
     delete s.session;
+    const record = sessionLog.find((r) => r.sessionId === session.id);
+    if (record) Object.assign(record, { endedAt: host.now(), ended: why });
     for (const wake of session.wake) wake();
   }
 
@@ -195,7 +214,9 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     if (!host.inScope(s.scope, job.repository)) return false;
     const own = new Set(s.labels.map((l) => l.toLowerCase()));
     const labels = job.labels.map((l) => l.toLowerCase());
-    return labels.some((l) => own.has(l)) && labels.every((l) => own.has(l) || l === 'self-hosted');
+    // Workflows target a scale set by its name (GitHub's docs for ARC scale sets): a job that
+    // does not name it stays with the runners of its labels (a webhook pool of the same labels).
+    return labels.includes(s.name.toLowerCase()) && labels.every((l) => own.has(l) || l === 'self-hosted');
   }
 
   function assignQueued(): void {
@@ -287,6 +308,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       wake: new Set(),
     };
     s.session = session;
+    sessionLog.push({ scaleSetId: s.id, sessionId: session.id, owner, openedAt: host.now() });
     return session;
   }
 
@@ -369,7 +391,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       if (sub === '' && req.method === 'GET') return { status: 200, body: scaleSetJson(s) };
       if (sub === '' && req.method === 'PATCH') return updateScaleSet(s, body);
       if (sub === '' && req.method === 'DELETE') {
-        endSession(s);
+        endSession(s, 'scale-set-deleted');
         scaleSets.delete(s.id);
         return { status: 204 };
       }
@@ -390,7 +412,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
           return { status: 200, body: sessionJson(s, session) };
         }
         if (req.method === 'DELETE') {
-          endSession(s);
+          endSession(s, 'deleted');
           return { status: 204 };
         }
       }
@@ -494,11 +516,16 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     const now = ready();
     if (now) return now;
     session.polling++;
+    const open = polls.get(s.id) ?? { open: 0, max: 0 };
+    open.open++;
+    open.max = Math.max(open.max, open.open);
+    polls.set(s.id, open);
     return new Promise<HttpAnswer>((resolve) => {
       const done = () => {
         clearTimeout(timer);
         session.wake.delete(wake);
         session.polling--;
+        open.open--;
         session.lastPoll = host.now();
         resolve(s.session === session ? (ready() ?? { status: 202 }) : exception(404, 'TaskAgentSessionExpiredException', `session ${sessionId} not found`));
       };
@@ -566,7 +593,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         })),
       assignedTo: (jobId) => assignment.get(jobId),
       delivered: () => delivered.map((d) => ({ ...d })),
-      expireSession: (id) => endSession(live(id)),
+      expireSession: (id) => endSession(live(id), 'expired'),
       expireQueueToken(id) {
         const session = live(id).session;
         if (session) session.tokenExpiresAt = 0;
@@ -581,6 +608,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         if (s.session) throw new Error(`scale set ${id} already has a session`);
         newSession(s, owner);
       },
+      sessions: () => sessionLog.map((r) => ({ ...r })),
+      maxConcurrentPolls: () => Object.fromEntries([...polls].map(([id, p]) => [id, p.max])),
     },
   };
 }

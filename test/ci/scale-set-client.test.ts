@@ -189,12 +189,15 @@ describe('scale-set client against the loopback GitHub', () => {
     const { id } = await client.ensureScaleSet(SPEC);
     const session = await client.createSession(id, 'poller');
     gh.addJob(`${ORG}/app`, ['gpu']); // not the scale set's: none of its labels
+    // The scale set's labels but not its name: a webhook pool of the same labels serves it.
+    const unnamed = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
     const poll = client.getMessage(session, 0, 5);
     const job = gh.addJob(`${ORG}/app`, ['self-hosted', 'arc-linux', 'linux']);
     const first = (await poll)!;
     expect(first.statistics.totalAssignedJobs).toBe(1);
     expect(first.events).toEqual([]); // JobAssigned: counted in the statistics, not an event we act on
     expect(gh.scaleSets.assignedTo(job.id)).toBe(id);
+    expect(gh.scaleSets.assignedTo(unnamed.id)).toBeUndefined();
     // Not acknowledged: the same message again for the same lastMessageId.
     expect((await client.getMessage(session, 0, 5))?.messageId).toBe(first.messageId);
     // The acknowledgement lost before it was applied: an error, and the message comes again.
