@@ -7,6 +7,7 @@ import type { LocalEvent, LocalEventKind } from './events';
 import { formatFaultProof, type FaultProof } from './fault-report';
 import { formatDockerProof, type DockerProof } from './docker-run';
 import { formatScopesProof, type ScopesProof } from './scopes-run';
+import { formatScaleSet, type ScaleSetFigures, type ScaleSetProof } from './scale-set-run';
 import { formatReuseProof, type ReuseProof } from './reuse-run';
 import type { LocalAwsClients } from './lambdas';
 
@@ -162,6 +163,8 @@ export interface LocalReport {
   };
   /** `--scopes` (local/scopes-run.ts): each job's organisation or project, pool and the scope of the runner that ran it; the Apps answered; the App spent mid-run. */
   readonly scopes?: ScopesProof;
+  /** `--scale-set` (local/scale-set-run.ts): the scale set's proof under the listener's faults, and the scale-set and webhook paths' figures side by side. */
+  readonly scaleSet?: { readonly proof: ScaleSetProof; readonly figures: ScaleSetFigures };
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
@@ -628,6 +631,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));
   if (report.docker) lines.push(...formatDockerProof(report.docker));
   if (report.scopes) lines.push(...formatScopesProof(report.scopes));
+  if (report.scaleSet) lines.push(...formatScaleSet(report.scaleSet.proof, report.scaleSet.figures));
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);
