@@ -164,7 +164,13 @@ export interface LocalReport {
   /** `--scopes` (local/scopes-run.ts): each job's organisation or project, pool and the scope of the runner that ran it; the Apps answered; the App spent mid-run. */
   readonly scopes?: ScopesProof;
   /** `--scale-set` (local/scale-set-run.ts): the scale set's proof under the listener's faults, and the scale-set and webhook paths' figures side by side. */
-  readonly scaleSet?: { readonly proof: ScaleSetProof; readonly figures: ScaleSetFigures };
+  readonly scaleSet?: {
+    readonly proof: ScaleSetProof;
+    /** Measured between the resource's Create and its Delete. */
+    readonly figures: ScaleSetFigures;
+    /** GitHub requests of the fleet before the first tick (the Create, the pools filling) and of the teardown (the Delete). */
+    readonly deployRequests: number;
+  };
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
@@ -631,7 +637,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));
   if (report.docker) lines.push(...formatDockerProof(report.docker));
   if (report.scopes) lines.push(...formatScopesProof(report.scopes));
-  if (report.scaleSet) lines.push(...formatScaleSet(report.scaleSet.proof, report.scaleSet.figures));
+  if (report.scaleSet) lines.push(...formatScaleSet(report.scaleSet.proof, report.scaleSet.figures), `  the scale set's Create and Delete (and anything before the Create): ${report.scaleSet.deployRequests} request(s), in neither path`);
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

@@ -156,7 +156,6 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
     }
     case 'foreign-lease': {
       let taken = false;
-      await until(t, () => taken);
       // Taken as any poller takes it (free or expired), then never renewed or released.
       while (!t.until()) {
         const out = await leases.acquire(t.pool, FOREIGN_HOLDER, new Date(Date.now() + t.foreignLeaseMs), new Date());

@@ -195,13 +195,20 @@ export interface PathFigures {
   readonly toStartSeconds?: { readonly p50: number; readonly max: number };
   /** The fleet's GitHub requests of this path (REST and, for the scale set, the Actions service's). */
   readonly requests: number;
+  /** Per job, the scale set's long polls aside (they come with time, not with jobs: `longPolls`). */
   readonly requestsPerJob: number;
   /** REST registration calls: generate-jitconfig (webhook) or registration-token (scale set). */
   readonly registrationCalls: number;
 }
 
 export interface ScaleSetFigures {
-  readonly scaleSet: PathFigures & { readonly actionsServiceRequests: number; readonly runners: number };
+  readonly scaleSet: PathFigures & {
+    readonly actionsServiceRequests: number;
+    /** GetMessage polls: one per long-poll window (deployed 50 s) or message, whatever the jobs. */
+    readonly longPolls: number;
+    /** Runners registered through the scale set (its JIT configs). */
+    readonly runners: number;
+  };
   readonly webhook: PathFigures;
   /** Requests of neither path alone: installation tokens, the sweep's runner lists and deletes. */
   readonly sharedRequests: number;
@@ -223,6 +230,7 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
   let jit = 0;
   let registrationTokens = 0;
   let actionsService = 0;
+  let longPolls = 0;
   let scaleSetRunners = 0;
   for (const r of requests) {
     const path = requestPath(r);
@@ -231,10 +239,11 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
     if (r.credential === 'actions-service') {
       actionsService++;
       if (/\/generatejitconfig$/.test(r.path)) scaleSetRunners++;
+      if (r.method === 'GET' && /\/messages$/.test(r.path)) longPolls++;
     } else if (/\/generate-jitconfig$/.test(r.path)) jit++;
     else if (/\/registration-token$/.test(r.path)) registrationTokens++;
   }
-  const of = (path: 'scale-set' | 'webhook', registrationCalls: number): PathFigures => {
+  const of = (path: 'scale-set' | 'webhook', registrationCalls: number, polls = 0): PathFigures => {
     const mine = jobs.filter((j) => j.path === path);
     const waits = mine
       .filter((j) => j.createdAt !== undefined && j.startedAt !== undefined)
@@ -247,12 +256,12 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
       cold: mine.filter((j) => j.served === 'cold').length,
       ...(waits.length ? { toStartSeconds: { p50: rank(50), max: rank(100) } } : {}),
       requests: counts[path],
-      requestsPerJob: mine.length ? Math.round((counts[path] / mine.length) * 10) / 10 : 0,
+      requestsPerJob: mine.length ? Math.round(((counts[path] - polls) / mine.length) * 10) / 10 : 0,
       registrationCalls,
     };
   };
   return {
-    scaleSet: { ...of('scale-set', registrationTokens), actionsServiceRequests: actionsService, runners: scaleSetRunners },
+    scaleSet: { ...of('scale-set', registrationTokens, longPolls), actionsServiceRequests: actionsService, longPolls, runners: scaleSetRunners },
     webhook: of('webhook', jit),
     sharedRequests: counts.shared,
     restRegistrationCallsSaved: scaleSetRunners - registrationTokens,
@@ -267,7 +276,7 @@ export function formatScaleSet(p: ScaleSetProof, f: ScaleSetFigures): string[] {
     `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s)`,
     ...p.faults.map((x) => `  fault ${x.fault} (${x.moment}): ${x.at === undefined ? 'NOT injected' : `at ${x.at} s, ${x.effect ?? 'no effect seen'}`}`),
     path('scale-set path', f.scaleSet),
-    `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service; ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,
+    `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service, ${f.scaleSet.longPolls} of them long polls (per job: the polls aside); ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,
     path('webhook path', f.webhook),
     `  shared (installation tokens, the sweep's runner lists and deletes): ${f.sharedRequests} request(s)`,
     ...p.failures.map((x) => `  ${x}`),

@@ -354,6 +354,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // --scale-set: the scale set exists at GitHub as a deploy makes it (the resource's Create).
     const scaleSetResource = o.scaleSet ? localScaleSetResource(endpoint, fleet.config.parameters.fleetConfig, (line) => o.onLog?.('scale-set-listener', line)) : undefined;
     const scaleSetId = scaleSetResource ? Number((await scaleSetResource.create(fleet.config)).Data?.[LOCAL_SCALE_SET.pool]) : undefined;
+    /** The loopback's requests the deploy (the Create) made, and where the teardown's (the Delete) begin: neither path's. */
+    const requestsAtCreate = github.requests().length;
+    let requestsAtDelete = Infinity;
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
@@ -749,6 +752,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     await player.stop();
     // --scale-set: the stack goes away: the resource's Delete removes the scale set (its session with it).
     let scaleSetDeleteError: string | undefined;
+    requestsAtDelete = github.requests().length;
     if (scaleSetResource) await scaleSetResource.delete(fleet.config).catch((e: unknown) => (scaleSetDeleteError = (e as Error).message));
 
     // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
@@ -794,7 +798,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
     const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
     if (scaleSetDeleteError) notes.push(`the scale-set resource's Delete failed: ${scaleSetDeleteError}`);
-    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt) : undefined;
+    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }) : undefined;
     const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(scaleSet ? { scaleSet } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
@@ -810,7 +814,7 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
 }
 
 /** `--scale-set`: the proof from the loopback's and the recorder's records, and the two paths' figures. */
-function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number): NonNullable<LocalReport['scaleSet']> {
+function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number, run: { from: number; to: number }): NonNullable<LocalReport['scaleSet']> {
   const hooks = github.scaleSets;
   const ci = new Map(github.jobs().map((j) => [String(j.id), j]));
   const done = events.filter((e) => e.kind === 'job-done' && e.provider === 'github' && e.runnerName);
@@ -846,9 +850,11 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
         ...(c?.startedAt ? { startedAt: Date.parse(c.startedAt) } : {}),
       };
     }),
-    github.requests(),
+    github.requests().slice(run.from, run.to),
   );
-  return { proof, figures };
+  const all = github.requests();
+  const deploy = [...all.slice(0, run.from), ...all.slice(run.to)].filter((r) => r.credential === 'actions-service' || r.credential === 'installation' || r.credential === 'app');
+  return { proof, figures, deployRequests: deploy.length };
 }
 
 /** `--scopes`: each job's scope, pool and the scope of the runner that ran it (`org:example-partner`, `group_type:43`), and the Apps. */
