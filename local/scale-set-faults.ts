@@ -39,7 +39,7 @@ export function localScaleSetResource(endpoint: string, fleetConfigParameter: st
     },
     { step: 'initialize', name: 'local-stack-being-deleted' },
   );
-  const providers = providersOnce((config: FleetConfig) => createCiProviders(config, { ssm: clients.ssm }));
+  const providers = providersOnce((config: FleetConfig) => createCiProviders(config, { ssm: clients.ssm, metricSink: sink }));
   const handler = createScaleSetResourceHandler({
     cloudformation,
     aws: new AwsCaller({ pacer: new Pacer() }),

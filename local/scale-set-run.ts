@@ -208,6 +208,8 @@ export interface ScaleSetFigures {
     readonly longPolls: number;
     /** Runners registered through the scale set (its JIT configs). */
     readonly runners: number;
+    /** The Actions service's requests by what they are for: each comes with time (polls, a listener invocation's lookups), a message or a runner. */
+    readonly actionsServiceByKind: Readonly<Record<string, number>>;
   };
   readonly webhook: PathFigures;
   /** Requests of neither path alone: installation tokens, the sweep's runner lists and deletes. */
@@ -232,6 +234,7 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
   let actionsService = 0;
   let longPolls = 0;
   let scaleSetRunners = 0;
+  const byKind: Record<string, number> = {};
   for (const r of requests) {
     const path = requestPath(r);
     if (path === undefined) continue;
@@ -240,6 +243,8 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
       actionsService++;
       if (/\/generatejitconfig$/.test(r.path)) scaleSetRunners++;
       if (r.method === 'GET' && /\/messages$/.test(r.path)) longPolls++;
+      const kind = actionsServiceKind(r);
+      byKind[kind] = (byKind[kind] ?? 0) + 1;
     } else if (/\/generate-jitconfig$/.test(r.path)) jit++;
     else if (/\/registration-token$/.test(r.path)) registrationTokens++;
   }
@@ -261,11 +266,21 @@ export function scaleSetFigures(jobs: readonly FigureJob[], requests: readonly P
     };
   };
   return {
-    scaleSet: { ...of('scale-set', registrationTokens, longPolls), actionsServiceRequests: actionsService, longPolls, runners: scaleSetRunners },
+    scaleSet: { ...of('scale-set', registrationTokens, longPolls), actionsServiceRequests: actionsService, longPolls, runners: scaleSetRunners, actionsServiceByKind: byKind },
     webhook: of('webhook', jit),
     sharedRequests: counts.shared,
     restRegistrationCallsSaved: scaleSetRunners - registrationTokens,
   };
+}
+
+/** What an Actions service request is for (the report's breakdown). */
+export function actionsServiceKind(r: Pick<GitHubRequest, 'method' | 'path'>): string {
+  if (/\/messages$/.test(r.path)) return 'long poll';
+  if (/\/messages\/\d+$/.test(r.path)) return 'acknowledge';
+  if (/\/generatejitconfig$/.test(r.path)) return 'jit config';
+  if (/\/sessions(\/[^/]+)?$/.test(r.path)) return 'session';
+  if (r.path === '/actions/runner-registration') return 'admin token';
+  return 'scale set lookup';
 }
 
 /** The report's lines for the proof and the figures. */
@@ -276,7 +291,7 @@ export function formatScaleSet(p: ScaleSetProof, f: ScaleSetFigures): string[] {
     `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s)`,
     ...p.faults.map((x) => `  fault ${x.fault} (${x.moment}): ${x.at === undefined ? 'NOT injected' : `at ${x.at} s, ${x.effect ?? 'no effect seen'}`}`),
     path('scale-set path', f.scaleSet),
-    `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service, ${f.scaleSet.longPolls} of them long polls (per job: the polls aside); ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,
+    `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service (${Object.entries(f.scaleSet.actionsServiceByKind).map(([k, n]) => `${k} ${n}`).join(', ')}; per job: the long polls aside); ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,
     path('webhook path', f.webhook),
     `  shared (installation tokens, the sweep's runner lists and deletes): ${f.sharedRequests} request(s)`,
     ...p.failures.map((x) => `  ${x}`),
