@@ -78,6 +78,11 @@ export interface FaultTarget {
   /** How long the foreign holder keeps the lease (ms). */
   readonly foreignLeaseMs: number;
   readonly until: () => boolean;
+  /**
+   * The loopback holds one lost acknowledgement at a time: a fault on it waits until the one
+   * before it was spent (a DELETE of a message came after it), so each effect is its own.
+   */
+  readonly acks: { spent: Promise<void> };
 }
 
 /** A fault injected, with how its effect is read at the end. */
@@ -114,6 +119,16 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
   };
   const requestsBefore = t.github.requests().length;
   const sinceInjection = () => t.github.requests().slice(requestsBefore);
+  /** Takes the acknowledgement slot: resolves once the previous ack fault was spent; `armed` marks this one's arming. */
+  const ackSlot = async (): Promise<(armedAt: number) => void> => {
+    const before = t.acks.spent;
+    let release!: () => void;
+    t.acks.spent = new Promise((r) => (release = r));
+    await before;
+    return (armedAt) => {
+      void until(t, () => t.github.requests().slice(armedAt).some((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path))).then(() => release());
+    };
+  };
   /** Retries a hook that needs a session until one is open when it is called. */
   const withSession = async (act: () => void): Promise<boolean> => {
     for (;;) {
@@ -175,12 +190,14 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       return injection;
     }
     case 'message-redelivered': {
+      const armed = await ackSlot();
       const deliveredBefore = hooks.delivered().length;
       // Both of the client's attempts lost before they applied: the first at the door, the second by the service.
       const ok = await withSession(() => {
         hooks.dropNextAck(t.scaleSetId, 'before');
         t.github.failNext({ method: 'DELETE', path: /\/sessions\/[^/]+\/messages\/\d+$/ }, 503, 1);
       });
+      armed(t.github.requests().length);
       if (!ok) return injection;
       stamp();
       injection.observe = () => {
@@ -190,10 +207,14 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       return injection;
     }
     case 'ack-lost-after-applied': {
-      if (!(await withSession(() => hooks.dropNextAck(t.scaleSetId, 'after')))) return injection;
+      const armed = await ackSlot();
+      const from = t.github.requests().length;
+      const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'after'));
+      armed(from);
+      if (!ok) return injection;
       stamp();
       injection.observe = () => {
-        const deletes = sinceInjection().filter((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path));
+        const deletes = t.github.requests().slice(from).filter((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path));
         const lost = deletes.findIndex((r) => r.status === 503);
         return lost >= 0 ? `an acknowledgement answered 503 after it was applied; asked again: ${deletes[lost + 1]?.status ?? 'not'}` : undefined;
       };

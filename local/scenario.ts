@@ -604,6 +604,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           startedAt,
           foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
           until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,
+          acks: { spent: Promise.resolve() },
         };
         const at = (moment: FaultMoment) => {
           for (const f of planned.filter((x) => x.moment === moment)) injections.push(inject(target, f, Math.ceil(f.delayMs * factor)));
