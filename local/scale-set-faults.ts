@@ -166,7 +166,12 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       const holder = listenerHolds();
       const extra = t.lambdas.invokeListener()!;
       stamp();
-      injection.observe = () => (extra.outcome ? `${extra.id} started while ${holder} held the lease: ${Object.entries(extra.outcome).map(([p, o]) => `${p} ${o}`).join(', ')}` : undefined);
+      injection.observe = () => {
+        const took = leases.holdings.find((h) => h.holder === extra.id);
+        const ended = extra.outcome ? `ended ${Object.entries(extra.outcome).map(([p, o]) => `${p} ${o}`).join(', ')}` : extra.killed ? 'was killed later' : undefined;
+        if (!took && !ended) return undefined;
+        return `${extra.id} started while ${holder} held the lease${took ? `, took it ${((took.acquiredAt - extra.startedAt) / 1000).toFixed(1)} s later (at the hand-over)` : ''}${ended ? `, ${ended}` : ''}`;
+      };
       return injection;
     }
     case 'foreign-lease': {

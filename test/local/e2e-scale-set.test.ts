@@ -42,7 +42,7 @@ describe('runner scale sets in the sandbox', () => {
     expect(proof.failures, why).toEqual([]);
     expect(proof).toMatchObject({ passed: true, jobs: { sent: JOBS, assigned: JOBS, done: JOBS }, sessions: { maxActive: 1, maxConcurrentPolls: 1 }, lease: { maxHolders: 1 }, afterDelete: { scaleSets: 0, sessions: 0 } });
     // Every fault the seed plans was injected and showed its effect.
-    expect(proof.faults.map((f) => f.fault)).toEqual(planScaleSetFaults(seed).map((f) => f.fault));
+    expect(proof.faults.map((f) => f.fault).sort()).toEqual(planScaleSetFaults(seed).map((f) => f.fault).sort());
     for (const f of proof.faults) expect(f.effect, `${f.fault}: ${why}`).toBeDefined();
     // Each path served its own jobs, the first of each on its pool's parked instance.
     expect(figures.scaleSet).toMatchObject({ jobs: JOBS, runners: JOBS });
