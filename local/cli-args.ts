@@ -25,7 +25,8 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   and the lost-job faults: ${Math.round(FAULT_SHARES.dropped * 100)}% of the job deliveries dropped before the webhook, ${Math.round(FAULT_SHARES.failed * 100)}% answered 5xx,
                   a GitHub runner that takes another job's job, one that dies before taking any, a cancelled GitLab job,
                   and GitHub's busy: false mid-job (needs --jobs ${minimumJobs()} or more)
-  --seed N        the lost-job faults' plan, 0 to ${ARG_LIMITS.seed} (default ${DEFAULT_FAULT_SEED}): the same seed, the same faults
+  --seed N        the lost-job faults' plan (with --faults) or the scale set's (with --scale-set), 0 to ${ARG_LIMITS.seed}
+                  (default ${DEFAULT_FAULT_SEED}; --scale-set: 1): the same seed, the same faults
   --faults tampered-download
                   every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
                   fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)

@@ -100,6 +100,8 @@ export interface Leftovers {
   readonly registrations: readonly { provider: string; id: string; name: string }[];
   /** Runner users the played machines' images or install steps made on this host, not removed. */
   readonly users: readonly string[];
+  /** `--scale-set`: scale sets and open sessions still at the loopback GitHub after the scale-set resource's Delete. */
+  readonly scaleSets?: readonly string[];
 }
 
 /**
@@ -611,7 +613,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
   const d = report.leftoverDetail;
   lines.push(
-    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length})`,
+    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length}${d.scaleSets ? `, scale sets and sessions after the Delete ${d.scaleSets.length}` : ''})`,
   );
   for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
   for (const p of d.parameters) lines.push(`  parameter ${p}`);

@@ -801,7 +801,10 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
     if (scaleSetDeleteError) notes.push(`the scale-set resource's Delete failed: ${scaleSetDeleteError}`);
     const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }) : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(scaleSet ? { scaleSet } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    // --scale-set: the scale set and its session must be gone after the Delete: counted as leftovers too.
+    const afterDelete = scaleSetId !== undefined ? github.scaleSets.list().flatMap((x) => [`scale set ${x.id} ${x.name}`, ...(x.session ? [`session ${x.session.id} of scale set ${x.id}`] : [])]) : undefined;
+    const counted = afterDelete ? { leftovers: base.leftovers + afterDelete.length, leftoverDetail: { ...base.leftoverDetail, scaleSets: afterDelete } } : {};
+    const report: LocalReport = { ...base, ...counted, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(scaleSet ? { scaleSet } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
