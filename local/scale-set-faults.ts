@@ -80,7 +80,7 @@ export interface FaultTarget {
   readonly until: () => boolean;
   /**
    * The loopback holds one lost acknowledgement at a time: a fault on it waits until the one
-   * before it was spent (a DELETE of a message came after it), so each effect is its own.
+   * before it was spent (an acknowledgement went through after it), so each effect is its own.
    */
   readonly acks: { spent: Promise<void> };
 }
@@ -126,7 +126,9 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
     t.acks.spent = new Promise((r) => (release = r));
     await before;
     return (armedAt) => {
-      void until(t, () => t.github.requests().slice(armedAt).some((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path))).then(() => release());
+      // Spent once an acknowledgement after it went through: the client's second attempt of the
+      // one it hit, or the next message's (a lost one is asked again at once, and must not meet the next fault).
+      void until(t, () => t.github.requests().slice(armedAt).some((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path) && r.status !== undefined && r.status < 300)).then(() => release());
     };
   };
   /** Retries a hook that needs a session until one is open when it is called. */
