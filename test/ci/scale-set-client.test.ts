@@ -172,6 +172,48 @@ describe('scale-set client against the loopback GitHub', () => {
     await rejection(client.refreshSession(id, session.sessionId), SessionGoneError);
   });
 
+  it.each([400, 403, 404, 410])('a refresh refused with %i is a SessionGoneError (the source names no status for an expired session)', async (status) => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.failNext({ method: 'PATCH', path: /\/sessions\/[0-9a-f-]+$/ }, status);
+    await rejection(client.refreshSession(id, session.sessionId), SessionGoneError);
+  });
+
+  it.each([
+    ['429', 429, 1],
+    ['a 5xx twice', 503, 2],
+    ['401 twice (the admin token exchanged again in between)', 401, 2],
+  ])('a refresh answered %s is an error, not a gone session', async (_, status, times) => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.failNext({ method: 'PATCH', path: /\/sessions\/[0-9a-f-]+$/ }, status, times);
+    const e = await rejection(client.refreshSession(id, session.sessionId), ScaleSetApiError);
+    expect(e.status).toBe(status);
+  });
+
+  it('a repeated DELETE of a message whose first answer was lost takes a 404 as done', async () => {
+    let deletes = 0;
+    const lossy: typeof fetch = async (input, init) => {
+      if (init?.method === 'DELETE' && /\/messages\/\d+$/.test(String(input))) {
+        deletes++;
+        // The first lands and its answer is lost; the second finds the message gone.
+        if (deletes === 1) {
+          await fetch(input, init);
+          throw new TypeError('fetch failed');
+        }
+        return new Response(JSON.stringify({ typeName: 'MessageNotFoundException', message: 'gone' }), { status: 404 });
+      }
+      return fetch(input, init);
+    };
+    const client = api('linux', lossy);
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    await client.deleteMessage(session, 1);
+    expect(deletes).toBe(2);
+  });
+
   it('long-polls: undefined after the hold (202); an abort ends the poll with undefined', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
@@ -333,11 +375,16 @@ describe('message parsing and configuration URLs', () => {
     });
   });
 
+  it('statistics need only totalAssignedJobs: the other counts default to 0, as Go decodes an absent field', () => {
+    expect(parseMessage(msg({ statistics: { totalAssignedJobs: 3 } })).statistics).toEqual({ ...Object.fromEntries(Object.keys(stats).map((k) => [k, 0])), totalAssignedJobs: 3 });
+  });
+
   it('anything but the documented shape is a clear error', () => {
     expect(() => parseMessage('<html>')).toThrow(ScaleSetMessageError);
     expect(() => parseMessage(msg({ messageType: 'Other' }))).toThrow(/message type "Other"/);
     expect(() => parseMessage(msg({ statistics: { ...stats, totalAssignedJobs: -1 } }))).toThrow(/totalAssignedJobs/);
     expect(() => parseMessage(msg({ statistics: undefined }))).toThrow(/no statistics/);
+    expect(() => parseMessage(msg({ statistics: { totalIdleRunners: 1 } }))).toThrow(/totalAssignedJobs/);
     expect(() => parseMessage(msg({ body: '{}' }))).toThrow(/not an array/);
     expect(() => parseMessage(msg({ body: 'nope' }))).toThrow(/body is not JSON/);
     expect(() => parseMessage(msg({ body: JSON.stringify([{ messageType: 'JobStarted', jobId: 'a' }]) }))).toThrow(/lacks runnerName/);
