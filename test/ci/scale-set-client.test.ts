@@ -256,7 +256,7 @@ describe('scale-set client against the loopback GitHub', () => {
     const job = gh.addJob(`${ORG}/app`, ['arc-linux']);
     let session: ScaleSetSession = await client.createSession(id, 'poller');
     const jit = await client.generateJitConfig(id, 'sst-linux-i-0abc');
-    expect(session.statistics.totalAssignedJobs).toBe(1);
+    expect(session.statistics?.totalAssignedJobs).toBe(1);
     expect(await runFake(jit.encodedJitConfig)).toBe(0);
     expect(gh.jobs().find((j) => j.id === job.id)).toMatchObject({ status: 'completed', conclusion: 'success', runnerName: 'sst-linux-i-0abc' });
     const seen: ScaleSetMessage[] = [];
@@ -277,7 +277,7 @@ describe('scale-set client against the loopback GitHub', () => {
     await client.generateJitConfig(id, 'sst-linux-i-0def');
     await rejection(client.generateJitConfig(id, 'sst-linux-i-0def'), ScaleSetApiError);
     session = await client.refreshSession(id, session.sessionId);
-    expect(session.statistics.totalRegisteredRunners).toBe(1);
+    expect(session.statistics?.totalRegisteredRunners).toBe(1);
   });
 });
 
