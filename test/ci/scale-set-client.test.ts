@@ -250,6 +250,36 @@ describe('scale-set client against the loopback GitHub', () => {
     expect(await client.getMessage(session, first.messageId, 5)).toBeUndefined();
   });
 
+  it('a message delivered again carries the statistics it was made with; a refresh answers the fresh reading', async () => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    let session = await client.createSession(id, 'poller');
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    const first = (await client.getMessage(session, 0, 5))!;
+    expect(first.statistics.totalAssignedJobs).toBe(1);
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    // Not acknowledged: delivered again as it was made, though a second job is assigned now.
+    const again = (await client.getMessage(session, 0, 5))!;
+    expect(again.messageId).toBe(first.messageId);
+    expect(again.statistics.totalAssignedJobs).toBe(1);
+    session = await client.refreshSession(id, session.sessionId);
+    expect(session.statistics?.totalAssignedJobs).toBe(2);
+  });
+
+  it('dropNextAck with a count: one lost answer is absorbed by the client asking again; two reach the caller', async () => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    const m = (await client.getMessage(session, 0, 5))!;
+    gh.scaleSets.dropNextAck(id, 'before', 2);
+    await rejection(client.deleteMessage(session, m.messageId), ScaleSetApiError);
+    expect((await client.getMessage(session, 0, 5))?.messageId).toBe(m.messageId);
+    gh.scaleSets.dropNextAck(id, 'before');
+    await client.deleteMessage(session, m.messageId);
+    expect(await client.getMessage(session, m.messageId, 5)).toBeUndefined();
+  });
+
   it('a runner started with the scale set JIT config takes the assigned job: job-started and job-completed messages follow', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
