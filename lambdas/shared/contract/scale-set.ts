@@ -6,9 +6,11 @@
  */
 
 /**
- * A scale set's statistics as each session and each message carries them (`types.go`,
- * `RunnerScaleSetStatistic`). `totalAssignedJobs` counts the jobs GitHub has assigned to the
- * scale set and not yet completed: running ones included.
+ * A scale set's statistics as each message (and a session's answer, when it has them) carries
+ * them (`types.go` `RunnerScaleSetStatistic` declares the fields). `totalAssignedJobs` counts the
+ * jobs GitHub has assigned to the scale set and not yet completed, running ones included: the
+ * meaning the example autoscaler gives it (`examples/dockerscaleset/scaler.go`
+ * `HandleDesiredRunnerCount` compares it with its idle plus busy runners).
  */
 export interface ScaleSetStatistics {
   readonly totalAvailableJobs: number;
