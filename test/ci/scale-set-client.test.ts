@@ -193,6 +193,20 @@ describe('scale-set client against the loopback GitHub', () => {
     expect(e.status).toBe(status);
   });
 
+  it('a session answer without statistics is a session all the same (types.go: a pointer)', async () => {
+    const stripping: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (!/\/sessions(\/|\?|$)/.test(String(input)) || res.status !== 200) return res;
+      const { statistics: _dropped, ...rest } = (await res.json()) as Record<string, unknown>;
+      return new Response(JSON.stringify(rest), { status: 200 });
+    };
+    const client = api('linux', stripping);
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    expect(session.sessionId).toBeTruthy();
+    expect(session.statistics).toBeUndefined();
+  });
+
   it('a repeated DELETE of a message whose first answer was lost takes a 404 as done', async () => {
     let deletes = 0;
     const lossy: typeof fetch = async (input, init) => {
