@@ -88,11 +88,14 @@ export interface LoopbackScaleSets {
   /** Fault: the active session's queue token expires now (GetMessage/DeleteMessage answer 401 until a refresh). */
   expireQueueToken(scaleSetId: number): void;
   /**
-   * Fault: the next DeleteMessage of the scale set answers 503. `after`: the message was deleted
-   * first (the acknowledgement took, its answer was lost); `before`: it was not (the message is
-   * delivered again).
+   * Fault: the next `count` (default 1) DeleteMessage calls of the scale set answer 503.
+   * `after`: the message was deleted first (the acknowledgement took, its answer was lost);
+   * `before`: it was not (the message is delivered again). The client asks once more after a
+   * lost answer, so a lost acknowledgement reaches the listener only with a count of 2 or more.
    */
-  dropNextAck(scaleSetId: number, when: 'before' | 'after'): void;
+  dropNextAck(scaleSetId: number, when: 'before' | 'after', count?: number): void;
+  /** The most GetMessage polls of the scale set in flight at once (any session): 1 when one poller at a time held it. */
+  peakPolls(scaleSetId: number): number;
   /** Fault: another owner holds a session of the scale set (the next create is 409 until it expires or is deleted). */
   holdSession(scaleSetId: number, owner: string): void;
 }
@@ -108,6 +111,12 @@ interface JobEvent {
 interface Message {
   readonly id: number;
   readonly events: readonly JobEvent[];
+  /**
+   * The statistics when the message was made: a message delivered again carries these, not
+   * fresh ones (the source does not say a redelivery's statistics are recomputed; the session's
+   * answer to a create or refresh is the fresh reading).
+   */
+  readonly statistics: Record<string, number>;
   delivered: boolean;
 }
 
@@ -121,7 +130,7 @@ interface Session {
   maxCapacity?: number;
   pending: JobEvent[];
   unacked: Message[];
-  dropAck?: 'before' | 'after';
+  dropAck?: { readonly when: 'before' | 'after'; left: number };
   wake: Set<() => void>;
 }
 
@@ -136,6 +145,9 @@ interface ScaleSetState {
   session?: Session;
   nextMessageId: number;
   readonly assigned: number[];
+  /** GetMessage polls in flight now, and the most at once. */
+  polls: number;
+  peakPolls: number;
 }
 
 export interface ScaleSetService {
@@ -423,6 +435,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       createdOn: new Date(host.now()).toISOString(),
       nextMessageId: 1,
       assigned: [],
+      polls: 0,
+      peakPolls: 0,
     };
     scaleSets.set(s.id, s);
     assignQueued();
@@ -468,8 +482,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     if (bearer !== session.token || session.tokenExpiresAt <= host.now()) return { status: 401, headers: { 'content-type': 'text/plain' }, body: 'The message queue token has expired' };
     if (req.method === 'DELETE' && messageId !== undefined) {
       if (req.headers['content-type'] !== undefined && !/json/i.test(req.headers['content-type'])) return exception(415, 'UnsupportedMediaTypeException', 'content-type must be JSON');
-      const drop = session.dropAck;
-      delete session.dropAck;
+      const drop = session.dropAck?.when;
+      if (session.dropAck && --session.dropAck.left <= 0) delete session.dropAck;
       if (drop === 'before') return exception(503, 'ServiceUnavailableException', 'injected: acknowledgement lost before it was applied');
       session.unacked = session.unacked.filter((m) => m.id !== messageId);
       if (drop === 'after') return exception(503, 'ServiceUnavailableException', 'injected: acknowledgement applied, answer lost');
@@ -491,14 +505,17 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     // oldest after it that was not deleted is delivered again.
     session.unacked = session.unacked.filter((m) => m.id > last);
     const ready = () => next(s, session);
+    s.peakPolls = Math.max(s.peakPolls, s.polls + 1);
     const now = ready();
     if (now) return now;
     session.polling++;
+    s.polls++;
     return new Promise<HttpAnswer>((resolve) => {
       const done = () => {
         clearTimeout(timer);
         session.wake.delete(wake);
         session.polling--;
+        s.polls--;
         session.lastPoll = host.now();
         resolve(s.session === session ? (ready() ?? { status: 202 }) : exception(404, 'TaskAgentSessionExpiredException', `session ${sessionId} not found`));
       };
@@ -513,14 +530,14 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     let message = session.unacked[0];
     const redelivery = message?.delivered === true;
     if (!message && session.pending.length > 0) {
-      message = { id: s.nextMessageId++, events: session.pending, delivered: false };
+      message = { id: s.nextMessageId++, events: session.pending, statistics: statistics(s), delivered: false };
       session.pending = [];
       session.unacked.push(message);
     }
     if (!message) return undefined;
     message.delivered = true;
     delivered.push({ scaleSetId: s.id, messageId: message.id, redelivery });
-    return { status: 200, body: { messageId: message.id, messageType: MESSAGE_TYPE, body: JSON.stringify(message.events), statistics: statistics(s) } };
+    return { status: 200, body: { messageId: message.id, messageType: MESSAGE_TYPE, body: JSON.stringify(message.events), statistics: message.statistics } };
   }
 
   const live = (id: number) => {
@@ -571,11 +588,12 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         const session = live(id).session;
         if (session) session.tokenExpiresAt = 0;
       },
-      dropNextAck(id, when) {
+      dropNextAck(id, when, count = 1) {
         const session = live(id).session;
         if (!session) throw new Error(`scale set ${id} has no session`);
-        session.dropAck = when;
+        session.dropAck = { when, left: count };
       },
+      peakPolls: (id) => live(id).peakPolls,
       holdSession(id, owner) {
         const s = live(id);
         if (s.session) throw new Error(`scale set ${id} already has a session`);
