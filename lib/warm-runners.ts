@@ -28,6 +28,7 @@ import {
   RUNNER_PIN_WARN_DAYS,
   RUNNER_RELEASE_ALARM_HOURS,
   RUNNER_VERSION_LATEST,
+  SCALE_UP_TIMEOUT_SECONDS,
   ssmPaths,
   tagKeys,
   type FleetConfig,
@@ -410,7 +411,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
       handler: BundledHandler.SCALE_UP,
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
-      timeout: Duration.seconds(60),
+      // The scale-set listener waits on a demand's invocation longer than this (contract scale-set.ts).
+      timeout: Duration.seconds(SCALE_UP_TIMEOUT_SECONDS),
       memorySize: FUNCTION_MEMORY_MB['scale-up'],
       environment: {
         ...environment,
