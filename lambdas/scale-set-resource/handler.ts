@@ -72,9 +72,10 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
   };
 }
 
+/** No labels besides the name (ScaleSetEntry): an existing scale set that has others is updated to the name alone. */
 async function ensure(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger): Promise<number> {
   const api = await deps.scaleSetApiFor(config, scopeOf(entry));
-  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: entry.labels }));
+  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: [] }));
   log.info('scale set ensured', { pool: entry.pool, scaleSet: entry.name, runnerGroup: entry.runnerGroup, scaleSetId: id });
   return id;
 }

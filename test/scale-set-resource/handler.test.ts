@@ -8,6 +8,7 @@ import { installationCallerOf, scaleSetApiAt } from '../../lambdas/ci/scale-set'
 import { createScaleSetResourceHandler, SCALE_SET_RESOURCE_ID, type ScaleSetApiFactory } from '../../lambdas/scale-set-resource/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
 import { buildFleetConfig, Provider, scaleSetEntries, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { matchJobPool } from '../../lambdas/shared/match-pool';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { awsError } from '../support/fake-aws';
 import { Lines } from '../support/fixtures';
@@ -129,14 +130,40 @@ afterAll(() => {
 const BOTH = [`${ORG}/app arc-app`, `org:${ORG} arc-linux`];
 
 describe('scale-set resource: Create and Update', () => {
-  it('Create makes each pool its scale set at its scope, with its labels, and answers their ids', async () => {
+  it('Create makes each pool its scale set at its scope, its name its only label, and answers their ids', async () => {
     const answer = await handler()(create(current));
     expect(held()).toEqual(BOTH);
     const sets = gh.scaleSets.list();
     const linux = sets.find((s) => s.name === 'arc-linux')!;
-    expect(linux.labels).toEqual(['arc-linux', 'linux', 'x64']);
+    expect(linux.labels).toEqual(['arc-linux']);
     expect(answer).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID, Data: { linux: String(linux.id), app: String(sets.find((s) => s.name === 'arc-app')!.id) } });
     expect(stackReads).toBe(0);
+  });
+
+  it('the scale set carries its name as its only label: no job reaches both the scale set and a webhook pool (hooks [linux], ss [linux, x64] named fast)', async () => {
+    current = fleet([
+      { name: 'ss', scaleSetName: 'fast', labels: ['linux', 'x64'] },
+      { name: 'hooks', labels: ['linux'] },
+    ]);
+    await handler()(create(current));
+    expect(gh.scaleSets.list().map((s) => s.labels)).toEqual([['fast']]);
+    const asks = [['self-hosted', 'linux'], ['linux'], ['self-hosted', 'linux', 'x64'], ['linux', 'x64'], ['fast'], ['self-hosted', 'fast'], ['FAST'], ['fast', 'linux']];
+    const jobs = asks.map((labels) => gh.addJob(`${ORG}/app`, labels));
+    await fetch(`${gh.url}/`).catch(() => undefined); // the loopback assigns queued jobs on its next request
+    const paths = jobs.map((j) => {
+      const webhook = matchJobPool(current, Provider.GITHUB, ORG, 'app', j.labels);
+      return `${j.labels.join(',')}: ${[gh.scaleSets.assignedTo(j.id) !== undefined ? 'scale set' : '', webhook.pool?.name ?? ''].filter(Boolean).join(' + ') || 'none'}`;
+    });
+    expect(paths).toEqual([
+      'self-hosted,linux: hooks',
+      'linux: hooks',
+      'self-hosted,linux,x64: none',
+      'linux,x64: none',
+      'fast: scale set',
+      'self-hosted,fast: scale set',
+      'FAST: scale set',
+      'fast,linux: none',
+    ]);
   });
 
   it('a repeated Create (a retried event) creates nothing twice and answers the same ids', async () => {
@@ -164,16 +191,20 @@ describe('scale-set resource: Create and Update', () => {
     expect(stackReads).toBe(0);
   });
 
-  it('Update that makes a pool a webhook pool deletes its scale set; labels changed are updated in place', async () => {
+  it('Update that makes a pool a webhook pool deletes its scale set; one carrying other labels (made before) is updated in place to its name alone', async () => {
     const before = fleetA();
     await handler()(create(before));
-    const id = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!.id;
+    const linux = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!;
+    // As an earlier version made it: the pool's labels besides the name.
+    const api = await scaleSetApiFor(before, { organization: ORG });
+    await api.ensureScaleSet({ name: 'arc-linux', runnerGroup: 'Default', labels: ['linux', 'x64'] });
+    expect(gh.scaleSets.list().find((s) => s.id === linux.id)!.labels).toEqual(['arc-linux', 'linux', 'x64']);
     current = fleet([
       { name: 'linux', scaleSetName: 'arc-linux', labels: ['linux', 'arm64'] },
       { name: 'app', repositories: [`${ORG}/app`] },
     ]);
     await handler()(update(before, current));
-    expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id, name: 'arc-linux', labels: ['arc-linux', 'linux', 'arm64'] }]);
+    expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id: linux.id, name: 'arc-linux', labels: ['arc-linux'] }]);
   });
 
   it('Update moving a scale set to another runner group or scope makes it there and deletes it where it was', async () => {
