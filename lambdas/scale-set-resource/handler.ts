@@ -1,7 +1,8 @@
 import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import { GetParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { errorName, READ, type AwsCaller } from '../shared/aws-call';
-import { scaleSetEntries, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
+import { scaleSetEntries, ssmPaths, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
 import { deleteVerdict } from '../drain/delete-cause';
 import { createLogger, type Logger, type Sink } from '../shared/log';
 
@@ -11,6 +12,8 @@ export type ScaleSetApiFactory = (config: FleetConfig, scope: ScaleSetScope) => 
 export interface ScaleSetResourceDeps {
   readonly cloudformation: CloudFormationClient;
   readonly aws: AwsCaller;
+  /** Reads whether the App key parameters exist (never their values). */
+  readonly ssm: SSMClient;
   readonly loadConfig: () => Promise<FleetConfig>;
   readonly scaleSetApiFor: ScaleSetApiFactory;
   readonly sink?: Sink;
@@ -52,6 +55,7 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
     const wanted = entriesOf(event.ResourceProperties);
     if (event.RequestType === 'Create' || event.RequestType === 'Update') {
       const config = await deps.loadConfig();
+      if (wanted.length > 0) await requireAppKeys(deps, config);
       const ids: Record<string, string> = {};
       for (const entry of wanted) ids[entry.pool] = String(await ensure(deps, config, entry, log));
       if (event.RequestType === 'Update') {
@@ -70,6 +74,30 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
     }
     return { PhysicalResourceId: event.PhysicalResourceId };
   };
+}
+
+/**
+ * Every scale-set call is signed with a GitHub App key, so a fleet with a scale set needs its
+ * key parameters before its first deploy (docs/operations.md). A missing one fails the event
+ * with its name and the command that puts it, before any call to GitHub; the check reads the
+ * parameter undecrypted (its existence, never its value). Every App's key is checked: the
+ * client may sign with any of them later.
+ */
+async function requireAppKeys(deps: ScaleSetResourceDeps, config: FleetConfig): Promise<void> {
+  const paths = ssmPaths(config.prefix);
+  const names = [config.parameters.github.appPrivateKey, ...(config.github?.additionalAppIds ?? []).map((id) => paths.githubAppPrivateKey(id))];
+  for (const name of names) {
+    try {
+      await deps.aws.send(deps.ssm, new GetParameterCommand({ Name: name, WithDecryption: false }), READ);
+    } catch (error) {
+      if (errorName(error) !== 'ParameterNotFound') throw error;
+      throw new Error(
+        `SSM parameter ${name} does not exist: a fleet with a runner scale set needs its GitHub App key before the first deploy, since the deploy creates the scale sets at GitHub. ` +
+          `Put it, then deploy again: aws ssm put-parameter --type SecureString --name ${name} --value file://<app-private-key>.pem`,
+        { cause: error },
+      );
+    }
+  }
 }
 
 /** No labels besides the name (ScaleSetEntry): an existing scale set that has others is updated to the name alone. */

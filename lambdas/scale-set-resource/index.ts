@@ -22,6 +22,7 @@ const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
 export const handler = createScaleSetResourceHandler({
   cloudformation: new CloudFormationClient(PRODUCTION_CLIENT_OPTIONS),
   aws: new AwsCaller({ pacer: new Pacer() }),
+  ssm: clients.ssm,
   loadConfig: () => loadFleetConfig(clients.ssm),
   scaleSetApiFor,
 });

@@ -1,5 +1,5 @@
 import { CloudFormationClient, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
-import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, ParameterNotFound, SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -81,6 +81,7 @@ function handler() {
   return createScaleSetResourceHandler({
     cloudformation: new CloudFormationClient({ region: 'eu-west-1' }),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
+    ssm: new SSMClient({ region: 'eu-west-1' }),
     loadConfig: async () => current,
     scaleSetApiFor,
     sink: lines.sink,
@@ -245,6 +246,26 @@ describe('scale-set resource: Create and Update', () => {
     expect(held()).toEqual([]);
     await handler()(create(current));
     expect(held()).toEqual(BOTH);
+  });
+
+  it("a missing App key parameter fails the Create naming the parameter and the put-parameter command, before any GitHub call", async () => {
+    const name = ssmPaths(PREFIX).github.appPrivateKey;
+    ssm.on(GetParameterCommand, { Name: name }).rejects(new ParameterNotFound({ message: `Parameter ${name} not found.`, $metadata: {} }));
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toContain(`SSM parameter ${name} does not exist`);
+    expect(e.message).toContain(`aws ssm put-parameter --type SecureString --name ${name} --value file://`);
+    expect(e.message).toMatch(/before the first deploy/);
+    expect(held()).toEqual([]);
+    expect(gh.requests()).toEqual([]);
+  });
+
+  it("a second App's missing key parameter is named too", async () => {
+    const second = ssmPaths(PREFIX).githubAppPrivateKey('777');
+    current = { ...current, github: { ...current.github!, additionalAppIds: ['777'] } };
+    ssm.on(GetParameterCommand, { Name: second }).rejects(new ParameterNotFound({ message: 'not found', $metadata: {} }));
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toContain(`SSM parameter ${second} does not exist`);
+    expect(held()).toEqual([]);
   });
 
   it('a runner group that does not exist fails the event naming the pool, the scale set and the group', async () => {
