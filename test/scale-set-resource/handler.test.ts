@@ -1,25 +1,33 @@
 import { CloudFormationClient, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
 import { GetParameterCommand, ParameterNotFound, SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { GetItemCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders } from '../../lambdas/ci';
 import { installationCallerOf, scaleSetApiAt } from '../../lambdas/ci/scale-set';
 import { createScaleSetResourceHandler, SCALE_SET_RESOURCE_ID, type ScaleSetApiFactory } from '../../lambdas/scale-set-resource/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, Provider, scaleSetEntries, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_RECORD_ATTRIBUTES, Provider, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetEntries, scaleSetLeaseKey, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
 import { matchJobPool } from '../../lambdas/shared/match-pool';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { awsError } from '../support/fake-aws';
 import { Lines } from '../support/fixtures';
+import { createJobRecordTable, motoDynamo } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 
 /**
  * The scale-set resource's onEvent against the real scale-set client and the loopback GitHub's
- * scale-set service; only CloudFormation's DescribeStacks (the Delete's stack status) is mocked.
+ * scale-set service, the listener's lease items in moto's DynamoDB; only CloudFormation's
+ * DescribeStacks (the Delete's stack status) and SSM's App key are mocked.
  */
 const PREFIX = 'ssr';
 const ORG = 'acme';
 const STACK = 'arn:aws:cloudformation:eu-west-1:111111111111:stack/Example/1';
+const TABLE = 'job-records';
+const { moto } = motoForFile(async (m) => {
+  await createJobRecordTable(m.dynamo, TABLE);
+});
 const ssm = mockClient(SSMClient);
 const cloudformation = mockClient(CloudFormationClient);
 
@@ -82,6 +90,8 @@ function handler() {
     cloudformation: new CloudFormationClient({ region: 'eu-west-1' }),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
     ssm: new SSMClient({ region: 'eu-west-1' }),
+    dynamodb: motoDynamo(moto.endpoint),
+    tableName: TABLE,
     loadConfig: async () => current,
     scaleSetApiFor,
     sink: lines.sink,
@@ -94,6 +104,30 @@ function held(): string[] {
     .list()
     .map((s) => `${s.scope} ${s.name}`)
     .sort();
+}
+
+const leaseKey = (pool: string) => ({ [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(pool) } });
+
+/** The lease item as the listener leaves it between invocations (lambdas/scale-set-listener/lease.ts): released, its session kept. */
+async function putLease(pool: string, scaleSetId: number, sessionId: string): Promise<void> {
+  await motoDynamo(moto.endpoint).send(
+    new PutItemCommand({
+      TableName: TABLE,
+      Item: { ...leaseKey(pool), [A.expiresAt]: { N: '0' }, [A.sessionId]: { S: sessionId }, [A.scaleSetId]: { N: String(scaleSetId) }, [A.lastMessageId]: { N: '3' } },
+    }),
+  );
+}
+
+async function leaseOf(pool: string): Promise<Record<string, unknown> | undefined> {
+  return (await motoDynamo(moto.endpoint).send(new GetItemCommand({ TableName: TABLE, Key: leaseKey(pool), ConsistentRead: true }))).Item;
+}
+
+/** Opens a session on the scale set as the listener does, and records it in the pool's lease. */
+async function listen(pool: string, scaleSetName: string, scope = { organization: ORG } as { organization?: string; repository?: string }): Promise<{ scaleSetId: number; sessionId: string }> {
+  const scaleSetId = gh.scaleSets.list().find((x) => x.name === scaleSetName)!.id;
+  const session = await (await scaleSetApiFor(current, scope)).createSession(scaleSetId, 'listener');
+  await putLease(pool, scaleSetId, session.sessionId);
+  return { scaleSetId, sessionId: session.sessionId };
 }
 
 async function rejection(p: Promise<unknown>): Promise<Error> {
@@ -208,6 +242,40 @@ describe('scale-set resource: Create and Update', () => {
     expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id: linux.id, name: 'arc-linux', labels: ['arc-linux'] }]);
   });
 
+  it("Update removing a scale set ends its session and removes its lease; a renamed pool whose scale set stays has its old lease ended too", async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    const linux = await listen('linux', 'arc-linux');
+    const app = await listen('app', 'arc-app', { repository: `${ORG}/app` });
+    current = fleet([
+      { name: 'linux-2', scaleSetName: 'arc-linux', labels: ['linux', 'x64'] }, // the pool renamed, its scale set kept
+      { name: 'app', repositories: [`${ORG}/app`] }, // no scale set any more
+    ]);
+    await handler()(update(before, current));
+    expect(held()).toEqual([`org:${ORG} arc-linux`]);
+    expect(gh.scaleSets.list()[0]!.session).toBeUndefined();
+    const ended = gh.requests().filter((r) => r.method === 'DELETE' && /\/sessions\//.test(r.path)).map((r) => r.path.split('/').pop());
+    expect(ended.sort()).toEqual([linux.sessionId, app.sessionId].sort());
+    expect(await leaseOf('linux')).toBeUndefined();
+    expect(await leaseOf('app')).toBeUndefined();
+  });
+
+  it('a lease the listener already wrote for the pool\'s new scale set is kept, its session too', async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux-2', labels: ['linux', 'x64'] },
+      { name: 'app', scaleSetName: 'arc-app', repositories: [`${ORG}/app`] },
+      { name: 'hooks', labels: ['hooks'] },
+    ]);
+    await handler()(create(current)); // arc-linux-2 exists: the listener moved to it
+    const moved = await listen('linux', 'arc-linux-2');
+    await handler()(update(before, current));
+    expect(held()).toEqual([`${ORG}/app arc-app`, `org:${ORG} arc-linux-2`]);
+    expect((await leaseOf('linux'))?.[A.sessionId]).toEqual({ S: moved.sessionId });
+    expect(gh.scaleSets.list().find((x) => x.name === 'arc-linux-2')!.session?.id).toBe(moved.sessionId);
+  });
+
   it('Update moving a scale set to another runner group or scope makes it there and deletes it where it was', async () => {
     const before = fleetA();
     await handler()(create(before));
@@ -287,6 +355,28 @@ describe('scale-set resource: Delete', () => {
     expect(stackReads).toBe(1);
   });
 
+  it("ends the listener's session before deleting its scale set, and removes the lease item", async () => {
+    await handler()(create(current));
+    const { scaleSetId, sessionId } = await listen('linux', 'arc-linux');
+    await handler()(remove(current));
+    expect(held()).toEqual([]);
+    const deletes = gh.requests().filter((r) => r.method === 'DELETE').map((r) => r.path);
+    const sessionEnd = deletes.findIndex((p) => p.endsWith(`/runnerscalesets/${scaleSetId}/sessions/${sessionId}`));
+    const setDelete = deletes.findIndex((p) => p.endsWith(`/runnerscalesets/${scaleSetId}`));
+    expect(sessionEnd).toBeGreaterThanOrEqual(0);
+    expect(sessionEnd).toBeLessThan(setDelete);
+    expect(await leaseOf('linux')).toBeUndefined();
+  });
+
+  it('a session already gone (404) is taken as ended; the scale set and the lease go', async () => {
+    await handler()(create(current));
+    const { scaleSetId } = await listen('linux', 'arc-linux');
+    gh.scaleSets.expireSession(scaleSetId);
+    await handler()(remove(current));
+    expect(held()).toEqual([]);
+    expect(await leaseOf('linux')).toBeUndefined();
+  });
+
   it('a retried Delete (the scale sets already gone) succeeds and deletes nothing', async () => {
     await handler()(create(current));
     await handler()(remove(current));
@@ -325,7 +415,7 @@ describe('scale-set resource: Delete', () => {
     const before = gh.requests().length;
     stackFault = awsError('AccessDenied', 403);
     const e = await rejection(handler()(remove(current)));
-    expect(e.message).toMatch(/nothing was deleted/);
+    expect(e.message).toMatch(/nothing was touched/);
     expect(held()).toEqual(BOTH);
     expect(gh.requests().length).toBe(before);
   });

@@ -175,6 +175,6 @@ describe('matchPool and runner scale sets (docs/scale-set.md)', () => {
     [['self-hosted', 'fast'], 'scale-set'],
   ])('hooks and ss: %j -> %s', (labels, want) => {
     const m = matchPool(hooksAndSs, Provider.GITHUB, labels);
-    expect(m.pool?.name ?? m.reason).toBe(want);
+    expect(m.pool ? m.pool.name : m.reason).toBe(want);
   });
 });
