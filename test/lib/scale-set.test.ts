@@ -38,7 +38,11 @@ function dependsOnAll(t: Template, id: string): string[] {
     const r = all[at];
     if (!r) return;
     const refs = [...JSON.stringify(r.Properties ?? {}).matchAll(/"(?:Ref|Fn::GetAtt)":\s*\[?"([A-Za-z0-9]+)/g)].map((m) => m[1]!);
-    for (const next of [...(r.DependsOn ?? []), ...refs]) if (!seen.has(next)) (seen.add(next), visit(next));
+    for (const next of [...(r.DependsOn ?? []), ...refs]) {
+      if (seen.has(next)) continue;
+      seen.add(next);
+      visit(next);
+    }
   };
   visit(id);
   return [...seen];
