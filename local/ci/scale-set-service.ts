@@ -15,10 +15,15 @@ import { jsonObject, randomToken, type HttpAnswer, type HttpRequest } from './ht
  *   just-in-time runner configs. Every service call needs `api-version=6.0-preview` (the queue
  *   reads it from `Accept`), as the client sends it.
  *
- * The job model: a queued job in a scale set's scope whose every `runs-on` label is one of the
- * scale set's labels (its name is one) or `self-hosted`, and at least one is the scale set's,
- * is ASSIGNED to it (the lowest id when several match): no other runner takes it, and a
- * runner of the scale set takes whichever assigned job is oldest. Assignment, start and
+ * The job model: GitHub's docs ("Using Actions Runner Controller runners in a workflow") say a
+ * workflow targets a scale set by its name in `runs-on`, or by its labels given as the
+ * `runs-on` array. Modelled as GitHub matches any runner: a queued job in a scale set's scope
+ * whose every `runs-on` label is one of the scale set's labels (its name is one) or
+ * `self-hosted` (unverified for scale sets), and at least one is the scale set's, is ASSIGNED
+ * to it (the lowest id when several match): no other runner takes it, and a runner of the
+ * scale set takes whichever assigned job is oldest. The fleet's scale sets carry their name
+ * as their only label, so under this rule and under an exact-set one alike they are assigned
+ * exactly the jobs naming them (docs/scale-set.md, "Which jobs a scale set gets"). Assignment, start and
  * completion are events of the active session's queue; events while no session is open are
  * not kept for the next (the statistics in its answer make up for them).
  */
