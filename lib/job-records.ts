@@ -54,15 +54,28 @@ export class JobRecords extends Construct {
   }
 
   /**
-   * The scale-set listener's leases (contract scale-set.ts): the conditional put that takes a
-   * lease, the updates that renew it and record the session, the consistent read that resolves
-   * a lost answer, the conditional delete that gives it back; on lease keys only, never a
-   * job's record or a launch ticket.
+   * The scale-set listener's leases (contract scale-set.ts, lambdas/scale-set-listener/lease.ts):
+   * the conditional updates that take, renew, record and release a lease, and the consistent
+   * read that resolves a lost answer; on lease keys only, never a job's record or a launch
+   * ticket. No PutItem or DeleteItem: the listener never writes a whole item nor removes one.
    */
   grantScaleSetLeases(grantee: iam.IGrantable): iam.Grant {
     return iam.Grant.addToPrincipal({
       grantee,
-      actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+      resourceArns: [this.table.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${SCALE_SET_LEASE_KEY_PREFIX}*`] } },
+    });
+  }
+
+  /**
+   * The scale-set resource's clean-up of a scale set it deletes (lambdas/scale-set-resource):
+   * it reads the lease item for the session to end, and deletes the item; on lease keys only.
+   */
+  grantScaleSetLeaseCleanup(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['dynamodb:GetItem', 'dynamodb:DeleteItem'],
       resourceArns: [this.table.tableArn],
       conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${SCALE_SET_LEASE_KEY_PREFIX}*`] } },
     });

@@ -6,10 +6,11 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as ssm from 'aws-cdk-lib/aws-ssm';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
-import { scaleSetEntries, type FleetConfig } from '../lambdas/shared/contract';
+import { LAMBDA_ENV, scaleSetEntries, type FleetConfig } from '../lambdas/shared/contract';
 import { BundledFunction, BundledHandler } from './bundled-function';
 import { FUNCTION_MEMORY_MB } from './function-memory';
 import { functionNetworkOf, grantVpcAccess } from './function-network';
+import type { JobRecords } from './job-records';
 import { acknowledgeWildcard } from './nag';
 
 /** Props of a `ScaleSetResource`. */
@@ -18,6 +19,8 @@ export interface ScaleSetResourceProps {
   readonly config: FleetConfig;
   readonly environment: Record<string, string>;
   readonly configParameter: ssm.IParameter;
+  /** The fleet's table: the lease items of the scale sets it deletes (their sessions). */
+  readonly jobRecords: JobRecords;
   /** ARNs of the GitHub App private key parameters. */
   readonly appPrivateKeyArns: string[];
   readonly encryptionKey?: kms.IKey;
@@ -42,10 +45,12 @@ export class ScaleSetResource extends Construct {
       description: `Creates, updates and deletes the runner scale sets of ${props.prefix} with the stack`,
       timeout: Duration.minutes(2),
       memorySize: FUNCTION_MEMORY_MB['scale-set-resource'],
-      environment: props.environment,
+      environment: { ...props.environment, [LAMBDA_ENV.jobRecordTable]: props.jobRecords.table.tableName },
       logRetention: props.logRetention,
     });
     const fn = this.function;
+    // Before a scale set goes: the session its lease names is ended, and the lease item removed.
+    props.jobRecords.grantScaleSetLeaseCleanup(fn);
     // The App keys (the scale-set calls), the FleetConfig (the connection), and this stack's
     // status: a Delete sent by an update that replaces the resource must not delete live scale sets.
     props.configParameter.grantRead(fn);
@@ -71,9 +76,17 @@ export class ScaleSetResource extends Construct {
     this.resource = new CustomResource(this, 'Resource', {
       serviceToken: provider.serviceToken,
       resourceType: 'Custom::RunnerScaleSets',
-      // One JSON string: CloudFormation would turn numbers in nested properties into strings.
-      properties: { ScaleSets: JSON.stringify(scaleSetEntries(props.config)) },
+      properties: {
+        // One JSON string: CloudFormation would turn numbers in nested properties into strings.
+        ScaleSets: JSON.stringify(scaleSetEntries(props.config)),
+        // New at each synthesis, so every deploy sends an Update and the scale sets are ensured
+        // again: one deleted at GitHub since (by hand, or by GitHub) comes back with the next
+        // deploy, whatever else changed. The price: the resource shows in every diff.
+        DeployNonce: new Date().toISOString(),
+      },
     });
+    // The handler reads the FleetConfig parameter when it runs: CloudFormation writes it first.
+    this.resource.node.addDependency(props.configParameter);
     acknowledgeWildcard(
       onEventRole,
       `<${stack.getLogicalId(fn.node.defaultChild as lambda.CfnFunction)}.Arn>:*`,

@@ -23,11 +23,13 @@ import {
   METRIC_DIMENSIONS,
   METRIC_NAMES,
   GITHUB_APPS_LOW_FRACTION,
+  isScaleSetPool,
   needsWebhooks,
   Provider,
   RUNNER_PIN_WARN_DAYS,
   RUNNER_RELEASE_ALARM_HOURS,
   RUNNER_VERSION_LATEST,
+  SCALE_UP_TIMEOUT_SECONDS,
   ssmPaths,
   tagKeys,
   type FleetConfig,
@@ -410,7 +412,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     this.scaleUpFunction = new BundledFunction(this, 'ScaleUp', {
       handler: BundledHandler.SCALE_UP,
       description: 'Serves queued jobs: activates parked instances, else launches cold ones',
-      timeout: Duration.seconds(60),
+      // The scale-set listener waits on a demand's invocation longer than this (contract scale-set.ts).
+      timeout: Duration.seconds(SCALE_UP_TIMEOUT_SECONDS),
       memorySize: FUNCTION_MEMORY_MB['scale-up'],
       environment: {
         ...environment,
@@ -477,7 +480,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
     ];
     for (const fn of all) this.configParameter.grantRead(fn);
 
-    if (this.config.pools.some((p) => p.scaleSet)) {
+    if (this.config.pools.some(isScaleSetPool)) {
       const appKeyArns = [paths.github.appPrivateKey, ...secrets.additionalAppKeys].map(parameterArn);
       const shared = { prefix, environment: { [LAMBDA_ENV.fleetConfigParameter]: paths.fleetConfig }, configParameter: this.configParameter, appPrivateKeyArns: appKeyArns, logRetention, ...(props.encryptionKey ? { encryptionKey: props.encryptionKey } : {}) };
       const listener = new ScaleSetListener(this, 'ScaleSetListener', { ...shared, jobRecords: this.jobRecords, scaleUpFunction: this.scaleUpFunction });
@@ -485,7 +488,7 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
       // Created before the drain, which depends on every part of the fleet: CloudFormation
       // deletes the drain (every runner gone, the listener's schedule disabled) before it
       // deletes the scale sets. The listener's schedule starts once the scale sets exist.
-      const scaleSets = new ScaleSetResource(this, 'ScaleSets', { ...shared, config: this.config });
+      const scaleSets = new ScaleSetResource(this, 'ScaleSets', { ...shared, config: this.config, jobRecords: this.jobRecords });
       listener.schedule.node.addDependency(scaleSets.resource);
     }
 
@@ -683,6 +686,8 @@ export class WarmRunners extends Construct implements ec2.IConnectable, iam.IGra
         resources: [fleetInstances],
         conditions: {
           Null: { ...ownedByFleet.Null, 'aws:TagKeys': 'false' },
+          // The scale-set pools' instances only: a webhook pool's runner is none of its business.
+          StringEquals: { [`aws:ResourceTag/${tags.pool}`]: this.config.pools.filter(isScaleSetPool).map((p) => p.name) },
           'ForAllValues:StringEquals': { 'aws:TagKeys': [tags.jobStarted, tags.idleSince] },
         },
       }),

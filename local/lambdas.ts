@@ -141,7 +141,7 @@ export interface RecordedLeaseHolding {
   readonly pool: string;
   readonly holder: string;
   readonly acquiredAt: number;
-  readonly expiresAt: number;
+  expiresAt: number;
   releasedAt?: number;
 }
 
@@ -153,27 +153,41 @@ export class RecordedLeases implements ScaleSetLeases {
   readonly holdings: RecordedLeaseHolding[] = [];
   constructor(private readonly inner: ScaleSetLeases) {}
 
-  async acquire(pool: string, holder: string, expiresAt: Date, now: Date) {
-    const out = await this.inner.acquire(pool, holder, expiresAt, now);
+  async acquire(...args: Parameters<ScaleSetLeases['acquire']>) {
+    const [pool, holder] = args;
+    const out = await this.inner.acquire(...args);
     if (out.kind === 'acquired') this.holdings.push({ pool, holder, acquiredAt: Date.now(), expiresAt: out.lease.expiresAt * 1000 });
     return out;
   }
 
-  renew(...args: Parameters<ScaleSetLeases['renew']>) {
-    return this.inner.renew(...args);
+  /** A renewal moves the holding's expiry on (the item's, in whole seconds). */
+  async renew(...args: Parameters<ScaleSetLeases['renew']>) {
+    const [lease, expiresAt] = args;
+    const out = await this.inner.renew(...args);
+    const holding = this.current(lease);
+    if (holding && out === 'done') holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+    return out;
   }
 
   record(...args: Parameters<ScaleSetLeases['record']>) {
     return this.inner.record(...args);
   }
 
+  /** Given back when it was asked to be; with `holdUntil` kept until then (the item's expiry). */
   async release(...args: Parameters<ScaleSetLeases['release']>) {
-    const [lease] = args;
-    const holding = this.holdings.findLast((h) => h.pool === lease.pool && h.holder === lease.holder && h.releasedAt === undefined);
+    const [lease, , holdUntil] = args;
+    const holding = this.current(lease);
     const at = Date.now();
     const out = await this.inner.release(...args);
-    if (holding && out === 'done') holding.releasedAt = at;
+    if (holding && out === 'done') {
+      if (holdUntil === undefined) holding.releasedAt = at;
+      else holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+    }
     return out;
+  }
+
+  private current(lease: { readonly pool: string; readonly holder: string }): RecordedLeaseHolding | undefined {
+    return this.holdings.findLast((h) => h.pool === lease.pool && h.holder === lease.holder && h.releasedAt === undefined);
   }
 
   /** The holder of a pool's lease now, by the record (a killed holder holds until its expiry). */

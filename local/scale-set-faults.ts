@@ -10,7 +10,7 @@ import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import type { Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
 import type { LoopbackGitHub } from './ci/github-server';
-import { LOCAL_REGION, localClients, type LocalLambdas } from './lambdas';
+import { LOCAL_REGION, localClients, localDynamo, type LocalLambdas } from './lambdas';
 import type { InjectedFault, PlannedScaleSetFault } from './scale-set-run';
 
 /**
@@ -29,7 +29,7 @@ export const FOREIGN_HOLDER = 'another-container';
  * DescribeStacks the Delete makes is answered as CloudFormation answers during a stack
  * deletion (DELETE_IN_PROGRESS): the scale sets go.
  */
-export function localScaleSetResource(endpoint: string, fleetConfigParameter: string, sink: Sink) {
+export function localScaleSetResource(endpoint: string, fleetConfigParameter: string, jobRecordTable: string, sink: Sink) {
   const clients = localClients(endpoint);
   const cloudformation = new CloudFormationClient({ endpoint, region: LOCAL_REGION, credentials: { accessKeyId: 'local', secretAccessKey: 'local' }, maxAttempts: 1 });
   cloudformation.middlewareStack.add(
@@ -43,6 +43,10 @@ export function localScaleSetResource(endpoint: string, fleetConfigParameter: st
   const handler = createScaleSetResourceHandler({
     cloudformation,
     aws: new AwsCaller({ pacer: new Pacer() }),
+    ssm: clients.ssm,
+    // The sessions and lease items of a deleted scale set go with it (the job-record table on moto).
+    dynamodb: localDynamo(endpoint),
+    tableName: jobRecordTable,
     loadConfig: () => loadFleetConfig(clients.ssm, { [LAMBDA_ENV.fleetConfigParameter]: fleetConfigParameter }),
     scaleSetApiFor: (config, scope) => {
       const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
@@ -180,7 +184,8 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       let taken = false;
       // Taken as any poller takes it (free or expired), then never renewed or released.
       while (!t.until()) {
-        const out = await leases.acquire(t.pool, FOREIGN_HOLDER, new Date(Date.now() + t.foreignLeaseMs), new Date());
+        const until = new Date(Date.now() + t.foreignLeaseMs);
+        const out = await leases.acquire(t.pool, FOREIGN_HOLDER, { expiresAt: until, releaseAt: until }, new Date());
         if (out.kind === 'acquired') {
           taken = true;
           break;
@@ -199,11 +204,8 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
     case 'message-redelivered': {
       const armed = await ackSlot();
       const deliveredBefore = hooks.delivered().length;
-      // Both of the client's attempts lost before they applied: the first at the door, the second by the service.
-      const ok = await withSession(() => {
-        hooks.dropNextAck(t.scaleSetId, 'before');
-        t.github.failNext({ method: 'DELETE', path: /\/sessions\/[^/]+\/messages\/\d+$/ }, 503, 1);
-      });
+      // Both of the client's attempts lost before they applied (it asks once more after a lost answer).
+      const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'before', 2));
       armed(t.github.requests().length);
       if (!ok) return injection;
       stamp();

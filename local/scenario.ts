@@ -352,7 +352,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // Always, as deployed: the pool's and scale-up's launch tickets live there (the records too with the lossy faults).
     await createJobRecordTable(endpoint, jobRecordTableName(prefix));
     // --scale-set: the scale set exists at GitHub as a deploy makes it (the resource's Create).
-    const scaleSetResource = o.scaleSet ? localScaleSetResource(endpoint, fleet.config.parameters.fleetConfig, (line) => o.onLog?.('scale-set-listener', line)) : undefined;
+    const scaleSetResource = o.scaleSet ? localScaleSetResource(endpoint, fleet.config.parameters.fleetConfig, jobRecordTableName(prefix), (line) => o.onLog?.('scale-set-listener', line)) : undefined;
     const scaleSetId = scaleSetResource ? Number((await scaleSetResource.create(fleet.config)).Data?.[LOCAL_SCALE_SET.pool]) : undefined;
     /** The loopback's requests the deploy (the Create) made, and where the teardown's (the Delete) begin: neither path's. */
     const requestsAtCreate = github.requests().length;
@@ -755,6 +755,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // --scale-set: the stack goes away: the resource's Delete removes the scale set (its session with it).
     let scaleSetDeleteError: string | undefined;
     requestsAtDelete = github.requests().length;
+    // Read while the scale set exists (the loopback forgets it with it).
+    const peakPolls = scaleSetId !== undefined ? github.scaleSets.peakPolls(scaleSetId) : 0;
     if (scaleSetResource) await scaleSetResource.delete(fleet.config).catch((e: unknown) => (scaleSetDeleteError = (e as Error).message));
 
     // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
@@ -800,7 +802,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
     const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
     if (scaleSetDeleteError) notes.push(`the scale-set resource's Delete failed: ${scaleSetDeleteError}`);
-    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }) : undefined;
+    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }, peakPolls) : undefined;
     // --scale-set: the scale set and its session must be gone after the Delete: counted as leftovers too.
     const afterDelete = scaleSetId !== undefined ? github.scaleSets.list().flatMap((x) => [`scale set ${x.id} ${x.name}`, ...(x.session ? [`session ${x.session.id} of scale set ${x.id}`] : [])]) : undefined;
     const counted = afterDelete ? { leftovers: base.leftovers + afterDelete.length, leftoverDetail: { ...base.leftoverDetail, scaleSets: afterDelete } } : {};
@@ -819,7 +821,7 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
 }
 
 /** `--scale-set`: the proof from the loopback's and the recorder's records, and the two paths' figures. */
-function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number, run: { from: number; to: number }): NonNullable<LocalReport['scaleSet']> {
+function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number, run: { from: number; to: number }, peakPolls: number): NonNullable<LocalReport['scaleSet']> {
   const hooks = github.scaleSets;
   const ci = new Map(github.jobs().map((j) => [String(j.id), j]));
   const done = events.filter((e) => e.kind === 'job-done' && e.provider === 'github' && e.runnerName);
@@ -836,7 +838,7 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
     runnersOfJob: (id) => [...new Set(done.filter((e) => e.ciJobId === id).map((e) => e.runnerName!))],
     jobsOfRunner: (name) => [...new Set(done.filter((e) => e.runnerName === name).map((e) => e.ciJobId!))],
     sessions: hooks.sessions(),
-    maxConcurrentPolls: hooks.maxConcurrentPolls()[scaleSetId] ?? 0,
+    maxConcurrentPolls: peakPolls,
     leases: lambdas.leases?.holdings ?? [],
     faults,
     leftovers: [...left.instances.map((i) => `instance ${i.id} (${i.pool}, ${i.why})`), ...left.parameters.map((p) => `parameter ${p}`), ...left.registrations.map((r) => `registration ${r.name}`)],

@@ -1,4 +1,6 @@
-import { StackStatus } from '@aws-sdk/client-cloudformation';
+import { DescribeStacksCommand, StackStatus, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import { errorName, READ, type AwsCaller } from '../shared/aws-call';
+import type { Logger } from '../shared/log';
 
 /**
  * What the drain does with a Delete, decided from the stack's status. CloudFormation sends
@@ -37,4 +39,39 @@ export function deleteVerdict(stackStatus: string): DeleteVerdict {
   const stays = STACK_STAYS.get(stackStatus);
   if (stays) return { action: 'skip', reason: `${stays} (${stackStatus}); the stack and the fleet under its prefix stay, so nothing is drained` };
   return { action: 'refuse', reason: `the stack is ${stackStatus}, a status in which CloudFormation is not expected to delete the drain` };
+}
+
+/** Who reads the verdict, for its messages and its error type. */
+export interface VerdictReader {
+  readonly aws: AwsCaller;
+  readonly cloudformation: CloudFormationClient;
+  readonly log: Logger;
+  /** Names the caller in a message: "the drain", "the scale sets' delete". */
+  readonly who: string;
+  /** What an update would be replacing: "the drain", "the scale-set resource". */
+  readonly replaced: string;
+  /** Appended to the unreadable-status message (what to do). */
+  readonly hint: string;
+  readonly fail: (message: string) => Error;
+}
+
+/**
+ * The Delete's verdict from the stack's status, read once (with the caller's retries). A
+ * status that cannot be read fails the Delete before anything is touched: guessing "drain"
+ * could end a live fleet, guessing "skip" could leave things behind a deleted stack, while a
+ * failed Delete costs a retry at most. Shared by the drain and the scale-set resource.
+ */
+export async function readDeleteVerdict(r: VerdictReader, stackId: string): Promise<DeleteVerdict> {
+  let status: string | undefined;
+  try {
+    const out = await r.aws.send<DescribeStacksCommandOutput>(r.cloudformation, new DescribeStacksCommand({ StackName: stackId }), READ);
+    status = out.Stacks?.[0]?.StackStatus;
+  } catch (error) {
+    r.log.error('reading the stack status failed', { stackId, error: errorName(error) });
+    throw r.fail(
+      `${r.who} could not read the status of stack ${stackId} (${errorName(error)}: ${(error as Error).message}), so it cannot tell a stack deletion from an update replacing ${r.replaced}; nothing was touched.${r.hint}`,
+    );
+  }
+  if (status === undefined) throw r.fail(`${r.who} could not read the status of stack ${stackId} (DescribeStacks listed no stack); nothing was touched`);
+  return deleteVerdict(status);
 }

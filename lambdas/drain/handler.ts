@@ -1,5 +1,5 @@
 import { CancelSpotInstanceRequestsCommand, TerminateInstancesCommand, type EC2Client } from '@aws-sdk/client-ec2';
-import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import type { CloudFormationClient } from '@aws-sdk/client-cloudformation';
 import { DescribeRuleCommand, DisableRuleCommand, type DescribeRuleCommandOutput, type EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { GetEventSourceMappingCommand, UpdateEventSourceMappingCommand, type GetEventSourceMappingCommandOutput, type LambdaClient } from '@aws-sdk/client-lambda';
 import { DeleteParametersCommand, GetParameterCommand, GetParametersByPathCommand, type GetParametersByPathCommandOutput, type SSMClient } from '@aws-sdk/client-ssm';
@@ -11,7 +11,7 @@ import { chunks } from '../shared/delete-configs';
 import { describeFleet, LIVE_STATES, repositoriesOf } from '../shared/instances';
 import { createLogger, type Logger, type Sink } from '../shared/log';
 import { decideDrain, type DrainObservation, type DrainSettings, type RunnerList } from './decide';
-import { deleteVerdict, type DeleteVerdict } from './delete-cause';
+import { readDeleteVerdict, type DeleteVerdict } from './delete-cause';
 
 /** What stops the fleet scaling: the jobs queue's event source mappings and the schedules. */
 export interface ScalingSources {
@@ -150,26 +150,20 @@ export function createDrainHandlers(deps: DrainDeps): {
   };
 }
 
-/**
- * Whether this Delete drains, from the stack's status (delete-cause.ts). A status that cannot
- * be read (after the caller's retries) fails the Delete: guessing "drain" could terminate a
- * live fleet, guessing "skip" could leave instances behind a deleted stack, while a failed
- * Delete costs a retry at most (an update's cleanup only logs it and leaves the resource; a
- * stack delete shows DELETE_FAILED and is deleted again).
- */
-async function verdictOnDelete(deps: DrainDeps, stackId: string, log: Logger): Promise<DeleteVerdict> {
-  let status: string | undefined;
-  try {
-    const out = await deps.aws.send<DescribeStacksCommandOutput>(deps.cloudformation, new DescribeStacksCommand({ StackName: stackId }), READ);
-    status = out.Stacks?.[0]?.StackStatus;
-  } catch (error) {
-    log.error('reading the stack status failed', { stackId, error: errorName(error) });
-    throw new DrainFailedError(
-      `the drain could not read the status of stack ${stackId} (${errorName(error)}: ${(error as Error).message}), so it cannot tell a stack deletion from an update replacing the drain; nothing was touched. Retry the operation; see docs/operations.md#a-stack-left-in-delete_failed`,
-    );
-  }
-  if (status === undefined) throw new DrainFailedError(`the drain could not read the status of stack ${stackId} (DescribeStacks listed no stack); nothing was touched`);
-  return deleteVerdict(status);
+/** Whether this Delete drains, from the stack's status (delete-cause.ts `readDeleteVerdict`). */
+function verdictOnDelete(deps: DrainDeps, stackId: string, log: Logger): Promise<DeleteVerdict> {
+  return readDeleteVerdict(
+    {
+      aws: deps.aws,
+      cloudformation: deps.cloudformation,
+      log,
+      who: 'the drain',
+      replaced: 'the drain',
+      hint: ' Retry the operation; see docs/operations.md#a-stack-left-in-delete_failed',
+      fail: (message) => new DrainFailedError(message),
+    },
+    stackId,
+  );
 }
 
 /**

@@ -344,6 +344,6 @@ export function repositoryWindow<T>(items: readonly T[], runNumber: number, cap:
 }
 
 /** The pools whose jobs come from webhooks (and so from this scan when a delivery is lost): not the scale-set pools. */
-function webhookPools(pools: readonly PoolConfig[]): PoolConfig[] {
+export function webhookPools(pools: readonly PoolConfig[]): PoolConfig[] {
   return pools.filter((p) => !isScaleSetPool(p));
 }

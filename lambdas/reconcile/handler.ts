@@ -1,10 +1,10 @@
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { randomUUID } from 'node:crypto';
 import { errorName, mapLimit, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
-import { isScaleSetPool, Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
+import { Provider, type CiProvider, type FleetConfig, type JobMessage } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { deduplicationId } from '../webhook/job-message';
-import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
+import { GITHUB_RECONCILE_DEFAULTS, reconcileGitHub, webhookPools, type GitHubReconcileApi, type GitHubReconcileOptions } from './github';
 import { GITLAB_RECONCILE_DEFAULTS, reconcileGitLab, type GitLabReconcileApi, type GitLabReconcileOptions } from './gitlab';
 import { RateBudget } from './rate-budget';
 
@@ -120,7 +120,7 @@ async function runProviders(run: RunInputs, providers: Partial<Record<Provider, 
   const github = providers.github;
   // Scale-set pools' jobs come from GitHub's assignment (docs/scale-set.md): no scan for a
   // fleet whose GitHub pools are all scale sets.
-  if (config.github && isGitHubApi(github) && config.pools.some((p) => p.provider === Provider.GITHUB && !isScaleSetPool(p))) {
+  if (config.github && isGitHubApi(github) && webhookPools(config.pools).some((p) => p.provider === Provider.GITHUB)) {
     const deps = { ...common, budget: budgets.github, api: github, github: config.github, options: options.github, log: log.child({ provider: Provider.GITHUB }) };
     started.push(reconcileGitHub(deps).then((r) => ({ provider: Provider.GITHUB, sent: r.redelivered, ...r })));
   }

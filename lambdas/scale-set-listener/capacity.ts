@@ -1,15 +1,18 @@
 import { InvokeCommand, type InvokeCommandOutput, type LambdaClient } from '@aws-sdk/client-lambda';
 import type { AwsCaller, CallPolicy } from '../shared/aws-call';
-import type { ScaleSetDemand, ScaleSetDemandResult } from '../shared/contract';
+import { SCALE_UP_TIMEOUT_SECONDS, type ScaleSetDemand, type ScaleSetDemandResult, type ScaleSetStartedRunner } from '../shared/contract';
 
 /**
  * Scale-up serves a demand in one synchronous invocation: as long as a burst's warm
- * activations and cold launches take (scale-up's own timeout bounds it). Sent once: a lost
- * answer is not resent beside a scale-up that may still run (two at once could both launch
- * cold for one shortfall); the message stays unacknowledged and the next reading asks again,
+ * activations and cold launches take, bounded by scale-up's own timeout
+ * (`SCALE_UP_TIMEOUT_SECONDS`). The wait is longer than that timeout (plus a cold start's
+ * margin), so an answer that does not come means scale-up has ended, not that it still runs.
+ * Sent once: a lost answer is not resent beside a scale-up that may still run (two at once
+ * could both launch cold for one shortfall); the message stays unacknowledged, the poller keeps
+ * the lease until scale-up's timeout has passed (poll.ts), and the next reading asks again,
  * recomputed from what the first one started.
  */
-export const CAPACITY_CALL: CallPolicy = { timeoutMs: 50_000, attempts: 1, idempotent: false };
+export const CAPACITY_CALL: CallPolicy = { timeoutMs: SCALE_UP_TIMEOUT_SECONDS * 1000 + 10_000, attempts: 1, idempotent: false };
 
 export class ScaleUpInvokeError extends Error {
   constructor(detail: string) {
@@ -34,5 +37,12 @@ export async function requestCapacity(aws: AwsCaller, lambda: LambdaClient, func
     throw new ScaleUpInvokeError('the answer is not JSON');
   }
   if (![result.observed, result.started, result.unserved].every((n) => Number.isInteger(n) && n! >= 0)) throw new ScaleUpInvokeError('the answer is not a ScaleSetDemandResult');
-  return result as ScaleSetDemandResult;
+  const runners = result.startedRunners ?? [];
+  if (!Array.isArray(runners) || !runners.every(isStartedRunner)) throw new ScaleUpInvokeError('the answer\'s startedRunners are not runners');
+  return { observed: result.observed!, started: result.started!, unserved: result.unserved!, startedRunners: runners };
+}
+
+function isStartedRunner(r: unknown): r is ScaleSetStartedRunner {
+  const x = r as Partial<ScaleSetStartedRunner> | null;
+  return typeof x?.instanceId === 'string' && typeof x.startedAt === 'string' && Number.isFinite(Date.parse(x.startedAt));
 }

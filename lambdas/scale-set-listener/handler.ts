@@ -3,6 +3,7 @@ import type { EC2Client } from '@aws-sdk/client-ec2';
 import { errorName, type AwsCaller } from '../shared/aws-call';
 import { tagKeys, type FleetConfig, type PoolConfig, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult, type PoolScaleSetConfig } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
+import { CAPACITY_CALL } from './capacity';
 import { markJobEvents } from './jobs';
 import type { ScaleSetLeases } from './lease';
 import { pollScaleSet, type PollOutcome } from './poll';
@@ -13,10 +14,12 @@ export interface ListenerOptions {
 }
 
 /**
- * Scale-up's answer can take as long as a burst's activations (tens of seconds); the margin
- * keeps that, the acknowledgement and the release inside the invocation.
+ * The margin keeps the message in hand's demand (scale-up's invocation, at most
+ * `CAPACITY_CALL.timeoutMs`: 70 s), its acknowledgement and the release inside the invocation,
+ * rounded up to whole minutes: with the 5-minute timeout and the 1-minute schedule, the release
+ * falls on the tick that starts the next invocation, which waits for it (poll.ts `takeLease`).
  */
-export const LISTENER_DEFAULTS: ListenerOptions = { marginMs: 60_000 };
+export const LISTENER_DEFAULTS: ListenerOptions = { marginMs: Math.ceil((CAPACITY_CALL.timeoutMs + 20_000) / 60_000) * 60_000 };
 
 export interface ListenerDeps {
   readonly ec2: EC2Client;

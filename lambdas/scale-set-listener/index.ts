@@ -7,14 +7,14 @@ import { LAMBDA_ENV } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { productionScaleSetApis } from './api';
-import { requestCapacity } from './capacity';
+import { CAPACITY_CALL, requestCapacity } from './capacity';
 import { createListenerHandler } from './handler';
 import { DynamoScaleSetLeases } from './lease';
 
 const clients = productionClients();
 const aws = new AwsCaller({ pacer: new Pacer() });
-// Scale-up's answer comes when the demand is served: the socket waits as long as the call's bound.
-const lambda = new LambdaClient({ ...PRODUCTION_CLIENT_OPTIONS, requestHandler: { connectionTimeout: 2_000, requestTimeout: 55_000 } });
+// Scale-up's answer comes when the demand is served: the socket waits past the call's bound (capacity.ts).
+const lambda = new LambdaClient({ ...PRODUCTION_CLIENT_OPTIONS, requestHandler: { connectionTimeout: 2_000, requestTimeout: CAPACITY_CALL.timeoutMs + 5_000 } });
 const scaleUp = requiredEnv(LAMBDA_ENV.scaleUpFunctionName);
 
 /** The scale-set listener Lambda: an EventBridge schedule, every minute. */

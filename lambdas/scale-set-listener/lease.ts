@@ -1,16 +1,18 @@
 import { GetItemCommand, UpdateItemCommand, type AttributeValue, type DynamoDBClient, type GetItemCommandOutput, type UpdateItemCommandOutput } from '@aws-sdk/client-dynamodb';
 import { errorName, READ, UnknownOutcomeError, WRITE_ONCE, type AwsCaller } from '../shared/aws-call';
-import { JOB_RECORD_ATTRIBUTES, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetLeaseKey } from '../shared/contract';
+import { JOB_RECORD_ATTRIBUTES, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetLeaseKey, type ScaleSetStartedRunner } from '../shared/contract';
 
 /**
  * The listener's lease per scale set: one item in the fleet's job-record table
  * (`scaleSetLeaseKey(pool)`), taken and kept by conditional writes, so at most one invocation
  * polls a scale set's session at any moment (GitHub allows one session per scale set; a
- * second poller would only meet conflicts). The lease expires at its holder's deadline (the
- * invocation's timeout), so a crashed holder's lease frees by itself.
+ * second poller would only meet conflicts). The lease's expiry is short and renewed before
+ * each poll (poll.ts `LEASE_TERM_MS`), so a crashed holder's lease frees by itself soon after;
+ * its planned release (`releaseAt`) tells the next invocation when to wait for the hand-over.
  *
  * The item also keeps what the next holder needs to go on where this one stopped: the session
- * id left open and the last message id acknowledged (never the queue token: a refresh mints one).
+ * id left open, the last message id acknowledged (never the queue token: a refresh mints one)
+ * and the runners recent demands started (scale-up counts them while EC2's reads lag).
  * The lease's expiry is not the table's TTL attribute, so the item (and the session id) outlives it.
  *
  * A write whose answer was lost (a timeout, a reset, a 5xx after the fact) may have landed: it
@@ -22,7 +24,11 @@ export interface LeaseState {
   readonly sessionId?: string;
   readonly scaleSetId?: number;
   readonly lastMessageId?: number;
+  readonly recentlyStarted?: readonly ScaleSetStartedRunner[];
 }
+
+/** A field of the state a write may remove (a session found gone). */
+export type LeaseField = 'sessionId';
 
 /** A lease this invocation holds. */
 export interface Lease {
@@ -32,10 +38,16 @@ export interface Lease {
   readonly expiresAt: number;
 }
 
+/** When a lease taken runs out, and when its holder plans to give it up (the hand-over). */
+export interface LeaseTimes {
+  readonly expiresAt: Date;
+  readonly releaseAt: Date;
+}
+
 export type AcquireOutcome =
   | { readonly kind: 'acquired'; readonly lease: Lease; readonly state: LeaseState }
   /** Another live holder has it. */
-  | { readonly kind: 'held'; readonly holder?: string; readonly expiresAt?: number }
+  | { readonly kind: 'held'; readonly holder?: string; readonly expiresAt?: number; readonly releaseAt?: number }
   /** Undecided (the table did not answer): poll nothing this time (failing safe). */
   | { readonly kind: 'failed'; readonly error: string };
 
@@ -43,13 +55,17 @@ export type AcquireOutcome =
 export type HeldOutcome = 'done' | 'lost' | { readonly error: string };
 
 export interface ScaleSetLeases {
-  acquire(pool: string, holder: string, expiresAt: Date, now: Date): Promise<AcquireOutcome>;
-  /** Confirms the lease is still ours (and sets its expiry): before each poll. */
+  acquire(pool: string, holder: string, times: LeaseTimes, now: Date): Promise<AcquireOutcome>;
+  /** Confirms the lease is still ours (and moves its expiry on): before each poll. */
   renew(lease: Lease, expiresAt: Date): Promise<HeldOutcome>;
-  /** Records the session and the last message acknowledged, while the lease is ours. */
-  record(lease: Lease, state: LeaseState): Promise<HeldOutcome>;
-  /** Gives the lease up, keeping `state` for the next holder. */
-  release(lease: Lease, state: LeaseState): Promise<HeldOutcome>;
+  /** Records the session, the last message acknowledged and the runners started, while the lease is ours; `remove` drops fields. */
+  record(lease: Lease, state: LeaseState, remove?: readonly LeaseField[]): Promise<HeldOutcome>;
+  /**
+   * Gives the lease up, keeping `state` for the next holder. With `holdUntil` the lease stays
+   * ours until then (expiry and planned release both set to it): a scale-up invocation whose
+   * outcome is unknown may still run, and no next holder's demand may start beside it.
+   */
+  release(lease: Lease, state: LeaseState, holdUntil?: Date): Promise<HeldOutcome>;
 }
 
 const seconds = (d: Date) => Math.floor(d.getTime() / 1000);
@@ -66,11 +82,11 @@ export class DynamoScaleSetLeases implements ScaleSetLeases {
    * under our own holder id is ours again (a resend of our own lost write). A lost answer is
    * read back: our holder id in the item means it landed.
    */
-  async acquire(pool: string, holder: string, expiresAt: Date, now: Date): Promise<AcquireOutcome> {
-    const lease: Lease = { pool, holder, expiresAt: seconds(expiresAt) };
+  async acquire(pool: string, holder: string, times: LeaseTimes, now: Date): Promise<AcquireOutcome> {
+    const lease: Lease = { pool, holder, expiresAt: seconds(times.expiresAt) };
     for (let attempt = 1; attempt <= 2; attempt++) {
       try {
-        const out = await this.aws.send<UpdateItemCommandOutput>(this.dynamodb, this.take(lease, now), WRITE_ONCE);
+        const out = await this.aws.send<UpdateItemCommandOutput>(this.dynamodb, this.take(lease, seconds(times.releaseAt), now), WRITE_ONCE);
         return { kind: 'acquired', lease, state: stateOf(out.Attributes) };
       } catch (error) {
         if (errorName(error) === 'ConditionalCheckFailedException') return this.heldBy(pool);
@@ -94,14 +110,30 @@ export class DynamoScaleSetLeases implements ScaleSetLeases {
     return this.onHeld(lease, 'SET #expires = :expires', { '#expires': A.expiresAt }, { ':expires': { N: String(e) } }, (item) => Number(item[A.expiresAt]?.N) === e);
   }
 
-  record(lease: Lease, state: LeaseState): Promise<HeldOutcome> {
+  record(lease: Lease, state: LeaseState, remove: readonly LeaseField[] = []): Promise<HeldOutcome> {
     const { set, names, values } = stateUpdate(state);
-    return this.onHeld(lease, `SET ${set.join(', ')}`, names, values, (item) => sameState(item, state));
+    for (const f of remove) names[`#${f}`] = A[f];
+    const update = [...(set.length > 0 ? [`SET ${set.join(', ')}`] : []), ...(remove.length > 0 ? [`REMOVE ${remove.map((f) => `#${f}`).join(', ')}`] : [])].join(' ');
+    if (update === '') return Promise.resolve('done');
+    return this.onHeld(lease, update, names, values, (item) => sameState(item, state) && remove.every((f) => item[A[f]] === undefined));
   }
 
-  /** The holder is removed and the expiry set in the past: the next invocation takes it at once. */
-  release(lease: Lease, state: LeaseState): Promise<HeldOutcome> {
+  /**
+   * The holder is removed and the expiry set in the past: the next invocation takes it at once.
+   * With `holdUntil`, the holder stays and the lease runs until then.
+   */
+  release(lease: Lease, state: LeaseState, holdUntil?: Date): Promise<HeldOutcome> {
     const { set, names, values } = stateUpdate(state);
+    if (holdUntil !== undefined) {
+      const until = seconds(holdUntil);
+      return this.onHeld(
+        lease,
+        `SET ${[...set, '#expires = :until', '#release = :until'].join(', ')}`,
+        { ...names, '#expires': A.expiresAt, '#release': A.releaseAt },
+        { ...values, ':until': { N: String(until) } },
+        (item) => Number(item[A.expiresAt]?.N) === until && sameState(item, state),
+      );
+    }
     return this.onHeld(
       lease,
       `SET ${[...set, '#expires = :zero'].join(', ')} REMOVE #holder`,
@@ -158,14 +190,14 @@ export class DynamoScaleSetLeases implements ScaleSetLeases {
     return { error: 'lease write outcome unknown twice' };
   }
 
-  private take(lease: Lease, now: Date): UpdateItemCommand {
+  private take(lease: Lease, releaseAt: number, now: Date): UpdateItemCommand {
     return new UpdateItemCommand({
       TableName: this.tableName,
       Key: keyOf(lease.pool),
-      UpdateExpression: 'SET #holder = :holder, #expires = :expires',
+      UpdateExpression: 'SET #holder = :holder, #expires = :expires, #release = :release',
       ConditionExpression: 'attribute_not_exists(#key) OR attribute_not_exists(#holder) OR #expires < :now OR #holder = :holder',
-      ExpressionAttributeNames: { '#key': JOB_RECORD_ATTRIBUTES.key, '#holder': A.holder, '#expires': A.expiresAt },
-      ExpressionAttributeValues: { ':holder': { S: lease.holder }, ':expires': { N: String(lease.expiresAt) }, ':now': { N: String(seconds(now)) } },
+      ExpressionAttributeNames: { '#key': JOB_RECORD_ATTRIBUTES.key, '#holder': A.holder, '#expires': A.expiresAt, '#release': A.releaseAt },
+      ExpressionAttributeValues: { ':holder': { S: lease.holder }, ':expires': { N: String(lease.expiresAt) }, ':release': { N: String(releaseAt) }, ':now': { N: String(seconds(now)) } },
       ReturnValues: 'ALL_NEW',
     });
   }
@@ -197,23 +229,46 @@ function liveHolder(item: Record<string, AttributeValue> | undefined, now: Date)
 function held(item: Record<string, AttributeValue> | undefined): AcquireOutcome {
   const holder = item?.[A.holder]?.S;
   const expiresAt = item?.[A.expiresAt]?.N;
-  return { kind: 'held', ...(holder === undefined ? {} : { holder }), ...(expiresAt === undefined ? {} : { expiresAt: Number(expiresAt) }) };
+  const releaseAt = item?.[A.releaseAt]?.N;
+  return {
+    kind: 'held',
+    ...(holder === undefined ? {} : { holder }),
+    ...(expiresAt === undefined ? {} : { expiresAt: Number(expiresAt) }),
+    ...(releaseAt === undefined ? {} : { releaseAt: Number(releaseAt) }),
+  };
 }
 
 export function stateOf(item: Record<string, AttributeValue> | undefined): LeaseState {
   const sessionId = item?.[A.sessionId]?.S;
   const scaleSetId = item?.[A.scaleSetId]?.N;
   const lastMessageId = item?.[A.lastMessageId]?.N;
+  const recentlyStarted = startedRunnersOf(item?.[A.recentlyStarted]?.S);
   return {
     ...(sessionId === undefined ? {} : { sessionId }),
     ...(scaleSetId === undefined ? {} : { scaleSetId: Number(scaleSetId) }),
     ...(lastMessageId === undefined ? {} : { lastMessageId: Number(lastMessageId) }),
+    ...(recentlyStarted === undefined ? {} : { recentlyStarted }),
   };
+}
+
+/** The lease's JSON of started runners; anything else (an older item, a hand edit) is none. */
+function startedRunnersOf(text: string | undefined): ScaleSetStartedRunner[] | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const doc: unknown = JSON.parse(text);
+    if (!Array.isArray(doc)) return undefined;
+    return doc.filter((r): r is ScaleSetStartedRunner => typeof r?.instanceId === 'string' && typeof r?.startedAt === 'string').map((r) => ({ instanceId: r.instanceId, startedAt: r.startedAt }));
+  } catch {
+    return undefined;
+  }
 }
 
 function sameState(item: Record<string, AttributeValue>, state: LeaseState): boolean {
   const seen = stateOf(item);
-  return (['sessionId', 'scaleSetId', 'lastMessageId'] as const).every((f) => state[f] === undefined || seen[f] === state[f]);
+  return (
+    (['sessionId', 'scaleSetId', 'lastMessageId'] as const).every((f) => state[f] === undefined || seen[f] === state[f]) &&
+    (state.recentlyStarted === undefined || JSON.stringify(seen.recentlyStarted ?? []) === JSON.stringify(state.recentlyStarted))
+  );
 }
 
 /** The SET clauses for the state's fields (each present one; an absent one is left as it is). */
@@ -221,7 +276,7 @@ function stateUpdate(state: LeaseState): { set: string[]; names: Record<string, 
   const set: string[] = [];
   const names: Record<string, string> = {};
   const values: Record<string, AttributeValue> = {};
-  const put = (field: 'sessionId' | 'scaleSetId' | 'lastMessageId', value: AttributeValue | undefined) => {
+  const put = (field: 'sessionId' | 'scaleSetId' | 'lastMessageId' | 'recentlyStarted', value: AttributeValue | undefined) => {
     if (value === undefined) return;
     set.push(`#${field} = :${field}`);
     names[`#${field}`] = A[field];
@@ -230,5 +285,6 @@ function stateUpdate(state: LeaseState): { set: string[]; names: Record<string, 
   put('sessionId', state.sessionId === undefined ? undefined : { S: state.sessionId });
   put('scaleSetId', state.scaleSetId === undefined ? undefined : { N: String(state.scaleSetId) });
   put('lastMessageId', state.lastMessageId === undefined ? undefined : { N: String(state.lastMessageId) });
+  put('recentlyStarted', state.recentlyStarted === undefined ? undefined : { S: JSON.stringify(state.recentlyStarted) });
   return { set, names, values };
 }

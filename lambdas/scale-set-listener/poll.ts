@@ -1,5 +1,7 @@
 import {
   QueueTokenExpiredError,
+  SCALE_SET_RECENT_START_MS,
+  SCALE_UP_TIMEOUT_SECONDS,
   SessionConflictError,
   SessionGoneError,
   type PoolConfig,
@@ -9,10 +11,13 @@ import {
   type ScaleSetJobEvent,
   type PoolScaleSetConfig,
   type ScaleSetSession,
+  type ScaleSetStartedRunner,
   type ScaleSetStatistics,
 } from '../shared/contract';
 import { errorName } from '../shared/aws-call';
 import type { Logger } from '../shared/log';
+import { LONG_POLL_TIMEOUT_MS } from '../ci/scale-set';
+import { CAPACITY_CALL } from './capacity';
 import type { AcquireOutcome, Lease, LeaseState, ScaleSetLeases } from './lease';
 
 /**
@@ -32,7 +37,7 @@ export interface PollDeps {
   readonly leases: ScaleSetLeases;
   /** This invocation's id: the lease holder and the session owner. */
   readonly holder: string;
-  /** When the invocation must be done (its timeout less a reserve): the lease's expiry. */
+  /** When the invocation must be done (its timeout less a reserve): the lease never runs past it. */
   readonly deadline: Date;
   /** The last poll ends this long before the deadline, leaving time to hand a message on and release. */
   readonly marginMs: number;
@@ -55,6 +60,13 @@ export const LEASE_RETRY_MS = 2_000;
  * which would wait minutes, return at once, so the listener bills about one poller's time.
  */
 export const LEASE_HANDOVER_WAIT_MS = 20_000;
+/**
+ * The lease runs this long past each renewal (before each poll), never past the deadline: one
+ * long poll at its longest (the client's bound), one demand (scale-up's invocation, at its
+ * longest) and the job events, the acknowledgement and the lease write after it. A holder that
+ * crashed frees the lease this long after its last renewal, not at its invocation's deadline.
+ */
+export const LEASE_TERM_MS = LONG_POLL_TIMEOUT_MS + CAPACITY_CALL.timeoutMs + 20_000;
 
 /** How a poll ended; each is logged (and the failures counted) by the handler. */
 export type PollOutcome =
@@ -76,48 +88,70 @@ export async function pollScaleSet(deps: PollDeps, pool: PoolConfig & { readonly
   if (taken.kind === 'held') return { kind: 'held' };
   if (taken.kind === 'failed') return { kind: 'failed', error: `lease: ${taken.error}` };
   const lease = taken.lease;
-  // What the lease item says at the end: the session left open and the last message acknowledged.
-  let state: LeaseState = taken.state;
+  // What the lease item says at the end: the session left open, the last message acknowledged, the runners started.
+  const run: Run = { state: taken.state, capacityUnknown: false };
   let lost = false;
   try {
     const found = await deps.api.findScaleSet(pool.scaleSet.name, pool.scaleSet.runnerGroup);
     if (!found) return { kind: 'no-scale-set' };
-    const opened = await openSession(deps, lease, state, found.id, log);
+    const opened = await openSession(deps, lease, run.state, found.id, log);
     if (opened.kind !== 'open') {
       lost = opened.kind === 'lease-lost';
       return opened.kind === 'lease-lost' ? { kind: 'lease-lost', messages: 0 } : opened;
     }
-    state = opened.state;
-    const run = await listen(deps, lease, pool, opened.session, state, log);
-    state = run.state;
-    lost = run.outcome.kind === 'lease-lost';
-    return run.outcome;
+    run.state = opened.state;
+    const outcome = await listen(deps, lease, pool, opened.session, run, log);
+    lost = outcome.kind === 'lease-lost';
+    return outcome;
   } catch (error) {
     return { kind: 'failed', error: errorName(error) === 'Error' ? (error as Error).message : errorName(error) };
   } finally {
     // A lost lease is someone else's now: nothing of it is ours to write.
     if (!lost) {
-      const r = await deps.leases.release(lease, state);
+      // A scale-up whose answer did not come may still run: the lease is kept until its timeout
+      // has passed, so no next holder's demand starts beside it.
+      const hold = run.capacityUnknown ? new Date(deps.now().getTime() + SCALE_UP_TIMEOUT_SECONDS * 1000) : undefined;
+      const r = await deps.leases.release(lease, { ...run.state, recentlyStarted: recent(run.state.recentlyStarted, deps.now()) }, hold);
       if (r !== 'done') log.warn('releasing the scale-set lease failed; it frees at its expiry', { outcome: typeof r === 'string' ? r : r.error });
     }
   }
 }
 
+/** What a poll carries from step to step, and leaves in the lease item. */
+interface Run {
+  state: LeaseState;
+  /** A demand's invocation of scale-up failed or its answer was lost: scale-up may still be running. */
+  capacityUnknown: boolean;
+}
+
+/** The lease's expiry after a renewal now: a term on, never past the invocation's deadline. */
+function leaseExpiry(deps: PollDeps): Date {
+  return new Date(Math.min(deps.deadline.getTime(), deps.now().getTime() + LEASE_TERM_MS));
+}
+
+/** The runners started less than `SCALE_SET_RECENT_START_MS` ago (scale-up counts no older ones). */
+function recent(runners: readonly ScaleSetStartedRunner[] | undefined, now: Date): ScaleSetStartedRunner[] {
+  return (runners ?? []).filter((r) => now.getTime() - Date.parse(r.startedAt) < SCALE_SET_RECENT_START_MS);
+}
+
 /**
  * The lease, or the answer that another holder has it. A holder stops polling `marginMs`
- * before its expiry and then releases: an invocation that finds it held with that moment
- * at most `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after
- * it), so the scale set is polled on without the gap of a schedule period. A bounded wait,
- * never a spin; a crashed holder's lease is taken once its expiry has passed.
+ * before its deadline and then releases; it writes that moment (`releaseAt`) when it takes the
+ * lease. An invocation that finds the lease held with its release, or its expiry, at most
+ * `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after it), so
+ * the scale set is polled on without the gap of a schedule period. A bounded wait, never a
+ * spin: a live holder renews its expiry, and the waiter then finds it further off and returns;
+ * a crashed holder's lease is taken once its short expiry has passed.
  */
 async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> {
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const end = deps.deadline.getTime() - deps.marginMs;
   for (;;) {
-    const taken = await deps.leases.acquire(pool, deps.holder, deps.deadline, deps.now());
+    const taken = await deps.leases.acquire(pool, deps.holder, { expiresAt: leaseExpiry(deps), releaseAt: new Date(end) }, deps.now());
     if (taken.kind !== 'held' || taken.expiresAt === undefined) return taken;
     const now = deps.now().getTime();
-    const wait = Math.max(LEASE_RETRY_MS, taken.expiresAt * 1000 - deps.marginMs - now);
+    const free = Math.min(taken.releaseAt ?? taken.expiresAt, taken.expiresAt) * 1000;
+    const wait = Math.max(LEASE_RETRY_MS, free - now);
     if (wait > LEASE_HANDOVER_WAIT_MS || now + wait >= end) return taken;
     await sleep(wait);
   }
@@ -127,12 +161,14 @@ type Opened = { readonly kind: 'open'; readonly session: ScaleSetSession; readon
 
 /**
  * The session the last holder left open, refreshed (a fresh queue token); a new one when it
- * is gone or was another scale set's. A conflict means a session of ours outlived its
- * holder's lease (a crash after create, before the lease recorded it? then the item names
- * none) or another poller outside the lease: when the lease item names a session, that one
- * is deleted and a session created once more; otherwise, or on a second conflict, nothing
- * until the next invocation (never spun on). A new session is recorded in the lease at once,
- * so a crash right after leaves its id for the next holder to delete.
+ * is gone or was another scale set's. A session found gone is deleted (best effort: the
+ * refusal may have been about something else) and dropped from the lease item before the
+ * create, so a create that fails leaves no gone session named for the next holder. A conflict
+ * on create means a session outside the lease (a holder that crashed before it recorded its
+ * new session, or another poller): nothing until the next invocation, never spun on. A
+ * session the lease names cannot be the one in conflict: its refresh just said it is gone.
+ * A new session is recorded in the lease at once, so a crash right after leaves its id for
+ * the next holder.
  */
 async function openSession(deps: PollDeps, lease: Lease, state: LeaseState, scaleSetId: number, log: Logger): Promise<Opened> {
   if (state.sessionId !== undefined && state.scaleSetId === scaleSetId) {
@@ -142,29 +178,26 @@ async function openSession(deps: PollDeps, lease: Lease, state: LeaseState, scal
     } catch (error) {
       if (!(error instanceof SessionGoneError)) throw error;
       log.info('the session left open is gone; creating a new one', { sessionId: state.sessionId });
+      await deps.api.deleteSession(scaleSetId, state.sessionId).catch(() => undefined);
     }
+  }
+  if (state.sessionId !== undefined) {
+    const { sessionId: _gone, ...rest } = state;
+    state = rest;
+    const r = await deps.leases.record(lease, state, ['sessionId']);
+    if (r === 'lost') return { kind: 'lease-lost' };
+    if (r !== 'done') log.warn('dropping the gone session from the lease failed', { error: r.error });
   }
   let session: ScaleSetSession;
   try {
     session = await deps.api.createSession(scaleSetId, deps.holder);
   } catch (error) {
     if (!(error instanceof SessionConflictError)) throw error;
-    if (state.sessionId === undefined) {
-      log.warn('another message session is active and the lease names none: nothing until the next invocation', { scaleSetId });
-      return { kind: 'conflict' };
-    }
-    log.warn('another message session is active: deleting the one the lease names and creating again, once', { scaleSetId, sessionId: state.sessionId });
-    await deps.api.deleteSession(scaleSetId, state.sessionId);
-    try {
-      session = await deps.api.createSession(scaleSetId, deps.holder);
-    } catch (again) {
-      if (!(again instanceof SessionConflictError)) throw again;
-      log.warn('the message session is still in conflict: nothing until the next invocation', { scaleSetId });
-      return { kind: 'conflict' };
-    }
+    log.warn('another message session is active: nothing until the next invocation', { scaleSetId });
+    return { kind: 'conflict' };
   }
   // A new session starts from the scale set's current statistics: no earlier message id holds.
-  const fresh: LeaseState = { sessionId: session.sessionId, scaleSetId, lastMessageId: 0 };
+  const fresh: LeaseState = { ...state, sessionId: session.sessionId, scaleSetId, lastMessageId: 0 };
   const r = await deps.leases.record(lease, fresh);
   if (r === 'lost') {
     // Not ours to keep: the new holder finds a conflict and deletes nothing it does not know of,
@@ -176,42 +209,64 @@ async function openSession(deps: PollDeps, lease: Lease, state: LeaseState, scal
   return { kind: 'open', session, state: fresh };
 }
 
-interface Listened {
-  readonly outcome: PollOutcome;
-  readonly state: LeaseState;
-}
-
-/** The long-poll loop, until the deadline less the margin. */
-async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: ScaleSetSession, start: LeaseState, log: Logger): Promise<Listened> {
+/**
+ * The long-poll loop, until the deadline less the margin. `run.state` follows what the lease
+ * item should say; `run.capacityUnknown` is set when a demand's invocation failed.
+ */
+async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: ScaleSetSession, run: Run, log: Logger): Promise<PollOutcome> {
   let session = first;
-  let state = start;
-  let last = start.lastMessageId ?? 0;
+  let last = run.state.lastMessageId ?? 0;
   let messages = 0;
   let demands = 0;
+  let reopened = false;
   const end = deps.deadline.getTime() - deps.marginMs;
-  const stop = (why: string): Listened => ({ outcome: { kind: 'polled', messages, demands, stopped: why }, state });
+  const stop = (why: string): PollOutcome => ({ kind: 'polled', messages, demands, stopped: why });
   const demand = async (statistics: ScaleSetStatistics): Promise<void> => {
-    const d: ScaleSetDemand = { kind: 'scale-set-demand', pool: pool.name, scaleSetId: session.scaleSetId, assignedJobs: statistics.totalAssignedJobs, traceId: deps.traceId() };
-    const result = await deps.requestCapacity(d);
+    const carried = recent(run.state.recentlyStarted, deps.now());
+    const d: ScaleSetDemand = {
+      kind: 'scale-set-demand',
+      pool: pool.name,
+      scaleSetId: session.scaleSetId,
+      assignedJobs: statistics.totalAssignedJobs,
+      traceId: deps.traceId(),
+      ...(carried.length > 0 ? { recentlyStarted: carried } : {}),
+    };
+    let result: ScaleSetDemandResult;
+    try {
+      result = await deps.requestCapacity(d);
+    } catch (error) {
+      run.capacityUnknown = true;
+      throw error;
+    }
     demands++;
-    if (result.started > 0 || result.unserved > 0) log.info('scale-set demand served', { traceId: d.traceId, assignedJobs: d.assignedJobs, ...result });
+    if (result.started > 0 || result.unserved > 0) log.info('scale-set demand served', { traceId: d.traceId, assignedJobs: d.assignedJobs, observed: result.observed, started: result.started, unserved: result.unserved });
+    const started = result.startedRunners ?? [];
+    if (started.length === 0) return;
+    // Kept in memory and in the lease item, so the next demand (this holder's or the next one's)
+    // counts them while EC2's reads may not show them yet.
+    run.state = { ...run.state, recentlyStarted: recent([...carried, ...started], deps.now()) };
+    const r = await deps.leases.record(lease, run.state);
+    if (r !== 'done' && r !== 'lost') log.warn('recording the runners started in the lease failed', { error: r.error });
   };
 
   // The session's statistics first, as the client's listener does (listener.go `Run`): a runner
-  // lost since the last reading is replaced without waiting for a message.
+  // lost since the last reading is replaced without waiting for a message. A session answered
+  // without them waits for the first message.
   let statistics = session.statistics;
-  try {
-    await demand(statistics);
-  } catch (error) {
-    log.error('asking scale-up for capacity failed', { error: errorName(error) });
-    return stop('demand-failed');
+  if (statistics !== undefined) {
+    try {
+      await demand(statistics);
+    } catch (error) {
+      log.error('asking scale-up for capacity failed', { error: errorName(error) });
+      return stop('demand-failed');
+    }
   }
   let refreshed = false;
   while (deps.now().getTime() < end) {
-    const renewed = await deps.leases.renew(lease, deps.deadline);
+    const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
     if (renewed === 'lost') {
       log.warn('the scale-set lease was lost: this poller stops');
-      return { outcome: { kind: 'lease-lost', messages }, state };
+      return { kind: 'lease-lost', messages };
     }
     if (renewed !== 'done') {
       // Undecided: another poller may hold it now; stop rather than poll beside it.
@@ -231,8 +286,31 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         continue;
       }
       if (error instanceof SessionGoneError) {
-        log.warn('the message session is gone: the next invocation creates one', { sessionId: session.sessionId });
-        return stop('session-gone');
+        // Once per invocation: a session gone again at once is not cured by another create.
+        if (reopened) {
+          log.warn('the new message session is gone too: the next invocation creates one', { sessionId: session.sessionId });
+          return stop('session-gone');
+        }
+        reopened = true;
+        log.warn('the message session is gone mid-poll: creating a new one', { sessionId: session.sessionId });
+        const opened = await openSession(deps, lease, run.state, session.scaleSetId, log);
+        if (opened.kind === 'lease-lost') return { kind: 'lease-lost', messages };
+        if (opened.kind === 'conflict') return stop('session-conflict');
+        // The same session refreshed (the 404 was not its end) goes on after the same message.
+        if (opened.session.sessionId !== session.sessionId) last = 0;
+        session = opened.session;
+        run.state = opened.state;
+        // The new session's statistics are the freshest reading: served before its first poll.
+        if (session.statistics !== undefined) {
+          statistics = session.statistics;
+          try {
+            await demand(statistics);
+          } catch (e) {
+            log.error('asking scale-up for capacity failed', { error: errorName(e) });
+            return stop('demand-failed');
+          }
+        }
+        continue;
       }
       throw error;
     }
@@ -243,7 +321,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       if (message === undefined) {
         // No message (202): the last statistics still say what is wanted; a runner lost since
         // (terminated, failed to start) is replaced now, not at the next message.
-        await demand(statistics);
+        if (statistics !== undefined) await demand(statistics);
         continue;
       }
       messages++;
@@ -257,15 +335,15 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     }
     session = await acknowledge(deps, session, message.messageId);
     last = message.messageId;
-    state = { ...state, sessionId: session.sessionId, scaleSetId: session.scaleSetId, lastMessageId: last };
-    const r = await deps.leases.record(lease, state);
+    run.state = { ...run.state, sessionId: session.sessionId, scaleSetId: session.scaleSetId, lastMessageId: last };
+    const r = await deps.leases.record(lease, run.state);
     if (r === 'lost') {
       log.warn('the scale-set lease was lost: this poller stops');
-      return { outcome: { kind: 'lease-lost', messages }, state };
+      return { kind: 'lease-lost', messages };
     }
     if (r !== 'done') log.warn('recording the last message id failed; the next holder may be handed the message again', { error: r.error });
   }
-  return { outcome: { kind: 'polled', messages, demands }, state };
+  return { kind: 'polled', messages, demands };
 }
 
 /** Deletes (acknowledges) a handled message; an expired token is refreshed once. Returns the session in use. */

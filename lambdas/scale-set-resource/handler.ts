@@ -1,8 +1,10 @@
-import { DescribeStacksCommand, type CloudFormationClient, type DescribeStacksCommandOutput } from '@aws-sdk/client-cloudformation';
+import type { CloudFormationClient } from '@aws-sdk/client-cloudformation';
+import { DeleteItemCommand, GetItemCommand, type DynamoDBClient, type GetItemCommandOutput } from '@aws-sdk/client-dynamodb';
+import { GetParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
-import { errorName, READ, type AwsCaller } from '../shared/aws-call';
-import { scaleSetEntries, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
-import { deleteVerdict } from '../drain/delete-cause';
+import { errorName, READ, WRITE_IDEMPOTENT, type AwsCaller } from '../shared/aws-call';
+import { JOB_RECORD_ATTRIBUTES, SCALE_SET_LEASE_ATTRIBUTES, scaleSetEntries, scaleSetLeaseKey, ssmPaths, type FleetConfig, type ScaleSetApi, type ScaleSetEntry, type ScaleSetScope } from '../shared/contract';
+import { readDeleteVerdict } from '../drain/delete-cause';
 import { createLogger, type Logger, type Sink } from '../shared/log';
 
 /** The client of one scope (P's `scaleSetApiFor` from lambdas/ci/scale-set, wired in index.ts). */
@@ -11,6 +13,11 @@ export type ScaleSetApiFactory = (config: FleetConfig, scope: ScaleSetScope) => 
 export interface ScaleSetResourceDeps {
   readonly cloudformation: CloudFormationClient;
   readonly aws: AwsCaller;
+  /** Reads whether the App key parameters exist (never their values). */
+  readonly ssm: SSMClient;
+  /** The fleet's table: the listener's lease items (the session each names). */
+  readonly dynamodb: DynamoDBClient;
+  readonly tableName: string;
   readonly loadConfig: () => Promise<FleetConfig>;
   readonly scaleSetApiFor: ScaleSetApiFactory;
   readonly sink?: Sink;
@@ -52,15 +59,24 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
     const wanted = entriesOf(event.ResourceProperties);
     if (event.RequestType === 'Create' || event.RequestType === 'Update') {
       const config = await deps.loadConfig();
+      if (wanted.length > 0) await requireAppKeys(deps, config);
       const ids: Record<string, string> = {};
       for (const entry of wanted) ids[entry.pool] = String(await ensure(deps, config, entry, log));
       if (event.RequestType === 'Update') {
         const kept = new Set(wanted.map(keyOf));
-        for (const old of entriesOf(event.OldResourceProperties)) if (!kept.has(keyOf(old))) await remove(deps, config, old, log, 'no longer named by the fleet');
+        const pools = new Set(wanted.map((e) => e.pool));
+        for (const old of entriesOf(event.OldResourceProperties)) {
+          if (!kept.has(keyOf(old))) await remove(deps, config, old, log, 'no longer named by the fleet');
+          // A pool renamed or removed whose scale set stays: its lease names a session the new pool's listener would meet as a conflict.
+          else if (!pools.has(old.pool)) await endLease(deps, config, old, undefined, log);
+        }
       }
       return { PhysicalResourceId: SCALE_SET_RESOURCE_ID, Data: ids };
     }
-    const verdict = await stackVerdict(deps, event.StackId, log);
+    const verdict = await readDeleteVerdict(
+      { aws: deps.aws, cloudformation: deps.cloudformation, log, who: "the scale sets' delete", replaced: 'the scale-set resource', hint: ' Retry the operation', fail: (m) => new Error(m) },
+      event.StackId,
+    );
     if (verdict.action === 'refuse') throw new Error(`scale sets not deleted: ${verdict.reason}`);
     const config = await deps.loadConfig();
     const stillNamed = verdict.action === 'skip' ? new Set(scaleSetEntries(config).map(keyOf)) : new Set<string>();
@@ -72,14 +88,44 @@ export function createScaleSetResourceHandler(deps: ScaleSetResourceDeps): (even
   };
 }
 
+/**
+ * Every scale-set call is signed with a GitHub App key, so a fleet with a scale set needs its
+ * key parameters before its first deploy (docs/operations.md). A missing one fails the event
+ * with its name and the command that puts it, before any call to GitHub; the check reads the
+ * parameter undecrypted (its existence, never its value). Every App's key is checked: the
+ * client may sign with any of them later.
+ */
+async function requireAppKeys(deps: ScaleSetResourceDeps, config: FleetConfig): Promise<void> {
+  const paths = ssmPaths(config.prefix);
+  const names = [config.parameters.github.appPrivateKey, ...(config.github?.additionalAppIds ?? []).map((id) => paths.githubAppPrivateKey(id))];
+  for (const name of names) {
+    try {
+      await deps.aws.send(deps.ssm, new GetParameterCommand({ Name: name, WithDecryption: false }), READ);
+    } catch (error) {
+      if (errorName(error) !== 'ParameterNotFound') throw error;
+      throw new Error(
+        `SSM parameter ${name} does not exist: a fleet with a runner scale set needs its GitHub App key before the first deploy, since the deploy creates the scale sets at GitHub. ` +
+          `Put it, then deploy again: aws ssm put-parameter --type SecureString --name ${name} --value file://<app-private-key>.pem`,
+        { cause: error },
+      );
+    }
+  }
+}
+
+/** No labels besides the name (ScaleSetEntry): an existing scale set that has others is updated to the name alone. */
 async function ensure(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger): Promise<number> {
   const api = await deps.scaleSetApiFor(config, scopeOf(entry));
-  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: entry.labels }));
+  const { id } = await naming(entry, 'create or update', () => api.ensureScaleSet({ name: entry.name, runnerGroup: entry.runnerGroup, labels: [] }));
   log.info('scale set ensured', { pool: entry.pool, scaleSet: entry.name, runnerGroup: entry.runnerGroup, scaleSetId: id });
   return id;
 }
 
-/** Found by name first: a retried Delete, or one whose scale set someone removed by hand, deletes nothing twice. */
+/**
+ * Found by name first: a retried Delete, or one whose scale set someone removed by hand,
+ * deletes nothing twice. The listener's session is ended before its scale set goes (as ARC
+ * removes its listener first; whether GitHub deletes a scale set with an open session is not
+ * documented), and the lease item that named it is removed after.
+ */
 async function remove(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, log: Logger, why: string): Promise<void> {
   const api = await deps.scaleSetApiFor(config, scopeOf(entry));
   const found = await naming(entry, 'delete', () => api.findScaleSet(entry.name, entry.runnerGroup));
@@ -87,8 +133,47 @@ async function remove(deps: ScaleSetResourceDeps, config: FleetConfig, entry: Sc
     log.info('scale set already gone', { pool: entry.pool, scaleSet: entry.name });
     return;
   }
+  await endLease(deps, config, entry, found.id, log);
   await naming(entry, 'delete', () => api.deleteScaleSet(found.id));
   log.info('scale set deleted', { pool: entry.pool, scaleSet: entry.name, scaleSetId: found.id, reason: why });
+}
+
+/**
+ * Ends the session the pool's lease item names and deletes the item. Only an item naming
+ * `scaleSetId` (any, when undefined) is touched: an item the listener has since written for
+ * another scale set of the pool (a renamed scale set's new one) is its. The delete carries
+ * the same condition, so a listener writing meanwhile keeps its item; resent after a lost
+ * answer, it finds no item and passes.
+ */
+async function endLease(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, scaleSetId: number | undefined, log: Logger): Promise<void> {
+  const A = SCALE_SET_LEASE_ATTRIBUTES;
+  const Key = { [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(entry.pool) } };
+  const out = await deps.aws.send<GetItemCommandOutput>(deps.dynamodb, new GetItemCommand({ TableName: deps.tableName, Key, ConsistentRead: true }), READ);
+  const leaseScaleSet = out.Item?.[A.scaleSetId]?.N;
+  if (out.Item === undefined || (scaleSetId !== undefined && leaseScaleSet !== undefined && Number(leaseScaleSet) !== scaleSetId)) return;
+  const sessionId = out.Item[A.sessionId]?.S;
+  if (sessionId !== undefined && leaseScaleSet !== undefined) {
+    const api = await deps.scaleSetApiFor(config, scopeOf(entry));
+    await naming(entry, 'end the session of', () => api.deleteSession(Number(leaseScaleSet), sessionId));
+    log.info('scale set session ended', { pool: entry.pool, scaleSet: entry.name, scaleSetId: Number(leaseScaleSet), sessionId });
+  }
+  try {
+    await deps.aws.send(
+      deps.dynamodb,
+      new DeleteItemCommand({
+        TableName: deps.tableName,
+        Key,
+        ConditionExpression: leaseScaleSet === undefined ? 'attribute_not_exists(#id)' : 'attribute_not_exists(#id) OR #id = :id',
+        ExpressionAttributeNames: { '#id': A.scaleSetId },
+        ...(leaseScaleSet === undefined ? {} : { ExpressionAttributeValues: { ':id': { N: leaseScaleSet } } }),
+      }),
+      WRITE_IDEMPOTENT,
+    );
+    log.info('scale set lease removed', { pool: entry.pool, scaleSet: entry.name });
+  } catch (error) {
+    if (errorName(error) !== 'ConditionalCheckFailedException') throw error;
+    log.info('scale set lease kept: the listener wrote it for another scale set meanwhile', { pool: entry.pool, scaleSet: entry.name });
+  }
 }
 
 /** CloudFormation shows the event's error alone: it names the pool and the scale set a failed call was for. */
@@ -103,18 +188,4 @@ async function naming<T>(entry: ScaleSetEntry, what: string, call: () => Promise
 
 function scopeOf(entry: ScaleSetEntry): ScaleSetScope {
   return entry.organization !== undefined ? { organization: entry.organization } : { repository: entry.repository! };
-}
-
-/** The stack's status decides a Delete; a status that cannot be read fails the request (nothing touched). */
-async function stackVerdict(deps: ScaleSetResourceDeps, stackId: string, log: Logger) {
-  let status: string | undefined;
-  try {
-    const out = await deps.aws.send<DescribeStacksCommandOutput>(deps.cloudformation, new DescribeStacksCommand({ StackName: stackId }), READ);
-    status = out.Stacks?.[0]?.StackStatus;
-  } catch (error) {
-    log.error('reading the stack status failed', { stackId, error: errorName(error) });
-    throw new Error(`the scale sets' delete could not read the status of stack ${stackId} (${errorName(error)}), so it cannot tell a stack deletion from an update replacing the resource; nothing was deleted. Retry the operation`);
-  }
-  if (status === undefined) throw new Error(`the scale sets' delete could not read the status of stack ${stackId} (DescribeStacks listed no stack); nothing was deleted`);
-  return deleteVerdict(status);
 }

@@ -1,8 +1,10 @@
 import { CloudFormationClient } from '@aws-sdk/client-cloudformation';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { AwsCaller } from '../shared/aws-call';
 import { createCiProviders } from '../ci';
 import { installationCallerOf, scaleSetApiAt } from '../ci/scale-set';
-import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce } from '../shared/clients';
+import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce, requiredEnv } from '../shared/clients';
+import { LAMBDA_ENV } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
 import { createScaleSetResourceHandler, type ScaleSetApiFactory } from './handler';
@@ -22,6 +24,9 @@ const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
 export const handler = createScaleSetResourceHandler({
   cloudformation: new CloudFormationClient(PRODUCTION_CLIENT_OPTIONS),
   aws: new AwsCaller({ pacer: new Pacer() }),
+  ssm: clients.ssm,
+  dynamodb: new DynamoDBClient(PRODUCTION_CLIENT_OPTIONS),
+  tableName: requiredEnv(LAMBDA_ENV.jobRecordTable),
   loadConfig: () => loadFleetConfig(clients.ssm),
   scaleSetApiFor,
 });

@@ -48,7 +48,15 @@ export function createScaleSetDemandHandler(deps: ScaleSetDemandDeps): (demand: 
         { api: deps.scaleSetApi(config, pool), github, ...(deps.launchTickets ? { launchTickets: deps.launchTickets } : {}), warm: options.warm, coldConcurrency: options.coldConcurrency, salt: id },
         demand,
       );
-      log.info('scale-set demand served', { pool: demand.pool, traceId: demand.traceId, assignedJobs: demand.assignedJobs, ...result });
+      log.info('scale-set demand served', {
+        pool: demand.pool,
+        traceId: demand.traceId,
+        assignedJobs: demand.assignedJobs,
+        observed: result.observed,
+        started: result.started,
+        unserved: result.unserved,
+        recentlyStarted: (demand.recentlyStarted ?? []).map((r) => r.instanceId),
+      });
       return result;
     } catch (error) {
       log.error('serving the scale-set demand failed', { pool: demand.pool, traceId: demand.traceId, error: (error as Error).message });

@@ -12,6 +12,7 @@ import {
   type ScaleSetApi,
   type ScaleSetDemand,
   type ScaleSetDemandResult,
+  type ScaleSetStartedRunner,
 } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
 import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
@@ -53,15 +54,16 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   const log = step.log.child({ pool: pool.name, traceId: demand.traceId, scaleSetId: demand.scaleSetId });
   const observedAt = step.now();
   const instances = await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name });
-  const observed = scaleSetObserved(instances, pool.name, step.keys);
+  // The runners earlier demands started count even where this observation lags behind them.
+  const observed = scaleSetObserved(instances, pool.name, step.keys, demand.recentlyStarted, observedAt);
   const shortfall = scaleSetShortfall(demand.assignedJobs, observed, pool);
-  if (shortfall === 0) return { observed: observed.runners, started: 0, unserved: 0 };
+  if (shortfall === 0) return { observed: observed.runners, started: 0, unserved: 0, startedRunners: [] };
 
   const provider = scaleSetProvider(step.config, pool, deps.api, demand.scaleSetId, deps.github, step.now);
   const jobs = Array.from({ length: shortfall }, (_, slot) => slotJob(demand, pool, provider, slot, log, step.now()));
   const parked = orderCandidates(parkedByBucket(instances, step.keys), deps.salt);
   const warmCount = Math.min(shortfall, parked.get(pool.name)?.length ?? 0);
-  let started = 0;
+  const startedRunners: ScaleSetStartedRunner[] = [];
   const cold = jobs.slice(warmCount);
   const carried = new Map<string, Carried>();
   if (warmCount > 0) {
@@ -71,7 +73,7 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
     for (const j of jobs.slice(0, warmCount)) {
       const o = outcomes.get(j.key)!;
       if (o.kind === 'started') {
-        started++;
+        startedRunners.push({ instanceId: o.instanceId, startedAt: step.now().toISOString() });
         j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
         step.metrics.add(step.config.metrics.names.activations, { Pool: pool.name });
       } else {
@@ -82,13 +84,13 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
       }
     }
   }
-  started += await launch(step, deps, cold, instances, carried);
-  return { observed: observed.runners, started, unserved: shortfall - started };
+  startedRunners.push(...(await launch(step, deps, cold, instances, carried)));
+  return { observed: observed.runners, started: startedRunners.length, unserved: shortfall - startedRunners.length, startedRunners };
 }
 
-/** The cold launches the prime back-off and its tickets let through; the rest is left for the next demand. */
-async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly JobInFlight[], instances: Parameters<typeof coldGates>[2], carried: ReadonlyMap<string, Carried>): Promise<number> {
-  if (cold.length === 0) return 0;
+/** The cold launches the prime back-off and its tickets let through (the runners they started); the rest is left for the next demand. */
+async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly JobInFlight[], instances: Parameters<typeof coldGates>[2], carried: ReadonlyMap<string, Carried>): Promise<ScaleSetStartedRunner[]> {
+  if (cold.length === 0) return [];
   let launching: JobInFlight[] = [];
   let granted = new Map<string, Ticket>();
   try {
@@ -106,13 +108,13 @@ async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly
     // A registration carried from a refused claim goes with its launch; one that does not launch deletes it.
     await dropCarried(step, cold.filter((j) => !launching.includes(j)), carried, deps.coldConcurrency);
   }
-  let started = 0;
+  const started: ScaleSetStartedRunner[] = [];
   await mapLimit(launching, deps.coldConcurrency, async (j) => {
     try {
       // One receive per demand: the launch token names the slot of this reading, so a CreateFleet
       // resent within the demand returns the same fleet.
       const r = await launchCold(step, j, { messageId: j.key, receiveCount: 1 }, carried.get(j.key));
-      started++;
+      started.push({ instanceId: r.instanceId, startedAt: step.now().toISOString() });
       j.log.info('cold launch started an instance', { instanceId: r.instanceId, runnerId: r.runnerId, capacityType: r.capacityType });
       step.metrics.add(step.config.metrics.names.coldLaunches, { Pool: j.pool.name });
     } catch (error) {

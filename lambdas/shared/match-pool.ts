@@ -37,9 +37,11 @@ export function pausedPool(match: PoolMatch): boolean {
  * - Several candidates: an exact match wins over a subset match, then the subset pool with the
  *   fewest labels the job did not ask for, then the first in configuration order.
  * - Runner scale sets (docs/scale-set.md): GitHub assigns a scale set's jobs to it, and its
- *   listener starts their runners. A GitHub job that names a scale-set pool's scale set, or
- *   whose best pool is a scale-set pool, gets no runner here (`scale-set`): a second runner
- *   for one job would be left behind, or take another job.
+ *   listener starts their runners. The fleet's scale set carries its name as its only label,
+ *   so GitHub assigns it only jobs that name it: such a job gets no runner here (`scale-set`),
+ *   or one job would get two runners. A scale-set pool is never a candidate otherwise: a job
+ *   that does not name its scale set is not GitHub's to assign to it, so its labels must not
+ *   keep the job from a webhook pool that fits it.
  */
 export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobLabels: readonly string[]): PoolMatch {
   const normalise = labelNormaliser(provider);
@@ -51,7 +53,7 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
   const untagged = !github && asked.size === 0;
   let best: { pool: PoolConfig; extra: number } | undefined;
   for (const pool of pools) {
-    if (pool.provider !== provider) continue;
+    if (pool.provider !== provider || isScaleSetPool(pool)) continue;
     if (github && pool.requireSelfHostedLabel && !askedSelfHosted) continue;
     const offered = offeredLabels(pool);
     const extra = offered.size - asked.size;
@@ -63,7 +65,7 @@ export function matchPool(pools: readonly PoolConfig[], provider: Provider, jobL
     }
     if (!best || extra < best.extra) best = { pool, extra };
   }
-  if (best) return isScaleSetPool(best.pool) ? { reason: 'scale-set' } : { pool: best.pool };
+  if (best) return { pool: best.pool };
   // A job that did not ask for "self-hosted" and fits no pool is most likely for GitHub's own runners.
   return { reason: github && !askedSelfHosted ? 'not-self-hosted' : 'no-matching-pool' };
 }

@@ -1,4 +1,4 @@
-import { githubPoolScope, gitLabScopeKey, gitLabScopeOf, GitLabRunnerType, Provider, scopeServesRepository, type GitHubScopeFields, type GitLabConnectionConfig, type PoolConfig } from './contract';
+import { githubPoolScope, gitLabScopeKey, isScaleSetPool, gitLabScopeOf, GitLabRunnerType, Provider, scopeServesRepository, type GitHubScopeFields, type GitLabConnectionConfig, type PoolConfig } from './contract';
 import { offeredLabels } from './match-pool';
 
 /**
@@ -165,6 +165,8 @@ export function poolOverlaps(pools: readonly PoolConfig[], scopes: JobScopes = O
   for (let a = 0; a < pools.length; a++) {
     for (let b = a + 1; b < pools.length; b++) {
       if (pools[a]!.provider !== pools[b]!.provider || !scopes.meet(pools[a]!, pools[b]!)) continue;
+      // A scale set gets the jobs naming it from GitHub, never through matchPool: it competes with no pool.
+      if (isScaleSetPool(pools[a]!) || isScaleSetPool(pools[b]!)) continue;
       // Fewer labels wins; as many, the earlier (a).
       const [w, l] = shapes[b]!.labels.size < shapes[a]!.labels.size ? [b, a] : [a, b];
       const found = verdict(shapes[w]!, shapes[l]!, pools[a]!.provider === 'github');

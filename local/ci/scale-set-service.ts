@@ -15,9 +15,15 @@ import { jsonObject, randomToken, type HttpAnswer, type HttpRequest } from './ht
  *   just-in-time runner configs. Every service call needs `api-version=6.0-preview` (the queue
  *   reads it from `Accept`), as the client sends it.
  *
- * The job model: a queued job in a scale set's scope that names the scale set in `runs-on` and
- * whose every other label is one of the scale set's labels or `self-hosted` is ASSIGNED to it (the lowest id when several match): no other runner takes it, and a
- * runner of the scale set takes whichever assigned job is oldest. Assignment, start and
+ * The job model: GitHub's docs ("Using Actions Runner Controller runners in a workflow") say a
+ * workflow targets a scale set by its name in `runs-on`, or by its labels given as the
+ * `runs-on` array. Modelled as GitHub matches any runner: a queued job in a scale set's scope
+ * whose every `runs-on` label is one of the scale set's labels (its name is one) or
+ * `self-hosted` (unverified for scale sets), and at least one is the scale set's, is ASSIGNED
+ * to it (the lowest id when several match): no other runner takes it, and a runner of the
+ * scale set takes whichever assigned job is oldest. The fleet's scale sets carry their name
+ * as their only label, so under this rule and under an exact-set one alike they are assigned
+ * exactly the jobs naming them (docs/scale-set.md, "Which jobs a scale set gets"). Assignment, start and
  * completion are events of the active session's queue; events while no session is open are
  * not kept for the next (the statistics in its answer make up for them).
  */
@@ -87,17 +93,18 @@ export interface LoopbackScaleSets {
   /** Fault: the active session's queue token expires now (GetMessage/DeleteMessage answer 401 until a refresh). */
   expireQueueToken(scaleSetId: number): void;
   /**
-   * Fault: the next DeleteMessage of the scale set answers 503. `after`: the message was deleted
-   * first (the acknowledgement took, its answer was lost); `before`: it was not (the message is
-   * delivered again).
+   * Fault: the next `count` (default 1) DeleteMessage calls of the scale set answer 503.
+   * `after`: the message was deleted first (the acknowledgement took, its answer was lost);
+   * `before`: it was not (the message is delivered again). The client asks once more after a
+   * lost answer, so a lost acknowledgement reaches the listener only with a count of 2 or more.
    */
-  dropNextAck(scaleSetId: number, when: 'before' | 'after'): void;
+  dropNextAck(scaleSetId: number, when: 'before' | 'after', count?: number): void;
+  /** The most GetMessage polls of the scale set in flight at once (any session): 1 when one poller at a time held it. */
+  peakPolls(scaleSetId: number): number;
   /** Fault: another owner holds a session of the scale set (the next create is 409 until it expires or is deleted). */
   holdSession(scaleSetId: number, owner: string): void;
   /** Every session the service opened, in order: its owner, when it opened and when and how it ended. */
   sessions(): LoopbackSessionRecord[];
-  /** Per scale set id, the most GetMessage polls that were open at once (two pollers sharing a session would show 2). */
-  maxConcurrentPolls(): Record<number, number>;
 }
 
 /** One session's life at the loopback (epoch ms). */
@@ -122,6 +129,12 @@ interface JobEvent {
 interface Message {
   readonly id: number;
   readonly events: readonly JobEvent[];
+  /**
+   * The statistics when the message was made: a message delivered again carries these, not
+   * fresh ones (the source does not say a redelivery's statistics are recomputed; the session's
+   * answer to a create or refresh is the fresh reading).
+   */
+  readonly statistics: Record<string, number>;
   delivered: boolean;
 }
 
@@ -135,7 +148,7 @@ interface Session {
   maxCapacity?: number;
   pending: JobEvent[];
   unacked: Message[];
-  dropAck?: 'before' | 'after';
+  dropAck?: { readonly when: 'before' | 'after'; left: number };
   wake: Set<() => void>;
 }
 
@@ -150,6 +163,9 @@ interface ScaleSetState {
   session?: Session;
   nextMessageId: number;
   readonly assigned: number[];
+  /** GetMessage polls in flight now, and the most at once. */
+  polls: number;
+  peakPolls: number;
 }
 
 export interface ScaleSetService {
@@ -184,8 +200,6 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
   const assignment = new Map<number, number>();
   const delivered: { scaleSetId: number; messageId: number; redelivery: boolean }[] = [];
   const sessionLog: { scaleSetId: number; sessionId: string; owner: string; openedAt: number; endedAt?: number; ended?: LoopbackSessionRecord['ended'] }[] = [];
-  /** Per scale set: polls open now, and the most at once. */
-  const polls = new Map<number, { open: number; max: number }>();
   let nextScaleSetId = 1;
 
   const exception = (status: number, typeName: string, message: string): HttpAnswer => ({ status, body: { typeName, message } });
@@ -214,9 +228,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     if (!host.inScope(s.scope, job.repository)) return false;
     const own = new Set(s.labels.map((l) => l.toLowerCase()));
     const labels = job.labels.map((l) => l.toLowerCase());
-    // Workflows target a scale set by its name (GitHub's docs for ARC scale sets): a job that
-    // does not name it stays with the runners of its labels (a webhook pool of the same labels).
-    return labels.includes(s.name.toLowerCase()) && labels.every((l) => own.has(l) || l === 'self-hosted');
+    return labels.some((l) => own.has(l)) && labels.every((l) => own.has(l) || l === 'self-hosted');
   }
 
   function assignQueued(): void {
@@ -445,6 +457,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       createdOn: new Date(host.now()).toISOString(),
       nextMessageId: 1,
       assigned: [],
+      polls: 0,
+      peakPolls: 0,
     };
     scaleSets.set(s.id, s);
     assignQueued();
@@ -490,8 +504,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     if (bearer !== session.token || session.tokenExpiresAt <= host.now()) return { status: 401, headers: { 'content-type': 'text/plain' }, body: 'The message queue token has expired' };
     if (req.method === 'DELETE' && messageId !== undefined) {
       if (req.headers['content-type'] !== undefined && !/json/i.test(req.headers['content-type'])) return exception(415, 'UnsupportedMediaTypeException', 'content-type must be JSON');
-      const drop = session.dropAck;
-      delete session.dropAck;
+      const drop = session.dropAck?.when;
+      if (session.dropAck && --session.dropAck.left <= 0) delete session.dropAck;
       if (drop === 'before') return exception(503, 'ServiceUnavailableException', 'injected: acknowledgement lost before it was applied');
       session.unacked = session.unacked.filter((m) => m.id !== messageId);
       if (drop === 'after') return exception(503, 'ServiceUnavailableException', 'injected: acknowledgement applied, answer lost');
@@ -513,19 +527,17 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     // oldest after it that was not deleted is delivered again.
     session.unacked = session.unacked.filter((m) => m.id > last);
     const ready = () => next(s, session);
+    s.peakPolls = Math.max(s.peakPolls, s.polls + 1);
     const now = ready();
     if (now) return now;
     session.polling++;
-    const open = polls.get(s.id) ?? { open: 0, max: 0 };
-    open.open++;
-    open.max = Math.max(open.max, open.open);
-    polls.set(s.id, open);
+    s.polls++;
     return new Promise<HttpAnswer>((resolve) => {
       const done = () => {
         clearTimeout(timer);
         session.wake.delete(wake);
         session.polling--;
-        open.open--;
+        s.polls--;
         session.lastPoll = host.now();
         resolve(s.session === session ? (ready() ?? { status: 202 }) : exception(404, 'TaskAgentSessionExpiredException', `session ${sessionId} not found`));
       };
@@ -540,14 +552,14 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     let message = session.unacked[0];
     const redelivery = message?.delivered === true;
     if (!message && session.pending.length > 0) {
-      message = { id: s.nextMessageId++, events: session.pending, delivered: false };
+      message = { id: s.nextMessageId++, events: session.pending, statistics: statistics(s), delivered: false };
       session.pending = [];
       session.unacked.push(message);
     }
     if (!message) return undefined;
     message.delivered = true;
     delivered.push({ scaleSetId: s.id, messageId: message.id, redelivery });
-    return { status: 200, body: { messageId: message.id, messageType: MESSAGE_TYPE, body: JSON.stringify(message.events), statistics: statistics(s) } };
+    return { status: 200, body: { messageId: message.id, messageType: MESSAGE_TYPE, body: JSON.stringify(message.events), statistics: message.statistics } };
   }
 
   const live = (id: number) => {
@@ -598,18 +610,18 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         const session = live(id).session;
         if (session) session.tokenExpiresAt = 0;
       },
-      dropNextAck(id, when) {
+      dropNextAck(id, when, count = 1) {
         const session = live(id).session;
         if (!session) throw new Error(`scale set ${id} has no session`);
-        session.dropAck = when;
+        session.dropAck = { when, left: count };
       },
+      peakPolls: (id) => live(id).peakPolls,
       holdSession(id, owner) {
         const s = live(id);
         if (s.session) throw new Error(`scale set ${id} already has a session`);
         newSession(s, owner);
       },
       sessions: () => sessionLog.map((r) => ({ ...r })),
-      maxConcurrentPolls: () => Object.fromEntries([...polls].map(([id, p]) => [id, p.max])),
     },
   };
 }

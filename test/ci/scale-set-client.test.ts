@@ -172,6 +172,62 @@ describe('scale-set client against the loopback GitHub', () => {
     await rejection(client.refreshSession(id, session.sessionId), SessionGoneError);
   });
 
+  it.each([400, 403, 404, 410])('a refresh refused with %i is a SessionGoneError (the source names no status for an expired session)', async (status) => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.failNext({ method: 'PATCH', path: /\/sessions\/[0-9a-f-]+$/ }, status);
+    await rejection(client.refreshSession(id, session.sessionId), SessionGoneError);
+  });
+
+  it.each([
+    ['429', 429, 1],
+    ['a 5xx twice', 503, 2],
+    ['401 twice (the admin token exchanged again in between)', 401, 2],
+  ])('a refresh answered %s is an error, not a gone session', async (_, status, times) => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.failNext({ method: 'PATCH', path: /\/sessions\/[0-9a-f-]+$/ }, status, times);
+    const e = await rejection(client.refreshSession(id, session.sessionId), ScaleSetApiError);
+    expect(e.status).toBe(status);
+  });
+
+  it('a session answer without statistics is a session all the same (types.go: a pointer)', async () => {
+    const stripping: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (!/\/sessions(\/|\?|$)/.test(String(input)) || res.status !== 200) return res;
+      const { statistics: _dropped, ...rest } = (await res.json()) as Record<string, unknown>;
+      return new Response(JSON.stringify(rest), { status: 200 });
+    };
+    const client = api('linux', stripping);
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    expect(session.sessionId).toBeTruthy();
+    expect(session.statistics).toBeUndefined();
+  });
+
+  it('a repeated DELETE of a message whose first answer was lost takes a 404 as done', async () => {
+    let deletes = 0;
+    const lossy: typeof fetch = async (input, init) => {
+      if (init?.method === 'DELETE' && /\/messages\/\d+$/.test(String(input))) {
+        deletes++;
+        // The first lands and its answer is lost; the second finds the message gone.
+        if (deletes === 1) {
+          await fetch(input, init);
+          throw new TypeError('fetch failed');
+        }
+        return new Response(JSON.stringify({ typeName: 'MessageNotFoundException', message: 'gone' }), { status: 404 });
+      }
+      return fetch(input, init);
+    };
+    const client = api('linux', lossy);
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    await client.deleteMessage(session, 1);
+    expect(deletes).toBe(2);
+  });
+
   it('long-polls: undefined after the hold (202); an abort ends the poll with undefined', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
@@ -189,15 +245,12 @@ describe('scale-set client against the loopback GitHub', () => {
     const { id } = await client.ensureScaleSet(SPEC);
     const session = await client.createSession(id, 'poller');
     gh.addJob(`${ORG}/app`, ['gpu']); // not the scale set's: none of its labels
-    // The scale set's labels but not its name: a webhook pool of the same labels serves it.
-    const unnamed = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
     const poll = client.getMessage(session, 0, 5);
     const job = gh.addJob(`${ORG}/app`, ['self-hosted', 'arc-linux', 'linux']);
     const first = (await poll)!;
     expect(first.statistics.totalAssignedJobs).toBe(1);
     expect(first.events).toEqual([]); // JobAssigned: counted in the statistics, not an event we act on
     expect(gh.scaleSets.assignedTo(job.id)).toBe(id);
-    expect(gh.scaleSets.assignedTo(unnamed.id)).toBeUndefined();
     // Not acknowledged: the same message again for the same lastMessageId.
     expect((await client.getMessage(session, 0, 5))?.messageId).toBe(first.messageId);
     // The acknowledgement lost before it was applied: an error, and the message comes again.
@@ -211,13 +264,43 @@ describe('scale-set client against the loopback GitHub', () => {
     expect(await client.getMessage(session, first.messageId, 5)).toBeUndefined();
   });
 
+  it('a message delivered again carries the statistics it was made with; a refresh answers the fresh reading', async () => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    let session = await client.createSession(id, 'poller');
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    const first = (await client.getMessage(session, 0, 5))!;
+    expect(first.statistics.totalAssignedJobs).toBe(1);
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    // Not acknowledged: delivered again as it was made, though a second job is assigned now.
+    const again = (await client.getMessage(session, 0, 5))!;
+    expect(again.messageId).toBe(first.messageId);
+    expect(again.statistics.totalAssignedJobs).toBe(1);
+    session = await client.refreshSession(id, session.sessionId);
+    expect(session.statistics?.totalAssignedJobs).toBe(2);
+  });
+
+  it('dropNextAck with a count: one lost answer is absorbed by the client asking again; two reach the caller', async () => {
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    gh.addJob(`${ORG}/app`, ['arc-linux']);
+    const m = (await client.getMessage(session, 0, 5))!;
+    gh.scaleSets.dropNextAck(id, 'before', 2);
+    await rejection(client.deleteMessage(session, m.messageId), ScaleSetApiError);
+    expect((await client.getMessage(session, 0, 5))?.messageId).toBe(m.messageId);
+    gh.scaleSets.dropNextAck(id, 'before');
+    await client.deleteMessage(session, m.messageId);
+    expect(await client.getMessage(session, m.messageId, 5)).toBeUndefined();
+  });
+
   it('a runner started with the scale set JIT config takes the assigned job: job-started and job-completed messages follow', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
     const job = gh.addJob(`${ORG}/app`, ['arc-linux']);
     let session: ScaleSetSession = await client.createSession(id, 'poller');
     const jit = await client.generateJitConfig(id, 'sst-linux-i-0abc');
-    expect(session.statistics.totalAssignedJobs).toBe(1);
+    expect(session.statistics?.totalAssignedJobs).toBe(1);
     expect(await runFake(jit.encodedJitConfig)).toBe(0);
     expect(gh.jobs().find((j) => j.id === job.id)).toMatchObject({ status: 'completed', conclusion: 'success', runnerName: 'sst-linux-i-0abc' });
     const seen: ScaleSetMessage[] = [];
@@ -238,7 +321,7 @@ describe('scale-set client against the loopback GitHub', () => {
     await client.generateJitConfig(id, 'sst-linux-i-0def');
     await rejection(client.generateJitConfig(id, 'sst-linux-i-0def'), ScaleSetApiError);
     session = await client.refreshSession(id, session.sessionId);
-    expect(session.statistics.totalRegisteredRunners).toBe(1);
+    expect(session.statistics?.totalRegisteredRunners).toBe(1);
   });
 });
 
@@ -336,11 +419,16 @@ describe('message parsing and configuration URLs', () => {
     });
   });
 
+  it('statistics need only totalAssignedJobs: the other counts default to 0, as Go decodes an absent field', () => {
+    expect(parseMessage(msg({ statistics: { totalAssignedJobs: 3 } })).statistics).toEqual({ ...Object.fromEntries(Object.keys(stats).map((k) => [k, 0])), totalAssignedJobs: 3 });
+  });
+
   it('anything but the documented shape is a clear error', () => {
     expect(() => parseMessage('<html>')).toThrow(ScaleSetMessageError);
     expect(() => parseMessage(msg({ messageType: 'Other' }))).toThrow(/message type "Other"/);
     expect(() => parseMessage(msg({ statistics: { ...stats, totalAssignedJobs: -1 } }))).toThrow(/totalAssignedJobs/);
     expect(() => parseMessage(msg({ statistics: undefined }))).toThrow(/no statistics/);
+    expect(() => parseMessage(msg({ statistics: { totalIdleRunners: 1 } }))).toThrow(/totalAssignedJobs/);
     expect(() => parseMessage(msg({ body: '{}' }))).toThrow(/not an array/);
     expect(() => parseMessage(msg({ body: 'nope' }))).toThrow(/body is not JSON/);
     expect(() => parseMessage(msg({ body: JSON.stringify([{ messageType: 'JobStarted', jobId: 'a' }]) }))).toThrow(/lacks runnerName/);

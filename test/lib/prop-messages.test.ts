@@ -119,6 +119,18 @@ const ROWS: [string, Change][] = [
     'pools[1].scaleSetName (pool "b") "FAST" is also the scale set of pool "linux" in organisation org',
     (p) => ({ ...p, pools: [{ ...p.pools[0]!, scaleSetName: 'fast' }, { ...p.pools[0]!, name: 'b', labels: ['b'], scaleSetName: 'FAST' }] }),
   ],
+  [
+    'pools[1].scaleSetName (pool "b") "Fast" is also the scale set of pool "linux" in organisation org, which holds repository org/app',
+    (p) => ({ ...p, pools: [{ ...p.pools[0]!, scaleSetName: 'fast' }, { ...p.pools[0]!, name: 'b', labels: ['b'], organization: undefined, repositories: ['org/app'], scaleSetName: 'Fast' }] }),
+  ],
+  [
+    'pools[0].scaleSetName (pool "linux") "fast" is also the scale set of pool "b" in organisation org, which holds repository org/app',
+    (p) => ({ ...p, pools: [{ ...p.pools[0]!, organization: undefined, repositories: ['org/app'], scaleSetName: 'fast' }, { ...p.pools[0]!, name: 'b', labels: ['b'], scaleSetName: 'fast' }] }),
+  ],
+  [
+    'pools[1].labels (pool "b") include "FAST", the name of pool "linux"\'s scale set in organisation org',
+    (p) => ({ ...p, pools: [{ ...p.pools[0]!, scaleSetName: 'fast' }, { ...p.pools[0]!, name: 'b', labels: ['linux', 'FAST'], organization: undefined, repositories: ['org/app'] }] }),
+  ],
 ];
 
 /** What a user never wrote: FleetConfig field names, dotted indices, raw number limits. */

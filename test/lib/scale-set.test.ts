@@ -1,6 +1,7 @@
 import { App, Stack, Validations } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type { CfnParameter } from 'aws-cdk-lib/aws-ssm';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,6 +28,24 @@ function template(pools: RunnerPoolProps[], extra: { gitlab?: boolean; exposure?
     pools,
   });
   return { t: Template.fromStack(stack), runners, stack };
+}
+
+/** Every resource `id` waits for, directly or through others (DependsOn and Ref/GetAtt). */
+function dependsOnAll(t: Template, id: string): string[] {
+  const all = t.toJSON().Resources as Record<string, { DependsOn?: string[]; Properties?: unknown }>;
+  const seen = new Set<string>();
+  const visit = (at: string) => {
+    const r = all[at];
+    if (!r) return;
+    const refs = [...JSON.stringify(r.Properties ?? {}).matchAll(/"(?:Ref|Fn::GetAtt)":\s*\[?"([A-Za-z0-9]+)/g)].map((m) => m[1]!);
+    for (const next of [...(r.DependsOn ?? []), ...refs]) {
+      if (seen.has(next)) continue;
+      seen.add(next);
+      visit(next);
+    }
+  };
+  visit(id);
+  return [...seen];
 }
 
 const listenerOf = (t: Template) => Object.entries(t.findResources('AWS::Lambda::Function', { Properties: { Description: Match.stringLikeRegexp('Long-polls the runner scale sets') } }));
@@ -58,9 +77,20 @@ describe('a fleet with a scale-set pool', () => {
     const resources = t.findResources('Custom::RunnerScaleSets');
     expect(Object.keys(resources)).toHaveLength(1);
     const [id, resource] = Object.entries(resources)[0]!;
-    expect(JSON.parse(resource.Properties.ScaleSets)).toEqual([{ pool: 'fast', name: 'fast-linux', runnerGroup: 'Default', labels: ['fast'], organization: 'org' }]);
-    const drain = Object.values(t.findResources('Custom::FleetDrain'))[0]!;
-    expect(drain.DependsOn).toContain(id);
+    expect(JSON.parse(resource.Properties.ScaleSets)).toEqual([{ pool: 'fast', name: 'fast-linux', runnerGroup: 'Default', organization: 'org' }]);
+    // Its handler reads the FleetConfig parameter at run time: CloudFormation must have written it first.
+    const config = stack.getLogicalId(runners.configParameter.node.defaultChild as CfnParameter);
+    expect(dependsOnAll(t, id)).toContain(config);
+    // The drain is deleted first (it depends on the resource): the runners are gone before the scale sets.
+    const [drainId] = Object.keys(t.findResources('Custom::FleetDrain'));
+    expect(dependsOnAll(t, drainId!)).toContain(id);
+    expect(dependsOnAll(t, id)).not.toContain(drainId);
+  });
+
+  it('ensures the scale sets on every deploy: a property that changes with each synthesis', () => {
+    const nonce = (tt: Template) => Object.values(tt.findResources('Custom::RunnerScaleSets'))[0]!.Properties.DeployNonce;
+    expect(nonce(t)).toEqual(expect.any(String));
+    expect(nonce(template([scaleSetPool, webhookPool]).t)).not.toEqual(nonce(t));
   });
 
   it('keeps the webhook for the pool that is no scale set', () => {
@@ -72,18 +102,20 @@ describe('the listener role', () => {
   let f: Fleet;
   let statements: ReturnType<Fleet['statements']>;
   beforeAll(() => {
-    f = synth({ pools: () => [scaleSetPool] });
+    f = synth({ pools: () => [scaleSetPool, webhookPool] });
     statements = f.statements('RunnersScaleSetListenerFunctionRole');
   });
   const item = (name: string, action: string, key: string): AuthorizationRequest => ({ name: `${name} ${action}`, action, resourceType: 'table', resource: f.tableArn, facts: { 'dynamodb:LeadingKeys': [key] } });
-  const leaseCalls = (name: string, key: string) => ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'].map((action) => item(name, action, key));
+  const ITEM_ACTIONS = ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'];
+  const leaseCalls = (name: string, key: string, actions = ITEM_ACTIONS) => actions.map((action) => item(name, action, key));
   const parameter = (name: string): AuthorizationRequest => ({ name: `read ${name}`, action: 'ssm:GetParameter', resourceType: 'parameter', resource: arn('ssm', `parameter${name}`), facts: {} });
   const invoke = (name: string, fnArn: string): AuthorizationRequest => ({ name, action: 'lambda:InvokeFunction', resourceType: 'function', resource: fnArn, facts: {} });
 
-  it('may take, renew, read and give back its lease, read the App key and the FleetConfig, invoke scale-up and describe instances', async () => {
+  it('may take, renew, read and give back its lease (GetItem and UpdateItem, as lease.ts calls them), read the App key and the FleetConfig, invoke scale-up and describe instances', async () => {
+    expect(await allowed(statements, leaseCalls('lease', scaleSetLeaseKey('fast'), ['dynamodb:PutItem', 'dynamodb:DeleteItem']))).toEqual([]);
     expect(
       await denials(statements, [
-        ...leaseCalls('lease', scaleSetLeaseKey('fast')),
+        ...leaseCalls('lease', scaleSetLeaseKey('fast'), ['dynamodb:GetItem', 'dynamodb:UpdateItem']),
         parameter(paths.github.appPrivateKey),
         parameter(paths.fleetConfig),
         invoke('invoke scale-up', f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')),
@@ -110,6 +142,8 @@ describe('the listener role', () => {
         tagInstance('runner id', { [keys.runnerId]: '1' }),
         tagInstance('with another tag', { [keys.jobStarted]: at, [keys.warmStandby]: 'true' }),
         tagInstance("another fleet's instance", { [keys.jobStarted]: at }, {}),
+        tagInstance("a webhook pool's instance", { [keys.jobStarted]: at }, { [keys.pool]: 'linux' }),
+        tagInstance("a webhook pool's instance, finished", { [keys.idleSince]: at }, { [keys.pool]: 'linux' }),
       ]),
     ).toEqual([]);
   });
@@ -132,13 +166,17 @@ describe('the listener role', () => {
     expect(JOB_RECORD_ATTRIBUTES.key).toBeDefined();
   });
 
-  it('the scale-set resource may read the App key and its own stack, nothing of the fleet', async () => {
+  it('the scale-set resource may read the App key, its own stack, and read and delete the lease items (their sessions), nothing else of the fleet', async () => {
     const resource = f.statements('RunnersScaleSetsFunctionRole');
-    expect(await denials(resource, [parameter(paths.github.appPrivateKey), parameter(paths.fleetConfig)])).toEqual([]);
+    expect(
+      await denials(resource, [parameter(paths.github.appPrivateKey), parameter(paths.fleetConfig), ...leaseCalls('lease', scaleSetLeaseKey('fast'), ['dynamodb:GetItem', 'dynamodb:DeleteItem'])]),
+    ).toEqual([]);
     expect(
       await allowed(resource, [
         parameter(paths.github.webhookSecret),
-        ...leaseCalls('lease', scaleSetLeaseKey('fast')),
+        ...leaseCalls('lease', scaleSetLeaseKey('fast'), ['dynamodb:PutItem', 'dynamodb:UpdateItem']),
+        ...leaseCalls('job record', '42'),
+        ...leaseCalls('launch ticket', `${LAUNCH_TICKET_KEY_PREFIX}fast|1`),
         invoke('invoke scale-up', f.arnOf('RunnersScaleUp', 'AWS::Lambda::Function')),
         { name: 'DescribeInstances', action: 'ec2:DescribeInstances', resourceType: undefined, resource: '*', facts: {} },
       ]),

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { GitHubProvider } from '../../lambdas/ci';
 import { createReconcileHandler } from '../../lambdas/reconcile/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
+import { buildFleetConfig, LabelMatch, Provider, type FleetConfig, type JobMessage } from '../../lambdas/shared/contract';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { Lines } from '../support/fixtures';
 
@@ -20,7 +20,7 @@ const sqs = mockClient(SQSClient);
 let gh: LoopbackGitHub;
 let queued: JobMessage[];
 
-function fleet(pools: { name: string; labels: string[]; scaleSetName?: string; repositories?: string[] }[]): FleetConfig {
+function fleet(pools: { name: string; labels: string[]; scaleSetName?: string; repositories?: string[]; labelMatch?: LabelMatch }[]): FleetConfig {
   const base = { launchTemplateId: 'lt-0', launchTemplateVersion: '1', subnetIds: ['subnet-1'], instanceTypes: ['t3.micro'] };
   return buildFleetConfig({ prefix: 'rss', github: { appId: gh.appId, organization: ORG, apiUrl: gh.url }, pools: pools.map((p) => ({ provider: Provider.GITHUB, ...base, ...p })) });
 }
@@ -65,7 +65,7 @@ describe('reconciler and scale-set pools', () => {
       { name: 'hooks', labels: ['linux'], repositories: [`${OTHER}/app`] },
     ]);
     const assigned = gh.addJob(`${ORG}/web`, ['arc-linux']);
-    const assignedByLabels = gh.addJob(`${ORG}/web`, ['self-hosted', 'linux']);
+    const notScanned = gh.addJob(`${ORG}/web`, ['self-hosted', 'linux']); // hooks serves only other/app
     const webhookJob = gh.addJob(`${OTHER}/app`, ['self-hosted', 'linux']);
 
     const report = await reconcile(config);
@@ -77,21 +77,33 @@ describe('reconciler and scale-set pools', () => {
     expect(scan.filter((r) => r.includes(`/repos/${OTHER}/app/`)).length).toBeGreaterThan(0);
     // A repository pool's repositories are named: no installation's repository list is read.
     expect(scan.filter((r) => r.endsWith('/installation/repositories'))).toEqual([]);
-    expect([assigned, assignedByLabels].map((j) => gh.jobs().find((x) => x.id === j.id)?.status)).toEqual(['queued', 'queued']);
+    expect([assigned, notScanned].map((j) => gh.jobs().find((x) => x.id === j.id)?.status)).toEqual(['queued', 'queued']);
   });
 
-  it("scale-set jobs in a webhook pool's repository (naming the scale set, or asking for its labels) are read but not queued", async () => {
-    // Both pools in acme: the scan reads acme's repositories, and leaves the scale set's job alone.
+  it("in a webhook pool's scope, only the jobs naming the scale set are left alone (hooks [linux], ss [linux, x64] named fast)", async () => {
+    // Both pools in acme: the scan reads acme's repositories. GitHub assigns the scale set only
+    // the jobs naming it (its only label), so a job the scale-set pool's labels fit better is hooks'.
     const config = fleet([
-      { name: 'arc', labels: ['gpu'], scaleSetName: 'arc-gpu' },
+      { name: 'ss', labels: ['linux', 'x64'], scaleSetName: 'fast' },
       { name: 'hooks', labels: ['linux'], repositories: [`${ORG}/app`] },
     ]);
-    gh.addJob(`${ORG}/app`, ['arc-gpu']);
-    gh.addJob(`${ORG}/app`, ['self-hosted', 'gpu']);
-    const webhookJob = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    gh.addJob(`${ORG}/app`, ['fast']);
+    gh.addJob(`${ORG}/app`, ['self-hosted', 'fast']);
+    const linux = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux']);
+    gh.addJob(`${ORG}/app`, ['self-hosted', 'linux', 'x64']); // nobody's: fits no webhook pool, not named by the scale set
     await reconcile(config);
     expect(scanRequests().filter((r) => r.endsWith('/jobs')).length).toBeGreaterThan(0);
-    expect(queued.map((m) => m.jobId)).toEqual([`github:${webhookJob.id}`]);
+    expect(queued.map((m) => [m.jobId, m.pool])).toEqual([[`github:${linux.id}`, 'hooks']]);
+  });
+
+  it('a job the scale-set pool fits better than a webhook pool is queued for the webhook pool (GitHub would not assign it to the scale set)', async () => {
+    const config = fleet([
+      { name: 'ss', labels: ['linux', 'x64'], scaleSetName: 'fast' },
+      { name: 'big', labels: ['linux', 'x64', 'big'], labelMatch: LabelMatch.SUBSET, repositories: [`${ORG}/app`] },
+    ]);
+    const job = gh.addJob(`${ORG}/app`, ['self-hosted', 'linux', 'x64']);
+    await reconcile(config);
+    expect(queued.map((m) => [m.jobId, m.pool])).toEqual([[`github:${job.id}`, 'big']]);
   });
 
   it('makes no GitHub request when every GitHub pool is a scale set', async () => {

@@ -2,12 +2,12 @@ import { CreateTagsCommand, DescribeInstancesCommand, EC2Client } from '@aws-sdk
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { requestCapacity } from '../../lambdas/scale-set-listener/capacity';
+import { CAPACITY_CALL, requestCapacity } from '../../lambdas/scale-set-listener/capacity';
 import { createListenerHandler } from '../../lambdas/scale-set-listener/handler';
 import { jobMarks, markJobEvents } from '../../lambdas/scale-set-listener/jobs';
 import type { ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import type { ScaleSetDemand, ScaleSetJobEvent } from '../../lambdas/shared/contract';
+import { SCALE_UP_TIMEOUT_SECONDS, type ScaleSetDemand, type ScaleSetJobEvent } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
@@ -84,8 +84,9 @@ describe('requestCapacity', () => {
   const encode = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
   it("invokes scale-up synchronously with the demand and returns its answer", async () => {
-    lambda.on(InvokeCommand).resolves({ StatusCode: 200, Payload: encode({ observed: 1, started: 2, unserved: 0 }) as never });
-    expect(await requestCapacity(new AwsCaller({ sleep: async () => {} }), new LambdaClient({}), 'scale-up', demand)).toEqual({ observed: 1, started: 2, unserved: 0 });
+    const startedRunners = [{ instanceId: 'i-1', startedAt: '2026-12-06T00:00:00.000Z' }, { instanceId: 'i-2', startedAt: '2026-12-06T00:00:01.000Z' }];
+    lambda.on(InvokeCommand).resolves({ StatusCode: 200, Payload: encode({ observed: 1, started: 2, unserved: 0, startedRunners }) as never });
+    expect(await requestCapacity(new AwsCaller({ sleep: async () => {} }), new LambdaClient({}), 'scale-up', demand)).toEqual({ observed: 1, started: 2, unserved: 0, startedRunners });
     const input = lambda.commandCalls(InvokeCommand)[0]!.args[0].input;
     expect(input.InvocationType).toBe('RequestResponse');
     expect(JSON.parse(new TextDecoder().decode(input.Payload as Uint8Array))).toEqual(demand);
@@ -94,9 +95,14 @@ describe('requestCapacity', () => {
   it.each([
     ['a function error', { StatusCode: 200, FunctionError: 'Unhandled', Payload: encode({ errorMessage: 'boom' }) }],
     ['an answer that is not a result', { StatusCode: 200, Payload: encode({ batchItemFailures: [] }) }],
+    ['started runners that are not runners', { StatusCode: 200, Payload: encode({ observed: 0, started: 1, unserved: 0, startedRunners: [{ instanceId: 'i-1' }] }) }],
   ])('throws on %s', async (_, answer) => {
     lambda.on(InvokeCommand).resolves(answer as never);
     await expect(requestCapacity(new AwsCaller({ sleep: async () => {} }), new LambdaClient({}), 'scale-up', demand)).rejects.toThrow(/did not serve/);
+  });
+
+  it("waits longer than scale-up's timeout, so an answer that does not come means scale-up has ended", () => {
+    expect(CAPACITY_CALL.timeoutMs).toBeGreaterThan(SCALE_UP_TIMEOUT_SECONDS * 1000);
   });
 
   it('a lost answer is not resent beside a scale-up that may still run', async () => {
@@ -123,10 +129,10 @@ describe('the listener handler', () => {
     api.push(api.sets.get('linux-set')!, 2);
     const held = new Map<string, string>();
     const leases: ScaleSetLeases = {
-      acquire: async (p, holder, expiresAt) => {
+      acquire: async (p, holder, times) => {
         if (p === 'broken') throw new Error('table unreachable');
         held.set(p, holder);
-        return { kind: 'acquired', lease: { pool: p, holder, expiresAt: expiresAt.getTime() / 1000 }, state: {} };
+        return { kind: 'acquired', lease: { pool: p, holder, expiresAt: times.expiresAt.getTime() / 1000 }, state: {} };
       },
       renew: async () => 'done',
       record: async () => 'done',

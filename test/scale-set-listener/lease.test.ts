@@ -52,6 +52,11 @@ function deps(holder: string, windowMs: number, leases = new DynamoScaleSetLease
   };
 }
 
+/** A lease of `ms` from now, released at its end. */
+function times(ms: number): { expiresAt: Date; releaseAt: Date } {
+  return { expiresAt: new Date(Date.now() + ms), releaseAt: new Date(Date.now() + ms) };
+}
+
 async function leaseItem(): Promise<Record<string, string | undefined>> {
   const item = (await dynamo().send(new GetItemCommand({ TableName: TABLE, Key: KEY, ConsistentRead: true }))).Item ?? {};
   return Object.fromEntries(Object.entries(item).map(([k, v]) => [k, v.S ?? v.N]));
@@ -118,7 +123,7 @@ describe('the scale-set lease, against moto', () => {
   ])('a lost answer of the acquiring write (%s) is resolved by reading the item back', async (_, lands) => {
     const lossy = losingFirstAnswer(dynamo(), 'UpdateItemCommand', { lands });
     const leases = new DynamoScaleSetLeases(aws(), lossy, TABLE);
-    const o = await leases.acquire(POOL.name, 'me', new Date(Date.now() + 60_000), new Date());
+    const o = await leases.acquire(POOL.name, 'me', times(60_000), new Date());
     expect(o.kind).toBe('acquired');
     expect(lossy.calls()).toBe(lands ? 1 : 2);
     expect((await leaseItem())[A.holder]).toBe('me');
@@ -130,13 +135,13 @@ describe('the scale-set lease, against moto', () => {
       // Another poller takes it first: our write is refused, and we hear a reset.
       before: () => dynamo().send(new PutItemCommand({ TableName: TABLE, Item: { ...KEY, [A.holder]: { S: 'other' }, [A.expiresAt]: { N: String(future) } } })).then(() => undefined),
     });
-    const o = await new DynamoScaleSetLeases(aws(), lossy, TABLE).acquire(POOL.name, 'me', new Date(Date.now() + 60_000), new Date());
+    const o = await new DynamoScaleSetLeases(aws(), lossy, TABLE).acquire(POOL.name, 'me', times(60_000), new Date());
     expect(o).toMatchObject({ kind: 'held', holder: 'other' });
   });
 
   it('a lost answer of the release is resolved by reading back: released, the session kept', async () => {
     const leases = new DynamoScaleSetLeases(aws(), dynamo(), TABLE);
-    const taken = await leases.acquire(POOL.name, 'me', new Date(Date.now() + 60_000), new Date());
+    const taken = await leases.acquire(POOL.name, 'me', times(60_000), new Date());
     if (taken.kind !== 'acquired') throw new Error(taken.kind);
     const lossy = new DynamoScaleSetLeases(aws(), losingFirstAnswer(dynamo(), 'UpdateItemCommand'), TABLE);
     expect(await lossy.release(taken.lease, { sessionId: 's-1', scaleSetId: 1, lastMessageId: 7 })).toBe('done');
@@ -144,6 +149,30 @@ describe('the scale-set lease, against moto', () => {
     expect(item[A.holder]).toBeUndefined();
     expect(item[A.sessionId]).toBe('s-1');
     expect(item[A.lastMessageId]).toBe('7');
+  });
+
+  it('a gone session is removed from the item; the runners started are kept for the next holder; a release may hold the lease until a time', async () => {
+    const leases = new DynamoScaleSetLeases(aws(), dynamo(), TABLE);
+    const taken = await leases.acquire(POOL.name, 'me', times(60_000), new Date());
+    if (taken.kind !== 'acquired') throw new Error(taken.kind);
+    const started = [{ instanceId: 'i-a', startedAt: '2026-12-06T00:00:00.000Z' }];
+    expect(await leases.record(taken.lease, { sessionId: 's-1', scaleSetId: 1, lastMessageId: 3, recentlyStarted: started })).toBe('done');
+    expect(await leases.record(taken.lease, {}, ['sessionId'])).toBe('done');
+    let item = await leaseItem();
+    expect(item[A.sessionId]).toBeUndefined();
+    expect(item[A.lastMessageId]).toBe('3');
+    // Held until a time: the holder stays, expiry and planned release both at it.
+    const until = new Date(Date.now() + 45_000);
+    expect(await leases.release(taken.lease, { lastMessageId: 3 }, until)).toBe('done');
+    item = await leaseItem();
+    expect(item[A.holder]).toBe('me');
+    expect(Number(item[A.expiresAt])).toBe(Math.floor(until.getTime() / 1000));
+    expect(Number(item[A.releaseAt])).toBe(Math.floor(until.getTime() / 1000));
+    const early = await leases.acquire(POOL.name, 'next', times(60_000), new Date());
+    expect(early).toMatchObject({ kind: 'held', holder: 'me', releaseAt: Math.floor(until.getTime() / 1000) });
+    // Once it has passed, the next holder takes it with the runners started.
+    const later = await leases.acquire(POOL.name, 'next', times(60_000), new Date(until.getTime() + 2_000));
+    expect(later).toMatchObject({ kind: 'acquired', state: { scaleSetId: 1, lastMessageId: 3, recentlyStarted: started } });
   });
 
   it('a lease taken over mid-poll stops the poller: no poll after it, nothing of the new holder overwritten', async () => {

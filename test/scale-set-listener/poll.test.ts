@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import type { AcquireOutcome, HeldOutcome, Lease, LeaseState, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
-import { pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
-import type { PoolConfig, ScaleSetDemand, PoolScaleSetConfig } from '../../lambdas/shared/contract';
+import type { AcquireOutcome, HeldOutcome, Lease, LeaseField, LeaseState, LeaseTimes, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
+import { LEASE_TERM_MS, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
+import { SCALE_UP_TIMEOUT_SECONDS, type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { fleetConfig } from '../support/fixtures';
@@ -16,25 +16,42 @@ const POOL: PoolConfig & { scaleSet: PoolScaleSetConfig } = { ...fleetConfig().p
 
 /** One lease item, written under the same conditions as the DynamoDB lease. */
 class MemoryLeases implements ScaleSetLeases {
-  item: { holder?: string; expiresAt: number } & LeaseState = { expiresAt: 0 };
-  acquire(pool: string, holder: string, expiresAt: Date, now: Date): Promise<AcquireOutcome> {
-    if (this.item.holder !== undefined && this.item.holder !== holder && this.item.expiresAt >= now.getTime() / 1000) return Promise.resolve({ kind: 'held', holder: this.item.holder, expiresAt: this.item.expiresAt });
-    const lease = { pool, holder, expiresAt: Math.floor(expiresAt.getTime() / 1000) };
-    this.item = { ...this.item, holder, expiresAt: lease.expiresAt };
-    const { sessionId, scaleSetId, lastMessageId } = this.item;
-    return Promise.resolve({ kind: 'acquired', lease, state: { ...(sessionId ? { sessionId } : {}), ...(scaleSetId ? { scaleSetId } : {}), ...(lastMessageId !== undefined ? { lastMessageId } : {}) } });
+  item: { holder?: string; expiresAt: number; releaseAt?: number } & LeaseState = { expiresAt: 0 };
+  /** Every state written (record and release), in order. */
+  writes: LeaseState[] = [];
+  acquire(pool: string, holder: string, times: LeaseTimes, now: Date): Promise<AcquireOutcome> {
+    if (this.item.holder !== undefined && this.item.holder !== holder && this.item.expiresAt >= now.getTime() / 1000) {
+      return Promise.resolve({ kind: 'held', holder: this.item.holder, expiresAt: this.item.expiresAt, ...(this.item.releaseAt === undefined ? {} : { releaseAt: this.item.releaseAt }) });
+    }
+    const lease = { pool, holder, expiresAt: Math.floor(times.expiresAt.getTime() / 1000) };
+    this.item = { ...this.item, holder, expiresAt: lease.expiresAt, releaseAt: Math.floor(times.releaseAt.getTime() / 1000) };
+    const { sessionId, scaleSetId, lastMessageId, recentlyStarted } = this.item;
+    return Promise.resolve({
+      kind: 'acquired',
+      lease,
+      state: { ...(sessionId ? { sessionId } : {}), ...(scaleSetId ? { scaleSetId } : {}), ...(lastMessageId !== undefined ? { lastMessageId } : {}), ...(recentlyStarted ? { recentlyStarted } : {}) },
+    });
   }
-  renew(lease: Lease): Promise<HeldOutcome> {
-    return Promise.resolve(this.item.holder === lease.holder ? 'done' : 'lost');
-  }
-  record(lease: Lease, state: LeaseState): Promise<HeldOutcome> {
+  renew(lease: Lease, expiresAt: Date): Promise<HeldOutcome> {
     if (this.item.holder !== lease.holder) return Promise.resolve('lost');
-    this.item = { ...this.item, ...state };
+    this.item = { ...this.item, expiresAt: Math.floor(expiresAt.getTime() / 1000) };
     return Promise.resolve('done');
   }
-  release(lease: Lease, state: LeaseState): Promise<HeldOutcome> {
+  record(lease: Lease, state: LeaseState, remove: readonly LeaseField[] = []): Promise<HeldOutcome> {
     if (this.item.holder !== lease.holder) return Promise.resolve('lost');
-    this.item = { ...this.item, ...state, holder: undefined, expiresAt: 0 };
+    const item: Record<string, unknown> = { ...this.item, ...state };
+    for (const f of remove) delete item[f];
+    this.item = item as unknown as typeof this.item;
+    this.writes.push({ ...state });
+    return Promise.resolve('done');
+  }
+  release(lease: Lease, state: LeaseState, holdUntil?: Date): Promise<HeldOutcome> {
+    if (this.item.holder !== lease.holder) return Promise.resolve('lost');
+    this.writes.push({ ...state });
+    if (holdUntil !== undefined) {
+      const until = Math.floor(holdUntil.getTime() / 1000);
+      this.item = { ...this.item, ...state, expiresAt: until, releaseAt: until };
+    } else this.item = { ...this.item, ...state, holder: undefined, expiresAt: 0 };
     return Promise.resolve('done');
   }
 }
@@ -84,16 +101,25 @@ async function invocation(overrides: Partial<PollDeps> = {}) {
 describe('the scale-set poll loop', () => {
   it('acknowledges a message only after its demand was served, and records it in the lease', async () => {
     const m = api.push(setId, 3);
+    // The session's own reading differs from the message's, so the message's demand is told apart.
+    api.sessionAssigned = 1;
     const order: string[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      order.push(`ack:${id}`);
+      return realDelete(session, id);
+    };
     const o = await invocation({
       requestCapacity: async (d) => {
         order.push(`demand:${d.assignedJobs}:${api.acknowledged.has(m)}`);
         demands.push(d);
-        return { observed: 0, started: 3, unserved: 0 };
+        return { observed: 0, started: 0, unserved: 0 };
       },
     });
     expect(o.kind).toBe('polled');
-    expect(order).toContain('demand:3:false');
+    // The session's reading, the message's demand before its acknowledgement, then the empty polls' (the message's reading again).
+    expect(order.slice(0, 3)).toEqual(['demand:1:false', 'demand:3:false', `ack:${m}`]);
+    expect(new Set(order.slice(3))).toEqual(new Set(['demand:3:true']));
     expect(api.acknowledged.has(m)).toBe(true);
     expect(leases.item.lastMessageId).toBe(m);
     expect(leases.item.holder).toBeUndefined();
@@ -187,20 +213,6 @@ describe('the scale-set poll loop', () => {
     expect(leases.item.holder).toBeUndefined();
   });
 
-  it('a session conflict with the session the lease names: that session is deleted and a new one created, once', async () => {
-    const left = await api.createSession(setId, 'earlier-holder');
-    // The lease names it under another scale set id (the scale set was recreated meanwhile), so
-    // it is not resumed; creating one meets it.
-    leases.item = { expiresAt: 0, sessionId: left.sessionId, scaleSetId: 999 };
-    api.push(setId, 1);
-    api.calls.length = 0;
-    const o = await invocation();
-    expect(o.kind).toBe('polled');
-    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
-    expect(api.calls).toContain('deleteSession');
-    expect(leases.item.sessionId).not.toBe(left.sessionId);
-  });
-
   it('a session conflict the lease cannot explain is not spun on: nothing until the next invocation', async () => {
     await api.createSession(setId, 'someone-else');
     api.calls.length = 0;
@@ -212,31 +224,128 @@ describe('the scale-set poll loop', () => {
     expect(leases.item.holder).toBeUndefined();
   });
 
-  it('a conflict that stays after deleting the named session stops after the second create', async () => {
-    const other = await api.createSession(setId, 'someone-else');
-    leases.item = { expiresAt: 0, sessionId: 'session-gone-long-ago', scaleSetId: 999 };
-    api.calls.length = 0;
-    const o = await invocation();
-    expect(o.kind).toBe('conflict');
-    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
-    expect(api.active.get(setId)?.sessionId).toBe(other.sessionId);
-  });
-
-  it('a session that is gone is created anew', async () => {
+  it('a session the lease names that is gone is deleted (best effort) and dropped from the lease before a new one is created', async () => {
     api.push(setId, 1);
     await invocation();
+    const gone = leases.item.sessionId!;
     api.active.delete(setId);
     api.push(setId, 2);
+    const realCreate = api.createSession.bind(api);
+    let named: string | undefined = 'not asked';
+    api.createSession = async (id, owner) => {
+      named = leases.item.sessionId;
+      return realCreate(id, owner);
+    };
+    api.calls.length = 0;
     const o = await invocation();
     expect(o.kind).toBe('polled');
-    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
+    expect(api.calls.slice(0, 4)).toEqual(['findScaleSet', 'refreshSession', 'deleteSession', 'createSession']);
+    // The lease named no session when the create was sent: a create that failed would leave none gone named.
+    expect(named).toBeUndefined();
+    expect(leases.item.sessionId).not.toBe(gone);
+  });
+
+  it('a session that is gone mid-poll is replaced once within the invocation, and the poll goes on', async () => {
+    api.push(setId, 1);
+    await invocation();
+    const realGet = api.getMessage.bind(api);
+    let ended = false;
+    api.getMessage = (session, last, max, signal) => {
+      if (!ended) {
+        // GitHub dropped the session (expired): this poll finds it gone; a message comes for the next.
+        ended = true;
+        api.active.delete(setId);
+        api.push(setId, 2);
+      }
+      return realGet(session, last, max, signal);
+    };
+    api.calls.length = 0;
+    const o = await invocation();
+    expect(o).toMatchObject({ kind: 'polled', messages: 1 });
+    expect((o as { stopped?: string }).stopped).toBeUndefined();
+    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(1);
+    expect(leases.item.sessionId).toBe(api.active.get(setId)?.sessionId);
+  });
+
+  it('a session gone again at once after its replacement ends the poll (no loop of creates)', async () => {
+    api.push(setId, 1);
+    await invocation();
+    const realGet = api.getMessage.bind(api);
+    api.getMessage = (session, last, max, signal) => {
+      api.active.delete(setId);
+      return realGet(session, last, max, signal);
+    };
+    api.calls.length = 0;
+    const o = await invocation();
+    expect(o).toMatchObject({ kind: 'polled', stopped: 'session-gone' });
+    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(1);
+  });
+
+  it('a session answered without statistics sends no demand until the first message', async () => {
+    api.sessionAssigned = 'none';
+    const o = await invocation({ deadline: new Date(clock + 200_000 + 66_000) });
+    expect(o.kind).toBe('polled');
+    expect(demands).toEqual([]);
+    api.push(setId, 2);
+    await invocation();
+    expect(demands.map((d) => d.assignedJobs)).toEqual(expect.arrayContaining([2]));
+    expect(demands.every((d) => d.assignedJobs === 2)).toBe(true);
+  });
+
+  it('the runners a demand started go with the next demands (and into the lease item for the next holder) until they are 3 minutes old', async () => {
+    api.push(setId, 2);
+    let n = 0;
+    const o = await invocation({
+      requestCapacity: async (d) => {
+        demands.push(d);
+        // The first demand starts two runners; the later ones start none.
+        return ++n === 1 ? { observed: 0, started: 2, unserved: 0, startedRunners: [{ instanceId: 'i-a', startedAt: new Date(clock).toISOString() }, { instanceId: 'i-b', startedAt: new Date(clock).toISOString() }] } : { observed: 2, started: 0, unserved: 0, startedRunners: [] };
+      },
+    });
+    expect(o.kind).toBe('polled');
+    expect(demands[0]!.recentlyStarted).toBeUndefined();
+    expect(demands.length).toBeGreaterThan(1);
+    for (const d of demands.slice(1)) expect(d.recentlyStarted?.map((r) => r.instanceId)).toEqual(['i-a', 'i-b']);
+    expect(leases.item.recentlyStarted?.map((r) => r.instanceId)).toEqual(['i-a', 'i-b']);
+    // The next holder, within the bound, carries them too.
+    const before = demands.length;
+    clock -= 200_000 - 30_000;
+    await invocation();
+    expect(demands[before]!.recentlyStarted?.map((r) => r.instanceId)).toEqual(['i-a', 'i-b']);
+    // Past the bound they are no lag any more: dropped.
+    const later = demands.length;
+    await invocation();
+    expect(demands[later]!.recentlyStarted).toBeUndefined();
+  });
+
+  it("a demand whose invocation failed keeps the lease until scale-up's timeout has passed, then hands it over", async () => {
+    api.push(setId, 2);
+    const failed = await invocation({
+      requestCapacity: async () => {
+        throw Object.assign(new Error('the invocation timed out'), { name: 'TimeoutError' });
+      },
+    });
+    expect(failed).toMatchObject({ kind: 'polled', stopped: 'demand-failed' });
+    const heldUntil = leases.item.expiresAt;
+    expect(leases.item.holder).toBeDefined();
+    expect(heldUntil * 1000).toBeGreaterThanOrEqual(clock + (SCALE_UP_TIMEOUT_SECONDS - 2) * 1000);
+    expect(heldUntil * 1000).toBeLessThanOrEqual(clock + SCALE_UP_TIMEOUT_SECONDS * 1000);
+    // An invocation before that time (further off than the hand-over wait) finds it held.
+    const slept: number[] = [];
+    clock += 30_000;
+    const next = await pollScaleSet(deps({ holder: 'next', sleep: async (ms) => void slept.push(ms) }), POOL);
+    expect(next.kind).toBe('held');
+    expect(slept).toEqual([]);
+    clock = heldUntil * 1000 + 1_000;
+    expect((await pollScaleSet(deps({ holder: 'after' }), POOL)).kind).toBe('polled');
   });
 });
 
 describe('the hand-over of the lease', () => {
   it('an invocation arriving shortly before the holder releases waits for it and takes over; an earlier one returns at once', async () => {
     const holderDeadline = clock + 300_000;
-    leases.item = { holder: 'holder', expiresAt: Math.floor(holderDeadline / 1000) };
+    // The holder renews a short lease and plans to release a margin before its deadline.
+    leases.item = { holder: 'holder', expiresAt: Math.floor((holderDeadline - 60_000 + LEASE_TERM_MS / 2) / 1000), releaseAt: Math.floor((holderDeadline - 60_000) / 1000) };
     const slept: number[] = [];
     // Arrives one minute before the holder's release (its deadline less the margin): returns at once.
     clock = holderDeadline - 60_000 - 60_000;
@@ -261,6 +370,28 @@ describe('the hand-over of the lease', () => {
     expect(next.kind).toBe('polled');
     expect(slept).toHaveLength(1);
     expect(slept[0]).toBeLessThanOrEqual(20_000);
+  });
+});
+
+describe('the lease of a crashed holder', () => {
+  it('is taken over once its short term has passed since its last renewal, not at its deadline', async () => {
+    api.push(setId, 1);
+    const start = clock;
+    // The holder crashes mid-poll: its poll never returns, it renews no more.
+    api.getMessage = () => new Promise(() => {});
+    void pollScaleSet(deps({ holder: 'crashed', deadline: new Date(start + 300_000), now: () => new Date(clock) }), POOL);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(leases.item.holder).toBe('crashed');
+    expect(leases.item.expiresAt * 1000).toBeLessThanOrEqual(start + LEASE_TERM_MS);
+    api.getMessage = FakeScaleSet.prototype.getMessage.bind(api);
+    // Well before the term has passed (further off than the hand-over wait): held.
+    clock = start + LEASE_TERM_MS - 60_000;
+    expect((await pollScaleSet(deps({ holder: 'early', deadline: new Date(clock + 300_000), sleep: async () => {} }), POOL)).kind).toBe('held');
+    // After it, long before the crashed holder's deadline (start + 300 s): taken over.
+    clock = start + LEASE_TERM_MS + 2_000;
+    expect(start + LEASE_TERM_MS + 2_000).toBeLessThan(start + 300_000 - 60_000);
+    const o = await pollScaleSet(deps({ holder: 'next', deadline: new Date(clock + 120_000) }), POOL);
+    expect(o.kind).toBe('polled');
   });
 });
 

@@ -1,24 +1,33 @@
 import { CloudFormationClient, DescribeStacksCommand, StackStatus } from '@aws-sdk/client-cloudformation';
-import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { GetParameterCommand, ParameterNotFound, SSMClient } from '@aws-sdk/client-ssm';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { GetItemCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createCiProviders } from '../../lambdas/ci';
 import { installationCallerOf, scaleSetApiAt } from '../../lambdas/ci/scale-set';
 import { createScaleSetResourceHandler, SCALE_SET_RESOURCE_ID, type ScaleSetApiFactory } from '../../lambdas/scale-set-resource/handler';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
-import { buildFleetConfig, Provider, scaleSetEntries, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { buildFleetConfig, JOB_RECORD_ATTRIBUTES, Provider, SCALE_SET_LEASE_ATTRIBUTES as A, scaleSetEntries, scaleSetLeaseKey, ssmPaths, type FleetConfig } from '../../lambdas/shared/contract';
+import { matchJobPool } from '../../lambdas/shared/match-pool';
 import { startLoopbackGitHub, type LoopbackGitHub } from '../../local/ci/github-server';
 import { awsError } from '../support/fake-aws';
 import { Lines } from '../support/fixtures';
+import { createJobRecordTable, motoDynamo } from '../support/moto-fleet';
+import { motoForFile } from '../support/moto-per-file';
 
 /**
  * The scale-set resource's onEvent against the real scale-set client and the loopback GitHub's
- * scale-set service; only CloudFormation's DescribeStacks (the Delete's stack status) is mocked.
+ * scale-set service, the listener's lease items in moto's DynamoDB; only CloudFormation's
+ * DescribeStacks (the Delete's stack status) and SSM's App key are mocked.
  */
 const PREFIX = 'ssr';
 const ORG = 'acme';
 const STACK = 'arn:aws:cloudformation:eu-west-1:111111111111:stack/Example/1';
+const TABLE = 'job-records';
+const { moto } = motoForFile(async (m) => {
+  await createJobRecordTable(m.dynamo, TABLE);
+});
 const ssm = mockClient(SSMClient);
 const cloudformation = mockClient(CloudFormationClient);
 
@@ -80,6 +89,9 @@ function handler() {
   return createScaleSetResourceHandler({
     cloudformation: new CloudFormationClient({ region: 'eu-west-1' }),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
+    ssm: new SSMClient({ region: 'eu-west-1' }),
+    dynamodb: motoDynamo(moto.endpoint),
+    tableName: TABLE,
     loadConfig: async () => current,
     scaleSetApiFor,
     sink: lines.sink,
@@ -92,6 +104,30 @@ function held(): string[] {
     .list()
     .map((s) => `${s.scope} ${s.name}`)
     .sort();
+}
+
+const leaseKey = (pool: string) => ({ [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(pool) } });
+
+/** The lease item as the listener leaves it between invocations (lambdas/scale-set-listener/lease.ts): released, its session kept. */
+async function putLease(pool: string, scaleSetId: number, sessionId: string): Promise<void> {
+  await motoDynamo(moto.endpoint).send(
+    new PutItemCommand({
+      TableName: TABLE,
+      Item: { ...leaseKey(pool), [A.expiresAt]: { N: '0' }, [A.sessionId]: { S: sessionId }, [A.scaleSetId]: { N: String(scaleSetId) }, [A.lastMessageId]: { N: '3' } },
+    }),
+  );
+}
+
+async function leaseOf(pool: string): Promise<Record<string, unknown> | undefined> {
+  return (await motoDynamo(moto.endpoint).send(new GetItemCommand({ TableName: TABLE, Key: leaseKey(pool), ConsistentRead: true }))).Item;
+}
+
+/** Opens a session on the scale set as the listener does, and records it in the pool's lease. */
+async function listen(pool: string, scaleSetName: string, scope = { organization: ORG } as { organization?: string; repository?: string }): Promise<{ scaleSetId: number; sessionId: string }> {
+  const scaleSetId = gh.scaleSets.list().find((x) => x.name === scaleSetName)!.id;
+  const session = await (await scaleSetApiFor(current, scope)).createSession(scaleSetId, 'listener');
+  await putLease(pool, scaleSetId, session.sessionId);
+  return { scaleSetId, sessionId: session.sessionId };
 }
 
 async function rejection(p: Promise<unknown>): Promise<Error> {
@@ -129,14 +165,40 @@ afterAll(() => {
 const BOTH = [`${ORG}/app arc-app`, `org:${ORG} arc-linux`];
 
 describe('scale-set resource: Create and Update', () => {
-  it('Create makes each pool its scale set at its scope, with its labels, and answers their ids', async () => {
+  it('Create makes each pool its scale set at its scope, its name its only label, and answers their ids', async () => {
     const answer = await handler()(create(current));
     expect(held()).toEqual(BOTH);
     const sets = gh.scaleSets.list();
     const linux = sets.find((s) => s.name === 'arc-linux')!;
-    expect(linux.labels).toEqual(['arc-linux', 'linux', 'x64']);
+    expect(linux.labels).toEqual(['arc-linux']);
     expect(answer).toEqual({ PhysicalResourceId: SCALE_SET_RESOURCE_ID, Data: { linux: String(linux.id), app: String(sets.find((s) => s.name === 'arc-app')!.id) } });
     expect(stackReads).toBe(0);
+  });
+
+  it('the scale set carries its name as its only label: no job reaches both the scale set and a webhook pool (hooks [linux], ss [linux, x64] named fast)', async () => {
+    current = fleet([
+      { name: 'ss', scaleSetName: 'fast', labels: ['linux', 'x64'] },
+      { name: 'hooks', labels: ['linux'] },
+    ]);
+    await handler()(create(current));
+    expect(gh.scaleSets.list().map((s) => s.labels)).toEqual([['fast']]);
+    const asks = [['self-hosted', 'linux'], ['linux'], ['self-hosted', 'linux', 'x64'], ['linux', 'x64'], ['fast'], ['self-hosted', 'fast'], ['FAST'], ['fast', 'linux']];
+    const jobs = asks.map((labels) => gh.addJob(`${ORG}/app`, labels));
+    await fetch(`${gh.url}/`).catch(() => undefined); // the loopback assigns queued jobs on its next request
+    const paths = jobs.map((j) => {
+      const webhook = matchJobPool(current, Provider.GITHUB, ORG, 'app', j.labels);
+      return `${j.labels.join(',')}: ${[gh.scaleSets.assignedTo(j.id) !== undefined ? 'scale set' : '', webhook.pool?.name ?? ''].filter(Boolean).join(' + ') || 'none'}`;
+    });
+    expect(paths).toEqual([
+      'self-hosted,linux: hooks',
+      'linux: hooks',
+      'self-hosted,linux,x64: none',
+      'linux,x64: none',
+      'fast: scale set',
+      'self-hosted,fast: scale set',
+      'FAST: scale set',
+      'fast,linux: none',
+    ]);
   });
 
   it('a repeated Create (a retried event) creates nothing twice and answers the same ids', async () => {
@@ -164,16 +226,54 @@ describe('scale-set resource: Create and Update', () => {
     expect(stackReads).toBe(0);
   });
 
-  it('Update that makes a pool a webhook pool deletes its scale set; labels changed are updated in place', async () => {
+  it('Update that makes a pool a webhook pool deletes its scale set; one carrying other labels (made before) is updated in place to its name alone', async () => {
     const before = fleetA();
     await handler()(create(before));
-    const id = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!.id;
+    const linux = gh.scaleSets.list().find((s) => s.name === 'arc-linux')!;
+    // As an earlier version made it: the pool's labels besides the name.
+    const api = await scaleSetApiFor(before, { organization: ORG });
+    await api.ensureScaleSet({ name: 'arc-linux', runnerGroup: 'Default', labels: ['linux', 'x64'] });
+    expect(gh.scaleSets.list().find((s) => s.id === linux.id)!.labels).toEqual(['arc-linux', 'linux', 'x64']);
     current = fleet([
       { name: 'linux', scaleSetName: 'arc-linux', labels: ['linux', 'arm64'] },
       { name: 'app', repositories: [`${ORG}/app`] },
     ]);
     await handler()(update(before, current));
-    expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id, name: 'arc-linux', labels: ['arc-linux', 'linux', 'arm64'] }]);
+    expect(gh.scaleSets.list().map((s) => ({ id: s.id, name: s.name, labels: s.labels }))).toEqual([{ id: linux.id, name: 'arc-linux', labels: ['arc-linux'] }]);
+  });
+
+  it("Update removing a scale set ends its session and removes its lease; a renamed pool whose scale set stays has its old lease ended too", async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    const linux = await listen('linux', 'arc-linux');
+    const app = await listen('app', 'arc-app', { repository: `${ORG}/app` });
+    current = fleet([
+      { name: 'linux-2', scaleSetName: 'arc-linux', labels: ['linux', 'x64'] }, // the pool renamed, its scale set kept
+      { name: 'app', repositories: [`${ORG}/app`] }, // no scale set any more
+    ]);
+    await handler()(update(before, current));
+    expect(held()).toEqual([`org:${ORG} arc-linux`]);
+    expect(gh.scaleSets.list()[0]!.session).toBeUndefined();
+    const ended = gh.requests().filter((r) => r.method === 'DELETE' && /\/sessions\//.test(r.path)).map((r) => r.path.split('/').pop());
+    expect(ended.sort()).toEqual([linux.sessionId, app.sessionId].sort());
+    expect(await leaseOf('linux')).toBeUndefined();
+    expect(await leaseOf('app')).toBeUndefined();
+  });
+
+  it('a lease the listener already wrote for the pool\'s new scale set is kept, its session too', async () => {
+    const before = fleetA();
+    await handler()(create(before));
+    current = fleet([
+      { name: 'linux', scaleSetName: 'arc-linux-2', labels: ['linux', 'x64'] },
+      { name: 'app', scaleSetName: 'arc-app', repositories: [`${ORG}/app`] },
+      { name: 'hooks', labels: ['hooks'] },
+    ]);
+    await handler()(create(current)); // arc-linux-2 exists: the listener moved to it
+    const moved = await listen('linux', 'arc-linux-2');
+    await handler()(update(before, current));
+    expect(held()).toEqual([`${ORG}/app arc-app`, `org:${ORG} arc-linux-2`]);
+    expect((await leaseOf('linux'))?.[A.sessionId]).toEqual({ S: moved.sessionId });
+    expect(gh.scaleSets.list().find((x) => x.name === 'arc-linux-2')!.session?.id).toBe(moved.sessionId);
   });
 
   it('Update moving a scale set to another runner group or scope makes it there and deletes it where it was', async () => {
@@ -216,6 +316,26 @@ describe('scale-set resource: Create and Update', () => {
     expect(held()).toEqual(BOTH);
   });
 
+  it("a missing App key parameter fails the Create naming the parameter and the put-parameter command, before any GitHub call", async () => {
+    const name = ssmPaths(PREFIX).github.appPrivateKey;
+    ssm.on(GetParameterCommand, { Name: name }).rejects(new ParameterNotFound({ message: `Parameter ${name} not found.`, $metadata: {} }));
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toContain(`SSM parameter ${name} does not exist`);
+    expect(e.message).toContain(`aws ssm put-parameter --type SecureString --name ${name} --value file://`);
+    expect(e.message).toMatch(/before the first deploy/);
+    expect(held()).toEqual([]);
+    expect(gh.requests()).toEqual([]);
+  });
+
+  it("a second App's missing key parameter is named too", async () => {
+    const second = ssmPaths(PREFIX).githubAppPrivateKey('777');
+    current = { ...current, github: { ...current.github!, additionalAppIds: ['777'] } };
+    ssm.on(GetParameterCommand, { Name: second }).rejects(new ParameterNotFound({ message: 'not found', $metadata: {} }));
+    const e = await rejection(handler()(create(current)));
+    expect(e.message).toContain(`SSM parameter ${second} does not exist`);
+    expect(held()).toEqual([]);
+  });
+
   it('a runner group that does not exist fails the event naming the pool, the scale set and the group', async () => {
     current = fleet([{ name: 'gpu', scaleSetName: 'arc-gpu', scaleSetRunnerGroup: 'no-such-group' }]);
     const e = await rejection(handler()(create(current)));
@@ -233,6 +353,28 @@ describe('scale-set resource: Delete', () => {
     expect(held()).toEqual([]);
     expect(lines.logs('scale set deleted').map((l) => l.scaleSet)).toEqual(['arc-linux', 'arc-app']);
     expect(stackReads).toBe(1);
+  });
+
+  it("ends the listener's session before deleting its scale set, and removes the lease item", async () => {
+    await handler()(create(current));
+    const { scaleSetId, sessionId } = await listen('linux', 'arc-linux');
+    await handler()(remove(current));
+    expect(held()).toEqual([]);
+    const deletes = gh.requests().filter((r) => r.method === 'DELETE').map((r) => r.path);
+    const sessionEnd = deletes.findIndex((p) => p.endsWith(`/runnerscalesets/${scaleSetId}/sessions/${sessionId}`));
+    const setDelete = deletes.findIndex((p) => p.endsWith(`/runnerscalesets/${scaleSetId}`));
+    expect(sessionEnd).toBeGreaterThanOrEqual(0);
+    expect(sessionEnd).toBeLessThan(setDelete);
+    expect(await leaseOf('linux')).toBeUndefined();
+  });
+
+  it('a session already gone (404) is taken as ended; the scale set and the lease go', async () => {
+    await handler()(create(current));
+    const { scaleSetId } = await listen('linux', 'arc-linux');
+    gh.scaleSets.expireSession(scaleSetId);
+    await handler()(remove(current));
+    expect(held()).toEqual([]);
+    expect(await leaseOf('linux')).toBeUndefined();
   });
 
   it('a retried Delete (the scale sets already gone) succeeds and deletes nothing', async () => {
@@ -273,7 +415,7 @@ describe('scale-set resource: Delete', () => {
     const before = gh.requests().length;
     stackFault = awsError('AccessDenied', 403);
     const e = await rejection(handler()(remove(current)));
-    expect(e.message).toMatch(/nothing was deleted/);
+    expect(e.message).toMatch(/nothing was touched/);
     expect(held()).toEqual(BOTH);
     expect(gh.requests().length).toBe(before);
   });

@@ -57,7 +57,7 @@ describe("scale-up's scale-set demand path, against moto", () => {
     const api = new FakeScaleSet();
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const result = await demandHandler(api, ci)(demand(3, 'trace-a'));
-    expect(result).toEqual({ observed: 0, started: 3, unserved: 0 });
+    expect(result).toMatchObject({ observed: 0, started: 3, unserved: 0 });
     const up = await serving();
     expect(up).toHaveLength(3);
     expect(up.filter((i) => parked.includes(i.InstanceId!))).toHaveLength(2);
@@ -81,14 +81,14 @@ describe("scale-up's scale-set demand path, against moto", () => {
     const api = new FakeScaleSet();
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const run = demandHandler(api, ci);
-    expect(await run(demand(2, 'trace-a'))).toEqual({ observed: 0, started: 2, unserved: 0 });
+    expect(await run(demand(2, 'trace-a'))).toMatchObject({ observed: 0, started: 2, unserved: 0 });
     // The same reading again (a redelivery: another trace id), then a lower one (jobs finished).
-    expect(await run(demand(2, 'trace-b'))).toEqual({ observed: 2, started: 0, unserved: 0 });
-    expect(await run(demand(1, 'trace-c'))).toEqual({ observed: 2, started: 0, unserved: 0 });
+    expect(await run(demand(2, 'trace-b'))).toMatchObject({ observed: 2, started: 0, unserved: 0 });
+    expect(await run(demand(1, 'trace-c'))).toMatchObject({ observed: 2, started: 0, unserved: 0 });
     expect(await serving()).toHaveLength(2);
     expect(api.jitNames).toHaveLength(2);
     // A higher reading starts only the difference.
-    expect(await run(demand(3, 'trace-d'))).toEqual({ observed: 2, started: 1, unserved: 0 });
+    expect(await run(demand(3, 'trace-d'))).toMatchObject({ observed: 2, started: 1, unserved: 0 });
     expect(await serving()).toHaveLength(3);
   });
 
@@ -96,8 +96,8 @@ describe("scale-up's scale-set demand path, against moto", () => {
     await parkInMoto(c, config, 12);
     const api = new FakeScaleSet();
     const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX));
-    expect(await run(demand(25, 'trace-a'))).toEqual({ observed: 0, started: 10, unserved: 0 });
-    expect(await run(demand(25, 'trace-b'))).toEqual({ observed: 10, started: 0, unserved: 0 });
+    expect(await run(demand(25, 'trace-a'))).toMatchObject({ observed: 0, started: 10, unserved: 0 });
+    expect(await run(demand(25, 'trace-b'))).toMatchObject({ observed: 10, started: 0, unserved: 0 });
   });
 
   it("what the prime back-off holds back is reported unserved, for the next demand", async () => {
@@ -126,12 +126,44 @@ describe("scale-up's scale-set demand path, against moto", () => {
     const api = new FakeScaleSet();
     const ci = new FakeCi(Provider.GITHUB, PREFIX);
     const result = await demandHandler(api, ci, faulty)(demand(1, 'trace-a'));
-    expect(result).toEqual({ observed: 0, started: 1, unserved: 0 });
+    expect(result).toMatchObject({ observed: 0, started: 1, unserved: 0 });
     const up = await serving();
     expect(up).toHaveLength(1);
     expect(up[0]!.InstanceId).not.toBe(parkedId);
     // The parked instance's registration went with its rollback; its config parameter too.
     expect(ci.deleted).toEqual(['1001']);
     expect((await parameters()).map((p) => p.Name)).toEqual([paths.runnerConfig(up[0]!.InstanceId!)]);
+  });
+
+  it("back-to-back demands: the runners the first started count in the second though EC2's read omits them (reads lag writes)", async () => {
+    await parkInMoto(c, config, 1);
+    const api = new FakeScaleSet();
+    const ci = new FakeCi(Provider.GITHUB, PREFIX);
+    // A DescribeInstances that does not show the instances started so far (eventual consistency).
+    const hidden = new Set<string>();
+    const lagging = motoClients(moto.endpoint);
+    lagging.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName !== 'DescribeInstancesCommand') return out;
+        const body = out.output as { Reservations?: { Instances?: Instance[] }[] };
+        for (const r of body.Reservations ?? []) r.Instances = (r.Instances ?? []).filter((i) => !hidden.has(i.InstanceId!));
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    const run = demandHandler(api, ci, lagging);
+    const first = await run(demand(2, 'trace-a'));
+    expect(first).toMatchObject({ observed: 0, started: 2, unserved: 0 });
+    expect(first.startedRunners?.map((r) => r.instanceId).sort()).toEqual((await serving()).map((i) => i.InstanceId!).sort());
+    for (const r of first.startedRunners ?? []) hidden.add(r.instanceId);
+    // The same reading again, carrying what the first started: nothing more starts.
+    const second = await run({ ...demand(2, 'trace-b'), recentlyStarted: first.startedRunners! });
+    expect(second).toMatchObject({ observed: 2, started: 0, unserved: 0 });
+    expect(await serving()).toHaveLength(2);
+    expect(api.jitNames).toHaveLength(2);
+    // Without them, the lagging read would have started two more: the failure this guards against.
+    const blind = await run(demand(2, 'trace-c'));
+    expect(blind.started).toBe(2);
   });
 });

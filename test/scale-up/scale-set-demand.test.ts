@@ -49,4 +49,45 @@ describe('scaleSetObserved', () => {
     );
     expect(observed).toEqual({ runners: 3, ending: 1 });
   });
+
+  const now = new Date('2026-12-06T00:02:00Z');
+  const recent = (instanceId: string, agoMs: number) => ({ instanceId, startedAt: new Date(now.getTime() - agoMs).toISOString() });
+
+  it('a runner a recent demand started counts while the observation does not show it active (EC2 reads lag writes)', () => {
+    const observed = scaleSetObserved(
+      [
+        at('i-1', 'running', activated),
+        // Activated a moment ago, still read as parked; another still read as priming.
+        at('i-2', 'stopped', { ...standbyTags(), [KEYS.pool]: 'linux' }),
+        at('i-3', 'pending', { ...standbyTags(), [KEYS.pool]: 'linux' }),
+        // Gone: its runner ended, it holds no job's place.
+        at('i-4', 'terminated', activated),
+      ],
+      'linux',
+      KEYS,
+      // i-1 is observed active (counted once); i-5 is not observed at all (launched, not listed yet);
+      // i-6 was started too long ago to be a lag; i-5 is named twice.
+      [recent('i-1', 5_000), recent('i-2', 5_000), recent('i-3', 5_000), recent('i-4', 5_000), recent('i-5', 1_000), recent('i-5', 1_000), recent('i-6', 3 * 60_000 + 1)],
+      now,
+    );
+    expect(observed).toEqual({ runners: 4, ending: 0 });
+  });
+
+  it('a runner whose job completed (the listener marked it idle after its job started) is no runner for new jobs, but still holds a place', () => {
+    const started = { ...activated, [KEYS.jobStarted]: '2026-12-06T00:01:00Z' };
+    const observed = scaleSetObserved(
+      [
+        at('i-1', 'running', { ...started, [KEYS.idleSince]: '2026-12-06T00:01:30Z' }),
+        // An idle mark from before its job (a sweep's reading), or with no job reported: still a runner.
+        at('i-2', 'running', { ...started, [KEYS.idleSince]: '2026-12-06T00:00:30Z' }),
+        at('i-3', 'running', { ...activated, [KEYS.idleSince]: '2026-12-06T00:01:30Z' }),
+      ],
+      'linux',
+      KEYS,
+      [],
+      now,
+    );
+    expect(observed).toEqual({ runners: 2, ending: 1 });
+    expect(scaleSetShortfall(3, observed, { maxRunners: 10 })).toBe(1);
+  });
 });

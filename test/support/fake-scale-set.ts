@@ -39,6 +39,8 @@ export class FakeScaleSet implements ScaleSetApi {
   private tokens = 0;
   /** Longest an empty poll waits (ms) when the caller's signal is later. */
   emptyWaitMs = 20;
+  /** What a session's answer says is assigned: the newest message's reading unless set; 'none': the answer carries no statistics. */
+  sessionAssigned?: number | 'none';
   private waiters: (() => void)[] = [];
 
   constructor(names: readonly string[] = ['linux-set']) {
@@ -151,8 +153,9 @@ export class FakeScaleSet implements ScaleSetApi {
 
   private sessionOf(scaleSetId: number, s: { sessionId: string; token: string }): ScaleSetSession {
     // The scale set's statistics now: the newest message's, acknowledged or not.
-    const assigned = (this.messages.get(scaleSetId) ?? []).at(-1)?.statistics.totalAssignedJobs ?? 0;
-    return { sessionId: s.sessionId, scaleSetId, messageQueueUrl: `https://queue/${scaleSetId}`, messageQueueAccessToken: s.token, statistics: statistics(assigned) };
+    const assigned = this.sessionAssigned ?? (this.messages.get(scaleSetId) ?? []).at(-1)?.statistics.totalAssignedJobs ?? 0;
+    const session = { sessionId: s.sessionId, scaleSetId, messageQueueUrl: `https://queue/${scaleSetId}`, messageQueueAccessToken: s.token };
+    return assigned === 'none' ? session : { ...session, statistics: statistics(assigned) };
   }
 }
 

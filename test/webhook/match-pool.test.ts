@@ -154,11 +154,27 @@ describe('matchPool and runner scale sets (docs/scale-set.md)', () => {
   it.each<[string[], string]>([
     [['fast-linux'], 'scale-set'], // names the scale set (case-insensitive), though another pool carries the label
     [['self-hosted', 'FAST-LINUX'], 'scale-set'],
-    [['linux', 'fast'], 'scale-set'], // its best pool is the scale-set pool
+    [['fast-linux', 'linux'], 'scale-set'], // names it among other labels: GitHub assigns it nowhere, and no webhook runner either
   ])('%j gets no webhook runner: %s', (labels, reason) => {
     expect(matchPool(pools, Provider.GITHUB, labels)).toEqual({ reason });
   });
   it('a job of a pool that is no scale set is served as before', () => {
     expect(matchPool(pools, Provider.GITHUB, ['linux', 'x64']).pool?.name).toBe('plain');
+  });
+  it("a scale-set pool's labels take no job: GitHub assigns it only the jobs naming its scale set", () => {
+    expect(matchPool(pools, Provider.GITHUB, ['linux', 'fast'])).toEqual({ reason: 'not-self-hosted' });
+    expect(matchPool(pools, Provider.GITHUB, ['self-hosted', 'linux', 'fast'])).toEqual({ reason: 'no-matching-pool' });
+  });
+  // R2-2: webhook pool `hooks` [linux], scale-set pool `ss` [linux, x64] named `fast`.
+  const hooksAndSs = [pool('ss', ['linux', 'x64'], 'fast'), pool('hooks', ['linux'])];
+  it.each<[string[], string]>([
+    [['self-hosted', 'linux'], 'hooks'],
+    [['linux'], 'hooks'],
+    [['self-hosted', 'linux', 'x64'], 'no-matching-pool'], // the best pool was ss: still not the scale set's at GitHub
+    [['fast'], 'scale-set'],
+    [['self-hosted', 'fast'], 'scale-set'],
+  ])('hooks and ss: %j -> %s', (labels, want) => {
+    const m = matchPool(hooksAndSs, Provider.GITHUB, labels);
+    expect(m.pool ? m.pool.name : m.reason).toBe(want);
   });
 });

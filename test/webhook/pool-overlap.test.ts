@@ -22,6 +22,8 @@ describe('poolOverlaps: per label-match mode', () => {
     ['GitHub compares case-insensitively and without "self-hosted"', [gh(['Linux']), gh(['self-hosted', 'linux'])], [['starved', 0, 1, ['linux'], 'first']]],
     ['GitLab compares tags as given', [gl(['Linux']), gl(['linux'])], []],
     ['exact, exact, other labels: no overlap', [gh(['linux']), gh(['linux', 'x64'])], []],
+    ['a scale-set pool beside a pool of the same labels: no overlap (GitHub hands the scale set the jobs naming it)', [gh(['linux']), gh(['linux'], LabelMatch.EXACT, { scaleSetName: 'fast' })], []],
+    ['a pool of the same labels after a scale-set pool still gets its jobs', [gh(['linux'], LabelMatch.EXACT, { scaleSetName: 'fast' }), gh(['linux'])], []],
     ['subset, then exact of the same labels: the exact pool never gets a job', [gh(['linux', 'x64'], LabelMatch.SUBSET), gh(['linux', 'x64'])], [['starved', 0, 1, ['linux', 'x64'], 'first']]],
     ['exact, then subset of the same labels: the order decides the full set; the subset pool keeps the rest', [gh(['linux', 'x64']), gh(['linux', 'x64'], LabelMatch.SUBSET)], [['order', 0, 1, ['linux', 'x64'], 'first']]],
     ['subset, subset, the same labels: the second never gets a job', [gh(['a', 'b'], LabelMatch.SUBSET), gh(['b', 'a'], LabelMatch.SUBSET)], [['starved', 0, 1, ['a', 'b'], 'first']]],

@@ -29,9 +29,9 @@ const config = buildFleetConfig({
   prefix: PREFIX,
   github: { appId: '4242', repositories: [REPO, 'Codertocat/Hello-World'] },
   pools: [
-    // The scale set "arc-k8s" of the example's repository: workflows say runs-on: arc-k8s, or its labels.
-    { name: 'arc', provider: Provider.GITHUB, labels: ['k8s'], scaleSetName: 'arc-k8s', repositories: [REPO], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
-    { name: 'hooks', provider: Provider.GITHUB, labels: ['linux', 'x64'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+    // The scale set "arc-k8s" of the example's repository: workflows say runs-on: arc-k8s (its only label at GitHub).
+    { name: 'arc', provider: Provider.GITHUB, labels: ['linux', 'x64', 'k8s'], scaleSetName: 'arc-k8s', repositories: [REPO], launchTemplateId: 'lt-1', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
+    { name: 'hooks', provider: Provider.GITHUB, labels: ['linux'], launchTemplateId: 'lt-2', launchTemplateVersion: '1', subnetIds: ['s'], instanceTypes: ['t3.micro'] },
   ],
 });
 
@@ -79,7 +79,6 @@ describe('webhook and scale-set pools', () => {
   it.each([
     ['names the scale set', ['arc-k8s']],
     ['names the scale set and self-hosted', ['self-hosted', 'arc-k8s']],
-    ["asks for the scale-set pool's labels (its best pool is the scale set)", ['self-hosted', 'k8s']],
   ])('a queued job that %s is acknowledged without queuing, and the log says why', async (_, labels) => {
     expect(await deliver(labels)).toEqual({ statusCode: 200, outcome: 'ignored', reason: 'scale-set' });
     expect(sent).toEqual([]);
@@ -87,10 +86,16 @@ describe('webhook and scale-set pools', () => {
     expect(notQueuedLines()).toMatchObject([{ reason: 'scale-set' }]);
   });
 
-  it("a job of the same fleet's webhook pool is queued for it", async () => {
-    const res = await deliver(['self-hosted', 'linux', 'x64']);
+  it("a job of the same fleet's webhook pool is queued for it, though the scale-set pool's labels fit it better (GitHub does not assign it to the scale set)", async () => {
+    const res = await deliver(['self-hosted', 'linux']);
     expect([res.statusCode, res.outcome]).toEqual([202, 'queued']);
     expect(sent.map((m) => [m.pool, `${m.owner}/${m.project}`])).toEqual([['hooks', REPO]]);
     expect(notQueuedLines()).toEqual([]);
+  });
+
+  it("a job asking for the scale-set pool's labels without its name is no scale-set job: it fits no webhook pool, as for any fleet", async () => {
+    const res = await deliver(['self-hosted', 'linux', 'x64', 'k8s']);
+    expect(res).toMatchObject({ statusCode: 200, reason: 'no-matching-pool' });
+    expect(sent).toEqual([]);
   });
 });

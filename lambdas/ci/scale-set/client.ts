@@ -82,9 +82,12 @@ export class ScaleSetClient implements ScaleSetApi {
 
   async refreshSession(scaleSetId: number, sessionId: string): Promise<ScaleSetSession> {
     const answer = await this.retryLost(() => this.admin('refresh session', 'PATCH', `${SCALE_SETS}/${scaleSetId}/sessions/${encodeURIComponent(sessionId)}`, {}));
-    if (answer.status === 404) throw new SessionGoneError(scaleSetId, sessionId);
-    await this.expect('refresh session', answer, [200]);
-    return parseSession(answer.text, scaleSetId);
+    if (answer.status === 200) return parseSession(answer.text, scaleSetId);
+    // The source names no status for an expired session (session_client.go `doSessionRequest`
+    // takes every status but the expected one as an error): a refusal that is not about our
+    // credential (401), our rate (429) or the service (5xx, lost) means the session is gone.
+    if (answer.status === 401 || answer.status === 429 || answer.status >= 500) throw new ScaleSetApiError('refresh session', answer.status, errorDetail(answer.text));
+    throw new SessionGoneError(scaleSetId, sessionId);
   }
 
   async deleteSession(scaleSetId: number, sessionId: string): Promise<void> {
@@ -120,7 +123,9 @@ export class ScaleSetClient implements ScaleSetApi {
     const url = new URL(session.messageQueueUrl);
     url.pathname = `${url.pathname.replace(/\/+$/, '')}/${messageId}`;
     // Deleting twice is harmless: a lost answer is asked again once.
+    let sends = 0;
     const answer = await this.retryLost(async () => {
+      sends++;
       try {
         return await this.send(url, { method: 'DELETE', headers: { 'content-type': 'application/json', authorization: `Bearer ${session.messageQueueAccessToken}` }, signal: AbortSignal.timeout(this.options.timeoutMs) });
       } catch (e) {
@@ -128,6 +133,8 @@ export class ScaleSetClient implements ScaleSetApi {
       }
     });
     if (answer.status === 401) throw new QueueTokenExpiredError(session.scaleSetId);
+    // Resent after a lost answer: the first may have deleted it (modelled, the source is silent).
+    if (answer.status === 404 && sends > 1) return;
     if (answer.status === 404) throw new SessionGoneError(session.scaleSetId, session.sessionId);
     await this.expect('delete message', answer, [204, 200]);
   }
@@ -251,5 +258,7 @@ function parseSession(text: string, scaleSetId: number): ScaleSetSession {
   if (typeof sessionId !== 'string' || sessionId === '' || typeof messageQueueUrl !== 'string' || typeof messageQueueAccessToken !== 'string' || messageQueueAccessToken === '') {
     throw new ScaleSetMessageError('the session answer lacks sessionId, messageQueueUrl or messageQueueAccessToken');
   }
-  return { sessionId, scaleSetId, messageQueueUrl, messageQueueAccessToken, statistics: parseStatistics(doc.statistics, `session ${sessionId}`) };
+  // `types.go` declares the session's statistics a pointer: absent, the listener waits for a message.
+  const statistics = doc.statistics === undefined || doc.statistics === null ? undefined : parseStatistics(doc.statistics, `session ${sessionId}`);
+  return { sessionId, scaleSetId, messageQueueUrl, messageQueueAccessToken, ...(statistics ? { statistics } : {}) };
 }

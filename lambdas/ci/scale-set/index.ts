@@ -23,6 +23,9 @@ export function installationCallerOf(provider: CiProvider | undefined): Installa
   return provider as CiProvider & InstallationCaller;
 }
 
+/** Bound on one GetMessage: past the service's own hold (about 50 s), so a poll ends with its 202, not this. */
+export const LONG_POLL_TIMEOUT_MS = 70_000;
+
 export interface ScaleSetApiDeps {
   /** The fleet's GitHub provider (lambdas/ci/index.ts `createCiProviders(...).github`): its Apps, keys and installation tokens. */
   readonly github: InstallationCaller;
@@ -68,5 +71,5 @@ export function scaleSetApiAt(config: Pick<FleetConfig, 'github'>, scope: ScaleS
     timeoutMs,
     now: deps.now ?? Date.now,
   });
-  return new ScaleSetClient({ admin, fetch: fetchFn, timeoutMs, longPollTimeoutMs: deps.longPollTimeoutMs ?? 70_000 });
+  return new ScaleSetClient({ admin, fetch: fetchFn, timeoutMs, longPollTimeoutMs: deps.longPollTimeoutMs ?? LONG_POLL_TIMEOUT_MS });
 }

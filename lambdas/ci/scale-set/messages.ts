@@ -2,11 +2,12 @@ import type { ScaleSetJobEvent, ScaleSetMessage, ScaleSetStatistics } from '../.
 
 /**
  * A GetMessage answer as the client reads it (client.go `parseRunnerScaleSetMessageResponse`,
- * types.go `RunnerScaleSetMessage`, `JobStarted`, `JobCompleted`): `{messageId, messageType:
- * "RunnerScaleSetJobMessages", body, statistics}` where `body` is a JSON string holding an
- * array of job messages, each with its own `messageType`. JobStarted and JobCompleted are
- * kept; JobAssigned (the statistics count it) and types unknown today are passed over, as the
- * client's listener does. Anything else is not the documented shape: an error naming what.
+ * which session_client.go `getMessage` calls on a 200; types.go `RunnerScaleSetMessage`,
+ * `JobStarted`, `JobCompleted`): `{messageId, messageType: "RunnerScaleSetJobMessages", body,
+ * statistics}` where `body` is a JSON string holding an array of job messages, each with its
+ * own `messageType`. JobStarted and JobCompleted are kept; JobAssigned (the statistics count
+ * it) and types unknown today are passed over, as that parser does. Anything else is not the
+ * documented shape: an error naming what.
  */
 export class ScaleSetMessageError extends Error {
   constructor(detail: string) {
@@ -17,12 +18,16 @@ export class ScaleSetMessageError extends Error {
 
 const STATISTICS = ['totalAvailableJobs', 'totalAcquiredJobs', 'totalAssignedJobs', 'totalRunningJobs', 'totalRegisteredRunners', 'totalBusyRunners', 'totalIdleRunners'] as const;
 
+/**
+ * Only `totalAssignedJobs` is required (capacity follows it); an absent count is 0, as Go's
+ * decoder leaves an absent field of `RunnerScaleSetStatistic` (types.go) at its zero value.
+ */
 export function parseStatistics(value: unknown, where: string): ScaleSetStatistics {
   if (typeof value !== 'object' || value === null) throw new ScaleSetMessageError(`${where} has no statistics`);
   const doc = value as Record<string, unknown>;
   const out: Record<string, number> = {};
   for (const key of STATISTICS) {
-    const n = doc[key];
+    const n = doc[key] ?? (key === 'totalAssignedJobs' ? undefined : 0);
     if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) throw new ScaleSetMessageError(`${where}: statistics.${key} is not a count`);
     out[key] = n;
   }

@@ -5,7 +5,7 @@ import { GITHUB_APP_ID_PATTERN, ssmPaths, type GitHubParameterNames, type GitLab
 import { parseWarmWindow, type WarmScheduleEntry } from './warm-schedule';
 import { JOB_MAX_WAIT_SECONDS, LAUNCH_TICKET_SETTLE_SECONDS, launchTicketHoldSeconds } from './job-record';
 import { Checker, FleetConfigError, secondsInWords } from './config-checker';
-import { fleetScopeProblems, githubPoolScope, type GitHubScopeFields } from './github-scope';
+import { fleetScopeProblems, githubPoolScope, scopeServesRepository, type GitHubPoolScope, type GitHubScopeFields } from './github-scope';
 import { cacheDirectoriesTotalProblem, cacheDirectoryProblem, REUSE_DEFAULTS, REUSE_LIMITS, REUSE_SCOPE_OF, type PoolReuseConfig, type ReuseScope } from './reuse';
 
 export const FLEET_CONFIG_VERSION = 1;
@@ -595,6 +595,77 @@ function validateScaleSet(c: Checker, p: string, provider: unknown, seen: Map<st
   else seen.set(key, typeof pool.name === 'string' ? pool.name : p);
 }
 
+/** A scale set as the clash checks see it: its pool's index and name, its name, where it lives. */
+interface PlacedScaleSet {
+  readonly index: number;
+  readonly pool: string;
+  readonly name: string;
+  readonly organization?: string;
+  readonly repository?: string;
+}
+
+function placedScaleSets(c: Checker, pools: readonly unknown[]): PlacedScaleSet[] {
+  const connection = (c.at('github') ?? {}) as GitHubScopeFields;
+  return pools.flatMap((raw, index) => {
+    const pool = (raw ?? {}) as GitHubScopeFields & { readonly name?: unknown; readonly provider?: unknown; readonly scaleSet?: { readonly name?: unknown } };
+    const name = pool.scaleSet?.name;
+    if (pool.provider !== 'github' || typeof name !== 'string') return [];
+    const scope = githubPoolScope(connection, pool);
+    if (scope.enterprise !== undefined) return [];
+    const where = scope.organization !== undefined ? { organization: scope.organization } : scope.repositories.length === 1 ? { repository: scope.repositories[0]! } : undefined;
+    return where ? [{ index, pool: typeof pool.name === 'string' ? pool.name : `pools.${index}`, name, ...where }] : [];
+  });
+}
+
+const inOrganisation = (repository: string, organization: string) => repository.split('/')[0]!.toLowerCase() === organization.toLowerCase();
+
+function overlaps(set: PlacedScaleSet, scope: GitHubPoolScope): boolean {
+  if (scope.enterprise !== undefined) return true; // an enterprise's runners may take any of its organisations' jobs
+  if (set.organization !== undefined) {
+    return (scope.organization !== undefined && scope.organization.toLowerCase() === set.organization.toLowerCase()) || scope.repositories.some((r) => inOrganisation(r, set.organization!));
+  }
+  const [owner = '', repo = ''] = set.repository!.split('/');
+  return scopeServesRepository(scope, owner, repo);
+}
+
+/**
+ * Clashes between pools that validateScaleSet cannot see one pool at a time (docs/scale-set.md):
+ * - an organisation's scale set and a scale set of one of its repositories with the same name:
+ *   a job of that repository naming it could be assigned to either;
+ * - a webhook GitHub pool whose labels include a scale set's name in a scope it shares: a job
+ *   asking for that label is the scale set's (match-pool.ts leaves it alone), so the label
+ *   could never bring the pool a job.
+ */
+function validateScaleSetClashes(c: Checker, pools: readonly unknown[]): void {
+  const sets = placedScaleSets(c, pools);
+  const where = (s: PlacedScaleSet) => (s.organization !== undefined ? `organisation ${s.organization}` : `repository ${s.repository}`);
+  for (const repoSet of sets.filter((s) => s.repository !== undefined)) {
+    const orgSet = sets.find((s) => s.organization !== undefined && s.name.toLowerCase() === repoSet.name.toLowerCase() && inOrganisation(repoSet.repository!, s.organization));
+    if (orgSet) {
+      c.fail(
+        `pools.${repoSet.index}.scaleSet.name`,
+        `"${repoSet.name}" is also the scale set of pool "${orgSet.pool}" in ${where(orgSet)}, which holds ${where(repoSet)}: GitHub could assign a job of that repository naming it to either; give each its own name`,
+      );
+    }
+  }
+  const connection = (c.at('github') ?? {}) as GitHubScopeFields;
+  pools.forEach((raw, index) => {
+    const pool = (raw ?? {}) as GitHubScopeFields & { readonly provider?: unknown; readonly scaleSet?: unknown; readonly labels?: unknown };
+    if (pool.provider !== 'github' || pool.scaleSet !== undefined || !Array.isArray(pool.labels)) return;
+    const scope = githubPoolScope(connection, pool);
+    for (const label of pool.labels) {
+      if (typeof label !== 'string') continue;
+      const set = sets.find((s) => s.name.toLowerCase() === label.toLowerCase() && overlaps(s, scope));
+      if (set) {
+        c.fail(
+          `pools.${index}.labels`,
+          `include "${label}", the name of pool "${set.pool}"'s scale set in ${where(set)}: a job asking for it is the scale set's (the webhook leaves it alone), so the label could never bring this pool a job; remove the label, or rename the scale set`,
+        );
+      }
+    }
+  });
+}
+
 export function validateFleetConfig(value: unknown): asserts value is FleetConfig {
   const c = new Checker(value);
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('fleet config must be a JSON object');
@@ -728,6 +799,7 @@ export function validateFleetConfig(value: unknown): asserts value is FleetConfi
     validateGitLabScope(c, p, provider);
     if (c.at(`${p}.scaleSet`) !== undefined) validateScaleSet(c, p, provider, scaleSets);
   });
+  if (Array.isArray(pools)) validateScaleSetClashes(c, pools);
   const namespace = c.string('metrics.namespace');
   const namespaceProblem = namespace === undefined ? undefined : metricNamespaceProblem(namespace);
   if (namespaceProblem) c.fail('metrics.namespace', namespaceProblem.replace(/^metricNamespace /, ''));

@@ -14,12 +14,15 @@ export interface ScaleSetScope {
   readonly repository?: string;
 }
 
-/** One pool's scale set: its pool, name, runner group, labels and scope. */
+/**
+ * One pool's scale set: its pool, name, runner group and scope. No labels: the scale set
+ * carries its name as its only label, so GitHub assigns it exactly the jobs that name it and
+ * the webhook pools keep every other job (match-pool.ts; docs/scale-set.md, "Which jobs").
+ */
 export interface ScaleSetEntry extends ScaleSetScope {
   readonly pool: string;
   readonly name: string;
   readonly runnerGroup: string;
-  readonly labels: readonly string[];
 }
 
 /** Whether GitHub assigns the pool's jobs through a scale set (the webhook and the reconciler leave them alone). */
@@ -40,6 +43,6 @@ export function scaleSetEntries(config: Pick<FleetConfig, 'github' | 'pools'>): 
     if (!isScaleSetPool(p)) return [];
     const scope = githubPoolScope(github, p);
     const where = scope.organization !== undefined ? { organization: scope.organization } : { repository: scope.repositories[0]! };
-    return [{ pool: p.name, name: p.scaleSet!.name, runnerGroup: p.scaleSet!.runnerGroup, labels: [...p.labels], ...where }];
+    return [{ pool: p.name, name: p.scaleSet!.name, runnerGroup: p.scaleSet!.runnerGroup, ...where }];
   });
 }

@@ -6,9 +6,11 @@
  */
 
 /**
- * A scale set's statistics as each session and each message carries them (`types.go`,
- * `RunnerScaleSetStatistic`). `totalAssignedJobs` counts the jobs GitHub has assigned to the
- * scale set and not yet completed: running ones included.
+ * A scale set's statistics as each message (and a session's answer, when it has them) carries
+ * them (`types.go` `RunnerScaleSetStatistic` declares the fields). `totalAssignedJobs` counts the
+ * jobs GitHub has assigned to the scale set and not yet completed, running ones included: the
+ * meaning the example autoscaler gives it (`examples/dockerscaleset/scaler.go`
+ * `HandleDesiredRunnerCount` compares it with its idle plus busy runners).
  */
 export interface ScaleSetStatistics {
   readonly totalAvailableJobs: number;
@@ -44,7 +46,12 @@ export interface ScaleSetSession {
   readonly scaleSetId: number;
   readonly messageQueueUrl: string;
   readonly messageQueueAccessToken: string;
-  readonly statistics: ScaleSetStatistics;
+  /**
+   * The scale set's statistics when the answer carried them. `types.go` declares the session's
+   * `Statistics` a pointer (it may be absent: the client's listener checks for nil), so a
+   * session without them is still a session; the listener then waits for the first message.
+   */
+  readonly statistics?: ScaleSetStatistics;
 }
 
 /** What a pool's scale set is at GitHub. */
@@ -73,7 +80,11 @@ export class QueueTokenExpiredError extends Error {
   }
 }
 
-/** The session is gone at GitHub (HTTP 404 on refresh or GetMessage): create a new one. */
+/**
+ * The session is gone at GitHub: a refresh refused with any status but 401, 429 or 5xx (the
+ * source shows no status of its own for an expired session: `session_client.go` takes every
+ * unexpected status as an error), or a 404 on GetMessage/DeleteMessage. Create a new one.
+ */
 export class SessionGoneError extends Error {
   constructor(readonly scaleSetId: number, readonly sessionId: string) {
     super(`scale set ${scaleSetId}: message session ${sessionId} no longer exists`);
@@ -126,7 +137,37 @@ export interface ScaleSetDemand {
   readonly assignedJobs: number;
   /** The listener's trace id for this reading (tags, logs). */
   readonly traceId: string;
+  /**
+   * The runners the listener's earlier demands started (their `startedRunners`), for
+   * `SCALE_SET_RECENT_START_MS` after each start: EC2's reads lag its writes, so an instance
+   * just launched or activated may be missing from scale-up's next observation, or still look
+   * parked. Scale-up counts each one it does not observe as an active runner of the pool as a
+   * runner all the same, so back-to-back demands start no second runner for one job.
+   */
+  readonly recentlyStarted?: readonly ScaleSetStartedRunner[];
 }
+
+/** A runner a demand started: its instance and when (ISO 8601). Not secret: kept in the lease item. */
+export interface ScaleSetStartedRunner {
+  readonly instanceId: string;
+  readonly startedAt: string;
+}
+
+/**
+ * How long a started runner is carried from demand to demand (`ScaleSetDemand.recentlyStarted`):
+ * EC2's DescribeInstances is eventually consistent with RunInstances/CreateFleet, StartInstances
+ * and CreateTags ("Eventual consistency in the Amazon EC2 API": usually seconds, at times
+ * longer), so three minutes covers the lag with room, while a runner that never came (its
+ * instance terminated at boot) stops holding a job's place soon after.
+ */
+export const SCALE_SET_RECENT_START_MS = 3 * 60_000;
+
+/**
+ * Scale-up's timeout in seconds (the construct's `ScaleUp` function): the listener's
+ * synchronous invocation waits longer than it, and after an invocation whose outcome it does not
+ * know it keeps the lease until this has passed, so no next holder's demand runs beside it.
+ */
+export const SCALE_UP_TIMEOUT_SECONDS = 60;
 
 /** Scale-up's answer to a `ScaleSetDemand`. */
 export interface ScaleSetDemandResult {
@@ -136,6 +177,8 @@ export interface ScaleSetDemandResult {
   readonly started: number;
   /** Shortfall left unserved (capacity, back-off, the pool's bound): the next reading retries. */
   readonly unserved: number;
+  /** The runners this demand started (one per `started`), for the listener's next demands (`recentlyStarted`). */
+  readonly startedRunners?: readonly ScaleSetStartedRunner[];
 }
 
 export function isScaleSetDemand(event: unknown): event is ScaleSetDemand {
@@ -170,4 +213,8 @@ export const SCALE_SET_LEASE_ATTRIBUTES = {
   scaleSetId: 'scaleSetId',
   /** The last message id acknowledged, so a new holder asks for the next one. */
   lastMessageId: 'lastMessageId',
+  /** Epoch seconds at which the holder plans to give the lease up (the hand-over the next invocation waits for). */
+  releaseAt: 'leaseReleaseAt',
+  /** The runners recent demands started (JSON of `ScaleSetStartedRunner[]`), so a new holder's demands count them too. */
+  recentlyStarted: 'recentlyStarted',
 } as const;
