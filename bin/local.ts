@@ -4,7 +4,7 @@
  *
  *   npm run local -- [--jobs N] [--pool-size N] [--burst] [--endpoint URL] [--json] [--verbose]
  *                    [--faults [tampered-download]] [--seed N] [--drift] [--roll] [--reuse] [--docker] [--image stock|prebuilt]
- *                    [--apt-pool NAME]
+ *                    [--apt-pool NAME] [--scopes] [--scale-set [--seed N]]
  *
  * Exit status: 0 when every job was sent and served and nothing was left behind (with
  * --faults tampered-download: when the fleet failed safe; with the lost-job faults: when the
@@ -81,7 +81,8 @@ async function main(): Promise<number> {
   // With --reuse the reuse proof must pass too (hit rate, cache file, nothing else of the earlier job).
   // With --docker the container proof must pass too (every job in its containers, nothing left on the daemon).
   // With --scopes the scopes proof too (each job on its own scope's pool and runner, every App answered).
-  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true) && (r.roll?.passed ?? true) && (r.scopes?.passed ?? true);
+  // With --scale-set the scale set's proof too (every assigned job served once, one session and one lease holder at a time, nothing left after the Delete).
+  const outcome = (r.failSafe ? r.failSafe.passed : r.faultProof ? r.faultProof.passed : r.unserved === 0) && (r.reuse?.passed ?? true) && (r.docker?.passed ?? true) && (r.roll?.passed ?? true) && (r.scopes?.passed ?? true) && (r.scaleSet?.proof.passed ?? true);
   return r.settled && outcome && r.leftovers === 0 ? 0 : 1;
 }
 

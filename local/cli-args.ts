@@ -13,6 +13,9 @@ import { LOCAL_IMAGES, SCENARIO_DEFAULTS, type LocalImage, type ScenarioFaults }
 /** Bounds on the counts: each job and each parked instance is a boot script run on this machine. */
 export const ARG_LIMITS = { jobs: 50, poolSize: 20, deadlineMin: 10, deadlineMax: 3_600, seed: 2 ** 31 - 1, apps: 5 } as const;
 
+/** `--scale-set`'s own defaults: per path, a job for the parked instance and two after it. */
+export const SCALE_SET_DEFAULTS = { jobs: 3, poolSize: 1 } as const;
+
 export const USAGE = `usage: npm run local -- [options]        (npm run -s local -- --json > report.json: -s keeps npm's banner off stdout)
   --jobs N        jobs per CI provider, 0 to ${ARG_LIMITS.jobs} (default ${SCENARIO_DEFAULTS.jobs}: ${SCENARIO_DEFAULTS.jobs} GitHub and ${SCENARIO_DEFAULTS.jobs} GitLab jobs)
   --pool-size N   parked instances per pool, 0 to ${ARG_LIMITS.poolSize} (default ${SCENARIO_DEFAULTS.poolSize}; 0 needs --burst)
@@ -22,7 +25,8 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   and the lost-job faults: ${Math.round(FAULT_SHARES.dropped * 100)}% of the job deliveries dropped before the webhook, ${Math.round(FAULT_SHARES.failed * 100)}% answered 5xx,
                   a GitHub runner that takes another job's job, one that dies before taking any, a cancelled GitLab job,
                   and GitHub's busy: false mid-job (needs --jobs ${minimumJobs()} or more)
-  --seed N        the lost-job faults' plan, 0 to ${ARG_LIMITS.seed} (default ${DEFAULT_FAULT_SEED}): the same seed, the same faults
+  --seed N        the lost-job faults' plan (with --faults) or the scale set's (with --scale-set), 0 to ${ARG_LIMITS.seed}
+                  (default ${DEFAULT_FAULT_SEED}; --scale-set: 1): the same seed, the same faults
   --faults tampered-download
                   every runner download is tampered with (its SHA-256 is not the pinned one): the run passes when the
                   fleet fails safe (pools back off, PrimeBackoff 1, no runner runs, jobs wait or are dead-lettered)
@@ -43,6 +47,13 @@ export const USAGE = `usage: npm run local -- [options]        (npm run -s local
                   jobs between two groups (each its own pool, tags and webhook); two GitHub Apps share the load (--apps
                   changes how many) and after half the GitHub jobs the first App's rate-limit budgets are spent; the report
                   names each job's pool and the scope its runner registered in (not with --reuse or --faults)
+  --scale-set     runner scale sets (docs/local.md "Scale sets"): a scale-set pool beside the example's GitHub pool, the same
+                  labels, no GitLab pool; --jobs GitHub jobs per path (default ${SCALE_SET_DEFAULTS.jobs}, the scale set's name or the pool's labels in
+                  runs-on) in two waves, warm then cold; the listener on a short schedule with its faults planned by --seed N
+                  (default 1): a poller killed mid-poll, the lease taken, a message delivered again, an acknowledgement lost,
+                  the session and the queue token expired; the report proves every assigned job served once, one session and
+                  one lease holder at a time, nothing left after the scale set's Delete, and compares the two paths (not with
+                  --reuse, --faults, --scopes, --docker, --roll, --drift, --burst, --apt-pool, --apps)
   --apt-pool NAME the example's pool NAME (linux-x64 or gitlab-docker; repeatable) plays an Ubuntu-style image: no dnf, so its
                   install step runs this host's real apt-get (a Debian machine standing in for Ubuntu) beside the other pools'
                   dnf (needs root and the stock image; installs the runner's OS packages that are missing on this host)
@@ -68,6 +79,8 @@ export interface LocalArgs {
   readonly docker?: true;
   /** A second GitHub organisation and GitLab group, two Apps (absent: one of each). */
   readonly scopes?: true;
+  /** A scale-set pool beside the webhook pool, the listener and its faults (absent: off). */
+  readonly scaleSet?: true;
   readonly jobs?: number;
   readonly poolSize?: number;
   readonly deadlineMs?: number;
@@ -127,6 +140,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
         reuse: { type: 'boolean' },
         docker: { type: 'boolean' },
         scopes: { type: 'boolean' },
+        'scale-set': { type: 'boolean' },
         endpoint: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
@@ -154,7 +168,22 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
   if (faultSet !== undefined && !Object.hasOwn(FAULT_SETS, faultSet)) {
     throw new UsageError(`--faults takes no value or one of ${FAULT_NAMES.join(', ')}, got "${faultSet}"`);
   }
-  if (seed !== undefined && faultSet !== 'standard') throw new UsageError('--seed plans the lost-job faults: add --faults');
+  const scaleSet = values['scale-set'] === true;
+  if (seed !== undefined && faultSet !== 'standard' && !scaleSet) throw new UsageError('--seed plans the lost-job faults (add --faults) or the scale set\'s (add --scale-set)');
+  if (scaleSet) {
+    const clash = [
+      ['--reuse', values.reuse === true],
+      ['--faults', faultSet !== undefined],
+      ['--scopes', values.scopes === true],
+      ['--docker', values.docker === true],
+      ['--roll', values.roll === true],
+      ['--drift', values.drift === true],
+      ['--burst', values.burst === true],
+      ['--apt-pool', values['apt-pool'] !== undefined],
+      ['--apps', values.apps !== undefined],
+    ].find(([, on]) => on);
+    if (clash) throw new UsageError(`--scale-set runs its own two waves and faults on the two GitHub pools: leave out ${String(clash[0])}`);
+  }
   if (faultSet === 'standard' && (jobs ?? SCENARIO_DEFAULTS.jobs) < minimumJobs()) {
     throw new UsageError(`--faults needs --jobs ${minimumJobs()} or more (the lost-job faults need that many jobs per provider), got ${jobs}`);
   }
@@ -201,7 +230,7 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
   }
   // Without --burst the jobs go in waves of the parked instances; with none parked no wave is
   // ever sent and the run only ends at its deadline. Refused rather than silently made a burst.
-  if (poolSize === 0 && !burst && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
+  if (poolSize === 0 && !burst && !scaleSet && (jobs ?? SCENARIO_DEFAULTS.jobs) > 0) {
     throw new UsageError('--pool-size 0 parks no instance, so the default run (jobs in waves the parked instances serve warm) could never send a job: add --burst to launch every job cold');
   }
   return {
@@ -213,9 +242,10 @@ export function parseLocalArgs(argv: readonly string[], root: boolean = process.
     ...(values.reuse ? { reuse: true as const } : {}),
     ...(values.docker ? { docker: true as const } : {}),
     ...(values.scopes ? { scopes: true as const } : {}),
+    ...(scaleSet ? { scaleSet: true as const, jobs: jobs ?? SCALE_SET_DEFAULTS.jobs, poolSize: poolSize ?? SCALE_SET_DEFAULTS.poolSize } : {}),
     ...(values.roll ? { roll: true as const } : {}),
-    ...(jobs === undefined ? {} : { jobs }),
-    ...(poolSize === undefined ? {} : { poolSize }),
+    ...(jobs === undefined || scaleSet ? {} : { jobs }),
+    ...(poolSize === undefined || scaleSet ? {} : { poolSize }),
     ...(deadline === undefined ? {} : { deadlineMs: deadline * 1000 }),
     ...(values.endpoint === undefined ? {} : { endpoint: values.endpoint }),
     ...(faultSet === undefined ? {} : { faults: FAULT_SETS[faultSet as keyof typeof FAULT_SETS] }),

@@ -16,12 +16,16 @@ import { createScaleDownHandler, type SweepSummary } from '../lambdas/scale-down
 import { createRunnerReleaseHandler } from '../lambdas/runner-release/handler';
 import { createReconcileHandler, RECONCILED_MESSAGE, type ReconcileDeps } from '../lambdas/reconcile/handler';
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
+import { createScaleSetDemandHandler } from '../lambdas/scale-up/scale-set-handler';
+import { productionScaleSetApis } from '../lambdas/scale-set-listener/api';
+import { createListenerHandler } from '../lambdas/scale-set-listener/handler';
+import { DynamoScaleSetLeases, type ScaleSetLeases } from '../lambdas/scale-set-listener/lease';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
 import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { DynamoLaunchTickets } from '../lambdas/shared/launch-tickets';
 import { providersOnce } from '../lambdas/shared/clients';
-import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type JobRetryOptions, type Provider, type RunnerReleaseSources } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type FleetConfig, type JobRetryOptions, type PoolConfig, type Provider, type RunnerReleaseSources, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -112,9 +116,85 @@ export interface LocalLambdasOptions {
   readonly reconcile?: { readonly everyMs: number; readonly options: NonNullable<ReconcileDeps['options']> };
   /** The release resolver on its schedule (deployed: hourly), reading the loopback release data; absent: it does not run. */
   readonly runnerRelease?: { readonly everyMs: number; readonly sources: RunnerReleaseSources };
+  /**
+   * The scale-set listener on its schedule (deployed: every minute, a 300 s timeout, a 60 s
+   * margin): each tick starts an invocation that runs as long as `invocationMs` ("timeout")
+   * allows, beside those still running, as EventBridge does. Absent: it does not run.
+   */
+  readonly scaleSetListener?: { readonly everyMs: number; readonly invocationMs: number; readonly marginMs: number };
 }
 
-export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile' | 'runner-release';
+export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile' | 'runner-release' | 'scale-set-listener';
+
+/** One invocation of the scale-set listener. */
+export interface ListenerInvocation {
+  readonly id: string;
+  readonly startedAt: number;
+  /** Stopped dead (the fault): none of its calls answers it any more, it releases nothing. */
+  killed: boolean;
+  /** Per pool, how its poll ended (set when the invocation returned). */
+  outcome?: Record<string, string>;
+}
+
+/** One holding of a scale-set lease as the table's answered writes show it (epoch ms). */
+export interface RecordedLeaseHolding {
+  readonly pool: string;
+  readonly holder: string;
+  readonly acquiredAt: number;
+  expiresAt: number;
+  releasedAt?: number;
+}
+
+/**
+ * The listener's leases (the real DynamoDB ones on moto), each taking and giving back recorded:
+ * the proof's "at most one holder at any moment" is read off these.
+ */
+export class RecordedLeases implements ScaleSetLeases {
+  readonly holdings: RecordedLeaseHolding[] = [];
+  constructor(private readonly inner: ScaleSetLeases) {}
+
+  async acquire(...args: Parameters<ScaleSetLeases['acquire']>) {
+    const [pool, holder] = args;
+    const out = await this.inner.acquire(...args);
+    if (out.kind === 'acquired') this.holdings.push({ pool, holder, acquiredAt: Date.now(), expiresAt: out.lease.expiresAt * 1000 });
+    return out;
+  }
+
+  /** A renewal moves the holding's expiry on (the item's, in whole seconds). */
+  async renew(...args: Parameters<ScaleSetLeases['renew']>) {
+    const [lease, expiresAt] = args;
+    const out = await this.inner.renew(...args);
+    const holding = this.current(lease);
+    if (holding && out === 'done') holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+    return out;
+  }
+
+  record(...args: Parameters<ScaleSetLeases['record']>) {
+    return this.inner.record(...args);
+  }
+
+  /** Given back when it was asked to be; with `holdUntil` kept until then (the item's expiry). */
+  async release(...args: Parameters<ScaleSetLeases['release']>) {
+    const [lease, , holdUntil] = args;
+    const holding = this.current(lease);
+    const at = Date.now();
+    const out = await this.inner.release(...args);
+    if (holding && out === 'done') {
+      if (holdUntil === undefined) holding.releasedAt = at;
+      else holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+    }
+    return out;
+  }
+
+  private current(lease: { readonly pool: string; readonly holder: string }): RecordedLeaseHolding | undefined {
+    return this.holdings.findLast((h) => h.pool === lease.pool && h.holder === lease.holder && h.releasedAt === undefined);
+  }
+
+  /** The holder of a pool's lease now, by the record (a killed holder holds until its expiry). */
+  holderOf(pool: string, now = Date.now()): string | undefined {
+    return this.holdings.findLast((h) => h.pool === pool && h.releasedAt === undefined && h.expiresAt > now)?.holder;
+  }
+}
 /** The functions that take launch tickets. */
 export type TicketFunction = 'pool' | 'scale-up';
 export interface TicketCounts {
@@ -147,6 +227,14 @@ export class LocalLambdas {
   private readonly pool: () => Promise<PoolRunSummary[]>;
   private readonly scaleDown: () => Promise<SweepSummary>;
   private readonly reconcile: (() => Promise<unknown>) | undefined;
+  /** Scale-up's handler for the listener's synchronous invocation (same clients and providers as its queue handler). */
+  readonly scaleSetDemand: (demand: ScaleSetDemand) => Promise<ScaleSetDemandResult>;
+  /** The listener's leases, recorded; undefined without the listener. */
+  readonly leases: RecordedLeases | undefined;
+  readonly listenerInvocations: ListenerInvocation[] = [];
+  private readonly listenerRuns: Promise<void>[] = [];
+  private listenerInvoke: ((inv: ListenerInvocation, abort: AbortSignal) => Promise<Record<string, string>>) | undefined;
+  private readonly listenerAborts = new Map<string, AbortController>();
   private readonly esmClient: SQSClient;
   private running = false;
   private loops: Promise<void>[] = [];
@@ -182,10 +270,9 @@ export class LocalLambdas {
     // One DynamoDB client for the records and the tickets, as scale-up's index.ts builds them.
     const scaleUpDynamo = this.observeTickets('scale-up', localDynamo(options.endpoint));
     const retry = options.jobRetry;
-    this.scaleUp = createScaleUpHandler({
+    const scaleUpDeps = {
       ...this.scaleUpClients,
       aws: scaleUpAws,
-      ...(retry ? { jobRecords: new DynamoJobRecords(scaleUpAws, scaleUpDynamo, options.jobRecordTable), options: { retry } } : {}),
       launchTickets: new DynamoLaunchTickets(scaleUpAws, scaleUpDynamo, options.jobRecordTable),
       loadConfig: loadConfig(scaleUpSsm),
       providers: providersOnce((config) => createCiProviders(config, { ssm: scaleUpSsm, metricSink: this.sink('scale-up') })),
@@ -193,7 +280,11 @@ export class LocalLambdas {
       deadLetterQueueUrl: options.deadLetterQueueUrl,
       instanceArnPrefix: options.instanceArnPrefix,
       sink: this.sink('scale-up'),
-    });
+    };
+    this.scaleUp = createScaleUpHandler({ ...scaleUpDeps, ...(retry ? { jobRecords: new DynamoJobRecords(scaleUpAws, scaleUpDynamo, options.jobRecordTable), options: { retry } } : {}) });
+    // One Lambda, two entry points (lambdas/scale-up/index.ts): the demand shares the container's clients and providers.
+    this.scaleSetDemand = createScaleSetDemandHandler({ ...scaleUpDeps, scaleSetApi: productionScaleSetApis(scaleUpDeps.providers) });
+    this.leases = options.scaleSetListener ? this.listener(options.scaleSetListener, loadConfig) : undefined;
 
     const poolClients = localClients(options.endpoint);
     const poolAws = new AwsCaller({ pacer: new Pacer() });
@@ -223,6 +314,89 @@ export class LocalLambdas {
     });
     this.esmClient = localClients(options.endpoint).sqs;
     this.reconcile = options.reconcile ? this.reconciler(options.reconcile.options) : undefined;
+  }
+
+  /**
+   * The listener as lambdas/scale-set-listener/index.ts builds it (its own clients on moto, its
+   * own GitHub providers, the leases in the job-record table), scale-up invoked in-process. Each
+   * invocation gets its own view of the scale-set client, the leases and scale-up, so that it can
+   * be stopped dead (`killListener`): from then on none of its calls answers it, as a process
+   * that died would see none, and its open long poll is cut.
+   */
+  private listener(o: NonNullable<LocalLambdasOptions['scaleSetListener']>, loadConfig: (ssm: SSMClient) => () => Promise<FleetConfig>): RecordedLeases {
+    const clients = localClients(this.options.endpoint);
+    const aws = new AwsCaller({ pacer: new Pacer() });
+    const sink = this.sink('scale-set-listener');
+    const apis = productionScaleSetApis(providersOnce((config) => createCiProviders(config, { ssm: clients.ssm, metricSink: sink })));
+    const leases = new RecordedLeases(new DynamoScaleSetLeases(aws, localDynamo(this.options.endpoint), this.options.jobRecordTable));
+    const config = loadConfig(clients.ssm);
+    this.listenerInvoke = (inv, abort) => {
+      const never = new Promise<never>(() => undefined);
+      const guard = <T>(call: () => Promise<T>): Promise<T> =>
+        inv.killed
+          ? never
+          : call().then(
+              (v) => (inv.killed ? never : v),
+              (e: unknown) => (inv.killed ? never : Promise.reject(e)),
+            );
+      const guardedApi = (api: ScaleSetApi): ScaleSetApi => ({
+        ensureScaleSet: (spec) => guard(() => api.ensureScaleSet(spec)),
+        findScaleSet: (name, group) => guard(() => api.findScaleSet(name, group)),
+        deleteScaleSet: (id) => guard(() => api.deleteScaleSet(id)),
+        createSession: (id, owner) => guard(() => api.createSession(id, owner)),
+        refreshSession: (id, session) => guard(() => api.refreshSession(id, session)),
+        deleteSession: (id, session) => guard(() => api.deleteSession(id, session)),
+        getMessage: (session, last, max, signal) => guard(() => api.getMessage(session, last, max, signal ? AbortSignal.any([signal, abort]) : abort)),
+        deleteMessage: (session, id) => guard(() => api.deleteMessage(session, id)),
+        generateJitConfig: (id, name) => guard(() => api.generateJitConfig(id, name)),
+      });
+      const handler = createListenerHandler({
+        ec2: clients.ec2,
+        aws,
+        loadConfig: config,
+        scaleSetApi: (c: FleetConfig, pool: PoolConfig) => guardedApi(apis(c, pool)),
+        leases: {
+          acquire: (...a) => guard(() => leases.acquire(...a)),
+          renew: (...a) => guard(() => leases.renew(...a)),
+          record: (...a) => guard(() => leases.record(...a)),
+          release: (...a) => guard(() => leases.release(...a)),
+        },
+        requestCapacity: (d) => guard(() => this.scaleSetDemand(d)),
+        sink,
+        options: { marginMs: o.marginMs },
+      });
+      return handler({}, { awsRequestId: inv.id, getRemainingTimeInMillis: () => o.invocationMs });
+    };
+    return leases;
+  }
+
+  /** One scheduled (or extra) invocation of the listener, not awaited: it runs beside the others. */
+  invokeListener(): ListenerInvocation | undefined {
+    if (!this.listenerInvoke) return undefined;
+    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false };
+    this.listenerInvocations.push(inv);
+    const abort = new AbortController();
+    this.listenerAborts.set(inv.id, abort);
+    const run = this.listenerInvoke(inv, abort.signal).then(
+      (outcome) => {
+        inv.outcome = outcome;
+      },
+      (error: unknown) => {
+        this.options.onLogLine?.('scale-set-listener', JSON.stringify({ level: 'error', fn: 'scale-set-listener', message: 'invocation failed', error: (error as Error).message }));
+      },
+    );
+    // A killed invocation never returns: stop() waits only for the live ones.
+    this.listenerRuns.push(Promise.race([run, new Promise<void>((resolve) => abort.signal.addEventListener('abort', () => resolve()))]));
+    return inv;
+  }
+
+  /** Stops an invocation dead (the poller killed mid-poll): no release, no acknowledgement, its long poll cut. */
+  killListener(id: string): boolean {
+    const inv = this.listenerInvocations.find((i) => i.id === id);
+    if (!inv || inv.killed || inv.outcome) return false;
+    inv.killed = true;
+    this.listenerAborts.get(id)?.abort();
+    return true;
   }
 
   /** The reconciler as lambdas/reconcile/index.ts builds it, its clients on moto, its CI calls to the loopback servers. */
@@ -359,6 +533,7 @@ export class LocalLambdas {
       loop('scale-down', () => this.tickScaleDown(), this.options.scaleDownEveryMs ?? 2_000),
       ...(this.options.reconcile ? [loop('reconcile', () => this.tickReconcile(), this.options.reconcile.everyMs)] : []),
       ...(this.options.runnerRelease ? [loop('runner-release', () => this.tickRunnerRelease(), this.options.runnerRelease.everyMs)] : []),
+      ...(this.options.scaleSetListener ? [loop('scale-set-listener', async () => this.invokeListener(), this.options.scaleSetListener.everyMs)] : []),
     ];
   }
 
@@ -367,6 +542,9 @@ export class LocalLambdas {
     this.wake?.();
     await Promise.all(this.loops);
     this.loops = [];
+    // No more ticks: the live listener invocations run to their deadline, release their lease
+    // and leave the session open, as at the end of their time.
+    await Promise.all(this.listenerRuns);
   }
 
   private sleep(ms: number): Promise<void> {

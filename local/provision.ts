@@ -10,6 +10,7 @@ import { fleetConfigInput, type PoolPlacement } from '../lib/fleet-config-input'
 import { poolPrepareCommands } from '../lib/pool-prepare-commands';
 import type { PoolReuseProps, RunnerPoolProps } from '../lib/props';
 import { followsLatestRunner, RunnerVersion } from '../lib/runner-version';
+import { LOCAL_SCALE_SET } from './scale-set-run';
 import { createLocalLaunchTemplate, LOCAL_APT_IMAGE_ID, updateLocalLaunchTemplate, type LocalMachineSettings, type LocalPoolTemplate } from './instances/launch-templates';
 import type { LocalAwsClients } from './lambdas';
 
@@ -63,6 +64,13 @@ export interface LocalSettings {
    * with the organisation's name and pool `organization`, labels unchanged). @default false
    */
   readonly secondGitHubOrganization?: boolean;
+  /**
+   * `npm run local -- --scale-set`: a scale-set pool beside the example's GitHub pool
+   * (`LOCAL_SCALE_SET`: the GitHub pool copied with its own name and `scaleSetName`, labels
+   * unchanged, after it in the configuration so that a job of those labels that does not name
+   * the scale set is the webhook pool's), and no GitLab pool. @default false
+   */
+  readonly scaleSetPool?: boolean;
   /**
    * Each provider's pools install this `runnerPackage` on a stock image (the loopback release
    * server's packages). @default - the example's: the contract's pinned releases
@@ -134,7 +142,8 @@ export function localOverrides(example: ExampleFleetProps, local: LocalSettings)
 
 /**
  * The example's pools, with `secondGitHubOrganization` the GitHub pool's copy in the second
- * organisation, and with `secondGitLabGroup` the GitLab pool's copy in the second group.
+ * organisation, with `secondGitLabGroup` the GitLab pool's copy in the second group, with
+ * `scaleSetPool` the GitHub pool's scale-set copy (and no GitLab pool).
  */
 function withSecondScopes(pools: readonly RunnerPoolProps[], local: LocalSettings): RunnerPoolProps[] {
   const github = pools.find((p) => p.provider === Provider.GITHUB);
@@ -142,7 +151,8 @@ function withSecondScopes(pools: readonly RunnerPoolProps[], local: LocalSetting
   const o = LOCAL_SECOND_GITHUB_ORGANIZATION;
   const g = LOCAL_SECOND_GITLAB_GROUP;
   return [
-    ...pools,
+    ...pools.filter((p) => !local.scaleSetPool || p.provider === Provider.GITHUB),
+    ...(local.scaleSetPool && github ? [{ ...github, name: LOCAL_SCALE_SET.pool, scaleSetName: LOCAL_SCALE_SET.name }] : []),
     ...(local.secondGitHubOrganization && github ? [{ ...github, name: o.pool, organization: o.organization }] : []),
     ...(local.secondGitLabGroup && gitlab ? [{ ...gitlab, name: g.pool, labels: [...g.labels], gitlabGroupId: g.id, gitlabWebhookId: LOCAL_GITLAB_WEBHOOK_ID }] : []),
   ];

@@ -7,6 +7,7 @@ import type { LocalEvent, LocalEventKind } from './events';
 import { formatFaultProof, type FaultProof } from './fault-report';
 import { formatDockerProof, type DockerProof } from './docker-run';
 import { formatScopesProof, type ScopesProof } from './scopes-run';
+import { formatScaleSet, type ScaleSetFigures, type ScaleSetProof } from './scale-set-run';
 import { formatReuseProof, type ReuseProof } from './reuse-run';
 import type { LocalAwsClients } from './lambdas';
 
@@ -99,6 +100,8 @@ export interface Leftovers {
   readonly registrations: readonly { provider: string; id: string; name: string }[];
   /** Runner users the played machines' images or install steps made on this host, not removed. */
   readonly users: readonly string[];
+  /** `--scale-set`: scale sets and open sessions still at the loopback GitHub after the scale-set resource's Delete. */
+  readonly scaleSets?: readonly string[];
 }
 
 /**
@@ -162,6 +165,14 @@ export interface LocalReport {
   };
   /** `--scopes` (local/scopes-run.ts): each job's organisation or project, pool and the scope of the runner that ran it; the Apps answered; the App spent mid-run. */
   readonly scopes?: ScopesProof;
+  /** `--scale-set` (local/scale-set-run.ts): the scale set's proof under the listener's faults, and the scale-set and webhook paths' figures side by side. */
+  readonly scaleSet?: {
+    readonly proof: ScaleSetProof;
+    /** Measured between the resource's Create and its Delete. */
+    readonly figures: ScaleSetFigures;
+    /** GitHub requests of the fleet before the first tick (the Create, the pools filling) and of the teardown (the Delete). */
+    readonly deployRequests: number;
+  };
   /** The launch tickets the pool and scale-up took and gave back, and those still live in the table at the end. */
   readonly launchTickets?: LaunchTicketReport;
   readonly timeline: readonly JobReport[];
@@ -602,7 +613,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   lines.push(`parked at the end: ${Object.entries(report.parked).map(([p, n]) => `${p} ${n}`).join(', ')}`);
   const d = report.leftoverDetail;
   lines.push(
-    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length})`,
+    `leftovers: ${report.leftovers} (instances ${d.instances.length}, config parameters ${d.parameters.length}, CI registrations without an instance ${d.registrations.length}, runner users on this host ${d.users.length}${d.scaleSets ? `, scale sets and sessions after the Delete ${d.scaleSets.length}` : ''})`,
   );
   for (const i of d.instances) lines.push(`  instance ${i.id} (${i.pool}, ${i.state}): ${i.why}`);
   for (const p of d.parameters) lines.push(`  parameter ${p}`);
@@ -628,6 +639,7 @@ export function formatReport(report: LocalReport, options: { timelines?: boolean
   if (report.reuse) lines.push(...formatReuseProof(report.reuse));
   if (report.docker) lines.push(...formatDockerProof(report.docker));
   if (report.scopes) lines.push(...formatScopesProof(report.scopes));
+  if (report.scaleSet) lines.push(...formatScaleSet(report.scaleSet.proof, report.scaleSet.figures), `  the scale set's Create and Delete (and anything before the Create): ${report.scaleSet.deployRequests} request(s), in neither path`);
   for (const n of report.notes) lines.push(`note: ${n}`);
   if (report.slowdown !== undefined && report.slowdown > 1) {
     lines.push(`machine slowdown x${report.slowdown} (measured at the start; the run's time bounds were scaled by it)`);

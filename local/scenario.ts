@@ -30,6 +30,8 @@ import type { LocalJobOptions } from './ci/server-basics';
 import { LOCAL_DOCKER_IMAGE, startLocalDockerDaemon, type LocalDockerDaemon } from './docker-daemon';
 import { buildDockerProof, DOCKER_JOBS, DOCKER_REPORTS_DIR, dockerInstallFigure, readDockerReports, type DockerDaemonState, type DockerProof } from './docker-run';
 import { buildScopesProof, rotationWave, type ScopesProof, type ScopeTarget, type SentScopedJob } from './scopes-run';
+import { buildScaleSetProof, FAULT_MOMENTS, LOCAL_SCALE_SET, planScaleSetFaults, scaleSetFigures, type FaultMoment } from './scale-set-run';
+import { inject, injectedFaults, localScaleSetResource, type Injection } from './scale-set-faults';
 import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
 import { LocalReleases } from './release/published';
@@ -134,6 +136,15 @@ export interface ScenarioOptions {
   /** GitHub Apps sharing the rate limit (`--apps N`): the loopback installs each on the organisation. @default 1 (2 with `scopes`) */
   readonly apps?: number;
   /**
+   * Runner scale sets (local/scale-set-run.ts): a scale-set pool (`LOCAL_SCALE_SET`) beside the
+   * example's GitHub pool, the same labels, no GitLab pool; the scale set created by the
+   * scale-set resource's handler and deleted by it at the end; the listener on a short schedule;
+   * `jobs` GitHub jobs per path (the scale set's name its `runs-on`, or the pool's labels), in two
+   * waves (the second once no standby is parked); the listener's faults planned by `seed`.
+   * The report's `scaleSet` holds the proof and the two paths' figures.
+   */
+  readonly scaleSet?: boolean;
+  /**
    * Runner updates: the pools follow the newest runner release (no pin), which the release
    * server publishes as GitHub's and GitLab's release data; after the pools filled it publishes
    * a newer one, and the jobs go only once every parked instance rolled over to it. Stock image only.
@@ -200,6 +211,18 @@ const RECONCILE_MIN_QUEUED_SECONDS = 4;
  */
 const LOSSY_RUNNER_WAIT_SECONDS = 10;
 
+/**
+ * The scale-set run's compressed listener (deployed: every minute, a 300 s timeout, a 60 s
+ * margin; GitHub's long poll 50 s): several hand-overs per run. The session idles out at
+ * GitHub after twice the invocation, so a killed poller's session may outlive its lease.
+ */
+const LISTENER_EVERY_MS = 3_000;
+const LISTENER_INVOCATION_MS = 9_000;
+const LISTENER_MARGIN_MS = 3_000;
+const SCALE_SET_LONG_POLL_SECONDS = 2;
+/** The foreign-lease fault: another container's poller holds the lease this long. */
+const FOREIGN_LEASE_MS = 5_000;
+
 const GITHUB_REPOSITORY = 'app';
 const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
 
@@ -263,6 +286,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       jobSeconds: o.jobSeconds,
       runnerWaitSeconds: plan ? Math.ceil(LOSSY_RUNNER_WAIT_SECONDS * factor) : runnerSeconds,
       runnerLostSeconds: runnerSeconds,
+      ...(o.scaleSet ? { scaleSet: { longPollSeconds: SCALE_SET_LONG_POLL_SECONDS, sessionIdleSeconds: Math.ceil((2 * LISTENER_INVOCATION_MS * factor) / 1000) } } : {}),
       ...(plan ? { busyFalseMidJob: true, strays: lossy.strays(), redeliver: (r) => lossy.redeliver(r) } : {}),
     });
     cleanups.push(() => github.close());
@@ -321,12 +345,18 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       prefix,
       example,
       machine,
-      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}), ...(o.scopes ? { secondGitHubOrganization: true, secondGitLabGroup: true } : {}) },
+      local: { poolSize: o.poolSize, githubApiUrl: github.url, gitlabUrl: gitlab.url, ...(github.apps.length > 1 ? { githubAdditionalAppIds: github.apps.slice(1).map((a) => a.appId) } : {}), ...(runnerPackages ? { runnerPackages } : {}), ...(o.roll ? { followLatestRunner: true } : {}), ...(o.reuse ? { reuse: localReuseProps() } : {}), ...(o.docker ? { docker: true } : {}), ...(aptPools.length ? { aptPools } : {}), ...(o.scopes ? { secondGitHubOrganization: true, secondGitLabGroup: true } : {}), ...(o.scaleSet ? { scaleSetPool: true } : {}) },
       credentials: { githubAppPrivateKeyPem: github.privateKeyPem, githubAdditionalApps: github.apps.slice(1), gitlabAccessToken: gitlab.accessToken },
     });
     clearFleetConfigCache();
     // Always, as deployed: the pool's and scale-up's launch tickets live there (the records too with the lossy faults).
     await createJobRecordTable(endpoint, jobRecordTableName(prefix));
+    // --scale-set: the scale set exists at GitHub as a deploy makes it (the resource's Create).
+    const scaleSetResource = o.scaleSet ? localScaleSetResource(endpoint, fleet.config.parameters.fleetConfig, jobRecordTableName(prefix), (line) => o.onLog?.('scale-set-listener', line)) : undefined;
+    const scaleSetId = scaleSetResource ? Number((await scaleSetResource.create(fleet.config)).Data?.[LOCAL_SCALE_SET.pool]) : undefined;
+    /** The loopback's requests the deploy (the Create) made, and where the teardown's (the Delete) begin: neither path's. */
+    const requestsAtCreate = github.requests().length;
+    let requestsAtDelete = Infinity;
 
     // 3. The Lambdas on their triggers, and the instance player.
     const evictions: Record<string, number> = {};
@@ -353,6 +383,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
       jobRecordTable: jobRecordTableName(prefix),
       ...(releaseSources ? { runnerRelease: { everyMs: RUNNER_RELEASE_EVERY_MS, sources: releaseSources } } : {}),
+      ...(o.scaleSet ? { scaleSetListener: { everyMs: LISTENER_EVERY_MS, invocationMs: Math.ceil(LISTENER_INVOCATION_MS * factor), marginMs: Math.ceil(LISTENER_MARGIN_MS * factor) } } : {}),
       ...(plan
         ? {
             jobRetry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) },
@@ -414,7 +445,11 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     let gaveUp: string | undefined;
     /** The furthest the harness moved the pool's clock ahead (the back-off's time span). */
     let maxSkewMs = 0;
-    const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')!.pool;
+    // --scale-set runs no GitLab pool.
+    const gitlabPool = fleet.templates.find((t) => t.provider === 'gitlab')?.pool ?? '';
+    /** --scale-set: the faults as injected (awaited before the run settles). */
+    const injections: Promise<Injection>[] = [];
+    let injectionsEnded = false;
     try {
       // 4. The pools fill: instances prime and park (a stuck one holds its place).
       const stalled = faults.stallPriming ? 1 : 0;
@@ -557,7 +592,47 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           }
         }
       }
-      let remaining = o.reuse ? { github: 0, gitlab: 0 } : { github: o.jobs, gitlab: o.jobs };
+      if (o.scaleSet) {
+        // Two waves per path: the first as many as a pool parks (warm), the second once none is
+        // parked (cold: the refills are still priming); the seed's faults around them.
+        const planned = planScaleSetFaults(o.seed ?? 1);
+        const target = {
+          github,
+          lambdas,
+          pool: LOCAL_SCALE_SET.pool,
+          scaleSetId: scaleSetId!,
+          startedAt,
+          foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
+          until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,
+          acks: { spent: Promise.resolve() },
+        };
+        const at = (moment: FaultMoment) => {
+          for (const f of planned.filter((x) => x.moment === moment)) injections.push(inject(target, f, Math.ceil(f.delayMs * factor)));
+        };
+        const webhookPool = fleet.config.pools.find((p) => p.provider === 'github' && !p.scaleSet)!.name;
+        const sendScaleSet = () => {
+          const job = github.addJob(`${organization}/${GITHUB_REPOSITORY}`, ['self-hosted', LOCAL_SCALE_SET.name]);
+          jobs.push({ provider: 'github', ciJobId: String(job.id), pool: LOCAL_SCALE_SET.pool, deliveredAt: Date.now() });
+        };
+        const wave1 = Math.min(o.poolSize, o.jobs);
+        for (const [wave, count] of [[1, wave1], [2, o.jobs - wave1]] as const) {
+          at(FAULT_MOMENTS[(wave - 1) * 2]!);
+          const sends: Promise<unknown>[] = [];
+          for (let i = 0; i < count; i++) {
+            sendScaleSet();
+            sends.push(sendGitHub(githubLabels));
+          }
+          await Promise.all(sends);
+          at(FAULT_MOMENTS[(wave - 1) * 2 + 1]!);
+          if (wave === 1 && count > 0) {
+            await waitFor('the first wave to take every parked instance', deadline, o.signal, async () => {
+              const world = await listInstances(clients);
+              return [webhookPool, LOCAL_SCALE_SET.pool].every((p) => parkedOf(world, fleet.config, p).length === 0);
+            });
+          }
+        }
+      }
+      let remaining = o.reuse || o.scaleSet ? { github: 0, gitlab: 0 } : { github: o.jobs, gitlab: o.jobs };
       // With no standby parked (the tampered download), waves would never go: every job at once.
       // Lossy: at once too, so that jobs wait side by side (a stray runner finds another's job).
       const burst = o.burst || faults.tamperedDownload === true || plan !== undefined;
@@ -671,9 +746,18 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       await sleep(500);
     }
     const endedAt = Date.now();
+    // A fault not injected by now never will be: the proof says so (rather than the run waiting for it).
+    injectionsEnded = true;
+    const injected = await Promise.all(injections);
     await Promise.all([github.hooksSettled(), gitlab.hooksSettled()]);
     await lambdas.stop();
     await player.stop();
+    // --scale-set: the stack goes away: the resource's Delete removes the scale set (its session with it).
+    let scaleSetDeleteError: string | undefined;
+    requestsAtDelete = github.requests().length;
+    // Read while the scale set exists (the loopback forgets it with it).
+    const peakPolls = scaleSetId !== undefined ? github.scaleSets.peakPolls(scaleSetId) : 0;
+    if (scaleSetResource) await scaleSetResource.delete(fleet.config).catch((e: unknown) => (scaleSetDeleteError = (e as Error).message));
 
     // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
     const world = {
@@ -717,7 +801,12 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     }
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
     const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
-    const report: LocalReport = { ...base, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
+    if (scaleSetDeleteError) notes.push(`the scale-set resource's Delete failed: ${scaleSetDeleteError}`);
+    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }, peakPolls) : undefined;
+    // --scale-set: the scale set and its session must be gone after the Delete: counted as leftovers too.
+    const afterDelete = scaleSetId !== undefined ? github.scaleSets.list().flatMap((x) => [`scale set ${x.id} ${x.name}`, ...(x.session ? [`session ${x.session.id} of scale set ${x.id}`] : [])]) : undefined;
+    const counted = afterDelete ? { leftovers: base.leftovers + afterDelete.length, leftoverDetail: { ...base.leftoverDetail, scaleSets: afterDelete } } : {};
+    const report: LocalReport = { ...base, ...counted, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(scaleSet ? { scaleSet } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
   } finally {
     await cleanup();
@@ -729,6 +818,50 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
   const out: Record<string, number> = Object.fromEntries(github.apps.map((a) => [a.appId, 0]));
   for (const r of github.requests()) if (r.appId !== undefined) out[r.appId] = (out[r.appId] ?? 0) + 1;
   return out;
+}
+
+/** `--scale-set`: the proof from the loopback's and the recorder's records, and the two paths' figures. */
+function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number, run: { from: number; to: number }, peakPolls: number): NonNullable<LocalReport['scaleSet']> {
+  const hooks = github.scaleSets;
+  const ci = new Map(github.jobs().map((j) => [String(j.id), j]));
+  const done = events.filter((e) => e.kind === 'job-done' && e.provider === 'github' && e.runnerName);
+  const left = report.leftoverDetail;
+  const proof = buildScaleSetProof({
+    scaleSetId,
+    jobs: jobs
+      .filter((j) => j.pool === LOCAL_SCALE_SET.pool)
+      .map((j) => {
+        const c = ci.get(j.ciJobId);
+        const assigned = hooks.assignedTo(Number(j.ciJobId));
+        return { ciJobId: j.ciJobId, done: c?.status === 'completed' && c.conclusion === 'success', ...(assigned === undefined ? {} : { assignedTo: assigned }), ...(c?.runnerName ? { runnerName: c.runnerName } : {}) };
+      }),
+    runnersOfJob: (id) => [...new Set(done.filter((e) => e.ciJobId === id).map((e) => e.runnerName!))],
+    jobsOfRunner: (name) => [...new Set(done.filter((e) => e.runnerName === name).map((e) => e.ciJobId!))],
+    sessions: hooks.sessions(),
+    maxConcurrentPolls: peakPolls,
+    leases: lambdas.leases?.holdings ?? [],
+    faults,
+    leftovers: [...left.instances.map((i) => `instance ${i.id} (${i.pool}, ${i.why})`), ...left.parameters.map((p) => `parameter ${p}`), ...left.registrations.map((r) => `registration ${r.name}`)],
+    afterDelete: { scaleSets: hooks.list().length, sessions: hooks.list().filter((s) => s.session).length },
+    endedAt,
+  });
+  const served = new Map(report.timeline.map((t) => [t.ciJobId, t.served]));
+  const figures = scaleSetFigures(
+    jobs.map((j) => {
+      const c = ci.get(j.ciJobId);
+      const how = served.get(j.ciJobId);
+      return {
+        path: j.pool === LOCAL_SCALE_SET.pool ? ('scale-set' as const) : ('webhook' as const),
+        ...(how ? { served: how } : {}),
+        ...(c?.createdAt ? { createdAt: Date.parse(c.createdAt) } : {}),
+        ...(c?.startedAt ? { startedAt: Date.parse(c.startedAt) } : {}),
+      };
+    }),
+    github.requests().slice(run.from, run.to),
+  );
+  const all = github.requests();
+  const deploy = [...all.slice(0, run.from), ...all.slice(run.to)].filter((r) => r.credential === 'actions-service' || r.credential === 'installation' || r.credential === 'app');
+  return { proof, figures, deployRequests: deploy.length };
 }
 
 /** `--scopes`: each job's scope, pool and the scope of the runner that ran it (`org:example-partner`, `group_type:43`), and the Apps. */

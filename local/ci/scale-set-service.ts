@@ -103,6 +103,19 @@ export interface LoopbackScaleSets {
   peakPolls(scaleSetId: number): number;
   /** Fault: another owner holds a session of the scale set (the next create is 409 until it expires or is deleted). */
   holdSession(scaleSetId: number, owner: string): void;
+  /** Every session the service opened, in order: its owner, when it opened and when and how it ended. */
+  sessions(): LoopbackSessionRecord[];
+}
+
+/** One session's life at the loopback (epoch ms). */
+export interface LoopbackSessionRecord {
+  readonly scaleSetId: number;
+  readonly sessionId: string;
+  readonly owner: string;
+  readonly openedAt: number;
+  readonly endedAt?: number;
+  /** deleted: by its owner; expired: idle past the bound or the fault; scale-set-deleted: with its scale set. */
+  readonly ended?: 'deleted' | 'expired' | 'scale-set-deleted';
 }
 
 const API_VERSION = '6.0-preview';
@@ -186,6 +199,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
   /** Job id -> scale set id. */
   const assignment = new Map<number, number>();
   const delivered: { scaleSetId: number; messageId: number; redelivery: boolean }[] = [];
+  const sessionLog: { scaleSetId: number; sessionId: string; owner: string; openedAt: number; endedAt?: number; ended?: LoopbackSessionRecord['ended'] }[] = [];
   let nextScaleSetId = 1;
 
   const exception = (status: number, typeName: string, message: string): HttpAnswer => ({ status, body: { typeName, message } });
@@ -196,15 +210,17 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     const t = host.now();
     for (const s of scaleSets.values()) {
       const session = s.session;
-      if (session && session.polling === 0 && t - session.lastPoll > idleMs) endSession(s);
+      if (session && session.polling === 0 && t - session.lastPoll > idleMs) endSession(s, 'expired');
     }
     assignQueued();
   }
 
-  function endSession(s: ScaleSetState): void {
+  function endSession(s: ScaleSetState, why: NonNullable<LoopbackSessionRecord['ended']>): void {
     const session = s.session;
     if (!session) return;
     delete s.session;
+    const record = sessionLog.find((r) => r.sessionId === session.id);
+    if (record) Object.assign(record, { endedAt: host.now(), ended: why });
     for (const wake of session.wake) wake();
   }
 
@@ -304,6 +320,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       wake: new Set(),
     };
     s.session = session;
+    sessionLog.push({ scaleSetId: s.id, sessionId: session.id, owner, openedAt: host.now() });
     return session;
   }
 
@@ -386,7 +403,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       if (sub === '' && req.method === 'GET') return { status: 200, body: scaleSetJson(s) };
       if (sub === '' && req.method === 'PATCH') return updateScaleSet(s, body);
       if (sub === '' && req.method === 'DELETE') {
-        endSession(s);
+        endSession(s, 'scale-set-deleted');
         scaleSets.delete(s.id);
         return { status: 204 };
       }
@@ -407,7 +424,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
           return { status: 200, body: sessionJson(s, session) };
         }
         if (req.method === 'DELETE') {
-          endSession(s);
+          endSession(s, 'deleted');
           return { status: 204 };
         }
       }
@@ -588,7 +605,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         })),
       assignedTo: (jobId) => assignment.get(jobId),
       delivered: () => delivered.map((d) => ({ ...d })),
-      expireSession: (id) => endSession(live(id)),
+      expireSession: (id) => endSession(live(id), 'expired'),
       expireQueueToken(id) {
         const session = live(id).session;
         if (session) session.tokenExpiresAt = 0;
@@ -604,6 +621,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         if (s.session) throw new Error(`scale set ${id} already has a session`);
         newSession(s, owner);
       },
+      sessions: () => sessionLog.map((r) => ({ ...r })),
     },
   };
 }

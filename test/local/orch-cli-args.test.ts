@@ -26,6 +26,8 @@ describe('npm run local: the command line', () => {
     [['--apps', '2'], { apps: 2 }],
     [['--scopes', '--jobs', '2', '--burst'], { scopes: true, jobs: 2, burst: true }],
     [['--scopes', '--apps', '3'], { scopes: true, apps: 3 }],
+    [['--scale-set'], { scaleSet: true, jobs: 3, poolSize: 1 }],
+    [['--scale-set', '--seed', '4', '--jobs', '2', '--pool-size', '0'], { scaleSet: true, seed: 4, jobs: 2, poolSize: 0 }],
   ])('accepts %j (as root)', (argv, expected) => {
     expect(parseLocalArgs(argv, true)).toMatchObject(expected);
   });
@@ -60,8 +62,11 @@ describe('npm run local: the command line', () => {
     [['--image', 'baked'], '--image must be one of stock, prebuilt, got "baked"'],
     [['--faults', 'tampered-download', '--image', 'prebuilt'], '--faults tampered-download needs the stock image'],
     [['--faults', 'tampered-download', '--pool-size', '0', '--burst'], '--faults tampered-download with --pool-size 0 launches no standby'],
-    [['--seed', '3'], '--seed plans the lost-job faults: add --faults'],
-    [['--faults', 'tampered-download', '--seed', '3'], '--seed plans the lost-job faults: add --faults'],
+    [['--seed', '3'], "--seed plans the lost-job faults (add --faults) or the scale set's (add --scale-set)"],
+    [['--faults', 'tampered-download', '--seed', '3'], '--seed plans the lost-job faults (add --faults)'],
+    [['--scale-set', '--faults'], '--scale-set runs its own two waves and faults on the two GitHub pools: leave out --faults'],
+    [['--scale-set', '--scopes'], 'leave out --scopes'],
+    [['--scale-set', '--burst'], 'leave out --burst'],
     [['--faults', '--seed', '-1'], '--seed must be a whole number from 0 to 2147483647, got "-1"'],
     [['--apps', '0'], '--apps must be a whole number from 1 to 5, got "0"'],
     [['--apps', '6'], '--apps must be a whole number from 1 to 5, got "6"'],

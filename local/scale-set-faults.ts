@@ -1,0 +1,269 @@
+import { CloudFormationClient, StackStatus } from '@aws-sdk/client-cloudformation';
+import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
+import { installationCallerOf, scaleSetApiAt } from '../lambdas/ci/scale-set';
+import { createCiProviders } from '../lambdas/ci';
+import { createScaleSetResourceHandler, type ScaleSetResourceResponse } from '../lambdas/scale-set-resource/handler';
+import { AwsCaller } from '../lambdas/shared/aws-call';
+import { providersOnce } from '../lambdas/shared/clients';
+import { LAMBDA_ENV, scaleSetEntries, type FleetConfig } from '../lambdas/shared/contract';
+import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
+import type { Sink } from '../lambdas/shared/log';
+import { Pacer } from '../lambdas/shared/pacing';
+import type { LoopbackGitHub } from './ci/github-server';
+import { LOCAL_REGION, localClients, localDynamo, type LocalLambdas } from './lambdas';
+import type { InjectedFault, PlannedScaleSetFault } from './scale-set-run';
+
+/**
+ * The impure half of `--scale-set` (local/scale-set-run.ts holds the pure one): the scale-set
+ * resource's real handler at provisioning and teardown, and the listener's faults injected
+ * into the running sandbox.
+ */
+
+/** Another container's poller, as the foreign-lease fault writes it. */
+export const FOREIGN_HOLDER = 'another-container';
+
+/**
+ * The scale-set resource's onEvent as lambdas/scale-set-resource/index.ts builds it (its SSM on
+ * moto, the scale-set client through the fleet's GitHub App at the loopback), sent the Create a
+ * deploy sends and the Delete of `cdk destroy`. moto keeps no stack being deleted, so the one
+ * DescribeStacks the Delete makes is answered as CloudFormation answers during a stack
+ * deletion (DELETE_IN_PROGRESS): the scale sets go.
+ */
+export function localScaleSetResource(endpoint: string, fleetConfigParameter: string, jobRecordTable: string, sink: Sink) {
+  const clients = localClients(endpoint);
+  const cloudformation = new CloudFormationClient({ endpoint, region: LOCAL_REGION, credentials: { accessKeyId: 'local', secretAccessKey: 'local' }, maxAttempts: 1 });
+  cloudformation.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== 'DescribeStacksCommand') return next(args);
+      return { output: { Stacks: [{ StackName: 'local', StackStatus: StackStatus.DELETE_IN_PROGRESS, CreationTime: new Date() }], $metadata: {} }, response: {} } as never;
+    },
+    { step: 'initialize', name: 'local-stack-being-deleted' },
+  );
+  const providers = providersOnce((config: FleetConfig) => createCiProviders(config, { ssm: clients.ssm, metricSink: sink }));
+  const handler = createScaleSetResourceHandler({
+    cloudformation,
+    aws: new AwsCaller({ pacer: new Pacer() }),
+    ssm: clients.ssm,
+    // The sessions and lease items of a deleted scale set go with it (the job-record table on moto).
+    dynamodb: localDynamo(endpoint),
+    tableName: jobRecordTable,
+    loadConfig: () => loadFleetConfig(clients.ssm, { [LAMBDA_ENV.fleetConfigParameter]: fleetConfigParameter }),
+    scaleSetApiFor: (config, scope) => {
+      const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
+      return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github: installationCallerOf(providers(config).github) });
+    },
+    sink,
+  });
+  const event = (config: FleetConfig, type: 'Create' | 'Delete') =>
+    ({
+      RequestType: type,
+      ServiceToken: 'local',
+      ResponseURL: 'http://localhost/',
+      StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/local/1',
+      RequestId: type,
+      LogicalResourceId: 'ScaleSets',
+      ResourceType: 'Custom::RunnerScaleSets',
+      // As lib/scale-set-resource.ts renders it.
+      ResourceProperties: { ServiceToken: 'local', ScaleSets: JSON.stringify(scaleSetEntries(config)) },
+      ...(type === 'Delete' ? { PhysicalResourceId: 'scale-sets' } : {}),
+    }) as CloudFormationCustomResourceEvent;
+  return {
+    create: (config: FleetConfig): Promise<ScaleSetResourceResponse> => handler(event(config, 'Create')),
+    delete: (config: FleetConfig): Promise<ScaleSetResourceResponse> => handler(event(config, 'Delete')),
+  };
+}
+
+export interface FaultTarget {
+  readonly github: LoopbackGitHub;
+  readonly lambdas: LocalLambdas;
+  readonly pool: string;
+  readonly scaleSetId: number;
+  readonly startedAt: number;
+  /** How long the foreign holder keeps the lease (ms). */
+  readonly foreignLeaseMs: number;
+  readonly until: () => boolean;
+  /**
+   * The loopback holds one lost acknowledgement at a time: a fault on it waits until the one
+   * before it was spent (an acknowledgement went through after it), so each effect is its own.
+   */
+  readonly acks: { spent: Promise<void> };
+}
+
+/** A fault injected, with how its effect is read at the end. */
+export interface Injection {
+  readonly planned: PlannedScaleSetFault;
+  at?: number;
+  observe?: () => string | undefined;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits for `ready` (every 100 ms) until the target's run ends; false when it ended first. */
+async function until(t: FaultTarget, ready: () => boolean): Promise<boolean> {
+  while (!ready()) {
+    if (t.until()) return false;
+    await sleep(100);
+  }
+  return true;
+}
+
+/** Injects one planned fault; resolves when it was injected (or the run ended first). */
+export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: number): Promise<Injection> {
+  const injection: Injection = { planned: f };
+  await sleep(delayMs);
+  const hooks = t.github.scaleSets;
+  const session = () => hooks.list().find((s) => s.id === t.scaleSetId)?.session;
+  const leases = t.lambdas.leases!;
+  const listenerHolds = () => {
+    const h = leases.holderOf(t.pool);
+    return h !== undefined && h !== FOREIGN_HOLDER ? h : undefined;
+  };
+  const stamp = () => {
+    injection.at = Math.round((Date.now() - t.startedAt) / 100) / 10;
+  };
+  const requestsBefore = t.github.requests().length;
+  const sinceInjection = () => t.github.requests().slice(requestsBefore);
+  /** Takes the acknowledgement slot: resolves once the previous ack fault was spent; `armed` marks this one's arming. */
+  const ackSlot = async (): Promise<(armedAt: number) => void> => {
+    const before = t.acks.spent;
+    let release!: () => void;
+    t.acks.spent = new Promise((r) => (release = r));
+    await before;
+    return (armedAt) => {
+      // Spent once an acknowledgement after it went through: the client's second attempt of the
+      // one it hit, or the next message's (a lost one is asked again at once, and must not meet the next fault).
+      void until(t, () => t.github.requests().slice(armedAt).some((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path) && r.status !== undefined && r.status < 300)).then(() => release());
+    };
+  };
+  /** Retries a hook that needs a session until one is open when it is called. */
+  const withSession = async (act: () => void): Promise<boolean> => {
+    for (;;) {
+      if (!(await until(t, () => session() !== undefined))) return false;
+      try {
+        act();
+        return true;
+      } catch {
+        await sleep(100);
+      }
+    }
+  };
+  switch (f.fault) {
+    case 'poller-killed': {
+      let killed: string | undefined;
+      // Mid-poll: a holder that has had its session for a moment.
+      await until(t, () => {
+        const h = listenerHolds();
+        const held = leases.holdings.findLast((x) => x.holder === h);
+        if (h === undefined || !held || Date.now() - held.acquiredAt < 500 || session() === undefined) return false;
+        if (t.lambdas.killListener(h)) killed = h;
+        return killed !== undefined;
+      });
+      if (!killed) return injection;
+      stamp();
+      injection.observe = () => {
+        const mine = leases.holdings.findLast((x) => x.holder === killed)!;
+        const next = leases.holdings.find((x) => x.acquiredAt > mine.acquiredAt && x.holder !== killed);
+        return next ? `${killed} stopped dead holding the lease (no release); ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : `${killed} stopped dead holding the lease; no poller after it`;
+      };
+      return injection;
+    }
+    case 'second-poller': {
+      if (!(await until(t, () => listenerHolds() !== undefined))) return injection;
+      const holder = listenerHolds();
+      const extra = t.lambdas.invokeListener()!;
+      stamp();
+      injection.observe = () => {
+        const took = leases.holdings.find((h) => h.holder === extra.id);
+        const ended = extra.outcome ? `ended ${Object.entries(extra.outcome).map(([p, o]) => `${p} ${o}`).join(', ')}` : extra.killed ? 'was killed later' : undefined;
+        if (!took && !ended) return undefined;
+        return `${extra.id} started while ${holder} held the lease${took ? `, took it ${((took.acquiredAt - extra.startedAt) / 1000).toFixed(1)} s later (at the hand-over)` : ''}${ended ? `, ${ended}` : ''}`;
+      };
+      return injection;
+    }
+    case 'foreign-lease': {
+      let taken = false;
+      // Taken as any poller takes it (free or expired), then never renewed or released.
+      while (!t.until()) {
+        const until = new Date(Date.now() + t.foreignLeaseMs);
+        const out = await leases.acquire(t.pool, FOREIGN_HOLDER, { expiresAt: until, releaseAt: until }, new Date());
+        if (out.kind === 'acquired') {
+          taken = true;
+          break;
+        }
+        await sleep(200);
+      }
+      if (!taken) return injection;
+      stamp();
+      injection.observe = () => {
+        const mine = leases.holdings.findLast((x) => x.holder === FOREIGN_HOLDER)!;
+        const next = leases.holdings.find((x) => x.acquiredAt > mine.acquiredAt);
+        return `another holder kept the lease ${(t.foreignLeaseMs / 1000).toFixed(0)} s${next ? `; ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : ''}`;
+      };
+      return injection;
+    }
+    case 'message-redelivered': {
+      const armed = await ackSlot();
+      const deliveredBefore = hooks.delivered().length;
+      // Both of the client's attempts lost before they applied (it asks once more after a lost answer).
+      const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'before', 2));
+      armed(t.github.requests().length);
+      if (!ok) return injection;
+      stamp();
+      injection.observe = () => {
+        const again = hooks.delivered().slice(deliveredBefore).find((d) => d.redelivery);
+        return again ? `message ${again.messageId} delivered again after its acknowledgement was lost` : undefined;
+      };
+      return injection;
+    }
+    case 'ack-lost-after-applied': {
+      const armed = await ackSlot();
+      const from = t.github.requests().length;
+      const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'after'));
+      armed(from);
+      if (!ok) return injection;
+      stamp();
+      injection.observe = () => {
+        const deletes = t.github.requests().slice(from).filter((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path));
+        const lost = deletes.findIndex((r) => r.status === 503);
+        return lost >= 0 ? `an acknowledgement answered 503 after it was applied; asked again: ${deletes[lost + 1]?.status ?? 'not'}` : undefined;
+      };
+      return injection;
+    }
+    case 'session-expired': {
+      let expired: string | undefined;
+      if (!(await withSession(() => {
+        expired = session()?.id;
+        hooks.expireSession(t.scaleSetId);
+      }))) return injection;
+      stamp();
+      injection.observe = () => {
+        const log = hooks.sessions();
+        const at = log.findIndex((s) => s.sessionId === expired);
+        const next = at >= 0 ? log[at + 1] : undefined;
+        return next ? `session expired at GitHub; ${next.owner} opened a new one` : undefined;
+      };
+      return injection;
+    }
+    case 'queue-token-expired': {
+      if (!(await withSession(() => hooks.expireQueueToken(t.scaleSetId)))) return injection;
+      stamp();
+      injection.observe = () => {
+        const after = sinceInjection();
+        const refused = after.findIndex((r) => r.status === 401 && /\/messages(\/\d+)?$/.test(r.path));
+        const refreshed = after.slice(refused + 1).find((r) => r.method === 'PATCH' && /\/sessions\/[^/]+$/.test(r.path) && r.status === 200);
+        if (refused >= 0 && refreshed) return 'the queue answered 401; the session was refreshed';
+        // Or the holder changed before polling again: the next holder refreshes the session anyway.
+        return after.some((r) => r.method === 'PATCH' && /\/sessions\/[^/]+$/.test(r.path) && r.status === 200) ? 'the session was refreshed (a new queue token)' : undefined;
+      };
+      return injection;
+    }
+  }
+}
+
+/** The injections as the proof reads them. */
+export function injectedFaults(injections: readonly Injection[]): InjectedFault[] {
+  return injections.map((i) => {
+    const effect = i.observe?.();
+    return { fault: i.planned.fault, moment: i.planned.moment, ...(i.at === undefined ? {} : { at: i.at }), ...(effect === undefined ? {} : { effect }) };
+  });
+}
