@@ -80,6 +80,12 @@ export const LEASE_TERM_MS = LONG_POLL_TIMEOUT_MS + CAPACITY_CALL.timeoutMs + 20
  */
 export const DEMAND_RESERVE_MS = 10_000;
 export const DEMAND_BOUND_MS = CAPACITY_CALL.timeoutMs + DEMAND_RESERVE_MS;
+/**
+ * Scale-up serves a bounded part of a shortfall per demand (scale-set-serve.ts
+ * `SCALE_SET_SLOTS_PER_DEMAND`) and answers the rest `unserved`: the next demand is sent at
+ * once, while the last one started something, at most this many for one reading.
+ */
+export const MAX_DEMANDS_PER_READING = 5;
 
 /** How a poll ended; each is logged (and the failures counted) by the handler. */
 export type PollOutcome =
@@ -245,9 +251,17 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
    * Asks scale-up for the reading's capacity, under a lease renewed right before: whatever the
    * job events or the session's opening took, the lease covers the whole call, so no next
    * holder's demand runs beside it. Throws `Stopped` when it may not be sent (too little time
-   * left, the lease lost or undecided) or the lease was lost after it.
+   * left, the lease lost or undecided) or the lease was lost after it. What a demand left
+   * unserved is asked for again at once, while the last demand started something (never a spin
+   * on a shortfall scale-up cannot serve now), at most `MAX_DEMANDS_PER_READING` times.
    */
   const demand = async (statistics: ScaleSetStatistics): Promise<void> => {
+    for (let n = 1; ; n++) {
+      const r = await demandOnce(statistics);
+      if (r.unserved === 0 || r.started === 0 || n >= MAX_DEMANDS_PER_READING) return;
+    }
+  };
+  const demandOnce = async (statistics: ScaleSetStatistics): Promise<ScaleSetDemandResult> => {
     if (deps.deadline.getTime() - deps.now().getTime() < (deps.demandBoundMs ?? DEMAND_BOUND_MS)) throw new Stopped(stop('no-time-for-demand'));
     const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
     if (renewed === 'lost') throw new Stopped(leaseLost());
@@ -274,13 +288,14 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     demands++;
     if (result.started > 0 || result.unserved > 0) log.info('scale-set demand served', { traceId: d.traceId, assignedJobs: d.assignedJobs, observed: result.observed, started: result.started, unserved: result.unserved });
     const started = result.startedRunners ?? [];
-    if (started.length === 0) return;
+    if (started.length === 0) return result;
     // Kept in memory and in the lease item, so the next demand (this holder's or the next one's)
     // counts them while EC2's reads may not show them yet.
     run.state = { ...run.state, recentlyStarted: recent([...carried, ...started], deps.now()) };
     const r = await deps.leases.record(lease, run.state);
     if (r === 'lost') throw new Stopped(leaseLost());
     if (r !== 'done') log.warn('recording the runners started in the lease failed', { error: r.error });
+    return result;
   };
 
   // The session's statistics first, as the client's listener does (listener.go `Run`): a runner

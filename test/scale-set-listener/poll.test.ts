@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { AcquireOutcome, HeldOutcome, Lease, LeaseField, LeaseState, LeaseTimes, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { CAPACITY_CALL } from '../../lambdas/scale-set-listener/capacity';
-import { LEASE_TERM_MS, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
+import { LEASE_TERM_MS, MAX_DEMANDS_PER_READING, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
 import { type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
@@ -500,5 +500,70 @@ describe('the lease over a demand (review R4)', () => {
     expect(slept).toHaveLength(1);
     // Each reading of the test's clock moves it a second: the expiry, less the readings since.
     expect(slept[0]).toBeGreaterThan(10_000);
+  });
+});
+
+describe('a shortfall served in parts', () => {
+  /** Scale-up as it serves a demand: at most `cap` of the shortfall the demand's reading and its carried runners leave. */
+  const partial = (cap: number, served: { n: number }) => async (d: ScaleSetDemand) => {
+    demands.push(d);
+    const shortfall = Math.max(0, d.assignedJobs - (d.recentlyStarted?.length ?? 0));
+    const started = Math.min(cap, shortfall);
+    const startedRunners = Array.from({ length: started }, () => ({ instanceId: `i-${served.n++}`, startedAt: new Date(clock).toISOString() }));
+    return { observed: 0, started, unserved: shortfall - started, startedRunners };
+  };
+
+  it('a reading whose shortfall is three times what a demand serves is served by three demands at once, before its acknowledgement', async () => {
+    const m = api.push(setId, 30);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation({ requestCapacity: partial(10, { n: 0 }) });
+    expect(o.kind).toBe('polled');
+    expect(demands.slice(0, 3).map((d) => d.recentlyStarted?.length ?? 0)).toEqual([0, 10, 20]);
+    expect(new Set(demands.slice(0, 3).map((d) => d.traceId)).size).toBe(3);
+    // The message is acknowledged after the three.
+    expect(acked).toEqual([3]);
+    expect(api.acknowledged.has(m)).toBe(true);
+    expect(leases.item.recentlyStarted).toHaveLength(30);
+  });
+
+  it('a demand that started nothing is not sent again at once (no spin)', async () => {
+    api.push(setId, 100);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation({
+      requestCapacity: async (d) => {
+        demands.push(d);
+        return { observed: 0, started: 0, unserved: 5, startedRunners: [] };
+      },
+    });
+    expect(o.kind).toBe('polled');
+    // The message's one demand, then its acknowledgement: none sent again for its unserved.
+    expect(acked).toEqual([1]);
+  });
+
+  it('the demands sent at once for one reading are bounded', async () => {
+    api.push(setId, 100);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    await invocation({ requestCapacity: partial(1, { n: 0 }) });
+    // Each demand starts one of the 100: the message is acknowledged after the bound, not after 100 demands.
+    expect(acked).toEqual([MAX_DEMANDS_PER_READING]);
+    expect(demands[MAX_DEMANDS_PER_READING - 1]!.recentlyStarted).toHaveLength(MAX_DEMANDS_PER_READING - 1);
   });
 });
