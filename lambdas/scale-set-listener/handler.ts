@@ -6,11 +6,17 @@ import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
 import { CAPACITY_CALL } from './capacity';
 import { markJobEvents } from './jobs';
 import type { ScaleSetLeases } from './lease';
-import { pollScaleSet, type PollOutcome } from './poll';
+import { DEMAND_BOUND_MS, pollScaleSet, type PollOutcome } from './poll';
 
 export interface ListenerOptions {
   /** The last poll ends this long before the invocation's deadline: a message in hand is served, acknowledged and the lease released. */
   readonly marginMs: number;
+  /**
+   * A demand is sent only with this left before the deadline. Default: `DEMAND_BOUND_MS` (80 s),
+   * or the margin when that is shorter: the margin is sized to hold a demand at its bound, and a
+   * shorter one is a compressed clock (the local sandbox) that scales the bound with it.
+   */
+  readonly demandBoundMs?: number;
 }
 
 /**
@@ -20,6 +26,9 @@ export interface ListenerOptions {
  * falls on the tick that starts the next invocation, which waits for it (poll.ts `takeLease`).
  */
 export const LISTENER_DEFAULTS: ListenerOptions = { marginMs: Math.ceil((CAPACITY_CALL.timeoutMs + 20_000) / 60_000) * 60_000 };
+
+/** The deadline is the invocation's end less this: the last log lines and metrics are flushed before Lambda ends it. */
+export const LISTENER_DEADLINE_RESERVE_MS = 5_000;
 
 export interface ListenerDeps {
   readonly ec2: EC2Client;
@@ -66,7 +75,7 @@ export function createListenerHandler(deps: ListenerDeps): (event: unknown, cont
     const keys = tagKeys(config.prefix);
     // Without a Lambda context (a test, a local run) one poll window of a minute.
     const remaining = context?.getRemainingTimeInMillis?.() ?? options.marginMs + 60_000;
-    const deadline = new Date(now().getTime() + remaining);
+    const deadline = new Date(now().getTime() + remaining - LISTENER_DEADLINE_RESERVE_MS);
     const outcomes: Record<string, PollOutcome['kind']> = {};
     try {
       await Promise.all(
@@ -81,6 +90,7 @@ export function createListenerHandler(deps: ListenerDeps): (event: unknown, cont
                 holder,
                 deadline,
                 marginMs: options.marginMs,
+                demandBoundMs: options.demandBoundMs ?? Math.min(DEMAND_BOUND_MS, options.marginMs),
                 now,
                 log: l,
                 jobEvents: async (p, events) => {

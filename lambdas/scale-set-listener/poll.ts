@@ -1,7 +1,6 @@
 import {
   QueueTokenExpiredError,
   SCALE_SET_RECENT_START_MS,
-  SCALE_UP_TIMEOUT_SECONDS,
   SessionConflictError,
   SessionGoneError,
   type PoolConfig,
@@ -47,6 +46,11 @@ export interface PollDeps {
   readonly jobEvents: (pool: PoolConfig, events: readonly ScaleSetJobEvent[]) => Promise<void>;
   /** Scale-up's synchronous invocation. Throws when it could not be asked. */
   readonly requestCapacity: (demand: ScaleSetDemand) => Promise<ScaleSetDemandResult>;
+  /**
+   * A demand is sent only with this left before the deadline (default `DEMAND_BOUND_MS`: scale-up's
+   * bound and the reserve after it). A compressed clock (the local sandbox) scales it down.
+   */
+  readonly demandBoundMs?: number;
   /** A trace id per reading. */
   readonly traceId: () => string;
   readonly sleep?: (ms: number) => Promise<void>;
@@ -61,12 +65,27 @@ export const LEASE_RETRY_MS = 2_000;
  */
 export const LEASE_HANDOVER_WAIT_MS = 20_000;
 /**
- * The lease runs this long past each renewal (before each poll), never past the deadline: one
- * long poll at its longest (the client's bound), one demand (scale-up's invocation, at its
- * longest) and the job events, the acknowledgement and the lease write after it. A holder that
+ * The lease runs this long past each renewal (before each poll, and again right before each
+ * demand), never past the deadline: one long poll at its longest (the client's bound), one demand
+ * (scale-up's invocation, at its longest) and time to spare. The job events, which can take far
+ * longer under throttling, need not fit: the renewal before the demand covers it. A holder that
  * crashed frees the lease this long after its last renewal, not at its invocation's deadline.
  */
 export const LEASE_TERM_MS = LONG_POLL_TIMEOUT_MS + CAPACITY_CALL.timeoutMs + 20_000;
+/**
+ * A demand is sent only with scale-up's bound (`CAPACITY_CALL.timeoutMs`) and this left before
+ * the deadline: the acknowledgement and the lease write after it. One that could not end in
+ * time is not sent (the message stays for the next poller): a listener killed at its deadline
+ * would leave a scale-up running beside the next holder's demand.
+ */
+export const DEMAND_RESERVE_MS = 10_000;
+export const DEMAND_BOUND_MS = CAPACITY_CALL.timeoutMs + DEMAND_RESERVE_MS;
+/**
+ * Scale-up serves a bounded part of a shortfall per demand (scale-set-serve.ts
+ * `SCALE_SET_SLOTS_PER_DEMAND`) and answers the rest `unserved`: the next demand is sent at
+ * once, while the last one started something, at most this many for one reading.
+ */
+export const MAX_DEMANDS_PER_READING = 5;
 
 /** How a poll ended; each is logged (and the failures counted) by the handler. */
 export type PollOutcome =
@@ -110,7 +129,8 @@ export async function pollScaleSet(deps: PollDeps, pool: PoolConfig & { readonly
     if (!lost) {
       // A scale-up whose answer did not come may still run: the lease is kept until its timeout
       // has passed, so no next holder's demand starts beside it.
-      const hold = run.capacityUnknown ? new Date(deps.now().getTime() + SCALE_UP_TIMEOUT_SECONDS * 1000) : undefined;
+      // Scale-up's cold start is outside its timeout: the call's bound (which has that margin) is held.
+      const hold = run.capacityUnknown ? new Date(deps.now().getTime() + CAPACITY_CALL.timeoutMs) : undefined;
       const r = await deps.leases.release(lease, { ...run.state, recentlyStarted: recent(run.state.recentlyStarted, deps.now()) }, hold);
       if (r !== 'done') log.warn('releasing the scale-set lease failed; it frees at its expiry', { outcome: typeof r === 'string' ? r : r.error });
     }
@@ -150,7 +170,9 @@ async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> 
     const taken = await deps.leases.acquire(pool, deps.holder, { expiresAt: leaseExpiry(deps), releaseAt: new Date(end) }, deps.now());
     if (taken.kind !== 'held' || taken.expiresAt === undefined) return taken;
     const now = deps.now().getTime();
-    const free = Math.min(taken.releaseAt ?? taken.expiresAt, taken.expiresAt) * 1000;
+    // Once the planned release has passed, the holder still at work is waited for until its expiry, not asked every few seconds.
+    const release = taken.releaseAt !== undefined && taken.releaseAt * 1000 > now ? taken.releaseAt : taken.expiresAt;
+    const free = Math.min(release, taken.expiresAt) * 1000;
     const wait = Math.max(LEASE_RETRY_MS, free - now);
     if (wait > LEASE_HANDOVER_WAIT_MS || now + wait >= end) return taken;
     await sleep(wait);
@@ -221,7 +243,32 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
   let reopened = false;
   const end = deps.deadline.getTime() - deps.marginMs;
   const stop = (why: string): PollOutcome => ({ kind: 'polled', messages, demands, stopped: why });
+  const leaseLost = (): PollOutcome => {
+    log.warn('the scale-set lease was lost: this poller stops');
+    return { kind: 'lease-lost', messages };
+  };
+  /**
+   * Asks scale-up for the reading's capacity, under a lease renewed right before: whatever the
+   * job events or the session's opening took, the lease covers the whole call, so no next
+   * holder's demand runs beside it. Throws `Stopped` when it may not be sent (too little time
+   * left, the lease lost or undecided) or the lease was lost after it. What a demand left
+   * unserved is asked for again at once, while the last demand started something (never a spin
+   * on a shortfall scale-up cannot serve now), at most `MAX_DEMANDS_PER_READING` times.
+   */
   const demand = async (statistics: ScaleSetStatistics): Promise<void> => {
+    for (let n = 1; ; n++) {
+      const r = await demandOnce(statistics);
+      if (r.unserved === 0 || r.started === 0 || n >= MAX_DEMANDS_PER_READING) return;
+    }
+  };
+  const demandOnce = async (statistics: ScaleSetStatistics): Promise<ScaleSetDemandResult> => {
+    if (deps.deadline.getTime() - deps.now().getTime() < (deps.demandBoundMs ?? DEMAND_BOUND_MS)) throw new Stopped(stop('no-time-for-demand'));
+    const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
+    if (renewed === 'lost') throw new Stopped(leaseLost());
+    if (renewed !== 'done') {
+      log.warn('renewing the scale-set lease before a demand failed: this poller stops', { error: renewed.error });
+      throw new Stopped(stop('renew-failed'));
+    }
     const carried = recent(run.state.recentlyStarted, deps.now());
     const d: ScaleSetDemand = {
       kind: 'scale-set-demand',
@@ -241,12 +288,14 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     demands++;
     if (result.started > 0 || result.unserved > 0) log.info('scale-set demand served', { traceId: d.traceId, assignedJobs: d.assignedJobs, observed: result.observed, started: result.started, unserved: result.unserved });
     const started = result.startedRunners ?? [];
-    if (started.length === 0) return;
+    if (started.length === 0) return result;
     // Kept in memory and in the lease item, so the next demand (this holder's or the next one's)
     // counts them while EC2's reads may not show them yet.
     run.state = { ...run.state, recentlyStarted: recent([...carried, ...started], deps.now()) };
     const r = await deps.leases.record(lease, run.state);
-    if (r !== 'done' && r !== 'lost') log.warn('recording the runners started in the lease failed', { error: r.error });
+    if (r === 'lost') throw new Stopped(leaseLost());
+    if (r !== 'done') log.warn('recording the runners started in the lease failed', { error: r.error });
+    return result;
   };
 
   // The session's statistics first, as the client's listener does (listener.go `Run`): a runner
@@ -257,6 +306,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     try {
       await demand(statistics);
     } catch (error) {
+      if (error instanceof Stopped) return error.outcome;
       log.error('asking scale-up for capacity failed', { error: errorName(error) });
       return stop('demand-failed');
     }
@@ -264,10 +314,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
   let refreshed = false;
   while (deps.now().getTime() < end) {
     const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
-    if (renewed === 'lost') {
-      log.warn('the scale-set lease was lost: this poller stops');
-      return { kind: 'lease-lost', messages };
-    }
+    if (renewed === 'lost') return leaseLost();
     if (renewed !== 'done') {
       // Undecided: another poller may hold it now; stop rather than poll beside it.
       log.warn('renewing the scale-set lease failed: this poller stops', { error: renewed.error });
@@ -306,6 +353,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
           try {
             await demand(statistics);
           } catch (e) {
+            if (e instanceof Stopped) return e.outcome;
             log.error('asking scale-up for capacity failed', { error: errorName(e) });
             return stop('demand-failed');
           }
@@ -330,6 +378,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       await demand(statistics);
     } catch (error) {
       // Not acknowledged: GitHub delivers the message again, to the next invocation.
+      if (error instanceof Stopped) return error.outcome;
       log.error('handling a scale-set message failed: left unacknowledged for the next poller', { messageId: message?.messageId, error: errorName(error) === 'Error' ? (error as Error).message : errorName(error) });
       return stop('handling-failed');
     }
@@ -337,13 +386,17 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     last = message.messageId;
     run.state = { ...run.state, sessionId: session.sessionId, scaleSetId: session.scaleSetId, lastMessageId: last };
     const r = await deps.leases.record(lease, run.state);
-    if (r === 'lost') {
-      log.warn('the scale-set lease was lost: this poller stops');
-      return { kind: 'lease-lost', messages };
-    }
+    if (r === 'lost') return leaseLost();
     if (r !== 'done') log.warn('recording the last message id failed; the next holder may be handed the message again', { error: r.error });
   }
   return { kind: 'polled', messages, demands };
+}
+
+/** A demand that ended the poll before or after it was sent: the outcome to return (the message is not acknowledged). */
+class Stopped extends Error {
+  constructor(readonly outcome: PollOutcome) {
+    super('the poll stopped');
+  }
 }
 
 /** Deletes (acknowledges) a handled message; an expired token is refreshed once. Returns the session in use. */

@@ -142,10 +142,12 @@ async function remove(deps: ScaleSetResourceDeps, config: FleetConfig, entry: Sc
  * Ends the session the pool's lease item names and deletes the item. Only an item naming
  * `scaleSetId` (any, when undefined) is touched: an item the listener has since written for
  * another scale set of the pool (a renamed scale set's new one) is its. The delete carries
- * the same condition, so a listener writing meanwhile keeps its item; resent after a lost
- * answer, it finds no item and passes.
+ * the same condition, and the session id read: a listener that recorded a new session while
+ * the old one was being ended fails it, and the item is read again and its new session ended
+ * too (once: a listener still running keeps its item). Resent after a lost answer, the delete
+ * finds no item and passes.
  */
-async function endLease(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, scaleSetId: number | undefined, log: Logger): Promise<void> {
+async function endLease(deps: ScaleSetResourceDeps, config: FleetConfig, entry: ScaleSetEntry, scaleSetId: number | undefined, log: Logger, again = true): Promise<void> {
   const A = SCALE_SET_LEASE_ATTRIBUTES;
   const Key = { [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(entry.pool) } };
   const out = await deps.aws.send<GetItemCommandOutput>(deps.dynamodb, new GetItemCommand({ TableName: deps.tableName, Key, ConsistentRead: true }), READ);
@@ -163,16 +165,23 @@ async function endLease(deps: ScaleSetResourceDeps, config: FleetConfig, entry: 
       new DeleteItemCommand({
         TableName: deps.tableName,
         Key,
-        ConditionExpression: leaseScaleSet === undefined ? 'attribute_not_exists(#id)' : 'attribute_not_exists(#id) OR #id = :id',
-        ExpressionAttributeNames: { '#id': A.scaleSetId },
-        ...(leaseScaleSet === undefined ? {} : { ExpressionAttributeValues: { ':id': { N: leaseScaleSet } } }),
+        ConditionExpression: `(${leaseScaleSet === undefined ? 'attribute_not_exists(#id)' : 'attribute_not_exists(#id) OR #id = :id'}) AND (${sessionId === undefined ? 'attribute_not_exists(#session)' : 'attribute_not_exists(#session) OR #session = :session'})`,
+        ExpressionAttributeNames: { '#id': A.scaleSetId, '#session': A.sessionId },
+        ...(leaseScaleSet === undefined && sessionId === undefined
+          ? {}
+          : { ExpressionAttributeValues: { ...(leaseScaleSet === undefined ? {} : { ':id': { N: leaseScaleSet } }), ...(sessionId === undefined ? {} : { ':session': { S: sessionId } }) } }),
       }),
       WRITE_IDEMPOTENT,
     );
     log.info('scale set lease removed', { pool: entry.pool, scaleSet: entry.name });
   } catch (error) {
     if (errorName(error) !== 'ConditionalCheckFailedException') throw error;
-    log.info('scale set lease kept: the listener wrote it for another scale set meanwhile', { pool: entry.pool, scaleSet: entry.name });
+    if (again) {
+      log.info('the listener wrote the scale set lease meanwhile: reading it again', { pool: entry.pool, scaleSet: entry.name });
+      await endLease(deps, config, entry, scaleSetId, log, false);
+      return;
+    }
+    log.info('scale set lease kept: the listener wrote it meanwhile', { pool: entry.pool, scaleSet: entry.name });
   }
 }
 

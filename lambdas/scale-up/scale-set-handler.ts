@@ -3,11 +3,13 @@ import { instanceArnOf, ssmPaths, tagKeys, type FleetConfig, type PoolConfig, ty
 import { createLogger, Metrics } from '../shared/log';
 import type { StepContext } from './context';
 import { SCALE_UP_DEFAULTS, type ScaleUpDeps } from './handler';
-import { serveScaleSetDemand } from './scale-set-serve';
+import { SCALE_SET_SLOTS_PER_DEMAND, serveScaleSetDemand } from './scale-set-serve';
 
 export interface ScaleSetDemandDeps extends ScaleUpDeps {
   /** The scale-set client of a pool's scope (lambdas/scale-set-listener/api.ts `ScaleSetApiFactory`). */
   readonly scaleSetApi: (config: FleetConfig, pool: PoolConfig) => ScaleSetApi;
+  /** The most units of a shortfall one demand serves (default `SCALE_SET_SLOTS_PER_DEMAND`). */
+  readonly slotsPerDemand?: number;
 }
 
 /**
@@ -45,7 +47,7 @@ export function createScaleSetDemandHandler(deps: ScaleSetDemandDeps): (demand: 
       };
       const result = await serveScaleSetDemand(
         step,
-        { api: deps.scaleSetApi(config, pool), github, ...(deps.launchTickets ? { launchTickets: deps.launchTickets } : {}), warm: options.warm, coldConcurrency: options.coldConcurrency, salt: id },
+        { api: deps.scaleSetApi(config, pool), github, ...(deps.launchTickets ? { launchTickets: deps.launchTickets } : {}), warm: options.warm, coldConcurrency: options.coldConcurrency, salt: id, slots: deps.slotsPerDemand ?? SCALE_SET_SLOTS_PER_DEMAND },
         demand,
       );
       log.info('scale-set demand served', {

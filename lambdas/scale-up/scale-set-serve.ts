@@ -24,6 +24,14 @@ import type { JobInFlight, StepContext } from './context';
 import { gateCold, orderCandidates, parkedByBucket } from './decide';
 import { scaleSetObserved, scaleSetShortfall } from './scale-set-demand';
 
+/**
+ * The most units of a shortfall one demand serves: as many as one queue invocation takes at most
+ * (a FIFO queue's batch maximum, the bound of `scaleUpBatchSize`), so a demand's activations and
+ * launches fit scale-up's timeout as a batch's do. The rest is answered `unserved`, and the
+ * listener sends the next demand at once (poll.ts).
+ */
+export const SCALE_SET_SLOTS_PER_DEMAND = 10;
+
 export interface ScaleSetServeDeps {
   /** The scale-set client of the pool's scope: the JIT configs. */
   readonly api: ScaleSetApi;
@@ -34,6 +42,8 @@ export interface ScaleSetServeDeps {
   readonly coldConcurrency: number;
   /** The invocation id: the salt of the candidate order. */
   readonly salt: string;
+  /** The most units served in this demand (`SCALE_SET_SLOTS_PER_DEMAND`). */
+  readonly slots: number;
 }
 
 /**
@@ -56,8 +66,10 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   const instances = await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name });
   // The runners earlier demands started count even where this observation lags behind them.
   const observed = scaleSetObserved(instances, pool.name, step.keys, demand.recentlyStarted, observedAt);
-  const shortfall = scaleSetShortfall(demand.assignedJobs, observed, pool);
-  if (shortfall === 0) return { observed: observed.runners, started: 0, unserved: 0, startedRunners: [] };
+  const wanted = scaleSetShortfall(demand.assignedJobs, observed, pool);
+  if (wanted === 0) return { observed: observed.runners, started: 0, unserved: 0, startedRunners: [] };
+  const shortfall = Math.min(wanted, deps.slots);
+  if (shortfall < wanted) log.info('the shortfall is served in parts: the rest goes to the next demand', { wanted, slots: shortfall });
 
   const provider = scaleSetProvider(step.config, pool, deps.api, demand.scaleSetId, deps.github, step.now);
   const jobs = Array.from({ length: shortfall }, (_, slot) => slotJob(demand, pool, provider, slot, log, step.now()));
@@ -85,7 +97,7 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
     }
   }
   startedRunners.push(...(await launch(step, deps, cold, instances, carried)));
-  return { observed: observed.runners, started: startedRunners.length, unserved: shortfall - startedRunners.length, startedRunners };
+  return { observed: observed.runners, started: startedRunners.length, unserved: wanted - startedRunners.length, startedRunners };
 }
 
 /** The cold launches the prime back-off and its tickets let through (the runners they started); the rest is left for the next demand. */

@@ -3,7 +3,7 @@ import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { CAPACITY_CALL, requestCapacity } from '../../lambdas/scale-set-listener/capacity';
-import { createListenerHandler } from '../../lambdas/scale-set-listener/handler';
+import { createListenerHandler, LISTENER_DEADLINE_RESERVE_MS } from '../../lambdas/scale-set-listener/handler';
 import { jobMarks, markJobEvents } from '../../lambdas/scale-set-listener/jobs';
 import type { ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -128,10 +128,12 @@ describe('the listener handler', () => {
     api.emptyWaitMs = 1;
     api.push(api.sets.get('linux-set')!, 2);
     const held = new Map<string, string>();
+    const releases: Date[] = [];
     const leases: ScaleSetLeases = {
       acquire: async (p, holder, times) => {
         if (p === 'broken') throw new Error('table unreachable');
         held.set(p, holder);
+        releases.push(times.releaseAt);
         return { kind: 'acquired', lease: { pool: p, holder, expiresAt: times.expiresAt.getTime() / 1000 }, state: {} };
       },
       renew: async () => 'done',
@@ -153,14 +155,17 @@ describe('the listener handler', () => {
       },
       now: () => new Date((clock += 1_000)),
       sink: lines.sink,
-      options: { marginMs: 10_000 },
+      options: { marginMs: 120_000 },
     });
-    const outcomes = await handler({}, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => 30_000 });
+    const outcomes = await handler({}, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => 300_000 });
     expect(outcomes).toEqual({ broken: 'failed', linux: 'polled' });
     expect(held.get('linux')).toBe('req-1');
     expect(demands.every((d) => d.pool === 'linux' && d.assignedJobs === 2)).toBe(true);
     expect(lines.metric('ScaleSetListenerErrors', { Pool: 'broken', Reason: 'failed' })).toBe(1);
     expect(lines.metric('ScaleSetListenerErrors', { Pool: 'linux' })).toBe(0);
     expect(lines.metric('ScaleSetMessages', { Pool: 'linux' })).toBe(1);
+    // The deadline is the invocation's end less a reserve (the release is planned a margin before it); each reading of the clock moves it a second.
+    expect(releases[0]!.getTime()).toBeLessThanOrEqual(NOW.getTime() + 300_000 - LISTENER_DEADLINE_RESERVE_MS - 120_000 + 3_000);
+    expect(releases[0]!.getTime()).toBeGreaterThan(NOW.getTime() + 300_000 - LISTENER_DEADLINE_RESERVE_MS - 120_000);
   });
 });

@@ -40,6 +40,8 @@ function deps(holder: string, windowMs: number, leases = new DynamoScaleSetLease
     holder,
     deadline: new Date(Date.now() + windowMs),
     marginMs,
+    // Real time in milliseconds: the demand's bound scaled down with the margin (handler.ts).
+    demandBoundMs: marginMs / 2,
     now: () => new Date(),
     log: createLogger({ holder }, () => {}),
     jobEvents: async () => {},
@@ -179,15 +181,15 @@ describe('the scale-set lease, against moto', () => {
     const setId = api.sets.get('linux-set')!;
     api.push(setId, 1);
     const d = deps('old', scaled(3_000));
-    let renewals = 0;
+    let takenOver = false;
     const real = d.leases;
     const leases = {
       acquire: real.acquire.bind(real),
       record: real.record.bind(real),
       release: real.release.bind(real),
       renew: async (...args: Parameters<typeof real.renew>) => {
-        // The second renewal finds another holder: the lease was taken over (an expiry misjudged, an operator).
-        if (++renewals === 2) await dynamo().send(new UpdateItemCommand({ TableName: TABLE, Key: KEY, UpdateExpression: 'SET #h = :h', ExpressionAttributeNames: { '#h': A.holder }, ExpressionAttributeValues: { ':h': { S: 'new' } } }));
+        // The first renewal after a poll finds another holder: the lease was taken over (an expiry misjudged, an operator).
+        if (!takenOver && api.calls.includes('getMessage') && (takenOver = true)) await dynamo().send(new UpdateItemCommand({ TableName: TABLE, Key: KEY, UpdateExpression: 'SET #h = :h', ExpressionAttributeNames: { '#h': A.holder }, ExpressionAttributeValues: { ':h': { S: 'new' } } }));
         return real.renew(...args);
       },
     };

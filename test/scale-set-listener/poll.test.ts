@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { AcquireOutcome, HeldOutcome, Lease, LeaseField, LeaseState, LeaseTimes, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
-import { LEASE_TERM_MS, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
-import { SCALE_UP_TIMEOUT_SECONDS, type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
+import { CAPACITY_CALL } from '../../lambdas/scale-set-listener/capacity';
+import { LEASE_TERM_MS, MAX_DEMANDS_PER_READING, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
+import { type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { fleetConfig } from '../support/fixtures';
@@ -76,8 +77,9 @@ function deps(overrides: Partial<PollDeps> = {}): PollDeps {
     api,
     leases,
     holder: `holder-${start}`,
-    deadline: new Date(start + 120_000),
-    marginMs: 60_000,
+    // The listener's margin (two minutes): a demand is sent only with scale-up's bound left.
+    deadline: new Date(start + 180_000),
+    marginMs: 120_000,
     // Every reading of the clock moves it on a little: the window ends after a bounded number of steps.
     now: () => new Date((clock += 1_000)),
     log: createLogger({}, () => {}),
@@ -283,7 +285,7 @@ describe('the scale-set poll loop', () => {
 
   it('a session answered without statistics sends no demand until the first message', async () => {
     api.sessionAssigned = 'none';
-    const o = await invocation({ deadline: new Date(clock + 200_000 + 66_000) });
+    const o = await invocation({ deadline: new Date(clock + 200_000 + 126_000) });
     expect(o.kind).toBe('polled');
     expect(demands).toEqual([]);
     api.push(setId, 2);
@@ -328,8 +330,9 @@ describe('the scale-set poll loop', () => {
     expect(failed).toMatchObject({ kind: 'polled', stopped: 'demand-failed' });
     const heldUntil = leases.item.expiresAt;
     expect(leases.item.holder).toBeDefined();
-    expect(heldUntil * 1000).toBeGreaterThanOrEqual(clock + (SCALE_UP_TIMEOUT_SECONDS - 2) * 1000);
-    expect(heldUntil * 1000).toBeLessThanOrEqual(clock + SCALE_UP_TIMEOUT_SECONDS * 1000);
+    // Scale-up's timeout and its cold start (the call's bound) from the release on.
+    expect(heldUntil * 1000).toBeGreaterThanOrEqual(clock + CAPACITY_CALL.timeoutMs - 2_000);
+    expect(heldUntil * 1000).toBeLessThanOrEqual(clock + CAPACITY_CALL.timeoutMs);
     // An invocation before that time (further off than the hand-over wait) finds it held.
     const slept: number[] = [];
     clock += 30_000;
@@ -390,7 +393,7 @@ describe('the lease of a crashed holder', () => {
     // After it, long before the crashed holder's deadline (start + 300 s): taken over.
     clock = start + LEASE_TERM_MS + 2_000;
     expect(start + LEASE_TERM_MS + 2_000).toBeLessThan(start + 300_000 - 60_000);
-    const o = await pollScaleSet(deps({ holder: 'next', deadline: new Date(clock + 120_000) }), POOL);
+    const o = await pollScaleSet(deps({ holder: 'next', deadline: new Date(clock + 180_000) }), POOL);
     expect(o.kind).toBe('polled');
   });
 });
@@ -406,9 +409,161 @@ describe('the end of the poll window', () => {
     };
     const before = demands.length;
     const t0 = Date.now();
-    const o = await pollScaleSet(deps({ now: () => new Date(clock + Date.now() - t0), deadline: new Date(clock + 60_050), marginMs: 60_000 }), POOL);
+    const o = await pollScaleSet(deps({ now: () => new Date(clock + Date.now() - t0), deadline: new Date(clock + 120_050), marginMs: 120_000 }), POOL);
     expect(o.kind).toBe('polled');
     // The session's own reading only.
     expect(demands.length - before).toBe(1);
+  });
+});
+
+describe('the lease over a demand (review R4)', () => {
+  const started = { kind: 'started' as const, runnerName: 'r-1', runnerId: 1, jobId: 'j-1' };
+
+  it('slow job events do not let the lease run out under the demand: it is renewed right before scale-up is asked', async () => {
+    api.push(setId, 2, [started]);
+    api.sessionAssigned = 'none';
+    const rivals: string[] = [];
+    const o = await invocation({
+      deadline: new Date(clock + 200_000 + 600_000),
+      marginMs: 120_000,
+      // Throttled describeFleet/CreateTags: two minutes of job events.
+      jobEvents: async () => void (clock += 120_000),
+      requestCapacity: async (d) => {
+        demands.push(d);
+        // Scale-up runs a minute; a rival invocation asks for the lease meanwhile.
+        clock += 60_000;
+        rivals.push((await leases.acquire(POOL.name, 'rival', { expiresAt: new Date(clock + LEASE_TERM_MS), releaseAt: new Date(clock + 60_000) }, new Date(clock))).kind);
+        return { observed: 0, started: 0, unserved: 0 };
+      },
+    });
+    expect(o.kind).toBe('polled');
+    expect(demands.length).toBeGreaterThan(0);
+    expect(rivals.every((k) => k === 'held')).toBe(true);
+  });
+
+  it('a demand that scale-up could not finish before the deadline is not sent: the message is left unacknowledged', async () => {
+    const m = api.push(setId, 2, [started]);
+    api.sessionAssigned = 'none';
+    const o = await invocation({
+      deadline: new Date(clock + 200_000 + 300_000),
+      marginMs: 120_000,
+      // The job events end with less than scale-up's bound left.
+      jobEvents: async () => void (clock += 230_000),
+    });
+    expect(o).toMatchObject({ kind: 'polled', stopped: 'no-time-for-demand' });
+    expect(demands).toEqual([]);
+    expect(api.acknowledged.has(m)).toBe(false);
+  });
+
+  it('a lease lost at the renewal before a demand sends no demand and leaves the message unacknowledged', async () => {
+    const m = api.push(setId, 2, [started]);
+    api.sessionAssigned = 'none';
+    const o = await invocation({
+      jobEvents: async () => {
+        leases.item = { ...leases.item, holder: 'rival' };
+      },
+    });
+    expect(o.kind).toBe('lease-lost');
+    expect(demands).toEqual([]);
+    expect(api.acknowledged.has(m)).toBe(false);
+  });
+
+  it('a lease lost when the runners started are recorded ends the poll as lease-lost, without acknowledging', async () => {
+    const m = api.push(setId, 2);
+    api.sessionAssigned = 'none';
+    const o = await invocation({
+      requestCapacity: async (d) => {
+        demands.push(d);
+        leases.item = { ...leases.item, holder: 'rival' };
+        return { observed: 0, started: 1, unserved: 0, startedRunners: [{ instanceId: 'i-a', startedAt: new Date(clock).toISOString() }] };
+      },
+    });
+    expect(o.kind).toBe('lease-lost');
+    expect(api.acknowledged.has(m)).toBe(false);
+  });
+
+  it('a waiter that finds the planned release passed sleeps until the expiry, not every few seconds', async () => {
+    leases.item = { holder: 'holder', expiresAt: Math.floor((clock + 15_000) / 1000), releaseAt: Math.floor((clock - 5_000) / 1000) };
+    const slept: number[] = [];
+    const o = await pollScaleSet(
+      deps({
+        holder: 'next',
+        deadline: new Date(clock + 300_000),
+        sleep: async (ms) => {
+          slept.push(ms);
+          clock += ms;
+        },
+      }),
+      POOL,
+    );
+    expect(o.kind).toBe('polled');
+    expect(slept).toHaveLength(1);
+    // Each reading of the test's clock moves it a second: the expiry, less the readings since.
+    expect(slept[0]).toBeGreaterThan(10_000);
+  });
+});
+
+describe('a shortfall served in parts', () => {
+  /** Scale-up as it serves a demand: at most `cap` of the shortfall the demand's reading and its carried runners leave. */
+  const partial = (cap: number, served: { n: number }) => async (d: ScaleSetDemand) => {
+    demands.push(d);
+    const shortfall = Math.max(0, d.assignedJobs - (d.recentlyStarted?.length ?? 0));
+    const started = Math.min(cap, shortfall);
+    const startedRunners = Array.from({ length: started }, () => ({ instanceId: `i-${served.n++}`, startedAt: new Date(clock).toISOString() }));
+    return { observed: 0, started, unserved: shortfall - started, startedRunners };
+  };
+
+  it('a reading whose shortfall is three times what a demand serves is served by three demands at once, before its acknowledgement', async () => {
+    const m = api.push(setId, 30);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation({ requestCapacity: partial(10, { n: 0 }) });
+    expect(o.kind).toBe('polled');
+    expect(demands.slice(0, 3).map((d) => d.recentlyStarted?.length ?? 0)).toEqual([0, 10, 20]);
+    expect(new Set(demands.slice(0, 3).map((d) => d.traceId)).size).toBe(3);
+    // The message is acknowledged after the three.
+    expect(acked).toEqual([3]);
+    expect(api.acknowledged.has(m)).toBe(true);
+    expect(leases.item.recentlyStarted).toHaveLength(30);
+  });
+
+  it('a demand that started nothing is not sent again at once (no spin)', async () => {
+    api.push(setId, 100);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation({
+      requestCapacity: async (d) => {
+        demands.push(d);
+        return { observed: 0, started: 0, unserved: 5, startedRunners: [] };
+      },
+    });
+    expect(o.kind).toBe('polled');
+    // The message's one demand, then its acknowledgement: none sent again for its unserved.
+    expect(acked).toEqual([1]);
+  });
+
+  it('the demands sent at once for one reading are bounded', async () => {
+    api.push(setId, 100);
+    api.sessionAssigned = 'none';
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    await invocation({ requestCapacity: partial(1, { n: 0 }) });
+    // Each demand starts one of the 100: the message is acknowledged after the bound, not after 100 demands.
+    expect(acked).toEqual([MAX_DEMANDS_PER_READING]);
+    expect(demands[MAX_DEMANDS_PER_READING - 1]!.recentlyStarted).toHaveLength(MAX_DEMANDS_PER_READING - 1);
   });
 });

@@ -65,6 +65,7 @@ describe('concurrent pollers against the loopback GitHub', () => {
               holder: `r${round}-p${n}`,
               deadline: new Date(Date.now() + scaled(2_500)),
               marginMs: 500,
+              demandBoundMs: 250,
               now: () => new Date(),
               log: createLogger({}, () => {}),
               jobEvents: async () => {},

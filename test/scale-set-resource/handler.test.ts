@@ -85,7 +85,7 @@ const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
   return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github, fetch: fetchFn, timeoutMs: 5_000 });
 };
 
-function handler() {
+function handler(apiFor: ScaleSetApiFactory = scaleSetApiFor) {
   return createScaleSetResourceHandler({
     cloudformation: new CloudFormationClient({ region: 'eu-west-1' }),
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: 2_000 }),
@@ -93,7 +93,7 @@ function handler() {
     dynamodb: motoDynamo(moto.endpoint),
     tableName: TABLE,
     loadConfig: async () => current,
-    scaleSetApiFor,
+    scaleSetApiFor: apiFor,
     sink: lines.sink,
   });
 }
@@ -366,6 +366,29 @@ describe('scale-set resource: Delete', () => {
     expect(sessionEnd).toBeGreaterThanOrEqual(0);
     expect(sessionEnd).toBeLessThan(setDelete);
     expect(await leaseOf('linux')).toBeUndefined();
+  });
+
+  it('a session the listener records while the old one is being ended is ended too, not left open with its lease deleted', async () => {
+    await handler()(create(current));
+    const { scaleSetId, sessionId } = await listen('linux', 'arc-linux');
+    let fresh: string | undefined;
+    const racing: ScaleSetApiFactory = async (config, scope) => {
+      const api = await scaleSetApiFor(config, scope);
+      return Object.assign(Object.create(api) as typeof api, {
+        deleteSession: async (id: number, session: string) => {
+          await api.deleteSession(id, session);
+          // Meanwhile the listener found its session gone, opened a new one and recorded it.
+          if (fresh === undefined) fresh = (await listen('linux', 'arc-linux')).sessionId;
+        },
+      });
+    };
+    await handler(racing)(remove(current));
+    expect(fresh).toBeDefined();
+    const ended = gh.requests().filter((r) => r.method === 'DELETE' && /\/sessions\//.test(r.path)).map((r) => r.path.split('/').pop());
+    expect(ended).toEqual(expect.arrayContaining([sessionId, fresh]));
+    expect(held()).toEqual([]);
+    expect(await leaseOf('linux')).toBeUndefined();
+    expect(scaleSetId).toBeGreaterThan(0);
   });
 
   it('a session already gone (404) is taken as ended; the scale set and the lease go', async () => {

@@ -24,8 +24,9 @@ const { moto, c } = motoForFile(async (m) => {
   config = { ...base, pools: [{ ...base.pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } }] };
 });
 
-function demandHandler(api: FakeScaleSet, ci: FakeCi, clients: MotoClients = c, lines = new Lines()) {
+function demandHandler(api: FakeScaleSet, ci: FakeCi, clients: MotoClients = c, lines = new Lines(), slotsPerDemand?: number) {
   return createScaleSetDemandHandler({
+    ...(slotsPerDemand === undefined ? {} : { slotsPerDemand }),
     ...clients,
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) }),
     loadConfig: async () => config,
@@ -98,6 +99,19 @@ describe("scale-up's scale-set demand path, against moto", () => {
     const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX));
     expect(await run(demand(25, 'trace-a'))).toMatchObject({ observed: 0, started: 10, unserved: 0 });
     expect(await run(demand(25, 'trace-b'))).toMatchObject({ observed: 10, started: 0, unserved: 0 });
+  });
+
+  it('a shortfall larger than a demand serves is served over several demands, the rest answered unserved', async () => {
+    await parkInMoto(c, config, 6);
+    const run = demandHandler(new FakeScaleSet(), new FakeCi(Provider.GITHUB, PREFIX), c, new Lines(), 2);
+    // Three times the cap: each demand starts the cap and answers the rest, the next counting what the last started.
+    const first = await run(demand(6, 'trace-a'));
+    expect(first).toMatchObject({ started: 2, unserved: 4 });
+    const second = await run({ ...demand(6, 'trace-b'), recentlyStarted: first.startedRunners });
+    expect(second).toMatchObject({ started: 2, unserved: 2 });
+    const third = await run({ ...demand(6, 'trace-c'), recentlyStarted: [...first.startedRunners!, ...second.startedRunners!] });
+    expect(third).toMatchObject({ started: 2, unserved: 0 });
+    expect(await serving()).toHaveLength(6);
   });
 
   it("what the prime back-off holds back is reported unserved, for the next demand", async () => {
