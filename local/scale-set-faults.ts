@@ -22,6 +22,8 @@ import { nextHolding, queueEffects, type InjectedFault, type PlannedScaleSetFaul
 
 /** Another container's poller, as the foreign-lease fault writes it. */
 export const FOREIGN_HOLDER = 'another-container';
+/** Another container's poller that takes a held lease over (its own id: the foreign-lease fault's may be live beside it). */
+export const TAKEOVER_HOLDER = 'another-container-takeover';
 
 /**
  * The scale-set resource's onEvent as lambdas/scale-set-resource/index.ts builds it (its SSM on
@@ -124,7 +126,7 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
   const leases = t.lambdas.leases!;
   const listenerHolds = () => {
     const h = leases.holderOf(t.pool);
-    return h !== undefined && h !== FOREIGN_HOLDER ? h : undefined;
+    return h !== undefined && h !== FOREIGN_HOLDER && h !== TAKEOVER_HOLDER ? h : undefined;
   };
   const stamp = () => {
     injection.at = Math.round((Date.now() - t.startedAt) / 100) / 10;
@@ -212,8 +214,7 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
     case 'lease-taken-over': {
       // A HELD lease: another container's poller writes itself into the item under the holder's feet.
       let displaced: string | undefined;
-      let from = 0;
-      let inFlight = 0;
+      let sentAt = 0;
       let takenAt = 0;
       let expiresAt = 0;
       while (!t.until() && displaced === undefined) {
@@ -222,9 +223,8 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
           await sleep(100);
           continue;
         }
-        inFlight = hooks.polls(t.scaleSetId);
-        from = t.github.requests().length;
-        expiresAt = Math.ceil((Date.now() + t.foreignLeaseMs) / 1000);
+        sentAt = Date.now();
+        expiresAt = Math.ceil((sentAt + t.foreignLeaseMs) / 1000);
         try {
           await t.dynamo.send(
             new UpdateItemCommand({
@@ -233,7 +233,7 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
               UpdateExpression: 'SET #holder = :foreign, #expires = :expires, #release = :expires',
               ConditionExpression: '#holder = :holder',
               ExpressionAttributeNames: { '#holder': SCALE_SET_LEASE_ATTRIBUTES.holder, '#expires': SCALE_SET_LEASE_ATTRIBUTES.expiresAt, '#release': SCALE_SET_LEASE_ATTRIBUTES.releaseAt },
-              ExpressionAttributeValues: { ':foreign': { S: FOREIGN_HOLDER }, ':holder': { S: h }, ':expires': { N: String(expiresAt) } },
+              ExpressionAttributeValues: { ':foreign': { S: TAKEOVER_HOLDER }, ':holder': { S: h }, ':expires': { N: String(expiresAt) } },
             }),
           );
         } catch {
@@ -246,21 +246,18 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
         // The item no longer names the displaced holder: its holding ends, the foreign one begins (the overlap check sees both).
         const held = leases.holdings.findLast((x) => x.pool === t.pool && x.holder === h && x.releasedAt === undefined);
         if (held) held.releasedAt = takenAt;
-        leases.holdings.push({ pool: t.pool, holder: FOREIGN_HOLDER, acquiredAt: takenAt, expiresAt: expiresAt * 1000 });
+        leases.holdings.push({ pool: t.pool, holder: TAKEOVER_HOLDER, acquiredAt: takenAt, expiresAt: expiresAt * 1000 });
       }
       if (!displaced) return injection;
       stamp();
-      // Requests up to the foreign holder's expiry: the displaced poller's polls after its next renewal would be among them.
-      let to: number | undefined;
-      setTimeout(() => (to = t.github.requests().length), Math.max(0, expiresAt * 1000 - Date.now())).unref();
       injection.observe = () => {
         const inv = t.lambdas.listenerInvocations.find((i) => i.id === displaced);
-        const outcome = inv?.outcome?.[t.pool];
-        const polls = t.github.requests().slice(from, to).filter((r) => r.method === 'GET' && /\/messages$/.test(r.path)).length;
-        // The poll in flight at the take-over may still answer; none may start after the renewal that found the lease lost.
-        if (outcome !== 'lease-lost' || polls > inFlight) return undefined;
-        const next = leases.holdings.find((x) => x.pool === t.pool && x.acquiredAt > takenAt && x.holder !== FOREIGN_HOLDER);
-        return `another holder wrote itself into the held lease; ${displaced} ended lease-lost with no poll after its renewal${next ? `; ${next.holder} took it ${((next.acquiredAt - expiresAt * 1000) / 1000).toFixed(1)} s after its expiry` : ''}`;
+        if (inv?.outcome?.[t.pool] !== 'lease-lost') return undefined;
+        // Its first write on the lease after the take-over (a renewal before each poll, or a record) found it lost; no queue call may come after it.
+        const lost = inv.leaseWrites.find((r) => r.at >= sentAt && r.outcome === 'lost');
+        if (!lost || inv.queueCalls.some((at) => at > lost.at)) return undefined;
+        const next = leases.holdings.find((x) => x.pool === t.pool && x.acquiredAt > takenAt && x.holder !== TAKEOVER_HOLDER && x.holder !== FOREIGN_HOLDER);
+        return `another holder wrote itself into the held lease; ${displaced} ended lease-lost with no queue call after its renewal${next ? `; ${next.holder} took it ${((next.acquiredAt - expiresAt * 1000) / 1000).toFixed(1)} s after its expiry` : ''}`;
       };
       return injection;
     }
@@ -303,14 +300,15 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       return injection;
     }
     case 'queue-token-expired': {
-      // A holder early in its holding with a poll in flight: its next poll meets the expired token (not a hand-over's refresh).
+      // A holder early in its invocation with a poll in flight: its next poll meets the expired token (not a hand-over's refresh).
       let expired: string | undefined;
       let from = 0;
       await until(t, () => {
         const h = listenerHolds();
-        const held = h === undefined ? undefined : leases.holdings.findLast((x) => x.holder === h);
+        const inv = h === undefined ? undefined : t.lambdas.listenerInvocations.find((i) => i.id === h);
         const id = session()?.id;
-        if (!held || id === undefined || Date.now() - held.acquiredAt > t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
+        // It stops polling handOverMs after its start: with half of that left, it polls again after the one in flight.
+        if (!inv || id === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
         from = t.github.requests().length;
         hooks.expireQueueToken(t.scaleSetId);
         expired = id;
