@@ -134,6 +134,9 @@ export interface ListenerInvocation {
   killed: boolean;
   /** Per pool, how its poll ended (set when the invocation returned). */
   outcome?: Record<string, string>;
+  /** When it called the message queue (GetMessage, DeleteMessage), and when its writes on the lease it held (renew, record) were answered and how (epoch ms). */
+  readonly queueCalls: number[];
+  readonly leaseWrites: { readonly at: number; readonly outcome: string }[];
 }
 
 /** One holding of a scale-set lease as the table's answered writes show it (epoch ms). */
@@ -346,10 +349,20 @@ export class LocalLambdas {
         createSession: (id, owner) => guard(() => api.createSession(id, owner)),
         refreshSession: (id, session) => guard(() => api.refreshSession(id, session)),
         deleteSession: (id, session) => guard(() => api.deleteSession(id, session)),
-        getMessage: (session, last, max, signal) => guard(() => api.getMessage(session, last, max, signal ? AbortSignal.any([signal, abort]) : abort)),
-        deleteMessage: (session, id) => guard(() => api.deleteMessage(session, id)),
+        getMessage: (session, last, max, signal) => {
+          inv.queueCalls.push(Date.now());
+          return guard(() => api.getMessage(session, last, max, signal ? AbortSignal.any([signal, abort]) : abort));
+        },
+        deleteMessage: (session, id) => {
+          inv.queueCalls.push(Date.now());
+          return guard(() => api.deleteMessage(session, id));
+        },
         generateJitConfig: (id, name) => guard(() => api.generateJitConfig(id, name)),
       });
+      const written = <T>(out: T): T => {
+        inv.leaseWrites.push({ at: Date.now(), outcome: typeof out === 'string' ? out : 'failed' });
+        return out;
+      };
       const handler = createListenerHandler({
         ec2: clients.ec2,
         aws,
@@ -357,8 +370,8 @@ export class LocalLambdas {
         scaleSetApi: (c: FleetConfig, pool: PoolConfig) => guardedApi(apis(c, pool)),
         leases: {
           acquire: (...a) => guard(() => leases.acquire(...a)),
-          renew: (...a) => guard(() => leases.renew(...a)),
-          record: (...a) => guard(() => leases.record(...a)),
+          renew: (...a) => guard(() => leases.renew(...a)).then(written),
+          record: (...a) => guard(() => leases.record(...a)).then(written),
           release: (...a) => guard(() => leases.release(...a)),
         },
         requestCapacity: (d) => guard(() => this.scaleSetDemand(d)),
@@ -373,7 +386,7 @@ export class LocalLambdas {
   /** One scheduled (or extra) invocation of the listener, not awaited: it runs beside the others. */
   invokeListener(): ListenerInvocation | undefined {
     if (!this.listenerInvoke) return undefined;
-    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false };
+    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [] };
     this.listenerInvocations.push(inv);
     const abort = new AbortController();
     this.listenerAborts.set(inv.id, abort);

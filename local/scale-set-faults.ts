@@ -1,17 +1,18 @@
 import { CloudFormationClient, StackStatus } from '@aws-sdk/client-cloudformation';
+import { UpdateItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { installationCallerOf, scaleSetApiAt } from '../lambdas/ci/scale-set';
 import { createCiProviders } from '../lambdas/ci';
 import { createScaleSetResourceHandler, type ScaleSetResourceResponse } from '../lambdas/scale-set-resource/handler';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
-import { LAMBDA_ENV, scaleSetEntries, type FleetConfig } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, SCALE_SET_LEASE_ATTRIBUTES, scaleSetEntries, scaleSetLeaseKey, type FleetConfig } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import type { Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
 import type { LoopbackGitHub } from './ci/github-server';
-import { LOCAL_REGION, localClients, localDynamo, type LocalLambdas } from './lambdas';
-import type { InjectedFault, PlannedScaleSetFault } from './scale-set-run';
+import { LOCAL_REGION, localClients, localDynamo, type LocalLambdas, type RecordedLeaseHolding } from './lambdas';
+import { nextHolding, queueEffects, type InjectedFault, type PlannedScaleSetFault } from './scale-set-run';
 
 /**
  * The impure half of `--scale-set` (local/scale-set-run.ts holds the pure one): the scale-set
@@ -21,6 +22,8 @@ import type { InjectedFault, PlannedScaleSetFault } from './scale-set-run';
 
 /** Another container's poller, as the foreign-lease fault writes it. */
 export const FOREIGN_HOLDER = 'another-container';
+/** Another container's poller that takes a held lease over (its own id: the foreign-lease fault's may be live beside it). */
+export const TAKEOVER_HOLDER = 'another-container-takeover';
 
 /**
  * The scale-set resource's onEvent as lambdas/scale-set-resource/index.ts builds it (its SSM on
@@ -81,6 +84,11 @@ export interface FaultTarget {
   readonly startedAt: number;
   /** How long the foreign holder keeps the lease (ms). */
   readonly foreignLeaseMs: number;
+  /** How long a listener invocation holds the lease before it hands it over (ms: its timeout less its margin). */
+  readonly handOverMs: number;
+  /** The job-record table on moto, where the lease items are (the lease-taken-over fault writes one). */
+  readonly dynamo: DynamoDBClient;
+  readonly table: string;
   readonly until: () => boolean;
   /**
    * The loopback holds one lost acknowledgement at a time: a fault on it waits until the one
@@ -93,6 +101,8 @@ export interface FaultTarget {
 export interface Injection {
   readonly planned: PlannedScaleSetFault;
   at?: number;
+  /** queue-token-expired: the request log's length when the token expired (401s from then on are injected). */
+  tokenExpiredAt?: number;
   observe?: () => string | undefined;
 }
 
@@ -116,13 +126,11 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
   const leases = t.lambdas.leases!;
   const listenerHolds = () => {
     const h = leases.holderOf(t.pool);
-    return h !== undefined && h !== FOREIGN_HOLDER ? h : undefined;
+    return h !== undefined && h !== FOREIGN_HOLDER && h !== TAKEOVER_HOLDER ? h : undefined;
   };
   const stamp = () => {
     injection.at = Math.round((Date.now() - t.startedAt) / 100) / 10;
   };
-  const requestsBefore = t.github.requests().length;
-  const sinceInjection = () => t.github.requests().slice(requestsBefore);
   /** Takes the acknowledgement slot: resolves once the previous ack fault was spent; `armed` marks this one's arming. */
   const ackSlot = async (): Promise<(armedAt: number) => void> => {
     const before = t.acks.spent;
@@ -147,14 +155,15 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       }
     }
   };
+  /** The next holding of the lease after `mine` by another holder: recovery after a fault on the lease. */
+  const nextAfter = (mine: RecordedLeaseHolding) => nextHolding(leases.holdings.filter((x) => x.pool === t.pool), mine);
   switch (f.fault) {
     case 'poller-killed': {
       let killed: string | undefined;
-      // Mid-poll: a holder that has had its session for a moment.
+      // Mid-poll: the holder has a GetMessage in flight (the loopback's polls of the scale set).
       await until(t, () => {
         const h = listenerHolds();
-        const held = leases.holdings.findLast((x) => x.holder === h);
-        if (h === undefined || !held || Date.now() - held.acquiredAt < 500 || session() === undefined) return false;
+        if (h === undefined || session() === undefined || hooks.polls(t.scaleSetId) === 0) return false;
         if (t.lambdas.killListener(h)) killed = h;
         return killed !== undefined;
       });
@@ -162,8 +171,9 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       stamp();
       injection.observe = () => {
         const mine = leases.holdings.findLast((x) => x.holder === killed)!;
-        const next = leases.holdings.find((x) => x.acquiredAt > mine.acquiredAt && x.holder !== killed);
-        return next ? `${killed} stopped dead holding the lease (no release); ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : `${killed} stopped dead holding the lease; no poller after it`;
+        const next = nextAfter(mine);
+        // No poller took the lease again: recovery not shown.
+        return next ? `${killed} stopped dead mid-poll holding the lease (no release); ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : undefined;
       };
       return injection;
     }
@@ -196,37 +206,82 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       stamp();
       injection.observe = () => {
         const mine = leases.holdings.findLast((x) => x.holder === FOREIGN_HOLDER)!;
-        const next = leases.holdings.find((x) => x.acquiredAt > mine.acquiredAt);
-        return `another holder kept the lease ${(t.foreignLeaseMs / 1000).toFixed(0)} s${next ? `; ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : ''}`;
+        const next = nextAfter(mine);
+        return next ? `another holder took the free lease for ${(t.foreignLeaseMs / 1000).toFixed(0)} s; ${next.holder} took it ${((next.acquiredAt - mine.expiresAt) / 1000).toFixed(1)} s after its expiry` : undefined;
+      };
+      return injection;
+    }
+    case 'lease-taken-over': {
+      // A HELD lease: another container's poller writes itself into the item under the holder's feet.
+      let displaced: string | undefined;
+      let sentAt = 0;
+      let takenAt = 0;
+      let expiresAt = 0;
+      while (!t.until() && displaced === undefined) {
+        const h = listenerHolds();
+        if (h === undefined || session() === undefined) {
+          await sleep(100);
+          continue;
+        }
+        sentAt = Date.now();
+        expiresAt = Math.ceil((sentAt + t.foreignLeaseMs) / 1000);
+        try {
+          await t.dynamo.send(
+            new UpdateItemCommand({
+              TableName: t.table,
+              Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(t.pool) } },
+              UpdateExpression: 'SET #holder = :foreign, #expires = :expires, #release = :expires',
+              ConditionExpression: '#holder = :holder',
+              ExpressionAttributeNames: { '#holder': SCALE_SET_LEASE_ATTRIBUTES.holder, '#expires': SCALE_SET_LEASE_ATTRIBUTES.expiresAt, '#release': SCALE_SET_LEASE_ATTRIBUTES.releaseAt },
+              ExpressionAttributeValues: { ':foreign': { S: TAKEOVER_HOLDER }, ':holder': { S: h }, ':expires': { N: String(expiresAt) } },
+            }),
+          );
+        } catch {
+          // The holder changed meanwhile: try the next one.
+          await sleep(100);
+          continue;
+        }
+        takenAt = Date.now();
+        displaced = h;
+        // The item no longer names the displaced holder: its holding ends, the foreign one begins (the overlap check sees both).
+        const held = leases.holdings.findLast((x) => x.pool === t.pool && x.holder === h && x.releasedAt === undefined);
+        if (held) held.releasedAt = takenAt;
+        leases.holdings.push({ pool: t.pool, holder: TAKEOVER_HOLDER, acquiredAt: takenAt, expiresAt: expiresAt * 1000 });
+      }
+      if (!displaced) return injection;
+      stamp();
+      injection.observe = () => {
+        const inv = t.lambdas.listenerInvocations.find((i) => i.id === displaced);
+        if (inv?.outcome?.[t.pool] !== 'lease-lost') return undefined;
+        // Its first write on the lease after the take-over (a renewal before each poll, or a record) found it lost; no queue call may come after it.
+        const lost = inv.leaseWrites.find((r) => r.at >= sentAt && r.outcome === 'lost');
+        if (!lost || inv.queueCalls.some((at) => at > lost.at)) return undefined;
+        const next = leases.holdings.find((x) => x.pool === t.pool && x.acquiredAt > takenAt && x.holder !== TAKEOVER_HOLDER && x.holder !== FOREIGN_HOLDER);
+        return `another holder wrote itself into the held lease; ${displaced} ended lease-lost with no queue call after its renewal${next ? `; ${next.holder} took it ${((next.acquiredAt - expiresAt * 1000) / 1000).toFixed(1)} s after its expiry` : ''}`;
       };
       return injection;
     }
     case 'message-redelivered': {
       const armed = await ackSlot();
       const deliveredBefore = hooks.delivered().length;
+      const from = t.github.requests().length;
       // Both of the client's attempts lost before they applied (it asks once more after a lost answer).
       const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'before', 2));
-      armed(t.github.requests().length);
+      armed(from);
       if (!ok) return injection;
       stamp();
-      injection.observe = () => {
-        const again = hooks.delivered().slice(deliveredBefore).find((d) => d.redelivery);
-        return again ? `message ${again.messageId} delivered again after its acknowledgement was lost` : undefined;
-      };
+      injection.observe = () => queueEffects.redelivered(t.github.requests().slice(from), hooks.delivered().slice(deliveredBefore), t.scaleSetId);
       return injection;
     }
     case 'ack-lost-after-applied': {
       const armed = await ackSlot();
+      const deliveredBefore = hooks.delivered().length;
       const from = t.github.requests().length;
       const ok = await withSession(() => hooks.dropNextAck(t.scaleSetId, 'after'));
       armed(from);
       if (!ok) return injection;
       stamp();
-      injection.observe = () => {
-        const deletes = t.github.requests().slice(from).filter((r) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path));
-        const lost = deletes.findIndex((r) => r.status === 503);
-        return lost >= 0 ? `an acknowledgement answered 503 after it was applied; asked again: ${deletes[lost + 1]?.status ?? 'not'}` : undefined;
-      };
+      injection.observe = () => queueEffects.ackResent(t.github.requests().slice(from), hooks.delivered().slice(deliveredBefore), t.scaleSetId);
       return injection;
     }
     case 'session-expired': {
@@ -245,16 +300,24 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       return injection;
     }
     case 'queue-token-expired': {
-      if (!(await withSession(() => hooks.expireQueueToken(t.scaleSetId)))) return injection;
+      // A holder early in its invocation with a poll in flight: its next poll meets the expired token (not a hand-over's refresh).
+      let expired: string | undefined;
+      let from = 0;
+      await until(t, () => {
+        const h = listenerHolds();
+        const inv = h === undefined ? undefined : t.lambdas.listenerInvocations.find((i) => i.id === h);
+        const id = session()?.id;
+        // It stops polling handOverMs after its start: with half of that left, it polls again after the one in flight.
+        if (!inv || id === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
+        from = t.github.requests().length;
+        hooks.expireQueueToken(t.scaleSetId);
+        expired = id;
+        return true;
+      });
+      if (expired === undefined) return injection;
+      injection.tokenExpiredAt = from;
       stamp();
-      injection.observe = () => {
-        const after = sinceInjection();
-        const refused = after.findIndex((r) => r.status === 401 && /\/messages(\/\d+)?$/.test(r.path));
-        const refreshed = after.slice(refused + 1).find((r) => r.method === 'PATCH' && /\/sessions\/[^/]+$/.test(r.path) && r.status === 200);
-        if (refused >= 0 && refreshed) return 'the queue answered 401; the session was refreshed';
-        // Or the holder changed before polling again: the next holder refreshes the session anyway.
-        return after.some((r) => r.method === 'PATCH' && /\/sessions\/[^/]+$/.test(r.path) && r.status === 200) ? 'the session was refreshed (a new queue token)' : undefined;
-      };
+      injection.observe = () => queueEffects.tokenExpired(t.github.requests().slice(from), expired!);
       return injection;
     }
   }

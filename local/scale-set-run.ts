@@ -19,13 +19,15 @@ export const LOCAL_SCALE_SET = { pool: 'linux-x64-scale-set', name: 'cwr-linux-x
  * - `second-poller`: one more invocation started while the lease is held;
  * - `foreign-lease`: another holder (a poller of another container) takes the lease when it is
  *   free and never gives it back: the pollers wait for its expiry;
+ * - `lease-taken-over`: another holder writes itself into the lease item while an invocation
+ *   holds it: that invocation's next renewal finds it lost, it stops (`lease-lost`) and polls no more;
  * - `message-redelivered`: a message's acknowledgement is lost before it was applied (both
  *   attempts of the client): the message is delivered again;
  * - `ack-lost-after-applied`: an acknowledgement applied whose answer was lost;
  * - `session-expired`: the scale set's session expires at GitHub;
  * - `queue-token-expired`: the session's message queue token expires.
  */
-export const SCALE_SET_FAULTS = ['poller-killed', 'second-poller', 'foreign-lease', 'message-redelivered', 'ack-lost-after-applied', 'session-expired', 'queue-token-expired'] as const;
+export const SCALE_SET_FAULTS = ['poller-killed', 'second-poller', 'foreign-lease', 'message-redelivered', 'ack-lost-after-applied', 'session-expired', 'queue-token-expired', 'lease-taken-over'] as const;
 export type ScaleSetFault = (typeof SCALE_SET_FAULTS)[number];
 /** Where in the run a fault is injected: around the two waves of jobs. */
 export const FAULT_MOMENTS = ['before-wave-1', 'after-wave-1', 'before-wave-2', 'after-wave-2'] as const;
@@ -41,16 +43,35 @@ export interface PlannedScaleSetFault {
 }
 
 /**
+ * Faults after which the next poll is a new holder's or a new session's: that holder refreshes
+ * (or opens) the session anyway, so an expired queue token beside them would never be refused.
+ */
+const HAND_OVER_FAULTS: readonly ScaleSetFault[] = ['poller-killed', 'foreign-lease', 'lease-taken-over', 'session-expired'];
+
+/**
  * The faults of a seed: fault i when (i - seed) mod 5 is 0 or 1, so every fault is in two of
  * any five consecutive seeds (2 to 4 per seed); the moment and the delay from the seed's PRNG.
+ * The moments come in two halves close in time (around wave 1, around wave 2): the queue token's
+ * expiry goes to a half with no hand-over fault when there is one, else at least to a moment
+ * with none.
  */
 export function planScaleSetFaults(seed: number): PlannedScaleSetFault[] {
   const random = mulberry32(seed);
-  return SCALE_SET_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
+  const plan = SCALE_SET_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
     fault,
     moment: FAULT_MOMENTS[Math.floor(random() * FAULT_MOMENTS.length)]!,
     delayMs: Math.floor(random() * 3_000),
   }));
+  const half = (m: FaultMoment) => Math.floor(FAULT_MOMENTS.indexOf(m) / 2);
+  const handOvers = plan.filter((p) => HAND_OVER_FAULTS.includes(p.fault)).map((p) => p.moment);
+  return plan.map((p) => {
+    if (p.fault !== 'queue-token-expired') return p;
+    // Its own moment first, then the same place in the other half, then the rest.
+    const from = FAULT_MOMENTS.indexOf(p.moment);
+    const order = [0, 2, 1, 3].map((k) => FAULT_MOMENTS[(from + k) % FAULT_MOMENTS.length]!);
+    const moment = order.find((m) => !handOvers.some((h) => half(h) === half(m))) ?? order.find((m) => !handOvers.includes(m)) ?? p.moment;
+    return { ...p, moment };
+  });
 }
 
 function mulberry32(seed: number): () => number {
@@ -100,8 +121,10 @@ export interface ScaleSetProof {
   readonly sessions: { readonly opened: number; readonly maxActive: number; readonly maxConcurrentPolls: number; readonly ended: Readonly<Record<string, number>> };
   readonly lease: { readonly holdings: number; readonly holders: number; readonly maxHolders: number };
   readonly faults: readonly InjectedFault[];
-  /** What the loopback still held after the scale-set resource's Delete. */
-  readonly afterDelete: { readonly scaleSets: number; readonly sessions: number };
+  /** What the loopback still held after the scale-set resource's Delete, and the lease item on moto. */
+  readonly afterDelete: { readonly scaleSets: number; readonly sessions: number; readonly leaseItems: number };
+  /** Runners the scale set registered (its JIT configs) for the jobs assigned to it. */
+  readonly runners: { readonly registered: number; readonly assigned: number };
   readonly failures: readonly string[];
   readonly passed: boolean;
 }
@@ -135,7 +158,17 @@ export function buildScaleSetProof(input: {
   readonly faults: readonly InjectedFault[];
   /** Things of the run left behind (instances, runner configs, registrations), one line each. */
   readonly leftovers: readonly string[];
-  readonly afterDelete: { readonly scaleSets: number; readonly sessions: number };
+  readonly afterDelete: { readonly scaleSets: number; readonly sessions: number; readonly leaseItems: number };
+  /**
+   * JIT configs the loopback generated for the scale set. GitHub hands a queued job to one
+   * runner and the loopback deletes a JIT runner after its job, so "two runners for a job" shows
+   * as a surplus runner: more registered than jobs assigned (it idles and is reclaimed).
+   */
+  readonly runnersRegistered: number;
+  /** Session creates of the scale set answered 409 (a second poller opened one beside the holder's). */
+  readonly sessionConflicts: number;
+  /** GetMessage/DeleteMessage answered 401 outside an injected queue-token expiry (`queueRefusalsOutsideFaults`). */
+  readonly unexpectedQueueRefusals: number;
   /** When the run ended (epoch ms): an open session or lease counts until then. */
   readonly endedAt: number;
 }): ScaleSetProof {
@@ -163,19 +196,83 @@ export function buildScaleSetProof(input: {
     if (f.at === undefined) failures.push(`fault ${f.fault} (${f.moment}) was never injected`);
     else if (f.effect === undefined) failures.push(`fault ${f.fault} (${f.moment}) showed no effect`);
   }
+  const assigned = input.jobs.filter((j) => j.assignedTo === scaleSetId).length;
+  if (input.runnersRegistered > assigned) failures.push(`${input.runnersRegistered} runner(s) registered through the scale set for ${assigned} assigned job(s): ${input.runnersRegistered - assigned} surplus`);
+  if (input.sessionConflicts > 0) failures.push(`${input.sessionConflicts} session create(s) of the scale set answered 409 (a session beside another)`);
+  if (input.unexpectedQueueRefusals > 0) failures.push(`${input.unexpectedQueueRefusals} message queue call(s) answered 401 outside an injected token expiry`);
   for (const l of input.leftovers) failures.push(`left behind: ${l}`);
+  if (input.afterDelete.leaseItems > 0) failures.push(`${input.afterDelete.leaseItems} lease item(s) of the scale set left in the job-record table after the Delete`);
   if (input.afterDelete.scaleSets > 0) failures.push(`${input.afterDelete.scaleSets} scale set(s) left at GitHub after the Delete`);
   if (input.afterDelete.sessions > 0) failures.push(`${input.afterDelete.sessions} session(s) left open after the Delete`);
   return {
     scaleSetId,
-    jobs: { sent: input.jobs.length, assigned: input.jobs.filter((j) => j.assignedTo === scaleSetId).length, done: input.jobs.filter((j) => j.done).length },
+    jobs: { sent: input.jobs.length, assigned, done: input.jobs.filter((j) => j.done).length },
     sessions: { opened: sessions.length, maxActive, maxConcurrentPolls: input.maxConcurrentPolls, ended },
     lease: { holdings: input.leases.length, holders: new Set(input.leases.map((l) => l.holder)).size, maxHolders },
     faults: input.faults,
     afterDelete: input.afterDelete,
+    runners: { registered: input.runnersRegistered, assigned },
     failures,
     passed: failures.length === 0,
   };
+}
+
+/**
+ * The message queue's 401s that no injected token expiry explains: an expiry injected before
+ * request `i` (its index in the request log) allows 401s until the next session refresh
+ * answered 200 (the holder's cure). Any other 401 means a poller used a token it should not have.
+ */
+export function queueRefusalsOutsideFaults(requests: readonly Pick<GitHubRequest, 'method' | 'path' | 'status'>[], expiredAt: readonly number[]): number {
+  let open = 0;
+  let outside = 0;
+  requests.forEach((r, i) => {
+    open += expiredAt.filter((at) => at === i).length;
+    if (r.status === 401 && /\/messages(\/\d+)?$/.test(r.path)) {
+      if (open === 0) outside++;
+    } else if (r.method === 'PATCH' && /\/sessions\/[^/]+$/.test(r.path) && r.status === 200) open = 0;
+  });
+  return outside;
+}
+
+type QueueRequest = Pick<GitHubRequest, 'method' | 'path' | 'status'>;
+type Delivery = { readonly scaleSetId: number; readonly messageId: number; readonly redelivery: boolean };
+const isAck = (r: QueueRequest) => r.method === 'DELETE' && /\/messages\/\d+$/.test(r.path);
+const ackedId = (r: QueueRequest) => Number(/\/messages\/(\d+)$/.exec(r.path)?.[1]);
+
+/**
+ * The effects of the faults on the message queue, read off the loopback's request log and
+ * delivery log since the injection (undefined: no effect seen, the proof fails).
+ */
+export const queueEffects = {
+  /** A 401 on the session's queue after the expiry, then a refresh of that session answered 200. */
+  tokenExpired(requests: readonly QueueRequest[], sessionId: string): string | undefined {
+    const refused = requests.findIndex((r) => r.status === 401 && r.path.includes(`/sessions/${sessionId}/messages`));
+    const refreshed = refused >= 0 && requests.slice(refused + 1).some((r) => r.method === 'PATCH' && r.path.endsWith(`/sessions/${sessionId}`) && r.status === 200);
+    return refreshed ? `session ${sessionId}: the queue answered 401, the session was refreshed (200)` : undefined;
+  },
+  /** The message whose acknowledgement answered 503 (before it applied) delivered again. */
+  redelivered(requests: readonly QueueRequest[], delivered: readonly Delivery[], scaleSetId: number): string | undefined {
+    const lost = requests.find((r) => isAck(r) && r.status === 503);
+    if (!lost) return undefined;
+    const id = ackedId(lost);
+    return delivered.some((d) => d.scaleSetId === scaleSetId && d.messageId === id && d.redelivery) ? `message ${id}: its acknowledgement was lost, it was delivered again` : undefined;
+  },
+  /** An acknowledgement applied whose answer was lost (503): the client's resend answered 204 (or 404, taken as done) and the message never came again. */
+  ackResent(requests: readonly QueueRequest[], delivered: readonly Delivery[], scaleSetId: number): string | undefined {
+    const acks = requests.filter(isAck);
+    const lost = acks.findIndex((r) => r.status === 503);
+    if (lost < 0) return undefined;
+    const id = ackedId(acks[lost]!);
+    const resend = acks.slice(lost + 1).find((r) => ackedId(r) === id);
+    const again = delivered.some((d) => d.scaleSetId === scaleSetId && d.messageId === id && d.redelivery);
+    if (!resend || (resend.status !== 204 && resend.status !== 404) || again) return undefined;
+    return `message ${id}: the acknowledgement was applied and its answer lost (503); the client's resend answered ${resend.status}, no redelivery`;
+  },
+};
+
+/** The first holding after `mine` by another holder: a poller took the lease again after a fault on it. */
+export function nextHolding<H extends Pick<LeaseHolding, 'holder' | 'acquiredAt'>>(holdings: readonly H[], mine: H): H | undefined {
+  return holdings.find((x) => x.acquiredAt > mine.acquiredAt && x.holder !== mine.holder);
 }
 
 /** Which path a GitHub request of the fleet belongs to (the runners' own calls: none). */
@@ -288,7 +385,7 @@ export function formatScaleSet(p: ScaleSetProof, f: ScaleSetFigures): string[] {
   const path = (name: string, x: PathFigures) =>
     `  ${name}: ${x.jobs} job(s) (warm ${x.warm}, cold ${x.cold}); job created to started ${x.toStartSeconds ? `p50 ${x.toStartSeconds.p50} s, max ${x.toStartSeconds.max} s` : 'n/a'}; ${x.requests} GitHub request(s), ${x.requestsPerJob} per job; ${x.registrationCalls} REST registration call(s)`;
   return [
-    `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s)`,
+    `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; ${p.runners.registered} runner(s) registered for ${p.runners.assigned} assigned job(s); after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s), ${p.afterDelete.leaseItems} lease item(s)`,
     ...p.faults.map((x) => `  fault ${x.fault} (${x.moment}): ${x.at === undefined ? 'NOT injected' : `at ${x.at} s, ${x.effect ?? 'no effect seen'}`}`),
     path('scale-set path', f.scaleSet),
     `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service (${Object.entries(f.scaleSet.actionsServiceByKind).map(([k, n]) => `${k} ${n}`).join(', ')}; per job: the long polls aside); ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,

@@ -10,7 +10,8 @@ import { createJobRecordTable, jobRecordTableName, liveLaunchTickets } from './j
 import { buildFaultProof } from './fault-report';
 import { LossyRun } from './lossy-run';
 import { clearFleetConfigCache } from '../lambdas/shared/fleet-config-source';
-import { DEFAULT_PREFIX, JOB_RETRY_DEFAULTS, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage, type RunnerReleaseSources } from '../lambdas/shared/contract';
+import { GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { DEFAULT_PREFIX, JOB_RECORD_ATTRIBUTES, JOB_RETRY_DEFAULTS, LAUNCH_TEMPLATE_VERSION_TAG, PROVIDERS, scaleSetLeaseKey, ssmPaths, tagKeys, WARM_STANDBY_VALUE, type FleetConfig, type Provider, type RunnerPackage, type RunnerReleaseSources } from '../lambdas/shared/contract';
 import { startMoto } from '../test/support/moto';
 import { slowdown } from '../test/support/slowdown';
 import { refuseStartOfOneInstance, type StartRefusal } from './aws-faults';
@@ -22,7 +23,7 @@ import { LOCAL_APT_IMAGE_ID, localRunnerUser } from './instances/launch-template
 import { machineAt } from './instances/machine';
 import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
-import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, type LambdaName, type LocalAwsClients } from './lambdas';
+import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, localDynamo, type LambdaName, type LocalAwsClients } from './lambdas';
 import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITHUB_ORGANIZATION, LOCAL_SECOND_GITLAB_GROUP, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
@@ -30,7 +31,7 @@ import type { LocalJobOptions } from './ci/server-basics';
 import { LOCAL_DOCKER_IMAGE, startLocalDockerDaemon, type LocalDockerDaemon } from './docker-daemon';
 import { buildDockerProof, DOCKER_JOBS, DOCKER_REPORTS_DIR, dockerInstallFigure, readDockerReports, type DockerDaemonState, type DockerProof } from './docker-run';
 import { buildScopesProof, rotationWave, type ScopesProof, type ScopeTarget, type SentScopedJob } from './scopes-run';
-import { buildScaleSetProof, FAULT_MOMENTS, LOCAL_SCALE_SET, planScaleSetFaults, scaleSetFigures, type FaultMoment } from './scale-set-run';
+import { buildScaleSetProof, FAULT_MOMENTS, LOCAL_SCALE_SET, planScaleSetFaults, queueRefusalsOutsideFaults, scaleSetFigures, type FaultMoment } from './scale-set-run';
 import { inject, injectedFaults, localScaleSetResource, type Injection } from './scale-set-faults';
 import { buildReuseProof, localReuseProps, readReuseReports, REUSE_GITHUB_REPOSITORIES, REUSE_GITLAB_PROJECTS, REUSE_WAVES, reuseJobScript, type ReuseWaveJob } from './reuse-run';
 import { startReleaseServer } from './release/server';
@@ -222,6 +223,8 @@ const LISTENER_MARGIN_MS = 3_000;
 const SCALE_SET_LONG_POLL_SECONDS = 2;
 /** The foreign-lease fault: another container's poller holds the lease this long. */
 const FOREIGN_LEASE_MS = 5_000;
+/** --scale-set: the scale-set job sent after the last fault (recovery shown, not assumed). */
+export const SCALE_SET_RECOVERY_JOBS = 1;
 
 const GITHUB_REPOSITORY = 'app';
 const GITLAB_PROJECT = { id: 4711, path: 'example-group/app' };
@@ -603,6 +606,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           scaleSetId: scaleSetId!,
           startedAt,
           foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
+          handOverMs: Math.ceil((LISTENER_INVOCATION_MS - LISTENER_MARGIN_MS) * factor),
+          dynamo: localDynamo(endpoint),
+          table: jobRecordTableName(prefix),
           until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,
           acks: { spent: Promise.resolve() },
         };
@@ -631,6 +637,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
             });
           }
         }
+        // Recovery: one more scale-set job once every fault was injected, required served like the rest.
+        await Promise.all(injections);
+        sendScaleSet();
       }
       let remaining = o.reuse || o.scaleSet ? { github: 0, gitlab: 0 } : { github: o.jobs, gitlab: o.jobs };
       // With no standby parked (the tampered download), waves would never go: every job at once.
@@ -758,6 +767,8 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     // Read while the scale set exists (the loopback forgets it with it).
     const peakPolls = scaleSetId !== undefined ? github.scaleSets.peakPolls(scaleSetId) : 0;
     if (scaleSetResource) await scaleSetResource.delete(fleet.config).catch((e: unknown) => (scaleSetDeleteError = (e as Error).message));
+    // The Delete removes the scale set's lease item from the job-record table too.
+    const leaseItemsAfterDelete = scaleSetId !== undefined ? await leaseItemsLeft(endpoint, jobRecordTableName(prefix), LOCAL_SCALE_SET.pool) : [];
 
     // 7. The report, from listing moto, the CI servers and this host's users (the player removed its machines' users).
     const world = {
@@ -778,7 +789,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     for (const d of startDeliveries) if (d.status !== 200) notes.push(`delivery "${d.what}" answered ${d.status}`);
     const unshipped = bootsThatDidNotShip(sandboxRoot);
     if (unshipped.length) notes.push(`boot log not (fully) shipped by ${unshipped.join(', ')}`);
-    const requested = o.reuse ? REUSE_WAVES * (REUSE_GITHUB_REPOSITORIES.length + REUSE_GITLAB_PROJECTS.length) : 2 * o.jobs + (faults.duplicate ? 2 : 0);
+    const requested = o.reuse ? REUSE_WAVES * (REUSE_GITHUB_REPOSITORIES.length + REUSE_GITLAB_PROJECTS.length) : 2 * o.jobs + (faults.duplicate ? 2 : 0) + (o.scaleSet ? SCALE_SET_RECOVERY_JOBS : 0);
     if (jobs.length < requested) notes.push(`only ${jobs.length} of ${requested} jobs were sent`);
     const served = buildReport({ config: fleet.config, jobs, events, world, startedAt, endedAt }).timeline.filter((j) => j.served && j.instanceId);
     const bootLogs = await checkBootLogs(clients, fleet.config.prefix, served.map((j) => j.instanceId!));
@@ -802,9 +813,9 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
     const launchTickets = { ...lambdas.tickets, live: await liveLaunchTickets(endpoint, jobRecordTableName(prefix), endedAt) };
     const scopes = o.scopes ? scopesProofOf(scoped, base, github, gitlab, exhausted) : undefined;
     if (scaleSetDeleteError) notes.push(`the scale-set resource's Delete failed: ${scaleSetDeleteError}`);
-    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injectedFaults(injected), endedAt, { from: requestsAtCreate, to: requestsAtDelete }, peakPolls) : undefined;
+    const scaleSet = scaleSetId !== undefined ? scaleSetReportOf(scaleSetId, jobs, base, github, events, lambdas, injected, endedAt, { from: requestsAtCreate, to: requestsAtDelete }, peakPolls, leaseItemsAfterDelete.length) : undefined;
     // --scale-set: the scale set and its session must be gone after the Delete: counted as leftovers too.
-    const afterDelete = scaleSetId !== undefined ? github.scaleSets.list().flatMap((x) => [`scale set ${x.id} ${x.name}`, ...(x.session ? [`session ${x.session.id} of scale set ${x.id}`] : [])]) : undefined;
+    const afterDelete = scaleSetId !== undefined ? [...github.scaleSets.list().flatMap((x) => [`scale set ${x.id} ${x.name}`, ...(x.session ? [`session ${x.session.id} of scale set ${x.id}`] : [])]), ...leaseItemsAfterDelete] : undefined;
     const counted = afterDelete ? { leftovers: base.leftovers + afterDelete.length, leftoverDetail: { ...base.leftoverDetail, scaleSets: afterDelete } } : {};
     const report: LocalReport = { ...base, ...counted, image: { kind: image, installs, downloads }, launchTickets, githubRequestsByApp: requestsByApp(github), ...(scopes ? { scopes } : {}), ...(scaleSet ? { scaleSet } : {}), ...(roll ? { roll } : {}), ...(failSafe ? { failSafe } : {}), ...(faultProof ? { faultProof } : {}), ...(reuse ? { reuse } : {}), ...(docker ? { docker } : {}) };
     return { report, events, deliveries, evictions, templateVersions, refusedStarts: refusal?.refused() ?? 0, fleet, world, logs, queueMessagesPerJob: lambdas.queueMessagesPerJob(), ...(roll ? { roll } : {}) };
@@ -821,7 +832,9 @@ function requestsByApp(github: LoopbackGitHub): Record<string, number> {
 }
 
 /** `--scale-set`: the proof from the loopback's and the recorder's records, and the two paths' figures. */
-function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, faults: ReturnType<typeof injectedFaults>, endedAt: number, run: { from: number; to: number }, peakPolls: number): NonNullable<LocalReport['scaleSet']> {
+function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], report: LocalReport, github: LoopbackGitHub, events: readonly LocalEvent[], lambdas: LocalLambdas, injected: readonly Injection[], endedAt: number, run: { from: number; to: number }, peakPolls: number, leaseItems: number): NonNullable<LocalReport['scaleSet']> {
+  const faults = injectedFaults(injected);
+  const all = github.requests();
   const hooks = github.scaleSets;
   const ci = new Map(github.jobs().map((j) => [String(j.id), j]));
   const done = events.filter((e) => e.kind === 'job-done' && e.provider === 'github' && e.runnerName);
@@ -842,7 +855,10 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
     leases: lambdas.leases?.holdings ?? [],
     faults,
     leftovers: [...left.instances.map((i) => `instance ${i.id} (${i.pool}, ${i.why})`), ...left.parameters.map((p) => `parameter ${p}`), ...left.registrations.map((r) => `registration ${r.name}`)],
-    afterDelete: { scaleSets: hooks.list().length, sessions: hooks.list().filter((s) => s.session).length },
+    afterDelete: { scaleSets: hooks.list().length, sessions: hooks.list().filter((s) => s.session).length, leaseItems },
+    runnersRegistered: hooks.runnersRegistered(scaleSetId),
+    sessionConflicts: all.filter((r) => r.method === 'POST' && new RegExp(`/runnerscalesets/${scaleSetId}/sessions$`).test(r.path) && r.status === 409).length,
+    unexpectedQueueRefusals: queueRefusalsOutsideFaults(all, injected.flatMap((i) => (i.tokenExpiredAt === undefined ? [] : [i.tokenExpiredAt]))),
     endedAt,
   });
   const served = new Map(report.timeline.map((t) => [t.ciJobId, t.served]));
@@ -859,9 +875,15 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
     }),
     github.requests().slice(run.from, run.to),
   );
-  const all = github.requests();
   const deploy = [...all.slice(0, run.from), ...all.slice(run.to)].filter((r) => r.credential === 'actions-service' || r.credential === 'installation' || r.credential === 'app');
   return { proof, figures, deployRequests: deploy.length };
+}
+
+/** The scale-set pool's lease item, if the job-record table still has it (one line for the leftovers). */
+async function leaseItemsLeft(endpoint: string, table: string, pool: string): Promise<string[]> {
+  const key = scaleSetLeaseKey(pool);
+  const out = await localDynamo(endpoint).send(new GetItemCommand({ TableName: table, Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: key } }, ConsistentRead: true }));
+  return out.Item ? [`lease item ${key}`] : [];
 }
 
 /** `--scopes`: each job's scope, pool and the scope of the runner that ran it (`org:example-partner`, `group_type:43`), and the Apps. */

@@ -101,6 +101,10 @@ export interface LoopbackScaleSets {
   dropNextAck(scaleSetId: number, when: 'before' | 'after', count?: number): void;
   /** The most GetMessage polls of the scale set in flight at once (any session): 1 when one poller at a time held it. */
   peakPolls(scaleSetId: number): number;
+  /** GetMessage polls of the scale set in flight now (0 for a scale set gone). */
+  polls(scaleSetId: number): number;
+  /** JIT configs generated for the scale set so far: the runners it registered (kept after its Delete). */
+  runnersRegistered(scaleSetId: number): number;
   /** Fault: another owner holds a session of the scale set (the next create is 409 until it expires or is deleted). */
   holdSession(scaleSetId: number, owner: string): void;
   /** Every session the service opened, in order: its owner, when it opened and when and how it ended. */
@@ -200,6 +204,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
   const assignment = new Map<number, number>();
   const delivered: { scaleSetId: number; messageId: number; redelivery: boolean }[] = [];
   const sessionLog: { scaleSetId: number; sessionId: string; owner: string; openedAt: number; endedAt?: number; ended?: LoopbackSessionRecord['ended'] }[] = [];
+  /** Scale set id -> JIT configs generated for it (outlives the scale set: the proof reads it after the Delete). */
+  const jitConfigs = new Map<number, number>();
   let nextScaleSetId = 1;
 
   const exception = (status: number, typeName: string, message: string): HttpAnswer => ({ status, body: { typeName, message } });
@@ -490,6 +496,7 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     if (body.workFolder !== undefined && typeof body.workFolder !== 'string') return exception(400, 'ArgumentException', 'workFolder must be a string');
     const registered = host.registerRunner(s.scope, body.name, s.labels, s.runnerGroupId, s.id);
     if (registered === 'exists') return exception(409, 'AgentExistsException', `a runner named ${body.name} already exists`);
+    jitConfigs.set(s.id, (jitConfigs.get(s.id) ?? 0) + 1);
     // The shape the fake runner decodes (github-server.ts LocalJitConfig).
     const config = { url: host.base(), runnerId: registered.id, name: body.name, secret: registered.secret };
     return { status: 200, body: { runner: { id: registered.id, name: body.name, runnerScaleSetId: s.id }, encodedJITConfig: Buffer.from(JSON.stringify(config)).toString('base64') } };
@@ -616,6 +623,8 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
         session.dropAck = { when, left: count };
       },
       peakPolls: (id) => live(id).peakPolls,
+      polls: (id) => scaleSets.get(id)?.polls ?? 0,
+      runnersRegistered: (id) => jitConfigs.get(id) ?? 0,
       holdSession(id, owner) {
         const s = live(id);
         if (s.session) throw new Error(`scale set ${id} already has a session`);

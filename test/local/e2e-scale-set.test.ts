@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { tagKeys } from '../../lambdas/shared/contract';
 import { LOCAL_SCALE_SET, planScaleSetFaults, SCALE_SET_SEEDS } from '../../local/scale-set-run';
-import { runScenario } from '../../local/scenario';
+import { runScenario, SCALE_SET_RECOVERY_JOBS } from '../../local/scenario';
 import { scaled } from '../support/slowdown';
 
 /**
@@ -13,7 +13,8 @@ import { scaled } from '../support/slowdown';
  * nothing left behind (instances, configs, registrations; the scale set and its session after
  * the Delete), and the webhook path's jobs served beside it.
  *
- * Each seed takes about 35 to 45 s on 2 loaded cores (all five: 174 to 203 s on 2026-12-06). The
+ * Each seed took 46 to 74 s on 2 cores shared with a CI run on 2026-12-06 (seed 1 twice 225 to
+ * 234 s, not explained yet; the deadline is 240 s, scaled). The
  * seeds of a run: two of the five, rotating with the UTC day (every seed runs within three
  * days); all five with `CWR_SCALE_SET_SEEDS=all`, or those listed (`CWR_SCALE_SET_SEEDS=2,4`).
  */
@@ -32,24 +33,26 @@ function seedsOfRun(asked: string | undefined): number[] {
 }
 
 const JOBS = 3;
+/** Scale-set jobs: the two waves' and the one after the last fault. */
+const SCALE_SET_JOBS = JOBS + SCALE_SET_RECOVERY_JOBS;
 
 describe('runner scale sets in the sandbox', () => {
   it.each(SEEDS)('seed %i: every job the scale set was assigned is served once under the listener\'s faults, one session and one lease holder at a time, nothing left after the Delete', { timeout: scaled(300_000) }, async (seed) => {
     const { report, logs, world, fleet } = await runScenario({ scaleSet: true, seed, jobs: JOBS, poolSize: 1, deadlineMs: scaled(240_000) });
     const why = JSON.stringify({ notes: report.notes, scaleSet: report.scaleSet, left: report.leftoverDetail, warnings: logs.filter((l) => /"level":"(warn|error)"/.test(l)).slice(-40) }).slice(0, 12_000);
-    expect(report, why).toMatchObject({ jobs: 2 * JOBS, served: 2 * JOBS, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
+    expect(report, why).toMatchObject({ jobs: JOBS + SCALE_SET_JOBS, served: JOBS + SCALE_SET_JOBS, unserved: 0, deadLettered: 0, leftovers: 0, settled: true });
     const { proof, figures } = report.scaleSet!;
     expect(proof.failures, why).toEqual([]);
-    expect(proof).toMatchObject({ passed: true, jobs: { sent: JOBS, assigned: JOBS, done: JOBS }, sessions: { maxActive: 1, maxConcurrentPolls: 1 }, lease: { maxHolders: 1 }, afterDelete: { scaleSets: 0, sessions: 0 } });
+    expect(proof).toMatchObject({ passed: true, jobs: { sent: SCALE_SET_JOBS, assigned: SCALE_SET_JOBS, done: SCALE_SET_JOBS }, runners: { registered: SCALE_SET_JOBS }, sessions: { maxActive: 1, maxConcurrentPolls: 1 }, lease: { maxHolders: 1 }, afterDelete: { scaleSets: 0, sessions: 0, leaseItems: 0 } });
     // Every fault the seed plans was injected and showed its effect.
     expect(proof.faults.map((f) => f.fault).sort()).toEqual(planScaleSetFaults(seed).map((f) => f.fault).sort());
     for (const f of proof.faults) expect(f.effect, `${f.fault}: ${why}`).toBeDefined();
     // Each path served its own jobs, the first of each on its pool's parked instance.
-    expect(figures.scaleSet).toMatchObject({ jobs: JOBS, runners: JOBS });
+    expect(figures.scaleSet).toMatchObject({ jobs: SCALE_SET_JOBS, runners: SCALE_SET_JOBS });
     expect(figures.webhook).toMatchObject({ jobs: JOBS, registrationCalls: JOBS });
     expect(figures.scaleSet.warm).toBeGreaterThanOrEqual(1);
     expect(figures.webhook.warm).toBeGreaterThanOrEqual(1);
-    expect(report.timeline.filter((j) => j.pool === LOCAL_SCALE_SET.pool && j.served)).toHaveLength(JOBS);
+    expect(report.timeline.filter((j) => j.pool === LOCAL_SCALE_SET.pool && j.served)).toHaveLength(SCALE_SET_JOBS);
     // The webhook pool's runners took none of the scale set's jobs, and the scale set's none of the webhook's.
     const poolOf = new Map(world.instances.map((i) => [i.id, i.tags[tagKeys(fleet.config.prefix).pool]]));
     for (const j of report.timeline) expect(poolOf.get(j.instanceId!), `${j.job} on ${j.instanceId}: ${why}`).toBe(j.pool);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildScaleSetProof, maxOverlap, planScaleSetFaults, requestPath, SCALE_SET_FAULTS, SCALE_SET_SEEDS, scaleSetFigures, type LeaseHolding } from '../../local/scale-set-run';
+import { buildScaleSetProof, FAULT_MOMENTS, maxOverlap, nextHolding, planScaleSetFaults, queueEffects, queueRefusalsOutsideFaults, requestPath, SCALE_SET_FAULTS, SCALE_SET_SEEDS, scaleSetFigures, type LeaseHolding } from '../../local/scale-set-run';
 import type { LoopbackSessionRecord } from '../../local/ci/scale-set-service';
 
 describe('--scale-set: the fault plan', () => {
@@ -14,6 +14,21 @@ describe('--scale-set: the fault plan', () => {
       expect(plan.length).toBeLessThanOrEqual(4);
       expect(planScaleSetFaults(seed)).toEqual(plan);
     }
+  });
+
+  it('never plans the queue token\'s expiry at the moment of a fault that hands the session over (no 401 would come), apart in time when it can', () => {
+    const handOvers = ['poller-killed', 'foreign-lease', 'lease-taken-over', 'session-expired'];
+    const half = (m: string) => Math.floor(FAULT_MOMENTS.indexOf(m as never) / 2);
+    for (let seed = 1; seed <= 50; seed++) {
+      const plan = planScaleSetFaults(seed);
+      const token = plan.find((f) => f.fault === 'queue-token-expired');
+      if (!token) continue;
+      const others = plan.filter((f) => handOvers.includes(f.fault));
+      expect(others.map((f) => f.moment), `seed ${seed}`).not.toContain(token.moment);
+      if (new Set(others.map((f) => half(f.moment))).size < 2) expect(others.map((f) => half(f.moment)), `seed ${seed}`).not.toContain(half(token.moment));
+    }
+    // Seed 5 plans both with the poller killed (once at the same moment).
+    expect(planScaleSetFaults(5).map((f) => f.fault)).toEqual(expect.arrayContaining(['poller-killed', 'queue-token-expired']));
   });
 });
 
@@ -31,11 +46,14 @@ describe('--scale-set: the proof', () => {
     jobsOfRunner: (name: string) => (name === 'r1' ? ['10'] : ['11']),
     sessions: [session(T, T + 5_000), session(T + 5_000)],
     maxConcurrentPolls: 1,
+    runnersRegistered: 2,
+    sessionConflicts: 0,
+    unexpectedQueueRefusals: 0,
     // A release, a hand-over at the same moment, a killed holder's expiry, a holder after it.
     leases: [lease('a', T, T + 9_000, T + 6_000), lease('b', T + 6_000, T + 15_000), lease('c', T + 15_001, T + 24_000, T + 20_000)],
     faults: [{ fault: 'poller-killed' as const, moment: 'after-wave-1' as const, at: 3, effect: 'b stopped dead' }],
     leftovers: [],
-    afterDelete: { scaleSets: 0, sessions: 0 },
+    afterDelete: { scaleSets: 0, sessions: 0, leaseItems: 0 },
     endedAt: T + 30_000,
   };
 
@@ -58,11 +76,63 @@ describe('--scale-set: the proof', () => {
     ['a fault never injected', { faults: [{ fault: 'session-expired', moment: 'before-wave-1' }] }, 'fault session-expired (before-wave-1) was never injected'],
     ['a fault without effect', { faults: [{ fault: 'message-redelivered', moment: 'after-wave-2', at: 9 }] }, 'fault message-redelivered (after-wave-2) showed no effect'],
     ['a leftover', { leftovers: ['registration cwr-i-1'] }, 'left behind: registration cwr-i-1'],
-    ['the scale set kept', { afterDelete: { scaleSets: 1, sessions: 1 } }, '1 scale set(s) left at GitHub after the Delete'],
+    ['the scale set kept', { afterDelete: { scaleSets: 1, sessions: 1, leaseItems: 0 } }, '1 scale set(s) left at GitHub after the Delete'],
+    // GitHub hands a job to one runner: a double demand shows as a runner more than the jobs assigned.
+    ['a surplus runner', { runnersRegistered: 3 }, '3 runner(s) registered through the scale set for 2 assigned job(s): 1 surplus'],
+    ['the lease item kept', { afterDelete: { scaleSets: 0, sessions: 0, leaseItems: 1 } }, '1 lease item(s) of the scale set left in the job-record table after the Delete'],
+    ['a session conflict', { sessionConflicts: 1 }, '1 session create(s) of the scale set answered 409 (a session beside another)'],
+    ['a 401 not injected', { unexpectedQueueRefusals: 2 }, '2 message queue call(s) answered 401 outside an injected token expiry'],
   ])('fails with %s', (_, change, failure) => {
     const p = buildScaleSetProof({ ...good, ...change });
     expect(p.passed).toBe(false);
     expect(p.failures).toContain(failure);
+  });
+
+  it('a 401 on the queue is injected only between a token expiry and the refresh after it', () => {
+    const poll = (status: number) => ({ method: 'GET', path: '/_actions/x/_apis/runtime/runnerscalesets/1/sessions/s1/messages', status });
+    const refresh = (status: number) => ({ method: 'PATCH', path: '/_actions/x/_apis/runtime/runnerscalesets/1/sessions/s1', status });
+    expect(queueRefusalsOutsideFaults([poll(200), poll(401)], [])).toBe(1);
+    expect(queueRefusalsOutsideFaults([poll(200), poll(401), refresh(200), poll(200)], [1])).toBe(0);
+    expect(queueRefusalsOutsideFaults([poll(401), refresh(200), poll(401)], [0])).toBe(1);
+    expect(queueRefusalsOutsideFaults([poll(401), refresh(401), poll(401)], [0])).toBe(0);
+  });
+
+  describe('the faults\' effects', () => {
+    const q = (method: string, rest: string, status: number) => ({ method, path: `/_actions/x/_apis/runtime/runnerscalesets/1/sessions/${rest}`, status });
+    it.each<[string, Parameters<typeof queueEffects.tokenExpired>[0], boolean]>([
+      ['a 401 then a refresh of that session', [q('GET', 's1/messages', 401), q('PATCH', 's1', 200), q('GET', 's1/messages', 202)], true],
+      // Every hand-over refreshes: a refresh alone is no effect of the expiry.
+      ['a refresh with no 401', [q('PATCH', 's1', 200), q('GET', 's1/messages', 202)], false],
+      ['a 401 of another session', [q('GET', 's0/messages', 401), q('PATCH', 's1', 200)], false],
+      ['a refresh before the 401 only', [q('PATCH', 's1', 200), q('GET', 's1/messages', 401)], false],
+    ])('queue-token-expired: %s', (_, requests, seen) => {
+      expect(queueEffects.tokenExpired(requests, 's1') !== undefined).toBe(seen);
+    });
+
+    it.each<[string, Parameters<typeof queueEffects.redelivered>[0], Parameters<typeof queueEffects.redelivered>[1], boolean]>([
+      ['the message whose ack answered 503 delivered again', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/7', 503)], [{ scaleSetId: 1, messageId: 7, redelivery: true }], true],
+      ['another message delivered again', [q('DELETE', 's1/messages/7', 503)], [{ scaleSetId: 1, messageId: 6, redelivery: true }], false],
+      ['no lost acknowledgement', [q('DELETE', 's1/messages/7', 204)], [{ scaleSetId: 1, messageId: 7, redelivery: true }], false],
+    ])('message-redelivered: %s', (_, requests, delivered, seen) => {
+      expect(queueEffects.redelivered(requests, delivered, 1) !== undefined).toBe(seen);
+    });
+
+    it.each<[string, Parameters<typeof queueEffects.ackResent>[0], Parameters<typeof queueEffects.ackResent>[1], boolean]>([
+      ['the resend answered 204, no redelivery', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/7', 204)], [], true],
+      ['the resend answered 404 (taken as done)', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/7', 404)], [], true],
+      ['no resend', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/8', 204)], [], false],
+      ['the resend failed', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/7', 500)], [], false],
+      ['the message delivered again', [q('DELETE', 's1/messages/7', 503), q('DELETE', 's1/messages/7', 204)], [{ scaleSetId: 1, messageId: 7, redelivery: true }], false],
+    ])('ack-lost-after-applied: %s', (_, requests, delivered, seen) => {
+      expect(queueEffects.ackResent(requests, delivered, 1) !== undefined).toBe(seen);
+    });
+
+    it('poller-killed, foreign-lease: recovery is another holder taking the lease after it', () => {
+      const mine = lease('k', T, T + 9_000);
+      expect(nextHolding([lease('a', T - 5_000, T), mine], mine)).toBeUndefined();
+      expect(nextHolding([mine, lease('k', T + 10_000, T + 19_000)], mine)).toBeUndefined();
+      expect(nextHolding([mine, lease('b', T + 9_500, T + 19_000)], mine)?.holder).toBe('b');
+    });
   });
 
   it('maxOverlap: an end and a start at the same moment do not overlap', () => {

@@ -15,10 +15,12 @@ import { scaled } from '../support/slowdown';
 
 /**
  * The lease under concurrent pollers with the real parts: the DynamoDB lease against moto and
- * the real scale-set client against the loopback GitHub's scale-set service, which counts the
- * GetMessage polls of a scale set in flight at once (`peakPolls`). Several pollers start at
- * once each round (as overlapping scheduled invocations would); the loopback must never see
- * two of them polling.
+ * the real scale-set client against the loopback GitHub's scale-set service. One session per
+ * scale set is the loopback's own enforcement (a second create is 409, a stale queue token
+ * 401), so a low poll count alone (`peakPolls`, the GetMessage polls in flight at once) does
+ * not show one poller. What shows the lease at work: several pollers start at once each round
+ * (as overlapping scheduled invocations would), exactly one polls and the rest find it held,
+ * and none of them ever meets the loopback's refusals (no 409 on a session create, no 401).
  */
 
 const TABLE = 'job-records';
