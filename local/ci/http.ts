@@ -12,6 +12,8 @@ export interface HttpRequest {
   readonly query: URLSearchParams;
   readonly headers: IncomingHttpHeaders;
   readonly body: string;
+  /** Aborted when the client closes the connection before the answer is written (an abandoned long poll). */
+  readonly closed?: AbortSignal;
 }
 
 export interface HttpAnswer {
@@ -77,6 +79,10 @@ const MAX_BODY_BYTES = 1 << 20;
  */
 export async function startJsonServer(route: (req: HttpRequest) => HttpAnswer | Promise<HttpAnswer>): Promise<JsonServer> {
   const server: Server = createServer((req, res) => {
+    const closed = new AbortController();
+    res.on('close', () => {
+      if (!res.writableEnded) closed.abort();
+    });
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {
@@ -90,7 +96,7 @@ export async function startJsonServer(route: (req: HttpRequest) => HttpAnswer | 
       } else {
         const url = new URL(req.url ?? '/', 'http://127.0.0.1');
         try {
-          answer = await route({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+          answer = await route({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), closed: closed.signal });
         } catch (e) {
           answer = { status: 500, body: { message: `loopback server error: ${(e as Error).message}` } };
         }

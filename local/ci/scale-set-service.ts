@@ -540,9 +540,13 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     session.polling++;
     s.polls++;
     return new Promise<HttpAnswer>((resolve) => {
+      let ended = false;
       const done = () => {
+        if (ended) return;
+        ended = true;
         clearTimeout(timer);
         session.wake.delete(wake);
+        req.closed?.removeEventListener('abort', done);
         session.polling--;
         s.polls--;
         session.lastPoll = host.now();
@@ -551,6 +555,9 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
       const wake = () => setImmediate(done);
       const timer = setTimeout(done, longPollMs);
       session.wake.add(wake);
+      // A client that gave up (its poll window ended) polls no longer: the poll ends with it
+      // rather than being counted beside the next holder's. Its answer is never read.
+      req.closed?.addEventListener('abort', done);
     });
   }
 

@@ -240,6 +240,33 @@ describe('scale-set client against the loopback GitHub', () => {
     expect(await poll).toBeUndefined();
   });
 
+  it('a poll its client abandoned ends at the service: the next poll is the only one in flight', async () => {
+    // A hold far longer than the wait below, so only the closed connection can end the first poll.
+    await gh.close();
+    gh = await startLoopbackGitHub({ organization: ORG, now: () => Date.now() + skew, scaleSet: { longPollSeconds: 120 } });
+    config = fleet();
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    const eventually = async (what: () => boolean) => {
+      for (let i = 0; i < 600 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(what()).toBe(true);
+    };
+    const first = new AbortController();
+    const poll = client.getMessage(session, 0, 3, first.signal);
+    await eventually(() => gh.scaleSets.polls(id) === 1);
+    first.abort();
+    expect(await poll).toBeUndefined();
+    await eventually(() => gh.scaleSets.polls(id) === 0);
+    const second = new AbortController();
+    const next = client.getMessage(session, 0, 3, second.signal);
+    await eventually(() => gh.scaleSets.polls(id) === 1);
+    expect(gh.scaleSets.peakPolls(id)).toBe(1);
+    second.abort();
+    await next;
+  });
+
   it('a job for the scale set wakes the poll; an unacknowledged message is delivered again; an acknowledged one is not', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
