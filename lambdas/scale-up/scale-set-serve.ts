@@ -15,11 +15,11 @@ import {
   type ScaleSetStartedRunner,
 } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
-import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import { scaleSetRunnerId } from '../ci/scale-set-runners';
 import { activateWarm, Candidates, type Carried, type WarmOptions } from './activate';
-import { dropCarried, launchCold, launchRefused, launchUnknown } from './cold';
-import { coldGates, ticketCold } from './cold-gate';
+import { dropCarried, launchCold } from './cold';
+import { coldGates, settleTicket, ticketCold } from './cold-gate';
 import type { JobInFlight, StepContext } from './context';
 import { gateCold, orderCandidates, parkedByBucket } from './decide';
 import { scaleSetObserved, scaleSetShortfall } from './scale-set-demand';
@@ -137,25 +137,6 @@ async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly
     }
   });
   return started;
-}
-
-/**
- * A failed cold launch's ticket, as the queue path settles it (handler.ts `settleTicket`):
- * given back when EC2 refused the launch, kept while the launch may have happened (its
- * instance, if it lands, is observed by the next demand), spent when it happened.
- */
-async function settleTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
-  if (launchRefused(error)) {
-    const r = await tickets.release(ticket);
-    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
-    return;
-  }
-  if (launchUnknown(error)) {
-    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
-    return;
-  }
-  const r = await tickets.spend(ticket);
-  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
 }
 
 /** One unit of the shortfall as the warm and cold paths take a job: the demand's reading and a slot of it. */
