@@ -102,15 +102,17 @@ export async function ticketCold(
  * launches on it again.
  */
 export async function settleTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
-  if (launchRefused(error)) {
-    const r = await tickets.release(ticket);
-    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
-    return;
-  }
+  if (launchRefused(error)) return releaseTicket(tickets, j, ticket);
   if (launchUnknown(error)) {
     j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
     return;
   }
   const r = await tickets.spend(ticket);
   j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
+}
+
+/** A ticket whose launch did not happen, given back; one whose release fails frees at its expiry. */
+export async function releaseTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket): Promise<void> {
+  const r = await tickets.release(ticket);
+  if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
 }
