@@ -51,10 +51,7 @@ export function localScaleSetResource(endpoint: string, fleetConfigParameter: st
     dynamodb: localDynamo(endpoint),
     tableName: jobRecordTable,
     loadConfig: () => loadFleetConfig(clients.ssm, { [LAMBDA_ENV.fleetConfigParameter]: fleetConfigParameter }),
-    scaleSetApiFor: (config, scope) => {
-      const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
-      return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github: installationCallerOf(providers(config).github) });
-    },
+    scaleSetApiFor: (config, scope) => scaleSetApiAt(config, scope, { github: installationCallerOf(providers(config).github) }),
     sink,
   });
   const event = (config: FleetConfig, type: 'Create' | 'Delete') =>

@@ -8,6 +8,7 @@
  */
 import type { GitHubRequest } from './ci/github-server';
 import type { LoopbackSessionRecord } from './ci/scale-set-service';
+import { seededRandom } from './fault-plan';
 
 /** The scale set of the sandbox's scale-set pool: what its jobs put in `runs-on`. */
 export const LOCAL_SCALE_SET = { pool: 'linux-x64-scale-set', name: 'cwr-linux-x64' } as const;
@@ -63,7 +64,7 @@ const HAND_OVER_FAULTS: readonly ScaleSetFault[] = ['poller-killed', 'foreign-le
 const PLANNED_FAULTS: readonly ScaleSetFault[] = SCALE_SET_FAULTS.filter((f) => f !== 'lease-taken-over');
 
 export function planScaleSetFaults(seed: number): PlannedScaleSetFault[] {
-  const random = mulberry32(seed);
+  const random = seededRandom(seed);
   const plan = PLANNED_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
     fault,
     moment: FAULT_MOMENTS[Math.floor(random() * FAULT_MOMENTS.length)]!,
@@ -79,17 +80,6 @@ export function planScaleSetFaults(seed: number): PlannedScaleSetFault[] {
     const moment = order.find((m) => !handOvers.some((h) => half(h) === half(m))) ?? order.find((m) => !handOvers.includes(m)) ?? p.moment;
     return { ...p, moment };
   });
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }
 
 /** One holding of a lease, as the sandbox's recorder saw the table's writes (epoch ms). */

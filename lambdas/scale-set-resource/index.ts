@@ -16,8 +16,7 @@ const providers = providersOnce((config) => createCiProviders(config, { ssm: cli
 // The scale-set client of a scope, its registration tokens minted by the fleet's GitHub Apps.
 const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
   const github = installationCallerOf(providers(config).github);
-  const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
-  return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github });
+  return scaleSetApiAt(config, scope, { github });
 };
 
 /** The scale-set resource's onEvent, for the CDK provider framework. */

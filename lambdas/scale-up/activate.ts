@@ -17,7 +17,9 @@ export type FallbackReason =
   | 'start-lost'
   | 'start-failed'
   /** Something threw in the job's lane (a bug, or an answer no step expected): rolled back. */
-  | 'activation-error';
+  | 'activation-error'
+  /** The invocation's time ran low before the lane's next claim (`activateWarm`'s `outOfTime`): nothing of it is on an instance. */
+  | 'out-of-time';
 
 export type WarmOutcome =
   /** `hit`: the instance parked with the job's affinity (a reuse hit); false for a fresh one. */
@@ -100,12 +102,19 @@ export async function activateWarm(
   options: WarmOptions = WARM_DEFAULTS,
   /** The `uses` tag of a parked instance as last observed (decide.ts `usesOf`): the config of a reusable pool's job carries it. */
   usesOf: (instanceId: string) => number = () => 0,
+  /**
+   * Whether too little of the invocation is left for another claim and its rollback: a lane
+   * asks before each claim (its registration first) and, when it is, ends `out-of-time` (with the registration a refused
+   * claim left it, if any) instead of claiming. The scale-set demand path's time budget.
+   */
+  outOfTime: () => boolean = () => false,
 ): Promise<Map<string, WarmOutcome>> {
   const b: WarmBatch = {
     ctx,
     candidates,
     options,
     usesOf,
+    outOfTime,
     outcomes: new Map(),
     carried: new Map(),
     tagged: [],
@@ -123,6 +132,7 @@ interface WarmBatch {
   readonly candidates: Candidates;
   readonly options: WarmOptions;
   readonly usesOf: (instanceId: string) => number;
+  readonly outOfTime: () => boolean;
   readonly outcomes: Map<string, WarmOutcome>;
   /** Registrations kept from refused claims, per job: the next candidate's, or the cold launch's. */
   readonly carried: Map<string, Carried>;
@@ -181,6 +191,11 @@ async function lane(b: WarmBatch, j: JobInFlight, track: (a: Attempt | undefined
   for (let tries = 0; ; tries++) {
     const next = await pick(b, bucketsFor(j.pool.name, j.affinity), tries);
     if (next === undefined) return;
+    // Asked after the pick's wait for the write token: that wait can be long under contention.
+    if (b.outOfTime()) {
+      fallback(b, j, 'out-of-time');
+      return;
+    }
     const a: Attempt = { j, instanceId: next.instanceId, claimed: false, ...reuseOf(b, j, next) };
     track(a);
     if (!(await register(b, a))) {

@@ -2,7 +2,8 @@ import { errorName } from '../shared/aws-call';
 import { describeFleet, type ObservedInstance } from '../shared/instances';
 import { readPrimeStreak } from '../shared/prime-state';
 import type { ColdGate } from '../pool/backoff';
-import { messageTicketOwner, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { keptTicketFields, messageTicketOwner, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { launchRefused, launchUnknown } from './cold';
 import type { JobInFlight, StepContext } from './context';
 import { poolColdGate } from './decide';
 
@@ -88,4 +89,30 @@ export async function ticketCold(
     }),
   );
   return { granted, refused };
+}
+
+/**
+ * A failed cold launch's ticket, on the queue path and the scale-set demand path alike: given
+ * back when nothing launched (`launchRefused`: EC2 refused a first send, nothing lost before
+ * it); kept under its owner while the launch may have happened (every send lost its answer, or
+ * a resend was refused or answered empty after a lost answer: the lost send may still land), so
+ * a queue message's redelivery takes it again and a later demand, observing the instance if it
+ * lands, launches none beside it; spent when the launch did happen (a failure after it: its
+ * instance was terminated), kept until its expiry under a fresh owner, so no redelivery
+ * launches on it again.
+ */
+export async function settleTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
+  if (launchRefused(error)) return releaseTicket(tickets, j, ticket);
+  if (launchUnknown(error)) {
+    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
+    return;
+  }
+  const r = await tickets.spend(ticket);
+  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
+}
+
+/** A ticket whose launch did not happen, given back; one whose release fails frees at its expiry. */
+export async function releaseTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket): Promise<void> {
+  const r = await tickets.release(ticket);
+  if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
 }

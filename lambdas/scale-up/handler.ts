@@ -26,7 +26,7 @@ import { LedgerWriter } from '../shared/ledger';
 import { createLogger, Metrics, type Sink } from '../shared/log';
 import { activateWarm, Candidates, WARM_DEFAULTS, type Carried, type WarmOptions } from './activate';
 import { batchResponse, ciFailed, deadLetter, fail, failUnsettled, groupOf, releaseRecord, settle, stillQueued, waitCopy, type Batch, type BatchItem, type Setup } from './batch';
-import { dropCarried, launchCold, launchRefused, launchUnknown, lookUpEarlier, type ColdFleet } from './cold';
+import { dropCarried, launchCold, launchUnknown, lookUpEarlier, type ColdFleet } from './cold';
 import { launchAttemptOf, type LaunchAttempt } from './cold-tokens';
 import { countLostDeliveries, stampDeferredIntake } from './intake';
 import { admitByRecord, type JobRecords } from './job-record';
@@ -36,7 +36,7 @@ import { candidatePools } from '../shared/candidate-pools';
 import { matchPool } from '../shared/match-pool';
 import { capacityBackoffSeconds, hideUntil, holdNotBefore, sendRetryCheck, waitStateOf } from './queue';
 import { checkServed, type RetryCheckContext } from './retry-check';
-import { coldGates, ticketCold } from './cold-gate';
+import { coldGates, settleTicket, ticketCold } from './cold-gate';
 import { keptTicketFields, messageTicketOwner, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import type { ColdGate } from '../pool/backoff';
 
@@ -537,7 +537,7 @@ async function launch(
     } catch (error) {
       j.log.error('cold launch failed; the message will be retried', { error: (error as Error).message });
       const ticket = tickets?.granted.get(j.key);
-      if (ticket) await settleTicket(b, j, ticket, error);
+      if (ticket) await settleTicket(b.deps.launchTickets!, j, ticket, error);
       else if (e?.kind === 'found') await spendTakenOver(b, step, j, instances);
       // Only the first receive: a sustained outage whose answers are all lost would otherwise
       // spend the message's receives 30 s apart and dead-letter the job within minutes.
@@ -569,29 +569,6 @@ async function lookUpTakeOvers(step: StepContext, cold: readonly JobInFlight[], 
     }
   });
   return found;
-}
-
-/**
- * A failed cold launch's ticket: given back when nothing launched (`launchRefused`: EC2
- * refused a first send, nothing lost before it); kept under the message's owner while the
- * launch may have happened (every send lost its answer, or a resend was refused or answered
- * empty after a lost answer: the lost send may still land), so the redelivery takes it again;
- * spent when the launch did happen (a failure after it: its instance was terminated), kept
- * until its expiry under a fresh owner, so the redelivery cannot launch on it again.
- */
-async function settleTicket(b: Batch, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
-  const tickets = b.deps.launchTickets!;
-  if (launchRefused(error)) {
-    const r = await tickets.release(ticket);
-    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
-    return;
-  }
-  if (launchUnknown(error)) {
-    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
-    return;
-  }
-  const r = await tickets.spend(ticket);
-  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
 }
 
 /**

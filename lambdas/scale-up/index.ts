@@ -2,7 +2,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createCiProviders } from '../ci';
 import { AwsCaller } from '../shared/aws-call';
 import { PRODUCTION_CLIENT_OPTIONS, productionClients, providersOnce, requiredEnv } from '../shared/clients';
-import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { isScaleSetDemand, JOB_RETRY_DEFAULTS, LAMBDA_ENV, type JobRetryOptions, type ScaleSetDemand, type ScaleSetDemandResult } from '../shared/contract';
 import { loadFleetConfig } from '../shared/fleet-config-source';
 import { Pacer } from '../shared/pacing';
@@ -44,6 +44,7 @@ const demand = createScaleSetDemandHandler({ ...deps, scaleSetApi: productionSca
  * The scale-up Lambda: SQS event source of the jobs queue (ReportBatchItemFailures on), and
  * the scale-set listener's synchronous invocation with a `ScaleSetDemand`.
  */
-export async function handler(event: SQSEvent | ScaleSetDemand): Promise<SQSBatchResponse | ScaleSetDemandResult> {
-  return isScaleSetDemand(event) ? demand(event) : queue(event);
+export async function handler(event: SQSEvent | ScaleSetDemand, context?: Context): Promise<SQSBatchResponse | ScaleSetDemandResult> {
+  // The demand path stops starting slots when the invocation's time runs low (scale-set-serve.ts `scaleSetSlotReserveMs`).
+  return isScaleSetDemand(event) ? demand(event, context) : queue(event);
 }

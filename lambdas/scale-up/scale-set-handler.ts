@@ -3,7 +3,7 @@ import { instanceArnOf, ssmPaths, tagKeys, type FleetConfig, type PoolConfig, ty
 import { createLogger, Metrics } from '../shared/log';
 import type { StepContext } from './context';
 import { SCALE_UP_DEFAULTS, type ScaleUpDeps } from './handler';
-import { SCALE_SET_SLOTS_PER_DEMAND, serveScaleSetDemand } from './scale-set-serve';
+import { SCALE_SET_SLOTS_PER_DEMAND, scaleSetSlotReserveMs, serveScaleSetDemand } from './scale-set-serve';
 
 export interface ScaleSetDemandDeps extends ScaleUpDeps {
   /** The scale-set client of a pool's scope (lambdas/scale-set-listener/api.ts `ScaleSetApiFactory`). */
@@ -12,17 +12,25 @@ export interface ScaleSetDemandDeps extends ScaleUpDeps {
   readonly slotsPerDemand?: number;
 }
 
+/** The Lambda context fields the demand path reads (as the listener's and the reconciler's do). */
+export interface DemandContext {
+  getRemainingTimeInMillis?(): number;
+}
+
 /**
  * Scale-up's handler for the listener's synchronous invocation (`ScaleSetDemand`): the same
  * clients, options and steps as the queue's handler (handler.ts), without a queue message.
  * Throws when the demand cannot be served at all (an unknown pool, the observation failed):
- * the listener then leaves its message unacknowledged and asks again.
+ * the listener then leaves its message unacknowledged and asks again. With a Lambda context,
+ * no slot starts once less than `scaleSetSlotReserveMs` is left of the invocation.
  */
-export function createScaleSetDemandHandler(deps: ScaleSetDemandDeps): (demand: ScaleSetDemand) => Promise<ScaleSetDemandResult> {
+export function createScaleSetDemandHandler(deps: ScaleSetDemandDeps): (demand: ScaleSetDemand, context?: DemandContext) => Promise<ScaleSetDemandResult> {
   const options = { ...SCALE_UP_DEFAULTS, ...deps.options };
   const instanceArn = instanceArnOf(deps.instanceArnPrefix);
   const now = deps.now ?? (() => new Date());
-  return async (demand) => {
+  const reserveMs = scaleSetSlotReserveMs(options.ciTimeoutMs);
+  return async (demand, context) => {
+    const remaining = context?.getRemainingTimeInMillis?.bind(context);
     const id = randomUUID();
     const log = createLogger({ fn: 'scale-up', invocation: id, demand: 'scale-set' }, deps.sink);
     const config = await deps.loadConfig();
@@ -47,7 +55,16 @@ export function createScaleSetDemandHandler(deps: ScaleSetDemandDeps): (demand: 
       };
       const result = await serveScaleSetDemand(
         step,
-        { api: deps.scaleSetApi(config, pool), github, ...(deps.launchTickets ? { launchTickets: deps.launchTickets } : {}), warm: options.warm, coldConcurrency: options.coldConcurrency, salt: id, slots: deps.slotsPerDemand ?? SCALE_SET_SLOTS_PER_DEMAND },
+        {
+          api: deps.scaleSetApi(config, pool),
+          github,
+          ...(deps.launchTickets ? { launchTickets: deps.launchTickets } : {}),
+          warm: options.warm,
+          coldConcurrency: options.coldConcurrency,
+          salt: id,
+          slots: deps.slotsPerDemand ?? SCALE_SET_SLOTS_PER_DEMAND,
+          ...(remaining ? { outOfTime: () => remaining() < reserveMs } : {}),
+        },
         demand,
       );
       log.info('scale-set demand served', {

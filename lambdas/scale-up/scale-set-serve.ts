@@ -1,4 +1,4 @@
-import { mapLimit, withTimeout } from '../shared/aws-call';
+import { mapLimit, withTimeout, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import {
   JOB_MESSAGE_SCHEMA_VERSION,
   Provider,
@@ -15,11 +15,11 @@ import {
   type ScaleSetStartedRunner,
 } from '../shared/contract';
 import { describeFleet } from '../shared/instances';
-import { keptTicketFields, type LaunchTickets, type Ticket } from '../shared/launch-tickets';
+import { type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import { scaleSetRunnerId } from '../ci/scale-set-runners';
 import { activateWarm, Candidates, type Carried, type WarmOptions } from './activate';
-import { dropCarried, launchCold, launchRefused, launchUnknown } from './cold';
-import { coldGates, ticketCold } from './cold-gate';
+import { dropCarried, launchCold } from './cold';
+import { coldGates, releaseTicket, settleTicket, ticketCold } from './cold-gate';
 import type { JobInFlight, StepContext } from './context';
 import { gateCold, orderCandidates, parkedByBucket } from './decide';
 import { scaleSetObserved, scaleSetShortfall } from './scale-set-demand';
@@ -31,6 +31,27 @@ import { scaleSetObserved, scaleSetShortfall } from './scale-set-demand';
  * listener sends the next demand at once (poll.ts).
  */
 export const SCALE_SET_SLOTS_PER_DEMAND = 10;
+
+/** Bound on one JIT config the scale set generates (`scaleSetProvider`), as on a REST registration (`ciTimeoutMs`). */
+export const JIT_CONFIG_TIMEOUT_MS = 10_000;
+
+/**
+ * No slot starts with less than this left of scale-up's invocation (its timeout is
+ * `SCALE_UP_TIMEOUT_SECONDS`, 60 s), so a slot started completes or rolls back before the
+ * timeout cuts it off half-done: one slot at each step's one-attempt bound, then its rollback.
+ * A cold slot: the JIT config (`ciTimeoutMs`), CreateFleet (`WRITE_ONCE`), the config's
+ * PutParameter and the runner-id tag (`WRITE_IDEMPOTENT` each); its rollback: the runner
+ * deregistered (`ciTimeoutMs`), the instance terminated and the config deleted. 48 s with the
+ * defaults. A warm slot (JIT config, claim, tag, the batch's StartInstances; rollback: config,
+ * tags, runner) is within the same bound. Most slots start at once (every warm lane, the first
+ * `coldConcurrency` launches): what it stops is a later wave of cold launches, or a lane moving
+ * on after a lost claim, on an invocation already slow.
+ */
+export function scaleSetSlotReserveMs(ciTimeoutMs: number): number {
+  const slot = Math.max(ciTimeoutMs, JIT_CONFIG_TIMEOUT_MS) + WRITE_ONCE.timeoutMs + 2 * WRITE_IDEMPOTENT.timeoutMs;
+  const rollback = ciTimeoutMs + 2 * WRITE_IDEMPOTENT.timeoutMs;
+  return slot + rollback;
+}
 
 export interface ScaleSetServeDeps {
   /** The scale-set client of the pool's scope: the JIT configs. */
@@ -44,6 +65,11 @@ export interface ScaleSetServeDeps {
   readonly salt: string;
   /** The most units served in this demand (`SCALE_SET_SLOTS_PER_DEMAND`). */
   readonly slots: number;
+  /**
+   * Whether less than `scaleSetSlotReserveMs` is left of the invocation: no slot starts past
+   * it, and what is not started is answered `unserved` (absent: no budget, as in a test).
+   */
+  readonly outOfTime?: () => boolean;
 }
 
 /**
@@ -76,18 +102,23 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   const parked = orderCandidates(parkedByBucket(instances, step.keys), deps.salt);
   const warmCount = Math.min(shortfall, parked.get(pool.name)?.length ?? 0);
   const startedRunners: ScaleSetStartedRunner[] = [];
+  const outOfTime = deps.outOfTime ?? (() => false);
   const cold = jobs.slice(warmCount);
   const carried = new Map<string, Carried>();
   if (warmCount > 0) {
     const observe = async () => parkedByBucket(await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name, states: ['stopped'] }), step.keys);
     const candidates = new Candidates(parked, observedAt, observe, step.now, deps.warm.freshSnapshotMs);
-    const outcomes = await activateWarm(step, jobs.slice(0, warmCount), candidates, deps.warm);
+    const outcomes = await activateWarm(step, jobs.slice(0, warmCount), candidates, deps.warm, undefined, outOfTime);
     for (const j of jobs.slice(0, warmCount)) {
       const o = outcomes.get(j.key)!;
       if (o.kind === 'started') {
         startedRunners.push({ instanceId: o.instanceId, startedAt: step.now().toISOString() });
         j.log.info('warm activation started the instance', { instanceId: o.instanceId, runnerId: o.runnerId });
         step.metrics.add(step.config.metrics.names.activations, { Pool: pool.name });
+      } else if (o.reason === 'out-of-time') {
+        // No fallback: the cold launch is not started either (`launch`); the registration a refused claim left goes with it.
+        cold.push(j);
+        if (o.carried) carried.set(j.key, o.carried);
       } else {
         j.log.warn('warm activation fell back to a cold launch', { reason: o.reason });
         step.metrics.add(step.config.metrics.names.fallbacks, { Pool: pool.name, Reason: o.reason });
@@ -96,13 +127,29 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
       }
     }
   }
-  startedRunners.push(...(await launch(step, deps, cold, instances, carried)));
+  startedRunners.push(...(await launch(step, deps, cold, instances, carried, outOfTime)));
+  if (startedRunners.length < shortfall && outOfTime()) log.warn('too little time left for another slot: the rest goes to the next demand', { wanted, started: startedRunners.length });
   return { observed: observed.runners, started: startedRunners.length, unserved: wanted - startedRunners.length, startedRunners };
 }
 
-/** The cold launches the prime back-off and its tickets let through (the runners they started); the rest is left for the next demand. */
-async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly JobInFlight[], instances: Parameters<typeof coldGates>[2], carried: ReadonlyMap<string, Carried>): Promise<ScaleSetStartedRunner[]> {
+/**
+ * The cold launches the prime back-off, its tickets and the time left let through (the runners
+ * they started); the rest is left for the next demand. A launch not started for lack of time
+ * gives its ticket back and deletes the registration it carried: nothing of it is left.
+ */
+async function launch(
+  step: StepContext,
+  deps: ScaleSetServeDeps,
+  cold: readonly JobInFlight[],
+  instances: Parameters<typeof coldGates>[2],
+  carried: ReadonlyMap<string, Carried>,
+  outOfTime: () => boolean,
+): Promise<ScaleSetStartedRunner[]> {
   if (cold.length === 0) return [];
+  if (outOfTime()) {
+    await dropCarried(step, cold, carried, deps.coldConcurrency);
+    return [];
+  }
   let launching: JobInFlight[] = [];
   let granted = new Map<string, Ticket>();
   try {
@@ -122,6 +169,13 @@ async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly
   }
   const started: ScaleSetStartedRunner[] = [];
   await mapLimit(launching, deps.coldConcurrency, async (j) => {
+    if (outOfTime()) {
+      j.log.info('too little time left to start the cold launch: the next demand asks again');
+      const ticket = granted.get(j.key);
+      if (ticket && deps.launchTickets) await releaseTicket(deps.launchTickets, j, ticket);
+      await dropCarried(step, [j], carried, 1);
+      return;
+    }
     try {
       // One receive per demand: the launch token names the slot of this reading, so a CreateFleet
       // resent within the demand returns the same fleet.
@@ -137,25 +191,6 @@ async function launch(step: StepContext, deps: ScaleSetServeDeps, cold: readonly
     }
   });
   return started;
-}
-
-/**
- * A failed cold launch's ticket, as the queue path settles it (handler.ts `settleTicket`):
- * given back when EC2 refused the launch, kept while the launch may have happened (its
- * instance, if it lands, is observed by the next demand), spent when it happened.
- */
-async function settleTicket(tickets: LaunchTickets, j: JobInFlight, ticket: Ticket, error: unknown): Promise<void> {
-  if (launchRefused(error)) {
-    const r = await tickets.release(ticket);
-    if (!r.released) j.log.warn('releasing the launch ticket failed; it frees at its expiry', { ...keptTicketFields(j.pool.name, ticket), error: r.error });
-    return;
-  }
-  if (launchUnknown(error)) {
-    j.log.warn('the cold launch may have happened: its launch ticket is kept until its expiry', keptTicketFields(j.pool.name, ticket));
-    return;
-  }
-  const r = await tickets.spend(ticket);
-  j.log.warn('the cold launch happened before the failure: its launch ticket is spent until its expiry', { ...keptTicketFields(j.pool.name, ticket), ...(r.spent ? {} : { error: r.error }) });
 }
 
 /** One unit of the shortfall as the warm and cold paths take a job: the demand's reading and a slot of it. */
@@ -186,7 +221,7 @@ function slotJob(demand: ScaleSetDemand, pool: PoolConfig, provider: CiProvider,
  * listing and the rest go to the fleet's GitHub provider: the runner is a runner of the scale
  * set's organisation or repository, which the REST API deletes like any other.
  */
-export function scaleSetProvider(config: FleetConfig, pool: PoolConfig, api: ScaleSetApi, scaleSetId: number, github: CiProvider, now: () => Date, timeoutMs = 10_000): CiProvider {
+export function scaleSetProvider(config: FleetConfig, pool: PoolConfig, api: ScaleSetApi, scaleSetId: number, github: CiProvider, now: () => Date, timeoutMs = JIT_CONFIG_TIMEOUT_MS): CiProvider {
   const connection = config.github;
   if (!connection) throw new Error('the fleet has no GitHub connection');
   return {

@@ -462,9 +462,9 @@ describe('message parsing and configuration URLs', () => {
   });
 
   it('the configuration URL of a scope, from the REST API URL', () => {
-    const org = { kind: 'org', org: 'acme' } as const;
+    const org = { organization: 'acme' };
     expect(githubConfigUrl('https://api.github.com', org)).toBe('https://github.com/acme');
-    expect(githubConfigUrl('https://api.octo.ghe.com/', { kind: 'repo', owner: 'a', repo: 'b' })).toBe('https://octo.ghe.com/a/b');
+    expect(githubConfigUrl('https://api.octo.ghe.com/', { repository: 'a/b' })).toBe('https://octo.ghe.com/a/b');
     expect(githubConfigUrl('https://ghes.example.com/api/v3', org)).toBe('https://ghes.example.com/acme');
     expect(githubConfigUrl('http://127.0.0.1:4000', org)).toBe('http://127.0.0.1:4000/acme');
   });

@@ -81,8 +81,7 @@ const remove = (config: FleetConfig) => ({ ...base, RequestType: 'Delete', Physi
 /** As lambdas/scale-set-resource/index.ts builds it: the fleet's GitHub provider mints the registration tokens. */
 const scaleSetApiFor: ScaleSetApiFactory = (config, scope) => {
   const github = installationCallerOf(createCiProviders(config, { ssm: new SSMClient({ region: 'eu-west-1' }) }).github);
-  const [owner = '', repo = ''] = scope.repository?.split('/') ?? [];
-  return scaleSetApiAt(config, scope.organization !== undefined ? { kind: 'org', org: scope.organization } : { kind: 'repo', owner, repo }, { github, fetch: fetchFn, timeoutMs: 5_000 });
+  return scaleSetApiAt(config, scope, { github, fetch: fetchFn, timeoutMs: 5_000 });
 };
 
 function handler(apiFor: ScaleSetApiFactory = scaleSetApiFor) {

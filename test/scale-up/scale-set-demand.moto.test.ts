@@ -1,13 +1,18 @@
+import { ScanCommand } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
 import { describe, expect, it } from 'vitest';
+import { WARM_DEFAULTS } from '../../lambdas/scale-up/activate';
+import type { ScaleUpOptions } from '../../lambdas/scale-up/handler';
 import { createScaleSetDemandHandler } from '../../lambdas/scale-up/scale-set-handler';
+import { scaleSetSlotReserveMs } from '../../lambdas/scale-up/scale-set-serve';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
+import { DynamoLaunchTickets } from '../../lambdas/shared/launch-tickets';
 import { decodeRunnerConfig, instanceIdOfRunnerName, ssmPaths, Provider, type FleetConfig, type ScaleSetDemand } from '../../lambdas/shared/contract';
 import { FakeCi } from '../support/fake-ci';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { INSTANCE_ARN_PREFIX, KEYS, Lines, PREFIX } from '../support/fixtures';
-import { motoClients, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
+import { createJobRecordTable, motoClients, motoDynamo, motoFleet, parkInMoto, type MotoClients } from '../support/moto-fleet';
 import { motoForFile } from '../support/moto-per-file';
 import { scaled } from '../support/slowdown';
 
@@ -24,9 +29,11 @@ const { moto, c } = motoForFile(async (m) => {
   config = { ...base, pools: [{ ...base.pools[0]!, scaleSet: { name: 'linux-set', runnerGroup: 'Default' } }] };
 });
 
-function demandHandler(api: FakeScaleSet, ci: FakeCi, clients: MotoClients = c, lines = new Lines(), slotsPerDemand?: number) {
+function demandHandler(api: FakeScaleSet, ci: FakeCi, clients: MotoClients = c, lines = new Lines(), slotsPerDemand?: number, options?: Partial<ScaleUpOptions>, launchTickets?: DynamoLaunchTickets) {
   return createScaleSetDemandHandler({
     ...(slotsPerDemand === undefined ? {} : { slotsPerDemand }),
+    ...(options === undefined ? {} : { options }),
+    ...(launchTickets === undefined ? {} : { launchTickets }),
     ...clients,
     aws: new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) }),
     loadConfig: async () => config,
@@ -179,5 +186,61 @@ describe("scale-up's scale-set demand path, against moto", () => {
     // Without them, the lagging read would have started two more: the failure this guards against.
     const blind = await run(demand(2, 'trace-c'));
     expect(blind.started).toBe(2);
+  });
+
+  describe("the invocation's time budget: no slot starts with less than one slot's reserve left", () => {
+    const reserve = scaleSetSlotReserveMs(10_000);
+    // Scale-up's whole timeout until the first JIT config is generated (the first slot has started), then just under the reserve.
+    const runsLowAfterFirstSlot = (api: FakeScaleSet) => ({ getRemainingTimeInMillis: () => (api.jitNames.length === 0 ? 60_000 : reserve - 1) });
+
+    it('warm: the second lane claims nothing; its slot is answered unserved', async () => {
+      await parkInMoto(c, config, 2);
+      const api = new FakeScaleSet();
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
+      const lines = new Lines();
+      // One lane at a time, so the second slot starts after the first.
+      const run = demandHandler(api, ci, c, lines, undefined, { warm: { ...WARM_DEFAULTS, concurrency: 1 } });
+      const result = await run(demand(2, 'trace-a'), runsLowAfterFirstSlot(api));
+      expect(result).toMatchObject({ observed: 0, started: 1, unserved: 1 });
+      expect(await serving()).toHaveLength(1);
+      // Nothing half-done: one registration, one config, no cold launch for the slot not started.
+      expect(api.jitNames).toHaveLength(1);
+      expect(await parameters()).toHaveLength(1);
+      expect(lines.logs('too little time left for another slot: the rest goes to the next demand')).toHaveLength(1);
+      // The next demand, with time, serves the rest.
+      const next = await run({ ...demand(2, 'trace-b'), recentlyStarted: result.startedRunners! }, { getRemainingTimeInMillis: () => 60_000 });
+      expect(next).toMatchObject({ observed: 1, started: 1, unserved: 0 });
+    });
+
+    it('cold: the second launch is not started; its slot is answered unserved', async () => {
+      const api = new FakeScaleSet();
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
+      const run = demandHandler(api, ci, c, new Lines(), undefined, { coldConcurrency: 1 });
+      const result = await run(demand(2, 'trace-a'), runsLowAfterFirstSlot(api));
+      expect(result).toMatchObject({ observed: 0, started: 1, unserved: 1 });
+      expect(await serving()).toHaveLength(1);
+      expect(api.jitNames).toHaveLength(1);
+      expect(await parameters()).toHaveLength(1);
+    });
+
+    it("cold, ticketed (a template not proven yet): the launch not started gives its ticket back", async () => {
+      const dynamo = motoDynamo(moto.endpoint);
+      await createJobRecordTable(dynamo, 'job-records');
+      const tickets = new DynamoLaunchTickets(new AwsCaller({ sleep: async () => {}, timeoutMs: scaled(8_000) }), dynamo, 'job-records');
+      const api = new FakeScaleSet();
+      const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX), c, new Lines(), undefined, { coldConcurrency: 1 }, tickets);
+      const result = await run(demand(2, 'trace-a'), runsLowAfterFirstSlot(api));
+      expect(result).toMatchObject({ started: 1, unserved: 1 });
+      // One ticket for the one launch; the other slot's was released, so the next demand can launch on it.
+      const held = await dynamo.send(new ScanCommand({ TableName: 'job-records' }));
+      expect((held.Items ?? []).filter((i) => i.jobId?.S?.startsWith('launch-ticket|'))).toHaveLength(1);
+    });
+
+    it('without a Lambda context (a test, the local run) no budget applies', async () => {
+      await parkInMoto(c, config, 2);
+      const api = new FakeScaleSet();
+      const result = await demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX), c, new Lines(), undefined, { warm: { ...WARM_DEFAULTS, concurrency: 1 } })(demand(2, 'trace-a'));
+      expect(result).toMatchObject({ started: 2, unserved: 0 });
+    });
   });
 });

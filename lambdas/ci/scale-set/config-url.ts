@@ -1,22 +1,4 @@
-import { githubPoolScope, type GitHubConnectionConfig, type PoolConfig } from '../../shared/contract';
-
-/** Where a pool's scale set lives: an organisation, or one repository. */
-export type ScaleSetScope = { readonly kind: 'org'; readonly org: string } | { readonly kind: 'repo'; readonly owner: string; readonly repo: string };
-
-/**
- * The pool's scale-set scope. Scale sets are registered at an organisation or a repository
- * (the client also knows enterprises; this fleet's pools do not use them), so a pool of
- * several repositories or of an enterprise cannot be one.
- */
-export function scaleSetScope(github: GitHubConnectionConfig, pool: PoolConfig): ScaleSetScope {
-  const scope = githubPoolScope(github, pool);
-  if (scope.enterprise !== undefined) throw new Error(`pool "${pool.name}": a scale set cannot be registered at an enterprise; name an organisation or one repository`);
-  if (scope.organization !== undefined) return { kind: 'org', org: scope.organization };
-  const [only, ...more] = scope.repositories;
-  if (only === undefined || more.length > 0) throw new Error(`pool "${pool.name}": a scale set is registered at an organisation or at ONE repository (the pool names ${scope.repositories.length})`);
-  const [owner, repo] = only.split('/') as [string, string];
-  return { kind: 'repo', owner, repo };
-}
+import type { ScaleSetScope } from '../../shared/contract';
 
 /**
  * The configuration URL the registration exchange names (`githubConfigUrl` in the client):
@@ -32,12 +14,12 @@ export function githubConfigUrl(apiUrl: string, scope: ScaleSetScope): string {
   else if (/^api\.[^.]+\.ghe\.com$/i.test(u.hostname)) web = `${u.protocol}//${u.host.slice('api.'.length)}`;
   else if (/\/api\/v3$/.test(u.pathname)) web = `${u.origin}${u.pathname.slice(0, -'/api/v3'.length)}`;
   else web = `${u.origin}${u.pathname === '/' ? '' : u.pathname}`;
-  return scope.kind === 'org' ? `${web}/${scope.org}` : `${web}/${scope.owner}/${scope.repo}`;
+  return `${web}/${scope.organization ?? scope.repository!}`;
 }
 
 /** The REST route that mints a registration token for the scope (the first step of the exchange). */
 export function registrationTokenRoute(scope: ScaleSetScope): { route: string; params: Record<string, string>; target: string } {
-  return scope.kind === 'org'
-    ? { route: 'POST /orgs/{org}/actions/runners/registration-token', params: { org: scope.org }, target: scope.org }
-    : { route: 'POST /repos/{owner}/{repo}/actions/runners/registration-token', params: { owner: scope.owner, repo: scope.repo }, target: `${scope.owner}/${scope.repo}` };
+  if (scope.organization !== undefined) return { route: 'POST /orgs/{org}/actions/runners/registration-token', params: { org: scope.organization }, target: scope.organization };
+  const [owner = '', repo = ''] = scope.repository!.split('/');
+  return { route: 'POST /repos/{owner}/{repo}/actions/runners/registration-token', params: { owner, repo }, target: scope.repository! };
 }

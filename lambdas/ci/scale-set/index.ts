@@ -1,13 +1,13 @@
-import type { CiProvider, FleetConfig, PoolConfig, ScaleSetApi } from '../../shared/contract';
+import { scaleSetScope, type CiProvider, type FleetConfig, type PoolConfig, type ScaleSetApi, type ScaleSetScope } from '../../shared/contract';
 import type { GitHubAnswer } from '../github';
 import { AdminTokens } from './admin-token';
 import { ScaleSetClient } from './client';
-import { githubConfigUrl, registrationTokenRoute, scaleSetScope, type ScaleSetScope } from './config-url';
+import { githubConfigUrl, registrationTokenRoute } from './config-url';
 import { ScaleSetApiError } from './errors';
 
 export { ScaleSetClient, scaleSetLabels, SCALE_SET_API_VERSION } from './client';
 export { AdminTokens, jwtExpiry, type AdminConnection } from './admin-token';
-export { githubConfigUrl, scaleSetScope, type ScaleSetScope } from './config-url';
+export { githubConfigUrl } from './config-url';
 export { ScaleSetApiError } from './errors';
 export { parseMessage, ScaleSetMessageError } from './messages';
 

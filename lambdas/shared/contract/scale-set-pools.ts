@@ -1,6 +1,6 @@
 import { Provider } from './boot';
 import type { FleetConfig, PoolConfig } from './fleet-config';
-import { githubPoolScope } from './github-scope';
+import { githubPoolScope, type GitHubScopeFields } from './github-scope';
 
 /**
  * Which pools are runner scale sets and where each scale set lives (docs/scale-set.md): read
@@ -8,10 +8,26 @@ import { githubPoolScope } from './github-scope';
  * scale-set resource's handler, and the job paths that leave scale-set jobs alone.
  */
 
-/** Where a scale set lives at GitHub: an organisation or one repository ("owner/repo"). */
+/** Where a scale set lives at GitHub: an organisation or one repository ("owner/repo"); exactly one is set. */
 export interface ScaleSetScope {
   readonly organization?: string;
   readonly repository?: string;
+}
+
+/**
+ * Where a scale-set pool's scale set lives (its own scope or the connection's): the client
+ * exchanges its token there, and its runners are runners of that organisation or repository.
+ * A scale set belongs to an organisation or to ONE repository (the client also knows
+ * enterprises; the checks refuse a scale-set pool of an enterprise or of several repositories,
+ * fleet-config.ts): throws on such a pool.
+ */
+export function scaleSetScope(github: GitHubScopeFields, pool: GitHubScopeFields & { readonly name: string }): ScaleSetScope {
+  const scope = githubPoolScope(github, pool);
+  if (scope.enterprise !== undefined) throw new Error(`pool "${pool.name}": a scale set cannot be registered at an enterprise; name an organisation or one repository`);
+  if (scope.organization !== undefined) return { organization: scope.organization };
+  const [only, ...more] = scope.repositories;
+  if (only === undefined || more.length > 0) throw new Error(`pool "${pool.name}": a scale set is registered at an organisation or at ONE repository (the pool names ${scope.repositories.length})`);
+  return { repository: only };
 }
 
 /**
@@ -41,8 +57,6 @@ export function scaleSetEntries(config: Pick<FleetConfig, 'github' | 'pools'>): 
   if (!github) return [];
   return config.pools.flatMap((p) => {
     if (!isScaleSetPool(p)) return [];
-    const scope = githubPoolScope(github, p);
-    const where = scope.organization !== undefined ? { organization: scope.organization } : { repository: scope.repositories[0]! };
-    return [{ pool: p.name, name: p.scaleSet!.name, runnerGroup: p.scaleSet!.runnerGroup, ...where }];
+    return [{ pool: p.name, name: p.scaleSet!.name, runnerGroup: p.scaleSet!.runnerGroup, ...scaleSetScope(github, p) }];
   });
 }
