@@ -20,8 +20,8 @@ import { runOnceOnSchedule } from './scheduled-invoke';
  * time billed is about one poller's wall-clock time whatever the timeout (docs/scale-set.md,
  * "What it costs"). A longer timeout means fewer lease hand-overs (each a session refresh and
  * a cold start); a shorter one a shorter wait for the drain, which waits out the fleet's
- * longest timeout before it terminates anything. Five minutes: the holder stops a minute
- * before it (the margin), so 15 hand-overs an hour, and a drain about three minutes longer
+ * longest timeout before it terminates anything. Five minutes: the holder stops two minutes
+ * before it (the 115 s margin and the 5 s flush reserve), so 20 hand-overs an hour, and a drain about three minutes longer
  * than without a listener. The schedule alone bounds the
  * invocations alive at once to timeout / 1 minute = 5.
  */

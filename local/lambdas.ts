@@ -18,7 +18,7 @@ import { createReconcileHandler, RECONCILED_MESSAGE, type ReconcileDeps } from '
 import { createScaleUpHandler } from '../lambdas/scale-up/handler';
 import { createScaleSetDemandHandler } from '../lambdas/scale-up/scale-set-handler';
 import { productionScaleSetApis } from '../lambdas/scale-set-listener/api';
-import { createListenerHandler } from '../lambdas/scale-set-listener/handler';
+import { createListenerHandler, LISTENER_DEADLINE_RESERVE_MS } from '../lambdas/scale-set-listener/handler';
 import { DynamoScaleSetLeases, type ScaleSetLeases } from '../lambdas/scale-set-listener/lease';
 import { DynamoJobRecords } from '../lambdas/scale-up/job-record';
 import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
@@ -117,11 +117,22 @@ export interface LocalLambdasOptions {
   /** The release resolver on its schedule (deployed: hourly), reading the loopback release data; absent: it does not run. */
   readonly runnerRelease?: { readonly everyMs: number; readonly sources: RunnerReleaseSources };
   /**
-   * The scale-set listener on its schedule (deployed: every minute, a 300 s timeout, a 60 s
-   * margin): each tick starts an invocation that runs as long as `invocationMs` ("timeout")
+   * The scale-set listener on its schedule (deployed: every minute, a 300 s timeout, a 115 s
+   * margin after a 5 s reserve): each tick starts an invocation that runs as long as `invocationMs` ("timeout")
    * allows, beside those still running, as EventBridge does. Absent: it does not run.
    */
-  readonly scaleSetListener?: { readonly everyMs: number; readonly invocationMs: number; readonly marginMs: number };
+  readonly scaleSetListener?: ListenerSchedule;
+}
+
+export interface ListenerSchedule {
+  readonly everyMs: number;
+  readonly invocationMs: number;
+  readonly marginMs: number;
+}
+
+/** How long a listener invocation holds the lease before it releases: its "timeout" less its margin. */
+export function listenerHandOverMs(o: ListenerSchedule): number {
+  return o.invocationMs - o.marginMs;
 }
 
 export type LambdaName = 'webhook' | 'scale-up' | 'pool' | 'scale-down' | 'reconcile' | 'runner-release' | 'scale-set-listener';
@@ -378,7 +389,9 @@ export class LocalLambdas {
         sink,
         options: { marginMs: o.marginMs },
       });
-      return handler({}, { awsRequestId: inv.id, getRemainingTimeInMillis: () => o.invocationMs });
+      // The handler keeps its flush reserve (not scaled) after the "timeout": its deadline is
+      // `invocationMs` on, and it polls for `invocationMs - marginMs`, as `listenerHandOverMs` says.
+      return handler({}, { awsRequestId: inv.id, getRemainingTimeInMillis: () => o.invocationMs + LISTENER_DEADLINE_RESERVE_MS });
     };
     return leases;
   }

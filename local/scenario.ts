@@ -23,7 +23,7 @@ import { LOCAL_APT_IMAGE_ID, localRunnerUser } from './instances/launch-template
 import { machineAt } from './instances/machine';
 import { canCreateUsers, hostUsers, playedUserPrefix, reapStrandedPlayedUsers, runPidFile, RUNNER_USER_PLACEHOLDER } from './instances/runner-users';
 import { InstancePlayer } from './instances/player';
-import { LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, localDynamo, type LambdaName, type LocalAwsClients } from './lambdas';
+import { listenerHandOverMs, LOCAL_ACCOUNT, LOCAL_REGION, LocalLambdas, localClients, localDynamo, type LambdaName, type ListenerSchedule, type LocalAwsClients } from './lambdas';
 import { LOCAL_GITLAB_WEBHOOK_ID, LOCAL_SECOND_GITHUB_ORGANIZATION, LOCAL_SECOND_GITLAB_GROUP, localExample, provision, publishNewTemplateVersion, type ProvisionedFleet } from './provision';
 import { backoffSkewMs, PrimeBackoffWatch, readPrimeStreak } from './prime-backoff';
 import { buildLocalRelease, runnerPackageOf } from './release/packages';
@@ -213,8 +213,8 @@ const RECONCILE_MIN_QUEUED_SECONDS = 4;
 const LOSSY_RUNNER_WAIT_SECONDS = 10;
 
 /**
- * The scale-set run's compressed listener (deployed: every minute, a 300 s timeout, a 60 s
- * margin; GitHub's long poll 50 s): several hand-overs per run. The session idles out at
+ * The scale-set run's compressed listener (deployed: every minute, a 300 s timeout, a 115 s
+ * margin after a 5 s reserve; GitHub's long poll 50 s): several hand-overs per run. The session idles out at
  * GitHub after twice the invocation, so a killed poller's session may outlive its lease.
  */
 const LISTENER_EVERY_MS = 3_000;
@@ -233,6 +233,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
   const factor = slowdown();
   const o = { ...SCENARIO_DEFAULTS, deadlineMs: Math.ceil(SCENARIO_DEFAULTS.deadlineMs * factor), ...options };
   const stuckPrimingMs = Math.ceil(STUCK_PRIMING_MS * factor);
+  const listenerSchedule: ListenerSchedule = { everyMs: LISTENER_EVERY_MS, invocationMs: Math.ceil(LISTENER_INVOCATION_MS * factor), marginMs: Math.ceil(LISTENER_MARGIN_MS * factor) };
   const startedAt = Date.now();
   const faults = o.faults ?? {};
   const events: LocalEvent[] = [];
@@ -386,7 +387,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
       scaleDownEveryMs: SCALE_DOWN_EVERY_MS,
       jobRecordTable: jobRecordTableName(prefix),
       ...(releaseSources ? { runnerRelease: { everyMs: RUNNER_RELEASE_EVERY_MS, sources: releaseSources } } : {}),
-      ...(o.scaleSet ? { scaleSetListener: { everyMs: LISTENER_EVERY_MS, invocationMs: Math.ceil(LISTENER_INVOCATION_MS * factor), marginMs: Math.ceil(LISTENER_MARGIN_MS * factor) } } : {}),
+      ...(o.scaleSet ? { scaleSetListener: listenerSchedule } : {}),
       ...(plan
         ? {
             jobRetry: { ...JOB_RETRY_DEFAULTS, retryAfterSeconds: Math.ceil(RETRY_AFTER_SECONDS * factor) },
@@ -606,7 +607,7 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           scaleSetId: scaleSetId!,
           startedAt,
           foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
-          handOverMs: Math.ceil((LISTENER_INVOCATION_MS - LISTENER_MARGIN_MS) * factor),
+          handOverMs: listenerHandOverMs(listenerSchedule),
           dynamo: localDynamo(endpoint),
           table: jobRecordTableName(prefix),
           until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,

@@ -1,5 +1,5 @@
 import { InvokeCommand, type InvokeCommandOutput, type LambdaClient } from '@aws-sdk/client-lambda';
-import type { AwsCaller, CallPolicy } from '../shared/aws-call';
+import { isThrottling, UnknownOutcomeError, type AwsCaller, type CallPolicy } from '../shared/aws-call';
 import { SCALE_UP_TIMEOUT_SECONDS, type ScaleSetDemand, type ScaleSetDemandResult, type ScaleSetStartedRunner } from '../shared/contract';
 
 /**
@@ -19,6 +19,17 @@ export class ScaleUpInvokeError extends Error {
     super(`scale-up did not serve the demand: ${detail}`);
     this.name = 'ScaleUpInvokeError';
   }
+}
+
+/**
+ * Whether a failed demand surely never ran scale-up: Lambda refused the invocation (throttled, or
+ * any other 4xx: denied, not found, a bad request). Anything else (a lost answer, a function
+ * error, an answer not understood) may have started runners that went unreported.
+ */
+export function demandRefused(error: unknown): boolean {
+  if (error instanceof UnknownOutcomeError || error instanceof ScaleUpInvokeError) return false;
+  const status = (error as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
+  return isThrottling(error) || (status !== undefined && status >= 400 && status < 500);
 }
 
 /** Invokes scale-up with `demand` and returns its `ScaleSetDemandResult`; throws on any other answer. */

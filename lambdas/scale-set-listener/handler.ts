@@ -3,7 +3,6 @@ import type { EC2Client } from '@aws-sdk/client-ec2';
 import { errorName, type AwsCaller } from '../shared/aws-call';
 import { tagKeys, type FleetConfig, type PoolConfig, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult, type PoolScaleSetConfig } from '../shared/contract';
 import { createLogger, Metrics, type Logger, type Sink } from '../shared/log';
-import { CAPACITY_CALL } from './capacity';
 import { markJobEvents } from './jobs';
 import type { ScaleSetLeases } from './lease';
 import { DEMAND_BOUND_MS, pollScaleSet, type PollOutcome } from './poll';
@@ -19,16 +18,23 @@ export interface ListenerOptions {
   readonly demandBoundMs?: number;
 }
 
-/**
- * The margin keeps the message in hand's demand (scale-up's invocation, at most
- * `CAPACITY_CALL.timeoutMs`: 70 s), its acknowledgement and the release inside the invocation,
- * rounded up to whole minutes: with the 5-minute timeout and the 1-minute schedule, the release
- * falls on the tick that starts the next invocation, which waits for it (poll.ts `takeLease`).
- */
-export const LISTENER_DEFAULTS: ListenerOptions = { marginMs: Math.ceil((CAPACITY_CALL.timeoutMs + 20_000) / 60_000) * 60_000 };
-
 /** The deadline is the invocation's end less this: the last log lines and metrics are flushed before Lambda ends it. */
 export const LISTENER_DEADLINE_RESERVE_MS = 5_000;
+
+/** The schedule's period (lib/scale-set-listener.ts: every minute); the listener's timeout is a whole number of them. */
+export const LISTENER_SCHEDULE_PERIOD_MS = 60_000;
+
+/**
+ * The margin keeps the message in hand's demand at its bound (`DEMAND_BOUND_MS`: scale-up's
+ * invocation, the acknowledgement and the lease write) inside the invocation. It is measured from
+ * the deadline, which lies the reserve before the invocation's end, so margin and reserve
+ * together are rounded up to whole schedule periods: with a timeout of whole periods the holder
+ * stops, and releases, on the tick that starts the next invocation, which waits for it (poll.ts
+ * `takeLease`). With the 5-minute timeout: 2 minutes less the 5 s reserve (115 s), a stop at 180 s.
+ */
+export const LISTENER_DEFAULTS: ListenerOptions = {
+  marginMs: Math.ceil((DEMAND_BOUND_MS + LISTENER_DEADLINE_RESERVE_MS) / LISTENER_SCHEDULE_PERIOD_MS) * LISTENER_SCHEDULE_PERIOD_MS - LISTENER_DEADLINE_RESERVE_MS,
+};
 
 export interface ListenerDeps {
   readonly ec2: EC2Client;
@@ -74,7 +80,7 @@ export function createListenerHandler(deps: ListenerDeps): (event: unknown, cont
     const names = config.metrics.names;
     const keys = tagKeys(config.prefix);
     // Without a Lambda context (a test, a local run) one poll window of a minute.
-    const remaining = context?.getRemainingTimeInMillis?.() ?? options.marginMs + 60_000;
+    const remaining = context?.getRemainingTimeInMillis?.() ?? LISTENER_DEADLINE_RESERVE_MS + options.marginMs + 60_000;
     const deadline = new Date(now().getTime() + remaining - LISTENER_DEADLINE_RESERVE_MS);
     const outcomes: Record<string, PollOutcome['kind']> = {};
     try {
@@ -115,11 +121,17 @@ export function createListenerHandler(deps: ListenerDeps): (event: unknown, cont
   };
 }
 
+/**
+ * Stops that are no error: a session gone twice is recreated by the next invocation, and a message
+ * read too near the window's end for its demand is left for the next holder, which serves it.
+ */
+const ROUTINE_STOPS = new Set(['session-gone', 'no-time-for-demand']);
+
 function report(o: PollOutcome, log: Logger, metrics: Metrics, errors: string, messages: string, pool: string): void {
   switch (o.kind) {
     case 'polled':
       if (o.messages > 0) metrics.add(messages, { Pool: pool }, o.messages);
-      if (o.stopped !== undefined && o.stopped !== 'session-gone') metrics.add(errors, { Pool: pool, Reason: o.stopped });
+      if (o.stopped !== undefined && !ROUTINE_STOPS.has(o.stopped)) metrics.add(errors, { Pool: pool, Reason: o.stopped });
       log.info('scale-set poll ended', { messages: o.messages, demands: o.demands, ...(o.stopped ? { stopped: o.stopped } : {}) });
       return;
     case 'held':

@@ -16,7 +16,7 @@ import {
 import { errorName } from '../shared/aws-call';
 import type { Logger } from '../shared/log';
 import { LONG_POLL_TIMEOUT_MS } from '../ci/scale-set';
-import { CAPACITY_CALL } from './capacity';
+import { CAPACITY_CALL, demandRefused } from './capacity';
 import type { AcquireOutcome, Lease, LeaseState, ScaleSetLeases } from './lease';
 
 /**
@@ -64,14 +64,18 @@ export const LEASE_RETRY_MS = 2_000;
  * which would wait minutes, return at once, so the listener bills about one poller's time.
  */
 export const LEASE_HANDOVER_WAIT_MS = 20_000;
+/** What a renewal's term leaves beyond the call it covers: the renewal's own write (a slow one is caught, below). */
+export const LEASE_TERM_SPARE_MS = 20_000;
 /**
- * The lease runs this long past each renewal (before each poll, and again right before each
- * demand), never past the deadline: one long poll at its longest (the client's bound), one demand
- * (scale-up's invocation, at its longest) and time to spare. The job events, which can take far
- * longer under throttling, need not fit: the renewal before the demand covers it. A holder that
- * crashed frees the lease this long after its last renewal, not at its invocation's deadline.
+ * The lease runs this long past each renewal, never past the deadline. Every poll and every
+ * demand is preceded by its own renewal, so the term covers the longer of the two calls (the
+ * client's long poll, scale-up's invocation) and a spare, not both. After each renewal the
+ * expiry written is checked against the call it is for: a poll is cut at it, and a demand is not
+ * sent unless scale-up's whole bound fits. The job events, which can take far longer under
+ * throttling, need not fit. A holder that crashed frees the lease this long after its last
+ * renewal, not at its invocation's deadline.
  */
-export const LEASE_TERM_MS = LONG_POLL_TIMEOUT_MS + CAPACITY_CALL.timeoutMs + 20_000;
+export const LEASE_TERM_MS = Math.max(LONG_POLL_TIMEOUT_MS, CAPACITY_CALL.timeoutMs) + LEASE_TERM_SPARE_MS;
 /**
  * A demand is sent only with scale-up's bound (`CAPACITY_CALL.timeoutMs`) and this left before
  * the deadline: the acknowledgement and the lease write after it. One that could not end in
@@ -80,6 +84,15 @@ export const LEASE_TERM_MS = LONG_POLL_TIMEOUT_MS + CAPACITY_CALL.timeoutMs + 20
  */
 export const DEMAND_RESERVE_MS = 10_000;
 export const DEMAND_BOUND_MS = CAPACITY_CALL.timeoutMs + DEMAND_RESERVE_MS;
+
+/**
+ * Scale-up's invocation at its longest (`CAPACITY_CALL`) within a demand bound: after the renewal
+ * right before a demand the lease must run at least this long. A compressed clock (the local
+ * sandbox), which scales the bound, scales this with it.
+ */
+function demandCallMs(deps: PollDeps): number {
+  return ((deps.demandBoundMs ?? DEMAND_BOUND_MS) * CAPACITY_CALL.timeoutMs) / DEMAND_BOUND_MS;
+}
 /**
  * Scale-up serves a bounded part of a shortfall per demand (scale-set-serve.ts
  * `SCALE_SET_SLOTS_PER_DEMAND`) and answers the rest `unserved`: the next demand is sent at
@@ -248,6 +261,21 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     return { kind: 'lease-lost', messages };
   };
   /**
+   * Renews the lease for the call that follows: when it now runs out (epoch ms, as written, in
+   * whole seconds), or the outcome that stops the poller (lost, or undecided: another poller may
+   * hold it now, so this one stops rather than call beside it).
+   */
+  const renewLease = async (before: string): Promise<number | PollOutcome> => {
+    const expiry = leaseExpiry(deps);
+    const renewed = await deps.leases.renew(lease, expiry);
+    if (renewed === 'lost') return leaseLost();
+    if (renewed !== 'done') {
+      log.warn(`renewing the scale-set lease ${before} failed: this poller stops`, { error: renewed.error });
+      return stop('renew-failed');
+    }
+    return Math.floor(expiry.getTime() / 1000) * 1000;
+  };
+  /**
    * Asks scale-up for the reading's capacity, under a lease renewed right before: whatever the
    * job events or the session's opening took, the lease covers the whole call, so no next
    * holder's demand runs beside it. Throws `Stopped` when it may not be sent (too little time
@@ -263,11 +291,15 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
   };
   const demandOnce = async (statistics: ScaleSetStatistics): Promise<ScaleSetDemandResult> => {
     if (deps.deadline.getTime() - deps.now().getTime() < (deps.demandBoundMs ?? DEMAND_BOUND_MS)) throw new Stopped(stop('no-time-for-demand'));
-    const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
-    if (renewed === 'lost') throw new Stopped(leaseLost());
-    if (renewed !== 'done') {
-      log.warn('renewing the scale-set lease before a demand failed: this poller stops', { error: renewed.error });
-      throw new Stopped(stop('renew-failed'));
+    const expiry = await renewLease('before a demand');
+    if (typeof expiry !== 'number') throw new Stopped(expiry);
+    // The time left was judged before the renewal, and the expiry is capped at the deadline: a
+    // slow renewal (a lost answer read back and sent again) can leave the lease shorter than
+    // scale-up's bound, and a demand sent then could run on beside the next holder's.
+    const covered = expiry - deps.now().getTime();
+    if (covered < demandCallMs(deps)) {
+      log.warn('the renewal before a demand left the lease shorter than scale-up\'s bound: no demand, the message is left for the next poller', { coveredMs: covered });
+      throw new Stopped(stop('lease-short-for-demand'));
     }
     const carried = recent(run.state.recentlyStarted, deps.now());
     const d: ScaleSetDemand = {
@@ -282,7 +314,9 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     try {
       result = await deps.requestCapacity(d);
     } catch (error) {
-      run.capacityUnknown = true;
+      // Scale-up may have run and started runners it could not report: held after the poll. A
+      // refusal (throttled, denied) means it never ran: nothing to wait out.
+      if (!demandRefused(error)) run.capacityUnknown = true;
       throw error;
     }
     demands++;
@@ -313,19 +347,20 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
   }
   let refreshed = false;
   while (deps.now().getTime() < end) {
-    const renewed = await deps.leases.renew(lease, leaseExpiry(deps));
-    if (renewed === 'lost') return leaseLost();
-    if (renewed !== 'done') {
-      // Undecided: another poller may hold it now; stop rather than poll beside it.
-      log.warn('renewing the scale-set lease failed: this poller stops', { error: renewed.error });
-      return stop('renew-failed');
-    }
-    const signal = AbortSignal.timeout(Math.max(1, end - deps.now().getTime()));
+    const expiry = await renewLease('before a poll');
+    if (typeof expiry !== 'number') return expiry;
+    // A poll never outlives the lease: one a slow renewal left short ends at the expiry, and the
+    // next renewal follows (the window's end is the only end of the loop).
+    const until = Math.min(end, expiry);
+    const signal = AbortSignal.timeout(Math.max(1, until - deps.now().getTime()));
     let message;
     try {
       message = await deps.api.getMessage(session, last, pool.maxRunners, signal);
     } catch (error) {
-      if (signal.aborted) break;
+      if (signal.aborted) {
+        if (until < end) continue;
+        break;
+      }
       if (error instanceof QueueTokenExpiredError && !refreshed) {
         // Once in a row: a token that expires again at once is not cured by another refresh.
         refreshed = true;
@@ -364,7 +399,10 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     }
     refreshed = false;
     // The poll window ended (the client answers an aborted poll as no message): no demand for it.
-    if (message === undefined && signal.aborted) break;
+    if (message === undefined && signal.aborted) {
+      if (until < end) continue;
+      break;
+    }
     try {
       if (message === undefined) {
         // No message (202): the last statistics still say what is wanted; a runner lost since

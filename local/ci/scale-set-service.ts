@@ -541,23 +541,27 @@ export function scaleSetService(host: ScaleSetHost, opts: ScaleSetServiceOptions
     s.polls++;
     return new Promise<HttpAnswer>((resolve) => {
       let ended = false;
-      const done = () => {
+      const done = (closed: boolean) => {
         if (ended) return;
         ended = true;
         clearTimeout(timer);
         session.wake.delete(wake);
-        req.closed?.removeEventListener('abort', done);
+        req.closed?.removeEventListener('abort', gone);
         session.polling--;
         s.polls--;
+        // Nobody reads this answer: no message is made of the pending events (nor logged as
+        // delivered), and the session's idle clock runs from the poll's start, its owner's last word.
+        if (closed) return resolve({ status: 202 });
         session.lastPoll = host.now();
         resolve(s.session === session ? (ready() ?? { status: 202 }) : exception(404, 'TaskAgentSessionExpiredException', `session ${sessionId} not found`));
       };
-      const wake = () => setImmediate(done);
-      const timer = setTimeout(done, longPollMs);
+      const wake = () => setImmediate(() => done(false));
+      const timer = setTimeout(() => done(false), longPollMs);
       session.wake.add(wake);
       // A client that gave up (its poll window ended) polls no longer: the poll ends with it
-      // rather than being counted beside the next holder's. Its answer is never read.
-      req.closed?.addEventListener('abort', done);
+      // rather than being counted beside the next holder's.
+      const gone = () => done(true);
+      req.closed?.addEventListener('abort', gone);
     });
   }
 

@@ -267,6 +267,32 @@ describe('scale-set client against the loopback GitHub', () => {
     await next;
   });
 
+  it("a poll its client abandoned is no sign of life: the session's idle clock runs from the poll's start (review R5)", async () => {
+    await gh.close();
+    gh = await startLoopbackGitHub({ organization: ORG, now: () => Date.now() + skew, scaleSet: { longPollSeconds: 120, sessionIdleSeconds: 60 } });
+    config = fleet();
+    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
+    const client = api();
+    const { id } = await client.ensureScaleSet(SPEC);
+    const session = await client.createSession(id, 'poller');
+    const eventually = async (what: () => boolean) => {
+      for (let i = 0; i < 600 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(what()).toBe(true);
+    };
+    const abandoned = new AbortController();
+    const poll = client.getMessage(session, 0, 3, abandoned.signal);
+    await eventually(() => gh.scaleSets.polls(id) === 1);
+    // The client gives up 40 s into the poll; nothing is delivered for it.
+    skew = 40_000;
+    abandoned.abort();
+    expect(await poll).toBeUndefined();
+    await eventually(() => gh.scaleSets.polls(id) === 0);
+    expect(gh.scaleSets.delivered()).toEqual([]);
+    // 70 s after the poll's start (30 s after the close) the session has been idle past its 60 s bound.
+    skew = 70_000;
+    await rejection(client.getMessage(session, 0, 3), SessionGoneError);
+  });
+
   it('a job for the scale set wakes the poll; an unacknowledged message is delivered again; an acknowledged one is not', async () => {
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);

@@ -3,7 +3,9 @@ import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { CAPACITY_CALL, requestCapacity } from '../../lambdas/scale-set-listener/capacity';
-import { createListenerHandler, LISTENER_DEADLINE_RESERVE_MS } from '../../lambdas/scale-set-listener/handler';
+import { createListenerHandler, LISTENER_DEADLINE_RESERVE_MS, LISTENER_DEFAULTS, LISTENER_SCHEDULE_PERIOD_MS, type ListenerDeps } from '../../lambdas/scale-set-listener/handler';
+import { DEMAND_BOUND_MS, LEASE_HANDOVER_WAIT_MS } from '../../lambdas/scale-set-listener/poll';
+import { SCALE_SET_LISTENER_TIMEOUT } from '../../lib/scale-set-listener';
 import { jobMarks, markJobEvents } from '../../lambdas/scale-set-listener/jobs';
 import type { ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
 import { AwsCaller } from '../../lambdas/shared/aws-call';
@@ -167,5 +169,63 @@ describe('the listener handler', () => {
     // The deadline is the invocation's end less a reserve (the release is planned a margin before it); each reading of the clock moves it a second.
     expect(releases[0]!.getTime()).toBeLessThanOrEqual(NOW.getTime() + 300_000 - LISTENER_DEADLINE_RESERVE_MS - 120_000 + 3_000);
     expect(releases[0]!.getTime()).toBeGreaterThan(NOW.getTime() + 300_000 - LISTENER_DEADLINE_RESERVE_MS - 120_000);
+  });
+
+  /** The listener over one scale-set pool "linux", with the given leases and options. */
+  const listener = (leases: ScaleSetLeases, lines: Lines, now: () => Date, options?: ListenerDeps['options']) => {
+    const pool = fleetConfig().pools[0]!;
+    const config = { ...fleetConfig(), pools: [{ ...pool, name: 'linux', scaleSet: { name: 'linux-set', runnerGroup: 'Default' } }] };
+    const api = new FakeScaleSet(['linux-set']);
+    api.emptyWaitMs = 1;
+    return createListenerHandler({
+      ec2: new EC2Client({}),
+      aws: new AwsCaller({ sleep: async () => {} }),
+      loadConfig: async () => config,
+      scaleSetApi: () => api,
+      leases,
+      requestCapacity: async () => ({ observed: 0, started: 0, unserved: 0 }),
+      now,
+      sink: lines.sink,
+      ...(options ? { options } : {}),
+    });
+  };
+
+  it("the holder's release falls on a schedule tick (within the hand-over wait of it), the deadline reserve included (review R5)", async () => {
+    const releases: Date[] = [];
+    const leases: ScaleSetLeases = {
+      acquire: async (_p, _holder, times) => {
+        releases.push(times.releaseAt);
+        return { kind: 'held' };
+      },
+      renew: async () => 'done',
+      record: async () => 'done',
+      release: async () => 'done',
+    };
+    // The construct's timeout and the default margin; the clock stands still.
+    const timeoutMs = SCALE_SET_LISTENER_TIMEOUT.toMilliseconds();
+    expect(timeoutMs % LISTENER_SCHEDULE_PERIOD_MS).toBe(0);
+    await listener(leases, new Lines(), () => NOW)({}, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => timeoutMs });
+    const offset = releases[0]!.getTime() - NOW.getTime();
+    // The invocation that starts on the tick at or before the release finds it at most the hand-over wait away, and waits for it.
+    expect(offset % LISTENER_SCHEDULE_PERIOD_MS).toBeLessThanOrEqual(LEASE_HANDOVER_WAIT_MS);
+    // ...and the margin still holds a message in hand's demand at its bound before the deadline.
+    expect(LISTENER_DEFAULTS.marginMs).toBeGreaterThanOrEqual(DEMAND_BOUND_MS);
+    expect(offset).toBe(timeoutMs - LISTENER_DEADLINE_RESERVE_MS - LISTENER_DEFAULTS.marginMs);
+  });
+
+  it('a message read too late in the window for its demand is routine: logged, not counted as an error', async () => {
+    const leases: ScaleSetLeases = {
+      acquire: async (p, holder, times) => ({ kind: 'acquired', lease: { pool: p, holder, expiresAt: times.expiresAt.getTime() / 1000 }, state: {} }),
+      renew: async () => 'done',
+      record: async () => 'done',
+      release: async () => 'done',
+    };
+    const lines = new Lines();
+    let clock = NOW.getTime();
+    // The window ends before a demand's bound: the session's reading is not sent.
+    const outcomes = await listener(leases, lines, () => new Date((clock += 1_000)), { marginMs: 10_000, demandBoundMs: DEMAND_BOUND_MS })({}, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => 60_000 });
+    expect(outcomes).toEqual({ linux: 'polled' });
+    expect(lines.logs('scale-set poll ended')[0]).toMatchObject({ stopped: 'no-time-for-demand' });
+    expect(lines.metric('ScaleSetListenerErrors', { Pool: 'linux' })).toBe(0);
   });
 });

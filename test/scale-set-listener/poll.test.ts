@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { AcquireOutcome, HeldOutcome, Lease, LeaseField, LeaseState, LeaseTimes, ScaleSetLeases } from '../../lambdas/scale-set-listener/lease';
-import { CAPACITY_CALL } from '../../lambdas/scale-set-listener/capacity';
+import { CAPACITY_CALL, ScaleUpInvokeError } from '../../lambdas/scale-set-listener/capacity';
 import { LEASE_TERM_MS, MAX_DEMANDS_PER_READING, pollScaleSet, type PollDeps } from '../../lambdas/scale-set-listener/poll';
 import { type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '../../lambdas/shared/contract';
 import { createLogger } from '../../lambdas/shared/log';
@@ -344,6 +344,34 @@ describe('the scale-set poll loop', () => {
   });
 });
 
+describe('a demand scale-up never ran (review R5)', () => {
+  it('a refused invocation (throttled: 429) ends the poll as demand-failed and releases the lease at once: no hold', async () => {
+    api.push(setId, 2);
+    const o = await invocation({
+      requestCapacity: async () => {
+        throw Object.assign(new Error('Rate exceeded'), { name: 'TooManyRequestsException', $metadata: { httpStatusCode: 429 } });
+      },
+    });
+    expect(o).toMatchObject({ kind: 'polled', stopped: 'demand-failed' });
+    expect(leases.item.holder).toBeUndefined();
+    // The next invocation polls at once (the message is still there for it).
+    clock += 1_000;
+    expect((await pollScaleSet(deps({ holder: 'next' }), POOL)).kind).toBe('polled');
+  });
+
+  it('a function error (scale-up ran; what it started went unreported) holds the lease as a lost answer does', async () => {
+    api.push(setId, 2);
+    const o = await invocation({
+      requestCapacity: async () => {
+        throw new ScaleUpInvokeError('Unhandled: boom');
+      },
+    });
+    expect(o).toMatchObject({ kind: 'polled', stopped: 'demand-failed' });
+    expect(leases.item.holder).toBeDefined();
+    expect(leases.item.expiresAt * 1000).toBeGreaterThan(clock + CAPACITY_CALL.timeoutMs - 5_000);
+  });
+});
+
 describe('the hand-over of the lease', () => {
   it('an invocation arriving shortly before the holder releases waits for it and takes over; an earlier one returns at once', async () => {
     const holderDeadline = clock + 300_000;
@@ -453,6 +481,84 @@ describe('the lease over a demand (review R4)', () => {
     expect(o).toMatchObject({ kind: 'polled', stopped: 'no-time-for-demand' });
     expect(demands).toEqual([]);
     expect(api.acknowledged.has(m)).toBe(false);
+  });
+
+  it("a slow renewal before a demand does not let the demand outrun the lease (review R5): with less than scale-up's bound left, no demand", async () => {
+    /**
+     * The session's reading is served right after the lease is taken; the deadline lies 80 s (the
+     * demand's bound) and a little ahead then. With `renewMs` the renewal before the demand takes
+     * that long; scale-up runs up to its bound, and a rival asks for the lease 66 s into it.
+     */
+    const probe = async (renewMs: number) => {
+      api = new FakeScaleSet();
+      api.emptyWaitMs = 1;
+      setId = api.sets.get('linux-set')!;
+      leases = new MemoryLeases();
+      demands = [];
+      clock += 200_000;
+      const start = clock;
+      let renewals = 0;
+      const renew = leases.renew.bind(leases);
+      leases.renew = async (lease, expiresAt) => {
+        const r = await renew(lease, expiresAt);
+        if (++renewals === 1) clock += renewMs;
+        return r;
+      };
+      const rivals: string[] = [];
+      const o = await pollScaleSet(
+        deps({
+          deadline: new Date(start + 85_000),
+          marginMs: 80_000,
+          requestCapacity: async (d) => {
+            demands.push(d);
+            clock += 66_000;
+            rivals.push((await leases.acquire(POOL.name, 'rival', { expiresAt: new Date(clock + LEASE_TERM_MS), releaseAt: new Date(clock + 60_000) }, new Date(clock))).kind);
+            return { observed: 0, started: 0, unserved: 0 };
+          },
+        }),
+        POOL,
+      );
+      return { o, rivals };
+    };
+    // A quick renewal: the demand is sent, and the lease covers it to its bound.
+    const quick = await probe(0);
+    expect(demands).toHaveLength(1);
+    expect(quick.rivals).toEqual(['held']);
+    // A renewal of 15 s (a lost answer read back and sent again): no demand, the lease is not outrun.
+    const slow = await probe(15_000);
+    // Without the check after the renewal the demand went out, and the rival took the lease under it.
+    expect(slow.rivals).not.toContain('acquired');
+    expect(slow.o).toMatchObject({ kind: 'polled', stopped: 'lease-short-for-demand' });
+    expect(demands).toEqual([]);
+  });
+
+  it('a poll a slow renewal left shorter than a long poll ends at the lease\'s expiry, and the loop renews and polls on', async () => {
+    api.sessionAssigned = 'none';
+    const t0 = Date.now();
+    let skipped = 0;
+    const now = () => clock + (Date.now() - t0) + skipped;
+    const polls: number[] = [];
+    // Every poll holds until it is aborted, answered then as no message (as the client does).
+    api.getMessage = async (_session, _last, _max, signal) => {
+      polls.push(now());
+      await new Promise<void>((resolve) => signal?.addEventListener('abort', () => resolve()));
+      return undefined;
+    };
+    let renewals = 0;
+    const renew = leases.renew.bind(leases);
+    leases.renew = async (lease, expiresAt) => {
+      const r = await renew(lease, expiresAt);
+      // The first renewal takes almost the whole term: less than a long poll is left.
+      if (++renewals === 1) skipped += LEASE_TERM_MS - 500;
+      return r;
+    };
+    // The window ends 2 s (real time) after the slow renewal.
+    const o = await pollScaleSet(deps({ now: () => new Date(now()), deadline: new Date(clock + 300_000), marginMs: 300_000 - LEASE_TERM_MS - 2_000 }), POOL);
+    expect(o.kind).toBe('polled');
+    // Without the cut the first poll ran to the window's end past the lease's expiry (one poll).
+    expect(polls.length).toBeGreaterThanOrEqual(2);
+    expect(polls[1]! - polls[0]!).toBeLessThan(1_500);
+    expect(renewals).toBe(polls.length);
   });
 
   it('a lease lost at the renewal before a demand sends no demand and leaves the message unacknowledged', async () => {
