@@ -55,16 +55,9 @@ const HAND_OVER_FAULTS: readonly ScaleSetFault[] = ['poller-killed', 'foreign-le
  * expiry goes to a half with no hand-over fault when there is one, else at least to a moment
  * with none.
  */
-/**
- * The faults a seed may plan. `lease-taken-over` is left out until its effect shows reliably:
- * on 2026-12-06 seed 2 wrote the foreign holder and the displaced invocation's `lease-lost` was
- * not seen (a job then waited 154 s); it is injected only by a run that asks for it.
- */
-const PLANNED_FAULTS: readonly ScaleSetFault[] = SCALE_SET_FAULTS.filter((f) => f !== 'lease-taken-over');
-
 export function planScaleSetFaults(seed: number): PlannedScaleSetFault[] {
   const random = mulberry32(seed);
-  const plan = PLANNED_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
+  const plan = SCALE_SET_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
     fault,
     moment: FAULT_MOMENTS[Math.floor(random() * FAULT_MOMENTS.length)]!,
     delayMs: Math.floor(random() * 3_000),
