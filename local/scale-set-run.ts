@@ -19,8 +19,9 @@ export const LOCAL_SCALE_SET = { pool: 'linux-x64-scale-set', name: 'cwr-linux-x
  * - `second-poller`: one more invocation started while the lease is held;
  * - `foreign-lease`: another holder (a poller of another container) takes the lease when it is
  *   free and never gives it back: the pollers wait for its expiry;
- * - `lease-taken-over`: another holder writes itself into the lease item while an invocation
- *   holds it: that invocation's next renewal finds it lost, it stops (`lease-lost`) and polls no more;
+ * - `lease-taken-over`: while an invocation holds the lease, another container's poller, its
+ *   clock ahead, finds it expired and takes it (the listener's acquire), then is gone: the
+ *   holder's next renewal finds it lost, it stops (`lease-lost`) and polls no more;
  * - `message-redelivered`: a message's acknowledgement is lost before it was applied (both
  *   attempts of the client): the message is delivered again;
  * - `ack-lost-after-applied`: an acknowledgement applied whose answer was lost;

@@ -607,8 +607,6 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           startedAt,
           foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
           handOverMs: Math.ceil((LISTENER_INVOCATION_MS - LISTENER_MARGIN_MS) * factor),
-          dynamo: localDynamo(endpoint),
-          table: jobRecordTableName(prefix),
           until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,
           acks: { spent: Promise.resolve() },
         };
