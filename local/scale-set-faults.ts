@@ -1,12 +1,11 @@
 import { CloudFormationClient, StackStatus } from '@aws-sdk/client-cloudformation';
-import { UpdateItemCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import { installationCallerOf, scaleSetApiAt } from '../lambdas/ci/scale-set';
 import { createCiProviders } from '../lambdas/ci';
 import { createScaleSetResourceHandler, type ScaleSetResourceResponse } from '../lambdas/scale-set-resource/handler';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { providersOnce } from '../lambdas/shared/clients';
-import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, SCALE_SET_LEASE_ATTRIBUTES, scaleSetEntries, scaleSetLeaseKey, type FleetConfig } from '../lambdas/shared/contract';
+import { LAMBDA_ENV, scaleSetEntries, type FleetConfig } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import type { Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -83,9 +82,6 @@ export interface FaultTarget {
   readonly foreignLeaseMs: number;
   /** How long a listener invocation holds the lease before it hands it over (ms: its timeout less its margin). */
   readonly handOverMs: number;
-  /** The job-record table on moto, where the lease items are (the lease-taken-over fault writes one). */
-  readonly dynamo: DynamoDBClient;
-  readonly table: string;
   readonly until: () => boolean;
   /**
    * The loopback holds one lost acknowledgement at a time: a fault on it waits until the one
@@ -209,41 +205,41 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       return injection;
     }
     case 'lease-taken-over': {
-      // A HELD lease: another container's poller writes itself into the item under the holder's feet.
+      // A HELD lease taken over as production can see it happen: another container's poller, its
+      // clock ahead of the holder's by more than the lease's remaining term, finds it expired and
+      // takes it through the listener's own acquire (poll.ts takeLease), then is gone (a short
+      // expiry: the next poller waits for it, a lease is a lease). Taken while the holder has half
+      // its polling time left, so a renewal of its own comes after and finds the lease lost (its
+      // last poll's window ending instead would leave it only the release to find it).
       let displaced: string | undefined;
       let sentAt = 0;
       let takenAt = 0;
       let expiresAt = 0;
       while (!t.until() && displaced === undefined) {
         const h = listenerHolds();
-        if (h === undefined || session() === undefined) {
+        const inv = h === undefined ? undefined : t.lambdas.listenerInvocations.find((i) => i.id === h);
+        const held = h === undefined ? undefined : leases.holdings.findLast((x) => x.pool === t.pool && x.holder === h && x.releasedAt === undefined);
+        if (!inv || !held || session() === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2) {
           await sleep(100);
           continue;
         }
         sentAt = Date.now();
-        expiresAt = Math.ceil((sentAt + t.foreignLeaseMs) / 1000);
-        try {
-          await t.dynamo.send(
-            new UpdateItemCommand({
-              TableName: t.table,
-              Key: { [JOB_RECORD_ATTRIBUTES.key]: { S: scaleSetLeaseKey(t.pool) } },
-              UpdateExpression: 'SET #holder = :foreign, #expires = :expires, #release = :expires',
-              ConditionExpression: '#holder = :holder',
-              ExpressionAttributeNames: { '#holder': SCALE_SET_LEASE_ATTRIBUTES.holder, '#expires': SCALE_SET_LEASE_ATTRIBUTES.expiresAt, '#release': SCALE_SET_LEASE_ATTRIBUTES.releaseAt },
-              ExpressionAttributeValues: { ':foreign': { S: TAKEOVER_HOLDER }, ':holder': { S: h }, ':expires': { N: String(expiresAt) } },
-            }),
-          );
-        } catch {
-          // The holder changed meanwhile: try the next one.
+        const until = new Date(sentAt + t.foreignLeaseMs);
+        const out = await leases.acquire(t.pool, TAKEOVER_HOLDER, { expiresAt: until, releaseAt: until }, new Date(held.expiresAt + 1_000));
+        if (out.kind !== 'acquired') {
           await sleep(100);
           continue;
         }
         takenAt = Date.now();
+        if (held.releasedAt !== undefined || inv.outcome !== undefined) {
+          // The holder gave the lease back meanwhile: a free lease was taken, nobody displaced. Given back, tried again.
+          await leases.release(out.lease, {});
+          continue;
+        }
+        expiresAt = out.lease.expiresAt;
         displaced = h;
-        // The item no longer names the displaced holder: its holding ends, the foreign one begins (the overlap check sees both).
-        const held = leases.holdings.findLast((x) => x.pool === t.pool && x.holder === h && x.releasedAt === undefined);
-        if (held) held.releasedAt = takenAt;
-        leases.holdings.push({ pool: t.pool, holder: TAKEOVER_HOLDER, acquiredAt: takenAt, expiresAt: expiresAt * 1000 });
+        // The item no longer names the displaced holder: its holding ends where the other one begins.
+        held.releasedAt = takenAt;
       }
       if (!displaced) return injection;
       stamp();
@@ -254,7 +250,7 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
         const lost = inv.leaseWrites.find((r) => r.at >= sentAt && r.outcome === 'lost');
         if (!lost || inv.queueCalls.some((at) => at > lost.at)) return undefined;
         const next = leases.holdings.find((x) => x.pool === t.pool && x.acquiredAt > takenAt && x.holder !== TAKEOVER_HOLDER && x.holder !== FOREIGN_HOLDER);
-        return `another holder wrote itself into the held lease; ${displaced} ended lease-lost with no queue call after its renewal${next ? `; ${next.holder} took it ${((next.acquiredAt - expiresAt * 1000) / 1000).toFixed(1)} s after its expiry` : ''}`;
+        return `another holder (its clock ahead) took the held lease; ${displaced} ended lease-lost with no queue call after its renewal${next ? `; ${next.holder} took it ${((next.acquiredAt - expiresAt * 1000) / 1000).toFixed(1)} s after its expiry` : ''}`;
       };
       return injection;
     }

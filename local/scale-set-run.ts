@@ -20,8 +20,9 @@ export const LOCAL_SCALE_SET = { pool: 'linux-x64-scale-set', name: 'cwr-linux-x
  * - `second-poller`: one more invocation started while the lease is held;
  * - `foreign-lease`: another holder (a poller of another container) takes the lease when it is
  *   free and never gives it back: the pollers wait for its expiry;
- * - `lease-taken-over`: another holder writes itself into the lease item while an invocation
- *   holds it: that invocation's next renewal finds it lost, it stops (`lease-lost`) and polls no more;
+ * - `lease-taken-over`: while an invocation holds the lease, another container's poller, its
+ *   clock ahead, finds it expired and takes it (the listener's acquire), then is gone: the
+ *   holder's next renewal finds it lost, it stops (`lease-lost`) and polls no more;
  * - `message-redelivered`: a message's acknowledgement is lost before it was applied (both
  *   attempts of the client): the message is delivered again;
  * - `ack-lost-after-applied`: an acknowledgement applied whose answer was lost;
@@ -56,16 +57,9 @@ const HAND_OVER_FAULTS: readonly ScaleSetFault[] = ['poller-killed', 'foreign-le
  * expiry goes to a half with no hand-over fault when there is one, else at least to a moment
  * with none.
  */
-/**
- * The faults a seed may plan. `lease-taken-over` is left out until its effect shows reliably:
- * on 2026-12-06 seed 2 wrote the foreign holder and the displaced invocation's `lease-lost` was
- * not seen (a job then waited 154 s); it is injected only by a run that asks for it.
- */
-const PLANNED_FAULTS: readonly ScaleSetFault[] = SCALE_SET_FAULTS.filter((f) => f !== 'lease-taken-over');
-
 export function planScaleSetFaults(seed: number): PlannedScaleSetFault[] {
   const random = seededRandom(seed);
-  const plan = PLANNED_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
+  const plan = SCALE_SET_FAULTS.filter((_, i) => (((i - seed) % 5) + 5) % 5 < 2).map((fault) => ({
     fault,
     moment: FAULT_MOMENTS[Math.floor(random() * FAULT_MOMENTS.length)]!,
     delayMs: Math.floor(random() * 3_000),

@@ -608,8 +608,6 @@ export async function runScenario(options: ScenarioOptions = {}): Promise<Scenar
           startedAt,
           foreignLeaseMs: Math.ceil(FOREIGN_LEASE_MS * factor),
           handOverMs: listenerHandOverMs(listenerSchedule),
-          dynamo: localDynamo(endpoint),
-          table: jobRecordTableName(prefix),
           until: () => injectionsEnded || Date.now() > deadline || o.signal?.aborted === true,
           acks: { spent: Promise.resolve() },
         };

@@ -345,6 +345,24 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       return stop('demand-failed');
     }
   }
+  /**
+   * The first message after the session's opening may be one an earlier holder was handed and
+   * never acknowledged (its lease lost, its acknowledgement lost): delivered again, it carries the
+   * statistics of when it was made, older than the session's reading just served, and a demand on
+   * them would start runners for jobs completed since (the loopback models this; the client's
+   * source does not say a redelivery's statistics are recomputed). A refresh answers the
+   * statistics now (one request per holding that gets a message); its failure leaves the message's.
+   */
+  let firstMessage = true;
+  const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<{ session: ScaleSetSession; statistics: ScaleSetStatistics }> => {
+    try {
+      const fresh = await deps.api.refreshSession(current.scaleSetId, current.sessionId);
+      return { session: fresh, statistics: fresh.statistics ?? carried };
+    } catch (error) {
+      log.warn('refreshing the session for a fresh reading failed: the message\'s own statistics are served', { error: errorName(error) });
+      return { session: current, statistics: carried };
+    }
+  };
   let refreshed = false;
   while (deps.now().getTime() < end) {
     const expiry = await renewLease('before a poll');
@@ -381,6 +399,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         // The same session refreshed (the 404 was not its end) goes on after the same message.
         if (opened.session.sessionId !== session.sessionId) last = 0;
         session = opened.session;
+        firstMessage = true;
         run.state = opened.state;
         // The new session's statistics are the freshest reading: served before its first poll.
         if (session.statistics !== undefined) {
@@ -411,7 +430,12 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         continue;
       }
       messages++;
-      statistics = message.statistics;
+      if (firstMessage) {
+        firstMessage = false;
+        const fresh = await freshReading(session, message.statistics);
+        session = fresh.session;
+        statistics = fresh.statistics;
+      } else statistics = message.statistics;
       if (message.events.length > 0) await deps.jobEvents(pool, message.events);
       await demand(statistics);
     } catch (error) {

@@ -14,7 +14,7 @@ import {
   type ScaleSetDemandResult,
   type ScaleSetStartedRunner,
 } from '../shared/contract';
-import { describeFleet } from '../shared/instances';
+import { ALL_STATES, describeFleet, type ObservedInstance } from '../shared/instances';
 import { type LaunchTickets, type Ticket } from '../shared/launch-tickets';
 import { scaleSetRunnerId } from '../ci/scale-set-runners';
 import { activateWarm, Candidates, type Carried, type WarmOptions } from './activate';
@@ -90,8 +90,10 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   const log = step.log.child({ pool: pool.name, traceId: demand.traceId, scaleSetId: demand.scaleSetId });
   const observedAt = step.now();
   const instances = await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name });
-  // The runners earlier demands started count even where this observation lags behind them.
-  const observed = scaleSetObserved(instances, pool.name, step.keys, demand.recentlyStarted, observedAt);
+  // The runners earlier demands started count even where this observation lags behind them;
+  // those it omits are looked up in every state, so one that already ended holds no job's place.
+  const ended = await endedOf(step, pool.name, instances, demand.recentlyStarted);
+  const observed = scaleSetObserved([...instances, ...ended], pool.name, step.keys, demand.recentlyStarted, observedAt);
   const wanted = scaleSetShortfall(demand.assignedJobs, observed, pool);
   if (wanted === 0) return { observed: observed.runners, started: 0, unserved: 0, startedRunners: [] };
   const shortfall = Math.min(wanted, deps.slots);
@@ -130,6 +132,20 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   startedRunners.push(...(await launch(step, deps, cold, instances, carried, outOfTime)));
   if (startedRunners.length < shortfall && outOfTime()) log.warn('too little time left for another slot: the rest goes to the next demand', { wanted, started: startedRunners.length });
   return { observed: observed.runners, started: startedRunners.length, unserved: wanted - startedRunners.length, startedRunners };
+}
+
+/**
+ * The recently started runners the live observation omits, looked up by id in every state: an
+ * ephemeral runner whose job completed within `SCALE_SET_RECENT_START_MS` has terminated, and
+ * the live observation (no terminated instances) cannot tell it from one EC2's reads do not show
+ * yet. Seen gone, it counts for nothing (scale-set-demand.ts); still unseen, it counts.
+ */
+async function endedOf(step: StepContext, pool: string, live: readonly ObservedInstance[], recentlyStarted: readonly ScaleSetStartedRunner[] = []): Promise<ObservedInstance[]> {
+  const seen = new Set(live.map((i) => i.id));
+  const missing = [...new Set(recentlyStarted.map((r) => r.instanceId))].filter((id) => !seen.has(id));
+  if (missing.length === 0) return [];
+  const found = await describeFleet(step.aws, step.ec2, step.keys, { pool, states: ALL_STATES, instanceIds: missing });
+  return found.filter((i) => !seen.has(i.id));
 }
 
 /**

@@ -106,6 +106,12 @@ describe('the scale-set poll loop', () => {
     // The session's own reading differs from the message's, so the message's demand is told apart.
     api.sessionAssigned = 1;
     const order: string[] = [];
+    // Then the scale set's state moves on to the message's reading (a job assigned after the open): the refresh before the message's demand answers it.
+    const realGet = api.getMessage.bind(api);
+    api.getMessage = (session, last, max, signal) => {
+      delete api.sessionAssigned;
+      return realGet(session, last, max, signal);
+    };
     const realDelete = api.deleteMessage.bind(api);
     api.deleteMessage = async (session, id) => {
       order.push(`ack:${id}`);
@@ -127,6 +133,18 @@ describe('the scale-set poll loop', () => {
     expect(leases.item.holder).toBeUndefined();
     // The session stays open for the next invocation.
     expect(api.active.get(setId)?.sessionId).toBe(leases.item.sessionId);
+  });
+
+  it("a message an earlier holder left unacknowledged carries the statistics of when it was made: its demand is the scale set's reading now, not the old one", async () => {
+    // Made when 3 jobs were assigned; 2 of them completed while it waited (its holder lost the lease before acknowledging it).
+    const m = api.push(setId, 3);
+    api.sessionAssigned = 1;
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    expect(api.acknowledged.has(m)).toBe(true);
+    // An old reading of 3 would start two runners for jobs that are done: each surplus (the --scale-set seeds 1 and 2 showed it).
+    expect(demands.length).toBeGreaterThan(1);
+    expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
   });
 
   it('a crash between reading a message and acting on it leaves the message for the next invocation, which serves it', async () => {
@@ -198,8 +216,8 @@ describe('the scale-set poll loop', () => {
     const o = await invocation();
     expect(o.kind).toBe('polled');
     expect(api.acknowledged.has(first) && api.acknowledged.has(m)).toBe(true);
-    // The resume's refresh, then one for the expired token.
-    expect(api.calls.filter((c) => c === 'refreshSession')).toHaveLength(2);
+    // The resume's refresh, one for the expired token, one for a fresh reading with the first message.
+    expect(api.calls.filter((c) => c === 'refreshSession')).toHaveLength(3);
   });
 
   it('a token that expires again at once is not refreshed in a loop', async () => {

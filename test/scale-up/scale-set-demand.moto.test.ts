@@ -1,5 +1,5 @@
 import { ScanCommand } from '@aws-sdk/client-dynamodb';
-import { DescribeInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { DescribeInstancesCommand, TerminateInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
 import { GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
 import { describe, expect, it } from 'vitest';
 import { WARM_DEFAULTS } from '../../lambdas/scale-up/activate';
@@ -186,6 +186,22 @@ describe("scale-up's scale-set demand path, against moto", () => {
     // Without them, the lagging read would have started two more: the failure this guards against.
     const blind = await run(demand(2, 'trace-c'));
     expect(blind.started).toBe(2);
+  });
+
+  it('a runner a recent demand started that has since ended (its instance terminated) holds no place: the next assigned job gets a runner at once', async () => {
+    await parkInMoto(c, config, 1);
+    const api = new FakeScaleSet();
+    const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX));
+    const first = await run(demand(2, 'trace-a'));
+    expect(first).toMatchObject({ observed: 0, started: 2, unserved: 0 });
+    // One runner's job completed and its ephemeral instance ended; a new job was assigned: still 2.
+    const [ended, live] = first.startedRunners!;
+    await c.ec2.send(new TerminateInstancesCommand({ InstanceIds: [ended!.instanceId] }));
+    const second = await run({ ...demand(2, 'trace-b'), recentlyStarted: first.startedRunners! });
+    // Counted as a runner (the live observation omits terminated instances) it would hold the new job's place for SCALE_SET_RECENT_START_MS.
+    expect(second).toMatchObject({ observed: 1, started: 1, unserved: 0 });
+    expect((await serving()).map((i) => i.InstanceId)).toContain(live!.instanceId);
+    expect(await serving()).toHaveLength(2);
   });
 
   describe("the invocation's time budget: no slot starts with less than one slot's reserve left", () => {
