@@ -101,6 +101,9 @@ export interface Injection {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** How often queue-token-expired expires the token for a holder that then hands over without meeting it. */
+const TOKEN_EXPIRY_ATTEMPTS = 4;
+
 /** Waits for `ready` (every 100 ms) until the target's run ends; false when it ended first. */
 async function until(t: FaultTarget, ready: () => boolean): Promise<boolean> {
   while (!ready()) {
@@ -294,22 +297,32 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
     }
     case 'queue-token-expired': {
       // A holder early in its invocation with a poll in flight: its next poll meets the expired token (not a hand-over's refresh).
+      // A holder whose poll brought a message may spend the rest of its window on the demand and
+      // hand over without polling again: the next holder's refresh gets a new token and nobody met
+      // the expired one. The token is then expired again on a later holding (a few times at most).
       let expired: string | undefined;
-      let from = 0;
-      await until(t, () => {
-        const h = listenerHolds();
-        const inv = h === undefined ? undefined : t.lambdas.listenerInvocations.find((i) => i.id === h);
-        const id = session()?.id;
-        // It stops polling handOverMs after its start: with half of that left, it polls again after the one in flight.
-        if (!inv || id === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
-        from = t.github.requests().length;
-        hooks.expireQueueToken(t.scaleSetId);
-        expired = id;
-        return true;
-      });
+      let from = -1;
+      const met = () => expired !== undefined && t.github.requests().slice(from).some((r) => r.status === 401 && r.path.includes(`/sessions/${expired}/messages`));
+      for (let attempt = 0; attempt < TOKEN_EXPIRY_ATTEMPTS && !met(); attempt++) {
+        let holder: string | undefined;
+        const injected = await until(t, () => {
+          const h = listenerHolds();
+          const inv = h === undefined ? undefined : t.lambdas.listenerInvocations.find((i) => i.id === h);
+          const id = session()?.id;
+          // It stops polling handOverMs after its start: with half of that left, it polls again after the one in flight.
+          if (!inv || id === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
+          if (from < 0) from = t.github.requests().length;
+          hooks.expireQueueToken(t.scaleSetId);
+          expired = id;
+          holder = h;
+          return true;
+        });
+        if (!injected) break;
+        if (attempt === 0) stamp();
+        await until(t, () => met() || listenerHolds() !== holder);
+      }
       if (expired === undefined) return injection;
       injection.tokenExpiredAt = from;
-      stamp();
       injection.observe = () => queueEffects.tokenExpired(t.github.requests().slice(from), expired!);
       return injection;
     }
