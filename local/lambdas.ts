@@ -148,6 +148,15 @@ export interface ListenerInvocation {
   /** When it called the message queue (GetMessage, DeleteMessage), and when its writes on the lease it held (renew, record) were answered and how (epoch ms). */
   readonly queueCalls: number[];
   readonly leaseWrites: { readonly at: number; readonly outcome: string }[];
+  /** Its demands (the synchronous invocations of scale-up): when each was sent and when scale-up answered it, even after the invocation was killed (epoch ms). */
+  readonly demands: ListenerDemand[];
+}
+
+/** One demand of a listener invocation: scale-up runs from `sentAt` until `answeredAt` (absent: still running). */
+export interface ListenerDemand {
+  readonly pool: string;
+  readonly sentAt: number;
+  answeredAt?: number;
 }
 
 /** One holding of a scale-set lease as the table's answered writes show it (epoch ms). */
@@ -157,6 +166,8 @@ export interface RecordedLeaseHolding {
   readonly acquiredAt: number;
   expiresAt: number;
   releasedAt?: number;
+  /** The expiry each answered write set, from when it was answered: the acquire's, each renewal's, a release's hold. */
+  readonly terms: { readonly from: number; readonly expiresAt: number }[];
 }
 
 /**
@@ -170,7 +181,10 @@ export class RecordedLeases implements ScaleSetLeases {
   async acquire(...args: Parameters<ScaleSetLeases['acquire']>) {
     const [pool, holder] = args;
     const out = await this.inner.acquire(...args);
-    if (out.kind === 'acquired') this.holdings.push({ pool, holder, acquiredAt: Date.now(), expiresAt: out.lease.expiresAt * 1000 });
+    if (out.kind === 'acquired') {
+      const at = Date.now();
+      this.holdings.push({ pool, holder, acquiredAt: at, expiresAt: out.lease.expiresAt * 1000, terms: [{ from: at, expiresAt: out.lease.expiresAt * 1000 }] });
+    }
     return out;
   }
 
@@ -179,7 +193,10 @@ export class RecordedLeases implements ScaleSetLeases {
     const [lease, expiresAt] = args;
     const out = await this.inner.renew(...args);
     const holding = this.current(lease);
-    if (holding && out === 'done') holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+    if (holding && out === 'done') {
+      holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+      holding.terms.push({ from: Date.now(), expiresAt: holding.expiresAt });
+    }
     return out;
   }
 
@@ -195,7 +212,10 @@ export class RecordedLeases implements ScaleSetLeases {
     const out = await this.inner.release(...args);
     if (holding && out === 'done') {
       if (holdUntil === undefined) holding.releasedAt = at;
-      else holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+      else {
+        holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+        holding.terms.push({ from: Date.now(), expiresAt: holding.expiresAt });
+      }
     }
     return out;
   }
@@ -385,7 +405,16 @@ export class LocalLambdas {
           record: (...a) => guard(() => leases.record(...a)).then(written),
           release: (...a) => guard(() => leases.release(...a)),
         },
-        requestCapacity: (d) => guard(() => this.scaleSetDemand(d)),
+        // Recorded from the call to scale-up's answer, which a killed invocation never sees but
+        // which still runs: the proof checks each lies within its invocation's holding of the lease.
+        requestCapacity: (d) =>
+          guard(() => {
+            const demand: ListenerDemand = { pool: d.pool, sentAt: Date.now() };
+            inv.demands.push(demand);
+            return this.scaleSetDemand(d).finally(() => {
+              demand.answeredAt = Date.now();
+            });
+          }),
         sink,
         options: { marginMs: o.marginMs },
       });
@@ -399,7 +428,7 @@ export class LocalLambdas {
   /** One scheduled (or extra) invocation of the listener, not awaited: it runs beside the others. */
   invokeListener(): ListenerInvocation | undefined {
     if (!this.listenerInvoke) return undefined;
-    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [] };
+    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [], demands: [] };
     this.listenerInvocations.push(inv);
     const abort = new AbortController();
     this.listenerAborts.set(inv.id, abort);
