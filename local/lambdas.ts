@@ -148,6 +148,17 @@ export interface ListenerInvocation {
   /** When it called the message queue (GetMessage, DeleteMessage), and when its writes on the lease it held (renew, record) were answered and how (epoch ms). */
   readonly queueCalls: number[];
   readonly leaseWrites: { readonly at: number; readonly outcome: string }[];
+  /** Its demands (the synchronous invocations of scale-up): when each was sent and when scale-up answered it, even after the invocation was killed (epoch ms). */
+  readonly demands: ListenerDemand[];
+  /** Its renewals of the lease sent and not yet answered (`outsideDemands`). */
+  renewing: number;
+}
+
+/** One demand of a listener invocation: scale-up runs from `sentAt` until `answeredAt` (absent: still running). */
+export interface ListenerDemand {
+  readonly pool: string;
+  readonly sentAt: number;
+  answeredAt?: number;
 }
 
 /** One holding of a scale-set lease as the table's answered writes show it (epoch ms). */
@@ -157,6 +168,8 @@ export interface RecordedLeaseHolding {
   readonly acquiredAt: number;
   expiresAt: number;
   releasedAt?: number;
+  /** The expiry each answered write set, from when it was answered: the acquire's, each renewal's, a release's hold. */
+  readonly terms: { readonly from: number; readonly expiresAt: number }[];
 }
 
 /**
@@ -170,7 +183,10 @@ export class RecordedLeases implements ScaleSetLeases {
   async acquire(...args: Parameters<ScaleSetLeases['acquire']>) {
     const [pool, holder] = args;
     const out = await this.inner.acquire(...args);
-    if (out.kind === 'acquired') this.holdings.push({ pool, holder, acquiredAt: Date.now(), expiresAt: out.lease.expiresAt * 1000 });
+    if (out.kind === 'acquired') {
+      const at = Date.now();
+      this.holdings.push({ pool, holder, acquiredAt: at, expiresAt: out.lease.expiresAt * 1000, terms: [{ from: at, expiresAt: out.lease.expiresAt * 1000 }] });
+    }
     return out;
   }
 
@@ -179,7 +195,10 @@ export class RecordedLeases implements ScaleSetLeases {
     const [lease, expiresAt] = args;
     const out = await this.inner.renew(...args);
     const holding = this.current(lease);
-    if (holding && out === 'done') holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+    if (holding && out === 'done') {
+      holding.expiresAt = Math.floor(expiresAt.getTime() / 1000) * 1000;
+      holding.terms.push({ from: Date.now(), expiresAt: holding.expiresAt });
+    }
     return out;
   }
 
@@ -195,7 +214,10 @@ export class RecordedLeases implements ScaleSetLeases {
     const out = await this.inner.release(...args);
     if (holding && out === 'done') {
       if (holdUntil === undefined) holding.releasedAt = at;
-      else holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+      else {
+        holding.expiresAt = Math.floor(holdUntil.getTime() / 1000) * 1000;
+        holding.terms.push({ from: Date.now(), expiresAt: holding.expiresAt });
+      }
     }
     return out;
   }
@@ -249,6 +271,8 @@ export class LocalLambdas {
   private readonly listenerRuns: Promise<void>[] = [];
   private listenerInvoke: ((inv: ListenerInvocation, abort: AbortSignal) => Promise<Record<string, string>>) | undefined;
   private readonly listenerAborts = new Map<string, AbortController>();
+  /** Per invocation, what its renewals wait for while `outsideDemands` runs. */
+  private readonly renewalGates = new Map<string, Promise<void>>();
   private readonly esmClient: SQSClient;
   private running = false;
   private loops: Promise<void>[] = [];
@@ -381,11 +405,28 @@ export class LocalLambdas {
         scaleSetApi: (c: FleetConfig, pool: PoolConfig) => guardedApi(apis(c, pool)),
         leases: {
           acquire: (...a) => guard(() => leases.acquire(...a)),
-          renew: (...a) => guard(() => leases.renew(...a)).then(written),
+          renew: (...a) =>
+            (this.renewalGates.get(inv.id) ?? Promise.resolve())
+              .then(() =>
+                guard(() => {
+                  inv.renewing++;
+                  return leases.renew(...a).finally(() => inv.renewing--);
+                }),
+              )
+              .then(written),
           record: (...a) => guard(() => leases.record(...a)).then(written),
           release: (...a) => guard(() => leases.release(...a)),
         },
-        requestCapacity: (d) => guard(() => this.scaleSetDemand(d)),
+        // Recorded from the call to scale-up's answer, which a killed invocation never sees but
+        // which still runs: the proof checks each lies within its invocation's holding of the lease.
+        requestCapacity: (d) =>
+          guard(() => {
+            const demand: ListenerDemand = { pool: d.pool, sentAt: Date.now() };
+            inv.demands.push(demand);
+            return this.scaleSetDemand(d).finally(() => {
+              demand.answeredAt = Date.now();
+            });
+          }),
         sink,
         options: { marginMs: o.marginMs },
       });
@@ -399,7 +440,7 @@ export class LocalLambdas {
   /** One scheduled (or extra) invocation of the listener, not awaited: it runs beside the others. */
   invokeListener(): ListenerInvocation | undefined {
     if (!this.listenerInvoke) return undefined;
-    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [] };
+    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [], demands: [], renewing: 0 };
     this.listenerInvocations.push(inv);
     const abort = new AbortController();
     this.listenerAborts.set(inv.id, abort);
@@ -414,6 +455,26 @@ export class LocalLambdas {
     // A killed invocation never returns: stop() waits only for the live ones.
     this.listenerRuns.push(Promise.race([run, new Promise<void>((resolve) => abort.signal.addEventListener('abort', () => resolve()))]));
     return inv;
+  }
+
+  /**
+   * Runs `act` (the lease-taken-over fault's take) while the invocation is outside its demands:
+   * its renewals wait meanwhile, and `act` runs once none of its renewals or demands is in
+   * flight (or it has ended). Every demand follows its own renewal, so a take-over landing
+   * between the two would displace the holder mid-demand: the clock skew's limit, which that
+   * fault does not test, and which the proof's demands-within-the-lease check would report.
+   */
+  async outsideDemands<T>(id: string, act: () => Promise<T>): Promise<T> {
+    const inv = this.listenerInvocations.find((i) => i.id === id);
+    let open = () => {};
+    this.renewalGates.set(id, new Promise<void>((resolve) => (open = resolve)));
+    try {
+      while (inv && !inv.killed && !inv.outcome && (inv.renewing > 0 || inv.demands.some((d) => d.answeredAt === undefined))) await new Promise((resolve) => setTimeout(resolve, 20));
+      return await act();
+    } finally {
+      this.renewalGates.delete(id);
+      open();
+    }
   }
 
   /** Stops an invocation dead (the poller killed mid-poll): no release, no acknowledgement, its long poll cut. */

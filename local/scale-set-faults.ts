@@ -228,12 +228,17 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
         }
         sentAt = Date.now();
         const until = new Date(sentAt + t.foreignLeaseMs);
-        const out = await leases.acquire(t.pool, TAKEOVER_HOLDER, { expiresAt: until, releaseAt: until }, new Date(held.expiresAt + 1_000));
+        // Never between the holder's renewal and the demand it covers (`outsideDemands`); its
+        // clock read at the take, after any renewal that moved the expiry.
+        const out = await t.lambdas.outsideDemands(h!, async () => {
+          const taken = await leases.acquire(t.pool, TAKEOVER_HOLDER, { expiresAt: until, releaseAt: until }, new Date(held.expiresAt + 1_000));
+          takenAt = Date.now();
+          return taken;
+        });
         if (out.kind !== 'acquired') {
           await sleep(100);
           continue;
         }
-        takenAt = Date.now();
         if (held.releasedAt !== undefined || inv.outcome !== undefined) {
           // The holder gave the lease back meanwhile: a free lease was taken, nobody displaced. Given back, tried again.
           await leases.release(out.lease, {});

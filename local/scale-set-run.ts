@@ -83,8 +83,22 @@ export interface LeaseHolding {
   readonly acquiredAt: number;
   /** The lease's expiry as the item holds it. */
   readonly expiresAt: number;
-  /** When its holder began to give it back (absent: it never did: killed, or another holder). */
+  /** When its holder began to give it back, or another displaced it (absent: neither: killed, or another holder). */
   readonly releasedAt?: number;
+  /** The scale-set pool whose lease it is (absent: matched to any pool's demands). */
+  readonly pool?: string;
+  /** The expiry each answered write on it set (the acquire, each renewal, a release's hold), from when it was answered, in order; absent: `expiresAt` from `acquiredAt`. */
+  readonly terms?: readonly { readonly from: number; readonly expiresAt: number }[];
+}
+
+/** One demand of a listener invocation (its synchronous invocation of scale-up), as the sandbox saw it (epoch ms). */
+export interface DemandRecord {
+  /** The invocation that sent it: the lease holder it was sent under. */
+  readonly holder: string;
+  readonly pool: string;
+  readonly sentAt: number;
+  /** When scale-up answered, even if the invocation was killed meanwhile (absent: still running at the run's end). */
+  readonly answeredAt?: number;
 }
 
 /** A fault as the run injected it, and what showed it took effect. */
@@ -111,6 +125,8 @@ export interface ScaleSetProof {
   readonly jobs: { readonly sent: number; readonly assigned: number; readonly done: number };
   readonly sessions: { readonly opened: number; readonly maxActive: number; readonly maxConcurrentPolls: number; readonly ended: Readonly<Record<string, number>> };
   readonly lease: { readonly holdings: number; readonly holders: number; readonly maxHolders: number };
+  /** The listener's demands on scale-up, and the most of one scale set's running at once. */
+  readonly demands: { readonly sent: number; readonly maxAtOnce: number };
   readonly faults: readonly InjectedFault[];
   /** What the loopback still held after the scale-set resource's Delete, and the lease item on moto. */
   readonly afterDelete: { readonly scaleSets: number; readonly sessions: number; readonly leaseItems: number };
@@ -136,6 +152,48 @@ export function maxOverlap(intervals: readonly { readonly start: number; readonl
   return max;
 }
 
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/**
+ * Two demands for one scale set running at once (each pair named once): scale-up would read
+ * the same shortfall twice and start runners for it twice. The lease exists to prevent it.
+ */
+export function overlappingDemands(demands: readonly DemandRecord[], endedAt: number): string[] {
+  const end = (d: DemandRecord) => d.answeredAt ?? endedAt;
+  const out: string[] = [];
+  demands.forEach((a, i) => {
+    for (const b of demands.slice(i + 1)) {
+      const both = Math.min(end(a), end(b)) - Math.max(a.sentAt, b.sentAt);
+      if (a.pool === b.pool && both > 0) out.push(`demands of ${a.holder} and ${b.holder} on scale-up for ${a.pool} ran at once (for ${seconds(both)})`);
+    }
+  });
+  return out;
+}
+
+/**
+ * Demands not within their invocation's holding of the lease: each must be sent while the
+ * holding it was sent under lasts (after its acquire, before its release or displacement) and
+ * be answered before the expiry the last write before it set (the renewal right before a
+ * demand) and before the holding ended. A later renewal does not cover a demand already sent.
+ */
+export function demandsOutsideLease(demands: readonly DemandRecord[], holdings: readonly LeaseHolding[], endedAt: number): string[] {
+  const out: string[] = [];
+  for (const d of demands) {
+    const h = holdings.findLast((x) => x.holder === d.holder && (x.pool === undefined || x.pool === d.pool) && x.acquiredAt <= d.sentAt);
+    if (!h) {
+      out.push(`a demand of ${d.holder} for ${d.pool} was sent while it held no lease`);
+      continue;
+    }
+    const terms = h.terms ?? [{ from: h.acquiredAt, expiresAt: h.expiresAt }];
+    const term = terms.findLast((t) => t.from <= d.sentAt) ?? terms[0]!;
+    const until = Math.min(term.expiresAt, h.releasedAt ?? Infinity);
+    const end = d.answeredAt ?? endedAt;
+    if (d.sentAt >= until) out.push(`a demand of ${d.holder} for ${d.pool} was sent ${seconds(d.sentAt - until)} after its holding of the lease ended`);
+    else if (end > until) out.push(`a demand of ${d.holder} for ${d.pool} ran ${seconds(end - until)} past its holding of the lease`);
+  }
+  return out;
+}
+
 export function buildScaleSetProof(input: {
   readonly scaleSetId: number;
   readonly jobs: readonly ScaleSetJobView[];
@@ -146,6 +204,8 @@ export function buildScaleSetProof(input: {
   readonly sessions: readonly LoopbackSessionRecord[];
   readonly maxConcurrentPolls: number;
   readonly leases: readonly LeaseHolding[];
+  /** The listener's demands on scale-up, each with the invocation (lease holder) that sent it. */
+  readonly demands: readonly DemandRecord[];
   readonly faults: readonly InjectedFault[];
   /** Things of the run left behind (instances, runner configs, registrations), one line each. */
   readonly leftovers: readonly string[];
@@ -183,6 +243,9 @@ export function buildScaleSetProof(input: {
   for (const s of sessions) ended[s.ended ?? 'open'] = (ended[s.ended ?? 'open'] ?? 0) + 1;
   const maxHolders = maxOverlap(input.leases.map((l) => ({ start: l.acquiredAt, end: l.releasedAt ?? l.expiresAt })));
   if (maxHolders > 1) failures.push(`${maxHolders} pollers held the lease at once`);
+  failures.push(...overlappingDemands(input.demands, input.endedAt), ...demandsOutsideLease(input.demands, input.leases, input.endedAt));
+  const demandPools = [...new Set(input.demands.map((d) => d.pool))];
+  const maxDemands = Math.max(0, ...demandPools.map((pool) => maxOverlap(input.demands.filter((d) => d.pool === pool).map((d) => ({ start: d.sentAt, end: d.answeredAt ?? input.endedAt })))));
   for (const f of input.faults) {
     if (f.at === undefined) failures.push(`fault ${f.fault} (${f.moment}) was never injected`);
     else if (f.effect === undefined) failures.push(`fault ${f.fault} (${f.moment}) showed no effect`);
@@ -200,6 +263,7 @@ export function buildScaleSetProof(input: {
     jobs: { sent: input.jobs.length, assigned, done: input.jobs.filter((j) => j.done).length },
     sessions: { opened: sessions.length, maxActive, maxConcurrentPolls: input.maxConcurrentPolls, ended },
     lease: { holdings: input.leases.length, holders: new Set(input.leases.map((l) => l.holder)).size, maxHolders },
+    demands: { sent: input.demands.length, maxAtOnce: maxDemands },
     faults: input.faults,
     afterDelete: input.afterDelete,
     runners: { registered: input.runnersRegistered, assigned },
@@ -376,7 +440,7 @@ export function formatScaleSet(p: ScaleSetProof, f: ScaleSetFigures): string[] {
   const path = (name: string, x: PathFigures) =>
     `  ${name}: ${x.jobs} job(s) (warm ${x.warm}, cold ${x.cold}); job created to started ${x.toStartSeconds ? `p50 ${x.toStartSeconds.p50} s, max ${x.toStartSeconds.max} s` : 'n/a'}; ${x.requests} GitHub request(s), ${x.requestsPerJob} per job; ${x.registrationCalls} REST registration call(s)`;
   return [
-    `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; ${p.runners.registered} runner(s) registered for ${p.runners.assigned} assigned job(s); after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s), ${p.afterDelete.leaseItems} lease item(s)`,
+    `scale set: ${p.passed ? 'PASSED' : 'FAILED'}: ${p.jobs.done} of ${p.jobs.sent} job(s) assigned to scale set ${p.scaleSetId} completed (${p.jobs.assigned} assigned); sessions ${p.sessions.opened} opened, at most ${p.sessions.maxActive} active and ${p.sessions.maxConcurrentPolls} poll(s) open at once (${Object.entries(p.sessions.ended).map(([k, n]) => `${k} ${n}`).join(', ')}); lease taken ${p.lease.holdings} time(s) by ${p.lease.holders} holder(s), at most ${p.lease.maxHolders} at once; ${p.demands.sent} demand(s) on scale-up, at most ${p.demands.maxAtOnce} at once; ${p.runners.registered} runner(s) registered for ${p.runners.assigned} assigned job(s); after the Delete ${p.afterDelete.scaleSets} scale set(s), ${p.afterDelete.sessions} session(s), ${p.afterDelete.leaseItems} lease item(s)`,
     ...p.faults.map((x) => `  fault ${x.fault} (${x.moment}): ${x.at === undefined ? 'NOT injected' : `at ${x.at} s, ${x.effect ?? 'no effect seen'}`}`),
     path('scale-set path', f.scaleSet),
     `    of which ${f.scaleSet.actionsServiceRequests} to the Actions service (${Object.entries(f.scaleSet.actionsServiceByKind).map(([k, n]) => `${k} ${n}`).join(', ')}; per job: the long polls aside); ${f.scaleSet.runners} runner(s) registered through the scale set: ${f.restRegistrationCallsSaved} REST registration call(s) saved`,

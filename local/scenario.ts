@@ -852,6 +852,7 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
     sessions: hooks.sessions(),
     maxConcurrentPolls: peakPolls,
     leases: lambdas.leases?.holdings ?? [],
+    demands: lambdas.listenerInvocations.flatMap((i) => i.demands.map((d) => ({ holder: i.id, ...d }))),
     faults,
     leftovers: [...left.instances.map((i) => `instance ${i.id} (${i.pool}, ${i.why})`), ...left.parameters.map((p) => `parameter ${p}`), ...left.registrations.map((r) => `registration ${r.name}`)],
     afterDelete: { scaleSets: hooks.list().length, sessions: hooks.list().filter((s) => s.session).length, leaseItems },

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildScaleSetProof, FAULT_MOMENTS, maxOverlap, nextHolding, planScaleSetFaults, queueEffects, queueRefusalsOutsideFaults, requestPath, SCALE_SET_FAULTS, SCALE_SET_SEEDS, scaleSetFigures, type LeaseHolding } from '../../local/scale-set-run';
+import { buildScaleSetProof, FAULT_MOMENTS, maxOverlap, nextHolding, planScaleSetFaults, queueEffects, queueRefusalsOutsideFaults, requestPath, SCALE_SET_FAULTS, SCALE_SET_SEEDS, scaleSetFigures, type DemandRecord, type LeaseHolding } from '../../local/scale-set-run';
 import type { LoopbackSessionRecord } from '../../local/ci/scale-set-service';
 
 describe('--scale-set: the fault plan', () => {
@@ -36,6 +36,9 @@ describe('--scale-set: the proof', () => {
   const T = 1_000_000;
   const session = (openedAt: number, endedAt?: number, id = String(openedAt)): LoopbackSessionRecord => ({ scaleSetId: 1, sessionId: id, owner: 'o', openedAt, ...(endedAt === undefined ? {} : { endedAt, ended: 'deleted' as const }) });
   const lease = (holder: string, acquiredAt: number, expiresAt: number, releasedAt?: number): LeaseHolding => ({ holder, acquiredAt, expiresAt, ...(releasedAt === undefined ? {} : { releasedAt }) });
+  const demand = (holder: string, sentAt: number, answeredAt?: number): DemandRecord => ({ holder, pool: 'p', sentAt, ...(answeredAt === undefined ? {} : { answeredAt }) });
+  // b, killed: acquired with a term to T + 10 s, renewed at T + 9 s to T + 15 s.
+  const killed: LeaseHolding = { ...lease('b', T + 6_000, T + 15_000), terms: [{ from: T + 6_000, expiresAt: T + 10_000 }, { from: T + 9_000, expiresAt: T + 15_000 }] };
   const good = {
     scaleSetId: 1,
     jobs: [
@@ -50,7 +53,9 @@ describe('--scale-set: the proof', () => {
     sessionConflicts: 0,
     unexpectedQueueRefusals: 0,
     // A release, a hand-over at the same moment, a killed holder's expiry, a holder after it.
-    leases: [lease('a', T, T + 9_000, T + 6_000), lease('b', T + 6_000, T + 15_000), lease('c', T + 15_001, T + 24_000, T + 20_000)],
+    leases: [lease('a', T, T + 9_000, T + 6_000), killed, lease('c', T + 15_001, T + 24_000, T + 20_000)],
+    // Each within its holding: the killed holder's scale-up answered before its renewal's expiry, c's ends at its release.
+    demands: [demand('a', T + 1_000, T + 2_000), demand('b', T + 9_000, T + 15_000), demand('c', T + 16_000, T + 20_000)],
     faults: [{ fault: 'poller-killed' as const, moment: 'after-wave-1' as const, at: 3, effect: 'b stopped dead' }],
     leftovers: [],
     afterDelete: { scaleSets: 0, sessions: 0, leaseItems: 0 },
@@ -60,7 +65,7 @@ describe('--scale-set: the proof', () => {
   it('passes when every assigned job completed on one runner, one session and one lease holder at a time, nothing left', () => {
     const p = buildScaleSetProof(good);
     expect(p.failures).toEqual([]);
-    expect(p).toMatchObject({ passed: true, jobs: { sent: 2, assigned: 2, done: 2 }, sessions: { opened: 2, maxActive: 1, ended: { deleted: 1, open: 1 } }, lease: { holdings: 3, holders: 3, maxHolders: 1 } });
+    expect(p).toMatchObject({ passed: true, jobs: { sent: 2, assigned: 2, done: 2 }, sessions: { opened: 2, maxActive: 1, ended: { deleted: 1, open: 1 } }, lease: { holdings: 3, holders: 3, maxHolders: 1 }, demands: { sent: 3, maxAtOnce: 1 } });
   });
 
   it.each<[string, Partial<Parameters<typeof buildScaleSetProof>[0]>, string]>([
@@ -73,6 +78,15 @@ describe('--scale-set: the proof', () => {
     ['two polls at once', { maxConcurrentPolls: 2 }, "2 polls of the scale set's queue were open at once"],
     ['a lease taken before its release', { leases: [lease('a', T, T + 9_000, T + 6_000), lease('b', T + 5_999, T + 15_000)] }, '2 pollers held the lease at once'],
     ['a lease taken before a killed holder\'s expiry', { leases: [lease('a', T, T + 9_000), lease('b', T + 8_000, T + 15_000, T + 12_000)] }, '2 pollers held the lease at once'],
+    // The killed holder's scale-up still running when the next holder's demand comes.
+    ['two invocations\' demands at once', { demands: [demand('b', T + 9_000, T + 16_500), demand('c', T + 16_000, T + 17_000)] }, 'demands of b and c on scale-up for p ran at once (for 0.5 s)'],
+    ['a demand past its renewal\'s expiry', { demands: [demand('b', T + 9_000, T + 15_500)] }, 'a demand of b for p ran 0.5 s past its holding of the lease'],
+    ['a demand answered after the release', { demands: [demand('a', T + 5_000, T + 6_500)] }, 'a demand of a for p ran 0.5 s past its holding of the lease'],
+    ['a demand sent after the release (or a displacement)', { demands: [demand('a', T + 7_000, T + 7_100)] }, 'a demand of a for p was sent 1.0 s after its holding of the lease ended'],
+    // The renewal after it came too late: the lease had lapsed at T + 10 s.
+    ['a demand covered only by a later renewal', { demands: [demand('b', T + 7_000, T + 11_000)] }, 'a demand of b for p ran 1.0 s past its holding of the lease'],
+    ['a demand still running at the end, past the release', { demands: [demand('c', T + 19_000)] }, 'a demand of c for p ran 10.0 s past its holding of the lease'],
+    ['a demand of an invocation that never held the lease', { demands: [demand('x', T + 1_000, T + 2_000)] }, 'a demand of x for p was sent while it held no lease'],
     ['a fault never injected', { faults: [{ fault: 'session-expired', moment: 'before-wave-1' }] }, 'fault session-expired (before-wave-1) was never injected'],
     ['a fault without effect', { faults: [{ fault: 'message-redelivered', moment: 'after-wave-2', at: 9 }] }, 'fault message-redelivered (after-wave-2) showed no effect'],
     ['a leftover', { leftovers: ['registration cwr-i-1'] }, 'left behind: registration cwr-i-1'],
