@@ -37,14 +37,16 @@ export function motoEnv(endpoint: string): Record<string, string> {
 }
 
 export async function startMoto(): Promise<MotoServer> {
-  const port = await freePort();
-  const endpoint = `http://127.0.0.1:${port}`;
   // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not kill
   // moto under a parent that still needs it to stop cleanly; the parent ends it (stop(), or
   // the exit hook below, so it never outlives its parent).
   // moto's server serving each call whole, as AWS applies it (moto_server.py).
+  // Port 0: moto binds a free port itself and names it in its startup line. A port picked here
+  // and bound by moto seconds later (its imports) could be taken in between by another suite's
+  // server or connection (bats files run side by side), and a readiness check could then reach
+  // another suite's moto.
   const server = join(__dirname, 'moto_server.py');
-  const child: ChildProcess = spawn('python3', [server, '-H', '127.0.0.1', '-p', String(port)], {
+  const child: ChildProcess = spawn('python3', [server, '-H', '127.0.0.1', '-p', '0'], {
     stdio: ['ignore', 'ignore', 'pipe'],
     detached: true,
   });
@@ -60,20 +62,25 @@ export async function startMoto(): Promise<MotoServer> {
   // A safety bound: moto imports for seconds on an unloaded machine, longer on a loaded one.
   const boundMs = scaled(30_000);
   const deadline = Date.now() + boundMs;
+  let port: number | undefined;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`moto exited with ${child.exitCode}: ${stderr}`);
-    try {
-      const res = await fetch(`${endpoint}/moto-api/data.json`);
-      if (res.ok) break;
-    } catch {
-      // not listening yet
+    port ??= Number(/Running on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr)?.[1]) || undefined;
+    if (port !== undefined) {
+      try {
+        const res = await fetch(`http://127.0.0.1:${port}/moto-api/data.json`);
+        if (res.ok) break;
+      } catch {
+        // not answering yet
+      }
     }
     if (Date.now() > deadline) {
       killNow();
-      throw new Error(`moto did not answer on ${endpoint} within ${boundMs / 1000} s: ${stderr}`);
+      throw new Error(`moto did not answer${port === undefined ? ' (no port in its startup line)' : ` on port ${port}`} within ${boundMs / 1000} s: ${stderr}`);
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+  const endpoint = `http://127.0.0.1:${port}`;
   return {
     endpoint,
     port,
