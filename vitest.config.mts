@@ -33,10 +33,12 @@ const testFiles = ROOTS.flatMap((dir) =>
 // (e2e-steady) stalled to its deadline in two CI runs while other files ran beside it, and
 // passes alone and with files run one at a time; the sandbox tests create, reap and kill
 // real users and processes. Run one at a time, vitest took 1,146 s in a fresh-clone run,
-// less than the 1,549 s of the all-parallel run before. A new file that starts such a thing
-// lands here by its text, not by a list to keep.
-const SHARED_HOST_PATH = /^test\/local\/e2e-|moto\.test\.ts$|^test\/integration\//;
-const SHARED_HOST_TEXT = /startMoto|motoForFile|startLoopback|startReleaseServer|createServer|\.listen\(|\bspawn(Sync)?\b|useradd|boot-sandbox/;
+// less than the 1,549 s of the all-parallel run before. The package tests pack in the
+// repository's root (`npm pack` rewrites its package.json while it runs). A file that starts
+// such a thing itself lands here by its text; one that reaches it through a helper file must be
+// named by path here (the loopback CI tests bind port 0 and clean up: they may run beside others).
+const SHARED_HOST_PATH = /^test\/local\/e2e-|moto\.test\.ts$|^test\/integration\/|^test\/package\//;
+const SHARED_HOST_TEXT = /startMoto|motoForFile|startLoopback|startReleaseServer|createServer|\.listen\(|\bspawn(Sync)?\b|\bexecFile(Sync)?\b|useradd|boot-sandbox/;
 const sharesHost = (file: string): boolean => SHARED_HOST_PATH.test(file) || SHARED_HOST_TEXT.test(readFileSync(join(import.meta.dirname, file), 'utf8'));
 const serialFiles = testFiles.filter(sharesHost);
 const parallelFiles = testFiles.filter((f) => !sharesHost(f));

@@ -25,7 +25,7 @@ import { RETRY_STARTED_MESSAGE } from '../lambdas/scale-up/retry-check';
 import { AwsCaller } from '../lambdas/shared/aws-call';
 import { DynamoLaunchTickets } from '../lambdas/shared/launch-tickets';
 import { providersOnce } from '../lambdas/shared/clients';
-import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, ssmPaths, type FleetConfig, type JobRetryOptions, type PoolConfig, type Provider, type RunnerReleaseSources, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult } from '../lambdas/shared/contract';
+import { JOB_RECORD_ATTRIBUTES, LAMBDA_ENV, LAUNCH_TICKET_KEY_PREFIX, LEDGER_MESSAGE, parseJobMessage, QueueTokenExpiredError, ssmPaths, type FleetConfig, type JobRetryOptions, type PoolConfig, type Provider, type RunnerReleaseSources, type ScaleSetApi, type ScaleSetDemand, type ScaleSetDemandResult } from '../lambdas/shared/contract';
 import { loadFleetConfig } from '../lambdas/shared/fleet-config-source';
 import { createLogger, type Sink } from '../lambdas/shared/log';
 import { Pacer } from '../lambdas/shared/pacing';
@@ -152,6 +152,9 @@ export interface ListenerInvocation {
   readonly demands: ListenerDemand[];
   /** Its renewals of the lease sent and not yet answered (`outsideDemands`). */
   renewing: number;
+  /** When the message queue refused its queue token (401: `QueueTokenExpiredError`), and when a session refresh of its succeeded (epoch ms). */
+  readonly tokenRefusals: number[];
+  readonly refreshes: number[];
 }
 
 /** One demand of a listener invocation: scale-up runs from `sentAt` until `answeredAt` (absent: still running). */
@@ -377,20 +380,29 @@ export class LocalLambdas {
               (v) => (inv.killed ? never : v),
               (e: unknown) => (inv.killed ? never : Promise.reject(e)),
             );
+      const refusals = <T>(p: Promise<T>): Promise<T> =>
+        p.catch((e: unknown) => {
+          if (e instanceof QueueTokenExpiredError) inv.tokenRefusals.push(Date.now());
+          throw e;
+        });
       const guardedApi = (api: ScaleSetApi): ScaleSetApi => ({
         ensureScaleSet: (spec) => guard(() => api.ensureScaleSet(spec)),
         findScaleSet: (name, group) => guard(() => api.findScaleSet(name, group)),
         deleteScaleSet: (id) => guard(() => api.deleteScaleSet(id)),
         createSession: (id, owner) => guard(() => api.createSession(id, owner)),
-        refreshSession: (id, session) => guard(() => api.refreshSession(id, session)),
+        refreshSession: (id, session) =>
+          guard(() => api.refreshSession(id, session)).then((v) => {
+            inv.refreshes.push(Date.now());
+            return v;
+          }),
         deleteSession: (id, session) => guard(() => api.deleteSession(id, session)),
         getMessage: (session, last, max, signal) => {
           inv.queueCalls.push(Date.now());
-          return guard(() => api.getMessage(session, last, max, signal ? AbortSignal.any([signal, abort]) : abort));
+          return refusals(guard(() => api.getMessage(session, last, max, signal ? AbortSignal.any([signal, abort]) : abort)));
         },
         deleteMessage: (session, id) => {
           inv.queueCalls.push(Date.now());
-          return guard(() => api.deleteMessage(session, id));
+          return refusals(guard(() => api.deleteMessage(session, id)));
         },
         generateJitConfig: (id, name) => guard(() => api.generateJitConfig(id, name)),
       });
@@ -440,7 +452,7 @@ export class LocalLambdas {
   /** One scheduled (or extra) invocation of the listener, not awaited: it runs beside the others. */
   invokeListener(): ListenerInvocation | undefined {
     if (!this.listenerInvoke) return undefined;
-    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [], demands: [], renewing: 0 };
+    const inv: ListenerInvocation = { id: `listener-${this.listenerInvocations.length + 1}`, startedAt: Date.now(), killed: false, queueCalls: [], leaseWrites: [], demands: [], renewing: 0, tokenRefusals: [], refreshes: [] };
     this.listenerInvocations.push(inv);
     const abort = new AbortController();
     this.listenerAborts.set(inv.id, abort);

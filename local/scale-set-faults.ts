@@ -94,8 +94,8 @@ export interface FaultTarget {
 export interface Injection {
   readonly planned: PlannedScaleSetFault;
   at?: number;
-  /** queue-token-expired: the request log's length when the token expired (401s from then on are injected). */
-  tokenExpiredAt?: number;
+  /** queue-token-expired: the request log's length at each expiry of the token (401s from each on are injected, until a refresh). */
+  tokenExpiredAt?: number[];
   observe?: () => string | undefined;
 }
 
@@ -307,6 +307,8 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
       // the expired one. The token is then expired again on a later holding (a few times at most).
       let expired: string | undefined;
       let from = -1;
+      const expiries: number[] = [];
+      let injectedAt = Number.POSITIVE_INFINITY;
       const met = () => expired !== undefined && t.github.requests().slice(from).some((r) => r.status === 401 && r.path.includes(`/sessions/${expired}/messages`));
       for (let attempt = 0; attempt < TOKEN_EXPIRY_ATTEMPTS && !met(); attempt++) {
         let holder: string | undefined;
@@ -316,7 +318,11 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
           const id = session()?.id;
           // It stops polling handOverMs after its start: with half of that left, it polls again after the one in flight.
           if (!inv || id === undefined || inv.startedAt + t.handOverMs - Date.now() < t.handOverMs / 2 || hooks.polls(t.scaleSetId) === 0) return false;
-          if (from < 0) from = t.github.requests().length;
+          if (from < 0) {
+            from = t.github.requests().length;
+            injectedAt = Date.now();
+          }
+          expiries.push(t.github.requests().length);
           hooks.expireQueueToken(t.scaleSetId);
           expired = id;
           holder = h;
@@ -327,8 +333,14 @@ export async function inject(t: FaultTarget, f: PlannedScaleSetFault, delayMs: n
         await until(t, () => met() || listenerHolds() !== holder);
       }
       if (expired === undefined) return injection;
-      injection.tokenExpiredAt = from;
-      injection.observe = () => queueEffects.tokenExpired(t.github.requests().slice(from), expired!);
+      injection.tokenExpiredAt = expiries;
+      // The refresh must be the refused invocation's own (a next holder's routine refresh at the
+      // hand-over would cure the token as well, and hide a listener that stopped on the 401).
+      const cured = () => t.lambdas.listenerInvocations.some((inv) => inv.tokenRefusals.some((at) => at >= injectedAt && inv.refreshes.some((r) => r > at)));
+      injection.observe = () => {
+        const seen = queueEffects.tokenExpired(t.github.requests().slice(from), expired!);
+        return seen && cured() ? `${seen} by the invocation the queue refused (the token expired ${expiries.length} time(s))` : undefined;
+      };
       return injection;
     }
   }

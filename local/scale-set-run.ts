@@ -244,6 +244,8 @@ export function buildScaleSetProof(input: {
   const maxHolders = maxOverlap(input.leases.map((l) => ({ start: l.acquiredAt, end: l.releasedAt ?? l.expiresAt })));
   if (maxHolders > 1) failures.push(`${maxHolders} pollers held the lease at once`);
   failures.push(...overlappingDemands(input.demands, input.endedAt), ...demandsOutsideLease(input.demands, input.leases, input.endedAt));
+  // Runners start only through demands: jobs assigned and none recorded means the record is broken, and the two checks above would pass on nothing.
+  if (input.jobs.length > 0 && input.demands.length === 0) failures.push(`${input.jobs.length} job(s) assigned to the scale set and no demand on scale-up recorded`);
   const demandPools = [...new Set(input.demands.map((d) => d.pool))];
   const maxDemands = Math.max(0, ...demandPools.map((pool) => maxOverlap(input.demands.filter((d) => d.pool === pool).map((d) => ({ start: d.sentAt, end: d.answeredAt ?? input.endedAt })))));
   for (const f of input.faults) {

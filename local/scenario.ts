@@ -858,7 +858,7 @@ function scaleSetReportOf(scaleSetId: number, jobs: readonly ScenarioJob[], repo
     afterDelete: { scaleSets: hooks.list().length, sessions: hooks.list().filter((s) => s.session).length, leaseItems },
     runnersRegistered: hooks.runnersRegistered(scaleSetId),
     sessionConflicts: all.filter((r) => r.method === 'POST' && new RegExp(`/runnerscalesets/${scaleSetId}/sessions$`).test(r.path) && r.status === 409).length,
-    unexpectedQueueRefusals: queueRefusalsOutsideFaults(all, injected.flatMap((i) => (i.tokenExpiredAt === undefined ? [] : [i.tokenExpiredAt]))),
+    unexpectedQueueRefusals: queueRefusalsOutsideFaults(all, injected.flatMap((i) => i.tokenExpiredAt ?? [])),
     endedAt,
   });
   const served = new Map(report.timeline.map((t) => [t.ciJobId, t.served]));

@@ -87,6 +87,8 @@ describe('--scale-set: the proof', () => {
     ['a demand covered only by a later renewal', { demands: [demand('b', T + 7_000, T + 11_000)] }, 'a demand of b for p ran 1.0 s past its holding of the lease'],
     ['a demand still running at the end, past the release', { demands: [demand('c', T + 19_000)] }, 'a demand of c for p ran 10.0 s past its holding of the lease'],
     ['a demand of an invocation that never held the lease', { demands: [demand('x', T + 1_000, T + 2_000)] }, 'a demand of x for p was sent while it held no lease'],
+    // The demand record broken: the two checks above would pass on nothing.
+    ['no demand recorded for assigned jobs', { demands: [] }, '2 job(s) assigned to the scale set and no demand on scale-up recorded'],
     ['a fault never injected', { faults: [{ fault: 'session-expired', moment: 'before-wave-1' }] }, 'fault session-expired (before-wave-1) was never injected'],
     ['a fault without effect', { faults: [{ fault: 'message-redelivered', moment: 'after-wave-2', at: 9 }] }, 'fault message-redelivered (after-wave-2) showed no effect'],
     ['a leftover', { leftovers: ['registration cwr-i-1'] }, 'left behind: registration cwr-i-1'],
@@ -109,6 +111,9 @@ describe('--scale-set: the proof', () => {
     expect(queueRefusalsOutsideFaults([poll(200), poll(401), refresh(200), poll(200)], [1])).toBe(0);
     expect(queueRefusalsOutsideFaults([poll(401), refresh(200), poll(401)], [0])).toBe(1);
     expect(queueRefusalsOutsideFaults([poll(401), refresh(401), poll(401)], [0])).toBe(0);
+    // The token expired again after a hand-over's refresh (its holder handed over without meeting it): each expiry opens its own window.
+    expect(queueRefusalsOutsideFaults([poll(200), poll(200), refresh(200), poll(200), poll(200), poll(401), refresh(200)], [1, 4])).toBe(0);
+    expect(queueRefusalsOutsideFaults([poll(200), poll(200), refresh(200), poll(200), poll(200), poll(401), refresh(200)], [1])).toBe(1);
   });
 
   describe('the faults\' effects', () => {
