@@ -171,7 +171,8 @@ function recent(runners: readonly ScaleSetStartedRunner[] | undefined, now: Date
  * The lease, or the answer that another holder has it. A holder stops polling `marginMs`
  * before its deadline and then releases; it writes that moment (`releaseAt`) when it takes the
  * lease. An invocation that finds the lease held with its release, or its expiry, at most
- * `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after it), so
+ * `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after it, for
+ * that long past the release), so
  * the scale set is polled on without the gap of a schedule period. A bounded wait, never a
  * spin: a live holder renews its expiry, and the waiter then finds it further off and returns;
  * a crashed holder's lease is taken once its short expiry has passed.
@@ -183,9 +184,13 @@ async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> 
     const taken = await deps.leases.acquire(pool, deps.holder, { expiresAt: leaseExpiry(deps), releaseAt: new Date(end) }, deps.now());
     if (taken.kind !== 'held' || taken.expiresAt === undefined) return taken;
     const now = deps.now().getTime();
-    // Once the planned release has passed, the holder still at work is waited for until its expiry, not asked every few seconds.
-    const release = taken.releaseAt !== undefined && taken.releaseAt * 1000 > now ? taken.releaseAt : taken.expiresAt;
-    const free = Math.min(release, taken.expiresAt) * 1000;
+    // The holder stops on the tick and writes its release tens of milliseconds later, and
+    // `releaseAt` is rounded down to the second: a waiter woken at it is often early. For a grace
+    // of `LEASE_HANDOVER_WAIT_MS` after it the waiter asks again every `LEASE_RETRY_MS`; only
+    // then is a holder still at work waited for until its expiry, not asked every few seconds.
+    const releaseMs = taken.releaseAt === undefined ? undefined : taken.releaseAt * 1000;
+    const release = releaseMs !== undefined && now < releaseMs + LEASE_HANDOVER_WAIT_MS ? releaseMs : taken.expiresAt * 1000;
+    const free = Math.min(release, taken.expiresAt * 1000);
     const wait = Math.max(LEASE_RETRY_MS, free - now);
     if (wait > LEASE_HANDOVER_WAIT_MS || now + wait >= end) return taken;
     await sleep(wait);
