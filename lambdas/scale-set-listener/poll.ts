@@ -356,17 +356,55 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
    * statistics of when it was made, older than the session's reading just served, and a demand on
    * them would start runners for jobs completed since (the loopback models this; the client's
    * source does not say a redelivery's statistics are recomputed). A refresh answers the
-   * statistics now (one request per holding that gets a message); its failure leaves the message's.
+   * statistics now (one request per holding that gets a message). A session it finds gone is
+   * reopened as one gone mid-poll; any other failure serves no demand for the message (the
+   * opening's reading was served; the next message or empty poll asks again), never its own
+   * statistics.
    */
   let firstMessage = true;
-  const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<{ session: ScaleSetSession; statistics: ScaleSetStatistics }> => {
+  type Reading = { readonly kind: 'fresh'; readonly session: ScaleSetSession; readonly statistics: ScaleSetStatistics } | { readonly kind: 'gone' } | { readonly kind: 'failed' };
+  const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<Reading> => {
     try {
       const fresh = await deps.api.refreshSession(current.scaleSetId, current.sessionId);
-      return { session: fresh, statistics: fresh.statistics ?? carried };
+      return { kind: 'fresh', session: fresh, statistics: fresh.statistics ?? carried };
     } catch (error) {
-      log.warn('refreshing the session for a fresh reading failed: the message\'s own statistics are served', { error: errorName(error) });
-      return { session: current, statistics: carried };
+      if (error instanceof SessionGoneError) return { kind: 'gone' };
+      log.warn('refreshing the session for a fresh reading failed: no demand for this message', { error: errorName(error) });
+      return { kind: 'failed' };
     }
+  };
+  /**
+   * A session found gone mid-poll: a new one (the same one when the 404 was not its end), its
+   * reading served before its first poll. Once per invocation: a session gone again at once is
+   * not cured by another create. Returns the outcome that ends the poll, or undefined to poll on.
+   */
+  const reopen = async (): Promise<PollOutcome | undefined> => {
+    if (reopened) {
+      log.warn('the new message session is gone too: the next invocation creates one', { sessionId: session.sessionId });
+      return stop('session-gone');
+    }
+    reopened = true;
+    log.warn('the message session is gone mid-poll: creating a new one', { sessionId: session.sessionId });
+    const opened = await openSession(deps, lease, run.state, session.scaleSetId, log);
+    if (opened.kind === 'lease-lost') return { kind: 'lease-lost', messages };
+    if (opened.kind === 'conflict') return stop('session-conflict');
+    // The same session refreshed (the 404 was not its end) goes on after the same message.
+    if (opened.session.sessionId !== session.sessionId) last = 0;
+    session = opened.session;
+    firstMessage = true;
+    run.state = opened.state;
+    // The new session's statistics are the freshest reading: served before its first poll.
+    if (session.statistics !== undefined) {
+      statistics = session.statistics;
+      try {
+        await demand(statistics);
+      } catch (e) {
+        if (e instanceof Stopped) return e.outcome;
+        log.error('asking scale-up for capacity failed', { error: errorName(e) });
+        return stop('demand-failed');
+      }
+    }
+    return undefined;
   };
   let refreshed = false;
   while (deps.now().getTime() < end) {
@@ -391,32 +429,8 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         continue;
       }
       if (error instanceof SessionGoneError) {
-        // Once per invocation: a session gone again at once is not cured by another create.
-        if (reopened) {
-          log.warn('the new message session is gone too: the next invocation creates one', { sessionId: session.sessionId });
-          return stop('session-gone');
-        }
-        reopened = true;
-        log.warn('the message session is gone mid-poll: creating a new one', { sessionId: session.sessionId });
-        const opened = await openSession(deps, lease, run.state, session.scaleSetId, log);
-        if (opened.kind === 'lease-lost') return { kind: 'lease-lost', messages };
-        if (opened.kind === 'conflict') return stop('session-conflict');
-        // The same session refreshed (the 404 was not its end) goes on after the same message.
-        if (opened.session.sessionId !== session.sessionId) last = 0;
-        session = opened.session;
-        firstMessage = true;
-        run.state = opened.state;
-        // The new session's statistics are the freshest reading: served before its first poll.
-        if (session.statistics !== undefined) {
-          statistics = session.statistics;
-          try {
-            await demand(statistics);
-          } catch (e) {
-            if (e instanceof Stopped) return e.outcome;
-            log.error('asking scale-up for capacity failed', { error: errorName(e) });
-            return stop('demand-failed');
-          }
-        }
+        const o = await reopen();
+        if (o) return o;
         continue;
       }
       throw error;
@@ -427,6 +441,25 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       if (until < end) continue;
       break;
     }
+    // The message's reading: none when a fresh one could not be had for the first message.
+    let reading: ScaleSetStatistics | undefined;
+    if (message !== undefined) {
+      messages++;
+      if (firstMessage) {
+        firstMessage = false;
+        const fresh = await freshReading(session, message.statistics);
+        if (fresh.kind === 'gone') {
+          // Left unacknowledged (its session is gone): the new session's reading is served instead.
+          const o = await reopen();
+          if (o) return o;
+          continue;
+        }
+        if (fresh.kind === 'fresh') {
+          session = fresh.session;
+          statistics = reading = fresh.statistics;
+        }
+      } else statistics = reading = message.statistics;
+    }
     try {
       if (message === undefined) {
         // No message (202): the last statistics still say what is wanted; a runner lost since
@@ -434,15 +467,8 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         if (statistics !== undefined) await demand(statistics);
         continue;
       }
-      messages++;
-      if (firstMessage) {
-        firstMessage = false;
-        const fresh = await freshReading(session, message.statistics);
-        session = fresh.session;
-        statistics = fresh.statistics;
-      } else statistics = message.statistics;
       if (message.events.length > 0) await deps.jobEvents(pool, message.events);
-      await demand(statistics);
+      if (reading !== undefined) await demand(reading);
     } catch (error) {
       // Not acknowledged: GitHub delivers the message again, to the next invocation.
       if (error instanceof Stopped) return error.outcome;

@@ -147,6 +147,50 @@ describe('the scale-set poll loop', () => {
     expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
   });
 
+  it("the fresh reading's refresh failing (not a gone session) sends no demand on the message's own old statistics (review R6a)", async () => {
+    const m = api.push(setId, 3);
+    api.sessionAssigned = 1;
+    api.refreshSession = async () => {
+      throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+    };
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    // The session's reading (1) only: the message's 3 would start runners for jobs done since.
+    expect(demands.length).toBeGreaterThan(0);
+    expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
+    // Its job events are handled and it is acknowledged: the next message or empty poll asks again.
+    expect(api.acknowledged.has(m)).toBe(true);
+  });
+
+  it('the fresh reading finding the session gone reopens it as mid-poll, serves the new reading and leaves the message unacknowledged until then (review R6a)', async () => {
+    const m = api.push(setId, 3);
+    api.sessionAssigned = 1;
+    const realRefresh = api.refreshSession.bind(api);
+    let first = true;
+    api.refreshSession = async (scaleSetId, sessionId) => {
+      if (first) {
+        // GitHub ended the session between the message and the refresh.
+        first = false;
+        await api.deleteSession(scaleSetId, sessionId);
+      }
+      return realRefresh(scaleSetId, sessionId);
+    };
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
+    // Never the message's old 3; the new session's reading was served before the message was acknowledged (on the new session).
+    expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
+    expect(acked[0]).toBeGreaterThanOrEqual(2);
+    expect(api.acknowledged.has(m)).toBe(true);
+    expect(leases.item.sessionId).toBe(api.active.get(setId)?.sessionId);
+  });
+
   it('a crash between reading a message and acting on it leaves the message for the next invocation, which serves it', async () => {
     const m = api.push(setId, 2);
     let asked = 0;
