@@ -171,7 +171,8 @@ function recent(runners: readonly ScaleSetStartedRunner[] | undefined, now: Date
  * The lease, or the answer that another holder has it. A holder stops polling `marginMs`
  * before its deadline and then releases; it writes that moment (`releaseAt`) when it takes the
  * lease. An invocation that finds the lease held with its release, or its expiry, at most
- * `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after it), so
+ * `LEASE_HANDOVER_WAIT_MS` away waits for it (and asks every `LEASE_RETRY_MS` after it, for
+ * that long past the release), so
  * the scale set is polled on without the gap of a schedule period. A bounded wait, never a
  * spin: a live holder renews its expiry, and the waiter then finds it further off and returns;
  * a crashed holder's lease is taken once its short expiry has passed.
@@ -183,9 +184,13 @@ async function takeLease(deps: PollDeps, pool: string): Promise<AcquireOutcome> 
     const taken = await deps.leases.acquire(pool, deps.holder, { expiresAt: leaseExpiry(deps), releaseAt: new Date(end) }, deps.now());
     if (taken.kind !== 'held' || taken.expiresAt === undefined) return taken;
     const now = deps.now().getTime();
-    // Once the planned release has passed, the holder still at work is waited for until its expiry, not asked every few seconds.
-    const release = taken.releaseAt !== undefined && taken.releaseAt * 1000 > now ? taken.releaseAt : taken.expiresAt;
-    const free = Math.min(release, taken.expiresAt) * 1000;
+    // The holder stops on the tick and writes its release tens of milliseconds later, and
+    // `releaseAt` is rounded down to the second: a waiter woken at it is often early. For a grace
+    // of `LEASE_HANDOVER_WAIT_MS` after it the waiter asks again every `LEASE_RETRY_MS`; only
+    // then is a holder still at work waited for until its expiry, not asked every few seconds.
+    const releaseMs = taken.releaseAt === undefined ? undefined : taken.releaseAt * 1000;
+    const release = releaseMs !== undefined && now < releaseMs + LEASE_HANDOVER_WAIT_MS ? releaseMs : taken.expiresAt * 1000;
+    const free = Math.min(release, taken.expiresAt * 1000);
     const wait = Math.max(LEASE_RETRY_MS, free - now);
     if (wait > LEASE_HANDOVER_WAIT_MS || now + wait >= end) return taken;
     await sleep(wait);
@@ -351,17 +356,55 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
    * statistics of when it was made, older than the session's reading just served, and a demand on
    * them would start runners for jobs completed since (the loopback models this; the client's
    * source does not say a redelivery's statistics are recomputed). A refresh answers the
-   * statistics now (one request per holding that gets a message); its failure leaves the message's.
+   * statistics now (one request per holding that gets a message). A session it finds gone is
+   * reopened as one gone mid-poll; any other failure serves no demand for the message (the
+   * opening's reading was served; the next message or empty poll asks again), never its own
+   * statistics.
    */
   let firstMessage = true;
-  const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<{ session: ScaleSetSession; statistics: ScaleSetStatistics }> => {
+  type Reading = { readonly kind: 'fresh'; readonly session: ScaleSetSession; readonly statistics: ScaleSetStatistics } | { readonly kind: 'gone' } | { readonly kind: 'failed' };
+  const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<Reading> => {
     try {
       const fresh = await deps.api.refreshSession(current.scaleSetId, current.sessionId);
-      return { session: fresh, statistics: fresh.statistics ?? carried };
+      return { kind: 'fresh', session: fresh, statistics: fresh.statistics ?? carried };
     } catch (error) {
-      log.warn('refreshing the session for a fresh reading failed: the message\'s own statistics are served', { error: errorName(error) });
-      return { session: current, statistics: carried };
+      if (error instanceof SessionGoneError) return { kind: 'gone' };
+      log.warn('refreshing the session for a fresh reading failed: no demand for this message', { error: errorName(error) });
+      return { kind: 'failed' };
     }
+  };
+  /**
+   * A session found gone mid-poll: a new one (the same one when the 404 was not its end), its
+   * reading served before its first poll. Once per invocation: a session gone again at once is
+   * not cured by another create. Returns the outcome that ends the poll, or undefined to poll on.
+   */
+  const reopen = async (): Promise<PollOutcome | undefined> => {
+    if (reopened) {
+      log.warn('the new message session is gone too: the next invocation creates one', { sessionId: session.sessionId });
+      return stop('session-gone');
+    }
+    reopened = true;
+    log.warn('the message session is gone mid-poll: creating a new one', { sessionId: session.sessionId });
+    const opened = await openSession(deps, lease, run.state, session.scaleSetId, log);
+    if (opened.kind === 'lease-lost') return { kind: 'lease-lost', messages };
+    if (opened.kind === 'conflict') return stop('session-conflict');
+    // The same session refreshed (the 404 was not its end) goes on after the same message.
+    if (opened.session.sessionId !== session.sessionId) last = 0;
+    session = opened.session;
+    firstMessage = true;
+    run.state = opened.state;
+    // The new session's statistics are the freshest reading: served before its first poll.
+    if (session.statistics !== undefined) {
+      statistics = session.statistics;
+      try {
+        await demand(statistics);
+      } catch (e) {
+        if (e instanceof Stopped) return e.outcome;
+        log.error('asking scale-up for capacity failed', { error: errorName(e) });
+        return stop('demand-failed');
+      }
+    }
+    return undefined;
   };
   let refreshed = false;
   while (deps.now().getTime() < end) {
@@ -386,32 +429,8 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         continue;
       }
       if (error instanceof SessionGoneError) {
-        // Once per invocation: a session gone again at once is not cured by another create.
-        if (reopened) {
-          log.warn('the new message session is gone too: the next invocation creates one', { sessionId: session.sessionId });
-          return stop('session-gone');
-        }
-        reopened = true;
-        log.warn('the message session is gone mid-poll: creating a new one', { sessionId: session.sessionId });
-        const opened = await openSession(deps, lease, run.state, session.scaleSetId, log);
-        if (opened.kind === 'lease-lost') return { kind: 'lease-lost', messages };
-        if (opened.kind === 'conflict') return stop('session-conflict');
-        // The same session refreshed (the 404 was not its end) goes on after the same message.
-        if (opened.session.sessionId !== session.sessionId) last = 0;
-        session = opened.session;
-        firstMessage = true;
-        run.state = opened.state;
-        // The new session's statistics are the freshest reading: served before its first poll.
-        if (session.statistics !== undefined) {
-          statistics = session.statistics;
-          try {
-            await demand(statistics);
-          } catch (e) {
-            if (e instanceof Stopped) return e.outcome;
-            log.error('asking scale-up for capacity failed', { error: errorName(e) });
-            return stop('demand-failed');
-          }
-        }
+        const o = await reopen();
+        if (o) return o;
         continue;
       }
       throw error;
@@ -422,6 +441,25 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
       if (until < end) continue;
       break;
     }
+    // The message's reading: none when a fresh one could not be had for the first message.
+    let reading: ScaleSetStatistics | undefined;
+    if (message !== undefined) {
+      messages++;
+      if (firstMessage) {
+        firstMessage = false;
+        const fresh = await freshReading(session, message.statistics);
+        if (fresh.kind === 'gone') {
+          // Left unacknowledged (its session is gone): the new session's reading is served instead.
+          const o = await reopen();
+          if (o) return o;
+          continue;
+        }
+        if (fresh.kind === 'fresh') {
+          session = fresh.session;
+          statistics = reading = fresh.statistics;
+        }
+      } else statistics = reading = message.statistics;
+    }
     try {
       if (message === undefined) {
         // No message (202): the last statistics still say what is wanted; a runner lost since
@@ -429,15 +467,8 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         if (statistics !== undefined) await demand(statistics);
         continue;
       }
-      messages++;
-      if (firstMessage) {
-        firstMessage = false;
-        const fresh = await freshReading(session, message.statistics);
-        session = fresh.session;
-        statistics = fresh.statistics;
-      } else statistics = message.statistics;
       if (message.events.length > 0) await deps.jobEvents(pool, message.events);
-      await demand(statistics);
+      if (reading !== undefined) await demand(reading);
     } catch (error) {
       // Not acknowledged: GitHub delivers the message again, to the next invocation.
       if (error instanceof Stopped) return error.outcome;

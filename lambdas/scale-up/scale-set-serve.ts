@@ -1,4 +1,4 @@
-import { mapLimit, withTimeout, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
+import { errorName, mapLimit, withTimeout, WRITE_IDEMPOTENT, WRITE_ONCE } from '../shared/aws-call';
 import {
   JOB_MESSAGE_SCHEMA_VERSION,
   Provider,
@@ -92,7 +92,7 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
   const instances = await describeFleet(step.aws, step.ec2, step.keys, { pool: pool.name });
   // The runners earlier demands started count even where this observation lags behind them;
   // those it omits are looked up in every state, so one that already ended holds no job's place.
-  const ended = await endedOf(step, pool.name, instances, demand.recentlyStarted);
+  const ended = await endedOf(step, log, pool.name, instances, demand.recentlyStarted);
   const observed = scaleSetObserved([...instances, ...ended], pool.name, step.keys, demand.recentlyStarted, observedAt);
   const wanted = scaleSetShortfall(demand.assignedJobs, observed, pool);
   if (wanted === 0) return { observed: observed.runners, started: 0, unserved: 0, startedRunners: [] };
@@ -138,14 +138,21 @@ export async function serveScaleSetDemand(step: StepContext, deps: ScaleSetServe
  * The recently started runners the live observation omits, looked up by id in every state: an
  * ephemeral runner whose job completed within `SCALE_SET_RECENT_START_MS` has terminated, and
  * the live observation (no terminated instances) cannot tell it from one EC2's reads do not show
- * yet. Seen gone, it counts for nothing (scale-set-demand.ts); still unseen, it counts.
+ * yet. Seen gone, it counts for nothing (scale-set-demand.ts); still unseen, it counts. A failed
+ * lookup leaves them all unseen (they count, as before the lookup existed), rather than failing
+ * the demand: the listener would hold the lease for scale-up's whole bound over it.
  */
-async function endedOf(step: StepContext, pool: string, live: readonly ObservedInstance[], recentlyStarted: readonly ScaleSetStartedRunner[] = []): Promise<ObservedInstance[]> {
+async function endedOf(step: StepContext, log: StepContext['log'], pool: string, live: readonly ObservedInstance[], recentlyStarted: readonly ScaleSetStartedRunner[] = []): Promise<ObservedInstance[]> {
   const seen = new Set(live.map((i) => i.id));
   const missing = [...new Set(recentlyStarted.map((r) => r.instanceId))].filter((id) => !seen.has(id));
   if (missing.length === 0) return [];
-  const found = await describeFleet(step.aws, step.ec2, step.keys, { pool, states: ALL_STATES, instanceIds: missing });
-  return found.filter((i) => !seen.has(i.id));
+  try {
+    const found = await describeFleet(step.aws, step.ec2, step.keys, { pool, states: ALL_STATES, instanceIds: missing });
+    return found.filter((i) => !seen.has(i.id));
+  } catch (error) {
+    log.warn('looking up the recently started runners the observation omits failed: they count as runners', { missing: missing.length, error: errorName(error) });
+    return [];
+  }
 }
 
 /**

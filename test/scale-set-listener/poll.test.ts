@@ -6,6 +6,7 @@ import { type PoolConfig, type ScaleSetDemand, type PoolScaleSetConfig } from '.
 import { createLogger } from '../../lambdas/shared/log';
 import { FakeScaleSet } from '../support/fake-scale-set';
 import { fleetConfig } from '../support/fixtures';
+import { scaled } from '../support/slowdown';
 
 /**
  * The poll loop's recoveries, with an in-memory lease (the DynamoDB one is tested against moto
@@ -145,6 +146,50 @@ describe('the scale-set poll loop', () => {
     // An old reading of 3 would start two runners for jobs that are done: each surplus (the --scale-set seeds 1 and 2 showed it).
     expect(demands.length).toBeGreaterThan(1);
     expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
+  });
+
+  it("the fresh reading's refresh failing (not a gone session) sends no demand on the message's own old statistics (review R6a)", async () => {
+    const m = api.push(setId, 3);
+    api.sessionAssigned = 1;
+    api.refreshSession = async () => {
+      throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+    };
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    // The session's reading (1) only: the message's 3 would start runners for jobs done since.
+    expect(demands.length).toBeGreaterThan(0);
+    expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
+    // Its job events are handled and it is acknowledged: the next message or empty poll asks again.
+    expect(api.acknowledged.has(m)).toBe(true);
+  });
+
+  it('the fresh reading finding the session gone reopens it as mid-poll, serves the new reading and leaves the message unacknowledged until then (review R6a)', async () => {
+    const m = api.push(setId, 3);
+    api.sessionAssigned = 1;
+    const realRefresh = api.refreshSession.bind(api);
+    let first = true;
+    api.refreshSession = async (scaleSetId, sessionId) => {
+      if (first) {
+        // GitHub ended the session between the message and the refresh.
+        first = false;
+        await api.deleteSession(scaleSetId, sessionId);
+      }
+      return realRefresh(scaleSetId, sessionId);
+    };
+    const acked: number[] = [];
+    const realDelete = api.deleteMessage.bind(api);
+    api.deleteMessage = async (session, id) => {
+      acked.push(demands.length);
+      return realDelete(session, id);
+    };
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
+    // Never the message's old 3; the new session's reading was served before the message was acknowledged (on the new session).
+    expect(new Set(demands.map((d) => d.assignedJobs))).toEqual(new Set([1]));
+    expect(acked[0]).toBeGreaterThanOrEqual(2);
+    expect(api.acknowledged.has(m)).toBe(true);
+    expect(leases.item.sessionId).toBe(api.active.get(setId)?.sessionId);
   });
 
   it('a crash between reading a message and acting on it leaves the message for the next invocation, which serves it', async () => {
@@ -402,23 +447,35 @@ describe('the hand-over of the lease', () => {
     const early = await pollScaleSet(deps({ holder: 'early', deadline: new Date(clock + 300_000), sleep: async (ms) => void slept.push(ms) }), POOL);
     expect(early.kind).toBe('held');
     expect(slept).toEqual([]);
-    // Arrives five seconds before it: waits, and the holder has released meanwhile.
-    clock = holderDeadline - 60_000 - 5_000;
+    // Arrives five seconds before it. The holder stops on the tick and its release lands 50 ms
+    // later: the waiter, woken at the (whole-second) release time, asks before it and again after.
+    const stop = holderDeadline - 60_000;
+    clock = stop - 5_000;
+    const acquire = leases.acquire.bind(leases);
+    leases.acquire = (pool, holder, times, now) => {
+      if (leases.item.holder === 'holder' && clock >= stop + 50) leases.item = { ...leases.item, holder: undefined, expiresAt: 0 };
+      return acquire(pool, holder, times, now);
+    };
+    const asked: number[] = [];
     const next = await pollScaleSet(
       deps({
         holder: 'next',
         deadline: new Date(clock + 300_000),
+        // The clock stands while the waiter waits (only its sleeps move it); it moves on once the lease is taken.
+        now: () => new Date(leases.item.holder === 'holder' ? clock : (clock += 1_000)),
         sleep: async (ms) => {
           slept.push(ms);
+          asked.push(clock + ms);
           clock += ms;
-          leases.item = { ...leases.item, holder: undefined, expiresAt: 0 };
         },
       }),
       POOL,
     );
+    // Without the grace after the release time the second ask found the expiry (45 s off) too far, and returned held.
     expect(next.kind).toBe('polled');
-    expect(slept).toHaveLength(1);
-    expect(slept[0]).toBeLessThanOrEqual(20_000);
+    expect(asked[0]).toBe(stop);
+    expect(slept.length).toBeGreaterThanOrEqual(2);
+    expect(slept.every((ms) => ms <= 20_000)).toBe(true);
   });
 });
 
@@ -575,7 +632,8 @@ describe('the lease over a demand (review R4)', () => {
     expect(o.kind).toBe('polled');
     // Without the cut the first poll ran to the window's end past the lease's expiry (one poll).
     expect(polls.length).toBeGreaterThanOrEqual(2);
-    expect(polls[1]! - polls[0]!).toBeLessThan(1_500);
+    // The cut comes at the expiry (500 ms in), well before the window's end (2 s): no tight bound, it scales with the machine's load.
+    expect(polls[1]! - polls[0]!).toBeLessThan(scaled(1_500));
     expect(renewals).toBe(polls.length);
   });
 
@@ -606,8 +664,8 @@ describe('the lease over a demand (review R4)', () => {
     expect(api.acknowledged.has(m)).toBe(false);
   });
 
-  it('a waiter that finds the planned release passed sleeps until the expiry, not every few seconds', async () => {
-    leases.item = { holder: 'holder', expiresAt: Math.floor((clock + 15_000) / 1000), releaseAt: Math.floor((clock - 5_000) / 1000) };
+  it('a waiter that finds the planned release passed by more than the hand-over wait sleeps until the expiry, not every few seconds', async () => {
+    leases.item = { holder: 'holder', expiresAt: Math.floor((clock + 15_000) / 1000), releaseAt: Math.floor((clock - 25_000) / 1000) };
     const slept: number[] = [];
     const o = await pollScaleSet(
       deps({

@@ -1,6 +1,6 @@
 import { ScanCommand } from '@aws-sdk/client-dynamodb';
 import { DescribeInstancesCommand, TerminateInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
-import { GetParametersByPathCommand, type Parameter } from '@aws-sdk/client-ssm';
+import { GetParametersByPathCommand, PutParameterCommand, type Parameter } from '@aws-sdk/client-ssm';
 import { describe, expect, it } from 'vitest';
 import { WARM_DEFAULTS } from '../../lambdas/scale-up/activate';
 import type { ScaleUpOptions } from '../../lambdas/scale-up/handler';
@@ -204,6 +204,27 @@ describe("scale-up's scale-set demand path, against moto", () => {
     expect(await serving()).toHaveLength(2);
   });
 
+  it("a failed lookup of the recently started runners the observation omits does not fail the demand: they count (review R6a)", async () => {
+    const faulty = motoClients(moto.endpoint);
+    faulty.ec2.middlewareStack.add(
+      (next, context) => async (args) => {
+        const filters = (args.input as { Filters?: { Name?: string }[] }).Filters ?? [];
+        // The by-id lookup in every state is refused; the live observation answers.
+        if (context.commandName === 'DescribeInstancesCommand' && filters.some((f) => f.Name === 'instance-id')) throw Object.assign(new Error('refused'), { name: 'UnauthorizedOperation' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const lines = new Lines();
+    const api = new FakeScaleSet();
+    const run = demandHandler(api, new FakeCi(Provider.GITHUB, PREFIX), faulty, lines);
+    const recentlyStarted = [{ instanceId: 'i-0123456789abcdef0', startedAt: new Date().toISOString() }];
+    // The one runner started recently (unseen) holds the one assigned job's place; a second job gets a runner.
+    expect(await run({ ...demand(1, 'trace-a'), recentlyStarted })).toMatchObject({ observed: 1, started: 0, unserved: 0 });
+    expect(await run({ ...demand(2, 'trace-b'), recentlyStarted })).toMatchObject({ observed: 1, started: 1, unserved: 0 });
+    expect(lines.logs('looking up the recently started runners the observation omits failed: they count as runners')).toHaveLength(2);
+  });
+
   describe("the invocation's time budget: no slot starts with less than one slot's reserve left", () => {
     const reserve = scaleSetSlotReserveMs(10_000);
     // Scale-up's whole timeout until the first JIT config is generated (the first slot has started), then just under the reserve.
@@ -226,6 +247,35 @@ describe("scale-up's scale-set demand path, against moto", () => {
       // The next demand, with time, serves the rest.
       const next = await run({ ...demand(2, 'trace-b'), recentlyStarted: result.startedRunners! }, { getRemainingTimeInMillis: () => 60_000 });
       expect(next).toMatchObject({ observed: 1, started: 1, unserved: 0 });
+    });
+
+    it('warm, a refused claim then no time: the registration the claim carried is deleted, nothing is left (review R6a)', async () => {
+      await parkInMoto(c, config, 2);
+      // Another invocation claims the lane's first candidate just before it: its config parameter is there, the claim is refused.
+      const foreign: string[] = [];
+      const contended = motoClients(moto.endpoint);
+      contended.ssm.middlewareStack.add(
+        (next, context) => async (args) => {
+          const name = (args.input as { Name?: string }).Name ?? '';
+          if (context.commandName === 'PutParameterCommand' && name.startsWith(paths.runnerConfigRoot) && foreign.length === 0) {
+            foreign.push(name);
+            await c.ssm.send(new PutParameterCommand({ Name: name, Value: 'another invocation', Type: 'SecureString' }));
+          }
+          return next(args);
+        },
+        { step: 'initialize' },
+      );
+      const api = new FakeScaleSet();
+      const ci = new FakeCi(Provider.GITHUB, PREFIX);
+      const run = demandHandler(api, ci, contended, new Lines(), undefined, { warm: { ...WARM_DEFAULTS, concurrency: 1 } });
+      // The clock runs low after the first registration: the lane's next pick ends out-of-time, carrying that registration.
+      const result = await run(demand(1, 'trace-a'), runsLowAfterFirstSlot(api));
+      expect(result).toMatchObject({ observed: 0, started: 0, unserved: 1 });
+      expect(await serving()).toHaveLength(0);
+      // One registration, deleted (by its REST id); no config of ours left, only the other invocation's.
+      expect(api.jitNames).toHaveLength(1);
+      expect(ci.deleted).toEqual(['1001']);
+      expect((await parameters()).map((p) => p.Name)).toEqual(foreign);
     });
 
     it('cold: the second launch is not started; its slot is answered unserved', async () => {

@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { SCALE_UP_DEFAULTS } from '../../lambdas/scale-up/handler';
 import { scaleSetObserved, scaleSetShortfall } from '../../lambdas/scale-up/scale-set-demand';
+import { scaleSetSlotReserveMs } from '../../lambdas/scale-up/scale-set-serve';
+import { SCALE_UP_TIMEOUT_SECONDS } from '../../lambdas/shared/contract';
 import type { ObservedInstance } from '../../lambdas/shared/instances';
 import { KEYS, standbyTags } from '../support/fixtures';
 
@@ -89,5 +92,11 @@ describe('scaleSetObserved', () => {
     );
     expect(observed).toEqual({ runners: 2, ending: 1 });
     expect(scaleSetShortfall(3, observed, { maxRunners: 10 })).toBe(1);
+  });
+});
+
+describe('scaleSetSlotReserveMs', () => {
+  it("leaves at least 10 s of scale-up's timeout with the default CI timeout: the first slots start", () => {
+    expect(SCALE_UP_TIMEOUT_SECONDS * 1000 - scaleSetSlotReserveMs(SCALE_UP_DEFAULTS.ciTimeoutMs)).toBeGreaterThanOrEqual(10_000);
   });
 });
