@@ -23,13 +23,14 @@ export class ScaleUpInvokeError extends Error {
 
 /**
  * Whether a failed demand surely never ran scale-up: Lambda refused the invocation (throttled, or
- * any other 4xx: denied, not found, a bad request). Anything else (a lost answer, a function
+ * any other 4xx but 410: denied, not found, a bad request). Anything else (a lost answer, a function
  * error, an answer not understood) may have started runners that went unreported.
  */
 export function demandRefused(error: unknown): boolean {
   if (error instanceof UnknownOutcomeError || error instanceof ScaleUpInvokeError) return false;
   const status = (error as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
-  return isThrottling(error) || (status !== undefined && status >= 400 && status < 500);
+  // 410 (EFSIOException) is the one 4xx Invoke documents for a function already running.
+  return isThrottling(error) || (status !== undefined && status >= 400 && status < 500 && status !== 410);
 }
 
 /** Invokes scale-up with `demand` and returns its `ScaleSetDemandResult`; throws on any other answer. */

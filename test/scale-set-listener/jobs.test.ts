@@ -2,7 +2,7 @@ import { CreateTagsCommand, DescribeInstancesCommand, EC2Client } from '@aws-sdk
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { CAPACITY_CALL, requestCapacity } from '../../lambdas/scale-set-listener/capacity';
+import { CAPACITY_CALL, demandRefused, requestCapacity } from '../../lambdas/scale-set-listener/capacity';
 import { createListenerHandler, LISTENER_DEADLINE_RESERVE_MS, LISTENER_DEFAULTS, LISTENER_SCHEDULE_PERIOD_MS, type ListenerDeps } from '../../lambdas/scale-set-listener/handler';
 import { DEMAND_BOUND_MS, LEASE_HANDOVER_WAIT_MS } from '../../lambdas/scale-set-listener/poll';
 import { SCALE_SET_LISTENER_TIMEOUT } from '../../lib/scale-set-listener';
@@ -105,6 +105,18 @@ describe('requestCapacity', () => {
 
   it("waits longer than scale-up's timeout, so an answer that does not come means scale-up has ended", () => {
     expect(CAPACITY_CALL.timeoutMs).toBeGreaterThan(SCALE_UP_TIMEOUT_SECONDS * 1000);
+  });
+
+  // Invoke's documented errors: the 4xx come before the function runs, but for 410 (EFSIOException, from a running function).
+  it.each<[string, number, boolean]>([
+    ['TooManyRequestsException', 429, true],
+    ['ResourceNotFoundException', 404, true],
+    ['AccessDeniedException', 403, true],
+    ['EFSIOException', 410, false],
+  ])('a demand Lambda answered %s (%i) never ran scale-up: %s', async (name, status, refused) => {
+    lambda.on(InvokeCommand).rejects(Object.assign(new Error(name), { name, $fault: 'client', $metadata: { httpStatusCode: status } }));
+    const error = await requestCapacity(new AwsCaller({ sleep: async () => {} }), new LambdaClient({}), 'scale-up', demand).catch((e: unknown) => e);
+    expect(demandRefused(error)).toBe(refused);
   });
 
   it('a lost answer is not resent beside a scale-up that may still run', async () => {
