@@ -240,19 +240,24 @@ describe('scale-set client against the loopback GitHub', () => {
     expect(await poll).toBeUndefined();
   });
 
-  it('a poll its client abandoned ends at the service: the next poll is the only one in flight', async () => {
-    // A hold far longer than the wait below, so only the closed connection can end the first poll.
+  /** A loopback whose long poll holds `scaleSet`'s figures, a scale set on it and an open session. */
+  const withLongHold = async (scaleSet: { longPollSeconds: number; sessionIdleSeconds?: number }) => {
     await gh.close();
-    gh = await startLoopbackGitHub({ organization: ORG, now: () => Date.now() + skew, scaleSet: { longPollSeconds: 120 } });
+    gh = await startLoopbackGitHub({ organization: ORG, now: () => Date.now() + skew, scaleSet });
     config = fleet();
     ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
     const client = api();
     const { id } = await client.ensureScaleSet(SPEC);
-    const session = await client.createSession(id, 'poller');
-    const eventually = async (what: () => boolean) => {
-      for (let i = 0; i < 600 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
-      expect(what()).toBe(true);
-    };
+    return { client, id, session: await client.createSession(id, 'poller') };
+  };
+  const eventually = async (what: () => boolean) => {
+    for (let i = 0; i < 600 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(what()).toBe(true);
+  };
+
+  it('a poll its client abandoned ends at the service: the next poll is the only one in flight', async () => {
+    // A hold far longer than the wait below, so only the closed connection can end the first poll.
+    const { client, id, session } = await withLongHold({ longPollSeconds: 120 });
     const first = new AbortController();
     const poll = client.getMessage(session, 0, 3, first.signal);
     await eventually(() => gh.scaleSets.polls(id) === 1);
@@ -268,17 +273,7 @@ describe('scale-set client against the loopback GitHub', () => {
   });
 
   it("a poll its client abandoned is no sign of life: the session's idle clock runs from the poll's start (review R5)", async () => {
-    await gh.close();
-    gh = await startLoopbackGitHub({ organization: ORG, now: () => Date.now() + skew, scaleSet: { longPollSeconds: 120, sessionIdleSeconds: 60 } });
-    config = fleet();
-    ssm.on(GetParameterCommand, { Name: ssmPaths(PREFIX).github.appPrivateKey }).resolves({ Parameter: { Value: gh.privateKeyPem } });
-    const client = api();
-    const { id } = await client.ensureScaleSet(SPEC);
-    const session = await client.createSession(id, 'poller');
-    const eventually = async (what: () => boolean) => {
-      for (let i = 0; i < 600 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
-      expect(what()).toBe(true);
-    };
+    const { client, id, session } = await withLongHold({ longPollSeconds: 120, sessionIdleSeconds: 60 });
     const abandoned = new AbortController();
     const poll = client.getMessage(session, 0, 3, abandoned.signal);
     await eventually(() => gh.scaleSets.polls(id) === 1);
