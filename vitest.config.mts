@@ -38,7 +38,7 @@ const testFiles = ROOTS.flatMap((dir) =>
 // such a thing itself lands here by its text; one that reaches it through a helper file must be
 // named by path here (the loopback CI tests bind port 0 and clean up: they may run beside others).
 const SHARED_HOST_PATH = /^test\/local\/e2e-|moto\.test\.ts$|^test\/integration\/|^test\/package\//;
-const SHARED_HOST_TEXT = /startMoto|motoForFile|startLoopback|startReleaseServer|createServer|\.listen\(|\bspawn(Sync)?\b|\bexecFile(Sync)?\b|useradd|boot-sandbox/;
+const SHARED_HOST_TEXT = /startMoto|motoForFile|startLoopback|startReleaseServer|createServer|\.listen\(|\bspawn(Sync)?\b|useradd|boot-sandbox/;
 const sharesHost = (file: string): boolean => SHARED_HOST_PATH.test(file) || SHARED_HOST_TEXT.test(readFileSync(join(import.meta.dirname, file), 'utf8'));
 const serialFiles = testFiles.filter(sharesHost);
 const parallelFiles = testFiles.filter((f) => !sharesHost(f));

@@ -357,11 +357,14 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
    * them would start runners for jobs completed since (the loopback models this; the client's
    * source does not say a redelivery's statistics are recomputed). A refresh answers the
    * statistics now (one request per holding that gets a message). A session it finds gone is
-   * reopened as one gone mid-poll; any other failure serves no demand for the message (the
-   * opening's reading was served; the next message or empty poll asks again), never its own
-   * statistics.
+   * reopened as one gone mid-poll; any other failure serves no demand for the message, and the
+   * reading stays owed: each empty poll asks for it again before any demand (the opening's reading
+   * may be older than the message), until one comes or a later message brings its own. A refresh
+   * answered without statistics falls back to the message's (the only reading there is).
    */
   let firstMessage = true;
+  /** The statistics of a first message whose fresh reading failed: asked for again at each empty poll, until a reading or a later message. */
+  let owed: ScaleSetStatistics | undefined;
   type Reading = { readonly kind: 'fresh'; readonly session: ScaleSetSession; readonly statistics: ScaleSetStatistics } | { readonly kind: 'gone' } | { readonly kind: 'failed' };
   const freshReading = async (current: ScaleSetSession, carried: ScaleSetStatistics): Promise<Reading> => {
     try {
@@ -392,6 +395,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     if (opened.session.sessionId !== session.sessionId) last = 0;
     session = opened.session;
     firstMessage = true;
+    owed = undefined;
     run.state = opened.state;
     // The new session's statistics are the freshest reading: served before its first poll.
     if (session.statistics !== undefined) {
@@ -457,11 +461,28 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
         if (fresh.kind === 'fresh') {
           session = fresh.session;
           statistics = reading = fresh.statistics;
-        }
-      } else statistics = reading = message.statistics;
+        } else owed = message.statistics;
+      } else {
+        owed = undefined;
+        statistics = reading = message.statistics;
+      }
     }
     try {
       if (message === undefined) {
+        if (owed !== undefined) {
+          // The first message's fresh reading is still owed: the opening's reading it may have
+          // superseded is not served again (it could ask for completed jobs' runners or miss a new one).
+          const fresh = await freshReading(session, owed);
+          if (fresh.kind === 'gone') {
+            const o = await reopen();
+            if (o) return o;
+            continue;
+          }
+          if (fresh.kind === 'failed') continue;
+          owed = undefined;
+          session = fresh.session;
+          statistics = fresh.statistics;
+        }
         // No message (202): the last statistics still say what is wanted; a runner lost since
         // (terminated, failed to start) is replaced now, not at the next message.
         if (statistics !== undefined) await demand(statistics);

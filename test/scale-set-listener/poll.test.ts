@@ -163,6 +163,29 @@ describe('the scale-set poll loop', () => {
     expect(api.acknowledged.has(m)).toBe(true);
   });
 
+  it('a failed fresh reading stays owed: the empty polls after it ask for it again before any demand, never serving the reading it may have superseded (review R7)', async () => {
+    // A new message: a job assigned since the opening's reading (1).
+    api.push(setId, 2);
+    api.sessionAssigned = 1;
+    const realRefresh = api.refreshSession.bind(api);
+    let failNext = true;
+    api.refreshSession = async (scaleSetId, sessionId) => {
+      if (failNext) {
+        failNext = false;
+        api.sessionAssigned = 2;
+        throw Object.assign(new Error('socket hang up'), { name: 'ECONNRESET' });
+      }
+      return realRefresh(scaleSetId, sessionId);
+    };
+    const o = await invocation();
+    expect(o.kind).toBe('polled');
+    // The opening's 1, then only the fresh 2 (an empty poll's demand on the opening's 1 would miss the new job).
+    const asked = demands.map((d) => d.assignedJobs);
+    expect(asked[0]).toBe(1);
+    expect(asked.slice(1).length).toBeGreaterThan(0);
+    expect(new Set(asked.slice(1))).toEqual(new Set([2]));
+  });
+
   it('the fresh reading finding the session gone reopens it as mid-poll, serves the new reading and leaves the message unacknowledged until then (review R6a)', async () => {
     const m = api.push(setId, 3);
     api.sessionAssigned = 1;

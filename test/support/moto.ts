@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { scaled } from './slowdown';
 
@@ -12,17 +11,6 @@ export interface MotoServer {
   /** Clears all state (moto's reset API) so tests sharing one server start clean. */
   reset(): Promise<void>;
   stop(): Promise<void>;
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 /** Environment for AWS SDK v3 clients and the aws CLI pointed at moto, with dummy credentials. */
