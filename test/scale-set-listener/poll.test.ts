@@ -95,6 +95,17 @@ function deps(overrides: Partial<PollDeps> = {}): PollDeps {
   };
 }
 
+/** The number of demands sent before each acknowledgement (the fake's deleteMessage, recorded). */
+function acksAfterDemands(): number[] {
+  const acked: number[] = [];
+  const realDelete = api.deleteMessage.bind(api);
+  api.deleteMessage = async (session, id) => {
+    acked.push(demands.length);
+    return realDelete(session, id);
+  };
+  return acked;
+}
+
 /** A poll as the next invocation runs it: a fresh holder, from the lease item's state. */
 async function invocation(overrides: Partial<PollDeps> = {}) {
   clock += 200_000;
@@ -199,12 +210,7 @@ describe('the scale-set poll loop', () => {
       }
       return realRefresh(scaleSetId, sessionId);
     };
-    const acked: number[] = [];
-    const realDelete = api.deleteMessage.bind(api);
-    api.deleteMessage = async (session, id) => {
-      acked.push(demands.length);
-      return realDelete(session, id);
-    };
+    const acked = acksAfterDemands();
     const o = await invocation();
     expect(o.kind).toBe('polled');
     expect(api.calls.filter((c) => c === 'createSession')).toHaveLength(2);
@@ -721,12 +727,7 @@ describe('a shortfall served in parts', () => {
   it('a reading whose shortfall is three times what a demand serves is served by three demands at once, before its acknowledgement', async () => {
     const m = api.push(setId, 30);
     api.sessionAssigned = 'none';
-    const acked: number[] = [];
-    const realDelete = api.deleteMessage.bind(api);
-    api.deleteMessage = async (session, id) => {
-      acked.push(demands.length);
-      return realDelete(session, id);
-    };
+    const acked = acksAfterDemands();
     const o = await invocation({ requestCapacity: partial(10, { n: 0 }) });
     expect(o.kind).toBe('polled');
     expect(demands.slice(0, 3).map((d) => d.recentlyStarted?.length ?? 0)).toEqual([0, 10, 20]);
@@ -740,12 +741,7 @@ describe('a shortfall served in parts', () => {
   it('a demand that started nothing is not sent again at once (no spin)', async () => {
     api.push(setId, 100);
     api.sessionAssigned = 'none';
-    const acked: number[] = [];
-    const realDelete = api.deleteMessage.bind(api);
-    api.deleteMessage = async (session, id) => {
-      acked.push(demands.length);
-      return realDelete(session, id);
-    };
+    const acked = acksAfterDemands();
     const o = await invocation({
       requestCapacity: async (d) => {
         demands.push(d);
@@ -760,12 +756,7 @@ describe('a shortfall served in parts', () => {
   it('the demands sent at once for one reading are bounded', async () => {
     api.push(setId, 100);
     api.sessionAssigned = 'none';
-    const acked: number[] = [];
-    const realDelete = api.deleteMessage.bind(api);
-    api.deleteMessage = async (session, id) => {
-      acked.push(demands.length);
-      return realDelete(session, id);
-    };
+    const acked = acksAfterDemands();
     await invocation({ requestCapacity: partial(1, { n: 0 }) });
     // Each demand starts one of the 100: the message is acknowledged after the bound, not after 100 demands.
     expect(acked).toEqual([MAX_DEMANDS_PER_READING]);
