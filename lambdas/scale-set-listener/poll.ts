@@ -340,15 +340,21 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
   // The session's statistics first, as the client's listener does (listener.go `Run`): a runner
   // lost since the last reading is replaced without waiting for a message. A session answered
   // without them waits for the first message.
-  let statistics = session.statistics;
-  if (statistics !== undefined) {
+  /** A session's reading served before its first poll: the outcome that ends the poll, or undefined to poll on. */
+  const serveOpening = async (reading: ScaleSetStatistics): Promise<PollOutcome | undefined> => {
     try {
-      await demand(statistics);
+      await demand(reading);
+      return undefined;
     } catch (error) {
       if (error instanceof Stopped) return error.outcome;
       log.error('asking scale-up for capacity failed', { error: errorName(error) });
       return stop('demand-failed');
     }
+  };
+  let statistics = session.statistics;
+  if (statistics !== undefined) {
+    const o = await serveOpening(statistics);
+    if (o) return o;
   }
   /**
    * The first message after the session's opening may be one an earlier holder was handed and
@@ -400,13 +406,7 @@ async function listen(deps: PollDeps, lease: Lease, pool: PoolConfig, first: Sca
     // The new session's statistics are the freshest reading: served before its first poll.
     if (session.statistics !== undefined) {
       statistics = session.statistics;
-      try {
-        await demand(statistics);
-      } catch (e) {
-        if (e instanceof Stopped) return e.outcome;
-        log.error('asking scale-up for capacity failed', { error: errorName(e) });
-        return stop('demand-failed');
-      }
+      return serveOpening(statistics);
     }
     return undefined;
   };
